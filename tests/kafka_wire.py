@@ -1,0 +1,72 @@
+"""A tiny blocking Kafka-protocol client for tests that need exact bytes on the wire."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from wherry.protocol.codec import build_entity
+
+
+def connect(bootstrap: str, timeout_s: float = 10.0) -> socket.socket:
+    host, port = bootstrap.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=timeout_s)
+    return s
+
+
+def encode_request(api_key: int, version: int, body: dict[str, Any] | Any,
+                   correlation_id: int = 1, client_id: str = "wire-test") -> bytes:
+    cls = load_request_schema(api_key, version)
+    hdr_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    entity_writer(hdr_cls)(buf, hdr_cls(request_api_key=api_key, request_api_version=version,
+                                        correlation_id=correlation_id, client_id=client_id))
+    entity_writer(cls)(buf, build_entity(cls, body))
+    payload = buf.getvalue()
+    return struct.pack(">i", len(payload)) + payload
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("connection closed by broker")
+        out += chunk
+    return bytes(out)
+
+
+def read_response(sock: socket.socket, api_key: int, version: int) -> Any:
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    raw = recv_exact(sock, size)
+    cls = load_response_schema(api_key, version)
+    hdr = 4 + (1 if cls.__flexible__ and api_key != 18 else 0)
+    resp, _ = entity_reader(cls)(raw, hdr)
+    return resp
+
+
+def call(bootstrap_or_sock: str | socket.socket, api_key: int, version: int,
+         body: dict[str, Any] | Any) -> Any:
+    sock = connect(bootstrap_or_sock) if isinstance(bootstrap_or_sock, str) else bootstrap_or_sock
+    try:
+        sock.sendall(encode_request(api_key, version, body))
+        return read_response(sock, api_key, version)
+    finally:
+        if isinstance(bootstrap_or_sock, str):
+            sock.close()
+
+
+def is_closed(sock: socket.socket, timeout_s: float = 5.0) -> bool:
+    """True when the broker closed the connection (EOF or reset) within the timeout."""
+    sock.settimeout(timeout_s)
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False

@@ -1,0 +1,3 @@
+from wherry.cli.main import main
+
+main()

@@ -1,0 +1,51 @@
+"""What the active controller knows (SPEC H7): loaded from the store at failover, kept current
+by the controller's own writes and by watches."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from wherry.coordination.paths import BrokerRegistration
+from wherry.log.topic_partition import TopicPartition
+
+
+@dataclass(slots=True)
+class LeaderIsr:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int  # version of the state node, for conditional writes
+
+
+@dataclass(slots=True)
+class ControllerContext:
+    epoch: int = 0
+    epoch_zk_version: int = -1
+    live_brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    assignments: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
+    states: dict[TopicPartition, LeaderIsr] = field(default_factory=dict)
+    topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    topics_to_delete: set[str] = field(default_factory=set)
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in sorted(self.assignments.get(topic, {}))]
+
+    def all_partitions(self) -> list[TopicPartition]:
+        return [tp for t in sorted(self.assignments) for tp in self.partitions_of(t)]
+
+    def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        return self.assignments.get(tp.topic, {}).get(tp.partition, ())
+
+    def partitions_on_broker(self, broker_id: int) -> list[TopicPartition]:
+        return [tp for tp in self.all_partitions() if broker_id in self.replicas(tp)]
+
+    def remove_topic(self, topic: str) -> None:
+        for tp in self.partitions_of(topic):
+            self.states.pop(tp, None)
+        self.assignments.pop(topic, None)
+        self.topic_ids.pop(topic, None)
+        self.topic_configs.pop(topic, None)
+        self.topics_to_delete.discard(topic)

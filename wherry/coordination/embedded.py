@@ -1,0 +1,803 @@
+"""Embedded `MetadataStore`: an in-process ZooKeeper stand-in persisted in SQLite.
+
+One `EmbeddedCoordinator` owns the whole namespace (in memory, write-through to
+``<data_dir>/__meta/metadata.db``); any number of sessions are opened from it with
+`EmbeddedCoordinator.session`. Several brokers in one process each take their own session, so
+each one's ephemeral nodes vanish when its session is closed or expired.
+
+Durability: the database runs in WAL mode with ``synchronous=FULL`` and an exclusive lock (one
+coordinator per file; a second opener gets `StoreError`). Every write is one SQLite transaction
+that has committed (and been fsynced) before the coroutine returns; the in-memory tree only
+changes once SQLite has committed, so a failed commit leaves no trace. Ephemeral nodes are
+written too (they carry the cversion/zxid bookkeeping) but are purged when the file is opened,
+since no session survives a restart.
+
+SQLite is called synchronously inside the ``async`` methods: metadata writes are small and local,
+and doing the work in-line keeps each operation atomic with respect to the event loop (no other
+coroutine can observe a half-applied transaction). A `threading.RLock` additionally makes the
+coordinator safe to share between threads (each with its own loop).
+
+Watch callbacks and state listeners are never called inside the call that triggered them: they
+are scheduled with ``loop.call_soon`` on the loop the receiving session last ran on (or the
+caller's loop; ``call_soon_threadsafe`` across threads), and are called directly only when no
+event loop exists at all (e.g. `EmbeddedCoordinator.expire_session` from plain sync code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from wherry.coordination.store import (
+    ANY_VERSION,
+    BadVersionError,
+    CheckOp,
+    ConnectionLossError,
+    CreateOp,
+    DeleteOp,
+    EventType,
+    MultiOp,
+    MultiResult,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionClosedError,
+    SessionExpiredError,
+    SessionState,
+    SessionStateListener,
+    SetOp,
+    Stat,
+    StoreError,
+    WatchCallback,
+    WatchEvent,
+    child_path,
+    parent_path,
+    validate_path,
+)
+
+__all__ = ["METADATA_DIR", "METADATA_FILE", "EmbeddedCoordinator", "EmbeddedSession"]
+
+logger = logging.getLogger(__name__)
+
+METADATA_DIR = "__meta"
+METADATA_FILE = "metadata.db"
+_SCHEMA_VERSION = 1
+_SESSION_ID_SHIFT = 32  # session id = (boot_count << 32) | n: unique across restarts
+
+_T = TypeVar("_T")
+_WatchKind = Literal["data", "child"]
+_Trigger = tuple[EventType, str]
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class _Node:
+    data: bytes
+    version: int
+    cversion: int
+    ctime_ms: int
+    mtime_ms: int
+    ephemeral_owner: int
+    czxid: int
+    mzxid: int
+    pzxid: int
+    children: set[str] = field(default_factory=set)
+
+    def stat(self) -> Stat:
+        return Stat(
+            version=self.version,
+            cversion=self.cversion,
+            ctime_ms=self.ctime_ms,
+            mtime_ms=self.mtime_ms,
+            ephemeral_owner=self.ephemeral_owner,
+            num_children=len(self.children),
+            data_length=len(self.data),
+            czxid=self.czxid,
+            mzxid=self.mzxid,
+            pzxid=self.pzxid,
+        )
+
+
+class _Txn:
+    """An in-memory transaction: changes are applied directly, with an undo log."""
+
+    __slots__ = ("dirty", "now_ms", "triggers", "undo", "zxid")
+
+    def __init__(self, zxid: int, now_ms: int) -> None:
+        self.zxid = zxid
+        self.now_ms = now_ms
+        self.undo: list[Callable[[], None]] = []
+        self.dirty: set[str] = set()
+        self.triggers: list[_Trigger] = []
+
+    def rollback(self) -> None:
+        while self.undo:
+            self.undo.pop()()
+
+
+def _as_bytes(data: bytes | bytearray | memoryview) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"znode data must be bytes, not {type(data).__name__}")
+
+
+def _invoke(fn: Callable[[Any], None], arg: object) -> None:
+    try:
+        fn(arg)
+    except Exception:
+        logger.exception("coordination callback %r failed on %r", fn, arg)
+
+
+class EmbeddedCoordinator:
+    """The shared in-process metadata state; open sessions with `session`.
+
+    ``data_dir=None`` keeps everything in memory (no persistence; for tests). ``clock_ms``
+    supplies ``ctime_ms``/``mtime_ms``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None,
+        *,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        self._clock_ms = clock_ms
+        self._lock = threading.RLock()
+        self._nodes: dict[str, _Node] = {}
+        self._zxid = 0
+        self._sessions: dict[int, EmbeddedSession] = {}
+        self._ephemerals: dict[int, set[str]] = {}
+        self._watches: dict[_WatchKind, dict[str, dict[int, dict[WatchCallback, None]]]] = {
+            "data": {},
+            "child": {},
+        }
+        self._closed = False
+        if data_dir is None:
+            self.db_path: Path | None = None
+            target = ":memory:"
+        else:
+            meta_dir = Path(data_dir) / METADATA_DIR
+            meta_dir.mkdir(parents=True, exist_ok=True)
+            self.db_path = meta_dir / METADATA_FILE
+            target = str(self.db_path)
+        try:
+            self._conn = sqlite3.connect(
+                target, isolation_level=None, timeout=0, check_same_thread=False
+            )
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open metadata store {target}: {e}") from e
+        try:
+            self._open_db()
+        except sqlite3.OperationalError as e:
+            self._conn.close()
+            if "locked" in str(e):
+                raise StoreError(f"metadata store {target} is in use by another process") from e
+            raise StoreError(f"cannot open metadata store {target}: {e}") from e
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # ---------------------------------------------------------------------------- lifecycle
+
+    def _open_db(self) -> None:
+        conn = self._conn
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS nodes ("
+                " path TEXT PRIMARY KEY, data BLOB NOT NULL,"
+                " version INTEGER NOT NULL, cversion INTEGER NOT NULL,"
+                " ctime_ms INTEGER NOT NULL, mtime_ms INTEGER NOT NULL,"
+                " ephemeral_owner INTEGER NOT NULL, czxid INTEGER NOT NULL,"
+                " mzxid INTEGER NOT NULL, pzxid INTEGER NOT NULL) WITHOUT ROWID"
+            )
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            schema = meta.get("schema_version", _SCHEMA_VERSION)
+            if schema != _SCHEMA_VERSION:
+                raise StoreError(f"unsupported metadata schema version {schema}")
+            boot = int(meta.get("boot_count", 0)) + 1
+            self._zxid = int(meta.get("zxid", 0))
+            conn.executemany(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                [("schema_version", _SCHEMA_VERSION), ("boot_count", boot)],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._session_base = boot << _SESSION_ID_SHIFT
+        self._session_counter = 0
+
+        rows = conn.execute(
+            "SELECT path, data, version, cversion, ctime_ms, mtime_ms, ephemeral_owner,"
+            " czxid, mzxid, pzxid FROM nodes"
+        ).fetchall()
+        nodes = self._nodes
+        for path, data, *ints in rows:
+            nodes[path] = _Node(bytes(data), *ints)
+        root_missing = "/" not in nodes
+        if root_missing:
+            now = self._clock_ms()
+            nodes["/"] = _Node(b"", 0, 0, now, now, 0, 0, 0, 0)
+        for path in sorted(nodes, key=len):
+            if path == "/":
+                continue
+            parent = nodes.get(parent_path(path))
+            if parent is None:
+                raise StoreError(f"corrupt metadata store: orphan node {path}")
+            parent.children.add(path.rsplit("/", 1)[1])
+
+        # No session survives a restart: drop leftover ephemeral nodes (durably).
+        stale = sorted((p for p, n in nodes.items() if n.ephemeral_owner), reverse=True)
+        txn = _Txn(self._zxid + 1, self._clock_ms())
+        if root_missing:
+            txn.dirty.add("/")
+        try:
+            for path in stale:
+                self._op_delete(txn, path, ANY_VERSION)
+            self._commit(txn)
+        except BaseException:
+            txn.rollback()
+            raise
+        if stale:
+            logger.info("purged %d ephemeral node(s) left by a previous run", len(stale))
+
+    def close(self) -> None:
+        """Stop the coordinator as a process exit would: live sessions become closed (their
+        listeners see CLOSED) without deleting their ephemeral nodes or firing watches; those
+        nodes are purged on the next open. Close sessions first for a graceful shutdown."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+            for kind in self._watches.values():
+                kind.clear()
+            for s in sessions:
+                s._state = SessionState.CLOSED
+                s._pending.clear()
+                self._notify_state(s, SessionState.CLOSED)
+            self._conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> EmbeddedCoordinator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------------------- sessions
+
+    def session(self) -> EmbeddedSession:
+        """Open a new session (state CONNECTED)."""
+        with self._lock:
+            if self._closed:
+                raise StoreError("coordinator is closed")
+            self._session_counter += 1
+            sid = self._session_base | self._session_counter
+            s = EmbeddedSession(self, sid)
+            self._sessions[sid] = s
+            return s
+
+    @property
+    def session_ids(self) -> frozenset[int]:
+        """Ids of the live (connected or suspended) sessions."""
+        with self._lock:
+            return frozenset(self._sessions)
+
+    @property
+    def last_zxid(self) -> int:
+        """Id of the last committed write transaction."""
+        return self._zxid
+
+    def expire_session(self, session_id: int) -> bool:
+        """Expire a session as ZooKeeper would after a session timeout: its ephemeral nodes are
+        deleted (firing other sessions' watches), its watches are dropped, its listeners see
+        EXPIRED and its later calls raise `SessionExpiredError`. Returns False if unknown."""
+        with self._lock:
+            s = self._sessions.get(session_id)
+            if s is None:
+                return False
+            self._end_session(s, SessionState.EXPIRED)
+            return True
+
+    def suspend_session(self, session_id: int) -> None:
+        """Simulate a connection loss: calls raise `ConnectionLossError`, ephemeral nodes and
+        watches are kept, watch events are held back until `resume_session`."""
+        with self._lock:
+            s = self._live_session(session_id)
+            if s._state is SessionState.CONNECTED:
+                s._state = SessionState.SUSPENDED
+                self._notify_state(s, SessionState.SUSPENDED)
+
+    def resume_session(self, session_id: int) -> None:
+        """Reconnect a suspended session: listeners see CONNECTED, then held-back watch events
+        are delivered."""
+        with self._lock:
+            s = self._live_session(session_id)
+            if s._state is SessionState.SUSPENDED:
+                s._state = SessionState.CONNECTED
+                self._notify_state(s, SessionState.CONNECTED)
+                pending, s._pending = s._pending, []
+                for fn, event in pending:
+                    self._dispatch(s, fn, event)
+
+    def _live_session(self, session_id: int) -> EmbeddedSession:
+        s = self._sessions.get(session_id)
+        if s is None:
+            raise KeyError(f"no live session {session_id:#x}")
+        return s
+
+    def _end_session(self, s: EmbeddedSession, state: SessionState) -> None:
+        """Close or expire a live session (lock held)."""
+        s._state = state
+        s._pending.clear()
+        del self._sessions[s.session_id]
+        for kind, path in s._watched:
+            by_session = self._watches[kind].get(path)
+            if by_session is not None:
+                by_session.pop(s.session_id, None)
+                if not by_session:
+                    del self._watches[kind][path]
+        s._watched.clear()
+        owned = sorted(self._ephemerals.get(s.session_id, ()), reverse=True)
+        try:
+            if owned:
+
+                def purge(txn: _Txn) -> None:
+                    for path in owned:
+                        self._op_delete(txn, path, ANY_VERSION)
+
+                self._write(purge)
+        finally:
+            self._ephemerals.pop(s.session_id, None)
+            self._notify_state(s, state)
+
+    # ---------------------------------------------------------------------------- dispatch
+
+    def _dispatch(self, s: EmbeddedSession, fn: Callable[[Any], None], arg: object) -> None:
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        target = s._loop if s._loop is not None and not s._loop.is_closed() else running
+        if target is None:
+            _invoke(fn, arg)
+        elif target is running:
+            target.call_soon(_invoke, fn, arg)
+        else:
+            target.call_soon_threadsafe(_invoke, fn, arg)
+
+    def _notify_state(self, s: EmbeddedSession, state: SessionState) -> None:
+        for listener in list(s._listeners):
+            self._dispatch(s, listener, state)
+
+    def _fire(self, triggers: list[_Trigger]) -> None:
+        for etype, path in triggers:
+            match etype:
+                case EventType.CREATED | EventType.CHANGED:
+                    kinds: tuple[_WatchKind, ...] = ("data",)
+                case EventType.DELETED:
+                    kinds = ("data", "child")
+                case EventType.CHILD:
+                    kinds = ("child",)
+            per_session: dict[int, dict[WatchCallback, None]] = {}
+            for kind in kinds:
+                for sid, cbs in self._watches[kind].pop(path, {}).items():
+                    per_session.setdefault(sid, {}).update(cbs)
+                    s = self._sessions.get(sid)
+                    if s is not None:
+                        s._watched.discard((kind, path))
+            if not per_session:
+                continue
+            event = WatchEvent(etype, path)
+            for sid, cbs in per_session.items():
+                s = self._sessions.get(sid)
+                if s is None:
+                    continue
+                for cb in cbs:
+                    if s._state is SessionState.SUSPENDED:
+                        s._pending.append((cb, event))
+                    else:
+                        self._dispatch(s, cb, event)
+
+    def _add_watch(
+        self, s: EmbeddedSession, kind: _WatchKind, path: str, cb: WatchCallback
+    ) -> None:
+        self._watches[kind].setdefault(path, {}).setdefault(s.session_id, {})[cb] = None
+        s._watched.add((kind, path))
+
+    # ---------------------------------------------------------------------------- transactions
+
+    def _read(self, s: EmbeddedSession, fn: Callable[[], _T]) -> _T:
+        with self._lock:
+            s._check_usable()
+            return fn()
+
+    def _session_write(self, s: EmbeddedSession, fn: Callable[[_Txn], _T]) -> _T:
+        with self._lock:
+            s._check_usable()
+            return self._write(fn)
+
+    def _write(self, fn: Callable[[_Txn], _T]) -> _T:
+        """Run ``fn`` as one atomic, durable transaction, then fire its watches (lock held)."""
+        txn = _Txn(self._zxid + 1, self._clock_ms())
+        try:
+            result = fn(txn)
+            self._commit(txn)
+        except BaseException:
+            txn.rollback()
+            raise
+        self._fire(txn.triggers)
+        return result
+
+    def _commit(self, txn: _Txn) -> None:
+        if not txn.dirty:
+            return
+        upserts = []
+        deletes = []
+        for path in txn.dirty:
+            n = self._nodes.get(path)
+            if n is None:
+                deletes.append((path,))
+            else:
+                upserts.append(
+                    (
+                        path,
+                        n.data,
+                        n.version,
+                        n.cversion,
+                        n.ctime_ms,
+                        n.mtime_ms,
+                        n.ephemeral_owner,
+                        n.czxid,
+                        n.mzxid,
+                        n.pzxid,
+                    )
+                )
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if deletes:
+                    conn.executemany("DELETE FROM nodes WHERE path = ?", deletes)
+                if upserts:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO nodes (path, data, version, cversion, ctime_ms,"
+                        " mtime_ms, ephemeral_owner, czxid, mzxid, pzxid)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        upserts,
+                    )
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('zxid', ?)", (txn.zxid,)
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise StoreError(f"metadata store write failed: {e}") from e
+        self._zxid = txn.zxid
+
+    # ---------------------------------------------------------------------------- node ops
+
+    def _node(self, path: str) -> _Node:
+        n = self._nodes.get(validate_path(path))
+        if n is None:
+            raise NoNodeError(path=path)
+        return n
+
+    def _op_check(self, path: str, version: int) -> None:
+        n = self._node(path)
+        if version != ANY_VERSION and version != n.version:
+            raise BadVersionError(f"{path}: expected version {version}, is {n.version}", path=path)
+
+    def _op_create(self, txn: _Txn, path: str, data: bytes, owner: int, sequential: bool) -> str:
+        validate_path(path + "0" if sequential else path)
+        if path == "/" and not sequential:
+            raise NodeExistsError(path=path)
+        ppath = parent_path(path)
+        parent = self._nodes.get(ppath)
+        if parent is None:
+            raise NoNodeError(f"parent of {path} does not exist", path=path)
+        if parent.ephemeral_owner:
+            raise NoChildrenForEphemeralsError(path=path)
+        if sequential:
+            path = f"{path}{parent.cversion:010d}"
+        if path in self._nodes:
+            raise NodeExistsError(path=path)
+        zxid, now = txn.zxid, txn.now_ms
+        name = path.rsplit("/", 1)[1]
+        saved = (parent.cversion, parent.pzxid)
+        self._nodes[path] = _Node(data, 0, 0, now, now, owner, zxid, zxid, zxid)
+        parent.children.add(name)
+        parent.cversion += 1
+        parent.pzxid = zxid
+        if owner:
+            self._ephemerals.setdefault(owner, set()).add(path)
+
+        def undo() -> None:
+            del self._nodes[path]
+            parent.children.discard(name)
+            parent.cversion, parent.pzxid = saved
+            if owner:
+                self._ephemerals.get(owner, set()).discard(path)
+
+        txn.undo.append(undo)
+        txn.dirty.update((path, ppath))
+        txn.triggers += ((EventType.CREATED, path), (EventType.CHILD, ppath))
+        return path
+
+    def _op_set(self, txn: _Txn, path: str, data: bytes, version: int) -> Stat:
+        self._op_check(path, version)
+        n = self._nodes[path]
+        saved = (n.data, n.version, n.mtime_ms, n.mzxid)
+        n.data, n.version, n.mtime_ms, n.mzxid = data, n.version + 1, txn.now_ms, txn.zxid
+
+        def undo() -> None:
+            n.data, n.version, n.mtime_ms, n.mzxid = saved
+
+        txn.undo.append(undo)
+        txn.dirty.add(path)
+        txn.triggers.append((EventType.CHANGED, path))
+        return n.stat()
+
+    def _op_delete(self, txn: _Txn, path: str, version: int) -> None:
+        if validate_path(path) == "/":
+            raise ValueError("cannot delete the root node")
+        self._op_check(path, version)
+        n = self._nodes[path]
+        if n.children:
+            raise NotEmptyError(path=path)
+        ppath = parent_path(path)
+        parent = self._nodes[ppath]
+        name = path.rsplit("/", 1)[1]
+        saved = (parent.cversion, parent.pzxid)
+        del self._nodes[path]
+        parent.children.discard(name)
+        parent.cversion += 1
+        parent.pzxid = txn.zxid
+        owner = n.ephemeral_owner
+        if owner:
+            self._ephemerals.get(owner, set()).discard(path)
+
+        def undo() -> None:
+            self._nodes[path] = n
+            parent.children.add(name)
+            parent.cversion, parent.pzxid = saved
+            if owner and owner in self._sessions:
+                self._ephemerals.setdefault(owner, set()).add(path)
+
+        txn.undo.append(undo)
+        txn.dirty.update((path, ppath))
+        txn.triggers += ((EventType.DELETED, path), (EventType.CHILD, ppath))
+
+    def _op_delete_recursive(self, txn: _Txn, path: str, version: int) -> None:
+        if validate_path(path) == "/":
+            raise ValueError("cannot delete the root node")
+        self._op_check(path, version)
+        order: list[str] = []
+        stack = [path]
+        while stack:  # pre-order; reversed it deletes children before parents
+            p = stack.pop()
+            order.append(p)
+            stack.extend(child_path(p, c) for c in sorted(self._nodes[p].children))
+        for p in reversed(order):
+            self._op_delete(txn, p, ANY_VERSION)
+
+    def _op_multi(self, txn: _Txn, owner: int, ops: Sequence[MultiOp]) -> list[MultiResult]:
+        results: list[MultiResult] = []
+        for i, op in enumerate(ops):
+            try:
+                match op:
+                    case CheckOp(path, version):
+                        self._op_check(path, version)
+                        results.append(True)
+                    case CreateOp(path, data, ephemeral, sequential):
+                        results.append(
+                            self._op_create(
+                                txn, path, _as_bytes(data), owner if ephemeral else 0, sequential
+                            )
+                        )
+                    case SetOp(path, data, version):
+                        results.append(self._op_set(txn, path, _as_bytes(data), version))
+                    case DeleteOp(path, version):
+                        self._op_delete(txn, path, version)
+                        results.append(True)
+                    case _:
+                        raise TypeError(f"not a multi op: {op!r}")
+            except StoreError as e:
+                e.op_index = i
+                raise
+        return results
+
+
+class EmbeddedSession:
+    """A `MetadataStore` session on an `EmbeddedCoordinator` (see `store.MetadataStore`)."""
+
+    def __init__(self, coordinator: EmbeddedCoordinator, session_id: int) -> None:
+        self._coord = coordinator
+        self._session_id = session_id
+        self._state = SessionState.CONNECTED
+        self._listeners: dict[SessionStateListener, None] = {}
+        self._watched: set[tuple[_WatchKind, str]] = set()
+        self._pending: list[tuple[WatchCallback, WatchEvent]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bind_loop()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedSession(id={self._session_id:#x}, state={self._state.value})"
+
+    @property
+    def session_id(self) -> int:
+        return self._session_id
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def coordinator(self) -> EmbeddedCoordinator:
+        return self._coord
+
+    def _bind_loop(self) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+
+    def _check_usable(self) -> None:
+        match self._state:
+            case SessionState.CLOSED:
+                raise SessionClosedError(f"session {self._session_id:#x} is closed")
+            case SessionState.EXPIRED:
+                raise SessionExpiredError(f"session {self._session_id:#x} has expired")
+            case SessionState.SUSPENDED:
+                raise ConnectionLossError(f"session {self._session_id:#x} is disconnected")
+
+    # ---------------------------------------------------------------------------- reads
+
+    async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]:
+        self._bind_loop()
+        coord = self._coord
+
+        def read() -> tuple[bytes, Stat]:
+            n = coord._node(path)
+            if watch is not None:
+                coord._add_watch(self, "data", path, watch)
+            return n.data, n.stat()
+
+        return coord._read(self, read)
+
+    async def exists(self, path: str, watch: WatchCallback | None = None) -> Stat | None:
+        self._bind_loop()
+        coord = self._coord
+
+        def read() -> Stat | None:
+            n = coord._nodes.get(validate_path(path))
+            if watch is not None:
+                coord._add_watch(self, "data", path, watch)
+            return None if n is None else n.stat()
+
+        return coord._read(self, read)
+
+    async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
+        self._bind_loop()
+        coord = self._coord
+
+        def read() -> list[str]:
+            n = coord._node(path)
+            if watch is not None:
+                coord._add_watch(self, "child", path, watch)
+            return sorted(n.children)
+
+        return coord._read(self, read)
+
+    # ---------------------------------------------------------------------------- writes
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        make_parents: bool = False,
+    ) -> str:
+        self._bind_loop()
+        coord = self._coord
+        payload = _as_bytes(data)
+        owner = self._session_id if ephemeral else 0
+
+        def write(txn: _Txn) -> str:
+            if make_parents:
+                validate_path(path + "0" if sequential else path)
+                ancestors: list[str] = []
+                p = parent_path(path) if path != "/" else "/"
+                while p != "/" and p not in coord._nodes:
+                    ancestors.append(p)
+                    p = parent_path(p)
+                for a in reversed(ancestors):
+                    coord._op_create(txn, a, b"", 0, False)
+            return coord._op_create(txn, path, payload, owner, sequential)
+
+        return coord._session_write(self, write)
+
+    async def set(self, path: str, data: bytes, *, version: int = ANY_VERSION) -> Stat:
+        self._bind_loop()
+        coord = self._coord
+        payload = _as_bytes(data)
+        return coord._session_write(self, lambda txn: coord._op_set(txn, path, payload, version))
+
+    async def delete(
+        self, path: str, *, version: int = ANY_VERSION, recursive: bool = False
+    ) -> None:
+        self._bind_loop()
+        coord = self._coord
+        op = coord._op_delete_recursive if recursive else coord._op_delete
+        coord._session_write(self, lambda txn: op(txn, path, version))
+
+    async def multi(self, ops: Sequence[MultiOp]) -> list[MultiResult]:
+        self._bind_loop()
+        coord = self._coord
+        ops = list(ops)
+        return coord._session_write(self, lambda txn: coord._op_multi(txn, self._session_id, ops))
+
+    # ---------------------------------------------------------------------------- session
+
+    def add_state_listener(self, listener: SessionStateListener) -> None:
+        self._bind_loop()
+        self._listeners[listener] = None
+
+    def remove_state_listener(self, listener: SessionStateListener) -> None:
+        self._listeners.pop(listener, None)
+
+    async def close(self) -> None:
+        self._bind_loop()
+        coord = self._coord
+        with coord._lock:
+            if self._session_id in coord._sessions:
+                coord._end_session(self, SessionState.CLOSED)
+
+    async def __aenter__(self) -> EmbeddedSession:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,390 @@
+"""Node layout of the metadata store and the JSON records kept in it.
+
+The layout and JSON follow Kafka's ZooKeeper layout (``kafka.zk.ZkData``) so that the data is
+familiar to anyone who has inspected a Kafka cluster in ZooKeeper:
+
+==========================================  ====================================================
+path                                        content
+==========================================  ====================================================
+``/cluster/id``                             `encode_cluster_id` ``{"version":"1","id":...}``
+``/controller``            (ephemeral)      `ControllerInfo` ``{"version":1,"brokerid":..}``
+``/controller_epoch``                       `encode_controller_epoch`: the decimal epoch
+``/brokers/ids/<id>``      (ephemeral)      `BrokerRegistration`
+``/brokers/topics/<topic>``                 `TopicAssignment` ``{"version":2,"partitions":..}``
+``/brokers/topics/<t>/partitions/<p>/state``  `PartitionState` ``{"version":1,"leader":..}``
+``/config/topics/<topic>``                  `encode_config` ``{"version":1,"config":{..}}``
+``/config/brokers/<id>``, ``/<default>``    `encode_config`
+``/config/changes/config_change_<seq>``     change notifications (sequential)
+``/admin/delete_topics/<topic>``            empty; marks a topic for deletion
+``/isr_change_notification/isr_change_<seq>``  ISR change notifications (sequential)
+==========================================  ====================================================
+
+A partition state's ZooKeeper data version (`Stat.version`) is Kafka's partition epoch and is
+what conditional updates of the state node check; it is not part of the JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from wherry.coordination.store import MetadataStore, NodeExistsError
+
+__all__ = [
+    "ADMIN",
+    "ADMIN_DELETE_TOPICS",
+    "BROKERS",
+    "BROKER_IDS",
+    "BROKER_SEQID",
+    "BROKER_TOPICS",
+    "CLUSTER",
+    "CLUSTER_ID",
+    "CONFIG",
+    "CONFIG_BROKERS",
+    "CONFIG_CHANGES",
+    "CONFIG_CHANGE_PREFIX",
+    "CONFIG_TOPICS",
+    "CONTROLLER",
+    "CONTROLLER_EPOCH",
+    "DEFAULT_ENTITY",
+    "ISR_CHANGE_NOTIFICATION",
+    "ISR_CHANGE_PREFIX",
+    "LATEST_PRODUCER_ID_BLOCK",
+    "PERSISTENT_PATHS",
+    "ZERO_UUID",
+    "BrokerRegistration",
+    "ControllerInfo",
+    "PartitionState",
+    "TopicAssignment",
+    "broker_config_path",
+    "broker_path",
+    "decode_cluster_id",
+    "decode_config",
+    "decode_controller_epoch",
+    "delete_topic_path",
+    "encode_cluster_id",
+    "encode_config",
+    "encode_controller_epoch",
+    "ensure_persistent_paths",
+    "format_topic_id",
+    "parse_topic_id",
+    "partition_path",
+    "partition_state_path",
+    "topic_config_path",
+    "topic_partitions_path",
+    "topic_path",
+]
+
+# ------------------------------------------------------------------------------------ layout
+
+CLUSTER = "/cluster"
+CLUSTER_ID = "/cluster/id"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+BROKER_SEQID = "/brokers/seqid"
+CONFIG = "/config"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
+DEFAULT_ENTITY = "<default>"
+ADMIN = "/admin"
+ADMIN_DELETE_TOPICS = "/admin/delete_topics"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+
+PERSISTENT_PATHS: tuple[str, ...] = (
+    BROKER_IDS,
+    BROKER_TOPICS,
+    BROKER_SEQID,
+    CONFIG_TOPICS,
+    CONFIG_BROKERS,
+    CONFIG_CHANGES,
+    ADMIN_DELETE_TOPICS,
+    ISR_CHANGE_NOTIFICATION,
+    LATEST_PRODUCER_ID_BLOCK,
+    CLUSTER,
+)
+"""Persistent containers every cluster has (Kafka's ``ZkData.PersistentZkPaths``)."""
+
+
+def _name(name: str) -> str:
+    if not name or "/" in name or name in (".", "..") or "\x00" in name:
+        raise ValueError(f"invalid node name: {name!r}")
+    return name
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{int(broker_id)}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{_name(topic)}"
+
+
+def topic_partitions_path(topic: str) -> str:
+    return f"{topic_path(topic)}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{topic_partitions_path(topic)}/{int(partition)}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{partition_path(topic, partition)}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{_name(topic)}"
+
+
+def broker_config_path(broker_id: int | None) -> str:
+    """``/config/brokers/<id>``, or the cluster-wide default entity for ``None``."""
+    return f"{CONFIG_BROKERS}/{DEFAULT_ENTITY if broker_id is None else int(broker_id)}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{ADMIN_DELETE_TOPICS}/{_name(topic)}"
+
+
+async def ensure_persistent_paths(store: MetadataStore) -> None:
+    """Create the `PERSISTENT_PATHS` containers that do not exist yet (idempotent)."""
+    for path in PERSISTENT_PATHS:
+        if await store.exists(path) is None:
+            try:
+                await store.create(path, b"", make_parents=True)
+            except NodeExistsError:
+                pass  # created concurrently by another broker
+
+
+# ------------------------------------------------------------------------------------ JSON
+
+
+def _dumps(obj: Mapping[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _loads(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"malformed {what} JSON: {data[:200]!r}") from e
+    if not isinstance(obj, dict):
+        raise ValueError(f"malformed {what} JSON (not an object): {data[:200]!r}")
+    return obj
+
+
+def _field(obj: Mapping[str, Any], key: str, what: str) -> Any:
+    try:
+        return obj[key]
+    except KeyError:
+        raise ValueError(f"{what} JSON lacks {key!r}") from None
+
+
+ZERO_UUID = uuid.UUID(int=0)
+"""Kafka's ``Uuid.ZERO_UUID``: "no topic id"."""
+
+
+def format_topic_id(topic_id: uuid.UUID) -> str:
+    """Kafka's textual Uuid form: URL-safe base64 of the 16 bytes, unpadded (22 chars)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
+def parse_topic_id(text: str) -> uuid.UUID:
+    """Parse Kafka's base64 form (or, leniently, the canonical hex UUID form)."""
+    if len(text) == 22:
+        try:
+            raw = base64.urlsafe_b64decode(text + "==")
+        except (binascii.Error, ValueError) as e:
+            raise ValueError(f"invalid topic id: {text!r}") from e
+        if len(raw) == 16:
+            return uuid.UUID(bytes=raw)
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise ValueError(f"invalid topic id: {text!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A broker's ephemeral registration at ``/brokers/ids/<broker_id>``.
+
+    Encoded as Kafka's version-5 broker JSON (host, port, endpoints, rack, ...). ``broker_id``
+    and ``epoch`` are wherry additions (Kafka derives the id from the path and the epoch from
+    the node's ``czxid``); decoding falls back to the ``broker_id`` argument and ``epoch=-1``.
+    """
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    epoch: int = -1
+
+    def to_json(self, *, timestamp_ms: int = 0, listener: str = "PLAINTEXT") -> bytes:
+        obj: dict[str, Any] = {
+            "version": 5,
+            "host": self.host,
+            "port": self.port,
+            "endpoints": [f"{listener}://{self.host}:{self.port}"],
+            "listener_security_protocol_map": {listener: "PLAINTEXT"},
+            "jmx_port": -1,
+            "features": {},
+            "timestamp": str(timestamp_ms),
+            "broker_id": self.broker_id,
+            "epoch": self.epoch,
+        }
+        if self.rack is not None:
+            obj["rack"] = self.rack
+        return _dumps(obj)
+
+    @classmethod
+    def from_json(cls, data: bytes, *, broker_id: int | None = None) -> BrokerRegistration:
+        obj = _loads(data, "broker registration")
+        bid = obj.get("broker_id", broker_id)
+        if bid is None:
+            raise ValueError("broker registration JSON lacks 'broker_id' and none was given")
+        host, port = obj.get("host"), obj.get("port", -1)
+        if not host or port == -1:
+            # Kafka leaves host/port empty when no PLAINTEXT listener exists; use endpoint 1.
+            endpoints = obj.get("endpoints") or []
+            if not endpoints:
+                raise ValueError("broker registration JSON has neither host/port nor endpoints")
+            hostport = str(endpoints[0]).split("://", 1)[-1]
+            host, _, port_text = hostport.rpartition(":")
+            host = host.strip("[]")
+            port = int(port_text)
+        return cls(
+            broker_id=int(bid),
+            host=str(host),
+            port=int(port),
+            rack=obj.get("rack"),
+            epoch=int(obj.get("epoch", -1)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """``/brokers/topics/<topic>``: topic id and partition -> replica list (Kafka version 2)."""
+
+    topic_id: uuid.UUID
+    partitions: dict[int, list[int]]
+
+    def to_json(self) -> bytes:
+        return _dumps(
+            {
+                "version": 2,
+                "partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())},
+                "adding_replicas": {},
+                "removing_replicas": {},
+                "topic_id": format_topic_id(self.topic_id),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TopicAssignment:
+        """Decode; a missing ``topic_id`` (pre-2.8 Kafka data) decodes as `ZERO_UUID`."""
+        obj = _loads(data, "topic assignment")
+        raw = obj.get("partitions") or {}
+        if not isinstance(raw, dict):
+            raise ValueError("topic assignment 'partitions' is not an object")
+        partitions = {int(p): [int(b) for b in r] for p, r in raw.items()}
+        tid = obj.get("topic_id")
+        return cls(
+            topic_id=ZERO_UUID if tid is None else parse_topic_id(str(tid)),
+            partitions=dict(sorted(partitions.items())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """``/brokers/topics/<t>/partitions/<p>/state``: leader and ISR (Kafka version 1)."""
+
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+
+    def to_json(self) -> bytes:
+        return _dumps(
+            {
+                "controller_epoch": self.controller_epoch,
+                "leader": self.leader,
+                "version": 1,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> PartitionState:
+        obj = _loads(data, "partition state")
+        what = "partition state"
+        return cls(
+            leader=int(_field(obj, "leader", what)),
+            leader_epoch=int(_field(obj, "leader_epoch", what)),
+            isr=[int(b) for b in _field(obj, "isr", what)],
+            controller_epoch=int(_field(obj, "controller_epoch", what)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerInfo:
+    """``/controller`` (ephemeral): the active controller ``{"version":1,"brokerid":..}``."""
+
+    broker_id: int
+    timestamp_ms: int = 0
+
+    def to_json(self) -> bytes:
+        return _dumps(
+            {"version": 1, "brokerid": self.broker_id, "timestamp": str(self.timestamp_ms)}
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ControllerInfo:
+        obj = _loads(data, "controller")
+        return cls(
+            broker_id=int(_field(obj, "brokerid", "controller")),
+            timestamp_ms=int(obj.get("timestamp", 0)),
+        )
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(int(epoch)).encode("ascii")
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    try:
+        return int(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"malformed controller epoch: {data[:50]!r}") from e
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(_field(_loads(data, "cluster id"), "id", "cluster id"))
+
+
+def encode_config(config: Mapping[str, str]) -> bytes:
+    """Entity config (``/config/topics/<t>``, ``/config/brokers/<id>``): string values."""
+    return _dumps({"version": 1, "config": {k: str(v) for k, v in sorted(config.items())}})
+
+
+def decode_config(data: bytes) -> dict[str, str]:
+    if not data:
+        return {}
+    config = _loads(data, "config").get("config") or {}
+    if not isinstance(config, dict):
+        raise ValueError("config JSON 'config' is not an object")
+    return {str(k): str(v) for k, v in config.items()}

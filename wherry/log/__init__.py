@@ -1,0 +1,51 @@
+"""wherry.log: the durable, segmented per-partition log (Kafka's kafka.log package)."""
+
+from wherry.log.checkpoint import OffsetCheckpointFile
+from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigError, ConfigKey, ConfigType, LogConfig
+from wherry.log.errors import (
+    CorruptIndexError,
+    InvalidProducerEpochError,
+    LogDirLockedError,
+    LogError,
+    LogOffsetError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    StorageError,
+)
+from wherry.log.log import (
+    AppendInfo,
+    InvalidTimestampError,
+    Log,
+    OffsetAndTimestamp,
+    RecordBatchTooLargeError,
+)
+from wherry.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
+from wherry.log.producer_state import DuplicateBatch, ProducerStateManager
+from wherry.log.topic_partition import TopicPartition
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "TOPIC_CONFIG_KEYS",
+    "AppendInfo",
+    "ConfigError",
+    "ConfigKey",
+    "ConfigType",
+    "CorruptIndexError",
+    "DuplicateBatch",
+    "InvalidProducerEpochError",
+    "InvalidTimestampError",
+    "Log",
+    "LogConfig",
+    "LogDirLockedError",
+    "LogError",
+    "LogManager",
+    "LogOffsetError",
+    "OffsetAndTimestamp",
+    "OffsetCheckpointFile",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "ProducerStateManager",
+    "RecordBatchTooLargeError",
+    "StorageError",
+    "TopicPartition",
+]

@@ -1,0 +1,566 @@
+"""Per-topic log configuration: Kafka 3.9 topic-config names, types, defaults and validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "INT_MAX",
+    "LONG_MAX",
+    "SERVER_CONFIG_SYNONYMS",
+    "TOPIC_CONFIG_KEYS",
+    "ConfigError",
+    "ConfigKey",
+    "ConfigType",
+    "LogConfig",
+]
+
+INT_MIN = -(2**31)
+INT_MAX = 2**31 - 1
+LONG_MIN = -(2**63)
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """An invalid topic (or broker log) configuration value; answers with INVALID_CONFIG."""
+
+    error_code = ErrorCode.invalid_config
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"Invalid configuration {name}: {message}")
+        self.name = name
+        self.message = message
+
+
+class ConfigType(IntEnum):
+    """DescribeConfigs `config_type` values (Kafka's ConfigDef.Type order)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One topic config: its name, the `LogConfig` field it fills, type, default and checks."""
+
+    name: str
+    field: str
+    type: ConfigType
+    default: Any
+    doc: str
+    server_name: str | None = None
+    min_value: int | float | None = None
+    max_value: int | float | None = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def default_str(self) -> str:
+        """The default rendered as Kafka renders it in DescribeConfigs."""
+        return format_value(self.type, self.default)
+
+
+def format_value(config_type: ConfigType, value: Any) -> str:
+    """Render a typed config value as its string form."""
+    match config_type:
+        case ConfigType.BOOLEAN:
+            return "true" if value else "false"
+        case ConfigType.LIST:
+            return ",".join(value)
+        case ConfigType.DOUBLE:
+            return repr(float(value))
+        case _:
+            return str(value)
+
+
+_INTEGER_RE = re.compile(r"[+-]?[0-9]+")
+
+
+def _parse(key: ConfigKey, raw: object) -> Any:
+    """Parse and validate one value (a string, or an already-typed value)."""
+    name = key.name
+    value: Any
+    match key.type:
+        case ConfigType.INT | ConfigType.SHORT | ConfigType.LONG:
+            if isinstance(raw, bool):
+                raise ConfigError(name, f"Expected value to be an integer, but it was {raw!r}")
+            if isinstance(raw, int):
+                value = raw
+            else:
+                text = str(raw).strip()
+                if not _INTEGER_RE.fullmatch(text):
+                    raise ConfigError(name, f"Expected value to be a number, but it was {raw!r}")
+                value = int(text)
+            lo, hi = {
+                ConfigType.INT: (INT_MIN, INT_MAX),
+                ConfigType.SHORT: (-(2**15), 2**15 - 1),
+                ConfigType.LONG: (LONG_MIN, LONG_MAX),
+            }[key.type]
+            if not lo <= value <= hi:
+                raise ConfigError(name, f"Value {value} is out of range for type {key.type.name}")
+        case ConfigType.DOUBLE:
+            try:
+                value = float(str(raw).strip()) if not isinstance(raw, int | float) else float(raw)
+            except ValueError:
+                raise ConfigError(
+                    name, f"Expected value to be a double, but it was {raw!r}"
+                ) from None
+            if not math.isfinite(value):
+                raise ConfigError(name, f"Expected a finite number, but it was {raw!r}")
+        case ConfigType.BOOLEAN:
+            if isinstance(raw, bool):
+                value = raw
+            else:
+                text = str(raw).strip().lower()
+                if text not in ("true", "false"):
+                    raise ConfigError(name, f"Expected value to be either true or false: {raw!r}")
+                value = text == "true"
+        case ConfigType.LIST:
+            if isinstance(raw, list | tuple):
+                items = [str(item).strip() for item in raw]
+            else:
+                text = str(raw).strip()
+                items = [item.strip() for item in text.split(",")] if text else []
+            value = tuple(item for item in items if item)
+            if key.choices is not None:
+                for item in value:
+                    if item not in key.choices:
+                        raise ConfigError(
+                            name, f"Invalid value {item} (must be one of {', '.join(key.choices)})"
+                        )
+        case _:
+            value = str(raw).strip()
+            if key.choices is not None and value not in key.choices:
+                raise ConfigError(
+                    name, f"String must be one of: {', '.join(key.choices)}; got {value!r}"
+                )
+    if key.min_value is not None and value < key.min_value:
+        raise ConfigError(name, f"Value must be at least {key.min_value}, got {value}")
+    if key.max_value is not None and value > key.max_value:
+        raise ConfigError(name, f"Value must be no more than {key.max_value}, got {value}")
+    return value
+
+
+_DAY_MS = 24 * 60 * 60 * 1000
+_WEEK_MS = 7 * _DAY_MS
+
+_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey(
+        "cleanup.policy",
+        "cleanup_policy",
+        ConfigType.LIST,
+        ("delete",),
+        'The retention policy for log segments: "delete" discards old segments when their '
+        'retention time or size limit is reached. ("compact" is not supported yet.)',
+        "log.cleanup.policy",
+        choices=("compact", "delete"),
+    ),
+    ConfigKey(
+        "compression.type",
+        "compression_type",
+        ConfigType.STRING,
+        "producer",
+        'The final compression type for the topic; "producer" keeps the producer\'s codec.',
+        "compression.type",
+        choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+    ),
+    ConfigKey(
+        "delete.retention.ms",
+        "delete_retention_ms",
+        ConfigType.LONG,
+        _DAY_MS,
+        "How long delete tombstone markers are retained for log compacted topics.",
+        "log.cleaner.delete.retention.ms",
+        min_value=0,
+    ),
+    ConfigKey(
+        "file.delete.delay.ms",
+        "file_delete_delay_ms",
+        ConfigType.LONG,
+        60_000,
+        "The time to wait before deleting a file from the filesystem.",
+        "log.segment.delete.delay.ms",
+        min_value=0,
+    ),
+    ConfigKey(
+        "flush.messages",
+        "flush_messages",
+        ConfigType.LONG,
+        LONG_MAX,
+        "Force an fsync of the log after this many messages have been appended.",
+        "log.flush.interval.messages",
+        min_value=1,
+    ),
+    ConfigKey(
+        "flush.ms",
+        "flush_ms",
+        ConfigType.LONG,
+        LONG_MAX,
+        "Force an fsync of the log when this much time has passed since the last flush.",
+        "log.flush.interval.ms",
+        min_value=0,
+    ),
+    ConfigKey(
+        "index.interval.bytes",
+        "index_interval_bytes",
+        ConfigType.INT,
+        4096,
+        "How frequently (in bytes of log) an entry is added to the offset index.",
+        "log.index.interval.bytes",
+        min_value=0,
+    ),
+    ConfigKey(
+        "max.compaction.lag.ms",
+        "max_compaction_lag_ms",
+        ConfigType.LONG,
+        LONG_MAX,
+        "The maximum time a message will remain ineligible for compaction in the log.",
+        "log.cleaner.max.compaction.lag.ms",
+        min_value=1,
+    ),
+    ConfigKey(
+        "max.message.bytes",
+        "max_message_bytes",
+        ConfigType.INT,
+        1_048_588,
+        "The largest record batch size allowed by Kafka (after compression if compression "
+        "is enabled).",
+        "message.max.bytes",
+        min_value=0,
+    ),
+    ConfigKey(
+        "message.downconversion.enable",
+        "message_downconversion_enable",
+        ConfigType.BOOLEAN,
+        True,
+        "Whether down-conversion of message formats is enabled to satisfy consume requests.",
+        "log.message.downconversion.enable",
+    ),
+    ConfigKey(
+        "message.timestamp.after.max.ms",
+        "message_timestamp_after_max_ms",
+        ConfigType.LONG,
+        LONG_MAX,
+        "The maximum allowed difference between a message timestamp later than the broker's "
+        "timestamp and the broker's timestamp (CreateTime only).",
+        "log.message.timestamp.after.max.ms",
+        min_value=0,
+    ),
+    ConfigKey(
+        "message.timestamp.before.max.ms",
+        "message_timestamp_before_max_ms",
+        ConfigType.LONG,
+        LONG_MAX,
+        "The maximum allowed difference between the broker's timestamp and an earlier message "
+        "timestamp (CreateTime only).",
+        "log.message.timestamp.before.max.ms",
+        min_value=0,
+    ),
+    ConfigKey(
+        "message.timestamp.difference.max.ms",
+        "message_timestamp_difference_max_ms",
+        ConfigType.LONG,
+        LONG_MAX,
+        "[DEPRECATED] The maximum difference allowed between the broker timestamp and the "
+        "message timestamp.",
+        "log.message.timestamp.difference.max.ms",
+        min_value=0,
+    ),
+    ConfigKey(
+        "message.timestamp.type",
+        "message_timestamp_type",
+        ConfigType.STRING,
+        "CreateTime",
+        "Whether the timestamp in the message is message create time or log append time.",
+        "log.message.timestamp.type",
+        choices=("CreateTime", "LogAppendTime"),
+    ),
+    ConfigKey(
+        "min.cleanable.dirty.ratio",
+        "min_cleanable_dirty_ratio",
+        ConfigType.DOUBLE,
+        0.5,
+        "The minimum ratio of dirty log to total log for a log to be eligible for cleaning.",
+        "log.cleaner.min.cleanable.ratio",
+        min_value=0.0,
+        max_value=1.0,
+    ),
+    ConfigKey(
+        "min.compaction.lag.ms",
+        "min_compaction_lag_ms",
+        ConfigType.LONG,
+        0,
+        "The minimum time a message will remain uncompacted in the log.",
+        "log.cleaner.min.compaction.lag.ms",
+        min_value=0,
+    ),
+    ConfigKey(
+        "min.insync.replicas",
+        "min_insync_replicas",
+        ConfigType.INT,
+        1,
+        "The minimum number of in-sync replicas that must acknowledge a write with acks=all.",
+        "min.insync.replicas",
+        min_value=1,
+    ),
+    ConfigKey(
+        "preallocate",
+        "preallocate",
+        ConfigType.BOOLEAN,
+        False,
+        "True if we should preallocate the file on disk when creating a new log segment.",
+        "log.preallocate",
+    ),
+    ConfigKey(
+        "retention.bytes",
+        "retention_bytes",
+        ConfigType.LONG,
+        -1,
+        "The maximum size a partition log can grow to before old segments are discarded; "
+        "-1 means no size limit.",
+        "log.retention.bytes",
+    ),
+    ConfigKey(
+        "retention.ms",
+        "retention_ms",
+        ConfigType.LONG,
+        _WEEK_MS,
+        "The maximum time a log segment is retained before it is discarded; -1 means no limit.",
+        "log.retention.ms",
+        min_value=-1,
+    ),
+    ConfigKey(
+        "segment.bytes",
+        "segment_bytes",
+        ConfigType.INT,
+        1 << 30,
+        "The segment file size for the log.",
+        "log.segment.bytes",
+        min_value=14,
+    ),
+    ConfigKey(
+        "segment.index.bytes",
+        "segment_index_bytes",
+        ConfigType.INT,
+        10 * 1024 * 1024,
+        "The size of the index that maps offsets to file positions.",
+        "log.index.size.max.bytes",
+        min_value=4,
+    ),
+    ConfigKey(
+        "segment.jitter.ms",
+        "segment_jitter_ms",
+        ConfigType.LONG,
+        0,
+        "The maximum random jitter subtracted from the scheduled segment roll time.",
+        "log.roll.jitter.ms",
+        min_value=0,
+    ),
+    ConfigKey(
+        "segment.ms",
+        "segment_ms",
+        ConfigType.LONG,
+        _WEEK_MS,
+        "The period of time after which Kafka will force the log to roll even if the segment "
+        "file isn't full.",
+        "log.roll.ms",
+        min_value=1,
+    ),
+    ConfigKey(
+        "unclean.leader.election.enable",
+        "unclean_leader_election_enable",
+        ConfigType.BOOLEAN,
+        False,
+        "Whether replicas not in the ISR may be elected as leader as a last resort.",
+        "unclean.leader.election.enable",
+    ),
+)
+
+TOPIC_CONFIG_KEYS: Mapping[str, ConfigKey] = {key.name: key for key in _KEYS}
+"""Topic config name -> ConfigKey, sorted by name (as DescribeConfigs lists them)."""
+
+_BY_FIELD: Mapping[str, ConfigKey] = {key.field: key for key in _KEYS}
+
+# Broker-level names whose value is scaled into a topic config (name, multiplier), in order of
+# decreasing precedence after the primary `server_name` (Kafka: ms > minutes > hours).
+_SERVER_UNIT_SYNONYMS: Mapping[str, tuple[tuple[str, int], ...]] = {
+    "retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+    "segment.ms": (("log.roll.hours", 3_600_000),),
+    "segment.jitter.ms": (("log.roll.jitter.hours", 3_600_000),),
+}
+
+SERVER_CONFIG_SYNONYMS: Mapping[str, tuple[str, ...]] = {
+    key.name: tuple(
+        name
+        for name in (
+            key.server_name,
+            *(syn for syn, _ in _SERVER_UNIT_SYNONYMS.get(key.name, ())),
+        )
+        if name
+    )
+    for key in _KEYS
+}
+"""Topic config name -> broker-level synonyms, most specific first (for DescribeConfigs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Effective configuration of one partition log (Kafka 3.9 defaults)."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = _WEEK_MS
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    retention_ms: int = _WEEK_MS
+    retention_bytes: int = -1
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    max_message_bytes: int = 1_048_588
+    file_delete_delay_ms: int = 60_000
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = _DAY_MS
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX
+    compression_type: str = "producer"
+    preallocate: bool = False
+    message_downconversion_enable: bool = True
+
+    # -- derived -------------------------------------------------------------------------
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention (time/size) deletes old segments."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        """Whether the broker stamps batches with LogAppendTime."""
+        return self.message_timestamp_type == "LogAppendTime"
+
+    # -- construction --------------------------------------------------------------------
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str], defaults: LogConfig | None = None) -> LogConfig:
+        """Build a config from topic-level overrides (Kafka names) on top of `defaults`.
+
+        Raises ConfigError for an unknown name, a value of the wrong type or range, a
+        compaction policy (not supported yet) or conflicting values.
+        """
+        base = defaults if defaults is not None else cls()
+        changes: dict[str, Any] = {}
+        for name, raw in props.items():
+            key = TOPIC_CONFIG_KEYS.get(name)
+            if key is None:
+                raise ConfigError(name, "Unknown topic config name")
+            changes[key.field] = _parse(key, raw)
+        config = dataclasses.replace(base, **changes)
+        config.validate()
+        return config
+
+    def with_props(self, props: Mapping[str, str]) -> LogConfig:
+        """This config with some topic-level overrides applied (validated)."""
+        return LogConfig.from_props(props, self)
+
+    @classmethod
+    def from_server_props(
+        cls, props: Mapping[str, str], *, ignore_unknown: bool = True
+    ) -> LogConfig:
+        """Build the broker-wide default log config from `server.properties`-style names.
+
+        Understands Kafka's synonyms (log.retention.ms > .minutes > .hours, log.roll.ms >
+        log.roll.hours, ...). Other keys are ignored unless `ignore_unknown` is False.
+        """
+        changes: dict[str, Any] = {}
+        known: set[str] = set()
+        for key in _KEYS:
+            candidates: list[tuple[str, int]] = []
+            if key.server_name is not None:
+                candidates.append((key.server_name, 1))
+            candidates.extend(_SERVER_UNIT_SYNONYMS.get(key.name, ()))
+            known.update(name for name, _ in candidates)
+            for server_name, scale in candidates:
+                if server_name in props:
+                    raw = props[server_name]
+                    if scale != 1:
+                        hours_key = dataclasses.replace(
+                            key, name=server_name, min_value=None, max_value=None
+                        )
+                        amount = _parse(hours_key, raw)
+                        value: Any = amount * scale if amount >= 0 else amount
+                        value = _parse(dataclasses.replace(key, name=server_name), value)
+                    else:
+                        value = _parse(dataclasses.replace(key, name=server_name), raw)
+                    changes[key.field] = value
+                    break
+        if not ignore_unknown:
+            for name in props:
+                if name not in known:
+                    raise ConfigError(name, "Unknown broker log config name")
+        config = dataclasses.replace(cls(), **changes)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Cross-field checks and features not supported yet."""
+        for key in _KEYS:
+            _parse(key, getattr(self, key.field))
+        if self.compact:
+            raise ConfigError("cleanup.policy", "compaction is not supported yet")
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise ConfigError(
+                "min.compaction.lag.ms",
+                f"conflict topic config setting min.compaction.lag.ms "
+                f"({self.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({self.max_compaction_lag_ms})",
+            )
+
+    # -- rendering -----------------------------------------------------------------------
+
+    def value_of(self, name: str) -> str:
+        """The string value of a topic config (KeyError for unknown names)."""
+        key = TOPIC_CONFIG_KEYS[name]
+        return format_value(key.type, getattr(self, key.field))
+
+    def to_props(self) -> dict[str, str]:
+        """All topic configs as name -> string value."""
+        return {name: self.value_of(name) for name in TOPIC_CONFIG_KEYS}
+
+    def diff_props(self, base: LogConfig) -> dict[str, str]:
+        """The topic configs whose value differs from `base` (the overrides)."""
+        return {
+            name: self.value_of(name)
+            for name, key in TOPIC_CONFIG_KEYS.items()
+            if getattr(self, key.field) != getattr(base, key.field)
+        }
+
+
+def config_key_for_field(field: str) -> ConfigKey:
+    """The ConfigKey that fills a given LogConfig field."""
+    return _BY_FIELD[field]

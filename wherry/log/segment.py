@@ -1,0 +1,570 @@
+"""One log segment: `<base_offset:020d>.log` plus its `.index` and `.timeindex`.
+
+The `.log` file holds whole record batches (already offset-assigned) back to back. Reads and
+writes use positional system calls (`pread`/`pwrite`) so an append that returned is in the page
+cache (it survives a process kill); `flush()` fsyncs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from wherry.log.errors import CorruptIndexError, LogOffsetError
+from wherry.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex, TimestampOffset
+from wherry.protocol.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    CorruptRecordError,
+    RecordError,
+    crc_ok,
+    iter_batches,
+    iter_records,
+    parse_header,
+)
+
+__all__ = [
+    "DELETED_SUFFIX",
+    "INDEX_SUFFIX",
+    "LOG_SUFFIX",
+    "TIME_INDEX_SUFFIX",
+    "BatchPosition",
+    "LogSegment",
+    "RollParams",
+    "offset_from_file_name",
+    "segment_file_name",
+]
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+
+_INT32_MAX = 2**31 - 1
+_SCAN_CHUNK_BYTES = 64 * 1024
+_RECOVER_CHUNK_BYTES = 4 * 1024 * 1024
+
+_Buffer = bytes | bytearray | memoryview
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """Kafka's zero-padded file name: `00000000000000000042.log`."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def offset_from_file_name(name: str) -> int:
+    """The base offset in a segment/index/snapshot file name; ValueError if not one."""
+    stem = name.split(".", 1)[0]
+    if len(stem) != 20 or not stem.isdigit():
+        raise ValueError(f"not an offset-named file: {name!r}")
+    return int(stem)
+
+
+class BatchPosition(NamedTuple):
+    """Where a batch lives in a segment file."""
+
+    base_offset: int
+    last_offset: int
+    position: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class RollParams:
+    """What an append needs to decide whether to roll first (Kafka's RollParams)."""
+
+    max_segment_bytes: int
+    max_segment_ms: int
+    max_timestamp_in_messages: int
+    max_offset_in_messages: int
+    messages_size: int
+    now_ms: int
+
+
+class LogSegment:
+    """A segment of a partition log. Not thread-safe: the owning Log serialises access."""
+
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        created_ms: int,
+        roll_jitter_ms: int = 0,
+        suffix: str = "",
+    ) -> None:
+        self.dir = Path(dir)
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_bytes = max_index_bytes
+        self.created_ms = created_ms
+        self.roll_jitter_ms = roll_jitter_ms
+        self._suffix = suffix
+        self.log_path = self.dir / segment_file_name(base_offset, LOG_SUFFIX + suffix)
+        self.index_path = self.dir / segment_file_name(base_offset, INDEX_SUFFIX + suffix)
+        self.time_index_path = self.dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX + suffix)
+        self.index_files_existed = self.index_path.exists() and self.time_index_path.exists()
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._max_ts_and_offset: TimestampOffset | None = None  # lazily from the time index
+        self._rolling_based_timestamp: int | None = None  # max timestamp of the first batch
+        self._bytes_since_last_index_entry = 0
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int = 4096,
+        max_index_bytes: int = 10 * 1024 * 1024,
+        now_ms: int,
+        roll_jitter_ms: int = 0,
+        suffix: str = "",
+    ) -> LogSegment:
+        """Open (creating if needed) the segment with `base_offset` in `dir`."""
+        return cls(
+            dir,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            max_index_bytes=max_index_bytes,
+            created_ms=now_ms,
+            roll_jitter_ms=roll_jitter_ms,
+            suffix=suffix,
+        )
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self._size}, dir={self.dir})"
+
+    # -- indexes ------------------------------------------------------------------------
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._offset_index = OffsetIndex(
+                self.index_path, self.base_offset, self.max_index_bytes
+            )
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._time_index = TimeIndex(
+                self.time_index_path, self.base_offset, self.max_index_bytes
+            )
+        return self._time_index
+
+    def sanity_check(self, *, full: bool = False) -> None:
+        """Raise CorruptIndexError if an index file is missing or inconsistent with the log."""
+        if not self.index_files_existed:
+            raise CorruptIndexError(f"index files of segment {self.log_path.name} are missing")
+        self.offset_index.sanity_check(self._size, full=full)
+        self.time_index.sanity_check(self._size, full=full)
+        last = self.time_index.last_entry
+        if self.time_index.entries and last.offset < self.base_offset:
+            raise CorruptIndexError(f"time index of {self.log_path.name} is corrupt")
+
+    def resize_indexes(self, size: int) -> None:
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    # -- properties ---------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Bytes in the `.log` file."""
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _load_max_timestamp(self) -> TimestampOffset:
+        if self._max_ts_and_offset is None:
+            self._max_ts_and_offset = self.time_index.last_entry
+        return self._max_ts_and_offset
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._load_max_timestamp().timestamp
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._load_max_timestamp().offset
+
+    @property
+    def last_modified_ms(self) -> int:
+        return os.stat(self.log_path).st_mtime_ns // 1_000_000
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max batch timestamp in the segment, or the file's mtime if it has none (retention)."""
+        ts = self.max_timestamp_so_far
+        return ts if ts >= 0 else self.last_modified_ms
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= _INT32_MAX
+
+    # -- file I/O -----------------------------------------------------------------------
+
+    def _pread(self, position: int, size: int) -> bytes:
+        chunks: list[bytes] = []
+        while size > 0:
+            chunk = os.pread(self._fd, size, position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+            size -= len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _pwrite(self, data: _Buffer, position: int) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            written = os.pwrite(self._fd, view, position)
+            view = view[written:]
+            position += written
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        """Raw bytes of the `.log` file (clamped to the segment size)."""
+        size = max(0, min(size, self._size - position))
+        return self._pread(position, size) if size else b""
+
+    def iter_batches(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield (position, header) of complete batches in [start, end); headers not validated
+        beyond framing (RecordError for an invalid header). Stops at a torn tail."""
+        for pos, header, _ in self._scan(start_position, end_position, with_data=False):
+            yield pos, header
+
+    def _scan(
+        self, start: int, end: int | None, *, with_data: bool
+    ) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
+        end = self._size if end is None else min(end, self._size)
+        pos = start
+        chunk_size = _RECOVER_CHUNK_BYTES if with_data else _SCAN_CHUNK_BYTES
+        while end - pos >= BATCH_HEADER_SIZE:
+            buf = self._pread(pos, min(chunk_size, end - pos))
+            view = memoryview(buf)
+            consumed = 0
+            for rel, header in iter_batches(buf):
+                size = header.size_in_bytes
+                yield pos + rel, header, (view[rel : rel + size] if with_data else None)
+                consumed = rel + size
+            if consumed == 0:
+                # The batch at `pos` is bigger than the chunk (or torn).
+                header = parse_header(buf, 0)
+                size = header.size_in_bytes
+                if pos + size > end:
+                    return
+                data = memoryview(self._pread(pos, size)) if with_data else None
+                yield pos, header, data
+                consumed = size
+            pos += consumed
+
+    # -- append -------------------------------------------------------------------------
+
+    def append(self, data: _Buffer, batches: Sequence[tuple[int, BatchHeader]]) -> None:
+        """Append offset-assigned batches; `batches` are (position in data, header) of each.
+
+        Adds an offset/time index entry whenever more than index.interval.bytes were written
+        since the last one.
+        """
+        if not batches:
+            return
+        last_offset = batches[-1][1].last_offset
+        if not self.can_convert_to_relative_offset(last_offset):
+            raise LogOffsetError(
+                f"offset {last_offset} cannot be appended to segment with base offset "
+                f"{self.base_offset}"
+            )
+        physical = self._size
+        if physical == 0:
+            self._rolling_based_timestamp = max(h.max_timestamp for _, h in batches)
+        max_so_far = self._load_max_timestamp()
+        for rel, header in batches:
+            if header.max_timestamp > max_so_far.timestamp:
+                max_so_far = TimestampOffset(header.max_timestamp, header.last_offset)
+            if self._bytes_since_last_index_entry > self.index_interval_bytes:
+                if not self.offset_index.is_full:
+                    self.offset_index.append(header.last_offset, physical + rel)
+                if not self.time_index.is_full:
+                    self.time_index.maybe_append(max_so_far.timestamp, max_so_far.offset)
+                self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry += header.size_in_bytes
+        self._max_ts_and_offset = max_so_far
+        self._pwrite(data, physical)
+        self._size = physical + len(data)
+
+    # -- lookups ------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
+        """The first batch whose last offset >= `offset` (None if the segment ends before)."""
+        position = max(self.offset_index.lookup(offset).position, starting_position)
+        for pos, header in self.iter_batches(position):
+            if header.last_offset >= offset:
+                return BatchPosition(
+                    header.base_offset, header.last_offset, pos, header.size_in_bytes
+                )
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> bytes | None:
+        """Whole batches from the batch containing `start_offset`, at most `max_size` bytes
+        (but at least the first batch if `min_one_message`), not past `max_position`.
+
+        None if the segment has no batch with an offset >= `start_offset`.
+        """
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size}")
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        limit = self._size if max_position is None else min(max_position, self._size)
+        wanted = max(max_size, start.size) if min_one_message else max_size
+        fetch_size = min(limit - start.position, wanted)
+        if fetch_size <= 0:
+            return b""
+        data = self._pread(start.position, fetch_size)
+        end = 0
+        for rel, header in iter_batches(data):
+            end = rel + header.size_in_bytes
+        return data if end == len(data) else data[:end]
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch (base offset if empty)."""
+        next_offset = self.base_offset
+        for _, header in self.iter_batches(self.offset_index.last_entry.position):
+            next_offset = header.next_offset
+        return next_offset
+
+    def first_batch_header(self) -> BatchHeader | None:
+        for _, header in self.iter_batches(0):
+            return header
+        return None
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int | None = None
+    ) -> TimestampOffset | None:
+        """The first record with timestamp >= `timestamp` and offset >= `starting_offset`."""
+        start = self.base_offset if starting_offset is None else starting_offset
+        ts_entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(ts_entry.offset, start)).position
+        for pos, header in self.iter_batches(position):
+            if header.max_timestamp < timestamp or header.last_offset < start:
+                continue
+            batch = self.read_bytes(pos, header.size_in_bytes)
+            try:
+                for record in iter_records(batch):
+                    if record.timestamp >= timestamp and record.offset >= start:
+                        return TimestampOffset(record.timestamp, record.offset)
+            except RecordError as exc:
+                log.warning("cannot decode batch at %d of %s: %s", pos, self.log_path, exc)
+                return TimestampOffset(header.max_timestamp, max(header.base_offset, start))
+        return None
+
+    # -- roll ---------------------------------------------------------------------------
+
+    def _load_first_batch_timestamp(self) -> None:
+        if self._rolling_based_timestamp is None and self._size > 0:
+            first = self.first_batch_header()
+            if first is not None:
+                self._rolling_based_timestamp = first.max_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """Time this segment has been 'open', by message timestamps when known (Kafka)."""
+        self._load_first_batch_timestamp()
+        ts = self._rolling_based_timestamp
+        if ts is not None and ts >= 0:
+            return message_timestamp - ts
+        return now_ms - self.created_ms
+
+    def should_roll(self, params: RollParams) -> bool:
+        """Kafka's LogSegment.shouldRoll: full by size, old by time, indexes full, offset range."""
+        reached_roll_ms = (
+            self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
+            > params.max_segment_ms - self.roll_jitter_ms
+        )
+        return (
+            self._size > params.max_segment_bytes - params.messages_size
+            or (self._size > 0 and reached_roll_ms)
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
+        )
+
+    def on_become_inactive(self) -> None:
+        """Write the final time index entry and trim the indexes (segment was rolled)."""
+        ts = self._load_max_timestamp()
+        if ts.timestamp >= 0:
+            self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    # -- recovery / truncation ----------------------------------------------------------
+
+    def recover(
+        self,
+        *,
+        on_batch: Callable[[BatchHeader], None] | None = None,
+        start_offset: int | None = None,
+    ) -> int:
+        """Rebuild the indexes from the data, validating every batch (framing, magic, CRC,
+        offsets); truncate at the first invalid or torn batch. Returns bytes truncated."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        max_ts = TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        valid_bytes = 0
+        last_index_entry = 0
+        expected = self.base_offset if start_offset is None else start_offset
+        try:
+            for pos, header, data in self._scan(0, None, with_data=True):
+                assert data is not None
+                if not crc_ok(data, 0, header):
+                    raise CorruptRecordError(f"CRC mismatch for batch at position {pos}")
+                if (
+                    header.last_offset_delta < 0
+                    or header.base_offset < expected
+                    or not self.can_convert_to_relative_offset(header.last_offset)
+                ):
+                    raise CorruptRecordError(
+                        f"batch at position {pos} has offsets {header.base_offset}.."
+                        f"{header.last_offset}, expected >= {expected}"
+                    )
+                if header.max_timestamp > max_ts.timestamp:
+                    max_ts = TimestampOffset(header.max_timestamp, header.last_offset)
+                if valid_bytes - last_index_entry > self.index_interval_bytes:
+                    if not self.offset_index.is_full:
+                        self.offset_index.append(header.last_offset, valid_bytes)
+                    if not self.time_index.is_full:
+                        self.time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                    last_index_entry = valid_bytes
+                valid_bytes += header.size_in_bytes
+                expected = header.next_offset
+                if on_batch is not None:
+                    on_batch(header)
+        except RecordError as exc:
+            log.warning(
+                "found invalid batch in %s at position %d: %s", self.log_path, valid_bytes, exc
+            )
+        truncated = self._size - valid_bytes
+        if truncated > 0:
+            log.warning(
+                "truncating %s from %d to %d bytes (%d invalid bytes)",
+                self.log_path,
+                self._size,
+                valid_bytes,
+                truncated,
+            )
+            os.ftruncate(self._fd, valid_bytes)
+            self._size = valid_bytes
+        self._bytes_since_last_index_entry = valid_bytes - last_index_entry
+        self._max_ts_and_offset = max_ts
+        self._rolling_based_timestamp = None
+        if max_ts.timestamp >= 0:
+            self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.index_files_existed = True
+        return truncated
+
+    def truncate_to(self, offset: int, *, now_ms: int | None = None) -> int:
+        """Remove the batch containing `offset` and everything after; returns bytes removed."""
+        mapping = self.translate_offset(offset)
+        cut_offset = offset if mapping is None else mapping.base_offset
+        self.offset_index.truncate_to(cut_offset)
+        self.time_index.truncate_to(cut_offset)
+        self.resize_indexes(self.max_index_bytes)
+        truncated = 0
+        if mapping is not None:
+            truncated = self._size - mapping.position
+            os.ftruncate(self._fd, mapping.position)
+            self._size = mapping.position
+        if self._size == 0:
+            if now_ms is not None:
+                self.created_ms = now_ms
+            self._rolling_based_timestamp = None
+        self._bytes_since_last_index_entry = 0
+        self._max_ts_and_offset = None
+        return truncated
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the data and the indexes."""
+        os.fsync(self._fd)
+        if self._offset_index is not None:
+            self._offset_index.flush()
+        if self._time_index is not None:
+            self._time_index.flush()
+
+    def close(self) -> None:
+        """Write the final time index entry, trim the indexes, release the files."""
+        if self._closed:
+            return
+        try:
+            ts = self._max_ts_and_offset
+            if ts is not None and ts.timestamp >= 0:
+                self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        finally:
+            for index in (self._offset_index, self._time_index):
+                if index is not None:
+                    index.close()
+            os.close(self._fd)
+            self._closed = True
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the three files, e.g. ("", ".deleted")."""
+        if self._suffix != old_suffix:
+            raise ValueError(f"segment suffix is {self._suffix!r}, not {old_suffix!r}")
+
+        def renamed(path: Path) -> Path:
+            stem = path.name[: len(path.name) - len(old_suffix)] if old_suffix else path.name
+            return path.with_name(stem + new_suffix)
+
+        new_log = renamed(self.log_path)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        for attr, index in (
+            ("index_path", self._offset_index),
+            ("time_index_path", self._time_index),
+        ):
+            path: Path = getattr(self, attr)
+            new_path = renamed(path)
+            if index is not None and not index.closed:
+                index.rename_to(new_path)
+            elif path.exists():
+                os.replace(path, new_path)
+            setattr(self, attr, new_path)
+        self._suffix = new_suffix
+
+    def files(self) -> list[Path]:
+        return [self.log_path, self.index_path, self.time_index_path]
+
+    def delete(self) -> None:
+        """Close and remove the segment's files."""
+        if not self._closed:
+            for index in (self._offset_index, self._time_index):
+                if index is not None:
+                    index.delete()
+            os.close(self._fd)
+            self._closed = True
+        for path in self.files():
+            path.unlink(missing_ok=True)

@@ -1,0 +1,286 @@
+"""Request/response codec on top of `kio`, sans-I/O.
+
+* `decode_request` reads the fixed request-header prefix itself (so an unknown API key or
+  version is reported cleanly), then parses header and body with kio's native reader and, when
+  a client sends tagged fields kio does not know, falls back to a reader that skips them.
+* `encode_response` builds the response entity for *whatever version the client asked for*
+  from a plain, version-neutral mapping (`build_entity`): fields the version lacks are dropped,
+  fields it has but the mapping omits get their schema default. Handlers therefore never write
+  per-version code.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, fields, is_dataclass
+from typing import Any, Final
+
+from kio.index import UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.index import schema_name_map
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_schema_field_type,
+    is_optional,
+)
+from kio.serial.errors import BufferUnderflow
+from kio.static.constants import EntityType
+
+from wherry.protocol.tolerant import DecodeError, read_entity_tolerant
+
+API_VERSIONS_KEY: Final = 18
+_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_SIZE = struct.Struct(">i")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+class RequestDecodeError(Exception):
+    """A frame that cannot be understood; the connection is closed with a log line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # the kio request entity for (api_key, api_version)
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedVersion:
+    """A request whose API key is known but whose version this broker does not serve."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+def kio_version_range(api_key: int) -> tuple[int, int] | None:
+    """The versions kio can parse for an API key, or None if kio lacks the API."""
+    from kio.schema.index import api_key_map
+
+    name = api_key_map.get(api_key)
+    if name is None:
+        return None
+    versions = schema_name_map[name]
+    return min(versions), max(versions)
+
+
+def _read(cls: type, frame: bytes, offset: int) -> tuple[Any, int]:
+    try:
+        return entity_reader(cls)(frame, offset)  # type: ignore[no-any-return]
+    except KeyError as e:
+        if "tagged field" not in str(e):
+            raise RequestDecodeError(f"malformed {cls.__name__}: {e!r}") from e
+        try:
+            return read_entity_tolerant(cls, frame, offset)
+        except (DecodeError, BufferUnderflow) as e2:
+            raise RequestDecodeError(f"malformed {cls.__name__}: {e2}") from e2
+    except (BufferUnderflow, ValueError, TypeError, OverflowError, IndexError) as e:
+        raise RequestDecodeError(f"malformed {cls.__name__}: {e!r}") from e
+    except Exception as e:  # the native reader may raise anything on garbage
+        raise RequestDecodeError(f"malformed {cls.__name__}: {e!r}") from e
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) from the fixed prefix of a request."""
+    if len(frame) < _PREFIX.size:
+        raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a header")
+    return _PREFIX.unpack_from(frame, 0)  # type: ignore[return-value]
+
+
+def decode_request(
+    frame: bytes, supported: Mapping[int, tuple[int, int]]
+) -> Request | UnsupportedVersion:
+    """Parse one request frame (without its size prefix).
+
+    `supported` maps API key → (min, max) version this broker serves. An unsupported
+    ApiVersions version is returned as `UnsupportedVersion` (the broker answers it with a v0
+    response); any other unknown key or version raises RequestDecodeError.
+    """
+    api_key, api_version, correlation_id = peek_header(frame)
+    rng = supported.get(api_key)
+    if rng is None:
+        raise RequestDecodeError(f"unknown or unsupported API key {api_key}")
+    if not rng[0] <= api_version <= rng[1]:
+        if api_key == API_VERSIONS_KEY:
+            return UnsupportedVersion(api_key, api_version, correlation_id)
+        raise RequestDecodeError(
+            f"unsupported version {api_version} of API key {api_key} (supported {rng[0]}-{rng[1]})"
+        )
+    try:
+        body_cls = load_request_schema(api_key, api_version)
+    except UnknownEntity as e:
+        raise RequestDecodeError(str(e)) from e
+    header, used = _read(body_cls.__header_schema__, frame, 0)
+    body, _ = _read(body_cls, frame, used)
+    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+
+
+def response_class(api_key: int, api_version: int) -> type:
+    return load_response_schema(api_key, api_version)
+
+
+def encode_response(
+    api_key: int, api_version: int, correlation_id: int, data: Mapping[str, Any] | Any
+) -> bytes:
+    """Serialize a response (size prefix included) for the requested version."""
+    cls = load_response_schema(api_key, api_version)
+    entity = build_entity(cls, data)
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    # ApiVersions responses always use header v0 so old clients can read the error.
+    if cls.__flexible__ and api_key != API_VERSIONS_KEY:
+        entity_writer(ResponseHeaderV1)(buf, ResponseHeaderV1(correlation_id=correlation_id))
+    else:
+        entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=correlation_id))
+    entity_writer(cls)(buf, entity)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    result = bytes(out)
+    del out
+    return result
+
+
+# --- building entities of any version from version-neutral mappings -----------------------
+
+_Converter = Callable[[Any], Any]
+
+
+def _zero(kafka_type: str, optional: bool) -> Any:
+    if optional:
+        return None
+    match kafka_type:
+        case "string":
+            return ""
+        case "bytes" | "records":
+            return b""
+        case "bool":
+            return False
+        case "error_code":
+            return ErrorCode.none
+        case "timedelta_i32" | "timedelta_i64":
+            return datetime.timedelta(0)
+        case "datetime_i64":
+            return _EPOCH
+        case "uuid":
+            return _ZERO_UUID
+        case _:
+            return 0
+
+
+def _primitive_converter(kafka_type: str) -> _Converter | None:
+    match kafka_type:
+        case "error_code":
+            return lambda v: v if isinstance(v, ErrorCode) else ErrorCode(int(v))
+        case "timedelta_i32" | "timedelta_i64":
+            return (
+                lambda v: v
+                if isinstance(v, datetime.timedelta)
+                else datetime.timedelta(milliseconds=int(v))
+            )
+        case "datetime_i64":
+            return (
+                lambda v: v
+                if v is None or isinstance(v, datetime.datetime)
+                else _EPOCH + datetime.timedelta(milliseconds=int(v))
+            )
+        case _:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    name: str
+    default: Any  # a value, or a zero-arg factory when `factory` is True
+    factory: bool
+    convert: _Converter | None
+    is_array: bool
+    optional: bool
+
+
+_PLANS: dict[type, tuple[_FieldPlan, ...]] = {}
+
+
+def _plan(cls: type) -> tuple[_FieldPlan, ...]:
+    plan = _PLANS.get(cls)
+    if plan is not None:
+        return plan
+    out: list[_FieldPlan] = []
+    for f in fields(cls):
+        kind = classify_field(f)
+        optional = is_optional(f)
+        convert: _Converter | None
+        if isinstance(kind, EntityField | EntityTupleField):
+            sub = kind.type_
+            convert = _entity_converter(sub)
+            zero: Any = None if optional or kind.is_array else (lambda s=sub: build_entity(s, {}))
+            is_factory = not (optional or kind.is_array)
+            if kind.is_array:
+                zero = ()
+        else:
+            kafka_type = get_schema_field_type(f)
+            convert = _primitive_converter(kafka_type)
+            if isinstance(kind, PrimitiveTupleField):
+                zero = None if optional else ()
+            else:
+                zero = _zero(kafka_type, optional)
+            is_factory = False
+        if f.default is not MISSING:
+            zero, is_factory = f.default, False
+        elif f.default_factory is not MISSING:
+            zero, is_factory = f.default_factory, True
+        out.append(_FieldPlan(f.name, zero, is_factory, convert, kind.is_array, optional))
+    plan = tuple(out)
+    _PLANS[cls] = plan
+    return plan
+
+
+def _entity_converter(sub: type) -> _Converter:
+    return lambda v: build_entity(sub, v)
+
+
+def build_entity(cls: type, data: Mapping[str, Any] | Any) -> Any:
+    """Instantiate kio entity `cls` from a mapping, tolerating missing and extra keys."""
+    if data is None or isinstance(data, cls):
+        return data
+    if is_dataclass(data) and not isinstance(data, type):
+        data = {f.name: getattr(data, f.name) for f in fields(data)}
+    kwargs: dict[str, Any] = {}
+    for p in _plan(cls):
+        if p.name in data:
+            value = data[p.name]
+            if value is not None and p.convert is not None:
+                value = (
+                    tuple(p.convert(v) for v in value) if p.is_array else p.convert(value)
+                )
+            elif p.is_array and value is not None and not isinstance(value, tuple):
+                value = tuple(value)
+        else:
+            value = p.default() if p.factory else p.default
+        kwargs[p.name] = value
+    return cls(**kwargs)
+
+
+def is_response_class(cls: type) -> bool:
+    return getattr(cls, "__type__", None) is EntityType.response
+
+
+def duration_ms(value: datetime.timedelta | int) -> int:
+    """kio decodes Kafka's millisecond durations as timedeltas; handlers want ints."""
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)

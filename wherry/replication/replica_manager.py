@@ -1,0 +1,332 @@
+"""The replica manager (SPEC R1–R3, R9–R11, P1–P3, H5, H9): every partition on this broker.
+
+It applies the controller's LeaderAndIsr/StopReplica, appends produced batches, serves fetches,
+and parks acks=all produces and waiting fetches in purgatories keyed by partition. It is free
+of sockets and asyncio: results go to `respond` callbacks, time comes in as `now_ms`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from wherry.log.config import LogConfig
+from wherry.log.errors import OffsetOutOfRangeError
+from wherry.log.manager import LogManager
+from wherry.log.topic_partition import TopicPartition
+from wherry.protocol.interbroker import (
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+)
+from wherry.protocol.records import RecordError, validate_batch
+from wherry.purgatory.purgatory import DelayedOperationPurgatory
+from wherry.replication.delayed import DelayedFetch, DelayedProduce, ProducePartitionStatus
+from wherry.replication.partition import Partition, PartitionError
+
+log = logging.getLogger(__name__)
+state_change_log = logging.getLogger("wherry.state_change")
+
+ProduceResult = Mapping[TopicPartition, ProducePartitionStatus]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    tp: TopicPartition
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(slots=True)
+class FetchPartitionResult:
+    error_code: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
+
+FetchResult = dict[TopicPartition, FetchPartitionResult]
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        config_for: Callable[[str], LogConfig],
+        produce_purgatory: DelayedOperationPurgatory,
+        fetch_purgatory: DelayedOperationPurgatory,
+        monotonic_ms: Callable[[], int],
+    ) -> None:
+        self._monotonic_ms = monotonic_ms
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self._config_for = config_for
+        self.produce_purgatory = produce_purgatory
+        self.fetch_purgatory = fetch_purgatory
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.controller_epoch = -1
+
+    def get_partition(self, tp: TopicPartition) -> Partition | None:
+        return self.partitions.get(tp)
+
+    def leader_partition(self, tp: TopicPartition, current_leader_epoch: int = -1) -> Partition:
+        p = self.partitions.get(tp)
+        if p is None:
+            raise PartitionError(ErrorCode.unknown_topic_or_partition)
+        p.require_leader(current_leader_epoch)
+        return p
+
+    # --- controller requests (SPEC H5) ---------------------------------------------------
+    def become_leader_or_follower(
+        self, req: LeaderAndIsrRequest, now_ms: int
+    ) -> LeaderAndIsrResponse:
+        if req.controller_epoch < self.controller_epoch:
+            state_change_log.warning(
+                "[Broker id=%d] Ignoring LeaderAndIsr request from controller %d with epoch %d "
+                "since its epoch is older than the current controller epoch %d",
+                self.broker_id, req.controller_id, req.controller_epoch, self.controller_epoch,
+            )
+            return LeaderAndIsrResponse(int(ErrorCode.stale_controller_epoch))
+        self.controller_epoch = req.controller_epoch
+        errors: list[LeaderAndIsrPartitionError] = []
+        for st in req.partition_states:
+            tp = TopicPartition(st.topic_name, st.partition_index)
+            err = ErrorCode.none
+            current = self.partitions.get(tp)
+            if self.broker_id not in st.replicas:
+                state_change_log.warning(
+                    "[Broker id=%d] Ignoring LeaderAndIsr for %s-%d: replicas %s do not "
+                    "contain this broker", self.broker_id, tp.topic, tp.partition,
+                    list(st.replicas),
+                )
+                err = ErrorCode.unknown_topic_or_partition
+            elif current is not None and st.leader_epoch <= current.leader_epoch:
+                state_change_log.info(
+                    "[Broker id=%d] Ignoring LeaderAndIsr for %s-%d: leader epoch %d is not "
+                    "newer than the current leader epoch %d", self.broker_id, tp.topic,
+                    tp.partition, st.leader_epoch, current.leader_epoch,
+                )
+                err = ErrorCode.stale_controller_epoch
+            else:
+                part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
+                if st.leader == self.broker_id:
+                    part.make_leader(st, now_ms)
+                else:
+                    part.make_follower(st)
+                # Parked requests re-check under the new leadership.
+                self.produce_purgatory.check_and_complete(tp)
+                self.fetch_purgatory.check_and_complete(tp)
+            errors.append(LeaderAndIsrPartitionError(tp.topic, tp.partition, int(err)))
+        return LeaderAndIsrResponse(int(ErrorCode.none), tuple(errors))
+
+    def _create_partition(self, tp: TopicPartition, topic_id: object) -> Partition:
+        plog = self.log_manager.get_or_create_log(tp, self._config_for(tp.topic))
+        part = Partition(
+            tp=tp,
+            local_broker_id=self.broker_id,
+            log=plog,
+            topic_id=topic_id,  # type: ignore[arg-type]
+        )
+        self.partitions[tp] = part
+        return part
+
+    def stop_replicas(self, req: StopReplicaRequest) -> StopReplicaResponse:
+        if req.controller_epoch < self.controller_epoch:
+            return StopReplicaResponse(int(ErrorCode.stale_controller_epoch))
+        self.controller_epoch = req.controller_epoch
+        errors: list[LeaderAndIsrPartitionError] = []
+        for sp in req.partitions:
+            tp = TopicPartition(sp.topic_name, sp.partition_index)
+            part = self.partitions.pop(tp, None)
+            if part is not None:
+                part.leader_id = -1
+            if sp.delete_partition:
+                self.log_manager.delete_log(tp)
+            state_change_log.info(
+                "[Broker id=%d] Stopped replica %s-%d (delete=%s)",
+                self.broker_id, tp.topic, tp.partition, sp.delete_partition,
+            )
+            self.produce_purgatory.check_and_complete(tp)
+            self.fetch_purgatory.check_and_complete(tp)
+            errors.append(LeaderAndIsrPartitionError(tp.topic, tp.partition, 0))
+        return StopReplicaResponse(int(ErrorCode.none), tuple(errors))
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        self.log_manager.update_config(topic, config)
+
+    # --- produce (SPEC P1) -----------------------------------------------------------------
+    def append_records(
+        self,
+        *,
+        timeout_ms: int,
+        required_acks: int,
+        entries: Mapping[TopicPartition, bytes | None],
+        respond: Callable[[ProduceResult], None],
+        now_ms: int,
+    ) -> None:
+        statuses: dict[TopicPartition, ProducePartitionStatus] = {}
+        for tp, data in entries.items():
+            statuses[tp] = self._append_one(tp, data, required_acks, now_ms)
+        if required_acks != -1 or all(s.error_code != ErrorCode.none for s in statuses.values()):
+            for s in statuses.values():
+                s.acks_pending = False
+            respond(statuses)
+            return
+        for s in statuses.values():
+            s.acks_pending = s.error_code == ErrorCode.none
+        op = DelayedProduce(timeout_ms, statuses, self._acks_check, respond)
+        self.produce_purgatory.try_complete_else_watch(
+            op, [tp for tp, s in statuses.items() if s.acks_pending], now_ms=self._monotonic_ms()
+        )
+
+    def _acks_check(self, tp: TopicPartition, st: ProducePartitionStatus) -> ErrorCode | None:
+        part = self.partitions.get(tp)
+        if part is None:
+            return ErrorCode.unknown_topic_or_partition
+        return part.acks_all_satisfied(st.required_offset, part.log.config.min_insync_replicas)
+
+    def _append_one(
+        self, tp: TopicPartition, data: bytes | None, required_acks: int, now_ms: int
+    ) -> ProducePartitionStatus:
+        def failed(code: ErrorCode, msg: str | None = None) -> ProducePartitionStatus:
+            return ProducePartitionStatus(-1, code, -1, -1, -1, msg, acks_pending=False)
+
+        part = self.partitions.get(tp)
+        if part is None:
+            return failed(ErrorCode.unknown_topic_or_partition)
+        if not part.is_leader:
+            return failed(ErrorCode.not_leader_or_follower)
+        if not data:
+            return failed(ErrorCode.invalid_record, "produce request without records")
+        cfg = part.log.config
+        try:
+            validate_batch(data, max_message_bytes=cfg.max_message_bytes)
+            info = part.append_records_to_leader(
+                bytearray(data),
+                required_acks=required_acks,
+                min_insync_replicas=cfg.min_insync_replicas,
+                now_ms=now_ms,
+            )
+        except RecordError as e:
+            log.info("[ReplicaManager broker=%d] rejected batch for %s-%d: %s",
+                     self.broker_id, tp.topic, tp.partition, e)
+            return failed(e.error_code, str(e))
+        except PartitionError as e:
+            return failed(e.error_code, str(e))
+        except Exception as e:
+            code = getattr(e, "error_code", None)
+            if isinstance(code, ErrorCode):
+                return failed(code, str(e))
+            log.exception("[ReplicaManager broker=%d] append to %s-%d failed",
+                          self.broker_id, tp.topic, tp.partition)
+            return failed(ErrorCode.kafka_storage_error, str(e))
+        if not info.duplicate:
+            # New data: wake fetches parked on this partition (HW may have moved).
+            self.fetch_purgatory.check_and_complete(tp)
+        return ProducePartitionStatus(
+            required_offset=info.last_offset + 1,
+            error_code=ErrorCode.none,
+            base_offset=info.first_offset,
+            log_append_time_ms=info.log_append_time_ms,
+            log_start_offset=info.log_start_offset,
+        )
+
+    # --- fetch (SPEC H9, R11) ----------------------------------------------------------------
+    def fetch_messages(
+        self,
+        *,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        partitions: Sequence[FetchPartition],
+        respond: Callable[[FetchResult], None],
+    ) -> None:
+        result = self.read_from_local_log(replica_id, max_bytes, partitions)
+        total = sum(len(r.records) for r in result.values())
+        errored = any(r.error_code != ErrorCode.none for r in result.values())
+        if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
+            respond(result)
+            return
+
+        def enough() -> bool:
+            acc = 0
+            for fp in partitions:
+                part = self.partitions.get(fp.tp)
+                if part is None or not part.is_leader:
+                    return True
+                if part.check_leader_epoch(fp.current_leader_epoch) != ErrorCode.none:
+                    return True
+                end = part.log.log_end_offset if replica_id >= 0 else part.high_watermark
+                if end < fp.fetch_offset:  # truncated below the fetch position
+                    return True
+                if end > fp.fetch_offset:
+                    if min_bytes <= 1:
+                        return True
+                    acc += len(part.log.read(fp.fetch_offset, max_bytes=fp.max_bytes,
+                                             max_offset=end))
+                    if acc >= min_bytes:
+                        return True
+            return False
+
+        def complete() -> None:
+            respond(self.read_from_local_log(replica_id, max_bytes, partitions))
+
+        op = DelayedFetch(max_wait_ms, enough, complete)
+        self.fetch_purgatory.try_complete_else_watch(
+            op, [fp.tp for fp in partitions], now_ms=self._monotonic_ms()
+        )
+
+    def read_from_local_log(
+        self, replica_id: int, max_bytes: int, partitions: Iterable[FetchPartition]
+    ) -> FetchResult:
+        out: FetchResult = {}
+        remaining = max_bytes
+        min_one = True
+        for fp in partitions:
+            part = self.partitions.get(fp.tp)
+            if part is None:
+                out[fp.tp] = FetchPartitionResult(ErrorCode.unknown_topic_or_partition)
+                continue
+            try:
+                part.require_leader(fp.current_leader_epoch)
+            except PartitionError as e:
+                out[fp.tp] = FetchPartitionResult(e.error_code)
+                continue
+            plog = part.log
+            upper = plog.log_end_offset if replica_id >= 0 else part.high_watermark
+            res = FetchPartitionResult(
+                ErrorCode.none,
+                high_watermark=part.high_watermark,
+                last_stable_offset=part.high_watermark,
+                log_start_offset=plog.log_start_offset,
+            )
+            try:
+                limit = max(0, min(fp.max_bytes, remaining))
+                if fp.fetch_offset < upper or fp.fetch_offset > plog.log_end_offset:
+                    data = plog.read(fp.fetch_offset, max_bytes=limit, max_offset=upper,
+                                     min_one_message=min_one)
+                else:
+                    data = b""
+            except OffsetOutOfRangeError:
+                res.error_code = ErrorCode.offset_out_of_range
+                data = b""
+            if data:
+                min_one = False
+                remaining -= len(data)
+            res.records = data
+            out[fp.tp] = res
+        return out
+
+    # --- high watermarks -------------------------------------------------------------------
+    def checkpoint_high_watermarks(self) -> None:
+        self.log_manager.checkpoint_high_watermarks()

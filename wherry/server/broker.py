@@ -1,0 +1,376 @@
+"""A broker: wiring and startup order (SPEC R2, H2, H6).
+
+Start: log manager (recovery) → metadata-store session → replica manager and purgatories →
+listeners bound (requests held until started) → broker registration (ephemeral node) →
+config-change listener → controller election → background tasks. Stop reverses it and
+leaves a clean-shutdown marker so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from wherry.controller.channel import InProcessChannel
+from wherry.controller.controller import Controller
+from wherry.coordination import paths
+from wherry.coordination.embedded import EmbeddedCoordinator
+from wherry.coordination.store import MetadataStore, NodeExistsError, NoNodeError, WatchEvent
+from wherry.log.config import ConfigError, LogConfig
+from wherry.log.manager import LogManager
+from wherry.protocol.codec import (
+    Request,
+    RequestDecodeError,
+    UnsupportedVersion,
+    decode_request,
+    encode_response,
+)
+from wherry.protocol.interbroker import (
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+)
+from wherry.purgatory.purgatory import DelayedOperationPurgatory
+from wherry.purgatory.timing_wheel import Timer
+from wherry.replication.replica_manager import ReplicaManager
+from wherry.runtime.clock import Clock, SystemClock
+from wherry.runtime.scheduler import Scheduler
+from wherry.server.admin import AdminManager
+from wherry.server.config import BrokerConfig, new_cluster_id
+from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
+from wherry.server.handlers.api_versions import unsupported_version_response
+from wherry.server.metadata_cache import MetadataCache, StaleControllerEpoch
+from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
+from wherry.server.producer_ids import ProducerIdManager
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        coordinator: EmbeddedCoordinator | None = None,
+        channel: InProcessChannel | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.clock: Clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self._own_coordinator = coordinator is None
+        self._coordinator = coordinator
+        self.channel = channel or InProcessChannel()
+        self.cluster_id = ""
+        self.cache = MetadataCache(self.broker_id)
+        self.bound_ports: list[int] = []
+        self._started = asyncio.Event()
+        self._stopped = False
+        self._purgatory_wakeup = asyncio.Event()
+        self._purgatory_task: asyncio.Task[None] | None = None
+        self._topic_overrides: dict[str, dict[str, str]] = {}
+        self._last_config_change = -1
+        self._prefix = f"[Broker id={self.broker_id}]"
+        # set in start()
+        self.store: MetadataStore
+        self.log_manager: LogManager
+        self.replica_manager: ReplicaManager
+        self.admin: AdminManager
+        self.producer_ids: ProducerIdManager
+        self.controller: Controller
+        self.network: NetworkServer
+        self.scheduler: Scheduler
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        for d in cfg.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        if self._coordinator is None:
+            self._coordinator = EmbeddedCoordinator(cfg.data_dir)
+        self.store = self._coordinator.session()
+        await paths.ensure_persistent_paths(self.store)
+        self.cluster_id = await self._cluster_id()
+        self._check_meta_properties()
+
+        loop = asyncio.get_running_loop()
+        await self._load_topic_overrides()
+        self.log_manager = LogManager(
+            list(cfg.log_dirs), cfg.log_defaults, self.clock.now_ms,
+            producer_id_expiration_ms=cfg.producer_id_expiration_ms)
+        topic_configs = {t: self.topic_log_config(t) for t in self._topic_overrides}
+        await loop.run_in_executor(None, self.log_manager.startup, topic_configs)
+        self.produce_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
+            "Produce", Timer(start_ms=self.clock.monotonic_ms()))
+        self.fetch_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
+            "Fetch", Timer(start_ms=self.clock.monotonic_ms()))
+        self.replica_manager = ReplicaManager(
+            self.broker_id, self.log_manager, self.topic_log_config,
+            self.produce_purgatory, self.fetch_purgatory, self.clock.monotonic_ms)
+        self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
+        self.producer_ids = ProducerIdManager(self.broker_id, self.store)
+        self._purgatory_task = loop.create_task(self._purgatory_ticker(), name="purgatory")
+
+        self.network = NetworkServer(self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes)
+        self.bound_ports = [await self.network.listen(ep.host, ep.port, ep.listener)
+                            for ep in cfg.listeners]
+        await self._register()
+        await self._watch_config_changes()
+        self.channel.register(self.broker_id, self)
+        self.controller = Controller(
+            self.broker_id, self.store, self.channel,
+            unclean_leader_election_default=cfg.log_defaults.unclean_leader_election_enable,
+            now_ms=self.clock.now_ms,
+        )
+        await self.controller.start()
+        self.scheduler = Scheduler(self.clock)
+        self._schedule_background_tasks()
+        self._started.set()
+        log.info("%s started (cluster %s) listening on %s", self._prefix, self.cluster_id,
+                 ", ".join(f"{ep.host}:{p}" for ep, p in zip(cfg.listeners, self.bound_ports,
+                                                              strict=True)))
+
+    async def stop(self) -> None:
+        """Graceful shutdown: stop serving, flush, checkpoint, leave the clean marker."""
+        if self._stopped:
+            return
+        self._stopped = True
+        log.info("%s shutting down", self._prefix)
+        if hasattr(self, "network"):
+            await self.network.close()
+        if hasattr(self, "controller"):
+            await self.controller.stop()
+        self.channel.unregister(self.broker_id)
+        if hasattr(self, "scheduler"):
+            await self.scheduler.shutdown()
+        if self._purgatory_task is not None:
+            self._purgatory_task.cancel()
+            try:
+                await self._purgatory_task
+            except asyncio.CancelledError:
+                pass
+        if hasattr(self, "replica_manager"):
+            self.produce_purgatory.shutdown()
+            self.fetch_purgatory.shutdown()
+            self.replica_manager.checkpoint_high_watermarks()
+            await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        if hasattr(self, "store"):
+            await self.store.close()
+        if self._own_coordinator and self._coordinator is not None:
+            self._coordinator.close()
+        log.info("%s shut down completed", self._prefix)
+
+    async def _cluster_id(self) -> str:
+        try:
+            data, _ = await self.store.get(paths.CLUSTER_ID)
+            return paths.decode_cluster_id(data)
+        except NoNodeError:
+            cid = self.config.cluster_id or new_cluster_id()
+            try:
+                await self.store.create(paths.CLUSTER_ID, paths.encode_cluster_id(cid),
+                                        make_parents=True)
+            except NodeExistsError:
+                data, _ = await self.store.get(paths.CLUSTER_ID)
+                return paths.decode_cluster_id(data)
+            return cid
+
+    def _check_meta_properties(self) -> None:
+        """Refuse a log dir that belongs to another cluster or broker (Kafka's meta.properties)."""
+        for d in self.config.log_dirs:
+            meta = Path(d) / "meta.properties"
+            if meta.exists():
+                props = dict(line.split("=", 1) for line in meta.read_text().splitlines()
+                             if "=" in line and not line.startswith("#"))
+                if props.get("cluster.id", self.cluster_id) != self.cluster_id:
+                    raise RuntimeError(f"The cluster id {self.cluster_id} doesn't match the "
+                                       f"stored cluster id {props['cluster.id']} in {meta}")
+                if int(props.get("broker.id", self.broker_id)) != self.broker_id:
+                    raise RuntimeError(f"Configured broker.id {self.broker_id} doesn't match "
+                                       f"stored broker.id {props['broker.id']} in {meta}")
+            else:
+                meta.write_text(f"version=0\nbroker.id={self.broker_id}\n"
+                                f"cluster.id={self.cluster_id}\n")
+
+    async def _register(self) -> None:
+        ep = self.config.advertised[0]
+        port = ep.port or self.bound_ports[0]
+        reg = paths.BrokerRegistration(self.broker_id, ep.host, port, self.config.rack)
+        try:
+            await self.store.create(paths.broker_path(self.broker_id),
+                                    reg.to_json(timestamp_ms=self.clock.now_ms(),
+                                                listener=ep.listener),
+                                    ephemeral=True, make_parents=True)
+        except NodeExistsError as e:
+            raise RuntimeError(f"Broker id {self.broker_id} is already registered") from e
+        log.info("%s registered at %s:%d", self._prefix, ep.host, port)
+
+    def _schedule_background_tasks(self) -> None:
+        cfg = self.config
+        s = self.scheduler
+        lm = self.log_manager
+        s.schedule("kafka-log-retention", lambda: lm.cleanup(self.clock.now_ms()),
+                   period_ms=cfg.log_retention_check_interval_ms, delay_ms=30_000
+                   if cfg.log_retention_check_interval_ms >= 30_000
+                   else cfg.log_retention_check_interval_ms, executor=True)
+        s.schedule("kafka-log-flusher", lambda: lm.flush_dirty(self.clock.now_ms()),
+                   period_ms=cfg.log_flush_scheduler_interval_ms, executor=True)
+        s.schedule("kafka-recovery-point-checkpoint", lm.checkpoint_recovery_points,
+                   period_ms=cfg.log_flush_offset_checkpoint_interval_ms, executor=True)
+        s.schedule("kafka-log-start-offset-checkpoint", lm.checkpoint_log_start_offsets,
+                   period_ms=cfg.log_flush_start_offset_checkpoint_interval_ms, executor=True)
+        s.schedule("highwatermark-checkpoint", self.replica_manager.checkpoint_high_watermarks,
+                   period_ms=cfg.replica_high_watermark_checkpoint_interval_ms)
+
+    # --- purgatory time --------------------------------------------------------------------
+    def wake_purgatories(self) -> None:
+        self._purgatory_wakeup.set()
+
+    async def _purgatory_ticker(self) -> None:
+        """Advance the purgatories' timing wheels; sleep until the next expiry or a new op."""
+        purgatories = (self.produce_purgatory, self.fetch_purgatory)
+        while True:
+            now = self.clock.monotonic_ms()
+            for p in purgatories:
+                p.advance_clock(now)
+            nexts = [n for p in purgatories if (n := p.next_expiration_ms()) is not None]
+            timeout = max(0.0, (min(nexts) - self.clock.monotonic_ms()) / 1000) if nexts else 1.0
+            self._purgatory_wakeup.clear()
+            try:
+                await asyncio.wait_for(self._purgatory_wakeup.wait(), min(timeout, 1.0))
+            except TimeoutError:
+                pass
+
+    # --- metadata --------------------------------------------------------------------------
+    async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:
+        if predicate():
+            return True
+        changed = asyncio.Event()
+        self.cache.add_listener(changed.set)
+        try:
+            deadline = self.clock.monotonic_ms() + timeout_ms
+            while not predicate():
+                remaining = deadline - self.clock.monotonic_ms()
+                if remaining <= 0:
+                    return False
+                changed.clear()
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining / 1000)
+                except TimeoutError:
+                    return predicate()
+            return True
+        finally:
+            self.cache.remove_listener(changed.set)
+
+    def topic_log_config(self, topic: str) -> LogConfig:
+        overrides = self._topic_overrides.get(topic, {})
+        try:
+            return self.config.log_defaults.with_props(overrides)
+        except ConfigError:
+            log.exception("%s invalid stored config for topic %s; using defaults",
+                          self._prefix, topic)
+            return self.config.log_defaults
+
+    async def _load_topic_overrides(self, topics: list[str] | None = None) -> None:
+        if topics is None:
+            try:
+                topics = await self.store.get_children(paths.CONFIG_TOPICS)
+            except NoNodeError:
+                topics = []
+        for t in topics:
+            try:
+                data, _ = await self.store.get(paths.topic_config_path(t))
+                self._topic_overrides[t] = paths.decode_config(data)
+            except NoNodeError:
+                self._topic_overrides.pop(t, None)
+
+    async def _watch_config_changes(self) -> None:
+        def fire(_: WatchEvent) -> None:
+            asyncio.get_running_loop().create_task(self._watch_config_changes())
+
+        if self._stopped:
+            return
+        try:
+            names = await self.store.get_children(paths.CONFIG_CHANGES, watch=fire)
+        except NoNodeError:
+            return
+        for name in names:
+            seq = int(name.rsplit("_", 1)[1])
+            if seq <= self._last_config_change:
+                continue
+            self._last_config_change = seq
+            try:
+                data, _ = await self.store.get(f"{paths.CONFIG_CHANGES}/{name}")
+                entity = json.loads(data).get("entity_path", "")
+            except (NoNodeError, ValueError):
+                continue
+            if entity.startswith("topics/"):
+                topic = entity.split("/", 1)[1]
+                await self._load_topic_overrides([topic])
+                cfg = self.topic_log_config(topic)
+                self.log_manager.update_config(topic, cfg)
+                if hasattr(self, "controller") and self.controller.active:
+                    self.controller.ctx.topic_configs[topic] = dict(
+                        self._topic_overrides.get(topic, {}))
+                log.info("%s applied config change for topic %s", self._prefix, topic)
+
+    # --- controller requests (ControllerRequestHandler) ------------------------------------
+    async def handle_leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        unknown = [t for t in {s.topic_name for s in req.partition_states}
+                   if t not in self._topic_overrides]
+        if unknown:
+            await self._load_topic_overrides(unknown)
+        resp = self.replica_manager.become_leader_or_follower(req, self.clock.now_ms())
+        self.wake_purgatories()
+        return resp
+
+    async def handle_update_metadata(self, req: UpdateMetadataRequest) -> int:
+        try:
+            self.cache.update(req)
+        except StaleControllerEpoch:
+            return int(ErrorCode.stale_controller_epoch)
+        return int(ErrorCode.none)
+
+    async def handle_stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:
+        resp = await asyncio.get_running_loop().run_in_executor(
+            None, self.replica_manager.stop_replicas, req)
+        for sp in req.partitions:
+            if sp.delete_partition:
+                self._topic_overrides.pop(sp.topic_name, None)
+        return resp
+
+    # --- client requests -----------------------------------------------------------------
+    async def handle_frame(self, conn: ConnectionInfo, frame: bytes) -> bytes | None:
+        if not self._started.is_set():
+            await self._started.wait()
+        try:
+            req = decode_request(frame, SUPPORTED_VERSIONS)
+        except RequestDecodeError as e:
+            raise CloseConnection(f"cannot parse request: {e}") from e
+        if isinstance(req, UnsupportedVersion):
+            return encode_response(req.api_key, 0, req.correlation_id,
+                                   unsupported_version_response())
+        return await self._dispatch(req)
+
+    async def _dispatch(self, req: Request) -> bytes | None:
+        handler = HANDLERS[req.api_key][0]
+        try:
+            body = await handler(self, req)
+        except CloseConnection:
+            raise
+        except Exception as e:
+            log.exception("%s error handling API key %d v%d from %s", self._prefix,
+                          req.api_key, req.api_version, req.client_id)
+            raise CloseConnection(f"internal error handling API key {req.api_key}") from e
+        if body is None:
+            return None
+        return encode_response(req.api_key, req.api_version, req.correlation_id, body)

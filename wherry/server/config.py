@@ -1,0 +1,183 @@
+"""Broker configuration: Kafka's names, a `server.properties` file, overrides.
+
+Precedence: defaults < properties file < `--override key=value` < friendly CLI flags.
+Broker-level `log.*` settings are the defaults for the matching topic configs
+(`log.segment.bytes` → `segment.bytes`, ...), as in Kafka (see `LogConfig.from_server_props`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wherry.log.config import ConfigError, LogConfig
+
+
+class BrokerConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    listener: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.listener}://{self.host}:{self.port}"
+
+
+def parse_listeners(value: str) -> list[Endpoint]:
+    """`PLAINTEXT://127.0.0.1:9092,OTHER://host:port` → endpoints."""
+    out: list[Endpoint] = []
+    for item in (v.strip() for v in value.split(",")):
+        if not item:
+            continue
+        if "://" not in item:
+            raise BrokerConfigError(f"listener {item!r} must look like PLAINTEXT://host:port")
+        name, rest = item.split("://", 1)
+        host, sep, port = rest.rpartition(":")
+        if not sep or not port.isdigit():
+            raise BrokerConfigError(f"listener {item!r} has no port")
+        host = host.strip("[]")
+        out.append(Endpoint(name.upper(), host or "127.0.0.1", int(port)))
+    if not out:
+        raise BrokerConfigError("no listeners configured")
+    return out
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java-style .properties (key=value or key: value, # and ! comments, \\ continuations)."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                key, value = line[:i].strip(), line[i + 1 :].strip()
+                break
+        else:
+            key, value = line, ""
+        props[key] = value
+    return props
+
+
+def _bool(v: str) -> bool:
+    s = v.strip().lower()
+    if s in ("true", "false"):
+        return s == "true"
+    raise BrokerConfigError(f"expected true or false, got {v!r}")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_id: int = 0
+    listeners: tuple[Endpoint, ...] = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+    advertised_listeners: tuple[Endpoint, ...] | None = None
+    log_dirs: tuple[Path, ...] = (Path("wherry-data"),)
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    socket_request_max_bytes: int = 104_857_600
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_scheduler_interval_ms: int = 1000
+    log_flush_offset_checkpoint_interval_ms: int = 60_000
+    replica_high_watermark_checkpoint_interval_ms: int = 5_000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60_000
+    replica_lag_time_max_ms: int = 30_000
+    transactional_id_expiration_ms: int = 604_800_000
+    producer_id_expiration_ms: int = 86_400_000
+    cluster_id: str | None = None
+    rack: str | None = None
+    # Topic-config defaults derived from broker `log.*` settings.
+    log_defaults: LogConfig = field(default_factory=LogConfig)
+    # Every setting as given (file + overrides), for DescribeConfigs.
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def advertised(self) -> tuple[Endpoint, ...]:
+        return self.advertised_listeners or self.listeners
+
+    @property
+    def data_dir(self) -> Path:
+        """Where broker-level state (the embedded metadata store, meta.properties) lives."""
+        return self.log_dirs[0]
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> BrokerConfig:
+        kw: dict[str, Any] = {}
+        p = dict(props)
+
+        def take(key: str, conv: Any, name: str) -> None:
+            if key in p:
+                try:
+                    kw[name] = conv(p[key])
+                except (ValueError, BrokerConfigError) as e:
+                    raise BrokerConfigError(f"invalid value {p[key]!r} for {key}: {e}") from e
+
+        take("broker.id", int, "broker_id")
+        take("node.id", int, "broker_id")
+        take("listeners", lambda v: tuple(parse_listeners(v)), "listeners")
+        take("advertised.listeners", lambda v: tuple(parse_listeners(v)), "advertised_listeners")
+        take("log.dirs", lambda v: tuple(Path(x.strip()) for x in v.split(",") if x.strip()),
+             "log_dirs")
+        if "log.dirs" not in p:
+            take("log.dir", lambda v: (Path(v.strip()),), "log_dirs")
+        take("num.partitions", int, "num_partitions")
+        take("default.replication.factor", int, "default_replication_factor")
+        take("auto.create.topics.enable", _bool, "auto_create_topics_enable")
+        take("delete.topic.enable", _bool, "delete_topic_enable")
+        take("socket.request.max.bytes", int, "socket_request_max_bytes")
+        take("log.retention.check.interval.ms", int, "log_retention_check_interval_ms")
+        take("log.flush.scheduler.interval.ms", int, "log_flush_scheduler_interval_ms")
+        take("log.flush.offset.checkpoint.interval.ms", int,
+             "log_flush_offset_checkpoint_interval_ms")
+        take("replica.high.watermark.checkpoint.interval.ms", int,
+             "replica_high_watermark_checkpoint_interval_ms")
+        take("replica.lag.time.max.ms", int, "replica_lag_time_max_ms")
+        take("producer.id.expiration.ms", int, "producer_id_expiration_ms")
+        take("cluster.id", str, "cluster_id")
+        take("broker.rack", str, "rack")
+        if kw.get("num_partitions", 1) < 1:
+            raise BrokerConfigError("num.partitions must be at least 1")
+        if kw.get("socket_request_max_bytes", 1) < 1:
+            raise BrokerConfigError("socket.request.max.bytes must be positive")
+
+        try:
+            kw["log_defaults"] = LogConfig.from_server_props(p)
+        except ConfigError as e:
+            raise BrokerConfigError(str(e)) from e
+        kw["raw"] = p
+        cfg = cls(**kw)
+        if cfg.default_replication_factor < 1:
+            raise BrokerConfigError("default.replication.factor must be at least 1")
+        return cfg
+
+
+def load_config(
+    properties_file: Path | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> BrokerConfig:
+    props: dict[str, str] = {}
+    if properties_file is not None:
+        props.update(read_properties(properties_file))
+    if overrides:
+        props.update(overrides)
+    return BrokerConfig.from_props(props)
+
+
+def new_cluster_id() -> str:
+    """Kafka cluster ids are 16 random bytes in URL-safe base64 without padding."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -1,0 +1,52 @@
+"""One module per Kafka API; `HANDLERS` maps API key → (handler, min version, max version).
+
+A handler is `async def handle(broker, request) -> Mapping | None`: it returns the response as
+a version-neutral mapping (the codec fits it to the request's version) or None when the
+request gets no response (Produce with acks=0). Only what is listed here is advertised in
+ApiVersions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from wherry.server.handlers import (
+    alter_configs,
+    api_versions,
+    create_partitions,
+    create_topics,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    fetch,
+    incremental_alter_configs,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+)
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+Handler = Callable[["Broker", "Request"], Awaitable[Mapping[str, Any] | None]]
+
+HANDLERS: dict[int, tuple[Handler, int, int]] = {
+    0: (produce.handle, 3, 13),
+    1: (fetch.handle, 4, 18),
+    2: (list_offsets.handle, 1, 11),
+    3: (metadata.handle, 0, 13),
+    18: (api_versions.handle, 0, 4),
+    19: (create_topics.handle, 2, 7),
+    20: (delete_topics.handle, 1, 6),
+    22: (init_producer_id.handle, 0, 6),
+    32: (describe_configs.handle, 1, 4),
+    33: (alter_configs.handle, 0, 2),
+    37: (create_partitions.handle, 0, 3),
+    44: (incremental_alter_configs.handle, 0, 1),
+    60: (describe_cluster.handle, 0, 2),
+}
+
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {k: (lo, hi) for k, (_, lo, hi) in HANDLERS.items()}

@@ -1,0 +1,73 @@
+"""CreateTopics (key 19): write the topic through the store; the controller brings it online."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.protocol.codec import duration_ms
+
+from wherry.server.admin import AdminError
+from wherry.server.handlers.describe_configs import topic_config_entries
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    counts = Counter(t.name for t in body.topics)
+    results: list[dict[str, Any]] = []
+    created: list[tuple[str, int]] = []
+    for t in body.topics:
+        base: dict[str, Any] = {"name": t.name, "num_partitions": -1, "replication_factor": -1,
+                                "configs": None, "error_message": None}
+        if counts[t.name] > 1:
+            results.append({**base, "error_code": ErrorCode.invalid_request,
+                            "error_message": "Create topics request from client contains "
+                                             "duplicate topic names"})
+            continue
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        try:
+            res = await broker.admin.create_topic(
+                t.name,
+                num_partitions=t.num_partitions,
+                replication_factor=t.replication_factor,
+                assignments={a.partition_index: list(a.broker_ids) for a in t.assignments},
+                configs=configs,
+                validate_only=body.validate_only,
+            )
+        except AdminError as e:
+            results.append({**base, "error_code": e.error_code, "error_message": e.message})
+            continue
+        if not body.validate_only:
+            created.append((t.name, res.num_partitions))
+        results.append({
+            **base,
+            "error_code": ErrorCode.none,
+            "topic_id": res.topic_id,
+            "num_partitions": res.num_partitions,
+            "replication_factor": res.replication_factor,
+            "configs": topic_config_entries(broker, configs),
+        })
+    timeout_ms = duration_ms(body.timeout)
+    if created and timeout_ms > 0:
+        ready = await broker.wait_for_metadata(
+            lambda: all(broker.cache.has_partitions(n, c) for n, c in created), timeout_ms)
+        if not ready:
+            for r in results:
+                if any(r["name"] == n for n, _ in created) and not broker.cache.has_partitions(
+                        r["name"], r["num_partitions"]):
+                    r["error_code"] = ErrorCode.request_timed_out
+                    r["error_message"] = "Timed out waiting for the topic to be created"
+    for r in results:
+        if r.get("topic_id") is None:
+            r.pop("topic_id", None)
+        if r["error_code"] == ErrorCode.none and broker.cache.topic_id(r["name"]) is not None:
+            r["topic_id"] = broker.cache.topic_id(r["name"])
+    return {"throttle_time": 0, "topics": results}

@@ -1,0 +1,109 @@
+"""Fetch (key 1) for consumers and followers (SPEC H9, R11).
+
+Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells
+clients to send full fetch requests; a request naming an unknown session gets
+FETCH_SESSION_ID_NOT_FOUND as the protocol prescribes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.protocol.codec import duration_ms
+
+from wherry.log.topic_partition import TopicPartition
+from wherry.replication.replica_manager import FetchPartition, FetchResult
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    session_id = getattr(body, "session_id", 0)
+    if session_id != 0:
+        return {"error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0,
+                "responses": [], "throttle_time": 0}
+    replica_state = getattr(body, "replica_state", None)
+    replica_id = replica_state.replica_id if replica_state is not None else getattr(
+        body, "replica_id", -1)
+    cache = broker.cache
+    wanted: list[FetchPartition] = []
+    # Response skeleton in request order: (topic key, name or None, partition)
+    order: list[tuple[str | uuid.UUID, str | None, int]] = []
+    for t in body.topics:
+        tid = getattr(t, "topic_id", None)
+        name: str | None = getattr(t, "topic", None)
+        key: str | uuid.UUID
+        if name is None and tid is not None:
+            name = cache.topic_name(tid)
+            key = tid
+        else:
+            key = name or ""
+        for p in t.partitions:
+            order.append((key, name, p.partition))
+            if name is not None:
+                wanted.append(FetchPartition(
+                    TopicPartition(name, p.partition), p.fetch_offset, p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1), getattr(p, "log_start_offset", -1)))
+
+    result: FetchResult = {}
+    if wanted:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[FetchResult] = loop.create_future()
+
+        def respond(r: FetchResult) -> None:
+            if not fut.done():
+                fut.set_result(r)
+
+        broker.replica_manager.fetch_messages(
+            replica_id=replica_id,
+            max_wait_ms=duration_ms(body.max_wait),
+            min_bytes=body.min_bytes,
+            max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),
+            partitions=wanted,
+            respond=respond,
+        )
+        if not fut.done():
+            broker.wake_purgatories()
+        result = await fut
+
+    topics: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
+    for key, name, index in order:
+        r = result.get(TopicPartition(name, index)) if name is not None else None
+        if r is None:
+            part: dict[str, Any] = {
+                "partition_index": index,
+                "error_code": ErrorCode.unknown_topic_id if name is None
+                else ErrorCode.unknown_topic_or_partition,
+                "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                "preferred_read_replica": -1, "records": None,
+            }
+        else:
+            part = {
+                "partition_index": index, "error_code": r.error_code,
+                "high_watermark": r.high_watermark, "last_stable_offset": r.last_stable_offset,
+                "log_start_offset": r.log_start_offset, "aborted_transactions": None,
+                "preferred_read_replica": -1, "records": r.records,
+            }
+        topics.setdefault(key, []).append(part)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "session_id": 0,
+        "responses": [
+            {"topic": k if isinstance(k, str) else None,
+             "topic_id": k if isinstance(k, uuid.UUID) else _ZERO_UUID,
+             "partitions": parts}
+            for k, parts in topics.items()
+        ],
+    }

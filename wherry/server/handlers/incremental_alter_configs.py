@@ -1,0 +1,73 @@
+"""IncrementalAlterConfigs (key 44): SET / DELETE / APPEND / SUBTRACT on topic overrides."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
+from wherry.server.admin import AdminError
+from wherry.server.handlers.alter_configs import reject_broker
+from wherry.server.handlers.describe_configs import BROKER, TOPIC
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def apply_ops(current: dict[str, str], ops: Any, defaults: Any) -> dict[str, str]:
+    new = dict(current)
+    for c in ops:
+        key = TOPIC_CONFIG_KEYS.get(c.name)
+        if key is None:
+            raise AdminError(ErrorCode.invalid_config, f"Unknown topic config name: {c.name}")
+        match c.config_operation:
+            case 0:
+                if c.value is None:
+                    raise AdminError(ErrorCode.invalid_request,
+                                     f"Null value not supported for {c.name}")
+                new[c.name] = c.value
+            case 1:
+                new.pop(c.name, None)
+            case 2 | 3:
+                if key.type != ConfigType.LIST:
+                    raise AdminError(ErrorCode.invalid_config,
+                                     f"Config value append is not allowed for config key: "
+                                     f"{c.name}")
+                base = new.get(c.name, defaults.value_of(c.name))
+                items = [v for v in base.split(",") if v]
+                given = [v for v in (c.value or "").split(",") if v]
+                if c.config_operation == APPEND:
+                    items += [v for v in given if v not in items]
+                else:
+                    items = [v for v in items if v not in given]
+                new[c.name] = ",".join(items)
+            case op:
+                raise AdminError(ErrorCode.invalid_request, f"Unknown config operation {op}")
+    return new
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    out = []
+    for r in body.resources:
+        code, msg = ErrorCode.none, None
+        if r.resource_type == TOPIC:
+            try:
+                current = await broker.admin.topic_overrides(r.resource_name)
+                new = apply_ops(current, r.configs, broker.config.log_defaults)
+                await broker.admin.set_topic_overrides(r.resource_name, new,
+                                                       validate_only=body.validate_only)
+            except AdminError as e:
+                code, msg = e.error_code, e.message
+        elif r.resource_type == BROKER:
+            code, msg = reject_broker(broker, r.resource_name, [c.name for c in r.configs])
+        else:
+            code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
+        out.append({"error_code": code, "error_message": msg,
+                    "resource_type": r.resource_type, "resource_name": r.resource_name})
+    return {"throttle_time": 0, "responses": out}

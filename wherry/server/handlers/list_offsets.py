@@ -1,0 +1,66 @@
+"""ListOffsets (key 2): earliest, latest, max-timestamp and by-timestamp lookups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.log.topic_partition import TopicPartition
+from wherry.replication.partition import PartitionError
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+
+
+def _lookup(broker: Broker, tp: TopicPartition, timestamp: int, current_leader_epoch: int,
+            replica_id: int) -> dict[str, Any]:
+    try:
+        part = broker.replica_manager.leader_partition(tp, current_leader_epoch)
+    except PartitionError as e:
+        return {"error_code": e.error_code, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+    plog = part.log
+    # Consumers only see committed data; a replica or debugging consumer sees the log end.
+    upper = plog.log_end_offset if replica_id >= 0 else part.high_watermark
+    ok = {"error_code": ErrorCode.none, "timestamp": -1, "leader_epoch": part.leader_epoch}
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        start = plog.log_start_offset
+        return {**ok, "offset": start, "leader_epoch": _epoch(plog.epoch_for_offset(start))}
+    if timestamp == LATEST:
+        return {**ok, "offset": upper}
+    if timestamp == LATEST_TIERED:  # no tiered storage: nothing is tiered
+        return {**ok, "offset": -1, "leader_epoch": -1}
+    if timestamp < 0 and timestamp != MAX_TIMESTAMP:
+        return {"error_code": ErrorCode.invalid_request, "timestamp": -1, "offset": -1,
+                "leader_epoch": -1}
+    found = plog.offset_for_timestamp(timestamp)
+    if found is None or found.offset >= upper:
+        return {**ok, "offset": -1, "leader_epoch": -1}
+    return {**ok, "timestamp": found.timestamp, "offset": found.offset,
+            "leader_epoch": _epoch(plog.epoch_for_offset(found.offset))}
+
+
+def _epoch(epoch: int | None) -> int:
+    return -1 if epoch is None else epoch
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            res = _lookup(broker, tp, p.timestamp, getattr(p, "current_leader_epoch", -1),
+                          body.replica_id)
+            parts.append({"partition_index": p.partition_index, **res})
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,111 @@
+"""Metadata (key 3), answered from the metadata cache (SPEC M1–M3, M5)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.server.admin import AdminError, validate_topic_name
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
+    cache = broker.cache
+    alive = set(cache.brokers)
+    partitions = []
+    for p, st in sorted(cache.partitions(name).items()):
+        err = ErrorCode.none if st.leader in alive else ErrorCode.leader_not_available
+        partitions.append({
+            "error_code": err,
+            "partition_index": p,
+            "leader_id": st.leader if st.leader in alive else -1,
+            "leader_epoch": st.leader_epoch,
+            "replica_nodes": list(st.replicas),
+            "isr_nodes": list(st.isr),
+            "offline_replicas": list(st.offline_replicas),
+        })
+    return {
+        "error_code": ErrorCode.none,
+        "name": name,
+        "topic_id": cache.topic_id(name) or _ZERO_UUID,
+        "is_internal": False,
+        "partitions": partitions,
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _error_topic(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None
+                 ) -> dict[str, Any]:
+    return {"error_code": code, "name": name, "topic_id": topic_id or _ZERO_UUID,
+            "is_internal": False, "partitions": [],
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    cache = broker.cache
+    requested = body.topics
+    # v0: an empty list means all topics; v1+: null means all, empty means none (SPEC M3).
+    all_topics = requested is None or (req.api_version == 0 and not requested)
+    allow_auto = getattr(body, "allow_auto_topic_creation", True)
+    topics: list[dict[str, Any]] = []
+    if all_topics:
+        topics = [topic_metadata(broker, t) for t in cache.topics()]
+    else:
+        for t in requested:
+            name = getattr(t, "name", None)
+            tid = getattr(t, "topic_id", None)
+            if name is None:
+                if tid is None or tid == _ZERO_UUID:
+                    topics.append(_error_topic(None, ErrorCode.invalid_request))
+                    continue
+                name = cache.topic_name(tid)
+                if name is None:
+                    topics.append(_error_topic(None, ErrorCode.unknown_topic_id, tid))
+                    continue
+            if cache.contains_topic(name):
+                topics.append(topic_metadata(broker, name))
+                continue
+            topics.append(await _unknown_topic(broker, name, allow_auto))
+    brokers = [
+        {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in cache.alive_brokers()
+    ]
+    return {
+        "throttle_time": 0,
+        "brokers": brokers,
+        "cluster_id": broker.cluster_id,
+        "controller_id": cache.controller_id if cache.controller_id is not None else -1,
+        "topics": topics,
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "error_code": ErrorCode.none,
+    }
+
+
+async def _unknown_topic(broker: Broker, name: str, allow_auto: bool) -> dict[str, Any]:
+    try:
+        validate_topic_name(name)
+    except AdminError:
+        return _error_topic(name, ErrorCode.invalid_topic_exception)
+    if not (allow_auto and broker.config.auto_create_topics_enable):
+        return _error_topic(name, ErrorCode.unknown_topic_or_partition)
+    try:
+        await broker.admin.create_topic(name)
+        log.info("Auto-created topic %s", name)
+    except AdminError as e:
+        if e.error_code != ErrorCode.topic_already_exists:
+            return _error_topic(name, e.error_code)
+    # The controller initializes it asynchronously; clients retry (LEADER_NOT_AVAILABLE).
+    return _error_topic(name, ErrorCode.leader_not_available)

@@ -1,0 +1,100 @@
+"""Produce (key 0): validate, append through the replica manager, answer per acks (SPEC P1)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.protocol.codec import duration_ms
+
+from wherry.log.topic_partition import TopicPartition
+from wherry.replication.delayed import ProducePartitionStatus
+from wherry.server.network import CloseConnection
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any] | None:
+    body = req.body
+    acks = body.acks
+    cache = broker.cache
+    entries: dict[TopicPartition, bytes | None] = {}
+    # (response topic key, partition) → fixed error, for partitions never sent to the log
+    errors: dict[tuple[str | uuid.UUID, int], ErrorCode] = {}
+    order: list[tuple[str | uuid.UUID, str | None, int]] = []
+    for t in body.topic_data:
+        tid = getattr(t, "topic_id", None)
+        name = getattr(t, "name", None)
+        key: str | uuid.UUID
+        if name is None and tid is not None:
+            name = cache.topic_name(tid)
+            key = tid
+        else:
+            key = name
+        for p in t.partition_data:
+            order.append((key, name, p.index))
+            if acks not in (-1, 0, 1):
+                errors[(key, p.index)] = ErrorCode.invalid_required_acks
+            elif name is None:
+                errors[(key, p.index)] = ErrorCode.unknown_topic_id
+            elif cache.partition(name, p.index) is None:
+                errors[(key, p.index)] = ErrorCode.unknown_topic_or_partition
+            else:
+                entries[TopicPartition(name, p.index)] = p.records
+
+    statuses: Mapping[TopicPartition, ProducePartitionStatus] = {}
+    if entries:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Mapping[TopicPartition, ProducePartitionStatus]] = loop.create_future()
+
+        def respond(result: Mapping[TopicPartition, ProducePartitionStatus]) -> None:
+            if not fut.done():
+                fut.set_result(result)
+
+        broker.replica_manager.append_records(
+            timeout_ms=duration_ms(body.timeout),
+            required_acks=acks,
+            entries=entries,
+            respond=respond,
+            now_ms=broker.clock.now_ms(),
+        )
+        if not fut.done():
+            broker.wake_purgatories()
+        statuses = await fut
+
+    if acks == 0:
+        if errors or any(s.error_code != ErrorCode.none for s in statuses.values()):
+            # Kafka closes the connection so an acks=0 client notices the failure.
+            raise CloseConnection("acks=0 produce request failed")
+        return None
+
+    topics: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
+    for key, name, index in order:
+        err = errors.get((key, index))
+        if err is not None or name is None:
+            part: dict[str, Any] = {"index": index, "error_code": err or ErrorCode.unknown_topic_id,
+                                    "base_offset": -1, "log_append_time": -1,
+                                    "log_start_offset": -1}
+        else:
+            s = statuses[TopicPartition(name, index)]
+            part = {"index": index, "error_code": s.error_code, "base_offset": s.base_offset,
+                    "log_append_time": s.log_append_time_ms,
+                    "log_start_offset": s.log_start_offset,
+                    "error_message": s.error_message if s.error_code else None}
+        topics.setdefault(key, []).append(part)
+    return {
+        "responses": [
+            {"name": k if isinstance(k, str) else None,
+             "topic_id": k if isinstance(k, uuid.UUID) else None,
+             "partition_responses": parts}
+            for k, parts in topics.items()
+        ],
+        "throttle_time": 0,
+    }

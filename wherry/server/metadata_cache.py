@@ -1,0 +1,97 @@
+"""The broker's view of cluster metadata (SPEC M1–M3), updated only by UpdateMetadata."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from wherry.protocol.interbroker import (
+    LEADER_DURING_DELETE,
+    BrokerEndpoint,
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StaleControllerEpoch(Exception):
+    received: int
+    current: int
+
+
+class MetadataCache:
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.controller_id: int | None = None
+        self.controller_epoch = -1
+        self.brokers: dict[int, BrokerEndpoint] = {}
+        self._partitions: dict[str, dict[int, UpdateMetadataPartitionState]] = {}
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._topic_names: dict[uuid.UUID, str] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    # --- updates -------------------------------------------------------------------------
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn: Callable[[], None]) -> None:
+        if fn in self._listeners:
+            self._listeners.remove(fn)
+
+    def update(self, req: UpdateMetadataRequest) -> list[tuple[str, int]]:
+        """Apply an UpdateMetadata request; returns the partitions deleted from the cache."""
+        if req.controller_epoch < self.controller_epoch:
+            raise StaleControllerEpoch(req.controller_epoch, self.controller_epoch)
+        self.controller_epoch = req.controller_epoch
+        self.controller_id = req.controller_id
+        self.brokers = {b.broker_id: b for b in req.live_brokers}
+        for name, tid in req.topic_ids.items():
+            self._topic_ids[name] = tid
+            self._topic_names[tid] = name
+        deleted: list[tuple[str, int]] = []
+        for st in req.partition_states:
+            if st.leader == LEADER_DURING_DELETE:
+                parts = self._partitions.get(st.topic_name)
+                if parts is not None and parts.pop(st.partition_index, None) is not None:
+                    deleted.append((st.topic_name, st.partition_index))
+                    if not parts:
+                        del self._partitions[st.topic_name]
+                        tid = self._topic_ids.pop(st.topic_name, None)
+                        if tid is not None:
+                            self._topic_names.pop(tid, None)
+            else:
+                self._partitions.setdefault(st.topic_name, {})[st.partition_index] = st
+        for fn in list(self._listeners):
+            fn()
+        return deleted
+
+    # --- queries -------------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        return sorted(self._partitions)
+
+    def contains_topic(self, topic: str) -> bool:
+        return topic in self._partitions
+
+    def partitions(self, topic: str) -> dict[int, UpdateMetadataPartitionState]:
+        return self._partitions.get(topic, {})
+
+    def partition(self, topic: str, partition: int) -> UpdateMetadataPartitionState | None:
+        return self._partitions.get(topic, {}).get(partition)
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        return self._topic_ids.get(topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._topic_names.get(topic_id)
+
+    def alive_brokers(self) -> list[BrokerEndpoint]:
+        return [self.brokers[k] for k in sorted(self.brokers)]
+
+    def has_partitions(self, topic: str, count: int) -> bool:
+        parts = self._partitions.get(topic, {})
+        return all(p in parts for p in range(count))
+
+    def all_partitions(self) -> Iterable[UpdateMetadataPartitionState]:
+        for parts in self._partitions.values():
+            yield from parts.values()

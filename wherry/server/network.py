@@ -1,0 +1,167 @@
+"""The only socket code: an asyncio server that frames bytes and hands frames to a handler.
+
+Like Kafka's SocketServer, each connection processes one request at a time, in order, and
+answers in order; further requests wait in the connection's queue (reading pauses when it
+grows). A frame the protocol layer rejects closes the connection with a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from wherry.protocol.framing import FrameDecoder, FrameError
+
+log = logging.getLogger(__name__)
+
+_MAX_QUEUED = 64
+
+
+class CloseConnection(Exception):
+    """Raised by a frame handler to close the connection after logging."""
+
+
+@dataclass(slots=True)
+class ConnectionInfo:
+    peer: str
+    listener: str
+    id: int
+    attrs: dict[str, object] = field(default_factory=dict)
+
+
+FrameHandler = Callable[[ConnectionInfo, bytes], Awaitable[bytes | None]]
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: NetworkServer, listener: str) -> None:
+        self.server = server
+        self.listener = listener
+        self.decoder = FrameDecoder(server.max_request_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.queue: collections.deque[bytes] = collections.deque()
+        self.wakeup = asyncio.Event()
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+        self.closing = False
+        self.task: asyncio.Task[None] | None = None
+        self.info: ConnectionInfo | None = None
+        self.reading_paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.server._next_id += 1
+        self.info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self.listener,
+                                   self.server._next_id)
+        self.server._connections.add(self)
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as e:
+            self.close(f"invalid frame: {e}")
+            return
+        if frames:
+            self.queue.extend(frames)
+            self.wakeup.set()
+            if len(self.queue) >= _MAX_QUEUED and self.transport and not self.reading_paused:
+                self.reading_paused = True
+                self.transport.pause_reading()
+
+    def eof_received(self) -> bool | None:
+        # Answer what was received, then close (a client may half-close after sending).
+        self.queue.append(b"")  # sentinel: close once the queue drains
+        self.wakeup.set()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server._connections.discard(self)
+        self.wakeup.set()
+        self.can_write.set()
+        if self.decoder.buffered_bytes:
+            log.info("Connection %s closed with %d bytes of a partial request",
+                     self.info.peer if self.info else "?", self.decoder.buffered_bytes)
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def close(self, reason: str) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        log.warning("Closing connection %s (listener %s): %s",
+                    self.info.peer if self.info else "?", self.listener, reason)
+        if self.transport is not None:
+            self.transport.close()
+        self.wakeup.set()
+
+    async def _run(self) -> None:
+        handler = self.server.handler
+        assert self.info is not None
+        try:
+            while not self.closing:
+                if not self.queue:
+                    self.wakeup.clear()
+                    await self.wakeup.wait()
+                    continue
+                frame = self.queue.popleft()
+                if self.reading_paused and len(self.queue) < _MAX_QUEUED // 2 and self.transport:
+                    self.reading_paused = False
+                    self.transport.resume_reading()
+                if not frame:  # EOF sentinel
+                    if self.transport is not None:
+                        self.transport.close()
+                    return
+                try:
+                    response = await handler(self.info, frame)
+                except CloseConnection as e:
+                    self.close(str(e))
+                    return
+                if response and not self.closing and self.transport is not None:
+                    self.transport.write(response)
+                    if not self.can_write.is_set():
+                        await self.can_write.wait()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("Unexpected error on connection %s", self.info.peer)
+            self.close("internal error")
+
+
+class NetworkServer:
+    def __init__(self, handler: FrameHandler, *, max_request_bytes: int) -> None:
+        self.handler = handler
+        self.max_request_bytes = max_request_bytes
+        self._servers: list[asyncio.base_events.Server] = []
+        self._connections: set[_Connection] = set()
+        self._next_id = 0
+
+    async def listen(self, host: str, port: int, listener: str = "PLAINTEXT") -> int:
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(lambda: _Connection(self, listener), host, port,
+                                       reuse_address=True, backlog=512)
+        self._servers.append(srv)
+        sock = srv.sockets[0]
+        return int(sock.getsockname()[1])
+
+    async def close(self) -> None:
+        for srv in self._servers:
+            srv.close()
+        for conn in list(self._connections):
+            if conn.transport is not None:
+                conn.transport.close()
+            if conn.task is not None:
+                conn.task.cancel()
+        for srv in self._servers:
+            await srv.wait_closed()
+        self._servers.clear()

@@ -14,6 +14,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
 
+# Record timestamps near now: older ones would fall to retention.ms (7 days) at once.
+NOW_MS = int(time.time() * 1000)
+
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
@@ -53,7 +56,7 @@ def test_confluent_kafka_produce_consume(broker: BrokerProcess, codec: str) -> N
     for i in range(300):
         p.produce(topic, key=f"k{i}".encode(), value=f"value-{i}".encode() * 3,
                   headers=[("h", f"{i}".encode()), ("n", None)], partition=i % 3,
-                  timestamp=1_700_000_000_000 + i,
+                  timestamp=NOW_MS + i,
                   on_delivery=lambda err, msg: delivered.append((err, msg)))
     assert p.flush(20) == 0
     assert all(err is None for err, _ in delivered)
@@ -63,7 +66,7 @@ def test_confluent_kafka_produce_consume(broker: BrokerProcess, codec: str) -> N
     m = by_key[b"k7"]
     assert m.value() == b"value-7" * 3
     assert m.partition() == 1
-    assert m.timestamp()[1] == 1_700_000_000_007
+    assert m.timestamp()[1] == NOW_MS + 7
     assert m.headers() == [("h", b"7"), ("n", None)]
     # offsets are dense per partition
     for part in range(3):
@@ -91,7 +94,7 @@ def test_kafka_python_produce_consume(broker: BrokerProcess, codec: str | None) 
     topic = new_topic(bs, 2)
     prod = KafkaProducer(bootstrap_servers=bs, compression_type=codec)  # idempotent by default
     futs = [prod.send(topic, key=f"k{i}".encode(), value=f"v{i}".encode(),
-                      headers=[("h", b"x")], partition=i % 2, timestamp_ms=1_600_000_000_000 + i)
+                      headers=[("h", b"x")], partition=i % 2, timestamp_ms=NOW_MS + i)
             for i in range(200)]
     prod.flush(20)
     metas = [f.get(timeout=20) for f in futs]
@@ -110,7 +113,7 @@ def test_kafka_python_produce_consume(broker: BrokerProcess, codec: str | None) 
     assert len(got) == 200
     r = next(x for x in got if x.key == b"k5")
     assert r.value == b"v5" and r.headers == [("h", b"x")]
-    assert r.timestamp == 1_600_000_000_005
+    assert r.timestamp == NOW_MS + 5
 
 
 @pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])

@@ -6,8 +6,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from logtest_util import SMALL, T0, TP, batch, fill, headers, offsets, open_log, read_all
+
 from wherry.log.errors import LogOffsetError, OffsetOutOfRangeError
 from wherry.log.log import InvalidTimestampError, RecordBatchTooLargeError
 from wherry.protocol.records import (
@@ -329,4 +331,48 @@ def test_offset_for_timestamp(tmp_path: Path) -> None:
     log.append_as_leader(batch(1, ts=T0 + 5), leader_epoch=0, now_ms=T0)
     assert log.offset_for_timestamp(T0 + 1) == (2, T0 + 10)
     assert log.topic_partition == TP
+    log.close()
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 5)),
+        st.tuples(st.just("truncate"), st.integers(0, 120)),
+        st.tuples(st.just("reopen"), st.booleans()),
+        st.tuples(st.just("roll"), st.just(0)),
+    ),
+    max_size=30,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=_OPS)
+def test_random_operations_match_a_model(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]]
+) -> None:
+    root = tmp_path_factory.mktemp("model")
+    log = open_log(root)
+    model: list[tuple[int, int]] = []  # (first, last) of each batch
+    for op, arg in ops:
+        end = model[-1][1] + 1 if model else 0
+        if op == "append":
+            info = log.append_as_leader(batch(arg), leader_epoch=0, now_ms=T0)
+            assert info.first_offset == end
+            model.append((info.first_offset, info.last_offset))
+        elif op == "truncate":
+            log.truncate_to(arg)
+            if arg < end:  # the batch containing `arg` goes entirely
+                model = [(f, last) for f, last in model if last < arg]
+        elif op == "roll":
+            log.roll(now_ms=T0)
+        else:
+            log.flush()
+            log.close()
+            log = open_log(root, clean=bool(arg))
+        expected = [o for f, last in model for o in range(f, last + 1)]
+        assert log.log_end_offset == (model[-1][1] + 1 if model else 0)
+        assert offsets(read_all(log)) == expected
+    log.check_integrity()
     log.close()

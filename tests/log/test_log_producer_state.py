@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-
 from logtest_util import SMALL, T0, batch, open_log, read_all
+
 from wherry.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from wherry.log.log import AppendInfo, Log
 from wherry.log.producer_state import read_snapshot
@@ -17,9 +17,7 @@ PID = 4242
 
 
 def produce(log: Log, seq: int, *, epoch: int = 0, pid: int = PID, n: int = 2) -> AppendInfo:
-    return log.append_as_leader(
-        batch(n, pid=pid, epoch=epoch, seq=seq), leader_epoch=0, now_ms=T0
-    )
+    return log.append_as_leader(batch(n, pid=pid, epoch=epoch, seq=seq), leader_epoch=0, now_ms=T0)
 
 
 def test_duplicates_of_last_five_return_original_offsets(tmp_path: Path) -> None:
@@ -195,9 +193,7 @@ def test_producer_expiration(tmp_path: Path) -> None:
 def test_duplicate_on_log_append_time_topic(tmp_path: Path) -> None:
     log = open_log(tmp_path, dataclasses.replace(SMALL, message_timestamp_type="LogAppendTime"))
     first = produce(log, 0)
-    dup = log.append_as_leader(
-        batch(2, pid=PID, epoch=0, seq=0), leader_epoch=0, now_ms=T0 + 999
-    )
+    dup = log.append_as_leader(batch(2, pid=PID, epoch=0, seq=0), leader_epoch=0, now_ms=T0 + 999)
     assert dup.duplicate and dup.log_append_time_ms == first.log_append_time_ms == T0
     assert len(read_all(log)) == len(batch(2))
     log.close()

@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from logtest_util import SMALL, T0, batch, fill, offsets, open_log, read_all
+
 from wherry.log.segment import LogSegment
 
 PART = "topic-0"

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from logtest_util import T0, batch, headers
+
 from wherry.log.segment import LogSegment, RollParams
 from wherry.protocol.records import iter_batches, patch_batch
 

@@ -464,19 +464,20 @@ def consume(
         _fail(kafka_error_message(e))
 
 
-def _partitions_of(consumer: Consumer, topic: str, timeout_ms: int) -> list[int]:
+def _partitions_of(consumer: Consumer, topic: str, bootstrap: str, timeout_ms: int
+                   ) -> list[int]:
     deadline = time.monotonic() + timeout_ms / 1000.0
     last_error = "no metadata"
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise CommandError(f"Timed out after {timeout_ms} ms fetching metadata for topic "
-                               f"{topic} ({last_error})")
+                               f"{topic} from {bootstrap} ({last_error})")
         try:
             md = consumer.list_topics(topic, timeout=remaining)
         except KafkaException as e:
-            raise CommandError(f"Cannot fetch metadata for topic {topic}: "
-                               f"{kafka_error_message(e)}") from e
+            last_error = kafka_error_message(e)
+            continue
         tmd = md.topics.get(topic)
         if tmd is None:
             raise CommandError(f"Topic {topic} not present in metadata")
@@ -502,15 +503,21 @@ def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int
     except ValueError:  # not in the main thread
         previous = None
     count = 0
+    started = False
     out = sys.stdout
     try:
-        parts = _partitions_of(consumer, topic, DEFAULT_METADATA_TIMEOUT_MS)
+        metadata_timeout_ms = DEFAULT_METADATA_TIMEOUT_MS
+        if timeout_ms is not None:
+            metadata_timeout_ms = min(metadata_timeout_ms, max(timeout_ms, 1000))
+        parts = _partitions_of(consumer, topic, str(conf["bootstrap.servers"]),
+                               metadata_timeout_ms)
         if partition is not None:
             if partition not in parts:
                 raise CommandError(f"Partition {partition} of topic {topic} does not exist "
                                    f"(the topic has {len(parts)} partition(s))")
             parts = [partition]
         consumer.assign([TopicPartition(topic, p, start) for p in parts])
+        started = True
         last_activity = time.monotonic()
         while not stop.requested and (max_messages is None or count < max_messages):
             wait_s = 0.5
@@ -541,4 +548,5 @@ def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         consumer.close()
-        click.echo(f"Processed a total of {count} messages", err=True)
+        if started:
+            click.echo(f"Processed a total of {count} messages", err=True)

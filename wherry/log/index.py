@@ -263,6 +263,24 @@ class OffsetIndex(_Index):
             return OffsetPosition(self.base_offset, 0)
         return self.entry(slot)
 
+    def lookup_position(self, position: int) -> int | None:
+        """The largest indexed batch position <= `position` (None if there is none)."""
+        if self._entries == 0:
+            return None
+        assert self._mm is not None
+        unpack = self._ENTRY.unpack_from
+        mm = self._mm
+        if unpack(mm, 0)[1] > position:
+            return None
+        lo, hi = 0, self._entries - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if unpack(mm, mid * 8)[1] <= position:
+                lo = mid
+            else:
+                hi = mid - 1
+        return int(unpack(mm, lo * 8)[1])
+
     def append(self, offset: int, position: int) -> None:
         """Add an entry; offsets must strictly increase."""
         rel = self._relative(offset)

@@ -282,6 +282,7 @@ class Log:
             # Only after a "clean" shutdown whose files were damaged afterwards.
             log.warning("%s: invalid data at the end of the log (%s); recovering", tp, exc)
             segment.recover()
+            segment.resize_indexes(segment.max_index_bytes)
             return segment.read_next_offset()
 
     @staticmethod
@@ -1004,6 +1005,24 @@ class Log:
                 deleted += self._delete_retention_ms_breached_segments(now)
             self.delete_pending_files(now)
             return deleted
+
+    def delete_log_start_offset_breached_segments(self, now_ms: int) -> int:
+        """Delete segments wholly below the log start offset; returns how many."""
+        with self._lock:
+            self._check_open()
+            return self._delete_log_start_offset_breached_segments(self._now(now_ms))
+
+    def delete_retention_size_breached_segments(self, now_ms: int) -> int:
+        """Delete the oldest segments beyond retention.bytes; returns how many."""
+        with self._lock:
+            self._check_open()
+            return self._delete_retention_size_breached_segments(self._now(now_ms))
+
+    def delete_retention_ms_breached_segments(self, now_ms: int) -> int:
+        """Delete segments whose newest timestamp is older than retention.ms; returns how many."""
+        with self._lock:
+            self._check_open()
+            return self._delete_retention_ms_breached_segments(self._now(now_ms))
 
     def _delete_log_start_offset_breached_segments(self, now_ms: int) -> int:
         def predicate(segment: LogSegment, upcoming: LogSegment | None) -> bool:

@@ -229,6 +229,8 @@ class LogManager:
                 self._topic_configs[tp.topic] = config
             existing = self._logs.get(tp)
             if existing is not None:
+                if config is not None and existing.config != config:
+                    existing.update_config(config)
                 return existing
             counts = {d: 0 for d in self.log_dirs}
             for d in self._dir_of.values():

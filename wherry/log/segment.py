@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from wherry.log.errors import CorruptIndexError, LogOffsetError
 from wherry.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex, TimestampOffset
 from wherry.protocol.records import (
     BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
     RecordError,
@@ -47,10 +49,26 @@ TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 
 _INT32_MAX = 2**31 - 1
+_MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_INT32 = struct.Struct(">i")
 _SCAN_CHUNK_BYTES = 64 * 1024
 _RECOVER_CHUNK_BYTES = 4 * 1024 * 1024
 
 _Buffer = bytes | bytearray | memoryview
+
+
+def _whole_batches_end(data: bytes, start: int = 0) -> int:
+    """Length of the prefix of `data` made of complete batches (framing only), given that a
+    batch starts at `start`."""
+    pos, n = start, len(data)
+    while n - pos >= LOG_OVERHEAD:
+        (length,) = _INT32.unpack_from(data, pos + 8)
+        end = pos + LOG_OVERHEAD + length
+        if length < _MIN_BATCH_LENGTH or end > n:
+            break
+        pos = end
+    return pos
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -249,6 +267,31 @@ class LogSegment:
         for pos, header, _ in self._scan(start_position, end_position, with_data=False):
             yield pos, header
 
+    def scan_positions(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[BatchPosition]:
+        """Fast walk over batch framing: (base offset, last offset, position, size) of each
+        complete batch in [start, end). Raises CorruptRecordError on a bad length or magic."""
+        end = self._size if end_position is None else min(end_position, self._size)
+        pos = start_position
+        while end - pos >= BATCH_HEADER_SIZE:
+            buf = self._pread(pos, min(_SCAN_CHUNK_BYTES, end - pos))
+            avail = len(buf)
+            rel = 0
+            while avail - rel >= BATCH_HEADER_SIZE:
+                base, length = _OFFSET_AND_LENGTH.unpack_from(buf, rel)
+                if length < _MIN_BATCH_LENGTH or buf[rel + 16] != 2:
+                    raise CorruptRecordError(
+                        f"invalid batch framing at position {pos + rel} of {self.log_path.name}"
+                    )
+                size = length + LOG_OVERHEAD
+                if pos + rel + size > end:
+                    return
+                (delta,) = _INT32.unpack_from(buf, rel + 23)
+                yield BatchPosition(base, base + delta, pos + rel, size)
+                rel += size
+            pos += rel
+
     def _scan(
         self, start: int, end: int | None, *, with_data: bool
     ) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
@@ -313,11 +356,9 @@ class LogSegment:
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
         """The first batch whose last offset >= `offset` (None if the segment ends before)."""
         position = max(self.offset_index.lookup(offset).position, starting_position)
-        for pos, header in self.iter_batches(position):
-            if header.last_offset >= offset:
-                return BatchPosition(
-                    header.base_offset, header.last_offset, pos, header.size_in_bytes
-                )
+        for batch in self.scan_positions(position):
+            if batch.last_offset >= offset:
+                return batch
         return None
 
     def read(
@@ -343,16 +384,19 @@ class LogSegment:
         if fetch_size <= 0:
             return b""
         data = self._pread(start.position, fetch_size)
-        end = 0
-        for rel, header in iter_batches(data):
-            end = rel + header.size_in_bytes
+        if start.position + fetch_size == limit:
+            return data  # the segment end and max_position are batch boundaries
+        # Cut after the last whole batch; start scanning at an indexed batch near the end.
+        hint = self.offset_index.lookup_position(start.position + fetch_size)
+        first = hint - start.position if hint is not None and hint > start.position else 0
+        end = _whole_batches_end(data, first)
         return data if end == len(data) else data[:end]
 
     def read_next_offset(self) -> int:
         """The offset after the last batch (base offset if empty)."""
         next_offset = self.base_offset
-        for _, header in self.iter_batches(self.offset_index.last_entry.position):
-            next_offset = header.next_offset
+        for batch in self.scan_positions(self.offset_index.last_entry.position):
+            next_offset = batch.last_offset + 1
         return next_offset
 
     def first_batch_header(self) -> BatchHeader | None:

@@ -16,8 +16,15 @@ _READY = re.compile(r"ready on (\S+)")
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, *, broker_id: int = 0, port: int = 0,
-                 overrides: Sequence[str] = (), start_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        broker_id: int = 0,
+        port: int = 0,
+        overrides: Sequence[str] = (),
+        start_timeout_s: float = 30.0,
+    ) -> None:
         self.data_dir = data_dir
         self.broker_id = broker_id
         self.port = port
@@ -28,15 +35,28 @@ class BrokerProcess:
         self.bootstrap = ""
 
     def start(self) -> BrokerProcess:
-        cmd = [sys.executable, "-m", "wherry", "server",
-               "--broker-id", str(self.broker_id),
-               "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}",
-               "--log-dirs", str(self.data_dir)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "wherry",
+            "server",
+            "--broker-id",
+            str(self.broker_id),
+            "--listeners",
+            f"PLAINTEXT://127.0.0.1:{self.port}",
+            "--log-dirs",
+            str(self.data_dir),
+        ]
         for o in self.overrides:
             cmd += ["--override", o]
         self.output = []
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         ready = threading.Event()
 
         def pump() -> None:

@@ -13,8 +13,9 @@ from tests.broker_process import BrokerProcess
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One `wherry server` for the session (port chosen by the OS)."""
-    b = BrokerProcess(tmp_path_factory.mktemp("broker"),
-                      overrides=["log.retention.check.interval.ms=1000"]).start()
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("broker"), overrides=["log.retention.check.interval.ms=1000"]
+    ).start()
     try:
         yield b
     finally:

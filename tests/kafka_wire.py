@@ -19,13 +19,25 @@ def connect(bootstrap: str, timeout_s: float = 10.0) -> socket.socket:
     return s
 
 
-def encode_request(api_key: int, version: int, body: dict[str, Any] | Any,
-                   correlation_id: int = 1, client_id: str = "wire-test") -> bytes:
+def encode_request(
+    api_key: int,
+    version: int,
+    body: dict[str, Any] | Any,
+    correlation_id: int = 1,
+    client_id: str = "wire-test",
+) -> bytes:
     cls = load_request_schema(api_key, version)
     hdr_cls = cls.__header_schema__
     buf = io.BytesIO()
-    entity_writer(hdr_cls)(buf, hdr_cls(request_api_key=api_key, request_api_version=version,
-                                        correlation_id=correlation_id, client_id=client_id))
+    entity_writer(hdr_cls)(
+        buf,
+        hdr_cls(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        ),
+    )
     entity_writer(cls)(buf, build_entity(cls, body))
     payload = buf.getvalue()
     return struct.pack(">i", len(payload)) + payload
@@ -50,8 +62,9 @@ def read_response(sock: socket.socket, api_key: int, version: int) -> Any:
     return resp
 
 
-def call(bootstrap_or_sock: str | socket.socket, api_key: int, version: int,
-         body: dict[str, Any] | Any) -> Any:
+def call(
+    bootstrap_or_sock: str | socket.socket, api_key: int, version: int, body: dict[str, Any] | Any
+) -> Any:
     sock = connect(bootstrap_or_sock) if isinstance(bootstrap_or_sock, str) else bootstrap_or_sock
     try:
         sock.sendall(encode_request(api_key, version, body))

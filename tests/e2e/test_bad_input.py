@@ -15,26 +15,63 @@ from wherry.protocol.records import build_batch
 
 
 def _create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    resp = call(bootstrap, 19, 7, {"topics": [{"name": name, "num_partitions": partitions,
-                                               "replication_factor": 1}], "timeout": 10_000})
+    resp = call(
+        bootstrap,
+        19,
+        7,
+        {
+            "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1}],
+            "timeout": 10_000,
+        },
+    )
     assert resp.topics[0].error_code == ErrorCode.none, resp
 
 
 def _produce(bootstrap: str, topic: str, records: bytes, version: int = 9) -> object:
-    return call(bootstrap, 0, version, {"acks": -1, "timeout": 5000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+    return call(
+        bootstrap,
+        0,
+        version,
+        {
+            "acks": -1,
+            "timeout": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+        },
+    )
 
 
 def _fetch_all(bootstrap: str, topic: str) -> bytes:
-    resp = call(bootstrap, 1, 12, {"replica_id": -1, "max_wait": 0, "min_bytes": 0,
-                                   "max_bytes": 1 << 20, "isolation_level": 0,
-                                   "session_id": 0, "session_epoch": -1,
-                                   "topics": [{"topic": topic, "partitions": [
-                                       {"partition": 0, "fetch_offset": 0,
-                                        "partition_max_bytes": 1 << 20,
-                                        "current_leader_epoch": -1, "log_start_offset": -1,
-                                        "last_fetched_epoch": -1}]}],
-                                   "forgotten_topics_data": [], "rack_id": ""})
+    resp = call(
+        bootstrap,
+        1,
+        12,
+        {
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "fetch_offset": 0,
+                            "partition_max_bytes": 1 << 20,
+                            "current_leader_epoch": -1,
+                            "log_start_offset": -1,
+                            "last_fetched_epoch": -1,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+    )
     part = resp.responses[0].partitions[0]
     assert part.error_code == ErrorCode.none
     return bytes(part.records or b"")
@@ -68,8 +105,9 @@ def test_bad_input_is_rejected_and_stored_data_unaffected(broker: BrokerProcess)
 
     # 3. a truncated frame: the client goes away mid-request; nothing happens to the broker
     s = connect(bs)
-    s.sendall(encode_request(18, 3, {"client_software_name": "t",
-                                      "client_software_version": "1"})[:9])
+    s.sendall(
+        encode_request(18, 3, {"client_software_name": "t", "client_software_version": "1"})[:9]
+    )
     s.close()
 
     # 4. unknown API key, unsupported version → close
@@ -113,8 +151,16 @@ def test_bad_input_is_rejected_and_stored_data_unaffected(broker: BrokerProcess)
     assert r.error_code == ErrorCode.unknown_topic_or_partition
 
     # 11. invalid acks → INVALID_REQUIRED_ACKS
-    resp = call(bs, 0, 9, {"acks": 5, "timeout": 1000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": 0, "records": good}]}]})
+    resp = call(
+        bs,
+        0,
+        9,
+        {
+            "acks": 5,
+            "timeout": 1000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": good}]}],
+        },
+    )
     assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_required_acks
 
     # The broker still serves, and what was stored is exactly what it was.
@@ -129,8 +175,9 @@ def test_many_connections_while_one_misbehaves(broker: BrokerProcess) -> None:
     slow.sendall(struct.pack(">i", 1000) + b"\x00" * 10)  # never completes its frame
     others = [connect(bs) for _ in range(20)]
     for s in others:
-        s.sendall(encode_request(18, 3, {"client_software_name": "t",
-                                          "client_software_version": "1"}))
+        s.sendall(
+            encode_request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        )
     for s in others:
         assert read_response(s, 18, 3).error_code == ErrorCode.none
         s.close()
@@ -139,9 +186,21 @@ def test_many_connections_while_one_misbehaves(broker: BrokerProcess) -> None:
 
 def test_pipelined_requests_answered_in_order(broker: BrokerProcess) -> None:
     s = connect(broker.bootstrap)
-    s.sendall(b"".join(encode_request(3, 12, {"topics": [], "allow_auto_topic_creation": False,
-                                              "include_topic_authorized_operations": False},
-                                      correlation_id=i) for i in range(50)))
+    s.sendall(
+        b"".join(
+            encode_request(
+                3,
+                12,
+                {
+                    "topics": [],
+                    "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False,
+                },
+                correlation_id=i,
+            )
+            for i in range(50)
+        )
+    )
     for i in range(50):
         (size,) = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))
         raw = s.recv(size, socket.MSG_WAITALL)

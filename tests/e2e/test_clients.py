@@ -28,10 +28,17 @@ def new_topic(bootstrap: str, partitions: int = 3) -> str:
     return name
 
 
-def consume_assigned(bootstrap: str, topic: str, partitions: int, expected: int,
-                     timeout_s: float = 20.0) -> list:  # type: ignore[type-arg]
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+def consume_assigned(
+    bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 20.0
+) -> list:  # type: ignore[type-arg]
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out = []
     deadline = time.monotonic() + timeout_s
@@ -54,10 +61,15 @@ def test_confluent_kafka_produce_consume(broker: BrokerProcess, codec: str) -> N
     p = Producer({"bootstrap.servers": bs, "compression.type": codec, "linger.ms": 5})
     delivered: list = []  # type: ignore[type-arg]
     for i in range(300):
-        p.produce(topic, key=f"k{i}".encode(), value=f"value-{i}".encode() * 3,
-                  headers=[("h", f"{i}".encode()), ("n", None)], partition=i % 3,
-                  timestamp=NOW_MS + i,
-                  on_delivery=lambda err, msg: delivered.append((err, msg)))
+        p.produce(
+            topic,
+            key=f"k{i}".encode(),
+            value=f"value-{i}".encode() * 3,
+            headers=[("h", f"{i}".encode()), ("n", None)],
+            partition=i % 3,
+            timestamp=NOW_MS + i,
+            on_delivery=lambda err, msg: delivered.append((err, msg)),
+        )
     assert p.flush(20) == 0
     assert all(err is None for err, _ in delivered)
     msgs = consume_assigned(bs, topic, 3, 300)
@@ -93,15 +105,22 @@ def test_kafka_python_produce_consume(broker: BrokerProcess, codec: str | None) 
     bs = broker.bootstrap
     topic = new_topic(bs, 2)
     prod = KafkaProducer(bootstrap_servers=bs, compression_type=codec)  # idempotent by default
-    futs = [prod.send(topic, key=f"k{i}".encode(), value=f"v{i}".encode(),
-                      headers=[("h", b"x")], partition=i % 2, timestamp_ms=NOW_MS + i)
-            for i in range(200)]
+    futs = [
+        prod.send(
+            topic,
+            key=f"k{i}".encode(),
+            value=f"v{i}".encode(),
+            headers=[("h", b"x")],
+            partition=i % 2,
+            timestamp_ms=NOW_MS + i,
+        )
+        for i in range(200)
+    ]
     prod.flush(20)
     metas = [f.get(timeout=20) for f in futs]
     assert {m.partition for m in metas} == {0, 1}
     prod.close()
-    cons = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False,
-                         consumer_timeout_ms=5000)
+    cons = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, consumer_timeout_ms=5000)
     cons.assign([KTP(topic, 0), KTP(topic, 1)])
     cons.seek_to_beginning()
     got = []
@@ -129,8 +148,13 @@ def test_aiokafka_produce_consume(broker: BrokerProcess, codec: str | None) -> N
         await prod.start()
         try:
             for i in range(100):
-                await prod.send_and_wait(topic, key=f"k{i}".encode(), value=f"v{i}".encode(),
-                                         partition=i % 2, headers=[("h", b"y")])
+                await prod.send_and_wait(
+                    topic,
+                    key=f"k{i}".encode(),
+                    value=f"v{i}".encode(),
+                    partition=i % 2,
+                    headers=[("h", b"y")],
+                )
         finally:
             await prod.stop()
         cons = AIOKafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False)
@@ -183,16 +207,26 @@ def test_kcat_produce_consume(broker: BrokerProcess, codec: str) -> None:
     bs = broker.bootstrap
     topic = new_topic(bs, 2)
     lines = "".join(f"key{i}:val{i}\n" for i in range(50))
-    subprocess.run([KCAT, "-b", bs, "-t", topic, "-P", "-K:", "-z", codec, "-p", "1",
-                    "-H", "hk=hv"], input=lines, text=True, check=True, timeout=30)
-    out = subprocess.run([KCAT, "-b", bs, "-t", topic, "-C", "-p", "1", "-o", "beginning",
-                          "-e", "-f", "%k=%s|%h\n"],
-                         capture_output=True, text=True, check=True, timeout=30)
+    subprocess.run(
+        [KCAT, "-b", bs, "-t", topic, "-P", "-K:", "-z", codec, "-p", "1", "-H", "hk=hv"],
+        input=lines,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    out = subprocess.run(
+        [KCAT, "-b", bs, "-t", topic, "-C", "-p", "1", "-o", "beginning", "-e", "-f", "%k=%s|%h\n"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
     rows = out.stdout.strip().splitlines()
     assert rows[0] == "key0=val0|hk=hv"
     assert len(rows) == 50
-    meta = subprocess.run([KCAT, "-b", bs, "-L", "-t", topic], capture_output=True, text=True,
-                          check=True, timeout=30)
+    meta = subprocess.run(
+        [KCAT, "-b", bs, "-L", "-t", topic], capture_output=True, text=True, check=True, timeout=30
+    )
     assert "2 partitions" in meta.stdout
 
 

@@ -19,13 +19,22 @@ from tests.broker_process import BrokerProcess, wait_until
 from wherry.protocol.records import crc_ok, iter_batches, parse_header
 
 
-def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0
-             ) -> dict[tuple[int, int], bytes]:
+def read_all(
+    bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0
+) -> dict[tuple[int, int], bytes]:
     """(partition, offset) → value for everything up to each partition's high watermark."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
-    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(partitions)}
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    ends = {
+        p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        for p in range(partitions)
+    }
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: dict[tuple[int, int], bytes] = {}
     done: set[int] = {p for p, end in ends.items() if end == 0}
@@ -71,8 +80,9 @@ def test_clean_restart_keeps_topics_configs_and_data(fresh_broker: BrokerProcess
     b = fresh_broker.start()
     topic = f"r-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    admin.create_topics([NewTopic(topic, 3, 1, config={"retention.ms": "86400000"})])[
-        topic].result(15)
+    admin.create_topics([NewTopic(topic, 3, 1, config={"retention.ms": "86400000"})])[topic].result(
+        15
+    )
     p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
     for i in range(900):
         p.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), partition=i % 3)
@@ -94,8 +104,9 @@ def test_clean_restart_keeps_topics_configs_and_data(fresh_broker: BrokerProcess
     assert cfg["retention.ms"].value == "86400000"
     p = Producer({"bootstrap.servers": b.bootstrap})
     offsets: list[int] = []
-    p.produce(topic, value=b"after", partition=0,
-              on_delivery=lambda err, m: offsets.append(m.offset()))
+    p.produce(
+        topic, value=b"after", partition=0, on_delivery=lambda err, m: offsets.append(m.offset())
+    )
     assert p.flush(20) == 0
     assert offsets == [300]
 
@@ -127,7 +138,8 @@ p.flush(5)
 
 @pytest.mark.parametrize("flush_messages", [None, 1], ids=["page-cache", "fsync-each"])
 def test_kill_9_during_produce_loses_no_acknowledged_record(
-        fresh_broker: BrokerProcess, tmp_path: Path, flush_messages: int | None) -> None:
+    fresh_broker: BrokerProcess, tmp_path: Path, flush_messages: int | None
+) -> None:
     b = fresh_broker.start()
     topic = f"k-{uuid.uuid4().hex[:8]}"
     config = {"segment.bytes": "65536"}
@@ -136,11 +148,13 @@ def test_kill_9_during_produce_loses_no_acknowledged_record(
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(15)
     acked_path = tmp_path / "acked.jsonl"
-    prod = subprocess.Popen([sys.executable, "-c", PRODUCER_SCRIPT, b.bootstrap, topic,
-                             str(acked_path), "2"])
+    prod = subprocess.Popen(
+        [sys.executable, "-c", PRODUCER_SCRIPT, b.bootstrap, topic, str(acked_path), "2"]
+    )
     try:
-        assert wait_until(lambda: acked_path.exists() and acked_path.stat().st_size > 20_000,
-                          timeout_s=20)
+        assert wait_until(
+            lambda: acked_path.exists() and acked_path.stat().st_size > 20_000, timeout_s=20
+        )
         os.kill(b.pid, signal.SIGKILL)  # crash mid-load
         b.proc.wait(10)  # type: ignore[union-attr]
         b.proc = None

@@ -28,8 +28,12 @@ def frame_for(api_key: int, version: int, body: object, correlation_id: int = 42
     cls = load_request_schema(api_key, version)
     hdr_cls = cls.__header_schema__
     buf = io.BytesIO()
-    hdr = hdr_cls(request_api_key=api_key, request_api_version=version,
-                  correlation_id=correlation_id, client_id="test")
+    hdr = hdr_cls(
+        request_api_key=api_key,
+        request_api_version=version,
+        correlation_id=correlation_id,
+        client_id="test",
+    )
     entity_writer(hdr_cls)(buf, hdr)
     entity_writer(cls)(buf, body)
     return buf.getvalue()
@@ -37,8 +41,13 @@ def frame_for(api_key: int, version: int, body: object, correlation_id: int = 42
 
 def test_decode_metadata_v12() -> None:
     cls = load_request_schema(3, 12)
-    body = build_entity(cls, {"topics": [{"name": "a", "topic_id": uuid.UUID(int=0)}],
-                              "allow_auto_topic_creation": True})
+    body = build_entity(
+        cls,
+        {
+            "topics": [{"name": "a", "topic_id": uuid.UUID(int=0)}],
+            "allow_auto_topic_creation": True,
+        },
+    )
     req = decode_request(frame_for(3, 12, body), SUPPORTED_VERSIONS)
     assert isinstance(req, Request)
     assert (req.api_key, req.api_version, req.correlation_id, req.client_id) == (3, 12, 42, "test")
@@ -79,11 +88,26 @@ def test_metadata_response_every_version_from_one_mapping(version: int) -> None:
         "brokers": [{"node_id": 0, "host": "127.0.0.1", "port": 9092, "rack": None}],
         "cluster_id": "abc",
         "controller_id": 0,
-        "topics": [{"error_code": 0, "name": "t", "topic_id": uuid.uuid4(), "is_internal": False,
-                    "partitions": [{"error_code": ErrorCode.none, "partition_index": 0,
-                                    "leader_id": 0, "leader_epoch": 3, "replica_nodes": [0],
-                                    "isr_nodes": [0], "offline_replicas": []}],
-                    "topic_authorized_operations": -(2**31)}],
+        "topics": [
+            {
+                "error_code": 0,
+                "name": "t",
+                "topic_id": uuid.uuid4(),
+                "is_internal": False,
+                "partitions": [
+                    {
+                        "error_code": ErrorCode.none,
+                        "partition_index": 0,
+                        "leader_id": 0,
+                        "leader_epoch": 3,
+                        "replica_nodes": [0],
+                        "isr_nodes": [0],
+                        "offline_replicas": [],
+                    }
+                ],
+                "topic_authorized_operations": -(2**31),
+            }
+        ],
         "cluster_authorized_operations": -(2**31),
         "error_code": ErrorCode.none,
     }
@@ -118,8 +142,14 @@ def test_fuzz_decoder_only_raises_decode_error(api_key: int, version: int, tail:
 @given(st.data())
 def test_fuzz_mutated_valid_requests(data: st.DataObject) -> None:
     cls = load_request_schema(0, 9)
-    body = build_entity(cls, {"acks": -1, "timeout": 1000, "topic_data": [
-        {"name": "t", "partition_data": [{"index": 0, "records": b"x" * 70}]}]})
+    body = build_entity(
+        cls,
+        {
+            "acks": -1,
+            "timeout": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"x" * 70}]}],
+        },
+    )
     raw = bytearray(frame_for(0, 9, body))
     for _ in range(data.draw(st.integers(1, 5))):
         i = data.draw(st.integers(8, len(raw) - 1))

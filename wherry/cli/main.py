@@ -36,14 +36,20 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("properties", required=False, type=click.Path(exists=True, dir_okay=False,
-                                                               path_type=Path))
+@click.argument(
+    "properties", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
 @click.option("--broker-id", type=int, help="broker.id")
 @click.option("--listeners", help="listeners, e.g. PLAINTEXT://127.0.0.1:9092")
 @click.option("--advertised-listeners", help="advertised.listeners")
 @click.option("--log-dirs", help="log.dirs (comma-separated)")
-@click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Any broker config, Kafka name (repeatable).")
+@click.option(
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any broker config, Kafka name (repeatable).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 def server(
     properties: Path | None,
@@ -61,8 +67,12 @@ def server(
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--override")
         k, v = item.split("=", 1)
         props[k.strip()] = v.strip()
-    for key, value in (("broker.id", broker_id), ("listeners", listeners),
-                       ("advertised.listeners", advertised_listeners), ("log.dirs", log_dirs)):
+    for key, value in (
+        ("broker.id", broker_id),
+        ("listeners", listeners),
+        ("advertised.listeners", advertised_listeners),
+        ("log.dirs", log_dirs),
+    ):
         if value is not None:
             props[key] = str(value)
     try:
@@ -73,10 +83,9 @@ def server(
     try:
         import uvloop
 
-        runner = uvloop.run
+        code = uvloop.run(_serve(cfg))
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        runner = asyncio.run
-    code = runner(_serve(cfg))
+        code = asyncio.run(_serve(cfg))
     sys.exit(code)
 
 
@@ -96,9 +105,9 @@ async def _serve(cfg: object) -> int:
         logging.getLogger("wherry").exception("startup failed: %s", e)
         await broker.stop()
         return 1
+    bound = zip(cfg.listeners, broker.bound_ports, strict=True)
     print(f"wherry broker {cfg.broker_id} ready on "
-          f"{','.join(f'{ep.host}:{p}' for ep, p in zip(cfg.listeners, broker.bound_ports, strict=True))}",
-          flush=True)
+          f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}", flush=True)
     await stop.wait()
     await broker.stop()
     return 0

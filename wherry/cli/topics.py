@@ -336,7 +336,8 @@ def create(
         if partitions is not None or replication_factor is not None:
             raise CommandError("Option --replica-assignment can't be used with "
                                "--partitions or --replication-factor")
-        new = NewTopic(topic, replica_assignment=parse_replica_assignment(replica_assignment),
+        assignment = parse_replica_assignment(replica_assignment)
+        new = NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment,
                        config=config)
     else:
         new = NewTopic(topic, num_partitions=partitions if partitions is not None else -1,

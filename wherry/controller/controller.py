@@ -162,7 +162,8 @@ class Controller:
             epoch = paths.decode_controller_epoch(data) + 1
             try:
                 new = await self.store.set(
-                    paths.CONTROLLER_EPOCH, paths.encode_controller_epoch(epoch),
+                    paths.CONTROLLER_EPOCH,
+                    paths.encode_controller_epoch(epoch),
                     version=stat.version,
                 )
             except BadVersionError as e:
@@ -182,8 +183,12 @@ class Controller:
         self.active = True
         log.info("%s elected as controller with epoch %d", self._prefix, self.ctx.epoch)
         state_change_log.info("%s became controller with epoch %d", self._prefix, self.ctx.epoch)
-        for p in (paths.BROKER_IDS, paths.BROKER_TOPICS, paths.ADMIN_DELETE_TOPICS,
-                  paths.CONFIG_TOPICS):
+        for p in (
+            paths.BROKER_IDS,
+            paths.BROKER_TOPICS,
+            paths.ADMIN_DELETE_TOPICS,
+            paths.CONFIG_TOPICS,
+        ):
             try:
                 await self.store.create(p, b"", make_parents=True)
             except NodeExistsError:
@@ -215,8 +220,9 @@ class Controller:
                 continue
             reg = paths.BrokerRegistration.from_json(data, broker_id=int(name))
             if reg.epoch < 0:
-                reg = paths.BrokerRegistration(reg.broker_id, reg.host, reg.port, reg.rack,
-                                               stat.czxid)
+                reg = paths.BrokerRegistration(
+                    reg.broker_id, reg.host, reg.port, reg.rack, stat.czxid
+                )
             live[reg.broker_id] = reg
         self.ctx.live_brokers = live
         return set(live)
@@ -271,14 +277,17 @@ class Controller:
     # --- writing partition state (fenced by the controller epoch) -----------------------
     async def _fenced_multi(self, ops: list[MultiOp]) -> None:
         try:
-            await self.store.multi([CheckOp(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version),
-                                    *ops])
+            await self.store.multi(
+                [CheckOp(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version), *ops]
+            )
         except BadVersionError as e:
             raise ControllerMovedError("controller epoch znode version changed") from e
 
     async def _create_state(self, tp: TopicPartition, st: LeaderIsr) -> bool:
-        for parent in (paths.topic_partitions_path(tp.topic),
-                       paths.partition_path(tp.topic, tp.partition)):
+        for parent in (
+            paths.topic_partitions_path(tp.topic),
+            paths.partition_path(tp.topic, tp.partition),
+        ):
             try:
                 await self.store.create(parent, b"")
             except NodeExistsError:
@@ -317,7 +326,11 @@ class Controller:
                 state_change_log.error(
                     "%s Controller %d epoch %d encountered error while changing partition %s "
                     "from NewPartition to OnlinePartition: no replica of %s is alive",
-                    self._prefix, self.broker_id, self.ctx.epoch, _name(tp), list(replicas),
+                    self._prefix,
+                    self.broker_id,
+                    self.ctx.epoch,
+                    _name(tp),
+                    list(replicas),
                 )
                 continue
             st = LeaderIsr(live_replicas[0], 0, live_replicas, self.ctx.epoch, 0)
@@ -334,10 +347,13 @@ class Controller:
             self.ctx.states.pop(tp, None)
             return
         s = paths.PartitionState.from_json(data)
-        self.ctx.states[tp] = LeaderIsr(s.leader, s.leader_epoch, tuple(s.isr),
-                                        s.controller_epoch, stat.version)
+        self.ctx.states[tp] = LeaderIsr(
+            s.leader, s.leader_epoch, tuple(s.isr), s.controller_epoch, stat.version
+        )
 
-    async def _elect_offline_partitions(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+    async def _elect_offline_partitions(
+        self, tps: Iterable[TopicPartition]
+    ) -> list[TopicPartition]:
         """SPEC H3: new leaders for partitions whose leader is not alive."""
         live = set(self.ctx.live_brokers)
         changed: list[TopicPartition] = []
@@ -346,25 +362,42 @@ class Controller:
                 st = self.ctx.states.get(tp)
                 if st is None or st.leader in live or tp.topic in self.ctx.topics_to_delete:
                     break
-                unclean = self.ctx.topic_configs.get(tp.topic, {}).get(
-                    "unclean.leader.election.enable", str(self.unclean_default)
-                ).lower() == "true"
-                e = offline_partition_election(self.ctx.replicas(tp), st.isr, live,
-                                               unclean_allowed=unclean)
+                unclean = (
+                    self.ctx.topic_configs.get(tp.topic, {})
+                    .get("unclean.leader.election.enable", str(self.unclean_default))
+                    .lower()
+                    == "true"
+                )
+                e = offline_partition_election(
+                    self.ctx.replicas(tp), st.isr, live, unclean_allowed=unclean
+                )
                 leader = NO_LEADER if e.leader is None else e.leader
                 if leader == st.leader:
                     break
-                new = LeaderIsr(leader, st.leader_epoch + 1, e.isr if e.leader is not None
-                                else st.isr, self.ctx.epoch, st.zk_version)
+                new = LeaderIsr(
+                    leader,
+                    st.leader_epoch + 1,
+                    e.isr if e.leader is not None else st.isr,
+                    self.ctx.epoch,
+                    st.zk_version,
+                )
                 if e.unclean:
-                    log.warning("%s UNCLEAN leader election for %s: %d becomes leader though not "
-                                "in ISR %s; data may be lost", self._prefix, _name(tp), leader,
-                                list(st.isr))
+                    log.warning(
+                        "%s UNCLEAN leader election for %s: %d becomes leader though not "
+                        "in ISR %s; data may be lost",
+                        self._prefix,
+                        _name(tp),
+                        leader,
+                        list(st.isr),
+                    )
                 if await self._update_state(tp, new):
                     self.ctx.states[tp] = new
-                    self._log_change(tp, "OfflinePartition",
-                                     "OnlinePartition" if e.leader is not None
-                                     else "OfflinePartition", new)
+                    self._log_change(
+                        tp,
+                        "OfflinePartition",
+                        "OnlinePartition" if e.leader is not None else "OfflinePartition",
+                        new,
+                    )
                     changed.append(tp)
                     break
                 await self._reload_state(tp)  # conflict: retry on fresh state
@@ -374,8 +407,15 @@ class Controller:
         state_change_log.info(
             "%s Changed partition %s from %s to %s with state LeaderAndIsr(leader=%d, "
             "leaderEpoch=%d, isr=%s, controllerEpoch=%d, zkVersion=%d)",
-            self._prefix, _name(tp), old, new, st.leader, st.leader_epoch, list(st.isr),
-            self.ctx.epoch, st.zk_version,
+            self._prefix,
+            _name(tp),
+            old,
+            new,
+            st.leader,
+            st.leader_epoch,
+            list(st.isr),
+            self.ctx.epoch,
+            st.zk_version,
         )
 
     # --- requests to brokers ---------------------------------------------------------------
@@ -385,51 +425,83 @@ class Controller:
             for _, r in sorted(self.ctx.live_brokers.items())
         )
 
-    async def _send_leader_and_isr(self, broker_id: int, tps: Iterable[TopicPartition],
-                                   *, is_new: bool = False) -> None:
+    async def _send_leader_and_isr(
+        self, broker_id: int, tps: Iterable[TopicPartition], *, is_new: bool = False
+    ) -> None:
         states = []
         for tp in tps:
             st = self.ctx.states.get(tp)
             if st is None:
                 continue
-            states.append(LeaderAndIsrPartitionState(
-                tp.topic, tp.partition, self.ctx.epoch, st.leader, st.leader_epoch, st.isr,
-                st.zk_version, self.ctx.replicas(tp), is_new=is_new,
-            ))
+            states.append(
+                LeaderAndIsrPartitionState(
+                    tp.topic,
+                    tp.partition,
+                    self.ctx.epoch,
+                    st.leader,
+                    st.leader_epoch,
+                    st.isr,
+                    st.zk_version,
+                    self.ctx.replicas(tp),
+                    is_new=is_new,
+                )
+            )
         if not states:
             return
         topics = {s.topic_name for s in states}
         reg = self.ctx.live_brokers.get(broker_id)
         req = LeaderAndIsrRequest(
-            self.broker_id, self.ctx.epoch, reg.epoch if reg else -1, tuple(states),
+            self.broker_id,
+            self.ctx.epoch,
+            reg.epoch if reg else -1,
+            tuple(states),
             {t: self.ctx.topic_ids[t] for t in topics if t in self.ctx.topic_ids},
             self._endpoints(),
         )
         await self.channel.leader_and_isr(broker_id, req)
 
-    def _um_state(self, tp: TopicPartition, leader: int | None = None) -> UpdateMetadataPartitionState:
+    def _um_state(
+        self, tp: TopicPartition, leader: int | None = None
+    ) -> UpdateMetadataPartitionState:
         st = self.ctx.states.get(tp)
         replicas = self.ctx.replicas(tp)
         live = self.ctx.live_brokers
         if st is None:
-            return UpdateMetadataPartitionState(tp.topic, tp.partition, self.ctx.epoch,
-                                                NO_LEADER if leader is None else leader, -1, (),
-                                                -1, replicas,
-                                                tuple(r for r in replicas if r not in live))
+            return UpdateMetadataPartitionState(
+                tp.topic,
+                tp.partition,
+                self.ctx.epoch,
+                NO_LEADER if leader is None else leader,
+                -1,
+                (),
+                -1,
+                replicas,
+                tuple(r for r in replicas if r not in live),
+            )
         return UpdateMetadataPartitionState(
-            tp.topic, tp.partition, self.ctx.epoch, st.leader if leader is None else leader,
-            st.leader_epoch, st.isr, st.zk_version, replicas,
+            tp.topic,
+            tp.partition,
+            self.ctx.epoch,
+            st.leader if leader is None else leader,
+            st.leader_epoch,
+            st.isr,
+            st.zk_version,
+            replicas,
             tuple(r for r in replicas if r not in live),
         )
 
-    async def _send_update_metadata(self, brokers: Iterable[int],
-                                    tps: Iterable[TopicPartition]) -> None:
+    async def _send_update_metadata(
+        self, brokers: Iterable[int], tps: Iterable[TopicPartition]
+    ) -> None:
         states = tuple(self._um_state(tp) for tp in tps)
         topics = {s.topic_name for s in states}
         for b in brokers:
             reg = self.ctx.live_brokers.get(b)
             req = UpdateMetadataRequest(
-                self.broker_id, self.ctx.epoch, reg.epoch if reg else -1, states,
+                self.broker_id,
+                self.ctx.epoch,
+                reg.epoch if reg else -1,
+                states,
                 self._endpoints(),
                 {t: self.ctx.topic_ids[t] for t in topics if t in self.ctx.topic_ids},
             )
@@ -444,8 +516,7 @@ class Controller:
         dead, new = before - after, after - before
         if dead:
             log.info("%s brokers %s failed", self._prefix, sorted(dead))
-            affected = [tp for tp in self.ctx.all_partitions()
-                        if set(self.ctx.replicas(tp)) & dead]
+            affected = [tp for tp in self.ctx.all_partitions() if set(self.ctx.replicas(tp)) & dead]
             changed = await self._elect_offline_partitions(affected)
             # Dead replicas that were followers leave the ISR (leader epoch bump).
             for tp in affected:
@@ -454,8 +525,9 @@ class Controller:
                     continue
                 isr = tuple(r for r in st.isr if r not in dead)
                 if isr != st.isr and isr:
-                    upd = LeaderIsr(st.leader, st.leader_epoch + 1, isr, self.ctx.epoch,
-                                    st.zk_version)
+                    upd = LeaderIsr(
+                        st.leader, st.leader_epoch + 1, isr, self.ctx.epoch, st.zk_version
+                    )
                     if await self._update_state(tp, upd):
                         self.ctx.states[tp] = upd
                         changed.append(tp)
@@ -463,7 +535,8 @@ class Controller:
             await self._send_update_metadata(sorted(after), self.ctx.all_partitions())
             for b in sorted(after):
                 await self._send_leader_and_isr(
-                    b, [tp for tp in changed if b in self.ctx.replicas(tp)])
+                    b, [tp for tp in changed if b in self.ctx.replicas(tp)]
+                )
         if new:
             log.info("%s brokers %s started", self._prefix, sorted(new))
             changed = await self._elect_offline_partitions(self.ctx.all_partitions())
@@ -471,8 +544,13 @@ class Controller:
             for b in sorted(after):
                 tps = set(changed if b not in new else self.ctx.partitions_on_broker(b))
                 await self._send_leader_and_isr(
-                    b, [tp for tp in self.ctx.all_partitions()
-                        if tp in tps and b in self.ctx.replicas(tp)])
+                    b,
+                    [
+                        tp
+                        for tp in self.ctx.all_partitions()
+                        if tp in tps and b in self.ctx.replicas(tp)
+                    ],
+                )
             await self._resume_deletions()
 
     async def _on_topic_change(self) -> None:
@@ -488,7 +566,8 @@ class Controller:
         live = sorted(self.ctx.live_brokers)
         for b in live:
             await self._send_leader_and_isr(
-                b, [tp for tp in tps if b in self.ctx.replicas(tp)], is_new=True)
+                b, [tp for tp in tps if b in self.ctx.replicas(tp)], is_new=True
+            )
         await self._send_update_metadata(live, tps)
 
     async def _on_topic_modified(self, topic: str) -> None:
@@ -497,7 +576,8 @@ class Controller:
             return
         try:
             data, _ = await self.store.get(
-                paths.topic_path(topic), watch=self._watch(lambda: self._on_topic_modified(topic)))
+                paths.topic_path(topic), watch=self._watch(lambda: self._on_topic_modified(topic))
+            )
         except NoNodeError:
             return
         assignment = paths.TopicAssignment.from_json(data)
@@ -520,24 +600,38 @@ class Controller:
             tps = self.ctx.partitions_of(topic)
             replicas = {r for tp in tps for r in self.ctx.replicas(tp)}
             if not replicas <= set(self.ctx.live_brokers):
-                log.info("%s deletion of %s waits for replicas %s to come back", self._prefix,
-                         topic, sorted(replicas - set(self.ctx.live_brokers)))
+                log.info(
+                    "%s deletion of %s waits for replicas %s to come back",
+                    self._prefix,
+                    topic,
+                    sorted(replicas - set(self.ctx.live_brokers)),
+                )
                 continue
             live = sorted(self.ctx.live_brokers)
             states = tuple(self._um_state(tp, leader=LEADER_DURING_DELETE) for tp in tps)
             for b in live:
                 reg = self.ctx.live_brokers[b]
-                await self.channel.update_metadata(b, UpdateMetadataRequest(
-                    self.broker_id, self.ctx.epoch, reg.epoch, states, self._endpoints(), {}))
+                await self.channel.update_metadata(
+                    b,
+                    UpdateMetadataRequest(
+                        self.broker_id, self.ctx.epoch, reg.epoch, states, self._endpoints(), {}
+                    ),
+                )
             for b in sorted(replicas):
                 parts = tuple(
                     StopReplicaPartition(tp.topic, tp.partition, LEADER_DURING_DELETE, True)
-                    for tp in tps if b in self.ctx.replicas(tp))
+                    for tp in tps
+                    if b in self.ctx.replicas(tp)
+                )
                 reg = self.ctx.live_brokers[b]
-                await self.channel.stop_replica(b, StopReplicaRequest(
-                    self.broker_id, self.ctx.epoch, reg.epoch, parts))
-            for path in (paths.topic_path(topic), paths.topic_config_path(topic),
-                         paths.delete_topic_path(topic)):
+                await self.channel.stop_replica(
+                    b, StopReplicaRequest(self.broker_id, self.ctx.epoch, reg.epoch, parts)
+                )
+            for path in (
+                paths.topic_path(topic),
+                paths.topic_config_path(topic),
+                paths.delete_topic_path(topic),
+            ):
                 try:
                     await self.store.delete(path, recursive=True)
                 except NoNodeError:

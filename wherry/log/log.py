@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import random
 import shutil
 import threading
@@ -178,6 +179,7 @@ class Log:
         self._pending_flush_offset: int | None = None  # rolled segments not yet fsynced
         self._pending_deletes: list[tuple[int, LogSegment]] = []  # (delete at ms, segment)
         self._read_bound: _ReadBound | None = None
+        self._truncations = 0  # bumped by every truncation (flush races)
 
     # ----------------------------------------------------------------------------------
     # Loading
@@ -894,6 +896,7 @@ class Log:
             return True
 
     def _after_truncation(self, now_ms: int) -> None:
+        self._truncations += 1
         end = self._log_end_offset
         self._read_bound = None
         self.leader_epoch_cache.truncate_from_end(end)
@@ -925,6 +928,7 @@ class Log:
             now_ms=now_ms,
             roll_jitter_ms=self._random_jitter(self.config),
         )
+        self._truncations += 1
         self._segments = [segment]
         self._bases = [new_offset]
         self._log_end_offset = new_offset
@@ -1117,29 +1121,59 @@ class Log:
     # ----------------------------------------------------------------------------------
 
     def flush(self, up_to: int | None = None, *, now_ms: int | None = None) -> None:
-        """fsync everything below `up_to` (default: the log end offset); moves the recovery
-        point there."""
+        """fsync everything below `up_to` (default: the log end offset) and move the recovery
+        point there. The data fsync runs without holding the log's lock, so appends (e.g. on
+        the event loop) are not blocked while a scheduler thread flushes."""
         with self._lock:
             self._check_open()
+            now = self._now(now_ms)
             end = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
-            self._flush(end, self._now(now_ms))
+            self._last_flush_ms = now
+            if end <= self._recovery_point:
+                return
+            fds: list[int] = []
+            try:
+                for segment in self._segments_to_flush(end):
+                    segment.flush_indexes()
+                    fds.append(segment.dup_fd())
+            except BaseException:
+                for fd in fds:
+                    os.close(fd)
+                raise
+            generation = self._truncations
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            if self._closed or self._truncations != generation:
+                return  # truncated meanwhile: keep the (lowered) recovery point
+            self._mark_flushed(end)
 
-    def _flush(self, up_to: int, now_ms: int) -> None:
-        self._last_flush_ms = now_ms
-        if up_to <= self._recovery_point:
-            return
+    def _segments_to_flush(self, up_to: int) -> list[LogSegment]:
+        """Segments holding offsets in [recovery_point, up_to)."""
         start = self._segment_index_for(self._recovery_point)
-        for segment in self._segments[start:]:
-            if segment.base_offset >= up_to:
-                break
-            segment.flush()
+        return [s for s in self._segments[start:] if s.base_offset < up_to]
+
+    def _mark_flushed(self, up_to: int) -> None:
         self.producer_state.flush_snapshots(up_to)
         if self._dir_needs_flush:
             fsync_dir(self.dir)
             self._dir_needs_flush = False
-        self._recovery_point = up_to
+        self._recovery_point = max(self._recovery_point, up_to)
         if self._pending_flush_offset is not None and self._pending_flush_offset <= up_to:
             self._pending_flush_offset = None
+
+    def _flush(self, up_to: int, now_ms: int) -> None:
+        """Flush synchronously under the lock (flush.messages, close)."""
+        self._last_flush_ms = now_ms
+        if up_to <= self._recovery_point:
+            return
+        for segment in self._segments_to_flush(up_to):
+            segment.flush()
+        self._mark_flushed(up_to)
 
     def flush_if_needed(self, now_ms: int) -> bool:
         """Flush if flush.ms elapsed since the last flush or a roll left segments unflushed."""
@@ -1147,14 +1181,13 @@ class Log:
             if self._closed:
                 return False
             if self.unflushed_messages > 0 and now_ms - self._last_flush_ms >= self.config.flush_ms:
-                self._flush(self._log_end_offset, now_ms)
-                return True
-            pending = self._pending_flush_offset
-            if pending is not None:
-                self._flush(pending, now_ms)
-                self._pending_flush_offset = None
-                return True
-            return False
+                target: int | None = None
+            elif self._pending_flush_offset is not None:
+                target = self._pending_flush_offset
+            else:
+                return False
+        self.flush(target, now_ms=now_ms)
+        return True
 
     def close(self) -> None:
         """Snapshot producer state, close the segments (trimming indexes). Does not fsync the

@@ -86,6 +86,7 @@ class LogManager:
         self._pending_dir_deletes: list[tuple[int, Path]] = []
         self._had_clean_shutdown: dict[Path, bool] = {}
         self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()
         self._started = False
         self._shut_down = False
 
@@ -258,21 +259,22 @@ class LogManager:
             self._check_running()
             existing = self._logs.pop(tp, None)
             dir = self._dir_of.pop(tp, None)
-            if existing is None or dir is None:
-                return False
-            delay = existing.config.file_delete_delay_ms
-            existing.close()
-            target = dir / f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-            existing.rename_dir(target)
-            fsync_dir(dir)
-            now_ms = self.now_ms_fn()
-            if delay <= 0:
-                shutil.rmtree(target, ignore_errors=True)
-            else:
-                self._pending_dir_deletes.append((now_ms + delay, target))
-            self._checkpoint_dir(dir)
-            log.info("deleted log for %s", tp)
-            return True
+        if existing is None or dir is None:
+            return False
+        delay = existing.config.file_delete_delay_ms
+        existing.close()
+        target = dir / f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        existing.rename_dir(target)
+        fsync_dir(dir)
+        if delay <= 0:
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            with self._lock:
+                self._pending_dir_deletes.append((self.now_ms_fn() + delay, target))
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        log.info("deleted log for %s", tp)
+        return True
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         """Set a topic's config and apply it to its open logs."""
@@ -297,44 +299,43 @@ class LogManager:
     def _logs_in(self, dir: Path) -> dict[TopicPartition, Log]:
         return {tp: lg for tp, lg in self._logs.items() if self._dir_of.get(tp) == dir}
 
-    def _checkpoint_dir(self, dir: Path) -> None:
-        logs = self._logs_in(dir)
-        OffsetCheckpointFile(dir / RECOVERY_POINT_CHECKPOINT).write(
-            {tp: lg.recovery_point for tp, lg in logs.items()}
-        )
-        OffsetCheckpointFile(dir / LOG_START_OFFSET_CHECKPOINT).write(
-            {tp: lg.log_start_offset for tp, lg in logs.items()}
-        )
+    def _write_checkpoints(
+        self,
+        name: str,
+        offsets_for: Callable[[Path, dict[TopicPartition, Log]], dict[TopicPartition, int]],
+    ) -> None:
+        # The checkpoint lock keeps writers ordered (a stale write never lands last); the
+        # manager lock is only held while collecting offsets.
+        with self._checkpoint_lock:
+            with self._lock:
+                per_dir = {d: offsets_for(d, self._logs_in(d)) for d in self.log_dirs}
+            for dir, offsets in per_dir.items():
+                OffsetCheckpointFile(dir / name).write(offsets)
 
     def checkpoint_recovery_points(self) -> None:
-        with self._lock:
-            for dir in self.log_dirs:
-                logs = self._logs_in(dir)
-                OffsetCheckpointFile(dir / RECOVERY_POINT_CHECKPOINT).write(
-                    {tp: lg.recovery_point for tp, lg in logs.items()}
-                )
+        self._write_checkpoints(
+            RECOVERY_POINT_CHECKPOINT,
+            lambda _, logs: {tp: lg.recovery_point for tp, lg in logs.items()},
+        )
 
     def checkpoint_log_start_offsets(self) -> None:
-        with self._lock:
-            for dir in self.log_dirs:
-                logs = self._logs_in(dir)
-                OffsetCheckpointFile(dir / LOG_START_OFFSET_CHECKPOINT).write(
-                    {tp: lg.log_start_offset for tp, lg in logs.items()}
-                )
+        self._write_checkpoints(
+            LOG_START_OFFSET_CHECKPOINT,
+            lambda _, logs: {tp: lg.log_start_offset for tp, lg in logs.items()},
+        )
 
     def checkpoint_high_watermarks(
         self, high_watermarks: Mapping[TopicPartition, int] | None = None
     ) -> None:
         """Write replication-offset-checkpoint in every dir: the given high watermarks (for
         partitions with a log in that dir) or, by default, each log's `high_watermark`."""
-        with self._lock:
-            for dir in self.log_dirs:
-                logs = self._logs_in(dir)
-                if high_watermarks is None:
-                    offsets = {tp: lg.high_watermark for tp, lg in logs.items()}
-                else:
-                    offsets = {tp: hw for tp, hw in high_watermarks.items() if tp in logs}
-                OffsetCheckpointFile(dir / HIGH_WATERMARK_CHECKPOINT).write(offsets)
+
+        def offsets(_: Path, logs: dict[TopicPartition, Log]) -> dict[TopicPartition, int]:
+            if high_watermarks is None:
+                return {tp: lg.high_watermark for tp, lg in logs.items()}
+            return {tp: hw for tp, hw in high_watermarks.items() if tp in logs}
+
+        self._write_checkpoints(HIGH_WATERMARK_CHECKPOINT, offsets)
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         """High watermarks from every dir's replication-offset-checkpoint."""

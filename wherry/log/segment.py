@@ -551,6 +551,17 @@ class LogSegment:
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    def flush_indexes(self) -> None:
+        """msync the index files."""
+        if self._offset_index is not None:
+            self._offset_index.flush()
+        if self._time_index is not None:
+            self._time_index.flush()
+
+    def dup_fd(self) -> int:
+        """A duplicate of the `.log` file descriptor (to fsync without holding the log lock)."""
+        return os.dup(self._fd)
+
     def flush(self) -> None:
         """fsync the data and the indexes."""
         os.fsync(self._fd)

@@ -17,7 +17,7 @@ import struct
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -35,6 +35,7 @@ from kio.serial._introspect import (
 )
 from kio.serial.errors import BufferUnderflow
 from kio.static.constants import EntityType
+from kio.static.primitive import i32
 
 from wherry.protocol.tolerant import DecodeError, read_entity_tolerant
 
@@ -81,7 +82,7 @@ def kio_version_range(api_key: int) -> tuple[int, int] | None:
 
 def _read(cls: type, frame: bytes, offset: int) -> tuple[Any, int]:
     try:
-        return entity_reader(cls)(frame, offset)  # type: ignore[no-any-return]
+        return entity_reader(cls)(frame, offset)
     except KeyError as e:
         if "tagged field" not in str(e):
             raise RequestDecodeError(f"malformed {cls.__name__}: {e!r}") from e
@@ -99,7 +100,8 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the fixed prefix of a request."""
     if len(frame) < _PREFIX.size:
         raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a header")
-    return _PREFIX.unpack_from(frame, 0)  # type: ignore[return-value]
+    api_key, api_version, correlation_id = _PREFIX.unpack_from(frame, 0)
+    return api_key, api_version, correlation_id
 
 
 def decode_request(
@@ -144,9 +146,9 @@ def encode_response(
     buf.write(b"\0\0\0\0")
     # ApiVersions responses always use header v0 so old clients can read the error.
     if cls.__flexible__ and api_key != API_VERSIONS_KEY:
-        entity_writer(ResponseHeaderV1)(buf, ResponseHeaderV1(correlation_id=correlation_id))
+        entity_writer(ResponseHeaderV1)(buf, ResponseHeaderV1(correlation_id=i32(correlation_id)))
     else:
-        entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=correlation_id))
+        entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=i32(correlation_id)))
     entity_writer(cls)(buf, entity)
     out = buf.getbuffer()
     _SIZE.pack_into(out, 0, len(out) - 4)
@@ -187,14 +189,12 @@ def _primitive_converter(kafka_type: str) -> _Converter | None:
         case "error_code":
             return lambda v: v if isinstance(v, ErrorCode) else ErrorCode(int(v))
         case "timedelta_i32" | "timedelta_i64":
-            return (
-                lambda v: v
-                if isinstance(v, datetime.timedelta)
-                else datetime.timedelta(milliseconds=int(v))
+            return lambda v: (
+                v if isinstance(v, datetime.timedelta) else datetime.timedelta(milliseconds=int(v))
             )
         case "datetime_i64":
-            return (
-                lambda v: v
+            return lambda v: (
+                v
                 if v is None or isinstance(v, datetime.datetime)
                 else _EPOCH + datetime.timedelta(milliseconds=int(v))
             )
@@ -257,16 +257,17 @@ def build_entity(cls: type, data: Mapping[str, Any] | Any) -> Any:
     """Instantiate kio entity `cls` from a mapping, tolerating missing and extra keys."""
     if data is None or isinstance(data, cls):
         return data
+    values: Mapping[str, Any]
     if is_dataclass(data) and not isinstance(data, type):
-        data = {f.name: getattr(data, f.name) for f in fields(data)}
+        values = {f.name: getattr(data, f.name) for f in fields(data)}
+    else:
+        values = cast(Mapping[str, Any], data)
     kwargs: dict[str, Any] = {}
     for p in _plan(cls):
-        if p.name in data:
-            value = data[p.name]
+        if p.name in values:
+            value = values[p.name]
             if value is not None and p.convert is not None:
-                value = (
-                    tuple(p.convert(v) for v in value) if p.is_array else p.convert(value)
-                )
+                value = tuple(p.convert(v) for v in value) if p.is_array else p.convert(value)
             elif p.is_array and value is not None and not isinstance(value, tuple):
                 value = tuple(value)
         else:

@@ -19,9 +19,7 @@ class FrameError(Exception):
 
 class FrameTooLarge(FrameError):
     def __init__(self, size: int, limit: int) -> None:
-        super().__init__(
-            f"frame of {size} bytes exceeds socket.request.max.bytes={limit}"
-        )
+        super().__init__(f"frame of {size} bytes exceeds socket.request.max.bytes={limit}")
         self.size = size
         self.limit = limit
 

@@ -131,9 +131,15 @@ class Partition:
         state_change_log.info(
             "[Broker id=%d] Leader %s with topic id %s starts at leader epoch %d from offset %d "
             "with partition epoch %d, high watermark %d, ISR %s, replicas %s",
-            self.local_broker_id, self._name(), self.topic_id, self.leader_epoch,
-            self.leader_epoch_start_offset, self.partition_epoch, self.high_watermark,
-            sorted(self.isr), list(self.assignment),
+            self.local_broker_id,
+            self._name(),
+            self.topic_id,
+            self.leader_epoch,
+            self.leader_epoch_start_offset,
+            self.partition_epoch,
+            self.high_watermark,
+            sorted(self.isr),
+            list(self.assignment),
         )
         return not was_leader or new_epoch
 
@@ -150,8 +156,13 @@ class Partition:
         state_change_log.info(
             "[Broker id=%d] Follower %s starts at leader epoch %d from offset %d with partition "
             "epoch %d and high watermark %d. Current leader is %d.",
-            self.local_broker_id, self._name(), self.leader_epoch, self.log.log_end_offset,
-            self.partition_epoch, self.high_watermark, self.leader_id,
+            self.local_broker_id,
+            self._name(),
+            self.leader_epoch,
+            self.log.log_end_offset,
+            self.partition_epoch,
+            self.high_watermark,
+            self.leader_id,
         )
         return changed
 
@@ -200,7 +211,9 @@ class Partition:
                 new_hw = max(rs.log_end_offset, 0)
         return self.log.maybe_increment_high_watermark(new_hw)
 
-    def acks_all_satisfied(self, required_offset: int, min_insync_replicas: int) -> ErrorCode | None:
+    def acks_all_satisfied(
+        self, required_offset: int, min_insync_replicas: int
+    ) -> ErrorCode | None:
         """None while waiting; an error code (possibly NONE) once the produce can complete."""
         if not self.is_leader:
             return ErrorCode.not_leader_or_follower

@@ -93,7 +93,10 @@ class ReplicaManager:
             state_change_log.warning(
                 "[Broker id=%d] Ignoring LeaderAndIsr request from controller %d with epoch %d "
                 "since its epoch is older than the current controller epoch %d",
-                self.broker_id, req.controller_id, req.controller_epoch, self.controller_epoch,
+                self.broker_id,
+                req.controller_id,
+                req.controller_epoch,
+                self.controller_epoch,
             )
             return LeaderAndIsrResponse(int(ErrorCode.stale_controller_epoch))
         self.controller_epoch = req.controller_epoch
@@ -105,15 +108,22 @@ class ReplicaManager:
             if self.broker_id not in st.replicas:
                 state_change_log.warning(
                     "[Broker id=%d] Ignoring LeaderAndIsr for %s-%d: replicas %s do not "
-                    "contain this broker", self.broker_id, tp.topic, tp.partition,
+                    "contain this broker",
+                    self.broker_id,
+                    tp.topic,
+                    tp.partition,
                     list(st.replicas),
                 )
                 err = ErrorCode.unknown_topic_or_partition
             elif current is not None and st.leader_epoch <= current.leader_epoch:
                 state_change_log.info(
                     "[Broker id=%d] Ignoring LeaderAndIsr for %s-%d: leader epoch %d is not "
-                    "newer than the current leader epoch %d", self.broker_id, tp.topic,
-                    tp.partition, st.leader_epoch, current.leader_epoch,
+                    "newer than the current leader epoch %d",
+                    self.broker_id,
+                    tp.topic,
+                    tp.partition,
+                    st.leader_epoch,
+                    current.leader_epoch,
                 )
                 err = ErrorCode.stale_controller_epoch
             else:
@@ -153,7 +163,10 @@ class ReplicaManager:
                 self.log_manager.delete_log(tp)
             state_change_log.info(
                 "[Broker id=%d] Stopped replica %s-%d (delete=%s)",
-                self.broker_id, tp.topic, tp.partition, sp.delete_partition,
+                self.broker_id,
+                tp.topic,
+                tp.partition,
+                sp.delete_partition,
             )
             self.produce_purgatory.check_and_complete(tp)
             self.fetch_purgatory.check_and_complete(tp)
@@ -217,8 +230,13 @@ class ReplicaManager:
                 now_ms=now_ms,
             )
         except RecordError as e:
-            log.info("[ReplicaManager broker=%d] rejected batch for %s-%d: %s",
-                     self.broker_id, tp.topic, tp.partition, e)
+            log.info(
+                "[ReplicaManager broker=%d] rejected batch for %s-%d: %s",
+                self.broker_id,
+                tp.topic,
+                tp.partition,
+                e,
+            )
             return failed(e.error_code, str(e))
         except PartitionError as e:
             return failed(e.error_code, str(e))
@@ -226,8 +244,12 @@ class ReplicaManager:
             code = getattr(e, "error_code", None)
             if isinstance(code, ErrorCode):
                 return failed(code, str(e))
-            log.exception("[ReplicaManager broker=%d] append to %s-%d failed",
-                          self.broker_id, tp.topic, tp.partition)
+            log.exception(
+                "[ReplicaManager broker=%d] append to %s-%d failed",
+                self.broker_id,
+                tp.topic,
+                tp.partition,
+            )
             return failed(ErrorCode.kafka_storage_error, str(e))
         if not info.duplicate:
             # New data: wake fetches parked on this partition (HW may have moved).
@@ -272,8 +294,9 @@ class ReplicaManager:
                 if end > fp.fetch_offset:
                     if min_bytes <= 1:
                         return True
-                    acc += len(part.log.read(fp.fetch_offset, max_bytes=fp.max_bytes,
-                                             max_offset=end))
+                    acc += len(
+                        part.log.read(fp.fetch_offset, max_bytes=fp.max_bytes, max_offset=end)
+                    )
                     if acc >= min_bytes:
                         return True
             return False
@@ -313,8 +336,9 @@ class ReplicaManager:
             try:
                 limit = max(0, min(fp.max_bytes, remaining))
                 if fp.fetch_offset < upper or fp.fetch_offset > plog.log_end_offset:
-                    data = plog.read(fp.fetch_offset, max_bytes=limit, max_offset=upper,
-                                     min_one_message=min_one)
+                    data = plog.read(
+                        fp.fetch_offset, max_bytes=limit, max_offset=upper, min_one_message=min_one
+                    )
                 else:
                     data = b""
             except OffsetOutOfRangeError:

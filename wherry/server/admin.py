@@ -37,18 +37,23 @@ class AdminError(Exception):
 
 def validate_topic_name(name: str) -> None:
     if not name:
-        raise AdminError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
+        raise AdminError(
+            ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty"
+        )
     if name in (".", ".."):
-        raise AdminError(ErrorCode.invalid_topic_exception,
-                         "Topic name cannot be \".\" or \"..\"")
+        raise AdminError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
     if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise AdminError(ErrorCode.invalid_topic_exception,
-                         f"Topic name is illegal, it can't be longer than "
-                         f"{MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}")
+        raise AdminError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name is illegal, it can't be longer than "
+            f"{MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}",
+        )
     if not _LEGAL_TOPIC.fullmatch(name):
-        raise AdminError(ErrorCode.invalid_topic_exception,
-                         f"Topic name \"{name}\" is illegal, it contains a character other than "
-                         "ASCII alphanumerics, '.', '_' and '-'")
+        raise AdminError(
+            ErrorCode.invalid_topic_exception,
+            f'Topic name "{name}" is illegal, it contains a character other than '
+            "ASCII alphanumerics, '.', '_' and '-'",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,37 +107,51 @@ class AdminManager:
         configs = dict(configs or {})
         if await self.topic_exists(name):
             raise AdminError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
-        collides = [t for t in await self._existing_topics()
-                    if t != name and t.replace(".", "_") == name.replace(".", "_")]
+        collides = [
+            t
+            for t in await self._existing_topics()
+            if t != name and t.replace(".", "_") == name.replace(".", "_")
+        ]
         if collides:
-            raise AdminError(ErrorCode.invalid_topic_exception,
-                             f"Topic '{name}' collides with existing topic: {collides[0]}")
+            raise AdminError(
+                ErrorCode.invalid_topic_exception,
+                f"Topic '{name}' collides with existing topic: {collides[0]}",
+            )
         log_config = self.log_config(configs)
         brokers = sorted(b.broker_id for b in self.cache.alive_brokers())
         if assignments:
             if num_partitions != -1 or replication_factor != -1:
-                raise AdminError(ErrorCode.invalid_request,
-                                 "Both numPartitions or replicationFactor and replicasAssignments "
-                                 "were set. Both cannot be used at the same time.")
+                raise AdminError(
+                    ErrorCode.invalid_request,
+                    "Both numPartitions or replicationFactor and replicasAssignments "
+                    "were set. Both cannot be used at the same time.",
+                )
             assignment = self._validate_manual(assignments, brokers, start=0)
         else:
             n = self.config.num_partitions if num_partitions == -1 else num_partitions
-            rf = self.config.default_replication_factor if replication_factor == -1 \
+            rf = (
+                self.config.default_replication_factor
+                if replication_factor == -1
                 else replication_factor
+            )
             if n <= 0:
-                raise AdminError(ErrorCode.invalid_partitions,
-                                 "Number of partitions must be larger than 0.")
+                raise AdminError(
+                    ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
+                )
             if rf <= 0:
-                raise AdminError(ErrorCode.invalid_replication_factor,
-                                 "Replication factor must be larger than 0.")
+                raise AdminError(
+                    ErrorCode.invalid_replication_factor,
+                    "Replication factor must be larger than 0.",
+                )
             if not brokers:
                 raise AdminError(ErrorCode.broker_not_available, "No live brokers")
             try:
                 assignment = assign_replicas(brokers, n, rf, rng=self.rng)
             except InvalidReplicationFactor as e:
-                raise AdminError(ErrorCode.invalid_replication_factor,
-                                 f"Replication factor: {rf} larger than available brokers: "
-                                 f"{len(brokers)}.") from e
+                raise AdminError(
+                    ErrorCode.invalid_replication_factor,
+                    f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
+                ) from e
         rf_out = len(next(iter(assignment.values())))
         topic_id = uuid.uuid4()
         if not validate_only:
@@ -145,8 +164,9 @@ class AdminManager:
                     make_parents=True,
                 )
             except NodeExistsError as e:
-                raise AdminError(ErrorCode.topic_already_exists,
-                                 f"Topic '{name}' already exists.") from e
+                raise AdminError(
+                    ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+                ) from e
         return CreatedTopic(topic_id, len(assignment), rf_out, log_config)
 
     def _validate_manual(
@@ -156,24 +176,34 @@ class AdminManager:
         rf: int | None = None
         for i, (p, replicas) in enumerate(sorted(assignments.items())):
             if p != start + i:
-                raise AdminError(ErrorCode.invalid_replica_assignment,
-                                 "Partitions should be a consecutive 0-based integer sequence")
+                raise AdminError(
+                    ErrorCode.invalid_replica_assignment,
+                    "Partitions should be a consecutive 0-based integer sequence",
+                )
             reps = list(replicas)
             if not reps:
-                raise AdminError(ErrorCode.invalid_replica_assignment,
-                                 f"Replica assignment for partition {p} is empty")
+                raise AdminError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Replica assignment for partition {p} is empty",
+                )
             if len(set(reps)) != len(reps):
-                raise AdminError(ErrorCode.invalid_replica_assignment,
-                                 f"Duplicate brokers not allowed in replica assignment: {reps}")
+                raise AdminError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Duplicate brokers not allowed in replica assignment: {reps}",
+                )
             unknown = [b for b in reps if b not in brokers]
             if unknown:
-                raise AdminError(ErrorCode.broker_not_available,
-                                 f"Some brokers specified for partition id {p} are not "
-                                 f"available. Specified brokers: {reps}, available brokers: "
-                                 f"{brokers}.")
+                raise AdminError(
+                    ErrorCode.broker_not_available,
+                    f"Some brokers specified for partition id {p} are not "
+                    f"available. Specified brokers: {reps}, available brokers: "
+                    f"{brokers}.",
+                )
             if rf is not None and len(reps) != rf:
-                raise AdminError(ErrorCode.invalid_replica_assignment,
-                                 "All partitions should have the same number of replicas")
+                raise AdminError(
+                    ErrorCode.invalid_replica_assignment,
+                    "All partitions should have the same number of replicas",
+                )
             rf = len(reps)
             out[p] = reps
         return out
@@ -181,11 +211,12 @@ class AdminManager:
     # --- delete ------------------------------------------------------------------------
     async def delete_topic(self, name: str) -> None:
         if not await self.topic_exists(name):
-            raise AdminError(ErrorCode.unknown_topic_or_partition,
-                             "This server does not host this topic-partition.")
+            raise AdminError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
         if not self.config.delete_topic_enable:
-            raise AdminError(ErrorCode.topic_deletion_disabled,
-                             "Topic deletion is disabled.")
+            raise AdminError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
         try:
             await self.store.create(paths.delete_topic_path(name), b"", make_parents=True)
         except NodeExistsError:
@@ -204,41 +235,55 @@ class AdminManager:
         try:
             data, stat = await self.store.get(paths.topic_path(name))
         except NoNodeError as e:
-            raise AdminError(ErrorCode.unknown_topic_or_partition,
-                             f"The topic '{name}' does not exist.") from e
+            raise AdminError(
+                ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+            ) from e
         if await self.store.exists(paths.delete_topic_path(name)) is not None:
-            raise AdminError(ErrorCode.invalid_topic_exception,
-                             f"The topic '{name}' is queued for deletion.")
+            raise AdminError(
+                ErrorCode.invalid_topic_exception, f"The topic '{name}' is queued for deletion."
+            )
         current = paths.TopicAssignment.from_json(data)
         existing = len(current.partitions)
         if count < existing:
-            raise AdminError(ErrorCode.invalid_partitions,
-                             f"Topic currently has {existing} partitions, which is higher than "
-                             f"the requested {count}.")
+            raise AdminError(
+                ErrorCode.invalid_partitions,
+                f"Topic currently has {existing} partitions, which is higher than "
+                f"the requested {count}.",
+            )
         if count == existing:
-            raise AdminError(ErrorCode.invalid_partitions,
-                             f"Topic already has {existing} partitions.")
+            raise AdminError(
+                ErrorCode.invalid_partitions, f"Topic already has {existing} partitions."
+            )
         added = count - existing
         brokers = sorted(b.broker_id for b in self.cache.alive_brokers())
         rf = len(current.partitions[0])
         if assignments:
             if len(assignments) != added:
-                raise AdminError(ErrorCode.invalid_replica_assignment,
-                                 f"Increasing the number of partitions by {added} but "
-                                 f"{len(assignments)} assignments provided.")
+                raise AdminError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Increasing the number of partitions by {added} but "
+                    f"{len(assignments)} assignments provided.",
+                )
             new = self._validate_manual(
-                {existing + i: list(a) for i, a in enumerate(assignments)}, brokers,
-                start=existing)
+                {existing + i: list(a) for i, a in enumerate(assignments)}, brokers, start=existing
+            )
             if any(len(r) != rf for r in new.values()):
-                raise AdminError(ErrorCode.invalid_replica_assignment,
-                                 f"Inconsistent replication factor between partitions, "
-                                 f"partition 0 has {rf}")
+                raise AdminError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Inconsistent replication factor between partitions, partition 0 has {rf}",
+                )
         else:
             first = current.partitions[0][0]
             start = brokers.index(first) if first in brokers else -1
             try:
-                new = assign_replicas(brokers, added, rf, rng=self.rng,
-                                      start_partition=existing, fixed_start_index=start)
+                new = assign_replicas(
+                    brokers,
+                    added,
+                    rf,
+                    rng=self.rng,
+                    start_partition=existing,
+                    fixed_start_index=start,
+                )
             except InvalidReplicationFactor as e:
                 raise AdminError(ErrorCode.invalid_replication_factor, str(e)) from e
         if not validate_only:
@@ -251,8 +296,9 @@ class AdminManager:
                     version=stat.version,
                 )
             except BadVersionError as e:
-                raise AdminError(ErrorCode.reassignment_in_progress,
-                                 "The topic changed concurrently; retry") from e
+                raise AdminError(
+                    ErrorCode.reassignment_in_progress, "The topic changed concurrently; retry"
+                ) from e
         return added
 
     # --- configs -------------------------------------------------------------------------
@@ -267,15 +313,13 @@ class AdminManager:
         self, name: str, overrides: Mapping[str, str], *, validate_only: bool
     ) -> LogConfig:
         if not await self.topic_exists(name):
-            raise AdminError(ErrorCode.unknown_topic_or_partition,
-                             f"Topic {name} does not exist")
+            raise AdminError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
         cfg = self.log_config(overrides)
         if not validate_only:
             await self._write_config(name, overrides, notify=True)
         return cfg
 
-    async def _write_config(self, name: str, overrides: Mapping[str, str], *,
-                            notify: bool) -> None:
+    async def _write_config(self, name: str, overrides: Mapping[str, str], *, notify: bool) -> None:
         data = paths.encode_config(overrides)
         path = paths.topic_config_path(name)
         try:
@@ -286,5 +330,6 @@ class AdminManager:
             await self.store.create(
                 paths.CONFIG_CHANGE_PREFIX,
                 json.dumps({"version": 2, "entity_path": f"topics/{name}"}).encode(),
-                sequential=True, make_parents=True,
+                sequential=True,
+                make_parents=True,
             )

@@ -106,29 +106,44 @@ class Broker:
         loop = asyncio.get_running_loop()
         await self._load_topic_overrides()
         self.log_manager = LogManager(
-            list(cfg.log_dirs), cfg.log_defaults, self.clock.now_ms,
-            producer_id_expiration_ms=cfg.producer_id_expiration_ms)
+            list(cfg.log_dirs),
+            cfg.log_defaults,
+            self.clock.now_ms,
+            producer_id_expiration_ms=cfg.producer_id_expiration_ms,
+        )
         topic_configs = {t: self.topic_log_config(t) for t in self._topic_overrides}
         await loop.run_in_executor(None, self.log_manager.startup, topic_configs)
         self.produce_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
-            "Produce", Timer(start_ms=self.clock.monotonic_ms()))
+            "Produce", Timer(start_ms=self.clock.monotonic_ms())
+        )
         self.fetch_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
-            "Fetch", Timer(start_ms=self.clock.monotonic_ms()))
+            "Fetch", Timer(start_ms=self.clock.monotonic_ms())
+        )
         self.replica_manager = ReplicaManager(
-            self.broker_id, self.log_manager, self.topic_log_config,
-            self.produce_purgatory, self.fetch_purgatory, self.clock.monotonic_ms)
+            self.broker_id,
+            self.log_manager,
+            self.topic_log_config,
+            self.produce_purgatory,
+            self.fetch_purgatory,
+            self.clock.monotonic_ms,
+        )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
         self._purgatory_task = loop.create_task(self._purgatory_ticker(), name="purgatory")
 
-        self.network = NetworkServer(self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes)
-        self.bound_ports = [await self.network.listen(ep.host, ep.port, ep.listener)
-                            for ep in cfg.listeners]
+        self.network = NetworkServer(
+            self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
+        )
+        self.bound_ports = [
+            await self.network.listen(ep.host, ep.port, ep.listener) for ep in cfg.listeners
+        ]
         await self._register()
         await self._watch_config_changes()
         self.channel.register(self.broker_id, self)
         self.controller = Controller(
-            self.broker_id, self.store, self.channel,
+            self.broker_id,
+            self.store,
+            self.channel,
             unclean_leader_election_default=cfg.log_defaults.unclean_leader_election_enable,
             now_ms=self.clock.now_ms,
         )
@@ -136,9 +151,14 @@ class Broker:
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
         self._started.set()
-        log.info("%s started (cluster %s) listening on %s", self._prefix, self.cluster_id,
-                 ", ".join(f"{ep.host}:{p}" for ep, p in zip(cfg.listeners, self.bound_ports,
-                                                              strict=True)))
+        log.info(
+            "%s started (cluster %s) listening on %s",
+            self._prefix,
+            self.cluster_id,
+            ", ".join(
+                f"{ep.host}:{p}" for ep, p in zip(cfg.listeners, self.bound_ports, strict=True)
+            ),
+        )
 
     async def stop(self) -> None:
         """Graceful shutdown: stop serving, flush, checkpoint, leave the clean marker."""
@@ -177,8 +197,9 @@ class Broker:
         except NoNodeError:
             cid = self.config.cluster_id or new_cluster_id()
             try:
-                await self.store.create(paths.CLUSTER_ID, paths.encode_cluster_id(cid),
-                                        make_parents=True)
+                await self.store.create(
+                    paths.CLUSTER_ID, paths.encode_cluster_id(cid), make_parents=True
+                )
             except NodeExistsError:
                 data, _ = await self.store.get(paths.CLUSTER_ID)
                 return paths.decode_cluster_id(data)
@@ -189,27 +210,37 @@ class Broker:
         for d in self.config.log_dirs:
             meta = Path(d) / "meta.properties"
             if meta.exists():
-                props = dict(line.split("=", 1) for line in meta.read_text().splitlines()
-                             if "=" in line and not line.startswith("#"))
+                props = dict(
+                    line.split("=", 1)
+                    for line in meta.read_text().splitlines()
+                    if "=" in line and not line.startswith("#")
+                )
                 if props.get("cluster.id", self.cluster_id) != self.cluster_id:
-                    raise RuntimeError(f"The cluster id {self.cluster_id} doesn't match the "
-                                       f"stored cluster id {props['cluster.id']} in {meta}")
+                    raise RuntimeError(
+                        f"The cluster id {self.cluster_id} doesn't match the "
+                        f"stored cluster id {props['cluster.id']} in {meta}"
+                    )
                 if int(props.get("broker.id", self.broker_id)) != self.broker_id:
-                    raise RuntimeError(f"Configured broker.id {self.broker_id} doesn't match "
-                                       f"stored broker.id {props['broker.id']} in {meta}")
+                    raise RuntimeError(
+                        f"Configured broker.id {self.broker_id} doesn't match "
+                        f"stored broker.id {props['broker.id']} in {meta}"
+                    )
             else:
-                meta.write_text(f"version=0\nbroker.id={self.broker_id}\n"
-                                f"cluster.id={self.cluster_id}\n")
+                meta.write_text(
+                    f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n"
+                )
 
     async def _register(self) -> None:
         ep = self.config.advertised[0]
         port = ep.port or self.bound_ports[0]
         reg = paths.BrokerRegistration(self.broker_id, ep.host, port, self.config.rack)
         try:
-            await self.store.create(paths.broker_path(self.broker_id),
-                                    reg.to_json(timestamp_ms=self.clock.now_ms(),
-                                                listener=ep.listener),
-                                    ephemeral=True, make_parents=True)
+            await self.store.create(
+                paths.broker_path(self.broker_id),
+                reg.to_json(timestamp_ms=self.clock.now_ms(), listener=ep.listener),
+                ephemeral=True,
+                make_parents=True,
+            )
         except NodeExistsError as e:
             raise RuntimeError(f"Broker id {self.broker_id} is already registered") from e
         log.info("%s registered at %s:%d", self._prefix, ep.host, port)
@@ -218,18 +249,38 @@ class Broker:
         cfg = self.config
         s = self.scheduler
         lm = self.log_manager
-        s.schedule("kafka-log-retention", lambda: lm.cleanup(self.clock.now_ms()),
-                   period_ms=cfg.log_retention_check_interval_ms, delay_ms=30_000
-                   if cfg.log_retention_check_interval_ms >= 30_000
-                   else cfg.log_retention_check_interval_ms, executor=True)
-        s.schedule("kafka-log-flusher", lambda: lm.flush_dirty(self.clock.now_ms()),
-                   period_ms=cfg.log_flush_scheduler_interval_ms, executor=True)
-        s.schedule("kafka-recovery-point-checkpoint", lm.checkpoint_recovery_points,
-                   period_ms=cfg.log_flush_offset_checkpoint_interval_ms, executor=True)
-        s.schedule("kafka-log-start-offset-checkpoint", lm.checkpoint_log_start_offsets,
-                   period_ms=cfg.log_flush_start_offset_checkpoint_interval_ms, executor=True)
-        s.schedule("highwatermark-checkpoint", self.replica_manager.checkpoint_high_watermarks,
-                   period_ms=cfg.replica_high_watermark_checkpoint_interval_ms)
+        s.schedule(
+            "kafka-log-retention",
+            lambda: lm.cleanup(self.clock.now_ms()),
+            period_ms=cfg.log_retention_check_interval_ms,
+            delay_ms=30_000
+            if cfg.log_retention_check_interval_ms >= 30_000
+            else cfg.log_retention_check_interval_ms,
+            executor=True,
+        )
+        s.schedule(
+            "kafka-log-flusher",
+            lambda: lm.flush_dirty(self.clock.now_ms()),
+            period_ms=cfg.log_flush_scheduler_interval_ms,
+            executor=True,
+        )
+        s.schedule(
+            "kafka-recovery-point-checkpoint",
+            lm.checkpoint_recovery_points,
+            period_ms=cfg.log_flush_offset_checkpoint_interval_ms,
+            executor=True,
+        )
+        s.schedule(
+            "kafka-log-start-offset-checkpoint",
+            lm.checkpoint_log_start_offsets,
+            period_ms=cfg.log_flush_start_offset_checkpoint_interval_ms,
+            executor=True,
+        )
+        s.schedule(
+            "highwatermark-checkpoint",
+            self.replica_manager.checkpoint_high_watermarks,
+            period_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
+        )
 
     # --- purgatory time --------------------------------------------------------------------
     def wake_purgatories(self) -> None:
@@ -276,8 +327,9 @@ class Broker:
         try:
             return self.config.log_defaults.with_props(overrides)
         except ConfigError:
-            log.exception("%s invalid stored config for topic %s; using defaults",
-                          self._prefix, topic)
+            log.exception(
+                "%s invalid stored config for topic %s; using defaults", self._prefix, topic
+            )
             return self.config.log_defaults
 
     async def _load_topic_overrides(self, topics: list[str] | None = None) -> None:
@@ -320,13 +372,17 @@ class Broker:
                 self.log_manager.update_config(topic, cfg)
                 if hasattr(self, "controller") and self.controller.active:
                     self.controller.ctx.topic_configs[topic] = dict(
-                        self._topic_overrides.get(topic, {}))
+                        self._topic_overrides.get(topic, {})
+                    )
                 log.info("%s applied config change for topic %s", self._prefix, topic)
 
     # --- controller requests (ControllerRequestHandler) ------------------------------------
     async def handle_leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
-        unknown = [t for t in {s.topic_name for s in req.partition_states}
-                   if t not in self._topic_overrides]
+        unknown = [
+            t
+            for t in {s.topic_name for s in req.partition_states}
+            if t not in self._topic_overrides
+        ]
         if unknown:
             await self._load_topic_overrides(unknown)
         resp = self.replica_manager.become_leader_or_follower(req, self.clock.now_ms())
@@ -342,7 +398,8 @@ class Broker:
 
     async def handle_stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:
         resp = await asyncio.get_running_loop().run_in_executor(
-            None, self.replica_manager.stop_replicas, req)
+            None, self.replica_manager.stop_replicas, req
+        )
         for sp in req.partitions:
             if sp.delete_partition:
                 self._topic_overrides.pop(sp.topic_name, None)
@@ -357,8 +414,9 @@ class Broker:
         except RequestDecodeError as e:
             raise CloseConnection(f"cannot parse request: {e}") from e
         if isinstance(req, UnsupportedVersion):
-            return encode_response(req.api_key, 0, req.correlation_id,
-                                   unsupported_version_response())
+            return encode_response(
+                req.api_key, 0, req.correlation_id, unsupported_version_response()
+            )
         return await self._dispatch(req)
 
     async def _dispatch(self, req: Request) -> bytes | None:
@@ -368,8 +426,13 @@ class Broker:
         except CloseConnection:
             raise
         except Exception as e:
-            log.exception("%s error handling API key %d v%d from %s", self._prefix,
-                          req.api_key, req.api_version, req.client_id)
+            log.exception(
+                "%s error handling API key %d v%d from %s",
+                self._prefix,
+                req.api_key,
+                req.api_version,
+                req.client_id,
+            )
             raise CloseConnection(f"internal error handling API key {req.api_key}") from e
         if body is None:
             return None

@@ -129,8 +129,11 @@ class BrokerConfig:
         take("node.id", int, "broker_id")
         take("listeners", lambda v: tuple(parse_listeners(v)), "listeners")
         take("advertised.listeners", lambda v: tuple(parse_listeners(v)), "advertised_listeners")
-        take("log.dirs", lambda v: tuple(Path(x.strip()) for x in v.split(",") if x.strip()),
-             "log_dirs")
+        take(
+            "log.dirs",
+            lambda v: tuple(Path(x.strip()) for x in v.split(",") if x.strip()),
+            "log_dirs",
+        )
         if "log.dirs" not in p:
             take("log.dir", lambda v: (Path(v.strip()),), "log_dirs")
         take("num.partitions", int, "num_partitions")
@@ -140,10 +143,16 @@ class BrokerConfig:
         take("socket.request.max.bytes", int, "socket_request_max_bytes")
         take("log.retention.check.interval.ms", int, "log_retention_check_interval_ms")
         take("log.flush.scheduler.interval.ms", int, "log_flush_scheduler_interval_ms")
-        take("log.flush.offset.checkpoint.interval.ms", int,
-             "log_flush_offset_checkpoint_interval_ms")
-        take("replica.high.watermark.checkpoint.interval.ms", int,
-             "replica_high_watermark_checkpoint_interval_ms")
+        take(
+            "log.flush.offset.checkpoint.interval.ms",
+            int,
+            "log_flush_offset_checkpoint_interval_ms",
+        )
+        take(
+            "replica.high.watermark.checkpoint.interval.ms",
+            int,
+            "replica_high_watermark_checkpoint_interval_ms",
+        )
         take("replica.lag.time.max.ms", int, "replica_lag_time_max_ms")
         take("producer.id.expiration.ms", int, "producer_id_expiration_ms")
         take("cluster.id", str, "cluster_id")

@@ -57,9 +57,9 @@ class MetadataCache:
                     deleted.append((st.topic_name, st.partition_index))
                     if not parts:
                         del self._partitions[st.topic_name]
-                        tid = self._topic_ids.pop(st.topic_name, None)
-                        if tid is not None:
-                            self._topic_names.pop(tid, None)
+                        gone = self._topic_ids.pop(st.topic_name, None)
+                        if gone is not None:
+                            self._topic_names.pop(gone, None)
             else:
                 self._partitions.setdefault(st.topic_name, {})[st.partition_index] = st
         for fn in list(self._listeners):

@@ -54,8 +54,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.server._next_id += 1
-        self.info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self.listener,
-                                   self.server._next_id)
+        self.info = ConnectionInfo(
+            f"{peer[0]}:{peer[1]}" if peer else "?", self.listener, self.server._next_id
+        )
         self.server._connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._run())
 
@@ -86,8 +87,11 @@ class _Connection(asyncio.Protocol):
         self.wakeup.set()
         self.can_write.set()
         if self.decoder.buffered_bytes:
-            log.info("Connection %s closed with %d bytes of a partial request",
-                     self.info.peer if self.info else "?", self.decoder.buffered_bytes)
+            log.info(
+                "Connection %s closed with %d bytes of a partial request",
+                self.info.peer if self.info else "?",
+                self.decoder.buffered_bytes,
+            )
 
     def pause_writing(self) -> None:
         self.can_write.clear()
@@ -99,8 +103,12 @@ class _Connection(asyncio.Protocol):
         if self.closing:
             return
         self.closing = True
-        log.warning("Closing connection %s (listener %s): %s",
-                    self.info.peer if self.info else "?", self.listener, reason)
+        log.warning(
+            "Closing connection %s (listener %s): %s",
+            self.info.peer if self.info else "?",
+            self.listener,
+            reason,
+        )
         if self.transport is not None:
             self.transport.close()
         self.wakeup.set()
@@ -148,8 +156,9 @@ class NetworkServer:
 
     async def listen(self, host: str, port: int, listener: str = "PLAINTEXT") -> int:
         loop = asyncio.get_running_loop()
-        srv = await loop.create_server(lambda: _Connection(self, listener), host, port,
-                                       reuse_address=True, backlog=512)
+        srv = await loop.create_server(
+            lambda: _Connection(self, listener), host, port, reuse_address=True, backlog=512
+        )
         self._servers.append(srv)
         sock = srv.sockets[0]
         return int(sock.getsockname()[1])

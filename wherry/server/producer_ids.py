@@ -33,15 +33,21 @@ class ProducerIdManager:
             except NoNodeError:
                 data, stat = b"", None
             start = int(json.loads(data)["block_end"]) + 1 if data else 0
-            block = json.dumps({"version": 1, "broker": self.broker_id,
-                                "block_start": str(start),
-                                "block_end": str(start + BLOCK_SIZE - 1)}).encode()
+            block = json.dumps(
+                {
+                    "version": 1,
+                    "broker": self.broker_id,
+                    "block_start": str(start),
+                    "block_end": str(start + BLOCK_SIZE - 1),
+                }
+            ).encode()
             try:
                 if stat is None:
                     await self.store.create(paths.LATEST_PRODUCER_ID_BLOCK, block)
                 else:
-                    await self.store.set(paths.LATEST_PRODUCER_ID_BLOCK, block,
-                                         version=stat.version)
+                    await self.store.set(
+                        paths.LATEST_PRODUCER_ID_BLOCK, block, version=stat.version
+                    )
             except (BadVersionError, NodeExistsError):
                 continue  # another broker claimed a block; read again
             self._next, self._end = start, start + BLOCK_SIZE - 1

@@ -49,4 +49,6 @@ HANDLERS: dict[int, tuple[Handler, int, int]] = {
     60: (describe_cluster.handle, 0, 2),
 }
 
-SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {k: (lo, hi) for k, (_, lo, hi) in HANDLERS.items()}
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    k: (lo, hi) for k, (_, lo, hi) in HANDLERS.items()
+}

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 def reject_broker(broker: Broker, name: str, keys: list[str]) -> tuple[ErrorCode, str]:
     if name not in ("", str(broker.broker_id)):
         return ErrorCode.invalid_request, f"Unexpected broker id {name}"
-    return (ErrorCode.invalid_request,
-            f"Cannot update these configs dynamically: {sorted(keys)}")
+    return (ErrorCode.invalid_request, f"Cannot update these configs dynamically: {sorted(keys)}")
 
 
 async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
@@ -30,14 +29,21 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
         configs = {c.name: c.value for c in r.configs if c.value is not None}
         if r.resource_type == TOPIC:
             try:
-                await broker.admin.set_topic_overrides(r.resource_name, configs,
-                                                       validate_only=body.validate_only)
+                await broker.admin.set_topic_overrides(
+                    r.resource_name, configs, validate_only=body.validate_only
+                )
             except AdminError as e:
                 code, msg = e.error_code, e.message
         elif r.resource_type == BROKER:
             code, msg = reject_broker(broker, r.resource_name, list(configs))
         else:
             code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
-        out.append({"error_code": code, "error_message": msg,
-                    "resource_type": r.resource_type, "resource_name": r.resource_name})
+        out.append(
+            {
+                "error_code": code,
+                "error_message": msg,
+                "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+            }
+        )
     return {"throttle_time": 0, "responses": out}

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.protocol.codec import duration_ms
-
 from wherry.server.admin import AdminError
 from wherry.server.handlers.describe_configs import topic_config_entries
 
@@ -18,19 +17,28 @@ if TYPE_CHECKING:
     from wherry.server.broker import Broker
 
 
-
 async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     body = req.body
     counts = Counter(t.name for t in body.topics)
     results: list[dict[str, Any]] = []
     created: list[tuple[str, int]] = []
     for t in body.topics:
-        base: dict[str, Any] = {"name": t.name, "num_partitions": -1, "replication_factor": -1,
-                                "configs": None, "error_message": None}
+        base: dict[str, Any] = {
+            "name": t.name,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": None,
+            "error_message": None,
+        }
         if counts[t.name] > 1:
-            results.append({**base, "error_code": ErrorCode.invalid_request,
-                            "error_message": "Create topics request from client contains "
-                                             "duplicate topic names"})
+            results.append(
+                {
+                    **base,
+                    "error_code": ErrorCode.invalid_request,
+                    "error_message": "Create topics request from client contains "
+                    "duplicate topic names",
+                }
+            )
             continue
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         try:
@@ -47,22 +55,26 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
             continue
         if not body.validate_only:
             created.append((t.name, res.num_partitions))
-        results.append({
-            **base,
-            "error_code": ErrorCode.none,
-            "topic_id": res.topic_id,
-            "num_partitions": res.num_partitions,
-            "replication_factor": res.replication_factor,
-            "configs": topic_config_entries(broker, configs),
-        })
+        results.append(
+            {
+                **base,
+                "error_code": ErrorCode.none,
+                "topic_id": res.topic_id,
+                "num_partitions": res.num_partitions,
+                "replication_factor": res.replication_factor,
+                "configs": topic_config_entries(broker, configs),
+            }
+        )
     timeout_ms = duration_ms(body.timeout)
     if created and timeout_ms > 0:
         ready = await broker.wait_for_metadata(
-            lambda: all(broker.cache.has_partitions(n, c) for n, c in created), timeout_ms)
+            lambda: all(broker.cache.has_partitions(n, c) for n, c in created), timeout_ms
+        )
         if not ready:
             for r in results:
                 if any(r["name"] == n for n, _ in created) and not broker.cache.has_partitions(
-                        r["name"], r["num_partitions"]):
+                    r["name"], r["num_partitions"]
+                ):
                     r["error_code"] = ErrorCode.request_timed_out
                     r["error_message"] = "Timed out waiting for the topic to be created"
     for r in results:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.protocol.codec import duration_ms
-
 from wherry.server.admin import AdminError
 
 if TYPE_CHECKING:
@@ -17,7 +16,6 @@ if TYPE_CHECKING:
     from wherry.server.broker import Broker
 
 _ZERO_UUID = uuid.UUID(int=0)
-
 
 
 async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
@@ -34,25 +32,43 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
         if name is None and tid is not None:
             name = cache.topic_name(tid)
             if name is None:
-                results.append({"name": None, "topic_id": tid,
-                                "error_code": ErrorCode.unknown_topic_id,
-                                "error_message": "This server does not host this topic ID."})
+                results.append(
+                    {
+                        "name": None,
+                        "topic_id": tid,
+                        "error_code": ErrorCode.unknown_topic_id,
+                        "error_message": "This server does not host this topic ID.",
+                    }
+                )
                 continue
         assert name is not None
         topic_id = cache.topic_id(name) or _ZERO_UUID
         try:
             await broker.admin.delete_topic(name)
         except AdminError as e:
-            results.append({"name": name, "topic_id": topic_id, "error_code": e.error_code,
-                            "error_message": e.message})
+            results.append(
+                {
+                    "name": name,
+                    "topic_id": topic_id,
+                    "error_code": e.error_code,
+                    "error_message": e.message,
+                }
+            )
             continue
         pending.append(name)
-        results.append({"name": name, "topic_id": topic_id, "error_code": ErrorCode.none,
-                        "error_message": None})
+        results.append(
+            {
+                "name": name,
+                "topic_id": topic_id,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+            }
+        )
     timeout_ms = duration_ms(body.timeout)
     if pending and timeout_ms > 0:
         done = await broker.wait_for_metadata(
-            lambda: not any(cache.contains_topic(n) for n in pending), timeout_ms)
+            lambda: not any(cache.contains_topic(n) for n in pending), timeout_ms
+        )
         if not done:
             for r in results:
                 if r["name"] in pending and cache.contains_topic(r["name"]):

@@ -18,10 +18,13 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     body = req.body
     endpoint_type = getattr(body, "endpoint_type", 1)
     if endpoint_type != 1:
-        return {"error_code": ErrorCode.unsupported_endpoint_type,
-                "error_message": f"Unsupported endpoint type {endpoint_type}",
-                "endpoint_type": endpoint_type, "cluster_id": broker.cluster_id,
-                "controller_id": -1}
+        return {
+            "error_code": ErrorCode.unsupported_endpoint_type,
+            "error_message": f"Unsupported endpoint type {endpoint_type}",
+            "endpoint_type": endpoint_type,
+            "cluster_id": broker.cluster_id,
+            "controller_id": -1,
+        }
     cache = broker.cache
     return {
         "error_code": ErrorCode.none,
@@ -29,8 +32,13 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
         "cluster_id": broker.cluster_id,
         "controller_id": cache.controller_id if cache.controller_id is not None else -1,
         "brokers": [
-            {"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack,
-             "is_fenced": False}
+            {
+                "broker_id": b.broker_id,
+                "host": b.host,
+                "port": b.port,
+                "rack": b.rack,
+                "is_fenced": False,
+            }
             for b in cache.alive_brokers()
         ],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,

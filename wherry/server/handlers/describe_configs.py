@@ -46,22 +46,30 @@ def topic_config_entries(
             value, source = defaults.value_of(name), STATIC_BROKER_CONFIG
         else:
             value, source = key.default_str, DEFAULT_CONFIG
-        synonyms += [{"name": s, "value": raw[s], "source": STATIC_BROKER_CONFIG}
-                     for s in broker_synonyms]
+        synonyms += [
+            {"name": s, "value": raw[s], "source": STATIC_BROKER_CONFIG} for s in broker_synonyms
+        ]
         if key.server_name is not None or not synonyms:
-            synonyms.append({"name": key.server_name or name, "value": key.default_str,
-                             "source": DEFAULT_CONFIG})
-        out.append({
-            "name": name,
-            "value": value,
-            "read_only": False,
-            "is_default": source == DEFAULT_CONFIG,
-            "config_source": source,
-            "is_sensitive": False,
-            "synonyms": synonyms if include_synonyms else [],
-            "config_type": int(key.type),
-            "documentation": key.doc if include_documentation else None,
-        })
+            synonyms.append(
+                {
+                    "name": key.server_name or name,
+                    "value": key.default_str,
+                    "source": DEFAULT_CONFIG,
+                }
+            )
+        out.append(
+            {
+                "name": name,
+                "value": value,
+                "read_only": False,
+                "is_default": source == DEFAULT_CONFIG,
+                "config_source": source,
+                "is_sensitive": False,
+                "synonyms": synonyms if include_synonyms else [],
+                "config_type": int(key.type),
+                "documentation": key.doc if include_documentation else None,
+            }
+        )
     return out
 
 
@@ -69,39 +77,74 @@ def broker_config_entries(broker: Broker, keys: Iterable[str] | None) -> list[di
     cfg = broker.config
     values: dict[str, tuple[str, int, int]] = {
         "broker.id": (str(cfg.broker_id), ConfigType.INT, STATIC_BROKER_CONFIG),
-        "listeners": (",".join(str(e) for e in cfg.listeners), ConfigType.LIST,
-                      STATIC_BROKER_CONFIG),
-        "advertised.listeners": (",".join(str(e) for e in cfg.advertised), ConfigType.LIST,
-                                 STATIC_BROKER_CONFIG),
-        "log.dirs": (",".join(str(d) for d in cfg.log_dirs), ConfigType.LIST,
-                     STATIC_BROKER_CONFIG),
+        "listeners": (
+            ",".join(str(e) for e in cfg.listeners),
+            ConfigType.LIST,
+            STATIC_BROKER_CONFIG,
+        ),
+        "advertised.listeners": (
+            ",".join(str(e) for e in cfg.advertised),
+            ConfigType.LIST,
+            STATIC_BROKER_CONFIG,
+        ),
+        "log.dirs": (",".join(str(d) for d in cfg.log_dirs), ConfigType.LIST, STATIC_BROKER_CONFIG),
         "num.partitions": (str(cfg.num_partitions), ConfigType.INT, STATIC_BROKER_CONFIG),
-        "default.replication.factor": (str(cfg.default_replication_factor), ConfigType.INT,
-                                       STATIC_BROKER_CONFIG),
-        "auto.create.topics.enable": (str(cfg.auto_create_topics_enable).lower(),
-                                      ConfigType.BOOLEAN, STATIC_BROKER_CONFIG),
-        "delete.topic.enable": (str(cfg.delete_topic_enable).lower(), ConfigType.BOOLEAN,
-                                STATIC_BROKER_CONFIG),
-        "socket.request.max.bytes": (str(cfg.socket_request_max_bytes), ConfigType.INT,
-                                     STATIC_BROKER_CONFIG),
-        "log.retention.check.interval.ms": (str(cfg.log_retention_check_interval_ms),
-                                            ConfigType.LONG, STATIC_BROKER_CONFIG),
-        "replica.lag.time.max.ms": (str(cfg.replica_lag_time_max_ms), ConfigType.LONG,
-                                    STATIC_BROKER_CONFIG),
+        "default.replication.factor": (
+            str(cfg.default_replication_factor),
+            ConfigType.INT,
+            STATIC_BROKER_CONFIG,
+        ),
+        "auto.create.topics.enable": (
+            str(cfg.auto_create_topics_enable).lower(),
+            ConfigType.BOOLEAN,
+            STATIC_BROKER_CONFIG,
+        ),
+        "delete.topic.enable": (
+            str(cfg.delete_topic_enable).lower(),
+            ConfigType.BOOLEAN,
+            STATIC_BROKER_CONFIG,
+        ),
+        "socket.request.max.bytes": (
+            str(cfg.socket_request_max_bytes),
+            ConfigType.INT,
+            STATIC_BROKER_CONFIG,
+        ),
+        "log.retention.check.interval.ms": (
+            str(cfg.log_retention_check_interval_ms),
+            ConfigType.LONG,
+            STATIC_BROKER_CONFIG,
+        ),
+        "replica.lag.time.max.ms": (
+            str(cfg.replica_lag_time_max_ms),
+            ConfigType.LONG,
+            STATIC_BROKER_CONFIG,
+        ),
     }
     for name, key in TOPIC_CONFIG_KEYS.items():
         if key.server_name is not None:
-            values[key.server_name] = (cfg.log_defaults.value_of(name), key.type,
-                                       STATIC_BROKER_CONFIG)
+            values[key.server_name] = (
+                cfg.log_defaults.value_of(name),
+                key.type,
+                STATIC_BROKER_CONFIG,
+            )
     out = []
     wanted = list(values) if keys is None else [k for k in keys if k in values]
     for name in wanted:
         value, typ, _ = values[name]
         source = STATIC_BROKER_CONFIG if name in cfg.raw else DEFAULT_CONFIG
-        out.append({"name": name, "value": value, "read_only": True,
-                    "is_default": source == DEFAULT_CONFIG, "config_source": source,
-                    "is_sensitive": False, "synonyms": [], "config_type": int(typ),
-                    "documentation": None})
+        out.append(
+            {
+                "name": name,
+                "value": value,
+                "read_only": True,
+                "is_default": source == DEFAULT_CONFIG,
+                "config_source": source,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": int(typ),
+                "documentation": None,
+            }
+        )
     return out
 
 
@@ -111,28 +154,49 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     include_doc = getattr(body, "include_documentation", False)
     results = []
     for r in body.resources:
-        base = {"resource_type": r.resource_type, "resource_name": r.resource_name,
-                "error_code": ErrorCode.none, "error_message": None, "configs": []}
+        base = {
+            "resource_type": r.resource_type,
+            "resource_name": r.resource_name,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "configs": [],
+        }
         keys = r.configuration_keys
         if r.resource_type == TOPIC:
             if not broker.cache.contains_topic(r.resource_name):
-                results.append({**base, "error_code": ErrorCode.unknown_topic_or_partition,
-                                "error_message": f"Topic {r.resource_name} does not exist"})
+                results.append(
+                    {
+                        **base,
+                        "error_code": ErrorCode.unknown_topic_or_partition,
+                        "error_message": f"Topic {r.resource_name} does not exist",
+                    }
+                )
                 continue
             overrides = await broker.admin.topic_overrides(r.resource_name)
-            base["configs"] = topic_config_entries(broker, overrides, keys,
-                                                   include_synonyms=include_synonyms,
-                                                   include_documentation=include_doc)
+            base["configs"] = topic_config_entries(
+                broker,
+                overrides,
+                keys,
+                include_synonyms=include_synonyms,
+                include_documentation=include_doc,
+            )
         elif r.resource_type == BROKER:
             if r.resource_name not in ("", str(broker.broker_id)):
-                results.append({**base, "error_code": ErrorCode.invalid_request,
-                                "error_message": f"Unexpected broker id, expected "
-                                                 f"{broker.broker_id} or empty string, but "
-                                                 f"received {r.resource_name}"})
+                results.append(
+                    {
+                        **base,
+                        "error_code": ErrorCode.invalid_request,
+                        "error_message": f"Unexpected broker id, expected "
+                        f"{broker.broker_id} or empty string, but "
+                        f"received {r.resource_name}",
+                    }
+                )
                 continue
             base["configs"] = broker_config_entries(broker, keys)
         else:
-            base.update(error_code=ErrorCode.invalid_request,
-                        error_message=f"Unsupported resource type {r.resource_type}")
+            base.update(
+                error_code=ErrorCode.invalid_request,
+                error_message=f"Unsupported resource type {r.resource_type}",
+            )
         results.append(base)
     return {"throttle_time": 0, "results": results}

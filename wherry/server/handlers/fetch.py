@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.protocol.codec import duration_ms
-
 from wherry.log.topic_partition import TopicPartition
+from wherry.protocol.codec import duration_ms
 from wherry.replication.replica_manager import FetchPartition, FetchResult
 
 if TYPE_CHECKING:
@@ -26,16 +25,20 @@ if TYPE_CHECKING:
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-
 async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     body = req.body
     session_id = getattr(body, "session_id", 0)
     if session_id != 0:
-        return {"error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0,
-                "responses": [], "throttle_time": 0}
+        return {
+            "error_code": ErrorCode.fetch_session_id_not_found,
+            "session_id": 0,
+            "responses": [],
+            "throttle_time": 0,
+        }
     replica_state = getattr(body, "replica_state", None)
-    replica_id = replica_state.replica_id if replica_state is not None else getattr(
-        body, "replica_id", -1)
+    replica_id = (
+        replica_state.replica_id if replica_state is not None else getattr(body, "replica_id", -1)
+    )
     cache = broker.cache
     wanted: list[FetchPartition] = []
     # Response skeleton in request order: (topic key, name or None, partition)
@@ -52,9 +55,15 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
         for p in t.partitions:
             order.append((key, name, p.partition))
             if name is not None:
-                wanted.append(FetchPartition(
-                    TopicPartition(name, p.partition), p.fetch_offset, p.partition_max_bytes,
-                    getattr(p, "current_leader_epoch", -1), getattr(p, "log_start_offset", -1)))
+                wanted.append(
+                    FetchPartition(
+                        TopicPartition(name, p.partition),
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        getattr(p, "current_leader_epoch", -1),
+                        getattr(p, "log_start_offset", -1),
+                    )
+                )
 
     result: FetchResult = {}
     if wanted:
@@ -83,17 +92,25 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
         if r is None:
             part: dict[str, Any] = {
                 "partition_index": index,
-                "error_code": ErrorCode.unknown_topic_id if name is None
+                "error_code": ErrorCode.unknown_topic_id
+                if name is None
                 else ErrorCode.unknown_topic_or_partition,
-                "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-                "preferred_read_replica": -1, "records": None,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "preferred_read_replica": -1,
+                "records": None,
             }
         else:
             part = {
-                "partition_index": index, "error_code": r.error_code,
-                "high_watermark": r.high_watermark, "last_stable_offset": r.last_stable_offset,
-                "log_start_offset": r.log_start_offset, "aborted_transactions": None,
-                "preferred_read_replica": -1, "records": r.records,
+                "partition_index": index,
+                "error_code": r.error_code,
+                "high_watermark": r.high_watermark,
+                "last_stable_offset": r.last_stable_offset,
+                "log_start_offset": r.log_start_offset,
+                "aborted_transactions": None,
+                "preferred_read_replica": -1,
+                "records": r.records,
             }
         topics.setdefault(key, []).append(part)
     return {
@@ -101,9 +118,11 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
         "error_code": ErrorCode.none,
         "session_id": 0,
         "responses": [
-            {"topic": k if isinstance(k, str) else None,
-             "topic_id": k if isinstance(k, uuid.UUID) else _ZERO_UUID,
-             "partitions": parts}
+            {
+                "topic": k if isinstance(k, str) else None,
+                "topic_id": k if isinstance(k, uuid.UUID) else _ZERO_UUID,
+                "partitions": parts,
+            }
             for k, parts in topics.items()
         ],
     }

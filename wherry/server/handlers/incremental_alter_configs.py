@@ -28,16 +28,18 @@ def apply_ops(current: dict[str, str], ops: Any, defaults: Any) -> dict[str, str
         match c.config_operation:
             case 0:
                 if c.value is None:
-                    raise AdminError(ErrorCode.invalid_request,
-                                     f"Null value not supported for {c.name}")
+                    raise AdminError(
+                        ErrorCode.invalid_request, f"Null value not supported for {c.name}"
+                    )
                 new[c.name] = c.value
             case 1:
                 new.pop(c.name, None)
             case 2 | 3:
                 if key.type != ConfigType.LIST:
-                    raise AdminError(ErrorCode.invalid_config,
-                                     f"Config value append is not allowed for config key: "
-                                     f"{c.name}")
+                    raise AdminError(
+                        ErrorCode.invalid_config,
+                        f"Config value append is not allowed for config key: {c.name}",
+                    )
                 base = new.get(c.name, defaults.value_of(c.name))
                 items = [v for v in base.split(",") if v]
                 given = [v for v in (c.value or "").split(",") if v]
@@ -60,14 +62,21 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
             try:
                 current = await broker.admin.topic_overrides(r.resource_name)
                 new = apply_ops(current, r.configs, broker.config.log_defaults)
-                await broker.admin.set_topic_overrides(r.resource_name, new,
-                                                       validate_only=body.validate_only)
+                await broker.admin.set_topic_overrides(
+                    r.resource_name, new, validate_only=body.validate_only
+                )
             except AdminError as e:
                 code, msg = e.error_code, e.message
         elif r.resource_type == BROKER:
             code, msg = reject_broker(broker, r.resource_name, [c.name for c in r.configs])
         else:
             code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
-        out.append({"error_code": code, "error_message": msg,
-                    "resource_type": r.resource_type, "resource_name": r.resource_name})
+        out.append(
+            {
+                "error_code": code,
+                "error_message": msg,
+                "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+            }
+        )
     return {"throttle_time": 0, "responses": out}

@@ -19,8 +19,16 @@ if TYPE_CHECKING:
 
 async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     if req.body.transactional_id is not None:
-        return {"error_code": ErrorCode.coordinator_not_available, "producer_id": -1,
-                "producer_epoch": -1}
+        return {
+            "error_code": ErrorCode.coordinator_not_available,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
     pid = await broker.producer_ids.next_id()
-    return {"error_code": ErrorCode.none, "producer_id": pid, "producer_epoch": 0,
-            "ongoing_txn_producer_id": -1, "ongoing_txn_producer_epoch": -1}
+    return {
+        "error_code": ErrorCode.none,
+        "producer_id": pid,
+        "producer_epoch": 0,
+        "ongoing_txn_producer_id": -1,
+        "ongoing_txn_producer_epoch": -1,
+    }

@@ -21,8 +21,9 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
 
-def _lookup(broker: Broker, tp: TopicPartition, timestamp: int, current_leader_epoch: int,
-            replica_id: int) -> dict[str, Any]:
+def _lookup(
+    broker: Broker, tp: TopicPartition, timestamp: int, current_leader_epoch: int, replica_id: int
+) -> dict[str, Any]:
     try:
         part = broker.replica_manager.leader_partition(tp, current_leader_epoch)
     except PartitionError as e:
@@ -39,13 +40,21 @@ def _lookup(broker: Broker, tp: TopicPartition, timestamp: int, current_leader_e
     if timestamp == LATEST_TIERED:  # no tiered storage: nothing is tiered
         return {**ok, "offset": -1, "leader_epoch": -1}
     if timestamp < 0 and timestamp != MAX_TIMESTAMP:
-        return {"error_code": ErrorCode.invalid_request, "timestamp": -1, "offset": -1,
-                "leader_epoch": -1}
+        return {
+            "error_code": ErrorCode.invalid_request,
+            "timestamp": -1,
+            "offset": -1,
+            "leader_epoch": -1,
+        }
     found = plog.offset_for_timestamp(timestamp)
     if found is None or found.offset >= upper:
         return {**ok, "offset": -1, "leader_epoch": -1}
-    return {**ok, "timestamp": found.timestamp, "offset": found.offset,
-            "leader_epoch": _epoch(plog.epoch_for_offset(found.offset))}
+    return {
+        **ok,
+        "timestamp": found.timestamp,
+        "offset": found.offset,
+        "leader_epoch": _epoch(plog.epoch_for_offset(found.offset)),
+    }
 
 
 def _epoch(epoch: int | None) -> int:
@@ -59,8 +68,9 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
         parts = []
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
-            res = _lookup(broker, tp, p.timestamp, getattr(p, "current_leader_epoch", -1),
-                          body.replica_id)
+            res = _lookup(
+                broker, tp, p.timestamp, getattr(p, "current_leader_epoch", -1), body.replica_id
+            )
             parts.append({"partition_index": p.partition_index, **res})
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

@@ -27,15 +27,17 @@ def topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
     partitions = []
     for p, st in sorted(cache.partitions(name).items()):
         err = ErrorCode.none if st.leader in alive else ErrorCode.leader_not_available
-        partitions.append({
-            "error_code": err,
-            "partition_index": p,
-            "leader_id": st.leader if st.leader in alive else -1,
-            "leader_epoch": st.leader_epoch,
-            "replica_nodes": list(st.replicas),
-            "isr_nodes": list(st.isr),
-            "offline_replicas": list(st.offline_replicas),
-        })
+        partitions.append(
+            {
+                "error_code": err,
+                "partition_index": p,
+                "leader_id": st.leader if st.leader in alive else -1,
+                "leader_epoch": st.leader_epoch,
+                "replica_nodes": list(st.replicas),
+                "isr_nodes": list(st.isr),
+                "offline_replicas": list(st.offline_replicas),
+            }
+        )
     return {
         "error_code": ErrorCode.none,
         "name": name,
@@ -46,11 +48,17 @@ def topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
     }
 
 
-def _error_topic(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None
-                 ) -> dict[str, Any]:
-    return {"error_code": code, "name": name, "topic_id": topic_id or _ZERO_UUID,
-            "is_internal": False, "partitions": [],
-            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+def _error_topic(
+    name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None
+) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id or _ZERO_UUID,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
 
 
 async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:

@@ -9,16 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.protocol.codec import duration_ms
-
 from wherry.log.topic_partition import TopicPartition
+from wherry.protocol.codec import duration_ms
 from wherry.replication.delayed import ProducePartitionStatus
 from wherry.server.network import CloseConnection
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.broker import Broker
-
 
 
 async def handle(broker: Broker, req: Request) -> Mapping[str, Any] | None:
@@ -37,7 +35,7 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any] | None:
             name = cache.topic_name(tid)
             key = tid
         else:
-            key = name
+            key = name or ""
         for p in t.partition_data:
             order.append((key, name, p.index))
             if acks not in (-1, 0, 1):
@@ -79,21 +77,31 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any] | None:
     for key, name, index in order:
         err = errors.get((key, index))
         if err is not None or name is None:
-            part: dict[str, Any] = {"index": index, "error_code": err or ErrorCode.unknown_topic_id,
-                                    "base_offset": -1, "log_append_time": -1,
-                                    "log_start_offset": -1}
+            part: dict[str, Any] = {
+                "index": index,
+                "error_code": err or ErrorCode.unknown_topic_id,
+                "base_offset": -1,
+                "log_append_time": -1,
+                "log_start_offset": -1,
+            }
         else:
             s = statuses[TopicPartition(name, index)]
-            part = {"index": index, "error_code": s.error_code, "base_offset": s.base_offset,
-                    "log_append_time": s.log_append_time_ms,
-                    "log_start_offset": s.log_start_offset,
-                    "error_message": s.error_message if s.error_code else None}
+            part = {
+                "index": index,
+                "error_code": s.error_code,
+                "base_offset": s.base_offset,
+                "log_append_time": s.log_append_time_ms,
+                "log_start_offset": s.log_start_offset,
+                "error_message": s.error_message if s.error_code else None,
+            }
         topics.setdefault(key, []).append(part)
     return {
         "responses": [
-            {"name": k if isinstance(k, str) else None,
-             "topic_id": k if isinstance(k, uuid.UUID) else None,
-             "partition_responses": parts}
+            {
+                "name": k if isinstance(k, str) else None,
+                "topic_id": k if isinstance(k, uuid.UUID) else None,
+                "partition_responses": parts,
+            }
             for k, parts in topics.items()
         ],
         "throttle_time": 0,

@@ -434,7 +434,8 @@ def _topic_header(name: str, topic_id: Any, parts: Sequence[PartitionView],
         f"{e.name}={e.value}" for _, e in sorted(configs.items())
         if _source_of(e) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     )
-    tid = str(topic_id) if topic_id is not None else ""
+    # Kafka prints topic ids in URL-safe base64; confluent-kafka's str() uses the standard one.
+    tid = str(topic_id).replace("+", "-").replace("/", "_") if topic_id is not None else ""
     head = f"Topic: {name}"
     if tid and tid != "AAAAAAAAAAAAAAAAAAAAAA":
         head += f"\tTopicId: {tid}"

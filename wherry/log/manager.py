@@ -396,30 +396,31 @@ class LogManager:
             if self._shut_down or not self._started:
                 self._unlock_dirs()
                 return
-            failed_dirs: set[Path] = set()
-            now = self.now_ms_fn()
-            for tp, lg in self._logs.items():
-                try:
-                    lg.flush(now_ms=now)
-                    lg.close()
-                except (OSError, LogError):
-                    log.exception("error closing log %s", tp)
-                    failed_dirs.add(self._dir_of[tp])
+            self._shut_down = True  # no new logs from here on
+            logs = list(self._logs.items())
+        failed_dirs: set[Path] = set()
+        now = self.now_ms_fn()
+        for tp, lg in logs:
             try:
-                self.checkpoint_high_watermarks(high_watermarks)
-                self.checkpoint_recovery_points()
-                self.checkpoint_log_start_offsets()
+                lg.flush(now_ms=now)
+                lg.close()
             except (OSError, LogError):
-                log.exception("error writing checkpoints at shutdown")
-                failed_dirs.update(self.log_dirs)
-            for dir in self.log_dirs:
-                if dir in failed_dirs:
-                    continue
-                marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode()
+                log.exception("error closing log %s", tp)
+                failed_dirs.add(self._dir_of[tp])
+        try:
+            self.checkpoint_high_watermarks(high_watermarks)
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+        except (OSError, LogError):
+            log.exception("error writing checkpoints at shutdown")
+            failed_dirs.update(self.log_dirs)
+        marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode()
+        for dir in self.log_dirs:
+            if dir not in failed_dirs:
                 atomic_write(dir / CLEAN_SHUTDOWN_FILE, marker)
-            self._shut_down = True
+        with self._lock:
             self._unlock_dirs()
-            log.info("log manager shut down (%d logs)", len(self._logs))
+        log.info("log manager shut down (%d logs)", len(logs))
 
     def abandon(self) -> None:
         """Release the dir locks without flushing, closing, checkpointing or writing the

@@ -1,0 +1,1 @@
+"""wherry benchmarks: `python bench/run.py` (see bench/README.md)."""

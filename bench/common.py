@@ -1,0 +1,352 @@
+"""Shared pieces of the benchmark: broker processes, worker processes, wire encoding.
+
+Everything here is loopback-only and bounded in time: brokers are started on a free port
+with a temporary data directory and stopped by their PID (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+MIB: Final = 1 << 20
+REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+
+_SIZE: Final = struct.Struct(">i")
+_READY: Final = re.compile(r"ready on (\S+)")
+
+
+class BenchError(Exception):
+    """A benchmark step failed (broker did not start, a worker failed or timed out...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Ports, processes
+# --------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1 (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of a process in KiB, from /proc/PID/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise BenchError(f"no VmRSS for pid {pid}")
+
+
+def stop_pid(proc: subprocess.Popen[Any], timeout_s: float = 20.0) -> int | None:
+    """SIGTERM the process by its PID, wait, SIGKILL if it is still running."""
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(10)
+    return proc.returncode
+
+
+def broker_command(port: int, data_dir: Path, overrides: Sequence[str] = ()) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "wherry",
+        "server",
+        "--listeners",
+        f"PLAINTEXT://127.0.0.1:{port}",
+        "--log-dirs",
+        str(data_dir),
+    ]
+    for o in overrides:
+        cmd += ["--override", o]
+    return cmd
+
+
+class Broker:
+    """A `python -m wherry server` child process on a free loopback port."""
+
+    def __init__(self, data_dir: Path, overrides: Sequence[str] = ()) -> None:
+        self.data_dir = data_dir
+        self.overrides = list(overrides)
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+        self.output: list[str] = []
+        self._ready = threading.Event()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def spawn(self, port: int | None = None) -> float:
+        """Exec the broker; returns the `time.perf_counter()` taken just before the exec."""
+        self.port = port or free_port()
+        cmd = broker_command(self.port, self.data_dir, self.overrides)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=REPO_ROOT,
+        )
+        threading.Thread(target=self._pump, daemon=True).start()
+        return t0
+
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if len(self.output) < 5000:
+                self.output.append(line)
+            if _READY.search(line):
+                self._ready.set()
+        self._ready.set()
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        if not self._ready.wait(timeout_s) or self.proc is None or self.proc.poll() is not None:
+            self.stop()
+            raise BenchError("broker did not start:\n" + "".join(self.output[-40:]))
+
+    def start(self, timeout_s: float = 30.0) -> Broker:
+        self.spawn()
+        self.wait_ready(timeout_s)
+        return self
+
+    def rss_kib(self) -> int:
+        return rss_kib(self.pid)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc)
+            self.proc = None
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _worker_cmd(role: str, params: dict[str, Any]) -> list[str]:
+    return [sys.executable, "-m", "bench.workers", role, json.dumps(params)]
+
+
+def run_worker(role: str, params: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Run `python -m bench.workers ROLE PARAMS` and return the JSON it prints last."""
+    proc = subprocess.Popen(
+        _worker_cmd(role, params),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_pid(proc, timeout_s=2)
+        out, err = proc.communicate()
+        raise BenchError(f"worker {role} timed out after {timeout_s:.0f}s\n{err[-2000:]}") from None
+    return _worker_result(role, proc.returncode, out, err)
+
+
+def _worker_result(role: str, rc: int | None, out: str, err: str) -> dict[str, Any]:
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if rc != 0 or not lines:
+        raise BenchError(f"worker {role} failed (exit {rc}):\n{err[-3000:]}{out[-1000:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+class ServerWorker:
+    """A worker that serves on a port (it prints `port N` first, its JSON result last)."""
+
+    def __init__(self, role: str, params: dict[str, Any], timeout_s: float) -> None:
+        self.role = role
+        self.timeout_s = timeout_s
+        self.proc = subprocess.Popen(
+            _worker_cmd(role, params),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("port "):
+            stop_pid(self.proc, timeout_s=2)
+            raise BenchError(f"worker {role} did not start: {line!r} {self.proc.stderr!r}")
+        self.port = int(line.split()[1])
+
+    def result(self) -> dict[str, Any]:
+        try:
+            out, err = self.proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_pid(self.proc, timeout_s=2)
+            raise BenchError(f"worker {self.role} timed out") from None
+        return _worker_result(self.role, self.proc.returncode, out, err)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            stop_pid(self.proc, timeout_s=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Kafka wire encoding (kio) for the lean clients
+# --------------------------------------------------------------------------------------------
+
+
+def encode_request(
+    api_key: int,
+    version: int,
+    body: dict[str, Any],
+    correlation_id: int = 1,
+    client_id: str = "wherry-bench",
+) -> bytes:
+    """A size-prefixed request frame (header v1/v2 as the schema says)."""
+    from kio.index import load_request_schema
+    from kio.serial import entity_writer
+
+    from wherry.protocol.codec import build_entity
+
+    cls = load_request_schema(api_key, version)
+    hdr_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    entity_writer(hdr_cls)(
+        buf,
+        hdr_cls(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        ),
+    )
+    entity_writer(cls)(buf, build_entity(cls, body))
+    payload = buf.getvalue()
+    return _SIZE.pack(len(payload)) + payload
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionError("connection closed by peer")
+        got += k
+    return bytes(buf)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    (size,) = _SIZE.unpack(recv_exact(sock, 4))
+    return recv_exact(sock, size)
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> Any:
+    """Parse a response frame (without its size prefix) with kio."""
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    cls = load_response_schema(api_key, version)
+    # Response header v1 (flexible) has a tagged-field byte; ApiVersions always uses v0.
+    hdr = 4 + (1 if cls.__flexible__ and api_key != 18 else 0)
+    resp, _ = entity_reader(cls)(frame, hdr)
+    return resp
+
+
+def call(bootstrap: str, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(encode_request(api_key, version, body))
+        return decode_response(api_key, version, read_frame(s))
+
+
+def create_topic(
+    bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
+    """CreateTopics v7; raises BenchError unless the topic was created."""
+    resp = call(
+        bootstrap,
+        19,
+        7,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": partitions,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+                }
+            ],
+            "timeout": 30_000,
+            "validate_only": False,
+        },
+    )
+    t = resp.topics[0]
+    if int(t.error_code) != 0:
+        raise BenchError(f"CreateTopics {name} failed: {t.error_code} {t.error_message}")
+
+
+def api_versions_request() -> bytes:
+    return encode_request(18, 3, {"client_software_name": "wherry-bench",
+                                  "client_software_version": "1"})
+
+
+def segment_files(data_dir: Path, topic: str) -> list[Path]:
+    """The `.log` segment files of every partition of a topic, in partition/offset order."""
+    out: list[Path] = []
+    for pdir in sorted(data_dir.glob(f"{topic}-[0-9]*"), key=lambda p: int(p.name.rsplit("-")[-1])):
+        out += sorted(pdir.glob("*.log"))
+    return out
+
+
+def environment() -> dict[str, Any]:
+    import importlib.util
+    import platform
+
+    env: dict[str, Any] = {
+        "cpus": os.cpu_count() or 0,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "uvloop": importlib.util.find_spec("uvloop") is not None,
+        "kernel": platform.release(),
+    }
+    try:
+        import confluent_kafka
+
+        env["confluent_kafka"] = confluent_kafka.version()[0]
+        env["librdkafka"] = confluent_kafka.libversion()[0]
+    except ImportError:  # pragma: no cover - a project dependency
+        env["confluent_kafka"] = None
+    return env

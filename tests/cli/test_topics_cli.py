@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from confluent_kafka import Uuid
 
 from wherry.cli.main import main
 from wherry.cli.topics import (
     CommandError,
+    PartitionView,
+    _topic_header,
     filter_topics,
     parse_kv,
     parse_properties_text,
@@ -93,6 +96,20 @@ def test_filter_topics_is_kafka_include_list() -> None:
     assert filter_topics(names, "a.*", exclude_internal=False) == ["a", "a1", "ab"]
     assert filter_topics(names, "a,b", exclude_internal=False) == ["a", "b"]
     assert filter_topics(names, "__.*", exclude_internal=True) == []
+
+
+def test_describe_header_prints_url_safe_topic_id() -> None:
+    # confluent-kafka's str(Uuid) is standard base64; Kafka prints URL-safe base64.
+    topic_id = Uuid(0xFBFF << 48, 0)
+    assert "+" in str(topic_id) or "/" in str(topic_id)
+    parts = [PartitionView(0, None, (1, 2), (2,))]
+    header = _topic_header("t", topic_id, parts, {})
+    match = HEADER_RE.match(header)
+    assert match is not None, header
+    assert match["id"] == str(topic_id).replace("+", "-").replace("/", "_")
+    assert match["rf"] == "2"
+    assert parts[0].line("t") == "\tTopic: t\tPartition: 0\tLeader: none\tReplicas: 1,2\tIsr: 2"
+    assert _topic_header("t", Uuid(0, 0), parts, {}).startswith("Topic: t\tPartitionCount: 1")
 
 
 def test_bad_arguments_fail_before_connecting(unreachable_bootstrap: str) -> None:

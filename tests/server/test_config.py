@@ -1,0 +1,44 @@
+from pathlib import Path
+
+import pytest
+
+from wherry.server.config import BrokerConfigError, Endpoint, load_config, parse_listeners
+
+
+def test_defaults() -> None:
+    cfg = load_config()
+    assert cfg.broker_id == 0
+    assert cfg.listeners == (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+    assert cfg.log_dirs == (Path("wherry-data"),)
+    assert cfg.auto_create_topics_enable and cfg.delete_topic_enable
+
+
+def test_properties_file_and_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "server.properties"
+    f.write_text("# comment\nbroker.id=3\nlisteners=PLAINTEXT://127.0.0.1:9999\n"
+                 "log.dirs=/a,/b\nlog.retention.hours=2\nnum.partitions : 4\n"
+                 "advertised.listeners=PLAINTEXT://localhost:9999\n")
+    cfg = load_config(f, {"num.partitions": "6", "log.segment.bytes": "4096"})
+    assert cfg.broker_id == 3
+    assert cfg.log_dirs == (Path("/a"), Path("/b"))
+    assert cfg.num_partitions == 6
+    assert cfg.advertised[0].host == "localhost"
+    assert cfg.log_defaults.retention_ms == 2 * 3_600_000
+    assert cfg.log_defaults.segment_bytes == 4096
+
+
+@pytest.mark.parametrize("props", [
+    {"broker.id": "x"},
+    {"listeners": "127.0.0.1:9092"},
+    {"num.partitions": "0"},
+    {"log.segment.bytes": "big"},
+    {"auto.create.topics.enable": "maybe"},
+])
+def test_bad_values_are_clear_errors(props: dict[str, str]) -> None:
+    with pytest.raises(BrokerConfigError):
+        load_config(None, props)
+
+
+def test_parse_listeners() -> None:
+    assert parse_listeners("plaintext://[::1]:1,EXTERNAL://h:2") == [
+        Endpoint("PLAINTEXT", "::1", 1), Endpoint("EXTERNAL", "h", 2)]

@@ -100,7 +100,7 @@ def test_filter_topics_is_kafka_include_list() -> None:
 
 def test_describe_header_prints_url_safe_topic_id() -> None:
     # confluent-kafka's str(Uuid) is standard base64; Kafka prints URL-safe base64.
-    topic_id = Uuid(0xFBFF << 48, 0)
+    topic_id = Uuid(0x7BFF << 48, 0)
     assert "+" in str(topic_id) or "/" in str(topic_id)
     parts = [PartitionView(0, None, (1, 2), (2,))]
     header = _topic_header("t", topic_id, parts, {})

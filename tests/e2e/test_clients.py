@@ -104,7 +104,7 @@ def test_kafka_python_produce_consume(broker: BrokerProcess, codec: str | None) 
 
     bs = broker.bootstrap
     topic = new_topic(bs, 2)
-    prod = KafkaProducer(bootstrap_servers=bs, compression_type=codec)  # idempotent by default
+    prod = KafkaProducer(bootstrap_servers=bs, compression_type=codec, enable_idempotence=True)
     futs = [
         prod.send(
             topic,

@@ -201,3 +201,37 @@ def test_recovery_truncates_a_torn_tail(fresh_broker: BrokerProcess) -> None:
     assert len(got) == h.base_offset  # everything before the torn batch
     b.stop()
     validate_log_dir(b.data_dir, topic)
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["clean", "kill-9"])
+def test_producer_state_survives_restart(fresh_broker: BrokerProcess, crash: bool) -> None:
+    from kio.schema.errors import ErrorCode
+
+    from tests.kafka_wire import call
+    from wherry.protocol.records import build_batch
+
+    b = fresh_broker.start()
+    topic = f"ps-{uuid.uuid4().hex[:8]}"
+    r = call(b.bootstrap, 19, 7, {"topics": [{"name": topic, "num_partitions": 1,
+                                              "replication_factor": 1}], "timeout": 10_000})
+    assert r.topics[0].error_code == ErrorCode.none
+    pid = call(b.bootstrap, 22, 4, {"transactional_id": None, "transaction_timeout": 1000,
+                                    "producer_id": -1, "producer_epoch": -1}).producer_id
+
+    def send(seq: int) -> tuple[int, int]:
+        batch = build_batch([(None, f"s{seq}".encode())], producer_id=pid, producer_epoch=0,
+                            base_sequence=seq)
+        resp = call(b.bootstrap, 0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+        p = resp.responses[0].partition_responses[0]
+        return p.error_code, p.base_offset
+
+    assert [send(s) for s in range(3)] == [(0, 0), (0, 1), (0, 2)]
+    if crash:
+        b.kill()
+    else:
+        b.stop()
+    b.start()
+    assert send(2) == (ErrorCode.none, 2)  # a retry after restart is still a duplicate
+    assert send(5)[0] == ErrorCode.out_of_order_sequence_number
+    assert send(3) == (ErrorCode.none, 3)

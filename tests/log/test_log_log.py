@@ -376,3 +376,13 @@ def test_random_operations_match_a_model(
         assert offsets(read_all(log)) == expected
     log.check_integrity()
     log.close()
+
+
+def test_roll_jitter_is_bounded(tmp_path: Path) -> None:
+    config = dataclasses.replace(SMALL, segment_ms=1000, segment_jitter_ms=5000)
+    log = open_log(tmp_path, config)
+    for i in range(20):
+        log.append_as_leader(batch(ts=T0 + i * 2000), leader_epoch=0, now_ms=T0 + i * 2000)
+    assert log.num_segments == 20  # 2 s apart > segment.ms: every append rolls
+    assert all(0 <= s.roll_jitter_ms < 1000 for s in log.segments)
+    log.close()

@@ -1,0 +1,471 @@
+"""Benchmark worker processes: `python -m bench.workers ROLE 'JSON params'`.
+
+Each role runs in its own process (so the orchestrator, the broker and the load generator do
+not share a GIL) and prints its result as one JSON line last. Server roles print `port N`
+first. Every loop is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import MIB, BenchError, decode_response, encode_request, read_frame
+
+_SIZE = struct.Struct(">i")
+_TOTAL = struct.Struct(">q")
+
+Params = dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------
+# Pre-encoded Produce requests (shared by the raw pipe and the broker ingest benchmark)
+# --------------------------------------------------------------------------------------------
+
+
+def build_record_batch(batch_bytes: int, record_bytes: int) -> bytes:
+    """A valid uncompressed v2 batch of `record_bytes`-sized values, at most `batch_bytes`."""
+    from wherry.protocol.records import build_batch
+
+    value = os.urandom(record_bytes)
+    one = len(build_batch([(None, value)] * 2)) - len(build_batch([(None, value)]))
+    count = max(1, (batch_bytes - len(build_batch([(None, value)]))) // one + 1)
+    while True:
+        batch = build_batch([(None, value)] * count)
+        if len(batch) <= batch_bytes or count == 1:
+            return batch
+        count -= 1
+
+
+def produce_frame(topic: str, partition: int, batch: bytes, acks: int, correlation_id: int) -> bytes:
+    """A size-prefixed ProduceRequest v9 (request header v2) carrying one batch."""
+    return encode_request(
+        0,
+        9,
+        {
+            "transactional_id": None,
+            "acks": acks,
+            "timeout": 30_000,
+            "topic_data": [
+                {"name": topic, "partition_data": [{"index": partition, "records": batch}]}
+            ],
+        },
+        correlation_id=correlation_id,
+    )
+
+
+def produce_frames(p: Params) -> list[bytes]:
+    batch = build_record_batch(p["batch_bytes"], p["record_bytes"])
+    return [
+        produce_frame(p["topic"], part, batch, p.get("acks", 1), correlation_id=part + 1)
+        for part in range(p["partitions"])
+    ]
+
+
+def _produce_errors(frame: bytes) -> list[str]:
+    resp = decode_response(0, 9, frame)
+    return [
+        f"{t.name}-{pr.index}: {pr.error_code!r} {pr.error_message}"
+        for t in resp.responses
+        for pr in t.partition_responses
+        if int(pr.error_code) != 0
+    ]
+
+
+def _recv_into_exact(sock: socket.socket, view: memoryview) -> bool:
+    got, n = 0, len(view)
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            return False
+        got += k
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# (a) raw limit: loopback socket → file with the same framing and payload
+# --------------------------------------------------------------------------------------------
+
+
+def raw_server(p: Params) -> Params:
+    """Receive size-prefixed frames on one connection and append each to a file."""
+    path = Path(p["dir"]) / "raw-pipe.log"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        srv.settimeout(p["timeout_s"])
+        print(f"port {srv.getsockname()[1]}", flush=True)
+        conn, _ = srv.accept()
+        conn.settimeout(p["timeout_s"])
+        buf = bytearray(p.get("max_frame_bytes", 4 * MIB))
+        view = memoryview(buf)
+        size_view = memoryview(bytearray(4))
+        total = frames = 0
+        with conn, open(path, "ab", buffering=0) as f:
+            while _recv_into_exact(conn, size_view):
+                (size,) = _SIZE.unpack(size_view)
+                if size == 0:  # end marker: answer with the byte count once all is written
+                    conn.sendall(_TOTAL.pack(total))
+                    break
+                if not _recv_into_exact(conn, view[:size]):
+                    break
+                f.write(view[:size])
+                total += size
+                frames += 1
+    size_on_disk = path.stat().st_size
+    path.unlink()
+    return {"bytes": total, "frames": frames, "file_bytes": size_on_disk}
+
+
+def raw_client(p: Params) -> Params:
+    """Send the benchmark's Produce frames to the raw server for `duration_s`."""
+    frame = produce_frames(p)[0]
+    with socket.create_connection(("127.0.0.1", p["port"]), timeout=p["timeout_s"]) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        n = 0
+        t0 = time.perf_counter()
+        deadline = t0 + p["duration_s"]
+        while time.perf_counter() < deadline:
+            s.sendall(frame)
+            n += 1
+        s.sendall(_SIZE.pack(0))
+        (total,) = _TOTAL.unpack(_recv_exact(s, _TOTAL.size))
+        elapsed = time.perf_counter() - t0
+    wire = n * len(frame)
+    if total != wire - 4 * n:
+        raise BenchError(f"raw server wrote {total} bytes, expected {wire - 4 * n}")
+    return {
+        "frames": n,
+        "frame_bytes": len(frame),
+        "bytes": wire,
+        "elapsed_s": elapsed,
+        "mb_s": wire / elapsed / MIB,
+    }
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    if not _recv_into_exact(s, memoryview(buf)):
+        raise ConnectionError("connection closed")
+    return bytes(buf)
+
+
+# --------------------------------------------------------------------------------------------
+# (b) broker ingest capacity: pre-encoded pipelined Produce requests
+# --------------------------------------------------------------------------------------------
+
+
+def ingest(p: Params) -> Params:
+    """`connections` connections, `in_flight` requests outstanding on each, for `duration_s`.
+
+    Connection i writes partition i % partitions. The broker answers each connection in
+    order, so a response always acknowledges the oldest request in flight.
+    """
+    host, port = p["bootstrap"].rsplit(":", 1)
+    frames = produce_frames(p)
+    conns = p["connections"]
+    in_flight = p["in_flight"]
+    timeout_s = p["timeout_s"]
+
+    socks = []
+    for _ in range(conns):
+        s = socket.create_connection((host, int(port)), timeout=timeout_s)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        socks.append(s)
+
+    # Warm-up: one acknowledged request per partition (waits for leadership if needed).
+    deadline = time.monotonic() + 20
+    for part, frame in enumerate(frames):
+        s = socks[part % conns]
+        while True:
+            s.sendall(frame)
+            errs = _produce_errors(read_frame(s))
+            if not errs:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"warm-up produce failed: {errs}")
+            time.sleep(0.1)
+
+    barrier = threading.Barrier(conns + 1)
+    acked = [0] * conns
+    last_ack = [0.0] * conns
+    errors: list[str] = []
+    start = [0.0]
+
+    def run(i: int) -> None:
+        s = socks[i]
+        frame = frames[i % len(frames)]
+        sent = done = 0
+        try:
+            barrier.wait()
+            end = start[0] + p["duration_s"]
+            while sent < in_flight:
+                s.sendall(frame)
+                sent += 1
+            while done < sent:
+                resp = read_frame(s)
+                done += 1
+                errs = _produce_errors(resp)
+                if errs:
+                    errors.extend(errs)
+                    return
+                if time.perf_counter() < end:
+                    s.sendall(frame)
+                    sent += 1
+            last_ack[i] = time.perf_counter()
+            acked[i] = done
+        except Exception as e:  # reported below
+            errors.append(f"connection {i}: {e!r}")
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(conns)]
+    for t in threads:
+        t.start()
+    start[0] = time.perf_counter()
+    barrier.wait()
+    for t in threads:
+        t.join(p["duration_s"] + timeout_s)
+    for s in socks:
+        s.close()
+    if errors:
+        raise BenchError(f"ingest errors: {errors[:5]}")
+    elapsed = max(last_ack) - start[0]
+    total = sum(acked)
+    frame_bytes = len(frames[0])
+    return {
+        "requests": total,
+        "frame_bytes": frame_bytes,
+        "bytes": total * frame_bytes,
+        "elapsed_s": elapsed,
+        "mb_s": total * frame_bytes / elapsed / MIB,
+        "req_s": total / elapsed,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# (c) (d) (e) confluent-kafka clients
+# --------------------------------------------------------------------------------------------
+
+
+def cf_produce(p: Params) -> Params:
+    from confluent_kafka import KafkaError, Message, Producer
+
+    failures: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None and len(failures) < 10:
+            failures.append(str(err))
+
+    prod = Producer(
+        {
+            "bootstrap.servers": p["bootstrap"],
+            "linger.ms": p.get("linger_ms", 5),
+            "batch.size": p.get("batch_size", 1_000_000),
+            "queue.buffering.max.messages": 1_000_000,
+            "delivery.report.only.error": True,
+            "on_delivery": on_delivery,
+        }
+    )
+    prod.list_topics(p["topic"], timeout=10)  # connect and fetch metadata before timing
+    topic = p["topic"]
+    value = os.urandom(p["record_bytes"])
+    count = p["count"]
+    deadline = time.monotonic() + p["timeout_s"]
+    produce = prod.produce
+    t0 = time.perf_counter()
+    for i in range(count):
+        try:
+            produce(topic, value)
+        except BufferError:
+            while True:
+                prod.poll(0.001)
+                try:
+                    produce(topic, value)
+                    break
+                except BufferError:
+                    if time.monotonic() > deadline:
+                        raise
+        if i & 0xFFFF == 0:
+            prod.poll(0)
+    remaining = prod.flush(max(1.0, deadline - time.monotonic()))
+    elapsed = time.perf_counter() - t0
+    if failures or remaining:
+        raise BenchError(f"produce failed: {remaining} undelivered, errors {failures}")
+    nbytes = count * p["record_bytes"]
+    return {
+        "records": count,
+        "bytes": nbytes,
+        "elapsed_s": elapsed,
+        "rec_s": count / elapsed,
+        "mb_s": nbytes / elapsed / MIB,
+    }
+
+
+def cf_consume(p: Params) -> Params:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    cons = Consumer(
+        {
+            "bootstrap.servers": p["bootstrap"],
+            "group.id": "wherry-bench",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    topic = p["topic"]
+    expected = p["expected"]
+    n = nbytes = 0
+    try:
+        cons.list_topics(topic, timeout=10)  # connect and fetch metadata before timing
+        t0 = time.perf_counter()
+        cons.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(p["partitions"])])
+        deadline = time.monotonic() + p["timeout_s"]
+        while n < expected and time.monotonic() < deadline:
+            for m in cons.consume(num_messages=10_000, timeout=0.5):
+                if m.error() is not None:
+                    raise BenchError(f"consume error: {m.error()}")
+                n += 1
+                nbytes += len(m)
+        elapsed = time.perf_counter() - t0
+    finally:
+        cons.close()
+    if n != expected:
+        raise BenchError(f"consumed {n} records, expected {expected}")
+    return {
+        "records": n,
+        "bytes": nbytes,
+        "elapsed_s": elapsed,
+        "rec_s": n / elapsed,
+        "mb_s": nbytes / elapsed / MIB,
+    }
+
+
+def cf_latency(p: Params) -> Params:
+    """Produce at a fixed rate (linger.ms=0, acks=all); latency = produce() → delivery report."""
+    from confluent_kafka import KafkaError, Message, Producer
+
+    prod = Producer({"bootstrap.servers": p["bootstrap"], "linger.ms": 0, "acks": "all"})
+    topic = p["topic"]
+    value = os.urandom(p["record_bytes"])
+    prod.produce(topic, value)  # warm-up: connection, metadata, first batch
+    if prod.flush(10) != 0:
+        raise BenchError("latency warm-up message was not delivered")
+
+    latencies: list[float] = []
+    failures: list[str] = []
+    perf = time.perf_counter
+
+    def callback(t_sent: float) -> Callable[[KafkaError | None, Message], None]:
+        def done(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                failures.append(str(err))
+            else:
+                latencies.append(perf() - t_sent)
+
+        return done
+
+    rate = p["rate"]
+    count = int(rate * p["duration_s"])
+    interval = 1.0 / rate
+    t0 = perf()
+    next_at = t0
+    for _ in range(count):
+        while (now := perf()) < next_at:
+            prod.poll(next_at - now)
+        t = perf()
+        prod.produce(topic, value, on_delivery=callback(t))
+        prod.poll(0)
+        next_at += interval
+    remaining = prod.flush(10)
+    elapsed = perf() - t0
+    if failures or remaining or len(latencies) != count:
+        raise BenchError(f"latency run: {remaining} undelivered, errors {failures[:5]}")
+    latencies.sort()
+
+    def pct(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+
+    return {
+        "records": count,
+        "rate": count / elapsed,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "max_ms": latencies[-1] * 1000,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# (d) raw limit: os.sendfile of segment files → loopback client
+# --------------------------------------------------------------------------------------------
+
+
+def sendfile_server(p: Params) -> Params:
+    files = [Path(f) for f in p["files"]]
+    total = 0
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        srv.settimeout(p["timeout_s"])
+        print(f"port {srv.getsockname()[1]}", flush=True)
+        conn, _ = srv.accept()
+        with conn:
+            out = conn.fileno()
+            for f in files:
+                fd = os.open(f, os.O_RDONLY)
+                try:
+                    size = os.fstat(fd).st_size
+                    offset = 0
+                    while offset < size:
+                        sent = os.sendfile(out, fd, offset, size - offset)
+                        if sent == 0:
+                            break
+                        offset += sent
+                    total += offset
+                finally:
+                    os.close(fd)
+    return {"bytes": total}
+
+
+def sendfile_client(p: Params) -> Params:
+    buf = memoryview(bytearray(MIB))
+    total = 0
+    t0 = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", p["port"]), timeout=p["timeout_s"]) as s:
+        while True:
+            k = s.recv_into(buf)
+            if k == 0:
+                break
+            total += k
+    elapsed = time.perf_counter() - t0
+    return {"bytes": total, "elapsed_s": elapsed, "mb_s": total / elapsed / MIB}
+
+
+ROLES: dict[str, Callable[[Params], Params]] = {
+    "raw_server": raw_server,
+    "raw_client": raw_client,
+    "ingest": ingest,
+    "cf_produce": cf_produce,
+    "cf_consume": cf_consume,
+    "cf_latency": cf_latency,
+    "sendfile_server": sendfile_server,
+    "sendfile_client": sendfile_client,
+}
+
+
+def main(argv: list[str]) -> int:
+    role, params = argv[1], json.loads(argv[2])
+    result = ROLES[role](params)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

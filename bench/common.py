@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -50,6 +51,13 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise BenchError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), from /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stop_pid(proc: subprocess.Popen[Any], timeout_s: float = 20.0) -> int | None:
@@ -145,6 +153,9 @@ class Broker:
     def rss_kib(self) -> int:
         return rss_kib(self.pid)
 
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.pid)
+
     def stop(self) -> None:
         if self.proc is not None:
             stop_pid(self.proc)
@@ -155,6 +166,68 @@ class Broker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class Profiler:
+    """Optional py-spy sampling of a process while a step runs (`--profile DIR`).
+
+    Writes `DIR/LABEL.txt` (py-spy's raw/collapsed stacks, for flamegraph tools) and
+    `DIR/LABEL-summary.txt` (top functions by self and inclusive samples).
+    """
+
+    def __init__(self, out_dir: Path | None, label: str, pid: int) -> None:
+        self.out_dir = out_dir
+        self.label = label
+        self.proc: subprocess.Popen[bytes] | None = None
+        spy = shutil.which("py-spy")
+        if out_dir is None or spy is None:
+            return
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.raw = out_dir / f"{label}.txt"
+        cmd = [spy, "record", "-p", str(pid), "-r", "200", "-f", "raw", "--nonblocking"]
+        self.proc = subprocess.Popen(
+            [*cmd, "-o", str(self.raw)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def __enter__(self) -> Profiler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None or self.out_dir is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                stop_pid(self.proc, timeout_s=2)
+        if self.raw.exists():
+            summary = summarize_profile(self.raw)
+            (self.out_dir / f"{self.label}-summary.txt").write_text(summary)
+
+
+def summarize_profile(raw: Path, top: int = 25) -> str:
+    """Top functions (self and inclusive sample share) of py-spy's raw (collapsed) output."""
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        # "func (file:line)" → "func (file)": aggregate lines of a function
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + n
+    out = [f"{total} samples"]
+    for title, table in (("self", own), ("inclusive", incl)):
+        out.append(f"--- {title}")
+        for f, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            out.append(f"{n / max(total, 1) * 100:5.1f}%  {f}")
+    return "\n".join(out) + "\n"
 
 
 def _worker_cmd(role: str, params: dict[str, Any]) -> list[str]:
@@ -235,6 +308,7 @@ def encode_request(
     """A size-prefixed request frame (header v1/v2 as the schema says)."""
     from kio.index import load_request_schema
     from kio.serial import entity_writer
+    from kio.static.primitive import i16, i32
 
     from wherry.protocol.codec import build_entity
 
@@ -244,9 +318,9 @@ def encode_request(
     entity_writer(hdr_cls)(
         buf,
         hdr_cls(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=correlation_id,
+            request_api_key=i16(api_key),
+            request_api_version=i16(version),
+            correlation_id=i32(correlation_id),
             client_id=client_id,
         ),
     )
@@ -319,8 +393,9 @@ def create_topic(
 
 
 def api_versions_request() -> bytes:
-    return encode_request(18, 3, {"client_software_name": "wherry-bench",
-                                  "client_software_version": "1"})
+    return encode_request(
+        18, 3, {"client_software_name": "wherry-bench", "client_software_version": "1"}
+    )
 
 
 def segment_files(data_dir: Path, topic: str) -> list[Path]:
@@ -341,11 +416,13 @@ def environment() -> dict[str, Any]:
         "implementation": platform.python_implementation(),
         "uvloop": importlib.util.find_spec("uvloop") is not None,
         "kernel": platform.release(),
+        "loadavg_1m": os.getloadavg()[0],
     }
     try:
         import confluent_kafka
 
-        env["confluent_kafka"] = confluent_kafka.version()[0]
+        version = confluent_kafka.version()
+        env["confluent_kafka"] = version if isinstance(version, str) else version[0]
         env["librdkafka"] = confluent_kafka.libversion()[0]
     except ImportError:  # pragma: no cover - a project dependency
         env["confluent_kafka"] = None

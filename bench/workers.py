@@ -45,7 +45,9 @@ def build_record_batch(batch_bytes: int, record_bytes: int) -> bytes:
         count -= 1
 
 
-def produce_frame(topic: str, partition: int, batch: bytes, acks: int, correlation_id: int) -> bytes:
+def produce_frame(
+    topic: str, partition: int, batch: bytes, acks: int, correlation_id: int
+) -> bytes:
     """A size-prefixed ProduceRequest v9 (request header v2) carrying one batch."""
     return encode_request(
         0,
@@ -131,6 +133,7 @@ def raw_client(p: Params) -> Params:
     with socket.create_connection(("127.0.0.1", p["port"]), timeout=p["timeout_s"]) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         n = 0
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         deadline = t0 + p["duration_s"]
         while time.perf_counter() < deadline:
@@ -148,6 +151,7 @@ def raw_client(p: Params) -> Params:
         "bytes": wire,
         "elapsed_s": elapsed,
         "mb_s": wire / elapsed / MIB,
+        "client_cpu_s": time.process_time() - cpu0,
     }
 
 
@@ -228,6 +232,7 @@ def ingest(p: Params) -> Params:
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(conns)]
     for t in threads:
         t.start()
+    cpu0 = time.process_time()
     start[0] = time.perf_counter()
     barrier.wait()
     for t in threads:
@@ -246,6 +251,7 @@ def ingest(p: Params) -> Params:
         "elapsed_s": elapsed,
         "mb_s": total * frame_bytes / elapsed / MIB,
         "req_s": total / elapsed,
+        "client_cpu_s": time.process_time() - cpu0,
     }
 
 
@@ -279,6 +285,7 @@ def cf_produce(p: Params) -> Params:
     count = p["count"]
     deadline = time.monotonic() + p["timeout_s"]
     produce = prod.produce
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     for i in range(count):
         try:
@@ -305,6 +312,7 @@ def cf_produce(p: Params) -> Params:
         "elapsed_s": elapsed,
         "rec_s": count / elapsed,
         "mb_s": nbytes / elapsed / MIB,
+        "client_cpu_s": time.process_time() - cpu0,
     }
 
 
@@ -325,6 +333,7 @@ def cf_consume(p: Params) -> Params:
     n = nbytes = 0
     try:
         cons.list_topics(topic, timeout=10)  # connect and fetch metadata before timing
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         cons.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(p["partitions"])])
         deadline = time.monotonic() + p["timeout_s"]
@@ -335,6 +344,7 @@ def cf_consume(p: Params) -> Params:
                 n += 1
                 nbytes += len(m)
         elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
     finally:
         cons.close()
     if n != expected:
@@ -345,6 +355,7 @@ def cf_consume(p: Params) -> Params:
         "elapsed_s": elapsed,
         "rec_s": n / elapsed,
         "mb_s": nbytes / elapsed / MIB,
+        "client_cpu_s": cpu,
     }
 
 
@@ -408,7 +419,9 @@ def cf_latency(p: Params) -> Params:
 
 
 def sendfile_server(p: Params) -> Params:
+    """Send the files (again and again until `min_bytes` were sent) with os.sendfile."""
     files = [Path(f) for f in p["files"]]
+    min_bytes = p.get("min_bytes", 0)
     total = 0
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
         srv.bind(("127.0.0.1", 0))
@@ -416,22 +429,28 @@ def sendfile_server(p: Params) -> Params:
         srv.settimeout(p["timeout_s"])
         print(f"port {srv.getsockname()[1]}", flush=True)
         conn, _ = srv.accept()
-        with conn:
-            out = conn.fileno()
-            for f in files:
-                fd = os.open(f, os.O_RDONLY)
-                try:
-                    size = os.fstat(fd).st_size
-                    offset = 0
-                    while offset < size:
-                        sent = os.sendfile(out, fd, offset, size - offset)
-                        if sent == 0:
-                            break
-                        offset += sent
-                    total += offset
-                finally:
-                    os.close(fd)
-    return {"bytes": total}
+        fds = [os.open(f, os.O_RDONLY) for f in files]
+        try:
+            with conn:
+                out = conn.fileno()
+                passes = 0
+                while passes == 0 or total < min_bytes:
+                    for fd in fds:
+                        size = os.fstat(fd).st_size
+                        offset = 0
+                        while offset < size:
+                            sent = os.sendfile(out, fd, offset, size - offset)
+                            if sent == 0:
+                                break
+                            offset += sent
+                        total += offset
+                    passes += 1
+                    if total == 0:
+                        break
+        finally:
+            for fd in fds:
+                os.close(fd)
+    return {"bytes": total, "passes": passes}
 
 
 def sendfile_client(p: Params) -> Params:

@@ -251,7 +251,7 @@ class Log:
             dir, producer_id_expiration_ms=producer_id_expiration_ms
         )
         hw = start if high_watermark is None else high_watermark
-        self = cls(
+        opened = cls(
             dir,
             config,
             topic_partition=tp,
@@ -264,8 +264,8 @@ class Log:
             high_watermark=min(max(hw, start), log_end_offset),
             now_ms=now_ms,
         )
-        self._rebuild_producer_state(now_ms)
-        producer_state.remove_stray_snapshots(self._bases)
+        opened._rebuild_producer_state(now_ms)
+        producer_state.remove_stray_snapshots(opened._bases)
         log.info(
             "%s: loaded log with %d segments, log start %d, log end %d, recovery point %d",
             tp,
@@ -274,7 +274,7 @@ class Log:
             log_end_offset,
             recovery,
         )
-        return self
+        return opened
 
     @staticmethod
     def _next_offset_of(tp: TopicPartition, segment: LogSegment) -> int:

@@ -162,7 +162,8 @@ class LogManager:
             try:
                 tp = TopicPartition.parse(name)
             except ValueError:
-                log.warning("ignoring non-partition directory %s", child)
+                # e.g. the embedded metadata store's "__meta"; Kafka ignores such dirs too
+                log.debug("ignoring non-partition directory %s", child)
                 continue
             if tp in self._logs:
                 raise StorageError(

@@ -188,6 +188,7 @@ class Partition:
     def append_records_to_leader(
         self, batch: bytearray, *, required_acks: int, min_insync_replicas: int, now_ms: int
     ) -> AppendInfo:
+        """Append an already validated batch (see `records.validate_batch`)."""
         self.require_leader()
         isr_size = len(self.state.isr)
         if required_acks == -1 and isr_size < min_insync_replicas:
@@ -196,7 +197,9 @@ class Partition:
                 f"The size of the current ISR {sorted(self.isr)} is insufficient to satisfy "
                 f"the min.isr requirement of {min_insync_replicas} for partition {self._name()}",
             )
-        info = self.log.append_as_leader(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        info = self.log.append_as_leader(
+            batch, leader_epoch=self.leader_epoch, now_ms=now_ms, validate=False
+        )
         self.maybe_increment_high_watermark(now_ms)
         return info
 

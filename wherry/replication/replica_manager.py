@@ -222,6 +222,8 @@ class ReplicaManager:
             return failed(ErrorCode.invalid_record, "produce request without records")
         cfg = part.log.config
         try:
+            # A produce request carries exactly one batch per partition; validated here once
+            # (framing, magic, CRC, records, max.message.bytes), so the log need not repeat it.
             validate_batch(data, max_message_bytes=cfg.max_message_bytes)
             info = part.append_records_to_leader(
                 bytearray(data),

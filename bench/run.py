@@ -1,0 +1,519 @@
+"""wherry benchmark: `python bench/run.py [--quick] [--json PATH]` (see bench/README.md).
+
+Every row is measured in this run, on this machine, against brokers this script starts (free
+loopback port, temporary data dir, stopped by PID). Rows:
+
+  a   raw limit: loopback socket → file, 1 MiB size-prefixed frames (plain blocking sockets)
+  b   broker ingest capacity: pre-encoded pipelined Produce requests (acks=1), ratio to (a)
+  c1  confluent-kafka Producer, 100 B records;  c2  the same with 1 KiB records
+  d0  raw limit: os.sendfile of the broker's segment files → loopback reader
+  d1  confluent-kafka Consumer reading c1's topic;  d2  reading c2's topic (ratio to d0)
+  e   produce latency p50/p99 at a fixed rate (acks=all, linger.ms=0)
+  f1  startup: exec → first ApiVersions response;  f2  idle RSS;  f3  RSS after (c)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    MIB,
+    BenchError,
+    Broker,
+    Profiler,
+    ServerWorker,
+    api_versions_request,
+    create_topic,
+    decode_response,
+    environment,
+    free_port,
+    read_frame,
+    run_worker,
+    segment_files,
+)
+
+PARTITIONS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How much work each row does (`--quick` or full)."""
+
+    pipe_duration_s: float
+    ingest_connections: int
+    ingest_in_flight: int
+    small_records: int
+    large_records: int
+    latency_rate: int
+    latency_duration_s: float
+    startup_runs: int
+    sendfile_bytes: int
+
+
+FULL = Plan(
+    pipe_duration_s=8.0,
+    ingest_connections=4,
+    ingest_in_flight=4,
+    small_records=1_000_000,
+    large_records=300_000,
+    latency_rate=1000,
+    latency_duration_s=10.0,
+    startup_runs=3,
+    sendfile_bytes=4096 * MIB,
+)
+QUICK = Plan(
+    pipe_duration_s=2.0,
+    ingest_connections=4,
+    ingest_in_flight=4,
+    small_records=100_000,
+    large_records=30_000,
+    latency_rate=1000,
+    latency_duration_s=2.0,
+    startup_runs=1,
+    sendfile_bytes=512 * MIB,
+)
+
+
+@dataclass(slots=True)
+class Row:
+    id: str
+    name: str
+    metrics: dict[str, float]
+    detail: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def result_text(self) -> str:
+        m = self.metrics
+        parts = []
+        if "mb_s" in m and "rec_s" in m:
+            parts.append(f"{m['rec_s']:,.0f} rec/s  {m['mb_s']:,.1f} MB/s")
+        elif "mb_s" in m:
+            parts.append(f"{m['mb_s']:,.1f} MB/s")
+        if "ratio" in m:
+            parts.append(f"({m['ratio']:.2f}x)")
+        if "p50_ms" in m:
+            parts.append(f"p50 {m['p50_ms']:.2f} ms  p99 {m['p99_ms']:.2f} ms")
+        if "ms" in m:
+            parts.append(f"{m['ms']:.0f} ms")
+        if "rss_mib" in m:
+            parts.append(f"{m['rss_mib']:.1f} MiB")
+        return "  ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "metrics": self.metrics,
+            "detail": self.detail,
+            "raw": self.raw,
+        }
+
+
+class Bench:
+    def __init__(
+        self, plan: Plan, base_dir: Path, overrides: list[str], log: Callable[[str], None]
+    ):
+        self.plan = plan
+        self.base_dir = base_dir
+        self.overrides = overrides
+        self.log = log
+        self.rows: dict[str, Row] = {}
+        self.profile_dir: Path | None = None
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _tmp(self, name: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"wherry-bench-{name}-", dir=self.base_dir))
+
+    @staticmethod
+    def cpu_note(result: dict[str, Any], broker_cpu_s: float | None = None) -> str:
+        """`broker CPU x%, client CPU y%` over the worker's measured window (100% = 1 core)."""
+        elapsed = result["elapsed_s"]
+        parts = []
+        if broker_cpu_s is not None:
+            result["broker_cpu_s"] = broker_cpu_s
+            parts.append(f"broker CPU {broker_cpu_s / elapsed * 100:.0f}%")
+        if "client_cpu_s" in result:
+            parts.append(f"client CPU {result['client_cpu_s'] / elapsed * 100:.0f}%")
+        return ", ".join(parts)
+
+    def run_on(
+        self, label: str, broker: Broker, role: str, params: dict[str, Any], timeout_s: float
+    ) -> tuple[dict[str, Any], str]:
+        """Run a worker against a broker; also return its CPU note. The broker's CPU time is
+        taken over the whole worker run (the broker is idle while the worker process starts;
+        its connect/warm-up requests are included) and divided by the measured window.
+        With `--profile DIR` the broker is sampled by py-spy meanwhile."""
+        cpu0 = broker.cpu_seconds()
+        with Profiler(self.profile_dir, f"{label}-broker", broker.pid):
+            r = run_worker(role, params, timeout_s)
+        return r, self.cpu_note(r, broker.cpu_seconds() - cpu0)
+
+    def add(self, row: Row) -> None:
+        self.rows[row.id] = row
+        self.log(f"  {row.id:<3} {row.name}: {row.result_text()}")
+
+    # --- (a) + (b) ---------------------------------------------------------------------------
+    def pipe_and_ingest(self) -> None:
+        plan = self.plan
+        topic = "bench-ingest"
+        load: dict[str, Any] = {
+            "topic": topic,
+            "partitions": PARTITIONS,
+            "batch_bytes": MIB,
+            "record_bytes": 1024,
+            "acks": 1,
+            "duration_s": plan.pipe_duration_s,
+            "timeout_s": 60,
+        }
+        self.log("(a) raw loopback socket → file pipe")
+        d = self._tmp("pipe")
+        try:
+            server = ServerWorker("raw_server", {"dir": str(d), "timeout_s": 60}, timeout_s=90)
+            try:
+                client = run_worker("raw_client", {**load, "port": server.port}, timeout_s=90)
+                srv = server.result()
+            finally:
+                server.kill()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        a = client["mb_s"]
+        self.add(
+            Row(
+                "a",
+                "raw limit: loopback socket → file, 1 conn",
+                {"mb_s": a},
+                f"{client['frames']} frames of {client['frame_bytes']} B in "
+                f"{client['elapsed_s']:.1f} s; {self.cpu_note(client)}",
+                {"client": client, "server": srv},
+            )
+        )
+
+        self.log("(b) broker ingest capacity")
+        d = self._tmp("ingest")
+        try:
+            with Broker(d / "data", self.overrides) as broker:
+                broker.start()
+                create_topic(broker.bootstrap, topic, PARTITIONS)
+                r, cpu = self.run_on(
+                    "b",
+                    broker,
+                    "ingest",
+                    {
+                        **load,
+                        "bootstrap": broker.bootstrap,
+                        "connections": plan.ingest_connections,
+                        "in_flight": plan.ingest_in_flight,
+                    },
+                    timeout_s=120,
+                )
+                written = sum(f.stat().st_size for f in segment_files(d / "data", topic))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        self.add(
+            Row(
+                "b",
+                f"broker ingest: Produce, acks=1, {plan.ingest_connections} conns x "
+                f"{plan.ingest_in_flight} in flight",
+                {"mb_s": r["mb_s"], "ratio": r["mb_s"] / a},
+                f"{r['requests']} requests ({r['req_s']:.0f}/s) in {r['elapsed_s']:.1f} s; "
+                f"{written / MIB:.0f} MiB in segments; {cpu}",
+                {"ingest": r, "segment_bytes": written},
+            )
+        )
+
+    # --- (f) + (c) + (d) + (e) ---------------------------------------------------------------
+    def startup_once(self, data_dir: Path) -> tuple[Broker, float]:
+        """Exec a broker and poll it until an ApiVersions request is answered."""
+        broker = Broker(data_dir, self.overrides)
+        port = free_port()
+        request = api_versions_request()
+        t0 = broker.spawn(port)
+        deadline = t0 + 30
+        try:
+            while True:
+                now = time.perf_counter()
+                if now > deadline or (broker.proc is not None and broker.proc.poll() is not None):
+                    raise BenchError(
+                        "broker did not answer ApiVersions:\n" + "".join(broker.output)
+                    )
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                        s.sendall(request)
+                        resp = decode_response(18, 3, read_frame(s))
+                        elapsed_ms = (time.perf_counter() - t0) * 1000
+                    if int(resp.error_code) != 0:
+                        raise BenchError(f"ApiVersions error {resp.error_code}")
+                    break
+                except (ConnectionRefusedError, ConnectionResetError, ConnectionError):
+                    time.sleep(0.0005)
+            broker.wait_ready(30)
+        except BaseException:
+            broker.stop()
+            raise
+        return broker, elapsed_ms
+
+    def clients(self) -> None:
+        plan = self.plan
+        self.log("(f) startup")
+        times: list[float] = []
+        d = self._tmp("clients")
+        try:
+            for i in range(plan.startup_runs):
+                data = d / f"data{i}"
+                broker, ms = self.startup_once(data)
+                times.append(ms)
+                if i < plan.startup_runs - 1:
+                    broker.stop()
+            # the last broker stays up for (c), (d), (e)
+            with broker:
+                time.sleep(1.0)
+                idle = broker.rss_kib() / 1024
+                self.add(
+                    Row(
+                        "f1",
+                        "startup: exec → first ApiVersions answered",
+                        {"ms": statistics.median(times)},
+                        f"median of {len(times)}: " + ", ".join(f"{t:.0f}" for t in times) + " ms",
+                        {"runs_ms": times},
+                    )
+                )
+                self.add(
+                    Row(
+                        "f2",
+                        "broker RSS idle after startup (no topics)",
+                        {"rss_mib": idle},
+                        "VmRSS",
+                    )
+                )
+                self._produce_consume(broker, data)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def _produce_consume(self, broker: Broker, data: Path) -> None:
+        plan = self.plan
+        bs = broker.bootstrap
+        sizes = (("c1", "d1", 100, plan.small_records), ("c2", "d2", 1024, plan.large_records))
+        for cid, _, size, count in sizes:
+            topic = f"bench-{size}b"
+            create_topic(bs, topic, PARTITIONS)
+            self.log(f"(c) confluent-kafka produce {count} x {size} B")
+            r, cpu = self.run_on(
+                cid,
+                broker,
+                "cf_produce",
+                {
+                    "bootstrap": bs,
+                    "topic": topic,
+                    "record_bytes": size,
+                    "count": count,
+                    "linger_ms": 5,
+                    "batch_size": 1_000_000,
+                    "timeout_s": 150,
+                },
+                timeout_s=180,
+            )
+            self.add(
+                Row(
+                    cid,
+                    f"confluent-kafka produce {size} B (acks=all, linger 5 ms)",
+                    {"rec_s": r["rec_s"], "mb_s": r["mb_s"]},
+                    f"{count} records in {r['elapsed_s']:.2f} s; {cpu}",
+                    r,
+                )
+            )
+        after = broker.rss_kib() / 1024
+        self.add(Row("f3", "broker RSS after (c)", {"rss_mib": after}, "VmRSS"))
+
+        self.log("(d) raw sendfile limit")
+        files = segment_files(data, "bench-1024b")
+        log_bytes = sum(f.stat().st_size for f in files)
+        server = ServerWorker(
+            "sendfile_server",
+            {"files": [str(f) for f in files], "min_bytes": plan.sendfile_bytes, "timeout_s": 60},
+            timeout_s=90,
+        )
+        try:
+            sf = run_worker("sendfile_client", {"port": server.port, "timeout_s": 60}, 90)
+            srv = server.result()
+        finally:
+            server.kill()
+        if sf["bytes"] != log_bytes * srv["passes"]:
+            raise BenchError(
+                f"sendfile moved {sf['bytes']} B, expected {srv['passes']} x {log_bytes}"
+            )
+        self.add(
+            Row(
+                "d0",
+                "raw limit: os.sendfile of (c2) segments → socket",
+                {"mb_s": sf["mb_s"]},
+                f"{srv['passes']} x {log_bytes / MIB:.0f} MiB in {sf['elapsed_s']:.2f} s",
+                {**sf, "passes": srv["passes"], "segment_bytes": log_bytes},
+            )
+        )
+        for _, did, size, count in sizes:
+            topic = f"bench-{size}b"
+            seg = sum(f.stat().st_size for f in segment_files(data, topic))
+            self.log(f"(d) confluent-kafka consume {count} x {size} B")
+            r, cpu = self.run_on(
+                did,
+                broker,
+                "cf_consume",
+                {
+                    "bootstrap": bs,
+                    "topic": topic,
+                    "partitions": PARTITIONS,
+                    "expected": count,
+                    "timeout_s": 150,
+                },
+                timeout_s=180,
+            )
+            log_mb_s = seg / r["elapsed_s"] / MIB
+            self.add(
+                Row(
+                    did,
+                    f"confluent-kafka consume {size} B (assign, from start)",
+                    {"rec_s": r["rec_s"], "mb_s": r["mb_s"], "ratio": log_mb_s / sf["mb_s"]},
+                    f"{count} records in {r['elapsed_s']:.2f} s; log read at {log_mb_s:.0f} MB/s; "
+                    f"{cpu}",
+                    {**r, "segment_bytes": seg, "log_mb_s": log_mb_s},
+                )
+            )
+
+        self.log("(e) produce latency")
+        topic = "bench-latency"
+        create_topic(bs, topic, 1)
+        r = run_worker(
+            "cf_latency",
+            {
+                "bootstrap": bs,
+                "topic": topic,
+                "record_bytes": 100,
+                "rate": plan.latency_rate,
+                "duration_s": plan.latency_duration_s,
+            },
+            timeout_s=plan.latency_duration_s + 60,
+        )
+        self.add(
+            Row(
+                "e",
+                f"produce latency, {plan.latency_rate}/s x 100 B (acks=all, linger 0)",
+                {"p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]},
+                f"{r['records']} records at {r['rate']:.0f}/s; max {r['max_ms']:.1f} ms",
+                r,
+            )
+        )
+
+
+ORDER = ("a", "b", "c1", "c2", "d0", "d1", "d2", "e", "f1", "f2", "f3")
+
+
+def render(env: dict[str, Any], rows: list[Row]) -> None:
+    env_line = (
+        f"env: {env['cpus']} CPUs, {env['implementation']} {env['python']}, "
+        f"uvloop {'on' if env['uvloop'] else 'off'}, Linux {env['kernel']}, "
+        f"confluent-kafka {env.get('confluent_kafka')} / librdkafka {env.get('librdkafka')}, "
+        f"load avg (1 min) {env['loadavg_1m']:.2f} at start, {env['loadavg_1m_end']:.2f} at end"
+    )
+    print(env_line)
+    if not _render_rich(rows):
+        _render_plain(rows)
+    sys.stdout.flush()
+
+
+def _render_rich(rows: list[Row]) -> bool:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        return False
+    table = Table(title="wherry benchmark (MB = 2^20 bytes)")
+    for col in ("row", "measurement", "result", "detail"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r.id, r.name, r.result_text(), r.detail)
+    Console(width=180).print(table)
+    return True
+
+
+def _render_plain(rows: list[Row]) -> None:
+    headers = ("row", "measurement", "result", "detail")
+    cells = [(r.id, r.name, r.result_text(), r.detail) for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    print("wherry benchmark (MB = 2^20 bytes)")
+    print(line)
+    print("-" * len(line))
+    for c in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short run (~40 s) for smoke tests")
+    ap.add_argument("--json", type=Path, help="also write the table as JSON to this path")
+    ap.add_argument("--tmp-dir", type=Path, default=None, help="where brokers and files live")
+    ap.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="broker config override for every broker started (repeatable)",
+    )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="sample the broker with py-spy (if on PATH) during b, c and d; write stacks there",
+    )
+    args = ap.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    env = environment()
+    base = Path(tempfile.mkdtemp(prefix="wherry-bench-", dir=args.tmp_dir))
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    bench = Bench(plan, base, args.override, log)
+    bench.profile_dir = args.profile
+    t0 = time.monotonic()
+    try:
+        bench.pipe_and_ingest()
+        bench.clients()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    log(f"bench finished in {time.monotonic() - t0:.0f} s")
+    env["loadavg_1m_end"] = os.getloadavg()[0]
+    rows = [bench.rows[i] for i in ORDER]
+    render(env, rows)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "env": env,
+                    "quick": args.quick,
+                    "duration_s": time.monotonic() - t0,
+                    "rows": [r.to_json() for r in rows],
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner, Result
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 
+from wherry.cli.common import CommandError
 from wherry.cli.console import LineFormat, MessageFormat, parse_offset
 from wherry.cli.main import main
-from wherry.cli.topics import CommandError
 
 
 def run(*args: str, stdin: bytes | None = None) -> Result:

@@ -10,16 +10,15 @@ import pytest
 from click.testing import CliRunner, Result
 from confluent_kafka import Uuid
 
+from wherry.cli.common import CommandError, parse_kv
 from wherry.cli.main import main
 from wherry.cli.topics import (
-    CommandError,
     PartitionView,
     _topic_header,
     filter_topics,
-    parse_kv,
-    parse_properties_text,
     parse_replica_assignment,
 )
+from wherry.server.config import parse_properties
 
 ERROR_PREFIX = "Error while executing topic command : "
 
@@ -85,7 +84,7 @@ def test_parse_kv_and_properties() -> None:
     with pytest.raises(CommandError, match='"key=val"'):
         parse_kv(["novalue"], "config")
     text = "# comment\n! other\nsecurity.protocol=PLAINTEXT\nclient.id : tool\nlong=a\\\n  b\n"
-    assert parse_properties_text(text) == {"security.protocol": "PLAINTEXT",
+    assert parse_properties(text) == {"security.protocol": "PLAINTEXT",
                                            "client.id": "tool", "long": "ab"}
 
 

@@ -30,7 +30,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from wherry.cli.topics import (
+from wherry.cli.common import (
     DEFAULT_BOOTSTRAP,
     CommandError,
     kafka_error_message,

@@ -31,78 +31,21 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+from wherry.cli.common import (
+    DEFAULT_BOOTSTRAP,
+    CommandError,
+    kafka_error_code,
+    kafka_error_message,
+    load_properties_file,
+    parse_kv,
+)
+
 DEFAULT_TIMEOUT_MS = 15_000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 MAX_REPLICATION_FACTOR = 32767
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class CommandError(Exception):
-    """A failure reported to the user as one line, without a traceback."""
-
-
-# --------------------------------------------------------------------------------------------
-# Shared helpers (also used by wherry.cli.console)
-
-
-def parse_properties_text(text: str) -> dict[str, str]:
-    """Parse Java-style `.properties` content (`k=v` or `k:v`, `#`/`!` comments)."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        match = re.match(r"^((?:\\.|[^=:\s\\])+)\s*[=:\s]\s*(.*)$", line)
-        if match is None:
-            props[line] = ""
-            continue
-        key = re.sub(r"\\(.)", r"\1", match.group(1))
-        props[key] = match.group(2)
-    return props
-
-
-def load_properties_file(path: Path | None) -> dict[str, str]:
-    if path is None:
-        return {}
-    try:
-        return parse_properties_text(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise CommandError(f"Cannot read properties file {path}: {e.strerror or e}") from e
-
-
-def parse_kv(items: Iterable[str], what: str) -> dict[str, str]:
-    """`k=v` items (whitespace around `=` ignored) into a dict; a bad item raises CommandError."""
-    out: dict[str, str] = {}
-    for item in items:
-        parts = re.split(r"\s*=\s*", item.strip(), maxsplit=1)
-        if len(parts) != 2 or not parts[0]:
-            raise CommandError(
-                f'Invalid {what} {item!r}: all {what}s must be in the format "key=val".'
-            )
-        out[parts[0].strip()] = parts[1].strip()
-    return out
-
-
-def kafka_error_message(exc: BaseException) -> str:
-    """The human message inside a KafkaException (or any exception)."""
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        err: KafkaError = exc.args[0]
-        return str(err.str())
-    return str(exc) or type(exc).__name__
-
-
-def kafka_error_code(exc: BaseException) -> int | None:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return int(exc.args[0].code())
-    return None
 
 
 def client_config(

@@ -7,6 +7,7 @@ Broker-level `log.*` settings are the defaults for the matching topic configs
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -49,26 +50,29 @@ def parse_listeners(value: str) -> list[Endpoint]:
     return out
 
 
-def read_properties(path: Path) -> dict[str, str]:
-    """Java-style .properties (key=value or key: value, # and ! comments, \\ continuations)."""
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java-style `.properties` content (`k=v` or `k:v`, `#`/`!` comments)."""
     props: dict[str, str] = {}
     pending = ""
-    for raw in path.read_text(encoding="utf-8").splitlines():
+    for raw in text.splitlines():
         line = pending + raw.strip()
         pending = ""
         if not line or line[0] in "#!":
             continue
-        if line.endswith("\\"):
+        if line.endswith("\\") and not line.endswith("\\\\"):
             pending = line[:-1]
             continue
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                key, value = line[:i].strip(), line[i + 1 :].strip()
-                break
-        else:
-            key, value = line, ""
-        props[key] = value
+        match = re.match(r"^((?:\\.|[^=:\s\\])+)\s*[=:\s]\s*(.*)$", line)
+        if match is None:
+            props[line] = ""
+            continue
+        key = re.sub(r"\\(.)", r"\1", match.group(1))
+        props[key] = match.group(2)
     return props
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    return parse_properties(path.read_text(encoding="utf-8"))
 
 
 def _bool(v: str) -> bool:

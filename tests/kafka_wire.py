@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.index import load_response_schema
+from kio.serial import entity_reader
 
-from wherry.protocol.codec import build_entity
+from wherry.protocol import codec
 
 
 def connect(bootstrap: str, timeout_s: float = 10.0) -> socket.socket:
@@ -19,28 +18,9 @@ def connect(bootstrap: str, timeout_s: float = 10.0) -> socket.socket:
     return s
 
 
-def encode_request(
-    api_key: int,
-    version: int,
-    body: dict[str, Any] | Any,
-    correlation_id: int = 1,
-    client_id: str = "wire-test",
-) -> bytes:
-    cls = load_request_schema(api_key, version)
-    hdr_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(hdr_cls)(
-        buf,
-        hdr_cls(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=correlation_id,
-            client_id=client_id,
-        ),
-    )
-    entity_writer(cls)(buf, build_entity(cls, body))
-    payload = buf.getvalue()
-    return struct.pack(">i", len(payload)) + payload
+def encode_request(api_key: int, version: int, body: dict[str, Any] | Any,
+                   correlation_id: int = 1, client_id: str = "wire-test") -> bytes:
+    return codec.encode_request(api_key, version, correlation_id, body, client_id=client_id)
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:

@@ -35,7 +35,7 @@ from kio.serial._introspect import (
 )
 from kio.serial.errors import BufferUnderflow
 from kio.static.constants import EntityType
-from kio.static.primitive import i32
+from kio.static.primitive import i16, i32
 
 from wherry.protocol.tolerant import DecodeError, read_entity_tolerant
 
@@ -285,3 +285,33 @@ def duration_ms(value: datetime.timedelta | int) -> int:
     if isinstance(value, datetime.timedelta):
         return int(value.total_seconds() * 1000)
     return int(value)
+
+
+def encode_request(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    body: Mapping[str, Any] | Any,
+    *,
+    client_id: str | None = "wherry",
+) -> bytes:
+    """Serialize a request (size prefix included); for clients, tools and benchmarks."""
+    cls = load_request_schema(api_key, api_version)
+    hdr_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(hdr_cls)(
+        buf,
+        hdr_cls(
+            request_api_key=i16(api_key),
+            request_api_version=i16(api_version),
+            correlation_id=i32(correlation_id),
+            client_id=client_id,
+        ),
+    )
+    entity_writer(cls)(buf, build_entity(cls, body))
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    result = bytes(out)
+    del out
+    return result

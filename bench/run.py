@@ -66,15 +66,15 @@ class Plan:
 
 
 FULL = Plan(
-    pipe_duration_s=8.0,
+    pipe_duration_s=10.0,
     ingest_connections=4,
     ingest_in_flight=4,
-    small_records=1_000_000,
-    large_records=300_000,
+    small_records=2_000_000,
+    large_records=500_000,
     latency_rate=1000,
     latency_duration_s=10.0,
-    startup_runs=3,
-    sendfile_bytes=4096 * MIB,
+    startup_runs=5,
+    sendfile_bytes=8192 * MIB,
 )
 QUICK = Plan(
     pipe_duration_s=2.0,
@@ -446,7 +446,7 @@ def _render_rich(rows: list[Row]) -> bool:
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(r.id, r.name, r.result_text(), r.detail)
-    Console(width=180).print(table)
+    Console(width=200).print(table)
     return True
 
 
@@ -464,7 +464,7 @@ def _render_plain(rows: list[Row]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="short run (~40 s) for smoke tests")
+    ap.add_argument("--quick", action="store_true", help="short run (~20 s) for smoke tests")
     ap.add_argument("--json", type=Path, help="also write the table as JSON to this path")
     ap.add_argument("--tmp-dir", type=Path, default=None, help="where brokers and files live")
     ap.add_argument(

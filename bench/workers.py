@@ -326,6 +326,10 @@ def cf_consume(p: Params) -> Params:
             "enable.auto.commit": False,
             "enable.partition.eof": False,
             "auto.offset.reset": "earliest",
+            # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1000) whenever
+            # its prefetch queue is over queued.min.messages; a Python loop drains that queue
+            # in well under a second and would then sit idle: a client artifact.
+            "fetch.queue.backoff.ms": 10,
         }
     )
     topic = p["topic"]
@@ -338,7 +342,8 @@ def cf_consume(p: Params) -> Params:
         cons.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(p["partitions"])])
         deadline = time.monotonic() + p["timeout_s"]
         while n < expected and time.monotonic() < deadline:
-            for m in cons.consume(num_messages=10_000, timeout=0.5):
+            # ask for no more than is left: consume() waits for num_messages or the timeout
+            for m in cons.consume(num_messages=min(10_000, expected - n), timeout=0.5):
                 if m.error() is not None:
                     raise BenchError(f"consume error: {m.error()}")
                 n += 1
@@ -374,12 +379,15 @@ def cf_latency(p: Params) -> Params:
     failures: list[str] = []
     perf = time.perf_counter
 
+    sent_at: list[float] = []
+
     def callback(t_sent: float) -> Callable[[KafkaError | None, Message], None]:
         def done(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
                 failures.append(str(err))
             else:
                 latencies.append(perf() - t_sent)
+                sent_at.append(t_sent)
 
         return done
 
@@ -399,6 +407,8 @@ def cf_latency(p: Params) -> Params:
     elapsed = perf() - t0
     if failures or remaining or len(latencies) != count:
         raise BenchError(f"latency run: {remaining} undelivered, errors {failures[:5]}")
+    # the slowest deliveries with when they were sent (seconds into the run), to spot stalls
+    slowest = sorted(zip(latencies, sent_at, strict=True), reverse=True)[:10]
     latencies.sort()
 
     def pct(q: float) -> float:
@@ -410,6 +420,7 @@ def cf_latency(p: Params) -> Params:
         "p50_ms": pct(0.50),
         "p99_ms": pct(0.99),
         "max_ms": latencies[-1] * 1000,
+        "slowest": [[round(t - t0, 3), round(lat * 1000, 2)] for lat, t in slowest],
     }
 
 

@@ -279,8 +279,6 @@ def test_invalid_appends(tmp_path: Path) -> None:
     with pytest.raises(CorruptRecordError):
         log.append_as_leader(bad_crc, leader_epoch=0, now_ms=T0)
     with pytest.raises(CorruptRecordError):
-        log.append_as_leader(bad_crc, leader_epoch=0, now_ms=T0, validate=False)
-    with pytest.raises(CorruptRecordError):
         log.append_as_leader(good[:-3], leader_epoch=0, now_ms=T0)
     with pytest.raises(InvalidRecordError):
         log.append_as_leader(b"", leader_epoch=0, now_ms=T0)

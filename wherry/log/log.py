@@ -527,14 +527,13 @@ class Log:
                     validate_batch(
                         view[pos : pos + size], max_message_bytes=config.max_message_bytes
                     )
-                else:
-                    if size > config.max_message_bytes:
-                        raise RecordTooLargeError(
-                            f"record batch is {size} bytes, larger than max.message.bytes "
-                            f"{config.max_message_bytes}"
-                        )
-                    if not crc_ok(buf, pos, header):
-                        raise CorruptRecordError("record batch CRC mismatch")
+                elif size > config.max_message_bytes:
+                    # The caller validated the batch (CRC included) against the config it read;
+                    # the config may have changed since.
+                    raise RecordTooLargeError(
+                        f"record batch is {size} bytes, larger than max.message.bytes "
+                        f"{config.max_message_bytes}"
+                    )
                 if header.is_control:
                     raise InvalidRecordError("clients are not allowed to write control records")
                 if header.has_producer_id and header.base_sequence < 0:

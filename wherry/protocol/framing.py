@@ -58,7 +58,7 @@ class FrameDecoder:
                 self._need = size
             if end - pos < self._need:
                 break
-            frames.append(bytes(buf[pos : pos + self._need]))
+            frames.append(bytes(memoryview(buf)[pos : pos + self._need]))
             pos += self._need
             self._need = -1
         if pos:

@@ -389,15 +389,21 @@ def _walk_records(data: bytes, pos: int, end: int) -> int:
 
     Checks every record's length is consistent with its fields and that offset deltas are
     0, 1, 2, ... .  Returns the number of records.  Raises :class:`InvalidRecordError`.
+
+    This is the per-record cost of every produce, so zig-zag varints of one and two bytes
+    (lengths below 8 KiB) are decoded inline; longer ones take `_read_varint`.
     """
     n = 0
     read_varint = _read_varint
     while pos < end:
-        # length (zig-zag varint), fast path for one byte
         b = data[pos]
         if b < 0x80:
             length = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif data[pos + 1] < 0x80:
+            raw = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (raw >> 1) ^ -(raw & 1)
+            pos += 2
         else:
             length, pos = read_varint(data, pos, end)
         rec_end = pos + length
@@ -416,42 +422,31 @@ def _walk_records(data: bytes, pos: int, end: int) -> int:
         if b < 0x80:
             offset_delta = (b >> 1) ^ -(b & 1)
             p += 1
+        elif data[p + 1] < 0x80:
+            raw = (b & 0x7F) | (data[p + 1] << 7)
+            offset_delta = (raw >> 1) ^ -(raw & 1)
+            p += 2
         else:
             offset_delta, p = read_varint(data, p, rec_end)
         if offset_delta != n:
             raise InvalidRecordError(
                 f"record {n} has offset delta {offset_delta}; expected consecutive deltas"
             )
-        # key
-        b = data[p]
-        if b < 0x80:
-            if not b & 1:  # zig-zag: even = length >= 0
-                p += 1 + (b >> 1)
-            elif b == 1:  # -1 = null
+        # key, then value: -1 (null) or a length >= 0 followed by that many bytes
+        for what in ("key", "value"):
+            b = data[p]
+            if b < 0x80:
+                raw = b
                 p += 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                p += 2
             else:
-                raise InvalidRecordError(f"invalid key length {-((b + 1) >> 1)} in record {n}")
-        else:
-            klen, p = read_varint(data, p, rec_end)
-            if klen < -1:
-                raise InvalidRecordError(f"invalid key length {klen} in record {n}")
-            if klen > 0:
-                p += klen
-        # value
-        b = data[p]
-        if b < 0x80:
-            if not b & 1:  # zig-zag: even = length >= 0
-                p += 1 + (b >> 1)
-            elif b == 1:  # -1 = null
-                p += 1
-            else:
-                raise InvalidRecordError(f"invalid value length {-((b + 1) >> 1)} in record {n}")
-        else:
-            vlen, p = read_varint(data, p, rec_end)
-            if vlen < -1:
-                raise InvalidRecordError(f"invalid value length {vlen} in record {n}")
-            if vlen > 0:
-                p += vlen
+                raw, p = _read_uvarint(data, p, rec_end, 5)
+            if not raw & 1:  # zig-zag: even = length >= 0
+                p += raw >> 1
+            elif raw != 1:  # odd and not -1
+                raise InvalidRecordError(f"invalid {what} length {-((raw + 1) >> 1)} in record {n}")
         # headers
         b = data[p]
         if b == 0:

@@ -280,6 +280,7 @@ class Broker:
             "highwatermark-checkpoint",
             self.replica_manager.checkpoint_high_watermarks,
             period_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
+            executor=True,
         )
 
     # --- purgatory time --------------------------------------------------------------------

@@ -80,7 +80,7 @@ def kio_version_range(api_key: int) -> tuple[int, int] | None:
     return min(versions), max(versions)
 
 
-def _read(cls: type, frame: bytes, offset: int) -> tuple[Any, int]:
+def _read(cls: type, frame: bytes | memoryview, offset: int) -> tuple[Any, int]:
     try:
         return entity_reader(cls)(frame, offset)
     except KeyError as e:
@@ -96,7 +96,7 @@ def _read(cls: type, frame: bytes, offset: int) -> tuple[Any, int]:
         raise RequestDecodeError(f"malformed {cls.__name__}: {e!r}") from e
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the fixed prefix of a request."""
     if len(frame) < _PREFIX.size:
         raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a header")
@@ -105,7 +105,7 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 
 
 def decode_request(
-    frame: bytes, supported: Mapping[int, tuple[int, int]]
+    frame: bytes | memoryview, supported: Mapping[int, tuple[int, int]]
 ) -> Request | UnsupportedVersion:
     """Parse one request frame (without its size prefix).
 

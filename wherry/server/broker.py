@@ -407,7 +407,7 @@ class Broker:
         return resp
 
     # --- client requests -----------------------------------------------------------------
-    async def handle_frame(self, conn: ConnectionInfo, frame: bytes) -> bytes | None:
+    async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
         if not self._started.is_set():
             await self._started.wait()
         try:

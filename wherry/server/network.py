@@ -32,7 +32,7 @@ class ConnectionInfo:
     attrs: dict[str, object] = field(default_factory=dict)
 
 
-FrameHandler = Callable[[ConnectionInfo, bytes], Awaitable[bytes | None]]
+FrameHandler = Callable[[ConnectionInfo, memoryview], Awaitable[bytes | None]]
 
 
 class _Connection(asyncio.Protocol):
@@ -41,7 +41,7 @@ class _Connection(asyncio.Protocol):
         self.listener = listener
         self.decoder = FrameDecoder(server.max_request_bytes)
         self.transport: asyncio.Transport | None = None
-        self.queue: collections.deque[bytes] = collections.deque()
+        self.queue: collections.deque[memoryview | None] = collections.deque()
         self.wakeup = asyncio.Event()
         self.can_write = asyncio.Event()
         self.can_write.set()
@@ -77,7 +77,7 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         # Answer what was received, then close (a client may half-close after sending).
-        self.queue.append(b"")  # sentinel: close once the queue drains
+        self.queue.append(None)  # sentinel: close once the queue drains
         self.wakeup.set()
         return True
 
@@ -126,7 +126,7 @@ class _Connection(asyncio.Protocol):
                 if self.reading_paused and len(self.queue) < _MAX_QUEUED // 2 and self.transport:
                     self.reading_paused = False
                     self.transport.resume_reading()
-                if not frame:  # EOF sentinel
+                if frame is None:  # EOF sentinel
                     if self.transport is not None:
                         self.transport.close()
                     return

@@ -53,6 +53,8 @@ from wherry.server.producer_ids import ProducerIdManager
 
 log = logging.getLogger(__name__)
 
+CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+
 
 class Broker:
     def __init__(
@@ -78,6 +80,7 @@ class Broker:
         self._stopped = False
         self._purgatory_wakeup = asyncio.Event()
         self._purgatory_task: asyncio.Task[None] | None = None
+        self._config_task: asyncio.Task[None] | None = None
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._last_config_change = -1
         self._prefix = f"[Broker id={self.broker_id}]"
@@ -138,7 +141,7 @@ class Broker:
             await self.network.listen(ep.host, ep.port, ep.listener) for ep in cfg.listeners
         ]
         await self._register()
-        await self._watch_config_changes()
+        self._config_task = loop.create_task(self._config_change_listener(), name="config-changes")
         self.channel.register(self.broker_id, self)
         self.controller = Controller(
             self.broker_id,
@@ -173,12 +176,13 @@ class Broker:
         self.channel.unregister(self.broker_id)
         if hasattr(self, "scheduler"):
             await self.scheduler.shutdown()
-        if self._purgatory_task is not None:
-            self._purgatory_task.cancel()
-            try:
-                await self._purgatory_task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._purgatory_task, self._config_task):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         if hasattr(self, "replica_manager"):
             self.produce_purgatory.shutdown()
             self.fetch_purgatory.shutdown()
@@ -346,36 +350,53 @@ class Broker:
             except NoNodeError:
                 self._topic_overrides.pop(t, None)
 
-    async def _watch_config_changes(self) -> None:
-        def fire(_: WatchEvent) -> None:
-            asyncio.get_running_loop().create_task(self._watch_config_changes())
+    async def _config_change_listener(self) -> None:
+        """Apply `/config/changes` notifications (Kafka's ZK config-change mechanism)."""
+        changed = asyncio.Event()
 
-        if self._stopped:
-            return
-        try:
-            names = await self.store.get_children(paths.CONFIG_CHANGES, watch=fire)
-        except NoNodeError:
-            return
-        for name in names:
-            seq = int(name.rsplit("_", 1)[1])
-            if seq <= self._last_config_change:
-                continue
-            self._last_config_change = seq
+        def fire(_: WatchEvent) -> None:
+            changed.set()
+
+        while True:
+            changed.clear()
             try:
-                data, _ = await self.store.get(f"{paths.CONFIG_CHANGES}/{name}")
-                entity = json.loads(data).get("entity_path", "")
-            except (NoNodeError, ValueError):
-                continue
-            if entity.startswith("topics/"):
-                topic = entity.split("/", 1)[1]
-                await self._load_topic_overrides([topic])
-                cfg = self.topic_log_config(topic)
-                self.log_manager.update_config(topic, cfg)
-                if hasattr(self, "controller") and self.controller.active:
-                    self.controller.ctx.topic_configs[topic] = dict(
-                        self._topic_overrides.get(topic, {})
-                    )
-                log.info("%s applied config change for topic %s", self._prefix, topic)
+                names = await self.store.get_children(paths.CONFIG_CHANGES, watch=fire)
+            except NoNodeError:
+                names = []
+            for name in names:
+                try:
+                    await self._apply_config_change(name)
+                except Exception:
+                    log.exception("%s failed to apply config change %s", self._prefix, name)
+            await changed.wait()
+
+    async def _apply_config_change(self, name: str) -> None:
+        seq = int(name.rsplit("_", 1)[1])
+        if seq <= self._last_config_change:
+            return
+        self._last_config_change = seq
+        path = f"{paths.CONFIG_CHANGES}/{name}"
+        try:
+            data, stat = await self.store.get(path)
+            entity = json.loads(data).get("entity_path", "")
+        except (NoNodeError, ValueError):
+            return
+        if self.clock.now_ms() - stat.ctime_ms > CONFIG_CHANGE_EXPIRATION_MS:
+            # Every live broker applied it long ago (Kafka purges them after 15 minutes too).
+            try:
+                await self.store.delete(path)
+            except NoNodeError:
+                pass
+        if entity.startswith("topics/"):
+            topic = entity.split("/", 1)[1]
+            await self._load_topic_overrides([topic])
+            cfg = self.topic_log_config(topic)
+            self.log_manager.update_config(topic, cfg)
+            if hasattr(self, "controller") and self.controller.active:
+                self.controller.ctx.topic_configs[topic] = dict(
+                    self._topic_overrides.get(topic, {})
+                )
+            log.info("%s applied config change for topic %s", self._prefix, topic)
 
     # --- controller requests (ControllerRequestHandler) ------------------------------------
     async def handle_leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:

@@ -1,3 +1,3 @@
-from wherry.cli.main import main
+from wherry.cli.entry import main
 
 main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -57,19 +58,39 @@ def test_offset_index_truncate_and_reopen(tmp_path: Path) -> None:
     idx.close()
 
 
-def test_preallocated_index_after_crash_counts_only_real_entries(tmp_path: Path) -> None:
+def test_preallocated_index_file_counts_only_real_entries(tmp_path: Path) -> None:
+    # Files preallocated with a zero tail (Kafka's, or this broker's before indexes moved to
+    # memory) after a crash: the zero entries are not counted.
     path = tmp_path / "c.index"
+    entries = b"".join(struct.pack(">ii", i, i * 64) for i in range(1, 6))
+    path.write_bytes(entries + bytes(8000 - len(entries)))
+    reopened = OffsetIndex(path, base_offset=0, max_index_size=8000)
+    assert reopened.entries == 5
+    assert reopened.max_entries == 1000
+    assert reopened.last_entry == OffsetPosition(5, 320)
+    reopened.sanity_check(log_size=1000, full=True)
+    reopened.close()
+    assert path.stat().st_size == 40  # written back with just its entries
+
+
+def test_index_file_lags_memory_until_written(tmp_path: Path) -> None:
+    path = tmp_path / "e.index"
     idx = OffsetIndex(path, base_offset=0, max_index_size=8000)
     for i in range(1, 8):
         idx.append(i, i * 64)
-    idx.truncate_to(6)  # zeroes dropped entries
-    idx.flush()
-    assert path.stat().st_size == 8000  # still preallocated: simulated crash, no close
-    reopened = OffsetIndex(path, base_offset=0, max_index_size=8000)
-    assert reopened.entries == 5
-    assert reopened.last_entry == OffsetPosition(5, 320)
-    reopened.close()
-    idx.delete()
+    assert not path.exists()  # nothing written yet: no fd, no file
+    assert idx.needs_write
+    idx.write()
+    assert path.stat().st_size == 7 * 8 and not idx.needs_write and idx.needs_sync
+    idx.append(8, 8 * 64)
+    assert OffsetIndex(path, base_offset=0).entries == 7  # the file lags
+    idx.truncate_to(6)
+    idx.flush()  # write + fsync
+    assert path.stat().st_size == 5 * 8 and not idx.needs_sync
+    again = OffsetIndex(path, base_offset=0)
+    assert again.entries == 5 and again.last_entry == OffsetPosition(5, 320)
+    idx.close()
+    assert again.lookup(4) == OffsetPosition(4, 256)
 
 
 def test_corrupt_index_detected(tmp_path: Path) -> None:
@@ -119,7 +140,7 @@ def test_time_index(tmp_path: Path) -> None:
 
 def test_empty_preallocated_time_index_has_no_entries(tmp_path: Path) -> None:
     path = tmp_path / "b.timeindex"
-    TimeIndex(path, base_offset=0, max_index_size=1200).flush()
+    path.write_bytes(bytes(1200))
     idx = TimeIndex(path, base_offset=0, max_index_size=1200)
     assert idx.entries == 0
     idx.close()

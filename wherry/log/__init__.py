@@ -1,5 +1,6 @@
 """wherry.log: the durable, segmented per-partition log (Kafka's kafka.log package)."""
 
+from wherry.log.cache import configure as configure_caches
 from wherry.log.checkpoint import OffsetCheckpointFile
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigError, ConfigKey, ConfigType, LogConfig
 from wherry.log.errors import (
@@ -48,4 +49,5 @@ __all__ = [
     "RecordBatchTooLargeError",
     "StorageError",
     "TopicPartition",
+    "configure_caches",
 ]

@@ -160,7 +160,7 @@ class Log:
         high_watermark: int,
         now_ms: int,
     ) -> None:
-        self.dir = Path(dir)
+        self.dir = dir if isinstance(dir, Path) else Path(dir)
         self.config = config
         self.topic_partition = topic_partition
         self.producer_state = producer_state
@@ -207,7 +207,7 @@ class Log:
         missing or fail the sanity check are rebuilt in any case. Producer state is loaded from
         the latest snapshot at or below the log end offset and the rest is replayed.
         """
-        dir = Path(dir)
+        dir = dir if isinstance(dir, Path) else Path(dir)
         tp = topic_partition if topic_partition is not None else TopicPartition.parse(dir.name)
         dir.mkdir(parents=True, exist_ok=True)
         cls._remove_temp_files(dir)
@@ -215,6 +215,7 @@ class Log:
 
         segments = cls._load_segments(dir, config, now_ms)
         cls._recover_segments(tp, segments, recovery_point, had_clean_shutdown, leader_epochs)
+        last_end: int | None = None
         if segments:
             last_end = cls._next_offset_of(tp, segments[-1])
             if log_start_offset > last_end:
@@ -228,6 +229,7 @@ class Log:
                 for segment in segments:
                     segment.delete()
                 segments = []
+                last_end = None
         if not segments:
             segments.append(
                 LogSegment.open(
@@ -240,8 +242,9 @@ class Log:
                 )
             )
         active = segments[-1]
+        active.set_active(True)
         active.resize_indexes(config.segment_index_bytes)
-        log_end_offset = cls._next_offset_of(tp, active)
+        log_end_offset = last_end if last_end is not None else cls._next_offset_of(tp, active)
         start = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
         recovery = log_end_offset if had_clean_shutdown else min(recovery_point, log_end_offset)
         leader_epochs.truncate_from_end(log_end_offset)
@@ -295,28 +298,27 @@ class Log:
 
     @staticmethod
     def _remove_temp_files(dir: Path) -> None:
-        for path in dir.iterdir():
-            if path.is_file() and path.name.endswith(_TEMP_SUFFIXES):
+        for name in os.listdir(dir):
+            if name.endswith(_TEMP_SUFFIXES) and (path := dir / name).is_file():
                 log.info("deleting leftover file %s", path)
                 path.unlink(missing_ok=True)
 
     @staticmethod
     def _load_segments(dir: Path, config: LogConfig, now_ms: int) -> list[LogSegment]:
         log_offsets: set[int] = set()
-        index_files: list[tuple[int, Path]] = []
-        for path in dir.iterdir():
-            name = path.name
+        index_files: list[tuple[int, str]] = []
+        for name in os.listdir(dir):
             try:
                 if name.endswith(LOG_SUFFIX):
                     log_offsets.add(offset_from_file_name(name))
                 elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
-                    index_files.append((offset_from_file_name(name), path))
+                    index_files.append((offset_from_file_name(name), name))
             except ValueError:
-                log.warning("ignoring unexpected file %s", path)
-        for offset, path in index_files:
+                log.warning("ignoring unexpected file %s", dir / name)
+        for offset, name in index_files:
             if offset not in log_offsets:
-                log.warning("deleting orphaned index file %s", path)
-                path.unlink(missing_ok=True)
+                log.warning("deleting orphaned index file %s", dir / name)
+                (dir / name).unlink(missing_ok=True)
         return [
             LogSegment.open(
                 dir,
@@ -734,6 +736,7 @@ class Log:
             now_ms=now_ms,
             roll_jitter_ms=self._random_jitter(self.config),
         )
+        segment.set_active(True)
         self._segments.append(segment)
         self._bases.append(new_offset)
         self._dir_needs_flush = True
@@ -889,6 +892,7 @@ class Log:
             for segment in removed:
                 self._async_delete(segment, now)
             active = self._segments[-1]
+            active.set_active(True)
             active.truncate_to(offset, now_ms=now)
             self._log_end_offset = active.read_next_offset()
             self._after_truncation(now)
@@ -927,6 +931,7 @@ class Log:
             now_ms=now_ms,
             roll_jitter_ms=self._random_jitter(self.config),
         )
+        segment.set_active(True)
         self._truncations += 1
         self._segments = [segment]
         self._bases = [new_offset]
@@ -1130,11 +1135,12 @@ class Log:
             self._last_flush_ms = now
             if end <= self._recovery_point:
                 return
+            # The indexes are written now; the .log and changed index files are fsynced below.
+            segments = self._segments_to_flush(end)
             fds: list[int] = []
             try:
-                for segment in self._segments_to_flush(end):
-                    segment.flush_indexes()
-                    fds.append(segment.dup_fd())
+                for segment in segments:
+                    fds.extend(segment.open_sync_fds())
             except BaseException:
                 for fd in fds:
                     os.close(fd)
@@ -1143,6 +1149,11 @@ class Log:
         try:
             for fd in fds:
                 os.fsync(fd)
+        except BaseException:
+            with self._lock:
+                for segment in segments:
+                    segment.sync_failed()
+            raise
         finally:
             for fd in fds:
                 os.close(fd)
@@ -1219,6 +1230,11 @@ class Log:
         with self._lock:
             self.dir.rename(new_dir)
             self.dir = Path(new_dir)
+            for segment in self._segments:
+                segment.relocate(self.dir)
+            self.producer_state.dir = self.dir
+            if self.leader_epoch_cache.path is not None:
+                self.leader_epoch_cache.path = self.dir / self.leader_epoch_cache.path.name
 
     # ----------------------------------------------------------------------------------
     # Debug helpers

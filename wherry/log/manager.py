@@ -83,6 +83,7 @@ class LogManager:
         self._lock_fds: dict[Path, int] = {}
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._partitions_in: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
         self._pending_dir_deletes: list[tuple[int, Path]] = []
         self._had_clean_shutdown: dict[Path, bool] = {}
         self._lock = threading.RLock()
@@ -181,6 +182,7 @@ class LogManager:
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
             self._dir_of[tp] = dir
+            self._partitions_in[dir] += 1
         if clean:
             marker.unlink(missing_ok=True)
             fsync_dir(dir)
@@ -234,9 +236,7 @@ class LogManager:
                 if config is not None and existing.config != config:
                     existing.update_config(config)
                 return existing
-            counts = {d: 0 for d in self.log_dirs}
-            for d in self._dir_of.values():
-                counts[d] += 1
+            counts = self._partitions_in
             dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
             log_dir = dir / tp.dir_name
             created = Log.open(
@@ -250,6 +250,7 @@ class LogManager:
             fsync_dir(dir)
             self._logs[tp] = created
             self._dir_of[tp] = dir
+            self._partitions_in[dir] += 1
             log.info("created log for %s in %s", tp, dir)
             return created
 
@@ -260,6 +261,8 @@ class LogManager:
             self._check_running()
             existing = self._logs.pop(tp, None)
             dir = self._dir_of.pop(tp, None)
+            if dir is not None:
+                self._partitions_in[dir] -= 1
         if existing is None or dir is None:
             return False
         delay = existing.config.file_delete_delay_ms

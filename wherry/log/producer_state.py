@@ -26,7 +26,7 @@ from pathlib import Path
 
 import google_crc32c
 
-from wherry.log.checkpoint import atomic_write, fsync_dir
+from wherry.log.checkpoint import atomic_write, fsync_dir, read_file
 from wherry.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from wherry.protocol.records import BatchHeader
 
@@ -276,7 +276,7 @@ def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], *, fsync: 
 
 
 def read_snapshot(path: Path) -> list[ProducerStateEntry]:
-    return _decode(Path(path).read_bytes(), Path(path).name)
+    return _decode(read_file(path), Path(path).name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,7 +296,7 @@ class ProducerStateManager:
         *,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
-        self.dir = Path(dir)
+        self.dir = dir if isinstance(dir, Path) else Path(dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
         self._map_end_offset = 0
@@ -305,10 +305,11 @@ class ProducerStateManager:
 
     def _scan_snapshots(self) -> list[int]:
         offsets: list[int] = []
-        if not self.dir.exists():
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
             return offsets
-        for path in self.dir.iterdir():
-            name = path.name
+        for name in names:
             if name.endswith(SNAPSHOT_SUFFIX):
                 stem = name[: -len(SNAPSHOT_SUFFIX)]
                 if len(stem) == 20 and stem.isdigit():

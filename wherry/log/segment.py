@@ -3,19 +3,28 @@
 The `.log` file holds whole record batches (already offset-assigned) back to back. Reads and
 writes use positional system calls (`pread`/`pwrite`) so an append that returned is in the page
 cache (it survives a process kill); `flush()` fsyncs.
+
+File descriptors: the active segment (`set_active(True)`, done by the owning Log) keeps its
+`.log` open and its indexes in memory. An inactive segment opens its `.log` on demand and leaves
+the descriptor to the process-wide LRU `wherry.log.cache.OPEN_FILES`, which closes the least
+recently used ones beyond its bound (never while a read holds the segment's fd lock); its
+indexes are loaded on demand into the `INDEXES` cache (see `wherry.log.index`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from wherry.log.errors import CorruptIndexError, LogOffsetError
+from wherry.log.cache import OPEN_FILES
+from wherry.log.errors import CorruptIndexError, LogOffsetError, StorageError
 from wherry.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex, TimestampOffset
 from wherry.protocol.records import (
     BATCH_HEADER_SIZE,
@@ -71,6 +80,26 @@ def _whole_batches_end(data: bytes, start: int = 0) -> int:
     return pos
 
 
+def _pread_all(fd: int, position: int, size: int) -> bytes:
+    chunks: list[bytes] = []
+    while size > 0:
+        chunk = os.pread(fd, size, position)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        position += len(chunk)
+        size -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _pwrite_all(fd: int, data: _Buffer, position: int) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
 def segment_file_name(base_offset: int, suffix: str) -> str:
     """Kafka's zero-padded file name: `00000000000000000042.log`."""
     return f"{base_offset:020d}{suffix}"
@@ -119,7 +148,7 @@ class LogSegment:
         roll_jitter_ms: int = 0,
         suffix: str = "",
     ) -> None:
-        self.dir = Path(dir)
+        self.dir = dir if isinstance(dir, Path) else Path(dir)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.max_index_bytes = max_index_bytes
@@ -129,15 +158,29 @@ class LogSegment:
         self.log_path = self.dir / segment_file_name(base_offset, LOG_SUFFIX + suffix)
         self.index_path = self.dir / segment_file_name(base_offset, INDEX_SUFFIX + suffix)
         self.time_index_path = self.dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX + suffix)
-        self.index_files_existed = self.index_path.exists() and self.time_index_path.exists()
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        self._index_files_existed: bool | None = None  # looked up when first asked
+        self._fd_lock = threading.Lock()  # held while an inactive segment's fd is in use
+        self._cache_referenced = False  # see wherry.log.cache
+        self._active = False
+        self._closed = False
+        try:
+            self._size = os.stat(self.log_path).st_size
+            self._fd = -1  # opened on first use
+        except FileNotFoundError:
+            self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._size = 0
+            OPEN_FILES.add(self, 1)
+            # Kafka's layout: a segment's three files exist from its creation on (the indexes
+            # empty until the first flush, roll or close writes them).
+            for path in (self.index_path, self.time_index_path):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            self._index_files_existed = True
+        self._new_index_files = self._fd >= 0
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._max_ts_and_offset: TimestampOffset | None = None  # lazily from the time index
         self._rolling_based_timestamp: int | None = None  # max timestamp of the first batch
         self._bytes_since_last_index_entry = 0
-        self._closed = False
 
     @classmethod
     def open(
@@ -173,6 +216,8 @@ class LogSegment:
             self._offset_index = OffsetIndex(
                 self.index_path, self.base_offset, self.max_index_bytes
             )
+            if self._new_index_files:
+                self._offset_index.assume_empty_file()
         return self._offset_index
 
     @property
@@ -181,7 +226,16 @@ class LogSegment:
             self._time_index = TimeIndex(
                 self.time_index_path, self.base_offset, self.max_index_bytes
             )
+            if self._new_index_files:
+                self._time_index.assume_empty_file()
         return self._time_index
+
+    @property
+    def index_files_existed(self) -> bool:
+        """Whether both index files existed when the segment was opened (or were rebuilt)."""
+        if self._index_files_existed is None:
+            self._index_files_existed = self.index_path.exists() and self.time_index_path.exists()
+        return self._index_files_existed
 
     def sanity_check(self, *, full: bool = False) -> None:
         """Raise CorruptIndexError if an index file is missing or inconsistent with the log."""
@@ -192,6 +246,32 @@ class LogSegment:
         last = self.time_index.last_entry
         if self.time_index.entries and last.offset < self.base_offset:
             raise CorruptIndexError(f"time index of {self.log_path.name} is corrupt")
+
+    def set_active(self, active: bool) -> None:
+        """Make this the active segment (its `.log` held open, its indexes pinned in memory) or
+        an inactive one (fd and index entries left to the process-wide caches)."""
+        if self._closed:
+            raise StorageError(f"segment {self.log_path} is closed")
+        if active != self._active:
+            if active:
+                with self._fd_lock:
+                    self._acquire_fd_locked()
+                    OPEN_FILES.remove(self)
+                    self._active = True
+            else:
+                self._active = False
+                if self._fd >= 0:
+                    OPEN_FILES.add(self, 1)
+        self.offset_index.set_active(active)
+        self.time_index.set_active(active)
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    @property
+    def has_open_fd(self) -> bool:
+        return self._fd >= 0
 
     def resize_indexes(self, size: int) -> None:
         self.offset_index.resize(size)
@@ -236,23 +316,52 @@ class LogSegment:
 
     # -- file I/O -----------------------------------------------------------------------
 
+    def _acquire_fd_locked(self) -> int:
+        """The `.log` fd, opened if the cache closed it (caller holds `_fd_lock`)."""
+        fd = self._fd
+        if fd >= 0:
+            self._cache_referenced = True
+            return fd
+        if self._closed:
+            raise StorageError(f"segment {self.log_path} is closed")
+        fd = os.open(self.log_path, os.O_RDWR)
+        self._fd = fd
+        OPEN_FILES.add(self, 1)
+        return fd
+
+    def _try_evict(self) -> bool:
+        # Called by OPEN_FILES under its lock; never blocks.
+        if self._active or not self._fd_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._fd >= 0 and not self._active:
+                os.close(self._fd)
+                self._fd = -1
+        finally:
+            self._fd_lock.release()
+        return True
+
+    @contextlib.contextmanager
+    def _file(self) -> Iterator[int]:
+        """The `.log` fd for one operation (not for the hot paths, which inline this)."""
+        if self._active:
+            yield self._fd
+            return
+        with self._fd_lock:
+            yield self._acquire_fd_locked()
+
     def _pread(self, position: int, size: int) -> bytes:
-        chunks: list[bytes] = []
-        while size > 0:
-            chunk = os.pread(self._fd, size, position)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            position += len(chunk)
-            size -= len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if self._active:
+            return _pread_all(self._fd, position, size)
+        with self._fd_lock:
+            return _pread_all(self._acquire_fd_locked(), position, size)
 
     def _pwrite(self, data: _Buffer, position: int) -> None:
-        view = memoryview(data).cast("B")
-        while view:
-            written = os.pwrite(self._fd, view, position)
-            view = view[written:]
-            position += written
+        if self._active:
+            _pwrite_all(self._fd, data, position)
+            return
+        with self._file() as fd:
+            _pwrite_all(fd, data, position)
 
     def read_bytes(self, position: int, size: int) -> bytes:
         """Raw bytes of the `.log` file (clamped to the segment size)."""
@@ -455,12 +564,23 @@ class LogSegment:
         )
 
     def on_become_inactive(self) -> None:
-        """Write the final time index entry and trim the indexes (segment was rolled)."""
+        """Write the final time index entry, trim the indexes and write them to their files
+        (not fsynced: the flush that moves the recovery point past this segment does that),
+        then hand the fd and the indexes to the caches (segment was rolled)."""
         ts = self._load_max_timestamp()
         if ts.timestamp >= 0:
             self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self.write_indexes()
+        self.set_active(False)
+
+    def write_indexes(self) -> None:
+        """Write changed index entries to the index files (page cache, no fsync)."""
+        if self._offset_index is not None:
+            self._offset_index.write()
+        if self._time_index is not None:
+            self._time_index.write()
 
     # -- recovery / truncation ----------------------------------------------------------
 
@@ -517,7 +637,8 @@ class LogSegment:
                 valid_bytes,
                 truncated,
             )
-            os.ftruncate(self._fd, valid_bytes)
+            with self._file() as fd:
+                os.ftruncate(fd, valid_bytes)
             self._size = valid_bytes
         self._bytes_since_last_index_entry = valid_bytes - last_index_entry
         self._max_ts_and_offset = max_ts
@@ -526,7 +647,9 @@ class LogSegment:
             self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
-        self.index_files_existed = True
+        # Rebuilt indexes go to their files now (so an inactive segment's can be evicted).
+        self.write_indexes()
+        self._index_files_existed = True
         return truncated
 
     def truncate_to(self, offset: int, *, now_ms: int | None = None) -> int:
@@ -539,7 +662,8 @@ class LogSegment:
         truncated = 0
         if mapping is not None:
             truncated = self._size - mapping.position
-            os.ftruncate(self._fd, mapping.position)
+            with self._file() as fd:
+                os.ftruncate(fd, mapping.position)
             self._size = mapping.position
         if self._size == 0:
             if now_ms is not None:
@@ -551,27 +675,44 @@ class LogSegment:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def flush_indexes(self) -> None:
-        """msync the index files."""
-        if self._offset_index is not None:
-            self._offset_index.flush()
-        if self._time_index is not None:
-            self._time_index.flush()
+    def open_sync_fds(self) -> list[int]:
+        """Write the indexes; new fds to fsync the `.log` and the index files with unsynced
+        writes through (the caller fsyncs and closes them, without holding the log's lock;
+        on failure it calls `sync_failed`)."""
+        fds: list[int] = []
+        try:
+            with self._file() as fd:
+                fds.append(os.dup(fd))
+            for index in (self._offset_index, self._time_index):
+                if index is not None:
+                    index_fd = index.open_for_sync()
+                    if index_fd is not None:
+                        fds.append(index_fd)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            self.sync_failed()
+            raise
+        return fds
 
-    def dup_fd(self) -> int:
-        """A duplicate of the `.log` file descriptor (to fsync without holding the log lock)."""
-        return os.dup(self._fd)
+    def sync_failed(self) -> None:
+        """An fsync of `open_sync_fds` failed: the index files still need one."""
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.sync_failed()
 
     def flush(self) -> None:
-        """fsync the data and the indexes."""
-        os.fsync(self._fd)
+        """fsync the data; write and fsync the indexes."""
+        with self._file() as fd:
+            os.fsync(fd)
         if self._offset_index is not None:
             self._offset_index.flush()
         if self._time_index is not None:
             self._time_index.flush()
 
     def close(self) -> None:
-        """Write the final time index entry, trim the indexes, release the files."""
+        """Write the final time index entry, write the indexes, release the fd and the
+        memory."""
         if self._closed:
             return
         try:
@@ -579,11 +720,21 @@ class LogSegment:
             if ts is not None and ts.timestamp >= 0:
                 self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
         finally:
-            for index in (self._offset_index, self._time_index):
-                if index is not None:
-                    index.close()
-            os.close(self._fd)
+            try:
+                for index in (self._offset_index, self._time_index):
+                    if index is not None:
+                        index.close()
+            finally:
+                self._release_fd()
+
+    def _release_fd(self) -> None:
+        with self._fd_lock:
             self._closed = True
+            self._active = False
+            OPEN_FILES.remove(self)
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the three files, e.g. ("", ".deleted")."""
@@ -610,16 +761,27 @@ class LogSegment:
             setattr(self, attr, new_path)
         self._suffix = new_suffix
 
+    def relocate(self, new_dir: Path) -> None:
+        """The partition directory was renamed to `new_dir`: follow it (files opened or
+        written later are found there)."""
+        self.dir = Path(new_dir)
+        self.log_path = self.dir / self.log_path.name
+        self.index_path = self.dir / self.index_path.name
+        self.time_index_path = self.dir / self.time_index_path.name
+        if self._offset_index is not None:
+            self._offset_index.path = self.index_path
+        if self._time_index is not None:
+            self._time_index.path = self.time_index_path
+
     def files(self) -> list[Path]:
         return [self.log_path, self.index_path, self.time_index_path]
 
     def delete(self) -> None:
         """Close and remove the segment's files."""
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.delete()
         if not self._closed:
-            for index in (self._offset_index, self._time_index):
-                if index is not None:
-                    index.delete()
-            os.close(self._fd)
-            self._closed = True
+            self._release_fd()
         for path in self.files():
             path.unlink(missing_ok=True)

@@ -34,6 +34,10 @@ state_change_log = logging.getLogger("wherry.state_change")
 
 ProduceResult = Mapping[TopicPartition, ProducePartitionStatus]
 
+LeadershipListener = Callable[[list[tuple[TopicPartition, int]], list[TopicPartition]], None]
+"""(partitions this broker now leads, with their leader epoch; partitions it stopped leading
+or hosting). Called after LeaderAndIsr and StopReplica (the latter off the event loop)."""
+
 
 @dataclass(frozen=True, slots=True)
 class FetchPartition:
@@ -74,6 +78,7 @@ class ReplicaManager:
         self.fetch_purgatory = fetch_purgatory
         self.partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = -1
+        self.on_leadership_change: LeadershipListener | None = None
 
     def get_partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -101,6 +106,8 @@ class ReplicaManager:
             return LeaderAndIsrResponse(int(ErrorCode.stale_controller_epoch))
         self.controller_epoch = req.controller_epoch
         errors: list[LeaderAndIsrPartitionError] = []
+        became_leader: list[tuple[TopicPartition, int]] = []
+        became_follower: list[TopicPartition] = []
         for st in req.partition_states:
             tp = TopicPartition(st.topic_name, st.partition_index)
             err = ErrorCode.none
@@ -130,12 +137,16 @@ class ReplicaManager:
                 part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
                 if st.leader == self.broker_id:
                     part.make_leader(st, now_ms)
+                    became_leader.append((tp, st.leader_epoch))
                 else:
                     part.make_follower(st)
+                    became_follower.append(tp)
                 # Parked requests re-check under the new leadership.
                 self.produce_purgatory.check_and_complete(tp)
                 self.fetch_purgatory.check_and_complete(tp)
             errors.append(LeaderAndIsrPartitionError(tp.topic, tp.partition, int(err)))
+        if self.on_leadership_change is not None and (became_leader or became_follower):
+            self.on_leadership_change(became_leader, became_follower)
         return LeaderAndIsrResponse(int(ErrorCode.none), tuple(errors))
 
     def _create_partition(self, tp: TopicPartition, topic_id: object) -> Partition:
@@ -171,6 +182,10 @@ class ReplicaManager:
             self.produce_purgatory.check_and_complete(tp)
             self.fetch_purgatory.check_and_complete(tp)
             errors.append(LeaderAndIsrPartitionError(tp.topic, tp.partition, 0))
+        if self.on_leadership_change is not None and req.partitions:
+            self.on_leadership_change(
+                [], [TopicPartition(sp.topic_name, sp.partition_index) for sp in req.partitions]
+            )
         return StopReplicaResponse(int(ErrorCode.none), tuple(errors))
 
     def update_config(self, topic: str, config: LogConfig) -> None:

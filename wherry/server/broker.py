@@ -24,6 +24,7 @@ from wherry.coordination.embedded import EmbeddedCoordinator
 from wherry.coordination.store import MetadataStore, NodeExistsError, NoNodeError, WatchEvent
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
+from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.codec import (
     Request,
     RequestDecodeError,
@@ -45,8 +46,10 @@ from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig, new_cluster_id
+from wherry.server.groups import GroupsRuntime
 from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import unsupported_version_response
+from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
 from wherry.server.metadata_cache import MetadataCache, StaleControllerEpoch
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.producer_ids import ProducerIdManager
@@ -54,6 +57,33 @@ from wherry.server.producer_ids import ProducerIdManager
 log = logging.getLogger(__name__)
 
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+
+
+def raise_open_files_limit() -> int | None:
+    """Raise RLIMIT_NOFILE's soft limit to the hard limit (each partition holds one fd, and
+    each connection one); returns the soft limit now in force (None where unsupported)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - non-POSIX
+        return None
+    infinity = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != infinity and (hard == infinity or soft < hard):
+        # An unlimited hard limit is not accepted as a soft one: try Linux's default
+        # fs.nr_open, then macOS's OPEN_MAX.
+        targets = [hard] if hard != infinity else [1 << 20, 10240]
+        for target in targets:
+            if target <= soft:
+                break
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            except (ValueError, OSError) as exc:
+                log.warning("cannot raise the open files limit to %d: %s", target, exc)
+                continue
+            soft = target
+            break
+    log.info("open files limit (RLIMIT_NOFILE): soft %s, hard %s", soft, hard)
+    return soft
 
 
 class Broker:
@@ -91,12 +121,14 @@ class Broker:
         self.admin: AdminManager
         self.producer_ids: ProducerIdManager
         self.controller: Controller
+        self.groups: GroupsRuntime
         self.network: NetworkServer
         self.scheduler: Scheduler
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        raise_open_files_limit()
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         if self._coordinator is None:
@@ -132,6 +164,9 @@ class Broker:
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
+        self.groups = GroupsRuntime(self)
+        self.replica_manager.on_leadership_change = self.groups.on_leadership_change
+        await self.groups.start()
         self._purgatory_task = loop.create_task(self._purgatory_ticker(), name="purgatory")
 
         self.network = NetworkServer(
@@ -183,6 +218,8 @@ class Broker:
                     await task
                 except asyncio.CancelledError:
                     pass
+        if hasattr(self, "groups"):
+            await self.groups.stop()
         if hasattr(self, "replica_manager"):
             self.produce_purgatory.shutdown()
             self.fetch_purgatory.shutdown()
@@ -281,6 +318,12 @@ class Broker:
             executor=True,
         )
         s.schedule(
+            "delete-expired-group-metadata",
+            self.groups.cleanup_expired_offsets,
+            period_ms=cfg.offsets_retention_check_interval_ms,
+            delay_ms=cfg.offsets_retention_check_interval_ms,
+        )
+        s.schedule(
             "highwatermark-checkpoint",
             self.replica_manager.checkpoint_high_watermarks,
             period_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
@@ -292,14 +335,23 @@ class Broker:
         self._purgatory_wakeup.set()
 
     async def _purgatory_ticker(self) -> None:
-        """Advance the purgatories' timing wheels; sleep until the next expiry or a new op."""
+        """Advance the purgatories' timing wheels; sleep until the next expiry or a new op.
+
+        The group coordinator's purgatories run on wall-clock time (`now_ms`), the others on
+        the monotonic clock.
+        """
         purgatories = (self.produce_purgatory, self.fetch_purgatory)
+        groups = self.groups.coordinator
         while True:
             now = self.clock.monotonic_ms()
             for p in purgatories:
                 p.advance_clock(now)
-            nexts = [n for p in purgatories if (n := p.next_expiration_ms()) is not None]
-            timeout = max(0.0, (min(nexts) - self.clock.monotonic_ms()) / 1000) if nexts else 1.0
+            wall = self.clock.now_ms()
+            groups.advance_clock(wall)
+            waits = [n - now for p in purgatories if (n := p.next_expiration_ms()) is not None]
+            if (n := groups.next_expiration_ms()) is not None:
+                waits.append(n - wall)
+            timeout = max(0.0, min(waits) / 1000) if waits else 1.0
             self._purgatory_wakeup.clear()
             try:
                 await asyncio.wait_for(self._purgatory_wakeup.wait(), min(timeout, 1.0))
@@ -425,6 +477,13 @@ class Broker:
         for sp in req.partitions:
             if sp.delete_partition:
                 self._topic_overrides.pop(sp.topic_name, None)
+        self.groups.on_partitions_deleted(
+            [
+                TopicPartition(sp.topic_name, sp.partition_index)
+                for sp in req.partitions
+                if sp.delete_partition
+            ]
+        )
         return resp
 
     # --- client requests -----------------------------------------------------------------
@@ -439,6 +498,7 @@ class Broker:
             return encode_response(
                 req.api_key, 0, req.correlation_id, unsupported_version_response()
             )
+        CLIENT_HOST.set(client_host_of(conn.peer))
         return await self._dispatch(req)
 
     async def _dispatch(self, req: Request) -> bytes | None:

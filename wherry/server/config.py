@@ -103,6 +103,19 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000
     cluster_id: str | None = None
     rack: str | None = None
+    # Group coordinator (Kafka's names and code defaults; see QUICKSTART_DEFAULTS).
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 104_857_600
+    offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000
+    offsets_commit_timeout_ms: int = 5_000
+    offsets_load_buffer_size: int = 5_242_880
+    offset_metadata_max_bytes: int = 4096
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_max_size: int = 2_147_483_647
     # Topic-config defaults derived from broker `log.*` settings.
     log_defaults: LogConfig = field(default_factory=LogConfig)
     # Every setting as given (file + overrides), for DescribeConfigs.
@@ -111,6 +124,10 @@ class BrokerConfig:
     @property
     def advertised(self) -> tuple[Endpoint, ...]:
         return self.advertised_listeners or self.listeners
+
+    @property
+    def offsets_retention_ms(self) -> int:
+        return self.offsets_retention_minutes * 60_000
 
     @property
     def data_dir(self) -> Path:
@@ -161,6 +178,33 @@ class BrokerConfig:
         take("producer.id.expiration.ms", int, "producer_id_expiration_ms")
         take("cluster.id", str, "cluster_id")
         take("broker.rack", str, "rack")
+        take("offsets.topic.num.partitions", int, "offsets_topic_num_partitions")
+        take("offsets.topic.replication.factor", int, "offsets_topic_replication_factor")
+        take("offsets.topic.segment.bytes", int, "offsets_topic_segment_bytes")
+        take("offsets.retention.minutes", int, "offsets_retention_minutes")
+        take(
+            "offsets.retention.check.interval.ms", int, "offsets_retention_check_interval_ms"
+        )
+        take("offsets.commit.timeout.ms", int, "offsets_commit_timeout_ms")
+        take("offsets.load.buffer.size", int, "offsets_load_buffer_size")
+        take("offset.metadata.max.bytes", int, "offset_metadata_max_bytes")
+        take("group.min.session.timeout.ms", int, "group_min_session_timeout_ms")
+        take("group.max.session.timeout.ms", int, "group_max_session_timeout_ms")
+        take("group.initial.rebalance.delay.ms", int, "group_initial_rebalance_delay_ms")
+        take("group.max.size", int, "group_max_size")
+        for key, minimum in (
+            ("offsets_topic_num_partitions", 1),
+            ("offsets_topic_replication_factor", 1),
+            ("offsets_topic_segment_bytes", 1),
+            ("offsets_retention_minutes", 1),
+            ("offsets_retention_check_interval_ms", 1),
+            ("offsets_commit_timeout_ms", 1),
+            ("offsets_load_buffer_size", 1),
+            ("group_initial_rebalance_delay_ms", 0),
+            ("group_max_size", 1),
+        ):
+            if kw.get(key, minimum) < minimum:
+                raise BrokerConfigError(f"{key.replace('_', '.')} must be at least {minimum}")
         if kw.get("num_partitions", 1) < 1:
             raise BrokerConfigError("num.partitions must be at least 1")
         if kw.get("socket_request_max_bytes", 1) < 1:
@@ -177,13 +221,25 @@ class BrokerConfig:
         return cfg
 
 
+QUICKSTART_DEFAULTS: Mapping[str, str] = {
+    # Kafka's code default is 3 ("internal topic creation will fail until the cluster size
+    # meets this replication factor requirement"); the config/server.properties Kafka ships
+    # sets 1 so that a single broker works. Without a properties file, wherry runs with those
+    # shipped settings.
+    "offsets.topic.replication.factor": "1",
+}
+
+
 def load_config(
     properties_file: Path | None = None,
     overrides: Mapping[str, str] | None = None,
 ) -> BrokerConfig:
+    """Settings from a properties file (or, without one, `QUICKSTART_DEFAULTS`) + overrides."""
     props: dict[str, str] = {}
     if properties_file is not None:
         props.update(read_properties(properties_file))
+    else:
+        props.update(QUICKSTART_DEFAULTS)
     if overrides:
         props.update(overrides)
     return BrokerConfig.from_props(props)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.group.records import OFFSETS_TOPIC
 from wherry.server.admin import AdminError, validate_topic_name
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
         "error_code": ErrorCode.none,
         "name": name,
         "topic_id": cache.topic_id(name) or _ZERO_UUID,
-        "is_internal": False,
+        "is_internal": name == OFFSETS_TOPIC,
         "partitions": partitions,
         "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
@@ -109,6 +110,10 @@ async def _unknown_topic(broker: Broker, name: str, allow_auto: bool) -> dict[st
         return _error_topic(name, ErrorCode.invalid_topic_exception)
     if not (allow_auto and broker.config.auto_create_topics_enable):
         return _error_topic(name, ErrorCode.unknown_topic_or_partition)
+    if name == OFFSETS_TOPIC:
+        # Internal: created with its own partition count, replication factor and configs.
+        broker.groups.ensure_offsets_topic()
+        return _error_topic(name, ErrorCode.leader_not_available)
     try:
         await broker.admin.create_topic(name)
         log.info("Auto-created topic %s", name)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.group.records import OFFSETS_TOPIC
 from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
 from wherry.replication.delayed import ProducePartitionStatus
@@ -17,6 +18,9 @@ from wherry.server.network import CloseConnection
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.broker import Broker
+
+
+ADMIN_CLIENT_ID = "__admin_client"  # Kafka lets this client id write internal topics
 
 
 async def handle(broker: Broker, req: Request) -> Mapping[str, Any] | None:
@@ -44,6 +48,9 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any] | None:
                 errors[(key, p.index)] = ErrorCode.unknown_topic_id
             elif cache.partition(name, p.index) is None:
                 errors[(key, p.index)] = ErrorCode.unknown_topic_or_partition
+            elif name == OFFSETS_TOPIC and req.client_id != ADMIN_CLIENT_ID:
+                # Kafka: "Cannot append to internal topic" (only the coordinator writes it).
+                errors[(key, p.index)] = ErrorCode.invalid_topic_exception
             else:
                 entries[TopicPartition(name, p.index)] = p.records
 

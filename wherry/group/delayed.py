@@ -1,0 +1,142 @@
+"""The group coordinator's delayed operations (Kafka's DelayedJoin, InitialDelayedJoin,
+DelayedSync and DelayedHeartbeat), parked in the coordinator's purgatories.
+
+They only hold a reference to the group and call back into the coordinator, which owns the
+logic. Watch keys: `join_key(group)`, `sync_key(group)`, `member_key(group, member)`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wherry.purgatory.operation import DelayedOperation
+
+if TYPE_CHECKING:
+    from wherry.group.coordinator import GroupCoordinator
+    from wherry.group.group import GroupMetadata
+
+__all__ = [
+    "DelayedHeartbeat",
+    "DelayedJoin",
+    "DelayedSync",
+    "InitialDelayedJoin",
+    "join_key",
+    "member_key",
+    "sync_key",
+]
+
+
+def join_key(group_id: str) -> tuple[str, str]:
+    return ("join", group_id)
+
+
+def sync_key(group_id: str) -> tuple[str, str]:
+    return ("sync", group_id)
+
+
+def member_key(group_id: str, member_id: str) -> tuple[str, str, str]:
+    return ("member", group_id, member_id)
+
+
+class DelayedJoin(DelayedOperation):
+    """Completes when every known member has rejoined, or at the rebalance timeout."""
+
+    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, delay_ms: int) -> None:
+        super().__init__(delay_ms)
+        self.coordinator = coordinator
+        self.group = group
+
+    def try_complete(self) -> bool:
+        return self.coordinator.try_complete_join(self.group, self.force_complete)
+
+    def on_complete(self) -> None:
+        self.coordinator.on_complete_join(self.group)
+
+
+class InitialDelayedJoin(DelayedJoin):
+    """The first rebalance of an empty group waits `group.initial.rebalance.delay.ms`, and
+    again (up to the rebalance timeout) while new members keep arriving, so a group that
+    starts many consumers at once does not rebalance once per consumer."""
+
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        group: GroupMetadata,
+        configured_delay_ms: int,
+        delay_ms: int,
+        remaining_ms: int,
+    ) -> None:
+        super().__init__(coordinator, group, delay_ms)
+        self.configured_delay_ms = configured_delay_ms
+        self.remaining_ms = remaining_ms
+
+    def try_complete(self) -> bool:
+        return False
+
+    def on_complete(self) -> None:
+        group = self.group
+        if group.new_member_added and self.remaining_ms != 0:
+            group.new_member_added = False
+            delay = min(self.configured_delay_ms, self.remaining_ms)
+            remaining = max(self.remaining_ms - self.delay_ms, 0)
+            self.coordinator.rebalance_purgatory.try_complete_else_watch(
+                InitialDelayedJoin(
+                    self.coordinator, group, self.configured_delay_ms, delay, remaining
+                ),
+                [join_key(group.group_id)],
+                now_ms=self.coordinator.now_ms,
+            )
+        else:
+            super().on_complete()
+
+
+class DelayedSync(DelayedOperation):
+    """After a join completes, members that never send SyncGroup are removed at the timeout."""
+
+    def __init__(
+        self, coordinator: GroupCoordinator, group: GroupMetadata, generation_id: int, delay_ms: int
+    ) -> None:
+        super().__init__(delay_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.generation_id = generation_id
+
+    def try_complete(self) -> bool:
+        return self.coordinator.try_complete_pending_sync(
+            self.group, self.generation_id, self.force_complete
+        )
+
+    def on_expiration(self) -> None:
+        self.coordinator.on_expire_pending_sync(self.group, self.generation_id)
+
+    def on_complete(self) -> None:
+        pass
+
+
+class DelayedHeartbeat(DelayedOperation):
+    """A member's session: expires (and the member is removed) unless a heartbeat arrives."""
+
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        group: GroupMetadata,
+        member_id: str,
+        is_pending: bool,
+        timeout_ms: int,
+    ) -> None:
+        super().__init__(timeout_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.member_id = member_id
+        self.is_pending = is_pending
+
+    def try_complete(self) -> bool:
+        return self.coordinator.try_complete_heartbeat(
+            self.group, self.member_id, self.is_pending, self.force_complete
+        )
+
+    def on_expiration(self) -> None:
+        self.coordinator.on_expire_heartbeat(self.group, self.member_id, self.is_pending)
+
+    def on_complete(self) -> None:
+        pass

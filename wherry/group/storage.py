@@ -1,0 +1,24 @@
+"""What the group coordinator needs from storage: appends to `__consumer_offsets-<p>`.
+
+The broker implements it with the replica manager (acks=-1 appends to the offsets topic's
+partitions); tests implement it in memory. `done(error, base_offset)` may be called before
+`append` returns (a single broker acknowledges at once) or later, on the same thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+__all__ = ["AppendDone", "OffsetsStorage", "Record"]
+
+Record = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
+AppendDone = Callable[[ErrorCode, int], None]  # (error, base offset of the appended batch)
+
+
+class OffsetsStorage(Protocol):
+    def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
+        """Append `records` as one batch to the offsets topic's `partition`."""
+        ...

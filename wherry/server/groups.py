@@ -1,0 +1,337 @@
+"""Consumer groups in the broker: the GroupCoordinator wired to `__consumer_offsets`.
+
+* Storage: group metadata and offsets are appended (acks=-1) to `__consumer_offsets-<p>`
+  through the replica manager; a partition is loaded from its log when this broker becomes its
+  leader (requests for its groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile) and unloaded
+  when it stops leading it, so the coordinator follows partition leadership.
+* The topic is created on first use (FindCoordinator, or a Metadata request naming it) with
+  `offsets.topic.num.partitions` partitions, `offsets.topic.replication.factor` replicas
+  (Kafka 3.9: creation fails - COORDINATOR_NOT_AVAILABLE - while fewer brokers are alive; no
+  capping) and `offsets_topic_configs`: `cleanup.policy=compact`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from wherry.coordination import paths
+from wherry.coordination.store import NoNodeError
+from wherry.group.config import GroupCoordinatorConfig
+from wherry.group.coordinator import GroupCoordinator
+from wherry.group.records import OFFSETS_TOPIC
+from wherry.group.storage import AppendDone, Record
+from wherry.log.topic_partition import TopicPartition
+from wherry.protocol.records import build_batch, iter_batches
+from wherry.replication.replica_manager import ProduceResult, ReplicaManager
+from wherry.server.admin import AdminError
+from wherry.server.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from wherry.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "OFFSETS_TOPIC_DELETE_POLICY_FALLBACK",
+    "GroupsRuntime",
+    "ReplicaOffsetsStorage",
+    "offsets_topic_configs",
+    "read_offsets_partition",
+]
+
+# Until log compaction lands, LogConfig rejects cleanup.policy=compact with INVALID_CONFIG.
+# While this is True, the offsets topic is then created with cleanup.policy=delete and
+# retention.ms=-1 instead (nothing is ever deleted), with a warning. Remove once compaction
+# is available; nothing else depends on it.
+OFFSETS_TOPIC_DELETE_POLICY_FALLBACK = True
+
+
+def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
+    """The configs `__consumer_offsets` is created with (Kafka's offsetsTopicConfigs)."""
+    return {
+        "cleanup.policy": "compact",
+        "segment.bytes": str(config.offsets_topic_segment_bytes),
+        "compression.type": "producer",
+    }
+
+
+def _delete_policy_fallback(configs: dict[str, str]) -> dict[str, str]:
+    return {**configs, "cleanup.policy": "delete", "retention.ms": "-1"}
+
+
+def group_coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
+    return GroupCoordinatorConfig(
+        group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+        group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+        group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+        group_max_size=config.group_max_size,
+        offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+        offsets_retention_ms=config.offsets_retention_ms,
+        offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+    )
+
+
+class ReplicaOffsetsStorage:
+    """`OffsetsStorage` on the replica manager: one acks=-1 batch per append."""
+
+    def __init__(
+        self,
+        replica_manager: ReplicaManager,
+        now_ms: Callable[[], int],
+        *,
+        timeout_ms: int,
+        on_append: Callable[[], None] | None = None,
+    ) -> None:
+        self._rm = replica_manager
+        self._now_ms = now_ms
+        self._timeout_ms = timeout_ms
+        self._on_append = on_append
+
+    def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        now = self._now_ms()
+        batch = build_batch(list(records), timestamp_ms=now)
+
+        def respond(result: ProduceResult) -> None:
+            st = result.get(tp)
+            if st is None:
+                done(ErrorCode.unknown_topic_or_partition, -1)
+            else:
+                done(st.error_code, st.base_offset)
+
+        self._rm.append_records(
+            timeout_ms=self._timeout_ms,
+            required_acks=-1,
+            entries={tp: batch},
+            respond=respond,
+            now_ms=now,
+        )
+        if self._on_append is not None:
+            self._on_append()
+
+
+def read_offsets_partition(
+    replica_manager: ReplicaManager, partition: int, buffer_bytes: int
+) -> list[bytes]:
+    """The whole log of `__consumer_offsets-<partition>` (to its end), in chunks of batches."""
+    part = replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, partition))
+    if part is None:
+        return []
+    plog = part.log
+    offset = plog.log_start_offset
+    end = plog.log_end_offset
+    chunks: list[bytes] = []
+    while offset < end:
+        data = plog.read(offset, max_bytes=buffer_bytes, max_offset=end, min_one_message=True)
+        if not data:
+            break
+        last = None
+        for _, header in iter_batches(data):
+            last = header
+        if last is None:
+            break
+        chunks.append(bytes(data))
+        offset = last.next_offset
+    return chunks
+
+
+class GroupsRuntime:
+    """Owns the broker's GroupCoordinator and its asynchronous edges."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.storage = ReplicaOffsetsStorage(
+            broker.replica_manager,
+            broker.clock.now_ms,
+            timeout_ms=cfg.offsets_commit_timeout_ms,
+            on_append=broker.wake_purgatories,
+        )
+        self.coordinator = GroupCoordinator(
+            broker.broker_id,
+            group_coordinator_config(cfg),
+            self.storage,
+            now_ms=broker.clock.now_ms(),
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._create_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._prefix = f"[GroupCoordinator {broker.broker_id}]:"
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        # Kafka uses the offsets topic's actual partition count when it exists.
+        try:
+            data, _ = await self.broker.store.get(paths.topic_path(OFFSETS_TOPIC))
+            count = len(paths.TopicAssignment.from_json(data).partitions)
+            if count != self.coordinator.partition_count:
+                log.info(
+                    "%s %s has %d partitions (offsets.topic.num.partitions is %d)",
+                    self._prefix,
+                    OFFSETS_TOPIC,
+                    count,
+                    self.coordinator.partition_count,
+                )
+            self.coordinator.partition_count = count
+        except NoNodeError:
+            pass
+        self.coordinator.startup()
+
+    async def stop(self) -> None:
+        for t in list(self._tasks) + ([self._create_task] if self._create_task else []):
+            t.cancel()
+        for t in list(self._tasks):
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self.coordinator.shutdown()
+
+    # --- leadership of __consumer_offsets partitions -----------------------------------------
+    def on_leadership_change(
+        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
+    ) -> None:
+        """ReplicaManager hook; may be called from an executor thread (StopReplica)."""
+        leaders = [
+            (tp.partition, epoch) for tp, epoch in became_leader if tp.topic == OFFSETS_TOPIC
+        ]
+        gone = [tp.partition for tp in lost if tp.topic == OFFSETS_TOPIC]
+        if not leaders and not gone:
+            return
+        if self._loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._apply_leadership(leaders, gone)
+        else:
+            self._loop.call_soon_threadsafe(self._apply_leadership, leaders, gone)
+
+    def _apply_leadership(self, leaders: list[tuple[int, int]], gone: list[int]) -> None:
+        for p in gone:
+            self.coordinator.unload_partition(p)
+        for p, epoch in leaders:
+            if self.coordinator.begin_loading(p, epoch):
+                task = asyncio.get_running_loop().create_task(
+                    self._load(p, epoch), name=f"load-{OFFSETS_TOPIC}-{p}"
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        self.broker.wake_purgatories()
+
+    async def _load(self, partition: int, epoch: int) -> None:
+        coord = self.coordinator
+        loop = asyncio.get_running_loop()
+        delay_s = 0.1
+        while coord.is_partition_loading(partition):
+            started = self.broker.clock.monotonic_ms()
+            try:
+                chunks = await loop.run_in_executor(
+                    None,
+                    read_offsets_partition,
+                    self.broker.replica_manager,
+                    partition,
+                    self.broker.config.offsets_load_buffer_size,
+                )
+                if coord.load_partition(
+                    partition, chunks, now_ms=self.broker.clock.now_ms(), epoch=epoch
+                ):
+                    log.debug(
+                        "%s Loaded %s-%d in %d ms",
+                        self._prefix,
+                        OFFSETS_TOPIC,
+                        partition,
+                        self.broker.clock.monotonic_ms() - started,
+                    )
+                self.broker.wake_purgatories()
+                return
+            except Exception:
+                # Keep answering COORDINATOR_LOAD_IN_PROGRESS rather than lose offsets.
+                log.exception(
+                    "%s Error loading offsets from %s-%d; retrying",
+                    self._prefix,
+                    OFFSETS_TOPIC,
+                    partition,
+                )
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 5.0)
+
+    # --- the offsets topic ------------------------------------------------------------------
+    def ensure_offsets_topic(self) -> None:
+        """Start creating `__consumer_offsets` unless it exists or is being created."""
+        if self.broker.cache.contains_topic(OFFSETS_TOPIC):
+            return
+        if self._create_task is not None and not self._create_task.done():
+            return
+        self._create_task = asyncio.get_running_loop().create_task(
+            self._create_offsets_topic(), name=f"create-{OFFSETS_TOPIC}"
+        )
+
+    async def _create_offsets_topic(self) -> None:
+        cfg = self.broker.config
+        configs = offsets_topic_configs(cfg)
+        create = self.broker.admin.create_topic
+        try:
+            try:
+                await create(
+                    OFFSETS_TOPIC,
+                    num_partitions=cfg.offsets_topic_num_partitions,
+                    replication_factor=cfg.offsets_topic_replication_factor,
+                    configs=configs,
+                )
+            except AdminError as e:
+                if not (
+                    e.error_code == ErrorCode.invalid_config
+                    and configs.get("cleanup.policy") == "compact"
+                    and OFFSETS_TOPIC_DELETE_POLICY_FALLBACK
+                ):
+                    raise
+                log.warning(
+                    "%s cleanup.policy=compact was rejected (%s); creating %s with "
+                    "cleanup.policy=delete and retention.ms=-1 until log compaction is available",
+                    self._prefix,
+                    e.message,
+                    OFFSETS_TOPIC,
+                )
+                await create(
+                    OFFSETS_TOPIC,
+                    num_partitions=cfg.offsets_topic_num_partitions,
+                    replication_factor=cfg.offsets_topic_replication_factor,
+                    configs=_delete_policy_fallback(configs),
+                )
+            log.info(
+                "%s Created %s with %d partitions and replication factor %d",
+                self._prefix,
+                OFFSETS_TOPIC,
+                cfg.offsets_topic_num_partitions,
+                cfg.offsets_topic_replication_factor,
+            )
+        except AdminError as e:
+            if e.error_code != ErrorCode.topic_already_exists:
+                log.warning(
+                    "%s Could not create %s: %s (%s)",
+                    self._prefix,
+                    OFFSETS_TOPIC,
+                    e.error_code.name,
+                    e.message,
+                )
+        except Exception:
+            log.exception("%s Could not create %s", self._prefix, OFFSETS_TOPIC)
+
+    # --- housekeeping -----------------------------------------------------------------------
+    def on_partitions_deleted(self, partitions: list[TopicPartition]) -> None:
+        """Forget committed offsets of deleted topic partitions (Kafka's onPartitionsDeleted)."""
+        deleted = [tp for tp in partitions if tp.topic != OFFSETS_TOPIC]
+        if deleted:
+            self.coordinator.handle_deleted_partitions(deleted, self.broker.clock.now_ms())
+            self.broker.wake_purgatories()
+
+    def cleanup_expired_offsets(self) -> None:
+        self.coordinator.cleanup_expired_offsets(self.broker.clock.now_ms())
+        self.broker.wake_purgatories()

@@ -1,0 +1,42 @@
+"""DescribeGroups (key 15): state, protocol and members of groups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from wherry.server.handlers.group_common import AUTHORIZED_OPERATIONS_OMITTED
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    coord = broker.groups.coordinator
+    groups = []
+    for group_id in req.body.groups:
+        err, message, s = coord.handle_describe_group(group_id, req.api_version)
+        groups.append(
+            {
+                "error_code": err,
+                "error_message": message,
+                "group_id": group_id,
+                "group_state": s.state,
+                "protocol_type": s.protocol_type,
+                "protocol_data": s.protocol,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata,
+                        "member_assignment": m.assignment,
+                    }
+                    for m in s.members
+                ],
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            }
+        )
+    return {"throttle_time": 0, "groups": groups}

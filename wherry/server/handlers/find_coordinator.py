@@ -1,0 +1,68 @@
+"""FindCoordinator (key 10): which broker coordinates a group (batched keys from v4).
+
+Groups live on partition `partition_for(group)` of `__consumer_offsets`; its leader is the
+coordinator. When the topic does not exist yet its creation starts and the answer is
+COORDINATOR_NOT_AVAILABLE (the client retries), as in Kafka. There is no transaction
+coordinator yet: key type 1 answers COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.group.records import OFFSETS_TOPIC
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+
+_MESSAGES = {
+    ErrorCode.coordinator_not_available: "The coordinator is not available.",
+    ErrorCode.invalid_request: "Unknown coordinator type",
+}
+
+
+def _find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
+    err = ErrorCode.none
+    node: tuple[int, str, int] = (-1, "", -1)
+    if key_type == TRANSACTION_KEY_TYPE:
+        err = ErrorCode.coordinator_not_available
+    elif key_type != GROUP_KEY_TYPE:
+        err = ErrorCode.invalid_request
+    else:
+        cache = broker.cache
+        if not cache.contains_topic(OFFSETS_TOPIC):
+            broker.groups.ensure_offsets_topic()
+            err = ErrorCode.coordinator_not_available
+        else:
+            st = cache.partition(OFFSETS_TOPIC, broker.groups.coordinator.partition_for(key))
+            leader = cache.brokers.get(st.leader) if st is not None else None
+            if leader is None:
+                err = ErrorCode.coordinator_not_available
+            else:
+                node = (leader.broker_id, leader.host, leader.port)
+    return {
+        "key": key,
+        "node_id": node[0],
+        "host": node[1],
+        "port": node[2],
+        "error_code": err,
+        "error_message": _MESSAGES.get(err) if err != ErrorCode.none else None,
+    }
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    if req.api_version >= 4:
+        return {
+            "throttle_time": 0,
+            "coordinators": [_find(broker, body.key_type, k) for k in body.coordinator_keys],
+        }
+    one = _find(broker, getattr(body, "key_type", GROUP_KEY_TYPE), body.key)
+    return {"throttle_time": 0, **one}

@@ -1,0 +1,23 @@
+"""Heartbeat (key 12): keeps a member's session; REBALANCE_IN_PROGRESS asks it to rejoin."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    err = broker.groups.coordinator.handle_heartbeat(
+        body.group_id,
+        body.member_id,
+        getattr(body, "group_instance_id", None),
+        body.generation_id,
+        broker.clock.now_ms(),
+    )
+    broker.wake_purgatories()
+    return {"throttle_time": 0, "error_code": err}

@@ -1,0 +1,47 @@
+"""LeaveGroup (key 13): members leave (a batch from v3, static members by instance id)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.group.coordinator import MemberIdentity
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    v = req.api_version
+    if v >= 3:
+        members = [
+            MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+            for m in body.members
+        ]
+    else:
+        members = [MemberIdentity(body.member_id)]
+    r = broker.groups.coordinator.handle_leave_group(body.group_id, members, broker.clock.now_ms())
+    broker.wake_purgatories()
+    if v >= 3:
+        error = r.error
+    else:
+        # One member, one error code: the member's error when the request itself was fine.
+        error = r.error
+        if error == ErrorCode.none:
+            error = next((m.error for m in r.members if m.error != ErrorCode.none), error)
+    return {
+        "throttle_time": 0,
+        "error_code": error,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "error_code": m.error,
+            }
+            for m in r.members
+        ],
+    }

@@ -1,0 +1,30 @@
+"""ListGroups (key 16): the groups this coordinator serves (state filter v4+, type v5+)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    err, groups = broker.groups.coordinator.handle_list_groups(
+        getattr(body, "states_filter", ()) or (), getattr(body, "types_filter", ()) or ()
+    )
+    return {
+        "throttle_time": 0,
+        "error_code": err,
+        "groups": [
+            {
+                "group_id": g.group_id,
+                "protocol_type": g.protocol_type,
+                "group_state": g.state,
+                "group_type": "classic",
+            }
+            for g in groups
+        ],
+    }

@@ -1,0 +1,91 @@
+"""OffsetCommit (key 8): store a group's consumed positions in `__consumer_offsets`.
+
+Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for v10 topic
+ids) and are not stored; the rest are checked by the coordinator (member, generation, group
+state, metadata size) and answered once the write is acknowledged.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.group.group import OffsetAndMetadata
+from wherry.log.topic_partition import TopicPartition
+from wherry.protocol.codec import duration_ms
+from wherry.server.handlers.group_common import wait_for
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+DEFAULT_RETENTION_TIME = -1
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    cache = broker.cache
+    now = broker.clock.now_ms()
+    retention = duration_ms(getattr(body, "retention_time", DEFAULT_RETENTION_TIME))
+    expire = None if retention == DEFAULT_RETENTION_TIME else now + retention
+    # (topic key, name or None, partition) in request order
+    order: list[tuple[str | uuid.UUID, str | None, int]] = []
+    errors: dict[tuple[str | uuid.UUID, int], ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    for t in body.topics:
+        tid = getattr(t, "topic_id", None)
+        key: str | uuid.UUID
+        if tid is not None:
+            key, name = tid, cache.topic_name(tid)
+        else:
+            key = name = t.name
+        for p in t.partitions:
+            order.append((key, name, p.partition_index))
+            if name is None:
+                errors[(key, p.partition_index)] = ErrorCode.unknown_topic_id
+            elif cache.partition(name, p.partition_index) is None:
+                errors[(key, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[TopicPartition(name, p.partition_index)] = OffsetAndMetadata(
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "",
+                    now,
+                    expire,
+                )
+    results: dict[TopicPartition, ErrorCode] = {}
+    if offsets:
+        coord = broker.groups.coordinator
+        results = await wait_for(
+            broker,
+            lambda cb: coord.handle_commit_offsets(
+                body.group_id,
+                body.member_id,
+                getattr(body, "group_instance_id", None),
+                body.generation_id_or_member_epoch,
+                offsets,
+                cb,
+                now,
+            ),
+        )
+    topics: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
+    for key, name, index in order:
+        err = errors.get((key, index))
+        if err is None:
+            assert name is not None
+            err = results.get(TopicPartition(name, index), ErrorCode.unknown_server_error)
+        topics.setdefault(key, []).append({"partition_index": index, "error_code": err})
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": k if isinstance(k, str) else None,
+                "topic_id": k if isinstance(k, uuid.UUID) else None,
+                "partitions": parts,
+            }
+            for k, parts in topics.items()
+        ],
+    }

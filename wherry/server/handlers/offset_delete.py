@@ -1,0 +1,46 @@
+"""OffsetDelete (key 47): delete a group's offsets of topics it no longer consumes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.log.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    cache = broker.cache
+    errors: dict[TopicPartition, ErrorCode] = {}
+    known: list[TopicPartition] = []
+    for t in body.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            if cache.contains_topic(t.name):
+                known.append(tp)
+            else:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+    group_err, deleted = broker.groups.coordinator.handle_delete_offsets(
+        body.group_id, known, broker.clock.now_ms()
+    )
+    if group_err != ErrorCode.none:
+        return {"error_code": group_err, "throttle_time": 0, "topics": []}
+    errors.update(deleted)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for t in body.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            topics.setdefault(t.name, []).append(
+                {"partition_index": p.partition_index, "error_code": errors.get(tp, ErrorCode.none)}
+            )
+    return {
+        "error_code": ErrorCode.none,
+        "throttle_time": 0,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+    }

@@ -1,0 +1,111 @@
+"""OffsetFetch (key 9): a group's committed offsets (several groups per request from v8)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.log.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+def _fetch_group(
+    broker: Broker, group_id: str, topics: Sequence[Any] | None, require_stable: bool, v: int
+) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    cache = broker.cache
+    by_id = v >= 10
+    wanted: list[tuple[str | uuid.UUID, str | None, int]] | None = None
+    if topics is not None:
+        wanted = []
+        for t in topics:
+            if by_id:
+                key: str | uuid.UUID = t.topic_id
+                name = cache.topic_name(t.topic_id)
+            else:
+                key = name = t.name
+            wanted.extend((key, name, p) for p in t.partition_indexes)
+    partitions = (
+        None
+        if wanted is None
+        else [TopicPartition(name, p) for _, name, p in wanted if name is not None]
+    )
+    err, found = broker.groups.coordinator.handle_fetch_offsets(
+        group_id, require_stable, partitions
+    )
+    if err != ErrorCode.none:
+        if v < 2 and wanted is not None:
+            # v0-1 carry errors per partition only.
+            out: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
+            for key, _, p in wanted:
+                out.setdefault(key, []).append(_partition(p, -1, -1, "", err))
+            return err, _topics(out, by_id)
+        return err, []
+    out = {}
+    if wanted is None:
+        for tp, data in sorted(found.items()):
+            key = tp.topic
+            if by_id:
+                tid = cache.topic_id(tp.topic)
+                if tid is None:
+                    continue
+                key = tid
+            out.setdefault(key, []).append(
+                _partition(tp.partition, data.offset, data.leader_epoch, data.metadata, data.error)
+            )
+    else:
+        for key, name, p in wanted:
+            if name is None:
+                out.setdefault(key, []).append(
+                    _partition(p, -1, -1, "", ErrorCode.unknown_topic_id)
+                )
+                continue
+            data = found[TopicPartition(name, p)]
+            out.setdefault(key, []).append(
+                _partition(p, data.offset, data.leader_epoch, data.metadata, data.error)
+            )
+    return ErrorCode.none, _topics(out, by_id)
+
+
+def _partition(
+    index: int, offset: int, epoch: int, metadata: str, err: ErrorCode
+) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "committed_offset": offset,
+        "committed_leader_epoch": epoch,
+        "metadata": metadata,
+        "error_code": err,
+    }
+
+
+def _topics(
+    parts: Mapping[str | uuid.UUID, list[dict[str, Any]]], by_id: bool
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": None if by_id else k,
+            "topic_id": k if by_id else None,
+            "partitions": p,
+        }
+        for k, p in parts.items()
+    ]
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    v = req.api_version
+    require_stable = getattr(body, "require_stable", False)
+    if v >= 8:
+        groups = []
+        for g in body.groups:
+            err, topics = _fetch_group(broker, g.group_id, g.topics, require_stable, v)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
+        return {"throttle_time": 0, "groups": groups}
+    err, topics = _fetch_group(broker, body.group_id, body.topics, require_stable, v)
+    return {"throttle_time": 0, "topics": topics, "error_code": err}

@@ -114,9 +114,10 @@ async def _serve(cfg: object) -> int:
 
 
 def _register_tools() -> None:
-    from wherry.cli import console, topics
+    from wherry.cli import console, groups, topics
 
     main.add_command(topics.topics)
+    main.add_command(groups.groups)
     main.add_command(console.produce)
     main.add_command(console.consume)
 

@@ -226,9 +226,9 @@ def test_create_topics_errors(broker: BrokerProcess) -> None:
         ErrorCode.invalid_config
     assert create(bs, name(), configs={"no.such.config": "1"}).error_code == \
         ErrorCode.invalid_config
-    # compaction arrives with the consumer-groups issue
+    # log compaction is supported: compact (and compact,delete) are accepted
     assert create(bs, name(), configs={"cleanup.policy": "compact"}).error_code == \
-        ErrorCode.invalid_config
+        ErrorCode.none
     dup = name()
     r = call(bs, 19, 7, {"topics": [{"name": dup, "num_partitions": 1, "replication_factor": 1},
                                     {"name": dup, "num_partitions": 1, "replication_factor": 1}],

@@ -166,7 +166,8 @@ _KEYS: tuple[ConfigKey, ...] = (
         ConfigType.LIST,
         ("delete",),
         'The retention policy for log segments: "delete" discards old segments when their '
-        'retention time or size limit is reached. ("compact" is not supported yet.)',
+        'retention time or size limit is reached; "compact" enables log compaction (the latest '
+        'record of each key is kept); both may be given.',
         "log.cleanup.policy",
         choices=("compact", "delete"),
     ),
@@ -471,7 +472,7 @@ class LogConfig:
         """Build a config from topic-level overrides (Kafka names) on top of `defaults`.
 
         Raises ConfigError for an unknown name, a value of the wrong type or range, a
-        compaction policy (not supported yet) or conflicting values.
+        conflicting values.
         """
         base = defaults if defaults is not None else cls()
         changes: dict[str, Any] = {}
@@ -531,8 +532,6 @@ class LogConfig:
         """Cross-field checks and features not supported yet."""
         for key in _KEYS:
             _parse(key, getattr(self, key.field))
-        if self.compact:
-            raise ConfigError("cleanup.policy", "compaction is not supported yet")
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
             raise ConfigError(
                 "min.compaction.lag.ms",

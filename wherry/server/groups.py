@@ -38,19 +38,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "OFFSETS_TOPIC_DELETE_POLICY_FALLBACK",
     "GroupsRuntime",
     "ReplicaOffsetsStorage",
     "offsets_topic_configs",
     "read_offsets_partition",
 ]
-
-# Until log compaction lands, LogConfig rejects cleanup.policy=compact with INVALID_CONFIG.
-# While this is True, the offsets topic is then created with cleanup.policy=delete and
-# retention.ms=-1 instead (nothing is ever deleted), with a warning. Remove once compaction
-# is available; nothing else depends on it.
-OFFSETS_TOPIC_DELETE_POLICY_FALLBACK = True
-
 
 def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
     """The configs `__consumer_offsets` is created with (Kafka's offsetsTopicConfigs)."""
@@ -59,10 +51,6 @@ def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
         "segment.bytes": str(config.offsets_topic_segment_bytes),
         "compression.type": "producer",
     }
-
-
-def _delete_policy_fallback(configs: dict[str, str]) -> dict[str, str]:
-    return {**configs, "cleanup.policy": "delete", "retention.ms": "-1"}
 
 
 def group_coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
@@ -278,33 +266,12 @@ class GroupsRuntime:
         configs = offsets_topic_configs(cfg)
         create = self.broker.admin.create_topic
         try:
-            try:
-                await create(
-                    OFFSETS_TOPIC,
-                    num_partitions=cfg.offsets_topic_num_partitions,
-                    replication_factor=cfg.offsets_topic_replication_factor,
-                    configs=configs,
-                )
-            except AdminError as e:
-                if not (
-                    e.error_code == ErrorCode.invalid_config
-                    and configs.get("cleanup.policy") == "compact"
-                    and OFFSETS_TOPIC_DELETE_POLICY_FALLBACK
-                ):
-                    raise
-                log.warning(
-                    "%s cleanup.policy=compact was rejected (%s); creating %s with "
-                    "cleanup.policy=delete and retention.ms=-1 until log compaction is available",
-                    self._prefix,
-                    e.message,
-                    OFFSETS_TOPIC,
-                )
-                await create(
-                    OFFSETS_TOPIC,
-                    num_partitions=cfg.offsets_topic_num_partitions,
-                    replication_factor=cfg.offsets_topic_replication_factor,
-                    configs=_delete_policy_fallback(configs),
-                )
+            await create(
+                OFFSETS_TOPIC,
+                num_partitions=cfg.offsets_topic_num_partitions,
+                replication_factor=cfg.offsets_topic_replication_factor,
+                configs=configs,
+            )
             log.info(
                 "%s Created %s with %d partitions and replication factor %d",
                 self._prefix,

@@ -52,6 +52,7 @@ from wherry.log.segment import (
     LogSegment,
     RollParams,
     offset_from_file_name,
+    segment_file_name,
 )
 from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import (
@@ -60,6 +61,7 @@ from wherry.protocol.records import (
     InvalidRecordError,
     RecordError,
     RecordTooLargeError,
+    check_records_have_keys,
     crc_ok,
     iter_batches,
     iter_records,
@@ -87,7 +89,9 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
-_TEMP_SUFFIXES = (DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+_TEMP_SUFFIXES = (DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX)
 
 
 class InvalidTimestampError(LogError):
@@ -211,6 +215,7 @@ class Log:
         tp = topic_partition if topic_partition is not None else TopicPartition.parse(dir.name)
         dir.mkdir(parents=True, exist_ok=True)
         cls._remove_temp_files(dir)
+        cls._complete_swaps(tp, dir, config, now_ms)
         leader_epochs = LeaderEpochCache(dir / LEADER_EPOCH_CHECKPOINT)
 
         segments = cls._load_segments(dir, config, now_ms)
@@ -302,6 +307,65 @@ class Log:
             if name.endswith(_TEMP_SUFFIXES) and (path := dir / name).is_file():
                 log.info("deleting leftover file %s", path)
                 path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _complete_swaps(tp: TopicPartition, dir: Path, config: LogConfig, now_ms: int) -> None:
+        """Finish replacements (log compaction) interrupted by a crash (Kafka's LogLoader rule).
+
+        A `<base>.log.swap` was fully written and fsynced before it got that name, so it is
+        recovered (indexes rebuilt), every segment whose base offset lies in
+        [its base offset, its next offset) is deleted (the segments it replaces, some perhaps
+        already gone) and the swap file is renamed into place. Index swap files are dropped:
+        the indexes are rebuilt from the data.
+        """
+        swaps: list[int] = []
+        for name in os.listdir(dir):
+            if not name.endswith(SWAP_SUFFIX):
+                continue
+            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                try:
+                    swaps.append(offset_from_file_name(name))
+                    continue
+                except ValueError:
+                    pass
+            log.info("%s: deleting index swap file %s", tp, dir / name)
+            (dir / name).unlink(missing_ok=True)
+        if not swaps:
+            return
+        ranges: list[tuple[int, int]] = []
+        for base in sorted(swaps):
+            segment = LogSegment.open(
+                dir,
+                base,
+                index_interval_bytes=config.index_interval_bytes,
+                max_index_bytes=config.segment_index_bytes,
+                now_ms=now_ms,
+                suffix=SWAP_SUFFIX,
+            )
+            try:
+                segment.recover()
+                ranges.append((base, segment.read_next_offset()))
+            finally:
+                segment.close()
+        for name in os.listdir(dir):
+            if name.endswith(SWAP_SUFFIX) or not name.endswith(
+                (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            ):
+                continue
+            try:
+                offset = offset_from_file_name(name)
+            except ValueError:
+                continue
+            if any(lo <= offset < max(hi, lo + 1) for lo, hi in ranges):
+                log.info("%s: deleting %s, replaced by a swap segment", tp, dir / name)
+                (dir / name).unlink(missing_ok=True)
+        for base, _ in ranges:
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                swap = dir / segment_file_name(base, suffix + SWAP_SUFFIX)
+                if swap.exists():
+                    os.replace(swap, dir / segment_file_name(base, suffix))
+            log.info("%s: completed the swap of segment %d", tp, base)
+        fsync_dir(dir)
 
     @staticmethod
     def _load_segments(dir: Path, config: LogConfig, now_ms: int) -> list[LogSegment]:
@@ -413,6 +477,11 @@ class Log:
     @property
     def log_start_offset(self) -> int:
         return self._log_start_offset
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The log's lock (the cleaner takes it to look at the segment list)."""
+        return self._lock
 
     @property
     def log_end_offset(self) -> int:
@@ -538,6 +607,8 @@ class Log:
                     )
                 if header.is_control:
                     raise InvalidRecordError("clients are not allowed to write control records")
+                if config.compact:
+                    check_records_have_keys(buf, pos)
                 if header.has_producer_id and header.base_sequence < 0:
                     raise InvalidRecordError(
                         f"invalid sequence number {header.base_sequence} in record batch with "
@@ -1119,6 +1190,93 @@ class Log:
     def remove_expired_producers(self, now_ms: int) -> int:
         with self._lock:
             return self.producer_state.remove_expired_producers(self._now(now_ms))
+
+    # ----------------------------------------------------------------------------------
+    # Log cleaner support (wherry.log.cleaner)
+    # ----------------------------------------------------------------------------------
+
+    def read_segment_chunk(self, segment: LogSegment, position: int, size: int) -> bytes | None:
+        """Bytes of an inactive `segment` under the lock; None if it left the log (retention,
+        truncation) or is closed, so the cleaner gives up on this round."""
+        with self._lock:
+            if self._closed or segment.closed or not any(s is segment for s in self._segments):
+                return None
+            size = min(size, segment.size - position)
+            if size <= 0:
+                return b""
+            return segment.read_bytes(position, size)
+
+    def new_cleaned_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        """A fresh `<base>.log.cleaned` segment for the cleaner to write."""
+        with self._lock:
+            self._check_open()
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                (self.dir / segment_file_name(base_offset, suffix + CLEANED_SUFFIX)).unlink(
+                    missing_ok=True
+                )
+            return LogSegment.open(
+                self.dir,
+                base_offset,
+                index_interval_bytes=self.config.index_interval_bytes,
+                max_index_bytes=self.config.segment_index_bytes,
+                now_ms=now_ms,
+                suffix=CLEANED_SUFFIX,
+            )
+
+    def replace_segments(
+        self,
+        new: LogSegment,
+        old: Sequence[LogSegment],
+        *,
+        now_ms: int,
+        crash_hook: Callable[[str], None] | None = None,
+    ) -> bool:
+        """Swap the cleaned segment `new` (written, fsynced, suffix `.cleaned`) in for `old`
+        (consecutive inactive segments of this log), Kafka's replaceSegments: rename `new` to
+        `.swap`, delete the old segments, rename `.swap` into place. Readers hold the lock, so
+        they see either the old segments or the new one. Returns False (and deletes `new`) if
+        the log changed so that `old` are no longer consecutive inactive segments.
+
+        `crash_hook(step)` is called between steps (tests raise there to simulate a crash).
+        """
+        hook = crash_hook if crash_hook is not None else (lambda _step: None)
+        with self._lock:
+            idx = next((i for i, s in enumerate(self._segments) if s is old[0]), None)
+            count = len(old)
+            if (
+                self._closed
+                or idx is None
+                or idx + count >= len(self._segments)  # never the active segment
+                or any(self._segments[idx + i] is not s for i, s in enumerate(old))
+            ):
+                new.delete()
+                return False
+            now = self._now(now_ms)
+            hook("before-swap")
+            new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            fsync_dir(self.dir)
+            hook("after-swap-rename")
+            for i, segment in enumerate(old):
+                try:
+                    segment.close()
+                    segment.change_file_suffixes("", DELETED_SUFFIX)
+                except OSError as exc:
+                    raise StorageError(
+                        f"error deleting segment {segment.log_path}: {exc}"
+                    ) from exc
+                delay = max(self.config.file_delete_delay_ms, 0)
+                self._pending_deletes.append((now + delay, segment))
+                if i == 0:
+                    hook("after-first-delete")
+            hook("after-deletes")
+            new.change_file_suffixes(SWAP_SUFFIX, "")
+            fsync_dir(self.dir)
+            self.delete_pending_files(now)
+            self._segments[idx : idx + count] = [new]
+            self._bases = [s.base_offset for s in self._segments]
+            self._read_bound = None
+            hook("after-swap")
+            return True
 
     # ----------------------------------------------------------------------------------
     # Flush / close / delete

@@ -65,6 +65,8 @@ __all__ = [
     "RecordTooLargeError",
     "build_batch",
     "build_control_batch",
+    "build_retained_batch",
+    "check_records_have_keys",
     "crc_ok",
     "increment_sequence",
     "iter_batches",
@@ -805,3 +807,74 @@ def parse_control_record(record: Record) -> tuple[int, int]:
     if record.value is not None and len(record.value) >= _CONTROL_VALUE.size:
         _version, coordinator_epoch = _CONTROL_VALUE.unpack_from(record.value)
     return control_type, coordinator_epoch
+
+
+def build_retained_batch(
+    header: BatchHeader,
+    records: Sequence[Record],
+    *,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """Rebuild a batch keeping only `records` (log compaction, Kafka's filterTo).
+
+    Keeps the batch's base offset (records keep their offsets), codec, timestamp type,
+    transactional/control flags, producer id/epoch, base sequence and partition leader epoch;
+    the last offset delta follows the last kept record. With `delete_horizon_ms` the delete
+    horizon attribute is set and the base timestamp holds the horizon (KIP-534). With no
+    records an empty batch keeps the original offset range and max timestamp (Kafka keeps the
+    last batch of a producer that way, so its state survives compaction).
+    """
+    attributes = header.attributes & ~ATTR_DELETE_HORIZON
+    log_append = bool(header.attributes & ATTR_TIMESTAMP_TYPE)
+    if delete_horizon_ms is not None:
+        attributes |= ATTR_DELETE_HORIZON
+    codec = header.attributes & ATTR_COMPRESSION_MASK
+    body = bytearray()
+    if records:
+        first_ts = records[0].timestamp
+        base_ts = delete_horizon_ms if delete_horizon_ms is not None else first_ts
+        max_ts = header.max_timestamp if log_append else max(r.timestamp for r in records)
+        for r in records:
+            ts_delta = 0 if log_append else r.timestamp - base_ts
+            _encode_record(
+                body, r.offset - header.base_offset, ts_delta, r.key, r.value, r.headers
+            )
+        last_offset_delta = records[-1].offset - header.base_offset
+    else:
+        max_ts = header.max_timestamp
+        base_ts = delete_horizon_ms if delete_horizon_ms is not None else max_ts
+        last_offset_delta = header.last_offset_delta
+        codec = 0
+        attributes &= ~ATTR_COMPRESSION_MASK
+    payload = bytes(body)
+    if codec and payload:
+        payload = _compression.compress(codec, payload)
+    crc_header = _CRC_HEADER.pack(
+        attributes,
+        last_offset_delta,
+        base_ts,
+        max_ts,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(records),
+    )
+    crc = google_crc32c.extend(google_crc32c.value(crc_header), payload)
+    batch_length = BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    prefix = struct.pack(
+        ">qiibI", header.base_offset, batch_length, header.partition_leader_epoch, MAGIC, crc
+    )
+    return prefix + crc_header + payload
+
+
+def check_records_have_keys(batch: _Buffer, pos: int = 0) -> None:
+    """Raise InvalidRecordError if a record of the (non-control) batch at `pos` has no key:
+    a compacted topic does not accept them (Kafka answers INVALID_RECORD)."""
+    header = parse_header(batch, pos)
+    if header.is_control:
+        return
+    for record in iter_records(batch, pos):
+        if record.key is None:
+            raise InvalidRecordError(
+                "Compacted topic cannot accept message without key in topic partition"
+            )

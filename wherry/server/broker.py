@@ -22,6 +22,7 @@ from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.coordination.embedded import EmbeddedCoordinator
 from wherry.coordination.store import MetadataStore, NodeExistsError, NoNodeError, WatchEvent
+from wherry.log.cleaner import CleanerConfig, LogCleaner
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
 from wherry.log.topic_partition import TopicPartition
@@ -117,6 +118,7 @@ class Broker:
         # set in start()
         self.store: MetadataStore
         self.log_manager: LogManager
+        self.log_cleaner: LogCleaner | None = None
         self.replica_manager: ReplicaManager
         self.admin: AdminManager
         self.producer_ids: ProducerIdManager
@@ -299,6 +301,24 @@ class Broker:
             else cfg.log_retention_check_interval_ms,
             executor=True,
         )
+        if cfg.log_cleaner_enable:
+            self.log_cleaner = LogCleaner(
+                lm.log_dirs,
+                lm.all_logs,
+                lm.log_dir_of,
+                CleanerConfig(
+                    backoff_ms=cfg.log_cleaner_backoff_ms,
+                    dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
+                ),
+            )
+            cleaner = self.log_cleaner
+            s.schedule(
+                "kafka-log-cleaner",
+                lambda: cleaner.clean_all(self.clock.now_ms(), max_rounds=10),
+                period_ms=cfg.log_cleaner_backoff_ms,
+                delay_ms=cfg.log_cleaner_backoff_ms,
+                executor=True,
+            )
         s.schedule(
             "kafka-log-flusher",
             lambda: lm.flush_dirty(self.clock.now_ms()),

@@ -94,6 +94,11 @@ class BrokerConfig:
     delete_topic_enable: bool = True
     socket_request_max_bytes: int = 104_857_600
     log_retention_check_interval_ms: int = 300_000
+    # Log cleaner (compaction); log.cleaner.threads is accepted and ignored (one cleaner).
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_dedupe_buffer_size: int = 134_217_728
+    log_cleaner_threads: int = 1
     log_flush_scheduler_interval_ms: int = 1000
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
@@ -164,6 +169,10 @@ class BrokerConfig:
         take("socket.request.max.bytes", int, "socket_request_max_bytes")
         take("log.retention.check.interval.ms", int, "log_retention_check_interval_ms")
         take("log.flush.scheduler.interval.ms", int, "log_flush_scheduler_interval_ms")
+        take("log.cleaner.enable", _bool, "log_cleaner_enable")
+        take("log.cleaner.backoff.ms", int, "log_cleaner_backoff_ms")
+        take("log.cleaner.dedupe.buffer.size", int, "log_cleaner_dedupe_buffer_size")
+        take("log.cleaner.threads", int, "log_cleaner_threads")
         take(
             "log.flush.offset.checkpoint.interval.ms",
             int,
@@ -202,6 +211,9 @@ class BrokerConfig:
             ("offsets_load_buffer_size", 1),
             ("group_initial_rebalance_delay_ms", 0),
             ("group_max_size", 1),
+            ("log_cleaner_backoff_ms", 1),
+            ("log_cleaner_dedupe_buffer_size", 1),
+            ("log_cleaner_threads", 0),
         ):
             if kw.get(key, minimum) < minimum:
                 raise BrokerConfigError(f"{key.replace('_', '.')} must be at least {minimum}")

@@ -6,7 +6,6 @@ with a temporary data directory and stopped by their PID (SIGTERM, then SIGKILL)
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -306,27 +305,9 @@ def encode_request(
     client_id: str = "wherry-bench",
 ) -> bytes:
     """A size-prefixed request frame (header v1/v2 as the schema says)."""
-    from kio.index import load_request_schema
-    from kio.serial import entity_writer
-    from kio.static.primitive import i16, i32
+    from wherry.protocol.codec import encode_request as encode
 
-    from wherry.protocol.codec import build_entity
-
-    cls = load_request_schema(api_key, version)
-    hdr_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(hdr_cls)(
-        buf,
-        hdr_cls(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(correlation_id),
-            client_id=client_id,
-        ),
-    )
-    entity_writer(cls)(buf, build_entity(cls, body))
-    payload = buf.getvalue()
-    return _SIZE.pack(len(payload)) + payload
+    return encode(api_key, version, correlation_id, body, client_id=client_id)
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:

@@ -20,8 +20,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -37,14 +35,15 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
 from wherry.cli.common import (
     DEFAULT_BOOTSTRAP,
+    TRANSIENT_ERRORS,
+    AdminService,
     CommandError,
     kafka_error_code,
     kafka_error_message,
-    load_properties_file,
 )
 
 DEFAULT_TIMEOUT_MS = 15_000
@@ -98,8 +97,7 @@ _KAFKA_EXCEPTIONS: dict[int, tuple[str, str]] = {
     KafkaError.UNKNOWN_TOPIC_OR_PART: ("UnknownTopicOrPartitionException",
                                        "This server does not host this topic-partition."),
 }
-_TRANSIENT = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
-                        KafkaError._ALL_BROKERS_DOWN})
+_TRANSIENT = TRANSIENT_ERRORS
 
 
 def state_name(state: Any) -> str:
@@ -488,57 +486,11 @@ def render_reset_csv(plans: Mapping[str, Mapping[TP, int]], with_group: bool) ->
 # The cluster
 
 
-def client_config(bootstrap_server: str, command_config: Path | None, timeout_ms: int
-                  ) -> dict[str, Any]:
-    conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_server,
-        "client.id": "wherry-groups",
-        "socket.connection.setup.timeout.ms": max(1000, min(timeout_ms, 10_000)),
-        "socket.timeout.ms": max(1000, timeout_ms),
-        "reconnect.backoff.max.ms": 1000,
-        "log_level": 0,  # one clear error from us instead of librdkafka's connection logs
-    }
-    conf.update(load_properties_file(command_config))
-    conf["bootstrap.servers"] = bootstrap_server
-    return conf
+class GroupService(AdminService):
+    """The admin calls of `wherry groups`."""
 
-
-@dataclass(slots=True)
-class GroupService:
-    """Synchronous AdminClient calls with uniform timeouts and error messages."""
-
-    admin: AdminClient
-    bootstrap_server: str
-    timeout_ms: int
-
-    @classmethod
-    def connect(cls, bootstrap_server: str, command_config: Path | None, timeout_ms: int
-                ) -> GroupService:
-        conf = client_config(bootstrap_server, command_config, timeout_ms)
-        try:
-            admin = AdminClient(conf)
-        except (KafkaException, ValueError, TypeError) as e:
-            raise CommandError(f"Invalid client configuration: {kafka_error_message(e)}") from e
-        return cls(admin, bootstrap_server, timeout_ms)
-
-    @property
-    def timeout_s(self) -> float:
-        return self.timeout_ms / 1000.0
-
-    def _timeout_message(self, call: str) -> str:
-        return (f"Timed out after {self.timeout_ms} ms waiting for the cluster at "
-                f"{self.bootstrap_server}. Call: {call}")
-
-    def _wait(self, fut: Future[Any], call: str) -> Any:
-        try:
-            return fut.result(timeout=self.timeout_s + 5.0)
-        except FutureTimeoutError as e:
-            raise CommandFailed(self._timeout_message(call)) from e
-        except KafkaException as e:
-            if kafka_error_code(e) in _TRANSIENT:
-                raise CommandFailed(
-                    f"{self._timeout_message(call)} ({kafka_error_message(e)})") from e
-            raise
+    CLIENT_ID = "wherry-groups"
+    FAILURE = CommandFailed
 
     def list_groups(self, states: set[ConsumerGroupState] | None = None) -> list[tuple[str, str]]:
         """(group id, Kafka state name), sorted by group id."""

@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
@@ -21,7 +19,6 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 import click
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import (
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -33,10 +30,11 @@ from confluent_kafka.admin import (
 
 from wherry.cli.common import (
     DEFAULT_BOOTSTRAP,
+    TRANSIENT_ERRORS,
+    AdminService,
     CommandError,
     kafka_error_code,
     kafka_error_message,
-    load_properties_file,
     parse_kv,
 )
 
@@ -46,24 +44,6 @@ MAX_REPLICATION_FACTOR = 32767
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def client_config(
-    bootstrap_server: str, command_config: Path | None, timeout_ms: int
-) -> dict[str, Any]:
-    """librdkafka settings for a short-lived admin client with bounded timeouts."""
-    conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_server,
-        "client.id": "wherry-topics",
-        "socket.connection.setup.timeout.ms": max(1000, min(timeout_ms, 10_000)),
-        "socket.timeout.ms": max(1000, timeout_ms),
-        "reconnect.backoff.max.ms": 1000,
-        # librdkafka logs connection failures itself; we report a single clear error instead.
-        "log_level": 0,
-    }
-    conf.update(load_properties_file(command_config))
-    conf["bootstrap.servers"] = bootstrap_server
-    return conf
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,28 +84,10 @@ def _common_options(fn: Callable[P, R]) -> Callable[P, R]:
     return fn
 
 
-@dataclass(slots=True)
-class TopicService:
-    """Thin synchronous wrapper around AdminClient with uniform timeouts and error messages."""
+class TopicService(AdminService):
+    """The admin calls of `wherry topics`."""
 
-    admin: AdminClient
-    bootstrap_server: str
-    timeout_ms: int
-
-    @classmethod
-    def connect(
-        cls, bootstrap_server: str, command_config: Path | None, timeout_ms: int
-    ) -> TopicService:
-        conf = client_config(bootstrap_server, command_config, timeout_ms)
-        try:
-            admin = AdminClient(conf)
-        except (KafkaException, ValueError, TypeError) as e:
-            raise CommandError(f"Invalid client configuration: {kafka_error_message(e)}") from e
-        return cls(admin, bootstrap_server, timeout_ms)
-
-    @property
-    def timeout_s(self) -> float:
-        return self.timeout_ms / 1000.0
+    CLIENT_ID = "wherry-topics"
 
     @property
     def operation_timeout_s(self) -> float:
@@ -133,29 +95,12 @@ class TopicService:
         request timeout, so that the broker's own timeout error reaches us first."""
         return max(0.0, self.timeout_s * 0.8)
 
-    def _wait(self, fut: Future[Any], call: str) -> Any:
-        try:
-            return fut.result(timeout=self.timeout_s + 5.0)
-        except FutureTimeoutError as e:
-            raise CommandError(self._timeout_message(call)) from e
-        except KafkaException as e:
-            code = kafka_error_code(e)
-            if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
-                raise CommandError(
-                    f"{self._timeout_message(call)} ({kafka_error_message(e)})"
-                ) from e
-            raise
-
-    def _timeout_message(self, call: str) -> str:
-        return (f"Timed out after {self.timeout_ms} ms waiting for the cluster at "
-                f"{self.bootstrap_server}. Call: {call}")
-
     def metadata(self) -> Any:
         try:
             return self.admin.list_topics(timeout=self.timeout_s)
         except KafkaException as e:
             code = kafka_error_code(e)
-            if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            if code in TRANSIENT_ERRORS:
                 raise CommandError(
                     f"{self._timeout_message('listTopics')} ({kafka_error_message(e)})"
                 ) from e

@@ -7,6 +7,9 @@
   from a plain, version-neutral mapping (`build_entity`): fields the version lacks are dropped,
   fields it has but the mapping omits get their schema default. Handlers therefore never write
   per-version code.
+* LeaderAndIsr, StopReplica and UpdateMetadata (API keys 4-6), which kio lacks, go through
+  `interbroker_codec` instead: their request bodies are the dataclasses of `interbroker`, and
+  `encode_response` takes the matching response dataclass (or a mapping of its fields).
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ from kio.serial.errors import BufferUnderflow
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
+from wherry.protocol.interbroker_codec import (
+    INTERBROKER_VERSIONS,
+    InterbrokerRequestBody,
+    decode_interbroker_request,
+    encode_interbroker_request,
+    encode_interbroker_response,
+)
 from wherry.protocol.tolerant import DecodeError, read_entity_tolerant
 
 API_VERSIONS_KEY: Final = 18
@@ -56,7 +66,7 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any  # the kio request entity for (api_key, api_version)
+    body: Any  # the kio request entity, or an `interbroker` dataclass for API keys 4-6
     size_bytes: int
 
 
@@ -123,6 +133,8 @@ def decode_request(
         raise RequestDecodeError(
             f"unsupported version {api_version} of API key {api_key} (supported {rng[0]}-{rng[1]})"
         )
+    if api_key in INTERBROKER_VERSIONS:
+        return _decode_interbroker(frame)
     try:
         body_cls = load_request_schema(api_key, api_version)
     except UnknownEntity as e:
@@ -132,6 +144,16 @@ def decode_request(
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 
+def _decode_interbroker(frame: bytes | memoryview) -> Request:
+    try:
+        req = decode_interbroker_request(frame)
+    except DecodeError as e:
+        raise RequestDecodeError(str(e)) from e
+    return Request(
+        req.api_key, req.api_version, req.correlation_id, req.client_id, req.body, len(frame)
+    )
+
+
 def response_class(api_key: int, api_version: int) -> type:
     return load_response_schema(api_key, api_version)
 
@@ -139,7 +161,13 @@ def response_class(api_key: int, api_version: int) -> type:
 def encode_response(
     api_key: int, api_version: int, correlation_id: int, data: Mapping[str, Any] | Any
 ) -> bytes:
-    """Serialize a response (size prefix included) for the requested version."""
+    """Serialize a response (size prefix included) for the requested version.
+
+    For LeaderAndIsr, StopReplica and UpdateMetadata `data` is the `interbroker` response
+    dataclass (or a mapping of its fields, e.g. `{"error_code": ...}`).
+    """
+    if api_key in INTERBROKER_VERSIONS:
+        return encode_interbroker_response(api_key, api_version, correlation_id, data)
     cls = load_response_schema(api_key, api_version)
     entity = build_entity(cls, data)
     buf = io.BytesIO()
@@ -295,7 +323,14 @@ def encode_request(
     *,
     client_id: str | None = "wherry",
 ) -> bytes:
-    """Serialize a request (size prefix included); for clients, tools and benchmarks."""
+    """Serialize a request (size prefix included); for clients, tools and benchmarks.
+
+    For LeaderAndIsr, StopReplica and UpdateMetadata `body` is the `interbroker` dataclass.
+    """
+    if api_key in INTERBROKER_VERSIONS:
+        return encode_interbroker_request(
+            api_key, api_version, correlation_id, client_id, cast(InterbrokerRequestBody, body)
+        )
     cls = load_request_schema(api_key, api_version)
     hdr_cls = cls.__header_schema__
     buf = io.BytesIO()

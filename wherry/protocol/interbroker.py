@@ -2,7 +2,8 @@
 
 Field names follow Apache Kafka 3.9's message schemas (LeaderAndIsrRequest.json,
 StopReplicaRequest.json, UpdateMetadataRequest.json). In a single process these values are
-handed over directly; the wire codec for them arrives with the multi-broker cluster.
+handed over directly; between processes `wherry.protocol.interbroker_codec` puts them on the
+wire (every version a Kafka 3.9 ZooKeeper-mode controller sends).
 """
 
 from __future__ import annotations
@@ -52,14 +53,23 @@ class LeaderAndIsrRequest:
     partition_states: tuple[LeaderAndIsrPartitionState, ...]
     topic_ids: dict[str, uuid.UUID]
     live_leaders: tuple[BrokerEndpoint, ...]
-    is_full: bool = False
+    is_full: bool = False  # wire field Type (v5+): 2 = FULL, otherwise 0 (UNKNOWN) is sent
+    is_kraft_controller: bool = False  # v7+ (KIP-866 migration); always False for us
 
 
 @dataclass(frozen=True, slots=True)
 class LeaderAndIsrPartitionError:
+    """One partition's error in a LeaderAndIsr or StopReplica response.
+
+    LeaderAndIsr responses v5+ name topics by id only: decoded errors then carry
+    `topic_id` and an empty `topic_name`, and encoding v5+ needs `topic_id` (a missing one is
+    sent as the zero UUID; `interbroker_codec.with_topic_ids` fills them from the request).
+    """
+
     topic_name: str
     partition_index: int
     error_code: int
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +99,13 @@ class UpdateMetadataRequest:
     partition_states: tuple[UpdateMetadataPartitionState, ...]
     live_brokers: tuple[BrokerEndpoint, ...]
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    is_full: bool = False  # tagged field Type (v8+): 2 = FULL, omitted otherwise
+    is_kraft_controller: bool = False  # v8+ (KIP-866 migration); always False for us
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateMetadataResponse:
+    error_code: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +122,7 @@ class StopReplicaRequest:
     controller_epoch: int
     broker_epoch: int
     partitions: tuple[StopReplicaPartition, ...]
+    is_kraft_controller: bool = False  # v4+ (KIP-866 migration); always False for us
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,6 +209,35 @@ def test_list_offsets(broker: BrokerProcess) -> None:
     assert r.topics[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
 
 
+def test_delete_records(broker: BrokerProcess) -> None:
+    bs = broker.bootstrap
+    t = name()
+    create(bs, t)
+    compacted = name()
+    create(bs, compacted, configs={"cleanup.policy": "compact"})
+    for _ in range(5):
+        produce(bs, t, build_batch([(None, b"a"), (None, b"b")]))
+
+    def delete(topic: str, offset: int) -> tuple[int, int]:
+        r = call(bs, 21, 2, {"timeout": 5000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "offset": offset}]}]})
+        p = r.topics[0].partitions[0]
+        return p.error_code, p.low_watermark
+
+    assert delete(t, 4) == (0, 4)
+    assert delete(t, 2) == (0, 4)  # never moves back
+    assert delete(t, 11) == (ErrorCode.offset_out_of_range, -1)
+    assert delete(compacted, 0)[0] == ErrorCode.policy_violation
+    assert delete(name(), 0)[0] == ErrorCode.unknown_topic_or_partition
+    # Reads below the new start are out of range; ListOffsets earliest moved; data above kept.
+    r = call(bs, 1, 12, fetch_body(t, 0))
+    assert r.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
+    r = call(bs, 1, 12, fetch_body(t, 4))
+    assert r.responses[0].partitions[0].error_code == ErrorCode.none
+    assert r.responses[0].partitions[0].log_start_offset == 4
+    assert delete(t, -1) == (0, 10)  # -1: up to the high watermark
+
+
 def test_create_topics_errors(broker: BrokerProcess) -> None:
     bs = broker.bootstrap
     t = name()

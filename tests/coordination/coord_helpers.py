@@ -1,9 +1,9 @@
 """Backend-neutral helpers for the coordination tests.
 
-The tests in ``test_coordination_store.py`` talk to a `StoreBackend` only, so a ZooKeeper
-implementation can run the same suite by adding a backend here and a parameter to the
-``store_backend`` fixture in ``conftest.py`` (a ZooKeeper backend should hand out sessions
-chrooted to a fresh path per test, so that ``/`` starts empty apart from ``/zookeeper``).
+The tests in ``test_coordination_store.py`` talk to a `StoreBackend` only; each
+implementation has a backend here and a parameter of the ``store_backend`` fixture in
+``conftest.py``. The ZooKeeper backend hands out sessions chrooted to a fresh path per test, so
+that ``/`` starts empty (ZooKeeper's own ``/zookeeper`` is outside the chroot).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any, ParamSpec
 
 from wherry.coordination.embedded import EmbeddedCoordinator
 from wherry.coordination.store import MetadataStore, SessionState, WatchEvent
+from wherry.coordination.zookeeper import ZooKeeperStore, connect_zookeeper
+from wherry.testing.zookeeper import ZooKeeperServer
 
 P = ParamSpec("P")
 
@@ -65,6 +67,12 @@ class StoreBackend:
     """What the interface tests need from an implementation."""
 
     name = "abstract"
+    expiry_seen_after_disconnect = False
+    """True if a session learns of its expiry only on reconnecting (ZooKeeper), so its state
+    listeners see SUSPENDED first."""
+    sequence_counts_deletes = True
+    """True if a child's deletion advances the parent's sequence counter (the counter is the
+    parent's cversion); ZooKeeper's does not always."""
 
     async def new_session(self) -> MetadataStore:
         raise NotImplementedError
@@ -108,3 +116,73 @@ class EmbeddedBackend(StoreBackend):
 
     async def aclose(self) -> None:
         self.coordinator.close()
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Poll ``predicate`` on the loop until it holds (AssertionError after ``timeout_s``)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        await asyncio.sleep(0.01)
+
+
+class ZooKeeperBackend(StoreBackend):
+    """Sessions on a real ZooKeeper server, chrooted to ``chroot`` (a fresh path per test)."""
+
+    name = "zookeeper"
+    expiry_seen_after_disconnect = True
+    sequence_counts_deletes = False
+
+    def __init__(
+        self, server: ZooKeeperServer, chroot: str, *, session_timeout_ms: int = 10_000
+    ) -> None:
+        self.server = server
+        self.chroot = chroot
+        self.session_timeout_ms = session_timeout_ms
+        self.sessions: list[ZooKeeperStore] = []
+
+    @property
+    def connect_string(self) -> str:
+        return self.server.connect_string + self.chroot
+
+    async def new_session(self) -> MetadataStore:
+        store = await connect_zookeeper(
+            self.connect_string,
+            session_timeout_ms=self.session_timeout_ms,
+            connect_timeout_s=10.0,
+        )
+        self.sessions.append(store)
+        return store
+
+    async def expire(self, store: MetadataStore) -> None:
+        """The server ends the session as on a timeout (`ZooKeeperServer.expire_session`);
+        returns once the owner has been told (it reconnects and hears "expired")."""
+        assert isinstance(store, ZooKeeperStore)
+        session_id, password = store.client_id
+        assert await asyncio.to_thread(self.server.expire_session, session_id, password)
+        await wait_until(lambda: store.state is SessionState.EXPIRED)
+
+    async def restart(self) -> None:
+        """ZooKeeper and every client process go down together: the clients die while the
+        server is down (so they cannot close their sessions), the server comes back with its
+        data (and the dead clients' sessions, which it would expire after their timeout), and
+        those sessions are then ended as on expiry."""
+        await asyncio.to_thread(self.server.stop)
+        dead = [s.client_id for s in self.sessions if s.state is not SessionState.EXPIRED]
+        await asyncio.gather(*(s.close() for s in self.sessions))
+        self.sessions.clear()
+        await asyncio.to_thread(self.server.start)
+        for session_id, password in dead:
+            await asyncio.to_thread(self.server.expire_session, session_id, password)
+
+    async def settle(self) -> None:
+        # A round trip on each live session: ZooKeeper sends a session its watch events
+        # before later replies, so after it every event already sent has been read.
+        live = [s for s in self.sessions if s.state is SessionState.CONNECTED]
+        await asyncio.gather(*(s.exists("/") for s in live))
+        await asyncio.sleep(0.05)  # kazoo's watch thread -> the loop
+
+    async def aclose(self) -> None:
+        sessions, self.sessions = self.sessions, []
+        await asyncio.gather(*(s.close() for s in sessions))

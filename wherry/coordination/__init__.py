@@ -2,6 +2,8 @@
 
 * `wherry.coordination.store` -- the interface, `Stat`, ops, errors, watch/session types.
 * `wherry.coordination.embedded` -- `EmbeddedCoordinator`: in-process, persisted in SQLite.
+* `wherry.coordination.zookeeper` -- `ZooKeeperStore` (`connect_zookeeper`): a ZooKeeper
+  session through kazoo.
 * `wherry.coordination.paths` -- Kafka's znode layout and JSON records.
 """
 
@@ -31,6 +33,11 @@ from wherry.coordination.store import (
     WatchCallback,
     WatchEvent,
 )
+from wherry.coordination.zookeeper import (
+    ZooKeeperStore,
+    ZooKeeperUnavailableError,
+    connect_zookeeper,
+)
 
 __all__ = [
     "ANY_VERSION",
@@ -58,4 +65,7 @@ __all__ = [
     "StoreError",
     "WatchCallback",
     "WatchEvent",
+    "ZooKeeperStore",
+    "ZooKeeperUnavailableError",
+    "connect_zookeeper",
 ]

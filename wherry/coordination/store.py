@@ -10,7 +10,9 @@ controller and brokers:
 * Every node has a data version (`Stat.version`, starting at 0 and bumped by each `set`) and a
   child version (`Stat.cversion`, bumped whenever a direct child is created or deleted).
   ``version=-1`` means "any version" in conditional operations.
-* Sequential nodes get a ``%010d`` suffix taken from the parent's `cversion` before the create.
+* Sequential nodes get a ``%010d`` suffix that grows with every sequential create under the
+  parent and is never reused (the embedded store takes the parent's `cversion`; ZooKeeper
+  3.8's counter does not count deletes, so callers must not rely on exact numbers).
 * Ephemeral nodes belong to the session that created them (`Stat.ephemeral_owner`), cannot have
   children, and vanish when that session is closed or expires.
 * Watches are one-shot callbacks set by `get` / `exists` (data watches) and `get_children`
@@ -30,8 +32,9 @@ controller and brokers:
   ``get_children`` on a missing node raise `NoNodeError` and leave no watch behind. Watches of a
   session that closes or expires are discarded without firing.
 * A session is dead once closed (`SessionClosedError`) or expired (`SessionExpiredError`); every
-  later call raises. To continue, open a new session. While a session is *suspended*
-  (disconnected but not yet expired) calls raise `ConnectionLossError`; ephemeral nodes and
+  later call raises. To continue, open a new session. (ZooKeeper tells a client of its expiry
+  only when it reconnects, so listeners see ``SUSPENDED`` then ``EXPIRED``.) While a session
+  is *suspended* (disconnected but not yet expired) calls raise `ConnectionLossError`; ephemeral nodes and
   watches survive and pending watch events are delivered after reconnection.
 
 This module must not import other wherry packages.
@@ -280,7 +283,8 @@ class MetadataStore(Protocol):
         """Delete a node; raises `NoNodeError`, `BadVersionError`, `NotEmptyError`.
 
         With ``recursive`` the whole subtree goes; ``version`` is checked against ``path``
-        only. (The embedded store does this atomically; ZooKeeper cannot.)
+        only. (The embedded store does this atomically; the ZooKeeper store in one transaction
+        for subtrees of up to 1000 nodes, bottom-up in chunks above that.)
         """
         ...
 

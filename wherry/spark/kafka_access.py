@@ -1,0 +1,400 @@
+"""What the connector asks of a Kafka cluster, through confluent-kafka (librdkafka).
+
+Driver side: `ClusterView` lists partitions and looks up offsets (earliest, latest, by
+timestamp) with one short-lived AdminClient per call. Executor side: `read_range` reads one
+offset range with an assigned Consumer and yields Arrow record batches; `RowProducer` writes
+rows with an idempotent producer. Clients are created where they are used, never pickled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from wherry.spark.options import OptionError, SinkOptions, SourceOptions, Subscription
+from wherry.spark.planning import OffsetRange, PartitionOffsets
+from wherry.spark.planning import TopicPartition as TP
+
+log = logging.getLogger("wherry.spark")
+
+ROWS_PER_BATCH = 8192
+
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+BASE_SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_DDL = ", headers array<struct<key:string,value:binary>>"
+
+
+class DataLossError(RuntimeError):
+    """Records the query should have read are gone and ``failOnDataLoss`` is true."""
+
+
+class ConnectorError(RuntimeError):
+    """The cluster refused or could not answer a request the connector needs."""
+
+
+def data_loss(fail: bool, message: str) -> None:
+    """Fail the query (``failOnDataLoss=true``) or log a warning and go on."""
+    hint = (
+        " Some data may have been lost because they are not available in Kafka any more; "
+        "either the data was aged out by Kafka or the topic may have been deleted before all "
+        "the data in the topic was processed. If you want your streaming query to fail on such "
+        "cases, set the source option 'failOnDataLoss' to 'true'."
+    )
+    if fail:
+        raise DataLossError(
+            message + ". Some data may have been lost because they are not available in Kafka any "
+            "more. If you don't want your query to fail on such cases, set the source option "
+            "'failOnDataLoss' to 'false'."
+        )
+    log.warning("%s.%s", message, hint)
+
+
+def _client_conf(servers: str, extra: Mapping[str, str], timeout_ms: int) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": servers,
+        "socket.connection.setup.timeout.ms": min(timeout_ms, 30_000),
+        "reconnect.backoff.max.ms": 1000,
+        "log_level": 3,
+    }
+    conf.update(extra)
+    conf["bootstrap.servers"] = servers
+    return conf
+
+
+def _unreachable(servers: str, timeout_ms: int, err: object) -> OptionError:
+    return OptionError(
+        "kafka.bootstrap.servers",
+        f"no answer from the brokers at {servers!r} within {timeout_ms} ms ({err})",
+    )
+
+
+class ClusterView:
+    """Metadata and offset lookups for the planner (driver). Each call opens and closes its
+    own AdminClient, so the object itself stays a plain, picklable value."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def _admin(self) -> AdminClient:
+        conf = _client_conf(
+            self.opts.bootstrap_servers, self._admin_params(), self.opts.metadata_timeout_ms
+        )
+        try:
+            return AdminClient(conf)
+        except KafkaException as e:
+            raise OptionError("kafka.*", f"the Kafka client refused its settings: {e}") from e
+
+    def _admin_params(self) -> dict[str, str]:
+        # Consumer-only settings would make the AdminClient refuse to start.
+        consumer_only = {"group.id", "auto.offset.reset", "isolation.level", "enable.auto.commit"}
+        return {k: v for k, v in self.opts.kafka.items() if k not in consumer_only}
+
+    def partitions(self, *, require_topics: bool) -> list[TP]:
+        """Topic-partitions of the subscription that exist now, sorted."""
+        timeout_s = self.opts.metadata_timeout_ms / 1000
+        admin = self._admin()
+        try:
+            md = admin.list_topics(timeout=timeout_s)
+        except KafkaException as e:
+            timeout_ms = self.opts.metadata_timeout_ms
+            raise _unreachable(self.opts.bootstrap_servers, timeout_ms, e) from e
+        existing = {
+            name: sorted(t.partitions)
+            for name, t in md.topics.items()
+            if t.error is None or t.error.code() == KafkaError.NO_ERROR
+        }
+        sub: Subscription = self.opts.subscription
+        if sub.kind == "subscribe":
+            missing = [t for t in sub.topics if t not in existing]
+            if missing and require_topics:
+                raise OptionError("subscribe", f"topic(s) do not exist: {', '.join(missing)}")
+            return [(t, p) for t in sub.topics if t in existing for p in existing[t]]
+        if sub.kind == "subscribePattern":
+            return [
+                (t, p)
+                for t in sorted(existing)
+                if not t.startswith("__") and sub.matches(t)
+                for p in existing[t]
+            ]
+        missing_tp = [(t, p) for t, p in sub.assigned if p not in existing.get(t, ())]
+        if missing_tp and require_topics:
+            names = ", ".join(f"{t}-{p}" for t, p in missing_tp)
+            raise OptionError("assign", f"partition(s) do not exist: {names}")
+        return [tp for tp in sub.assigned if tp not in missing_tp]
+
+    def _list_offsets(self, specs: Mapping[TP, OffsetSpec]) -> dict[TP, int]:
+        if not specs:
+            return {}
+        admin = self._admin()
+        timeout_ms = self.opts.metadata_timeout_ms
+        request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
+        try:
+            futures: dict[TopicPartition, Future[Any]] = admin.list_offsets(
+                request, request_timeout=timeout_ms / 1000
+            )
+            out: dict[TP, int] = {}
+            for tp, fut in futures.items():
+                info = fut.result(timeout=timeout_ms / 1000 + 5)
+                out[(tp.topic, tp.partition)] = int(info.offset)
+            return out
+        except KafkaException as e:
+            err = e.args[0] if e.args else e
+            if isinstance(err, KafkaError) and err.code() in (
+                KafkaError._TRANSPORT,
+                KafkaError._TIMED_OUT,
+                KafkaError.REQUEST_TIMED_OUT,
+            ):
+                raise _unreachable(self.opts.bootstrap_servers, timeout_ms, err) from e
+            raise ConnectorError(f"ListOffsets failed: {err}") from e
+        except TimeoutError as e:
+            raise _unreachable(self.opts.bootstrap_servers, timeout_ms, "timed out") from e
+
+    def earliest(self, tps: Sequence[TP]) -> PartitionOffsets:
+        return self._list_offsets({tp: OffsetSpec.earliest() for tp in tps})
+
+    def latest(self, tps: Sequence[TP]) -> PartitionOffsets:
+        return self._list_offsets({tp: OffsetSpec.latest() for tp in tps})
+
+    def for_timestamps(self, stamps: Mapping[TP, int]) -> dict[TP, int]:
+        """Offset of the first record with timestamp >= the given one; -1 if there is none."""
+        return self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in stamps.items()})
+
+
+# --------------------------------------------------------------------------------------------
+# Executor side: reading
+# --------------------------------------------------------------------------------------------
+
+
+def _consumer(opts: SourceOptions) -> Consumer:
+    conf = _client_conf(opts.bootstrap_servers, {}, opts.metadata_timeout_ms)
+    conf.update(
+        {
+            "group.id": f"wherry-spark-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    conf.update(opts.kafka)
+    conf["enable.partition.eof"] = True
+    conf["enable.auto.commit"] = False
+    try:
+        return Consumer(conf)
+    except KafkaException as e:
+        raise OptionError("kafka.*", f"the Kafka consumer refused its settings: {e}") from e
+
+
+def _to_batch(
+    topic: str,
+    partition: int,
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    offsets: list[int],
+    stamps: list[int],
+    stamp_types: list[int],
+    headers: list[list[dict[str, Any]]] | None,
+) -> pa.RecordBatch:
+    n = len(offsets)
+    ts = pc.multiply(pa.array(stamps, pa.int64()), 1000).cast(TIMESTAMP_TYPE)
+    arrays = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        ts,
+        pa.array(stamp_types, pa.int32()),
+    ]
+    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    if headers is not None:
+        arrays.append(pa.array(headers, HEADERS_TYPE))
+        names.append("headers")
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``rng`` (offsets ``[start, end)``) as Arrow batches.
+
+    Data the range names that is no longer in the log (deleted by retention or DeleteRecords,
+    or the topic was re-created) is a data loss: the task fails or, with
+    ``failOnDataLoss=false``, skips it with a warning.
+    """
+    if rng.end <= rng.start:
+        return
+    consumer = _consumer(opts)
+    try:
+        yield from _read(consumer, opts, rng)
+    finally:
+        consumer.close()
+
+
+def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    topic, partition = rng.topic, rng.partition
+    timeout_s = opts.poll_timeout_ms / 1000
+    name = f"{topic}-{partition}"
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout_s
+        )
+    except KafkaException as e:
+        raise ConnectorError(f"cannot look up the offsets of {name}: {e.args[0]}") from e
+    start, end = rng.start, rng.end
+    if start < low:
+        data_loss(
+            opts.fail_on_data_loss,
+            f"Cannot fetch offset {start} of {name}: the earliest available offset is {low}, "
+            f"so offsets {start} to {min(low, end) - 1} are gone",
+        )
+        start = low
+    if end > high:
+        data_loss(
+            opts.fail_on_data_loss,
+            f"{name} ends at offset {high} but the query planned to read up to {end - 1}",
+        )
+        end = high
+    if start >= end:
+        return
+    consumer.assign([TopicPartition(topic, partition, start)])
+    with_headers = opts.include_headers
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    offsets: list[int] = []
+    stamps: list[int] = []
+    stamp_types: list[int] = []
+    headers: list[list[dict[str, Any]]] | None = [] if with_headers else None
+    position = start
+    deadline = time.monotonic() + timeout_s
+    while position < end:
+        msgs = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - position), timeout=0.5)
+        if not msgs:
+            if time.monotonic() > deadline:
+                raise ConnectorError(
+                    f"timed out after {opts.poll_timeout_ms} ms reading {name} at offset "
+                    f"{position} (the range ends at {end}); raise "
+                    "'kafkaConsumer.pollTimeoutMs' if the cluster is slow"
+                )
+            continue
+        deadline = time.monotonic() + timeout_s
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    # The end of the log: a compacted tail may stop short of ``end``.
+                    position = end
+                    break
+                if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    # Deleted between the watermark lookup and the fetch.
+                    low, _ = consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=timeout_s
+                    )
+                    data_loss(
+                        opts.fail_on_data_loss,
+                        f"offset {position} of {name} is gone (earliest is now {low})",
+                    )
+                    position = max(position, low)
+                    consumer.seek(TopicPartition(topic, partition, position))
+                    break
+                raise ConnectorError(f"reading {name} at offset {position} failed: {err}")
+            off = m.offset()
+            assert off is not None
+            if off >= end:
+                position = end
+                break
+            keys.append(m.key())
+            values.append(m.value())
+            offsets.append(off)
+            kind, ts = m.timestamp()
+            stamps.append(ts)
+            stamp_types.append(1 if kind == 2 else 0)  # librdkafka: 1 create, 2 log-append
+            if headers is not None:
+                hs = m.headers()
+                headers.append([{"key": h[0], "value": h[1]} for h in hs] if hs else [])
+            position = off + 1
+        if len(offsets) >= ROWS_PER_BATCH or (position >= end and offsets):
+            yield _to_batch(topic, partition, keys, values, offsets, stamps, stamp_types, headers)
+            keys, values, offsets, stamps, stamp_types = [], [], [], [], []
+            headers = [] if with_headers else None
+
+
+# --------------------------------------------------------------------------------------------
+# Executor side: writing
+# --------------------------------------------------------------------------------------------
+
+
+class RowProducer:
+    """An idempotent producer for one writer task; `close` flushes and raises on failures."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        conf = _client_conf(opts.bootstrap_servers, {}, 30_000)
+        conf.update({"linger.ms": 5, "acks": "all"})
+        conf.update(opts.kafka)
+        conf["enable.idempotence"] = True
+        self.timeout_ms = opts.flush_timeout_ms
+        self.sent = 0
+        self.failures: list[str] = []
+        try:
+            self._producer = Producer(conf)
+        except KafkaException as e:
+            raise OptionError("kafka.*", f"the Kafka producer refused its settings: {e}") from e
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None and len(self.failures) < 10:
+            self.failures.append(f"{msg.topic()}-{msg.partition()}: {err.str()}")
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> None:
+        kwargs: dict[str, Any] = {"value": value, "key": key, "on_delivery": self._delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = headers
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                self._producer.poll(0.1)
+            except KafkaException as e:
+                raise ConnectorError(f"cannot write to topic {topic!r}: {e.args[0]}") from e
+        self.sent += 1
+        if self.failures:
+            self.raise_failures()
+        self._producer.poll(0)
+
+    def raise_failures(self) -> None:
+        raise ConnectorError(
+            "the Kafka producer could not deliver records: " + "; ".join(self.failures)
+        )
+
+    def close(self) -> int:
+        left = self._producer.flush(self.timeout_ms / 1000)
+        if self.failures:
+            self.raise_failures()
+        if left:
+            raise ConnectorError(
+                f"{left} record(s) were not acknowledged within {self.timeout_ms} ms "
+                "(option 'flushTimeoutMs')"
+            )
+        return self.sent

@@ -34,8 +34,9 @@ controller and brokers:
 * A session is dead once closed (`SessionClosedError`) or expired (`SessionExpiredError`); every
   later call raises. To continue, open a new session. (ZooKeeper tells a client of its expiry
   only when it reconnects, so listeners see ``SUSPENDED`` then ``EXPIRED``.) While a session
-  is *suspended* (disconnected but not yet expired) calls raise `ConnectionLossError`; ephemeral nodes and
-  watches survive and pending watch events are delivered after reconnection.
+  is *suspended* (disconnected but not yet expired) calls raise `ConnectionLossError`;
+  ephemeral nodes and watches survive and pending watch events are delivered after
+  reconnection.
 
 This module must not import other wherry packages.
 """

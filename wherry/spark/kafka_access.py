@@ -8,6 +8,7 @@ rows with an idempotent producer. Clients are created where they are used, never
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 import uuid
@@ -17,7 +18,14 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from wherry.spark.options import OptionError, SinkOptions, SourceOptions, Subscription
@@ -203,26 +211,29 @@ def _consumer(opts: SourceOptions) -> Consumer:
 def _to_batch(
     topic: str,
     partition: int,
-    keys: list[bytes | None],
-    values: list[bytes | None],
+    records: list[Message],
     offsets: list[int],
-    stamps: list[int],
-    stamp_types: list[int],
-    headers: list[list[dict[str, Any]]] | None,
+    with_headers: bool,
 ) -> pa.RecordBatch:
-    n = len(offsets)
-    ts = pc.multiply(pa.array(stamps, pa.int64()), 1000).cast(TIMESTAMP_TYPE)
+    n = len(records)
+    stamped = [m.timestamp() for m in records]
+    ts = pc.multiply(pa.array([t for _, t in stamped], pa.int64()), 1000)
     arrays = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+        pa.array([m.key() for m in records], pa.binary()),
+        pa.array([m.value() for m in records], pa.binary()),
         pa.array([topic] * n, pa.string()),
         pa.array([partition] * n, pa.int32()),
         pa.array(offsets, pa.int64()),
-        ts,
-        pa.array(stamp_types, pa.int32()),
+        ts.cast(TIMESTAMP_TYPE),
+        # librdkafka: 1 CreateTime, 2 LogAppendTime; Spark: 0 and 1.
+        pa.array([1 if kind == 2 else 0 for kind, _ in stamped], pa.int32()),
     ]
     names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
-    if headers is not None:
+    if with_headers:
+        headers = [
+            [{"key": h[0], "value": h[1]} for h in hs] if (hs := m.headers()) else []
+            for m in records
+        ]
         arrays.append(pa.array(headers, HEADERS_TYPE))
         names.append("headers")
     return pa.RecordBatch.from_arrays(arrays, names=names)
@@ -271,13 +282,6 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
     if start >= end:
         return
     consumer.assign([TopicPartition(topic, partition, start)])
-    with_headers = opts.include_headers
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    offsets: list[int] = []
-    stamps: list[int] = []
-    stamp_types: list[int] = []
-    headers: list[list[dict[str, Any]]] | None = [] if with_headers else None
     position = start
     deadline = time.monotonic() + timeout_s
     while position < end:
@@ -291,45 +295,37 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
                 )
             continue
         deadline = time.monotonic() + timeout_s
-        for m in msgs:
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    # The end of the log: a compacted tail may stop short of ``end``.
-                    position = end
-                    break
-                if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                    # Deleted between the watermark lookup and the fetch.
-                    low, _ = consumer.get_watermark_offsets(
-                        TopicPartition(topic, partition), timeout=timeout_s
-                    )
-                    data_loss(
-                        opts.fail_on_data_loss,
-                        f"offset {position} of {name} is gone (earliest is now {low})",
-                    )
-                    position = max(position, low)
-                    consumer.seek(TopicPartition(topic, partition, position))
-                    break
-                raise ConnectorError(f"reading {name} at offset {position} failed: {err}")
-            off = m.offset()
-            assert off is not None
-            if off >= end:
-                position = end
-                break
-            keys.append(m.key())
-            values.append(m.value())
-            offsets.append(off)
-            kind, ts = m.timestamp()
-            stamps.append(ts)
-            stamp_types.append(1 if kind == 2 else 0)  # librdkafka: 1 create, 2 log-append
-            if headers is not None:
-                hs = m.headers()
-                headers.append([{"key": h[0], "value": h[1]} for h in hs] if hs else [])
-            position = off + 1
-        if len(offsets) >= ROWS_PER_BATCH or (position >= end and offsets):
-            yield _to_batch(topic, partition, keys, values, offsets, stamps, stamp_types, headers)
-            keys, values, offsets, stamps, stamp_types = [], [], [], [], []
-            headers = [] if with_headers else None
+        # Records come first; an error (end of partition, offset reset) ends the chunk.
+        failed = [i for i, m in enumerate(msgs) if m.error() is not None]
+        records = msgs[: failed[0]] if failed else msgs
+        offsets: list[int] = [m.offset() for m in records]  # type: ignore[misc]
+        if offsets and offsets[-1] >= end:  # a compacted range may run past ``end``
+            keep = bisect.bisect_left(offsets, end)
+            records, offsets = records[:keep], offsets[:keep]
+            failed, position = [], end
+        if records:
+            position = max(position, offsets[-1] + 1)
+            yield _to_batch(topic, partition, records, offsets, opts.include_headers)
+        if not failed:
+            continue
+        err = msgs[failed[0]].error()
+        assert err is not None
+        if err.code() == KafkaError._PARTITION_EOF:
+            # The end of the log: a compacted tail may stop short of ``end``.
+            return
+        if err.code() == KafkaError._AUTO_OFFSET_RESET:
+            # Deleted between the watermark lookup and the fetch.
+            low, _ = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )
+            data_loss(
+                opts.fail_on_data_loss,
+                f"offset {position} of {name} is gone (earliest is now {low})",
+            )
+            position = max(position, low)
+            consumer.seek(TopicPartition(topic, partition, position))
+            continue
+        raise ConnectorError(f"reading {name} at offset {position} failed: {err}")
 
 
 # --------------------------------------------------------------------------------------------

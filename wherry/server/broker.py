@@ -9,6 +9,7 @@ leaves a clean-shutdown marker so the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -34,19 +35,32 @@ from wherry.protocol.codec import (
     encode_response,
 )
 from wherry.protocol.interbroker import (
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    StopReplicaPartition,
     StopReplicaRequest,
     StopReplicaResponse,
     UpdateMetadataRequest,
 )
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.purgatory.timing_wheel import Timer
+from wherry.replication.partition import Partition
 from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig, new_cluster_id
+from wherry.server.controller_requests import (
+    ControllerFence,
+    PartitionAction,
+    leader_and_isr_error_response,
+    leader_and_isr_verdict,
+    request_topic_id,
+    stop_replica_error,
+    stop_replica_error_response,
+)
 from wherry.server.groups import GroupsRuntime
 from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import unsupported_version_response
@@ -56,6 +70,7 @@ from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.producer_ids import ProducerIdManager
 
 log = logging.getLogger(__name__)
+state_change_log = logging.getLogger("wherry.state_change")
 
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
@@ -106,6 +121,8 @@ class Broker:
         self.channel = channel or InProcessChannel()
         self.cluster_id = ""
         self.cache = MetadataCache(self.broker_id)
+        # Broker epoch (set at registration) and newest controller epoch seen (SPEC H1, H5).
+        self.fence = ControllerFence()
         self.bound_ports: list[int] = []
         self._started = asyncio.Event()
         self._stopped = False
@@ -286,7 +303,17 @@ class Broker:
             )
         except NodeExistsError as e:
             raise RuntimeError(f"Broker id {self.broker_id} is already registered") from e
-        log.info("%s registered at %s:%d", self._prefix, ep.host, port)
+        # Kafka's broker epoch is the registration's czxid; controller requests carrying an
+        # older one were meant for an earlier incarnation of this broker.
+        _, stat = await self.store.get(paths.broker_path(self.broker_id))
+        self.fence.broker_epoch = stat.czxid
+        log.info(
+            "%s registered at %s:%d with broker epoch %d",
+            self._prefix,
+            ep.host,
+            port,
+            stat.czxid,
+        )
 
     def _schedule_background_tasks(self) -> None:
         cfg = self.config
@@ -470,8 +497,40 @@ class Broker:
                 )
             log.info("%s applied config change for topic %s", self._prefix, topic)
 
-    # --- controller requests (ControllerRequestHandler) ------------------------------------
+    # --- controller requests (ControllerRequestHandler; SPEC H1, H5, M1) -------------------
+    # The wire handlers (server/handlers/leader_and_isr.py and friends) and the in-process
+    # channel both come here, so one set of rules (`controller_requests`) judges every request.
+    def _admit(
+        self, name: str, controller_id: int, controller_epoch: int, broker_epoch: int
+    ) -> int:
+        err = self.fence.admit(controller_epoch, broker_epoch)
+        if err == ErrorCode.stale_broker_epoch:
+            state_change_log.info(
+                "%s Ignoring %s request from controller %d with broker epoch %d smaller than "
+                "the current broker epoch %d",
+                self._prefix,
+                name,
+                controller_id,
+                broker_epoch,
+                self.fence.broker_epoch,
+            )
+        elif err == ErrorCode.stale_controller_epoch:
+            state_change_log.warning(
+                "%s Ignoring %s request from controller %d since its controller epoch %d is "
+                "old. Latest known controller epoch is %d",
+                self._prefix,
+                name,
+                controller_id,
+                controller_epoch,
+                self.fence.controller_epoch,
+            )
+        return int(err)
+
     async def handle_leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        err = self._admit("LeaderAndIsr", req.controller_id, req.controller_epoch, req.broker_epoch)
+        if err:
+            return leader_and_isr_error_response(req, ErrorCode(err))
+        # Topic configs first: no await between judging the partitions and applying them.
         unknown = [
             t
             for t in {s.topic_name for s in req.partition_states}
@@ -479,32 +538,134 @@ class Broker:
         ]
         if unknown:
             await self._load_topic_overrides(unknown)
-        resp = self.replica_manager.become_leader_or_follower(req, self.clock.now_ms())
+        errors: dict[tuple[str, int], int] = {}
+        to_apply: list[LeaderAndIsrPartitionState] = []
+        for st in req.partition_states:
+            key = (st.topic_name, st.partition_index)
+            part = self.replica_manager.get_partition(TopicPartition(*key))
+            tid = request_topic_id(req, st.topic_name)
+            verdict = leader_and_isr_verdict(
+                self.broker_id,
+                st,
+                None if part is None else part.leader_epoch,
+                tid,
+                None if part is None else part.topic_id,
+            )
+            errors[key] = int(verdict.error)
+            if verdict.action is PartitionAction.APPLY:
+                to_apply.append(st)
+            elif verdict.action is PartitionAction.ADOPT_TOPIC_ID and part is not None:
+                part.topic_id = tid
+            elif verdict.error != ErrorCode.none:
+                self._log_ignored_leader_and_isr(req, st, verdict.error, part)
+        # Always handed over (even with nothing to apply) so the replica manager's own view of
+        # the controller epoch keeps up with the fence's.
+        resp = self.replica_manager.become_leader_or_follower(
+            dataclasses.replace(req, partition_states=tuple(to_apply)), self.clock.now_ms()
+        )
         self.wake_purgatories()
-        return resp
+        if resp.error_code:
+            return leader_and_isr_error_response(req, ErrorCode(resp.error_code))
+        for e in resp.partition_errors:
+            errors[(e.topic_name, e.partition_index)] = e.error_code
+        return LeaderAndIsrResponse(
+            int(ErrorCode.none),
+            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
+        )
+
+    def _log_ignored_leader_and_isr(
+        self,
+        req: LeaderAndIsrRequest,
+        st: LeaderAndIsrPartitionState,
+        error: ErrorCode,
+        part: Partition | None,
+    ) -> None:
+        current = -1 if part is None else part.leader_epoch
+        if error == ErrorCode.unknown_topic_or_partition:
+            reason = f"itself is not in assigned replica list {list(st.replicas)}"
+        elif error == ErrorCode.inconsistent_topic_id:
+            reason = (
+                f"its topic id {None if part is None else part.topic_id} does not match the "
+                f"topic id {req.topic_ids.get(st.topic_name)} received"
+            )
+        elif st.leader_epoch < current:
+            reason = (
+                f"its associated leader epoch {st.leader_epoch} is smaller than the current "
+                f"leader epoch {current}"
+            )
+        else:
+            reason = f"its associated leader epoch {st.leader_epoch} matches the current one"
+        state_change_log.warning(
+            "%s Ignoring LeaderAndIsr request from controller %d epoch %d for partition %s-%d "
+            "as %s (%s)",
+            self._prefix,
+            req.controller_id,
+            req.controller_epoch,
+            st.topic_name,
+            st.partition_index,
+            reason,
+            error.name.upper(),
+        )
 
     async def handle_update_metadata(self, req: UpdateMetadataRequest) -> int:
+        err = self._admit(
+            "UpdateMetadata", req.controller_id, req.controller_epoch, req.broker_epoch
+        )
+        if err:
+            return err
         try:
             self.cache.update(req)
-        except StaleControllerEpoch:
+        except StaleControllerEpoch:  # the fence has seen at least the cache's epoch
             return int(ErrorCode.stale_controller_epoch)
         return int(ErrorCode.none)
 
     async def handle_stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:
-        resp = await asyncio.get_running_loop().run_in_executor(
-            None, self.replica_manager.stop_replicas, req
-        )
+        err = self._admit("StopReplica", req.controller_id, req.controller_epoch, req.broker_epoch)
+        if err:
+            return stop_replica_error_response(ErrorCode(err))
+        errors: dict[tuple[str, int], int] = {}
+        to_stop: list[StopReplicaPartition] = []
         for sp in req.partitions:
-            if sp.delete_partition:
-                self._topic_overrides.pop(sp.topic_name, None)
-        self.groups.on_partitions_deleted(
-            [
-                TopicPartition(sp.topic_name, sp.partition_index)
-                for sp in req.partitions
-                if sp.delete_partition
-            ]
+            key = (sp.topic_name, sp.partition_index)
+            part = self.replica_manager.get_partition(TopicPartition(*key))
+            current = None if part is None else part.leader_epoch
+            code = stop_replica_error(sp, current)
+            errors[key] = int(code)
+            if code == ErrorCode.none:
+                to_stop.append(sp)
+            else:
+                state_change_log.warning(
+                    "%s Ignoring StopReplica request (delete=%s) from controller %d epoch %d "
+                    "for partition %s-%d since its associated leader epoch %d is smaller than "
+                    "the current leader epoch %s",
+                    self._prefix,
+                    sp.delete_partition,
+                    req.controller_id,
+                    req.controller_epoch,
+                    sp.topic_name,
+                    sp.partition_index,
+                    sp.leader_epoch,
+                    current,
+                )
+        resp = await asyncio.get_running_loop().run_in_executor(
+            None,
+            self.replica_manager.stop_replicas,
+            dataclasses.replace(req, partitions=tuple(to_stop)),
         )
-        return resp
+        if resp.error_code:
+            return stop_replica_error_response(ErrorCode(resp.error_code))
+        for e in resp.partition_errors:
+            errors[(e.topic_name, e.partition_index)] = e.error_code
+        deleted = [sp for sp in to_stop if sp.delete_partition]
+        for sp in deleted:
+            self._topic_overrides.pop(sp.topic_name, None)
+        self.groups.on_partitions_deleted(
+            [TopicPartition(sp.topic_name, sp.partition_index) for sp in deleted]
+        )
+        return StopReplicaResponse(
+            int(ErrorCode.none),
+            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
+        )
 
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:

@@ -2,8 +2,10 @@
 
 A handler is `async def handle(broker, request) -> Mapping | None`: it returns the response as
 a version-neutral mapping (the codec fits it to the request's version) or None when the
-request gets no response (Produce with acks=0). Only what is listed here is advertised in
-ApiVersions.
+request gets no response (Produce with acks=0). The controller's requests kio lacks
+(LeaderAndIsr, StopReplica, UpdateMetadata) return their `interbroker` response dataclasses,
+which `codec.encode_response` encodes through `interbroker_codec`. Only what is listed here is
+advertised in ApiVersions.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from wherry.server.handlers import (
     incremental_alter_configs,
     init_producer_id,
     join_group,
+    leader_and_isr,
     leave_group,
     list_groups,
     list_offsets,
@@ -36,20 +39,28 @@ from wherry.server.handlers import (
     offset_delete,
     offset_fetch,
     produce,
+    stop_replica,
     sync_group,
+    update_metadata,
 )
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
+    from wherry.protocol.interbroker_codec import InterbrokerResponseBody
     from wherry.server.broker import Broker
 
-Handler = Callable[["Broker", "Request"], Awaitable[Mapping[str, Any] | None]]
+Handler = Callable[
+    ["Broker", "Request"], Awaitable["Mapping[str, Any] | InterbrokerResponseBody | None"]
+]
 
 HANDLERS: dict[int, tuple[Handler, int, int]] = {
     0: (produce.handle, 3, 13),
     1: (fetch.handle, 4, 18),
     2: (list_offsets.handle, 1, 11),
     3: (metadata.handle, 0, 13),
+    4: (leader_and_isr.handle, 0, 7),
+    5: (stop_replica.handle, 0, 4),
+    6: (update_metadata.handle, 0, 8),
     8: (offset_commit.handle, 2, 10),
     9: (offset_fetch.handle, 1, 10),
     10: (find_coordinator.handle, 0, 6),

@@ -1,0 +1,404 @@
+"""NetworkChannelManager over real loopback sockets: order, one request in flight, resending
+to a broker that was down or lost an answer, dropping a removed broker's queue, bounded
+retrying and a clean close. The brokers are small asyncio servers speaking the real wire
+format (and, once, a real `wherry server`)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.broker_process import BrokerProcess
+from wherry.controller.channel_manager import (
+    BrokerAddress,
+    ChannelConfig,
+    NetworkChannelManager,
+    retry_backoff_ms,
+    send_batch,
+)
+from wherry.controller.request_batch import RequestBatch
+from wherry.protocol.interbroker import (
+    BrokerEndpoint,
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaPartition,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+from wherry.protocol.interbroker_codec import (
+    DEFAULT_INTERBROKER_VERSIONS,
+    InterbrokerRequestBody,
+    InterbrokerResponseBody,
+    decode_interbroker_request,
+    decode_interbroker_response,
+    encode_interbroker_request,
+    encode_interbroker_response,
+)
+from wherry.server.network import OutboundConnection
+
+T = TypeVar("T")
+FAST = ChannelConfig(connect_timeout_ms=1000, request_timeout_ms=1000, retry_backoff_ms=20,
+                     retry_backoff_max_ms=100)
+
+
+def run(coro_fn: Callable[[], Awaitable[T]], timeout_s: float = 30.0) -> T:
+    async def bounded() -> T:
+        async with asyncio.timeout(timeout_s):
+            return await coro_fn()
+
+    return asyncio.run(bounded())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def answer_for(body: InterbrokerRequestBody) -> InterbrokerResponseBody:
+    if isinstance(body, LeaderAndIsrRequest):
+        return LeaderAndIsrResponse(0, tuple(LeaderAndIsrPartitionError(
+            s.topic_name, s.partition_index, 0) for s in body.partition_states))
+    if isinstance(body, StopReplicaRequest):
+        return StopReplicaResponse(0, tuple(LeaderAndIsrPartitionError(
+            p.topic_name, p.partition_index, 0) for p in body.partitions))
+    return UpdateMetadataResponse(0)
+
+
+def as_received(body: InterbrokerRequestBody) -> InterbrokerResponseBody:
+    """`answer_for(body)` as the manager reads it back (LeaderAndIsr v5+ names topics by id)."""
+    key = {LeaderAndIsrRequest: 4, StopReplicaRequest: 5, UpdateMetadataRequest: 6}[type(body)]
+    v = DEFAULT_INTERBROKER_VERSIONS[key]
+    frame = encode_interbroker_response(key, v, 1, answer_for(body))
+    return decode_interbroker_response(key, v, frame[4:])[1]
+
+
+@dataclass
+class FakeBroker:
+    """A loopback server that decodes controller requests and answers them after `delay_s`.
+
+    `drop_first` requests are not answered: the connection is closed instead (or, with
+    `silent`, left open without an answer). `max_unanswered` is the most requests it ever
+    held at once (pipelining would make it > 1)."""
+
+    port: int = 0
+    delay_s: float = 0.0
+    drop_first: int = 0
+    silent: bool = False
+    close_on_accept: bool = False
+    received: list[InterbrokerRequestBody] = field(default_factory=list)
+    correlation_ids: list[int] = field(default_factory=list)
+    connections: int = 0
+    unanswered: int = 0
+    max_unanswered: int = 0
+    server: asyncio.Server | None = None
+    writers: set[asyncio.StreamWriter] = field(default_factory=set)
+
+    async def start(self) -> FakeBroker:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = int(self.server.sockets[0].getsockname()[1])
+        return self
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for w in list(self.writers):
+                w.transport.abort()
+            await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.writers.add(writer)
+        if self.close_on_accept:
+            writer.transport.abort()
+            return
+        frames: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                while True:
+                    (size,) = struct.unpack(">i", await reader.readexactly(4))
+                    frames.put_nowait(await reader.readexactly(size))
+                    self.unanswered += 1
+                    self.max_unanswered = max(self.max_unanswered, self.unanswered)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                frames.put_nowait(None)
+
+        reader_task = asyncio.create_task(read())
+        try:
+            while (frame := await frames.get()) is not None:
+                req = decode_interbroker_request(frame)
+                self.received.append(req.body)
+                self.correlation_ids.append(req.correlation_id)
+                if self.drop_first > 0:
+                    self.drop_first -= 1
+                    self.unanswered -= 1
+                    if self.silent:
+                        continue
+                    writer.transport.abort()
+                    return
+                await asyncio.sleep(self.delay_s)
+                self.unanswered -= 1
+                writer.write(encode_interbroker_response(
+                    req.api_key, req.api_version, req.correlation_id, answer_for(req.body)))
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            reader_task.cancel()
+            writer.transport.abort()
+            self.writers.discard(writer)
+
+
+def um(epoch: int, broker_epoch: int = 10) -> UpdateMetadataRequest:
+    return UpdateMetadataRequest(0, epoch, broker_epoch, (), (BrokerEndpoint(1, "h", 1),), {})
+
+
+def lai(epoch: int, topic: str = "t") -> LeaderAndIsrRequest:
+    st = LeaderAndIsrPartitionState(topic, 0, epoch, 1, 3, (1,), 3, (1,))
+    return LeaderAndIsrRequest(0, epoch, 10, (st,), {}, (BrokerEndpoint(1, "h", 1),))
+
+
+def stop(epoch: int) -> StopReplicaRequest:
+    return StopReplicaRequest(0, epoch, 10, (StopReplicaPartition("t", 0, 3, True),))
+
+
+def mixed(n: int) -> list[InterbrokerRequestBody]:
+    makers: list[Callable[[int], InterbrokerRequestBody]] = [lai, um, stop]
+    return [makers[i % 3](i) for i in range(n)]
+
+
+# --- tests ------------------------------------------------------------------------------------
+def test_backoff_doubles_up_to_its_cap() -> None:
+    cfg = ChannelConfig(retry_backoff_ms=100, retry_backoff_max_ms=1000)
+    assert [retry_backoff_ms(cfg, n) for n in range(7)] == [0, 100, 200, 400, 800, 1000, 1000]
+    assert retry_backoff_ms(cfg, 10_000) == 1000
+
+
+def test_requests_arrive_in_order_one_in_flight() -> None:
+    async def main() -> None:
+        fb = await FakeBroker(delay_s=0.01).start()
+        seen: list[tuple[int, InterbrokerRequestBody, InterbrokerResponseBody]] = []
+        m = NetworkChannelManager(0, config=FAST,
+                                  on_response=lambda b, req, resp: seen.append((b, req, resp)))
+        try:
+            m.add_broker(1, BrokerAddress("127.0.0.1", fb.port))
+            sent = mixed(30)
+            futures = [m.enqueue(1, body) for body in sent]
+            assert m.queue_size(1) == 30
+            answers = await asyncio.gather(*futures)
+            assert fb.received == sent
+            assert fb.max_unanswered == 1 and fb.connections == 1
+            assert len(set(fb.correlation_ids)) == 30
+            assert answers == [as_received(b) for b in sent]
+            assert seen == [(1, req, as_received(req)) for req in sent]
+            assert m.queue_size(1) == 0
+            # The ControllerChannel methods queue and return at once.
+            assert await m.leader_and_isr(1, lai(99)) is None
+            assert await m.update_metadata(1, um(100)) is None
+            assert await m.stop_replica(1, stop(101)) is None
+            while len(fb.received) < 33 or m.queue_size(1):
+                await asyncio.sleep(0.01)
+            assert fb.received[30:] == [lai(99), um(100), stop(101)]
+        finally:
+            await m.close()
+            await fb.stop()
+
+    run(main)
+
+
+def test_broker_that_is_down_gets_its_queue_when_it_comes_up() -> None:
+    async def main() -> None:
+        port = free_port()
+        m = NetworkChannelManager(0, config=FAST)
+        fb = FakeBroker(port=port)
+        try:
+            m.add_broker(1, BrokerAddress("127.0.0.1", port))
+            sent = mixed(5)
+            futures = [m.enqueue(1, body) for body in sent]
+            await asyncio.sleep(0.3)  # refused a few times meanwhile
+            assert m.queue_size(1) == 5 and not any(f.done() for f in futures)
+            await fb.start()
+            answers = await asyncio.gather(*futures)
+            assert answers == [as_received(b) for b in sent]
+            assert fb.received == sent  # each once, in order
+        finally:
+            await m.close()
+            await fb.stop()
+
+    run(main)
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["connection-closed", "no-answer"])
+def test_unanswered_request_is_resent_on_a_new_connection(silent: bool) -> None:
+    async def main() -> None:
+        fb = await FakeBroker(drop_first=1, silent=silent).start()
+        cfg = ChannelConfig(connect_timeout_ms=1000, request_timeout_ms=300,
+                            retry_backoff_ms=20, retry_backoff_max_ms=100)
+        m = NetworkChannelManager(0, config=cfg)
+        try:
+            m.add_broker(1, BrokerAddress("127.0.0.1", fb.port))
+            sent = mixed(4)
+            started = time.monotonic()
+            answers = await asyncio.gather(*(m.enqueue(1, b) for b in sent))
+            assert answers == [as_received(b) for b in sent]
+            # the first request twice (the retry), then the rest once each, in order
+            assert fb.received == [sent[0], *sent]
+            assert fb.connections == 2
+            assert fb.correlation_ids[0] != fb.correlation_ids[1]
+            if silent:  # it waited for the request timeout, not longer
+                assert 0.3 <= time.monotonic() - started < 3
+        finally:
+            await m.close()
+            await fb.stop()
+
+    run(main)
+
+
+def test_removed_broker_queue_is_dropped() -> None:
+    async def main() -> None:
+        port = free_port()
+        m = NetworkChannelManager(0, config=FAST)
+        fb = FakeBroker(port=port)
+        try:
+            m.add_broker(1, BrokerAddress("127.0.0.1", port))
+            futures = [m.enqueue(1, body) for body in mixed(3)]
+            await asyncio.sleep(0.1)
+            await m.remove_broker(1)
+            assert [f.result() for f in futures] == [None, None, None]
+            assert m.brokers == {} and m.queue_size(1) == 0
+            # a request for a broker that is not there is not sent either
+            assert (await m.enqueue(1, um(5))) is None
+            await fb.start()
+            await asyncio.sleep(0.5)
+            assert fb.connections == 0 and fb.received == []
+        finally:
+            await m.close()
+            await fb.stop()
+
+    run(main)
+
+
+def test_new_incarnation_of_a_broker_gets_a_new_queue() -> None:
+    async def main() -> None:
+        port = free_port()
+        fb = FakeBroker(port=port)
+        m = NetworkChannelManager(0, config=FAST)
+        try:
+            await m.sync_brokers({1: BrokerAddress("127.0.0.1", port, epoch=10)})
+            old = m.enqueue(1, um(1, broker_epoch=10))
+            await asyncio.sleep(0.1)
+            # broker 1 died and came back (new registration, new epoch) before answering
+            await m.sync_brokers({1: BrokerAddress("127.0.0.1", port, epoch=20)})
+            assert old.done() and old.result() is None
+            await fb.start()
+            assert await m.enqueue(1, um(2, broker_epoch=20)) == UpdateMetadataResponse(0)
+            assert fb.received == [um(2, broker_epoch=20)]
+            await m.sync_brokers({})
+            assert m.brokers == {}
+        finally:
+            await m.close()
+            await fb.stop()
+
+    run(main)
+
+
+def test_retry_loop_is_bounded_and_close_stops_it() -> None:
+    async def main() -> None:
+        fb = await FakeBroker(close_on_accept=True).start()  # accepts, then hangs up at once
+        cfg = ChannelConfig(connect_timeout_ms=500, request_timeout_ms=500,
+                            retry_backoff_ms=50, retry_backoff_max_ms=200)
+        m = NetworkChannelManager(0, config=cfg)
+        try:
+            m.add_broker(1, BrokerAddress("127.0.0.1", fb.port))
+            future = m.enqueue(1, um(1))
+            await asyncio.sleep(1.0)
+            # backoff 50, 100, 200, 200, ... ms: about 6 attempts in a second, not a hot loop
+            assert 3 <= fb.connections <= 12, fb.connections
+            assert not future.done()
+            tasks_before = {t for t in asyncio.all_tasks() if t.get_name().startswith(
+                "controller-0-to-broker-")}
+            assert len(tasks_before) == 1
+            started = time.monotonic()
+            await m.close()
+            assert time.monotonic() - started < 0.5
+            assert future.result() is None
+            assert all(t.done() for t in tasks_before)
+            count = fb.connections
+            await asyncio.sleep(0.4)
+            assert fb.connections == count  # nothing retries after close
+            assert (await m.enqueue(1, um(2))) is None
+            m.add_broker(2, BrokerAddress("127.0.0.1", fb.port))  # closed: ignored
+            assert m.brokers == {}
+        finally:
+            await m.close()
+            await fb.stop()
+
+    run(main)
+
+
+def test_outbound_connection_timeouts_and_refusal() -> None:
+    async def main() -> None:
+        conn = OutboundConnection("127.0.0.1", free_port(), connect_timeout_s=1,
+                                  request_timeout_s=0.2)
+        with pytest.raises(OSError):
+            await conn.connect()
+        fb = await FakeBroker(drop_first=1, silent=True).start()
+        try:
+            conn = OutboundConnection("127.0.0.1", fb.port, request_timeout_s=0.2)
+            await conn.connect()
+            frame = encode_interbroker_request(6, 8, 1, "t", um(1))
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await conn.request(frame)
+            assert time.monotonic() - started < 1.5
+            assert not conn.connected
+            with pytest.raises(ConnectionError):
+                await conn.request(frame)
+        finally:
+            await fb.stop()
+
+    run(main)
+
+
+def test_batch_through_the_manager_to_a_real_broker(broker: BrokerProcess) -> None:
+    """A real `wherry server` answers the manager: a stale controller epoch (0) is refused."""
+
+    async def main() -> None:
+        got: list[InterbrokerResponseBody] = []
+        m = NetworkChannelManager(7, config=FAST, on_response=lambda b, q, r: got.append(r))
+        try:
+            m.add_broker(0, BrokerAddress("127.0.0.1", broker.port))
+            batch = RequestBatch(7, 0)
+            batch.add_leader_and_isr([0], LeaderAndIsrPartitionState(
+                "never-created", 0, 0, 0, 0, (0,), 0, (0,)))
+            batch.add_update_metadata([0])
+            batch.add_stop_replica([0], StopReplicaPartition("never-created", 0, -2, True))
+            await send_batch(m, batch.build({0: -1}, (BrokerEndpoint(0, "127.0.0.1", 1),)))
+            while len(got) < 3:
+                await asyncio.sleep(0.02)
+        finally:
+            await m.close()
+        stale = ErrorCode.stale_controller_epoch
+        assert got == [
+            LeaderAndIsrResponse(
+                stale, (LeaderAndIsrPartitionError("", 0, stale, uuid.UUID(int=0)),)
+            ),
+            UpdateMetadataResponse(stale),
+            StopReplicaResponse(stale),
+        ]
+
+    run(main)

@@ -1,0 +1,398 @@
+"""The controller's channel to brokers over the network (Kafka's ControllerChannelManager and
+RequestSendThread).
+
+One queue and one sender task per broker: a broker is added when it registers and removed
+when it dies (or the controller resigns), and its queue goes with it. Each sender sends its
+queue in order, one request in flight: a request that fails (cannot connect, connection lost,
+timeout, unreadable or mismatched answer) is sent again on a fresh connection after a backoff
+(doubling from `retry_backoff_ms` up to `retry_backoff_max_ms`), until the broker answers or is
+removed. Every wait is bounded by the connect and request timeouts, and removal or `close()`
+stops a sender at once, wherever it is.
+
+The `ControllerChannel` methods only queue (as Kafka's controller, which never waits for a
+broker: a dead broker must not stall the controller's event loop) and return None; answers go
+to the callbacks and to the future `enqueue` returns. Requests carry the controller epoch the
+controller put in them; they are encoded with `DEFAULT_INTERBROKER_VERSIONS` unless told
+otherwise. The socket code is `server.network.OutboundConnection`, reached through the small
+`BrokerConnection` interface, so the queue and retry logic here is the same whatever transport
+a test or simulation plugs in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from wherry.controller.channel import ControllerChannel
+from wherry.controller.request_batch import BrokerRequest
+from wherry.protocol.interbroker import (
+    LEADER_AND_ISR_KEY,
+    STOP_REPLICA_KEY,
+    UPDATE_METADATA_KEY,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+)
+from wherry.protocol.interbroker_codec import (
+    DEFAULT_INTERBROKER_VERSIONS,
+    DecodeError,
+    InterbrokerEncodeError,
+    InterbrokerRequestBody,
+    InterbrokerResponseBody,
+    decode_interbroker_response,
+    encode_interbroker_request,
+)
+from wherry.server.network import OutboundConnection
+
+log = logging.getLogger(__name__)
+state_change_log = logging.getLogger("wherry.state_change")
+
+ResponseCallback = Callable[[int, InterbrokerRequestBody, InterbrokerResponseBody], None]
+"""(broker id, request, response), called once the broker answered."""
+
+
+class BrokerConnection(Protocol):
+    """What a sender needs from a connection (`server.network.OutboundConnection`)."""
+
+    async def request(self, frame: bytes) -> bytes:
+        """Send a whole frame; return the response frame without its size prefix. Must give
+        up within a bounded time (raising) and drop the connection when it fails."""
+        ...
+
+    def abort(self) -> None:
+        """Drop the connection at once."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """Where a broker listens. `epoch` (its registration's czxid) tells incarnations apart: a
+    broker that came back under the same id is a new broker with a new queue."""
+
+    host: str
+    port: int
+    epoch: int = -1
+
+
+Connector = Callable[[int, BrokerAddress], Awaitable[BrokerConnection]]
+"""Opens a connection to (broker id, address); raises OSError/TimeoutError when it cannot."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelConfig:
+    connect_timeout_ms: int = 30_000  # Kafka's controller.socket.timeout.ms
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100  # Kafka's RequestSendThread sleeps 100 ms between attempts
+    retry_backoff_max_ms: int = 1_000
+
+
+def retry_backoff_ms(config: ChannelConfig, failures: int) -> int:
+    """The pause after the `failures`-th failed attempt at one request (1, 2, ...)."""
+    if failures <= 0:
+        return 0
+    return min(config.retry_backoff_max_ms, config.retry_backoff_ms << min(failures - 1, 30))
+
+
+def tcp_connector(config: ChannelConfig) -> Connector:
+    async def connect(broker_id: int, address: BrokerAddress) -> BrokerConnection:
+        conn = OutboundConnection(
+            address.host,
+            address.port,
+            connect_timeout_s=config.connect_timeout_ms / 1000,
+            request_timeout_s=config.request_timeout_ms / 1000,
+        )
+        await conn.connect()
+        return conn
+
+    return connect
+
+
+_API_NAMES = {
+    LEADER_AND_ISR_KEY: "LeaderAndIsr",
+    STOP_REPLICA_KEY: "StopReplica",
+    UPDATE_METADATA_KEY: "UpdateMetadata",
+}
+
+
+def api_key_of(body: InterbrokerRequestBody) -> int:
+    if isinstance(body, LeaderAndIsrRequest):
+        return LEADER_AND_ISR_KEY
+    if isinstance(body, StopReplicaRequest):
+        return STOP_REPLICA_KEY
+    return UPDATE_METADATA_KEY
+
+
+@dataclass(slots=True)
+class _Item:
+    api_key: int
+    body: InterbrokerRequestBody
+    future: asyncio.Future[InterbrokerResponseBody | None]
+    callback: ResponseCallback | None = None
+    attempts: int = field(default=0)
+
+
+class _Sender:
+    """One broker's queue and the task sending it (Kafka's RequestSendThread)."""
+
+    def __init__(self, manager: NetworkChannelManager, broker_id: int, address: BrokerAddress):
+        self.manager = manager
+        self.broker_id = broker_id
+        self.address = address
+        self.queue: collections.deque[_Item] = collections.deque()
+        self.wakeup = asyncio.Event()
+        self.conn: BrokerConnection | None = None
+        self.client_id = f"controller-{manager.controller_id}-to-broker-{broker_id}"
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=self.client_id)
+
+    def put(self, item: _Item) -> None:
+        self.queue.append(item)
+        self.wakeup.set()
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                while not self.queue:
+                    self.wakeup.clear()
+                    await self.wakeup.wait()
+                item = self.queue[0]  # stays queued (and counted) until answered
+                response = await self._send_until_answered(item)
+                self.queue.popleft()
+                self.manager._deliver(self.broker_id, item, response)
+        finally:
+            conn, self.conn = self.conn, None
+            if conn is not None:
+                conn.abort()
+            dropped, self.queue = self.queue, collections.deque()
+            for item in dropped:
+                if not item.future.done():
+                    item.future.set_result(None)
+
+    async def _send_until_answered(self, item: _Item) -> InterbrokerResponseBody | None:
+        m = self.manager
+        version = m.versions[item.api_key]
+        failures = 0
+        while True:
+            correlation_id = m._next_correlation_id()
+            try:
+                frame = encode_interbroker_request(
+                    item.api_key, version, correlation_id, self.client_id, item.body
+                )
+            except InterbrokerEncodeError:
+                log.exception(
+                    "%s cannot encode %s v%d for broker %d; dropping it",
+                    m._prefix,
+                    _API_NAMES[item.api_key],
+                    version,
+                    self.broker_id,
+                )
+                return None
+            item.attempts += 1
+            try:
+                if self.conn is None:
+                    self.conn = await m._connector(self.broker_id, self.address)
+                raw = await self.conn.request(frame)
+                got, response = decode_interbroker_response(item.api_key, version, raw)
+                if got != correlation_id:
+                    raise DecodeError(f"correlation id {got} in answer to {correlation_id}")
+                return response
+            except Exception as e:  # Kafka's RequestSendThread catches everything, too
+                failures += 1
+                conn, self.conn = self.conn, None
+                if conn is not None:
+                    conn.abort()
+                pause_ms = retry_backoff_ms(m.config, failures)
+                (log.warning if failures == 1 or failures % 50 == 0 else log.debug)(
+                    "%s failed to send %s (attempt %d) to broker %d at %s:%d: %r; "
+                    "reconnecting in %d ms",
+                    m._prefix,
+                    _API_NAMES[item.api_key],
+                    failures,
+                    self.broker_id,
+                    self.address.host,
+                    self.address.port,
+                    e,
+                    pause_ms,
+                )
+                await asyncio.sleep(pause_ms / 1000)
+
+
+class NetworkChannelManager:
+    """`ControllerChannel` over the network; see the module docstring."""
+
+    def __init__(
+        self,
+        controller_id: int,
+        *,
+        config: ChannelConfig | None = None,
+        connector: Connector | None = None,
+        versions: Mapping[int, int] | None = None,
+        on_response: ResponseCallback | None = None,
+    ) -> None:
+        self.controller_id = controller_id
+        self.config = config or ChannelConfig()
+        self._connector = connector or tcp_connector(self.config)
+        self.versions = dict(DEFAULT_INTERBROKER_VERSIONS)
+        self.versions.update(versions or {})
+        self.on_response = on_response
+        self._senders: dict[int, _Sender] = {}
+        self._correlation_id = 0
+        self._closed = False
+        self._prefix = f"[ControllerChannelManager id={controller_id}]"
+
+    # --- brokers ---------------------------------------------------------------------------
+    @property
+    def brokers(self) -> dict[int, BrokerAddress]:
+        return {b: s.address for b, s in self._senders.items()}
+
+    def queue_size(self, broker_id: int) -> int:
+        """Requests queued for a broker, the one in flight included."""
+        s = self._senders.get(broker_id)
+        return 0 if s is None else len(s.queue)
+
+    def add_broker(self, broker_id: int, address: BrokerAddress) -> None:
+        """Start a queue for a broker; nothing happens if it is already there."""
+        if self._closed or broker_id in self._senders:
+            return
+        self._senders[broker_id] = _Sender(self, broker_id, address)
+        log.info("%s added broker %d at %s:%d", self._prefix, broker_id, address.host, address.port)
+
+    async def remove_broker(self, broker_id: int) -> None:
+        """Stop a broker's sender and drop its queue (their futures get None)."""
+        s = self._senders.pop(broker_id, None)
+        if s is None:
+            return
+        if s.queue:
+            log.info(
+                "%s removed broker %d, dropping %d queued requests",
+                self._prefix,
+                broker_id,
+                len(s.queue),
+            )
+        await s.stop()
+
+    async def sync_brokers(self, live: Mapping[int, BrokerAddress]) -> None:
+        """Make the queues match the live brokers: remove the dead, replace a broker whose
+        address or epoch changed (a new incarnation), add the new."""
+        for b, s in list(self._senders.items()):
+            if live.get(b) != s.address:
+                await self.remove_broker(b)
+        for b in sorted(live):
+            self.add_broker(b, live[b])
+
+    # --- sending ---------------------------------------------------------------------------
+    def _next_correlation_id(self) -> int:
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        return self._correlation_id
+
+    def enqueue(
+        self,
+        broker_id: int,
+        body: InterbrokerRequestBody,
+        callback: ResponseCallback | None = None,
+    ) -> asyncio.Future[InterbrokerResponseBody | None]:
+        """Queue a request; the future gets the answer, or None when the broker is removed
+        (or unknown) first."""
+        future: asyncio.Future[InterbrokerResponseBody | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        s = self._senders.get(broker_id)
+        if s is None:
+            log.warning(
+                "%s not sending %s to broker %d, since it is offline",
+                self._prefix,
+                _API_NAMES[api_key_of(body)],
+                broker_id,
+            )
+            future.set_result(None)
+            return future
+        s.put(_Item(api_key_of(body), body, future, callback))
+        return future
+
+    def _deliver(
+        self, broker_id: int, item: _Item, response: InterbrokerResponseBody | None
+    ) -> None:
+        if not item.future.done():
+            item.future.set_result(response)
+        if response is None:
+            return
+        for cb in (item.callback, self.on_response):
+            if cb is None:
+                continue
+            try:
+                cb(broker_id, item.body, response)
+            except Exception:
+                log.exception("%s response callback failed", self._prefix)
+
+    # ControllerChannel: queue and return at once (None = not answered here).
+    async def leader_and_isr(
+        self, broker_id: int, req: LeaderAndIsrRequest
+    ) -> LeaderAndIsrResponse | None:
+        self.enqueue(broker_id, req)
+        return None
+
+    async def update_metadata(self, broker_id: int, req: UpdateMetadataRequest) -> int | None:
+        self.enqueue(broker_id, req)
+        return None
+
+    async def stop_replica(
+        self, broker_id: int, req: StopReplicaRequest
+    ) -> StopReplicaResponse | None:
+        self.enqueue(broker_id, req)
+        return None
+
+    async def close(self) -> None:
+        """Stop every sender; queued requests are dropped."""
+        self._closed = True
+        for b in list(self._senders):
+            await self.remove_broker(b)
+
+
+async def send_batch(channel: ControllerChannel, requests: Iterable[BrokerRequest]) -> None:
+    """Hand a built `RequestBatch` to any channel, in order, logging what goes where."""
+    for r in requests:
+        body = r.body
+        if isinstance(body, LeaderAndIsrRequest):
+            leaders = sum(1 for s in body.partition_states if s.leader == r.broker_id)
+            state_change_log.info(
+                "[Controller id=%d epoch=%d] Sending LeaderAndIsr request to broker %d with "
+                "%d become-leader and %d become-follower partitions",
+                body.controller_id,
+                body.controller_epoch,
+                r.broker_id,
+                leaders,
+                len(body.partition_states) - leaders,
+            )
+            await channel.leader_and_isr(r.broker_id, body)
+        elif isinstance(body, UpdateMetadataRequest):
+            state_change_log.info(
+                "[Controller id=%d epoch=%d] Sending UpdateMetadata request to broker %d for "
+                "%d partitions",
+                body.controller_id,
+                body.controller_epoch,
+                r.broker_id,
+                len(body.partition_states),
+            )
+            await channel.update_metadata(r.broker_id, body)
+        else:
+            state_change_log.info(
+                "[Controller id=%d epoch=%d] Sending StopReplica request to broker %d for %d "
+                "partitions",
+                body.controller_id,
+                body.controller_epoch,
+                r.broker_id,
+                len(body.partitions),
+            )
+            await channel.stop_replica(r.broker_id, body)

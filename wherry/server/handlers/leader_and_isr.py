@@ -1,0 +1,26 @@
+"""LeaderAndIsr (key 4, v0–v7): the controller tells this broker whom each partition follows.
+
+The rules (broker epoch, controller epoch, per-partition leader epoch and replica list) live in
+`Broker.handle_leader_and_isr`, shared with the in-process channel; this module only adapts the
+wire request. Responses v5+ name topics by id, taken from the request.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wherry.protocol.interbroker import LeaderAndIsrRequest, LeaderAndIsrResponse
+from wherry.protocol.interbroker_codec import with_topic_ids
+from wherry.server.network import CloseConnection
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+async def handle(broker: Broker, req: Request) -> LeaderAndIsrResponse:
+    body = req.body
+    if not isinstance(body, LeaderAndIsrRequest):
+        raise CloseConnection(f"API key 4 decoded as {type(body).__name__}")
+    resp = await broker.handle_leader_and_isr(body)
+    return with_topic_ids(resp, body.topic_ids)

@@ -34,7 +34,10 @@ from wherry.spark.planning import TopicPartition as TP
 
 log = logging.getLogger("wherry.spark")
 
-ROWS_PER_BATCH = 8192
+ROWS_PER_BATCH = 50_000
+"""Most rows in one Arrow batch (fewer, larger batches cost Spark less per row)."""
+BATCH_BYTES = 16 << 20
+"""Aim for Arrow batches of about this many key + value bytes (large records: fewer rows)."""
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -284,8 +287,9 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
     consumer.assign([TopicPartition(topic, partition, start)])
     position = start
     deadline = time.monotonic() + timeout_s
+    chunk = 1000  # rows per consume(); adapted to the record size seen
     while position < end:
-        msgs = consumer.consume(num_messages=min(ROWS_PER_BATCH, end - position), timeout=0.5)
+        msgs = consumer.consume(num_messages=min(chunk, end - position), timeout=0.5)
         if not msgs:
             if time.monotonic() > deadline:
                 raise ConnectorError(
@@ -305,7 +309,10 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
             failed, position = [], end
         if records:
             position = max(position, offsets[-1] + 1)
-            yield _to_batch(topic, partition, records, offsets, opts.include_headers)
+            batch = _to_batch(topic, partition, records, offsets, opts.include_headers)
+            size = batch.column(0).nbytes + batch.column(1).nbytes
+            chunk = max(1, min(ROWS_PER_BATCH, BATCH_BYTES * len(records) // max(1, size)))
+            yield batch
         if not failed:
             continue
         err = msgs[failed[0]].error()

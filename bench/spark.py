@@ -9,7 +9,10 @@ a 4-partition topic filled beforehand (``maxOffsetsPerTrigger`` = records / batc
 ``trigger(availableNow=True)``); ``rate-micro-batch`` (Spark's built-in generator of the
 ``rate`` family that emits a fixed row count per micro-batch instead of pacing rows by wall
 time) produces the same number of rows per micro-batch. Time is from ``start()`` to the
-query's end; rows/s of both and their ratio are printed. Needs ``wherry[spark]`` and Java 17.
+query's end; rows/s of both and their ratio are printed. A third query reads a Python data
+source that yields pre-built Arrow batches of the same shape with no Kafka behind it: the cost
+of Spark's Python-source path alone, so the gap between the connector and ``rate`` can be split
+into Spark's share and the connector's. Needs ``wherry[spark]`` and Java 17.
 """
 
 from __future__ import annotations
@@ -60,6 +63,69 @@ def timed_query(df: Any) -> tuple[float, int, int]:
     return elapsed, sum(int(p["numInputRows"]) for p in progress), len(progress)
 
 
+def floor_source(records: int, per_batch: int, partitions: int) -> type:
+    """A Python data source that yields pre-built Arrow batches of the same shape as the
+    connector's rows, with no Kafka behind it: the cost of Spark's Python source path alone."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+
+    from wherry.spark.kafka_access import BASE_SCHEMA_DDL
+
+    class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def initialOffset(self) -> dict[str, int]:
+            return {"o": 0}
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            return None
+
+        def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+            return {"o": min(records, start["o"] + per_batch)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            a, b = start["o"], end["o"]
+            step = -(-(b - a) // partitions)
+            return [InputPartition((i, min(i + step, b))) for i in range(a, b, step)]
+
+        def read(self, partition: InputPartition) -> Any:
+            a, b = partition.value
+            n = b - a
+            stamps = pa.array([0] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([None] * n, pa.binary()),
+                    pa.array([b"x" * 100] * n, pa.binary()),
+                    pa.array(["bench-spark"] * n, pa.string()),
+                    pa.array([0] * n, pa.int32()),
+                    pa.array(range(a, b), pa.int64()),
+                    stamps,
+                    pa.array([0] * n, pa.int32()),
+                ],
+                names=[
+                    "key",
+                    "value",
+                    "topic",
+                    "partition",
+                    "offset",
+                    "timestamp",
+                    "timestampType",
+                ],
+            )
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "wherry_bench_floor"
+
+        def schema(self) -> str:
+            return BASE_SCHEMA_DDL
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return FloorReader()
+
+    return FloorSource
+
+
 def timed_rate_query(spark: Any, rows_per_batch: int, batches: int) -> tuple[float, int, int]:
     df = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch).load()
     t0 = time.perf_counter()
@@ -106,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         register(spark)
         per_batch = -(-args.records // args.batches)
         try:
-            # Warm up the JVM's streaming code path before timing.
+            # Warm up the JVM's streaming path and Spark's Python workers before timing.
             timed_rate_query(spark, 1000, 2)
+            spark.dataSource.register(floor_source(2000, 1000, 4))
+            timed_query(spark.readStream.format("wherry_bench_floor").load())
             source = (
                 spark.readStream.format("wherry")
                 .option("kafka.bootstrap.servers", broker.bootstrap)
@@ -118,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             w_s, w_rows, w_batches = timed_query(source)
             r_s, r_rows, r_batches = timed_rate_query(spark, per_batch, w_batches)
+            spark.dataSource.register(floor_source(args.records, per_batch, 4))  # re-registers
+            floor = spark.readStream.format("wherry_bench_floor").load()
+            f_s, f_rows, f_batches = timed_query(floor)
         finally:
             spark.stop()
     results = {
@@ -137,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
             "rows_per_s": r_rows / r_s,
         },
     }
+    results["python_floor"] = {
+        "seconds": f_s,
+        "rows": f_rows,
+        "micro_batches": f_batches,
+        "rows_per_s": f_rows / f_s,
+    }
     ratio = results["wherry"]["rows_per_s"] / results["rate"]["rows_per_s"]
     results["ratio"] = ratio
     print(
@@ -147,7 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         f"rate source:   {r_rows:,} rows in {r_batches} micro-batches, {r_s:.2f} s, "
         f"{r_rows / r_s:,.0f} rows/s"
     )
-    print(f"ratio wherry/rate: {ratio:.2f}x")
+    print(
+        f"Python source floor (pre-built batches, no Kafka): {f_rows:,} rows in {f_batches} "
+        f"micro-batches, {f_s:.2f} s, {f_rows / f_s:,.0f} rows/s"
+    )
+    to_floor = (w_rows / w_s) / (f_rows / f_s)
+    results["ratio_to_floor"] = to_floor
+    print(f"ratio wherry/rate: {ratio:.2f}x; wherry/floor: {to_floor:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

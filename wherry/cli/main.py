@@ -6,27 +6,22 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import click
 
 from wherry.server.config import BrokerConfigError, load_config
 
 
-def _setup_logging(level: str, data_dir: Path | None = None) -> None:
+def _setup_logging(level: str) -> None:
+    # The state-change log (SPEC H12) gets its own file from each broker (Broker.start).
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
         format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
         stream=sys.stderr,
     )
-    if data_dir is not None:
-        # SPEC H12: state changes go to their own file too, in a parseable format.
-        data_dir.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(data_dir / "state-change.log")
-        handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(message)s"))
-        sc = logging.getLogger("wherry.state_change")
-        sc.addHandler(handler)
-        sc.setLevel(logging.INFO)
 
 
 @click.group()
@@ -44,6 +39,11 @@ def main() -> None:
 @click.option("--advertised-listeners", help="advertised.listeners")
 @click.option("--log-dirs", help="log.dirs (comma-separated)")
 @click.option(
+    "--zookeeper",
+    metavar="HOST:PORT[/CHROOT]",
+    help="zookeeper.connect: use this ZooKeeper instead of the embedded store.",
+)
+@click.option(
     "--override",
     "overrides",
     multiple=True,
@@ -57,21 +57,21 @@ def server(
     listeners: str | None,
     advertised_listeners: str | None,
     log_dirs: str | None,
+    zookeeper: str | None,
     overrides: tuple[str, ...],
     log_level: str,
 ) -> None:
-    """Run a broker (defaults: id 0, 127.0.0.1:9092, data in ./wherry-data)."""
-    props: dict[str, str] = {}
-    for item in overrides:
-        if "=" not in item:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--override")
-        k, v = item.split("=", 1)
-        props[k.strip()] = v.strip()
+    """Run a broker (defaults: id 0, 127.0.0.1:9092, data in ./wherry-data).
+
+    With --zookeeper (zookeeper.connect) brokers of many processes or machines form one
+    cluster through ZooKeeper; give each its own --broker-id."""
+    props = _parse_overrides(overrides)
     for key, value in (
         ("broker.id", broker_id),
         ("listeners", listeners),
         ("advertised.listeners", advertised_listeners),
         ("log.dirs", log_dirs),
+        ("zookeeper.connect", zookeeper),
     ):
         if value is not None:
             props[key] = str(value)
@@ -79,14 +79,26 @@ def server(
         cfg = load_config(properties, props)
     except BrokerConfigError as e:
         raise click.ClickException(str(e)) from e
-    _setup_logging(log_level, cfg.data_dir)
+    _setup_logging(log_level)
+    sys.exit(_run(_serve(cfg)))
+
+
+def _parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--override")
+        k, v = item.split("=", 1)
+        props[k.strip()] = v.strip()
+    return props
+
+
+def _run(main_coro: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
-
-        code = uvloop.run(_serve(cfg))
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        code = asyncio.run(_serve(cfg))
-    sys.exit(code)
+        return asyncio.run(main_coro)
+    return uvloop.run(main_coro)
 
 
 async def _serve(cfg: object) -> int:
@@ -106,10 +118,88 @@ async def _serve(cfg: object) -> int:
         await broker.stop()
         return 1
     bound = zip(cfg.listeners, broker.bound_ports, strict=True)
+    where = f" (ZooKeeper {cfg.zookeeper_connect})" if cfg.zookeeper_connect else ""
     print(f"wherry broker {cfg.broker_id} ready on "
-          f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}", flush=True)
+          f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}{where}", flush=True)
     await stop.wait()
     await broker.stop()
+    return 0
+
+
+@main.command()
+@click.argument(
+    "properties", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("--brokers", default=3, show_default=True, type=click.IntRange(1, 64),
+              help="Number of brokers (ids 0..N-1).")
+@click.option("--base-port", default=9092, show_default=True, type=click.IntRange(0, 65535),
+              help="Broker N listens on BASE_PORT+N (0: ports chosen by the OS).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Listener host.")
+@click.option("--dir", "directory", default="wherry-dev", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Data: <DIR>/broker-N per broker, the shared store in <DIR>/__meta.")
+@click.option(
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any broker config, Kafka name, for every broker (repeatable).",
+)
+@click.option("--log-level", default="INFO", show_default=True)
+def dev(
+    properties: Path | None,
+    brokers: int,
+    base_port: int,
+    host: str,
+    directory: Path,
+    overrides: tuple[str, ...],
+    log_level: str,
+) -> None:
+    """Run a cluster of several brokers in one process (embedded store, no ZooKeeper).
+
+    Every broker runs for controller (one wins); Ctrl-C or SIGTERM stops them all."""
+    from wherry.server.config import BrokerConfigError
+    from wherry.testing.cluster import AsyncDevCluster
+
+    if base_port and base_port + brokers - 1 > 65535:
+        raise click.BadParameter("ports beyond 65535", param_hint="--base-port")
+    try:
+        cluster = AsyncDevCluster(
+            directory,
+            brokers=brokers,
+            base_port=base_port,
+            host=host,
+            overrides=_parse_overrides(overrides),
+            properties_file=properties,
+        )
+    except (BrokerConfigError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    _setup_logging(log_level)
+    sys.exit(_run(_serve_dev(cluster)))
+
+
+async def _serve_dev(cluster: object) -> int:
+    from wherry.testing.cluster import AsyncDevCluster
+
+    assert isinstance(cluster, AsyncDevCluster)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await cluster.start()
+        controller = await cluster.wait_for_controller()
+    except Exception as e:
+        logging.getLogger("wherry").exception("startup failed: %s", e)
+        await cluster.stop()
+        return 1
+    for b in cluster.broker_ids:
+        role = " (controller)" if b == controller else ""
+        print(f"wherry broker {b} ready on {cluster.address(b)}{role}", flush=True)
+    print(f"wherry dev cluster ready: {len(cluster.broker_ids)} brokers, "
+          f"bootstrap servers {cluster.bootstrap}, controller {controller}", flush=True)
+    await stop.wait()
+    await cluster.stop()
     return 0
 
 

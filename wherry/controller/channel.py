@@ -1,13 +1,21 @@
 """How the controller reaches brokers: LeaderAndIsr, UpdateMetadata and StopReplica.
 
 `InProcessChannel` hands requests to brokers living in the same process (the single-broker
-server and, later, `wherry dev`). The multi-process cluster adds a network channel manager
-with the same interface (batched, retried until the broker answers or dies).
+server, `wherry dev`, tests) and returns their answers. `channel_manager.NetworkChannelManager`
+is the same interface over the network: it queues (one queue per broker, resent until the
+broker answers or is removed), returns None at once and reports answers to its response
+listeners (`ResponseListenable`).
+
+`sync_brokers` tells the channel which brokers are live (the controller calls it after loading
+the live brokers, on every broker change, and with ``{}`` when it resigns or stops): the
+network channel starts and drops its per-broker queues to match.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from wherry.protocol.interbroker import (
     LeaderAndIsrRequest,
@@ -16,6 +24,21 @@ from wherry.protocol.interbroker import (
     StopReplicaResponse,
     UpdateMetadataRequest,
 )
+from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """Where a broker listens. `epoch` (its registration's czxid) tells incarnations apart: a
+    broker that came back under the same id is a new broker with a new queue."""
+
+    host: str
+    port: int
+    epoch: int = -1
+
+
+ResponseCallback = Callable[[int, InterbrokerRequestBody, InterbrokerResponseBody], None]
+"""(broker id, request, response), called once the broker answered."""
 
 
 class ControllerRequestHandler(Protocol):
@@ -29,6 +52,9 @@ class ControllerRequestHandler(Protocol):
 
 
 class ControllerChannel(Protocol):
+    """Each method returns the broker's answer when the channel has it at once, else None
+    (a queueing channel reports answers to its response listeners instead)."""
+
     async def leader_and_isr(
         self, broker_id: int, req: LeaderAndIsrRequest
     ) -> LeaderAndIsrResponse | None: ...
@@ -38,6 +64,19 @@ class ControllerChannel(Protocol):
     async def stop_replica(
         self, broker_id: int, req: StopReplicaRequest
     ) -> StopReplicaResponse | None: ...
+
+    async def sync_brokers(self, brokers: Mapping[int, BrokerAddress]) -> None:
+        """The live brokers, as the controller knows them (``{}``: none, it resigned)."""
+        ...
+
+
+@runtime_checkable
+class ResponseListenable(Protocol):
+    """A channel that answers later: the controller registers to hear the answers."""
+
+    def add_response_listener(self, listener: ResponseCallback) -> None: ...
+
+    def remove_response_listener(self, listener: ResponseCallback) -> None: ...
 
 
 class InProcessChannel:
@@ -67,3 +106,6 @@ class InProcessChannel:
     ) -> StopReplicaResponse | None:
         b = self._brokers.get(broker_id)
         return None if b is None else await b.handle_stop_replica(req)
+
+    async def sync_brokers(self, brokers: Mapping[int, BrokerAddress]) -> None:
+        """Nothing to do: requests go straight to whoever is registered."""

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from wherry.controller.channel import ControllerChannel
+from wherry.controller.channel import BrokerAddress, ControllerChannel, ResponseCallback
 from wherry.controller.request_batch import BrokerRequest
 from wherry.protocol.interbroker import (
     LEADER_AND_ISR_KEY,
@@ -53,8 +53,18 @@ from wherry.server.network import OutboundConnection
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("wherry.state_change")
 
-ResponseCallback = Callable[[int, InterbrokerRequestBody, InterbrokerResponseBody], None]
-"""(broker id, request, response), called once the broker answered."""
+__all__ = [
+    "BrokerAddress",
+    "BrokerConnection",
+    "ChannelConfig",
+    "Connector",
+    "NetworkChannelManager",
+    "ResponseCallback",
+    "api_key_of",
+    "retry_backoff_ms",
+    "send_batch",
+    "tcp_connector",
+]
 
 
 class BrokerConnection(Protocol):
@@ -68,16 +78,6 @@ class BrokerConnection(Protocol):
     def abort(self) -> None:
         """Drop the connection at once."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerAddress:
-    """Where a broker listens. `epoch` (its registration's czxid) tells incarnations apart: a
-    broker that came back under the same id is a new broker with a new queue."""
-
-    host: str
-    port: int
-    epoch: int = -1
 
 
 Connector = Callable[[int, BrokerAddress], Awaitable[BrokerConnection]]
@@ -247,6 +247,7 @@ class NetworkChannelManager:
         self.versions = dict(DEFAULT_INTERBROKER_VERSIONS)
         self.versions.update(versions or {})
         self.on_response = on_response
+        self._listeners: list[ResponseCallback] = []
         self._senders: dict[int, _Sender] = {}
         self._correlation_id = 0
         self._closed = False
@@ -328,13 +329,22 @@ class NetworkChannelManager:
             item.future.set_result(response)
         if response is None:
             return
-        for cb in (item.callback, self.on_response):
+        for cb in (item.callback, self.on_response, *self._listeners):
             if cb is None:
                 continue
             try:
                 cb(broker_id, item.body, response)
             except Exception:
                 log.exception("%s response callback failed", self._prefix)
+
+    def add_response_listener(self, listener: ResponseCallback) -> None:
+        """Hear every answer (`channel.ResponseListenable`; the controller registers here)."""
+        if listener not in self._listeners:
+            self._listeners.append(listener)
+
+    def remove_response_listener(self, listener: ResponseCallback) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     # ControllerChannel: queue and return at once (None = not answered here).
     async def leader_and_isr(
@@ -360,8 +370,17 @@ class NetworkChannelManager:
             await self.remove_broker(b)
 
 
-async def send_batch(channel: ControllerChannel, requests: Iterable[BrokerRequest]) -> None:
-    """Hand a built `RequestBatch` to any channel, in order, logging what goes where."""
+SentRequest = tuple[BrokerRequest, LeaderAndIsrResponse | StopReplicaResponse | int | None]
+"""A request handed to a channel and the answer the channel gave at once (None: none yet)."""
+
+
+async def send_batch(
+    channel: ControllerChannel, requests: Iterable[BrokerRequest]
+) -> list[SentRequest]:
+    """Hand a built `RequestBatch` to any channel, in order, logging what goes where; returns
+    each request with the channel's immediate answer (an in-process broker's; None from a
+    queueing channel, which reports answers to its listeners)."""
+    out: list[SentRequest] = []
     for r in requests:
         body = r.body
         if isinstance(body, LeaderAndIsrRequest):
@@ -375,7 +394,7 @@ async def send_batch(channel: ControllerChannel, requests: Iterable[BrokerReques
                 leaders,
                 len(body.partition_states) - leaders,
             )
-            await channel.leader_and_isr(r.broker_id, body)
+            out.append((r, await channel.leader_and_isr(r.broker_id, body)))
         elif isinstance(body, UpdateMetadataRequest):
             state_change_log.info(
                 "[Controller id=%d epoch=%d] Sending UpdateMetadata request to broker %d for "
@@ -385,7 +404,7 @@ async def send_batch(channel: ControllerChannel, requests: Iterable[BrokerReques
                 r.broker_id,
                 len(body.partition_states),
             )
-            await channel.update_metadata(r.broker_id, body)
+            out.append((r, await channel.update_metadata(r.broker_id, body)))
         else:
             state_change_log.info(
                 "[Controller id=%d epoch=%d] Sending StopReplica request to broker %d for %d "
@@ -395,4 +414,5 @@ async def send_batch(channel: ControllerChannel, requests: Iterable[BrokerReques
                 r.broker_id,
                 len(body.partitions),
             )
-            await channel.stop_replica(r.broker_id, body)
+            out.append((r, await channel.stop_replica(r.broker_id, body)))
+    return out

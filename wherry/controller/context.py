@@ -10,13 +10,16 @@ from wherry.coordination.paths import BrokerRegistration
 from wherry.log.topic_partition import TopicPartition
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class LeaderIsr:
+    """A partition's leader and ISR as stored in its state node (Kafka's
+    LeaderIsrAndControllerEpoch plus the node's version)."""
+
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
     controller_epoch: int
-    zk_version: int  # version of the state node, for conditional writes
+    zk_version: int  # version of the state node: conditional writes check it (partition epoch)
 
 
 @dataclass(slots=True)
@@ -29,6 +32,7 @@ class ControllerContext:
     states: dict[TopicPartition, LeaderIsr] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topics_to_delete: set[str] = field(default_factory=set)
+    topics_ineligible_for_deletion: set[str] = field(default_factory=set)
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in sorted(self.assignments.get(topic, {}))]
@@ -42,6 +46,21 @@ class ControllerContext:
     def partitions_on_broker(self, broker_id: int) -> list[TopicPartition]:
         return [tp for tp in self.all_partitions() if broker_id in self.replicas(tp)]
 
+    def partitions_on_brokers(self, broker_ids: set[int]) -> list[TopicPartition]:
+        return [tp for tp in self.all_partitions() if broker_ids.intersection(self.replicas(tp))]
+
+    def is_live(self, broker_id: int) -> bool:
+        return broker_id in self.live_brokers
+
+    def live_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas(tp) if r in self.live_brokers)
+
+    def offline_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas(tp) if r not in self.live_brokers)
+
+    def is_queued_for_deletion(self, topic: str) -> bool:
+        return topic in self.topics_to_delete
+
     def remove_topic(self, topic: str) -> None:
         for tp in self.partitions_of(topic):
             self.states.pop(tp, None)
@@ -49,3 +68,4 @@ class ControllerContext:
         self.topic_ids.pop(topic, None)
         self.topic_configs.pop(topic, None)
         self.topics_to_delete.discard(topic)
+        self.topics_ineligible_for_deletion.discard(topic)

@@ -1,10 +1,28 @@
-"""The controller (SPEC H1–H7): elected through `/controller`, it decides leadership and tells
-brokers with LeaderAndIsr / UpdateMetadata / StopReplica.
+"""The controller (SPEC H1–H7; Kafka 3.9's ZooKeeper-mode KafkaController): elected through
+`/controller`, it decides leadership and tells brokers with LeaderAndIsr / UpdateMetadata /
+StopReplica.
 
-Events (watch callbacks, startup) go through one queue and are processed one at a time, like
-Kafka's ControllerEventManager, so no two decisions interleave. Every write of partition state
-is a transaction that first checks the `/controller_epoch` node's version: a deposed
-controller's writes fail and it resigns.
+This module orchestrates; the decisions are pure and live elsewhere:
+
+* `partition_state` and `replica_state`: the two state machines (transition tables; they
+  decide new leader/ISR states and add requests to a batch);
+* `election`: leader election rules; `topic_deletion`: the deletion procedure;
+* `request_batch` / `request_states`: the requests, one LeaderAndIsr, one UpdateMetadata and
+  one StopReplica at most per broker and event;
+* `store_client`: the store I/O (fenced writes, retried across connection loss).
+
+Events (watch callbacks, startup, StopReplica answers) go through one queue and are processed
+one at a time, like Kafka's ControllerEventManager, so no two decisions interleave. Each event
+collects its requests in one `RequestBatch` and sends it at the end. Watches belong to a
+*generation*: resigning starts a new one, and events from an older generation's watches are
+dropped.
+
+Session handling. A controller whose session expires (or is closed) resigns: it stops acting,
+forgets its context and state machines and drops its channel queues (`sync_brokers({})`). It
+does nothing more until its owner, having opened a new session (and re-registered the broker
+on it), calls `restart_with(new_store)`, which runs for election again. A controller whose
+fenced write fails (another controller bumped the epoch) resigns, gives up `/controller` if its
+session still holds it, and runs for election again on the same session.
 """
 
 from __future__ import annotations
@@ -12,46 +30,61 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
-from wherry.controller.channel import ControllerChannel
+from wherry.controller.channel import ControllerChannel, ResponseListenable
+from wherry.controller.channel_manager import send_batch
 from wherry.controller.context import ControllerContext, LeaderIsr
-from wherry.controller.election import offline_partition_election
-from wherry.coordination import paths
+from wherry.controller.election import unclean_election_enabled
+from wherry.controller.partition_state import (
+    ElectionOutcome,
+    PartitionState,
+    PartitionStateMachine,
+)
+from wherry.controller.replica_state import (
+    ReplicaStateMachine,
+    remove_replicas_from_isr,
+    replicas_of,
+    replicas_on,
+)
+from wherry.controller.request_batch import RequestBatch
+from wherry.controller.request_states import (
+    add_update_metadata,
+    broker_addresses,
+    live_broker_epochs,
+    live_endpoints,
+)
+from wherry.controller.store_client import ControllerMovedError, ControllerStoreClient
+from wherry.controller.topic_deletion import TopicDeletionManager
 from wherry.coordination.store import (
-    BadVersionError,
-    CheckOp,
-    CreateOp,
     MetadataStore,
-    MultiOp,
     NodeExistsError,
-    NoNodeError,
-    SetOp,
-    StoreError,
+    SessionExpiredError,
+    SessionState,
+    WatchCallback,
     WatchEvent,
 )
 from wherry.log.topic_partition import TopicPartition
-from wherry.protocol.interbroker import (
-    LEADER_DURING_DELETE,
-    NO_LEADER,
-    BrokerEndpoint,
-    LeaderAndIsrPartitionState,
-    LeaderAndIsrRequest,
-    StopReplicaPartition,
-    StopReplicaRequest,
-    UpdateMetadataPartitionState,
-    UpdateMetadataRequest,
-)
+from wherry.protocol.interbroker import NO_LEADER, StopReplicaRequest, StopReplicaResponse
+from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
+from wherry.runtime.state_change_log import controller_prefix, state_change_logger
+
+__all__ = ["Controller", "ControllerMovedError"]
 
 log = logging.getLogger(__name__)
-state_change_log = logging.getLogger("wherry.state_change")
 
-
-class ControllerMovedError(Exception):
-    pass
-
+MAX_WRITE_ATTEMPTS = 10
+"""Conditional partition-state writes re-read and re-decided at most this often per event."""
 
 Event = Callable[[], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Queued:
+    event: Event
+    generation: int | None  # None: not tied to a generation (startup, session changes)
+    done: asyncio.Future[None] | None
 
 
 class Controller:
@@ -62,26 +95,46 @@ class Controller:
         channel: ControllerChannel,
         *,
         unclean_leader_election_default: bool = False,
+        delete_topic_enable: bool = True,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self.broker_id = broker_id
-        self.store = store
         self.channel = channel
         self.unclean_default = unclean_leader_election_default
+        self.delete_topic_enable = delete_topic_enable
         self._now_ms = now_ms
         self.ctx = ControllerContext()
+        self.partition_sm = PartitionStateMachine(broker_id)
+        self.replica_sm = ReplicaStateMachine(broker_id)
+        self.deletion = TopicDeletionManager(broker_id)
         self.active = False
         self.active_controller_id = -1
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Queued] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
-        self._prefix = f"[Controller id={broker_id}]"
+        self._generation = 0
+        self._watchers: dict[str, WatchCallback] = {}
+        self._zk = ControllerStoreClient(store, self._on_session_state)
+        if isinstance(channel, ResponseListenable):
+            channel.add_response_listener(self.on_broker_response)
 
-    # --- lifecycle -----------------------------------------------------------------------
+    @property
+    def store(self) -> MetadataStore:
+        return self._zk.store
+
+    @property
+    def _prefix(self) -> str:
+        return controller_prefix(self.broker_id, self.ctx.epoch)
+
+    # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"controller-{self.broker_id}")
+        """Start the event loop and run for controller (returns after the first election)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"controller-{self.broker_id}")
         await self.submit(self._elect)
 
     async def stop(self) -> None:
+        """Stop processing events and resign (the owner closes the session, which frees
+        `/controller`)."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -89,500 +142,476 @@ class Controller:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        self.active = False
+        await self._resign("controller stopped")
+        self._zk.close()
+        if isinstance(self.channel, ResponseListenable):
+            self.channel.remove_response_listener(self.on_broker_response)
+
+    async def restart_with(self, store: MetadataStore) -> None:
+        """Continue on a new session (after the old one expired): resign if still acting and
+        run for election on `store`. The owner re-registers its broker on `store` first."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"controller-{self.broker_id}")
+
+        async def restart() -> None:
+            self._zk.close()
+            await self._resign("restarting on a new session")
+            self.active_controller_id = -1
+            self._zk = ControllerStoreClient(store, self._on_session_state)
+            await self._elect()
+
+        await self.submit(restart)
 
     async def submit(self, event: Event) -> None:
-        """Run an event on the controller's queue and wait for it."""
+        """Run an event on the controller's queue and wait until it has been processed
+        (errors are handled and logged by the queue, not raised here)."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        async def wrapped() -> None:
-            try:
-                await event()
-                if not done.done():
-                    done.set_result(None)
-            except BaseException as e:
-                if not done.done():
-                    done.set_exception(e)
-                raise
-
-        self._queue.put_nowait(wrapped)
+        self._queue.put_nowait(_Queued(event, None, done))
         await done
 
-    def _enqueue(self, event: Event) -> None:
-        self._queue.put_nowait(event)
+    def _enqueue(self, event: Event, generation: int | None = None) -> None:
+        self._queue.put_nowait(_Queued(event, generation, None))
 
-    def _watch(self, event: Event) -> Callable[[WatchEvent], None]:
-        def fire(_: WatchEvent) -> None:
-            self._enqueue(event)
+    def _watch(self, key: str, event: Event) -> WatchCallback:
+        """One callback per key and generation (the store fires a callback registered twice
+        for the same node once)."""
+        w = self._watchers.get(key)
+        if w is None:
+            gen = self._generation
 
-        return fire
+            def fire(_: WatchEvent) -> None:
+                if gen == self._generation:
+                    self._enqueue(event, gen)
+
+            self._watchers[key] = w = fire
+        return w
 
     async def _run(self) -> None:
         while True:
-            event = await self._queue.get()
+            item = await self._queue.get()
             try:
-                await event()
-            except ControllerMovedError as e:
-                log.warning("%s controller moved: %s; resigning", self._prefix, e)
-                self._resign()
-                self._enqueue(self._elect)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("%s error processing a controller event", self._prefix)
+                if item.generation is None or item.generation == self._generation:
+                    await self._process(item.event)
+            finally:
+                if item.done is not None and not item.done.done():
+                    item.done.set_result(None)
 
-    # --- election (SPEC H1) --------------------------------------------------------------
-    async def _elect(self) -> None:
-        info = paths.ControllerInfo(self.broker_id, self._now_ms())
+    async def _process(self, event: Event) -> None:
         try:
-            await self.store.create(paths.CONTROLLER, info.to_json(), ephemeral=True)
-        except NodeExistsError:
+            await event()
+        except ControllerMovedError as e:
+            log.warning("%s controller moved: %s; resigning", self._prefix, e)
+            await self._resign(f"controller moved: {e}")
             try:
-                data, _ = await self.store.get(paths.CONTROLLER, watch=self._watch(self._elect))
-                self.active_controller_id = paths.ControllerInfo.from_json(data).broker_id
-            except NoNodeError:
-                self._enqueue(self._elect)
+                await self._zk.delete_own_controller()
+            except SessionExpiredError:
                 return
-            if self.active_controller_id != self.broker_id and self.active:
-                self._resign()
+            except Exception:
+                log.exception("%s could not give up /controller", self._prefix)
+            self._enqueue(self._elect)
+        except SessionExpiredError as e:
+            log.warning("%s session ended (%s); resigning", self._prefix, e)
+            await self._resign("session ended")
+            self.active_controller_id = -1
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s error processing a controller event", self._prefix)
+
+    def _on_session_state(self, state: SessionState) -> None:
+        self._enqueue(self._on_session_end)
+
+    async def _on_session_end(self) -> None:
+        if not self._zk.session_dead:
+            return  # a restart already moved to a new session
+        log.warning("%s session expired or closed; resigning until restarted", self._prefix)
+        await self._resign("session expired")
+        self.active_controller_id = -1
+
+    # --- election and resignation (SPEC H1, H7) ----------------------------------------------
+    async def _elect(self) -> None:
+        if self._zk.session_dead:
             return
-        await self.store.exists(paths.CONTROLLER, watch=self._watch(self._elect))
-        self.active_controller_id = self.broker_id
-        await self._on_controller_failover()
+        for _ in range(10):
+            node = await self._zk.read_controller(self._watch("controller", self._elect))
+            if node is not None:
+                if node.owner_session == self._zk.session_id:
+                    if self.active:
+                        return  # still us
+                    await self._zk.delete_own_controller()  # ours, yet resigned: run again
+                    continue
+                if self.active:
+                    await self._resign(f"broker {node.broker_id} is the controller now")
+                    continue  # read again, watching in the new generation
+                self.active_controller_id = node.broker_id
+                return
+            try:
+                epoch, epoch_zk_version = await self._zk.register_controller(
+                    self.broker_id, self._now_ms()
+                )
+            except NodeExistsError:
+                continue
+            await self._on_controller_failover(epoch, epoch_zk_version)
+            return
+        log.warning("%s gave up an election round; waiting for /controller to change", self._prefix)
 
-    def _resign(self) -> None:
-        if self.active:
-            log.info("%s resigning", self._prefix)
+    async def _resign(self, reason: str) -> None:
+        """Kafka's onControllerResignation: stop acting, forget everything, drop the queues."""
+        was_active, prefix = (
+            self.active or self.active_controller_id == self.broker_id,
+            self._prefix,
+        )
+        self._generation += 1
+        self._watchers = {}
         self.active = False
+        if self.active_controller_id == self.broker_id:
+            self.active_controller_id = -1
         self.ctx = ControllerContext()
-
-    async def _increment_epoch(self) -> None:
+        self.partition_sm.clear()
+        self.replica_sm.clear()
+        if was_active:
+            log.info("%s resigned: %s", prefix, reason)
+            state_change_logger.info("%s Resigned as controller: %s", prefix, reason)
         try:
-            data, stat = await self.store.get(paths.CONTROLLER_EPOCH)
-            epoch = paths.decode_controller_epoch(data) + 1
-            try:
-                new = await self.store.set(
-                    paths.CONTROLLER_EPOCH,
-                    paths.encode_controller_epoch(epoch),
-                    version=stat.version,
-                )
-            except BadVersionError as e:
-                raise ControllerMovedError("controller epoch changed during election") from e
-            self.ctx.epoch, self.ctx.epoch_zk_version = epoch, new.version
-        except NoNodeError:
-            try:
-                await self.store.create(paths.CONTROLLER_EPOCH, paths.encode_controller_epoch(1))
-            except NodeExistsError as e:
-                raise ControllerMovedError("controller epoch created concurrently") from e
-            self.ctx.epoch, self.ctx.epoch_zk_version = 1, 0
+            await self.channel.sync_brokers({})
+        except Exception:
+            log.exception("%s could not clear the channel's brokers", prefix)
 
-    async def _on_controller_failover(self) -> None:
-        """SPEC H7: epoch, watches, context, state machines, push leadership, resume deletions."""
-        self.ctx = ControllerContext()
-        await self._increment_epoch()
-        self.active = True
-        log.info("%s elected as controller with epoch %d", self._prefix, self.ctx.epoch)
-        state_change_log.info("%s became controller with epoch %d", self._prefix, self.ctx.epoch)
-        for p in (
-            paths.BROKER_IDS,
-            paths.BROKER_TOPICS,
-            paths.ADMIN_DELETE_TOPICS,
-            paths.CONFIG_TOPICS,
-        ):
-            try:
-                await self.store.create(p, b"", make_parents=True)
-            except NodeExistsError:
-                pass
-        await self._load_brokers()
-        await self._load_topics(watch=True)
-        await self._load_deletions()
-        # Partitions created but never initialized (a controller died half-way).
-        new = [tp for tp in self.ctx.all_partitions() if tp not in self.ctx.states]
-        if new:
-            await self._initialize_partitions(new)
-        await self._elect_offline_partitions(self.ctx.all_partitions())
-        live = sorted(self.ctx.live_brokers)
-        await self._send_update_metadata(live, self.ctx.all_partitions())
-        for b in live:
-            await self._send_leader_and_isr(b, self.ctx.partitions_on_broker(b))
-        await self._resume_deletions()
-
-    # --- loading -------------------------------------------------------------------------
-    async def _load_brokers(self) -> set[int]:
-        ids = await self.store.get_children(
-            paths.BROKER_IDS, watch=self._watch(self._on_broker_change)
+    async def _on_controller_failover(self, epoch: int, epoch_zk_version: int) -> None:
+        """SPEC H7 (Kafka's onControllerFailover)."""
+        self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=epoch_zk_version)
+        self.active_controller_id = self.broker_id
+        log.info("%s elected as controller with epoch %d", self._prefix, epoch)
+        state_change_logger.info("%s Became controller", self._prefix)
+        ctx = self.ctx
+        await self._zk.ensure_paths()
+        # Watches and context: brokers, topics (with their assignments and states), deletions.
+        ctx.live_brokers = await self._zk.live_brokers(
+            self._watch("brokers", self._on_broker_change)
         )
-        live: dict[int, paths.BrokerRegistration] = {}
-        for name in ids:
-            try:
-                data, stat = await self.store.get(paths.broker_path(int(name)))
-            except NoNodeError:
-                continue
-            reg = paths.BrokerRegistration.from_json(data, broker_id=int(name))
-            if reg.epoch < 0:
-                reg = paths.BrokerRegistration(
-                    reg.broker_id, reg.host, reg.port, reg.rack, stat.czxid
-                )
-            live[reg.broker_id] = reg
-        self.ctx.live_brokers = live
-        return set(live)
-
-    async def _load_topic(self, topic: str) -> None:
-        data, _ = await self.store.get(
-            paths.topic_path(topic), watch=self._watch(lambda: self._on_topic_modified(topic))
+        for t in sorted(await self._zk.topics(self._watch("topics", self._on_topic_change))):
+            await self._load_topic(t)
+        queued = await self._zk.deletions(self._watch("deletions", self._on_deletion_change))
+        await self.channel.sync_brokers(broker_addresses(ctx.live_brokers))
+        await self._init_deletions(queued)
+        self.replica_sm.initialize(ctx)
+        self.partition_sm.initialize(ctx)
+        batch = self._batch()
+        add_update_metadata(batch, ctx, ctx.live_brokers)
+        self.replica_sm.to_online(
+            ctx,
+            [
+                r
+                for r in replicas_on(ctx, set(ctx.live_brokers))
+                if not ctx.is_queued_for_deletion(r.tp.topic)
+            ],
+            batch,
         )
-        assignment = paths.TopicAssignment.from_json(data)
-        self.ctx.topic_ids[topic] = assignment.topic_id
-        self.ctx.assignments[topic] = {p: tuple(r) for p, r in assignment.partitions.items()}
-        try:
-            cdata, _ = await self.store.get(paths.topic_config_path(topic))
-            self.ctx.topic_configs[topic] = paths.decode_config(cdata)
-        except NoNodeError:
-            self.ctx.topic_configs[topic] = {}
-        for p in assignment.partitions:
+        await self._trigger_online(batch)
+        await self._remove_dead_followers(batch)
+        add_update_metadata(batch, ctx, ctx.live_brokers, ctx.all_partitions())
+        await self._try_deletions(batch)
+        await self._send(batch)
+        self.active = True  # acting (`active`) once the context is loaded and announced
+
+    async def _remove_dead_followers(self, batch: RequestBatch) -> None:
+        """At failover, replicas on brokers that died while no controller watched leave the
+        ISR of partitions that have a live leader (as if their failure had been seen; Kafka
+        leaves this to the leaders' ISR shrink). Partitions without a live leader keep their
+        ISR, so any of its members may come back as a clean leader."""
+        ctx = self.ctx
+        dead = [
+            r
+            for r in replicas_of(ctx, ctx.all_partitions())
+            if not ctx.is_live(r.replica)
+            and not ctx.is_queued_for_deletion(r.tp.topic)
+            and (st := ctx.states.get(r.tp)) is not None
+            and ctx.is_live(st.leader)
+            and r.replica in st.isr
+        ]
+        if not dead:
+            return
+        removals = self.replica_sm.offline_isr_changes(ctx, dead)
+        epoch = ctx.epoch
+
+        def shrink(tp: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
+            return remove_replicas_from_isr(cur, removals[tp], epoch)
+
+        written = await self._update_leader_isr(sorted(removals), shrink)
+        self.replica_sm.complete_offline(ctx, dead, written, batch, stop_replica=False)
+
+    # --- loading -----------------------------------------------------------------------------
+    def _modifications_event(self, topic: str) -> Event:
+        async def event() -> None:
+            await self._on_partition_modifications(topic)
+
+        return event
+
+    async def _load_topic(self, topic: str) -> bool:
+        a = await self._zk.topic_assignment(
+            topic, self._watch(f"topic:{topic}", self._modifications_event(topic))
+        )
+        if a is None:
+            return False
+        ctx = self.ctx
+        if a.topic_id.int != 0:
+            ctx.topic_ids[topic] = a.topic_id
+        ctx.assignments[topic] = {p: tuple(r) for p, r in a.partitions.items()}
+        ctx.topic_configs[topic] = await self._zk.topic_config(topic)
+        for p in a.partitions:
             tp = TopicPartition(topic, p)
-            try:
-                sdata, stat = await self.store.get(paths.partition_state_path(topic, p))
-            except NoNodeError:
-                continue
-            st = paths.PartitionState.from_json(sdata)
-            self.ctx.states[tp] = LeaderIsr(
-                st.leader, st.leader_epoch, tuple(st.isr), st.controller_epoch, stat.version
-            )
-
-    async def _load_topics(self, *, watch: bool) -> list[str]:
-        names = await self.store.get_children(
-            paths.BROKER_TOPICS, watch=self._watch(self._on_topic_change) if watch else None
-        )
-        new = [t for t in names if t not in self.ctx.assignments]
-        for t in new:
-            try:
-                await self._load_topic(t)
-            except NoNodeError:
-                continue
-        return new
-
-    async def _load_deletions(self) -> None:
-        names = await self.store.get_children(
-            paths.ADMIN_DELETE_TOPICS, watch=self._watch(self._on_deletion_change)
-        )
-        self.ctx.topics_to_delete |= {t for t in names if t in self.ctx.assignments}
-        for t in names:
-            if t not in self.ctx.assignments:  # already gone; clean the marker
-                try:
-                    await self.store.delete(paths.delete_topic_path(t))
-                except NoNodeError:
-                    pass
-
-    # --- writing partition state (fenced by the controller epoch) -----------------------
-    async def _fenced_multi(self, ops: list[MultiOp]) -> None:
-        try:
-            await self.store.multi(
-                [CheckOp(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version), *ops]
-            )
-        except BadVersionError as e:
-            raise ControllerMovedError("controller epoch znode version changed") from e
-
-    async def _create_state(self, tp: TopicPartition, st: LeaderIsr) -> bool:
-        for parent in (
-            paths.topic_partitions_path(tp.topic),
-            paths.partition_path(tp.topic, tp.partition),
-        ):
-            try:
-                await self.store.create(parent, b"")
-            except NodeExistsError:
-                pass
-        rec = paths.PartitionState(st.leader, st.leader_epoch, list(st.isr), self.ctx.epoch)
-        try:
-            await self._fenced_multi(
-                [CreateOp(paths.partition_state_path(tp.topic, tp.partition), rec.to_json())]
-            )
-        except NodeExistsError:
-            return False
-        st.zk_version = 0
+            st = await self._zk.partition_state(tp)
+            if st is not None:
+                ctx.states[tp] = st
         return True
-
-    async def _update_state(self, tp: TopicPartition, st: LeaderIsr) -> bool:
-        """Conditional update of a partition's state; False when the version conflicted."""
-        rec = paths.PartitionState(st.leader, st.leader_epoch, list(st.isr), self.ctx.epoch)
-        path = paths.partition_state_path(tp.topic, tp.partition)
-        try:
-            await self._fenced_multi([SetOp(path, rec.to_json(), st.zk_version)])
-        except StoreError as e:
-            if isinstance(e, BadVersionError):
-                raise
-            return False
-        st.zk_version += 1
-        return True
-
-    # --- partition state changes ----------------------------------------------------------
-    async def _initialize_partitions(self, tps: Iterable[TopicPartition]) -> None:
-        """NewPartition → OnlinePartition: leader = first live replica, ISR = live replicas."""
-        live = set(self.ctx.live_brokers)
-        for tp in tps:
-            replicas = self.ctx.replicas(tp)
-            live_replicas = tuple(r for r in replicas if r in live)
-            if not live_replicas:
-                state_change_log.error(
-                    "%s Controller %d epoch %d encountered error while changing partition %s "
-                    "from NewPartition to OnlinePartition: no replica of %s is alive",
-                    self._prefix,
-                    self.broker_id,
-                    self.ctx.epoch,
-                    _name(tp),
-                    list(replicas),
-                )
-                continue
-            st = LeaderIsr(live_replicas[0], 0, live_replicas, self.ctx.epoch, 0)
-            if await self._create_state(tp, st):
-                self.ctx.states[tp] = st
-                self._log_change(tp, "NewPartition", "OnlinePartition", st)
-            else:  # someone initialized it meanwhile; read it back
-                await self._reload_state(tp)
 
     async def _reload_state(self, tp: TopicPartition) -> None:
-        try:
-            data, stat = await self.store.get(paths.partition_state_path(tp.topic, tp.partition))
-        except NoNodeError:
+        st = await self._zk.partition_state(tp)
+        if st is None:
             self.ctx.states.pop(tp, None)
+        else:
+            self.ctx.states[tp] = st
+
+    async def _init_deletions(self, queued: list[str]) -> None:
+        if not self.delete_topic_enable:
+            for t in queued:
+                log.info(
+                    "%s topic deletion is disabled; dropping the request for %s", self._prefix, t
+                )
+                await self._zk.delete_deletion_marker(t)
             return
-        s = paths.PartitionState.from_json(data)
-        self.ctx.states[tp] = LeaderIsr(
-            s.leader, s.leader_epoch, tuple(s.isr), s.controller_epoch, stat.version
-        )
+        for t in queued:
+            if t not in self.ctx.assignments:
+                await self._zk.delete_deletion_marker(t)  # the topic is gone already
+        self.deletion.init(self.ctx, queued)
 
-    async def _elect_offline_partitions(
-        self, tps: Iterable[TopicPartition]
-    ) -> list[TopicPartition]:
-        """SPEC H3: new leaders for partitions whose leader is not alive."""
-        live = set(self.ctx.live_brokers)
-        changed: list[TopicPartition] = []
-        for tp in tps:
-            for _attempt in range(5):
-                st = self.ctx.states.get(tp)
-                if st is None or st.leader in live or tp.topic in self.ctx.topics_to_delete:
-                    break
-                unclean = (
-                    self.ctx.topic_configs.get(tp.topic, {})
-                    .get("unclean.leader.election.enable", str(self.unclean_default))
-                    .lower()
-                    == "true"
-                )
-                e = offline_partition_election(
-                    self.ctx.replicas(tp), st.isr, live, unclean_allowed=unclean
-                )
-                leader = NO_LEADER if e.leader is None else e.leader
-                if leader == st.leader:
-                    break
-                new = LeaderIsr(
-                    leader,
-                    st.leader_epoch + 1,
-                    e.isr if e.leader is not None else st.isr,
-                    self.ctx.epoch,
-                    st.zk_version,
-                )
-                if e.unclean:
-                    log.warning(
-                        "%s UNCLEAN leader election for %s: %d becomes leader though not "
-                        "in ISR %s; data may be lost",
-                        self._prefix,
-                        _name(tp),
-                        leader,
-                        list(st.isr),
-                    )
-                if await self._update_state(tp, new):
-                    self.ctx.states[tp] = new
-                    self._log_change(
-                        tp,
-                        "OfflinePartition",
-                        "OnlinePartition" if e.leader is not None else "OfflinePartition",
-                        new,
-                    )
-                    changed.append(tp)
-                    break
-                await self._reload_state(tp)  # conflict: retry on fresh state
-        return changed
-
-    def _log_change(self, tp: TopicPartition, old: str, new: str, st: LeaderIsr) -> None:
-        state_change_log.info(
-            "%s Changed partition %s from %s to %s with state LeaderAndIsr(leader=%d, "
-            "leaderEpoch=%d, isr=%s, controllerEpoch=%d, zkVersion=%d)",
+    # --- writing partition states ------------------------------------------------------------
+    async def _update_leader_isr(
+        self,
+        tps: Iterable[TopicPartition],
+        decide: Callable[[TopicPartition, LeaderIsr], LeaderIsr | None],
+    ) -> dict[TopicPartition, LeaderIsr]:
+        """Write each partition's new state (decided from its current one) conditionally; a
+        partition whose state node changed meanwhile is re-read and decided again (Kafka's
+        retry loop). Returns what was written (also put in `ctx.states`)."""
+        ctx = self.ctx
+        done: dict[TopicPartition, LeaderIsr] = {}
+        pending = list(dict.fromkeys(tps))
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            planned: list[tuple[TopicPartition, LeaderIsr]] = []
+            for tp in pending:
+                cur = ctx.states.get(tp)
+                if cur is None:
+                    continue
+                new = decide(tp, cur)
+                if new is not None:
+                    planned.append((tp, replace(new, zk_version=cur.zk_version)))
+            if not planned:
+                return done
+            written, conflicts = await self._zk.update_partition_states(
+                planned, ctx.epoch_zk_version
+            )
+            for tp, new in planned:
+                if tp in written:
+                    ctx.states[tp] = done[tp] = replace(new, zk_version=written[tp])
+            if not conflicts:
+                return done
+            for tp in conflicts:
+                await self._reload_state(tp)
+            pending = conflicts
+        state_change_logger.error(
+            "%s Gave up writing the states of %s after %d conflicting attempts",
             self._prefix,
-            _name(tp),
-            old,
-            new,
-            st.leader,
-            st.leader_epoch,
-            list(st.isr),
-            self.ctx.epoch,
-            st.zk_version,
+            [str(tp) for tp in pending],
+            MAX_WRITE_ATTEMPTS,
         )
+        return done
 
-    # --- requests to brokers ---------------------------------------------------------------
-    def _endpoints(self) -> tuple[BrokerEndpoint, ...]:
-        return tuple(
-            BrokerEndpoint(r.broker_id, r.host, r.port, rack=r.rack)
-            for _, r in sorted(self.ctx.live_brokers.items())
-        )
-
-    async def _send_leader_and_isr(
-        self, broker_id: int, tps: Iterable[TopicPartition], *, is_new: bool = False
-    ) -> None:
-        states = []
+    async def _unclean_settings(self, tps: Iterable[TopicPartition]) -> dict[str, bool]:
+        """`unclean.leader.election.enable` per topic, read from the store for topics that have
+        a partition whose election depends on it (Kafka reads it at election time)."""
+        out: dict[str, bool] = {}
         for tp in tps:
-            st = self.ctx.states.get(tp)
+            if tp.topic in out or not self.partition_sm.needs_unclean_config(self.ctx, tp):
+                continue
+            cfg = await self._zk.topic_config(tp.topic)
+            self.ctx.topic_configs[tp.topic] = cfg
+            out[tp.topic] = unclean_election_enabled(cfg, self.unclean_default)
+        return out
+
+    # --- partition state changes -------------------------------------------------------------
+    async def _to_online(self, tps: Iterable[TopicPartition], batch: RequestBatch) -> None:
+        """Kafka's handleStateChanges(partitions, OnlinePartition) with the offline election:
+        new partitions get their first state, offline (or online) ones an election."""
+        ctx, psm = self.ctx, self.partition_sm
+        valid = psm.valid(ctx, tps, PartitionState.ONLINE)
+        elect = [tp for tp in valid if psm.state(tp) is not PartitionState.NEW]
+        for tp in valid:
+            if psm.state(tp) is not PartitionState.NEW:
+                continue
+            st = psm.initial_leader_isr(ctx, tp)
             if st is None:
                 continue
-            states.append(
-                LeaderAndIsrPartitionState(
-                    tp.topic,
-                    tp.partition,
-                    self.ctx.epoch,
-                    st.leader,
-                    st.leader_epoch,
-                    st.isr,
-                    st.zk_version,
-                    self.ctx.replicas(tp),
-                    is_new=is_new,
-                )
-            )
-        if not states:
-            return
-        topics = {s.topic_name for s in states}
-        reg = self.ctx.live_brokers.get(broker_id)
-        req = LeaderAndIsrRequest(
-            self.broker_id,
-            self.ctx.epoch,
-            reg.epoch if reg else -1,
-            tuple(states),
-            {t: self.ctx.topic_ids[t] for t in topics if t in self.ctx.topic_ids},
-            self._endpoints(),
-        )
-        await self.channel.leader_and_isr(broker_id, req)
+            version = await self._zk.create_partition_state(tp, st, ctx.epoch_zk_version)
+            if version is None:  # initialized meanwhile (by an earlier controller): elect
+                await self._reload_state(tp)
+                if tp in ctx.states:
+                    elect.append(tp)
+                continue
+            ctx.states[tp] = replace(st, zk_version=version)
+            psm.complete_online(ctx, tp, batch, is_new=True)
+        if elect:
+            await self._elect_leaders(elect, batch)
 
-    def _um_state(
-        self, tp: TopicPartition, leader: int | None = None
-    ) -> UpdateMetadataPartitionState:
-        st = self.ctx.states.get(tp)
-        replicas = self.ctx.replicas(tp)
-        live = self.ctx.live_brokers
-        if st is None:
-            return UpdateMetadataPartitionState(
+    async def _elect_leaders(self, tps: list[TopicPartition], batch: RequestBatch) -> None:
+        ctx, psm = self.ctx, self.partition_sm
+        unclean = await self._unclean_settings(tps)
+        outcomes: dict[TopicPartition, ElectionOutcome] = {}
+
+        def decide(tp: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
+            allowed = unclean.get(
                 tp.topic,
-                tp.partition,
-                self.ctx.epoch,
-                NO_LEADER if leader is None else leader,
-                -1,
-                (),
-                -1,
-                replicas,
-                tuple(r for r in replicas if r not in live),
+                unclean_election_enabled(ctx.topic_configs.get(tp.topic, {}), self.unclean_default),
             )
-        return UpdateMetadataPartitionState(
-            tp.topic,
-            tp.partition,
-            self.ctx.epoch,
-            st.leader if leader is None else leader,
-            st.leader_epoch,
-            st.isr,
-            st.zk_version,
-            replicas,
-            tuple(r for r in replicas if r not in live),
-        )
+            outcomes[tp] = o = psm.elect(ctx, tp, cur, unclean_allowed=allowed)
+            return o.leader_isr
 
-    async def _send_update_metadata(
-        self, brokers: Iterable[int], tps: Iterable[TopicPartition]
-    ) -> None:
-        states = tuple(self._um_state(tp) for tp in tps)
-        topics = {s.topic_name for s in states}
-        for b in brokers:
-            reg = self.ctx.live_brokers.get(b)
-            req = UpdateMetadataRequest(
-                self.broker_id,
-                self.ctx.epoch,
-                reg.epoch if reg else -1,
-                states,
-                self._endpoints(),
-                {t: self.ctx.topic_ids[t] for t in topics if t in self.ctx.topic_ids},
-            )
-            await self.channel.update_metadata(b, req)
+        written = await self._update_leader_isr(tps, decide)
+        for tp in tps:
+            if tp in written:
+                psm.complete_online(ctx, tp, batch, unclean=outcomes[tp].unclean)
+            else:
+                o = outcomes.get(tp)
+                if o is not None and o.error is not None:
+                    psm.fail_online(ctx, tp, o.error)
 
-    # --- events ----------------------------------------------------------------------------
+    async def _trigger_online(self, batch: RequestBatch) -> None:
+        """Kafka's triggerOnlinePartitionStateChange: new and offline partitions (of topics
+        not being deleted) try to go online."""
+        tps = [
+            tp
+            for tp in self.partition_sm.partitions_in(PartitionState.NEW, PartitionState.OFFLINE)
+            if not self.ctx.is_queued_for_deletion(tp.topic)
+        ]
+        if tps:
+            await self._to_online(tps, batch)
+
+    async def _on_new_partitions(self, tps: list[TopicPartition]) -> None:
+        """Kafka's onNewPartitionCreation (SPEC H4)."""
+        ctx, batch = self.ctx, self._batch()
+        replicas = replicas_of(ctx, tps)
+        self.partition_sm.to_new(ctx, tps)
+        self.replica_sm.to_new(ctx, replicas, batch)
+        await self._to_online(tps, batch)
+        self.replica_sm.to_online(ctx, replicas, batch)
+        add_update_metadata(batch, ctx, ctx.live_brokers, tps)
+        await self._send(batch)
+
+    # --- broker changes (SPEC H3, H6) --------------------------------------------------------
     async def _on_broker_change(self) -> None:
         if not self.active:
             return
-        before = set(self.ctx.live_brokers)
-        after = await self._load_brokers()
-        dead, new = before - after, after - before
-        if dead:
-            log.info("%s brokers %s failed", self._prefix, sorted(dead))
-            affected = [tp for tp in self.ctx.all_partitions() if set(self.ctx.replicas(tp)) & dead]
-            changed = await self._elect_offline_partitions(affected)
-            # Dead replicas that were followers leave the ISR (leader epoch bump).
-            for tp in affected:
-                st = self.ctx.states.get(tp)
-                if st is None or tp in changed or st.leader == NO_LEADER:
-                    continue
-                isr = tuple(r for r in st.isr if r not in dead)
-                if isr != st.isr and isr:
-                    upd = LeaderIsr(
-                        st.leader, st.leader_epoch + 1, isr, self.ctx.epoch, st.zk_version
-                    )
-                    if await self._update_state(tp, upd):
-                        self.ctx.states[tp] = upd
-                        changed.append(tp)
-                        self._log_change(tp, "OnlinePartition", "OnlinePartition", upd)
-            await self._send_update_metadata(sorted(after), self.ctx.all_partitions())
-            for b in sorted(after):
-                await self._send_leader_and_isr(
-                    b, [tp for tp in changed if b in self.ctx.replicas(tp)]
-                )
-        if new:
-            log.info("%s brokers %s started", self._prefix, sorted(new))
-            changed = await self._elect_offline_partitions(self.ctx.all_partitions())
-            await self._send_update_metadata(sorted(after), self.ctx.all_partitions())
-            for b in sorted(after):
-                tps = set(changed if b not in new else self.ctx.partitions_on_broker(b))
-                await self._send_leader_and_isr(
-                    b,
-                    [
-                        tp
-                        for tp in self.ctx.all_partitions()
-                        if tp in tps and b in self.ctx.replicas(tp)
-                    ],
-                )
-            await self._resume_deletions()
+        ctx = self.ctx
+        before = dict(ctx.live_brokers)
+        current = await self._zk.live_brokers(self._watch("brokers", self._on_broker_change))
+        new = sorted(set(current) - set(before))
+        dead = sorted(set(before) - set(current))
+        bounced = sorted(
+            b for b in set(current) & set(before) if current[b].epoch != before[b].epoch
+        )
+        await self.channel.sync_brokers(broker_addresses(current))
+        if not (new or dead or bounced):
+            ctx.live_brokers = current
+            return
+        log.info("%s broker change: new %s, dead %s, bounced %s", self._prefix, new, dead, bounced)
+        batch = self._batch()
+        if dead or bounced:
+            ctx.live_brokers = {b: r for b, r in current.items() if b not in bounced}
+            await self._on_broker_failure([*dead, *bounced], batch)
+        ctx.live_brokers = current
+        if new or bounced:
+            await self._on_broker_startup(sorted([*new, *bounced]), batch)
+        add_update_metadata(
+            batch, ctx, ctx.live_brokers, ctx.partitions_on_brokers({*dead, *new, *bounced})
+        )
+        await self._try_deletions(batch)
+        await self._send(batch)
 
+    async def _on_broker_failure(self, dead: list[int], batch: RequestBatch) -> None:
+        """Kafka's onBrokerFailure / onReplicasBecomeOffline: partitions led by a dead broker
+        go offline and are elected again; the dead replicas leave the ISRs."""
+        ctx, psm, rsm = self.ctx, self.partition_sm, self.replica_sm
+        replicas = replicas_on(ctx, set(dead))
+        for_deletion = [r for r in replicas if ctx.is_queued_for_deletion(r.tp.topic)]
+        others = [r for r in replicas if not ctx.is_queued_for_deletion(r.tp.topic)]
+        offline_leader = [
+            tp
+            for tp, st in sorted(ctx.states.items())
+            if (st.leader == NO_LEADER or not ctx.is_live(st.leader))
+            and not ctx.is_queued_for_deletion(tp.topic)
+            and psm.state(tp) is not PartitionState.NON_EXISTENT
+        ]
+        psm.to_offline(ctx, offline_leader)
+        await self._trigger_online(batch)
+        removals = rsm.offline_isr_changes(ctx, others)
+        epoch = ctx.epoch
+
+        def shrink(tp: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
+            return remove_replicas_from_isr(cur, removals[tp], epoch)
+
+        written = await self._update_leader_isr(sorted(removals), shrink)
+        rsm.complete_offline(ctx, others, written, batch, stop_replica=False)
+        if for_deletion:
+            self.deletion.fail_replica_deletion(ctx, rsm, for_deletion)
+
+    async def _on_broker_startup(self, new: list[int], batch: RequestBatch) -> None:
+        """Kafka's onBrokerStartup: the new brokers learn everything, their replicas come
+        online, offline partitions are elected, pending deletions may resume."""
+        ctx = self.ctx
+        replicas = replicas_on(ctx, set(new))
+        self.replica_sm.to_online(ctx, replicas, batch)
+        await self._trigger_online(batch)
+        add_update_metadata(batch, ctx, ctx.live_brokers, ctx.all_partitions())
+        deleting = {r.tp.topic for r in replicas if ctx.is_queued_for_deletion(r.tp.topic)}
+        if deleting:
+            self.deletion.resume_for(ctx, deleting)
+
+    # --- topics (SPEC H4) --------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
         if not self.active:
             return
-        new = await self._load_topics(watch=True)
-        if new:
-            tps = [tp for t in new for tp in self.ctx.partitions_of(t)]
-            await self._on_new_partitions(tps)
+        ctx = self.ctx
+        names = set(await self._zk.topics(self._watch("topics", self._on_topic_change)))
+        for t in sorted(set(ctx.assignments) - names):  # removed behind our back
+            log.info("%s topic %s disappeared from the store", self._prefix, t)
+            self._forget_topic(t)
+        loaded = [t for t in sorted(names - set(ctx.assignments)) if await self._load_topic(t)]
+        if loaded:
+            log.info("%s new topics %s", self._prefix, loaded)
+            await self._on_new_partitions([tp for t in loaded for tp in ctx.partitions_of(t)])
 
-    async def _on_new_partitions(self, tps: list[TopicPartition]) -> None:
-        await self._initialize_partitions(tps)
-        live = sorted(self.ctx.live_brokers)
-        for b in live:
-            await self._send_leader_and_isr(
-                b, [tp for tp in tps if b in self.ctx.replicas(tp)], is_new=True
-            )
-        await self._send_update_metadata(live, tps)
+    def _forget_topic(self, topic: str) -> None:
+        ctx = self.ctx
+        tps = ctx.partitions_of(topic)
+        self.replica_sm.forget(replicas_of(ctx, tps))
+        self.partition_sm.forget(tps)
+        ctx.remove_topic(topic)
 
-    async def _on_topic_modified(self, topic: str) -> None:
+    async def _on_partition_modifications(self, topic: str) -> None:
         """CreatePartitions rewrote the assignment: initialize the added partitions."""
-        if not self.active or topic not in self.ctx.assignments:
+        ctx = self.ctx
+        if not self.active or topic not in ctx.assignments:
             return
-        try:
-            data, _ = await self.store.get(
-                paths.topic_path(topic), watch=self._watch(lambda: self._on_topic_modified(topic))
-            )
-        except NoNodeError:
+        a = await self._zk.topic_assignment(
+            topic, self._watch(f"topic:{topic}", self._modifications_event(topic))
+        )
+        if a is None:
             return
-        assignment = paths.TopicAssignment.from_json(data)
-        known = self.ctx.assignments[topic]
-        added = {p: tuple(r) for p, r in assignment.partitions.items() if p not in known}
+        if ctx.is_queued_for_deletion(topic):
+            log.info("%s ignoring new partitions of %s: it is being deleted", self._prefix, topic)
+            return
+        known = ctx.assignments[topic]
+        added = {p: tuple(r) for p, r in a.partitions.items() if p not in known}
         if not added:
             return
         known.update(added)
@@ -591,56 +620,69 @@ class Controller:
     async def _on_deletion_change(self) -> None:
         if not self.active:
             return
-        await self._load_deletions()
-        await self._resume_deletions()
+        names = await self._zk.deletions(self._watch("deletions", self._on_deletion_change))
+        if not self.delete_topic_enable:
+            await self._init_deletions(names)
+            return
+        for t in names:
+            if t not in self.ctx.assignments:
+                await self._zk.delete_deletion_marker(t)
+        self.deletion.enqueue(self.ctx, names)
+        batch = self._batch()
+        await self._try_deletions(batch)
+        await self._send(batch)
 
-    async def _resume_deletions(self) -> None:
-        """SPEC H4: remove the topic from every cache, stop and delete replicas, drop znodes."""
-        for topic in sorted(self.ctx.topics_to_delete):
-            tps = self.ctx.partitions_of(topic)
-            replicas = {r for tp in tps for r in self.ctx.replicas(tp)}
-            if not replicas <= set(self.ctx.live_brokers):
-                log.info(
-                    "%s deletion of %s waits for replicas %s to come back",
-                    self._prefix,
-                    topic,
-                    sorted(replicas - set(self.ctx.live_brokers)),
-                )
-                continue
-            live = sorted(self.ctx.live_brokers)
-            states = tuple(self._um_state(tp, leader=LEADER_DURING_DELETE) for tp in tps)
-            for b in live:
-                reg = self.ctx.live_brokers[b]
-                await self.channel.update_metadata(
-                    b,
-                    UpdateMetadataRequest(
-                        self.broker_id, self.ctx.epoch, reg.epoch, states, self._endpoints(), {}
-                    ),
-                )
-            for b in sorted(replicas):
-                parts = tuple(
-                    StopReplicaPartition(tp.topic, tp.partition, LEADER_DURING_DELETE, True)
-                    for tp in tps
-                    if b in self.ctx.replicas(tp)
-                )
-                reg = self.ctx.live_brokers[b]
-                await self.channel.stop_replica(
-                    b, StopReplicaRequest(self.broker_id, self.ctx.epoch, reg.epoch, parts)
-                )
-            for path in (
-                paths.topic_path(topic),
-                paths.topic_config_path(topic),
-                paths.delete_topic_path(topic),
-            ):
-                try:
-                    await self.store.delete(path, recursive=True)
-                except NoNodeError:
-                    pass
-            for tp in tps:
-                state_change_log.info("%s Deleted partition %s", self._prefix, _name(tp))
-            self.ctx.remove_topic(topic)
-            log.info("%s deleted topic %s", self._prefix, topic)
+    async def _try_deletions(self, batch: RequestBatch) -> None:
+        """Kafka's resumeDeletions: start what can start; finish topics fully deleted."""
+        ctx = self.ctx
+        if not ctx.topics_to_delete:
+            return
+        for topic in self.deletion.plan(ctx, self.partition_sm, self.replica_sm, batch):
+            await self._zk.delete_topic_nodes(topic, ctx.epoch_zk_version)
+            self.deletion.complete(ctx, self.partition_sm, self.replica_sm, topic)
 
+    def on_broker_response(
+        self, broker_id: int, request: InterbrokerRequestBody, response: InterbrokerResponseBody
+    ) -> None:
+        """A broker answered (called by a queueing channel, or by `_send` with an in-process
+        broker's answer): StopReplica answers drive topic deletion."""
+        if isinstance(request, StopReplicaRequest) and isinstance(response, StopReplicaResponse):
 
-def _name(tp: TopicPartition) -> str:
-    return f"{tp.topic}-{tp.partition}"
+            async def event() -> None:
+                await self._on_stop_replica_response(broker_id, request, response)
+
+            self._enqueue(event)
+
+    async def _on_stop_replica_response(
+        self, broker_id: int, req: StopReplicaRequest, resp: StopReplicaResponse
+    ) -> None:
+        ctx = self.ctx
+        if not self.active or req.controller_epoch != ctx.epoch:
+            return
+        deleting = [p for p in req.partitions if p.delete_partition]
+        if not deleting:
+            return
+        per = {(e.topic_name, e.partition_index): e.error_code for e in resp.partition_errors}
+        errors: Mapping[TopicPartition, int] = {
+            TopicPartition(p.topic_name, p.partition_index): resp.error_code
+            or per.get((p.topic_name, p.partition_index), 0)
+            for p in deleting
+        }
+        self.deletion.stop_replica_answered(ctx, self.replica_sm, broker_id, errors)
+        batch = self._batch()
+        await self._try_deletions(batch)
+        await self._send(batch)
+
+    # --- requests ----------------------------------------------------------------------------
+    def _batch(self) -> RequestBatch:
+        return RequestBatch(self.broker_id, self.ctx.epoch)
+
+    async def _send(self, batch: RequestBatch) -> None:
+        if batch.is_empty():
+            return
+        sent = await send_batch(
+            self.channel, batch.build(live_broker_epochs(self.ctx), live_endpoints(self.ctx))
+        )
+        for req, resp in sent:
+            if isinstance(resp, StopReplicaResponse):
+                self.on_broker_response(req.broker_id, req.body, resp)

@@ -1,16 +1,28 @@
-"""Leader election rules (SPEC H3, H10), pure functions of the partition's state."""
+"""Leader election rules (SPEC H3, H10), pure functions of the partition's state.
+
+Kafka's `PartitionLeaderElectionAlgorithms` (ZooKeeper mode): only the strategies the
+controller uses are here -- the offline election (new and offline partitions) and the
+preferred replica rule (for the coming preferred election).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+
+UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 
 
 @dataclass(frozen=True, slots=True)
 class Election:
-    leader: int | None  # None: no eligible replica, the partition goes offline
+    leader: int | None  # None: no eligible replica, the partition goes (or stays) offline
     isr: tuple[int, ...]
     unclean: bool = False
+
+
+def live_isr(assigned: Sequence[int], isr: Collection[int], live: Collection[int]) -> list[int]:
+    """The ISR members that are alive, in assignment order (the clean candidates)."""
+    return [r for r in assigned if r in isr and r in live]
 
 
 def offline_partition_election(
@@ -20,15 +32,25 @@ def offline_partition_election(
     *,
     unclean_allowed: bool,
 ) -> Election:
-    """First live ISR member in assignment order; else, if allowed, any live replica."""
-    live_isr = [r for r in assigned if r in isr and r in live]
-    if live_isr:
-        return Election(live_isr[0], tuple(r for r in isr if r in live))
+    """Kafka's offlinePartitionLeaderElection: the first live ISR member in assignment order,
+    the new ISR being the live ISR; else, only if unclean election is allowed, the first live
+    replica in assignment order, alone in the ISR (possible data loss); else no leader."""
+    clean = live_isr(assigned, isr, live)
+    if clean:
+        return Election(clean[0], tuple(r for r in isr if r in live))
     if unclean_allowed:
         live_assigned = [r for r in assigned if r in live]
         if live_assigned:
             return Election(live_assigned[0], (live_assigned[0],), unclean=True)
     return Election(None, tuple(isr))
+
+
+def unclean_election_enabled(topic_config: Mapping[str, str], broker_default: bool) -> bool:
+    """`unclean.leader.election.enable` of a topic: its override, else the broker default."""
+    value = topic_config.get(UNCLEAN_LEADER_ELECTION_ENABLE)
+    if value is None:
+        return broker_default
+    return value.strip().lower() == "true"
 
 
 def preferred_replica_election(

@@ -28,6 +28,7 @@ from wherry.protocol.records import RecordError, validate_batch
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.replication.delayed import DelayedFetch, DelayedProduce, ProducePartitionStatus
 from wherry.replication.partition import Partition, PartitionError
+from wherry.runtime.state_change_log import log_broker_partition_change
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("wherry.state_change")
@@ -135,12 +136,26 @@ class ReplicaManager:
                 err = ErrorCode.stale_controller_epoch
             else:
                 part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
+                old_role = _role(current)
                 if st.leader == self.broker_id:
                     part.make_leader(st, now_ms)
                     became_leader.append((tp, st.leader_epoch))
                 else:
                     part.make_follower(st)
                     became_follower.append(tp)
+                log_broker_partition_change(
+                    self.broker_id,
+                    tp.topic,
+                    tp.partition,
+                    old_role,
+                    _role(part),
+                    leader=st.leader,
+                    leader_epoch=st.leader_epoch,
+                    isr=st.isr,
+                    controller_epoch=req.controller_epoch,
+                    high_watermark=part.high_watermark,
+                    log_end_offset=part.log.log_end_offset,
+                )
                 # Parked requests re-check under the new leadership.
                 self.produce_purgatory.check_and_complete(tp)
                 self.fetch_purgatory.check_and_complete(tp)
@@ -172,12 +187,16 @@ class ReplicaManager:
                 part.leader_id = -1
             if sp.delete_partition:
                 self.log_manager.delete_log(tp)
-            state_change_log.info(
-                "[Broker id=%d] Stopped replica %s-%d (delete=%s)",
+            log_broker_partition_change(
                 self.broker_id,
                 tp.topic,
                 tp.partition,
-                sp.delete_partition,
+                _role(part),
+                "Deleted" if sp.delete_partition else "Stopped",
+                leader=-1,
+                leader_epoch=sp.leader_epoch,
+                isr=(),
+                controller_epoch=req.controller_epoch,
             )
             self.produce_purgatory.check_and_complete(tp)
             self.fetch_purgatory.check_and_complete(tp)
@@ -371,3 +390,10 @@ class ReplicaManager:
     # --- high watermarks -------------------------------------------------------------------
     def checkpoint_high_watermarks(self) -> None:
         self.log_manager.checkpoint_high_watermarks()
+
+
+def _role(part: Partition | None) -> str:
+    """A replica's role for the state-change log."""
+    if part is None:
+        return "None"
+    return "Leader" if part.is_leader else "Follower"

@@ -4,6 +4,17 @@ Start: log manager (recovery) → metadata-store session → replica manager and
 listeners bound (requests held until started) → broker registration (ephemeral node) →
 config-change listener → controller election → background tasks. Stop reverses it and
 leaves a clean-shutdown marker so the next start skips recovery.
+
+Coordination. Without `zookeeper.connect` the broker opens a session on an embedded store
+(its own, under `<first log dir>/__meta`, or one shared by several brokers of a process, as
+`wherry dev` does) and its controller reaches brokers through an `InProcessChannel` (shared
+by the brokers of the process). With `zookeeper.connect` it opens a ZooKeeper session and its
+controller talks to brokers over the network (a `NetworkChannelManager`). When the session
+expires (ZooKeeper's, or an embedded one expired by a test), the broker does what Kafka's does
+on re-initializing its ZooKeeper session: its controller instance resigns (it watches the
+session), a new session is opened, the broker registers again (a new `/brokers/ids/<id>`
+node, so a new broker epoch, its czxid) and the controller restarts on the new session
+(`Controller.restart_with`), running for election again. Partitions keep being served meanwhile.
 """
 
 from __future__ import annotations
@@ -15,14 +26,22 @@ import logging
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from wherry.controller.channel import InProcessChannel
+from wherry.controller.channel import ControllerChannel, InProcessChannel
 from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.coordination.embedded import EmbeddedCoordinator
-from wherry.coordination.store import MetadataStore, NodeExistsError, NoNodeError, WatchEvent
+from wherry.coordination.store import (
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    SessionState,
+    StoreError,
+    WatchEvent,
+)
 from wherry.log.cleaner import CleanerConfig, LogCleaner
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
@@ -50,6 +69,7 @@ from wherry.replication.partition import Partition
 from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
+from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.controller_requests import (
@@ -69,10 +89,14 @@ from wherry.server.metadata_cache import MetadataCache, StaleControllerEpoch
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.producer_ids import ProducerIdManager
 
+if TYPE_CHECKING:
+    from wherry.controller.channel_manager import NetworkChannelManager
+
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("wherry.state_change")
 
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
 
 
 def raise_open_files_limit() -> int | None:
@@ -116,9 +140,19 @@ class Broker:
         self.broker_id = config.broker_id
         self.clock: Clock = clock or SystemClock()
         self.rng = rng or random.Random()
-        self._own_coordinator = coordinator is None
+        if coordinator is not None and config.zookeeper_connect is not None:
+            raise ValueError("an embedded coordinator and zookeeper.connect are exclusive")
+        self.uses_zookeeper = config.zookeeper_connect is not None
+        self._own_coordinator = coordinator is None and not self.uses_zookeeper
         self._coordinator = coordinator
+        # Brokers of this process reachable by an in-process controller (embedded mode).
         self.channel = channel or InProcessChannel()
+        # The channel of the current controller instance (a NetworkChannelManager per
+        # instance with ZooKeeper; `self.channel` otherwise).
+        self.controller_channel: ControllerChannel = self.channel
+        self._network_channel: NetworkChannelManager | None = None
+        self._renew_task: asyncio.Task[None] | None = None
+        self.session_renewals = 0
         self.cluster_id = ""
         self.cache = MetadataCache(self.broker_id)
         # Broker epoch (set at registration) and newest controller epoch seen (SPEC H1, H5).
@@ -143,6 +177,7 @@ class Broker:
         self.groups: GroupsRuntime
         self.network: NetworkServer
         self.scheduler: Scheduler
+        self._state_change_log: StateChangeLogHandle | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -150,9 +185,12 @@ class Broker:
         raise_open_files_limit()
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        if self._coordinator is None:
+        # SPEC H12: this broker's (and its controller's) state changes, one parseable line each.
+        self._state_change_log = attach_state_change_log(cfg.data_dir, node_id=cfg.broker_id)
+        if self._coordinator is None and not self.uses_zookeeper:
             self._coordinator = EmbeddedCoordinator(cfg.data_dir)
-        self.store = self._coordinator.session()
+        self.store = await self._open_session()
+        self._watch_session(self.store)
         await paths.ensure_persistent_paths(self.store)
         self.cluster_id = await self._cluster_id()
         self._check_meta_properties()
@@ -194,17 +232,11 @@ class Broker:
         self.bound_ports = [
             await self.network.listen(ep.host, ep.port, ep.listener) for ep in cfg.listeners
         ]
-        await self._register()
-        self._config_task = loop.create_task(self._config_change_listener(), name="config-changes")
+        # Reachable by an in-process controller before the registration makes it live.
         self.channel.register(self.broker_id, self)
-        self.controller = Controller(
-            self.broker_id,
-            self.store,
-            self.channel,
-            unclean_leader_election_default=cfg.log_defaults.unclean_leader_election_enable,
-            now_ms=self.clock.now_ms,
-        )
-        await self.controller.start()
+        await self._register()
+        self._start_config_listener()
+        await self._start_controller()
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
         self._started.set()
@@ -223,20 +255,25 @@ class Broker:
             return
         self._stopped = True
         log.info("%s shutting down", self._prefix)
+        if self._renew_task is not None:
+            self._renew_task.cancel()
+            try:
+                await self._renew_task
+            except (asyncio.CancelledError, Exception):
+                pass
         if hasattr(self, "network"):
             await self.network.close()
-        if hasattr(self, "controller"):
-            await self.controller.stop()
+        await self._stop_controller()
         self.channel.unregister(self.broker_id)
         if hasattr(self, "scheduler"):
             await self.scheduler.shutdown()
-        for task in (self._purgatory_task, self._config_task):
-            if task is not None:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
+        await self._stop_config_listener()
+        if self._purgatory_task is not None:
+            self._purgatory_task.cancel()
+            try:
+                await self._purgatory_task
+            except asyncio.CancelledError:
+                pass
         if hasattr(self, "groups"):
             await self.groups.stop()
         if hasattr(self, "replica_manager"):
@@ -249,6 +286,153 @@ class Broker:
         if self._own_coordinator and self._coordinator is not None:
             self._coordinator.close()
         log.info("%s shut down completed", self._prefix)
+        if self._state_change_log is not None:
+            self._state_change_log.detach()
+            self._state_change_log = None
+
+    # --- coordination sessions -------------------------------------------------------------
+    async def _open_session(self) -> MetadataStore:
+        cfg = self.config
+        if cfg.zookeeper_connect is None:
+            assert self._coordinator is not None
+            return self._coordinator.session()
+        from wherry.coordination.zookeeper import connect_zookeeper
+
+        log.info(
+            "%s connecting to ZooKeeper at %s (session timeout %d ms)",
+            self._prefix,
+            cfg.zookeeper_connect,
+            cfg.zookeeper_session_timeout_ms,
+        )
+        store = await connect_zookeeper(
+            cfg.zookeeper_connect,
+            session_timeout_ms=cfg.zookeeper_session_timeout_ms,
+            connect_timeout_s=cfg.zookeeper_connection_timeout / 1000,
+        )
+        log.info("%s ZooKeeper session %#x established", self._prefix, store.session_id)
+        return store
+
+    def _watch_session(self, store: MetadataStore) -> None:
+        def on_state(state: SessionState) -> None:
+            if state is SessionState.EXPIRED and store is self.store:
+                self._on_session_expired()
+
+        store.add_state_listener(on_state)
+
+    def _on_session_expired(self) -> None:
+        if self._stopped or self._renew_task is not None or not self._started.is_set():
+            # A renewal in progress checks the new session's state itself; a broker still
+            # starting fails its start (every call on the session raises).
+            return
+        log.warning(
+            "%s coordination session %#x expired; re-registering with a new session",
+            self._prefix,
+            self.store.session_id,
+        )
+        self._renew_task = asyncio.get_running_loop().create_task(
+            self._renew_session(), name=f"session-renewal-{self.broker_id}"
+        )
+
+    async def _renew_session(self) -> None:
+        """Kafka's session re-initialization (ZooKeeperClient.reinitialize, then the
+        controller's RegisterBrokerAndReelect). The controller instance resigned by itself when
+        the session ended; the config-change watch of the old session is stopped, a new
+        session opened, the broker registered again (a new broker epoch) and the controller
+        restarted on the new session, where it runs for election. Retried with backoff until
+        it holds."""
+        pause_ms = SESSION_RETRY_BACKOFF_MS[0]
+
+        async def backoff(what: str, e: BaseException) -> None:
+            nonlocal pause_ms
+            log.warning("%s %s (%s); retrying in %d ms", self._prefix, what, e, pause_ms)
+            await asyncio.sleep(pause_ms / 1000)
+            pause_ms = min(pause_ms * 2, SESSION_RETRY_BACKOFF_MS[1])
+
+        try:
+            while not self._stopped:
+                await self._stop_config_listener()
+                try:
+                    await self.store.close()
+                except StoreError:
+                    pass
+                try:
+                    store = await self._open_session()
+                except (StoreError, OSError) as e:
+                    await backoff("cannot open a new coordination session", e)
+                    continue
+                self._use_store(store)
+                try:
+                    await self._register()
+                    self._start_config_listener()
+                    await self.controller.restart_with(store)
+                except (StoreError, RuntimeError) as e:  # RuntimeError: id taken meanwhile
+                    await backoff("re-registration on the new session failed", e)
+                    continue
+                if store.state is SessionState.EXPIRED:
+                    continue  # expired again while registering: once more
+                self.session_renewals += 1
+                log.info(
+                    "%s re-registered on session %#x with broker epoch %d",
+                    self._prefix,
+                    store.session_id,
+                    self.fence.broker_epoch,
+                )
+                return
+        finally:
+            self._renew_task = None
+
+    def _use_store(self, store: MetadataStore) -> None:
+        """Point everything that talks to the store at a new session."""
+        self.store = store
+        self.admin.store = store
+        self.producer_ids.store = store
+        self._watch_session(store)
+
+    def _start_config_listener(self) -> None:
+        self._config_task = asyncio.get_running_loop().create_task(
+            self._config_change_listener(), name=f"config-changes-{self.broker_id}"
+        )
+
+    async def _stop_config_listener(self) -> None:
+        task, self._config_task = self._config_task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, StoreError):
+                pass
+
+    async def _start_controller(self) -> None:
+        """This broker's controller instance; it runs for election at once. With ZooKeeper it
+        reaches brokers over the network (its `sync_brokers` calls keep the manager's queues
+        to the live brokers); otherwise through the process's `InProcessChannel`."""
+        cfg = self.config
+        if self.uses_zookeeper:
+            from wherry.controller.channel_manager import ChannelConfig, NetworkChannelManager
+
+            timeout_ms = cfg.controller_socket_timeout_ms
+            self._network_channel = NetworkChannelManager(
+                self.broker_id,
+                config=ChannelConfig(connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms),
+            )
+            self.controller_channel = self._network_channel
+        self.controller = Controller(
+            self.broker_id,
+            self.store,
+            self.controller_channel,
+            unclean_leader_election_default=cfg.log_defaults.unclean_leader_election_enable,
+            delete_topic_enable=cfg.delete_topic_enable,
+            now_ms=self.clock.now_ms,
+        )
+        await self.controller.start()
+
+    async def _stop_controller(self) -> None:
+        if hasattr(self, "controller"):
+            await self.controller.stop()
+        manager, self._network_channel = self._network_channel, None
+        if manager is not None:
+            await manager.close()
+        self.controller_channel = self.channel
 
     async def _cluster_id(self) -> str:
         try:
@@ -581,6 +765,7 @@ class Broker:
         part: Partition | None,
     ) -> None:
         current = -1 if part is None else part.leader_epoch
+        level = logging.WARNING
         if error == ErrorCode.unknown_topic_or_partition:
             reason = f"itself is not in assigned replica list {list(st.replicas)}"
         elif error == ErrorCode.inconsistent_topic_id:
@@ -595,7 +780,11 @@ class Broker:
             )
         else:
             reason = f"its associated leader epoch {st.leader_epoch} matches the current one"
-        state_change_log.warning(
+            # Kafka logs this case (e.g. a new controller re-sending every partition's state)
+            # at info, the others at warning.
+            level = logging.INFO
+        state_change_log.log(
+            level,
             "%s Ignoring LeaderAndIsr request from controller %d epoch %d for partition %s-%d "
             "as %s (%s)",
             self._prefix,

@@ -108,6 +108,13 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000
     cluster_id: str | None = None
     rack: str | None = None
+    # Coordination: the embedded store unless zookeeper.connect is set (Kafka's names and
+    # defaults; zookeeper.connection.timeout.ms defaults to the session timeout).
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18_000
+    zookeeper_connection_timeout_ms: int | None = None
+    # The controller's connections to brokers (Kafka's controller.socket.timeout.ms).
+    controller_socket_timeout_ms: int = 30_000
     # Group coordinator (Kafka's names and code defaults; see QUICKSTART_DEFAULTS).
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
@@ -129,6 +136,13 @@ class BrokerConfig:
     @property
     def advertised(self) -> tuple[Endpoint, ...]:
         return self.advertised_listeners or self.listeners
+
+    @property
+    def zookeeper_connection_timeout(self) -> int:
+        """zookeeper.connection.timeout.ms in force (Kafka: the session timeout when unset)."""
+        if self.zookeeper_connection_timeout_ms is None:
+            return self.zookeeper_session_timeout_ms
+        return self.zookeeper_connection_timeout_ms
 
     @property
     def offsets_retention_ms(self) -> int:
@@ -187,6 +201,10 @@ class BrokerConfig:
         take("producer.id.expiration.ms", int, "producer_id_expiration_ms")
         take("cluster.id", str, "cluster_id")
         take("broker.rack", str, "rack")
+        take("zookeeper.connect", lambda v: v.strip() or None, "zookeeper_connect")
+        take("zookeeper.session.timeout.ms", int, "zookeeper_session_timeout_ms")
+        take("zookeeper.connection.timeout.ms", int, "zookeeper_connection_timeout_ms")
+        take("controller.socket.timeout.ms", int, "controller_socket_timeout_ms")
         take("offsets.topic.num.partitions", int, "offsets_topic_num_partitions")
         take("offsets.topic.replication.factor", int, "offsets_topic_replication_factor")
         take("offsets.topic.segment.bytes", int, "offsets_topic_segment_bytes")
@@ -214,6 +232,9 @@ class BrokerConfig:
             ("log_cleaner_backoff_ms", 1),
             ("log_cleaner_dedupe_buffer_size", 1),
             ("log_cleaner_threads", 0),
+            ("zookeeper_session_timeout_ms", 1),
+            ("zookeeper_connection_timeout_ms", 1),
+            ("controller_socket_timeout_ms", 1),
         ):
             if kw.get(key, minimum) < minimum:
                 raise BrokerConfigError(f"{key.replace('_', '.')} must be at least {minimum}")

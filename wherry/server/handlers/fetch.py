@@ -89,6 +89,15 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     topics: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
     for key, name, index in order:
         r = result.get(TopicPartition(name, index)) if name is not None else None
+        if (
+            r is not None
+            and r.error_code == ErrorCode.unknown_topic_or_partition
+            and name is not None
+            and cache.partition(name, index) is not None
+        ):
+            # The partition exists but has no replica here: the client's metadata is stale
+            # (Kafka's ReplicaManager.getPartitionOrError).
+            r.error_code = ErrorCode.not_leader_or_follower
         if r is None:
             part: dict[str, Any] = {
                 "partition_index": index,

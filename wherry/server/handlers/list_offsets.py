@@ -27,7 +27,12 @@ def _lookup(
     try:
         part = broker.replica_manager.leader_partition(tp, current_leader_epoch)
     except PartitionError as e:
-        return {"error_code": e.error_code, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+        code = e.error_code
+        if code == ErrorCode.unknown_topic_or_partition and broker.cache.partition(*tp) is not None:
+            # The partition exists but has no replica here: the client's metadata is stale
+            # (Kafka's ReplicaManager.getPartitionOrError).
+            code = ErrorCode.not_leader_or_follower
+        return {"error_code": code, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     plog = part.log
     # Consumers only see committed data; a replica or debugging consumer sees the log end.
     upper = plog.log_end_offset if replica_id >= 0 else part.high_watermark

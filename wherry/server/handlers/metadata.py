@@ -1,4 +1,9 @@
-"""Metadata (key 3), answered from the metadata cache (SPEC M1–M3, M5)."""
+"""Metadata (key 3), answered from the metadata cache (SPEC M1–M3, M5).
+
+Every broker answers alike: the cache holds what the controller's UpdateMetadata requests
+said (live brokers with their advertised endpoints, and per partition the leader, leader
+epoch, ISR, replicas and offline replicas), so any broker serves as a bootstrap server.
+"""
 
 from __future__ import annotations
 
@@ -22,20 +27,34 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
+def topic_metadata(broker: Broker, name: str, *, strict: bool = False) -> dict[str, Any]:
+    """A topic's partitions as the metadata cache has them (Kafka's ZK-mode MetadataCache).
+
+    A leader that is not a live broker is reported as -1 with LEADER_NOT_AVAILABLE. With
+    `strict` (Metadata v0: "errorUnavailableEndpoints") replicas and ISR members that are not
+    live are left out and the partition gets REPLICA_NOT_AVAILABLE; later versions list every
+    replica and name the dead ones in `offline_replicas`.
+    """
     cache = broker.cache
     alive = set(cache.brokers)
     partitions = []
     for p, st in sorted(cache.partitions(name).items()):
-        err = ErrorCode.none if st.leader in alive else ErrorCode.leader_not_available
+        replicas = [r for r in st.replicas if not strict or r in alive]
+        isr = [r for r in st.isr if not strict or r in alive]
+        if st.leader not in alive:
+            err = ErrorCode.leader_not_available
+        elif len(replicas) < len(st.replicas) or len(isr) < len(st.isr):
+            err = ErrorCode.replica_not_available
+        else:
+            err = ErrorCode.none
         partitions.append(
             {
                 "error_code": err,
                 "partition_index": p,
                 "leader_id": st.leader if st.leader in alive else -1,
                 "leader_epoch": st.leader_epoch,
-                "replica_nodes": list(st.replicas),
-                "isr_nodes": list(st.isr),
+                "replica_nodes": replicas,
+                "isr_nodes": isr,
                 "offline_replicas": list(st.offline_replicas),
             }
         )
@@ -69,9 +88,10 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     # v0: an empty list means all topics; v1+: null means all, empty means none (SPEC M3).
     all_topics = requested is None or (req.api_version == 0 and not requested)
     allow_auto = getattr(body, "allow_auto_topic_creation", True)
+    strict = req.api_version == 0
     topics: list[dict[str, Any]] = []
     if all_topics:
-        topics = [topic_metadata(broker, t) for t in cache.topics()]
+        topics = [topic_metadata(broker, t, strict=strict) for t in cache.topics()]
     else:
         for t in requested:
             name = getattr(t, "name", None)
@@ -85,7 +105,7 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
                     topics.append(_error_topic(None, ErrorCode.unknown_topic_id, tid))
                     continue
             if cache.contains_topic(name):
-                topics.append(topic_metadata(broker, name))
+                topics.append(topic_metadata(broker, name, strict=strict))
                 continue
             topics.append(await _unknown_topic(broker, name, allow_auto))
     brokers = [

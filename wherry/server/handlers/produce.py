@@ -51,6 +51,10 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any] | None:
             elif name == OFFSETS_TOPIC and req.client_id != ADMIN_CLIENT_ID:
                 # Kafka: "Cannot append to internal topic" (only the coordinator writes it).
                 errors[(key, p.index)] = ErrorCode.invalid_topic_exception
+            elif broker.replica_manager.get_partition(TopicPartition(name, p.index)) is None:
+                # The partition exists but has no replica here: the client's metadata is
+                # stale (Kafka's ReplicaManager.getPartitionOrError).
+                errors[(key, p.index)] = ErrorCode.not_leader_or_follower
             else:
                 entries[TopicPartition(name, p.index)] = p.records
 

@@ -1,0 +1,147 @@
+"""The partition states the controller puts into its requests, from its context (pure).
+
+Kafka's `addLeaderAndIsrRequestForBrokers` / `addUpdateMetadataRequestForBrokers`: every
+LeaderAndIsr partition also goes, as UpdateMetadata, to every live broker; an UpdateMetadata
+state names the partition's offline replicas (assigned replicas on brokers that are not live),
+and a partition of a topic queued for deletion is sent with leader -2 (LeaderDuringDelete), so
+brokers drop it from their metadata caches (SPEC M2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from wherry.controller.channel import BrokerAddress
+from wherry.controller.context import ControllerContext
+from wherry.controller.request_batch import RequestBatch
+from wherry.coordination.paths import BrokerRegistration
+from wherry.log.topic_partition import TopicPartition
+from wherry.protocol.interbroker import (
+    LEADER_DURING_DELETE,
+    NO_LEADER,
+    BrokerEndpoint,
+    LeaderAndIsrPartitionState,
+    StopReplicaPartition,
+    UpdateMetadataPartitionState,
+)
+
+NO_EPOCH = -1  # StopReplica without a known leader epoch (Kafka's LeaderAndIsr.NoEpoch)
+EPOCH_DURING_DELETE = -2  # StopReplica that deletes (Kafka's LeaderAndIsr.EpochDuringDelete)
+
+
+def leader_and_isr_state(
+    ctx: ControllerContext, tp: TopicPartition, *, is_new: bool = False
+) -> LeaderAndIsrPartitionState | None:
+    st = ctx.states.get(tp)
+    if st is None:
+        return None
+    return LeaderAndIsrPartitionState(
+        tp.topic,
+        tp.partition,
+        st.controller_epoch,
+        st.leader,
+        st.leader_epoch,
+        st.isr,
+        st.zk_version,
+        ctx.replicas(tp),
+        is_new=is_new,
+    )
+
+
+def update_metadata_state(
+    ctx: ControllerContext, tp: TopicPartition
+) -> UpdateMetadataPartitionState:
+    st = ctx.states.get(tp)
+    replicas = ctx.replicas(tp)
+    offline = ctx.offline_replicas(tp)
+    deleting = ctx.is_queued_for_deletion(tp.topic)
+    if st is None:  # a new partition no replica of which is alive yet
+        return UpdateMetadataPartitionState(
+            tp.topic,
+            tp.partition,
+            ctx.epoch,
+            LEADER_DURING_DELETE if deleting else NO_LEADER,
+            -1,
+            (),
+            -1,
+            replicas,
+            offline,
+        )
+    return UpdateMetadataPartitionState(
+        tp.topic,
+        tp.partition,
+        st.controller_epoch,
+        LEADER_DURING_DELETE if deleting else st.leader,
+        st.leader_epoch,
+        st.isr,
+        st.zk_version,
+        replicas,
+        offline,
+    )
+
+
+def add_update_metadata(
+    batch: RequestBatch,
+    ctx: ControllerContext,
+    brokers: Iterable[int],
+    tps: Iterable[TopicPartition] = (),
+) -> None:
+    states = [update_metadata_state(ctx, tp) for tp in tps if ctx.replicas(tp)]
+    batch.add_update_metadata(
+        brokers,
+        states,
+        {
+            s.topic_name: ctx.topic_ids[s.topic_name]
+            for s in states
+            if s.topic_name in ctx.topic_ids
+        },
+    )
+
+
+def add_leader_and_isr(
+    batch: RequestBatch,
+    ctx: ControllerContext,
+    brokers: Iterable[int],
+    tp: TopicPartition,
+    *,
+    is_new: bool = False,
+) -> None:
+    """LeaderAndIsr for `tp` to `brokers`, and its UpdateMetadata to every live broker."""
+    st = leader_and_isr_state(ctx, tp, is_new=is_new)
+    if st is None:
+        return
+    batch.add_leader_and_isr(brokers, st, ctx.topic_ids.get(tp.topic))
+    add_update_metadata(batch, ctx, ctx.live_brokers, [tp])
+
+
+def add_stop_replica(
+    batch: RequestBatch,
+    ctx: ControllerContext,
+    broker_id: int,
+    tp: TopicPartition,
+    *,
+    delete: bool,
+) -> None:
+    """Kafka's leader epoch rule: -2 when deleting, else the current leader epoch (or -1)."""
+    if delete:
+        epoch = EPOCH_DURING_DELETE
+    else:
+        st = ctx.states.get(tp)
+        epoch = NO_EPOCH if st is None else st.leader_epoch
+    batch.add_stop_replica([broker_id], StopReplicaPartition(tp.topic, tp.partition, epoch, delete))
+
+
+def live_broker_epochs(ctx: ControllerContext) -> dict[int, int]:
+    return {b: reg.epoch for b, reg in ctx.live_brokers.items()}
+
+
+def live_endpoints(ctx: ControllerContext) -> tuple[BrokerEndpoint, ...]:
+    return tuple(
+        BrokerEndpoint(r.broker_id, r.host, r.port, rack=r.rack)
+        for _, r in sorted(ctx.live_brokers.items())
+    )
+
+
+def broker_addresses(brokers: Mapping[int, BrokerRegistration]) -> dict[int, BrokerAddress]:
+    """What `ControllerChannel.sync_brokers` takes, from the brokers' registrations."""
+    return {b: BrokerAddress(r.host, r.port, r.epoch) for b, r in sorted(brokers.items())}

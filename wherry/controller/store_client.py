@@ -1,0 +1,344 @@
+"""The controller's reads and writes in the metadata store (the part of Kafka's KafkaZkClient the
+controller uses).
+
+* Every call is retried across a connection loss: while the session is suspended calls wait
+  for it to reconnect (as Kafka's ZooKeeper client blocks), and raise `SessionExpiredError`
+  once it has expired or been closed.
+* Writes of partition state are fenced: each is a transaction that first checks the
+  `/controller_epoch` node's version, so a deposed controller's write fails
+  (`ControllerMovedError`); a conflict on the state node's own version is reported per
+  partition, for the caller to re-read and decide again.
+* The controller is registered and the epoch incremented in one transaction (Kafka's
+  registerControllerAndIncrementControllerEpoch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from wherry.controller.context import LeaderIsr
+from wherry.coordination import paths
+from wherry.coordination.store import (
+    BadVersionError,
+    CheckOp,
+    ConnectionLossError,
+    CreateOp,
+    DeleteOp,
+    MetadataStore,
+    MultiOp,
+    MultiResult,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError,
+    SessionState,
+    SetOp,
+    Stat,
+    StoreError,
+    WatchCallback,
+)
+from wherry.log.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+INITIAL_CONTROLLER_EPOCH = 0  # written when /controller_epoch does not exist yet (Kafka's)
+
+
+class ControllerMovedError(Exception):
+    """A fenced write failed: another controller has been elected since."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerNode:
+    broker_id: int
+    owner_session: int  # the session holding the ephemeral /controller node
+
+
+class ControllerStoreClient:
+    def __init__(
+        self, store: MetadataStore, on_session_end: Callable[[SessionState], None]
+    ) -> None:
+        self.store = store
+        self._on_session_end = on_session_end
+        self._state_changed = asyncio.Event()
+        self._closed = False
+        store.add_state_listener(self._on_state)
+
+    @property
+    def session_id(self) -> int:
+        return self.store.session_id
+
+    @property
+    def session_dead(self) -> bool:
+        return self.store.state in (SessionState.EXPIRED, SessionState.CLOSED)
+
+    def close(self) -> None:
+        """Stop listening to the session (the session itself belongs to the owner)."""
+        if not self._closed:
+            self._closed = True
+            self.store.remove_state_listener(self._on_state)
+            self._state_changed.set()
+
+    def _on_state(self, state: SessionState) -> None:
+        self._state_changed.set()
+        if state in (SessionState.EXPIRED, SessionState.CLOSED) and not self._closed:
+            self._on_session_end(state)
+
+    async def _retry(self, op: Callable[[], Awaitable[T]]) -> T:
+        while True:
+            try:
+                return await op()
+            except ConnectionLossError:
+                if self.session_dead or self._closed:
+                    raise SessionExpiredError("session ended during a connection loss") from None
+                if self.store.state is SessionState.SUSPENDED:
+                    self._state_changed.clear()
+                    await self._state_changed.wait()
+                else:  # the loss is not reported yet; look again shortly
+                    await asyncio.sleep(0.05)
+
+    # --- plain calls ---------------------------------------------------------------------------
+    async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]:
+        return await self._retry(lambda: self.store.get(path, watch=watch))
+
+    async def exists(self, path: str, watch: WatchCallback | None = None) -> Stat | None:
+        return await self._retry(lambda: self.store.exists(path, watch=watch))
+
+    async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
+        return await self._retry(lambda: self.store.get_children(path, watch=watch))
+
+    async def create(self, path: str, data: bytes = b"", *, make_parents: bool = False) -> str:
+        return await self._retry(lambda: self.store.create(path, data, make_parents=make_parents))
+
+    async def multi(self, ops: Sequence[MultiOp]) -> list[MultiResult]:
+        return await self._retry(lambda: self.store.multi(ops))
+
+    async def delete_if_exists(self, path: str, *, recursive: bool = False) -> None:
+        try:
+            await self._retry(lambda: self.store.delete(path, recursive=recursive))
+        except NoNodeError:
+            pass
+
+    async def ensure_paths(self) -> None:
+        for path in (
+            paths.BROKER_IDS,
+            paths.BROKER_TOPICS,
+            paths.ADMIN_DELETE_TOPICS,
+            paths.CONFIG_TOPICS,
+        ):
+            if await self.exists(path) is None:
+                try:
+                    await self.create(path, make_parents=True)
+                except NodeExistsError:
+                    pass
+
+    # --- the controller node -------------------------------------------------------------------
+    async def read_controller(self, watch: WatchCallback | None) -> ControllerNode | None:
+        """The current controller (with a watch on `/controller` either way)."""
+        while True:
+            try:
+                data, stat = await self.get(paths.CONTROLLER, watch)
+            except NoNodeError:
+                if await self.exists(paths.CONTROLLER, watch) is None:
+                    return None
+                continue  # created in between
+            return ControllerNode(
+                paths.ControllerInfo.from_json(data).broker_id, stat.ephemeral_owner
+            )
+
+    async def register_controller(self, broker_id: int, timestamp_ms: int) -> tuple[int, int]:
+        """Create `/controller` and increment the epoch in one transaction; returns (epoch,
+        version of `/controller_epoch`). Raises `NodeExistsError` when another broker is
+        controller."""
+        info = paths.ControllerInfo(broker_id, timestamp_ms).to_json()
+        for _ in range(10):
+            try:
+                data, stat = await self.get(paths.CONTROLLER_EPOCH)
+            except NoNodeError:
+                try:
+                    await self.create(
+                        paths.CONTROLLER_EPOCH,
+                        paths.encode_controller_epoch(INITIAL_CONTROLLER_EPOCH),
+                    )
+                except NodeExistsError:
+                    pass
+                continue
+            epoch = paths.decode_controller_epoch(data) + 1
+            try:
+                results = await self.multi(
+                    [
+                        CreateOp(paths.CONTROLLER, info, ephemeral=True),
+                        SetOp(
+                            paths.CONTROLLER_EPOCH,
+                            paths.encode_controller_epoch(epoch),
+                            stat.version,
+                        ),
+                    ]
+                )
+            except BadVersionError:
+                continue  # the epoch moved between our read and write: read again
+            new = results[1]
+            assert isinstance(new, Stat)
+            return epoch, new.version
+        raise ControllerMovedError("controller epoch kept changing during the election")
+
+    async def delete_own_controller(self) -> None:
+        """Delete `/controller` if this session holds it (after resigning while holding it)."""
+        try:
+            _, stat = await self.get(paths.CONTROLLER)
+        except NoNodeError:
+            return
+        if stat.ephemeral_owner != self.session_id:
+            return
+        try:
+            await self._retry(lambda: self.store.delete(paths.CONTROLLER, version=stat.version))
+        except (NoNodeError, BadVersionError):
+            pass
+
+    # --- brokers and topics --------------------------------------------------------------------
+    async def live_brokers(
+        self, watch: WatchCallback | None
+    ) -> dict[int, paths.BrokerRegistration]:
+        """The registered brokers; each one's epoch is its registration's czxid."""
+        out: dict[int, paths.BrokerRegistration] = {}
+        for name in await self.get_children(paths.BROKER_IDS, watch):
+            try:
+                bid = int(name)
+                data, stat = await self.get(paths.broker_path(bid))
+            except (ValueError, NoNodeError):
+                continue
+            try:
+                reg = paths.BrokerRegistration.from_json(data, broker_id=bid)
+            except ValueError:
+                log.warning("ignoring unreadable registration of broker %s", name)
+                continue
+            out[bid] = paths.BrokerRegistration(bid, reg.host, reg.port, reg.rack, stat.czxid)
+        return out
+
+    async def topics(self, watch: WatchCallback | None) -> list[str]:
+        return await self.get_children(paths.BROKER_TOPICS, watch)
+
+    async def topic_assignment(
+        self, topic: str, watch: WatchCallback | None
+    ) -> paths.TopicAssignment | None:
+        try:
+            data, _ = await self.get(paths.topic_path(topic), watch)
+        except NoNodeError:
+            return None
+        return paths.TopicAssignment.from_json(data)
+
+    async def topic_config(self, topic: str) -> dict[str, str]:
+        try:
+            data, _ = await self.get(paths.topic_config_path(topic))
+        except NoNodeError:
+            return {}
+        try:
+            return paths.decode_config(data)
+        except ValueError:
+            log.warning("ignoring unreadable config of topic %s", topic)
+            return {}
+
+    async def deletions(self, watch: WatchCallback | None) -> list[str]:
+        return await self.get_children(paths.ADMIN_DELETE_TOPICS, watch)
+
+    async def delete_deletion_marker(self, topic: str) -> None:
+        await self.delete_if_exists(paths.delete_topic_path(topic))
+
+    # --- partition states ----------------------------------------------------------------------
+    async def partition_state(self, tp: TopicPartition) -> LeaderIsr | None:
+        try:
+            data, stat = await self.get(paths.partition_state_path(tp.topic, tp.partition))
+        except NoNodeError:
+            return None
+        s = paths.PartitionState.from_json(data)
+        return LeaderIsr(s.leader, s.leader_epoch, tuple(s.isr), s.controller_epoch, stat.version)
+
+    async def _fenced(self, epoch_zk_version: int, ops: Sequence[MultiOp]) -> list[MultiResult]:
+        try:
+            return await self.multi([CheckOp(paths.CONTROLLER_EPOCH, epoch_zk_version), *ops])
+        except (BadVersionError, NoNodeError) as e:
+            if e.op_index == 0:
+                raise ControllerMovedError(
+                    f"/controller_epoch is no longer at version {epoch_zk_version}"
+                ) from e
+            raise
+
+    async def create_partition_state(
+        self, tp: TopicPartition, st: LeaderIsr, epoch_zk_version: int
+    ) -> int | None:
+        """Create the state node (fenced); its version, or None when it exists already."""
+        for parent in (
+            paths.topic_partitions_path(tp.topic),
+            paths.partition_path(tp.topic, tp.partition),
+        ):
+            try:
+                await self.create(parent)
+            except NodeExistsError:
+                pass
+        rec = paths.PartitionState(st.leader, st.leader_epoch, list(st.isr), st.controller_epoch)
+        try:
+            await self._fenced(
+                epoch_zk_version,
+                [CreateOp(paths.partition_state_path(tp.topic, tp.partition), rec.to_json())],
+            )
+        except NodeExistsError:
+            return None
+        return 0
+
+    async def update_partition_states(
+        self, updates: Sequence[tuple[TopicPartition, LeaderIsr]], epoch_zk_version: int
+    ) -> tuple[dict[TopicPartition, int], list[TopicPartition]]:
+        """Conditional writes (each checks the version in its LeaderIsr); returns the new
+        versions of the written ones and the partitions that conflicted."""
+        written: dict[TopicPartition, int] = {}
+        conflicts: list[TopicPartition] = []
+        for tp, st in updates:
+            rec = paths.PartitionState(
+                st.leader, st.leader_epoch, list(st.isr), st.controller_epoch
+            )
+            path = paths.partition_state_path(tp.topic, tp.partition)
+            try:
+                results = await self._fenced(
+                    epoch_zk_version, [SetOp(path, rec.to_json(), st.zk_version)]
+                )
+            except (BadVersionError, NoNodeError):
+                conflicts.append(tp)
+                continue
+            stat = results[1]
+            assert isinstance(stat, Stat)
+            written[tp] = stat.version
+        return written, conflicts
+
+    async def delete_topic_nodes(self, topic: str, epoch_zk_version: int) -> None:
+        """Remove a deleted topic's assignment subtree, config and deletion marker in one
+        fenced transaction."""
+        for _ in range(5):
+            ops: list[MultiOp] = []
+            await self._collect_subtree(paths.topic_path(topic), ops)
+            for extra in (paths.topic_config_path(topic), paths.delete_topic_path(topic)):
+                if await self.exists(extra) is not None:
+                    ops.append(DeleteOp(extra))
+            if not ops:
+                return
+            try:
+                await self._fenced(epoch_zk_version, ops)
+                return
+            except (NoNodeError, NotEmptyError):
+                continue  # changed under us: look again
+        raise StoreError(f"could not delete the nodes of topic {topic}")
+
+    async def _collect_subtree(self, path: str, ops: list[MultiOp]) -> None:
+        """Delete ops for `path` and everything below it, children first."""
+        try:
+            children = await self.get_children(path)
+        except NoNodeError:
+            return
+        for c in children:
+            await self._collect_subtree(f"{path}/{c}", ops)
+        ops.append(DeleteOp(path))

@@ -1,0 +1,447 @@
+"""The state-change log (SPEC H12, T5): one line per leader/ISR/replica state change, written by
+the controller and by every broker to `<data dir>/state-change.log`, in a format the merge tool
+parses back.
+
+A line::
+
+    2025-11-22T00:14:03.123Z INFO [Controller id=1 epoch=3] Partition orders-0 \
+        OfflinePartition -> OnlinePartition leader=2 leader_epoch=5 isr=[2,3] \
+        controller_epoch=3 zk_version=4
+
+(one line in the file; wrapped here)
+
+* an ISO-8601 UTC timestamp with milliseconds, then the level;
+* who wrote it: ``[Controller id=N epoch=E]`` or ``[Broker id=N]``;
+* for a change: ``Partition <topic>-<p>`` (or ``Replica <topic>-<p> replica=R``), the old and the
+  new state joined by ``->``, then ``key=value`` fields with no spaces inside a value (the ISR
+  as ``[1,2]``): leader, leader_epoch, isr, controller_epoch and whatever else the writer adds.
+
+Other lines (requests sent or ignored, elections that failed) share the timestamp, level and
+writer prefix; the parser returns them with no change fields. Newlines inside a message are
+written as ``\\n`` so every record stays on one line.
+
+Everything goes through the ``wherry.state_change`` logger; `attach_state_change_log` adds the
+file handler (the log-level default leaves the root logger's handlers alone: the records also
+reach them, as any other log record). The module imports nothing of wherry's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import logging
+import re
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "LOGGER_NAME",
+    "STATE_CHANGE_LOG_FILE",
+    "StateChangeFormatter",
+    "StateChangeLogHandle",
+    "StateChangeRecord",
+    "attach_state_change_log",
+    "broker_prefix",
+    "controller_prefix",
+    "format_change",
+    "log_broker_partition_change",
+    "log_controller_partition_change",
+    "log_controller_replica_change",
+    "merge_state_change_logs",
+    "parse_state_change_line",
+    "read_state_change_log",
+    "state_change_logger",
+]
+
+LOGGER_NAME: Final = "wherry.state_change"
+STATE_CHANGE_LOG_FILE: Final = "state-change.log"
+
+state_change_logger = logging.getLogger(LOGGER_NAME)
+
+FieldValue = int | str | bool | Sequence[int] | None
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def controller_prefix(controller_id: int, epoch: int) -> str:
+    return f"[Controller id={controller_id} epoch={epoch}]"
+
+
+def broker_prefix(broker_id: int) -> str:
+    return f"[Broker id={broker_id}]"
+
+
+def _value(v: FieldValue) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return v.replace(" ", "_") or '""'
+    return "[" + ",".join(str(int(x)) for x in v) + "]"
+
+
+def format_change(
+    prefix: str,
+    topic: str,
+    partition: int,
+    old_state: str,
+    new_state: str,
+    *,
+    replica: int | None = None,
+    fields: Mapping[str, FieldValue] | None = None,
+) -> str:
+    """The message of one change line (the formatter adds the timestamp and level)."""
+    what = (
+        f"Partition {topic}-{partition}"
+        if replica is None
+        else f"Replica {topic}-{partition} replica={replica}"
+    )
+    tail = "".join(f" {k}={_value(v)}" for k, v in (fields or {}).items())
+    return f"{prefix} {what} {old_state} -> {new_state}{tail}"
+
+
+def log_controller_partition_change(
+    controller_id: int,
+    controller_epoch: int,
+    topic: str,
+    partition: int,
+    old_state: str,
+    new_state: str,
+    *,
+    leader: int | None,
+    leader_epoch: int | None,
+    isr: Sequence[int] | None,
+    level: int = logging.INFO,
+    **fields: FieldValue,
+) -> None:
+    if not state_change_logger.isEnabledFor(level):
+        return
+    state_change_logger.log(
+        level,
+        "%s",
+        format_change(
+            controller_prefix(controller_id, controller_epoch),
+            topic,
+            partition,
+            old_state,
+            new_state,
+            fields={
+                "leader": leader,
+                "leader_epoch": leader_epoch,
+                "isr": isr,
+                "controller_epoch": controller_epoch,
+                **fields,
+            },
+        ),
+    )
+
+
+def log_controller_replica_change(
+    controller_id: int,
+    controller_epoch: int,
+    topic: str,
+    partition: int,
+    replica: int,
+    old_state: str,
+    new_state: str,
+    *,
+    level: int = logging.INFO,
+    **fields: FieldValue,
+) -> None:
+    if not state_change_logger.isEnabledFor(level):
+        return
+    state_change_logger.log(
+        level,
+        "%s",
+        format_change(
+            controller_prefix(controller_id, controller_epoch),
+            topic,
+            partition,
+            old_state,
+            new_state,
+            replica=replica,
+            fields={**fields, "controller_epoch": controller_epoch},
+        ),
+    )
+
+
+def log_broker_partition_change(
+    broker_id: int,
+    topic: str,
+    partition: int,
+    old_role: str,
+    new_role: str,
+    *,
+    leader: int,
+    leader_epoch: int,
+    isr: Sequence[int],
+    controller_epoch: int,
+    level: int = logging.INFO,
+    **fields: FieldValue,
+) -> None:
+    """What a broker logs when a LeaderAndIsr makes it leader or follower (or a StopReplica
+    stops a replica): roles such as ``None``, ``Leader``, ``Follower``, ``Stopped``,
+    ``Deleted``. Extra fields (e.g. ``start_offset=``, ``high_watermark=``) are appended."""
+    if not state_change_logger.isEnabledFor(level):
+        return
+    state_change_logger.log(
+        level,
+        "%s",
+        format_change(
+            broker_prefix(broker_id),
+            topic,
+            partition,
+            old_role,
+            new_role,
+            fields={
+                "leader": leader,
+                "leader_epoch": leader_epoch,
+                "isr": isr,
+                "controller_epoch": controller_epoch,
+                **fields,
+            },
+        ),
+    )
+
+
+class StateChangeFormatter(logging.Formatter):
+    """``<ISO-8601 UTC with ms> <LEVEL> <message>``, one line per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = dt.datetime.fromtimestamp(record.created, tz=dt.UTC)
+        text = f"{ts:%Y-%m-%dT%H:%M:%S}.{ts.microsecond // 1000:03d}Z {record.levelname} "
+        text += record.getMessage()
+        if record.exc_info:
+            text += " " + self.formatException(record.exc_info)
+        return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+_WRITER = re.compile(r"^\[(?:Controller id=(-?\d+)(?: epoch=-?\d+)?|Broker id=(-?\d+))\]")
+
+
+class _NodeFilter(logging.Filter):
+    """Keeps one node's records (and records that name no node)."""
+
+    def __init__(self, node_id: int) -> None:
+        super().__init__()
+        self.node_id = node_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        m = _WRITER.match(record.getMessage())
+        if m is None:
+            return True
+        return int(m.group(1) or m.group(2)) == self.node_id
+
+
+@dataclass(slots=True)
+class StateChangeLogHandle:
+    """What `attach_state_change_log` returns; `detach` removes and closes the handler."""
+
+    path: Path
+    handler: logging.Handler
+    _users: int = field(default=1)
+
+    def detach(self) -> None:
+        self._users -= 1
+        if self._users > 0:
+            return
+        state_change_logger.removeHandler(self.handler)
+        self.handler.close()
+        _attached.pop((self.path, _filter_key(self.handler)), None)
+
+
+_attached: dict[tuple[Path, int | None], StateChangeLogHandle] = {}
+
+
+def _filter_key(handler: logging.Handler) -> int | None:
+    for f in handler.filters:
+        if isinstance(f, _NodeFilter):
+            return f.node_id
+    return None
+
+
+def attach_state_change_log(
+    log_dir: Path,
+    *,
+    node_id: int | None = None,
+    level: int = logging.INFO,
+    propagate: bool | None = None,
+) -> StateChangeLogHandle:
+    """Write the state-change log to ``<log_dir>/state-change.log`` (appending).
+
+    ``node_id`` keeps only the records of that broker/controller id (and records naming no
+    node): several brokers in one process (tests, `wherry dev`) each get their own file.
+    Attaching the same file (and node) again returns the same handle (counted: each attach
+    needs one `detach`). ``propagate=False`` keeps the records out of the root logger's
+    handlers (Kafka's state-change logger has additivity off); None leaves it as it is."""
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = (log_dir / STATE_CHANGE_LOG_FILE).resolve()
+    existing = _attached.get((path, node_id))
+    if existing is not None:
+        existing._users += 1
+        return existing
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(StateChangeFormatter())
+    handler.setLevel(level)
+    if node_id is not None:
+        handler.addFilter(_NodeFilter(node_id))
+    state_change_logger.addHandler(handler)
+    if state_change_logger.level == logging.NOTSET or state_change_logger.level > level:
+        state_change_logger.setLevel(level)
+    if propagate is not None:
+        state_change_logger.propagate = propagate
+    handle = StateChangeLogHandle(path, handler)
+    _attached[(path, node_id)] = handle
+    return handle
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True, slots=True)
+class StateChangeRecord:
+    """One parsed line. The change fields are None on lines that record no change."""
+
+    timestamp_ms: int
+    level: str
+    node_kind: str  # "Controller" or "Broker"
+    node_id: int
+    node_epoch: int | None  # the controller's epoch in its prefix
+    message: str  # everything after the prefix
+    line: str
+    kind: str | None = None  # "Partition" or "Replica"
+    topic: str | None = None
+    partition: int | None = None
+    replica: int | None = None
+    old_state: str | None = None
+    new_state: str | None = None
+    leader: int | None = None
+    leader_epoch: int | None = None
+    isr: tuple[int, ...] | None = None
+    controller_epoch: int | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_change(self) -> bool:
+        return self.new_state is not None
+
+
+_LINE = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z (?P<level>[A-Z]+) "
+    r"\[(?:(?P<kind>Controller|Broker) id=(?P<id>-?\d+)(?: epoch=(?P<epoch>-?\d+))?)\]"
+    r" ?(?P<msg>.*)$"
+)
+_CHANGE = re.compile(
+    r"^(?P<what>Partition|Replica) (?P<tp>\S+)-(?P<p>\d+)(?: replica=(?P<replica>-?\d+))? "
+    r"(?P<old>\S+) -> (?P<new>\S+)(?P<fields>(?: [a-z_]+=\S*)*)$"
+)
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None or text == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _isr(text: str | None) -> tuple[int, ...] | None:
+    if text is None or not text.startswith("[") or not text.endswith("]"):
+        return None
+    inner = text[1:-1]
+    try:
+        return tuple(int(x) for x in inner.split(",")) if inner else ()
+    except ValueError:
+        return None
+
+
+def parse_state_change_line(line: str) -> StateChangeRecord | None:
+    """Parse one line of a state-change log; None for lines in another format."""
+    line = line.rstrip("\r\n")
+    m = _LINE.match(line)
+    if m is None:
+        return None
+    ts = dt.datetime.strptime(m.group("ts"), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=dt.UTC)
+    timestamp_ms = int(ts.timestamp() * 1000 + 0.5)
+    node_kind, node_id = m.group("kind"), int(m.group("id"))
+    node_epoch, message = _int_or_none(m.group("epoch")), m.group("msg")
+    c = _CHANGE.match(message)
+    if c is None:
+        return StateChangeRecord(
+            timestamp_ms, m.group("level"), node_kind, node_id, node_epoch, message, line
+        )
+    fields = dict(kv.split("=", 1) for kv in c.group("fields").split())
+    return StateChangeRecord(
+        timestamp_ms,
+        m.group("level"),
+        node_kind,
+        node_id,
+        node_epoch,
+        message,
+        line,
+        kind=c.group("what"),
+        topic=c.group("tp"),
+        partition=int(c.group("p")),
+        replica=_int_or_none(c.group("replica")),
+        old_state=c.group("old"),
+        new_state=c.group("new"),
+        leader=_int_or_none(fields.get("leader")),
+        leader_epoch=_int_or_none(fields.get("leader_epoch")),
+        isr=_isr(fields.get("isr")),
+        controller_epoch=_int_or_none(fields.get("controller_epoch")),
+        fields=fields,
+    )
+
+
+def read_state_change_log(lines: Iterable[str]) -> Iterator[StateChangeRecord]:
+    """The parseable records of one log, in file order."""
+    for line in lines:
+        rec = parse_state_change_line(line)
+        if rec is not None:
+            yield rec
+
+
+def _lines(source: Path | str | Iterable[str]) -> Iterator[str]:
+    if isinstance(source, Path | str):
+        with open(source, encoding="utf-8", errors="replace") as f:
+            yield from f
+    else:
+        yield from source
+
+
+def merge_state_change_logs(
+    sources: Iterable[Path | str | Iterable[str]],
+    *,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    topic: str | None = None,
+    partitions: Collection[int] | None = None,
+    changes_only: bool = False,
+) -> list[StateChangeRecord]:
+    """Merge several brokers' state-change logs (paths or line iterables) in time order.
+
+    Each log is in time order already, so this is a k-way merge (equal timestamps keep the
+    order of ``sources``). Filters: ``[start_ms, end_ms]``, a topic, its partitions, and only
+    change lines."""
+
+    def wanted(r: StateChangeRecord) -> bool:
+        if start_ms is not None and r.timestamp_ms < start_ms:
+            return False
+        if end_ms is not None and r.timestamp_ms > end_ms:
+            return False
+        if changes_only and not r.is_change:
+            return False
+        if topic is not None and r.topic != topic:
+            return False
+        return partitions is None or r.partition in partitions
+
+    streams = [(r for r in read_state_change_log(_lines(s)) if wanted(r)) for s in sources]
+    return list(heapq.merge(*streams, key=lambda r: r.timestamp_ms))

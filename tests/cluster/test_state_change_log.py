@@ -37,7 +37,9 @@ def test_controller_and_brokers_log_each_change_and_the_logs_merge(
     ctl = [r for r in records if r.node_kind == "Controller" and r.is_change]
     # The controller took every partition NonExistent -> New -> Online.
     for p in range(3):
-        states = [(r.old_state, r.new_state) for r in ctl if r.partition == p and r.kind == "Partition"]
+        states = [
+            (r.old_state, r.new_state) for r in ctl if r.partition == p and r.kind == "Partition"
+        ]
         assert ("NonExistentPartition", "NewPartition") in states
         assert ("NewPartition", "OnlinePartition") in states
     assert all(r.node_id == controller and r.controller_epoch is not None for r in ctl)

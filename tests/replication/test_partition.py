@@ -26,8 +26,9 @@ def make(tmp_path: Path, broker_id: int = 1) -> Partition:
     return Partition(TP, broker_id, log)
 
 
-def state(leader: int, epoch: int, isr: tuple[int, ...] = (1,),
-          replicas: tuple[int, ...] = (1,)) -> LeaderAndIsrPartitionState:
+def state(
+    leader: int, epoch: int, isr: tuple[int, ...] = (1,), replicas: tuple[int, ...] = (1,)
+) -> LeaderAndIsrPartitionState:
     return LeaderAndIsrPartitionState("t", 0, 1, leader, epoch, isr, epoch, replicas)
 
 
@@ -44,22 +45,30 @@ def test_follower_refuses_produce(tmp_path: Path) -> None:
     p = make(tmp_path)
     p.make_follower(state(2, 1, isr=(1, 2), replicas=(1, 2)))
     with pytest.raises(PartitionError) as e:
-        p.append_records_to_leader(bytearray(build_batch([(None, b"x")])), required_acks=1,
-                                   min_insync_replicas=1, now_ms=0)
+        p.append_records_to_leader(
+            bytearray(build_batch([(None, b"x")])), required_acks=1, min_insync_replicas=1, now_ms=0
+        )
     assert e.value.error_code == ErrorCode.not_leader_or_follower
 
 
 def test_high_watermark_waits_for_the_maximal_isr(tmp_path: Path) -> None:
     p = make(tmp_path)
     p.make_leader(state(1, 0, isr=(1, 2), replicas=(1, 2)), now_ms=0)
-    p.append_records_to_leader(bytearray(build_batch([(None, b"a"), (None, b"b")])),
-                               required_acks=-1, min_insync_replicas=1, now_ms=0)
+    p.append_records_to_leader(
+        bytearray(build_batch([(None, b"a"), (None, b"b")])),
+        required_acks=-1,
+        min_insync_replicas=1,
+        now_ms=0,
+    )
     assert p.log.log_end_offset == 2 and p.high_watermark == 0  # follower 2 has nothing
     assert p.acks_all_satisfied(2, 1) is None
-    p.remote_replicas[2].log_end_offset = 1
-    assert p.maybe_increment_high_watermark(now_ms=1) and p.high_watermark == 1
-    p.remote_replicas[2].log_end_offset = 2
-    p.maybe_increment_high_watermark(now_ms=2)
+    out = p.update_follower_fetch_state(
+        2, fetch_offset=1, log_start_offset=0, leader_end_offset=2, now_ms=1
+    )
+    assert out.hw_incremented and p.high_watermark == 1
+    p.update_follower_fetch_state(
+        2, fetch_offset=2, log_start_offset=0, leader_end_offset=2, now_ms=2
+    )
     assert p.high_watermark == 2 and p.acks_all_satisfied(2, 1) == ErrorCode.none
     assert p.acks_all_satisfied(2, 3) == ErrorCode.not_enough_replicas_after_append
 
@@ -68,8 +77,12 @@ def test_acks_all_below_min_isr_is_refused(tmp_path: Path) -> None:
     p = make(tmp_path)
     p.make_leader(state(1, 0), now_ms=0)
     with pytest.raises(PartitionError) as e:
-        p.append_records_to_leader(bytearray(build_batch([(None, b"x")])), required_acks=-1,
-                                   min_insync_replicas=2, now_ms=0)
+        p.append_records_to_leader(
+            bytearray(build_batch([(None, b"x")])),
+            required_acks=-1,
+            min_insync_replicas=2,
+            now_ms=0,
+        )
     assert e.value.error_code == ErrorCode.not_enough_replicas
     assert p.log.log_end_offset == 0
 

@@ -32,7 +32,17 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from wherry.controller.alter_partition import (
+    IsrChangePropagation,
+    error_response,
+    parse_request,
+    process_alter_partition,
+    run_isr_propagation,
+)
 from wherry.controller.channel import ControllerChannel, ResponseListenable
 from wherry.controller.channel_manager import send_batch
 from wherry.controller.context import ControllerContext, LeaderIsr
@@ -97,6 +107,7 @@ class Controller:
         unclean_leader_election_default: bool = False,
         delete_topic_enable: bool = True,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        isr_propagation: IsrChangePropagation | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.channel = channel
@@ -113,6 +124,9 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self._generation = 0
         self._watchers: dict[str, WatchCallback] = {}
+        # SPEC R7: committed ISR changes (AlterPartition) wait here for a batched push.
+        self.isr_propagation = isr_propagation or IsrChangePropagation()
+        self._isr_task: asyncio.Task[None] | None = None
         self._zk = ControllerStoreClient(store, self._on_session_state)
         if isinstance(channel, ResponseListenable):
             channel.add_response_listener(self.on_broker_response)
@@ -130,6 +144,10 @@ class Controller:
         """Start the event loop and run for controller (returns after the first election)."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"controller-{self.broker_id}")
+        if self._isr_task is None:
+            self._isr_task = asyncio.create_task(
+                run_isr_propagation(self), name=f"isr-change-propagation-{self.broker_id}"
+            )
         await self.submit(self._elect)
 
     async def stop(self) -> None:
@@ -142,6 +160,13 @@ class Controller:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+            try:
+                await self._isr_task
+            except asyncio.CancelledError:
+                pass
+            self._isr_task = None
         await self._resign("controller stopped")
         self._zk.close()
         if isinstance(self.channel, ResponseListenable):
@@ -267,6 +292,7 @@ class Controller:
         if self.active_controller_id == self.broker_id:
             self.active_controller_id = -1
         self.ctx = ControllerContext()
+        self.isr_propagation.clear()
         self.partition_sm.clear()
         self.replica_sm.clear()
         if was_active:
@@ -281,6 +307,7 @@ class Controller:
         """SPEC H7 (Kafka's onControllerFailover)."""
         self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=epoch_zk_version)
         self.active_controller_id = self.broker_id
+        self.isr_propagation.last_propagation_ms = self._now_ms()  # full metadata goes out
         log.info("%s elected as controller with epoch %d", self._prefix, epoch)
         state_change_logger.info("%s Became controller", self._prefix)
         ctx = self.ctx
@@ -672,6 +699,41 @@ class Controller:
         batch = self._batch()
         await self._try_deletions(batch)
         await self._send(batch)
+
+    # --- AlterPartition (SPEC R6, R7; controller/alter_partition.py) ----------------------
+    async def alter_partition(self, body: Any) -> dict[str, Any]:
+        """A partition leader's AlterPartition request (kio v2/v3 body), processed on the
+        event queue; returns the response as a version-neutral mapping."""
+        req = parse_request(body)
+        answer: dict[str, Any] = {}
+
+        async def event() -> None:
+            answer.update(await process_alter_partition(self, req))
+
+        await self.submit(event)
+        if not answer:  # the event failed (logged by the queue)
+            return error_response(ErrorCode.unknown_server_error)
+        return answer
+
+    def now_ms(self) -> int:
+        return self._now_ms()
+
+    def enqueue(self, event: Event) -> None:
+        """Queue an event of the current generation (dropped if the controller resigns)."""
+        self._enqueue(event, self._generation)
+
+    def new_batch(self) -> RequestBatch:
+        return self._batch()
+
+    async def send_batch(self, batch: RequestBatch) -> None:
+        await self._send(batch)
+
+    async def update_leader_isr(
+        self,
+        tps: Iterable[TopicPartition],
+        decide: Callable[[TopicPartition, LeaderIsr], LeaderIsr | None],
+    ) -> dict[TopicPartition, LeaderIsr]:
+        return await self._update_leader_isr(tps, decide)
 
     # --- requests ----------------------------------------------------------------------------
     def _batch(self) -> RequestBatch:

@@ -1,15 +1,17 @@
 """One partition hosted on this broker (SPEC R1, R9–R11): leadership, ISR, high watermark.
 
-The ISR is held as a closed family of immutable states (SPEC I1). With a single broker only
-`CommittedPartitionState` occurs; the pending states arrive with AlterPartition in the
-replication issue, and the high-watermark and acks=all rules already read `maximal_isr`.
-No I/O beyond the local log; time is passed in.
+The ISR is held as a closed family of immutable states (SPEC I1, `isr.py`): the partition only
+stores the current state and applies the pure rules of `isr.py` to it. A change is *proposed*
+(the state becomes PendingExpandIsr / PendingShrinkIsr) and returned to the replica manager,
+which sends it to the controller with AlterPartition; the answer comes back through
+`handle_alter_partition_result`. No I/O beyond the local log; time is passed in.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -17,9 +19,45 @@ from kio.schema.errors import ErrorCode
 from wherry.log.log import AppendInfo, Log
 from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import LeaderAndIsrPartitionState
+from wherry.replication.isr import (
+    AlterOutcome,
+    CommittedLeaderAndIsr,
+    CommittedPartitionState,
+    FollowerState,
+    PartitionState,
+    PendingExpandIsr,
+    PendingIsrState,
+    PendingShrinkIsr,
+    StaleBrokerEpoch,
+    apply_alter_partition_result,
+    high_watermark_candidate,
+    needs_expand,
+    out_of_sync_replicas,
+    prepare_expand,
+    prepare_shrink,
+    reset_follower,
+    update_fetch_state,
+)
+from wherry.runtime.state_change_log import broker_prefix, format_change
+
+__all__ = [
+    "DEFAULT_REPLICA_LAG_TIME_MAX_MS",
+    "CommittedPartitionState",
+    "FollowerFetchOutcome",
+    "Partition",
+    "PartitionError",
+    "PartitionState",
+    "PendingExpandIsr",
+    "PendingShrinkIsr",
+    "ReplicaState",
+]
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("wherry.state_change")
+
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
+
+ReplicaState = FollowerState  # what the leader knows of a follower (SPEC R9)
 
 
 class PartitionError(Exception):
@@ -29,57 +67,16 @@ class PartitionError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class CommittedPartitionState:
-    isr: frozenset[int]
+class FollowerFetchOutcome:
+    """What recording a follower's fetch did: a proposed ISR expansion to send, and whether
+    the high watermark moved (delayed requests keyed by the partition should be checked)."""
 
-    @property
-    def maximal_isr(self) -> frozenset[int]:
-        return self.isr
-
-    @property
-    def is_inflight(self) -> bool:
-        return False
+    proposal: PendingIsrState | None
+    hw_incremented: bool
 
 
-@dataclass(frozen=True, slots=True)
-class PendingExpandIsr:
-    isr: frozenset[int]
-    new_in_sync_replica: int
-
-    @property
-    def maximal_isr(self) -> frozenset[int]:
-        return self.isr | {self.new_in_sync_replica}
-
-    @property
-    def is_inflight(self) -> bool:
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class PendingShrinkIsr:
-    isr: frozenset[int]
-    out_of_sync_replicas: frozenset[int]
-
-    @property
-    def maximal_isr(self) -> frozenset[int]:
-        return self.isr
-
-    @property
-    def is_inflight(self) -> bool:
-        return True
-
-
-PartitionState = CommittedPartitionState | PendingExpandIsr | PendingShrinkIsr
-
-
-@dataclass(slots=True)
-class ReplicaState:
-    """What the leader knows of a follower (SPEC R9)."""
-
-    broker_id: int
-    log_end_offset: int = -1
-    last_fetch_time_ms: int = 0
-    last_caught_up_time_ms: int = 0
+def _always_eligible(_: int) -> bool:
+    return True
 
 
 @dataclass(slots=True)
@@ -94,8 +91,13 @@ class Partition:
     controller_epoch: int = -1
     assignment: tuple[int, ...] = ()
     state: PartitionState = field(default_factory=lambda: CommittedPartitionState(frozenset()))
-    remote_replicas: dict[int, ReplicaState] = field(default_factory=dict)
+    remote_replicas: dict[int, FollowerState] = field(default_factory=dict)
     leader_epoch_start_offset: int = 0
+    replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS
+    # Leader side (SPEC R5, I3): may this replica join the ISR (its broker alive, not fenced)?
+    is_replica_isr_eligible: Callable[[int], bool] = _always_eligible
+    # This broker's epoch, sent with its own ISR entry (-1: unknown).
+    local_broker_epoch: Callable[[], int] = lambda: -1
 
     @property
     def high_watermark(self) -> int:
@@ -112,7 +114,10 @@ class Partition:
 
     # --- leadership (SPEC H5, I2) --------------------------------------------------------
     def make_leader(self, st: LeaderAndIsrPartitionState, now_ms: int) -> bool:
-        """Become leader; returns True if this broker was not leader for this epoch before."""
+        """Become leader; returns True if this broker was not leader for this epoch before.
+
+        The request's ISR replaces whatever state was pending: a proposal in flight is
+        superseded and its answer will be ignored (SPEC R6)."""
         was_leader = self.is_leader
         self.controller_epoch = st.controller_epoch
         self.assignment = st.replicas
@@ -121,9 +126,18 @@ class Partition:
         new_epoch = st.leader_epoch != self.leader_epoch
         self.leader_epoch = st.leader_epoch
         self.leader_id = self.local_broker_id
-        self.leader_epoch_start_offset = self.log.log_end_offset
+        leo = self.log.log_end_offset
+        if new_epoch:
+            self.leader_epoch_start_offset = leo
+        old = self.remote_replicas if was_leader else {}
         self.remote_replicas = {
-            r: ReplicaState(r, last_caught_up_time_ms=now_ms if r in st.isr else 0)
+            r: reset_follower(
+                old.get(r, FollowerState(r)),
+                now_ms=now_ms,
+                leader_end_offset=leo,
+                is_new_leader=not was_leader,
+                in_isr=r in st.isr,
+            )
             for r in st.replicas
             if r != self.local_broker_id
         }
@@ -184,6 +198,17 @@ class Partition:
         if not self.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower)
 
+    def require_follower_replica(self, replica_id: int) -> None:
+        """Kafka's followerReplicaOrThrow: only an assigned replica (not this leader) may
+        fetch as a follower."""
+        if replica_id == self.local_broker_id or replica_id not in self.remote_replicas:
+            raise PartitionError(
+                ErrorCode.not_leader_or_follower,
+                f"Leader {self.local_broker_id} failed to record follower {replica_id}'s "
+                f"position since the replica is not recognized to be one of the assigned "
+                f"replicas {list(self.assignment)} for partition {self._name()}",
+            )
+
     # --- produce -------------------------------------------------------------------------
     def append_records_to_leader(
         self, batch: bytearray, *, required_acks: int, min_insync_replicas: int, now_ms: int
@@ -203,25 +228,215 @@ class Partition:
         self.maybe_increment_high_watermark(now_ms)
         return info
 
+    # --- followers (SPEC R9) ---------------------------------------------------------------
+    def update_follower_fetch_state(
+        self,
+        replica_id: int,
+        *,
+        fetch_offset: int,
+        log_start_offset: int,
+        leader_end_offset: int,
+        now_ms: int,
+        broker_epoch: int = -1,
+    ) -> FollowerFetchOutcome:
+        """Record a follower's fetch at `fetch_offset` (its LEO), maybe propose adding it to
+        the ISR, maybe advance the HW (Kafka's Partition.updateFollowerFetchState)."""
+        self.require_follower_replica(replica_id)
+        prev = self.remote_replicas[replica_id]
+        try:
+            cur = update_fetch_state(
+                prev,
+                fetch_offset=fetch_offset,
+                log_start_offset=log_start_offset,
+                fetch_time_ms=now_ms,
+                leader_end_offset=leader_end_offset,
+                broker_epoch=broker_epoch,
+            )
+        except StaleBrokerEpoch as e:
+            raise PartitionError(ErrorCode.not_leader_or_follower, str(e)) from e
+        self.remote_replicas[replica_id] = cur
+        proposal = self.maybe_expand_isr(replica_id, now_ms)
+        hw = False
+        if prev.log_end_offset != cur.log_end_offset:
+            hw = self.maybe_increment_high_watermark(now_ms)
+        return FollowerFetchOutcome(proposal, hw)
+
+    # --- ISR changes (SPEC R4–R6) -----------------------------------------------------------
+    def maybe_expand_isr(self, replica_id: int, now_ms: int) -> PendingExpandIsr | None:
+        state = self.state
+        f = self.remote_replicas.get(replica_id)
+        if (
+            not self.is_leader
+            or f is None
+            or not isinstance(state, CommittedPartitionState)
+            or not needs_expand(
+                state,
+                f,
+                high_watermark=self.high_watermark,
+                leader_epoch_start_offset=self.leader_epoch_start_offset,
+                eligible=self.is_replica_isr_eligible(replica_id),
+            )
+        ):
+            return None
+        pending = prepare_expand(
+            state,
+            replica_id,
+            leader_id=self.local_broker_id,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            followers=self.remote_replicas,
+            leader_broker_epoch=self.local_broker_epoch(),
+        )
+        self.state = pending
+        self._log_isr_change("Committed", "PendingExpandIsr", pending, now_ms)
+        return pending
+
+    def maybe_shrink_isr(self, now_ms: int) -> PendingShrinkIsr | None:
+        """The expiry task's step (SPEC R4): propose removing the followers that have not
+        caught up within `replica_lag_time_max_ms`."""
+        state = self.state
+        if not self.is_leader or not isinstance(state, CommittedPartitionState):
+            return None
+        out = out_of_sync_replicas(
+            state,
+            self.local_broker_id,
+            self.remote_replicas,
+            leader_end_offset=self.log.log_end_offset,
+            now_ms=now_ms,
+            max_lag_ms=self.replica_lag_time_max_ms,
+        )
+        if not out:
+            return None
+        pending = prepare_shrink(
+            state,
+            out,
+            leader_id=self.local_broker_id,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            followers=self.remote_replicas,
+            leader_broker_epoch=self.local_broker_epoch(),
+        )
+        self.state = pending
+        self._log_isr_change("Committed", "PendingShrinkIsr", pending, now_ms)
+        return pending
+
+    def handle_alter_partition_result(
+        self,
+        proposed: PendingIsrState,
+        result: CommittedLeaderAndIsr | ErrorCode,
+        now_ms: int,
+    ) -> tuple[str, bool]:
+        """Apply the controller's answer to `proposed`; returns (outcome, HW incremented).
+        Outcomes are `isr.AlterOutcome`: RETRY asks the caller to send `proposed` again."""
+        if not self.is_leader:
+            return AlterOutcome.IGNORED, False
+        before = self.state
+        outcome, self.state, self.partition_epoch = apply_alter_partition_result(
+            before,
+            proposed,
+            result,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+        )
+        hw = False
+        if outcome is AlterOutcome.COMMITTED:
+            self._log_commit(before, "Committed", now_ms)
+            hw = self.maybe_increment_high_watermark(now_ms)
+        elif outcome is AlterOutcome.REVERTED:
+            self._log_commit(before, "Reverted", now_ms, error=result)
+        elif outcome is AlterOutcome.KEPT_PENDING:
+            log.info(
+                "[Partition %s broker=%d] AlterPartition for %s failed with %s; waiting for "
+                "the controller's LeaderAndIsr",
+                self._name(),
+                self.local_broker_id,
+                type(proposed).__name__,
+                result,
+            )
+        return outcome, hw
+
+    def _log_isr_change(
+        self, old: str, new: str, pending: PendingIsrState, now_ms: int
+    ) -> None:
+        sent = pending.sent
+        fields: dict[str, int | str | list[int] | None] = {
+            "leader": self.local_broker_id,
+            "leader_epoch": self.leader_epoch,
+            "isr": sorted(sent.isr) if sent is not None else sorted(pending.maximal_isr),
+            "old_isr": sorted(pending.isr),
+            "partition_epoch": self.partition_epoch,
+            "high_watermark": self.high_watermark,
+            "log_end_offset": self.log.log_end_offset,
+        }
+        if isinstance(pending, PendingShrinkIsr):
+            fields["out_of_sync"] = sorted(pending.out_of_sync_replicas)
+            fields["lag_time_max_ms"] = self.replica_lag_time_max_ms
+        state_change_log.info(
+            "%s",
+            format_change(
+                broker_prefix(self.local_broker_id),
+                self.tp.topic,
+                self.tp.partition,
+                old,
+                new,
+                fields=fields,
+            ),
+        )
+
+    def _log_commit(
+        self,
+        before: PartitionState,
+        new: str,
+        now_ms: int,
+        error: CommittedLeaderAndIsr | ErrorCode | None = None,
+    ) -> None:
+        fields: dict[str, int | str | list[int] | None] = {
+            "leader": self.local_broker_id,
+            "leader_epoch": self.leader_epoch,
+            "isr": sorted(self.state.isr),
+            "partition_epoch": self.partition_epoch,
+            "high_watermark": self.high_watermark,
+        }
+        if isinstance(error, ErrorCode):
+            fields["error"] = error.name
+        state_change_log.info(
+            "%s",
+            format_change(
+                broker_prefix(self.local_broker_id),
+                self.tp.topic,
+                self.tp.partition,
+                type(before).__name__,
+                new,
+                fields=fields,
+            ),
+        )
+
     # --- high watermark (SPEC R10) ---------------------------------------------------------
     def maybe_increment_high_watermark(self, now_ms: int) -> bool:
         """HW = min LEO over the maximal ISR plus replicas caught up recently; monotonic."""
         if not self.is_leader:
             return False
-        new_hw = self.log.log_end_offset
-        for rid, rs in self.remote_replicas.items():
-            if rid in self.state.maximal_isr and rs.log_end_offset < new_hw:
-                new_hw = max(rs.log_end_offset, 0)
-        return self.log.maybe_increment_high_watermark(new_hw)
+        candidate = high_watermark_candidate(
+            self.log.log_end_offset,
+            self.remote_replicas,
+            self.state.maximal_isr,
+            now_ms=now_ms,
+            max_lag_ms=self.replica_lag_time_max_ms,
+            eligible=self.is_replica_isr_eligible,
+        )
+        if candidate < 0:
+            return False
+        return self.log.maybe_increment_high_watermark(candidate)
 
     def acks_all_satisfied(
         self, required_offset: int, min_insync_replicas: int
     ) -> ErrorCode | None:
-        """None while waiting; an error code (possibly NONE) once the produce can complete."""
+        """None while waiting; an error code (possibly NONE) once the produce can complete
+        (Kafka's checkEnoughReplicasReachOffset, over the maximal ISR)."""
         if not self.is_leader:
             return ErrorCode.not_leader_or_follower
         if self.high_watermark >= required_offset:
-            if len(self.state.isr) < min_insync_replicas:
+            if len(self.state.maximal_isr) < min_insync_replicas:
                 return ErrorCode.not_enough_replicas_after_append
             return ErrorCode.none
         return None

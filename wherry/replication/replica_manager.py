@@ -26,8 +26,18 @@ from wherry.protocol.interbroker import (
 )
 from wherry.protocol.records import RecordError, validate_batch
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
+from wherry.replication.alter_partition import (
+    AlterPartitionItem,
+    AlterPartitionManager,
+    AlterPartitionResult,
+)
 from wherry.replication.delayed import DelayedFetch, DelayedProduce, ProducePartitionStatus
-from wherry.replication.partition import Partition, PartitionError
+from wherry.replication.isr import AlterOutcome, PendingIsrState
+from wherry.replication.partition import (
+    DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+    Partition,
+    PartitionError,
+)
 from wherry.runtime.state_change_log import log_broker_partition_change
 
 log = logging.getLogger(__name__)
@@ -46,7 +56,7 @@ class FetchPartition:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
-    log_start_offset: int = -1
+    log_start_offset: int = -1  # a follower's log start offset (-1 from consumers)
 
 
 @dataclass(slots=True)
@@ -70,8 +80,23 @@ class ReplicaManager:
         produce_purgatory: DelayedOperationPurgatory,
         fetch_purgatory: DelayedOperationPurgatory,
         monotonic_ms: Callable[[], int],
+        *,
+        replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        alter_partition_manager: AlterPartitionManager | None = None,
+        is_broker_alive: Callable[[int], bool] | None = None,
+        broker_epoch: Callable[[], int] | None = None,
     ) -> None:
         self._monotonic_ms = monotonic_ms
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        # Where proposed ISR changes go (SPEC R6); None: they stay pending (a single broker
+        # never proposes any: it has no followers).
+        self.alter_partition_manager = alter_partition_manager
+        # SPEC R5/I3: a replica may join the ISR only while its broker is alive (ZooKeeper
+        # mode: registered, as the metadata cache knows it).
+        self.is_broker_alive: Callable[[int], bool] = is_broker_alive or (lambda _: True)
+        self.broker_epoch: Callable[[], int] = broker_epoch or (lambda: -1)
+        self.isr_expands = 0
+        self.isr_shrinks = 0
         self.broker_id = broker_id
         self.log_manager = log_manager
         self._config_for = config_for
@@ -138,7 +163,7 @@ class ReplicaManager:
                 part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
                 old_role = _role(current)
                 if st.leader == self.broker_id:
-                    part.make_leader(st, now_ms)
+                    part.make_leader(st, self._monotonic_ms())  # follower lag: monotonic
                     became_leader.append((tp, st.leader_epoch))
                 else:
                     part.make_follower(st)
@@ -171,6 +196,9 @@ class ReplicaManager:
             local_broker_id=self.broker_id,
             log=plog,
             topic_id=topic_id,  # type: ignore[arg-type]
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            is_replica_isr_eligible=lambda r: self.is_broker_alive(r),
+            local_broker_epoch=lambda: self.broker_epoch(),
         )
         self.partitions[tp] = part
         return part
@@ -237,8 +265,8 @@ class ReplicaManager:
 
     def _acks_check(self, tp: TopicPartition, st: ProducePartitionStatus) -> ErrorCode | None:
         part = self.partitions.get(tp)
-        if part is None:
-            return ErrorCode.unknown_topic_or_partition
+        if part is None:  # stopped or deleted meanwhile: leadership lost
+            return ErrorCode.not_leader_or_follower
         return part.acks_all_satisfied(st.required_offset, part.log.config.min_insync_replicas)
 
     def _append_one(
@@ -308,8 +336,13 @@ class ReplicaManager:
         max_bytes: int,
         partitions: Sequence[FetchPartition],
         respond: Callable[[FetchResult], None],
+        replica_epoch: int = -1,
     ) -> None:
-        result = self.read_from_local_log(replica_id, max_bytes, partitions)
+        """Serve a Fetch; `replica_id` >= 0 marks a follower (its broker epoch, Fetch v15+'s
+        `replica_state.replica_epoch`, in `replica_epoch`; -1 when not sent)."""
+        result = self.read_from_local_log(
+            replica_id, max_bytes, partitions, replica_epoch=replica_epoch
+        )
         total = sum(len(r.records) for r in result.values())
         errored = any(r.error_code != ErrorCode.none for r in result.values())
         if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
@@ -338,7 +371,11 @@ class ReplicaManager:
             return False
 
         def complete() -> None:
-            respond(self.read_from_local_log(replica_id, max_bytes, partitions))
+            respond(
+                self.read_from_local_log(
+                    replica_id, max_bytes, partitions, update_fetch_state=False
+                )
+            )
 
         op = DelayedFetch(max_wait_ms, enough, complete)
         self.fetch_purgatory.try_complete_else_watch(
@@ -346,11 +383,21 @@ class ReplicaManager:
         )
 
     def read_from_local_log(
-        self, replica_id: int, max_bytes: int, partitions: Iterable[FetchPartition]
+        self,
+        replica_id: int,
+        max_bytes: int,
+        partitions: Iterable[FetchPartition],
+        *,
+        update_fetch_state: bool = True,
+        replica_epoch: int = -1,
     ) -> FetchResult:
+        """Read for a consumer (below the HW) or a follower (`replica_id` >= 0: up to the LEO,
+        recording its position, SPEC R9). `current_leader_epoch` fences both (KIP-320)."""
         out: FetchResult = {}
         remaining = max_bytes
         min_one = True
+        now_ms = self._monotonic_ms()
+        follower = replica_id >= 0
         for fp in partitions:
             part = self.partitions.get(fp.tp)
             if part is None:
@@ -358,11 +405,14 @@ class ReplicaManager:
                 continue
             try:
                 part.require_leader(fp.current_leader_epoch)
+                if follower:
+                    part.require_follower_replica(replica_id)
             except PartitionError as e:
                 out[fp.tp] = FetchPartitionResult(e.error_code)
                 continue
             plog = part.log
-            upper = plog.log_end_offset if replica_id >= 0 else part.high_watermark
+            leader_end_offset = plog.log_end_offset
+            upper = leader_end_offset if follower else part.high_watermark
             res = FetchPartitionResult(
                 ErrorCode.none,
                 high_watermark=part.high_watermark,
@@ -384,8 +434,105 @@ class ReplicaManager:
                 min_one = False
                 remaining -= len(data)
             res.records = data
+            if follower and update_fetch_state and res.error_code is ErrorCode.none:
+                try:
+                    self._update_follower_fetch_state(
+                        part, replica_id, fp, leader_end_offset, now_ms, replica_epoch
+                    )
+                except PartitionError as e:
+                    res = FetchPartitionResult(e.error_code)
+                res.high_watermark = part.high_watermark
+                res.last_stable_offset = part.high_watermark
             out[fp.tp] = res
         return out
+
+    # --- followers and the ISR (SPEC R4–R6, R9, R10) ----------------------------------------
+    def _update_follower_fetch_state(
+        self,
+        part: Partition,
+        replica_id: int,
+        fp: FetchPartition,
+        leader_end_offset: int,
+        now_ms: int,
+        replica_epoch: int,
+    ) -> None:
+        outcome = part.update_follower_fetch_state(
+            replica_id,
+            fetch_offset=fp.fetch_offset,
+            log_start_offset=fp.log_start_offset,
+            leader_end_offset=leader_end_offset,
+            now_ms=now_ms,
+            broker_epoch=replica_epoch,
+        )
+        if outcome.proposal is not None:
+            self._submit_isr_change(part, outcome.proposal)
+        if outcome.hw_incremented:
+            self._try_complete_delayed(part.tp)
+
+    def _try_complete_delayed(self, tp: TopicPartition) -> None:
+        """Kafka's tryCompleteDelayedRequests: the HW (or the ISR) moved."""
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    def maybe_shrink_isr(self, now_ms: int | None = None) -> int:
+        """The `isr-expiration` task (SPEC R4; run every `replica.lag.time.max.ms / 2`):
+        every led partition proposes dropping followers that lag. Returns how many did.
+        `now_ms` is the monotonic clock's (the one follower fetch times are recorded on)."""
+        now = self._monotonic_ms() if now_ms is None else now_ms
+        proposed = 0
+        for part in list(self.partitions.values()):
+            if not part.is_leader:
+                continue
+            pending = part.maybe_shrink_isr(now)
+            if pending is not None:
+                proposed += 1
+                self._submit_isr_change(part, pending)
+        return proposed
+
+    def _submit_isr_change(self, part: Partition, pending: PendingIsrState) -> None:
+        mgr = self.alter_partition_manager
+        if mgr is None or pending.sent is None:
+            return
+        if part.topic_id is None:
+            log.warning(
+                "[ReplicaManager broker=%d] cannot propose an ISR change for %s-%d: no topic id",
+                self.broker_id,
+                part.tp.topic,
+                part.tp.partition,
+            )
+            return
+        tp = part.tp
+
+        def on_result(result: AlterPartitionResult) -> None:
+            self._on_alter_partition_result(tp, pending, result)
+
+        if not mgr.submit(AlterPartitionItem(tp, part.topic_id, pending.sent, on_result)):
+            log.debug(
+                "[ReplicaManager broker=%d] an ISR change for %s-%d is already queued",
+                self.broker_id,
+                tp.topic,
+                tp.partition,
+            )
+
+    def _on_alter_partition_result(
+        self, tp: TopicPartition, pending: PendingIsrState, result: AlterPartitionResult
+    ) -> None:
+        part = self.partitions.get(tp)
+        if part is None:
+            return
+        outcome, hw = part.handle_alter_partition_result(pending, result, self._monotonic_ms())
+        if outcome is AlterOutcome.RETRY:
+            self._submit_isr_change(part, pending)
+        elif outcome is AlterOutcome.COMMITTED:
+            if pending.isr != part.state.isr:
+                if len(part.state.isr) > len(pending.isr):
+                    self.isr_expands += 1
+                else:
+                    self.isr_shrinks += 1
+            # The HW may have moved, or the ISR shrank below min.insync.replicas.
+            self._try_complete_delayed(tp)
+        elif hw:
+            self._try_complete_delayed(tp)
 
     # --- high watermarks -------------------------------------------------------------------
     def checkpoint_high_watermarks(self) -> None:

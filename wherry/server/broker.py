@@ -24,6 +24,7 @@ import dataclasses
 import json
 import logging
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +45,7 @@ from wherry.coordination.store import (
 )
 from wherry.log.cleaner import CleanerConfig, LogCleaner
 from wherry.log.config import ConfigError, LogConfig
+from wherry.log.log import Log
 from wherry.log.manager import LogManager
 from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.codec import (
@@ -65,6 +67,13 @@ from wherry.protocol.interbroker import (
 )
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.purgatory.timing_wheel import Timer
+from wherry.replication.alter_partition import AlterPartitionManager, ControllerSender
+from wherry.replication.fetcher import (
+    FetcherConfig,
+    LeaderAddress,
+    NetworkLeaderEndpoint,
+    ReplicaFetcherManager,
+)
 from wherry.replication.partition import Partition
 from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, SystemClock
@@ -171,6 +180,11 @@ class Broker:
         self.log_manager: LogManager
         self.log_cleaner: LogCleaner | None = None
         self.replica_manager: ReplicaManager
+        self.replica_fetchers: ReplicaFetcherManager | None = None
+        # Leader endpoints from the controller's LeaderAndIsr (live_leaders), newest first.
+        self._leader_endpoints: dict[int, LeaderAddress] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
         self.admin: AdminManager
         self.producer_ids: ProducerIdManager
         self.controller: Controller
@@ -178,6 +192,8 @@ class Broker:
         self.network: NetworkServer
         self.scheduler: Scheduler
         self._state_change_log: StateChangeLogHandle | None = None
+        self._alter_task: asyncio.Task[None] | None = None
+        self._alter_sender: ControllerSender | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -211,6 +227,10 @@ class Broker:
         self.fetch_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
             "Fetch", Timer(start_ms=self.clock.monotonic_ms())
         )
+        # ISR changes go to the controller as AlterPartition (SPEC R4-R6), batched.
+        self.alter_partition_manager = AlterPartitionManager(
+            self.broker_id, lambda: self.fence.broker_epoch
+        )
         self.replica_manager = ReplicaManager(
             self.broker_id,
             self.log_manager,
@@ -218,11 +238,27 @@ class Broker:
             self.produce_purgatory,
             self.fetch_purgatory,
             self.clock.monotonic_ms,
+            replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+            alter_partition_manager=self.alter_partition_manager,
+            is_broker_alive=lambda b: any(x.broker_id == b for x in self.cache.alive_brokers()),
+            broker_epoch=lambda: self.fence.broker_epoch,
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
         self.groups = GroupsRuntime(self)
-        self.replica_manager.on_leadership_change = self.groups.on_leadership_change
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        fetcher_config = FetcherConfig.from_properties(cfg.raw)
+        self.replica_fetchers = ReplicaFetcherManager(
+            self.broker_id,
+            log_for=self._follower_log,
+            endpoint_factory=lambda a: NetworkLeaderEndpoint(
+                self.broker_id, a.host, a.port, config=fetcher_config
+            ),
+            monotonic_ms=self.clock.monotonic_ms,
+            config=fetcher_config,
+        )
+        self.replica_manager.on_leadership_change = self._on_leadership_change
         await self.groups.start()
         self._purgatory_task = loop.create_task(self._purgatory_ticker(), name="purgatory")
 
@@ -232,6 +268,17 @@ class Broker:
         self.bound_ports = [
             await self.network.listen(ep.host, ep.port, ep.listener) for ep in cfg.listeners
         ]
+        timeout_s = cfg.controller_socket_timeout_ms / 1000
+        self._alter_sender = ControllerSender(
+            self.broker_id,
+            self._controller_address,
+            connect_timeout_s=timeout_s,
+            request_timeout_s=timeout_s,
+        )
+        self._alter_task = loop.create_task(
+            self.alter_partition_manager.run(self._alter_sender, self.clock.monotonic_ms),
+            name="alter-partition",
+        )
         # Reachable by an in-process controller before the registration makes it live.
         self.channel.register(self.broker_id, self)
         await self._register()
@@ -264,6 +311,16 @@ class Broker:
         if hasattr(self, "network"):
             await self.network.close()
         await self._stop_controller()
+        if self.replica_fetchers is not None:
+            await self.replica_fetchers.shutdown()
+        if self._alter_task is not None:
+            self._alter_task.cancel()
+            try:
+                await self._alter_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._alter_sender is not None:
+            await self._alter_sender.close()
         self.channel.unregister(self.broker_id)
         if hasattr(self, "scheduler"):
             await self.scheduler.shutdown()
@@ -555,11 +612,80 @@ class Broker:
             delay_ms=cfg.offsets_retention_check_interval_ms,
         )
         s.schedule(
+            "isr-expiration",
+            self.replica_manager.maybe_shrink_isr,
+            period_ms=max(1, cfg.replica_lag_time_max_ms // 2),
+        )
+        s.schedule(
             "highwatermark-checkpoint",
             self.replica_manager.checkpoint_high_watermarks,
             period_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
             executor=True,
         )
+
+    # --- follower fetchers (SPEC R8, H5) ----------------------------------------------------
+    def _on_leadership_change(
+        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
+    ) -> None:
+        """ReplicaManager hook; called from an executor thread for StopReplica."""
+        self.groups.on_leadership_change(became_leader, lost)
+        if threading.get_ident() == self._loop_thread:
+            self._update_fetchers(became_leader, lost)
+        elif self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._update_fetchers, became_leader, lost)
+
+    def _update_fetchers(
+        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
+    ) -> None:
+        fetchers = self.replica_fetchers
+        if fetchers is None or self._stopped:
+            return
+        remove = [tp for tp, _ in became_leader]
+        add: dict[TopicPartition, tuple[LeaderAddress, int]] = {}
+        for tp in lost:
+            part = self.replica_manager.get_partition(tp)
+            if part is None or part.is_leader or part.leader_id < 0:
+                remove.append(tp)
+                continue
+            address = self._leader_address(part.leader_id)
+            if address is None:
+                log.warning(
+                    "%s No endpoint known for leader %d of %s-%d; not fetching it",
+                    self._prefix,
+                    part.leader_id,
+                    tp.topic,
+                    tp.partition,
+                )
+                remove.append(tp)
+                continue
+            add[tp] = (address, part.leader_epoch)
+        fetchers.remove_partitions(remove)
+        if add:
+            fetchers.add_partitions(add)
+
+    def _leader_address(self, broker_id: int) -> LeaderAddress | None:
+        found = self._leader_endpoints.get(broker_id)
+        if found is not None:
+            return found
+        for b in self.cache.alive_brokers():
+            if b.broker_id == broker_id:
+                return LeaderAddress(b.broker_id, b.host, b.port)
+        return None
+
+    def _controller_address(self) -> tuple[int, str, int] | None:
+        cid = self.cache.controller_id
+        if cid is None:
+            return None
+        for b in self.cache.alive_brokers():
+            if b.broker_id == cid:
+                return cid, b.host, b.port
+        return None
+
+    def _follower_log(self, tp: TopicPartition) -> Log | None:
+        part = self.replica_manager.get_partition(tp)
+        if part is None or part.is_leader or part.log.closed:
+            return None
+        return part.log
 
     # --- purgatory time --------------------------------------------------------------------
     def wake_purgatories(self) -> None:
@@ -742,6 +868,8 @@ class Broker:
                 part.topic_id = tid
             elif verdict.error != ErrorCode.none:
                 self._log_ignored_leader_and_isr(req, st, verdict.error, part)
+        for ep in req.live_leaders:
+            self._leader_endpoints[ep.broker_id] = LeaderAddress(ep.broker_id, ep.host, ep.port)
         # Always handed over (even with nothing to apply) so the replica manager's own view of
         # the controller epoch keeps up with the fence's.
         resp = self.replica_manager.become_leader_or_follower(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from wherry.server.handlers import (
     alter_configs,
+    alter_partition,
     api_versions,
     create_partitions,
     create_topics,
@@ -38,6 +39,7 @@ from wherry.server.handlers import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     stop_replica,
     sync_group,
@@ -75,12 +77,14 @@ HANDLERS: dict[int, tuple[Handler, int, int]] = {
     20: (delete_topics.handle, 1, 6),
     21: (delete_records.handle, 0, 2),
     22: (init_producer_id.handle, 0, 6),
+    23: (offset_for_leader_epoch.handle, 2, 4),
     32: (describe_configs.handle, 1, 4),
     33: (alter_configs.handle, 0, 2),
     37: (create_partitions.handle, 0, 3),
     42: (delete_groups.handle, 0, 2),
     44: (incremental_alter_configs.handle, 0, 1),
     47: (offset_delete.handle, 0, 0),
+    56: (alter_partition.handle, 2, 3),
     60: (describe_cluster.handle, 0, 2),
 }
 

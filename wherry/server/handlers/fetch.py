@@ -39,6 +39,11 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     replica_id = (
         replica_state.replica_id if replica_state is not None else getattr(body, "replica_id", -1)
     )
+    replica_epoch = (
+        replica_state.replica_epoch
+        if replica_state is not None
+        else getattr(body, "replica_epoch", -1)
+    )
     cache = broker.cache
     wanted: list[FetchPartition] = []
     # Response skeleton in request order: (topic key, name or None, partition)
@@ -76,6 +81,7 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
 
         broker.replica_manager.fetch_messages(
             replica_id=replica_id,
+            replica_epoch=replica_epoch,
             max_wait_ms=duration_ms(body.max_wait),
             min_bytes=body.min_bytes,
             max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),

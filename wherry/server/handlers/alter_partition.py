@@ -1,0 +1,27 @@
+"""AlterPartition (key 56, v2–v3): a partition leader proposes an ISR change (SPEC R6).
+
+Only the broker whose controller instance is active answers; it hands the request to its
+controller's event queue (`Controller.alter_partition`). Any other broker answers
+NOT_CONTROLLER, and the leader's AlterPartitionManager retries once its metadata names the
+new controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.controller.alter_partition import error_response
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.broker import Broker
+
+
+async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+    controller = getattr(broker, "controller", None)
+    if controller is None or not controller.active:
+        return error_response(ErrorCode.not_controller)
+    return await controller.alter_partition(req.body)

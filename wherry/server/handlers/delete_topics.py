@@ -43,6 +43,18 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
                 continue
         assert name is not None
         topic_id = cache.topic_id(name) or _ZERO_UUID
+        if not cache.contains_topic(name):
+            # As Kafka: only topics this broker's metadata knows (a topic whose deletion has
+            # gone through is unknown even while its znodes are being removed).
+            results.append(
+                {
+                    "name": name,
+                    "topic_id": topic_id,
+                    "error_code": ErrorCode.unknown_topic_or_partition,
+                    "error_message": "This server does not host this topic-partition.",
+                }
+            )
+            continue
         try:
             await broker.admin.delete_topic(name)
         except AdminError as e:

@@ -1,0 +1,549 @@
+"""Replication cost benchmark: `python bench/cluster.py [--quick] [--dev] [--json PATH]`.
+
+In one run, on this machine, against brokers this script starts (free loopback ports,
+temporary data dirs, every process stopped by its PID):
+
+  s1  single broker, acks=1, confluent-kafka Producer, 100 B records
+  s2  the same with 1 KiB records
+  r1  3 broker processes on a real ZooKeeper (`wherry server --zookeeper`, `ZkCluster`),
+      topic RF 3 with min.insync.replicas=2, acks=all, 100 B records
+  r2  the same with 1 KiB records
+  x1, x2  the ratios r1/s1 and r2/s2 (records/s)
+  sl1 single broker, acks=1: produce latency p50/p99 at 1000 records/s, linger.ms=0
+  rl1 3 brokers, RF 3, acks=all: the same
+  sl2, rl2  the same at 100 records/s
+
+`--dev` runs the RF 3 rows on `wherry dev --brokers 3` (three brokers in ONE child process,
+one event loop, embedded store) instead of three processes on ZooKeeper.
+
+Every client runs in a process of its own (`python -m bench.cluster worker ROLE JSON`), so
+the orchestrator, the brokers and the load generator never share a GIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    MIB,
+    REPO_ROOT,
+    BenchError,
+    Broker,
+    call,
+    cpu_seconds,
+    environment,
+    stop_pid,
+)
+
+PARTITIONS = 3  # one leader per broker on the 3-broker cluster
+LAG_MS = 10_000
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    small_records: int
+    large_records: int
+    latency_rates: tuple[int, ...]
+    latency_duration_s: float
+    repeats: int
+
+
+FULL = Plan(
+    small_records=500_000,
+    large_records=150_000,
+    latency_rates=(1000, 100),
+    latency_duration_s=10,
+    repeats=3,
+)
+QUICK = Plan(
+    small_records=50_000,
+    large_records=15_000,
+    latency_rates=(1000, 100),
+    latency_duration_s=3,
+    repeats=1,
+)
+
+
+# ------------------------------------------------------------------------------- workers
+
+
+def produce_worker(p: Params) -> Params:
+    """`count` records of `record_bytes` (keyless, round-robin over partitions) with `acks`;
+    timed from the first produce() to flush() returning, metadata fetched before."""
+    from confluent_kafka import KafkaError, Message, Producer
+
+    failures: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None and len(failures) < 10:
+            failures.append(str(err))
+
+    prod = Producer(
+        {
+            "bootstrap.servers": p["bootstrap"],
+            "acks": p["acks"],
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "delivery.report.only.error": True,
+            "on_delivery": on_delivery,
+            "log_level": 0,
+        }
+    )
+    prod.list_topics(p["topic"], timeout=10)
+    topic, count = p["topic"], p["count"]
+    value = os.urandom(p["record_bytes"])
+    deadline = time.monotonic() + p["timeout_s"]
+    produce = prod.produce
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                produce(topic, value)
+                break
+            except BufferError:
+                prod.poll(0.001)
+                if time.monotonic() > deadline:
+                    raise
+        if i & 0xFFFF == 0:
+            prod.poll(0)
+    remaining = prod.flush(max(1.0, deadline - time.monotonic()))
+    elapsed = time.perf_counter() - t0
+    if failures or remaining:
+        raise BenchError(f"produce failed: {remaining} undelivered, errors {failures}")
+    nbytes = count * p["record_bytes"]
+    return {
+        "records": count,
+        "elapsed_s": elapsed,
+        "rec_s": count / elapsed,
+        "mb_s": nbytes / elapsed / MIB,
+        "client_cpu_s": time.process_time() - cpu0,
+    }
+
+
+def latency_worker(p: Params) -> Params:
+    """100 B records paced at `rate`/s for `duration_s`, linger.ms=0, `acks`; latency is
+    produce() → delivery report."""
+    from confluent_kafka import KafkaError, Message, Producer
+
+    prod = Producer(
+        {"bootstrap.servers": p["bootstrap"], "linger.ms": 0, "acks": p["acks"], "log_level": 0}
+    )
+    topic = p["topic"]
+    value = os.urandom(100)
+    prod.produce(topic, value)  # warm-up: connection, metadata, first batch
+    if prod.flush(10) != 0:
+        raise BenchError("latency warm-up message was not delivered")
+    latencies: list[float] = []
+    failures: list[str] = []
+    perf = time.perf_counter
+
+    def callback(t_sent: float) -> Callable[[KafkaError | None, Message], None]:
+        def done(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                failures.append(str(err))
+            else:
+                latencies.append(perf() - t_sent)
+
+        return done
+
+    rate = p["rate"]
+    count = int(rate * p["duration_s"])
+    interval = 1.0 / rate
+    t0 = next_at = perf()
+    for _ in range(count):
+        while (now := perf()) < next_at:
+            prod.poll(next_at - now)
+        prod.produce(topic, value, on_delivery=callback(perf()))
+        prod.poll(0)
+        next_at += interval
+    remaining = prod.flush(max(10.0, p["duration_s"] * 5))
+    elapsed = perf() - t0
+    if failures or remaining or len(latencies) != count:
+        raise BenchError(f"latency run: {remaining} undelivered, errors {failures[:5]}")
+    latencies.sort()
+
+    def pct(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+
+    return {
+        "records": count,
+        "elapsed_s": elapsed,
+        "rate": count / elapsed,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "max_ms": latencies[-1] * 1000,
+    }
+
+
+ROLES: dict[str, Callable[[Params], Params]] = {
+    "produce": produce_worker,
+    "latency": latency_worker,
+}
+
+
+def run_worker(role: str, params: Params, timeout_s: float) -> Params:
+    """Run a worker process and return the JSON it prints last."""
+    cmd = [sys.executable, "-m", "bench.cluster", "worker", role, json.dumps(params)]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_pid(proc, timeout_s=2)
+        out, err = proc.communicate()
+        raise BenchError(
+            f"worker {role} timed out after {timeout_s:.0f} s\n{err[-2000:]}"
+        ) from None
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise BenchError(f"worker {role} failed (exit {proc.returncode}):\n{err[-3000:]}")
+    result: Params = json.loads(lines[-1])
+    return result
+
+
+# ------------------------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    """Where a row runs: a bootstrap string, the broker PIDs (for CPU), acks, RF."""
+
+    name: str
+    bootstrap: str
+    pids: list[int]
+    acks: str
+    replication_factor: int
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        """CreateTopics v7 (min.insync.replicas=2 when replicated), then wait until every
+        partition has a leader and a full ISR."""
+        from wherry.testing.cluster import wait_until
+        from wherry.testing.metadata_probe import fetch_metadata
+
+        configs = {"min.insync.replicas": "2"} if self.replication_factor > 1 else {}
+        resp = call(
+            self.bootstrap.split(",")[0],
+            19,
+            7,
+            {
+                "topics": [
+                    {
+                        "name": name,
+                        "num_partitions": partitions,
+                        "replication_factor": self.replication_factor,
+                        "assignments": [],
+                        "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                    }
+                ],
+                "timeout": 30_000,
+                "validate_only": False,
+            },
+        )
+        t = resp.topics[0]
+        if int(t.error_code) != 0:
+            raise BenchError(f"CreateTopics {name} failed: {t.error_code} {t.error_message}")
+
+        def ready() -> bool:
+            for address in self.bootstrap.split(","):
+                parts = fetch_metadata(address, [name]).partitions(name)
+                if len(parts) != partitions:
+                    return False
+                for pv in parts.values():
+                    if pv.leader < 0 or len(pv.isr) != self.replication_factor:
+                        return False
+            return True
+
+        if not wait_until(ready, 30):
+            raise BenchError(f"topic {name} not online with full ISRs after 30 s")
+
+
+@contextmanager
+def single_broker(base: Path) -> Iterator[Target]:
+    with Broker(base / "single") as broker:
+        broker.start()
+        yield Target("single broker, acks=1", broker.bootstrap, [broker.pid], "1", 1)
+
+
+def _cluster_overrides() -> dict[str, str]:
+    return {
+        "replica.lag.time.max.ms": str(LAG_MS),
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+    }
+
+
+@contextmanager
+def zk_cluster(base: Path) -> Iterator[Target]:
+    from wherry.testing.cluster import ZkCluster, wait_until
+    from wherry.testing.zookeeper import ZooKeeperServer
+
+    reason = ZooKeeperServer.unavailable_reason()
+    if reason is not None:
+        raise BenchError(f"ZooKeeper is not available ({reason}); use --dev")
+    with ZkCluster(
+        base / "zk", brokers=3, overrides=_cluster_overrides(), session_timeout_ms=10_000
+    ) as cluster:
+        if not wait_until(
+            lambda: set(cluster.metadata(0).brokers) == {0, 1, 2}, 30
+        ):  # every broker registered and known
+            raise BenchError("the ZooKeeper cluster did not come up")
+        yield Target(
+            "3 broker processes (ZooKeeper), RF 3, acks=all",
+            cluster.bootstrap,
+            [cluster.pid(b) for b in range(3)],
+            "all",
+            3,
+        )
+
+
+@contextmanager
+def dev_cluster(base: Path) -> Iterator[Target]:
+    """`wherry dev --brokers 3` as a child process (3 brokers on one event loop)."""
+    cmd = [sys.executable, "-m", "wherry", "dev", "--brokers", "3", "--base-port", "0"]
+    cmd += ["--dir", str(base / "dev"), "--log-level", "WARNING"]
+    for k, v in _cluster_overrides().items():
+        cmd += ["--override", f"{k}={v}"]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    ready = threading.Event()
+    found: list[str] = []
+    output: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if len(output) < 2000:
+                output.append(line)
+            m = re.search(r"bootstrap servers (\S+),", line)
+            if m:
+                found.append(m.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        if not ready.wait(60) or not found:
+            raise BenchError("wherry dev did not start:\n" + "".join(output[-40:]))
+        yield Target(
+            "wherry dev --brokers 3 (one process), RF 3, acks=all", found[0], [proc.pid], "all", 3
+        )
+    finally:
+        stop_pid(proc)
+
+
+# ------------------------------------------------------------------------------- rows
+
+
+@dataclass
+class Row:
+    id: str
+    name: str
+    result: str
+    detail: str
+    raw: Params
+
+
+class Bench:
+    def __init__(self, plan: Plan, log: Callable[[str], None]) -> None:
+        self.plan = plan
+        self.log = log
+        self.rows: dict[str, Row] = {}
+
+    def add(self, row: Row) -> None:
+        self.rows[row.id] = row
+        self.log(f"  {row.id:<3} {row.name}: {row.result}")
+
+    def measure(self, target: Target, prefix: str) -> None:
+        plan = self.plan
+        sizes = ((f"{prefix}1", 100, plan.small_records), (f"{prefix}2", 1024, plan.large_records))
+        for rid, size, count in sizes:
+            topic = f"bench-{prefix}-{size}b"
+            target.create_topic(topic, PARTITIONS)
+            runs: list[Params] = []
+            for rep in range(plan.repeats):
+                self.log(f"({rid}) {target.name}: produce {count} x {size} B, run {rep + 1}")
+                cpu0 = target.cpu_seconds()
+                r = run_worker(
+                    "produce",
+                    {
+                        "bootstrap": target.bootstrap,
+                        "topic": topic,
+                        "acks": target.acks,
+                        "record_bytes": size,
+                        "count": count,
+                        "timeout_s": 300,
+                    },
+                    timeout_s=360,
+                )
+                r["broker_cpu_s"] = target.cpu_seconds() - cpu0
+                runs.append(r)
+            best = max(runs, key=lambda r: r["rec_s"])
+            self.add(
+                Row(
+                    rid,
+                    f"{target.name}: produce {size} B",
+                    f"{best['rec_s']:,.0f} rec/s  {best['mb_s']:,.1f} MB/s",
+                    f"best of {len(runs)} runs of {count} records ("
+                    + ", ".join(f"{r['rec_s'] / 1000:,.0f}k" for r in runs)
+                    + f" rec/s); best: {best['elapsed_s']:.2f} s, broker CPU "
+                    f"{best['broker_cpu_s'] / best['elapsed_s'] * 100:.0f}% (all broker "
+                    f"processes), client CPU {best['client_cpu_s'] / best['elapsed_s'] * 100:.0f}%",
+                    {**best, "runs": runs},
+                )
+            )
+        topic = f"bench-{prefix}-latency"
+        target.create_topic(topic, 1)
+        for i, rate in enumerate(plan.latency_rates):
+            rid = f"{prefix}l{i + 1}"
+            self.log(f"({rid}) {target.name}: latency at {rate}/s")
+            r = run_worker(
+                "latency",
+                {
+                    "bootstrap": target.bootstrap,
+                    "topic": topic,
+                    "acks": target.acks,
+                    "rate": rate,
+                    "duration_s": plan.latency_duration_s,
+                },
+                timeout_s=plan.latency_duration_s * 10 + 60,
+            )
+            self.add(
+                Row(
+                    rid,
+                    f"{target.name}: latency {rate}/s x 100 B, linger 0",
+                    f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms",
+                    f"{r['records']} records, delivered at {r['records'] / r['elapsed_s']:.0f}/s;"
+                    f" max {r['max_ms']:.1f} ms",
+                    r,
+                )
+            )
+
+    def ratios(self) -> None:
+        for size, (s, r) in ((100, ("s1", "r1")), (1024, ("s2", "r2"))):
+            a, b = self.rows[s].raw, self.rows[r].raw
+            self.add(
+                Row(
+                    f"x{s[-1]}",
+                    f"ratio RF 3 acks=all / single acks=1, {size} B",
+                    f"{b['rec_s'] / a['rec_s']:.2f}x",
+                    f"{b['rec_s']:,.0f} / {a['rec_s']:,.0f} rec/s",
+                    {"ratio": b["rec_s"] / a["rec_s"]},
+                )
+            )
+
+
+ORDER = ("s1", "s2", "r1", "r2", "x1", "x2", "sl1", "rl1", "sl2", "rl2")
+
+
+def render(env: Params, rows: list[Row], mode: str) -> None:
+    print(
+        f"env: {env['cpus']} CPUs, {env['implementation']} {env['python']}, "
+        f"uvloop {'on' if env['uvloop'] else 'off'}, Linux {env['kernel']}, "
+        f"confluent-kafka {env.get('confluent_kafka')} / librdkafka {env.get('librdkafka')}, "
+        f"load avg (1 min) {env['loadavg_1m']:.2f} at start, {env['loadavg_1m_end']:.2f} at end; "
+        f"RF 3 rows on {mode}"
+    )
+    headers = ("row", "measurement", "result", "detail")
+    cells = [(r.id, r.name, r.result, r.detail) for r in rows]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+        line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+        print("wherry replication benchmark (MB = 2^20 bytes)")
+        print(line)
+        print("-" * len(line))
+        for c in cells:
+            print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
+    else:
+        table = Table(title="wherry replication benchmark (MB = 2^20 bytes)")
+        for h in headers:
+            table.add_column(h, overflow="fold")
+        for c in cells:
+            table.add_row(*c)
+        Console(width=200).print(table)
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        print(json.dumps(ROLES[argv[1]](json.loads(argv[2]))), flush=True)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short run, a tenth of the records")
+    ap.add_argument("--dev", action="store_true", help="RF 3 rows on `wherry dev --brokers 3`")
+    ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
+    ap.add_argument("--tmp-dir", type=Path, default=None, help="where data dirs live")
+    args = ap.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    env = environment()
+    base = Path(tempfile.mkdtemp(prefix="wherry-bench-cluster-", dir=args.tmp_dir))
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    bench = Bench(plan, log)
+    mode = "`wherry dev --brokers 3` (one process)" if args.dev else "3 processes + ZooKeeper"
+    t0 = time.monotonic()
+    try:
+        with single_broker(base) as target:
+            bench.measure(target, "s")
+        shutil.rmtree(base / "single", ignore_errors=True)
+        with dev_cluster(base) if args.dev else zk_cluster(base) as target:
+            bench.measure(target, "r")
+        bench.ratios()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    log(f"bench finished in {time.monotonic() - t0:.0f} s")
+    env["loadavg_1m_end"] = os.getloadavg()[0]
+    rows = [bench.rows[i] for i in ORDER]
+    render(env, rows, mode)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "env": env,
+                    "quick": args.quick,
+                    "mode": mode,
+                    "rows": [{"id": r.id, "name": r.name, "raw": r.raw} for r in rows],
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

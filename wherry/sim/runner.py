@@ -1,0 +1,99 @@
+"""`python -m wherry.sim`: run many seeds, print each failing seed with the command that
+replays it.
+
+    python -m wherry.sim --seeds 1000            # seeds 0..999
+    python -m wherry.sim --seed 417 -v           # replay one seed, with its fault log
+    python -m wherry.sim --seeds 500 --power-loss
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from multiprocessing import Pool
+
+from wherry.sim.world import SimOptions, SimResult, run_seed
+
+
+def _options(args: argparse.Namespace) -> SimOptions:
+    o = SimOptions(power_loss=args.power_loss)
+    if args.duration_ms is not None:
+        o = replace(o, duration_ms=args.duration_ms)
+    if args.brokers is not None:
+        o = replace(o, brokers=args.brokers)
+    if args.no_faults:
+        o = replace(o, faults=False)
+    if args.unclean_election:
+        o = replace(o, unclean_election=True)
+    return o
+
+
+def _run(job: tuple[int, SimOptions]) -> SimResult:
+    logging.disable(logging.CRITICAL)
+    return run_seed(*job)
+
+
+def _replay_command(seed: int, args: argparse.Namespace) -> str:
+    extra = " --power-loss" if args.power_loss else ""
+    if args.duration_ms is not None:
+        extra += f" --duration-ms {args.duration_ms}"
+    if args.brokers is not None:
+        extra += f" --brokers {args.brokers}"
+    if args.unclean_election:
+        extra += " --unclean-election"
+    return f"python -m wherry.sim --seed {seed}{extra} -v"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m wherry.sim", description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, default=100, help="run seeds first..first+N-1")
+    p.add_argument("--first", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="run only this seed")
+    p.add_argument("--power-loss", action="store_true", help="crashes lose unflushed bytes")
+    p.add_argument("--duration-ms", type=int, default=None, help="simulated time with faults")
+    p.add_argument("--brokers", type=int, default=None)
+    p.add_argument("--no-faults", action="store_true")
+    p.add_argument(
+        "--unclean-election",
+        action="store_true",
+        help="let the controller elect out-of-sync replicas (should make seeds fail)",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    p.add_argument("-v", "--verbose", action="store_true", help="print the fault log")
+    args = p.parse_args(argv)
+    options = _options(args)
+    seeds = (
+        [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
+    )
+    started = time.monotonic()
+    failed: list[SimResult] = []
+    acks = 0
+    jobs = [(s, options) for s in seeds]
+    if args.jobs > 1:
+        with Pool(args.jobs) as pool:
+            results = list(pool.imap(_run, jobs))
+    else:
+        results = [_run(j) for j in jobs]
+    for r in results:
+        acks += r.acks
+        if args.verbose:
+            for line in r.faults:
+                print(f"  seed {r.seed}: {line}")
+            print(
+                f"seed {r.seed}: {'ok' if r.ok else 'FAILED'}: {r.acks} acks of {r.produced} "
+                f"produced, {r.consumed} batches consumed, {r.steps} steps, {r.sim_ms} ms "
+                "simulated"
+            )
+        if not r.ok:
+            failed.append(r)
+            print(f"seed {r.seed} FAILED: {r.violation or r.error}")
+            print(f"  replay: {_replay_command(r.seed, args)}")
+    took = time.monotonic() - started
+    print(
+        f"{len(seeds)} seeds{' (power loss)' if args.power_loss else ''}: {len(failed)} failed, "
+        f"{acks} acknowledged batches checked, {took:.1f} s"
+    )
+    return 1 if failed else 0

@@ -1,0 +1,518 @@
+"""One simulated cluster run: brokers, controller, network, clients and faults on one seed.
+
+`run_seed(seed, options)` builds the world in a temporary directory, drives it on a
+`SimLoop` for `options.duration_ms` of simulated time with faults, then heals everything,
+lets it settle, runs the final checks and returns a `SimResult` (violation or None).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import tempfile
+import traceback
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.log.config import LogConfig
+from wherry.log.topic_partition import TopicPartition
+from wherry.protocol.records import build_batch, parse_header
+from wherry.replication.fetcher import FetcherConfig
+from wherry.replication.replica_manager import FetchPartition
+from wherry.sim.controller import ControllerMessage, SimController, SimStore
+from wherry.sim.disk import DurableFiles
+from wherry.sim.invariants import (
+    History,
+    InvariantViolation,
+    LeaderView,
+    batches_below,
+    decode_batches,
+)
+from wherry.sim.loop import SimLoop
+from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, NetworkConfig, SimNetwork
+from wherry.sim.node import NodeConfig, SimBroker
+
+log = logging.getLogger(__name__)
+
+TOPIC = "sim"
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    brokers: int = 3
+    partitions: int = 2
+    min_insync_replicas: int = 2
+    duration_ms: int = 6_000  # with faults
+    settle_ms: int = 4_000  # healed, before the final check
+    power_loss: bool = False  # a crash loses unflushed bytes; flush.messages=1
+    power_loss_flush_messages: int = 1  # larger: acknowledged data may be lost (self-test)
+    segment_bytes: int = 4096  # small, so logs roll and truncation crosses segments
+    faults: bool = True
+    fault_interval_ms: tuple[int, int] = (100, 700)
+    session_timeout_ms: int = 400
+    replica_lag_time_max_ms: int = 600
+    request_timeout_ms: int = 800
+    produce_timeout_ms: int = 1_000
+    producers: int = 3
+    produce_interval_ms: tuple[int, int] = (5, 40)
+    data_check_interval_ms: int = 200
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    broken_rule: str | None = None  # checker self-test (see History.broken_rule)
+    unclean_election: bool = False  # allows losing acknowledged data: the checker must see it
+
+
+@dataclass(slots=True)
+class SimResult:
+    seed: int
+    violation: str | None = None
+    error: str | None = None
+    acks: int = 0
+    produced: int = 0
+    consumed: int = 0
+    faults: list[str] = field(default_factory=list)
+    steps: int = 0
+    sim_ms: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None and self.error is None
+
+
+class World:
+    def __init__(self, seed: int, options: SimOptions, root: Path) -> None:
+        self.seed = seed
+        self.options = options
+        self.rng = random.Random(seed)
+        self.root = root
+        self.loop = SimLoop()
+        self.disk = DurableFiles()
+        self.history = History(broken_rule=options.broken_rule)
+        self.network = SimNetwork(random.Random(self.rng.random()), self, options.network)
+        self.fault_rng = random.Random(self.rng.random())
+        self.client_rng = random.Random(self.rng.random())
+        broker_ids = list(range(1, options.brokers + 1))
+        rf = min(3, options.brokers)
+        assignments = {
+            p: tuple(broker_ids[(p + i) % len(broker_ids)] for i in range(rf))
+            for p in range(options.partitions)
+        }
+        self.store = SimStore(TOPIC, uuid.UUID(int=self.rng.getrandbits(128)), assignments)
+        self.broker_ids = broker_ids
+        self.nodes: dict[int, SimBroker] = {}
+        self.incarnations: dict[int, int] = {}
+        self.down: set[int] = set()
+        self.controller: SimController | None = None
+        self.controller_incarnation = 0
+        self.result = SimResult(seed)
+        self._next_data_check = 0
+        self._failure: BaseException | None = None
+        log_config = LogConfig(
+            min_insync_replicas=options.min_insync_replicas, segment_bytes=options.segment_bytes
+        )
+        if options.power_loss:
+            log_config = replace(log_config, flush_messages=options.power_loss_flush_messages)
+        self.node_config = NodeConfig(
+            log_config=log_config,
+            fetcher=FetcherConfig(max_wait_ms=100, backoff_ms=50, socket_timeout_ms=800),
+            replica_lag_time_max_ms=options.replica_lag_time_max_ms,
+            request_timeout_ms=options.request_timeout_ms,
+        )
+        self.tps = [TopicPartition(TOPIC, p) for p in range(options.partitions)]
+
+    # --- Endpoints -----------------------------------------------------------------------------
+    def incarnation(self, node_id: int) -> int | None:
+        if node_id == CLIENT_ID:
+            return 0
+        if node_id == CONTROLLER_ID:
+            c = self.controller
+            return self.controller_incarnation if c is not None and c.alive else None
+        if node_id in self.down or node_id not in self.nodes:
+            return None
+        return self.incarnations[node_id]
+
+    def now_ms(self) -> int:
+        return self.loop.now_ms()
+
+    def node(self, broker_id: int) -> SimBroker | None:
+        n = self.nodes.get(broker_id)
+        return n if n is not None and n.up else None
+
+    # --- processes ------------------------------------------------------------------------------
+    def start_broker(self, b: int) -> None:
+        self.incarnations[b] = self.incarnations.get(b, 0) + 1
+        if b in self.store.registrations:  # the old session: expire it first
+            self.expire_session(b)
+        epoch = self.store.register(b)
+        node = SimBroker(
+            b,
+            self.root / f"broker-{b}",
+            self.incarnations[b],
+            epoch,
+            self.network,
+            self.node_config,
+            self.now_ms,
+            self._send_to_controller,
+            self.node,
+        )
+        node.start()
+        self.nodes[b] = node
+        self.down.discard(b)
+        self._notify_controller()
+
+    def crash_broker(self, b: int) -> None:
+        node = self.nodes[b]
+        files = node.crash()
+        self.down.add(b)
+        self.result.faults.append(f"{self.now_ms()}: crash broker {b}")
+        if self.options.power_loss:
+            for path, before, after in self.disk.lose_unsynced(files, self.fault_rng):
+                self.result.faults.append(
+                    f"{self.now_ms()}:   power loss cuts {path.name} of broker {b} "
+                    f"from {before} to {after} bytes"
+                )
+        epoch = node.broker_epoch
+
+        async def expire() -> None:
+            await asyncio.sleep(self.options.session_timeout_ms / 1000)
+            reg = self.store.registrations.get(b)
+            if reg is not None and reg.epoch == epoch:
+                self.expire_session(b)
+
+        self.loop.create_task(expire())
+
+    def expire_session(self, b: int) -> None:
+        self.store.registrations.pop(b, None)
+        self._notify_controller()
+
+    def reregister(self, b: int) -> None:
+        """A live broker whose session expired registers again with a new broker epoch."""
+        node = self.node(b)
+        if node is None:
+            return
+        node.fence.broker_epoch = self.store.register(b)
+        self._notify_controller()
+
+    def start_controller(self) -> None:
+        if self.controller is not None and self.controller.alive:
+            return  # one is running already (e.g. started when healing)
+        self.controller_incarnation += 1
+        c = SimController(
+            self.store, self.network, self._deliver, unclean_election=self.options.unclean_election
+        )
+        self.controller = c
+        c.activate()
+
+    def crash_controller(self) -> None:
+        if self.controller is not None:
+            self.controller.crash()
+        self.result.faults.append(f"{self.now_ms()}: crash controller")
+
+    def _notify_controller(self) -> None:
+        """A store watch: the controller sees broker changes a little later."""
+        c = self.controller
+
+        async def fire() -> None:
+            await asyncio.sleep(self.fault_rng.uniform(0.5, 5) / 1000)
+            if c is not None and c.alive:
+                c.on_broker_change()
+
+        self.loop.create_task(fire())
+
+    async def _deliver(self, b: int, msg: ControllerMessage) -> int:
+        node = self.node(b)
+        if node is None:
+            raise ConnectionError(f"broker {b} is down")
+        return await node.handle_controller_message(msg)
+
+    async def _send_to_controller(self, b: int, body: Mapping[str, Any]) -> Any:
+        c = self.controller
+        if c is None or not c.alive:
+            raise ConnectionError("no controller")
+
+        async def handler() -> Any:
+            return c.alter_partition(body)
+
+        return await self.network.call(
+            b, CONTROLLER_ID, handler, timeout_ms=self.options.request_timeout_ms
+        )
+
+    # --- clients --------------------------------------------------------------------------------
+    async def producer(self, pid: int) -> None:
+        rng = random.Random(self.client_rng.random())
+        o = self.options
+        seq = 0
+        while True:
+            await asyncio.sleep(rng.uniform(*o.produce_interval_ms) / 1000)
+            tp = rng.choice(self.tps)
+            state = self.store.states.get(tp)  # metadata: possibly stale for the leader
+            if state is None or state.leader < 0:
+                continue
+            leader = state.leader
+            seq += 1
+            value = f"p{pid}-{seq}".encode()
+            batch = build_batch([(None, value)], timestamp_ms=self.now_ms())
+            self.result.produced += 1
+
+            async def handler(
+                lid: int = leader, data: bytes = batch, tp: TopicPartition = tp
+            ) -> tuple[ErrorCode, int]:
+                node = self.node(lid)
+                if node is None:
+                    raise ConnectionError("down")
+                return await node.serve_produce(tp, data, timeout_ms=o.produce_timeout_ms)
+
+            try:
+                err, offset = await self.network.call(
+                    CLIENT_ID, leader, handler, timeout_ms=o.produce_timeout_ms + 500
+                )
+            except (ConnectionError, TimeoutError):
+                continue
+            if err is ErrorCode.none:
+                self.history.record_ack(tp, offset, parse_header(batch).crc)
+
+    async def consumer(self) -> None:
+        rng = random.Random(self.client_rng.random())
+        while True:
+            await asyncio.sleep(rng.uniform(20, 120) / 1000)
+            tp = rng.choice(self.tps)
+            # Any broker that claims to lead it; a stale (zombie) leader is allowed to answer.
+            candidates = [
+                b
+                for b in self.broker_ids
+                if (n := self.node(b)) is not None
+                and (p := n.replica_manager.get_partition(tp)) is not None
+                and p.is_leader
+            ]
+            if not candidates:
+                continue
+            b = rng.choice(candidates)
+            offset = rng.choice([0, rng.randint(0, 50)])
+
+            async def handler(lid: int = b, at: int = offset, tp: TopicPartition = tp) -> Any:
+                node = self.node(lid)
+                if node is None:
+                    raise ConnectionError("down")
+                return await node.serve_fetch(
+                    -1,
+                    -1,
+                    [FetchPartition(tp, at, 1 << 20)],
+                    max_wait_ms=0,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                )
+
+            try:
+                result = await self.network.call(CLIENT_ID, b, handler, timeout_ms=1000)
+            except (ConnectionError, TimeoutError):
+                continue
+            r = result.get(tp)
+            if r is None or r.error_code != ErrorCode.none or not r.records:
+                continue
+            values = {
+                off: crc
+                for off, (last, crc) in decode_batches(bytes(r.records)).items()
+                if last < r.high_watermark
+            }
+            self.history.consumed += len(values)
+            self.history.record_committed(tp, values, f"consumer reading broker {b}")
+
+    # --- faults ---------------------------------------------------------------------------------
+    async def faults(self, until_ms: int) -> None:
+        rng = self.fault_rng
+        o = self.options
+        while True:
+            await asyncio.sleep(rng.uniform(*o.fault_interval_ms) / 1000)
+            if self.now_ms() >= until_ms:
+                return
+            kind = rng.choice(
+                ["crash", "crash", "expire", "partition", "partition", "controller", "nothing"]
+            )
+            up = [b for b in self.broker_ids if b not in self.down]
+            if kind == "crash" and len(self.down) < o.brokers - 1 and up:
+                b = rng.choice(up)
+                self.crash_broker(b)
+                self.loop.create_task(self._restart_later(b, rng.uniform(50, 1500)))
+            elif kind == "expire" and up:
+                b = rng.choice(up)
+                self.result.faults.append(f"{self.now_ms()}: expire session of broker {b}")
+                self.expire_session(b)
+                self.loop.call_later(rng.uniform(20, 400) / 1000, self.reregister, b)
+            elif kind == "partition":
+                ends = [*self.broker_ids, CONTROLLER_ID, CLIENT_ID]
+                a, c = rng.sample(ends, 2)
+                self.network.partition(a, c)
+                self.result.faults.append(f"{self.now_ms()}: cut {a} <-> {c}")
+                self.loop.call_later(rng.uniform(50, 1500) / 1000, self.network.heal, a, c)
+            elif kind == "controller" and self.controller is not None and self.controller.alive:
+                self.crash_controller()
+                self.loop.call_later(rng.uniform(20, 500) / 1000, self.start_controller)
+
+    async def _restart_later(self, b: int, delay_ms: float) -> None:
+        await asyncio.sleep(delay_ms / 1000)
+        if b in self.down:
+            self.result.faults.append(f"{self.now_ms()}: restart broker {b}")
+            self.start_broker(b)
+
+    # --- checks ---------------------------------------------------------------------------------
+    def after_step(self) -> None:
+        if self._failure is not None:
+            return
+        try:
+            self.check_step()
+            if self.now_ms() >= self._next_data_check:
+                self._next_data_check = self.now_ms() + self.options.data_check_interval_ms
+                self.check_data()
+        except BaseException as e:
+            self._failure = e
+            self.loop.stop()
+
+    def check_step(self) -> None:
+        leaders: list[LeaderView] = []
+        leo: dict[tuple[int, TopicPartition], int] = {}
+        for b, node in self.nodes.items():
+            if not node.up:
+                continue
+            for tp, part in node.replica_manager.partitions.items():
+                if part.log.closed:
+                    continue
+                leo[(b, tp)] = part.log.log_end_offset
+                if part.is_leader:
+                    leaders.append(
+                        LeaderView(
+                            b,
+                            node.incarnation,
+                            tp,
+                            part.leader_epoch,
+                            part.high_watermark,
+                            part.state.maximal_isr,
+                        )
+                    )
+        self.history.check_leaders(leaders, leo)
+
+    def check_data(self) -> None:
+        h = self.history
+        for b, node in self.nodes.items():
+            if not node.up:
+                continue
+            for tp, part in node.replica_manager.partitions.items():
+                if part.log.closed:
+                    continue
+                h.record_committed(
+                    tp, batches_below(part.log, part.high_watermark), f"broker {b} below its HW"
+                )
+        for tp in self.tps:
+            state = self.store.states.get(tp)
+            if state is None or state.leader < 0:
+                continue
+            leader = self.node(state.leader)
+            if leader is None:
+                continue
+            lpart = leader.replica_manager.get_partition(tp)
+            if lpart is None or not lpart.is_leader or lpart.leader_epoch != state.leader_epoch:
+                continue  # the LeaderAndIsr is still on its way
+            h.check_acked_on_leader(tp, state.leader, lpart.log)
+
+    def check_final(self) -> None:
+        self.check_data()
+        for tp in self.tps:
+            state = self.store.states[tp]
+            node = self.node(state.leader)
+            part = None if node is None else node.replica_manager.get_partition(tp)
+            if part is None or not part.is_leader or part.leader_epoch != state.leader_epoch:
+                raise InvariantViolation(
+                    f"{tp}: after healing, no broker leads at the stored state {state}"
+                )
+            self.history.check_acked_committed(tp, state.leader, part.high_watermark)
+
+    # --- the run ----------------------------------------------------------------------------------
+    async def main(self) -> None:
+        o = self.options
+        for b in self.broker_ids:
+            self.start_broker(b)
+        self.start_controller()
+        tasks = [self.loop.create_task(self.producer(i)) for i in range(o.producers)]
+        tasks.append(self.loop.create_task(self.consumer()))
+        if o.faults:
+            await self.faults(o.duration_ms)
+        else:
+            await asyncio.sleep(o.duration_ms / 1000)
+        # Heal: restore the network, restart what is down, make sure a controller runs.
+        self.result.faults.append(f"{self.now_ms()}: heal")
+        self.network.heal_all()
+        for b in sorted(self.down):
+            self.start_broker(b)
+        if self.controller is None or not self.controller.alive:
+            self.start_controller()
+        for t in tasks[: o.producers]:
+            t.cancel()  # stop producing, so everything can get committed
+        await asyncio.sleep(o.settle_ms / 1000)
+        self.check_final()
+
+    def run(self) -> SimResult:
+        asyncio.set_event_loop(self.loop)
+        self.loop.after_step = self.after_step
+        self.loop.set_exception_handler(self._on_loop_error)
+        res = self.result
+        try:
+            with self.disk:
+                self.loop.run_until_complete(self.main())
+        except RuntimeError as e:
+            if self._failure is None:  # "Event loop stopped before Future completed" otherwise
+                res.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+        except InvariantViolation as e:
+            self._failure = e
+        except Exception as e:
+            res.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+        finally:
+            self._shutdown()
+        if self._failure is not None:
+            if isinstance(self._failure, InvariantViolation):
+                res.violation = str(self._failure)
+            else:
+                res.error = "".join(traceback.format_exception(self._failure))
+        res.acks = self.history.acks
+        res.consumed = self.history.consumed
+        res.steps = self.loop.steps
+        res.sim_ms = self.now_ms()
+        return res
+
+    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if self._failure is None:
+            self._failure = exc if exc is not None else RuntimeError(context.get("message"))
+        loop.stop()
+
+    def _shutdown(self) -> None:
+        loop = self.loop
+        loop.after_step = None
+        for node in self.nodes.values():
+            if node.up:
+                node.crash()
+        if self.controller is not None:
+            self.controller.crash()
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            loop.set_exception_handler(lambda _l, _c: None)
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+def _tmp_root() -> str | None:
+    """tmpfs when there is one: fsync is then free (durability is simulated anyway)."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+def run_seed(seed: int, options: SimOptions | None = None) -> SimResult:
+    with tempfile.TemporaryDirectory(prefix=f"wherry-sim-{seed}-", dir=_tmp_root()) as tmp:
+        return World(seed, options or SimOptions(), Path(tmp)).run()

@@ -22,7 +22,18 @@ from wherry.log.config import LogConfig
 from wherry.log.log import Log
 from wherry.log.manager import LogManager
 from wherry.log.topic_partition import TopicPartition
-from wherry.protocol.interbroker import LeaderAndIsrPartitionState, LeaderAndIsrRequest
+from wherry.protocol.interbroker import (
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaPartition,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.purgatory.timing_wheel import Timer
 from wherry.replication.alter_partition import AlterPartitionManager
@@ -41,10 +52,14 @@ from wherry.replication.replica_manager import FetchPartition, FetchResult, Repl
 from wherry.server.controller_requests import (
     ControllerFence,
     PartitionAction,
+    leader_and_isr_error_response,
     leader_and_isr_verdict,
     request_topic_id,
+    stop_replica_error,
+    stop_replica_error_response,
 )
 from wherry.server.handlers.offset_for_leader_epoch import epoch_end_offset
+from wherry.server.metadata_cache import MetadataCache, StaleControllerEpoch
 from wherry.sim.controller import ControllerMessage, UpdateLiveBrokers
 from wherry.sim.network import CONTROLLER_ID, SimNetwork
 
@@ -82,6 +97,8 @@ class SimBroker:
         self.now_ms = now_ms
         self.fence = ControllerFence(broker_epoch=broker_epoch)
         self.known_live: frozenset[int] = frozenset()
+        # The real controller's UpdateMetadata lands here (live brokers, controller id).
+        self.cache = MetadataCache(broker_id)
         self._send_to_controller = send_to_controller
         self._node_for = node_for
         self._tasks: list[asyncio.Task[Any]] = []
@@ -235,28 +252,91 @@ class SimBroker:
         return self.handle_leader_and_isr(msg)
 
     def handle_leader_and_isr(self, req: LeaderAndIsrRequest) -> int:
+        return self.leader_and_isr(req).error_code
+
+    def leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        """As `Broker.handle_leader_and_isr`: fence, judge each partition, apply."""
         err = self.fence.admit(req.controller_epoch, req.broker_epoch)
         if err is not ErrorCode.none:
-            return int(err)
+            return leader_and_isr_error_response(req, err)
+        errors: dict[tuple[str, int], int] = {}
         to_apply: list[LeaderAndIsrPartitionState] = []
         for st in req.partition_states:
             part = self.replica_manager.get_partition(
                 TopicPartition(st.topic_name, st.partition_index)
             )
+            tid = request_topic_id(req, st.topic_name)
             verdict = leader_and_isr_verdict(
                 self.broker_id,
                 st,
                 None if part is None else part.leader_epoch,
-                request_topic_id(req, st.topic_name),
+                tid,
                 None if part is None else part.topic_id,
             )
+            errors[(st.topic_name, st.partition_index)] = int(verdict.error)
             if verdict.action is PartitionAction.APPLY:
                 to_apply.append(st)
+            elif verdict.action is PartitionAction.ADOPT_TOPIC_ID and part is not None:
+                part.topic_id = tid
         resp = self.replica_manager.become_leader_or_follower(
             dataclasses.replace(req, partition_states=tuple(to_apply)), self.now_ms()
         )
         self.wake_purgatories()
-        return resp.error_code
+        if resp.error_code:
+            return leader_and_isr_error_response(req, ErrorCode(resp.error_code))
+        for e in resp.partition_errors:
+            errors[(e.topic_name, e.partition_index)] = e.error_code
+        return LeaderAndIsrResponse(
+            int(ErrorCode.none),
+            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
+        )
+
+    def update_metadata(self, req: UpdateMetadataRequest) -> UpdateMetadataResponse:
+        """As `Broker.handle_update_metadata`: the live set decides ISR eligibility (R5)."""
+        err = self.fence.admit(req.controller_epoch, req.broker_epoch)
+        if err is not ErrorCode.none:
+            return UpdateMetadataResponse(int(err))
+        try:
+            self.cache.update(req)
+        except StaleControllerEpoch:
+            return UpdateMetadataResponse(int(ErrorCode.stale_controller_epoch))
+        self.known_live = frozenset(b.broker_id for b in req.live_brokers)
+        return UpdateMetadataResponse(int(ErrorCode.none))
+
+    def stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:
+        """As `Broker.handle_stop_replica` (run inline: no executor under the simulation)."""
+        err = self.fence.admit(req.controller_epoch, req.broker_epoch)
+        if err is not ErrorCode.none:
+            return stop_replica_error_response(err)
+        errors: dict[tuple[str, int], int] = {}
+        to_stop: list[StopReplicaPartition] = []
+        for sp in req.partitions:
+            part = self.replica_manager.get_partition(
+                TopicPartition(sp.topic_name, sp.partition_index)
+            )
+            code = stop_replica_error(sp, None if part is None else part.leader_epoch)
+            errors[(sp.topic_name, sp.partition_index)] = int(code)
+            if code == ErrorCode.none:
+                to_stop.append(sp)
+        resp = self.replica_manager.stop_replicas(
+            dataclasses.replace(req, partitions=tuple(to_stop))
+        )
+        if resp.error_code:
+            return stop_replica_error_response(ErrorCode(resp.error_code))
+        for e in resp.partition_errors:
+            errors[(e.topic_name, e.partition_index)] = e.error_code
+        return StopReplicaResponse(
+            int(ErrorCode.none),
+            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
+        )
+
+    def handle_interbroker(self, body: InterbrokerRequestBody) -> InterbrokerResponseBody:
+        """A request from the real controller (decoded off the simulated wire)."""
+        if isinstance(body, LeaderAndIsrRequest):
+            return self.leader_and_isr(body)
+        if isinstance(body, UpdateMetadataRequest):
+            return self.update_metadata(body)
+        return self.stop_replica(body)
 
     # --- what other processes call ------------------------------------------------------------
     async def serve_fetch(

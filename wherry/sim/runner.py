@@ -4,6 +4,7 @@ replays it.
     python -m wherry.sim --seeds 1000            # seeds 0..999
     python -m wherry.sim --seed 417 -v           # replay one seed, with its fault log
     python -m wherry.sim --seeds 500 --power-loss
+    python -m wherry.sim --seeds 500 --controller model   # the model controller instead
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from wherry.sim.world import SimOptions, SimResult, run_seed
 
 def _options(args: argparse.Namespace) -> SimOptions:
     o = SimOptions(power_loss=args.power_loss)
+    if args.controller is not None:
+        o = replace(o, controller=args.controller)
     if args.duration_ms is not None:
         o = replace(o, duration_ms=args.duration_ms)
     if args.brokers is not None:
@@ -44,6 +47,8 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
         extra += f" --brokers {args.brokers}"
     if args.unclean_election:
         extra += " --unclean-election"
+    if args.controller is not None:
+        extra += f" --controller {args.controller}"
     return f"python -m wherry.sim --seed {seed}{extra} -v"
 
 
@@ -60,6 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--unclean-election",
         action="store_true",
         help="let the controller elect out-of-sync replicas (should make seeds fail)",
+    )
+    p.add_argument(
+        "--controller",
+        choices=("real", "model"),
+        default=None,
+        help="the real controller on an embedded coordinator, or the model built from its "
+        f"pure rules (default: {SimOptions().controller})",
     )
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("-v", "--verbose", action="store_true", help="print the fault log")
@@ -93,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  replay: {_replay_command(r.seed, args)}")
     took = time.monotonic() - started
     print(
-        f"{len(seeds)} seeds{' (power loss)' if args.power_loss else ''}: {len(failed)} failed, "
+        f"{len(seeds)} seeds{' (power loss)' if args.power_loss else ''}, "
+        f"{options.controller} controller: {len(failed)} failed, "
         f"{acks} acknowledged batches checked, {took:.1f} s"
     )
     return 1 if failed else 0

@@ -21,6 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.controller.context import LeaderIsr
 from wherry.log.config import LogConfig
 from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch, parse_header
@@ -38,6 +39,7 @@ from wherry.sim.invariants import (
 from wherry.sim.loop import SimLoop
 from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, NetworkConfig, SimNetwork
 from wherry.sim.node import NodeConfig, SimBroker
+from wherry.sim.real_controller import RealControlPlane
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,10 @@ class SimOptions:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     broken_rule: str | None = None  # checker self-test (see History.broken_rule)
     unclean_election: bool = False  # allows losing acknowledged data: the checker must see it
+    # "real": `controller.Controller` candidates on an EmbeddedCoordinator (real_controller.py);
+    # "model": the small controller built from the pure rules (controller.py).
+    controller: str = "real"
+    controller_hosts: int = 2  # real controller: candidates on their own network addresses
 
 
 @dataclass(slots=True)
@@ -125,11 +131,35 @@ class World:
             request_timeout_ms=options.request_timeout_ms,
         )
         self.tps = [TopicPartition(TOPIC, p) for p in range(options.partitions)]
+        if options.controller not in ("real", "model"):
+            raise ValueError(f"controller must be 'real' or 'model', not {options.controller!r}")
+        self.plane: RealControlPlane | None = None
+        if options.controller == "real":
+            self.plane = RealControlPlane(
+                self,
+                root,
+                hosts=options.controller_hosts,
+                request_timeout_ms=options.request_timeout_ms,
+                unclean_election=options.unclean_election,
+            )
+
+    @property
+    def controller_ids(self) -> list[int]:
+        """The network addresses of the controller (candidates)."""
+        return [CONTROLLER_ID] if self.plane is None else sorted(self.plane.hosts)
+
+    def stored_state(self, tp: TopicPartition) -> LeaderIsr | None:
+        """The partition's leader and ISR as the store holds them."""
+        if self.plane is not None:
+            return self.plane.stored_state(tp)
+        return self.store.states.get(tp)
 
     # --- Endpoints -----------------------------------------------------------------------------
     def incarnation(self, node_id: int) -> int | None:
         if node_id == CLIENT_ID:
             return 0
+        if self.plane is not None and node_id in self.plane.hosts:
+            return self.plane.incarnation(node_id)
         if node_id == CONTROLLER_ID:
             c = self.controller
             return self.controller_incarnation if c is not None and c.alive else None
@@ -147,9 +177,12 @@ class World:
     # --- processes ------------------------------------------------------------------------------
     def start_broker(self, b: int) -> None:
         self.incarnations[b] = self.incarnations.get(b, 0) + 1
-        if b in self.store.registrations:  # the old session: expire it first
-            self.expire_session(b)
-        epoch = self.store.register(b)
+        if self.plane is not None:
+            epoch = self.plane.register_broker(b)  # expires the old session first
+        else:
+            if b in self.store.registrations:  # the old session: expire it first
+                self.expire_session(b)
+            epoch = self.store.register(b)
         node = SimBroker(
             b,
             self.root / f"broker-{b}",
@@ -178,6 +211,13 @@ class World:
                     f"from {before} to {after} bytes"
                 )
         epoch = node.broker_epoch
+        plane = self.plane
+        if plane is not None:
+            sid = plane.broker_session(b)
+            self.loop.call_later(
+                self.options.session_timeout_ms / 1000, lambda: plane.expire_broker(b, sid)
+            )
+            return
 
         async def expire() -> None:
             await asyncio.sleep(self.options.session_timeout_ms / 1000)
@@ -188,6 +228,9 @@ class World:
         self.loop.create_task(expire())
 
     def expire_session(self, b: int) -> None:
+        if self.plane is not None:
+            self.plane.expire_broker(b)
+            return
         self.store.registrations.pop(b, None)
         self._notify_controller()
 
@@ -196,10 +239,17 @@ class World:
         node = self.node(b)
         if node is None:
             return
+        if self.plane is not None:
+            if self.plane.broker_session(b) is None:
+                node.fence.broker_epoch = self.plane.register_broker(b)
+            return
         node.fence.broker_epoch = self.store.register(b)
         self._notify_controller()
 
-    def start_controller(self) -> None:
+    def start_controller(self, host: int = CONTROLLER_ID) -> None:
+        if self.plane is not None:
+            self.plane.start_host(host)
+            return
         if self.controller is not None and self.controller.alive:
             return  # one is running already (e.g. started when healing)
         self.controller_incarnation += 1
@@ -209,13 +259,19 @@ class World:
         self.controller = c
         c.activate()
 
-    def crash_controller(self) -> None:
+    def crash_controller(self, host: int = CONTROLLER_ID) -> None:
+        if self.plane is not None:
+            self.plane.crash_host(host, self.options.session_timeout_ms)
+            self.result.faults.append(f"{self.now_ms()}: crash controller host {host}")
+            return
         if self.controller is not None:
             self.controller.crash()
         self.result.faults.append(f"{self.now_ms()}: crash controller")
 
     def _notify_controller(self) -> None:
         """A store watch: the controller sees broker changes a little later."""
+        if self.plane is not None:
+            return  # the real controller has its own watches
         c = self.controller
 
         async def fire() -> None:
@@ -232,6 +288,11 @@ class World:
         return await node.handle_controller_message(msg)
 
     async def _send_to_controller(self, b: int, body: Mapping[str, Any]) -> Any:
+        if self.plane is not None:
+            node = self.node(b)
+            if node is None:
+                raise ConnectionError("down")
+            return await self.plane.alter_partition(node, body)
         c = self.controller
         if c is None or not c.alive:
             raise ConnectionError("no controller")
@@ -251,7 +312,7 @@ class World:
         while True:
             await asyncio.sleep(rng.uniform(*o.produce_interval_ms) / 1000)
             tp = rng.choice(self.tps)
-            state = self.store.states.get(tp)  # metadata: possibly stale for the leader
+            state = self.stored_state(tp)  # metadata: possibly stale for the leader
             if state is None or state.leader < 0:
                 continue
             leader = state.leader
@@ -345,14 +406,32 @@ class World:
                 self.expire_session(b)
                 self.loop.call_later(rng.uniform(20, 400) / 1000, self.reregister, b)
             elif kind == "partition":
-                ends = [*self.broker_ids, CONTROLLER_ID, CLIENT_ID]
+                ends = [*self.broker_ids, *self.controller_ids, CLIENT_ID]
                 a, c = rng.sample(ends, 2)
                 self.network.partition(a, c)
                 self.result.faults.append(f"{self.now_ms()}: cut {a} <-> {c}")
                 self.loop.call_later(rng.uniform(50, 1500) / 1000, self.network.heal, a, c)
+            elif kind == "controller" and self.plane is not None:
+                self._real_controller_fault(rng)
             elif kind == "controller" and self.controller is not None and self.controller.alive:
                 self.crash_controller()
                 self.loop.call_later(rng.uniform(20, 500) / 1000, self.start_controller)
+
+    def _real_controller_fault(self, rng: random.Random) -> None:
+        """Crash the active controller's host (or, as often, expire its session)."""
+        plane = self.plane
+        assert plane is not None
+        active = plane.active_host()
+        if active is None:
+            return
+        host = active.net_id
+        if rng.random() < 0.5:
+            self.crash_controller(host)
+            self.loop.call_later(rng.uniform(20, 500) / 1000, self.start_controller, host)
+        else:
+            self.result.faults.append(f"{self.now_ms()}: expire session of controller {host}")
+            plane.expire_host_session(host)
+            self.loop.call_later(rng.uniform(20, 400) / 1000, plane.renew_host_session, host)
 
     async def _restart_later(self, b: int, delay_ms: float) -> None:
         await asyncio.sleep(delay_ms / 1000)
@@ -408,7 +487,7 @@ class World:
                     tp, batches_below(part.log, part.high_watermark), f"broker {b} below its HW"
                 )
         for tp in self.tps:
-            state = self.store.states.get(tp)
+            state = self.stored_state(tp)
             if state is None or state.leader < 0:
                 continue
             leader = self.node(state.leader)
@@ -422,7 +501,9 @@ class World:
     def check_final(self) -> None:
         self.check_data()
         for tp in self.tps:
-            state = self.store.states[tp]
+            state = self.stored_state(tp)
+            if state is None:
+                raise InvariantViolation(f"{tp}: after healing, the store has no state for it")
             node = self.node(state.leader)
             part = None if node is None else node.replica_manager.get_partition(tp)
             if part is None or not part.is_leader or part.leader_epoch != state.leader_epoch:
@@ -436,7 +517,12 @@ class World:
         o = self.options
         for b in self.broker_ids:
             self.start_broker(b)
-        self.start_controller()
+        if self.plane is not None:
+            for host in self.controller_ids:
+                self.start_controller(host)
+            self.plane.create_topic(TOPIC, self.store.topic_id, self.store.assignments)
+        else:
+            self.start_controller()
         tasks = [self.loop.create_task(self.producer(i)) for i in range(o.producers)]
         tasks.append(self.loop.create_task(self.consumer()))
         if o.faults:
@@ -448,7 +534,11 @@ class World:
         self.network.heal_all()
         for b in sorted(self.down):
             self.start_broker(b)
-        if self.controller is None or not self.controller.alive:
+        if self.plane is not None:
+            for host in self.controller_ids:
+                self.start_controller(host)
+                self.plane.renew_host_session(host)
+        elif self.controller is None or not self.controller.alive:
             self.start_controller()
         for t in tasks[: o.producers]:
             t.cancel()  # stop producing, so everything can get committed
@@ -497,6 +587,8 @@ class World:
                 node.crash()
         if self.controller is not None:
             self.controller.crash()
+        if self.plane is not None:
+            self.plane.shutdown()
         pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
         for t in pending:
             t.cancel()

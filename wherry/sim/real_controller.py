@@ -1,0 +1,344 @@
+"""The real controller in the simulation (`--controller real`).
+
+The metadata store is a real `EmbeddedCoordinator` (a SQLite file in the run's temporary
+directory, its clock the simulated one); every simulated broker registers on its own session as
+`server/broker.py` does (an ephemeral ``/brokers/ids/<id>``, broker epoch = its czxid) and loses
+it by `expire_session`. A few *controller hosts* (network addresses `CONTROLLER_ID`,
+`CONTROLLER_ID + 1`, ...) each run a real `controller.Controller` candidate on their own
+session; they elect one through ``/controller``. Each candidate talks to brokers with the real
+`NetworkChannelManager` (one queue per broker, resent until answered), whose `Connector` here
+encodes nothing itself: the manager encodes each request with the interbroker codec,
+`SimConnection` decodes it, carries it over `SimNetwork` (delays, drops, cuts, crashes), hands
+it to the broker and encodes the broker's answer for the manager to decode. AlterPartition goes
+to the controller the broker's metadata cache names, and into `Controller.alter_partition`.
+
+A controller host crash cancels the candidate's tasks at once (no resignation, nothing sent
+after it) and its session expires a session timeout later; a session expiry alone makes the
+candidate resign and, once its host opened a new session, `restart_with` it.
+
+Everything the coordinator does is synchronous inside its coroutines (no threads, no
+executor), and its watch callbacks go through `loop.call_soon`, so the run stays deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Protocol, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from wherry.controller.alter_partition import error_response
+from wherry.controller.channel import BrokerAddress
+from wherry.controller.channel_manager import (
+    BrokerConnection,
+    ChannelConfig,
+    Connector,
+    NetworkChannelManager,
+)
+from wherry.controller.context import LeaderIsr
+from wherry.controller.controller import Controller
+from wherry.coordination import paths
+from wherry.coordination.embedded import EmbeddedCoordinator, EmbeddedSession
+from wherry.coordination.store import NoNodeError
+from wherry.log.topic_partition import TopicPartition
+from wherry.protocol.interbroker_codec import (
+    InterbrokerResponseBody,
+    decode_interbroker_request,
+    encode_interbroker_response,
+)
+from wherry.sim.network import CONTROLLER_ID, SimNetwork
+from wherry.sim.node import SimBroker
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class NotSynchronous(RuntimeError):
+    """A coordinator call suspended: it was expected to complete in one step."""
+
+
+def run_now(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (the embedded coordinator's calls) to completion
+    right here, so plain functions (fault injection, checks) can read and write the store."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise NotSynchronous("coordinator call suspended")
+
+
+def as_attributes(value: Any) -> Any:
+    """A version-neutral mapping (AlterPartition request or answer) as the attribute-shaped
+    object the codec would have produced (what `parse_request` / `parse_response` read)."""
+    if isinstance(value, Mapping):
+        return SimpleNamespace(**{k: as_attributes(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(as_attributes(v) for v in value)
+    return value
+
+
+class World(Protocol):
+    """What the control plane needs from `world.World`."""
+
+    network: SimNetwork
+
+    def now_ms(self) -> int: ...
+
+    def node(self, broker_id: int) -> SimBroker | None: ...
+
+    def incarnation(self, node_id: int) -> int | None: ...
+
+
+@dataclass(slots=True)
+class ControllerHost:
+    net_id: int
+    incarnation: int = 0
+    up: bool = False
+    session: EmbeddedSession | None = None
+    channel: NetworkChannelManager | None = None
+    controller: Controller | None = None
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+
+class SimConnection:
+    """One channel-manager connection from a controller host to one broker incarnation."""
+
+    def __init__(self, plane: RealControlPlane, host: ControllerHost, broker_id: int) -> None:
+        self.plane = plane
+        self.host = host
+        self.host_incarnation = host.incarnation
+        self.broker_id = broker_id
+        self.broker_incarnation = plane.world.incarnation(broker_id)
+        self.closed = False
+
+    def _host_alive(self) -> bool:
+        h = self.host
+        return h.up and h.incarnation == self.host_incarnation and not self.closed
+
+    async def request(self, frame: bytes) -> bytes:
+        if not self._host_alive():
+            raise ConnectionError("the controller host is gone")
+        world = self.plane.world
+        req = decode_interbroker_request(memoryview(frame)[4:])
+        b, inc = self.broker_id, self.broker_incarnation
+
+        async def handler() -> InterbrokerResponseBody:
+            node = world.node(b)
+            if node is None or node.incarnation != inc:
+                raise ConnectionError(f"broker {b}: connection reset")
+            return node.handle_interbroker(req.body)
+
+        if inc is None or world.incarnation(b) != inc:
+            await asyncio.sleep(0.001)
+            raise ConnectionError(f"broker {b}: connection refused or reset")
+        body = await world.network.call(
+            self.host.net_id, b, handler, timeout_ms=self.plane.request_timeout_ms
+        )
+        if not self._host_alive():
+            raise ConnectionError("the controller host is gone")
+        frame = encode_interbroker_response(req.api_key, req.api_version, req.correlation_id, body)
+        return frame[4:]  # without its size prefix, as `BrokerConnection.request` returns it
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+class RealControlPlane:
+    def __init__(
+        self,
+        world: World,
+        root: Path,
+        *,
+        hosts: int,
+        request_timeout_ms: int,
+        unclean_election: bool,
+    ) -> None:
+        self.world = world
+        self.request_timeout_ms = request_timeout_ms
+        self.unclean_election = unclean_election
+        self.coordinator = EmbeddedCoordinator(root / "coordination", clock_ms=world.now_ms)
+        self.observer = self.coordinator.session()  # the checker's and the clients' reads
+        self.broker_sessions: dict[int, EmbeddedSession] = {}
+        self.hosts = {
+            CONTROLLER_ID + i: ControllerHost(CONTROLLER_ID + i) for i in range(max(1, hosts))
+        }
+        self.channel_config = ChannelConfig(
+            connect_timeout_ms=request_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=50,
+            retry_backoff_max_ms=400,
+        )
+
+    # --- the store ----------------------------------------------------------------------------
+    def create_topic(self, topic: str, topic_id: uuid.UUID, assignments: Mapping[int, Any]) -> None:
+        """What `AdminManager.create_topic` writes: the config, then the assignment."""
+        s = self.observer
+        run_now(
+            s.create(paths.topic_config_path(topic), paths.encode_config({}), make_parents=True)
+        )
+        run_now(
+            s.create(
+                paths.topic_path(topic),
+                paths.TopicAssignment(
+                    topic_id, {p: list(r) for p, r in assignments.items()}
+                ).to_json(),
+                make_parents=True,
+            )
+        )
+
+    def stored_state(self, tp: TopicPartition) -> LeaderIsr | None:
+        try:
+            data, stat = run_now(
+                self.observer.get(paths.partition_state_path(tp.topic, tp.partition))
+            )
+        except NoNodeError:
+            return None
+        st = paths.PartitionState.from_json(data)
+        return LeaderIsr(
+            st.leader, st.leader_epoch, tuple(st.isr), st.controller_epoch, stat.version
+        )
+
+    # --- broker sessions ------------------------------------------------------------------------
+    def register_broker(self, b: int) -> int:
+        """A new session and registration (as `Broker._register`); returns the broker epoch."""
+        self.expire_broker(b)
+        s = self.coordinator.session()
+        reg = paths.BrokerRegistration(b, "sim", b)
+        path = paths.broker_path(b)
+        run_now(
+            s.create(
+                path,
+                reg.to_json(timestamp_ms=self.world.now_ms()),
+                ephemeral=True,
+                make_parents=True,
+            )
+        )
+        _, stat = run_now(s.get(path))
+        self.broker_sessions[b] = s
+        return stat.czxid
+
+    def broker_session(self, b: int) -> int | None:
+        s = self.broker_sessions.get(b)
+        return None if s is None else s.session_id
+
+    def expire_broker(self, b: int, session_id: int | None = None) -> None:
+        """Expire broker `b`'s session (only if it is still `session_id`, when given)."""
+        s = self.broker_sessions.get(b)
+        if s is None or (session_id is not None and s.session_id != session_id):
+            return
+        del self.broker_sessions[b]
+        self.coordinator.expire_session(s.session_id)
+
+    # --- controller hosts -----------------------------------------------------------------------
+    def incarnation(self, net_id: int) -> int | None:
+        h = self.hosts.get(net_id)
+        return h.incarnation if h is not None and h.up else None
+
+    def _connector(self, host: ControllerHost) -> Connector:
+        async def connect(broker_id: int, address: BrokerAddress) -> BrokerConnection:
+            return SimConnection(self, host, broker_id)
+
+        return connect
+
+    def start_host(self, net_id: int) -> None:
+        h = self.hosts[net_id]
+        if h.up:
+            return
+        h.incarnation += 1
+        h.up = True
+        h.session = self.coordinator.session()
+        h.channel = NetworkChannelManager(
+            net_id, config=self.channel_config, connector=self._connector(h)
+        )
+        h.controller = Controller(
+            net_id,
+            h.session,
+            h.channel,
+            unclean_leader_election_default=self.unclean_election,
+            now_ms=self.world.now_ms,
+        )
+        h.tasks = [asyncio.get_running_loop().create_task(h.controller.start())]
+
+    def crash_host(self, net_id: int, session_timeout_ms: int | None) -> None:
+        """Kill the host: its controller stops at once (no resignation); the session expires
+        a session timeout later, which frees ``/controller``."""
+        h = self.hosts[net_id]
+        if not h.up:
+            return
+        h.up = False
+        c, ch = h.controller, h.channel
+        for t in h.tasks:
+            t.cancel()
+        h.tasks = []
+        if c is not None:
+            for ct in (c._task, c._isr_task):
+                if ct is not None:
+                    ct.cancel()
+        if ch is not None:
+            ch._closed = True
+            for sender in ch._senders.values():
+                sender.task.cancel()
+        session = h.session
+        h.controller = h.channel = h.session = None
+        if session is not None and session_timeout_ms is not None:
+            sid = session.session_id
+            asyncio.get_running_loop().call_later(
+                session_timeout_ms / 1000, self.coordinator.expire_session, sid
+            )
+
+    def expire_host_session(self, net_id: int) -> None:
+        h = self.hosts[net_id]
+        if h.up and h.session is not None:
+            self.coordinator.expire_session(h.session.session_id)
+
+    def renew_host_session(self, net_id: int) -> None:
+        """After an expiry: a new session and the controller restarted on it."""
+        h = self.hosts[net_id]
+        if not h.up or h.controller is None:
+            return
+        if h.session is not None and h.session.session_id in self.coordinator.session_ids:
+            return  # not expired
+        h.session = self.coordinator.session()
+        h.tasks.append(asyncio.get_running_loop().create_task(h.controller.restart_with(h.session)))
+
+    def active_host(self) -> ControllerHost | None:
+        for h in self.hosts.values():
+            if h.up and h.controller is not None and h.controller.active:
+                return h
+        return None
+
+    # --- AlterPartition -------------------------------------------------------------------------
+    async def alter_partition(self, node: SimBroker, body: Mapping[str, Any]) -> Any:
+        cid = node.cache.controller_id
+        h = None if cid is None else self.hosts.get(cid)
+        if h is None or not h.up:
+            await asyncio.sleep(0.001)
+            raise ConnectionError("no controller known")
+        inc = h.incarnation
+        request = as_attributes(body)
+
+        async def handler() -> Mapping[str, Any]:
+            c = h.controller
+            if not h.up or h.incarnation != inc or c is None or not c.active:
+                return error_response(ErrorCode.not_controller)
+            return await c.alter_partition(request)
+
+        answer = await self.world.network.call(
+            node.broker_id, h.net_id, handler, timeout_ms=self.request_timeout_ms
+        )
+        return as_attributes(answer)
+
+    # --- end of the run -------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        for net_id in self.hosts:
+            self.crash_host(net_id, None)
+        self.coordinator.close()

@@ -42,7 +42,6 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (
-    MIB,
     REPO_ROOT,
     BenchError,
     Broker,
@@ -87,57 +86,11 @@ QUICK = Plan(
 
 def produce_worker(p: Params) -> Params:
     """`count` records of `record_bytes` (keyless, round-robin over partitions) with `acks`;
-    timed from the first produce() to flush() returning, metadata fetched before."""
-    from confluent_kafka import KafkaError, Message, Producer
+    timed from the first produce() to flush() returning, metadata fetched before: bench/run.py's
+    confluent-kafka producer (rows c1, c2) with the acks setting of the row."""
+    from bench.workers import cf_produce
 
-    failures: list[str] = []
-
-    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-        if err is not None and len(failures) < 10:
-            failures.append(str(err))
-
-    prod = Producer(
-        {
-            "bootstrap.servers": p["bootstrap"],
-            "acks": p["acks"],
-            "linger.ms": 5,
-            "batch.size": 1_000_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "delivery.report.only.error": True,
-            "on_delivery": on_delivery,
-            "log_level": 0,
-        }
-    )
-    prod.list_topics(p["topic"], timeout=10)
-    topic, count = p["topic"], p["count"]
-    value = os.urandom(p["record_bytes"])
-    deadline = time.monotonic() + p["timeout_s"]
-    produce = prod.produce
-    cpu0 = time.process_time()
-    t0 = time.perf_counter()
-    for i in range(count):
-        while True:
-            try:
-                produce(topic, value)
-                break
-            except BufferError:
-                prod.poll(0.001)
-                if time.monotonic() > deadline:
-                    raise
-        if i & 0xFFFF == 0:
-            prod.poll(0)
-    remaining = prod.flush(max(1.0, deadline - time.monotonic()))
-    elapsed = time.perf_counter() - t0
-    if failures or remaining:
-        raise BenchError(f"produce failed: {remaining} undelivered, errors {failures}")
-    nbytes = count * p["record_bytes"]
-    return {
-        "records": count,
-        "elapsed_s": elapsed,
-        "rec_s": count / elapsed,
-        "mb_s": nbytes / elapsed / MIB,
-        "client_cpu_s": time.process_time() - cpu0,
-    }
+    return cf_produce(p)
 
 
 def latency_worker(p: Params) -> Params:

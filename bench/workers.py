@@ -277,6 +277,7 @@ def cf_produce(p: Params) -> Params:
             "queue.buffering.max.messages": 1_000_000,
             "delivery.report.only.error": True,
             "on_delivery": on_delivery,
+            "acks": p.get("acks", "all"),  # librdkafka's default
         }
     )
     prod.list_topics(p["topic"], timeout=10)  # connect and fetch metadata before timing

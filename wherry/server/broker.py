@@ -240,7 +240,7 @@ class Broker:
             self.clock.monotonic_ms,
             replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
             alter_partition_manager=self.alter_partition_manager,
-            is_broker_alive=lambda b: any(x.broker_id == b for x in self.cache.alive_brokers()),
+            is_broker_alive=lambda b: b in self.cache.brokers,  # per follower fetch: O(1)
             broker_epoch=lambda: self.fence.broker_epoch,
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
@@ -676,10 +676,8 @@ class Broker:
         cid = self.cache.controller_id
         if cid is None:
             return None
-        for b in self.cache.alive_brokers():
-            if b.broker_id == cid:
-                return cid, b.host, b.port
-        return None
+        b = self.cache.brokers.get(cid)
+        return None if b is None else (cid, b.host, b.port)
 
     def _follower_log(self, tp: TopicPartition) -> Log | None:
         part = self.replica_manager.get_partition(tp)

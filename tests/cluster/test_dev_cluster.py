@@ -20,8 +20,8 @@ from kafka import TopicPartition as KPTopicPartition
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_wire import call
+from wherry.common.topic_partition import TopicPartition as TopicPartitionKey
 from wherry.coordination import paths
-from wherry.log.topic_partition import TopicPartition as TopicPartitionKey
 from wherry.protocol.records import build_batch
 from wherry.testing.cluster import DevCluster, wait_until
 from wherry.testing.metadata_probe import ClusterView

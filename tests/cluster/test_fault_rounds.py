@@ -27,9 +27,9 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.log import Log
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import iter_batches, iter_records
 from wherry.runtime.state_change_log import STATE_CHANGE_LOG_FILE, merge_state_change_logs
 from wherry.testing.cluster import ZkCluster, wait_until

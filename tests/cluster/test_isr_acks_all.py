@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from wherry.log.topic_partition import TopicPartition
+from wherry.common.topic_partition import TopicPartition
 from wherry.runtime.state_change_log import STATE_CHANGE_LOG_FILE, merge_state_change_logs
 from wherry.testing.cluster import DevCluster, wait_until
 

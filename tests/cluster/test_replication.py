@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from tests.log.logtest_util import read_all
-from wherry.log.topic_partition import TopicPartition
+from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch
 from wherry.replication.fetcher import EpochAnswer, FetcherConfig, NetworkLeaderEndpoint
 from wherry.replication.partition import Partition

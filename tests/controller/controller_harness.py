@@ -21,13 +21,13 @@ from typing import Any, ParamSpec
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import BrokerAddress, InProcessChannel
 from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.coordination.embedded import EmbeddedCoordinator
 from wherry.coordination.store import MetadataStore, NodeExistsError, SessionState
 from wherry.coordination.zookeeper import ZooKeeperStore, connect_zookeeper
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import (
     LEADER_DURING_DELETE,
     LeaderAndIsrPartitionError,

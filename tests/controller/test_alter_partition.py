@@ -10,12 +10,12 @@ from controller_harness import Cluster, EmbeddedBackend, Node, async_test
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.alter_partition import (
     IsrChangePropagation,
     propagate_isr_changes,
 )
 from wherry.coordination import paths
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.codec import build_entity
 from wherry.protocol.interbroker import UpdateMetadataRequest
 from wherry.replication.alter_partition import AlterPartitionItem, build_request

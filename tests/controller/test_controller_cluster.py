@@ -16,9 +16,9 @@ import pytest
 from controller_harness import Backend, Cluster, EmbeddedBackend, async_test, wait_until
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.assignment import assign_replicas
 from wherry.coordination import paths
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import (
     LeaderAndIsrRequest,
     StopReplicaRequest,

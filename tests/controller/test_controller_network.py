@@ -11,10 +11,10 @@ import uuid
 
 from controller_harness import EmbeddedBackend, StandInBroker, async_test, wait_until
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel_manager import BrokerAddress, ChannelConfig, NetworkChannelManager
 from wherry.controller.controller import Controller
 from wherry.coordination import paths
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import (
     LeaderAndIsrRequest,
     StopReplicaRequest,

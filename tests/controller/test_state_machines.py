@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext, LeaderIsr
 from wherry.controller.partition_state import (
     PartitionState,
@@ -29,7 +30,6 @@ from wherry.controller.replica_state import (
 from wherry.controller.request_batch import RequestBatch
 from wherry.controller.topic_deletion import TopicDeletionManager
 from wherry.coordination.paths import BrokerRegistration
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import (
     LeaderAndIsrRequest,
     StopReplicaPartition,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator, MemberIdentity
 from wherry.group.group import OffsetAndMetadata
@@ -14,7 +15,6 @@ from wherry.group.member import JoinGroupResult, SyncGroupResult
 from wherry.group.records import encode_subscription
 from wherry.group.state import GroupState
 from wherry.group.storage import AppendDone, Record
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch
 
 T0 = 1_700_000_000_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 from group_harness import Harness, sub
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.group.coordinator import MemberIdentity
 from wherry.group.records import (
     GroupMetadataKey,
@@ -14,7 +15,6 @@ from wherry.group.records import (
     decode_offset_commit_value,
 )
 from wherry.group.state import GroupState
-from wherry.log.topic_partition import TopicPartition
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from group_harness import T0, Harness, MemoryOffsetsLog
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator, MemberIdentity
 from wherry.group.loader import read_partition
@@ -17,7 +18,6 @@ from wherry.group.records import (
     offset_commit_key,
 )
 from wherry.group.state import GroupState
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch, build_control_batch
 
 TP0 = TopicPartition("t", 0)

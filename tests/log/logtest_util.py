@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.log import Log
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import BatchHeader, build_batch, iter_batches, iter_records
 
 TP = TopicPartition("topic", 0)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import CheckpointError, OffsetCheckpointFile, read_int_pairs
 from wherry.log.leader_epoch import LeaderEpochCache
-from wherry.log.topic_partition import TopicPartition
 
 
 def test_offset_checkpoint_round_trip(tmp_path: Path) -> None:

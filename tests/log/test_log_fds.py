@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from logtest_util import SMALL, T0, batch, fill, offsets, open_log, read_all
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log import cache
 from wherry.log.config import LogConfig
 from wherry.log.index import OffsetIndex, OffsetPosition
 from wherry.log.log import Log
 from wherry.log.manager import LogManager
-from wherry.log.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/fd").is_dir(), reason="counts fds through /proc/self/fd"
@@ -131,7 +131,7 @@ _KILLED_CHILD = textwrap.dedent(
     from logtest_util import T0, batch
     from wherry.log.config import LogConfig
     from wherry.log.manager import LogManager
-    from wherry.log.topic_partition import TopicPartition
+    from wherry.common.topic_partition import TopicPartition
     config = LogConfig(segment_bytes=16384, index_interval_bytes=128, segment_index_bytes=4096)
     manager = LogManager([Path({dir!r})], config, lambda: T0)
     manager.startup()

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from logtest_util import SMALL, T0, batch, fill, offsets, read_all
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import OffsetCheckpointFile
 from wherry.log.errors import LogDirLockedError, StorageError
 from wherry.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from wherry.log.topic_partition import TopicPartition
 
 
 class Clock:

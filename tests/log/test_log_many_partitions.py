@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from logtest_util import T0, batch, offsets, read_all
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.manager import LogManager
-from wherry.log.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/fd").is_dir(), reason="counts fds through /proc/self/fd"

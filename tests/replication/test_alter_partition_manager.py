@@ -8,7 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.log.topic_partition import TopicPartition
+from wherry.common.topic_partition import TopicPartition
 from wherry.replication.alter_partition import (
     AlterPartitionItem,
     AlterPartitionManager,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
-from wherry.log.topic_partition import TopicPartition
 from wherry.replication.alter_partition import (
     AlterPartitionItem,
     ControllerSender,

@@ -16,10 +16,10 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.log.logtest_util import read_all
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.log import Log
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch
 from wherry.replication.fetcher import (
     EpochAnswer,

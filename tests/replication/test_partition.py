@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.log import Log
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import LeaderAndIsrPartitionState
 from wherry.protocol.records import build_batch
 from wherry.replication.partition import (

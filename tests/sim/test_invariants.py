@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.manager import LogManager
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch, parse_header
 from wherry.sim.invariants import History, InvariantViolation, LeaderView, batches_below
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext, LeaderIsr
 from wherry.controller.request_states import add_update_metadata
-from wherry.log.topic_partition import TopicPartition
 from wherry.runtime.state_change_log import log_controller_partition_change
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.coordination.paths import BrokerRegistration
-from wherry.log.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

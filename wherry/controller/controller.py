@@ -36,6 +36,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.alter_partition import (
     IsrChangePropagation,
     error_response,
@@ -75,7 +76,6 @@ from wherry.coordination.store import (
     WatchCallback,
     WatchEvent,
 )
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import NO_LEADER, StopReplicaRequest, StopReplicaResponse
 from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
 from wherry.runtime.state_change_log import controller_prefix, state_change_logger

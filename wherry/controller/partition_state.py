@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext, LeaderIsr
 from wherry.controller.election import live_isr, offline_partition_election
 from wherry.controller.request_batch import RequestBatch
 from wherry.controller.request_states import add_leader_and_isr
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import NO_LEADER
 from wherry.runtime.state_change_log import (
     controller_prefix,

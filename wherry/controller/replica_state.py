@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext, LeaderIsr
 from wherry.controller.request_batch import RequestBatch
 from wherry.controller.request_states import (
@@ -45,7 +46,6 @@ from wherry.controller.request_states import (
     add_stop_replica,
     add_update_metadata,
 )
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import NO_LEADER
 from wherry.runtime.state_change_log import (
     controller_prefix,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import BrokerAddress
 from wherry.controller.context import ControllerContext
 from wherry.controller.request_batch import RequestBatch
 from wherry.coordination.paths import BrokerRegistration
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import (
     LEADER_DURING_DELETE,
     NO_LEADER,

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
 from wherry.coordination import paths
 from wherry.coordination.store import (
@@ -41,7 +42,6 @@ from wherry.coordination.store import (
     StoreError,
     WatchCallback,
 )
-from wherry.log.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

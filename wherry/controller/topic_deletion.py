@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext
 from wherry.controller.partition_state import PartitionStateMachine
 from wherry.controller.replica_state import (
@@ -29,7 +30,6 @@ from wherry.controller.replica_state import (
 )
 from wherry.controller.request_batch import RequestBatch
 from wherry.controller.request_states import add_update_metadata
-from wherry.log.topic_partition import TopicPartition
 from wherry.runtime.state_change_log import controller_prefix
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.delayed import (
     DelayedHeartbeat,
@@ -59,7 +60,6 @@ from wherry.group.records import (
 )
 from wherry.group.state import GroupState
 from wherry.group.storage import OffsetsStorage, Record
-from wherry.log.topic_partition import TopicPartition
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.purgatory.timing_wheel import Timer
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.group.member import (
     JoinCallback,
     JoinGroupResult,
@@ -21,7 +22,6 @@ from wherry.group.member import (
 )
 from wherry.group.records import parse_subscription_topics
 from wherry.group.state import GroupState, can_transition, transition
-from wherry.log.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.group.group import CommitRecordMetadataAndOffset, OffsetAndMetadata
 from wherry.group.records import (
     GroupMetadataKey,
@@ -24,7 +25,6 @@ from wherry.group.records import (
     decode_key,
     decode_offset_commit_value,
 )
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import RecordError, iter_batches, iter_records
 
 log = logging.getLogger(__name__)

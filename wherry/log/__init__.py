@@ -1,5 +1,6 @@
 """wherry.log: the durable, segmented per-partition log (Kafka's kafka.log package)."""
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.cache import configure as configure_caches
 from wherry.log.checkpoint import OffsetCheckpointFile
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigError, ConfigKey, ConfigType, LogConfig
@@ -22,7 +23,6 @@ from wherry.log.log import (
 )
 from wherry.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from wherry.log.producer_state import DuplicateBatch, ProducerStateManager
-from wherry.log.topic_partition import TopicPartition
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",

@@ -19,8 +19,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.errors import StorageError
-from wherry.log.topic_partition import TopicPartition
 
 __all__ = [
     "HIGH_WATERMARK_CHECKPOINT",

@@ -39,12 +39,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import OffsetCheckpointFile
 from wherry.log.config import LONG_MAX
 from wherry.log.errors import LogError
 from wherry.log.log import Log
 from wherry.log.segment import LogSegment
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import (
     ATTR_DELETE_HORIZON,
     BatchHeader,

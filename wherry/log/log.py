@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import fsync_dir
 from wherry.log.config import LONG_MAX, LogConfig
 from wherry.log.errors import (
@@ -54,7 +55,6 @@ from wherry.log.segment import (
     offset_from_file_name,
     segment_file_name,
 )
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import (
     BatchHeader,
     CorruptRecordError,

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import (
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -35,7 +36,6 @@ from wherry.log.config import LogConfig
 from wherry.log.errors import LogDirLockedError, LogError, StorageError
 from wherry.log.log import Log
 from wherry.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
-from wherry.log.topic_partition import TopicPartition
 
 try:
     import fcntl

@@ -22,7 +22,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from wherry.log.topic_partition import TopicPartition
+from wherry.common.topic_partition import TopicPartition
 from wherry.protocol import codec
 from wherry.replication.isr import CommittedLeaderAndIsr, IsrProposal
 from wherry.server.network import OutboundConnection

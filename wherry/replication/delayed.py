@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from wherry.log.topic_partition import TopicPartition
+from wherry.common.topic_partition import TopicPartition
 from wherry.purgatory.operation import DelayedOperation
 
 

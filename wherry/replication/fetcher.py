@@ -35,9 +35,9 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.log import Log
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.codec import encode_request
 from wherry.replication.truncation import (
     UNDEFINED_EPOCH,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.log import AppendInfo, Log
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import LeaderAndIsrPartitionState
 from wherry.replication.isr import (
     AlterOutcome,

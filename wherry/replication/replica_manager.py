@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.manager import LogManager
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import (
     LeaderAndIsrPartitionError,
     LeaderAndIsrRequest,

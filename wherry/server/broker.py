@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import ControllerChannel, InProcessChannel
 from wherry.controller.controller import Controller
 from wherry.coordination import paths
@@ -47,7 +48,6 @@ from wherry.log.cleaner import CleanerConfig, LogCleaner
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.log import Log
 from wherry.log.manager import LogManager
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.codec import (
     Request,
     RequestDecodeError,

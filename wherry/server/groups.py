@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
 from wherry.coordination.store import NoNodeError
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.group.storage import AppendDone, Record
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch, iter_batches
 from wherry.replication.replica_manager import ProduceResult, ReplicaManager
 from wherry.server.admin import AdminError

@@ -23,11 +23,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.alter_partition import IsrChange, check_requester, validate
 from wherry.controller.context import ControllerContext, LeaderIsr
 from wherry.controller.election import offline_partition_election
 from wherry.coordination.paths import BrokerRegistration
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import (
     BrokerEndpoint,
     LeaderAndIsrPartitionState,

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.log import Log
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import iter_batches
 
 

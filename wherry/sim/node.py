@@ -18,10 +18,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.log import Log
 from wherry.log.manager import LogManager
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker import (
     LeaderAndIsrPartitionError,
     LeaderAndIsrPartitionState,

@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.alter_partition import error_response
 from wherry.controller.channel import BrokerAddress
 from wherry.controller.channel_manager import (
@@ -46,7 +47,6 @@ from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.coordination.embedded import EmbeddedCoordinator, EmbeddedSession
 from wherry.coordination.store import NoNodeError
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.interbroker_codec import (
     InterbrokerResponseBody,
     decode_interbroker_request,

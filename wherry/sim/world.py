@@ -21,9 +21,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
 from wherry.log.config import LogConfig
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch, parse_header
 from wherry.replication.fetcher import FetcherConfig
 from wherry.replication.replica_manager import FetchPartition

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.log import OffsetOutOfRangeError
-from wherry.log.topic_partition import TopicPartition
 from wherry.replication.partition import PartitionError
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.log.topic_partition import TopicPartition
+from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
 from wherry.replication.replica_manager import FetchPartition, FetchResult
 

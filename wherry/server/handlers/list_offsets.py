@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.log.topic_partition import TopicPartition
+from wherry.common.topic_partition import TopicPartition
 from wherry.replication.partition import PartitionError
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.group.group import OffsetAndMetadata
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
 from wherry.server.handlers.group_common import wait_for
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.log.topic_partition import TopicPartition
+from wherry.common.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request

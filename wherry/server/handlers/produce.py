@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.group.records import OFFSETS_TOPIC
-from wherry.log.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
 from wherry.replication.delayed import ProducePartitionStatus
 from wherry.server.network import CloseConnection

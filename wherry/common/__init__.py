@@ -1,0 +1,1 @@
+"""Small value types shared by every layer (no I/O, no imports from wherry)."""

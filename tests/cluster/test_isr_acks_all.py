@@ -94,16 +94,16 @@ def test_slow_follower_leaves_and_rejoins_the_isr_and_acks_all_waits_for_the_isr
 
     # Follower 2 stops fetching. The next acks=all write waits for it until the leader drops
     # it from the ISR (it falls behind for the lag time), then completes with ISR {0, 1}.
-    c.call(lambda: c.broker(2).replica_fetchers.remove_partitions([tp]))  # type: ignore[union-attr]
+    c.call(lambda: c.broker(2).node.fetchers.remove_partitions([tp]))  # type: ignore[union-attr]
     more = [f"w{i}".encode() for i in range(50)]
     assert produce_all(c.bootstrap, t, more) == [None] * 50  # ISR {0,1} >= min.insync 2
     assert isr(c, 0, tp) == {0, 1}
 
     # It fetches again, catches up and rejoins.
     leader_epoch = c.call(lambda: c.broker(2).replica_manager.get_partition(tp).leader_epoch)  # type: ignore[union-attr]
-    address = c.call(lambda: c.broker(2)._leader_address(0))
+    address = c.call(lambda: c.broker(2).node.leader_address(0))
     c.call(
-        lambda: c.broker(2).replica_fetchers.add_partitions({tp: (address, leader_epoch)})  # type: ignore[union-attr]
+        lambda: c.broker(2).node.fetchers.add_partitions({tp: (address, leader_epoch)})  # type: ignore[union-attr]
     )
     assert wait_until(lambda: isr(c, 0, tp) == {0, 1, 2}, 10)
 

@@ -91,13 +91,13 @@ def test_followers_replicate_and_old_leader_truncates_its_divergent_suffix(
     assert log_bytes(c, 2, tp) == leader_data
     # One fetcher per source broker, fetching from broker 0.
     for b in (1, 2):
-        sources = c.call(lambda b=b: sorted(c.broker(b).replica_fetchers.fetchers))  # type: ignore[union-attr]
+        sources = c.call(lambda b=b: sorted(c.broker(b).node.fetchers.fetchers))  # type: ignore[union-attr]
         assert sources == [0]
 
     # 2. Cut the followers off (as a network partition would), then the leader appends a
     # suffix nobody replicates (an acks=1 write that is lost on failover).
     for b in (1, 2):
-        c.call(lambda b=b: c.broker(b).replica_fetchers.remove_partitions([tp]))  # type: ignore[union-attr]
+        c.call(lambda b=b: c.broker(b).node.fetchers.remove_partitions([tp]))  # type: ignore[union-attr]
     epoch0 = leader_of(c, 0, tp)[1]
 
     def append_on_leader() -> int:
@@ -148,7 +148,7 @@ def test_stopped_replica_stops_its_idle_fetcher(wherry_cluster: DevCluster) -> N
     assert wait_until(lambda: leader_of(c, 1, tp)[0] == 0, TIMEOUT_S)
 
     def fetching_from_0(b: int) -> bool:
-        fetchers = c.broker(b).replica_fetchers
+        fetchers = c.broker(b).node.fetchers
         assert fetchers is not None
         return 0 in fetchers.fetchers and fetchers.fetcher_for(tp) is not None
 

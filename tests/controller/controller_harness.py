@@ -3,7 +3,7 @@
 A `StandInBroker` is a broker as far as the controller can tell: it registers
 `/brokers/ids/<id>` on its own store session (the czxid is its broker epoch) and judges every
 LeaderAndIsr / UpdateMetadata / StopReplica by the broker's own rules
-(`wherry.server.controller_requests`), keeping the partitions it hosts, its metadata view and
+(`wherry.replication.controller_requests`), keeping the partitions it hosts, its metadata view and
 every request it got. Each `Node` is one broker "process": a session, a stand-in and a
 `Controller` on that session (as `server/broker.py` wires them), reached through one shared
 `InProcessChannel`.
@@ -39,7 +39,7 @@ from wherry.protocol.interbroker import (
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
-from wherry.server.controller_requests import (
+from wherry.replication.controller_requests import (
     ControllerFence,
     PartitionAction,
     leader_and_isr_error_response,

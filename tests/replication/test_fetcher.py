@@ -2,7 +2,7 @@
 KIP-101 / KIP-279 scenarios on real logs in temporary directories.
 
 The leader is reached through `LocalLeader`, a tiny in-process "network": it answers
-OffsetForLeaderEpoch with the real handler logic (`offset_for_leader_epoch.epoch_end_offset`
+OffsetForLeaderEpoch with the real handler logic (`partition.epoch_end_offset`
 on a real `Partition`) and Fetch by reading the leader's log the way the Fetch handler does.
 """
 
@@ -31,7 +31,7 @@ from wherry.replication.fetcher import (
     LogOffsets,
     ReplicaFetcher,
 )
-from wherry.replication.partition import Partition
+from wherry.replication.partition import Partition, epoch_end_offset
 from wherry.replication.truncation import (
     EpochEndOffset,
     OutOfRangeAction,
@@ -39,7 +39,6 @@ from wherry.replication.truncation import (
     out_of_range_action,
     truncation_point,
 )
-from wherry.server.handlers.offset_for_leader_epoch import epoch_end_offset
 
 TP = TopicPartition("t", 0)
 T0 = 1_700_000_000_000

@@ -10,12 +10,19 @@ Completed operations are removed from the list of the key that completed them, b
 the lists of their other keys; like Kafka, the purgatory estimates how many such "completed but
 still watched" operations exist and purges all watcher lists when the estimate exceeds
 ``purge_interval_requests``.
+
+A purgatory belongs to one thread (the event loop's): the first thread that adds or completes
+operations owns it, and a call from another thread raises :class:`ForeignThreadError` before
+anything changes (completions run callbacks that resolve asyncio futures, which only the loop's
+thread may do).  Whoever sleeps until :meth:`DelayedOperationPurgatory.next_expiration_ms`
+sets ``on_earlier_deadline``: it is called when a parked operation makes that time earlier.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterable
+import threading
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 from wherry.purgatory.operation import DelayedOperation
@@ -23,9 +30,13 @@ from wherry.purgatory.timing_wheel import Timer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DelayedOperationPurgatory"]
+__all__ = ["DelayedOperationPurgatory", "ForeignThreadError"]
 
 T = TypeVar("T", bound=DelayedOperation)
+
+
+class ForeignThreadError(RuntimeError):
+    """A purgatory was used from a thread other than the one that owns it."""
 
 
 class _Watchers(Generic[T]):
@@ -65,6 +76,20 @@ class DelayedOperationPurgatory(Generic[T]):
         # Kafka's estimatedTotalOperations: watched operations, completed or not, since last purge.
         self._estimated_total = 0
         self._shut_down = False
+        self._owner_thread: int | None = None
+        # Called when a newly parked operation makes next_expiration_ms earlier (a ticker that
+        # sleeps until then must wake up); None: nobody sleeps on it.
+        self.on_earlier_deadline: Callable[[], None] | None = None
+
+    def _check_thread(self) -> None:
+        me = threading.get_ident()
+        if self._owner_thread is None:
+            self._owner_thread = me
+        elif self._owner_thread != me:
+            raise ForeignThreadError(
+                f"purgatory {self.name!r} is owned by thread {self._owner_thread}, "
+                f"called from thread {me}"
+            )
 
     # -- adding and completing ----------------------------------------------------------------
 
@@ -81,6 +106,7 @@ class DelayedOperationPurgatory(Generic[T]):
         """
         if self._shut_down:
             raise RuntimeError(f"purgatory {self.name!r} is shut down")
+        self._check_thread()
         if op.try_complete():
             return True
         watched = False
@@ -98,9 +124,15 @@ class DelayedOperationPurgatory(Generic[T]):
         if op.try_complete():
             return True
         if not op.is_completed:
+            notify = self.on_earlier_deadline
+            before = self.timer.next_expiration_ms() if notify is not None else None
             self.timer.add(op, now_ms=now_ms)
             if op.is_completed:  # expired on add, or completed by a callback meanwhile
                 op.cancel()
+            elif notify is not None:
+                after = self.timer.next_expiration_ms()
+                if after is not None and (before is None or after < before):
+                    notify()
         return False
 
     def check_and_complete(self, key: Hashable) -> int:
@@ -109,6 +141,7 @@ class DelayedOperationPurgatory(Generic[T]):
         Completed operations leave the key's list; an empty list is dropped.  An exception from
         an operation's ``try_complete`` is logged and the operation stays watched.
         """
+        self._check_thread()
         watchers = self._watchers.get(key)
         if watchers is None:
             return 0
@@ -151,6 +184,7 @@ class DelayedOperationPurgatory(Generic[T]):
     def advance_clock(self, now_ms: int) -> int:
         """Expire operations whose timeout passed (``on_expiration`` then ``on_complete``),
         purge watcher lists if due, and return the number of operations expired."""
+        self._check_thread()
         expired = self.timer.advance_clock(now_ms)
         self._maybe_purge()
         return len(expired)

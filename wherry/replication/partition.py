@@ -440,3 +440,37 @@ class Partition:
                 return ErrorCode.not_enough_replicas_after_append
             return ErrorCode.none
         return None
+
+
+DEBUGGING_REPLICA_ID = -2  # may ask followers (Kafka's Request.DebuggingConsumerId)
+
+
+def epoch_end_offset(
+    part: Partition | None,
+    *,
+    current_leader_epoch: int,
+    leader_epoch: int,
+    replica_id: int,
+    known_partition: bool = False,
+) -> tuple[ErrorCode, int, int]:
+    """OffsetForLeaderEpoch for one partition: (error, epoch, end offset), the largest epoch
+    <= `leader_epoch` in the leader's epoch cache and the offset where it ends (the log end
+    offset for the current epoch), or -1/-1 when unknown (Kafka's
+    `Partition.lastOffsetForLeaderEpoch`). `part` is None when this broker does not host the
+    partition; `known_partition` says the cluster has it all the same (stale metadata:
+    NOT_LEADER_OR_FOLLOWER rather than UNKNOWN_TOPIC_OR_PARTITION). Only the leader answers,
+    except to the debugging replica id; `current_leader_epoch` fences stale callers."""
+    if part is None:
+        code = (
+            ErrorCode.not_leader_or_follower
+            if known_partition
+            else ErrorCode.unknown_topic_or_partition
+        )
+        return code, -1, -1
+    err = part.check_leader_epoch(current_leader_epoch)
+    if err is not ErrorCode.none:
+        return err, -1, -1
+    if replica_id != DEBUGGING_REPLICA_ID and not part.is_leader:
+        return ErrorCode.not_leader_or_follower, -1, -1
+    epoch, end = part.log.end_offset_for_epoch(leader_epoch)
+    return ErrorCode.none, epoch, end

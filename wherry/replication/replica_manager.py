@@ -17,13 +17,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.manager import LogManager
-from wherry.protocol.interbroker import (
-    LeaderAndIsrPartitionError,
-    LeaderAndIsrRequest,
-    LeaderAndIsrResponse,
-    StopReplicaRequest,
-    StopReplicaResponse,
-)
+from wherry.protocol.interbroker import LeaderAndIsrRequest, StopReplicaRequest
 from wherry.protocol.records import RecordError, validate_batch
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.replication.alter_partition import (
@@ -37,6 +31,7 @@ from wherry.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     Partition,
     PartitionError,
+    epoch_end_offset,
 )
 from wherry.runtime.state_change_log import log_broker_partition_change
 
@@ -47,7 +42,7 @@ ProduceResult = Mapping[TopicPartition, ProducePartitionStatus]
 
 LeadershipListener = Callable[[list[tuple[TopicPartition, int]], list[TopicPartition]], None]
 """(partitions this broker now leads, with their leader epoch; partitions it stopped leading
-or hosting). Called after LeaderAndIsr and StopReplica (the latter off the event loop)."""
+or hosting). Called after LeaderAndIsr and StopReplica, on the event loop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +98,6 @@ class ReplicaManager:
         self.produce_purgatory = produce_purgatory
         self.fetch_purgatory = fetch_purgatory
         self.partitions: dict[TopicPartition, Partition] = {}
-        self.controller_epoch = -1
         self.on_leadership_change: LeadershipListener | None = None
 
     def get_partition(self, tp: TopicPartition) -> Partition | None:
@@ -117,77 +111,39 @@ class ReplicaManager:
         return p
 
     # --- controller requests (SPEC H5) ---------------------------------------------------
-    def become_leader_or_follower(
-        self, req: LeaderAndIsrRequest, now_ms: int
-    ) -> LeaderAndIsrResponse:
-        if req.controller_epoch < self.controller_epoch:
-            state_change_log.warning(
-                "[Broker id=%d] Ignoring LeaderAndIsr request from controller %d with epoch %d "
-                "since its epoch is older than the current controller epoch %d",
-                self.broker_id,
-                req.controller_id,
-                req.controller_epoch,
-                self.controller_epoch,
-            )
-            return LeaderAndIsrResponse(int(ErrorCode.stale_controller_epoch))
-        self.controller_epoch = req.controller_epoch
-        errors: list[LeaderAndIsrPartitionError] = []
+    def become_leader_or_follower(self, req: LeaderAndIsrRequest, now_ms: int) -> None:
+        """Apply partition states the replica node has judged (`replication/node.py` owns
+        the epoch and replica-list rules): lead or follow each, and re-check parked requests."""
         became_leader: list[tuple[TopicPartition, int]] = []
         became_follower: list[TopicPartition] = []
         for st in req.partition_states:
             tp = TopicPartition(st.topic_name, st.partition_index)
-            err = ErrorCode.none
             current = self.partitions.get(tp)
-            if self.broker_id not in st.replicas:
-                state_change_log.warning(
-                    "[Broker id=%d] Ignoring LeaderAndIsr for %s-%d: replicas %s do not "
-                    "contain this broker",
-                    self.broker_id,
-                    tp.topic,
-                    tp.partition,
-                    list(st.replicas),
-                )
-                err = ErrorCode.unknown_topic_or_partition
-            elif current is not None and st.leader_epoch <= current.leader_epoch:
-                state_change_log.info(
-                    "[Broker id=%d] Ignoring LeaderAndIsr for %s-%d: leader epoch %d is not "
-                    "newer than the current leader epoch %d",
-                    self.broker_id,
-                    tp.topic,
-                    tp.partition,
-                    st.leader_epoch,
-                    current.leader_epoch,
-                )
-                err = ErrorCode.stale_controller_epoch
+            part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
+            old_role = _role(current)
+            if st.leader == self.broker_id:
+                part.make_leader(st, self._monotonic_ms())  # follower lag: monotonic
+                became_leader.append((tp, st.leader_epoch))
             else:
-                part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
-                old_role = _role(current)
-                if st.leader == self.broker_id:
-                    part.make_leader(st, self._monotonic_ms())  # follower lag: monotonic
-                    became_leader.append((tp, st.leader_epoch))
-                else:
-                    part.make_follower(st)
-                    became_follower.append(tp)
-                log_broker_partition_change(
-                    self.broker_id,
-                    tp.topic,
-                    tp.partition,
-                    old_role,
-                    _role(part),
-                    leader=st.leader,
-                    leader_epoch=st.leader_epoch,
-                    isr=st.isr,
-                    controller_epoch=req.controller_epoch,
-                    high_watermark=part.high_watermark,
-                    log_end_offset=part.log.log_end_offset,
-                )
-                # Parked requests re-check under the new leadership.
-                self.produce_purgatory.check_and_complete(tp)
-                self.fetch_purgatory.check_and_complete(tp)
-            errors.append(LeaderAndIsrPartitionError(tp.topic, tp.partition, int(err)))
+                part.make_follower(st)
+                became_follower.append(tp)
+            log_broker_partition_change(
+                self.broker_id,
+                tp.topic,
+                tp.partition,
+                old_role,
+                _role(part),
+                leader=st.leader,
+                leader_epoch=st.leader_epoch,
+                isr=st.isr,
+                controller_epoch=req.controller_epoch,
+                high_watermark=part.high_watermark,
+                log_end_offset=part.log.log_end_offset,
+            )
+            # Parked requests re-check under the new leadership.
+            self._try_complete_delayed(tp)
         if self.on_leadership_change is not None and (became_leader or became_follower):
             self.on_leadership_change(became_leader, became_follower)
-        return LeaderAndIsrResponse(int(ErrorCode.none), tuple(errors))
 
     def _create_partition(self, tp: TopicPartition, topic_id: object) -> Partition:
         plog = self.log_manager.get_or_create_log(tp, self._config_for(tp.topic))
@@ -203,18 +159,19 @@ class ReplicaManager:
         self.partitions[tp] = part
         return part
 
-    def stop_replicas(self, req: StopReplicaRequest) -> StopReplicaResponse:
-        if req.controller_epoch < self.controller_epoch:
-            return StopReplicaResponse(int(ErrorCode.stale_controller_epoch))
-        self.controller_epoch = req.controller_epoch
-        errors: list[LeaderAndIsrPartitionError] = []
+    def stop_replicas(self, req: StopReplicaRequest) -> list[TopicPartition]:
+        """Stop hosting the judged partitions: they leave the partition map, parked requests
+        on them complete (NOT_LEADER_OR_FOLLOWER), the leadership listener hears of it.
+        Returns the partitions whose logs must now be deleted; the caller deletes them
+        (`LogManager.delete_log`: file work, fit for an executor), after this returns."""
+        to_delete: list[TopicPartition] = []
         for sp in req.partitions:
             tp = TopicPartition(sp.topic_name, sp.partition_index)
             part = self.partitions.pop(tp, None)
             if part is not None:
                 part.leader_id = -1
             if sp.delete_partition:
-                self.log_manager.delete_log(tp)
+                to_delete.append(tp)
             log_broker_partition_change(
                 self.broker_id,
                 tp.topic,
@@ -226,14 +183,12 @@ class ReplicaManager:
                 isr=(),
                 controller_epoch=req.controller_epoch,
             )
-            self.produce_purgatory.check_and_complete(tp)
-            self.fetch_purgatory.check_and_complete(tp)
-            errors.append(LeaderAndIsrPartitionError(tp.topic, tp.partition, 0))
+            self._try_complete_delayed(tp)
         if self.on_leadership_change is not None and req.partitions:
             self.on_leadership_change(
                 [], [TopicPartition(sp.topic_name, sp.partition_index) for sp in req.partitions]
             )
-        return StopReplicaResponse(int(ErrorCode.none), tuple(errors))
+        return to_delete
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
@@ -324,6 +279,27 @@ class ReplicaManager:
             base_offset=info.first_offset,
             log_append_time_ms=info.log_append_time_ms,
             log_start_offset=info.log_start_offset,
+        )
+
+    # --- OffsetForLeaderEpoch (KIP-101, KIP-279, KIP-320) ------------------------------------
+    def last_offset_for_leader_epoch(
+        self,
+        tp: TopicPartition,
+        *,
+        current_leader_epoch: int,
+        leader_epoch: int,
+        replica_id: int,
+        known_partition: bool = False,
+    ) -> tuple[ErrorCode, int, int]:
+        """(error, epoch, end offset): the largest epoch <= `leader_epoch` in the leader's
+        epoch cache and where it ends (Kafka's `Partition.lastOffsetForLeaderEpoch`).
+        See `partition.epoch_end_offset`."""
+        return epoch_end_offset(
+            self.partitions.get(tp),
+            current_leader_epoch=current_leader_epoch,
+            leader_epoch=leader_epoch,
+            replica_id=replica_id,
+            known_partition=known_partition,
         )
 
     # --- fetch (SPEC H9, R11) ----------------------------------------------------------------

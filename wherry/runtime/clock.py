@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "FunctionClock", "ManualClock", "SystemClock"]
 
 
 @runtime_checkable
@@ -63,3 +64,16 @@ class ManualClock:
 
     def __repr__(self) -> str:
         return f"ManualClock(now_ms={self._now_ms}, monotonic_ms={self.monotonic_ms()})"
+
+
+class FunctionClock:
+    """Both clocks from one function (a simulated loop's time has no wall/monotonic split)."""
+
+    def __init__(self, now_ms: Callable[[], int]) -> None:
+        self._now_ms = now_ms
+
+    def now_ms(self) -> int:
+        return self._now_ms()
+
+    def monotonic_ms(self) -> int:
+        return self._now_ms()

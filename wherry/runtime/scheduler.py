@@ -135,6 +135,12 @@ class Scheduler:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
 
+    def cancel_all(self) -> None:
+        """Cancel every job at once without waiting (a killed process: nothing more runs;
+        an in-flight executor run still ends in its thread)."""
+        for handle in list(self._tasks.values()):
+            handle.cancel()
+
     # -- internals ----------------------------------------------------------------------------
 
     def _forget(self, handle: ScheduledTask) -> None:

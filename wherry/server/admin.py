@@ -21,8 +21,8 @@ from wherry.controller.assignment import InvalidReplicationFactor, assign_replic
 from wherry.coordination import paths
 from wherry.coordination.store import BadVersionError, MetadataStore, NodeExistsError, NoNodeError
 from wherry.log.config import ConfigError, LogConfig
+from wherry.replication.metadata_cache import MetadataCache
 from wherry.server.config import BrokerConfig
-from wherry.server.metadata_cache import MetadataCache
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249

@@ -20,16 +20,12 @@ node, so a new broker epoch, its czxid) and the controller restarts on the new s
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import random
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import ControllerChannel, InProcessChannel
@@ -46,7 +42,6 @@ from wherry.coordination.store import (
 )
 from wherry.log.cleaner import CleanerConfig, LogCleaner
 from wherry.log.config import ConfigError, LogConfig
-from wherry.log.log import Log
 from wherry.log.manager import LogManager
 from wherry.protocol.codec import (
     Request,
@@ -55,46 +50,21 @@ from wherry.protocol.codec import (
     decode_request,
     encode_response,
 )
-from wherry.protocol.interbroker import (
-    LeaderAndIsrPartitionError,
-    LeaderAndIsrPartitionState,
-    LeaderAndIsrRequest,
-    LeaderAndIsrResponse,
-    StopReplicaPartition,
-    StopReplicaRequest,
-    StopReplicaResponse,
-    UpdateMetadataRequest,
-)
-from wherry.purgatory.purgatory import DelayedOperationPurgatory
-from wherry.purgatory.timing_wheel import Timer
-from wherry.replication.alter_partition import AlterPartitionManager, ControllerSender
-from wherry.replication.fetcher import (
-    FetcherConfig,
-    LeaderAddress,
-    NetworkLeaderEndpoint,
-    ReplicaFetcherManager,
-)
-from wherry.replication.partition import Partition
+from wherry.replication.alter_partition import ControllerSender
+from wherry.replication.controller_requests import ControllerFence
+from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
+from wherry.replication.metadata_cache import MetadataCache
+from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
 from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig, new_cluster_id
-from wherry.server.controller_requests import (
-    ControllerFence,
-    PartitionAction,
-    leader_and_isr_error_response,
-    leader_and_isr_verdict,
-    request_topic_id,
-    stop_replica_error,
-    stop_replica_error_response,
-)
 from wherry.server.groups import GroupsRuntime
 from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
-from wherry.server.metadata_cache import MetadataCache, StaleControllerEpoch
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.producer_ids import ProducerIdManager
 
@@ -102,7 +72,6 @@ if TYPE_CHECKING:
     from wherry.controller.channel_manager import NetworkChannelManager
 
 log = logging.getLogger(__name__)
-state_change_log = logging.getLogger("wherry.state_change")
 
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
@@ -163,14 +132,9 @@ class Broker:
         self._renew_task: asyncio.Task[None] | None = None
         self.session_renewals = 0
         self.cluster_id = ""
-        self.cache = MetadataCache(self.broker_id)
-        # Broker epoch (set at registration) and newest controller epoch seen (SPEC H1, H5).
-        self.fence = ControllerFence()
         self.bound_ports: list[int] = []
         self._started = asyncio.Event()
         self._stopped = False
-        self._purgatory_wakeup = asyncio.Event()
-        self._purgatory_task: asyncio.Task[None] | None = None
         self._config_task: asyncio.Task[None] | None = None
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._last_config_change = -1
@@ -179,12 +143,8 @@ class Broker:
         self.store: MetadataStore
         self.log_manager: LogManager
         self.log_cleaner: LogCleaner | None = None
-        self.replica_manager: ReplicaManager
-        self.replica_fetchers: ReplicaFetcherManager | None = None
-        # Leader endpoints from the controller's LeaderAndIsr (live_leaders), newest first.
-        self._leader_endpoints: dict[int, LeaderAddress] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = -1
+        # This broker's replicas and what it does with the controller's requests.
+        self.node: ReplicaNode
         self.admin: AdminManager
         self.producer_ids: ProducerIdManager
         self.controller: Controller
@@ -192,8 +152,19 @@ class Broker:
         self.network: NetworkServer
         self.scheduler: Scheduler
         self._state_change_log: StateChangeLogHandle | None = None
-        self._alter_task: asyncio.Task[None] | None = None
         self._alter_sender: ControllerSender | None = None
+
+    @property
+    def cache(self) -> MetadataCache:
+        return self.node.cache
+
+    @property
+    def fence(self) -> ControllerFence:
+        return self.node.fence
+
+    @property
+    def replica_manager(self) -> ReplicaManager:
+        return self.node.replica_manager
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -221,46 +192,39 @@ class Broker:
         )
         topic_configs = {t: self.topic_log_config(t) for t in self._topic_overrides}
         await loop.run_in_executor(None, self.log_manager.startup, topic_configs)
-        self.produce_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
-            "Produce", Timer(start_ms=self.clock.monotonic_ms())
+        fetcher_config = FetcherConfig.from_properties(cfg.raw)
+        timeout_s = cfg.controller_socket_timeout_ms / 1000
+        self._alter_sender = ControllerSender(
+            self.broker_id,
+            lambda: self.node.controller_address(),
+            connect_timeout_s=timeout_s,
+            request_timeout_s=timeout_s,
         )
-        self.fetch_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
-            "Fetch", Timer(start_ms=self.clock.monotonic_ms())
-        )
-        # ISR changes go to the controller as AlterPartition (SPEC R4-R6), batched.
-        self.alter_partition_manager = AlterPartitionManager(
-            self.broker_id, lambda: self.fence.broker_epoch
-        )
-        self.replica_manager = ReplicaManager(
+        self.node = ReplicaNode(
             self.broker_id,
             self.log_manager,
-            self.topic_log_config,
-            self.produce_purgatory,
-            self.fetch_purgatory,
-            self.clock.monotonic_ms,
-            replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
-            alter_partition_manager=self.alter_partition_manager,
-            is_broker_alive=lambda b: b in self.cache.brokers,  # per follower fetch: O(1)
-            broker_epoch=lambda: self.fence.broker_epoch,
+            config=ReplicaNodeConfig(
+                replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+                high_watermark_checkpoint_interval_ms=(
+                    cfg.replica_high_watermark_checkpoint_interval_ms
+                ),
+                fetcher=fetcher_config,
+            ),
+            clock=self.clock,
+            topic_config=self.topic_log_config,
+            leader_endpoint=lambda a: NetworkLeaderEndpoint(
+                self.broker_id, a.host, a.port, config=fetcher_config
+            ),
+            send_alter_partition=self._alter_sender,
+            load_topic_configs=self._ensure_topic_configs,
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
-        self.groups = GroupsRuntime(self)
-        self._loop = loop
-        self._loop_thread = threading.get_ident()
-        fetcher_config = FetcherConfig.from_properties(cfg.raw)
-        self.replica_fetchers = ReplicaFetcherManager(
-            self.broker_id,
-            log_for=self._follower_log,
-            endpoint_factory=lambda a: NetworkLeaderEndpoint(
-                self.broker_id, a.host, a.port, config=fetcher_config
-            ),
-            monotonic_ms=self.clock.monotonic_ms,
-            config=fetcher_config,
-        )
-        self.replica_manager.on_leadership_change = self._on_leadership_change
-        await self.groups.start()
-        self._purgatory_task = loop.create_task(self._purgatory_ticker(), name="purgatory")
+        self.groups = GroupsRuntime(cfg, self.clock, self.node, lambda: self.admin)
+        self.node.leadership_listeners.append(self.groups.on_leadership_change)
+        self.node.deletion_listeners.append(self._on_partitions_deleted)
+        self.node.start()
+        await self.groups.start(self.store)
 
         self.network = NetworkServer(
             self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
@@ -268,19 +232,8 @@ class Broker:
         self.bound_ports = [
             await self.network.listen(ep.host, ep.port, ep.listener) for ep in cfg.listeners
         ]
-        timeout_s = cfg.controller_socket_timeout_ms / 1000
-        self._alter_sender = ControllerSender(
-            self.broker_id,
-            self._controller_address,
-            connect_timeout_s=timeout_s,
-            request_timeout_s=timeout_s,
-        )
-        self._alter_task = loop.create_task(
-            self.alter_partition_manager.run(self._alter_sender, self.clock.monotonic_ms),
-            name="alter-partition",
-        )
         # Reachable by an in-process controller before the registration makes it live.
-        self.channel.register(self.broker_id, self)
+        self.channel.register(self.broker_id, self.node)
         await self._register()
         self._start_config_listener()
         await self._start_controller()
@@ -311,32 +264,17 @@ class Broker:
         if hasattr(self, "network"):
             await self.network.close()
         await self._stop_controller()
-        if self.replica_fetchers is not None:
-            await self.replica_fetchers.shutdown()
-        if self._alter_task is not None:
-            self._alter_task.cancel()
-            try:
-                await self._alter_task
-            except (asyncio.CancelledError, Exception):
-                pass
+        self.channel.unregister(self.broker_id)
+        if hasattr(self, "groups"):
+            await self.groups.stop()
+        if hasattr(self, "node"):
+            await self.node.stop()
         if self._alter_sender is not None:
             await self._alter_sender.close()
-        self.channel.unregister(self.broker_id)
         if hasattr(self, "scheduler"):
             await self.scheduler.shutdown()
         await self._stop_config_listener()
-        if self._purgatory_task is not None:
-            self._purgatory_task.cancel()
-            try:
-                await self._purgatory_task
-            except asyncio.CancelledError:
-                pass
-        if hasattr(self, "groups"):
-            await self.groups.stop()
-        if hasattr(self, "replica_manager"):
-            self.produce_purgatory.shutdown()
-            self.fetch_purgatory.shutdown()
-            self.replica_manager.checkpoint_high_watermarks()
+        if hasattr(self, "log_manager"):
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         if hasattr(self, "store"):
             await self.store.close()
@@ -611,107 +549,6 @@ class Broker:
             period_ms=cfg.offsets_retention_check_interval_ms,
             delay_ms=cfg.offsets_retention_check_interval_ms,
         )
-        s.schedule(
-            "isr-expiration",
-            self.replica_manager.maybe_shrink_isr,
-            period_ms=max(1, cfg.replica_lag_time_max_ms // 2),
-        )
-        s.schedule(
-            "highwatermark-checkpoint",
-            self.replica_manager.checkpoint_high_watermarks,
-            period_ms=cfg.replica_high_watermark_checkpoint_interval_ms,
-            executor=True,
-        )
-
-    # --- follower fetchers (SPEC R8, H5) ----------------------------------------------------
-    def _on_leadership_change(
-        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
-    ) -> None:
-        """ReplicaManager hook; called from an executor thread for StopReplica."""
-        self.groups.on_leadership_change(became_leader, lost)
-        if threading.get_ident() == self._loop_thread:
-            self._update_fetchers(became_leader, lost)
-        elif self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._update_fetchers, became_leader, lost)
-
-    def _update_fetchers(
-        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
-    ) -> None:
-        fetchers = self.replica_fetchers
-        if fetchers is None or self._stopped:
-            return
-        remove = [tp for tp, _ in became_leader]
-        add: dict[TopicPartition, tuple[LeaderAddress, int]] = {}
-        for tp in lost:
-            part = self.replica_manager.get_partition(tp)
-            if part is None or part.is_leader or part.leader_id < 0:
-                remove.append(tp)
-                continue
-            address = self._leader_address(part.leader_id)
-            if address is None:
-                log.warning(
-                    "%s No endpoint known for leader %d of %s-%d; not fetching it",
-                    self._prefix,
-                    part.leader_id,
-                    tp.topic,
-                    tp.partition,
-                )
-                remove.append(tp)
-                continue
-            add[tp] = (address, part.leader_epoch)
-        fetchers.remove_partitions(remove)
-        if add:
-            fetchers.add_partitions(add)
-
-    def _leader_address(self, broker_id: int) -> LeaderAddress | None:
-        found = self._leader_endpoints.get(broker_id)
-        if found is not None:
-            return found
-        for b in self.cache.alive_brokers():
-            if b.broker_id == broker_id:
-                return LeaderAddress(b.broker_id, b.host, b.port)
-        return None
-
-    def _controller_address(self) -> tuple[int, str, int] | None:
-        cid = self.cache.controller_id
-        if cid is None:
-            return None
-        b = self.cache.brokers.get(cid)
-        return None if b is None else (cid, b.host, b.port)
-
-    def _follower_log(self, tp: TopicPartition) -> Log | None:
-        part = self.replica_manager.get_partition(tp)
-        if part is None or part.is_leader or part.log.closed:
-            return None
-        return part.log
-
-    # --- purgatory time --------------------------------------------------------------------
-    def wake_purgatories(self) -> None:
-        self._purgatory_wakeup.set()
-
-    async def _purgatory_ticker(self) -> None:
-        """Advance the purgatories' timing wheels; sleep until the next expiry or a new op.
-
-        The group coordinator's purgatories run on wall-clock time (`now_ms`), the others on
-        the monotonic clock.
-        """
-        purgatories = (self.produce_purgatory, self.fetch_purgatory)
-        groups = self.groups.coordinator
-        while True:
-            now = self.clock.monotonic_ms()
-            for p in purgatories:
-                p.advance_clock(now)
-            wall = self.clock.now_ms()
-            groups.advance_clock(wall)
-            waits = [n - now for p in purgatories if (n := p.next_expiration_ms()) is not None]
-            if (n := groups.next_expiration_ms()) is not None:
-                waits.append(n - wall)
-            timeout = max(0.0, min(waits) / 1000) if waits else 1.0
-            self._purgatory_wakeup.clear()
-            try:
-                await asyncio.wait_for(self._purgatory_wakeup.wait(), min(timeout, 1.0))
-            except TimeoutError:
-                pass
 
     # --- metadata --------------------------------------------------------------------------
     async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:
@@ -733,6 +570,17 @@ class Broker:
             return True
         finally:
             self.cache.remove_listener(changed.set)
+
+    async def _ensure_topic_configs(self, topics: Collection[str]) -> None:
+        """Before LeaderAndIsr creates logs: the stored configs of topics not yet known."""
+        unknown = [t for t in topics if t not in self._topic_overrides]
+        if unknown:
+            await self._load_topic_overrides(unknown)
+
+    def _on_partitions_deleted(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._topic_overrides.pop(tp.topic, None)
+        self.groups.on_partitions_deleted(partitions)
 
     def topic_log_config(self, topic: str) -> LogConfig:
         overrides = self._topic_overrides.get(topic, {})
@@ -804,183 +652,6 @@ class Broker:
                     self._topic_overrides.get(topic, {})
                 )
             log.info("%s applied config change for topic %s", self._prefix, topic)
-
-    # --- controller requests (ControllerRequestHandler; SPEC H1, H5, M1) -------------------
-    # The wire handlers (server/handlers/leader_and_isr.py and friends) and the in-process
-    # channel both come here, so one set of rules (`controller_requests`) judges every request.
-    def _admit(
-        self, name: str, controller_id: int, controller_epoch: int, broker_epoch: int
-    ) -> int:
-        err = self.fence.admit(controller_epoch, broker_epoch)
-        if err == ErrorCode.stale_broker_epoch:
-            state_change_log.info(
-                "%s Ignoring %s request from controller %d with broker epoch %d smaller than "
-                "the current broker epoch %d",
-                self._prefix,
-                name,
-                controller_id,
-                broker_epoch,
-                self.fence.broker_epoch,
-            )
-        elif err == ErrorCode.stale_controller_epoch:
-            state_change_log.warning(
-                "%s Ignoring %s request from controller %d since its controller epoch %d is "
-                "old. Latest known controller epoch is %d",
-                self._prefix,
-                name,
-                controller_id,
-                controller_epoch,
-                self.fence.controller_epoch,
-            )
-        return int(err)
-
-    async def handle_leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
-        err = self._admit("LeaderAndIsr", req.controller_id, req.controller_epoch, req.broker_epoch)
-        if err:
-            return leader_and_isr_error_response(req, ErrorCode(err))
-        # Topic configs first: no await between judging the partitions and applying them.
-        unknown = [
-            t
-            for t in {s.topic_name for s in req.partition_states}
-            if t not in self._topic_overrides
-        ]
-        if unknown:
-            await self._load_topic_overrides(unknown)
-        errors: dict[tuple[str, int], int] = {}
-        to_apply: list[LeaderAndIsrPartitionState] = []
-        for st in req.partition_states:
-            key = (st.topic_name, st.partition_index)
-            part = self.replica_manager.get_partition(TopicPartition(*key))
-            tid = request_topic_id(req, st.topic_name)
-            verdict = leader_and_isr_verdict(
-                self.broker_id,
-                st,
-                None if part is None else part.leader_epoch,
-                tid,
-                None if part is None else part.topic_id,
-            )
-            errors[key] = int(verdict.error)
-            if verdict.action is PartitionAction.APPLY:
-                to_apply.append(st)
-            elif verdict.action is PartitionAction.ADOPT_TOPIC_ID and part is not None:
-                part.topic_id = tid
-            elif verdict.error != ErrorCode.none:
-                self._log_ignored_leader_and_isr(req, st, verdict.error, part)
-        for ep in req.live_leaders:
-            self._leader_endpoints[ep.broker_id] = LeaderAddress(ep.broker_id, ep.host, ep.port)
-        # Always handed over (even with nothing to apply) so the replica manager's own view of
-        # the controller epoch keeps up with the fence's.
-        resp = self.replica_manager.become_leader_or_follower(
-            dataclasses.replace(req, partition_states=tuple(to_apply)), self.clock.now_ms()
-        )
-        self.wake_purgatories()
-        if resp.error_code:
-            return leader_and_isr_error_response(req, ErrorCode(resp.error_code))
-        for e in resp.partition_errors:
-            errors[(e.topic_name, e.partition_index)] = e.error_code
-        return LeaderAndIsrResponse(
-            int(ErrorCode.none),
-            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
-        )
-
-    def _log_ignored_leader_and_isr(
-        self,
-        req: LeaderAndIsrRequest,
-        st: LeaderAndIsrPartitionState,
-        error: ErrorCode,
-        part: Partition | None,
-    ) -> None:
-        current = -1 if part is None else part.leader_epoch
-        level = logging.WARNING
-        if error == ErrorCode.unknown_topic_or_partition:
-            reason = f"itself is not in assigned replica list {list(st.replicas)}"
-        elif error == ErrorCode.inconsistent_topic_id:
-            reason = (
-                f"its topic id {None if part is None else part.topic_id} does not match the "
-                f"topic id {req.topic_ids.get(st.topic_name)} received"
-            )
-        elif st.leader_epoch < current:
-            reason = (
-                f"its associated leader epoch {st.leader_epoch} is smaller than the current "
-                f"leader epoch {current}"
-            )
-        else:
-            reason = f"its associated leader epoch {st.leader_epoch} matches the current one"
-            # Kafka logs this case (e.g. a new controller re-sending every partition's state)
-            # at info, the others at warning.
-            level = logging.INFO
-        state_change_log.log(
-            level,
-            "%s Ignoring LeaderAndIsr request from controller %d epoch %d for partition %s-%d "
-            "as %s (%s)",
-            self._prefix,
-            req.controller_id,
-            req.controller_epoch,
-            st.topic_name,
-            st.partition_index,
-            reason,
-            error.name.upper(),
-        )
-
-    async def handle_update_metadata(self, req: UpdateMetadataRequest) -> int:
-        err = self._admit(
-            "UpdateMetadata", req.controller_id, req.controller_epoch, req.broker_epoch
-        )
-        if err:
-            return err
-        try:
-            self.cache.update(req)
-        except StaleControllerEpoch:  # the fence has seen at least the cache's epoch
-            return int(ErrorCode.stale_controller_epoch)
-        return int(ErrorCode.none)
-
-    async def handle_stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:
-        err = self._admit("StopReplica", req.controller_id, req.controller_epoch, req.broker_epoch)
-        if err:
-            return stop_replica_error_response(ErrorCode(err))
-        errors: dict[tuple[str, int], int] = {}
-        to_stop: list[StopReplicaPartition] = []
-        for sp in req.partitions:
-            key = (sp.topic_name, sp.partition_index)
-            part = self.replica_manager.get_partition(TopicPartition(*key))
-            current = None if part is None else part.leader_epoch
-            code = stop_replica_error(sp, current)
-            errors[key] = int(code)
-            if code == ErrorCode.none:
-                to_stop.append(sp)
-            else:
-                state_change_log.warning(
-                    "%s Ignoring StopReplica request (delete=%s) from controller %d epoch %d "
-                    "for partition %s-%d since its associated leader epoch %d is smaller than "
-                    "the current leader epoch %s",
-                    self._prefix,
-                    sp.delete_partition,
-                    req.controller_id,
-                    req.controller_epoch,
-                    sp.topic_name,
-                    sp.partition_index,
-                    sp.leader_epoch,
-                    current,
-                )
-        resp = await asyncio.get_running_loop().run_in_executor(
-            None,
-            self.replica_manager.stop_replicas,
-            dataclasses.replace(req, partitions=tuple(to_stop)),
-        )
-        if resp.error_code:
-            return stop_replica_error_response(ErrorCode(resp.error_code))
-        for e in resp.partition_errors:
-            errors[(e.topic_name, e.partition_index)] = e.error_code
-        deleted = [sp for sp in to_stop if sp.delete_partition]
-        for sp in deleted:
-            self._topic_overrides.pop(sp.topic_name, None)
-        self.groups.on_partitions_deleted(
-            [TopicPartition(sp.topic_name, sp.partition_index) for sp in deleted]
-        )
-        return StopReplicaResponse(
-            int(ErrorCode.none),
-            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
-        )
 
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:

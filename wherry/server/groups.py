@@ -14,26 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
-from wherry.coordination.store import NoNodeError
+from wherry.coordination.store import MetadataStore, NoNodeError
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.group.storage import AppendDone, Record
 from wherry.protocol.records import build_batch, iter_batches
+from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ProduceResult, ReplicaManager
-from wherry.server.admin import AdminError
+from wherry.runtime.clock import Clock
+from wherry.server.admin import AdminError, AdminManager
 from wherry.server.config import BrokerConfig
-
-if TYPE_CHECKING:
-    from wherry.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +40,7 @@ __all__ = [
     "offsets_topic_configs",
     "read_offsets_partition",
 ]
+
 
 def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
     """The configs `__consumer_offsets` is created with (Kafka's offsetsTopicConfigs)."""
@@ -74,12 +72,10 @@ class ReplicaOffsetsStorage:
         now_ms: Callable[[], int],
         *,
         timeout_ms: int,
-        on_append: Callable[[], None] | None = None,
     ) -> None:
         self._rm = replica_manager
         self._now_ms = now_ms
         self._timeout_ms = timeout_ms
-        self._on_append = on_append
 
     def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
         tp = TopicPartition(OFFSETS_TOPIC, partition)
@@ -100,8 +96,6 @@ class ReplicaOffsetsStorage:
             respond=respond,
             now_ms=now,
         )
-        if self._on_append is not None:
-            self._on_append()
 
 
 def read_offsets_partition(
@@ -130,35 +124,45 @@ def read_offsets_partition(
 
 
 class GroupsRuntime:
-    """Owns the broker's GroupCoordinator and its asynchronous edges."""
+    """Owns the broker's GroupCoordinator and its asynchronous edges: loading and unloading
+    `__consumer_offsets` partitions as their leadership moves, creating the topic, expiry."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        cfg = broker.config
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        node: ReplicaNode,
+        admin: Callable[[], AdminManager],
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.node = node
+        self._admin = admin
         self.storage = ReplicaOffsetsStorage(
-            broker.replica_manager,
-            broker.clock.now_ms,
-            timeout_ms=cfg.offsets_commit_timeout_ms,
-            on_append=broker.wake_purgatories,
+            node.replica_manager, clock.now_ms, timeout_ms=config.offsets_commit_timeout_ms
         )
         self.coordinator = GroupCoordinator(
-            broker.broker_id,
-            group_coordinator_config(cfg),
+            config.broker_id,
+            group_coordinator_config(config),
             self.storage,
-            now_ms=broker.clock.now_ms(),
+            now_ms=clock.now_ms(),
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
+        # Rebalance and session timeouts run on wall-clock time, on the node's ticker, which
+        # a newly parked join or heartbeat wakes.
+        for purgatory in (
+            self.coordinator.rebalance_purgatory,
+            self.coordinator.heartbeat_purgatory,
+        ):
+            purgatory.on_earlier_deadline = node.ticker.wake
+        node.ticker.add(self.coordinator, clock.now_ms)
         self._create_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._prefix = f"[GroupCoordinator {broker.broker_id}]:"
+        self._prefix = f"[GroupCoordinator {config.broker_id}]:"
 
-    async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
+    async def start(self, store: MetadataStore) -> None:
         # Kafka uses the offsets topic's actual partition count when it exists.
         try:
-            data, _ = await self.broker.store.get(paths.topic_path(OFFSETS_TOPIC))
+            data, _ = await store.get(paths.topic_path(OFFSETS_TOPIC))
             count = len(paths.TopicAssignment.from_json(data).partitions)
             if count != self.coordinator.partition_count:
                 log.info(
@@ -187,19 +191,13 @@ class GroupsRuntime:
     def on_leadership_change(
         self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
     ) -> None:
-        """ReplicaManager hook; may be called from an executor thread (StopReplica)."""
+        """The replica node's leadership listener (on the event loop)."""
         leaders = [
             (tp.partition, epoch) for tp, epoch in became_leader if tp.topic == OFFSETS_TOPIC
         ]
         gone = [tp.partition for tp in lost if tp.topic == OFFSETS_TOPIC]
-        if not leaders and not gone:
-            return
-        if self._loop is None:
-            return
-        if threading.get_ident() == self._loop_thread:
+        if leaders or gone:
             self._apply_leadership(leaders, gone)
-        else:
-            self._loop.call_soon_threadsafe(self._apply_leadership, leaders, gone)
 
     def _apply_leadership(self, leaders: list[tuple[int, int]], gone: list[int]) -> None:
         for p in gone:
@@ -211,33 +209,29 @@ class GroupsRuntime:
                 )
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-        self.broker.wake_purgatories()
 
     async def _load(self, partition: int, epoch: int) -> None:
         coord = self.coordinator
         loop = asyncio.get_running_loop()
         delay_s = 0.1
         while coord.is_partition_loading(partition):
-            started = self.broker.clock.monotonic_ms()
+            started = self.clock.monotonic_ms()
             try:
                 chunks = await loop.run_in_executor(
                     None,
                     read_offsets_partition,
-                    self.broker.replica_manager,
+                    self.node.replica_manager,
                     partition,
-                    self.broker.config.offsets_load_buffer_size,
+                    self.config.offsets_load_buffer_size,
                 )
-                if coord.load_partition(
-                    partition, chunks, now_ms=self.broker.clock.now_ms(), epoch=epoch
-                ):
+                if coord.load_partition(partition, chunks, now_ms=self.clock.now_ms(), epoch=epoch):
                     log.debug(
                         "%s Loaded %s-%d in %d ms",
                         self._prefix,
                         OFFSETS_TOPIC,
                         partition,
-                        self.broker.clock.monotonic_ms() - started,
+                        self.clock.monotonic_ms() - started,
                     )
-                self.broker.wake_purgatories()
                 return
             except Exception:
                 # Keep answering COORDINATOR_LOAD_IN_PROGRESS rather than lose offsets.
@@ -253,7 +247,7 @@ class GroupsRuntime:
     # --- the offsets topic ------------------------------------------------------------------
     def ensure_offsets_topic(self) -> None:
         """Start creating `__consumer_offsets` unless it exists or is being created."""
-        if self.broker.cache.contains_topic(OFFSETS_TOPIC):
+        if self.node.cache.contains_topic(OFFSETS_TOPIC):
             return
         if self._create_task is not None and not self._create_task.done():
             return
@@ -262,9 +256,9 @@ class GroupsRuntime:
         )
 
     async def _create_offsets_topic(self) -> None:
-        cfg = self.broker.config
+        cfg = self.config
         configs = offsets_topic_configs(cfg)
-        create = self.broker.admin.create_topic
+        create = self._admin().create_topic
         try:
             await create(
                 OFFSETS_TOPIC,
@@ -296,9 +290,7 @@ class GroupsRuntime:
         """Forget committed offsets of deleted topic partitions (Kafka's onPartitionsDeleted)."""
         deleted = [tp for tp in partitions if tp.topic != OFFSETS_TOPIC]
         if deleted:
-            self.coordinator.handle_deleted_partitions(deleted, self.broker.clock.now_ms())
-            self.broker.wake_purgatories()
+            self.coordinator.handle_deleted_partitions(deleted, self.clock.now_ms())
 
     def cleanup_expired_offsets(self) -> None:
-        self.coordinator.cleanup_expired_offsets(self.broker.clock.now_ms())
-        self.broker.wake_purgatories()
+        self.coordinator.cleanup_expired_offsets(self.clock.now_ms())

@@ -135,7 +135,7 @@ class SimConnection:
             node = world.node(b)
             if node is None or node.incarnation != inc:
                 raise ConnectionError(f"broker {b}: connection reset")
-            return node.handle_interbroker(req.body)
+            return await node.handle_interbroker(req.body)
 
         if inc is None or world.incarnation(b) != inc:
             await asyncio.sleep(0.001)

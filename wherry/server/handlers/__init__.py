@@ -49,10 +49,10 @@ from wherry.server.handlers import (
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.protocol.interbroker_codec import InterbrokerResponseBody
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 Handler = Callable[
-    ["Broker", "Request"], Awaitable["Mapping[str, Any] | InterbrokerResponseBody | None"]
+    ["BrokerServices", "Request"], Awaitable["Mapping[str, Any] | InterbrokerResponseBody | None"]
 ]
 
 HANDLERS: dict[int, tuple[Handler, int, int]] = {

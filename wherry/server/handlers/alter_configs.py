@@ -12,16 +12,16 @@ from wherry.server.handlers.describe_configs import BROKER, TOPIC
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-def reject_broker(broker: Broker, name: str, keys: list[str]) -> tuple[ErrorCode, str]:
+def reject_broker(broker: BrokerServices, name: str, keys: list[str]) -> tuple[ErrorCode, str]:
     if name not in ("", str(broker.broker_id)):
         return ErrorCode.invalid_request, f"Unexpected broker id {name}"
     return (ErrorCode.invalid_request, f"Cannot update these configs dynamically: {sorted(keys)}")
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     out = []
     for r in body.resources:

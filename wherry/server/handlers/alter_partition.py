@@ -17,10 +17,10 @@ from wherry.controller.alter_partition import error_response
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     controller = getattr(broker, "controller", None)
     if controller is None or not controller.active:
         return error_response(ErrorCode.not_controller)

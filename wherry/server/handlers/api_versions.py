@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
 def api_keys() -> list[dict[str, int]]:
@@ -26,5 +26,5 @@ def unsupported_version_response() -> Mapping[str, Any]:
     return {"error_code": ErrorCode.unsupported_version, "api_keys": api_keys()}
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     return {"error_code": ErrorCode.none, "api_keys": api_keys(), "throttle_time": 0}

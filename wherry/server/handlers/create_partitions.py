@@ -13,10 +13,10 @@ from wherry.server.admin import AdminError
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     counts = Counter(t.name for t in body.topics)
     results: list[dict[str, Any]] = []

@@ -19,12 +19,12 @@ from wherry.replication.partition import PartitionError
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 HIGH_WATERMARK = -1
 
 
-def _delete(broker: Broker, tp: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
+def _delete(broker: BrokerServices, tp: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
     try:
         part = broker.replica_manager.leader_partition(tp)
     except PartitionError as e:
@@ -42,7 +42,7 @@ def _delete(broker: Broker, tp: TopicPartition, offset: int) -> tuple[ErrorCode,
     return ErrorCode.none, plog.log_start_offset
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     topics = []
     for t in req.body.topics:
         parts = []

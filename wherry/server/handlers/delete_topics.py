@@ -13,12 +13,12 @@ from wherry.server.admin import AdminError
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     cache = broker.cache
     wanted: list[tuple[str | None, uuid.UUID | None]] = []

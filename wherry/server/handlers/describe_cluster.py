@@ -9,12 +9,12 @@ from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     endpoint_type = getattr(body, "endpoint_type", 1)
     if endpoint_type != 1:

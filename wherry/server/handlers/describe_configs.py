@@ -11,7 +11,7 @@ from wherry.log.config import SERVER_CONFIG_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigT
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 TOPIC = 2
 BROKER = 4
@@ -24,7 +24,7 @@ DEFAULT_CONFIG = 5
 
 
 def topic_config_entries(
-    broker: Broker,
+    broker: BrokerServices,
     overrides: Mapping[str, str],
     keys: Iterable[str] | None = None,
     *,
@@ -73,7 +73,9 @@ def topic_config_entries(
     return out
 
 
-def broker_config_entries(broker: Broker, keys: Iterable[str] | None) -> list[dict[str, Any]]:
+def broker_config_entries(
+    broker: BrokerServices, keys: Iterable[str] | None
+) -> list[dict[str, Any]]:
     cfg = broker.config
     values: dict[str, tuple[str, int, int]] = {
         "broker.id": (str(cfg.broker_id), ConfigType.INT, STATIC_BROKER_CONFIG),
@@ -148,7 +150,7 @@ def broker_config_entries(broker: Broker, keys: Iterable[str] | None) -> list[di
     return out
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     include_synonyms = getattr(body, "include_synonyms", False)
     include_doc = getattr(body, "include_documentation", False)

@@ -9,10 +9,10 @@ from wherry.server.handlers.group_common import AUTHORIZED_OPERATIONS_OMITTED
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     coord = broker.groups.coordinator
     groups = []
     for group_id in req.body.groups:

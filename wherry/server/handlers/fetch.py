@@ -7,7 +7,6 @@ FETCH_SESSION_ID_NOT_FOUND as the protocol prescribes.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -20,12 +19,12 @@ from wherry.replication.replica_manager import FetchPartition, FetchResult
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     session_id = getattr(body, "session_id", 0)
     if session_id != 0:
@@ -72,25 +71,14 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
 
     result: FetchResult = {}
     if wanted:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[FetchResult] = loop.create_future()
-
-        def respond(r: FetchResult) -> None:
-            if not fut.done():
-                fut.set_result(r)
-
-        broker.replica_manager.fetch_messages(
+        result = await broker.node.fetch(
+            wanted,
             replica_id=replica_id,
             replica_epoch=replica_epoch,
             max_wait_ms=duration_ms(body.max_wait),
             min_bytes=body.min_bytes,
             max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),
-            partitions=wanted,
-            respond=respond,
         )
-        if not fut.done():
-            broker.wake_purgatories()
-        result = await fut
 
     topics: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
     for key, name, index in order:

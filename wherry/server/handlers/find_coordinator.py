@@ -17,7 +17,7 @@ from wherry.group.records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
@@ -28,7 +28,7 @@ _MESSAGES = {
 }
 
 
-def _find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
+def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
     err = ErrorCode.none
     node: tuple[int, str, int] = (-1, "", -1)
     if key_type == TRANSACTION_KEY_TYPE:
@@ -57,7 +57,7 @@ def _find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
     }
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     if req.api_version >= 4:
         return {

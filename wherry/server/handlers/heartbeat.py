@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     err = broker.groups.coordinator.handle_heartbeat(
         body.group_id,
@@ -19,5 +19,4 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
         body.generation_id,
         broker.clock.now_ms(),
     )
-    broker.wake_purgatories()
     return {"throttle_time": 0, "error_code": err}

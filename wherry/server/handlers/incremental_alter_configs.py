@@ -14,7 +14,7 @@ from wherry.server.handlers.describe_configs import BROKER, TOPIC
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -53,7 +53,7 @@ def apply_ops(current: dict[str, str], ops: Any, defaults: Any) -> dict[str, str
     return new
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     out = []
     for r in body.resources:

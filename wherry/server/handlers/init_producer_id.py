@@ -14,10 +14,10 @@ from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     if req.body.transactional_id is not None:
         return {
             "error_code": ErrorCode.coordinator_not_available,

@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from wherry.group.member import JoinGroupResult
 from wherry.protocol.codec import duration_ms
-from wherry.server.handlers.group_common import CLIENT_HOST, wait_for
+from wherry.runtime.parking import answer_of
+from wherry.server.handlers.group_common import CLIENT_HOST
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     v = req.api_version
     session_ms = duration_ms(body.session_timeout)
@@ -22,8 +23,7 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     rebalance_ms = duration_ms(body.rebalance_timeout) if v >= 1 else session_ms
     instance_id = getattr(body, "group_instance_id", None)
     coord = broker.groups.coordinator
-    r: JoinGroupResult = await wait_for(
-        broker,
+    r: JoinGroupResult = await answer_of(
         lambda cb: coord.handle_join_group(
             body.group_id,
             body.member_id,

@@ -1,8 +1,9 @@
 """LeaderAndIsr (key 4, v0–v7): the controller tells this broker whom each partition follows.
 
 The rules (broker epoch, controller epoch, per-partition leader epoch and replica list) live in
-`Broker.handle_leader_and_isr`, shared with the in-process channel; this module only adapts the
-wire request. Responses v5+ name topics by id, taken from the request.
+the replica node (`replication/node.py`), shared with the in-process channel and the
+simulator; this module only adapts the wire request. Responses v5+ name topics by id, taken
+from the request.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from wherry.server.network import CloseConnection
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> LeaderAndIsrResponse:
+async def handle(broker: BrokerServices, req: Request) -> LeaderAndIsrResponse:
     body = req.body
     if not isinstance(body, LeaderAndIsrRequest):
         raise CloseConnection(f"API key 4 decoded as {type(body).__name__}")
-    resp = await broker.handle_leader_and_isr(body)
+    resp = await broker.node.handle_leader_and_isr(body)
     return with_topic_ids(resp, body.topic_ids)

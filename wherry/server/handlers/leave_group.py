@@ -11,10 +11,10 @@ from wherry.group.coordinator import MemberIdentity
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     v = req.api_version
     if v >= 3:
@@ -25,7 +25,6 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     else:
         members = [MemberIdentity(body.member_id)]
     r = broker.groups.coordinator.handle_leave_group(body.group_id, members, broker.clock.now_ms())
-    broker.wake_purgatories()
     if v >= 3:
         error = r.error
     else:

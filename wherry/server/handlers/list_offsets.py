@@ -12,7 +12,7 @@ from wherry.replication.partition import PartitionError
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 LATEST = -1
 EARLIEST = -2
@@ -22,7 +22,11 @@ LATEST_TIERED = -5
 
 
 def _lookup(
-    broker: Broker, tp: TopicPartition, timestamp: int, current_leader_epoch: int, replica_id: int
+    broker: BrokerServices,
+    tp: TopicPartition,
+    timestamp: int,
+    current_leader_epoch: int,
+    replica_id: int,
 ) -> dict[str, Any]:
     try:
         part = broker.replica_manager.leader_partition(tp, current_leader_epoch)
@@ -66,7 +70,7 @@ def _epoch(epoch: int | None) -> int:
     return -1 if epoch is None else epoch
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     topics = []
     for t in body.topics:

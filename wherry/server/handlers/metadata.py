@@ -19,7 +19,7 @@ from wherry.server.admin import AdminError, validate_topic_name
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def topic_metadata(broker: Broker, name: str, *, strict: bool = False) -> dict[str, Any]:
+def topic_metadata(broker: BrokerServices, name: str, *, strict: bool = False) -> dict[str, Any]:
     """A topic's partitions as the metadata cache has them (Kafka's ZK-mode MetadataCache).
 
     A leader that is not a live broker is reported as -1 with LEADER_NOT_AVAILABLE. With
@@ -81,7 +81,7 @@ def _error_topic(
     }
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     cache = broker.cache
     requested = body.topics
@@ -123,7 +123,7 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     }
 
 
-async def _unknown_topic(broker: Broker, name: str, allow_auto: bool) -> dict[str, Any]:
+async def _unknown_topic(broker: BrokerServices, name: str, allow_auto: bool) -> dict[str, Any]:
     try:
         validate_topic_name(name)
     except AdminError:

@@ -16,16 +16,16 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.group import OffsetAndMetadata
 from wherry.protocol.codec import duration_ms
-from wherry.server.handlers.group_common import wait_for
+from wherry.runtime.parking import answer_of
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 DEFAULT_RETENTION_TIME = -1
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     cache = broker.cache
     now = broker.clock.now_ms()
@@ -59,8 +59,7 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
     results: dict[TopicPartition, ErrorCode] = {}
     if offsets:
         coord = broker.groups.coordinator
-        results = await wait_for(
-            broker,
+        results = await answer_of(
             lambda cb: coord.handle_commit_offsets(
                 body.group_id,
                 body.member_id,

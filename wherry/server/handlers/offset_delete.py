@@ -11,10 +11,10 @@ from wherry.common.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     cache = broker.cache
     errors: dict[TopicPartition, ErrorCode] = {}

@@ -12,11 +12,15 @@ from wherry.common.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
 def _fetch_group(
-    broker: Broker, group_id: str, topics: Sequence[Any] | None, require_stable: bool, v: int
+    broker: BrokerServices,
+    group_id: str,
+    topics: Sequence[Any] | None,
+    require_stable: bool,
+    v: int,
 ) -> tuple[ErrorCode, list[dict[str, Any]]]:
     cache = broker.cache
     by_id = v >= 10
@@ -97,7 +101,7 @@ def _topics(
     ]
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     v = req.api_version
     require_stable = getattr(body, "require_stable", False)

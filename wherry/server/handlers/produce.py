@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -17,13 +16,13 @@ from wherry.server.network import CloseConnection
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
 ADMIN_CLIENT_ID = "__admin_client"  # Kafka lets this client id write internal topics
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any] | None:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any] | None:
     body = req.body
     acks = body.acks
     cache = broker.cache
@@ -60,23 +59,9 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any] | None:
 
     statuses: Mapping[TopicPartition, ProducePartitionStatus] = {}
     if entries:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Mapping[TopicPartition, ProducePartitionStatus]] = loop.create_future()
-
-        def respond(result: Mapping[TopicPartition, ProducePartitionStatus]) -> None:
-            if not fut.done():
-                fut.set_result(result)
-
-        broker.replica_manager.append_records(
-            timeout_ms=duration_ms(body.timeout),
-            required_acks=acks,
-            entries=entries,
-            respond=respond,
-            now_ms=broker.clock.now_ms(),
+        statuses = await broker.node.append(
+            entries, required_acks=acks, timeout_ms=duration_ms(body.timeout)
         )
-        if not fut.done():
-            broker.wake_purgatories()
-        statuses = await fut
 
     if acks == 0:
         if errors or any(s.error_code != ErrorCode.none for s in statuses.values()):

@@ -1,5 +1,6 @@
 """StopReplica (key 5, v0–v4): the controller tells this broker to stop (and maybe delete)
-replicas. The rules live in `Broker.handle_stop_replica`, shared with the in-process channel."""
+replicas. The rules live in the replica node (`replication/node.py`), shared with the in-process
+channel and the simulator."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from wherry.server.network import CloseConnection
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> StopReplicaResponse:
+async def handle(broker: BrokerServices, req: Request) -> StopReplicaResponse:
     body = req.body
     if not isinstance(body, StopReplicaRequest):
         raise CloseConnection(f"API key 5 decoded as {type(body).__name__}")
-    return await broker.handle_stop_replica(body)
+    return await broker.node.handle_stop_replica(body)

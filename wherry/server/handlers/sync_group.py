@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.group.member import SyncGroupResult
-from wherry.server.handlers.group_common import wait_for
+from wherry.runtime.parking import answer_of
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
 def _response(r: SyncGroupResult) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def _response(r: SyncGroupResult) -> dict[str, Any]:
     }
 
 
-async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     protocol_type = getattr(body, "protocol_type", None)
     protocol_name = getattr(body, "protocol_name", None)
@@ -37,8 +37,7 @@ async def handle(broker: Broker, req: Request) -> Mapping[str, Any]:
         return _response(SyncGroupResult.failed(ErrorCode.inconsistent_group_protocol))
     coord = broker.groups.coordinator
     assignments = {a.member_id: a.assignment for a in body.assignments}
-    r: SyncGroupResult = await wait_for(
-        broker,
+    r: SyncGroupResult = await answer_of(
         lambda cb: coord.handle_sync_group(
             body.group_id,
             body.generation_id,

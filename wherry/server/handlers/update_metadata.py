@@ -1,6 +1,6 @@
 """UpdateMetadata (key 6, v0–v8): the controller's view of the cluster for the metadata cache
-(SPEC M1). The rules live in `Broker.handle_update_metadata`, shared with the in-process
-channel."""
+(SPEC M1). The rules live in the replica node (`replication/node.py`), shared with the
+in-process channel and the simulator."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from wherry.server.network import CloseConnection
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 
-async def handle(broker: Broker, req: Request) -> UpdateMetadataResponse:
+async def handle(broker: BrokerServices, req: Request) -> UpdateMetadataResponse:
     body = req.body
     if not isinstance(body, UpdateMetadataRequest):
         raise CloseConnection(f"API key 6 decoded as {type(body).__name__}")
-    return UpdateMetadataResponse(await broker.handle_update_metadata(body))
+    return UpdateMetadataResponse(await broker.node.handle_update_metadata(body))

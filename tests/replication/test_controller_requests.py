@@ -1,4 +1,4 @@
-"""The broker's rules for controller requests (`wherry.server.controller_requests`), directly."""
+"""The broker's rules for controller requests (`replication/controller_requests.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from wherry.protocol.interbroker import (
     LeaderAndIsrRequest,
     StopReplicaPartition,
 )
-from wherry.server.controller_requests import (
+from wherry.replication.controller_requests import (
     ControllerFence,
     PartitionAction,
     PartitionVerdict,

@@ -1,0 +1,499 @@
+"""The replica node: what one broker does with the controller's requests and its replicas.
+
+Kafka splits this between `KafkaApis` (the controller requests' admission), `ReplicaManager`
+(become leader / follower, stop replicas, ISR expiry, HW checkpoints) and the fetcher
+managers. Here one class owns it, and both the real broker (`server/broker.py`) and the
+simulator (`sim/node.py`) run it; each hands it its own transport and clock:
+
+* `leader_endpoint(address)` makes the `LeaderEndpoint` a follower fetches through (the Kafka
+  wire protocol in a broker; the simulated network in the simulator);
+* `send_alter_partition(body)` carries AlterPartition to the controller;
+* `clock` gives wall-clock and monotonic milliseconds;
+* `ReplicaNodeConfig.blocking_in_executor` says whether file work (deleting a stopped
+  partition's log, writing the HW checkpoint) goes to the loop's executor (a broker) or runs
+  inline (the simulator, which must stay deterministic).
+
+Every state change happens on the event loop: the controller's requests are judged and
+applied there, and parked produce and fetch requests complete there (a purgatory refuses
+calls from other threads). Only file deletion leaves the loop.
+
+Admission (SPEC H1, H5) is judged here once, by `controller_requests`: the broker and
+controller epochs of the whole request (`ControllerFence`, the only holder of the newest
+controller epoch), then each partition's leader epoch, topic id and replica list; the replica
+manager applies what passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.log.config import LogConfig
+from wherry.log.log import Log
+from wherry.log.manager import LogManager
+from wherry.protocol.interbroker import (
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaPartition,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+from wherry.purgatory.purgatory import DelayedOperationPurgatory
+from wherry.purgatory.timing_wheel import Timer
+from wherry.replication.alter_partition import AlterPartitionManager, Send
+from wherry.replication.controller_requests import (
+    ControllerFence,
+    PartitionAction,
+    leader_and_isr_error_response,
+    leader_and_isr_verdict,
+    request_topic_id,
+    stop_replica_error,
+    stop_replica_error_response,
+)
+from wherry.replication.fetcher import (
+    EndpointFactory,
+    FetcherConfig,
+    LeaderAddress,
+    ReplicaFetcherManager,
+)
+from wherry.replication.metadata_cache import MetadataCache, StaleControllerEpoch
+from wherry.replication.partition import DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
+from wherry.replication.replica_manager import (
+    FetchPartition,
+    FetchResult,
+    ProduceResult,
+    ReplicaManager,
+)
+from wherry.runtime.clock import Clock
+from wherry.runtime.parking import answer_of
+from wherry.runtime.scheduler import Scheduler
+from wherry.runtime.ticker import PurgatoryTicker
+
+log = logging.getLogger(__name__)
+state_change_log = logging.getLogger("wherry.state_change")
+
+__all__ = ["ReplicaNode", "ReplicaNodeConfig"]
+
+T = TypeVar("T")
+
+LeadershipListener = Callable[[list[tuple[TopicPartition, int]], list[TopicPartition]], None]
+DeletionListener = Callable[[list[TopicPartition]], None]
+InterbrokerRequest = LeaderAndIsrRequest | StopReplicaRequest | UpdateMetadataRequest
+InterbrokerResponse = LeaderAndIsrResponse | StopReplicaResponse | UpdateMetadataResponse
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplicaNodeConfig:
+    replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS
+    high_watermark_checkpoint_interval_ms: int = 5_000
+    fetcher: FetcherConfig = dataclasses.field(default_factory=FetcherConfig)
+    # File work in the loop's default executor (a broker) or inline (the simulator).
+    blocking_in_executor: bool = True
+
+
+class ReplicaNode:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        *,
+        config: ReplicaNodeConfig,
+        clock: Clock,
+        topic_config: Callable[[str], LogConfig],
+        leader_endpoint: EndpointFactory,
+        send_alter_partition: Send,
+        load_topic_configs: Callable[[Collection[str]], Awaitable[None]] | None = None,
+        broker_epoch: int = -1,
+    ) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.clock = clock
+        self.log_manager = log_manager
+        self._send_alter_partition = send_alter_partition
+        self._load_topic_configs = load_topic_configs
+        self._prefix = f"[Broker id={broker_id}]"
+        # Broker epoch (set at registration) and newest controller epoch seen (SPEC H1, H5).
+        self.fence = ControllerFence(broker_epoch=broker_epoch)
+        # What the controller's UpdateMetadata said: live brokers, partitions, the controller.
+        self.cache = MetadataCache(broker_id)
+        self.ticker = PurgatoryTicker()
+        self.produce_purgatory: DelayedOperationPurgatory[Any] = self._purgatory("Produce")
+        self.fetch_purgatory: DelayedOperationPurgatory[Any] = self._purgatory("Fetch")
+        # ISR changes go to the controller as AlterPartition (SPEC R4-R6), batched.
+        self.alter_partition_manager = AlterPartitionManager(
+            broker_id, lambda: self.fence.broker_epoch
+        )
+        self.replica_manager = ReplicaManager(
+            broker_id,
+            log_manager,
+            topic_config,
+            self.produce_purgatory,
+            self.fetch_purgatory,
+            clock.monotonic_ms,
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            alter_partition_manager=self.alter_partition_manager,
+            is_broker_alive=lambda b: b in self.cache.brokers,  # per follower fetch: O(1)
+            broker_epoch=lambda: self.fence.broker_epoch,
+        )
+        self.replica_manager.on_leadership_change = self._on_leadership_change
+        self.fetchers = ReplicaFetcherManager(
+            broker_id,
+            log_for=self._follower_log,
+            endpoint_factory=leader_endpoint,
+            monotonic_ms=clock.monotonic_ms,
+            config=config.fetcher,
+        )
+        self.leadership_listeners: list[LeadershipListener] = []
+        self.deletion_listeners: list[DeletionListener] = []
+        # Leader endpoints from the controller's LeaderAndIsr (live_leaders), newest first.
+        self._leader_endpoints: dict[int, LeaderAddress] = {}
+        self.scheduler = Scheduler(clock)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.running = False
+
+    def _purgatory(self, name: str) -> DelayedOperationPurgatory[Any]:
+        purgatory: DelayedOperationPurgatory[Any] = DelayedOperationPurgatory(
+            name, Timer(start_ms=self.clock.monotonic_ms())
+        )
+        purgatory.on_earlier_deadline = self.ticker.wake
+        self.ticker.add(purgatory, self.clock.monotonic_ms)
+        return purgatory
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background work on the running loop: the purgatory ticker, the
+        AlterPartition sender, `isr-expiration` and `highwatermark-checkpoint`."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self.ticker.run(), name=f"purgatory-ticker-{self.broker_id}"),
+            loop.create_task(
+                self.alter_partition_manager.run(
+                    self._send_alter_partition, self.clock.monotonic_ms
+                ),
+                name=f"alter-partition-{self.broker_id}",
+            ),
+        ]
+        cfg = self.config
+        self.scheduler.schedule(
+            "isr-expiration",
+            self.replica_manager.maybe_shrink_isr,
+            period_ms=max(1, cfg.replica_lag_time_max_ms // 2),
+        )
+        self.scheduler.schedule(
+            "highwatermark-checkpoint",
+            self.replica_manager.checkpoint_high_watermarks,
+            period_ms=cfg.high_watermark_checkpoint_interval_ms,
+            executor=cfg.blocking_in_executor,
+        )
+        self.running = True
+
+    async def stop(self) -> None:
+        """Stop fetching and proposing, complete what is parked, checkpoint the HWs."""
+        if not self.running:
+            return
+        self.running = False
+        await self.fetchers.shutdown()
+        await self.scheduler.shutdown()
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.produce_purgatory.shutdown()
+        self.fetch_purgatory.shutdown()
+        await self._blocking(self.replica_manager.checkpoint_high_watermarks)
+
+    def abandon(self) -> None:
+        """A killed process: every task ends at once, nothing is completed or written."""
+        self.running = False
+        for t in self._tasks:
+            t.cancel()
+        self._tasks = []
+        self.scheduler.cancel_all()
+        for _, fetcher in self.fetchers.fetchers.values():
+            task = fetcher._task  # the fetcher loop, stopped without its shutdown path
+            if task is not None:
+                task.cancel()
+        self.fetchers.fetchers.clear()
+
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        if self.config.blocking_in_executor:
+            return await asyncio.get_running_loop().run_in_executor(None, fn)
+        return fn()
+
+    # --- controller requests (SPEC H1, H5, M1) ---------------------------------------------
+    async def handle_interbroker(self, body: InterbrokerRequest) -> InterbrokerResponse:
+        if isinstance(body, LeaderAndIsrRequest):
+            return await self.handle_leader_and_isr(body)
+        if isinstance(body, UpdateMetadataRequest):
+            return UpdateMetadataResponse(await self.handle_update_metadata(body))
+        return await self.handle_stop_replica(body)
+
+    def _admit(
+        self, name: str, controller_id: int, controller_epoch: int, broker_epoch: int
+    ) -> ErrorCode:
+        err = self.fence.admit(controller_epoch, broker_epoch)
+        if err == ErrorCode.stale_broker_epoch:
+            state_change_log.info(
+                "%s Ignoring %s request from controller %d with broker epoch %d smaller than "
+                "the current broker epoch %d",
+                self._prefix,
+                name,
+                controller_id,
+                broker_epoch,
+                self.fence.broker_epoch,
+            )
+        elif err == ErrorCode.stale_controller_epoch:
+            state_change_log.warning(
+                "%s Ignoring %s request from controller %d since its controller epoch %d is "
+                "old. Latest known controller epoch is %d",
+                self._prefix,
+                name,
+                controller_id,
+                controller_epoch,
+                self.fence.controller_epoch,
+            )
+        return err
+
+    async def handle_leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        err = self._admit("LeaderAndIsr", req.controller_id, req.controller_epoch, req.broker_epoch)
+        if err:
+            return leader_and_isr_error_response(req, err)
+        if self._load_topic_configs is not None:
+            # Topic configs first: no await between judging the partitions and applying them.
+            await self._load_topic_configs({s.topic_name for s in req.partition_states})
+        errors: dict[tuple[str, int], int] = {}
+        to_apply: list[LeaderAndIsrPartitionState] = []
+        for st in req.partition_states:
+            key = (st.topic_name, st.partition_index)
+            part = self.replica_manager.get_partition(TopicPartition(*key))
+            tid = request_topic_id(req, st.topic_name)
+            verdict = leader_and_isr_verdict(
+                self.broker_id,
+                st,
+                None if part is None else part.leader_epoch,
+                tid,
+                None if part is None else part.topic_id,
+            )
+            errors[key] = int(verdict.error)
+            if verdict.action is PartitionAction.APPLY:
+                to_apply.append(st)
+            elif verdict.action is PartitionAction.ADOPT_TOPIC_ID and part is not None:
+                part.topic_id = tid
+            elif verdict.error != ErrorCode.none:
+                self._log_ignored_leader_and_isr(req, st, verdict.error, part)
+        for ep in req.live_leaders:
+            self._leader_endpoints[ep.broker_id] = LeaderAddress(ep.broker_id, ep.host, ep.port)
+        if to_apply:
+            self.replica_manager.become_leader_or_follower(
+                dataclasses.replace(req, partition_states=tuple(to_apply)), self.clock.now_ms()
+            )
+        return LeaderAndIsrResponse(
+            int(ErrorCode.none),
+            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
+        )
+
+    def _log_ignored_leader_and_isr(
+        self,
+        req: LeaderAndIsrRequest,
+        st: LeaderAndIsrPartitionState,
+        error: ErrorCode,
+        part: Partition | None,
+    ) -> None:
+        current = -1 if part is None else part.leader_epoch
+        level = logging.WARNING
+        if error == ErrorCode.unknown_topic_or_partition:
+            reason = f"itself is not in assigned replica list {list(st.replicas)}"
+        elif error == ErrorCode.inconsistent_topic_id:
+            reason = (
+                f"its topic id {None if part is None else part.topic_id} does not match the "
+                f"topic id {req.topic_ids.get(st.topic_name)} received"
+            )
+        elif st.leader_epoch < current:
+            reason = (
+                f"its associated leader epoch {st.leader_epoch} is smaller than the current "
+                f"leader epoch {current}"
+            )
+        else:
+            reason = f"its associated leader epoch {st.leader_epoch} matches the current one"
+            # Kafka logs this case (e.g. a new controller re-sending every partition's state)
+            # at info, the others at warning.
+            level = logging.INFO
+        state_change_log.log(
+            level,
+            "%s Ignoring LeaderAndIsr request from controller %d epoch %d for partition %s-%d "
+            "as %s (%s)",
+            self._prefix,
+            req.controller_id,
+            req.controller_epoch,
+            st.topic_name,
+            st.partition_index,
+            reason,
+            error.name.upper(),
+        )
+
+    async def handle_update_metadata(self, req: UpdateMetadataRequest) -> int:
+        err = self._admit(
+            "UpdateMetadata", req.controller_id, req.controller_epoch, req.broker_epoch
+        )
+        if err:
+            return int(err)
+        try:
+            self.cache.update(req)
+        except StaleControllerEpoch:  # the fence has seen at least the cache's epoch
+            return int(ErrorCode.stale_controller_epoch)
+        return int(ErrorCode.none)
+
+    async def handle_stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:
+        err = self._admit("StopReplica", req.controller_id, req.controller_epoch, req.broker_epoch)
+        if err:
+            return stop_replica_error_response(err)
+        errors: dict[tuple[str, int], int] = {}
+        to_stop: list[StopReplicaPartition] = []
+        for sp in req.partitions:
+            key = (sp.topic_name, sp.partition_index)
+            part = self.replica_manager.get_partition(TopicPartition(*key))
+            current = None if part is None else part.leader_epoch
+            code = stop_replica_error(sp, current)
+            errors[key] = int(code)
+            if code == ErrorCode.none:
+                to_stop.append(sp)
+            else:
+                state_change_log.warning(
+                    "%s Ignoring StopReplica request (delete=%s) from controller %d epoch %d "
+                    "for partition %s-%d since its associated leader epoch %d is smaller than "
+                    "the current leader epoch %s",
+                    self._prefix,
+                    sp.delete_partition,
+                    req.controller_id,
+                    req.controller_epoch,
+                    sp.topic_name,
+                    sp.partition_index,
+                    sp.leader_epoch,
+                    current,
+                )
+        # On the loop: the partitions leave, parked requests on them complete, fetchers stop.
+        to_delete = self.replica_manager.stop_replicas(
+            dataclasses.replace(req, partitions=tuple(to_stop))
+        )
+        if to_delete:
+            # Off the loop: only the file work (close, rename, checkpoints).
+            await self._blocking(lambda: self._delete_logs(to_delete))
+            for listener in self.deletion_listeners:
+                listener(to_delete)
+        return StopReplicaResponse(
+            int(ErrorCode.none),
+            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
+        )
+
+    def _delete_logs(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self.log_manager.delete_log(tp)
+
+    # --- followers (SPEC R8, H5) -----------------------------------------------------------
+    def _on_leadership_change(
+        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
+    ) -> None:
+        for listener in self.leadership_listeners:
+            listener(became_leader, lost)
+        if self.running:
+            self._update_fetchers(became_leader, lost)
+
+    def _update_fetchers(
+        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
+    ) -> None:
+        remove = [tp for tp, _ in became_leader]
+        add: dict[TopicPartition, tuple[LeaderAddress, int]] = {}
+        for tp in lost:
+            part = self.replica_manager.get_partition(tp)
+            if part is None or part.is_leader or part.leader_id < 0:
+                remove.append(tp)
+                continue
+            address = self.leader_address(part.leader_id)
+            if address is None:
+                log.warning(
+                    "%s No endpoint known for leader %d of %s-%d; not fetching it",
+                    self._prefix,
+                    part.leader_id,
+                    tp.topic,
+                    tp.partition,
+                )
+                remove.append(tp)
+                continue
+            add[tp] = (address, part.leader_epoch)
+        self.fetchers.remove_partitions(remove)
+        if add:
+            self.fetchers.add_partitions(add)
+
+    def leader_address(self, broker_id: int) -> LeaderAddress | None:
+        found = self._leader_endpoints.get(broker_id)
+        if found is not None:
+            return found
+        b = self.cache.brokers.get(broker_id)
+        return None if b is None else LeaderAddress(b.broker_id, b.host, b.port)
+
+    def controller_address(self) -> tuple[int, str, int] | None:
+        """(id, host, port) of the controller as the last UpdateMetadata named it."""
+        cid = self.cache.controller_id
+        if cid is None:
+            return None
+        b = self.cache.brokers.get(cid)
+        return None if b is None else (cid, b.host, b.port)
+
+    def _follower_log(self, tp: TopicPartition) -> Log | None:
+        part = self.replica_manager.get_partition(tp)
+        if part is None or part.is_leader or part.log.closed:
+            return None
+        return part.log
+
+    # --- serving produce and fetch (the leader side) -----------------------------------------
+    async def append(
+        self,
+        entries: Mapping[TopicPartition, bytes | None],
+        *,
+        required_acks: int,
+        timeout_ms: int,
+    ) -> ProduceResult:
+        """Append to led partitions; with acks=all, answer once the ISR has the records."""
+        return await answer_of(
+            lambda respond: self.replica_manager.append_records(
+                timeout_ms=timeout_ms,
+                required_acks=required_acks,
+                entries=entries,
+                respond=respond,
+                now_ms=self.clock.now_ms(),
+            )
+        )
+
+    async def fetch(
+        self,
+        partitions: list[FetchPartition],
+        *,
+        replica_id: int,
+        replica_epoch: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> FetchResult:
+        """Read from consumers' or followers' positions; wait up to `max_wait_ms` for
+        `min_bytes` (a follower's fetch also moves its ISR state and the HW)."""
+        return await answer_of(
+            lambda respond: self.replica_manager.fetch_messages(
+                replica_id=replica_id,
+                replica_epoch=replica_epoch,
+                max_wait_ms=max_wait_ms,
+                min_bytes=min_bytes,
+                max_bytes=max_bytes,
+                partitions=partitions,
+                respond=respond,
+            )
+        )

@@ -1,0 +1,58 @@
+"""What a request handler may use of the broker (`server/handlers/`).
+
+Handlers get this narrow view rather than the `Broker` itself: the broker's configuration and
+identity, the metadata cache, the replica node (produce, fetch, the controller's requests),
+the group runtime, the admin manager and producer ids. `Broker` provides it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from wherry.replication.metadata_cache import MetadataCache
+from wherry.replication.node import ReplicaNode
+from wherry.replication.replica_manager import ReplicaManager
+from wherry.runtime.clock import Clock
+from wherry.server.admin import AdminManager
+from wherry.server.config import BrokerConfig
+from wherry.server.groups import GroupsRuntime
+from wherry.server.producer_ids import ProducerIdManager
+
+__all__ = ["BrokerServices"]
+
+
+class BrokerServices(Protocol):
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def cache(self) -> MetadataCache: ...
+
+    @property
+    def node(self) -> ReplicaNode: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager: ...
+
+    @property
+    def groups(self) -> GroupsRuntime: ...
+
+    @property
+    def admin(self) -> AdminManager: ...
+
+    @property
+    def producer_ids(self) -> ProducerIdManager: ...
+
+    async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:
+        """Wait until `predicate()` holds for the metadata cache, at most `timeout_ms`."""
+        ...

@@ -1,14 +1,16 @@
 """A broker for the CLI tests.
 
 `cli_bootstrap` is the shared session broker (`broker_bootstrap` from tests/conftest.py) when
-that fixture exists; otherwise it runs its own `wherry server` subprocess on a free port
-(started with a bounded wait for its "ready on" line, stopped by PID at the end of the
-session). Setting WHERRY_TEST_BOOTSTRAP=host:port uses an already running broker instead.
+that fixture exists; otherwise it runs its own `wherry server` subprocess on a port the OS
+chooses (listener port 0: the address comes from its "ready on" line, awaited with a bound;
+stopped by PID at the end of the session). Setting WHERRY_TEST_BOOTSTRAP=host:port uses an
+already running broker instead.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -22,6 +24,7 @@ import pytest
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+_READY = re.compile(r"ready on (\S+)")
 
 
 def free_port() -> int:
@@ -32,7 +35,7 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(self, data_dir: Path) -> None:
-        self.port = free_port()
+        self.address = ""  # host:port, from the "ready on" line
         self.data_dir = data_dir
         self.stderr_path = data_dir / "server.stderr"
         self.stdout_lines: list[str] = []
@@ -40,7 +43,7 @@ class ServerProcess:
         self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from wherry.cli.main import main; main()", "server",
-             "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}",
+             "--listeners", "PLAINTEXT://127.0.0.1:0",
              "--log-dirs", str(data_dir / "logs")],
             stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL,
         )
@@ -52,7 +55,9 @@ class ServerProcess:
         for raw in self.proc.stdout:
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             self.stdout_lines.append(line)
-            if "ready on" in line:
+            m = _READY.search(line)
+            if m:
+                self.address = m.group(1).split(",")[0]
                 self.ready.set()
 
     def stderr_tail(self, lines: int = 40) -> str:
@@ -100,7 +105,7 @@ def cli_bootstrap(request: pytest.FixtureRequest,
     server = ServerProcess(tmp_path_factory.mktemp("cli-broker"))
     try:
         server.wait_ready(READY_TIMEOUT_S)
-        yield f"127.0.0.1:{server.port}"
+        yield server.address
     finally:
         server.stop()
 

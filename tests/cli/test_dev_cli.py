@@ -94,3 +94,11 @@ def test_dev_rejects_per_broker_overrides(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert "set per broker" in result.output
+
+
+def test_dev_keeps_the_user_default_port() -> None:
+    """Users get 9092 (tests pass --base-port 0, and the testing helpers default to 0)."""
+    result = CliRunner().invoke(main, ["dev", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "default: 9092" in text and "0: ports chosen by the OS" in text

@@ -11,10 +11,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.controller.alter_partition import (
-    IsrChangePropagation,
-    propagate_isr_changes,
-)
+from wherry.controller.alter_partition import IsrChangePropagation
 from wherry.coordination import paths
 from wherry.protocol.codec import build_entity
 from wherry.protocol.interbroker import UpdateMetadataRequest
@@ -75,7 +72,7 @@ async def test_shrink_is_written_with_partition_epoch_bump_and_propagated() -> N
         # ISR-only UpdateMetadata to every live broker, once propagation is due.
         before = {b: len(n.broker.requests_of(UpdateMetadataRequest))
                   for b, n in c.nodes.items()}
-        await ctl.controller.submit(lambda: propagate_isr_changes(ctl.controller))
+        await ctl.controller.submit(ctl.controller.propagate_isr_changes)
         for b, n in c.nodes.items():
             ums = n.broker.requests_of(UpdateMetadataRequest)
             assert len(ums) == before[b] + 1

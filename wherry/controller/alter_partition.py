@@ -4,40 +4,51 @@ KafkaController.processAlterPartition in ZooKeeper mode, with KIP-903's broker e
 * `parse_request`: the wire request (v2/v3) as plain values.
 * `validate`: pure; one partition's verdict from the controller's context: the new state to
   write, the current one (already as asked), or an error.
-* `process_alter_partition`: runs on the controller's event queue; validates, writes the new
-  ISRs with conditional updates (partition epoch = state node version, +1 per write; a
-  conflict is INVALID_UPDATE_VERSION), answers with what is stored, and records the change
-  for propagation.
+* `process_alter_partition`: runs on the controller's event queue (the controller checks it
+  is acting first); validates against the context, writes the new ISRs through the
+  controller's conditional write function (partition epoch = state node version, +1 per
+  write; a conflict is INVALID_UPDATE_VERSION) and answers with what is stored; the caller
+  records what was written for propagation.
 * `IsrChangePropagation`: pure; the seed's batching of ISR-only UpdateMetadata (propagate
   once no change arrived for `blackout_ms`, or `interval_ms` after the last propagation,
   whichever comes first). Leader changes never wait for it: they go out with their
-  LeaderAndIsr.
+  LeaderAndIsr. `add_due_isr_changes` puts the due ones in the controller's request batch.
+
+This module does not know the controller: it gets the context, the write function and the
+batch as arguments (`controller.py` imports it, never the other way round).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
-from collections.abc import Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext, LeaderIsr
+from wherry.controller.request_batch import RequestBatch
 from wherry.controller.request_states import add_update_metadata
-from wherry.runtime.state_change_log import log_controller_partition_change
-
-if TYPE_CHECKING:
-    from wherry.controller.controller import Controller
+from wherry.runtime.state_change_log import controller_prefix, log_controller_partition_change
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ISR_CHANGE_BLACKOUT_MS = 5_000
 DEFAULT_ISR_CHANGE_INTERVAL_MS = 60_000
 DEFAULT_ISR_CHANGE_CHECK_MS = 2_500
+
+DecideLeaderIsr = Callable[[TopicPartition, LeaderIsr], LeaderIsr | None]
+"""A partition's new state from its current one (None: write nothing)."""
+
+WriteLeaderIsr = Callable[
+    [Iterable[TopicPartition], DecideLeaderIsr], Awaitable[dict[TopicPartition, LeaderIsr]]
+]
+"""The controller's conditional write (`Controller._update_leader_isr`): decides each
+partition's state from its current one, writes it fenced and conditionally, re-reads and
+decides again on conflict; returns what was written (also put in the context)."""
 
 
 # --- the request --------------------------------------------------------------------------
@@ -175,6 +186,16 @@ class IsrChangePropagation:
         self.changed.clear()
 
 
+def add_due_isr_changes(
+    batch: RequestBatch, ctx: ControllerContext, propagation: IsrChangePropagation, now_ms: int
+) -> None:
+    """Add the ISR changes due for propagation (of partitions that still exist) to `batch`
+    as UpdateMetadata to every live broker."""
+    tps = [tp for tp in propagation.take_due(now_ms) if tp in ctx.states]
+    if tps:
+        add_update_metadata(batch, ctx, ctx.live_brokers, tps)
+
+
 # --- on the controller's queue ------------------------------------------------------------
 def error_response(code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "topics": []}
@@ -204,22 +225,30 @@ def _partition_answer(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class AlterPartitionOutcome:
+    response: dict[str, Any]  # a version-neutral AlterPartitionResponse mapping
+    written: dict[TopicPartition, LeaderIsr]  # the new states (to propagate)
+
+
 async def process_alter_partition(
-    controller: Controller, req: AlterPartitionInput
-) -> dict[str, Any]:
-    """The answer (a version-neutral AlterPartitionResponse mapping)."""
-    if not controller.active:
-        return error_response(ErrorCode.not_controller)
-    ctx = controller.ctx
+    ctx: ControllerContext,
+    req: AlterPartitionInput,
+    write: WriteLeaderIsr,
+    *,
+    controller_id: int,
+) -> AlterPartitionOutcome:
+    """The answer to `req` from the acting controller `controller_id` with context `ctx`;
+    new ISRs are written with `write`."""
     top = check_requester(ctx, req.broker_id, req.broker_epoch)
     if top is not ErrorCode.none:
         log.info(
             "%s ignoring AlterPartition from broker %d: broker epoch %d is stale",
-            controller._prefix,
+            controller_prefix(controller_id, ctx.epoch),
             req.broker_id,
             req.broker_epoch,
         )
-        return error_response(top)
+        return AlterPartitionOutcome(error_response(top), {})
     names = {tid: name for name, tid in ctx.topic_ids.items()}
     answers: dict[tuple[uuid.UUID, int], dict[str, Any]] = {}
     wanted: dict[TopicPartition, IsrChange] = {}
@@ -237,7 +266,7 @@ async def process_alter_partition(
         verdicts[tp] = v = validate(ctx, req.broker_id, tp, wanted[tp])
         return v.write
 
-    written = await controller.update_leader_isr(list(wanted), decide)
+    written = await write(list(wanted), decide)
     for tp, ch in wanted.items():
         key = (ch.topic_id, ch.partition)
         v = verdicts.get(tp) or validate(ctx, req.broker_id, tp, ch)
@@ -245,7 +274,7 @@ async def process_alter_partition(
             st = written[tp]
             answers[key] = _partition_answer(ch.partition, ErrorCode.none, st)
             log_controller_partition_change(
-                controller.broker_id,
+                controller_id,
                 ctx.epoch,
                 tp.topic,
                 tp.partition,
@@ -263,42 +292,12 @@ async def process_alter_partition(
             answers[key] = _partition_answer(ch.partition, v.error)
         else:  # decided to write, but every attempt conflicted
             answers[key] = _partition_answer(ch.partition, ErrorCode.invalid_update_version)
-    if written:
-        controller.isr_propagation.record(written, controller.now_ms())
     topics: dict[uuid.UUID, list[dict[str, Any]]] = {}
     for (tid, _), ans in answers.items():
         topics.setdefault(tid, []).append(ans)
-    return {
+    response = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()],
     }
-
-
-async def propagate_isr_changes(controller: Controller) -> None:
-    """An event: send due ISR changes to every live broker as UpdateMetadata."""
-    if not controller.active:
-        controller.isr_propagation.clear()
-        return
-    due = controller.isr_propagation.take_due(controller.now_ms())
-    if not due:
-        return
-    ctx = controller.ctx
-    tps = [tp for tp in due if tp in ctx.states]
-    if not tps:
-        return
-    batch = controller.new_batch()
-    add_update_metadata(batch, ctx, ctx.live_brokers, tps)
-    await controller.send_batch(batch)
-
-
-async def run_isr_propagation(controller: Controller) -> None:
-    """The controller's `isr-change-propagation` ticker: checks every `check_interval_ms`."""
-    while True:
-        await asyncio.sleep(controller.isr_propagation.check_interval_ms / 1000)
-        if controller.isr_propagation.changed:
-
-            async def event() -> None:
-                await propagate_isr_changes(controller)
-
-            controller.enqueue(event)
+    return AlterPartitionOutcome(response, written)

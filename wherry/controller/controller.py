@@ -38,11 +38,12 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.alter_partition import (
+    DecideLeaderIsr,
     IsrChangePropagation,
+    add_due_isr_changes,
     error_response,
     parse_request,
     process_alter_partition,
-    run_isr_propagation,
 )
 from wherry.controller.channel import ControllerChannel, ResponseListenable
 from wherry.controller.channel_manager import send_batch
@@ -146,7 +147,7 @@ class Controller:
             self._task = asyncio.create_task(self._run(), name=f"controller-{self.broker_id}")
         if self._isr_task is None:
             self._isr_task = asyncio.create_task(
-                run_isr_propagation(self), name=f"isr-change-propagation-{self.broker_id}"
+                self._run_isr_propagation(), name=f"isr-change-propagation-{self.broker_id}"
             )
         await self.submit(self._elect)
 
@@ -416,7 +417,7 @@ class Controller:
     async def _update_leader_isr(
         self,
         tps: Iterable[TopicPartition],
-        decide: Callable[[TopicPartition, LeaderIsr], LeaderIsr | None],
+        decide: DecideLeaderIsr,
     ) -> dict[TopicPartition, LeaderIsr]:
         """Write each partition's new state (decided from its current one) conditionally; a
         partition whose state node changed meanwhile is re-read and decided again (Kafka's
@@ -708,32 +709,37 @@ class Controller:
         answer: dict[str, Any] = {}
 
         async def event() -> None:
-            answer.update(await process_alter_partition(self, req))
+            if not self.active:
+                answer.update(error_response(ErrorCode.not_controller))
+                return
+            outcome = await process_alter_partition(
+                self.ctx, req, self._update_leader_isr, controller_id=self.broker_id
+            )
+            if outcome.written:
+                self.isr_propagation.record(outcome.written, self._now_ms())
+            answer.update(outcome.response)
 
         await self.submit(event)
         if not answer:  # the event failed (logged by the queue)
             return error_response(ErrorCode.unknown_server_error)
         return answer
 
-    def now_ms(self) -> int:
-        return self._now_ms()
-
-    def enqueue(self, event: Event) -> None:
-        """Queue an event of the current generation (dropped if the controller resigns)."""
-        self._enqueue(event, self._generation)
-
-    def new_batch(self) -> RequestBatch:
-        return self._batch()
-
-    async def send_batch(self, batch: RequestBatch) -> None:
+    async def propagate_isr_changes(self) -> None:
+        """An event: send due ISR changes to every live broker as UpdateMetadata."""
+        if not self.active:
+            self.isr_propagation.clear()
+            return
+        batch = self._batch()
+        add_due_isr_changes(batch, self.ctx, self.isr_propagation, self._now_ms())
         await self._send(batch)
 
-    async def update_leader_isr(
-        self,
-        tps: Iterable[TopicPartition],
-        decide: Callable[[TopicPartition, LeaderIsr], LeaderIsr | None],
-    ) -> dict[TopicPartition, LeaderIsr]:
-        return await self._update_leader_isr(tps, decide)
+    async def _run_isr_propagation(self) -> None:
+        """The `isr-change-propagation` ticker: checks every `check_interval_ms` and queues
+        `propagate_isr_changes` (in the current generation) when ISRs changed."""
+        while True:
+            await asyncio.sleep(self.isr_propagation.check_interval_ms / 1000)
+            if self.isr_propagation.changed:
+                self._enqueue(self.propagate_isr_changes, self._generation)
 
     # --- requests ----------------------------------------------------------------------------
     def _batch(self) -> RequestBatch:

@@ -3,9 +3,11 @@
 * `AsyncDevCluster`: N brokers in this process on the running event loop. One
   `EmbeddedCoordinator` (``<dir>/__meta/metadata.db``) is shared, each broker holding its own
   session (so its ephemeral ``/brokers/ids/<id>`` vanishes when it stops); each broker has
-  its own data dir ``<dir>/broker-<id>`` and listener ``host:base_port+id`` (port 0: one
-  chosen by the OS at first start, kept across restarts). Every broker runs for controller;
-  the controller reaches the brokers through one `InProcessChannel` shared by all.
+  its own data dir ``<dir>/broker-<id>`` and listener ``host:base_port+id``, or with
+  ``base_port=0`` (the default) a port chosen by the OS at its first start and kept across
+  restarts, so a cluster never collides with a broker already on 9092 (`wherry dev` passes
+  its user-facing default, 9092, explicitly). Every broker runs for controller; the
+  controller reaches the brokers through one `InProcessChannel` shared by all.
 * `DevCluster`: the same on an event loop of its own in a background thread, with blocking
   methods, for pytest (whose Kafka clients block) and scripts.
 * `ZkCluster`: N ``wherry server --zookeeper`` child processes and a real ZooKeeper, for
@@ -85,7 +87,7 @@ class AsyncDevCluster:
         directory: str | os.PathLike[str],
         *,
         brokers: int = 3,
-        base_port: int = 9092,
+        base_port: int = 0,
         host: str = "127.0.0.1",
         overrides: Mapping[str, str] | None = None,
         properties_file: Path | None = None,
@@ -228,8 +230,8 @@ class DevCluster:
             producer = Producer({"bootstrap.servers": cluster.bootstrap})
             cluster.stop_broker(cluster.controller_id)
 
-    ``base_port=0`` (the default here) lets the OS choose each broker's port at its first
-    start; a restarted broker keeps its port.
+    ``base_port=0`` (the default, as for `AsyncDevCluster`) lets the OS choose each broker's
+    port at its first start; a restarted broker keeps its port.
     """
 
     def __init__(

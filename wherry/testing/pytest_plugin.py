@@ -42,7 +42,7 @@ def _cluster(request: pytest.FixtureRequest, path: Path, brokers: int) -> Iterat
     brokers = int(kwargs.pop("brokers", brokers))
     if kwargs:
         raise pytest.UsageError(f"unknown arguments of the wherry marker: {sorted(kwargs)}")
-    cluster = DevCluster(path, brokers=brokers, overrides=overrides)
+    cluster = DevCluster(path, brokers=brokers, base_port=0, overrides=overrides)
     cluster.start()
     try:
         yield cluster

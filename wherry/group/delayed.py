@@ -1,18 +1,19 @@
 """The group coordinator's delayed operations (Kafka's DelayedJoin, InitialDelayedJoin,
 DelayedSync and DelayedHeartbeat), parked in the coordinator's purgatories.
 
-They only hold a reference to the group and call back into the coordinator, which owns the
-logic. Watch keys: `join_key(group)`, `sync_key(group)`, `member_key(group, member)`.
+They only hold a reference to the group and call back through `RebalanceCallbacks`, which
+owns the logic (the coordinator's rebalance machinery implements it). Watch keys:
+`join_key(group)`, `sync_key(group)`, `member_key(group, member)`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from wherry.purgatory.operation import DelayedOperation
 
 if TYPE_CHECKING:
-    from wherry.group.coordinator import GroupCoordinator
     from wherry.group.group import GroupMetadata
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "DelayedJoin",
     "DelayedSync",
     "InitialDelayedJoin",
+    "RebalanceCallbacks",
     "join_key",
     "member_key",
     "sync_key",
@@ -38,19 +40,51 @@ def member_key(group_id: str, member_id: str) -> tuple[str, str, str]:
     return ("member", group_id, member_id)
 
 
+class RebalanceCallbacks(Protocol):
+    """What the delayed operations call: completion checks, completions and expirations."""
+
+    def watch_join(self, op: DelayedJoin) -> None:
+        """Park `op` in the rebalance purgatory under `join_key` of its group."""
+        ...
+
+    def try_complete_join(
+        self, group: GroupMetadata, force_complete: Callable[[], bool]
+    ) -> bool: ...
+
+    def on_complete_join(self, group: GroupMetadata) -> None: ...
+
+    def try_complete_pending_sync(
+        self, group: GroupMetadata, generation_id: int, force_complete: Callable[[], bool]
+    ) -> bool: ...
+
+    def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None: ...
+
+    def try_complete_heartbeat(
+        self,
+        group: GroupMetadata,
+        member_id: str,
+        is_pending: bool,
+        force_complete: Callable[[], bool],
+    ) -> bool: ...
+
+    def on_expire_heartbeat(
+        self, group: GroupMetadata, member_id: str, is_pending: bool
+    ) -> None: ...
+
+
 class DelayedJoin(DelayedOperation):
     """Completes when every known member has rejoined, or at the rebalance timeout."""
 
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, delay_ms: int) -> None:
+    def __init__(self, callbacks: RebalanceCallbacks, group: GroupMetadata, delay_ms: int) -> None:
         super().__init__(delay_ms)
-        self.coordinator = coordinator
+        self.callbacks = callbacks
         self.group = group
 
     def try_complete(self) -> bool:
-        return self.coordinator.try_complete_join(self.group, self.force_complete)
+        return self.callbacks.try_complete_join(self.group, self.force_complete)
 
     def on_complete(self) -> None:
-        self.coordinator.on_complete_join(self.group)
+        self.callbacks.on_complete_join(self.group)
 
 
 class InitialDelayedJoin(DelayedJoin):
@@ -60,13 +94,13 @@ class InitialDelayedJoin(DelayedJoin):
 
     def __init__(
         self,
-        coordinator: GroupCoordinator,
+        callbacks: RebalanceCallbacks,
         group: GroupMetadata,
         configured_delay_ms: int,
         delay_ms: int,
         remaining_ms: int,
     ) -> None:
-        super().__init__(coordinator, group, delay_ms)
+        super().__init__(callbacks, group, delay_ms)
         self.configured_delay_ms = configured_delay_ms
         self.remaining_ms = remaining_ms
 
@@ -79,12 +113,10 @@ class InitialDelayedJoin(DelayedJoin):
             group.new_member_added = False
             delay = min(self.configured_delay_ms, self.remaining_ms)
             remaining = max(self.remaining_ms - self.delay_ms, 0)
-            self.coordinator.rebalance_purgatory.try_complete_else_watch(
+            self.callbacks.watch_join(
                 InitialDelayedJoin(
-                    self.coordinator, group, self.configured_delay_ms, delay, remaining
-                ),
-                [join_key(group.group_id)],
-                now_ms=self.coordinator.now_ms,
+                    self.callbacks, group, self.configured_delay_ms, delay, remaining
+                )
             )
         else:
             super().on_complete()
@@ -94,20 +126,24 @@ class DelayedSync(DelayedOperation):
     """After a join completes, members that never send SyncGroup are removed at the timeout."""
 
     def __init__(
-        self, coordinator: GroupCoordinator, group: GroupMetadata, generation_id: int, delay_ms: int
+        self,
+        callbacks: RebalanceCallbacks,
+        group: GroupMetadata,
+        generation_id: int,
+        delay_ms: int,
     ) -> None:
         super().__init__(delay_ms)
-        self.coordinator = coordinator
+        self.callbacks = callbacks
         self.group = group
         self.generation_id = generation_id
 
     def try_complete(self) -> bool:
-        return self.coordinator.try_complete_pending_sync(
+        return self.callbacks.try_complete_pending_sync(
             self.group, self.generation_id, self.force_complete
         )
 
     def on_expiration(self) -> None:
-        self.coordinator.on_expire_pending_sync(self.group, self.generation_id)
+        self.callbacks.on_expire_pending_sync(self.group, self.generation_id)
 
     def on_complete(self) -> None:
         pass
@@ -118,25 +154,25 @@ class DelayedHeartbeat(DelayedOperation):
 
     def __init__(
         self,
-        coordinator: GroupCoordinator,
+        callbacks: RebalanceCallbacks,
         group: GroupMetadata,
         member_id: str,
         is_pending: bool,
         timeout_ms: int,
     ) -> None:
         super().__init__(timeout_ms)
-        self.coordinator = coordinator
+        self.callbacks = callbacks
         self.group = group
         self.member_id = member_id
         self.is_pending = is_pending
 
     def try_complete(self) -> bool:
-        return self.coordinator.try_complete_heartbeat(
+        return self.callbacks.try_complete_heartbeat(
             self.group, self.member_id, self.is_pending, self.force_complete
         )
 
     def on_expiration(self) -> None:
-        self.coordinator.on_expire_heartbeat(self.group, self.member_id, self.is_pending)
+        self.callbacks.on_expire_heartbeat(self.group, self.member_id, self.is_pending)
 
     def on_complete(self) -> None:
         pass

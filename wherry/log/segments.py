@@ -1,0 +1,473 @@
+"""The segment list of one partition log (Kafka 3.9's LogSegments, with LocalLog's roll, segment
+removal and segment replacement).
+
+`LogSegments` holds the partition directory, the log's config and its segments, oldest first;
+the last one is the active segment and takes appends. It answers lookups by offset and by
+timestamp, rolls, removes segments at either end (their files renamed to `.deleted` and removed
+after file.delete.delay.ms) and swaps cleaned segments in. It also remembers what changes to the
+list have not reached the disk yet: a rolled segment not yet fsynced and directory entries not
+yet fsynced (the log's next flush does both).
+
+It takes no lock: the owning `Log` calls it under its own.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import random
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.log.checkpoint import fsync_dir
+from wherry.log.config import LogConfig
+from wherry.log.errors import LogOffsetError, StorageError
+from wherry.log.index import TimestampOffset
+from wherry.log.producer_state import ProducerStateManager
+from wherry.log.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    RollParams,
+    segment_file_name,
+)
+from wherry.protocol.records import BatchHeader, CorruptRecordError, crc_ok
+
+__all__ = ["CLEANED_SUFFIX", "SEGMENT_SUFFIXES", "SWAP_SUFFIX", "LogSegments", "open_segment"]
+
+# The partition log's parts log under the name the log has always used (wherry.log.log).
+log = logging.getLogger("wherry.log.log")
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+
+def _random_jitter(config: LogConfig) -> int:
+    if config.segment_jitter_ms <= 0:
+        return 0
+    return random.randrange(min(config.segment_jitter_ms, config.segment_ms))
+
+
+def open_segment(
+    dir: Path,
+    config: LogConfig,
+    base_offset: int,
+    *,
+    now_ms: int,
+    suffix: str = "",
+    jitter: bool = False,
+) -> LogSegment:
+    """Open (creating if needed) a segment with the index settings of `config`; `jitter` draws
+    the roll jitter (segment.jitter.ms) a new active segment gets."""
+    return LogSegment.open(
+        dir,
+        base_offset,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_bytes=config.segment_index_bytes,
+        now_ms=now_ms,
+        roll_jitter_ms=_random_jitter(config) if jitter else 0,
+        suffix=suffix,
+    )
+
+
+class _ReadBound(NamedTuple):
+    offset: int
+    segment_base: int
+    position: int
+
+
+class LogSegments:
+    """The ordered segments of a partition directory (never empty)."""
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        *,
+        topic_partition: TopicPartition,
+        producer_state: ProducerStateManager,
+        segments: list[LogSegment],
+    ) -> None:
+        self.dir = dir
+        self.config = config
+        self.topic_partition = topic_partition
+        self._producer_state = producer_state  # snapshotted at every roll
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._read_bound: _ReadBound | None = None
+        self._pending_deletes: list[tuple[int, LogSegment]] = []  # (delete at ms, segment)
+        self._pending_flush_offset: int | None = None  # rolled segments not yet fsynced
+        self._dir_needs_flush = False
+
+    # ----------------------------------------------------------------------------------
+    # The list
+    # ----------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    def __iter__(self) -> Iterator[LogSegment]:
+        return iter(self._segments)
+
+    def as_list(self) -> list[LogSegment]:
+        """A copy of the list (oldest first)."""
+        return list(self._segments)
+
+    @property
+    def first(self) -> LogSegment:
+        return self._segments[0]
+
+    @property
+    def active(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def pending_flush_offset(self) -> int | None:
+        """Base offset of the newest rolled segment whose predecessors are not fsynced yet."""
+        return self._pending_flush_offset
+
+    def holds(self, segment: LogSegment) -> bool:
+        """Whether `segment` (this very object) is still one of the log's segments."""
+        return any(s is segment for s in self._segments)
+
+    # ----------------------------------------------------------------------------------
+    # Lookups by offset and by timestamp
+    # ----------------------------------------------------------------------------------
+
+    def _index_for(self, offset: int) -> int:
+        """Index of the segment holding `offset` (the first segment for offsets below it)."""
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def iter_batches_from(self, offset: int) -> Iterator[tuple[LogSegment, BatchHeader]]:
+        """Every batch from the one containing `offset` on, with its segment."""
+        for segment in self._segments[self._index_for(offset) :]:
+            position = (
+                segment.offset_index.lookup(offset).position if segment.base_offset <= offset else 0
+            )
+            for _, header in segment.iter_batches(position):
+                yield segment, header
+
+    def segments_between(self, from_offset: int, up_to: int) -> list[LogSegment]:
+        """Segments holding offsets in [from_offset, up_to)."""
+        start = self._index_for(from_offset)
+        return [s for s in self._segments[start:] if s.base_offset < up_to]
+
+    def _bound_for(self, offset: int) -> _ReadBound:
+        """Segment and file position at which reading must stop to stay below `offset`."""
+        cached = self._read_bound
+        if cached is not None and cached.offset == offset:
+            return cached
+        segment = self._segments[self._index_for(offset)]
+        found = segment.translate_offset(offset)
+        position = segment.size if found is None else found.position
+        bound = _ReadBound(offset, segment.base_offset, position)
+        self._read_bound = bound
+        return bound
+
+    def read(
+        self, offset: int, *, max_bytes: int, upper: int | None, min_one_message: bool
+    ) -> bytes:
+        """Whole batches from the one containing `offset`; with `upper`, only those below it
+        (`upper` below the log end offset, where a batch may end mid-segment)."""
+        bound = self._bound_for(upper) if upper is not None else None
+        for segment in self._segments[self._index_for(offset) :]:
+            max_position: int | None = None
+            if bound is not None:
+                if segment.base_offset > bound.segment_base:
+                    break
+                if segment.base_offset == bound.segment_base:
+                    max_position = bound.position
+            data = segment.read(offset, max_bytes, max_position, min_one_message)
+            if data is not None:
+                return data
+        return b""
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, log_start_offset: int
+    ) -> TimestampOffset | None:
+        """The first record at or after `log_start_offset` with a timestamp >= `timestamp`."""
+        for segment in self._segments:
+            if segment.size == 0 or segment.largest_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_offset(self, log_start_offset: int) -> TimestampOffset | None:
+        """The first record carrying the largest timestamp in the log."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.size and (
+                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
+            ):
+                best = segment
+        if best is None or best.max_timestamp_so_far < 0:
+            return None
+        target = best.max_timestamp_so_far
+        return best.find_offset_by_timestamp(target, max(log_start_offset, best.base_offset))
+
+    # ----------------------------------------------------------------------------------
+    # Roll
+    # ----------------------------------------------------------------------------------
+
+    def maybe_roll(
+        self,
+        messages_size: int,
+        max_timestamp: int,
+        max_offset: int,
+        *,
+        log_end_offset: int,
+        now_ms: int,
+    ) -> LogSegment:
+        """The segment an append of `messages_size` bytes goes to, rolling first if the active
+        one is full, too old, has full indexes or cannot hold `max_offset`."""
+        segment = self._segments[-1]
+        params = RollParams(
+            max_segment_bytes=self.config.segment_bytes,
+            max_segment_ms=self.config.segment_ms,
+            max_timestamp_in_messages=max_timestamp,
+            max_offset_in_messages=max_offset,
+            messages_size=messages_size,
+            now_ms=now_ms,
+        )
+        if segment.should_roll(params):
+            log.debug(
+                "%s: rolling segment %d (size %d, appending %d bytes)",
+                self.topic_partition,
+                segment.base_offset,
+                segment.size,
+                messages_size,
+            )
+            return self.roll(log_end_offset, now_ms)
+        return segment
+
+    def roll(self, new_offset: int, now_ms: int) -> LogSegment:
+        """Seal the active segment, snapshot producer state at `new_offset` (the log end
+        offset) and start a new active segment there; no-op if the active segment is empty
+        and already starts there."""
+        active = self._segments[-1]
+        if active.base_offset == new_offset:
+            if active.size == 0:
+                return active
+            raise LogOffsetError(
+                f"trying to roll {self.topic_partition} to offset {new_offset} which is the "
+                f"base of the non-empty active segment"
+            )
+        for suffix in SEGMENT_SUFFIXES:
+            stale = self.dir / segment_file_name(new_offset, suffix)
+            if stale.exists():
+                log.warning(
+                    "%s: deleting stale file %s before rolling", self.topic_partition, stale
+                )
+                stale.unlink()
+        active.on_become_inactive()
+        self._producer_state.update_map_end_offset(new_offset)
+        self._producer_state.take_snapshot(fsync=False)
+        segment = open_segment(self.dir, self.config, new_offset, now_ms=now_ms, jitter=True)
+        segment.set_active(True)
+        self._segments.append(segment)
+        self._bases.append(new_offset)
+        self._dir_needs_flush = True
+        # Like Kafka's asynchronous flush after a roll: done by the log's next flush_if_needed().
+        self._pending_flush_offset = new_offset
+        return segment
+
+    def mark_flushed(self, up_to: int) -> None:
+        """Everything below `up_to` was fsynced: fsync the directory if segments were added
+        since the last time, and forget a roll at or below `up_to`."""
+        if self._dir_needs_flush:
+            fsync_dir(self.dir)
+            self._dir_needs_flush = False
+        if self._pending_flush_offset is not None and self._pending_flush_offset <= up_to:
+            self._pending_flush_offset = None
+
+    # ----------------------------------------------------------------------------------
+    # Removal
+    # ----------------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Remove everything at or above `offset` (not below the first segment's base offset);
+        returns the new log end offset."""
+        idx = self._index_for(offset)
+        removed = self._segments[idx + 1 :]
+        del self._segments[idx + 1 :]
+        del self._bases[idx + 1 :]
+        for segment in removed:
+            self._async_delete(segment, now_ms)
+        active = self._segments[-1]
+        active.set_active(True)
+        active.truncate_to(offset, now_ms=now_ms)
+        end = active.read_next_offset()
+        self._read_bound = None
+        if self._pending_flush_offset is not None and self._pending_flush_offset > end:
+            self._pending_flush_offset = end
+        return end
+
+    def reset(self, new_offset: int, now_ms: int) -> None:
+        """Remove every segment and start again with an empty active segment at `new_offset`."""
+        for segment in self._segments:
+            self._async_delete(segment, now_ms)
+        for suffix in SEGMENT_SUFFIXES:
+            (self.dir / segment_file_name(new_offset, suffix)).unlink(missing_ok=True)
+        segment = open_segment(self.dir, self.config, new_offset, now_ms=now_ms, jitter=True)
+        segment.set_active(True)
+        self._segments = [segment]
+        self._bases = [new_offset]
+        self._pending_flush_offset = None
+        self._dir_needs_flush = True
+        self._read_bound = None
+
+    def delete_oldest(self, count: int, now_ms: int, reason: str) -> None:
+        """Remove the `count` oldest segments (retention), logging `reason`."""
+        for segment in self._segments[:count]:
+            log.info(
+                "%s: deleting segment %d (%s breached)",
+                self.topic_partition,
+                segment.base_offset,
+                reason,
+            )
+            self._async_delete(segment, now_ms)
+        del self._segments[:count]
+        del self._bases[:count]
+        self._read_bound = None
+
+    def _retire(self, segment: LogSegment, *, delete_now: bool) -> None:
+        """Close a segment that left the list; delete its files or rename them to *.deleted."""
+        try:
+            segment.close()
+            if delete_now:
+                segment.delete()
+            else:
+                segment.change_file_suffixes("", DELETED_SUFFIX)
+        except OSError as exc:
+            raise StorageError(f"error deleting segment {segment.log_path}: {exc}") from exc
+
+    def _async_delete(self, segment: LogSegment, now_ms: int) -> None:
+        """Rename the segment's files to *.deleted; remove them after file.delete.delay.ms."""
+        delay = self.config.file_delete_delay_ms
+        self._retire(segment, delete_now=delay <= 0)
+        if delay > 0:
+            self._pending_deletes.append((now_ms + delay, segment))
+
+    def delete_pending_files(self, now_ms: int) -> int:
+        """Remove *.deleted files whose delay has passed; returns segments removed."""
+        due = [s for t, s in self._pending_deletes if t <= now_ms]
+        self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now_ms]
+        for segment in due:
+            segment.delete()
+        return len(due)
+
+    # ----------------------------------------------------------------------------------
+    # Replacement by cleaned segments (wherry.log.cleaner)
+    # ----------------------------------------------------------------------------------
+
+    def new_cleaned_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        """A fresh `<base>.log.cleaned` segment (leftover files of that name removed)."""
+        for suffix in SEGMENT_SUFFIXES:
+            (self.dir / segment_file_name(base_offset, suffix + CLEANED_SUFFIX)).unlink(
+                missing_ok=True
+            )
+        return open_segment(
+            self.dir, self.config, base_offset, now_ms=now_ms, suffix=CLEANED_SUFFIX
+        )
+
+    def _index_of_run(self, old: Sequence[LogSegment]) -> int | None:
+        """Where `old` stands as consecutive inactive segments of the list, if it does."""
+        idx = next((i for i, s in enumerate(self._segments) if s is old[0]), None)
+        if (
+            idx is None
+            or idx + len(old) >= len(self._segments)  # never the active segment
+            or any(self._segments[idx + i] is not s for i, s in enumerate(old))
+        ):
+            return None
+        return idx
+
+    def can_replace(self, old: Sequence[LogSegment]) -> bool:
+        """Whether `old` are (still) consecutive inactive segments of the list."""
+        return self._index_of_run(old) is not None
+
+    def replace(
+        self,
+        new: LogSegment,
+        old: Sequence[LogSegment],
+        *,
+        now_ms: int,
+        crash_hook: Callable[[str], None] | None = None,
+    ) -> None:
+        """Swap the cleaned segment `new` in for `old` (see `can_replace`): rename `new` to
+        `.swap`, rename the old segments' files to `.deleted`, rename `.swap` into place, with
+        the directory fsynced after the first and the last step. `crash_hook(step)` runs
+        between steps."""
+        idx = self._index_of_run(old)
+        if idx is None:
+            raise ValueError(f"{self.topic_partition}: {old} are not replaceable segments")
+        hook = crash_hook if crash_hook is not None else (lambda _step: None)
+        hook("before-swap")
+        new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+        fsync_dir(self.dir)
+        hook("after-swap-rename")
+        for i, segment in enumerate(old):
+            self._retire(segment, delete_now=False)
+            delay = max(self.config.file_delete_delay_ms, 0)
+            self._pending_deletes.append((now_ms + delay, segment))
+            if i == 0:
+                hook("after-first-delete")
+        hook("after-deletes")
+        new.change_file_suffixes(SWAP_SUFFIX, "")
+        fsync_dir(self.dir)
+        self.delete_pending_files(now_ms)
+        self._segments[idx : idx + len(old)] = [new]
+        self._bases = [s.base_offset for s in self._segments]
+        self._read_bound = None
+        hook("after-swap")
+
+    # ----------------------------------------------------------------------------------
+    # Close / delete / move
+    # ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every segment, those awaiting deletion included."""
+        for segment in self._segments:
+            segment.close()
+        for _, segment in self._pending_deletes:
+            segment.close()
+
+    def delete_dir(self, *, close_segments: bool) -> None:
+        """Remove the whole partition directory (closing the segments first if asked)."""
+        if close_segments:
+            for segment in self._segments:
+                segment.close()
+        self._pending_deletes.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def relocate(self, new_dir: Path) -> None:
+        """Rename the partition directory to `new_dir`; the segments follow."""
+        self.dir.rename(new_dir)
+        self.dir = Path(new_dir)
+        for segment in self._segments:
+            segment.relocate(self.dir)
+
+    def check_integrity(self, log_end_offset: int) -> None:
+        """Raise RecordError/LogOffsetError if any batch is invalid or offsets do not increase."""
+        expected = self._segments[0].base_offset
+        for segment in self._segments:
+            for pos, header in segment.iter_batches():
+                data = segment.read_bytes(pos, header.size_in_bytes)
+                if not crc_ok(data, 0, header):
+                    raise CorruptRecordError(f"CRC mismatch at {segment.base_offset}+{pos}")
+                if header.base_offset < expected:
+                    raise LogOffsetError(f"offset {header.base_offset} < {expected}")
+                expected = header.next_offset
+        if expected != log_end_offset and self._segments[-1].size:
+            raise LogOffsetError(f"log end {log_end_offset} != data end {expected}")

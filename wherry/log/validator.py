@@ -1,0 +1,186 @@
+"""Checks of the record batches appended to a partition log (Kafka 3.9's LogValidator, for
+magic 2 batches, appended as bytes).
+
+A client's batches (`Log.append_as_leader`) are validated (framing, CRC, records,
+max.message.bytes, no control batches, a sequence for idempotent batches, keys on compacted
+topics, CreateTime timestamps within message.timestamp.{before,after}.max.ms, size within
+segment.bytes), then get their offsets, the leader epoch and, with LogAppendTime, the append
+time patched in place. Replicated batches (`Log.append_as_follower`) keep their offsets and
+must be CRC-valid and in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.log.config import LONG_MAX, LogConfig
+from wherry.log.errors import LogError, LogOffsetError
+from wherry.protocol.records import (
+    BatchHeader,
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    check_records_have_keys,
+    crc_ok,
+    iter_batches,
+    iter_records,
+    parse_header,
+    patch_batch,
+    set_log_append_time,
+    validate_batch,
+)
+
+__all__ = [
+    "InvalidTimestampError",
+    "RecordBatchTooLargeError",
+    "assign_offsets",
+    "parse_batches",
+    "validate_client_batches",
+    "validate_replicated_batches",
+]
+
+
+class InvalidTimestampError(LogError):
+    """A CreateTime record timestamp is outside message.timestamp.{before,after}.max.ms."""
+
+    error_code = ErrorCode.invalid_timestamp
+
+
+class RecordBatchTooLargeError(LogError):
+    """The append is larger than segment.bytes."""
+
+    error_code = ErrorCode.record_list_too_large
+
+
+def parse_batches(buf: bytes | bytearray | memoryview) -> list[tuple[int, BatchHeader]]:
+    """All batches of an append buffer; the buffer must be exactly whole batches."""
+    if len(buf) == 0:
+        raise InvalidRecordError("append has no record batch")
+    batches = list(iter_batches(buf))
+    end = batches[-1][0] + batches[-1][1].size_in_bytes if batches else 0
+    if end != len(buf):
+        raise CorruptRecordError(
+            f"append of {len(buf)} bytes holds {end} bytes of whole batches (torn batch)"
+        )
+    return batches
+
+
+def validate_client_batches(
+    buf: bytearray,
+    batches: Sequence[tuple[int, BatchHeader]],
+    config: LogConfig,
+    *,
+    topic_partition: TopicPartition,
+    now_ms: int,
+    validate: bool,
+) -> None:
+    """Check a client's batches before offsets are assigned (`validate=False` skips the
+    `validate_batch` checks the caller already made, except max.message.bytes)."""
+    view = memoryview(buf)
+    for pos, header in batches:
+        size = header.size_in_bytes
+        if validate:
+            validate_batch(view[pos : pos + size], max_message_bytes=config.max_message_bytes)
+        elif size > config.max_message_bytes:
+            # The caller validated the batch (CRC included) against the config it read;
+            # the config may have changed since.
+            raise RecordTooLargeError(
+                f"record batch is {size} bytes, larger than max.message.bytes "
+                f"{config.max_message_bytes}"
+            )
+        if header.is_control:
+            raise InvalidRecordError("clients are not allowed to write control records")
+        if config.compact:
+            check_records_have_keys(buf, pos)
+        if header.has_producer_id and header.base_sequence < 0:
+            raise InvalidRecordError(
+                f"invalid sequence number {header.base_sequence} in record batch with "
+                f"producer id {header.producer_id}"
+            )
+    view.release()
+    if not config.log_append_time:
+        _validate_timestamps(buf, batches, config, now_ms)
+    if len(buf) > config.segment_bytes:
+        raise RecordBatchTooLargeError(
+            f"message batch size is {len(buf)} bytes in append to partition "
+            f"{topic_partition} which exceeds the maximum configured segment size "
+            f"of {config.segment_bytes}"
+        )
+
+
+def _validate_timestamps(
+    buf: bytearray, batches: Sequence[tuple[int, BatchHeader]], config: LogConfig, now_ms: int
+) -> None:
+    before = config.message_timestamp_before_max_ms
+    if before == LONG_MAX:
+        before = config.message_timestamp_difference_max_ms
+    after = config.message_timestamp_after_max_ms
+    if after == LONG_MAX:
+        after = config.message_timestamp_difference_max_ms
+    if before == LONG_MAX and after == LONG_MAX:
+        return
+    for pos, _ in batches:
+        for record in iter_records(buf, pos):
+            if record.timestamp < 0:
+                continue
+            diff = now_ms - record.timestamp
+            if diff > before or -diff > after:
+                raise InvalidTimestampError(
+                    f"Timestamp {record.timestamp} of message with offset "
+                    f"{record.offset} is out of range. The timestamp should be within "
+                    f"[{now_ms - before if before != LONG_MAX else '-inf'}, "
+                    f"{now_ms + after if after != LONG_MAX else 'inf'}]"
+                )
+
+
+def assign_offsets(
+    buf: bytearray,
+    batches: Sequence[tuple[int, BatchHeader]],
+    *,
+    first_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None,
+) -> list[BatchHeader]:
+    """Patch consecutive offsets from `first_offset`, the leader epoch and (unless None) the
+    LogAppendTime into the batches; returns their new headers."""
+    next_offset = first_offset
+    headers: list[BatchHeader] = []
+    for pos, _ in batches:
+        patch_batch(buf, pos, base_offset=next_offset, partition_leader_epoch=leader_epoch)
+        if log_append_time_ms is not None:
+            set_log_append_time(buf, pos, log_append_time_ms)
+        patched = parse_header(buf, pos)
+        headers.append(patched)
+        next_offset = patched.next_offset
+    return headers
+
+
+def validate_replicated_batches(
+    records: bytes | bytearray | memoryview,
+    batches: Sequence[tuple[int, BatchHeader]],
+    config: LogConfig,
+    *,
+    topic_partition: TopicPartition,
+    log_end_offset: int,
+) -> None:
+    """Check batches from the leader: CRC-valid, at or after `log_end_offset`, in order."""
+    expected = log_end_offset
+    for pos, header in batches:
+        if not crc_ok(records, pos, header):
+            raise CorruptRecordError(
+                f"replicated batch at offset {header.base_offset} failed its CRC check"
+            )
+        if header.base_offset < expected or header.last_offset_delta < 0:
+            raise LogOffsetError(
+                f"out of order offsets in append to {topic_partition}: batch "
+                f"{header.base_offset}..{header.last_offset} after offset {expected - 1}"
+            )
+        expected = header.next_offset
+    if len(records) > config.segment_bytes:
+        raise RecordBatchTooLargeError(
+            f"replicated batch of {len(records)} bytes exceeds segment.bytes "
+            f"{config.segment_bytes}"
+        )

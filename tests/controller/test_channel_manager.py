@@ -6,18 +6,16 @@ format (and, once, a real `wherry server`)."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import struct
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess
+from tests.loopback import FrameServer, run
 from wherry.controller.channel_manager import (
     BrokerAddress,
     ChannelConfig,
@@ -44,28 +42,12 @@ from wherry.protocol.interbroker_codec import (
     InterbrokerResponseBody,
     decode_interbroker_request,
     decode_interbroker_response,
-    encode_interbroker_request,
     encode_interbroker_response,
 )
-from wherry.server.network import OutboundConnection
+from wherry.testing.zookeeper import find_free_port
 
-T = TypeVar("T")
 FAST = ChannelConfig(connect_timeout_ms=1000, request_timeout_ms=1000, retry_backoff_ms=20,
                      retry_backoff_max_ms=100)
-
-
-def run(coro_fn: Callable[[], Awaitable[T]], timeout_s: float = 30.0) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(timeout_s):
-            return await coro_fn()
-
-    return asyncio.run(bounded())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def answer_for(body: InterbrokerRequestBody) -> InterbrokerResponseBody:
@@ -87,80 +69,29 @@ def as_received(body: InterbrokerRequestBody) -> InterbrokerResponseBody:
 
 
 @dataclass
-class FakeBroker:
+class FakeBroker(FrameServer):
     """A loopback server that decodes controller requests and answers them after `delay_s`.
 
     `drop_first` requests are not answered: the connection is closed instead (or, with
     `silent`, left open without an answer). `max_unanswered` is the most requests it ever
     held at once (pipelining would make it > 1)."""
 
-    port: int = 0
     delay_s: float = 0.0
     drop_first: int = 0
     silent: bool = False
-    close_on_accept: bool = False
     received: list[InterbrokerRequestBody] = field(default_factory=list)
     correlation_ids: list[int] = field(default_factory=list)
-    connections: int = 0
-    unanswered: int = 0
-    max_unanswered: int = 0
-    server: asyncio.Server | None = None
-    writers: set[asyncio.StreamWriter] = field(default_factory=set)
 
-    async def start(self) -> FakeBroker:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self.port = int(self.server.sockets[0].getsockname()[1])
-        return self
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            for w in list(self.writers):
-                w.transport.abort()
-            await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        self.writers.add(writer)
-        if self.close_on_accept:
-            writer.transport.abort()
-            return
-        frames: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-        async def read() -> None:
-            try:
-                while True:
-                    (size,) = struct.unpack(">i", await reader.readexactly(4))
-                    frames.put_nowait(await reader.readexactly(size))
-                    self.unanswered += 1
-                    self.max_unanswered = max(self.max_unanswered, self.unanswered)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                frames.put_nowait(None)
-
-        reader_task = asyncio.create_task(read())
-        try:
-            while (frame := await frames.get()) is not None:
-                req = decode_interbroker_request(frame)
-                self.received.append(req.body)
-                self.correlation_ids.append(req.correlation_id)
-                if self.drop_first > 0:
-                    self.drop_first -= 1
-                    self.unanswered -= 1
-                    if self.silent:
-                        continue
-                    writer.transport.abort()
-                    return
-                await asyncio.sleep(self.delay_s)
-                self.unanswered -= 1
-                writer.write(encode_interbroker_response(
-                    req.api_key, req.api_version, req.correlation_id, answer_for(req.body)))
-                await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            reader_task.cancel()
-            writer.transport.abort()
-            self.writers.discard(writer)
+    async def answer(self, frame: bytes) -> bytes | None:
+        req = decode_interbroker_request(frame)
+        self.received.append(req.body)
+        self.correlation_ids.append(req.correlation_id)
+        if self.drop_first > 0:
+            self.drop_first -= 1
+            return b"" if self.silent else None
+        await asyncio.sleep(self.delay_s)
+        return encode_interbroker_response(
+            req.api_key, req.api_version, req.correlation_id, answer_for(req.body))
 
 
 def um(epoch: int, broker_epoch: int = 10) -> UpdateMetadataRequest:
@@ -222,7 +153,7 @@ def test_requests_arrive_in_order_one_in_flight() -> None:
 
 def test_broker_that_is_down_gets_its_queue_when_it_comes_up() -> None:
     async def main() -> None:
-        port = free_port()
+        port = find_free_port()
         m = NetworkChannelManager(0, config=FAST)
         fb = FakeBroker(port=port)
         try:
@@ -270,7 +201,7 @@ def test_unanswered_request_is_resent_on_a_new_connection(silent: bool) -> None:
 
 def test_removed_broker_queue_is_dropped() -> None:
     async def main() -> None:
-        port = free_port()
+        port = find_free_port()
         m = NetworkChannelManager(0, config=FAST)
         fb = FakeBroker(port=port)
         try:
@@ -294,7 +225,7 @@ def test_removed_broker_queue_is_dropped() -> None:
 
 def test_new_incarnation_of_a_broker_gets_a_new_queue() -> None:
     async def main() -> None:
-        port = free_port()
+        port = find_free_port()
         fb = FakeBroker(port=port)
         m = NetworkChannelManager(0, config=FAST)
         try:
@@ -345,30 +276,6 @@ def test_retry_loop_is_bounded_and_close_stops_it() -> None:
             assert m.brokers == {}
         finally:
             await m.close()
-            await fb.stop()
-
-    run(main)
-
-
-def test_outbound_connection_timeouts_and_refusal() -> None:
-    async def main() -> None:
-        conn = OutboundConnection("127.0.0.1", free_port(), connect_timeout_s=1,
-                                  request_timeout_s=0.2)
-        with pytest.raises(OSError):
-            await conn.connect()
-        fb = await FakeBroker(drop_first=1, silent=True).start()
-        try:
-            conn = OutboundConnection("127.0.0.1", fb.port, request_timeout_s=0.2)
-            await conn.connect()
-            frame = encode_interbroker_request(6, 8, 1, "t", um(1))
-            started = time.monotonic()
-            with pytest.raises(TimeoutError):
-                await conn.request(frame)
-            assert time.monotonic() - started < 1.5
-            assert not conn.connected
-            with pytest.raises(ConnectionError):
-                await conn.request(frame)
-        finally:
             await fb.stop()
 
     run(main)

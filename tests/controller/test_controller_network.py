@@ -6,11 +6,11 @@ which arrive later through the manager's response listener, complete a topic del
 from __future__ import annotations
 
 import asyncio
-import struct
 import uuid
 
 from controller_harness import EmbeddedBackend, StandInBroker, async_test, wait_until
 
+from tests.loopback import FrameServer
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel_manager import BrokerAddress, ChannelConfig, NetworkChannelManager
 from wherry.controller.controller import Controller
@@ -31,48 +31,24 @@ FAST = ChannelConfig(connect_timeout_ms=1000, request_timeout_ms=2000, retry_bac
                      retry_backoff_max_ms=100)
 
 
-class SocketBroker:
+class SocketBroker(FrameServer):
     """Serves a `StandInBroker` on a loopback port."""
 
     def __init__(self, broker: StandInBroker) -> None:
+        super().__init__()
         self.broker = broker
-        self.server: asyncio.Server | None = None
-        self.writers: set[asyncio.StreamWriter] = set()
 
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            for w in list(self.writers):
-                w.transport.abort()
-            await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.writers.add(writer)
-        try:
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                req = decode_interbroker_request(await reader.readexactly(size))
-                body = req.body
-                resp: InterbrokerResponseBody
-                if isinstance(body, LeaderAndIsrRequest):
-                    resp = with_topic_ids(await self.broker.handle_leader_and_isr(body),
-                                          body.topic_ids)
-                elif isinstance(body, StopReplicaRequest):
-                    resp = await self.broker.handle_stop_replica(body)
-                else:
-                    resp = UpdateMetadataResponse(await self.broker.handle_update_metadata(body))
-                writer.write(encode_interbroker_response(
-                    req.api_key, req.api_version, req.correlation_id, resp))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.transport.abort()
-            self.writers.discard(writer)
+    async def answer(self, frame: bytes) -> bytes:
+        req = decode_interbroker_request(frame)
+        body = req.body
+        resp: InterbrokerResponseBody
+        if isinstance(body, LeaderAndIsrRequest):
+            resp = with_topic_ids(await self.broker.handle_leader_and_isr(body), body.topic_ids)
+        elif isinstance(body, StopReplicaRequest):
+            resp = await self.broker.handle_stop_replica(body)
+        else:
+            resp = UpdateMetadataResponse(await self.broker.handle_update_metadata(body))
+        return encode_interbroker_response(req.api_key, req.api_version, req.correlation_id, resp)
 
 
 @async_test
@@ -85,7 +61,7 @@ async def test_network_channel_follows_live_brokers_and_answers_drive_deletion()
         store = await backend.new_session()
         sb = StandInBroker(b, store)
         server = SocketBroker(sb)
-        sb.port = await server.start()
+        sb.port = (await server.start()).port
         await sb.register()
         brokers[b] = (sb, server)
     channel = NetworkChannelManager(1, config=FAST)

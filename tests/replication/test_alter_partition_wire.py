@@ -25,7 +25,7 @@ TP = TopicPartition("t", 0)
 
 def test_alter_partition_round_trip(tmp_path: Path) -> None:
     async def main() -> None:
-        cluster = AsyncDevCluster(tmp_path, brokers=3)
+        cluster = AsyncDevCluster(tmp_path, brokers=3, base_port=0)
         await cluster.start()
         try:
             b0 = cluster.brokers[0]

@@ -13,9 +13,10 @@ The `ControllerChannel` methods only queue (as Kafka's controller, which never w
 broker: a dead broker must not stall the controller's event loop) and return None; answers go
 to the callbacks and to the future `enqueue` returns. Requests carry the controller epoch the
 controller put in them; they are encoded with `DEFAULT_INTERBROKER_VERSIONS` unless told
-otherwise. The socket code is `server.network.OutboundConnection`, reached through the small
-`BrokerConnection` interface, so the queue and retry logic here is the same whatever transport
-a test or simulation plugs in.
+otherwise. Each sender talks through an `outbound.RequestClient` (correlation ids, encoding,
+decoding), whose connections come from a `Connector`: TCP (`outbound.OutboundConnection`) by
+default, whatever `BrokerConnection` a test or simulation plugs in otherwise, so the queue and
+retry logic here is the same whatever the transport.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from wherry.controller.channel import BrokerAddress, ControllerChannel, ResponseCallback
 from wherry.controller.request_batch import BrokerRequest
+from wherry.outbound import FrameTransport, OutboundConnection, RequestClient
 from wherry.protocol.interbroker import (
     LEADER_AND_ISR_KEY,
     STOP_REPLICA_KEY,
@@ -41,14 +42,10 @@ from wherry.protocol.interbroker import (
 )
 from wherry.protocol.interbroker_codec import (
     DEFAULT_INTERBROKER_VERSIONS,
-    DecodeError,
     InterbrokerEncodeError,
     InterbrokerRequestBody,
     InterbrokerResponseBody,
-    decode_interbroker_response,
-    encode_interbroker_request,
 )
-from wherry.server.network import OutboundConnection
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("wherry.state_change")
@@ -67,18 +64,8 @@ __all__ = [
 ]
 
 
-class BrokerConnection(Protocol):
-    """What a sender needs from a connection (`server.network.OutboundConnection`)."""
-
-    async def request(self, frame: bytes) -> bytes:
-        """Send a whole frame; return the response frame without its size prefix. Must give
-        up within a bounded time (raising) and drop the connection when it fails."""
-        ...
-
-    def abort(self) -> None:
-        """Drop the connection at once."""
-        ...
-
+BrokerConnection = FrameTransport
+"""What a sender needs from a connection (`outbound.OutboundConnection` is one)."""
 
 Connector = Callable[[int, BrokerAddress], Awaitable[BrokerConnection]]
 """Opens a connection to (broker id, address); raises OSError/TimeoutError when it cannot."""
@@ -101,14 +88,12 @@ def retry_backoff_ms(config: ChannelConfig, failures: int) -> int:
 
 def tcp_connector(config: ChannelConfig) -> Connector:
     async def connect(broker_id: int, address: BrokerAddress) -> BrokerConnection:
-        conn = OutboundConnection(
+        return await OutboundConnection(
             address.host,
             address.port,
             connect_timeout_s=config.connect_timeout_ms / 1000,
             request_timeout_s=config.request_timeout_ms / 1000,
-        )
-        await conn.connect()
-        return conn
+        ).connect()
 
     return connect
 
@@ -146,8 +131,12 @@ class _Sender:
         self.address = address
         self.queue: collections.deque[_Item] = collections.deque()
         self.wakeup = asyncio.Event()
-        self.conn: BrokerConnection | None = None
         self.client_id = f"controller-{manager.controller_id}-to-broker-{broker_id}"
+        self.client = RequestClient(
+            lambda: manager._connector(broker_id, address),
+            client_id=self.client_id,
+            peer=f"broker {broker_id} at {address.host}:{address.port}",
+        )
         self.task = asyncio.get_running_loop().create_task(self._run(), name=self.client_id)
 
     def put(self, item: _Item) -> None:
@@ -172,9 +161,7 @@ class _Sender:
                 self.queue.popleft()
                 self.manager._deliver(self.broker_id, item, response)
         finally:
-            conn, self.conn = self.conn, None
-            if conn is not None:
-                conn.abort()
+            self.client.close()
             dropped, self.queue = self.queue, collections.deque()
             for item in dropped:
                 if not item.future.done():
@@ -185,11 +172,12 @@ class _Sender:
         version = m.versions[item.api_key]
         failures = 0
         while True:
-            correlation_id = m._next_correlation_id()
+            item.attempts += 1
             try:
-                frame = encode_interbroker_request(
-                    item.api_key, version, correlation_id, self.client_id, item.body
+                response: InterbrokerResponseBody = await self.client.call(
+                    item.api_key, version, item.body
                 )
+                return response
             except InterbrokerEncodeError:
                 log.exception(
                     "%s cannot encode %s v%d for broker %d; dropping it",
@@ -199,20 +187,8 @@ class _Sender:
                     self.broker_id,
                 )
                 return None
-            item.attempts += 1
-            try:
-                if self.conn is None:
-                    self.conn = await m._connector(self.broker_id, self.address)
-                raw = await self.conn.request(frame)
-                got, response = decode_interbroker_response(item.api_key, version, raw)
-                if got != correlation_id:
-                    raise DecodeError(f"correlation id {got} in answer to {correlation_id}")
-                return response
             except Exception as e:  # Kafka's RequestSendThread catches everything, too
                 failures += 1
-                conn, self.conn = self.conn, None
-                if conn is not None:
-                    conn.abort()
                 pause_ms = retry_backoff_ms(m.config, failures)
                 (log.warning if failures == 1 or failures % 50 == 0 else log.debug)(
                     "%s failed to send %s (attempt %d) to broker %d at %s:%d: %r; "
@@ -249,7 +225,6 @@ class NetworkChannelManager:
         self.on_response = on_response
         self._listeners: list[ResponseCallback] = []
         self._senders: dict[int, _Sender] = {}
-        self._correlation_id = 0
         self._closed = False
         self._prefix = f"[ControllerChannelManager id={controller_id}]"
 
@@ -294,10 +269,6 @@ class NetworkChannelManager:
             self.add_broker(b, live[b])
 
     # --- sending ---------------------------------------------------------------------------
-    def _next_correlation_id(self) -> int:
-        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
-        return self._correlation_id
-
     def enqueue(
         self,
         broker_id: int,

@@ -7,9 +7,15 @@
   from a plain, version-neutral mapping (`build_entity`): fields the version lacks are dropped,
   fields it has but the mapping omits get their schema default. Handlers therefore never write
   per-version code.
+* `encode_request` and `decode_response` are the client side: a broker reaching another broker
+  (replica fetchers, AlterPartition, the controller's requests) encodes with the first and reads
+  the answer with the second, which checks the correlation id when told the one it expects.
 * LeaderAndIsr, StopReplica and UpdateMetadata (API keys 4-6), which kio lacks, go through
   `interbroker_codec` instead: their request bodies are the dataclasses of `interbroker`, and
   `encode_response` takes the matching response dataclass (or a mapping of its fields).
+
+Every response header is v0 (correlation id) for non-flexible versions and v1 (correlation id,
+tagged fields) for flexible ones, except ApiVersions, whose answers always use v0.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from wherry.protocol.interbroker_codec import (
     INTERBROKER_VERSIONS,
     InterbrokerRequestBody,
     decode_interbroker_request,
+    decode_interbroker_response,
     encode_interbroker_request,
     encode_interbroker_response,
 )
@@ -52,12 +59,18 @@ from wherry.protocol.tolerant import DecodeError, read_entity_tolerant
 API_VERSIONS_KEY: Final = 18
 _PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _SIZE = struct.Struct(">i")
+_CORRELATION_ID = _SIZE  # the first field of every response header
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ZERO_UUID = uuid.UUID(int=0)
 
 
 class RequestDecodeError(Exception):
     """A frame that cannot be understood; the connection is closed with a log line."""
+
+
+class ResponseDecodeError(Exception):
+    """A response frame that cannot be read: truncated or malformed, trailing bytes, an API or
+    version this codec lacks, or the answer to another request than the one expected."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,20 +103,23 @@ def kio_version_range(api_key: int) -> tuple[int, int] | None:
     return min(versions), max(versions)
 
 
-def _read(cls: type, frame: bytes | memoryview, offset: int) -> tuple[Any, int]:
+def _read(
+    cls: type,
+    frame: bytes | memoryview,
+    offset: int,
+    error: type[Exception] = RequestDecodeError,
+) -> tuple[Any, int]:
     try:
         return entity_reader(cls)(frame, offset)
     except KeyError as e:
         if "tagged field" not in str(e):
-            raise RequestDecodeError(f"malformed {cls.__name__}: {e!r}") from e
+            raise error(f"malformed {cls.__name__}: {e!r}") from e
         try:
             return read_entity_tolerant(cls, frame, offset)
         except (DecodeError, BufferUnderflow) as e2:
-            raise RequestDecodeError(f"malformed {cls.__name__}: {e2}") from e2
-    except (BufferUnderflow, ValueError, TypeError, OverflowError, IndexError) as e:
-        raise RequestDecodeError(f"malformed {cls.__name__}: {e!r}") from e
+            raise error(f"malformed {cls.__name__}: {e2}") from e2
     except Exception as e:  # the native reader may raise anything on garbage
-        raise RequestDecodeError(f"malformed {cls.__name__}: {e!r}") from e
+        raise error(f"malformed {cls.__name__}: {e!r}") from e
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -158,6 +174,12 @@ def response_class(api_key: int, api_version: int) -> type:
     return load_response_schema(api_key, api_version)
 
 
+def _response_header_class(api_key: int, cls: type) -> type:
+    # ApiVersions responses always use header v0 so old clients can read the error.
+    flexible = bool(getattr(cls, "__flexible__", False))
+    return ResponseHeaderV1 if flexible and api_key != API_VERSIONS_KEY else ResponseHeaderV0
+
+
 def encode_response(
     api_key: int, api_version: int, correlation_id: int, data: Mapping[str, Any] | Any
 ) -> bytes:
@@ -172,17 +194,60 @@ def encode_response(
     entity = build_entity(cls, data)
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
-    # ApiVersions responses always use header v0 so old clients can read the error.
-    if cls.__flexible__ and api_key != API_VERSIONS_KEY:
-        entity_writer(ResponseHeaderV1)(buf, ResponseHeaderV1(correlation_id=i32(correlation_id)))
-    else:
-        entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=i32(correlation_id)))
+    header_cls = _response_header_class(api_key, cls)
+    entity_writer(header_cls)(buf, header_cls(correlation_id=i32(correlation_id)))
     entity_writer(cls)(buf, entity)
+    return _with_size(buf)
+
+
+def _with_size(buf: io.BytesIO) -> bytes:
+    """The frame in `buf` (written after 4 placeholder bytes) with its size prefix filled in."""
     out = buf.getbuffer()
     _SIZE.pack_into(out, 0, len(out) - 4)
     result = bytes(out)
     del out
     return result
+
+
+def decode_response(
+    api_key: int,
+    api_version: int,
+    frame: bytes | memoryview,
+    *,
+    expect_correlation_id: int | None = None,
+) -> tuple[int, Any]:
+    """(correlation id, body) of one response frame (without its size prefix) to a request of
+    `api_key` at `api_version`: a kio response entity, or the `interbroker` response dataclass
+    for API keys 4-6.
+
+    With `expect_correlation_id`, a frame answering another request raises before its body is
+    read. Anything unreadable raises ResponseDecodeError.
+    """
+    if len(frame) < _CORRELATION_ID.size:
+        raise ResponseDecodeError(f"response of {len(frame)} bytes is shorter than a header")
+    (correlation_id,) = _CORRELATION_ID.unpack_from(frame, 0)
+    if expect_correlation_id is not None and correlation_id != expect_correlation_id:
+        raise ResponseDecodeError(
+            f"correlation id {correlation_id} in the answer to request {expect_correlation_id}"
+            f" (API key {api_key} v{api_version})"
+        )
+    if api_key in INTERBROKER_VERSIONS:
+        try:
+            return decode_interbroker_response(api_key, api_version, frame)
+        except DecodeError as e:
+            raise ResponseDecodeError(str(e)) from e
+    try:
+        cls = load_response_schema(api_key, api_version)
+    except UnknownEntity as e:
+        raise ResponseDecodeError(str(e)) from e
+    # kio's readers return the bytes they consumed, not the new offset.
+    _, header_size = _read(_response_header_class(api_key, cls), frame, 0, ResponseDecodeError)
+    body, body_size = _read(cls, frame, header_size, ResponseDecodeError)
+    if header_size + body_size != len(frame):
+        raise ResponseDecodeError(
+            f"{len(frame) - header_size - body_size} bytes after {cls.__name__} v{api_version}"
+        )
+    return correlation_id, body
 
 
 # --- building entities of any version from version-neutral mappings -----------------------
@@ -345,8 +410,4 @@ def encode_request(
         ),
     )
     entity_writer(cls)(buf, build_entity(cls, body))
-    out = buf.getbuffer()
-    _SIZE.pack_into(out, 0, len(out) - 4)
-    result = bytes(out)
-    del out
-    return result
+    return _with_size(buf)

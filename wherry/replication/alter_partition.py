@@ -5,8 +5,8 @@
 AlterPartition request (API 56) when none is in flight; `handle_response` splits the answer
 per partition, and on a top-level error (NOT_CONTROLLER, STALE_BROKER_EPOCH, a lost
 connection...) puts the items back and retries after a backoff. `run` drives it with an
-injected async `send(body) -> response`; `ControllerSender` is such a `send` over
-`OutboundConnection` to whichever broker is the controller.
+injected async `send(body) -> response`; `ControllerSender` is such a `send` through an
+`outbound.RequestClient` to whichever broker is the controller.
 """
 
 from __future__ import annotations
@@ -18,14 +18,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.protocol import codec
+from wherry.outbound import OutboundConnection, RequestClient
 from wherry.replication.isr import CommittedLeaderAndIsr, IsrProposal
-from wherry.server.network import OutboundConnection
 
 log = logging.getLogger(__name__)
 
@@ -232,49 +229,30 @@ class ControllerSender:
         self.version = version
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
-        self._conn: OutboundConnection | None = None
+        self._client: RequestClient | None = None
         self._target: tuple[int, str, int] | None = None
-        self._correlation_id = 0
 
     async def __call__(self, body: Mapping[str, Any]) -> Any:
         target = self.controller_address()
         if target is None:
             raise NoControllerError("no controller known")
-        if self._conn is None or self._target != target or not self._conn.connected:
+        if self._client is None or self._target != target:
             await self.close()
-            conn = OutboundConnection(
-                target[1],
-                target[2],
-                connect_timeout_s=self.connect_timeout_s,
-                request_timeout_s=self.request_timeout_s,
+            controller_id, host, port = target
+            self._client = RequestClient(
+                OutboundConnection(
+                    host,
+                    port,
+                    connect_timeout_s=self.connect_timeout_s,
+                    request_timeout_s=self.request_timeout_s,
+                ).connect,
+                client_id=f"broker-{self.broker_id}-alter-partition",
+                peer=f"controller {controller_id} at {host}:{port}",
             )
-            await conn.connect()
-            self._conn, self._target = conn, target
-        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
-        cid = self._correlation_id
-        frame = codec.encode_request(
-            ALTER_PARTITION_KEY,
-            self.version,
-            cid,
-            body,
-            client_id=f"broker-{self.broker_id}-alter-partition",
-        )
-        raw = await self._conn.request(frame)
-        got, resp = decode_response(self.version, raw)
-        if got != cid:
-            await self.close()
-            raise ConnectionError(f"correlation id {got} in answer to {cid}")
-        return resp
+            self._target = target
+        return await self._client.call(ALTER_PARTITION_KEY, self.version, body)
 
     async def close(self) -> None:
-        conn, self._conn, self._target = self._conn, None, None
-        if conn is not None:
-            await conn.close()
-
-
-def decode_response(version: int, raw: bytes) -> tuple[int, Any]:
-    """(correlation id, AlterPartitionResponse) from a response frame without its size."""
-    cls = load_response_schema(ALTER_PARTITION_KEY, version)
-    header, offset = entity_reader(cls.__header_schema__)(raw, 0)
-    body, _ = entity_reader(cls)(raw, offset)
-    return int(header.correlation_id), body
+        client, self._client, self._target = self._client, None, None
+        if client is not None:
+            client.close()

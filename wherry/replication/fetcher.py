@@ -14,8 +14,8 @@ follows the leader's. A Fetch answer with a `diverging_epoch` (KIP-320) truncate
 Errors back a partition off (`replica.fetch.backoff.ms`); FENCED_LEADER_EPOCH parks it until a
 newer LeaderAndIsr re-adds it; OFFSET_OUT_OF_RANGE follows Kafka's `fetchOffsetAndTruncate`.
 
-The network sits behind `LeaderEndpoint`; `NetworkLeaderEndpoint` speaks the Kafka protocol over
-`server.network.OutboundConnection`, and tests may plug in an in-process leader.
+The network sits behind `LeaderEndpoint`; `NetworkLeaderEndpoint` speaks the Kafka protocol
+through `outbound.RequestClient`, and tests may plug in an in-process leader.
 """
 
 from __future__ import annotations
@@ -23,22 +23,17 @@ from __future__ import annotations
 import asyncio
 import enum
 import io
-import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
-from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.log import Log
-from wherry.protocol.codec import encode_request
+from wherry.outbound import OutboundConnection, RequestClient
 from wherry.replication.truncation import (
     UNDEFINED_EPOCH,
     EpochEndOffset,
@@ -722,40 +717,18 @@ class NetworkLeaderEndpoint:
         config: FetcherConfig,
         client_id: str | None = None,
     ) -> None:
-        from wherry.server.network import OutboundConnection
-
         self.broker_id = broker_id
-        self._conn = OutboundConnection(
-            host,
-            port,
-            connect_timeout_s=config.socket_timeout_ms / 1000,
-            request_timeout_s=(config.socket_timeout_ms + config.max_wait_ms) / 1000,
-            max_response_bytes=max(config.response_max_bytes * 2, 100 * 1024 * 1024),
+        self._client = RequestClient(
+            OutboundConnection(
+                host,
+                port,
+                connect_timeout_s=config.socket_timeout_ms / 1000,
+                request_timeout_s=(config.socket_timeout_ms + config.max_wait_ms) / 1000,
+                max_response_bytes=max(config.response_max_bytes * 2, 100 * 1024 * 1024),
+            ).connect,
+            client_id=client_id or f"broker-{broker_id}-fetcher",
+            peer=f"{host}:{port}",
         )
-        self._client_id = client_id or f"broker-{broker_id}-fetcher"
-        self._correlation = itertools.count(1)
-
-    async def _call(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
-        correlation_id = next(self._correlation) & 0x7FFFFFFF
-        frame = encode_request(api_key, version, correlation_id, body, client_id=self._client_id)
-        await self._conn.connect()
-        raw = await self._conn.request(frame)
-        cls = load_response_schema(api_key, version)
-        header_cls = ResponseHeaderV1 if cls.__flexible__ else ResponseHeaderV0
-        try:
-            header: Any
-            header, offset = entity_reader(header_cls)(raw, 0)
-            if int(header.correlation_id) != correlation_id:
-                raise ConnectionError(
-                    f"correlation id {header.correlation_id} does not match {correlation_id}"
-                )
-            return entity_reader(cls)(raw, offset)[0]
-        except ConnectionError:
-            self._conn.abort()
-            raise
-        except Exception as e:
-            self._conn.abort()
-            raise ConnectionError(f"cannot parse the leader's response: {e!r}") from e
 
     async def fetch(
         self,
@@ -790,7 +763,7 @@ class NetworkLeaderEndpoint:
             "forgotten_topics_data": [],
             "rack_id": "",
         }
-        resp = await self._call(FETCH_KEY, FETCH_VERSION, body)
+        resp = await self._client.call(FETCH_KEY, FETCH_VERSION, body)
         if resp.error_code != ErrorCode.none:
             code = ErrorCode(resp.error_code)
             return {tp: FetchedPartition(code) for tp in partitions}
@@ -824,7 +797,9 @@ class NetworkLeaderEndpoint:
             "replica_id": self.broker_id,
             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
         }
-        resp = await self._call(OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION, body)
+        resp = await self._client.call(
+            OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION, body
+        )
         out: dict[TopicPartition, EpochAnswer] = {}
         for t in resp.topics:
             for p in t.partitions:
@@ -852,7 +827,7 @@ class NetworkLeaderEndpoint:
                 }
             ],
         }
-        resp = await self._call(LIST_OFFSETS_KEY, LIST_OFFSETS_VERSION, body)
+        resp = await self._client.call(LIST_OFFSETS_KEY, LIST_OFFSETS_VERSION, body)
         for t in resp.topics:
             for p in t.partitions:
                 return ErrorCode(p.error_code), int(p.offset)
@@ -868,7 +843,7 @@ class NetworkLeaderEndpoint:
         return LogOffsets(ErrorCode.none, start, end)
 
     async def close(self) -> None:
-        await self._conn.close()
+        self._client.close()
 
 
 def _as_bytes(records: object) -> bytes:

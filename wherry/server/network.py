@@ -1,5 +1,5 @@
-"""The only socket code: an asyncio server that frames bytes and hands frames to a handler,
-and `OutboundConnection`, the client side a broker uses to reach another broker.
+"""The listening side: an asyncio server that frames bytes and hands frames to a handler.
+(Connections a broker opens to other brokers are `wherry.outbound`'s.)
 
 Like Kafka's SocketServer, each connection processes one request at a time, in order, and
 answers in order; further requests wait in the connection's queue (reading pauses when it
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -20,7 +19,6 @@ from wherry.protocol.framing import FrameDecoder, FrameError
 log = logging.getLogger(__name__)
 
 _MAX_QUEUED = 64
-_SIZE = struct.Struct(">i")
 
 
 class CloseConnection(Exception):
@@ -177,87 +175,3 @@ class NetworkServer:
         for srv in self._servers:
             await srv.wait_closed()
         self._servers.clear()
-
-
-class OutboundConnection:
-    """A connection to another broker: size-prefixed request frames out, one response frame
-    back per request, one request at a time (the caller matches correlation ids).
-
-    Every wait is bounded: connecting by `connect_timeout_s`, a request (write, then read of
-    the whole answer) by `request_timeout_s`. Any failure, timeout or cancellation during a
-    request aborts the connection, so a late answer can never be read as the next one's; the
-    caller connects again.
-    """
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        connect_timeout_s: float = 30.0,
-        request_timeout_s: float = 30.0,
-        max_response_bytes: int = 100 * 1024 * 1024,
-    ) -> None:
-        self.host = host
-        self.port = port
-        self.connect_timeout_s = connect_timeout_s
-        self.request_timeout_s = request_timeout_s
-        self.max_response_bytes = max_response_bytes
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._lock = asyncio.Lock()
-
-    @property
-    def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
-
-    async def connect(self) -> None:
-        """Open the connection; raises OSError or TimeoutError."""
-        if self.connected:
-            return
-        async with asyncio.timeout(self.connect_timeout_s):
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-
-    async def request(self, frame: bytes) -> bytes:
-        """Send one whole frame (size prefix included); return the response frame without its
-        size prefix. Raises ConnectionError (closed, refused, bad size) or TimeoutError."""
-        async with self._lock:
-            reader, writer = self._reader, self._writer
-            if reader is None or writer is None or writer.is_closing():
-                raise ConnectionError(f"not connected to {self.host}:{self.port}")
-            try:
-                async with asyncio.timeout(self.request_timeout_s):
-                    writer.write(frame)
-                    await writer.drain()
-                    (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
-                    if not 0 <= size <= self.max_response_bytes:
-                        raise ConnectionError(
-                            f"response of {size} bytes from {self.host}:{self.port} "
-                            f"(limit {self.max_response_bytes})"
-                        )
-                    return await reader.readexactly(size)
-            except asyncio.IncompleteReadError as e:
-                self.abort()
-                raise ConnectionError(
-                    f"connection to {self.host}:{self.port} closed during a request"
-                ) from e
-            except BaseException:
-                self.abort()
-                raise
-
-    def abort(self) -> None:
-        """Drop the connection at once (unsent and unread bytes are discarded)."""
-        writer, self._reader, self._writer = self._writer, None, None
-        if writer is not None:
-            writer.transport.abort()
-
-    async def close(self) -> None:
-        writer, self._reader, self._writer = self._writer, None, None
-        if writer is None:
-            return
-        writer.close()
-        try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                await writer.wait_closed()
-        except (OSError, TimeoutError):
-            writer.transport.abort()

@@ -7,7 +7,7 @@ it by `expire_session`. A few *controller hosts* (network addresses `CONTROLLER_
 `CONTROLLER_ID + 1`, ...) each run a real `controller.Controller` candidate on their own
 session; they elect one through ``/controller``. Each candidate talks to brokers with the real
 `NetworkChannelManager` (one queue per broker, resent until answered), whose `Connector` here
-encodes nothing itself: the manager encodes each request with the interbroker codec,
+encodes nothing itself: the manager's `RequestClient` encodes each request (interbroker codec),
 `SimConnection` decodes it, carries it over `SimNetwork` (delays, drops, cuts, crashes), hands
 it to the broker and encodes the broker's answer for the manager to decode. AlterPartition goes
 to the controller the broker's metadata cache names, and into `Controller.alter_partition`.
@@ -123,6 +123,10 @@ class SimConnection:
     def _host_alive(self) -> bool:
         h = self.host
         return h.up and h.incarnation == self.host_incarnation and not self.closed
+
+    @property
+    def connected(self) -> bool:
+        return not self.closed
 
     async def request(self, frame: bytes) -> bytes:
         if not self._host_alive():

@@ -1,0 +1,16 @@
+"""Connections a broker opens to other brokers, and the client that sends requests over them:
+replica fetchers to leaders, AlterPartition to the controller, the controller to brokers.
+
+Below `server/` (which holds only the listening side): it depends on `protocol/` alone.
+"""
+
+from wherry.outbound.client import RequestClient, RequestError
+from wherry.outbound.connection import Connect, FrameTransport, OutboundConnection
+
+__all__ = [
+    "Connect",
+    "FrameTransport",
+    "OutboundConnection",
+    "RequestClient",
+    "RequestError",
+]

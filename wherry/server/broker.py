@@ -669,7 +669,7 @@ class Broker:
         return await self._dispatch(req)
 
     async def _dispatch(self, req: Request) -> bytes | None:
-        handler = HANDLERS[req.api_key][0]
+        handler = HANDLERS[req.api_key]
         try:
             body = await handler(self, req)
         except CloseConnection:

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.server.handlers.versions import SUPPORTED_VERSIONS
+
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
 
 
 def api_keys() -> list[dict[str, int]]:
-    from wherry.server.handlers import SUPPORTED_VERSIONS
-
     return [
         {"api_key": k, "min_version": lo, "max_version": hi}
         for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())

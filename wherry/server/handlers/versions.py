@@ -1,0 +1,40 @@
+"""The API versions this broker serves (what ApiVersions advertises): key → (min, max).
+
+A table apart from the handlers themselves, so the ApiVersions handler can read it without
+importing the package that imports it.
+"""
+
+from __future__ import annotations
+
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (3, 13),
+    1: (4, 18),
+    2: (1, 11),
+    3: (0, 13),
+    4: (0, 7),
+    5: (0, 4),
+    6: (0, 8),
+    8: (2, 10),
+    9: (1, 10),
+    10: (0, 6),
+    11: (0, 9),
+    12: (0, 4),
+    13: (0, 5),
+    14: (0, 5),
+    15: (0, 6),
+    16: (0, 5),
+    18: (0, 4),
+    19: (2, 7),
+    20: (1, 6),
+    21: (0, 2),
+    22: (0, 6),
+    23: (2, 4),
+    32: (1, 4),
+    33: (0, 2),
+    37: (0, 3),
+    42: (0, 2),
+    44: (0, 1),
+    47: (0, 0),
+    56: (2, 3),
+    60: (0, 2),
+}

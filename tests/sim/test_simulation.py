@@ -21,11 +21,14 @@ from pathlib import Path
 
 import pytest
 
+import wherry.replication.partition as partition_module
 from wherry.coordination import paths
+from wherry.replication.node import ReplicaNode
 from wherry.sim.loop import SimDeadlock, SimLoop
 from wherry.sim.network import NetworkConfig
 from wherry.sim.real_controller import run_now
 from wherry.sim.world import TOPIC, SimOptions, SimResult, World, run_seed
+from wherry.testing.cluster import AsyncDevCluster
 
 # CI-sized runs: shorter than the command's default, same faults.
 CI = SimOptions(duration_ms=3_000, settle_ms=2_500)
@@ -93,6 +96,39 @@ def test_checker_fails_on_a_deliberately_broken_invariant() -> None:
     r = run_seed(0, SimOptions(duration_ms=1_000, settle_ms=500, broken_rule="hw-below-leo"))
     assert r.violation is not None
     assert "maximal-ISR member" in r.violation
+
+
+def test_checker_catches_a_broken_high_watermark_rule_in_the_replica_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The HW rule the broker runs, broken on purpose: the leader advances its high watermark
+    to its own log end offset, ignoring the ISR. The simulated brokers run that same code
+    (`ReplicaNode` → `Partition`), and the invariants must catch it."""
+    monkeypatch.setattr(
+        partition_module,
+        "high_watermark_candidate",
+        lambda leader_end_offset, *_args, **_kwargs: leader_end_offset,
+    )
+    r = _first_failure(CI, range(20))
+    assert r is not None, "a leader-only HW went unnoticed for 20 seeds"
+    assert "high watermark" in (r.violation or ""), _describe(r)
+
+
+def test_simulated_brokers_run_the_replica_node_that_wherry_server_runs(tmp_path: Path) -> None:
+    world = World(3, CI, tmp_path)
+    r = world.run()
+    assert r.ok, _describe(r)
+    assert {type(n.replica) for n in world.nodes.values()} == {ReplicaNode}
+
+    async def broker_node_type() -> type:
+        cluster = AsyncDevCluster(tmp_path / "cluster", brokers=1, base_port=0)
+        await cluster.start()
+        try:
+            return type(cluster.brokers[0].node)
+        finally:
+            await cluster.stop()
+
+    assert asyncio.run(broker_node_type()) is ReplicaNode
 
 
 def _first_failure(options: SimOptions, seeds: range) -> SimResult | None:

@@ -113,7 +113,8 @@ class ReplicaNode:
         leader_endpoint: EndpointFactory,
         send_alter_partition: Send,
         load_topic_configs: Callable[[Collection[str]], Awaitable[None]] | None = None,
-        broker_epoch: int = -1,
+        fence: ControllerFence | None = None,
+        cache: MetadataCache | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.config = config
@@ -123,9 +124,9 @@ class ReplicaNode:
         self._load_topic_configs = load_topic_configs
         self._prefix = f"[Broker id={broker_id}]"
         # Broker epoch (set at registration) and newest controller epoch seen (SPEC H1, H5).
-        self.fence = ControllerFence(broker_epoch=broker_epoch)
+        self.fence = fence if fence is not None else ControllerFence()
         # What the controller's UpdateMetadata said: live brokers, partitions, the controller.
-        self.cache = MetadataCache(broker_id)
+        self.cache = cache if cache is not None else MetadataCache(broker_id)
         self.ticker = PurgatoryTicker()
         self.produce_purgatory: DelayedOperationPurgatory[Any] = self._purgatory("Produce")
         self.fetch_purgatory: DelayedOperationPurgatory[Any] = self._purgatory("Fetch")

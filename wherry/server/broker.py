@@ -132,6 +132,10 @@ class Broker:
         self._renew_task: asyncio.Task[None] | None = None
         self.session_renewals = 0
         self.cluster_id = ""
+        # What UpdateMetadata said, and the broker / controller epochs requests are checked
+        # against (SPEC H1, H5); both held by the replica node once it starts.
+        self.cache = MetadataCache(self.broker_id)
+        self.fence = ControllerFence()
         self.bound_ports: list[int] = []
         self._started = asyncio.Event()
         self._stopped = False
@@ -153,14 +157,6 @@ class Broker:
         self.scheduler: Scheduler
         self._state_change_log: StateChangeLogHandle | None = None
         self._alter_sender: ControllerSender | None = None
-
-    @property
-    def cache(self) -> MetadataCache:
-        return self.node.cache
-
-    @property
-    def fence(self) -> ControllerFence:
-        return self.node.fence
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -217,6 +213,8 @@ class Broker:
             ),
             send_alter_partition=self._alter_sender,
             load_topic_configs=self._ensure_topic_configs,
+            fence=self.fence,
+            cache=self.cache,
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)

@@ -115,7 +115,7 @@ class SimBroker:
             topic_config=lambda _topic: cfg.log_config,
             leader_endpoint=lambda a: SimLeaderEndpoint(self, a.broker_id),
             send_alter_partition=self._send_alter_partition,
-            broker_epoch=self._broker_epoch,
+            fence=ControllerFence(broker_epoch=self._broker_epoch),
         )
         self.replica.start()
         loop = asyncio.get_running_loop()

@@ -20,25 +20,23 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess, wait_until
 from wherry.cli.common import CommandError
-from wherry.cli.groups import (
-    GroupView,
-    LogOffsets,
-    MemberView,
-    OffsetRow,
-    ResetSpec,
-    Scenario,
+from wherry.cli.group_model import GroupView, MemberView, OffsetRow, offset_rows, parse_states
+from wherry.cli.group_render import (
     assignment_text,
-    offset_rows,
-    parse_datetime_ms,
-    parse_duration_ms,
-    parse_reset_plan,
-    parse_states,
-    parse_topic_arg,
-    plan_reset,
     render_members,
     render_offsets,
     render_reset,
     render_state,
+)
+from wherry.cli.group_reset import (
+    LogOffsets,
+    ResetSpec,
+    Scenario,
+    parse_datetime_ms,
+    parse_duration_ms,
+    parse_reset_plan,
+    parse_topic_arg,
+    plan_reset,
 )
 from wherry.cli.main import main
 

@@ -1,25 +1,110 @@
-"""What the `wherry` client tools share: errors, properties, Kafka error text."""
+"""What the `wherry` client tools share: errors and how a command reports them, the
+connection options, properties, Kafka error text, client construction and the admin client."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
+from functools import wraps
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar
 
+import click
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from wherry.server.config import parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_TIMEOUT_MS = 15_000
+"""The admin tools' per-request timeout."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+C = TypeVar("C")
 
 
 class CommandError(Exception):
     """A failure reported to the user as one line, without a traceback."""
+
+
+class ErrorsReported(Exception):
+    """The errors were printed already; the command exits with status 1."""
+
+
+# --------------------------------------------------------------------------------------------
+# How a command ends on an error
+
+
+def fail(prefix: str, message: str) -> NoReturn:
+    """Print `prefix + message` to stderr and exit with status 1."""
+    click.echo(f"{prefix}{message}", err=True)
+    sys.exit(1)
+
+
+def error_text(exc: CommandError | KafkaException) -> str:
+    """The line for a failure: a CommandError's own message, else librdkafka's."""
+    return str(exc) if isinstance(exc, CommandError) else kafka_error_message(exc)
+
+
+def exits_on_error(
+    prefix: str, describe: Callable[[CommandError | KafkaException], str] = error_text
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A command decorator: a CommandError or KafkaException becomes one line on stderr,
+    `prefix + describe(error)`, and exit status 1; ErrorsReported is exit status 1 alone."""
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        @wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return fn(*args, **kwargs)
+            except (CommandError, KafkaException) as e:
+                fail(prefix, describe(e))
+            except ErrorsReported:
+                sys.exit(1)
+
+        return wrapper
+
+    return decorate
+
+
+# --------------------------------------------------------------------------------------------
+# Options
+
+
+def bootstrap_option(fn: Callable[P, R]) -> Callable[P, R]:
+    """`--bootstrap-server HOST:PORT`, every tool's."""
+    return click.option(
+        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, show_default=True, metavar="HOST:PORT",
+        help="The Kafka server(s) to connect to.",
+    )(fn)
+
+
+def admin_options(timeout_help: str, *timeout_aliases: str
+                  ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """The admin tools' `--bootstrap-server`, `--command-config` and `--timeout-ms` (also
+    under `timeout_aliases`), passed as `bootstrap_server`, `command_config`, `timeout_ms`."""
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        fn = click.option(
+            "--timeout-ms", *timeout_aliases, "timeout_ms", type=click.IntRange(min=100),
+            default=DEFAULT_TIMEOUT_MS, show_default=True, help=timeout_help,
+        )(fn)
+        fn = click.option(
+            "--command-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="Property file with configs passed to the admin client.",
+        )(fn)
+        return bootstrap_option(fn)
+
+    return decorate
+
+
+# --------------------------------------------------------------------------------------------
+# Properties and Kafka errors
 
 
 def load_properties_file(path: Path | None) -> dict[str, str]:
@@ -63,6 +148,14 @@ TRANSIENT_ERRORS = frozenset(
 )
 
 
+def new_client(factory: Callable[[dict[str, Any]], C], conf: dict[str, Any], what: str) -> C:
+    """`factory(conf)` (a librdkafka client); a bad setting is `Invalid <what> configuration`."""
+    try:
+        return factory(conf)
+    except (KafkaException, ValueError, TypeError) as e:
+        raise CommandError(f"Invalid {what} configuration: {kafka_error_message(e)}") from e
+
+
 def client_config(
     bootstrap_server: str, command_config: Path | None, timeout_ms: int, client_id: str
 ) -> dict[str, Any]:
@@ -97,28 +190,36 @@ class AdminService:
         cls, bootstrap_server: str, command_config: Path | None, timeout_ms: int
     ) -> Any:
         conf = client_config(bootstrap_server, command_config, timeout_ms, cls.CLIENT_ID)
-        try:
-            admin = AdminClient(conf)
-        except (KafkaException, ValueError, TypeError) as e:
-            raise CommandError(f"Invalid client configuration: {kafka_error_message(e)}") from e
-        return cls(admin, bootstrap_server, timeout_ms)
+        return cls(new_client(AdminClient, conf, "client"), bootstrap_server, timeout_ms)
 
     @property
     def timeout_s(self) -> float:
         return self.timeout_ms / 1000.0
 
-    def _timeout_message(self, call: str) -> str:
-        return (f"Timed out after {self.timeout_ms} ms waiting for the cluster at "
-                f"{self.bootstrap_server}. Call: {call}")
+    def _timed_out(self, call: str, detail: str | None = None) -> CommandError:
+        """The FAILURE for a call the cluster did not answer in time (`detail`: why, if known)."""
+        message = (f"Timed out after {self.timeout_ms} ms waiting for the cluster at "
+                   f"{self.bootstrap_server}. Call: {call}")
+        return self.FAILURE(message if detail is None else f"{message} ({detail})")
+
+    def _raise_if_transient(self, exc: KafkaException, call: str) -> None:
+        """A timeout or a lost connection is the FAILURE of a call not answered in time."""
+        if kafka_error_code(exc) in TRANSIENT_ERRORS:
+            raise self._timed_out(call, kafka_error_message(exc)) from exc
 
     def _wait(self, fut: Future[Any], call: str) -> Any:
         try:
             return fut.result(timeout=self.timeout_s + 5.0)
         except FutureTimeoutError as e:
-            raise self.FAILURE(self._timeout_message(call)) from e
+            raise self._timed_out(call) from e
         except KafkaException as e:
-            if kafka_error_code(e) in TRANSIENT_ERRORS:
-                raise self.FAILURE(
-                    f"{self._timeout_message(call)} ({kafka_error_message(e)})"
-                ) from e
+            self._raise_if_transient(e, call)
+            raise
+
+    def metadata(self, call: str = "listTopics") -> Any:
+        """The cluster's metadata for all topics (a request for all topics creates none)."""
+        try:
+            return self.admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as e:
+            self._raise_if_transient(e, call)
             raise

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, BinaryIO, NoReturn, cast
+from typing import Any, BinaryIO, cast
 
 import click
 from confluent_kafka import (
@@ -31,10 +31,12 @@ from confluent_kafka import (
 )
 
 from wherry.cli.common import (
-    DEFAULT_BOOTSTRAP,
     CommandError,
+    bootstrap_option,
+    exits_on_error,
     kafka_error_message,
     load_properties_file,
+    new_client,
     parse_kv,
 )
 
@@ -43,9 +45,7 @@ DEFAULT_DELIVERY_TIMEOUT_MS = 30_000
 _TRUE = frozenset({"true", "yes", "1", "on"})
 
 
-def _fail(message: str) -> NoReturn:
-    click.echo(f"ERROR {message}", err=True)
-    sys.exit(1)
+_handle_errors = exits_on_error("ERROR ")
 
 
 def _flag(props: Mapping[str, str], name: str, default: bool) -> bool:
@@ -205,8 +205,7 @@ _COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 @click.command()
-@click.option("--bootstrap-server", default=DEFAULT_BOOTSTRAP, show_default=True,
-              metavar="HOST:PORT", help="The Kafka server(s) to connect to.")
+@bootstrap_option
 @click.option("--topic", required=True, help="The topic to produce to.")
 @click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
               help="Line reader property: parse.key, key.separator, parse.headers, "
@@ -228,6 +227,7 @@ _COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 @click.option("--delivery-timeout-ms", type=click.IntRange(min=100),
               default=DEFAULT_DELIVERY_TIMEOUT_MS, show_default=True,
               help="Give up on a record not acknowledged within this time.")
+@_handle_errors
 def produce(
     bootstrap_server: str, topic: str, properties: tuple[str, ...], compression: str,
     acks: str, partition: int | None, headers: tuple[str, ...],
@@ -235,24 +235,9 @@ def produce(
     delivery_timeout_ms: int,
 ) -> None:
     """Read records from stdin, one per line, and send them to a topic."""
-    try:
-        _produce(bootstrap_server, topic, properties, compression, acks, partition,
-                        headers, producer_properties, producer_config, delivery_timeout_ms)
-    except CommandError as e:
-        _fail(str(e))
-    except KafkaException as e:
-        _fail(kafka_error_message(e))
-
-
-def _produce(
-    bootstrap_server: str, topic: str, properties: tuple[str, ...], compression: str,
-    acks: str, partition: int | None, header_items: tuple[str, ...],
-    producer_properties: tuple[str, ...], producer_config: Path | None,
-    delivery_timeout_ms: int,
-) -> int:
     fmt = LineFormat.from_properties(parse_kv(properties, "property"))
     extra_headers: list[tuple[str, bytes | None]] = []
-    for item in header_items:
+    for item in headers:
         if "=" not in item:
             raise CommandError(f"Invalid header {item!r}: must be in the format \"key=val\".")
         hk, hv = item.split("=", 1)
@@ -268,10 +253,7 @@ def _produce(
     }
     conf.update(_base_config(bootstrap_server, producer_config, producer_properties,
                              "producer property"))
-    try:
-        producer = Producer(conf)
-    except (KafkaException, ValueError, TypeError) as e:
-        raise CommandError(f"Invalid producer configuration: {kafka_error_message(e)}") from e
+    producer = new_client(Producer, conf, "producer")
     tracker = DeliveryTracker(topic)
     stdin = _binary_stdin()
     count = 0
@@ -305,7 +287,6 @@ def _produce(
                            f"topic {topic}: {tracker.first_error}")
     if interrupted:
         sys.exit(130)
-    return count
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,8 +392,7 @@ class _Stop:
 
 
 @click.command()
-@click.option("--bootstrap-server", default=DEFAULT_BOOTSTRAP, show_default=True,
-              metavar="HOST:PORT", help="The Kafka server(s) to connect to.")
+@bootstrap_option
 @click.option("--topic", required=True, help="The topic to consume from.")
 @click.option("--partition", type=click.IntRange(min=0),
               help="Only this partition (default: all partitions of the topic).")
@@ -434,6 +414,7 @@ class _Stop:
 @click.option("--consumer.config", "--consumer-config", "consumer_config",
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Consumer config properties file.")
+@_handle_errors
 def consume(
     bootstrap_server: str, topic: str, partition: int | None, offset_text: str | None,
     from_beginning: bool, max_messages: int | None, timeout_ms: int | None,
@@ -442,26 +423,21 @@ def consume(
 ) -> None:
     """Print records of a topic to stdout (partitions are assigned; no consumer group)."""
     if from_beginning and offset_text is not None:
-        _fail("Options --from-beginning and --offset cannot be specified together.")
-    try:
-        start = OFFSET_BEGINNING if from_beginning else parse_offset(offset_text or "latest")
-        fmt = MessageFormat.from_properties(parse_kv(properties, "property"))
-        conf: dict[str, Any] = {
-            "client.id": "wherry-console-consumer",
-            "group.id": "wherry-console-consumer",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": False,
-            "auto.offset.reset": "earliest" if start == OFFSET_BEGINNING else "latest",
-            "isolation.level": isolation_level,
-        }
-        conf.update(_base_config(bootstrap_server, consumer_config, consumer_properties,
-                                 "consumer property"))
-        _consume(conf, topic, partition, start, fmt, max_messages, timeout_ms)
-    except CommandError as e:
-        _fail(str(e))
-    except KafkaException as e:
-        _fail(kafka_error_message(e))
+        raise CommandError("Options --from-beginning and --offset cannot be specified together.")
+    start = OFFSET_BEGINNING if from_beginning else parse_offset(offset_text or "latest")
+    fmt = MessageFormat.from_properties(parse_kv(properties, "property"))
+    conf: dict[str, Any] = {
+        "client.id": "wherry-console-consumer",
+        "group.id": "wherry-console-consumer",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": False,
+        "auto.offset.reset": "earliest" if start == OFFSET_BEGINNING else "latest",
+        "isolation.level": isolation_level,
+    }
+    conf.update(_base_config(bootstrap_server, consumer_config, consumer_properties,
+                             "consumer property"))
+    _consume(conf, topic, partition, start, fmt, max_messages, timeout_ms)
 
 
 def _partitions_of(consumer: Consumer, topic: str, bootstrap: str, timeout_ms: int
@@ -492,10 +468,7 @@ def _partitions_of(consumer: Consumer, topic: str, bootstrap: str, timeout_ms: i
 
 def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int,
              fmt: MessageFormat, max_messages: int | None, timeout_ms: int | None) -> None:
-    try:
-        consumer = Consumer(conf)
-    except (KafkaException, ValueError, TypeError) as e:
-        raise CommandError(f"Invalid consumer configuration: {kafka_error_message(e)}") from e
+    consumer = new_client(Consumer, conf, "consumer")
     stop = _Stop()
     previous = None
     try:

@@ -6,13 +6,16 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from wherry.server.config import BrokerConfigError, load_config
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def _setup_logging(level: str) -> None:
@@ -22,6 +25,12 @@ def _setup_logging(level: str) -> None:
         format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
         stream=sys.stderr,
     )
+
+
+def _overrides_option(help_text: str) -> Callable[[F], F]:
+    """`--override KEY=VALUE` (repeatable), passed as `overrides`."""
+    return click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
+                        help=help_text)
 
 
 @click.group()
@@ -43,13 +52,7 @@ def main() -> None:
     metavar="HOST:PORT[/CHROOT]",
     help="zookeeper.connect: use this ZooKeeper instead of the embedded store.",
 )
-@click.option(
-    "--override",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Any broker config, Kafka name (repeatable).",
-)
+@_overrides_option("Any broker config, Kafka name (repeatable).")
 @click.option("--log-level", default="INFO", show_default=True)
 def server(
     properties: Path | None,
@@ -101,29 +104,41 @@ def _run(main_coro: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main_coro)
 
 
+async def _serve_until_signal(start: Callable[[], Awaitable[T]],
+                              announce: Callable[[T], None],
+                              stop: Callable[[], Awaitable[None]]) -> int:
+    """Start, announce what `start` returned, and stop on SIGTERM or SIGINT: exit status 0;
+    a failed start is logged and stopped: exit status 1."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        started = await start()
+    except Exception as e:
+        logging.getLogger("wherry").exception("startup failed: %s", e)
+        await stop()
+        return 1
+    announce(started)
+    await stopping.wait()
+    await stop()
+    return 0
+
+
 async def _serve(cfg: object) -> int:
     from wherry.server.broker import Broker
     from wherry.server.config import BrokerConfig
 
     assert isinstance(cfg, BrokerConfig)
     broker = Broker(cfg)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await broker.start()
-    except Exception as e:
-        logging.getLogger("wherry").exception("startup failed: %s", e)
-        await broker.stop()
-        return 1
-    bound = zip(cfg.listeners, broker.bound_ports, strict=True)
-    where = f" (ZooKeeper {cfg.zookeeper_connect})" if cfg.zookeeper_connect else ""
-    print(f"wherry broker {cfg.broker_id} ready on "
-          f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}{where}", flush=True)
-    await stop.wait()
-    await broker.stop()
-    return 0
+
+    def announce(_: None) -> None:
+        bound = zip(cfg.listeners, broker.bound_ports, strict=True)
+        where = f" (ZooKeeper {cfg.zookeeper_connect})" if cfg.zookeeper_connect else ""
+        print(f"wherry broker {cfg.broker_id} ready on "
+              f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}{where}", flush=True)
+
+    return await _serve_until_signal(broker.start, announce, broker.stop)
 
 
 @main.command()
@@ -138,13 +153,7 @@ async def _serve(cfg: object) -> int:
 @click.option("--dir", "directory", default="wherry-dev", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Data: <DIR>/broker-N per broker, the shared store in <DIR>/__meta.")
-@click.option(
-    "--override",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Any broker config, Kafka name, for every broker (repeatable).",
-)
+@_overrides_option("Any broker config, Kafka name, for every broker (repeatable).")
 @click.option("--log-level", default="INFO", show_default=True)
 def dev(
     properties: Path | None,
@@ -182,25 +191,19 @@ async def _serve_dev(cluster: object) -> int:
     from wherry.testing.cluster import AsyncDevCluster
 
     assert isinstance(cluster, AsyncDevCluster)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
+
+    async def start() -> int:
         await cluster.start()
-        controller = await cluster.wait_for_controller()
-    except Exception as e:
-        logging.getLogger("wherry").exception("startup failed: %s", e)
-        await cluster.stop()
-        return 1
-    for b in cluster.broker_ids:
-        role = " (controller)" if b == controller else ""
-        print(f"wherry broker {b} ready on {cluster.address(b)}{role}", flush=True)
-    print(f"wherry dev cluster ready: {len(cluster.broker_ids)} brokers, "
-          f"bootstrap servers {cluster.bootstrap}, controller {controller}", flush=True)
-    await stop.wait()
-    await cluster.stop()
-    return 0
+        return await cluster.wait_for_controller()
+
+    def announce(controller: int) -> None:
+        for b in cluster.broker_ids:
+            role = " (controller)" if b == controller else ""
+            print(f"wherry broker {b} ready on {cluster.address(b)}{role}", flush=True)
+        print(f"wherry dev cluster ready: {len(cluster.broker_ids)} brokers, "
+              f"bootstrap servers {cluster.bootstrap}, controller {controller}", flush=True)
+
+    return await _serve_until_signal(start, announce, cluster.stop)
 
 
 def _register_tools() -> None:

@@ -9,12 +9,10 @@ extra `--timeout-ms` (overall per-call timeout, default 15 s). Failures print
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import wraps
 from pathlib import Path
-from typing import Any, NoReturn, ParamSpec, TypeVar
+from typing import Any
 
 import click
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -29,59 +27,24 @@ from confluent_kafka.admin import (
 )
 
 from wherry.cli.common import (
-    DEFAULT_BOOTSTRAP,
-    TRANSIENT_ERRORS,
     AdminService,
     CommandError,
+    admin_options,
+    exits_on_error,
     kafka_error_code,
-    kafka_error_message,
     parse_kv,
 )
 
-DEFAULT_TIMEOUT_MS = 15_000
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 MAX_REPLICATION_FACTOR = 32767
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 # --------------------------------------------------------------------------------------------
 # Click plumbing
 
 
-def _fail(message: str) -> NoReturn:
-    click.echo(f"Error while executing topic command : {message}", err=True)
-    sys.exit(1)
-
-
-def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    @wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except CommandError as e:
-            _fail(str(e))
-        except KafkaException as e:
-            _fail(kafka_error_message(e))
-
-    return wrapper
-
-
-def _common_options(fn: Callable[P, R]) -> Callable[P, R]:
-    fn = click.option(
-        "--timeout-ms", type=click.IntRange(min=100), default=DEFAULT_TIMEOUT_MS,
-        show_default=True, help="Overall timeout of each request to the cluster (wherry extra).",
-    )(fn)
-    fn = click.option(
-        "--command-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="Property file with configs passed to the admin client.",
-    )(fn)
-    fn = click.option(
-        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, show_default=True, metavar="HOST:PORT",
-        help="The Kafka server(s) to connect to.",
-    )(fn)
-    return fn
+_handle_errors = exits_on_error("Error while executing topic command : ")
+_common_options = admin_options("Overall timeout of each request to the cluster (wherry extra).")
 
 
 class TopicService(AdminService):
@@ -94,17 +57,6 @@ class TopicService(AdminService):
         """What the broker may spend (e.g. waiting for a new topic's leaders): less than the
         request timeout, so that the broker's own timeout error reaches us first."""
         return max(0.0, self.timeout_s * 0.8)
-
-    def metadata(self) -> Any:
-        try:
-            return self.admin.list_topics(timeout=self.timeout_s)
-        except KafkaException as e:
-            code = kafka_error_code(e)
-            if code in TRANSIENT_ERRORS:
-                raise CommandError(
-                    f"{self._timeout_message('listTopics')} ({kafka_error_message(e)})"
-                ) from e
-            raise
 
     def topic_names(self, include: str | None, exclude_internal: bool) -> list[str]:
         md = self.metadata()

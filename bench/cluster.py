@@ -16,8 +16,9 @@ temporary data dirs, every process stopped by its PID):
 `--dev` runs the RF 3 rows on `wherry dev --brokers 3` (three brokers in ONE child process,
 one event loop, embedded store) instead of three processes on ZooKeeper.
 
-Every client runs in a process of its own (`python -m bench.cluster worker ROLE JSON`), so
-the orchestrator, the brokers and the load generator never share a GIL.
+Every client runs in a process of its own (`python -m bench.workers ROLE JSON`, bench/run.py's
+confluent-kafka workers), so the orchestrator, the brokers and the load generator never share a
+GIL.
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,16 @@ from bench.common import (
     REPO_ROOT,
     BenchError,
     Broker,
-    call,
     cpu_seconds,
+    create_topic,
+    env_line,
     environment,
+    finish,
+    log,
+    print_table,
+    run_worker,
     stop_pid,
+    temp_dir,
 )
 
 PARTITIONS = 3  # one leader per broker on the 3-broker cluster
@@ -72,107 +78,7 @@ FULL = Plan(
     latency_duration_s=10,
     repeats=3,
 )
-QUICK = Plan(
-    small_records=50_000,
-    large_records=15_000,
-    latency_rates=(1000, 100),
-    latency_duration_s=3,
-    repeats=1,
-)
-
-
-# ------------------------------------------------------------------------------- workers
-
-
-def produce_worker(p: Params) -> Params:
-    """`count` records of `record_bytes` (keyless, round-robin over partitions) with `acks`;
-    timed from the first produce() to flush() returning, metadata fetched before: bench/run.py's
-    confluent-kafka producer (rows c1, c2) with the acks setting of the row."""
-    from bench.workers import cf_produce
-
-    return cf_produce(p)
-
-
-def latency_worker(p: Params) -> Params:
-    """100 B records paced at `rate`/s for `duration_s`, linger.ms=0, `acks`; latency is
-    produce() → delivery report."""
-    from confluent_kafka import KafkaError, Message, Producer
-
-    prod = Producer(
-        {"bootstrap.servers": p["bootstrap"], "linger.ms": 0, "acks": p["acks"], "log_level": 0}
-    )
-    topic = p["topic"]
-    value = os.urandom(100)
-    prod.produce(topic, value)  # warm-up: connection, metadata, first batch
-    if prod.flush(10) != 0:
-        raise BenchError("latency warm-up message was not delivered")
-    latencies: list[float] = []
-    failures: list[str] = []
-    perf = time.perf_counter
-
-    def callback(t_sent: float) -> Callable[[KafkaError | None, Message], None]:
-        def done(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None:
-                failures.append(str(err))
-            else:
-                latencies.append(perf() - t_sent)
-
-        return done
-
-    rate = p["rate"]
-    count = int(rate * p["duration_s"])
-    interval = 1.0 / rate
-    t0 = next_at = perf()
-    for _ in range(count):
-        while (now := perf()) < next_at:
-            prod.poll(next_at - now)
-        prod.produce(topic, value, on_delivery=callback(perf()))
-        prod.poll(0)
-        next_at += interval
-    remaining = prod.flush(max(10.0, p["duration_s"] * 5))
-    elapsed = perf() - t0
-    if failures or remaining or len(latencies) != count:
-        raise BenchError(f"latency run: {remaining} undelivered, errors {failures[:5]}")
-    latencies.sort()
-
-    def pct(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
-
-    return {
-        "records": count,
-        "elapsed_s": elapsed,
-        "rate": count / elapsed,
-        "p50_ms": pct(0.50),
-        "p99_ms": pct(0.99),
-        "max_ms": latencies[-1] * 1000,
-    }
-
-
-ROLES: dict[str, Callable[[Params], Params]] = {
-    "produce": produce_worker,
-    "latency": latency_worker,
-}
-
-
-def run_worker(role: str, params: Params, timeout_s: float) -> Params:
-    """Run a worker process and return the JSON it prints last."""
-    cmd = [sys.executable, "-m", "bench.cluster", "worker", role, json.dumps(params)]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        stop_pid(proc, timeout_s=2)
-        out, err = proc.communicate()
-        raise BenchError(
-            f"worker {role} timed out after {timeout_s:.0f} s\n{err[-2000:]}"
-        ) from None
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise BenchError(f"worker {role} failed (exit {proc.returncode}):\n{err[-3000:]}")
-    result: Params = json.loads(lines[-1])
-    return result
+QUICK = replace(FULL, small_records=50_000, large_records=15_000, latency_duration_s=3, repeats=1)
 
 
 # ------------------------------------------------------------------------------- targets
@@ -198,27 +104,8 @@ class Target:
         from wherry.testing.metadata_probe import fetch_metadata
 
         configs = {"min.insync.replicas": "2"} if self.replication_factor > 1 else {}
-        resp = call(
-            self.bootstrap.split(",")[0],
-            19,
-            7,
-            {
-                "topics": [
-                    {
-                        "name": name,
-                        "num_partitions": partitions,
-                        "replication_factor": self.replication_factor,
-                        "assignments": [],
-                        "configs": [{"name": k, "value": v} for k, v in configs.items()],
-                    }
-                ],
-                "timeout": 30_000,
-                "validate_only": False,
-            },
-        )
-        t = resp.topics[0]
-        if int(t.error_code) != 0:
-            raise BenchError(f"CreateTopics {name} failed: {t.error_code} {t.error_message}")
+        first = self.bootstrap.split(",")[0]
+        create_topic(first, name, partitions, configs, self.replication_factor)
 
         def ready() -> bool:
             for address in self.bootstrap.split(","):
@@ -347,7 +234,7 @@ class Bench:
                 self.log(f"({rid}) {target.name}: produce {count} x {size} B, run {rep + 1}")
                 cpu0 = target.cpu_seconds()
                 r = run_worker(
-                    "produce",
+                    "cf_produce",
                     {
                         "bootstrap": target.bootstrap,
                         "topic": topic,
@@ -380,13 +267,15 @@ class Bench:
             rid = f"{prefix}l{i + 1}"
             self.log(f"({rid}) {target.name}: latency at {rate}/s")
             r = run_worker(
-                "latency",
+                "cf_latency",
                 {
                     "bootstrap": target.bootstrap,
                     "topic": topic,
                     "acks": target.acks,
                     "rate": rate,
                     "duration_s": plan.latency_duration_s,
+                    "flush_timeout_s": max(10.0, plan.latency_duration_s * 5),
+                    "quiet": True,
                 },
                 timeout_s=plan.latency_duration_s * 10 + 60,
             )
@@ -419,41 +308,14 @@ ORDER = ("s1", "s2", "r1", "r2", "x1", "x2", "sl1", "rl1", "sl2", "rl2")
 
 
 def render(env: Params, rows: list[Row], mode: str) -> None:
-    print(
-        f"env: {env['cpus']} CPUs, {env['implementation']} {env['python']}, "
-        f"uvloop {'on' if env['uvloop'] else 'off'}, Linux {env['kernel']}, "
-        f"confluent-kafka {env.get('confluent_kafka')} / librdkafka {env.get('librdkafka')}, "
-        f"load avg (1 min) {env['loadavg_1m']:.2f} at start, {env['loadavg_1m_end']:.2f} at end; "
-        f"RF 3 rows on {mode}"
+    print(f"{env_line(env)}; RF 3 rows on {mode}")
+    print_table(
+        "wherry replication benchmark (MB = 2^20 bytes)",
+        [(r.id, r.name, r.result, r.detail) for r in rows],
     )
-    headers = ("row", "measurement", "result", "detail")
-    cells = [(r.id, r.name, r.result, r.detail) for r in rows]
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-        line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
-        print("wherry replication benchmark (MB = 2^20 bytes)")
-        print(line)
-        print("-" * len(line))
-        for c in cells:
-            print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
-    else:
-        table = Table(title="wherry replication benchmark (MB = 2^20 bytes)")
-        for h in headers:
-            table.add_column(h, overflow="fold")
-        for c in cells:
-            table.add_row(*c)
-        Console(width=200).print(table)
-    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["worker"]:
-        print(json.dumps(ROLES[argv[1]](json.loads(argv[2]))), flush=True)
-        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short run, a tenth of the records")
     ap.add_argument("--dev", action="store_true", help="RF 3 rows on `wherry dev --brokers 3`")
@@ -462,25 +324,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     env = environment()
-    base = Path(tempfile.mkdtemp(prefix="wherry-bench-cluster-", dir=args.tmp_dir))
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
     bench = Bench(plan, log)
     mode = "`wherry dev --brokers 3` (one process)" if args.dev else "3 processes + ZooKeeper"
     t0 = time.monotonic()
-    try:
+    with temp_dir("wherry-bench-cluster-", args.tmp_dir) as base:
         with single_broker(base) as target:
             bench.measure(target, "s")
         shutil.rmtree(base / "single", ignore_errors=True)
         with dev_cluster(base) if args.dev else zk_cluster(base) as target:
             bench.measure(target, "r")
         bench.ratios()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    log(f"bench finished in {time.monotonic() - t0:.0f} s")
-    env["loadavg_1m_end"] = os.getloadavg()[0]
+    finish(env, t0)
     rows = [bench.rows[i] for i in ORDER]
     render(env, rows, mode)
     if args.json:

@@ -15,9 +15,11 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -347,7 +349,11 @@ def call(bootstrap: str, api_key: int, version: int, body: dict[str, Any]) -> An
 
 
 def create_topic(
-    bootstrap: str, name: str, partitions: int, configs: dict[str, str] | None = None
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    configs: dict[str, str] | None = None,
+    replication_factor: int = 1,
 ) -> None:
     """CreateTopics v7; raises BenchError unless the topic was created."""
     resp = call(
@@ -359,7 +365,7 @@ def create_topic(
                 {
                     "name": name,
                     "num_partitions": partitions,
-                    "replication_factor": 1,
+                    "replication_factor": replication_factor,
                     "assignments": [],
                     "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
                 }
@@ -408,3 +414,65 @@ def environment() -> dict[str, Any]:
     except ImportError:  # pragma: no cover - a project dependency
         env["confluent_kafka"] = None
     return env
+
+
+# --------------------------------------------------------------------------------------------
+# Runs and output
+# --------------------------------------------------------------------------------------------
+
+
+def log(msg: str) -> None:
+    """A progress line: to stderr (the table goes to stdout)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def temp_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """A temporary directory (under `parent` when given), removed with its content at the end."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def finish(env: dict[str, Any], t0: float) -> None:
+    """Log the run's duration (since `t0`, monotonic) and record the load average at its end."""
+    log(f"bench finished in {time.monotonic() - t0:.0f} s")
+    env["loadavg_1m_end"] = os.getloadavg()[0]
+
+
+def env_line(env: dict[str, Any]) -> str:
+    """The environment line printed above a table (from `environment`, with the load average
+    at the end of the run in ``loadavg_1m_end``)."""
+    return (
+        f"env: {env['cpus']} CPUs, {env['implementation']} {env['python']}, "
+        f"uvloop {'on' if env['uvloop'] else 'off'}, Linux {env['kernel']}, "
+        f"confluent-kafka {env.get('confluent_kafka')} / librdkafka {env.get('librdkafka')}, "
+        f"load avg (1 min) {env['loadavg_1m']:.2f} at start, {env['loadavg_1m_end']:.2f} at end"
+    )
+
+
+def print_table(title: str, cells: list[tuple[str, str, str, str]]) -> None:
+    """Print (row, measurement, result, detail) rows as a table: with `rich` when it is
+    installed, in plain text otherwise."""
+    headers = ("row", "measurement", "result", "detail")
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+        line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+        print(title)
+        print(line)
+        print("-" * len(line))
+        for c in cells:
+            print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
+    else:
+        table = Table(title=title)
+        for h in headers:
+            table.add_column(h, overflow="fold")
+        for c in cells:
+            table.add_row(*c)
+        Console(width=200).print(table)
+    sys.stdout.flush()

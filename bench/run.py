@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import socket
 import statistics
@@ -24,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +39,16 @@ from bench.common import (
     api_versions_request,
     create_topic,
     decode_response,
+    env_line,
     environment,
+    finish,
     free_port,
+    log,
+    print_table,
     read_frame,
     run_worker,
     segment_files,
+    temp_dir,
 )
 
 PARTITIONS = 4
@@ -66,26 +70,16 @@ class Plan:
 
 
 FULL = Plan(
-    pipe_duration_s=10.0,
-    ingest_connections=4,
-    ingest_in_flight=4,
-    small_records=2_000_000,
-    large_records=500_000,
-    latency_rate=1000,
-    latency_duration_s=10.0,
-    startup_runs=5,
-    sendfile_bytes=8192 * MIB,
+    pipe_duration_s=10.0, latency_duration_s=10.0, latency_rate=1000,
+    small_records=2_000_000, large_records=500_000,
+    ingest_connections=4, ingest_in_flight=4,
+    startup_runs=5, sendfile_bytes=8192 * MIB,
 )
-QUICK = Plan(
-    pipe_duration_s=2.0,
-    ingest_connections=4,
-    ingest_in_flight=4,
-    small_records=100_000,
-    large_records=30_000,
-    latency_rate=1000,
-    latency_duration_s=2.0,
-    startup_runs=1,
-    sendfile_bytes=512 * MIB,
+QUICK = replace(
+    FULL,
+    pipe_duration_s=2.0, latency_duration_s=2.0,
+    small_records=100_000, large_records=30_000,
+    startup_runs=1, sendfile_bytes=512 * MIB,
 )
 
 
@@ -423,43 +417,11 @@ ORDER = ("a", "b", "c1", "c2", "d0", "d1", "d2", "e", "f1", "f2", "f3")
 
 
 def render(env: dict[str, Any], rows: list[Row]) -> None:
-    env_line = (
-        f"env: {env['cpus']} CPUs, {env['implementation']} {env['python']}, "
-        f"uvloop {'on' if env['uvloop'] else 'off'}, Linux {env['kernel']}, "
-        f"confluent-kafka {env.get('confluent_kafka')} / librdkafka {env.get('librdkafka')}, "
-        f"load avg (1 min) {env['loadavg_1m']:.2f} at start, {env['loadavg_1m_end']:.2f} at end"
+    print(env_line(env))
+    print_table(
+        "wherry benchmark (MB = 2^20 bytes)",
+        [(r.id, r.name, r.result_text(), r.detail) for r in rows],
     )
-    print(env_line)
-    if not _render_rich(rows):
-        _render_plain(rows)
-    sys.stdout.flush()
-
-
-def _render_rich(rows: list[Row]) -> bool:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        return False
-    table = Table(title="wherry benchmark (MB = 2^20 bytes)")
-    for col in ("row", "measurement", "result", "detail"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r.id, r.name, r.result_text(), r.detail)
-    Console(width=200).print(table)
-    return True
-
-
-def _render_plain(rows: list[Row]) -> None:
-    headers = ("row", "measurement", "result", "detail")
-    cells = [(r.id, r.name, r.result_text(), r.detail) for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
-    print("wherry benchmark (MB = 2^20 bytes)")
-    print(line)
-    print("-" * len(line))
-    for c in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -483,21 +445,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     env = environment()
-    base = Path(tempfile.mkdtemp(prefix="wherry-bench-", dir=args.tmp_dir))
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    bench = Bench(plan, base, args.override, log)
-    bench.profile_dir = args.profile
     t0 = time.monotonic()
-    try:
+    with temp_dir("wherry-bench-", args.tmp_dir) as base:
+        bench = Bench(plan, base, args.override, log)
+        bench.profile_dir = args.profile
         bench.pipe_and_ingest()
         bench.clients()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    log(f"bench finished in {time.monotonic() - t0:.0f} s")
-    env["loadavg_1m_end"] = os.getloadavg()[0]
+    finish(env, t0)
     rows = [bench.rows[i] for i in ORDER]
     render(env, rows)
     if args.json:

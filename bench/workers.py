@@ -14,7 +14,8 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,20 @@ def _recv_into_exact(sock: socket.socket, view: memoryview) -> bool:
     return True
 
 
+@contextmanager
+def _accept_one(timeout_s: float) -> Iterator[socket.socket]:
+    """Listen on a free loopback port, print `port N` for the orchestrator, and yield the one
+    connection it makes (closed afterwards); `timeout_s` bounds the wait for it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        srv.settimeout(timeout_s)
+        print(f"port {srv.getsockname()[1]}", flush=True)
+        conn, _ = srv.accept()
+        with conn:
+            yield conn
+
+
 # --------------------------------------------------------------------------------------------
 # (a) raw limit: loopback socket → file with the same framing and payload
 # --------------------------------------------------------------------------------------------
@@ -100,18 +115,13 @@ def _recv_into_exact(sock: socket.socket, view: memoryview) -> bool:
 def raw_server(p: Params) -> Params:
     """Receive size-prefixed frames on one connection and append each to a file."""
     path = Path(p["dir"]) / "raw-pipe.log"
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        srv.settimeout(p["timeout_s"])
-        print(f"port {srv.getsockname()[1]}", flush=True)
-        conn, _ = srv.accept()
+    with _accept_one(p["timeout_s"]) as conn:
         conn.settimeout(p["timeout_s"])
         buf = bytearray(p.get("max_frame_bytes", 4 * MIB))
         view = memoryview(buf)
         size_view = memoryview(bytearray(4))
         total = frames = 0
-        with conn, open(path, "ab", buffering=0) as f:
+        with open(path, "ab", buffering=0) as f:
             while _recv_into_exact(conn, size_view):
                 (size,) = _SIZE.unpack(size_view)
                 if size == 0:  # end marker: answer with the byte count once all is written
@@ -260,6 +270,18 @@ def ingest(p: Params) -> Params:
 # --------------------------------------------------------------------------------------------
 
 
+def _client_result(records: int, nbytes: int, elapsed_s: float, cpu_s: float) -> Params:
+    """What a producer or consumer role reports: counts, rates and its own CPU time."""
+    return {
+        "records": records,
+        "bytes": nbytes,
+        "elapsed_s": elapsed_s,
+        "rec_s": records / elapsed_s,
+        "mb_s": nbytes / elapsed_s / MIB,
+        "client_cpu_s": cpu_s,
+    }
+
+
 def cf_produce(p: Params) -> Params:
     from confluent_kafka import KafkaError, Message, Producer
 
@@ -306,15 +328,7 @@ def cf_produce(p: Params) -> Params:
     elapsed = time.perf_counter() - t0
     if failures or remaining:
         raise BenchError(f"produce failed: {remaining} undelivered, errors {failures}")
-    nbytes = count * p["record_bytes"]
-    return {
-        "records": count,
-        "bytes": nbytes,
-        "elapsed_s": elapsed,
-        "rec_s": count / elapsed,
-        "mb_s": nbytes / elapsed / MIB,
-        "client_cpu_s": time.process_time() - cpu0,
-    }
+    return _client_result(count, count * p["record_bytes"], elapsed, time.process_time() - cpu0)
 
 
 def cf_consume(p: Params) -> Params:
@@ -355,23 +369,25 @@ def cf_consume(p: Params) -> Params:
         cons.close()
     if n != expected:
         raise BenchError(f"consumed {n} records, expected {expected}")
-    return {
-        "records": n,
-        "bytes": nbytes,
-        "elapsed_s": elapsed,
-        "rec_s": n / elapsed,
-        "mb_s": nbytes / elapsed / MIB,
-        "client_cpu_s": cpu,
-    }
+    return _client_result(n, nbytes, elapsed, cpu)
 
 
 def cf_latency(p: Params) -> Params:
-    """Produce at a fixed rate (linger.ms=0, acks=all); latency = produce() → delivery report."""
+    """Produce `record_bytes` records (100 B by default) at `rate`/s for `duration_s`,
+    linger.ms=0, `acks` (all by default); latency = produce() → delivery report. `quiet`
+    turns librdkafka's log off; the final flush waits up to `flush_timeout_s` (10 s)."""
     from confluent_kafka import KafkaError, Message, Producer
 
-    prod = Producer({"bootstrap.servers": p["bootstrap"], "linger.ms": 0, "acks": "all"})
+    conf: Params = {
+        "bootstrap.servers": p["bootstrap"],
+        "linger.ms": 0,
+        "acks": p.get("acks", "all"),
+    }
+    if p.get("quiet"):
+        conf["log_level"] = 0
+    prod = Producer(conf)
     topic = p["topic"]
-    value = os.urandom(p["record_bytes"])
+    value = os.urandom(p.get("record_bytes", 100))
     prod.produce(topic, value)  # warm-up: connection, metadata, first batch
     if prod.flush(10) != 0:
         raise BenchError("latency warm-up message was not delivered")
@@ -404,7 +420,7 @@ def cf_latency(p: Params) -> Params:
         prod.produce(topic, value, on_delivery=callback(t))
         prod.poll(0)
         next_at += interval
-    remaining = prod.flush(10)
+    remaining = prod.flush(p.get("flush_timeout_s", 10.0))
     elapsed = perf() - t0
     if failures or remaining or len(latencies) != count:
         raise BenchError(f"latency run: {remaining} undelivered, errors {failures[:5]}")
@@ -417,6 +433,7 @@ def cf_latency(p: Params) -> Params:
 
     return {
         "records": count,
+        "elapsed_s": elapsed,
         "rate": count / elapsed,
         "p50_ms": pct(0.50),
         "p99_ms": pct(0.99),
@@ -435,30 +452,24 @@ def sendfile_server(p: Params) -> Params:
     files = [Path(f) for f in p["files"]]
     min_bytes = p.get("min_bytes", 0)
     total = 0
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        srv.settimeout(p["timeout_s"])
-        print(f"port {srv.getsockname()[1]}", flush=True)
-        conn, _ = srv.accept()
+    with _accept_one(p["timeout_s"]) as conn:
         fds = [os.open(f, os.O_RDONLY) for f in files]
         try:
-            with conn:
-                out = conn.fileno()
-                passes = 0
-                while passes == 0 or total < min_bytes:
-                    for fd in fds:
-                        size = os.fstat(fd).st_size
-                        offset = 0
-                        while offset < size:
-                            sent = os.sendfile(out, fd, offset, size - offset)
-                            if sent == 0:
-                                break
-                            offset += sent
-                        total += offset
-                    passes += 1
-                    if total == 0:
-                        break
+            out = conn.fileno()
+            passes = 0
+            while passes == 0 or total < min_bytes:
+                for fd in fds:
+                    size = os.fstat(fd).st_size
+                    offset = 0
+                    while offset < size:
+                        sent = os.sendfile(out, fd, offset, size - offset)
+                        if sent == 0:
+                            break
+                        offset += sent
+                    total += offset
+                passes += 1
+                if total == 0:
+                    break
         finally:
             for fd in fds:
                 os.close(fd)

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real broker process for client tests."""
+"""Shared fixtures: a real broker process for client tests, a real ZooKeeper."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.helpers import running_zookeeper
+from wherry.testing.zookeeper import ZooKeeperServer
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +37,12 @@ def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield b
     finally:
         b.kill()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server() -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper for the session's store and controller tests (each test works in a
+    chroot of its own). Skipped where ZooKeeper is not installed, failed in CI."""
+    with running_zookeeper() as server:
+        yield server
+

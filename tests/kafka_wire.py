@@ -63,3 +63,33 @@ def is_closed(sock: socket.socket, timeout_s: float = 5.0) -> bool:
         return True
     except TimeoutError:
         return False
+
+
+def produce_body(
+    topic: str, records: bytes, *, partition: int = 0, acks: int = -1
+) -> dict[str, Any]:
+    """A Produce request body (v3+) carrying ``records`` for one partition."""
+    return {
+        "acks": acks,
+        "timeout": 5000,
+        "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": records}]}
+        ],
+    }
+
+
+def fetch_body(
+    topic: str, *, partition: int = 0, offset: int = 0, leader_epoch: int = -1
+) -> dict[str, Any]:
+    """A Fetch v12 request body for one partition from ``offset`` (up to 1 MiB, no waiting),
+    as a consumer sends it."""
+    wanted = {
+        "partition": partition, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
+        "current_leader_epoch": leader_epoch, "log_start_offset": -1, "last_fetched_epoch": -1,
+    }
+    return {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [wanted]}],
+        "forgotten_topics_data": [], "rack_id": "",
+    }

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
+from tests.helpers import poll_messages
 from wherry.server.config import BrokerConfigError, load_config
 from wherry.testing.cluster import AsyncDevCluster, DevCluster
 from wherry.testing.zookeeper import find_free_port
@@ -104,13 +105,8 @@ def test_plugin_single_broker(wherry_broker: DevCluster) -> None:
         {"bootstrap.servers": wherry_broker.bootstrap, "group.id": "g", "log_level": 0}
     )
     c.assign([CKTopicPartition("single", 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 15
     try:
-        while len(got) < 5 and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and m.error() is None:
-                got.append(m.value())
+        got = [m.value() for m in poll_messages(c, 5, 15, skip_errors=True)]
     finally:
         c.close()
     assert got == [str(i).encode() for i in range(5)]

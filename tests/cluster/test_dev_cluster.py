@@ -14,12 +14,12 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KPTopicPartition
 from kio.schema.errors import ErrorCode
 
-from tests.kafka_wire import call
+from tests.helpers import create_topic, poll_messages
+from tests.kafka_wire import call, fetch_body, produce_body
 from wherry.common.topic_partition import TopicPartition as TopicPartitionKey
 from wherry.coordination import paths
 from wherry.protocol.records import build_batch
@@ -31,22 +31,6 @@ FAILOVER_BOUND_S = 5.0
 
 def new_name() -> str:
     return f"c-{uuid.uuid4().hex[:10]}"
-
-
-def create_topic(
-    bootstrap: str,
-    name: str,
-    partitions: int,
-    rf: int,
-    assignment: list[list[int]] | None = None,
-) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    topic = (
-        NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment)
-        if assignment is not None
-        else NewTopic(name, partitions, rf)
-    )
-    admin.create_topics([topic], operation_timeout=10, request_timeout=15)[name].result(20)
 
 
 def views(cluster: DevCluster, topics: list[str] | None = None) -> dict[int, ClusterView]:
@@ -71,7 +55,7 @@ def test_replicas_spread_and_every_broker_agrees(wherry_cluster: DevCluster) -> 
     controller = c.wait_for_controller()
     t = new_name()
     # Any broker takes admin requests: create through a broker that is not the controller.
-    create_topic(c.address((controller + 1) % 3), t, 12, 3)
+    create_topic(c.address((controller + 1) % 3), t, partitions=12, replication_factor=3)
     c.wait_for_topic(t, 12)
     view = agree(c, t)
     assert view.controller_id == controller
@@ -142,18 +126,10 @@ def _consume_confluent(bootstrap: str, topic: str, partitions: int, n: int) -> l
         }
     )
     cons.assign([CKTopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[str] = []
-    deadline = time.monotonic() + 20
     try:
-        while len(out) < n and time.monotonic() < deadline:
-            m = cons.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            out.append(m.value().decode())
+        return [m.value().decode() for m in poll_messages(cons, n, 20)]
     finally:
         cons.close()
-    return out
 
 
 def _consume_kafka_python(bootstrap: str, topic: str, partitions: int, n: int) -> list[str]:
@@ -177,7 +153,7 @@ def test_clients_produce_and_consume_through_any_broker(wherry_cluster: DevClust
     watermark waits for followers to fetch, which comes with replication.)"""
     c = wherry_cluster
     t = new_name()
-    create_topic(c.bootstrap, t, 6, 1)
+    create_topic(c.bootstrap, t, partitions=6, replication_factor=1)
     c.wait_for_topic(t, 6)
     assert set(c.metadata(0, [t]).leaders(t).values()) == {0, 1, 2}
     expected: list[str] = []
@@ -195,7 +171,7 @@ def test_clients_produce_and_consume_through_any_broker(wherry_cluster: DevClust
 def test_clients_produce_with_acks_1_to_replicated_partitions(wherry_cluster: DevCluster) -> None:
     c = wherry_cluster
     t = new_name()
-    create_topic(c.bootstrap, t, 6, 3)
+    create_topic(c.bootstrap, t, partitions=6, replication_factor=3)
     c.wait_for_topic(t, 6)
     for b in range(3):
         _produce_confluent(c.address(b), t, 6, f"ck{b}")
@@ -215,7 +191,7 @@ def test_consumer_group_and_acks_all_on_unreplicated_topic(wherry_cluster: DevCl
     whichever broker leads its `__consumer_offsets` partition."""
     c = wherry_cluster
     t = new_name()
-    create_topic(c.bootstrap, t, 3, 1)
+    create_topic(c.bootstrap, t, partitions=3, replication_factor=1)
     c.wait_for_topic(t, 3)
     p = Producer({"bootstrap.servers": c.address(2), "acks": "all", "log_level": 0})
     for i in range(30):
@@ -230,13 +206,8 @@ def test_consumer_group_and_acks_all_on_unreplicated_topic(wherry_cluster: DevCl
         }
     )
     cons.subscribe([t])
-    got: list[int] = []
-    deadline = time.monotonic() + 30
     try:
-        while len(got) < 30 and time.monotonic() < deadline:
-            m = cons.poll(0.5)
-            if m is not None and m.error() is None:
-                got.append(int(m.value()))
+        got = [int(m.value()) for m in poll_messages(cons, 30, 30, skip_errors=True)]
         cons.commit(asynchronous=False)
         committed = cons.committed([CKTopicPartition(t, i) for i in range(3)], timeout=10)
     finally:
@@ -246,58 +217,13 @@ def test_consumer_group_and_acks_all_on_unreplicated_topic(wherry_cluster: DevCl
 
 
 def _produce_wire(address: str, topic: str, partition: int) -> int:
-    r = call(
-        address,
-        0,
-        9,
-        {
-            "acks": 1,
-            "timeout": 5000,
-            "topic_data": [
-                {
-                    "name": topic,
-                    "partition_data": [
-                        {"index": partition, "records": build_batch([(None, b"x")])}
-                    ],
-                }
-            ],
-        },
-    )
+    body = produce_body(topic, build_batch([(None, b"x")]), partition=partition, acks=1)
+    r = call(address, 0, 9, body)
     return int(r.responses[0].partition_responses[0].error_code)
 
 
 def _fetch_wire(address: str, topic: str, partition: int) -> int:
-    r = call(
-        address,
-        1,
-        12,
-        {
-            "replica_id": -1,
-            "max_wait": 0,
-            "min_bytes": 0,
-            "max_bytes": 1 << 20,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "fetch_offset": 0,
-                            "partition_max_bytes": 1 << 20,
-                            "current_leader_epoch": -1,
-                            "log_start_offset": -1,
-                            "last_fetched_epoch": -1,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
-    )
+    r = call(address, 1, 12, fetch_body(topic, partition=partition))
     return int(r.responses[0].partitions[0].error_code)
 
 
@@ -327,8 +253,8 @@ def test_only_the_leader_serves_produce_fetch_and_list_offsets(
 ) -> None:
     c = wherry_cluster
     replicated, single = new_name(), new_name()
-    create_topic(c.bootstrap, replicated, 1, 3, assignment=[[1, 2, 0]])
-    create_topic(c.bootstrap, single, 1, 1, assignment=[[2]])
+    create_topic(c.bootstrap, replicated, [[1, 2, 0]])
+    create_topic(c.bootstrap, single, [[2]])
     c.wait_for_topic(replicated, 1)
     c.wait_for_topic(single, 1)
     assert c.metadata(0, [replicated]).leaders(replicated) == {0: 1}
@@ -399,7 +325,7 @@ class BackgroundProducer:
 @pytest.fixture
 def replicated_topic(wherry_cluster: DevCluster) -> Iterator[str]:
     t = new_name()
-    create_topic(wherry_cluster.bootstrap, t, 12, 3)
+    create_topic(wherry_cluster.bootstrap, t, partitions=12, replication_factor=3)
     wherry_cluster.wait_for_topic(t, 12)
     yield t
 
@@ -518,7 +444,7 @@ def test_expired_session_registers_again_with_a_new_broker_epoch(
     assert c.controller_id == controller
     # The controller reaches it under its new epoch: a new topic shows up in its cache.
     t = new_name()
-    create_topic(c.address(follower), t, 3, 3)
+    create_topic(c.address(follower), t, partitions=3, replication_factor=3)
     c.wait_for_topic(t, 3)
 
     # The controller's session: its /controller node goes, a controller is elected again

@@ -12,30 +12,20 @@ new controller, whose brokers refuse requests carrying the old controller epoch.
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
+from tests.helpers import create_topic, zk_cluster
 from tests.server.test_controller_requests_wire import send
 from wherry.coordination import paths
 from wherry.protocol.interbroker import LeaderAndIsrPartitionState, LeaderAndIsrRequest
-from wherry.testing.cluster import DevCluster, ZkCluster, wait_until
+from wherry.testing.cluster import DevCluster, wait_until
 from wherry.testing.zookeeper import ZooKeeperServer
 
 SESSION_TIMEOUT_MS = 4_000
-
-
-def create_topic(bootstrap: str, name: str, assignment: list[list[int]], **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    topic = NewTopic(
-        name, num_partitions=len(assignment), replica_assignment=assignment, config=configs
-    )
-    admin.create_topics([topic], operation_timeout=10, request_timeout=15)[name].result(20)
 
 
 def partition_view(c: DevCluster, broker: int, topic: str) -> object:
@@ -95,28 +85,11 @@ def test_unclean_election_only_when_the_topic_allows_it(wherry_cluster: DevClust
 # --- across processes, on ZooKeeper ---------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    reason = ZooKeeperServer.unavailable_reason()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"ZooKeeper is required in CI: {reason}")
-        pytest.skip(f"ZooKeeper is not available: {reason}")
-    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), tick_time_ms=100) as zk:
-        yield zk
-
-
 @pytest.mark.slow
 def test_pending_deletion_completes_after_the_controller_is_killed(
     zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
-    with ZkCluster(
-        tmp_path,
-        brokers=3,
-        zookeeper=zookeeper,
-        chroot=f"/wherry-{uuid.uuid4().hex[:8]}",
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-    ) as c:
+    with zk_cluster(zookeeper, tmp_path, session_timeout_ms=SESSION_TIMEOUT_MS) as c:
         assert wait_until(lambda: c.controller() is not None, 10)
         old = c.controller()
         assert old is not None

@@ -14,7 +14,6 @@ watermark. Short timings: lag 2 s, ZooKeeper session 4 s, tickTime 100 ms."""
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 import time
 import uuid
@@ -25,8 +24,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource
 
+from tests import helpers
+from tests.helpers import zk_cluster
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.log import Log
@@ -158,36 +159,21 @@ class FaultResult:
     isr_full_s: float  # fault -> every partition's ISR full again (victim restarted)
 
 
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    reason = ZooKeeperServer.unavailable_reason()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"ZooKeeper is required in CI: {reason}")
-        pytest.skip(f"ZooKeeper is not available: {reason}")
-    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), tick_time_ms=100) as zk:
-        yield zk
-
-
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
-    c = ZkCluster(
+    overrides = {
+        "replica.lag.time.max.ms": str(LAG_MS),
+        "replica.high.watermark.checkpoint.interval.ms": "500",
+        "offsets.topic.num.partitions": "1",  # the check consumers' group coordinator
+    }
+    with zk_cluster(
+        zookeeper,
         tmp_path,
         brokers=BROKERS,
-        zookeeper=zookeeper,
-        chroot=f"/wherry-{uuid.uuid4().hex[:8]}",
         session_timeout_ms=SESSION_TIMEOUT_MS,
-        overrides={
-            "replica.lag.time.max.ms": str(LAG_MS),
-            "replica.high.watermark.checkpoint.interval.ms": "500",
-            "offsets.topic.num.partitions": "1",  # the check consumers' group coordinator
-        },
-    )
-    c.start()
-    try:
+        overrides=overrides,
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -218,14 +204,9 @@ def must(predicate: Callable[[], object], what: str, c: ZkCluster, topic: str) -
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
+    assignment = [[(p + i) % BROKERS for i in range(BROKERS)] for p in range(PARTITIONS)]
+    helpers.create_topic(bootstrap, topic, assignment, **{"min.insync.replicas": "2"})
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    new = NewTopic(
-        topic,
-        num_partitions=PARTITIONS,
-        replica_assignment=[[(p + i) % BROKERS for i in range(BROKERS)] for p in range(PARTITIONS)],
-        config={"min.insync.replicas": "2"},
-    )
-    admin.create_topics([new], operation_timeout=10, request_timeout=15)[topic].result(20)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     configs = admin.describe_configs([resource])[resource].result(20)
     assert configs["min.insync.replicas"].value == "2"

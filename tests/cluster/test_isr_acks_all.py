@@ -11,22 +11,14 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.helpers import create_topic
 from wherry.common.topic_partition import TopicPartition
 from wherry.runtime.state_change_log import STATE_CHANGE_LOG_FILE, merge_state_change_logs
 from wherry.testing.cluster import DevCluster, wait_until
 
 LAG_MS = 1000
 TIMEOUT_S = 20.0
-
-
-def create_topic(bootstrap: str, name: str, assignment: list[list[int]], **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    topic = NewTopic(
-        name, num_partitions=len(assignment), replica_assignment=assignment, config=configs
-    )
-    admin.create_topics([topic], operation_timeout=10, request_timeout=15)[name].result(20)
 
 
 def produce_all(bootstrap: str, topic: str, values: list[bytes]) -> list[KafkaError | None]:

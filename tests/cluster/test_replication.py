@@ -8,9 +8,10 @@ from __future__ import annotations
 import uuid
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
+from tests.helpers import create_topic
 from tests.log.logtest_util import read_all
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch
@@ -19,12 +20,6 @@ from wherry.replication.partition import Partition
 from wherry.testing.cluster import DevCluster, wait_until
 
 TIMEOUT_S = 20.0
-
-
-def create_topic(bootstrap: str, name: str, assignment: list[list[int]]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    topic = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment)
-    admin.create_topics([topic], operation_timeout=10, request_timeout=15)[name].result(20)
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:

@@ -4,15 +4,14 @@ failover, partition leader failover and session expiry, with ZooKeeper's short t
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tests.helpers import zk_cluster
 from wherry.testing.cluster import ZkCluster, wait_until
 from wherry.testing.zookeeper import ZooKeeperServer
 
@@ -24,31 +23,10 @@ SESSION_TIMEOUT_MS = 4_000
 FAILOVER_BOUND_S = SESSION_TIMEOUT_MS / 1000 + 1.0
 
 
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    reason = ZooKeeperServer.unavailable_reason()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"ZooKeeper is required in CI: {reason}")
-        pytest.skip(f"ZooKeeper is not available: {reason}")
-    with ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), tick_time_ms=100) as zk:
-        yield zk
-
-
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
-    c = ZkCluster(
-        tmp_path,
-        brokers=3,
-        zookeeper=zookeeper,
-        chroot=f"/wherry-{uuid.uuid4().hex[:8]}",
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-    )
-    c.start()
-    try:
+    with zk_cluster(zookeeper, tmp_path, session_timeout_ms=SESSION_TIMEOUT_MS) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _metadata_agrees(c: ZkCluster, brokers: list[int], topic: str | None = None) -> bool:

@@ -12,22 +12,23 @@ every request it got. Each `Node` is one broker "process": a session, a stand-in
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tests.helpers import bounded_async_test
+from tests.helpers import wait_until_async as wait_until
+from tests.store_sessions import EmbeddedSessions, ZooKeeperSessions
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import BrokerAddress, InProcessChannel
+from wherry.controller.channel_manager import ChannelConfig
 from wherry.controller.controller import Controller
 from wherry.coordination import paths
-from wherry.coordination.embedded import EmbeddedCoordinator
-from wherry.coordination.store import MetadataStore, NodeExistsError, SessionState
-from wherry.coordination.zookeeper import ZooKeeperStore, connect_zookeeper
+from wherry.coordination.store import MetadataStore, NodeExistsError
 from wherry.protocol.interbroker import (
     LEADER_DURING_DELETE,
     LeaderAndIsrPartitionError,
@@ -50,30 +51,15 @@ from wherry.replication.controller_requests import (
 )
 from wherry.testing.zookeeper import ZooKeeperServer
 
-P = ParamSpec("P")
 TEST_TIMEOUT_S = 60.0
+async_test = bounded_async_test(TEST_TIMEOUT_S)
+"""Runs an ``async def`` test body with `asyncio.run`, bounded by ``TEST_TIMEOUT_S``."""
 
-
-def async_test(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), TEST_TIMEOUT_S))
-
-    return wrapper
-
-
-async def wait_until(
-    predicate: Callable[[], bool],
-    timeout_s: float = 10.0,
-    what: Callable[[], object] | None = None,
-) -> None:
-    """Poll until `predicate()` holds; on timeout the AssertionError shows `what()`."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            detail = "" if what is None else f": {what()!r}"
-            raise AssertionError(f"condition not met within {timeout_s} s{detail}")
-        await asyncio.sleep(0.01)
+FAST_CHANNEL = ChannelConfig(
+    connect_timeout_ms=1000, request_timeout_ms=1000, retry_backoff_ms=20, retry_backoff_max_ms=100
+)
+"""`NetworkChannelManager` timings for brokers on loopback: a second to connect or answer,
+short backoffs between attempts."""
 
 
 # ----------------------------------------------------------------------------- backends
@@ -96,51 +82,17 @@ class Backend:
         raise NotImplementedError
 
 
-class EmbeddedBackend(Backend):
-    name = "embedded"
-
-    def __init__(self) -> None:
-        self.coordinator = EmbeddedCoordinator(None)
-
-    async def new_session(self) -> MetadataStore:
-        return self.coordinator.session()
-
-    async def expire(self, store: MetadataStore) -> None:
-        assert self.coordinator.expire_session(store.session_id)
+class EmbeddedBackend(EmbeddedSessions, Backend):
+    """The embedded store, in memory."""
 
     async def settle(self) -> None:
         await asyncio.sleep(0.05)
 
-    async def aclose(self) -> None:
-        self.coordinator.close()
 
-
-class ZooKeeperBackend(Backend):
-    name = "zookeeper"
-
+class ZooKeeperBackend(ZooKeeperSessions, Backend):
     def __init__(self, server: ZooKeeperServer) -> None:
-        self.server = server
-        self.chroot = f"/wherry-controller-tests/{uuid.uuid4().hex}"
-        self.sessions: list[ZooKeeperStore] = []
-
-    async def new_session(self) -> MetadataStore:
-        store = await connect_zookeeper(
-            self.server.connect_string + self.chroot,
-            session_timeout_ms=6_000,
-            connect_timeout_s=10.0,
-        )
-        self.sessions.append(store)
-        return store
-
-    async def expire(self, store: MetadataStore) -> None:
-        assert isinstance(store, ZooKeeperStore)
-        session_id, password = store.client_id
-        assert await asyncio.to_thread(self.server.expire_session, session_id, password)
-        await wait_until(lambda: store.state is SessionState.EXPIRED)
-
-    async def aclose(self) -> None:
-        sessions, self.sessions = self.sessions, []
-        await asyncio.gather(*(s.close() for s in sessions))
+        chroot = f"/wherry-controller-tests/{uuid.uuid4().hex}"
+        super().__init__(server, chroot, session_timeout_ms=6_000)
 
 
 # ----------------------------------------------------------------------------- brokers
@@ -308,6 +260,10 @@ class Cluster:
         self.nodes[broker_id] = node
         await controller.start()
         return node
+
+    async def start_all(self, *broker_ids: int) -> list[Node]:
+        """Start the brokers one after the other, in this order."""
+        return [await self.start(b) for b in broker_ids]
 
     async def kill(self, broker_id: int) -> None:
         """The broker dies: its controller stops and its session closes (its ephemeral nodes

@@ -22,8 +22,7 @@ TP = TopicPartition("t", 0)
 
 
 async def three_brokers(c: Cluster) -> tuple[Node, uuid.UUID]:
-    for b in (1, 2, 3):
-        await c.start(b)
+    await c.start_all(1, 2, 3)
     ctl = await c.wait_for_controller()
     tid = await c.create_topic("t", {0: [1, 2, 3]})
     await c.settle()

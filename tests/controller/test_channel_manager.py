@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
 
 import pytest
+from controller_harness import FAST_CHANNEL
 from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess
 from tests.loopback import FrameServer, run
+from wherry.controller.channel import ResponseCallback
 from wherry.controller.channel_manager import (
     BrokerAddress,
     ChannelConfig,
@@ -45,9 +48,6 @@ from wherry.protocol.interbroker_codec import (
     encode_interbroker_response,
 )
 from wherry.testing.zookeeper import find_free_port
-
-FAST = ChannelConfig(connect_timeout_ms=1000, request_timeout_ms=1000, retry_backoff_ms=20,
-                     retry_backoff_max_ms=100)
 
 
 def answer_for(body: InterbrokerRequestBody) -> InterbrokerResponseBody:
@@ -112,6 +112,31 @@ def mixed(n: int) -> list[InterbrokerRequestBody]:
     return [makers[i % 3](i) for i in range(n)]
 
 
+def down_broker() -> FakeBroker:
+    """A broker that is down: its port is chosen, nothing listens there until `start`."""
+    return FakeBroker(port=find_free_port())
+
+
+@asynccontextmanager
+async def manager_for(
+    fb: FakeBroker,
+    config: ChannelConfig = FAST_CHANNEL,
+    on_response: ResponseCallback | None = None,
+    *,
+    add: bool = True,
+) -> AsyncIterator[NetworkChannelManager]:
+    """Controller 0's manager with `fb` as broker 1 (unless not `add`); the manager is closed
+    and `fb` stopped when the block ends."""
+    m = NetworkChannelManager(0, config=config, on_response=on_response)
+    try:
+        if add:
+            m.add_broker(1, BrokerAddress("127.0.0.1", fb.port))
+        yield m
+    finally:
+        await m.close()
+        await fb.stop()
+
+
 # --- tests ------------------------------------------------------------------------------------
 def test_backoff_doubles_up_to_its_cap() -> None:
     cfg = ChannelConfig(retry_backoff_ms=100, retry_backoff_max_ms=1000)
@@ -123,10 +148,11 @@ def test_requests_arrive_in_order_one_in_flight() -> None:
     async def main() -> None:
         fb = await FakeBroker(delay_s=0.01).start()
         seen: list[tuple[int, InterbrokerRequestBody, InterbrokerResponseBody]] = []
-        m = NetworkChannelManager(0, config=FAST,
-                                  on_response=lambda b, req, resp: seen.append((b, req, resp)))
-        try:
-            m.add_broker(1, BrokerAddress("127.0.0.1", fb.port))
+
+        def on_response(b: int, req: InterbrokerRequestBody, resp: InterbrokerResponseBody) -> None:
+            seen.append((b, req, resp))
+
+        async with manager_for(fb, on_response=on_response) as m:
             sent = mixed(30)
             futures = [m.enqueue(1, body) for body in sent]
             assert m.queue_size(1) == 30
@@ -144,20 +170,14 @@ def test_requests_arrive_in_order_one_in_flight() -> None:
             while len(fb.received) < 33 or m.queue_size(1):
                 await asyncio.sleep(0.01)
             assert fb.received[30:] == [lai(99), um(100), stop(101)]
-        finally:
-            await m.close()
-            await fb.stop()
 
     run(main)
 
 
 def test_broker_that_is_down_gets_its_queue_when_it_comes_up() -> None:
     async def main() -> None:
-        port = find_free_port()
-        m = NetworkChannelManager(0, config=FAST)
-        fb = FakeBroker(port=port)
-        try:
-            m.add_broker(1, BrokerAddress("127.0.0.1", port))
+        fb = down_broker()
+        async with manager_for(fb) as m:
             sent = mixed(5)
             futures = [m.enqueue(1, body) for body in sent]
             await asyncio.sleep(0.3)  # refused a few times meanwhile
@@ -166,9 +186,6 @@ def test_broker_that_is_down_gets_its_queue_when_it_comes_up() -> None:
             answers = await asyncio.gather(*futures)
             assert answers == [as_received(b) for b in sent]
             assert fb.received == sent  # each once, in order
-        finally:
-            await m.close()
-            await fb.stop()
 
     run(main)
 
@@ -177,11 +194,7 @@ def test_broker_that_is_down_gets_its_queue_when_it_comes_up() -> None:
 def test_unanswered_request_is_resent_on_a_new_connection(silent: bool) -> None:
     async def main() -> None:
         fb = await FakeBroker(drop_first=1, silent=silent).start()
-        cfg = ChannelConfig(connect_timeout_ms=1000, request_timeout_ms=300,
-                            retry_backoff_ms=20, retry_backoff_max_ms=100)
-        m = NetworkChannelManager(0, config=cfg)
-        try:
-            m.add_broker(1, BrokerAddress("127.0.0.1", fb.port))
+        async with manager_for(fb, replace(FAST_CHANNEL, request_timeout_ms=300)) as m:
             sent = mixed(4)
             started = time.monotonic()
             answers = await asyncio.gather(*(m.enqueue(1, b) for b in sent))
@@ -192,20 +205,14 @@ def test_unanswered_request_is_resent_on_a_new_connection(silent: bool) -> None:
             assert fb.correlation_ids[0] != fb.correlation_ids[1]
             if silent:  # it waited for the request timeout, not longer
                 assert 0.3 <= time.monotonic() - started < 3
-        finally:
-            await m.close()
-            await fb.stop()
 
     run(main)
 
 
 def test_removed_broker_queue_is_dropped() -> None:
     async def main() -> None:
-        port = find_free_port()
-        m = NetworkChannelManager(0, config=FAST)
-        fb = FakeBroker(port=port)
-        try:
-            m.add_broker(1, BrokerAddress("127.0.0.1", port))
+        fb = down_broker()
+        async with manager_for(fb) as m:
             futures = [m.enqueue(1, body) for body in mixed(3)]
             await asyncio.sleep(0.1)
             await m.remove_broker(1)
@@ -216,33 +223,25 @@ def test_removed_broker_queue_is_dropped() -> None:
             await fb.start()
             await asyncio.sleep(0.5)
             assert fb.connections == 0 and fb.received == []
-        finally:
-            await m.close()
-            await fb.stop()
 
     run(main)
 
 
 def test_new_incarnation_of_a_broker_gets_a_new_queue() -> None:
     async def main() -> None:
-        port = find_free_port()
-        fb = FakeBroker(port=port)
-        m = NetworkChannelManager(0, config=FAST)
-        try:
-            await m.sync_brokers({1: BrokerAddress("127.0.0.1", port, epoch=10)})
+        fb = down_broker()
+        async with manager_for(fb, add=False) as m:
+            await m.sync_brokers({1: BrokerAddress("127.0.0.1", fb.port, epoch=10)})
             old = m.enqueue(1, um(1, broker_epoch=10))
             await asyncio.sleep(0.1)
             # broker 1 died and came back (new registration, new epoch) before answering
-            await m.sync_brokers({1: BrokerAddress("127.0.0.1", port, epoch=20)})
+            await m.sync_brokers({1: BrokerAddress("127.0.0.1", fb.port, epoch=20)})
             assert old.done() and old.result() is None
             await fb.start()
             assert await m.enqueue(1, um(2, broker_epoch=20)) == UpdateMetadataResponse(0)
             assert fb.received == [um(2, broker_epoch=20)]
             await m.sync_brokers({})
             assert m.brokers == {}
-        finally:
-            await m.close()
-            await fb.stop()
 
     run(main)
 
@@ -252,9 +251,7 @@ def test_retry_loop_is_bounded_and_close_stops_it() -> None:
         fb = await FakeBroker(close_on_accept=True).start()  # accepts, then hangs up at once
         cfg = ChannelConfig(connect_timeout_ms=500, request_timeout_ms=500,
                             retry_backoff_ms=50, retry_backoff_max_ms=200)
-        m = NetworkChannelManager(0, config=cfg)
-        try:
-            m.add_broker(1, BrokerAddress("127.0.0.1", fb.port))
+        async with manager_for(fb, cfg) as m:
             future = m.enqueue(1, um(1))
             await asyncio.sleep(1.0)
             # backoff 50, 100, 200, 200, ... ms: about 6 attempts in a second, not a hot loop
@@ -274,9 +271,6 @@ def test_retry_loop_is_bounded_and_close_stops_it() -> None:
             assert (await m.enqueue(1, um(2))) is None
             m.add_broker(2, BrokerAddress("127.0.0.1", fb.port))  # closed: ignored
             assert m.brokers == {}
-        finally:
-            await m.close()
-            await fb.stop()
 
     run(main)
 
@@ -286,7 +280,7 @@ def test_batch_through_the_manager_to_a_real_broker(broker: BrokerProcess) -> No
 
     async def main() -> None:
         got: list[InterbrokerResponseBody] = []
-        m = NetworkChannelManager(7, config=FAST, on_response=lambda b, q, r: got.append(r))
+        m = NetworkChannelManager(7, config=FAST_CHANNEL, on_response=lambda b, q, r: got.append(r))
         try:
             m.add_broker(0, BrokerAddress("127.0.0.1", broker.port))
             batch = RequestBatch(7, 0)

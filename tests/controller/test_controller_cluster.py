@@ -51,8 +51,7 @@ async def wait_for_states(
 @async_test
 async def test_created_topic_has_preferred_leaders(new_backend: NewBackend) -> None:
     async with Cluster(new_backend()) as c:
-        for b in (1, 2, 3):
-            await c.start(b)
+        await c.start_all(1, 2, 3)
         assignment = assign_replicas([1, 2, 3], 12, 3, rng=random.Random(5))
         await c.create_topic("events", assignment)
         states = await wait_for_states(c, "events", 12, lambda s: True)
@@ -76,8 +75,7 @@ async def test_created_topic_has_preferred_leaders(new_backend: NewBackend) -> N
 @async_test
 async def test_broker_failure_moves_leaders_to_the_surviving_isr(new_backend: NewBackend) -> None:
     async with Cluster(new_backend()) as c:
-        for b in (1, 2, 3):
-            await c.start(b)
+        await c.start_all(1, 2, 3)
         controller = await c.wait_for_controller()
         victim = next(b for b in (1, 2, 3) if b != controller.broker_id)
         survivors = sorted({1, 2, 3} - {victim})
@@ -137,8 +135,7 @@ async def test_all_replicas_die_then_last_isr_member_returns(new_backend: NewBac
     async with Cluster(new_backend()) as c:
         observer = await c.start(0)  # hosts no replica; the controller (started first)
         assert observer.controller.active
-        for b in (1, 2, 3):
-            await c.start(b)
+        await c.start_all(1, 2, 3)
         await c.create_topic("t", {0: [1, 2, 3], 1: [2, 3, 1]})
         await wait_for_states(c, "t", 2, lambda s: True)
         for b in (1, 2):
@@ -190,8 +187,7 @@ async def test_unclean_election_only_when_the_topic_enables_it(
     try:
         async with Cluster(new_backend()) as c:
             await c.start(0)
-            for b in (1, 2):
-                await c.start(b)
+            await c.start_all(1, 2)
             await c.create_topic("clean", {0: [1, 2]})
             await c.create_topic("dirty", {0: [1, 2]}, {"unclean.leader.election.enable": "true"})
             await c.create_topic("default", {0: [1, 2]}, {"retention.ms": "1000"})
@@ -227,8 +223,7 @@ async def test_unclean_election_only_when_the_topic_enables_it(
 async def test_controller_session_expiry_fences_the_old_controller(new_backend: NewBackend) -> None:
     backend = new_backend()
     async with Cluster(backend) as c:
-        for b in (1, 2, 3):
-            await c.start(b)
+        await c.start_all(1, 2, 3)
         old = await c.wait_for_controller()
         old_epoch = old.controller.ctx.epoch
         await c.create_topic("x", {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
@@ -279,8 +274,7 @@ async def test_controller_session_expiry_fences_the_old_controller(new_backend: 
 @async_test
 async def test_a_failed_fenced_write_makes_the_controller_resign(new_backend: NewBackend) -> None:
     async with Cluster(new_backend()) as c:
-        for b in (1, 2, 3):
-            await c.start(b)
+        await c.start_all(1, 2, 3)
         first = await c.wait_for_controller()
         epoch = first.controller.ctx.epoch
         await c.create_topic("y", {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
@@ -308,8 +302,7 @@ async def test_pending_topic_deletion_completes_after_controller_failover(
     async with Cluster(new_backend()) as c:
         first = await c.start(0)
         assert first.controller.active
-        await c.start(1)
-        await c.start(2)
+        await c.start_all(1, 2)
         await c.create_topic("doomed", {0: [1, 2], 1: [2, 1]})
         await c.create_topic("kept", {0: [1, 2]})
         for t, n in (("doomed", 2), ("kept", 1)):
@@ -377,8 +370,7 @@ async def test_deletion_requested_without_a_controller_runs_at_failover(
 @async_test
 async def test_added_partitions_come_online(new_backend: NewBackend) -> None:
     async with Cluster(new_backend()) as c:
-        for b in (1, 2):
-            await c.start(b)
+        await c.start_all(1, 2)
         tid = await c.create_topic("grow", {0: [1, 2]})
         await wait_for_states(c, "grow", 1, lambda s: True)
         _, stat = await c.store.get(paths.topic_path("grow"))
@@ -394,8 +386,7 @@ async def test_added_partitions_come_online(new_backend: NewBackend) -> None:
 async def test_controller_waits_out_a_connection_loss() -> None:
     backend = EmbeddedBackend()
     async with Cluster(backend) as c:
-        for b in (1, 2, 3):
-            await c.start(b)
+        await c.start_all(1, 2, 3)
         ctrl = await c.wait_for_controller()
         await c.create_topic("z", {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
         before = await wait_for_states(c, "z", 3, lambda s: True)

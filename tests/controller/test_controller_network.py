@@ -7,12 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 
-from controller_harness import EmbeddedBackend, StandInBroker, async_test, wait_until
+from controller_harness import (
+    FAST_CHANNEL,
+    EmbeddedBackend,
+    StandInBroker,
+    async_test,
+    wait_until,
+)
 
 from tests.loopback import FrameServer
 from wherry.common.topic_partition import TopicPartition
-from wherry.controller.channel_manager import BrokerAddress, ChannelConfig, NetworkChannelManager
+from wherry.controller.channel_manager import BrokerAddress, NetworkChannelManager
 from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.protocol.interbroker import (
@@ -26,9 +33,6 @@ from wherry.protocol.interbroker_codec import (
     encode_interbroker_response,
     with_topic_ids,
 )
-
-FAST = ChannelConfig(connect_timeout_ms=1000, request_timeout_ms=2000, retry_backoff_ms=20,
-                     retry_backoff_max_ms=100)
 
 
 class SocketBroker(FrameServer):
@@ -64,7 +68,7 @@ async def test_network_channel_follows_live_brokers_and_answers_drive_deletion()
         sb.port = (await server.start()).port
         await sb.register()
         brokers[b] = (sb, server)
-    channel = NetworkChannelManager(1, config=FAST)
+    channel = NetworkChannelManager(1, config=replace(FAST_CHANNEL, request_timeout_ms=2000))
     controller = Controller(1, brokers[1][0].store, channel)
     try:
         await controller.start()

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,30 +13,16 @@ from wherry.testing.zookeeper import ZooKeeperServer
 BACKENDS = ["embedded", "zookeeper"]
 
 
-@pytest.fixture(scope="session")
-def zookeeper_server() -> Iterator[ZooKeeperServer]:
-    """One real ZooKeeper (Debian's package) for the test session.
-
-    Missing ZooKeeper fails the tests that need it when ``CI=true`` (CI installs it) and skips
-    them otherwise.
-    """
-    reason = ZooKeeperServer.unavailable_reason()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"ZooKeeper is required in CI: {reason}")
-        pytest.skip(f"ZooKeeper is not available: {reason}")
-    server = ZooKeeperServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 @pytest.fixture
 def zk_chroot() -> str:
     """A fresh chroot path per test, so each test's sessions see an empty namespace."""
     return f"/wherry-tests/{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def zk_connect(zookeeper_server: ZooKeeperServer, zk_chroot: str) -> str:
+    """The connect string of the test's fresh chroot on the session's ZooKeeper."""
+    return zookeeper_server.connect_string + zk_chroot
 
 
 @pytest.fixture(params=BACKENDS)

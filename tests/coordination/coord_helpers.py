@@ -9,29 +9,16 @@ that ``/`` starts empty (ZooKeeper's own ``/zookeeper`` is outside the chroot).
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Coroutine
-from pathlib import Path
-from typing import Any, ParamSpec
+from typing import Any
 
+from tests.helpers import bounded_async_test
+from tests.store_sessions import EmbeddedSessions, ZooKeeperSessions
 from wherry.coordination.embedded import EmbeddedCoordinator
 from wherry.coordination.store import MetadataStore, SessionState, WatchEvent
-from wherry.coordination.zookeeper import ZooKeeperStore, connect_zookeeper
-from wherry.testing.zookeeper import ZooKeeperServer
-
-P = ParamSpec("P")
 
 TEST_TIMEOUT_S = 10.0
-
-
-def async_test(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    """Run an ``async def`` test body with `asyncio.run` (pytest-asyncio is not used)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), TEST_TIMEOUT_S))
-
-    return wrapper
+async_test = bounded_async_test(TEST_TIMEOUT_S)
+"""Runs an ``async def`` test body with `asyncio.run`, bounded by ``TEST_TIMEOUT_S``."""
 
 
 class Recorder:
@@ -93,19 +80,7 @@ class StoreBackend:
         raise NotImplementedError
 
 
-class EmbeddedBackend(StoreBackend):
-    name = "embedded"
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.coordinator = EmbeddedCoordinator(data_dir)
-
-    async def new_session(self) -> MetadataStore:
-        return self.coordinator.session()
-
-    async def expire(self, store: MetadataStore) -> None:
-        assert self.coordinator.expire_session(store.session_id)
-
+class EmbeddedBackend(EmbeddedSessions, StoreBackend):
     async def restart(self) -> None:
         self.coordinator.close()
         self.coordinator = EmbeddedCoordinator(self.data_dir)
@@ -114,54 +89,12 @@ class EmbeddedBackend(StoreBackend):
         for _ in range(10):
             await asyncio.sleep(0)
 
-    async def aclose(self) -> None:
-        self.coordinator.close()
 
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Poll ``predicate`` on the loop until it holds (AssertionError after ``timeout_s``)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(0.01)
-
-
-class ZooKeeperBackend(StoreBackend):
+class ZooKeeperBackend(ZooKeeperSessions, StoreBackend):
     """Sessions on a real ZooKeeper server, chrooted to ``chroot`` (a fresh path per test)."""
 
-    name = "zookeeper"
     expiry_seen_after_disconnect = True
     sequence_counts_deletes = False
-
-    def __init__(
-        self, server: ZooKeeperServer, chroot: str, *, session_timeout_ms: int = 10_000
-    ) -> None:
-        self.server = server
-        self.chroot = chroot
-        self.session_timeout_ms = session_timeout_ms
-        self.sessions: list[ZooKeeperStore] = []
-
-    @property
-    def connect_string(self) -> str:
-        return self.server.connect_string + self.chroot
-
-    async def new_session(self) -> MetadataStore:
-        store = await connect_zookeeper(
-            self.connect_string,
-            session_timeout_ms=self.session_timeout_ms,
-            connect_timeout_s=10.0,
-        )
-        self.sessions.append(store)
-        return store
-
-    async def expire(self, store: MetadataStore) -> None:
-        """The server ends the session as on a timeout (`ZooKeeperServer.expire_session`);
-        returns once the owner has been told (it reconnects and hears "expired")."""
-        assert isinstance(store, ZooKeeperStore)
-        session_id, password = store.client_id
-        assert await asyncio.to_thread(self.server.expire_session, session_id, password)
-        await wait_until(lambda: store.state is SessionState.EXPIRED)
 
     async def restart(self) -> None:
         """ZooKeeper and every client process go down together: the clients die while the
@@ -182,7 +115,3 @@ class ZooKeeperBackend(StoreBackend):
         live = [s for s in self.sessions if s.state is SessionState.CONNECTED]
         await asyncio.gather(*(s.exists("/") for s in live))
         await asyncio.sleep(0.05)  # kazoo's watch thread -> the loop
-
-    async def aclose(self) -> None:
-        sessions, self.sessions = self.sessions, []
-        await asyncio.gather(*(s.close() for s in sessions))

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import pytest
-from coord_helpers import Recorder, async_test, wait_until
+from coord_helpers import Recorder, async_test
 
+from tests.helpers import wait_until_async
 from wherry.coordination import ZooKeeperStore, ZooKeeperUnavailableError, connect_zookeeper
 from wherry.coordination.store import (
     BadVersionError,
@@ -38,22 +40,31 @@ def proxy(zookeeper_server: ZooKeeperServer) -> Iterator[TcpProxy]:
         p.stop()
 
 
-async def _open(connect_string: str, session_timeout_ms: int) -> ZooKeeperStore:
-    return await connect_zookeeper(
+@asynccontextmanager
+async def session(
+    connect_string: str, session_timeout_ms: int = 10_000
+) -> AsyncIterator[ZooKeeperStore]:
+    """A ZooKeeper session for the block, closed when it ends."""
+    store = await connect_zookeeper(
         connect_string, session_timeout_ms=session_timeout_ms, connect_timeout_s=5.0
     )
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 @async_test
 async def test_partitioned_session_expires(
-    zookeeper_server: ZooKeeperServer, proxy: TcpProxy, zk_chroot: str
+    proxy: TcpProxy, zk_chroot: str, zk_connect: str
 ) -> None:
     """A client cut off for longer than its session timeout: ZooKeeper expires the session
     (other sessions see its ephemeral node go), the client is told when it reconnects, and it
     does not come back with a new session on its own."""
-    owner = await _open(proxy.connect_string + zk_chroot, session_timeout_ms=600)
-    other = await _open(zookeeper_server.connect_string + zk_chroot, session_timeout_ms=10_000)
-    try:
+    async with (
+        session(proxy.connect_string + zk_chroot, 600) as owner,
+        session(zk_connect) as other,
+    ):
         states = Recorder()
         owner.add_state_listener(states)
         await owner.create("/controller", b"c", ephemeral=True)
@@ -86,20 +97,16 @@ async def test_partitioned_session_expires(
         assert proxy.connection_count == 0  # no new session behind the owner's back
         await owner.close()
         assert owner.state is SessionState.EXPIRED
-    finally:
-        await owner.close()
-        await other.close()
 
 
 @async_test
 async def test_connection_loss_keeps_session(
-    zookeeper_server: ZooKeeperServer, zk_chroot: str
+    zookeeper_server: ZooKeeperServer, zk_connect: str
 ) -> None:
     """The server stops answering for less than the session timeout: SUSPENDED, then
     CONNECTED with the same session, its ephemeral node and its watches intact."""
     timeout_ms = 3000
-    s = await _open(zookeeper_server.connect_string + zk_chroot, session_timeout_ms=timeout_ms)
-    try:
+    async with session(zk_connect, timeout_ms) as s:
         await s.create("/broker", b"b", ephemeral=True)
         watch = Recorder()
         await s.get("/broker", watch=watch)
@@ -121,19 +128,15 @@ async def test_connection_loss_keeps_session(
         assert data == b"b" and stat.ephemeral_owner == session_id
         await s.set("/broker", b"b2")
         assert await watch.wait_for(1) == [WatchEvent(EventType.CHANGED, "/broker")]
-    finally:
-        await s.close()
 
 
 @async_test
 async def test_watches_rearmed_after_reconnect(
-    zookeeper_server: ZooKeeperServer, proxy: TcpProxy, zk_chroot: str
+    proxy: TcpProxy, zk_chroot: str, zk_connect: str
 ) -> None:
     """Changes made while a session is disconnected fire its watches after it reconnects
     (after the CONNECTED notification); unchanged watches stay armed and fire later."""
-    owner = await _open(proxy.connect_string + zk_chroot, session_timeout_ms=10_000)
-    other = await _open(zookeeper_server.connect_string + zk_chroot, session_timeout_ms=10_000)
-    try:
+    async with session(proxy.connect_string + zk_chroot) as owner, session(zk_connect) as other:
         await other.create("/d", b"0")
         await other.create("/p", b"")
         await other.create("/quiet", b"")
@@ -174,9 +177,6 @@ async def test_watches_rearmed_after_reconnect(
         await asyncio.sleep(0.2)
         assert len(log.items) == 6
         assert quiet.items == [WatchEvent(EventType.CHANGED, "/quiet")]
-    finally:
-        await owner.close()
-        await other.close()
 
 
 @async_test
@@ -206,9 +206,10 @@ async def test_chroot_is_created_and_isolates(
     zookeeper_server: ZooKeeperServer, zk_chroot: str
 ) -> None:
     chroot = zk_chroot + "/deep/er"
-    inside = await _open(zookeeper_server.connect_string + chroot, session_timeout_ms=10_000)
-    outside = await _open(zookeeper_server.connect_string, session_timeout_ms=10_000)
-    try:
+    async with (
+        session(zookeeper_server.connect_string + chroot) as inside,
+        session(zookeeper_server.connect_string) as outside,
+    ):
         assert await inside.get_children("/") == []
         created = await inside.create("/brokers/ids/1", b"b", ephemeral=True, make_parents=True)
         assert created == "/brokers/ids/1"
@@ -222,37 +223,23 @@ async def test_chroot_is_created_and_isolates(
         assert await watch.wait_for(1) == [WatchEvent(EventType.CHILD, "/brokers/ids")]
         await inside.delete("/brokers", recursive=True)
         assert await outside.get_children(chroot) == ["seq-0000000001"]
-    finally:
-        await inside.close()
-        await outside.close()
 
 
 @async_test
-async def test_close_deletes_ephemerals_and_notifies(
-    zookeeper_server: ZooKeeperServer, zk_chroot: str
-) -> None:
-    a = await _open(zookeeper_server.connect_string + zk_chroot, session_timeout_ms=10_000)
-    b = await _open(zookeeper_server.connect_string + zk_chroot, session_timeout_ms=10_000)
-    try:
+async def test_close_deletes_ephemerals_and_notifies(zk_connect: str) -> None:
+    async with session(zk_connect) as a, session(zk_connect) as b:
         await a.create("/e", b"", ephemeral=True)
         states = Recorder()
         a.add_state_listener(states)
         await a.close()
         assert await b.exists("/e") is None  # gone by the time close() returns
         assert await states.wait_for(1) == [SessionState.CLOSED]
-        await wait_until(lambda: a.state is SessionState.CLOSED)
-    finally:
-        await a.close()
-        await b.close()
+        await wait_until_async(lambda: a.state is SessionState.CLOSED)
 
 
 @async_test
-async def test_one_callback_many_registrations_fires_once(
-    zookeeper_server: ZooKeeperServer, zk_chroot: str
-) -> None:
-    s = await _open(zookeeper_server.connect_string + zk_chroot, session_timeout_ms=10_000)
-    other = await _open(zookeeper_server.connect_string + zk_chroot, session_timeout_ms=10_000)
-    try:
+async def test_one_callback_many_registrations_fires_once(zk_connect: str) -> None:
+    async with session(zk_connect) as s, session(zk_connect) as other:
         await s.create("/n", b"")
         rec = Recorder()
         for _ in range(20):
@@ -264,19 +251,13 @@ async def test_one_callback_many_registrations_fires_once(
         await other.create("/n", b"")
         await asyncio.sleep(0.2)
         assert rec.items == [WatchEvent(EventType.DELETED, "/n")]
-    finally:
-        await s.close()
-        await other.close()
 
 
 @async_test
-async def test_recursive_delete_of_a_big_subtree(
-    zookeeper_server: ZooKeeperServer, zk_chroot: str
-) -> None:
+async def test_recursive_delete_of_a_big_subtree(zk_connect: str) -> None:
     """Subtrees above `max_atomic_delete` nodes go bottom-up in several multi-ops; the
     version of the top node is still checked before anything is deleted."""
-    s = await _open(zookeeper_server.connect_string + zk_chroot, session_timeout_ms=10_000)
-    try:
+    async with session(zk_connect) as s:
         s.max_atomic_delete = 4
         nodes = [f"/t/{a}/{b}" for a in "abc" for b in "xyz"]
         for p in nodes:
@@ -290,5 +271,3 @@ async def test_recursive_delete_of_a_big_subtree(
         assert await s.get_children("/") == ["keep"]
         with pytest.raises(NoNodeError):
             await s.delete("/t", recursive=True)
-    finally:
-        await s.close()

@@ -10,7 +10,15 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess
-from tests.kafka_wire import call, connect, encode_request, is_closed, read_response
+from tests.kafka_wire import (
+    call,
+    connect,
+    encode_request,
+    fetch_body,
+    is_closed,
+    produce_body,
+    read_response,
+)
 from wherry.protocol.records import build_batch
 
 
@@ -27,52 +35,12 @@ def _create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     assert resp.topics[0].error_code == ErrorCode.none, resp
 
 
-def _produce(bootstrap: str, topic: str, records: bytes, version: int = 9) -> object:
-    return call(
-        bootstrap,
-        0,
-        version,
-        {
-            "acks": -1,
-            "timeout": 5000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
-        },
-    )
+def _produce(bootstrap: str, topic: str, records: bytes) -> object:
+    return call(bootstrap, 0, 9, produce_body(topic, records))
 
 
 def _fetch_all(bootstrap: str, topic: str) -> bytes:
-    resp = call(
-        bootstrap,
-        1,
-        12,
-        {
-            "replica_id": -1,
-            "max_wait": 0,
-            "min_bytes": 0,
-            "max_bytes": 1 << 20,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "fetch_offset": 0,
-                            "partition_max_bytes": 1 << 20,
-                            "current_leader_epoch": -1,
-                            "log_start_offset": -1,
-                            "last_fetched_epoch": -1,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
-    )
-    part = resp.responses[0].partitions[0]
+    part = call(bootstrap, 1, 12, fetch_body(topic)).responses[0].partitions[0]
     assert part.error_code == ErrorCode.none
     return bytes(part.records or b"")
 

@@ -9,10 +9,11 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
+from tests.helpers import poll_messages
 
 # Record timestamps near now: older ones would fall to retention.ms (7 days) at once.
 NOW_MS = int(time.time() * 1000)
@@ -30,7 +31,7 @@ def new_topic(bootstrap: str, partitions: int = 3) -> str:
 
 def consume_assigned(
     bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float = 20.0
-) -> list:  # type: ignore[type-arg]
+) -> list[Message]:
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -40,18 +41,10 @@ def consume_assigned(
         }
     )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out = []
-    deadline = time.monotonic() + timeout_s
     try:
-        while len(out) < expected and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            out.append(m)
+        return poll_messages(c, expected, timeout_s)
     finally:
         c.close()
-    return out
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -13,6 +13,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from tests.broker_process import BrokerProcess, wait_until
+from tests.helpers import poll_messages
 
 OVERRIDES = ("log.cleaner.backoff.ms=200", "offsets.topic.num.partitions=3")
 TOPIC_CONFIG = {
@@ -209,13 +210,7 @@ def test_consumer_offsets_topic_is_compacted(cbroker: BrokerProcess) -> None:
     )
     try:
         c.subscribe([topic])
-        got = None
-        deadline = time.monotonic() + 30
-        while got is None and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and not m.error():
-                got = m
-        assert got is not None
+        assert poll_messages(c, 1, 30, skip_errors=True)
         c.commit(asynchronous=False)
     finally:
         c.close()

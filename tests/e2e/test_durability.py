@@ -207,7 +207,7 @@ def test_recovery_truncates_a_torn_tail(fresh_broker: BrokerProcess) -> None:
 def test_producer_state_survives_restart(fresh_broker: BrokerProcess, crash: bool) -> None:
     from kio.schema.errors import ErrorCode
 
-    from tests.kafka_wire import call
+    from tests.kafka_wire import call, produce_body
     from wherry.protocol.records import build_batch
 
     b = fresh_broker.start()
@@ -221,8 +221,7 @@ def test_producer_state_survives_restart(fresh_broker: BrokerProcess, crash: boo
     def send(seq: int) -> tuple[int, int]:
         batch = build_batch([(None, f"s{seq}".encode())], producer_id=pid, producer_epoch=0,
                             base_sequence=seq)
-        resp = call(b.bootstrap, 0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
-            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+        resp = call(b.bootstrap, 0, 9, produce_body(topic, batch))
         p = resp.responses[0].partition_responses[0]
         return p.error_code, p.base_offset
 

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess, wait_until
+from tests.helpers import poll_messages
 from tests.kafka_wire import call, connect
 from wherry.group.records import OFFSETS_TOPIC, encode_subscription
 
@@ -65,18 +66,22 @@ def consumer(bs: str, group: str, **extra: Any) -> Consumer:
     return Consumer(conf)
 
 
+def subscribed(
+    bs: str, partitions: int, records: int, group_prefix: str, **extra: Any
+) -> tuple[str, str, Consumer]:
+    """A new topic holding `records` records (values 0, 1, ... round-robin over its
+    `partitions`), a new group, and a `consumer` of that group subscribed to the topic."""
+    topic = new_topic(bs, partitions)
+    produce(bs, topic, partitions, records)
+    group = f"{group_prefix}-{uuid.uuid4().hex[:6]}"
+    c = consumer(bs, group, **extra)
+    c.subscribe([topic])
+    return topic, group, c
+
+
 def drain(c: Consumer, want: int, timeout_s: float = 20.0) -> list[int]:
-    got: list[int] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < want and time.monotonic() < deadline:
-        m = c.poll(0.2)
-        if m is None:
-            continue
-        if m.error():
-            assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-            continue
-        got.append(int(m.value()))
-    return got
+    eof = {KafkaError._PARTITION_EOF}
+    return [int(m.value()) for m in poll_messages(c, want, timeout_s, skip_errors=eof, poll_s=0.2)]
 
 
 def committed(bs: str, group: str, topic: str, partitions: int) -> dict[int, int]:
@@ -93,11 +98,7 @@ def committed(bs: str, group: str, topic: str, partitions: int) -> dict[int, int
 
 def test_confluent_kafka_group_consumes_and_commits(gbroker: BrokerProcess) -> None:
     bs = gbroker.bootstrap
-    topic = new_topic(bs, 3)
-    produce(bs, topic, 3, 90)
-    group = f"cg-{uuid.uuid4().hex[:6]}"
-    c = consumer(bs, group)
-    c.subscribe([topic])
+    topic, group, c = subscribed(bs, 3, 90, "cg")
     got = drain(c, 90)
     c.close()  # commits the final positions
     assert sorted(got) == list(range(90))
@@ -242,11 +243,7 @@ def test_three_members_split_six_partitions_then_one_leaves(
 
 def test_restarted_group_resumes_exactly_after_last_commit(gbroker: BrokerProcess) -> None:
     bs = gbroker.bootstrap
-    topic = new_topic(bs, 3)
-    produce(bs, topic, 3, 60)
-    group = f"resume-{uuid.uuid4().hex[:6]}"
-    first = consumer(bs, group, **{"enable.auto.commit": False})
-    first.subscribe([topic])
+    topic, group, first = subscribed(bs, 3, 60, "resume", **{"enable.auto.commit": False})
     done: list[int] = []
     deadline = time.monotonic() + 20
     while len(done) < 25 and time.monotonic() < deadline:
@@ -431,11 +428,7 @@ def test_admin_client_lists_describes_and_deletes_groups(gbroker: BrokerProcess)
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     bs = gbroker.bootstrap
-    topic = new_topic(bs, 2)
-    produce(bs, topic, 2, 10)
-    group = f"adm-{uuid.uuid4().hex[:6]}"
-    c = consumer(bs, group)
-    c.subscribe([topic])
+    topic, group, c = subscribed(bs, 2, 10, "adm")
     assert len(drain(c, 10)) == 10
     admin = AdminClient({"bootstrap.servers": bs})
     try:

@@ -4,7 +4,6 @@ replication factor on a single broker."""
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from confluent_kafka import TopicPartition
 from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess
-from tests.e2e.test_groups import OVERRIDES, committed, consumer, drain, new_topic, produce
+from tests.e2e.test_groups import OVERRIDES, committed, consumer, drain, subscribed
 from tests.kafka_wire import call
 from wherry.group.records import OFFSETS_TOPIC
 
@@ -24,11 +23,7 @@ def test_broker_restart_keeps_committed_offsets(tmp_path: Path, how: str) -> Non
     b = BrokerProcess(tmp_path / "data", overrides=OVERRIDES).start()
     try:
         bs = b.bootstrap
-        topic = new_topic(bs, 2)
-        produce(bs, topic, 2, 20)
-        group = f"durable-{uuid.uuid4().hex[:6]}"
-        c = consumer(bs, group, **{"enable.auto.commit": False})
-        c.subscribe([topic])
+        topic, group, c = subscribed(bs, 2, 20, "durable", **{"enable.auto.commit": False})
         assert len(drain(c, 20)) == 20
         c.commit(offsets=[TopicPartition(topic, 0, 7), TopicPartition(topic, 1, 9)],
                  asynchronous=False)

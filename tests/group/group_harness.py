@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -18,6 +19,7 @@ from wherry.group.storage import AppendDone, Record
 from wherry.protocol.records import build_batch
 
 T0 = 1_700_000_000_000
+R = TypeVar("R")
 
 
 class MemoryOffsetsLog:
@@ -61,7 +63,7 @@ class MemoryOffsetsLog:
     def records(self, partition: int = 0) -> list[tuple[bytes | None, bytes | None]]:
         from wherry.protocol.records import iter_records
 
-        out = []
+        out: list[tuple[bytes | None, bytes | None]] = []
         for b in self.batches.get(partition, []):
             out.extend((r.key, r.value) for r in iter_records(b))
         return out
@@ -80,26 +82,24 @@ class Call:
     def done(self) -> bool:
         return bool(self.results)
 
-    @property
-    def join(self) -> JoinGroupResult:
+    def only(self, kind: type[R]) -> R:
+        """The one answer, which must be a `kind`."""
         assert len(self.results) == 1, self.results
         r = self.results[0]
-        assert isinstance(r, JoinGroupResult)
+        assert isinstance(r, kind)
         return r
+
+    @property
+    def join(self) -> JoinGroupResult:
+        return self.only(JoinGroupResult)
 
     @property
     def sync(self) -> SyncGroupResult:
-        assert len(self.results) == 1, self.results
-        r = self.results[0]
-        assert isinstance(r, SyncGroupResult)
-        return r
+        return self.only(SyncGroupResult)
 
     @property
     def commit(self) -> dict[TopicPartition, ErrorCode]:
-        assert len(self.results) == 1, self.results
-        r = self.results[0]
-        assert isinstance(r, dict)
-        return r
+        return self.only(dict)
 
 
 def sub(*topics: str) -> bytes:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.golden_bytes import cstr, i16, i32, i64, lstr
 from wherry.group.records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -29,61 +28,31 @@ from wherry.group.records import (
     partition_for,
 )
 
-
-def s16(s: str | None) -> bytes:
-    """A classic (non-flexible) string: int16 length + UTF-8; -1 for null."""
-    if s is None:
-        return struct.pack(">h", -1)
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def cs(s: str | None) -> bytes:
-    """A compact string (flexible versions): uvarint(length + 1); 0 for null."""
-    if s is None:
-        return b"\x00"
-    b = s.encode()
-    assert len(b) < 127
-    return bytes([len(b) + 1]) + b
-
-
-def i16(v: int) -> bytes:
-    return struct.pack(">h", v)
-
-
-def i32(v: int) -> bytes:
-    return struct.pack(">i", v)
-
-
-def i64(v: int) -> bytes:
-    return struct.pack(">q", v)
-
-
 # --- keys ------------------------------------------------------------------------------------
 
 
 def test_offset_commit_key_bytes() -> None:
     raw = offset_commit_key("grp", "topic", 7)
-    assert raw == i16(1) + s16("grp") + s16("topic") + i32(7)
+    assert raw == i16(1) + lstr("grp") + lstr("topic") + i32(7)
     assert decode_key(raw) == OffsetCommitKey("grp", "topic", 7)
     # Key version 0 has the same layout (written by Kafka before 2.x).
-    assert decode_key(i16(0) + s16("g") + s16("t") + i32(0)) == OffsetCommitKey("g", "t", 0)
+    assert decode_key(i16(0) + lstr("g") + lstr("t") + i32(0)) == OffsetCommitKey("g", "t", 0)
 
 
 def test_group_metadata_key_bytes() -> None:
     raw = group_metadata_key("my-group")
-    assert raw == i16(2) + s16("my-group")
+    assert raw == i16(2) + lstr("my-group")
     assert decode_key(raw) == GroupMetadataKey("my-group")
 
 
 def test_unknown_key_versions_are_reported_not_failed() -> None:
     # KIP-848 consumer-group records use key versions 3+; the classic coordinator skips them.
-    assert decode_key(i16(3) + s16("g")) == UnknownKey(3)
+    assert decode_key(i16(3) + lstr("g")) == UnknownKey(3)
 
 
 def test_truncated_key_is_an_error() -> None:
     with pytest.raises(RecordFormatError):
-        decode_key(i16(1) + s16("grp") + b"\x00")
+        decode_key(i16(1) + lstr("grp") + b"\x00")
 
 
 # --- offset commit values ----------------------------------------------------------------------
@@ -92,29 +61,29 @@ def test_truncated_key_is_an_error() -> None:
 def test_offset_commit_value_v3_bytes() -> None:
     v = OffsetCommitValue(offset=42, leader_epoch=5, metadata="meta", commit_timestamp_ms=1000)
     raw = encode_offset_commit_value(v)
-    assert raw == i16(3) + i64(42) + i32(5) + s16("meta") + i64(1000)
+    assert raw == i16(3) + i64(42) + i32(5) + lstr("meta") + i64(1000)
     assert decode_offset_commit_value(raw) == v
 
 
 def test_offset_commit_value_v1_with_expire_timestamp() -> None:
     v = OffsetCommitValue(9, -1, "", 1000, expire_timestamp_ms=5000)
     raw = encode_offset_commit_value(v)
-    assert raw == i16(1) + i64(9) + s16("") + i64(1000) + i64(5000)
+    assert raw == i16(1) + i64(9) + lstr("") + i64(1000) + i64(5000)
     assert decode_offset_commit_value(raw) == v
 
 
 def test_offset_commit_value_old_versions_decode() -> None:
-    v0 = i16(0) + i64(3) + s16("x") + i64(77)
+    v0 = i16(0) + i64(3) + lstr("x") + i64(77)
     assert decode_offset_commit_value(v0) == OffsetCommitValue(3, -1, "x", 77, -1)
-    v2 = i16(2) + i64(3) + s16("x") + i64(77)
+    v2 = i16(2) + i64(3) + lstr("x") + i64(77)
     assert decode_offset_commit_value(v2) == OffsetCommitValue(3, -1, "x", 77, -1)
 
 
 def test_offset_commit_value_v4_flexible_decodes() -> None:
     # v4: compact string metadata, then a tagged-field section (here: one unknown tag).
-    raw = i16(4) + i64(100) + i32(2) + cs("md") + i64(123) + b"\x01" + b"\x05\x02ab"
+    raw = i16(4) + i64(100) + i32(2) + cstr("md") + i64(123) + b"\x01" + b"\x05\x02ab"
     assert decode_offset_commit_value(raw) == OffsetCommitValue(100, 2, "md", 123, -1)
-    assert decode_offset_commit_value(i16(4) + i64(1) + i32(-1) + cs("") + i64(2) + b"\x00") == (
+    assert decode_offset_commit_value(i16(4) + i64(1) + i32(-1) + cstr("") + i64(2) + b"\x00") == (
         OffsetCommitValue(1, -1, "", 2, -1))
 
 
@@ -138,7 +107,7 @@ MEMBER = MemberMetadataValue(
 
 
 def member_bytes_v3(m: MemberMetadataValue) -> bytes:
-    return (s16(m.member_id) + s16(m.group_instance_id) + s16(m.client_id) + s16(m.client_host)
+    return (lstr(m.member_id) + lstr(m.group_instance_id) + lstr(m.client_id) + lstr(m.client_host)
             + i32(m.rebalance_timeout_ms) + i32(m.session_timeout_ms)
             + i32(len(m.subscription)) + m.subscription + i32(len(m.assignment)) + m.assignment)
 
@@ -146,7 +115,7 @@ def member_bytes_v3(m: MemberMetadataValue) -> bytes:
 def test_group_metadata_value_v3_bytes() -> None:
     v = GroupMetadataValue("consumer", 4, "range", "m-1", 1234, (MEMBER,))
     raw = encode_group_metadata_value(v)
-    assert raw == (i16(3) + s16("consumer") + i32(4) + s16("range") + s16("m-1") + i64(1234)
+    assert raw == (i16(3) + lstr("consumer") + i32(4) + lstr("range") + lstr("m-1") + i64(1234)
                    + i32(1) + member_bytes_v3(MEMBER))
     assert decode_group_metadata_value(raw) == v
 
@@ -154,14 +123,14 @@ def test_group_metadata_value_v3_bytes() -> None:
 def test_empty_group_metadata_value_has_null_protocol_and_leader() -> None:
     v = GroupMetadataValue("consumer", 2, None, None, 99, ())
     raw = encode_group_metadata_value(v)
-    assert raw == i16(3) + s16("consumer") + i32(2) + s16(None) + s16(None) + i64(99) + i32(0)
+    assert raw == i16(3) + lstr("consumer") + i32(2) + lstr(None) + lstr(None) + i64(99) + i32(0)
     assert decode_group_metadata_value(raw) == v
 
 
 def test_group_metadata_value_v0_to_v2_decode() -> None:
     m = MEMBER
-    v0 = (i16(0) + s16("consumer") + i32(1) + s16("range") + s16("m-1") + i32(1)
-          + s16(m.member_id) + s16(m.client_id) + s16(m.client_host) + i32(m.session_timeout_ms)
+    v0 = (i16(0) + lstr("consumer") + i32(1) + lstr("range") + lstr("m-1") + i32(1)
+          + lstr(m.member_id) + lstr(m.client_id) + lstr(m.client_host) + i32(m.session_timeout_ms)
           + i32(2) + m.subscription + i32(1) + m.assignment)
     got = decode_group_metadata_value(v0)
     assert got.current_state_timestamp_ms == -1
@@ -177,11 +146,11 @@ def test_group_metadata_value_v0_to_v2_decode() -> None:
 
 def test_group_metadata_value_v4_flexible_decodes() -> None:
     m = MEMBER
-    member = (cs(m.member_id) + cs(m.group_instance_id) + cs(m.client_id) + cs(m.client_host)
-              + i32(m.rebalance_timeout_ms) + i32(m.session_timeout_ms)
+    member = (cstr(m.member_id) + cstr(m.group_instance_id) + cstr(m.client_id)
+              + cstr(m.client_host) + i32(m.rebalance_timeout_ms) + i32(m.session_timeout_ms)
               + bytes([len(m.subscription) + 1]) + m.subscription
               + bytes([len(m.assignment) + 1]) + m.assignment + b"\x00")
-    raw = (i16(4) + cs("consumer") + i32(4) + cs("range") + cs(None) + i64(7)
+    raw = (i16(4) + cstr("consumer") + i32(4) + cstr("range") + cstr(None) + i64(7)
            + b"\x02" + member + b"\x00")
     assert decode_group_metadata_value(raw) == GroupMetadataValue(
         "consumer", 4, "range", None, 7, (MEMBER,))
@@ -229,7 +198,7 @@ def test_partition_for_is_kafkas() -> None:
 def test_subscription_topics() -> None:
     assert parse_subscription_topics(encode_subscription(["a", "b"], b"ud")) == ["a", "b"]
     # A later version (v1+) only appends fields; v0 is its prefix.
-    v1 = i16(1) + i32(1) + s16("t") + i32(-1) + i32(0)
+    v1 = i16(1) + i32(1) + lstr("t") + i32(-1) + i32(0)
     assert parse_subscription_topics(v1) == ["t"]
     with pytest.raises(RecordFormatError):
         parse_subscription_topics(b"\x00")

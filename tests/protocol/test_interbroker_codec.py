@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.golden_bytes import carr, cstr, i8, i16, i32, i64, larr, lstr, uv
 from wherry.protocol.codec import (
     Request,
     RequestDecodeError,
@@ -59,43 +60,6 @@ SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SS
 
 
 # --- hand encoders for golden bytes (independent of the codec) --------------------------------
-
-
-def i8(v: int) -> bytes:
-    return struct.pack(">b", v)
-
-
-def i16(v: int) -> bytes:
-    return struct.pack(">h", v)
-
-
-def i32(v: int) -> bytes:
-    return struct.pack(">i", v)
-
-
-def i64(v: int) -> bytes:
-    return struct.pack(">q", v)
-
-
-def uv(v: int) -> bytes:  # unsigned varint, only the small values used here
-    assert 0 <= v < 128
-    return bytes([v])
-
-
-def lstr(s: str | None) -> bytes:  # legacy (int16-length) string
-    return i16(-1) if s is None else i16(len(s.encode())) + s.encode()
-
-
-def cstr(s: str | None) -> bytes:  # compact string
-    return uv(0) if s is None else uv(len(s.encode()) + 1) + s.encode()
-
-
-def larr(*items: bytes) -> bytes:
-    return i32(len(items)) + b"".join(items)
-
-
-def carr(*items: bytes) -> bytes:
-    return uv(len(items) + 1) + b"".join(items)
 
 
 def lints(*xs: int) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import io
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -300,34 +301,21 @@ def test_unknown_top_level_tag_is_skipped(name: str) -> None:
     _assert_native_rejects_and_we_accept(entity, inject_unknown_tag(encode(entity)))
 
 
+def _part(sample: str, path: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """A sample entity and the nested entity of it that `path` picks."""
+    return SAMPLES[sample], path(SAMPLES[sample])
+
+
 NESTED: dict[str, tuple[Any, Any]] = {
-    "produce_v9_topic": (
-        SAMPLES["produce_v9"],
-        SAMPLES["produce_v9"].topic_data[0],
-    ),
-    "produce_v9_partition": (
-        SAMPLES["produce_v9"],
-        SAMPLES["produce_v9"].topic_data[0].partition_data[1],
-    ),
-    "fetch_v12_partition": (
-        SAMPLES["fetch_v12"],
-        SAMPLES["fetch_v12"].topics[0].partitions[0],
-    ),
-    "fetch_v12_forgotten": (
-        SAMPLES["fetch_v12"],
-        SAMPLES["fetch_v12"].forgotten_topics_data[0],
-    ),
-    "fetch_v15_topic": (SAMPLES["fetch_v15"], SAMPLES["fetch_v15"].topics[0]),
-    "metadata_v12_topic": (SAMPLES["metadata_v12"], SAMPLES["metadata_v12"].topics[1]),
-    "create_topics_v7_config": (
-        SAMPLES["create_topics_v7"],
-        SAMPLES["create_topics_v7"].topics[0].configs[0],
-    ),
-    "create_topics_v7_assignment": (
-        SAMPLES["create_topics_v7"],
-        SAMPLES["create_topics_v7"].topics[0].assignments[0],
-    ),
-    "dtp_nullable_cursor": (SAMPLES["dtp_cursor"], SAMPLES["dtp_cursor"].cursor),
+    "produce_v9_topic": _part("produce_v9", lambda e: e.topic_data[0]),
+    "produce_v9_partition": _part("produce_v9", lambda e: e.topic_data[0].partition_data[1]),
+    "fetch_v12_partition": _part("fetch_v12", lambda e: e.topics[0].partitions[0]),
+    "fetch_v12_forgotten": _part("fetch_v12", lambda e: e.forgotten_topics_data[0]),
+    "fetch_v15_topic": _part("fetch_v15", lambda e: e.topics[0]),
+    "metadata_v12_topic": _part("metadata_v12", lambda e: e.topics[1]),
+    "create_topics_v7_config": _part("create_topics_v7", lambda e: e.topics[0].configs[0]),
+    "create_topics_v7_assignment": _part("create_topics_v7", lambda e: e.topics[0].assignments[0]),
+    "dtp_nullable_cursor": _part("dtp_cursor", lambda e: e.cursor),
 }
 
 

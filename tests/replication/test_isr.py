@@ -56,6 +56,17 @@ def fetch(p: Partition, replica: int, offset: int, now_ms: int,
                                          now_ms=now_ms, broker_epoch=broker_epoch)
 
 
+def leader_at_hw_4(tmp_path: Path, fetched_at_ms: int) -> Partition:
+    """Leader 1 of replicas 1, 2, 3 with ISR {1, 2}: 4 records, which follower 2 fetched at
+    `fetched_at_ms` (HW 4); follower 3 has not fetched."""
+    p = make(tmp_path)
+    p.make_leader(leader_state(isr=(1, 2), replicas=(1, 2, 3)), now_ms=0)
+    append(p, 4)
+    fetch(p, 2, 4, fetched_at_ms)
+    assert p.high_watermark == 4
+    return p
+
+
 # --- follower bookkeeping (R9) ---------------------------------------------------------------
 def test_follower_fetch_state_tracks_leo_and_caught_up_time() -> None:
     f = FollowerState(2)
@@ -96,11 +107,7 @@ def test_stale_broker_epoch_fetch_is_fenced(tmp_path: Path) -> None:
 
 # --- expansion (R5) --------------------------------------------------------------------------
 def test_expand_isr_when_follower_catches_up_to_hw(tmp_path: Path) -> None:
-    p = make(tmp_path)
-    p.make_leader(leader_state(isr=(1, 2), replicas=(1, 2, 3)), now_ms=0)
-    append(p, 4)
-    fetch(p, 2, 4, 10)
-    assert p.high_watermark == 4
+    p = leader_at_hw_4(tmp_path, fetched_at_ms=10)
     out = fetch(p, 3, 2, 20)  # behind the HW: not in sync
     assert out.proposal is None and isinstance(p.state, CommittedPartitionState)
     out = fetch(p, 3, 4, 30, broker_epoch=77)
@@ -264,11 +271,7 @@ def test_hw_is_min_over_maximal_isr_and_monotonic(tmp_path: Path) -> None:
 
 
 def test_pending_expansion_holds_hw_for_joining_replica(tmp_path: Path) -> None:
-    p = make(tmp_path)
-    p.make_leader(leader_state(isr=(1, 2), replicas=(1, 2, 3)), now_ms=0)
-    append(p, 4)
-    fetch(p, 2, 4, 1)
-    assert p.high_watermark == 4
+    p = leader_at_hw_4(tmp_path, fetched_at_ms=1)
     append(p, 4)
     assert isinstance(fetch(p, 3, 4, 2).proposal, PendingExpandIsr)
     fetch(p, 2, 8, 3)
@@ -278,11 +281,7 @@ def test_pending_expansion_holds_hw_for_joining_replica(tmp_path: Path) -> None:
 
 
 def test_hw_ignores_lagging_non_isr_replica(tmp_path: Path) -> None:
-    p = make(tmp_path)
-    p.make_leader(leader_state(isr=(1, 2), replicas=(1, 2, 3)), now_ms=0)
-    append(p, 4)
-    fetch(p, 2, 4, 1)
-    assert p.high_watermark == 4
+    p = leader_at_hw_4(tmp_path, fetched_at_ms=1)
     out = fetch(p, 3, 1, 2)  # not in the ISR, never caught up, below the HW
     assert out.proposal is None and p.high_watermark == 4
     append(p, 1)

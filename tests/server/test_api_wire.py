@@ -12,7 +12,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess, wait_until
-from tests.kafka_wire import call, connect, encode_request, is_closed, read_response
+from tests.kafka_wire import (
+    call,
+    connect,
+    encode_request,
+    is_closed,
+    produce_body,
+    read_response,
+)
 from wherry.protocol.records import build_batch
 from wherry.server.handlers import SUPPORTED_VERSIONS
 
@@ -27,9 +34,8 @@ def create(bs: str, name: str, partitions: int = 1, rf: int = 1, configs: dict |
 
 def produce(bs: str | socket.socket, topic: str, records: bytes, partition: int = 0,
             acks: int = -1):  # type: ignore[no-untyped-def]
-    return call(bs, 0, 9, {"acks": acks, "timeout": 5000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": partition, "records": records}]}]}
-    ).responses[0].partition_responses[0]
+    body = produce_body(topic, records, partition=partition, acks=acks)
+    return call(bs, 0, 9, body).responses[0].partition_responses[0]
 
 
 def fetch_body(topic: str | None, offset: int, *, topic_id: uuid.UUID | None = None,

@@ -18,7 +18,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess, wait_until
-from tests.kafka_wire import call, connect, is_closed, recv_exact
+from tests.kafka_wire import call, connect, fetch_body, is_closed, produce_body, recv_exact
 from wherry.protocol.interbroker import (
     LEADER_DURING_DELETE,
     BrokerEndpoint,
@@ -105,21 +105,22 @@ def partition_meta(bs: str, topic: str) -> Any:
 
 
 def produce(bs: str, topic: str, value: bytes) -> Any:
-    return call(bs, 0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": 0, "records": build_batch([(None, value)])}]}]}
-    ).responses[0].partition_responses[0]
+    body = produce_body(topic, build_batch([(None, value)]))
+    return call(bs, 0, 9, body).responses[0].partition_responses[0]
 
 
 def fetch(bs: str, topic: str, leader_epoch: int = -1) -> Any:
-    r = call(bs, 1, 12, {
-        "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-        "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-        "topics": [{"topic": topic, "partitions": [
-            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
-             "current_leader_epoch": leader_epoch, "log_start_offset": -1,
-             "last_fetched_epoch": -1}]}],
-        "forgotten_topics_data": [], "rack_id": ""})
-    return r.responses[0].partitions[0]
+    return call(bs, 1, 12, fetch_body(topic, leader_epoch=leader_epoch)).responses[0].partitions[0]
+
+
+def new_topic(bs: str, first_record: bytes | None = None) -> tuple[str, uuid.UUID, int]:
+    """A new one-partition topic (holding `first_record` if given): its name, topic id and
+    leader epoch."""
+    t = name()
+    tid = create(bs, t)
+    if first_record is not None:
+        assert produce(bs, t, first_record).error_code == ErrorCode.none
+    return t, tid, partition_meta(bs, t).leader_epoch
 
 
 def assert_intact(b: BrokerProcess, topic: str, leader_epoch: int, records_before: int) -> None:
@@ -175,10 +176,7 @@ def test_stale_controller_epoch_is_refused_and_changes_nothing(broker: BrokerPro
     bs = broker.bootstrap
     ce, be = epochs(broker)
     assert ce >= 1
-    t = name()
-    tid = create(bs, t)
-    assert produce(bs, t, b"before").error_code == ErrorCode.none
-    e0 = partition_meta(bs, t).leader_epoch
+    t, tid, e0 = new_topic(bs, b"before")
     old = ce - 1
     sock = connect(bs)  # one connection, as a controller would use
     for v in range(INTERBROKER_VERSIONS[LAI][1] + 1):
@@ -205,9 +203,7 @@ def test_stale_controller_epoch_is_refused_and_changes_nothing(broker: BrokerPro
 def test_stale_broker_epoch_is_refused_and_records_nothing(broker: BrokerProcess) -> None:
     bs = broker.bootstrap
     ce, be = epochs(broker)
-    t = name()
-    tid = create(bs, t)
-    e0 = partition_meta(bs, t).leader_epoch
+    t, tid, e0 = new_topic(bs)
     newer_ce = ce + 100  # must not be recorded: the requests are for an earlier incarnation
     resp = send(bs, lai(newer_ce, be - 1, t, tid, leader=9, leader_epoch=e0 + 5,
                         replicas=(0, 9), b=broker))
@@ -234,10 +230,7 @@ def test_stale_broker_epoch_is_refused_and_records_nothing(broker: BrokerProcess
 def test_partition_rules_and_unknown_topics(broker: BrokerProcess) -> None:
     bs = broker.bootstrap
     ce, be = epochs(broker)
-    t = name()
-    tid = create(bs, t)
-    assert produce(bs, t, b"before").error_code == ErrorCode.none
-    e0 = partition_meta(bs, t).leader_epoch
+    t, tid, e0 = new_topic(bs, b"before")
     # LeaderAndIsr, per partition (top-level NONE):
     unknown = name()
     resp = send(bs, LeaderAndIsrRequest(0, ce, be, (
@@ -273,10 +266,7 @@ def test_newer_controller_epoch_is_accepted(fresh_broker: BrokerProcess) -> None
     b = fresh_broker.start()
     bs = b.bootstrap
     ce, be = epochs(b)
-    t = name()
-    tid = create(bs, t)
-    assert produce(bs, t, b"one").error_code == ErrorCode.none
-    e0 = partition_meta(bs, t).leader_epoch
+    t, tid, e0 = new_topic(bs, b"one")
     new_ce, e1 = ce + 1, e0 + 1
     # A newer controller moves the leader epoch on (this broker stays the leader).
     resp = send(bs, lai(new_ce, be, t, tid, leader=0, leader_epoch=e1, replicas=(0,), b=b))

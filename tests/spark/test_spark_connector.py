@@ -60,6 +60,14 @@ def batch(spark: Any, bs: str, **opts: str) -> Any:
     return r.load()
 
 
+def save(df: Any, bs: str, mode: str = "append", **opts: str) -> None:
+    """Write `df` with the wherry sink as a batch job."""
+    w = df.write.format("wherry").mode(mode).option("kafka.bootstrap.servers", bs)
+    for k, v in opts.items():
+        w = w.option(k, v)
+    w.save()
+
+
 def input_rows(q: Any) -> list[int]:
     return [int(p["numInputRows"]) for p in q.recentProgress if p["numInputRows"] > 0]
 
@@ -264,9 +272,7 @@ def test_batch_and_streaming_writes_are_readable_by_kcat(
         rows,
         "key string, value string, partition int, headers array<struct<key:string,value:binary>>",
     )
-    df.write.format("wherry").mode("append").option("kafka.bootstrap.servers", bs).option(
-        "topic", t
-    ).save()
+    save(df, bs, topic=t)
     got = sorted(kcat_read(bs, t, 40))
     assert got == sorted(f"{i % 2}|k{i}|v{i}|h=x{i}" for i in range(40))
 
@@ -330,33 +336,7 @@ def test_bad_input_gives_errors_that_name_the_option(
         q.awaitTermination(120)
 
     no_value = spark.createDataFrame([("k",)], "key string")
-    fails(
-        r"'value'",
-        lambda: (
-            no_value.write.format("wherry")
-            .mode("append")
-            .option("kafka.bootstrap.servers", bs)
-            .option("topic", t)
-            .save()
-        ),
-    )
+    fails(r"'value'", lambda: save(no_value, bs, topic=t))
     values = spark.createDataFrame([("v",)], "value string")
-    fails(
-        r"'topic'",
-        lambda: (
-            values.write.format("wherry")
-            .mode("append")
-            .option("kafka.bootstrap.servers", bs)
-            .save()
-        ),
-    )
-    fails(
-        r"overwrite",
-        lambda: (
-            values.write.format("wherry")
-            .mode("overwrite")
-            .option("kafka.bootstrap.servers", bs)
-            .option("topic", t)
-            .save()
-        ),
-    )
+    fails(r"'topic'", lambda: save(values, bs))
+    fails(r"overwrite", lambda: save(values, bs, "overwrite", topic=t))

@@ -67,75 +67,43 @@ def test_offsets_json_and_timestamps() -> None:
     assert b.ending == TimestampSpec(by_partition={"t": {0: 5}})
 
 
-@pytest.mark.parametrize(
-    ("streaming", "opts", "option", "text"),
-    [
-        (
-            True,
-            {"subscribe": "t"} | {"kafka.bootstrap.servers": ""},
-            "kafka.bootstrap.servers",
-            "required",
-        ),
-        (True, {}, "subscribe", "exactly one"),
-        (True, {"subscribe": "t", "assign": '{"t": [0]}'}, "subscribe", "exactly one"),
-        (True, {"assign": "{bad json"}, "assign", "not valid JSON"),
-        (True, {"assign": '{"t": ["x"]}'}, "assign", "partition numbers"),
-        (True, {"subscribePattern": "("}, "subscribePattern", "regular expression"),
-        (
-            True,
-            {"subscribe": "t", "startingOffsets": '{"t": {"0": 1'},
-            "startingOffsets",
-            "not valid JSON",
-        ),
-        (
-            True,
-            {"subscribe": "t", "startingOffsets": '{"t": {"x": 1}}'},
-            "startingOffsets",
-            "not a partition number",
-        ),
-        (
-            True,
-            {"subscribe": "t", "startingOffsets": '{"t": {"0": "1"}}'},
-            "startingOffsets",
-            "integer",
-        ),
-        (
-            True,
-            {"subscribe": "t", "startingOffsets": '{"t": {"0": -7}}'},
-            "startingOffsets",
-            "invalid offset",
-        ),
-        (False, {"subscribe": "t", "startingOffsets": "latest"}, "startingOffsets", "not allowed"),
-        (
-            False,
-            {"subscribe": "t", "startingOffsets": '{"t": {"0": -1}}'},
-            "startingOffsets",
-            "not allowed",
-        ),
-        (False, {"subscribe": "t", "endingOffsets": "earliest"}, "endingOffsets", "not allowed"),
-        (True, {"subscribe": "t", "endingOffsets": "latest"}, "endingOffsets", "batch"),
-        (
-            False,
-            {"subscribe": "t", "maxOffsetsPerTrigger": "5"},
-            "maxOffsetsPerTrigger",
-            "streaming",
-        ),
-        (True, {"subscribe": "t", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger", "positive"),
-        (True, {"subscribe": "t", "failOnDataLoss": "yes"}, "failOnDataLoss", "true or false"),
-        (
-            True,
-            {"subscribe": "t", "startingTimestamp": "soon"},
-            "startingTimestamp",
-            "milliseconds",
-        ),
-        (
-            True,
-            {"assign": '{"t": [0]}', "startingOffsets": '{"t": {"1": 0}}'},
-            "startingOffsets",
-            "not in 'assign'",
-        ),
-    ],
-)
+# (option, value, what the error says): the one wrong option next to subscribe=t
+BAD_STREAMING_VALUES = [
+    ("kafka.bootstrap.servers", "", "required"),
+    ("startingOffsets", '{"t": {"0": 1', "not valid JSON"),
+    ("startingOffsets", '{"t": {"x": 1}}', "not a partition number"),
+    ("startingOffsets", '{"t": {"0": "1"}}', "integer"),
+    ("startingOffsets", '{"t": {"0": -7}}', "invalid offset"),
+    ("endingOffsets", "latest", "batch"),
+    ("maxOffsetsPerTrigger", "0", "positive"),
+    ("failOnDataLoss", "yes", "true or false"),
+    ("startingTimestamp", "soon", "milliseconds"),
+]
+BAD_BATCH_VALUES = [
+    ("startingOffsets", "latest", "not allowed"),
+    ("startingOffsets", '{"t": {"0": -1}}', "not allowed"),
+    ("endingOffsets", "earliest", "not allowed"),
+    ("maxOffsetsPerTrigger", "5", "streaming"),
+]
+# (streaming, options, the option named, what the error says)
+BAD_OPTIONS = [
+    *((True, {"subscribe": "t", o: v}, o, text) for o, v, text in BAD_STREAMING_VALUES),
+    *((False, {"subscribe": "t", o: v}, o, text) for o, v, text in BAD_BATCH_VALUES),
+    (True, {}, "subscribe", "exactly one"),
+    (True, {"subscribe": "t", "assign": '{"t": [0]}'}, "subscribe", "exactly one"),
+    (True, {"assign": "{bad json"}, "assign", "not valid JSON"),
+    (True, {"assign": '{"t": ["x"]}'}, "assign", "partition numbers"),
+    (True, {"subscribePattern": "("}, "subscribePattern", "regular expression"),
+    (
+        True,
+        {"assign": '{"t": [0]}', "startingOffsets": '{"t": {"1": 0}}'},
+        "startingOffsets",
+        "not in 'assign'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("streaming", "opts", "option", "text"), BAD_OPTIONS)
 def test_bad_options_name_the_option(
     streaming: bool, opts: dict[str, str], option: str, text: str
 ) -> None:
@@ -163,19 +131,26 @@ def test_offsets_json_round_trip_has_string_keys() -> None:
     assert from_json(j) == offs
 
 
-offset_maps = st.dictionaries(
+Offsets = dict[tuple[str, int], int]
+
+
+def _start_and_end(spans: dict[tuple[str, int], tuple[int, int]]) -> tuple[Offsets, Offsets]:
+    return {tp: s for tp, (s, _) in spans.items()}, {tp: s + n for tp, (s, n) in spans.items()}
+
+
+# (start, end) offsets of one or more partitions, each end 0 to 1000 past its start
+offset_spans = st.dictionaries(
     st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5)),
     st.tuples(st.integers(0, 1000), st.integers(0, 1000)),
     min_size=1,
-)
+).map(_start_and_end)
 
 
-@given(offset_maps, st.integers(1, 3000))
+@given(offset_spans, st.integers(1, 3000))
 def test_rate_limit_never_exceeds_the_limit_and_always_progresses(
-    spans: dict[tuple[str, int], tuple[int, int]], limit: int
+    spans: tuple[Offsets, Offsets], limit: int
 ) -> None:
-    start = {tp: s for tp, (s, _) in spans.items()}
-    latest = {tp: s + n for tp, (s, n) in spans.items()}
+    start, latest = spans
     end = rate_limit(start, latest, limit)
     taken = {tp: end[tp] - start[tp] for tp in start}
     available = sum(latest[tp] - start[tp] for tp in start)
@@ -188,12 +163,11 @@ def test_rate_limit_shares_in_proportion() -> None:
     assert end == {("t", 0): 90, ("t", 1): 10}
 
 
-@given(offset_maps, st.integers(1, 20))
+@given(offset_spans, st.integers(1, 20))
 def test_ranges_cover_exactly_once_when_split(
-    spans: dict[tuple[str, int], tuple[int, int]], min_partitions: int
+    spans: tuple[Offsets, Offsets], min_partitions: int
 ) -> None:
-    start = {tp: s for tp, (s, _) in spans.items()}
-    end = {tp: s + n for tp, (s, n) in spans.items()}
+    start, end = spans
     rs = ranges(start, end, min_partitions)
     for tp in start:
         covered = sorted((r.start, r.end) for r in rs if (r.topic, r.partition) == tp)

@@ -11,47 +11,16 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.kafka_wire import call
+from tests.kafka_wire import call, fetch_body
 from wherry.common.topic_partition import TopicPartition
-from wherry.coordination import paths
 from wherry.protocol.interbroker import StopReplicaPartition, StopReplicaRequest
 from wherry.testing.cluster import AsyncDevCluster
 
 DELETE_EPOCH = -2  # StopReplica with deletion carries no leader epoch check
-
-
-def fetch_body(topic: str, offset: int, *, max_wait: int, min_bytes: int) -> dict[str, Any]:
-    return {
-        "replica_id": -1,
-        "max_wait": max_wait,
-        "min_bytes": min_bytes,
-        "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "fetch_offset": offset,
-                        "partition_max_bytes": 1 << 20,
-                        "current_leader_epoch": -1,
-                        "log_start_offset": -1,
-                        "last_fetched_epoch": -1,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
 
 
 @pytest.mark.timeout(90)  # before the fix the fetch hung, and the broker's stop with it
@@ -64,14 +33,7 @@ def test_stop_replica_answers_a_parked_fetch_from_the_event_loop(tmp_path: Path)
             b = cluster.brokers[0]
             topic = f"stop-{uuid.uuid4().hex[:8]}"
             tp = TopicPartition(topic, 0)
-            await b.store.create(
-                paths.topic_config_path(topic), paths.encode_config({}), make_parents=True
-            )
-            await b.store.create(
-                paths.topic_path(topic),
-                paths.TopicAssignment(uuid.uuid4(), {0: [0]}).to_json(),
-                make_parents=True,
-            )
+            await b.admin.create_topic(topic, num_partitions=1, replication_factor=1, configs={})
             async with asyncio.timeout(10):
                 while b.replica_manager.get_partition(tp) is None:
                     await asyncio.sleep(0.02)
@@ -79,7 +41,7 @@ def test_stop_replica_answers_a_parked_fetch_from_the_event_loop(tmp_path: Path)
 
             # A consumer fetch that waits up to 30 s for 1 MiB of an empty partition.
             bootstrap = f"127.0.0.1:{cluster.port(0)}"
-            body = fetch_body(topic, 0, max_wait=30_000, min_bytes=1 << 20)
+            body = {**fetch_body(topic), "max_wait": 30_000, "min_bytes": 1 << 20}
             fetch = asyncio.ensure_future(asyncio.to_thread(call, bootstrap, 1, 12, body))
             async with asyncio.timeout(10):
                 while purgatory.watched(tp) == 0:

@@ -30,9 +30,9 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wherry.common.closeable import Startable
 from wherry.testing.metadata_probe import ClusterView, fetch_metadata
 from wherry.testing.zookeeper import ZooKeeperServer, find_free_port
 
@@ -221,7 +221,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-class DevCluster:
+class DevCluster(Startable):
     """An `AsyncDevCluster` run on its own event loop in a background thread.
 
     Blocking methods, each bounded by ``timeout_s``; use it as a context manager::
@@ -339,17 +339,6 @@ class DevCluster:
             self._thread.join(self.timeout_s)
             self._thread = None
 
-    def __enter__(self) -> DevCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # --- brokers ---------------------------------------------------------------------------
     def stop_broker(self, broker_id: int) -> None:
         self.run(self.cluster.stop_broker(broker_id))
@@ -434,7 +423,7 @@ def _kill_all(procs: dict[int, subprocess.Popen[bytes]]) -> None:
                 proc.wait(10.0)
 
 
-class ZkCluster:
+class ZkCluster(Startable):
     """``brokers`` ``wherry server --zookeeper`` processes sharing one real ZooKeeper.
 
     The ZooKeeper is started here (``tick_time_ms``) unless one is passed in; the brokers use
@@ -634,17 +623,6 @@ class ZkCluster:
                 zk.close()
         if self._own_zookeeper:
             self.zookeeper.close()
-
-    def __enter__(self) -> ZkCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- ZooKeeper's view ------------------------------------------------------------------
     def zk(self) -> KazooClient:

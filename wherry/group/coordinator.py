@@ -128,7 +128,7 @@ class GroupCoordinator:
             config, storage, partition_count=partition_count, log_prefix=prefix
         )
         self._rebalancer = Rebalancer(config, self._manager, now_ms=now_ms, log_prefix=prefix)
-        self._joins = JoinGroupHandler(config, self._manager, self._rebalancer, log_prefix=prefix)
+        self._joins = JoinGroupHandler(self._rebalancer, log_prefix=prefix)
 
     @property
     def partition_count(self) -> int:

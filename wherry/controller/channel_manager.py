@@ -46,9 +46,9 @@ from wherry.protocol.interbroker_codec import (
     InterbrokerRequestBody,
     InterbrokerResponseBody,
 )
+from wherry.runtime.state_change_log import state_change_logger
 
 log = logging.getLogger(__name__)
-state_change_log = logging.getLogger("wherry.state_change")
 
 __all__ = [
     "BrokerAddress",
@@ -356,7 +356,7 @@ async def send_batch(
         body = r.body
         if isinstance(body, LeaderAndIsrRequest):
             leaders = sum(1 for s in body.partition_states if s.leader == r.broker_id)
-            state_change_log.info(
+            state_change_logger.info(
                 "[Controller id=%d epoch=%d] Sending LeaderAndIsr request to broker %d with "
                 "%d become-leader and %d become-follower partitions",
                 body.controller_id,
@@ -367,7 +367,7 @@ async def send_batch(
             )
             out.append((r, await channel.leader_and_isr(r.broker_id, body)))
         elif isinstance(body, UpdateMetadataRequest):
-            state_change_log.info(
+            state_change_logger.info(
                 "[Controller id=%d epoch=%d] Sending UpdateMetadata request to broker %d for "
                 "%d partitions",
                 body.controller_id,
@@ -377,7 +377,7 @@ async def send_batch(
             )
             out.append((r, await channel.update_metadata(r.broker_id, body)))
         else:
-            state_change_log.info(
+            state_change_logger.info(
                 "[Controller id=%d epoch=%d] Sending StopReplica request to broker %d for %d "
                 "partitions",
                 body.controller_id,

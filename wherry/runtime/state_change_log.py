@@ -47,6 +47,7 @@ __all__ = [
     "controller_prefix",
     "format_change",
     "log_broker_partition_change",
+    "log_change",
     "log_controller_partition_change",
     "log_controller_replica_change",
     "merge_state_change_logs",
@@ -106,6 +107,45 @@ def format_change(
     return f"{prefix} {what} {old_state} -> {new_state}{tail}"
 
 
+def log_change(
+    prefix: str,
+    topic: str,
+    partition: int,
+    old_state: str,
+    new_state: str,
+    *,
+    replica: int | None = None,
+    fields: Mapping[str, FieldValue] | None = None,
+    level: int = logging.INFO,
+) -> None:
+    """Log one change line (see `format_change`) through the state-change logger."""
+    if not state_change_logger.isEnabledFor(level):
+        return
+    state_change_logger.log(
+        level,
+        "%s",
+        format_change(
+            prefix, topic, partition, old_state, new_state, replica=replica, fields=fields
+        ),
+    )
+
+
+def _leadership_fields(
+    leader: int | None,
+    leader_epoch: int | None,
+    isr: Sequence[int] | None,
+    controller_epoch: int,
+    extra: Mapping[str, FieldValue],
+) -> dict[str, FieldValue]:
+    return {
+        "leader": leader,
+        "leader_epoch": leader_epoch,
+        "isr": isr,
+        "controller_epoch": controller_epoch,
+        **extra,
+    }
+
+
 def log_controller_partition_change(
     controller_id: int,
     controller_epoch: int,
@@ -120,25 +160,14 @@ def log_controller_partition_change(
     level: int = logging.INFO,
     **fields: FieldValue,
 ) -> None:
-    if not state_change_logger.isEnabledFor(level):
-        return
-    state_change_logger.log(
-        level,
-        "%s",
-        format_change(
-            controller_prefix(controller_id, controller_epoch),
-            topic,
-            partition,
-            old_state,
-            new_state,
-            fields={
-                "leader": leader,
-                "leader_epoch": leader_epoch,
-                "isr": isr,
-                "controller_epoch": controller_epoch,
-                **fields,
-            },
-        ),
+    log_change(
+        controller_prefix(controller_id, controller_epoch),
+        topic,
+        partition,
+        old_state,
+        new_state,
+        fields=_leadership_fields(leader, leader_epoch, isr, controller_epoch, fields),
+        level=level,
     )
 
 
@@ -154,20 +183,15 @@ def log_controller_replica_change(
     level: int = logging.INFO,
     **fields: FieldValue,
 ) -> None:
-    if not state_change_logger.isEnabledFor(level):
-        return
-    state_change_logger.log(
-        level,
-        "%s",
-        format_change(
-            controller_prefix(controller_id, controller_epoch),
-            topic,
-            partition,
-            old_state,
-            new_state,
-            replica=replica,
-            fields={**fields, "controller_epoch": controller_epoch},
-        ),
+    log_change(
+        controller_prefix(controller_id, controller_epoch),
+        topic,
+        partition,
+        old_state,
+        new_state,
+        replica=replica,
+        fields={**fields, "controller_epoch": controller_epoch},
+        level=level,
     )
 
 
@@ -188,25 +212,14 @@ def log_broker_partition_change(
     """What a broker logs when a LeaderAndIsr makes it leader or follower (or a StopReplica
     stops a replica): roles such as ``None``, ``Leader``, ``Follower``, ``Stopped``,
     ``Deleted``. Extra fields (e.g. ``start_offset=``, ``high_watermark=``) are appended."""
-    if not state_change_logger.isEnabledFor(level):
-        return
-    state_change_logger.log(
-        level,
-        "%s",
-        format_change(
-            broker_prefix(broker_id),
-            topic,
-            partition,
-            old_role,
-            new_role,
-            fields={
-                "leader": leader,
-                "leader_epoch": leader_epoch,
-                "isr": isr,
-                "controller_epoch": controller_epoch,
-                **fields,
-            },
-        ),
+    log_change(
+        broker_prefix(broker_id),
+        topic,
+        partition,
+        old_role,
+        new_role,
+        fields=_leadership_fields(leader, leader_epoch, isr, controller_epoch, fields),
+        level=level,
     )
 
 

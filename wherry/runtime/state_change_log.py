@@ -137,13 +137,14 @@ def _leadership_fields(
     controller_epoch: int,
     extra: Mapping[str, FieldValue],
 ) -> dict[str, FieldValue]:
-    return {
-        "leader": leader,
-        "leader_epoch": leader_epoch,
-        "isr": isr,
-        "controller_epoch": controller_epoch,
+    """The fields a partition's change line starts with, then ``extra``."""
+    return dict(
+        leader=leader,
+        leader_epoch=leader_epoch,
+        isr=isr,
+        controller_epoch=controller_epoch,
         **extra,
-    }
+    )
 
 
 def log_controller_partition_change(

@@ -47,6 +47,7 @@ from wherry.protocol.interbroker_codec import (
     InterbrokerResponseBody,
 )
 from wherry.runtime.state_change_log import state_change_logger
+from wherry.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -144,11 +145,7 @@ class _Sender:
         self.wakeup.set()
 
     async def stop(self) -> None:
-        self.task.cancel()
-        try:
-            await self.task
-        except asyncio.CancelledError:
-            pass
+        await cancel_and_wait(self.task)
 
     async def _run(self) -> None:
         try:

@@ -423,15 +423,9 @@ def _read_header(r: _Reader, v: int, *, kraft_from: int, epoch_from: int) -> _He
     }
 
 
-class _Leadership(TypedDict):
-    """The `PartitionLeadership` fields of a partition state, as decoded."""
-
-    topic_name: str
-    partition_index: int
-    controller_epoch: int
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
+_LeadingFields: TypeAlias = tuple[str, int, int, int, int, tuple[int, ...], int, tuple[int, ...]]
+"""The first eight fields of both partition-state classes, in their order (see
+`_write_leadership`)."""
 
 
 def _write_leadership(
@@ -457,22 +451,15 @@ def _write_leadership(
     w.int32_array(replicas, flex)
 
 
-def _read_leadership(
-    r: _Reader, topic_name: str, *, named: bool, flex: bool
-) -> tuple[_Leadership, int, tuple[int, ...]]:
-    """What `_write_leadership` writes: the shared fields, the partition epoch, the replicas."""
+def _read_leadership(r: _Reader, topic_name: str, *, named: bool, flex: bool) -> _LeadingFields:
+    """What `_write_leadership` writes (read in wire order, which is the fields' order)."""
     if named:
         topic_name = r.string(flex)
-    lead: _Leadership = {  # read in wire order
-        "topic_name": topic_name,
-        "partition_index": r.int32(),
-        "controller_epoch": r.int32(),
-        "leader": r.int32(),
-        "leader_epoch": r.int32(),
-        "isr": r.int32_array(flex),
-    }
+    index, controller_epoch, leader, leader_epoch = r.int32(), r.int32(), r.int32(), r.int32()
+    isr = r.int32_array(flex)
     epoch = r.int32()
-    return lead, epoch, r.int32_array(flex)
+    replicas = r.int32_array(flex)
+    return topic_name, index, controller_epoch, leader, leader_epoch, isr, epoch, replicas
 
 
 _State = TypeVar("_State", LeaderAndIsrPartitionState, UpdateMetadataPartitionState)
@@ -561,7 +548,7 @@ def _write_lai_partition(w: _Writer, v: int, st: LeaderAndIsrPartitionState) -> 
 
 def _read_lai_partition(r: _Reader, v: int, topic_name: str) -> LeaderAndIsrPartitionState:
     flex = v >= 4
-    lead, partition_epoch, replicas = _read_leadership(r, topic_name, named=v <= 1, flex=flex)
+    leading = _read_leadership(r, topic_name, named=v <= 1, flex=flex)
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
     if v >= 3:
@@ -571,9 +558,7 @@ def _read_lai_partition(r: _Reader, v: int, topic_name: str) -> LeaderAndIsrPart
     leader_recovery_state = r.int8() if v >= 6 else 0
     r.end_struct(flex)
     return LeaderAndIsrPartitionState(
-        **lead,
-        partition_epoch=partition_epoch,
-        replicas=replicas,
+        *leading,
         adding_replicas=adding,
         removing_replicas=removing,
         is_new=is_new,
@@ -788,15 +773,10 @@ def _write_um_partition(w: _Writer, v: int, st: UpdateMetadataPartitionState) ->
 
 def _read_um_partition(r: _Reader, v: int, topic_name: str) -> UpdateMetadataPartitionState:
     flex = v >= 6
-    lead, zk_version, replicas = _read_leadership(r, topic_name, named=v <= 4, flex=flex)
+    leading = _read_leadership(r, topic_name, named=v <= 4, flex=flex)
     offline = r.int32_array(flex) if v >= 4 else ()
     r.end_struct(flex)
-    return UpdateMetadataPartitionState(
-        **lead,
-        zk_version=zk_version,
-        replicas=replicas,
-        offline_replicas=offline,
-    )
+    return UpdateMetadataPartitionState(*leading, offline_replicas=offline)
 
 
 def _write_um_broker(w: _Writer, v: int, broker_id: int, endpoints: list[BrokerEndpoint]) -> None:

@@ -30,7 +30,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 from wherry.common.closeable import Startable
 from wherry.testing.metadata_probe import ClusterView, fetch_metadata
@@ -45,7 +45,14 @@ if TYPE_CHECKING:
     from wherry.server.broker import Broker
     from wherry.server.config import BrokerConfig
 
-__all__ = ["AsyncDevCluster", "ClusterView", "DevCluster", "ZkCluster", "wait_until"]
+__all__ = [
+    "AsyncDevCluster",
+    "ClusterView",
+    "DevCluster",
+    "DevClusterOptions",
+    "ZkCluster",
+    "wait_until",
+]
 
 _T = TypeVar("_T")
 
@@ -77,6 +84,16 @@ def _check_overrides(overrides: Mapping[str, str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- in-process
+
+
+class DevClusterOptions(TypedDict, total=False):
+    """`AsyncDevCluster`'s options, which `DevCluster` passes on."""
+
+    brokers: int
+    base_port: int
+    host: str
+    overrides: Mapping[str, str] | None
+    properties_file: Path | None
 
 
 class AsyncDevCluster:
@@ -238,21 +255,10 @@ class DevCluster(Startable):
         self,
         directory: str | os.PathLike[str],
         *,
-        brokers: int = 3,
-        base_port: int = 0,
-        host: str = "127.0.0.1",
-        overrides: Mapping[str, str] | None = None,
-        properties_file: Path | None = None,
         timeout_s: float = 60.0,
+        **options: Unpack[DevClusterOptions],
     ) -> None:
-        self.cluster = AsyncDevCluster(
-            directory,
-            brokers=brokers,
-            base_port=base_port,
-            host=host,
-            overrides=overrides,
-            properties_file=properties_file,
-        )
+        self.cluster = AsyncDevCluster(directory, **options)
         self.timeout_s = timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

@@ -50,6 +50,7 @@ class StoreSession(AsyncCloseable):
 
     @property
     def session_id(self) -> int:
+        """Non-zero id of this session (the ``ephemeral_owner`` of its ephemeral nodes)."""
         return self._session_id
 
     @property

@@ -40,7 +40,12 @@ from wherry.replication.isr import (
     reset_follower,
     update_fetch_state,
 )
-from wherry.runtime.state_change_log import broker_prefix, log_change, state_change_logger
+from wherry.runtime.state_change_log import (
+    broker_prefix,
+    log_change,
+    partition_subject,
+    state_change_logger,
+)
 
 __all__ = [
     "DEFAULT_REPLICA_LAG_TIME_MAX_MS",
@@ -389,8 +394,7 @@ class Partition:
     ) -> None:
         log_change(
             broker_prefix(self.local_broker_id),
-            self.tp.topic,
-            self.tp.partition,
+            partition_subject(self.tp.topic, self.tp.partition),
             old,
             new,
             fields=fields,

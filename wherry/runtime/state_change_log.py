@@ -45,14 +45,15 @@ __all__ = [
     "attach_state_change_log",
     "broker_prefix",
     "controller_prefix",
-    "format_change",
     "log_broker_partition_change",
     "log_change",
     "log_controller_partition_change",
     "log_controller_replica_change",
     "merge_state_change_logs",
     "parse_state_change_line",
+    "partition_subject",
     "read_state_change_log",
+    "replica_subject",
     "state_change_logger",
 ]
 
@@ -87,47 +88,29 @@ def _value(v: FieldValue) -> str:
     return "[" + ",".join(str(int(x)) for x in v) + "]"
 
 
-def format_change(
-    prefix: str,
-    topic: str,
-    partition: int,
-    old_state: str,
-    new_state: str,
-    *,
-    replica: int | None = None,
-    fields: Mapping[str, FieldValue] | None = None,
-) -> str:
-    """The message of one change line (the formatter adds the timestamp and level)."""
-    what = (
-        f"Partition {topic}-{partition}"
-        if replica is None
-        else f"Replica {topic}-{partition} replica={replica}"
-    )
-    tail = "".join(f" {k}={_value(v)}" for k, v in (fields or {}).items())
-    return f"{prefix} {what} {old_state} -> {new_state}{tail}"
+def partition_subject(topic: str, partition: int) -> str:
+    return f"Partition {topic}-{partition}"
+
+
+def replica_subject(topic: str, partition: int, replica: int) -> str:
+    return f"Replica {topic}-{partition} replica={replica}"
 
 
 def log_change(
     prefix: str,
-    topic: str,
-    partition: int,
+    subject: str,
     old_state: str,
     new_state: str,
     *,
-    replica: int | None = None,
     fields: Mapping[str, FieldValue] | None = None,
     level: int = logging.INFO,
 ) -> None:
-    """Log one change line (see `format_change`) through the state-change logger."""
+    """Log one change line through the state-change logger: ``<prefix> <subject> <old> ->
+    <new> k=v ...`` (the formatter adds the timestamp and level)."""
     if not state_change_logger.isEnabledFor(level):
         return
-    state_change_logger.log(
-        level,
-        "%s",
-        format_change(
-            prefix, topic, partition, old_state, new_state, replica=replica, fields=fields
-        ),
-    )
+    tail = "".join(f" {k}={_value(v)}" for k, v in (fields or {}).items())
+    state_change_logger.log(level, "%s", f"{prefix} {subject} {old_state} -> {new_state}{tail}")
 
 
 def _leadership_fields(
@@ -161,10 +144,12 @@ def log_controller_partition_change(
     level: int = logging.INFO,
     **fields: FieldValue,
 ) -> None:
+    """What the controller logs when a partition changes state (``NewPartition``,
+    ``OnlinePartition``, ...): leader, leader epoch, ISR, controller epoch, then the extra
+    fields (e.g. ``zk_version=``)."""
     log_change(
         controller_prefix(controller_id, controller_epoch),
-        topic,
-        partition,
+        partition_subject(topic, partition),
         old_state,
         new_state,
         fields=_leadership_fields(leader, leader_epoch, isr, controller_epoch, fields),
@@ -184,13 +169,13 @@ def log_controller_replica_change(
     level: int = logging.INFO,
     **fields: FieldValue,
 ) -> None:
+    """What the controller logs when a replica changes state (``OnlineReplica``,
+    ``ReplicaDeletionStarted``, ...): the fields given, then the controller epoch."""
     log_change(
         controller_prefix(controller_id, controller_epoch),
-        topic,
-        partition,
+        replica_subject(topic, partition, replica),
         old_state,
         new_state,
-        replica=replica,
         fields={**fields, "controller_epoch": controller_epoch},
         level=level,
     )
@@ -215,8 +200,7 @@ def log_broker_partition_change(
     ``Deleted``. Extra fields (e.g. ``start_offset=``, ``high_watermark=``) are appended."""
     log_change(
         broker_prefix(broker_id),
-        topic,
-        partition,
+        partition_subject(topic, partition),
         old_role,
         new_role,
         fields=_leadership_fields(leader, leader_epoch, isr, controller_epoch, fields),

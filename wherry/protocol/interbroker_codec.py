@@ -42,7 +42,7 @@ import struct
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, Final, TypeAlias, TypedDict, TypeVar
+from typing import Any, Final, Generic, TypeAlias, TypedDict, TypeVar
 
 from wherry.protocol.interbroker import (
     LEADER_AND_ISR_KEY,
@@ -950,48 +950,37 @@ def _decode_with(codec: _Codec, version: int, r: _Reader) -> Any:
     return body
 
 
-def _encode_body(codecs: Mapping[int, _Codec], api_key: int, version: int, body: object) -> bytes:
-    _check_version(api_key, version, InterbrokerEncodeError)
-    w = _Writer()
-    _encode_with(codecs[api_key], api_key, version, body, w)
-    return bytes(w.out)
+_Body = TypeVar("_Body", InterbrokerRequestBody, InterbrokerResponseBody)
 
 
-def _decode_body(
-    codecs: Mapping[int, _Codec], api_key: int, version: int, buf: _Bytes, offset: int
-) -> Any:
-    _check_version(api_key, version, DecodeError)
-    return _decode_with(codecs[api_key], version, _Reader(buf, offset))
+class _Bodies(Generic[_Body]):
+    """Bodies alone (no header, no size prefix) of the requests or of the responses."""
+
+    __slots__ = ("_codecs",)
+
+    def __init__(self, codecs: Mapping[int, _Codec]) -> None:
+        self._codecs = codecs
+
+    def encode(self, api_key: int, version: int, body: _Body) -> bytes:
+        """The body's bytes."""
+        _check_version(api_key, version, InterbrokerEncodeError)
+        w = _Writer()
+        _encode_with(self._codecs[api_key], api_key, version, body, w)
+        return bytes(w.out)
+
+    def decode(self, api_key: int, version: int, buf: _Bytes, offset: int = 0) -> _Body:
+        """Parse a body that fills `buf[offset:]` exactly."""
+        _check_version(api_key, version, DecodeError)
+        body: _Body = _decode_with(self._codecs[api_key], version, _Reader(buf, offset))
+        return body
 
 
-def encode_interbroker_request_body(
-    api_key: int, version: int, body: InterbrokerRequestBody
-) -> bytes:
-    """The request body alone (no header, no size prefix)."""
-    return _encode_body(_REQUESTS, api_key, version, body)
-
-
-def decode_interbroker_request_body(
-    api_key: int, version: int, buf: _Bytes, offset: int = 0
-) -> InterbrokerRequestBody:
-    """Parse a request body that fills `buf[offset:]` exactly."""
-    body: InterbrokerRequestBody = _decode_body(_REQUESTS, api_key, version, buf, offset)
-    return body
-
-
-def encode_interbroker_response_body(
-    api_key: int, version: int, body: InterbrokerResponseBody
-) -> bytes:
-    """The response body alone (no header, no size prefix)."""
-    return _encode_body(_RESPONSES, api_key, version, body)
-
-
-def decode_interbroker_response_body(
-    api_key: int, version: int, buf: _Bytes, offset: int = 0
-) -> InterbrokerResponseBody:
-    """Parse a response body that fills `buf[offset:]` exactly."""
-    body: InterbrokerResponseBody = _decode_body(_RESPONSES, api_key, version, buf, offset)
-    return body
+_REQUEST_BODIES: Final = _Bodies[InterbrokerRequestBody](_REQUESTS)
+_RESPONSE_BODIES: Final = _Bodies[InterbrokerResponseBody](_RESPONSES)
+encode_interbroker_request_body = _REQUEST_BODIES.encode
+decode_interbroker_request_body = _REQUEST_BODIES.decode
+encode_interbroker_response_body = _RESPONSE_BODIES.encode
+decode_interbroker_response_body = _RESPONSE_BODIES.decode
 
 
 def _finish_frame(w: _Writer) -> bytes:

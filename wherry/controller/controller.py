@@ -155,10 +155,12 @@ class Controller:
     async def stop(self) -> None:
         """Stop processing events and resign (the owner closes the session, which frees
         `/controller`)."""
-        for task in (self._task, self._isr_task):
-            if task is not None:
-                await cancel_and_wait(task)
-        self._task = self._isr_task = None
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+            self._task = None
+        if self._isr_task is not None:
+            await cancel_and_wait(self._isr_task)
+            self._isr_task = None
         await self._resign("controller stopped")
         self._zk.close()
         if isinstance(self.channel, ResponseListenable):

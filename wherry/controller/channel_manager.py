@@ -46,9 +46,10 @@ from wherry.protocol.interbroker_codec import (
     InterbrokerRequestBody,
     InterbrokerResponseBody,
 )
+from wherry.runtime.state_change_log import state_change_logger
+from wherry.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
-state_change_log = logging.getLogger("wherry.state_change")
 
 __all__ = [
     "BrokerAddress",
@@ -144,11 +145,7 @@ class _Sender:
         self.wakeup.set()
 
     async def stop(self) -> None:
-        self.task.cancel()
-        try:
-            await self.task
-        except asyncio.CancelledError:
-            pass
+        await cancel_and_wait(self.task)
 
     async def _run(self) -> None:
         try:
@@ -356,7 +353,7 @@ async def send_batch(
         body = r.body
         if isinstance(body, LeaderAndIsrRequest):
             leaders = sum(1 for s in body.partition_states if s.leader == r.broker_id)
-            state_change_log.info(
+            state_change_logger.info(
                 "[Controller id=%d epoch=%d] Sending LeaderAndIsr request to broker %d with "
                 "%d become-leader and %d become-follower partitions",
                 body.controller_id,
@@ -367,7 +364,7 @@ async def send_batch(
             )
             out.append((r, await channel.leader_and_isr(r.broker_id, body)))
         elif isinstance(body, UpdateMetadataRequest):
-            state_change_log.info(
+            state_change_logger.info(
                 "[Controller id=%d epoch=%d] Sending UpdateMetadata request to broker %d for "
                 "%d partitions",
                 body.controller_id,
@@ -377,7 +374,7 @@ async def send_batch(
             )
             out.append((r, await channel.update_metadata(r.broker_id, body)))
         else:
-            state_change_log.info(
+            state_change_logger.info(
                 "[Controller id=%d epoch=%d] Sending StopReplica request to broker %d for %d "
                 "partitions",
                 body.controller_id,

@@ -80,6 +80,7 @@ from wherry.coordination.store import (
 from wherry.protocol.interbroker import NO_LEADER, StopReplicaRequest, StopReplicaResponse
 from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
 from wherry.runtime.state_change_log import controller_prefix, state_change_logger
+from wherry.runtime.tasks import cancel_and_wait
 
 __all__ = ["Controller", "ControllerMovedError"]
 
@@ -155,18 +156,10 @@ class Controller:
         """Stop processing events and resign (the owner closes the session, which frees
         `/controller`)."""
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
             self._task = None
         if self._isr_task is not None:
-            self._isr_task.cancel()
-            try:
-                await self._isr_task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._isr_task)
             self._isr_task = None
         await self._resign("controller stopped")
         self._zk.close()

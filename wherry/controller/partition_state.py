@@ -22,18 +22,19 @@ where it is (`fail_online` logs why).
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from wherry.common.state_enum import StateEnum
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext, LeaderIsr
 from wherry.controller.election import live_isr, offline_partition_election
 from wherry.controller.request_batch import RequestBatch
 from wherry.controller.request_states import add_leader_and_isr
+from wherry.controller.state_machine import ControllerStates
 from wherry.protocol.interbroker import NO_LEADER
 from wherry.runtime.state_change_log import (
     controller_prefix,
@@ -44,14 +45,11 @@ from wherry.runtime.state_change_log import (
 log = logging.getLogger(__name__)
 
 
-class PartitionState(enum.Enum):
+class PartitionState(StateEnum):
     NON_EXISTENT = "NonExistentPartition"
     NEW = "NewPartition"
     ONLINE = "OnlinePartition"
     OFFLINE = "OfflinePartition"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _S = PartitionState
@@ -79,25 +77,18 @@ class ElectionOutcome:
     error: str | None = None
 
 
-class PartitionStateMachine:
+class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
     def __init__(self, controller_id: int) -> None:
-        self.controller_id = controller_id
-        self._states: dict[TopicPartition, PartitionState] = {}
+        super().__init__(
+            controller_id,
+            absent=PartitionState.NON_EXISTENT,
+            valid_previous=VALID_PREVIOUS_STATES,
+            describe=lambda tp: f"partition {tp}",
+        )
 
     # --- queries -----------------------------------------------------------------------------
-    def state(self, tp: TopicPartition) -> PartitionState:
-        return self._states.get(tp, PartitionState.NON_EXISTENT)
-
     def partitions_in(self, *states: PartitionState) -> list[TopicPartition]:
         return sorted(tp for tp, s in self._states.items() if s in states)
-
-    def clear(self) -> None:
-        self._states.clear()
-
-    def forget(self, tps: Iterable[TopicPartition]) -> None:
-        """Drop partitions whose topic vanished from the store (no transition)."""
-        for tp in tps:
-            self._states.pop(tp, None)
 
     # --- startup -----------------------------------------------------------------------------
     def initialize(self, ctx: ControllerContext) -> None:
@@ -114,27 +105,6 @@ class PartitionStateMachine:
                 self._states[tp] = PartitionState.OFFLINE
 
     # --- transitions -------------------------------------------------------------------------
-    def valid(
-        self, ctx: ControllerContext, tps: Iterable[TopicPartition], target: PartitionState
-    ) -> list[TopicPartition]:
-        """The partitions that may move to `target`; the others are logged and skipped."""
-        out: list[TopicPartition] = []
-        for tp in dict.fromkeys(tps):
-            current = self.state(tp)
-            if is_valid_transition(current, target):
-                out.append(tp)
-            else:
-                state_change_logger.error(
-                    "%s Invalid transition of partition %s from %s to %s (valid previous "
-                    "states: %s)",
-                    controller_prefix(self.controller_id, ctx.epoch),
-                    tp,
-                    current,
-                    target,
-                    sorted(str(s) for s in VALID_PREVIOUS_STATES[target]),
-                )
-        return out
-
     def _set(
         self,
         ctx: ControllerContext,
@@ -164,10 +134,7 @@ class PartitionStateMachine:
             level=level,
             **extra,
         )
-        if target is PartitionState.NON_EXISTENT:
-            self._states.pop(tp, None)
-        else:
-            self._states[tp] = target
+        self._record(tp, target)
 
     def to_new(self, ctx: ControllerContext, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         done = self.valid(ctx, tps, PartitionState.NEW)

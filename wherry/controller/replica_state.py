@@ -32,12 +32,12 @@ Every UpdateMetadata goes to all live brokers (see `request_states`).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from wherry.common.state_enum import StateEnum
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext, LeaderIsr
 from wherry.controller.request_batch import RequestBatch
@@ -46,6 +46,7 @@ from wherry.controller.request_states import (
     add_stop_replica,
     add_update_metadata,
 )
+from wherry.controller.state_machine import ControllerStates
 from wherry.protocol.interbroker import NO_LEADER
 from wherry.runtime.state_change_log import (
     controller_prefix,
@@ -54,7 +55,7 @@ from wherry.runtime.state_change_log import (
 )
 
 
-class ReplicaState(enum.Enum):
+class ReplicaState(StateEnum):
     NEW = "NewReplica"
     ONLINE = "OnlineReplica"
     OFFLINE = "OfflineReplica"
@@ -62,9 +63,6 @@ class ReplicaState(enum.Enum):
     DELETION_SUCCESSFUL = "ReplicaDeletionSuccessful"
     DELETION_INELIGIBLE = "ReplicaDeletionIneligible"
     NON_EXISTENT = "NonExistentReplica"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _R = ReplicaState
@@ -125,28 +123,21 @@ def remove_replicas_from_isr(
     return LeaderIsr(leader, current.leader_epoch + 1, isr, controller_epoch, current.zk_version)
 
 
-class ReplicaStateMachine:
+class ReplicaStateMachine(ControllerStates[PartitionReplica, ReplicaState]):
     def __init__(self, controller_id: int) -> None:
-        self.controller_id = controller_id
-        self._states: dict[PartitionReplica, ReplicaState] = {}
+        super().__init__(
+            controller_id,
+            absent=ReplicaState.NON_EXISTENT,
+            valid_previous=VALID_PREVIOUS_STATES,
+            describe=lambda r: f"replica {r.replica} of partition {r.tp}",
+        )
 
     # --- queries -----------------------------------------------------------------------------
-    def state(self, r: PartitionReplica) -> ReplicaState:
-        return self._states.get(r, ReplicaState.NON_EXISTENT)
-
     def replicas_in(self, topic: str, *states: ReplicaState) -> list[PartitionReplica]:
         return sorted(r for r, s in self._states.items() if r.tp.topic == topic and s in states)
 
     def replicas_of_topic(self, topic: str) -> list[PartitionReplica]:
         return sorted(r for r in self._states if r.tp.topic == topic)
-
-    def clear(self) -> None:
-        self._states.clear()
-
-    def forget(self, replicas: Iterable[PartitionReplica]) -> None:
-        """Drop replicas whose topic vanished from the store (no transition)."""
-        for r in replicas:
-            self._states.pop(r, None)
 
     # --- startup -----------------------------------------------------------------------------
     def initialize(self, ctx: ControllerContext) -> None:
@@ -159,27 +150,6 @@ class ReplicaStateMachine:
             )
 
     # --- transitions -------------------------------------------------------------------------
-    def valid(
-        self, ctx: ControllerContext, replicas: Iterable[PartitionReplica], target: ReplicaState
-    ) -> list[PartitionReplica]:
-        out: list[PartitionReplica] = []
-        for r in dict.fromkeys(replicas):
-            current = self.state(r)
-            if is_valid_transition(current, target):
-                out.append(r)
-            else:
-                state_change_logger.error(
-                    "%s Invalid transition of replica %d of partition %s from %s to %s (valid "
-                    "previous states: %s)",
-                    controller_prefix(self.controller_id, ctx.epoch),
-                    r.replica,
-                    r.tp,
-                    current,
-                    target,
-                    sorted(str(s) for s in VALID_PREVIOUS_STATES[target]),
-                )
-        return out
-
     def _set(self, ctx: ControllerContext, r: PartitionReplica, target: ReplicaState) -> None:
         old = self.state(r)
         st = ctx.states.get(r.tp)
@@ -195,10 +165,7 @@ class ReplicaStateMachine:
             leader_epoch=None if st is None else st.leader_epoch,
             isr=None if st is None else st.isr,
         )
-        if target is ReplicaState.NON_EXISTENT:
-            self._states.pop(r, None)
-        else:
-            self._states[r] = target
+        self._record(r, target)
 
     def to_new(
         self, ctx: ControllerContext, replicas: Iterable[PartitionReplica], batch: RequestBatch

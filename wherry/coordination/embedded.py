@@ -34,14 +34,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal, TypeVar
 
+from wherry.common.closeable import Closeable
+from wherry.coordination.session import StoreSession, as_bytes, invoke_callback
 from wherry.coordination.store import (
     ANY_VERSION,
     BadVersionError,
     CheckOp,
-    ConnectionLossError,
     CreateOp,
     DeleteOp,
     EventType,
@@ -51,8 +51,6 @@ from wherry.coordination.store import (
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
-    SessionClosedError,
-    SessionExpiredError,
     SessionState,
     SessionStateListener,
     SetOp,
@@ -128,22 +126,7 @@ class _Txn:
             self.undo.pop()()
 
 
-def _as_bytes(data: bytes | bytearray | memoryview) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise TypeError(f"znode data must be bytes, not {type(data).__name__}")
-
-
-def _invoke(fn: Callable[[Any], None], arg: object) -> None:
-    try:
-        fn(arg)
-    except Exception:
-        logger.exception("coordination callback %r failed on %r", fn, arg)
-
-
-class EmbeddedCoordinator:
+class EmbeddedCoordinator(Closeable):
     """The shared in-process metadata state; open sessions with `session`.
 
     ``data_dir=None`` keeps everything in memory (no persistence; for tests). ``clock_ms``
@@ -286,17 +269,6 @@ class EmbeddedCoordinator:
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> EmbeddedCoordinator:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     # ---------------------------------------------------------------------------- sessions
 
     def session(self) -> EmbeddedSession:
@@ -393,11 +365,11 @@ class EmbeddedCoordinator:
             running = None
         target = s._loop if s._loop is not None and not s._loop.is_closed() else running
         if target is None:
-            _invoke(fn, arg)
+            invoke_callback(fn, arg)
         elif target is running:
-            target.call_soon(_invoke, fn, arg)
+            target.call_soon(invoke_callback, fn, arg)
         else:
-            target.call_soon_threadsafe(_invoke, fn, arg)
+            target.call_soon_threadsafe(invoke_callback, fn, arg)
 
     def _notify_state(self, s: EmbeddedSession, state: SessionState) -> None:
         for listener in list(s._listeners):
@@ -628,11 +600,11 @@ class EmbeddedCoordinator:
                     case CreateOp(path, data, ephemeral, sequential):
                         results.append(
                             self._op_create(
-                                txn, path, _as_bytes(data), owner if ephemeral else 0, sequential
+                                txn, path, as_bytes(data), owner if ephemeral else 0, sequential
                             )
                         )
                     case SetOp(path, data, version):
-                        results.append(self._op_set(txn, path, _as_bytes(data), version))
+                        results.append(self._op_set(txn, path, as_bytes(data), version))
                     case DeleteOp(path, version):
                         self._op_delete(txn, path, version)
                         results.append(True)
@@ -644,7 +616,7 @@ class EmbeddedCoordinator:
         return results
 
 
-class EmbeddedSession:
+class EmbeddedSession(StoreSession):
     """A `MetadataStore` session on an `EmbeddedCoordinator` (see `store.MetadataStore`)."""
 
     def __init__(self, coordinator: EmbeddedCoordinator, session_id: int) -> None:
@@ -661,14 +633,6 @@ class EmbeddedSession:
         return f"EmbeddedSession(id={self._session_id:#x}, state={self._state.value})"
 
     @property
-    def session_id(self) -> int:
-        return self._session_id
-
-    @property
-    def state(self) -> SessionState:
-        return self._state
-
-    @property
     def coordinator(self) -> EmbeddedCoordinator:
         return self._coord
 
@@ -677,15 +641,6 @@ class EmbeddedSession:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
             pass
-
-    def _check_usable(self) -> None:
-        match self._state:
-            case SessionState.CLOSED:
-                raise SessionClosedError(f"session {self._session_id:#x} is closed")
-            case SessionState.EXPIRED:
-                raise SessionExpiredError(f"session {self._session_id:#x} has expired")
-            case SessionState.SUSPENDED:
-                raise ConnectionLossError(f"session {self._session_id:#x} is disconnected")
 
     # ---------------------------------------------------------------------------- reads
 
@@ -738,7 +693,7 @@ class EmbeddedSession:
     ) -> str:
         self._bind_loop()
         coord = self._coord
-        payload = _as_bytes(data)
+        payload = as_bytes(data)
         owner = self._session_id if ephemeral else 0
 
         def write(txn: _Txn) -> str:
@@ -758,7 +713,7 @@ class EmbeddedSession:
     async def set(self, path: str, data: bytes, *, version: int = ANY_VERSION) -> Stat:
         self._bind_loop()
         coord = self._coord
-        payload = _as_bytes(data)
+        payload = as_bytes(data)
         return coord._session_write(self, lambda txn: coord._op_set(txn, path, payload, version))
 
     async def delete(
@@ -779,10 +734,7 @@ class EmbeddedSession:
 
     def add_state_listener(self, listener: SessionStateListener) -> None:
         self._bind_loop()
-        self._listeners[listener] = None
-
-    def remove_state_listener(self, listener: SessionStateListener) -> None:
-        self._listeners.pop(listener, None)
+        super().add_state_listener(listener)
 
     async def close(self) -> None:
         self._bind_loop()
@@ -790,14 +742,3 @@ class EmbeddedSession:
         with coord._lock:
             if self._session_id in coord._sessions:
                 coord._end_session(self, SessionState.CLOSED)
-
-    async def __aenter__(self) -> EmbeddedSession:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -39,7 +39,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from types import TracebackType
 from typing import Any, Final, Literal
 
 from kazoo import exceptions as kz
@@ -50,27 +49,15 @@ from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE
 
+from wherry.coordination import store
+from wherry.coordination.session import StoreSession, as_bytes, invoke_callback
 from wherry.coordination.store import (
     ANY_VERSION,
-    BadVersionError,
-    CheckOp,
-    ConnectionLossError,
-    CreateOp,
-    DeleteOp,
-    EventType,
     MultiOp,
     MultiResult,
-    NoChildrenForEphemeralsError,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-    SessionClosedError,
-    SessionExpiredError,
     SessionState,
     SessionStateListener,
-    SetOp,
     Stat,
-    StoreError,
     WatchCallback,
     WatchEvent,
     child_path,
@@ -100,23 +87,23 @@ _UNSEEN: Final = -2
 """Marker of a watch registration whose read has not completed yet (zxids are >= 0 and
 ``None`` means "node absent")."""
 
-_ERRORS: Final[tuple[tuple[type[Exception], type[StoreError]], ...]] = (
-    (kz.NoNodeError, NoNodeError),
-    (kz.NodeExistsError, NodeExistsError),
-    (kz.BadVersionError, BadVersionError),
-    (kz.NotEmptyError, NotEmptyError),
-    (kz.NoChildrenForEphemeralsError, NoChildrenForEphemeralsError),
+_ERRORS: Final[tuple[tuple[type[Exception], type[store.StoreError]], ...]] = (
+    (kz.NoNodeError, store.NoNodeError),
+    (kz.NodeExistsError, store.NodeExistsError),
+    (kz.BadVersionError, store.BadVersionError),
+    (kz.NotEmptyError, store.NotEmptyError),
+    (kz.NoChildrenForEphemeralsError, store.NoChildrenForEphemeralsError),
 )
 
-_EVENTS: Final[dict[str, tuple[EventType, tuple[_WatchKind, ...]]]] = {
-    KzEventType.CREATED: (EventType.CREATED, ("data",)),
-    KzEventType.CHANGED: (EventType.CHANGED, ("data",)),
-    KzEventType.DELETED: (EventType.DELETED, ("data", "child")),
-    KzEventType.CHILD: (EventType.CHILD, ("child",)),
+_EVENTS: Final[dict[str, tuple[store.EventType, tuple[_WatchKind, ...]]]] = {
+    KzEventType.CREATED: (store.EventType.CREATED, ("data",)),
+    KzEventType.CHANGED: (store.EventType.CHANGED, ("data",)),
+    KzEventType.DELETED: (store.EventType.DELETED, ("data", "child")),
+    KzEventType.CHILD: (store.EventType.CHILD, ("child",)),
 }
 
 
-class ZooKeeperUnavailableError(StoreError):
+class ZooKeeperUnavailableError(store.StoreError):
     """No ZooKeeper server of the connect string could be reached in time."""
 
 
@@ -133,21 +120,6 @@ def _stat(z: ZnodeStat) -> Stat:
         mzxid=z.mzxid,
         pzxid=z.pzxid,
     )
-
-
-def _as_bytes(data: bytes | bytearray | memoryview) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise TypeError(f"znode data must be bytes, not {type(data).__name__}")
-
-
-def _invoke(fn: Callable[[Any], None], arg: object) -> None:
-    try:
-        fn(arg)
-    except Exception:
-        logger.exception("coordination callback %r failed on %r", fn, arg)
 
 
 def _resolve(fut: asyncio.Future[Any], value: Any) -> None:
@@ -186,8 +158,8 @@ class _Watcher:
 
     __slots__ = ("cb", "key", "seen", "store")
 
-    def __init__(self, store: ZooKeeperStore, key: _WatchKey, cb: WatchCallback) -> None:
-        self.store = store
+    def __init__(self, owner: ZooKeeperStore, key: _WatchKey, cb: WatchCallback) -> None:
+        self.store = owner
         self.key = key
         self.cb = cb
         self.seen: int | None = _UNSEEN  # mzxid / pzxid seen by the read (None: no node)
@@ -196,7 +168,7 @@ class _Watcher:
         self.store._on_zk_event(self, event)
 
 
-class ZooKeeperStore:
+class ZooKeeperStore(StoreSession):
     """One ZooKeeper session as a `MetadataStore` (see the module docstring).
 
     Build it with `connect_zookeeper`; the constructor takes an unstarted `KazooClient`.
@@ -237,17 +209,9 @@ class ZooKeeperStore:
     # ---------------------------------------------------------------------------- properties
 
     @property
-    def session_id(self) -> int:
-        return self._session_id
-
-    @property
     def client_id(self) -> tuple[int, bytes]:
         """``(session_id, password)``: what a client needs to take over this session."""
         return self._session_id, self._password
-
-    @property
-    def state(self) -> SessionState:
-        return self._state
 
     @property
     def connect_string(self) -> str:
@@ -273,15 +237,6 @@ class ZooKeeperStore:
             loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # closed between the check and the call
             pass
-
-    def _check_usable(self) -> None:
-        match self._state:
-            case SessionState.CLOSED:
-                raise SessionClosedError(f"session {self._session_id:#x} is closed")
-            case SessionState.EXPIRED:
-                raise SessionExpiredError(f"session {self._session_id:#x} has expired")
-            case SessionState.SUSPENDED:
-                raise ConnectionLossError(f"session {self._session_id:#x} is disconnected")
 
     async def _call(self, result: Any) -> Any:
         """Await a kazoo `IAsyncResult` without blocking the loop."""
@@ -311,18 +266,22 @@ class ZooKeeperStore:
             dead and isinstance(exc, kz.ConnectionLoss | kz.SessionExpiredError)
         ):
             if self._expired.is_set() or self._state is SessionState.EXPIRED:
-                return SessionExpiredError(f"session {self._session_id:#x} has expired", path=path)
-            return SessionClosedError(f"session {self._session_id:#x} is closed", path=path)
+                return store.SessionExpiredError(
+                    f"session {self._session_id:#x} has expired", path=path
+                )
+            return store.SessionClosedError(f"session {self._session_id:#x} is closed", path=path)
         if isinstance(exc, kz.SessionExpiredError):
-            return SessionExpiredError(f"session {self._session_id:#x} has expired", path=path)
+            return store.SessionExpiredError(
+                f"session {self._session_id:#x} has expired", path=path
+            )
         if isinstance(exc, kz.ConnectionLoss):
-            return ConnectionLossError(
+            return store.ConnectionLossError(
                 f"session {self._session_id:#x}: connection to ZooKeeper lost", path=path
             )
         for kz_type, ours in _ERRORS:
             if isinstance(exc, kz_type):
                 return ours(path=path)
-        return StoreError(f"ZooKeeper error {type(exc).__name__}: {exc}", path=path)
+        return store.StoreError(f"ZooKeeper error {type(exc).__name__}: {exc}", path=path)
 
     async def _request(self, path: str | None, result: Any) -> Any:
         try:
@@ -351,17 +310,11 @@ class ZooKeeperStore:
         if new is SessionState.EXPIRED:
             self._drop_watches()
         for listener in list(self._listeners):
-            _invoke(listener, new)
+            invoke_callback(listener, new)
         if new is SessionState.CONNECTED and old is SessionState.SUSPENDED:
             task = asyncio.get_running_loop().create_task(self._rearm_watches())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-
-    def add_state_listener(self, listener: SessionStateListener) -> None:
-        self._listeners[listener] = None
-
-    def remove_state_listener(self, listener: SessionStateListener) -> None:
-        self._listeners.pop(listener, None)
 
     def _begin_shutdown(self) -> threading.Thread:
         """Stop and close the kazoo client in a thread (once); returns that thread."""
@@ -398,18 +351,7 @@ class ZooKeeperStore:
             logger.warning("ZooKeeper client of session %#x did not stop", self._session_id)
         if notify:
             for listener in list(self._listeners):
-                loop.call_soon(_invoke, listener, SessionState.CLOSED)
-
-    async def __aenter__(self) -> ZooKeeperStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+                loop.call_soon(invoke_callback, listener, SessionState.CLOSED)
 
     # ---------------------------------------------------------------------------- watches
 
@@ -468,7 +410,7 @@ class ZooKeeperStore:
 
     def _deliver(self, cb: WatchCallback, event: WatchEvent) -> None:  # on the loop
         if self._state not in (SessionState.CLOSED, SessionState.EXPIRED):
-            _invoke(cb, event)
+            invoke_callback(cb, event)
 
     async def _rearm_watches(self) -> None:
         """After a reconnect: set ZooKeeper's watches again and fire those whose node changed
@@ -500,11 +442,11 @@ class ZooKeeperStore:
         if seen == now:
             return
         if kind == "child":
-            etype = EventType.DELETED if now is None else EventType.CHILD
+            etype = store.EventType.DELETED if now is None else store.EventType.CHILD
         elif seen is None:
-            etype = EventType.CREATED
+            etype = store.EventType.CREATED
         else:
-            etype = EventType.DELETED if now is None else EventType.CHANGED
+            etype = store.EventType.DELETED if now is None else store.EventType.CHANGED
         with self._lock:
             if not self._unregister(w):
                 return  # fired meanwhile
@@ -574,35 +516,37 @@ class ZooKeeperStore:
         make_parents: bool = False,
     ) -> str:
         validate_path(path + "0" if sequential else path)
-        payload = _as_bytes(data)
+        payload = as_bytes(data)
         self._bind_loop()
         self._check_usable()
         if path == "/" and not sequential:
-            raise NodeExistsError(path=path)
+            raise store.NodeExistsError(path=path)
         try:
             created = await self._request(
                 path,
                 self._client.create_async(path, payload, ephemeral=ephemeral, sequence=sequential),
             )
             return str(created)
-        except NoNodeError:
+        except store.NoNodeError:
             if not make_parents:
                 raise
-        op = CreateOp(path, payload, ephemeral=ephemeral, sequential=sequential)
+        op = store.CreateOp(path, payload, ephemeral=ephemeral, sequential=sequential)
         for _ in range(_TREE_RETRIES):
             missing = await self._missing_ancestors(path)
             try:
-                results = await self.multi([*(CreateOp(p) for p in missing), op])
-            except (NodeExistsError, NoNodeError) as e:
-                if isinstance(e, NodeExistsError) and e.op_index == len(missing):
+                results = await self.multi([*(store.CreateOp(p) for p in missing), op])
+            except (store.NodeExistsError, store.NoNodeError) as e:
+                if isinstance(e, store.NodeExistsError) and e.op_index == len(missing):
                     e.op_index = None
                     raise  # the node itself exists
                 continue  # a parent was created or deleted meanwhile: look again
-            except StoreError as e:
+            except store.StoreError as e:
                 e.op_index = None
                 raise
             return str(results[-1])
-        raise NoNodeError(f"parents of {path} keep changing; gave up creating them", path=path)
+        raise store.NoNodeError(
+            f"parents of {path} keep changing; gave up creating them", path=path
+        )
 
     async def _missing_ancestors(self, path: str) -> list[str]:
         missing: list[str] = []
@@ -615,7 +559,7 @@ class ZooKeeperStore:
 
     async def set(self, path: str, data: bytes, *, version: int = ANY_VERSION) -> Stat:
         validate_path(path)
-        payload = _as_bytes(data)
+        payload = as_bytes(data)
         self._bind_loop()
         self._check_usable()
         zstat = await self._request(path, self._client.set_async(path, payload, version))
@@ -637,28 +581,32 @@ class ZooKeeperStore:
             chunk = max(1, self.max_atomic_delete)
             try:
                 if len(nodes) <= chunk:
-                    await self.multi([*(DeleteOp(p) for p in below), DeleteOp(path, version)])
+                    await self.multi(
+                        [*(store.DeleteOp(p) for p in below), store.DeleteOp(path, version)]
+                    )
                     return
                 stat = await self.exists(path)
                 if stat is None:
-                    raise NoNodeError(path=path)
+                    raise store.NoNodeError(path=path)
                 if version != ANY_VERSION and stat.version != version:
-                    raise BadVersionError(
+                    raise store.BadVersionError(
                         f"{path}: expected version {version}, is {stat.version}", path=path
                     )
                 for i in range(0, len(below), chunk):
-                    await self.multi([DeleteOp(p) for p in below[i : i + chunk]])
+                    await self.multi([store.DeleteOp(p) for p in below[i : i + chunk]])
                 await self._request(path, self._client.delete_async(path, version))
                 return
-            except (NotEmptyError, NoNodeError) as e:
-                if isinstance(e, NoNodeError) and e.path == path:
+            except (store.NotEmptyError, store.NoNodeError) as e:
+                if isinstance(e, store.NoNodeError) and e.path == path:
                     e.op_index = None
                     raise  # the node itself is gone
                 continue  # the subtree changed meanwhile: read it again
-            except StoreError as e:
+            except store.StoreError as e:
                 e.op_index = None
                 raise
-        raise NotEmptyError(f"subtree of {path} keeps changing; gave up deleting it", path=path)
+        raise store.NotEmptyError(
+            f"subtree of {path} keeps changing; gave up deleting it", path=path
+        )
 
     async def _subtree(self, path: str) -> list[str]:
         """``path`` and its descendants, breadth-first (parents before children)."""
@@ -672,7 +620,7 @@ class ZooKeeperStore:
             )
             next_level: list[str] = []
             for p, children in zip(level, results, strict=True):
-                if isinstance(children, NoNodeError) and not first:
+                if isinstance(children, store.NoNodeError) and not first:
                     continue  # deleted meanwhile
                 if isinstance(children, BaseException):
                     raise children
@@ -692,17 +640,17 @@ class ZooKeeperStore:
 
     def _kazoo_op(self, op: MultiOp) -> Any:
         match op:
-            case CheckOp(path, version):
+            case store.CheckOp(path, version):
                 validate_path(path)
                 return CheckVersion(self._abs(path), version)
-            case CreateOp(path, data, ephemeral, sequential):
+            case store.CreateOp(path, data, ephemeral, sequential):
                 validate_path(path + "0" if sequential else path)
                 flags = (1 if ephemeral else 0) | (2 if sequential else 0)
-                return Create(self._abs(path), _as_bytes(data), OPEN_ACL_UNSAFE, flags)
-            case SetOp(path, data, version):
+                return Create(self._abs(path), as_bytes(data), OPEN_ACL_UNSAFE, flags)
+            case store.SetOp(path, data, version):
                 validate_path(path)
-                return SetData(self._abs(path), _as_bytes(data), version)
-            case DeleteOp(path, version):
+                return SetData(self._abs(path), as_bytes(data), version)
+            case store.DeleteOp(path, version):
                 if validate_path(path) == "/":
                     raise ValueError("cannot delete the root node")
                 return Delete(self._abs(path), version)
@@ -729,7 +677,7 @@ class ZooKeeperStore:
             ]
             i = (causes or failed)[0]
             err = self._translate(raw[i], ops[i].path)
-            if isinstance(err, StoreError):
+            if isinstance(err, store.StoreError):
                 err.op_index = i
             raise err
         results: list[MultiResult] = []
@@ -776,32 +724,32 @@ async def connect_zookeeper(
         )
     except (kz.ConfigurationError, ValueError) as e:
         raise ValueError(f"invalid ZooKeeper connect string {hosts!r}: {e}") from e
-    store = ZooKeeperStore(client, hosts, stop_flag)
-    store._bind_loop()
+    session = ZooKeeperStore(client, hosts, stop_flag)
+    session._bind_loop()
     live = await asyncio.to_thread(client.start_async)
     connected = await asyncio.to_thread(live.wait, connect_timeout_s)
     if not connected:
         # Stop the client in the background: a connect attempt blocked on a silent server
         # only notices after the session timeout.
-        store._closing = True
-        store._begin_shutdown()
+        session._closing = True
+        session._begin_shutdown()
         raise ZooKeeperUnavailableError(
             f"cannot connect to ZooKeeper at {hosts!r} within {connect_timeout_s:g} s"
         )
     client_id = client.client_id
     if client_id is None:  # connected and lost again already
-        store._closing = True
-        await asyncio.to_thread(store._begin_shutdown().join, _STOP_JOIN_TIMEOUT_S)
+        session._closing = True
+        await asyncio.to_thread(session._begin_shutdown().join, _STOP_JOIN_TIMEOUT_S)
         raise ZooKeeperUnavailableError(f"ZooKeeper at {hosts!r} dropped the new session")
-    store._session_id, store._password = int(client_id[0]), bytes(client_id[1])
+    session._session_id, session._password = int(client_id[0]), bytes(client_id[1])
     if chroot:
         try:
-            if await store.exists("/") is None:
+            if await session.exists("/") is None:
                 await _create_chroot(servers, chroot, session_timeout_s, connect_timeout_s)
         except BaseException:
-            await store.close()
+            await session.close()
             raise
-    return store
+    return session
 
 
 async def _create_chroot(

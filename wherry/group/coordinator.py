@@ -128,7 +128,7 @@ class GroupCoordinator:
             config, storage, partition_count=partition_count, log_prefix=prefix
         )
         self._rebalancer = Rebalancer(config, self._manager, now_ms=now_ms, log_prefix=prefix)
-        self._joins = JoinGroupHandler(config, self._manager, self._rebalancer, log_prefix=prefix)
+        self._joins = JoinGroupHandler(self._rebalancer, log_prefix=prefix)
 
     @property
     def partition_count(self) -> int:
@@ -227,6 +227,11 @@ class GroupCoordinator:
         self._manager.unload_partition(partition, epoch, self._rebalancer.on_group_unloaded)
 
     # --- validation -----------------------------------------------------------------------------
+    def _group_status(self, group_id: str, api: Api, now_ms: int) -> ErrorCode | None:
+        """Advance the clock to ``now_ms``, then `_validate_group_status`."""
+        self._rebalancer.tick(now_ms)
+        return self._validate_group_status(group_id, api)
+
     def _validate_group_status(self, group_id: str | None, api: Api) -> ErrorCode | None:
         if group_id is None or (not group_id and api not in _EMPTY_GROUP_ID_OK):
             return ErrorCode.invalid_group_id
@@ -271,8 +276,7 @@ class GroupCoordinator:
         now_ms: int,
         reason: str | None = None,
     ) -> None:
-        self._rebalancer.tick(now_ms)
-        err = self._validate_group_status(group_id, Api.JOIN_GROUP)
+        err = self._group_status(group_id, Api.JOIN_GROUP, now_ms)
         if err is not None:
             callback(JoinGroupResult.failed(member_id, err))
             return
@@ -304,8 +308,7 @@ class GroupCoordinator:
         callback: SyncCallback,
         now_ms: int,
     ) -> None:
-        self._rebalancer.tick(now_ms)
-        err = self._validate_group_status(group_id, Api.SYNC_GROUP)
+        err = self._group_status(group_id, Api.SYNC_GROUP, now_ms)
         if err == ErrorCode.coordinator_load_in_progress:
             # The rebalance state was lost with the old coordinator: rejoin (older clients do
             # not expect COORDINATOR_LOAD_IN_PROGRESS here).
@@ -412,8 +415,7 @@ class GroupCoordinator:
         generation_id: int,
         now_ms: int,
     ) -> ErrorCode:
-        self._rebalancer.tick(now_ms)
-        err = self._validate_group_status(group_id, Api.HEARTBEAT)
+        err = self._group_status(group_id, Api.HEARTBEAT, now_ms)
         if err is not None:
             # While loading, answer blindly: the group is not known yet.
             return ErrorCode.none if err == ErrorCode.coordinator_load_in_progress else err
@@ -446,8 +448,7 @@ class GroupCoordinator:
     def handle_leave_group(
         self, group_id: str, members: Sequence[MemberIdentity], now_ms: int
     ) -> LeaveGroupResult:
-        self._rebalancer.tick(now_ms)
-        err = self._validate_group_status(group_id, Api.LEAVE_GROUP)
+        err = self._group_status(group_id, Api.LEAVE_GROUP, now_ms)
         if err is not None:
             return LeaveGroupResult(err, ())
         group = self._manager.get_group(group_id)
@@ -519,8 +520,7 @@ class GroupCoordinator:
         callback: CommitCallback,
         now_ms: int,
     ) -> None:
-        self._rebalancer.tick(now_ms)
-        err = self._validate_group_status(group_id, Api.OFFSET_COMMIT)
+        err = self._group_status(group_id, Api.OFFSET_COMMIT, now_ms)
         if err is not None:
             callback(dict.fromkeys(offsets, err))
             return
@@ -658,8 +658,7 @@ class GroupCoordinator:
     def handle_delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition], now_ms: int
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        self._rebalancer.tick(now_ms)
-        err = self._validate_group_status(group_id, Api.OFFSET_DELETE)
+        err = self._group_status(group_id, Api.OFFSET_DELETE, now_ms)
         if err is not None:
             return err, {}
         group = self._manager.get_group(group_id)

@@ -20,6 +20,7 @@ __all__ = [
     "DelayedHeartbeat",
     "DelayedJoin",
     "DelayedSync",
+    "GroupOperation",
     "InitialDelayedJoin",
     "RebalanceCallbacks",
     "join_key",
@@ -72,13 +73,20 @@ class RebalanceCallbacks(Protocol):
     ) -> None: ...
 
 
-class DelayedJoin(DelayedOperation):
-    """Completes when every known member has rejoined, or at the rebalance timeout."""
+class GroupOperation(DelayedOperation):
+    """A delayed operation on one group; it calls back through `RebalanceCallbacks`."""
 
     def __init__(self, callbacks: RebalanceCallbacks, group: GroupMetadata, delay_ms: int) -> None:
         super().__init__(delay_ms)
         self.callbacks = callbacks
         self.group = group
+
+    def on_complete(self) -> None:
+        """Nothing unless a subclass says otherwise (the callbacks did the work)."""
+
+
+class DelayedJoin(GroupOperation):
+    """Completes when every known member has rejoined, or at the rebalance timeout."""
 
     def try_complete(self) -> bool:
         return self.callbacks.try_complete_join(self.group, self.force_complete)
@@ -122,7 +130,7 @@ class InitialDelayedJoin(DelayedJoin):
             super().on_complete()
 
 
-class DelayedSync(DelayedOperation):
+class DelayedSync(GroupOperation):
     """After a join completes, members that never send SyncGroup are removed at the timeout."""
 
     def __init__(
@@ -132,9 +140,7 @@ class DelayedSync(DelayedOperation):
         generation_id: int,
         delay_ms: int,
     ) -> None:
-        super().__init__(delay_ms)
-        self.callbacks = callbacks
-        self.group = group
+        super().__init__(callbacks, group, delay_ms)
         self.generation_id = generation_id
 
     def try_complete(self) -> bool:
@@ -145,11 +151,8 @@ class DelayedSync(DelayedOperation):
     def on_expiration(self) -> None:
         self.callbacks.on_expire_pending_sync(self.group, self.generation_id)
 
-    def on_complete(self) -> None:
-        pass
 
-
-class DelayedHeartbeat(DelayedOperation):
+class DelayedHeartbeat(GroupOperation):
     """A member's session: expires (and the member is removed) unless a heartbeat arrives."""
 
     def __init__(
@@ -160,9 +163,7 @@ class DelayedHeartbeat(DelayedOperation):
         is_pending: bool,
         timeout_ms: int,
     ) -> None:
-        super().__init__(timeout_ms)
-        self.callbacks = callbacks
-        self.group = group
+        super().__init__(callbacks, group, timeout_ms)
         self.member_id = member_id
         self.is_pending = is_pending
 
@@ -173,6 +174,3 @@ class DelayedHeartbeat(DelayedOperation):
 
     def on_expiration(self) -> None:
         self.callbacks.on_expire_heartbeat(self.group, self.member_id, self.is_pending)
-
-    def on_complete(self) -> None:
-        pass

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.group import GroupMetadata
 from wherry.group.member import (
     UNKNOWN_MEMBER_ID,
@@ -24,8 +23,7 @@ from wherry.group.member import (
     JoinMember,
     MemberMetadata,
 )
-from wherry.group.metadata_manager import GroupMetadataManager
-from wherry.group.rebalance import Rebalancer, current_join_result
+from wherry.group.rebalance import Rebalancer, current_join_result, generation_join_result
 from wherry.group.state import GroupState
 
 log = logging.getLogger(__name__)
@@ -51,16 +49,9 @@ class JoinRequest:
 
 
 class JoinGroupHandler:
-    def __init__(
-        self,
-        config: GroupCoordinatorConfig,
-        manager: GroupMetadataManager,
-        rebalancer: Rebalancer,
-        *,
-        log_prefix: str,
-    ) -> None:
-        self.config = config
-        self._manager = manager
+    def __init__(self, rebalancer: Rebalancer, *, log_prefix: str) -> None:
+        self.config = rebalancer.config
+        self._manager = rebalancer.manager
         self._rebalancer = rebalancer
         self._prefix = log_prefix
 
@@ -315,15 +306,13 @@ class JoinGroupHandler:
                         members: tuple[JoinMember, ...] = (
                             group.current_member_metadata() if is_leader else ()
                         )
-                        return JoinGroupResult(
-                            members,
+                        return generation_join_result(
+                            group,
                             member_id,
-                            group.generation_id,
-                            group.protocol_type,
-                            group.protocol_name,
+                            members,
                             leader_id,
-                            is_leader,
-                            error,
+                            skip_assignment=is_leader,
+                            error=error,
                         )
 
                     def stored(error: ErrorCode) -> None:

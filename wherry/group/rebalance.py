@@ -31,6 +31,7 @@ from wherry.group.group import GroupMetadata
 from wherry.group.member import (
     UNKNOWN_MEMBER_ID,
     JoinGroupResult,
+    JoinMember,
     MemberMetadata,
     SyncGroupResult,
 )
@@ -42,7 +43,7 @@ from wherry.purgatory.timing_wheel import Timer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Rebalancer", "current_join_result"]
+__all__ = ["Rebalancer", "current_join_result", "generation_join_result"]
 
 _E = GroupState.EMPTY
 _P = GroupState.PREPARING_REBALANCE
@@ -51,21 +52,34 @@ _S = GroupState.STABLE
 _D = GroupState.DEAD
 
 
-def current_join_result(
-    group: GroupMetadata, member_id: str, *, with_members: bool
+def generation_join_result(
+    group: GroupMetadata,
+    member_id: str,
+    members: tuple[JoinMember, ...],
+    leader_id: str,
+    *,
+    skip_assignment: bool = False,
+    error: ErrorCode = ErrorCode.none,
 ) -> JoinGroupResult:
-    """The JoinGroup answer for the group's current generation (members only for the leader)."""
-    members = group.current_member_metadata() if with_members and group.is_leader(member_id) else ()
+    """A JoinGroup answer in the group's current generation and protocol."""
     return JoinGroupResult(
         members,
         member_id,
         group.generation_id,
         group.protocol_type,
         group.protocol_name,
-        group.leader_or_empty,
-        False,
-        ErrorCode.none,
+        leader_id,
+        skip_assignment,
+        error,
     )
+
+
+def current_join_result(
+    group: GroupMetadata, member_id: str, *, with_members: bool
+) -> JoinGroupResult:
+    """The JoinGroup answer for the group's current generation (members only for the leader)."""
+    members = group.current_member_metadata() if with_members and group.is_leader(member_id) else ()
+    return generation_join_result(group, member_id, members, group.leader_or_empty)
 
 
 class Rebalancer:
@@ -80,7 +94,7 @@ class Rebalancer:
         log_prefix: str,
     ) -> None:
         self.config = config
-        self._manager = manager
+        self.manager = manager
         self._now_ms = now_ms
         self.rebalance_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
             "Rebalance", Timer(start_ms=now_ms)
@@ -210,7 +224,7 @@ class Rebalancer:
             previous,
             group.generation_id,
             OFFSETS_TOPIC,
-            self._manager.partition_for(group.group_id),
+            self.manager.partition_for(group.group_id),
             reason,
         )
         self.watch_join(delayed)
@@ -286,7 +300,7 @@ class Rebalancer:
                     group.group_id,
                     group.generation_id,
                     OFFSETS_TOPIC,
-                    self._manager.partition_for(group.group_id),
+                    self.manager.partition_for(group.group_id),
                 )
 
                 def stored(error: ErrorCode) -> None:
@@ -298,7 +312,7 @@ class Rebalancer:
                             error.name,
                         )
 
-                self._manager.store_group(group, {}, stored)
+                self.manager.store_group(group, {}, stored)
             else:
                 log.info(
                     "%s Stabilized group %s generation %d (%s-%d) with %d members",
@@ -306,7 +320,7 @@ class Rebalancer:
                     group.group_id,
                     group.generation_id,
                     OFFSETS_TOPIC,
-                    self._manager.partition_for(group.group_id),
+                    self.manager.partition_for(group.group_id),
                     group.size,
                 )
                 for m in group.all_member_metadata():

@@ -15,8 +15,9 @@ rather than silently corrupted group state.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
+
+from wherry.common.state_enum import StateEnum
 
 __all__ = [
     "VALID_PREVIOUS_STATES",
@@ -27,15 +28,12 @@ __all__ = [
 ]
 
 
-class GroupState(enum.Enum):
+class GroupState(StateEnum):
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
-
-    def __str__(self) -> str:
-        return self.value
 
     @classmethod
     def parse(cls, name: str) -> GroupState | None:

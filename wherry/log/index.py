@@ -95,7 +95,9 @@ class _Index:
     _ZERO_FIRST_ENTRY_VALID: ClassVar[bool]
     _ENTRY: ClassVar[struct.Struct]
 
-    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+    def __init__(
+        self, path: Path, base_offset: int, max_index_size: int = 10 * 1024 * 1024
+    ) -> None:
         self.path = path if isinstance(path, Path) else Path(path)
         self.base_offset = base_offset
         self.max_index_size = max_index_size
@@ -472,9 +474,6 @@ class OffsetIndex(_Index):
     _ZERO_FIRST_ENTRY_VALID = False
     _ENTRY = struct.Struct(">ii")
 
-    def __init__(self, path: Path, base_offset: int, max_index_size: int = 10 * 1024 * 1024):
-        super().__init__(path, base_offset, max_index_size)
-
     def entry(self, slot: int) -> OffsetPosition:
         if not 0 <= slot < self.entries:
             raise IndexError(f"slot {slot} out of range [0, {self._entries})")
@@ -492,20 +491,25 @@ class OffsetIndex(_Index):
     def last_offset(self) -> int:
         return self.last_entry.offset
 
-    def _largest_lower_bound(self, buf: bytearray, rel_target: int) -> int:
-        """Slot of the largest relative offset <= rel_target, or -1."""
+    def _last_slot_at_most(self, buf: bytearray, field: int, target: int) -> int:
+        """Slot of the last entry whose ``field`` (0: relative offset, 1: position; both
+        increase along the index) is <= ``target``, or -1."""
         unpack = self._ENTRY.unpack_from
         n = len(buf) >> 3
-        if n == 0 or unpack(buf, 0)[0] > rel_target:
+        if n == 0 or unpack(buf, 0)[field] > target:
             return -1
         lo, hi = 0, n - 1
         while lo < hi:
             mid = (lo + hi + 1) >> 1
-            if unpack(buf, mid << 3)[0] <= rel_target:
+            if unpack(buf, mid << 3)[field] <= target:
                 lo = mid
             else:
                 hi = mid - 1
         return lo
+
+    def _largest_lower_bound(self, buf: bytearray, rel_target: int) -> int:
+        """Slot of the largest relative offset <= rel_target, or -1."""
+        return self._last_slot_at_most(buf, 0, rel_target)
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The entry with the largest offset <= target, else (base_offset, 0)."""
@@ -519,20 +523,8 @@ class OffsetIndex(_Index):
     def lookup_position(self, position: int) -> int | None:
         """The largest indexed batch position <= `position` (None if there is none)."""
         buf = self._data()
-        n = len(buf) >> 3
-        if n == 0:
-            return None
-        unpack = self._ENTRY.unpack_from
-        if unpack(buf, 0)[1] > position:
-            return None
-        lo, hi = 0, n - 1
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if unpack(buf, mid << 3)[1] <= position:
-                lo = mid
-            else:
-                hi = mid - 1
-        return int(unpack(buf, lo << 3)[1])
+        slot = self._last_slot_at_most(buf, 1, position)
+        return None if slot < 0 else int(self._ENTRY.unpack_from(buf, slot << 3)[1])
 
     def append(self, offset: int, position: int) -> None:
         """Add an entry; offsets must strictly increase."""
@@ -598,9 +590,6 @@ class TimeIndex(_Index):
     ENTRY_SIZE = 12
     _ZERO_FIRST_ENTRY_VALID = True
     _ENTRY = struct.Struct(">qi")
-
-    def __init__(self, path: Path, base_offset: int, max_index_size: int = 10 * 1024 * 1024):
-        super().__init__(path, base_offset, max_index_size)
 
     @property
     def is_full(self) -> bool:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from wherry.log.cache import OPEN_FILES
 from wherry.log.errors import CorruptIndexError, LogOffsetError, StorageError
@@ -51,6 +51,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_I = TypeVar("_I", OffsetIndex, TimeIndex)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -213,22 +215,25 @@ class LogSegment:
     @property
     def offset_index(self) -> OffsetIndex:
         if self._offset_index is None:
-            self._offset_index = OffsetIndex(
-                self.index_path, self.base_offset, self.max_index_bytes
-            )
-            if self._new_index_files:
-                self._offset_index.assume_empty_file()
+            self._offset_index = self._open_index(OffsetIndex, self.index_path)
         return self._offset_index
 
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
-            self._time_index = TimeIndex(
-                self.time_index_path, self.base_offset, self.max_index_bytes
-            )
-            if self._new_index_files:
-                self._time_index.assume_empty_file()
+            self._time_index = self._open_index(TimeIndex, self.time_index_path)
         return self._time_index
+
+    def _open_index(self, kind: type[_I], path: Path) -> _I:
+        """An index, opened on first use (the files of a new segment are known empty)."""
+        index = kind(path, self.base_offset, self.max_index_bytes)
+        if self._new_index_files:
+            index.assume_empty_file()
+        return index
+
+    def _opened_indexes(self) -> list[OffsetIndex | TimeIndex]:
+        """The indexes opened so far."""
+        return [i for i in (self._offset_index, self._time_index) if i is not None]
 
     @property
     def index_files_existed(self) -> bool:
@@ -577,10 +582,8 @@ class LogSegment:
 
     def write_indexes(self) -> None:
         """Write changed index entries to the index files (page cache, no fsync)."""
-        if self._offset_index is not None:
-            self._offset_index.write()
-        if self._time_index is not None:
-            self._time_index.write()
+        for index in self._opened_indexes():
+            index.write()
 
     # -- recovery / truncation ----------------------------------------------------------
 
@@ -683,11 +686,10 @@ class LogSegment:
         try:
             with self._file() as fd:
                 fds.append(os.dup(fd))
-            for index in (self._offset_index, self._time_index):
-                if index is not None:
-                    index_fd = index.open_for_sync()
-                    if index_fd is not None:
-                        fds.append(index_fd)
+            for index in self._opened_indexes():
+                index_fd = index.open_for_sync()
+                if index_fd is not None:
+                    fds.append(index_fd)
         except BaseException:
             for fd in fds:
                 os.close(fd)
@@ -697,18 +699,15 @@ class LogSegment:
 
     def sync_failed(self) -> None:
         """An fsync of `open_sync_fds` failed: the index files still need one."""
-        for index in (self._offset_index, self._time_index):
-            if index is not None:
-                index.sync_failed()
+        for index in self._opened_indexes():
+            index.sync_failed()
 
     def flush(self) -> None:
         """fsync the data; write and fsync the indexes."""
         with self._file() as fd:
             os.fsync(fd)
-        if self._offset_index is not None:
-            self._offset_index.flush()
-        if self._time_index is not None:
-            self._time_index.flush()
+        for index in self._opened_indexes():
+            index.flush()
 
     def close(self) -> None:
         """Write the final time index entry, write the indexes, release the fd and the
@@ -721,9 +720,8 @@ class LogSegment:
                 self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
         finally:
             try:
-                for index in (self._offset_index, self._time_index):
-                    if index is not None:
-                        index.close()
+                for index in self._opened_indexes():
+                    index.close()
             finally:
                 self._release_fd()
 
@@ -778,9 +776,8 @@ class LogSegment:
 
     def delete(self) -> None:
         """Close and remove the segment's files."""
-        for index in (self._offset_index, self._time_index):
-            if index is not None:
-                index.delete()
+        for index in self._opened_indexes():
+            index.delete()
         if not self._closed:
             self._release_fd()
         for path in self.files():

@@ -20,13 +20,28 @@ LEADER_DURING_DELETE = -2  # Kafka's LeaderAndIsr.LeaderDuringDelete
 
 
 @dataclass(frozen=True, slots=True)
-class LeaderAndIsrPartitionState:
+class ControllerRequest:
+    """The fields every controller request starts with."""
+
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLeadership:
+    """What LeaderAndIsr and UpdateMetadata both say of a partition: leader and ISR."""
+
     topic_name: str
     partition_index: int
     controller_epoch: int
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrPartitionState(PartitionLeadership):
     partition_epoch: int
     replicas: tuple[int, ...]
     adding_replicas: tuple[int, ...] = ()
@@ -46,10 +61,7 @@ class BrokerEndpoint:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaderAndIsrRequest:
-    controller_id: int
-    controller_epoch: int
-    broker_epoch: int
+class LeaderAndIsrRequest(ControllerRequest):
     partition_states: tuple[LeaderAndIsrPartitionState, ...]
     topic_ids: dict[str, uuid.UUID]
     live_leaders: tuple[BrokerEndpoint, ...]
@@ -73,29 +85,27 @@ class LeaderAndIsrPartitionError:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaderAndIsrResponse:
+class PartitionErrorsResponse:
+    """A LeaderAndIsr or StopReplica response: an error code and per-partition errors."""
+
     error_code: int
     partition_errors: tuple[LeaderAndIsrPartitionError, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class UpdateMetadataPartitionState:
-    topic_name: str
-    partition_index: int
-    controller_epoch: int
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
+class LeaderAndIsrResponse(PartitionErrorsResponse):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateMetadataPartitionState(PartitionLeadership):
     zk_version: int
     replicas: tuple[int, ...]
     offline_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class UpdateMetadataRequest:
-    controller_id: int
-    controller_epoch: int
-    broker_epoch: int
+class UpdateMetadataRequest(ControllerRequest):
     partition_states: tuple[UpdateMetadataPartitionState, ...]
     live_brokers: tuple[BrokerEndpoint, ...]
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
@@ -117,15 +127,11 @@ class StopReplicaPartition:
 
 
 @dataclass(frozen=True, slots=True)
-class StopReplicaRequest:
-    controller_id: int
-    controller_epoch: int
-    broker_epoch: int
+class StopReplicaRequest(ControllerRequest):
     partitions: tuple[StopReplicaPartition, ...]
     is_kraft_controller: bool = False  # v4+ (KIP-866 migration); always False for us
 
 
 @dataclass(frozen=True, slots=True)
-class StopReplicaResponse:
-    error_code: int
-    partition_errors: tuple[LeaderAndIsrPartitionError, ...] = ()
+class StopReplicaResponse(PartitionErrorsResponse):
+    pass

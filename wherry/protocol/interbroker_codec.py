@@ -42,7 +42,7 @@ import struct
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, Generic, TypeAlias, TypedDict, TypeVar
 
 from wherry.protocol.interbroker import (
     LEADER_AND_ISR_KEY,
@@ -53,6 +53,7 @@ from wherry.protocol.interbroker import (
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    PartitionLeadership,
     StopReplicaPartition,
     StopReplicaRequest,
     StopReplicaResponse,
@@ -85,6 +86,7 @@ __all__ = [
 ]
 
 InterbrokerRequestBody: TypeAlias = LeaderAndIsrRequest | StopReplicaRequest | UpdateMetadataRequest
+_Bytes: TypeAlias = bytes | bytearray | memoryview
 InterbrokerResponseBody: TypeAlias = (
     LeaderAndIsrResponse | StopReplicaResponse | UpdateMetadataResponse
 )
@@ -150,6 +152,16 @@ def response_header_version(api_key: int, version: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+def _fixed_reader(fmt: struct.Struct) -> Callable[[_Reader], int]:
+    """A `_Reader` method reading one fixed-size integer."""
+    return lambda r: r.fixed(fmt)
+
+
+def _fixed_writer(fmt: struct.Struct) -> Callable[[_Writer, int], None]:
+    """A `_Writer` method writing one fixed-size integer."""
+    return lambda w, v: w.fixed(fmt, v)
+
+
 class _Reader:
     """Reads Kafka primitives from `buf[pos:end]`; every read checks the bytes left."""
 
@@ -180,21 +192,15 @@ class _Reader:
         self.pos = start + n
         return start
 
-    def int8(self) -> int:
-        value: int = _I8.unpack_from(self._buf, self._take(1))[0]
+    def fixed(self, fmt: struct.Struct) -> int:
+        """One fixed-size integer (``fmt`` is a one-field `struct.Struct`)."""
+        value: int = fmt.unpack_from(self._buf, self._take(fmt.size))[0]
         return value
 
-    def int16(self) -> int:
-        value: int = _I16.unpack_from(self._buf, self._take(2))[0]
-        return value
-
-    def int32(self) -> int:
-        value: int = _I32.unpack_from(self._buf, self._take(4))[0]
-        return value
-
-    def int64(self) -> int:
-        value: int = _I64.unpack_from(self._buf, self._take(8))[0]
-        return value
+    int8 = _fixed_reader(_I8)
+    int16 = _fixed_reader(_I16)
+    int32 = _fixed_reader(_I32)
+    int64 = _fixed_reader(_I64)
 
     def boolean(self) -> bool:
         return self.int8() != 0  # like Kafka: any non-zero byte is true
@@ -206,7 +212,7 @@ class _Reader:
     def uvarint(self) -> int:
         value = 0
         for i in range(5):
-            b: int = _U8.unpack_from(self._buf, self._take(1))[0]
+            b = self.fixed(_U8)
             value |= (b & 0x7F) << (7 * i)
             if not b & 0x80:
                 if value > 0xFFFFFFFF:
@@ -268,6 +274,11 @@ class _Reader:
                 read(sub)
                 sub.expect_end(f"tagged field {tag}")
 
+    def end_struct(self, flex: bool) -> None:
+        """A struct's end: in flexible versions, its tagged fields."""
+        if flex:
+            self.tagged_fields()
+
     def expect_end(self, what: str) -> None:
         if self.pos != self._end:
             raise DecodeError(f"{self._end - self.pos} unexpected bytes after {what}")
@@ -279,17 +290,13 @@ class _Writer:
     def __init__(self) -> None:
         self.out = bytearray()
 
-    def int8(self, v: int) -> None:
-        self.out += _I8.pack(v)
+    def fixed(self, fmt: struct.Struct, v: int) -> None:
+        self.out += fmt.pack(v)
 
-    def int16(self, v: int) -> None:
-        self.out += _I16.pack(v)
-
-    def int32(self, v: int) -> None:
-        self.out += _I32.pack(v)
-
-    def int64(self, v: int) -> None:
-        self.out += _I64.pack(v)
+    int8 = _fixed_writer(_I8)
+    int16 = _fixed_writer(_I16)
+    int32 = _fixed_writer(_I32)
+    int64 = _fixed_writer(_I64)
 
     def boolean(self, v: bool) -> None:
         self.out.append(1 if v else 0)
@@ -339,6 +346,11 @@ class _Writer:
     def no_tagged_fields(self) -> None:
         self.out.append(0)
 
+    def end_struct(self, flex: bool) -> None:
+        """A struct's end: in flexible versions, an empty tagged-field section."""
+        if flex:
+            self.no_tagged_fields()
+
 
 # --------------------------------------------------------------------------------------------
 # Helpers
@@ -370,21 +382,154 @@ def _check_version(api_key: int, version: int, error: type[Exception]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# LeaderAndIsr (key 4): flexible from v4
+# What the three requests share
 # --------------------------------------------------------------------------------------------
 
 
-def _write_lai_partition(w: _Writer, v: int, st: LeaderAndIsrPartitionState) -> None:
-    flex = v >= 4
-    if v <= 1:
+class _Header(TypedDict):
+    """The fields every controller request starts with, as decoded."""
+
+    controller_id: int
+    is_kraft_controller: bool
+    controller_epoch: int
+    broker_epoch: int
+
+
+def _write_header(
+    w: _Writer, v: int, req: InterbrokerRequestBody, api: str, *, kraft_from: int, epoch_from: int
+) -> None:
+    """ControllerId, IsKRaftController (from ``kraft_from``), ControllerEpoch, BrokerEpoch
+    (from ``epoch_from``)."""
+    w.int32(req.controller_id)
+    if v >= kraft_from:
+        w.boolean(req.is_kraft_controller)
+    else:
+        _require(not req.is_kraft_controller, f"{api} v{v} has no isKRaftController")
+    w.int32(req.controller_epoch)
+    if v >= epoch_from:
+        w.int64(req.broker_epoch)
+
+
+def _read_header(r: _Reader, v: int, *, kraft_from: int, epoch_from: int) -> _Header:
+    controller_id = r.int32()
+    is_kraft_controller = r.boolean() if v >= kraft_from else False
+    controller_epoch = r.int32()
+    broker_epoch = r.int64() if v >= epoch_from else -1
+    return {
+        "controller_id": controller_id,
+        "is_kraft_controller": is_kraft_controller,
+        "controller_epoch": controller_epoch,
+        "broker_epoch": broker_epoch,
+    }
+
+
+_LeadingFields: TypeAlias = tuple[str, int, int, int, int, tuple[int, ...], int, tuple[int, ...]]
+"""The first eight fields of both partition-state classes, in their order (see
+`_write_leadership`)."""
+
+
+def _write_leadership(
+    w: _Writer,
+    st: PartitionLeadership,
+    epoch: int,
+    replicas: tuple[int, ...],
+    *,
+    named: bool,
+    flex: bool,
+) -> None:
+    """What LeaderAndIsr and UpdateMetadata partition states share, in wire order: the topic
+    name (``named``: states not grouped by topic), index, controller epoch, leader, leader
+    epoch, ISR, then the partition epoch (ZkVersion) and the replicas."""
+    if named:
         w.string(st.topic_name, flex)
     w.int32(st.partition_index)
     w.int32(st.controller_epoch)
     w.int32(st.leader)
     w.int32(st.leader_epoch)
     w.int32_array(st.isr, flex)
-    w.int32(st.partition_epoch)  # ZkVersion
-    w.int32_array(st.replicas, flex)
+    w.int32(epoch)
+    w.int32_array(replicas, flex)
+
+
+def _read_leadership(r: _Reader, topic_name: str, *, named: bool, flex: bool) -> _LeadingFields:
+    """What `_write_leadership` writes (read in wire order, which is the fields' order)."""
+    if named:
+        topic_name = r.string(flex)
+    index, controller_epoch, leader, leader_epoch = r.int32(), r.int32(), r.int32(), r.int32()
+    isr = r.int32_array(flex)
+    epoch = r.int32()
+    replicas = r.int32_array(flex)
+    return topic_name, index, controller_epoch, leader, leader_epoch, isr, epoch, replicas
+
+
+_State = TypeVar("_State", LeaderAndIsrPartitionState, UpdateMetadataPartitionState)
+
+
+def _write_partition_states(
+    w: _Writer,
+    v: int,
+    states: tuple[_State, ...],
+    write_state: Callable[[_Writer, int, _State], None],
+    *,
+    grouped: bool,
+    topic_ids: Mapping[str, uuid.UUID] | None,
+    flex: bool,
+) -> None:
+    """The partition states: one array, or (``grouped``) one entry per topic with its name,
+    its id (when ``topic_ids`` is given; the zero UUID if unknown) and its states."""
+    if not grouped:
+        w.array_length(len(states), flex)
+        for st in states:
+            write_state(w, v, st)
+        return
+    groups = _group(states, lambda s: s.topic_name)
+    w.array_length(len(groups), flex)
+    for topic, topic_states in groups:
+        w.string(topic, flex)
+        if topic_ids is not None:
+            w.uuid(topic_ids.get(topic, _ZERO_UUID))
+        w.array_length(len(topic_states), flex)
+        for st in topic_states:
+            write_state(w, v, st)
+        w.end_struct(flex)
+
+
+def _read_partition_states(
+    r: _Reader,
+    v: int,
+    read_state: Callable[[_Reader, int, str], _State],
+    *,
+    grouped: bool,
+    with_ids: bool,
+    flex: bool,
+) -> tuple[tuple[_State, ...], dict[str, uuid.UUID]]:
+    """What `_write_partition_states` writes: the states and the topics' non-zero ids."""
+    states: list[_State] = []
+    topic_ids: dict[str, uuid.UUID] = {}
+    if not grouped:
+        for _ in range(r.array_length(flex)):
+            states.append(read_state(r, v, ""))
+        return tuple(states), topic_ids
+    for _ in range(r.array_length(flex)):
+        topic = r.string(flex)
+        if with_ids:
+            topic_id = r.uuid()
+            if topic_id != _ZERO_UUID:
+                topic_ids[topic] = topic_id
+        for _ in range(r.array_length(flex)):
+            states.append(read_state(r, v, topic))
+        r.end_struct(flex)
+    return tuple(states), topic_ids
+
+
+# --------------------------------------------------------------------------------------------
+# LeaderAndIsr (key 4): flexible from v4
+# --------------------------------------------------------------------------------------------
+
+
+def _write_lai_partition(w: _Writer, v: int, st: LeaderAndIsrPartitionState) -> None:
+    flex = v >= 4
+    _write_leadership(w, st, st.partition_epoch, st.replicas, named=v <= 1, flex=flex)
     if v >= 3:
         w.int32_array(st.adding_replicas, flex)
         w.int32_array(st.removing_replicas, flex)
@@ -398,21 +543,12 @@ def _write_lai_partition(w: _Writer, v: int, st: LeaderAndIsrPartitionState) -> 
             f"LeaderAndIsr v{v} cannot carry leader_recovery_state "
             f"{st.leader_recovery_state} ({st.topic_name}-{st.partition_index}); needs v6+",
         )
-    if flex:
-        w.no_tagged_fields()
+    w.end_struct(flex)
 
 
 def _read_lai_partition(r: _Reader, v: int, topic_name: str) -> LeaderAndIsrPartitionState:
     flex = v >= 4
-    if v <= 1:
-        topic_name = r.string(flex)
-    partition_index = r.int32()
-    controller_epoch = r.int32()
-    leader = r.int32()
-    leader_epoch = r.int32()
-    isr = r.int32_array(flex)
-    partition_epoch = r.int32()
-    replicas = r.int32_array(flex)
+    leading = _read_leadership(r, topic_name, named=v <= 1, flex=flex)
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
     if v >= 3:
@@ -420,17 +556,9 @@ def _read_lai_partition(r: _Reader, v: int, topic_name: str) -> LeaderAndIsrPart
         removing = r.int32_array(flex)
     is_new = r.boolean() if v >= 1 else False
     leader_recovery_state = r.int8() if v >= 6 else 0
-    if flex:
-        r.tagged_fields()
+    r.end_struct(flex)
     return LeaderAndIsrPartitionState(
-        topic_name=topic_name,
-        partition_index=partition_index,
-        controller_epoch=controller_epoch,
-        leader=leader,
-        leader_epoch=leader_epoch,
-        isr=isr,
-        partition_epoch=partition_epoch,
-        replicas=replicas,
+        *leading,
         adding_replicas=adding,
         removing_replicas=removing,
         is_new=is_new,
@@ -440,85 +568,43 @@ def _read_lai_partition(r: _Reader, v: int, topic_name: str) -> LeaderAndIsrPart
 
 def _write_leader_and_isr_request(w: _Writer, v: int, req: LeaderAndIsrRequest) -> None:
     flex = v >= 4
-    w.int32(req.controller_id)
-    if v >= 7:
-        w.boolean(req.is_kraft_controller)
-    else:
-        _require(not req.is_kraft_controller, f"LeaderAndIsr v{v} has no isKRaftController")
-    w.int32(req.controller_epoch)
-    if v >= 2:
-        w.int64(req.broker_epoch)
+    _write_header(w, v, req, "LeaderAndIsr", kraft_from=7, epoch_from=2)
     if v >= 5:
         w.int8(_TYPE_FULL if req.is_full else _TYPE_UNKNOWN)
-    if v <= 1:
-        w.array_length(len(req.partition_states), flex)
-        for st in req.partition_states:
-            _write_lai_partition(w, v, st)
-    else:
-        groups = _group(req.partition_states, lambda s: s.topic_name)
-        w.array_length(len(groups), flex)
-        for topic, states in groups:
-            w.string(topic, flex)
-            if v >= 5:
-                w.uuid(req.topic_ids.get(topic, _ZERO_UUID))
-            w.array_length(len(states), flex)
-            for st in states:
-                _write_lai_partition(w, v, st)
-            if flex:
-                w.no_tagged_fields()
+    ids = req.topic_ids if v >= 5 else None
+    _write_partition_states(
+        w, v, req.partition_states, _write_lai_partition, grouped=v >= 2, topic_ids=ids, flex=flex
+    )
     w.array_length(len(req.live_leaders), flex)
     for leader in req.live_leaders:
         w.int32(leader.broker_id)
         w.string(leader.host, flex)
         w.int32(leader.port)
-        if flex:
-            w.no_tagged_fields()
-    if flex:
-        w.no_tagged_fields()
+        w.end_struct(flex)
+    w.end_struct(flex)
 
 
 def _read_leader_and_isr_request(r: _Reader, v: int) -> LeaderAndIsrRequest:
     flex = v >= 4
-    controller_id = r.int32()
-    is_kraft_controller = r.boolean() if v >= 7 else False
-    controller_epoch = r.int32()
-    broker_epoch = r.int64() if v >= 2 else -1
+    header = _read_header(r, v, kraft_from=7, epoch_from=2)
     is_full = (r.int8() == _TYPE_FULL) if v >= 5 else False
-    states: list[LeaderAndIsrPartitionState] = []
-    topic_ids: dict[str, uuid.UUID] = {}
-    if v <= 1:
-        for _ in range(r.array_length(flex)):
-            states.append(_read_lai_partition(r, v, ""))
-    else:
-        for _ in range(r.array_length(flex)):
-            topic = r.string(flex)
-            if v >= 5:
-                topic_id = r.uuid()
-                if topic_id != _ZERO_UUID:
-                    topic_ids[topic] = topic_id
-            for _ in range(r.array_length(flex)):
-                states.append(_read_lai_partition(r, v, topic))
-            if flex:
-                r.tagged_fields()
+    states, topic_ids = _read_partition_states(
+        r, v, _read_lai_partition, grouped=v >= 2, with_ids=v >= 5, flex=flex
+    )
     leaders: list[BrokerEndpoint] = []
     for _ in range(r.array_length(flex)):
         broker_id = r.int32()
         host = r.string(flex)
         port = r.int32()
-        if flex:
-            r.tagged_fields()
+        r.end_struct(flex)
         leaders.append(BrokerEndpoint(broker_id, host, port))
-    if flex:
-        r.tagged_fields()
+    r.end_struct(flex)
     return LeaderAndIsrRequest(
-        controller_id=controller_id,
-        controller_epoch=controller_epoch,
-        broker_epoch=broker_epoch,
-        partition_states=tuple(states),
+        **header,
+        partition_states=states,
         topic_ids=topic_ids,
         live_leaders=tuple(leaders),
         is_full=is_full,
-        is_kraft_controller=is_kraft_controller,
     )
 
 
@@ -529,8 +615,7 @@ def _write_partition_error(
         w.string(e.topic_name, flex)
     w.int32(e.partition_index)
     w.int16(e.error_code)
-    if flex:
-        w.no_tagged_fields()
+    w.end_struct(flex)
 
 
 def _read_partition_error(
@@ -539,8 +624,7 @@ def _read_partition_error(
     name = r.string(flex) if topic_name is None else topic_name
     partition_index = r.int32()
     error_code = r.int16()
-    if flex:
-        r.tagged_fields()
+    r.end_struct(flex)
     return LeaderAndIsrPartitionError(name, partition_index, error_code, topic_id)
 
 
@@ -562,8 +646,7 @@ def _write_leader_and_isr_response(w: _Writer, v: int, resp: LeaderAndIsrRespons
             for e in errors:
                 _write_partition_error(w, e, name=False, flex=flex)
             w.no_tagged_fields()
-    if flex:
-        w.no_tagged_fields()
+    w.end_struct(flex)
 
 
 def _read_leader_and_isr_response(r: _Reader, v: int) -> LeaderAndIsrResponse:
@@ -579,8 +662,7 @@ def _read_leader_and_isr_response(r: _Reader, v: int) -> LeaderAndIsrResponse:
             for _ in range(r.array_length(flex)):
                 errors.append(_read_partition_error(r, flex=flex, topic_name="", topic_id=topic_id))
             r.tagged_fields()
-    if flex:
-        r.tagged_fields()
+    r.end_struct(flex)
     return LeaderAndIsrResponse(error_code, tuple(errors))
 
 
@@ -591,14 +673,7 @@ def _read_leader_and_isr_response(r: _Reader, v: int) -> LeaderAndIsrResponse:
 
 def _write_stop_replica_request(w: _Writer, v: int, req: StopReplicaRequest) -> None:
     flex = v >= 2
-    w.int32(req.controller_id)
-    if v >= 4:
-        w.boolean(req.is_kraft_controller)
-    else:
-        _require(not req.is_kraft_controller, f"StopReplica v{v} has no isKRaftController")
-    w.int32(req.controller_epoch)
-    if v >= 1:
-        w.int64(req.broker_epoch)
+    _write_header(w, v, req, "StopReplica", kraft_from=4, epoch_from=1)
     if v <= 2:
         flags = {p.delete_partition for p in req.partitions}
         _require(
@@ -618,8 +693,7 @@ def _write_stop_replica_request(w: _Writer, v: int, req: StopReplicaRequest) -> 
         for topic, parts in groups:
             w.string(topic, flex)
             w.int32_array([p.partition_index for p in parts], flex)
-            if flex:
-                w.no_tagged_fields()
+            w.end_struct(flex)
     else:
         groups = _group(req.partitions, lambda p: p.topic_name)
         w.array_length(len(groups), flex)
@@ -632,16 +706,12 @@ def _write_stop_replica_request(w: _Writer, v: int, req: StopReplicaRequest) -> 
                 w.boolean(p.delete_partition)
                 w.no_tagged_fields()
             w.no_tagged_fields()
-    if flex:
-        w.no_tagged_fields()
+    w.end_struct(flex)
 
 
 def _read_stop_replica_request(r: _Reader, v: int) -> StopReplicaRequest:
     flex = v >= 2
-    controller_id = r.int32()
-    is_kraft_controller = r.boolean() if v >= 4 else False
-    controller_epoch = r.int32()
-    broker_epoch = r.int64() if v >= 1 else -1
+    header = _read_header(r, v, kraft_from=4, epoch_from=1)
     delete = r.boolean() if v <= 2 else False
     parts: list[StopReplicaPartition] = []
     if v == 0:
@@ -653,8 +723,7 @@ def _read_stop_replica_request(r: _Reader, v: int) -> StopReplicaRequest:
             topic = r.string(flex)
             for index in r.int32_array(flex):
                 parts.append(StopReplicaPartition(topic, index, -1, delete))
-            if flex:
-                r.tagged_fields()
+            r.end_struct(flex)
     else:
         for _ in range(r.array_length(flex)):
             topic = r.string(flex)
@@ -665,15 +734,8 @@ def _read_stop_replica_request(r: _Reader, v: int) -> StopReplicaRequest:
                 r.tagged_fields()
                 parts.append(StopReplicaPartition(topic, index, leader_epoch, delete_partition))
             r.tagged_fields()
-    if flex:
-        r.tagged_fields()
-    return StopReplicaRequest(
-        controller_id=controller_id,
-        controller_epoch=controller_epoch,
-        broker_epoch=broker_epoch,
-        partitions=tuple(parts),
-        is_kraft_controller=is_kraft_controller,
-    )
+    r.end_struct(flex)
+    return StopReplicaRequest(**header, partitions=tuple(parts))
 
 
 def _write_stop_replica_response(w: _Writer, v: int, resp: StopReplicaResponse) -> None:
@@ -682,8 +744,7 @@ def _write_stop_replica_response(w: _Writer, v: int, resp: StopReplicaResponse) 
     w.array_length(len(resp.partition_errors), flex)
     for e in resp.partition_errors:
         _write_partition_error(w, e, name=True, flex=flex)
-    if flex:
-        w.no_tagged_fields()
+    w.end_struct(flex)
 
 
 def _read_stop_replica_response(r: _Reader, v: int) -> StopReplicaResponse:
@@ -693,8 +754,7 @@ def _read_stop_replica_response(r: _Reader, v: int) -> StopReplicaResponse:
         _read_partition_error(r, flex=flex, topic_name=None, topic_id=None)
         for _ in range(r.array_length(flex))
     ]
-    if flex:
-        r.tagged_fields()
+    r.end_struct(flex)
     return StopReplicaResponse(error_code, tuple(errors))
 
 
@@ -705,46 +765,18 @@ def _read_stop_replica_response(r: _Reader, v: int) -> StopReplicaResponse:
 
 def _write_um_partition(w: _Writer, v: int, st: UpdateMetadataPartitionState) -> None:
     flex = v >= 6
-    if v <= 4:
-        w.string(st.topic_name, flex)
-    w.int32(st.partition_index)
-    w.int32(st.controller_epoch)
-    w.int32(st.leader)
-    w.int32(st.leader_epoch)
-    w.int32_array(st.isr, flex)
-    w.int32(st.zk_version)
-    w.int32_array(st.replicas, flex)
+    _write_leadership(w, st, st.zk_version, st.replicas, named=v <= 4, flex=flex)
     if v >= 4:
         w.int32_array(st.offline_replicas, flex)
-    if flex:
-        w.no_tagged_fields()
+    w.end_struct(flex)
 
 
 def _read_um_partition(r: _Reader, v: int, topic_name: str) -> UpdateMetadataPartitionState:
     flex = v >= 6
-    if v <= 4:
-        topic_name = r.string(flex)
-    partition_index = r.int32()
-    controller_epoch = r.int32()
-    leader = r.int32()
-    leader_epoch = r.int32()
-    isr = r.int32_array(flex)
-    zk_version = r.int32()
-    replicas = r.int32_array(flex)
+    leading = _read_leadership(r, topic_name, named=v <= 4, flex=flex)
     offline = r.int32_array(flex) if v >= 4 else ()
-    if flex:
-        r.tagged_fields()
-    return UpdateMetadataPartitionState(
-        topic_name=topic_name,
-        partition_index=partition_index,
-        controller_epoch=controller_epoch,
-        leader=leader,
-        leader_epoch=leader_epoch,
-        isr=isr,
-        zk_version=zk_version,
-        replicas=replicas,
-        offline_replicas=offline,
-    )
+    r.end_struct(flex)
+    return UpdateMetadataPartitionState(*leading, offline_replicas=offline)
 
 
 def _write_um_broker(w: _Writer, v: int, broker_id: int, endpoints: list[BrokerEndpoint]) -> None:
@@ -774,12 +806,10 @@ def _write_um_broker(w: _Writer, v: int, broker_id: int, endpoints: list[BrokerE
             if v >= 3:
                 w.string(ep.listener, flex)
             w.int16(ep.security_protocol)
-            if flex:
-                w.no_tagged_fields()
+            w.end_struct(flex)
     if v >= 2:
         w.nullable_string(endpoints[0].rack, flex)
-    if flex:
-        w.no_tagged_fields()
+    w.end_struct(flex)
 
 
 def _read_um_broker(r: _Reader, v: int) -> list[BrokerEndpoint]:
@@ -799,41 +829,20 @@ def _read_um_broker(r: _Reader, v: int) -> list[BrokerEndpoint]:
                 listener = _SECURITY_PROTOCOL_NAMES.get(protocol)
                 if listener is None:
                     raise DecodeError(f"unknown security protocol {protocol}")
-            if flex:
-                r.tagged_fields()
+            r.end_struct(flex)
             raw.append((host, port, listener, protocol))
     rack = r.nullable_string(flex) if v >= 2 else None
-    if flex:
-        r.tagged_fields()
+    r.end_struct(flex)
     return [BrokerEndpoint(broker_id, h, p, lst, sp, rack) for h, p, lst, sp in raw]
 
 
 def _write_update_metadata_request(w: _Writer, v: int, req: UpdateMetadataRequest) -> None:
     flex = v >= 6
-    w.int32(req.controller_id)
-    if v >= 8:
-        w.boolean(req.is_kraft_controller)
-    else:
-        _require(not req.is_kraft_controller, f"UpdateMetadata v{v} has no isKRaftController")
-    w.int32(req.controller_epoch)
-    if v >= 5:
-        w.int64(req.broker_epoch)
-    if v <= 4:
-        w.array_length(len(req.partition_states), flex)
-        for st in req.partition_states:
-            _write_um_partition(w, v, st)
-    else:
-        groups = _group(req.partition_states, lambda s: s.topic_name)
-        w.array_length(len(groups), flex)
-        for topic, states in groups:
-            w.string(topic, flex)
-            if v >= 7:
-                w.uuid(req.topic_ids.get(topic, _ZERO_UUID))
-            w.array_length(len(states), flex)
-            for st in states:
-                _write_um_partition(w, v, st)
-            if flex:
-                w.no_tagged_fields()
+    _write_header(w, v, req, "UpdateMetadata", kraft_from=8, epoch_from=5)
+    ids = req.topic_ids if v >= 7 else None
+    _write_partition_states(
+        w, v, req.partition_states, _write_um_partition, grouped=v >= 5, topic_ids=ids, flex=flex
+    )
     brokers = _group(req.live_brokers, lambda b: b.broker_id)
     w.array_length(len(brokers), flex)
     for broker_id, endpoints in brokers:
@@ -850,26 +859,10 @@ def _write_update_metadata_request(w: _Writer, v: int, req: UpdateMetadataReques
 
 def _read_update_metadata_request(r: _Reader, v: int) -> UpdateMetadataRequest:
     flex = v >= 6
-    controller_id = r.int32()
-    is_kraft_controller = r.boolean() if v >= 8 else False
-    controller_epoch = r.int32()
-    broker_epoch = r.int64() if v >= 5 else -1
-    states: list[UpdateMetadataPartitionState] = []
-    topic_ids: dict[str, uuid.UUID] = {}
-    if v <= 4:
-        for _ in range(r.array_length(flex)):
-            states.append(_read_um_partition(r, v, ""))
-    else:
-        for _ in range(r.array_length(flex)):
-            topic = r.string(flex)
-            if v >= 7:
-                topic_id = r.uuid()
-                if topic_id != _ZERO_UUID:
-                    topic_ids[topic] = topic_id
-            for _ in range(r.array_length(flex)):
-                states.append(_read_um_partition(r, v, topic))
-            if flex:
-                r.tagged_fields()
+    header = _read_header(r, v, kraft_from=8, epoch_from=5)
+    states, topic_ids = _read_partition_states(
+        r, v, _read_um_partition, grouped=v >= 5, with_ids=v >= 7, flex=flex
+    )
     brokers: list[BrokerEndpoint] = []
     for _ in range(r.array_length(flex)):
         brokers.extend(_read_um_broker(r, v))
@@ -881,14 +874,11 @@ def _read_update_metadata_request(r: _Reader, v: int) -> UpdateMetadataRequest:
 
         r.tagged_fields({_UPDATE_METADATA_TYPE_TAG: read_type} if v >= 8 else None)
     return UpdateMetadataRequest(
-        controller_id=controller_id,
-        controller_epoch=controller_epoch,
-        broker_epoch=broker_epoch,
-        partition_states=tuple(states),
+        **header,
+        partition_states=states,
         live_brokers=tuple(brokers),
         topic_ids=topic_ids,
         is_full=request_type[0] == _TYPE_FULL,
-        is_kraft_controller=is_kraft_controller,
     )
 
 
@@ -960,42 +950,37 @@ def _decode_with(codec: _Codec, version: int, r: _Reader) -> Any:
     return body
 
 
-def encode_interbroker_request_body(
-    api_key: int, version: int, body: InterbrokerRequestBody
-) -> bytes:
-    """The request body alone (no header, no size prefix)."""
-    _check_version(api_key, version, InterbrokerEncodeError)
-    w = _Writer()
-    _encode_with(_REQUESTS[api_key], api_key, version, body, w)
-    return bytes(w.out)
+_Body = TypeVar("_Body", InterbrokerRequestBody, InterbrokerResponseBody)
 
 
-def decode_interbroker_request_body(
-    api_key: int, version: int, buf: bytes | bytearray | memoryview, offset: int = 0
-) -> InterbrokerRequestBody:
-    """Parse a request body that fills `buf[offset:]` exactly."""
-    _check_version(api_key, version, DecodeError)
-    body: InterbrokerRequestBody = _decode_with(_REQUESTS[api_key], version, _Reader(buf, offset))
-    return body
+class _Bodies(Generic[_Body]):
+    """Bodies alone (no header, no size prefix) of the requests or of the responses."""
+
+    __slots__ = ("_codecs",)
+
+    def __init__(self, codecs: Mapping[int, _Codec]) -> None:
+        self._codecs = codecs
+
+    def encode(self, api_key: int, version: int, body: _Body) -> bytes:
+        """The body's bytes."""
+        _check_version(api_key, version, InterbrokerEncodeError)
+        w = _Writer()
+        _encode_with(self._codecs[api_key], api_key, version, body, w)
+        return bytes(w.out)
+
+    def decode(self, api_key: int, version: int, buf: _Bytes, offset: int = 0) -> _Body:
+        """Parse a body that fills `buf[offset:]` exactly."""
+        _check_version(api_key, version, DecodeError)
+        body: _Body = _decode_with(self._codecs[api_key], version, _Reader(buf, offset))
+        return body
 
 
-def encode_interbroker_response_body(
-    api_key: int, version: int, body: InterbrokerResponseBody
-) -> bytes:
-    """The response body alone (no header, no size prefix)."""
-    _check_version(api_key, version, InterbrokerEncodeError)
-    w = _Writer()
-    _encode_with(_RESPONSES[api_key], api_key, version, body, w)
-    return bytes(w.out)
-
-
-def decode_interbroker_response_body(
-    api_key: int, version: int, buf: bytes | bytearray | memoryview, offset: int = 0
-) -> InterbrokerResponseBody:
-    """Parse a response body that fills `buf[offset:]` exactly."""
-    _check_version(api_key, version, DecodeError)
-    body: InterbrokerResponseBody = _decode_with(_RESPONSES[api_key], version, _Reader(buf, offset))
-    return body
+_REQUEST_BODIES: Final = _Bodies[InterbrokerRequestBody](_REQUESTS)
+_RESPONSE_BODIES: Final = _Bodies[InterbrokerResponseBody](_RESPONSES)
+encode_interbroker_request_body = _REQUEST_BODIES.encode
+decode_interbroker_request_body = _REQUEST_BODIES.decode
+encode_interbroker_response_body = _RESPONSE_BODIES.encode
+decode_interbroker_response_body = _RESPONSE_BODIES.decode
 
 
 def _finish_frame(w: _Writer) -> bytes:

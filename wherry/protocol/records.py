@@ -360,6 +360,25 @@ def _write_varint(out: bytearray, value: int) -> None:
     _write_uvarint(out, ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
+def _read_nullable_bytes(buf: bytes, pos: int, limit: int, what: str) -> tuple[bytes | None, int]:
+    """A varint length (-1: null) and that many bytes; returns (bytes or None, new_pos)."""
+    n, pos = _read_varint(buf, pos, limit)
+    if n >= 0:
+        return buf[pos : pos + n], pos + n
+    if n == -1:
+        return None, pos
+    raise InvalidRecordError(f"invalid {what} length {n}")
+
+
+def _write_nullable_bytes(out: bytearray, data: bytes | None) -> None:
+    """A varint length (-1: null) and the bytes."""
+    if data is None:
+        out.append(0x01)  # zig-zag(-1)
+    else:
+        _write_varint(out, len(data))
+        out += data
+
+
 # --------------------------------------------------------------------------------------------
 # Record walking (validation) and decoding
 # --------------------------------------------------------------------------------------------
@@ -608,24 +627,8 @@ def iter_records(batch: _Buffer, pos: int = 0) -> Iterator[Record]:
             p += 1  # attributes (unused in v2)
             ts_delta, p = _read_varlong(data, p, rec_end)
             offset_delta, p = _read_varint(data, p, rec_end)
-            klen, p = _read_varint(data, p, rec_end)
-            key: bytes | None
-            if klen >= 0:
-                key = data[p : p + klen]
-                p += klen
-            elif klen == -1:
-                key = None
-            else:
-                raise InvalidRecordError(f"invalid key length {klen}")
-            vlen, p = _read_varint(data, p, rec_end)
-            value: bytes | None
-            if vlen >= 0:
-                value = data[p : p + vlen]
-                p += vlen
-            elif vlen == -1:
-                value = None
-            else:
-                raise InvalidRecordError(f"invalid value length {vlen}")
+            key, p = _read_nullable_bytes(data, p, rec_end, "key")
+            value, p = _read_nullable_bytes(data, p, rec_end, "value")
             hcount, p = _read_varint(data, p, rec_end)
             if hcount < 0:
                 raise InvalidRecordError(f"invalid header count {hcount}")
@@ -638,15 +641,7 @@ def iter_records(batch: _Buffer, pos: int = 0) -> Iterator[Record]:
                     raise InvalidRecordError(f"invalid header key length {hklen}")
                 hkey = data[p : p + hklen].decode("utf-8", "surrogateescape")
                 p += hklen
-                hvlen, p = _read_varint(data, p, rec_end)
-                hval: bytes | None
-                if hvlen >= 0:
-                    hval = data[p : p + hvlen]
-                    p += hvlen
-                elif hvlen == -1:
-                    hval = None
-                else:
-                    raise InvalidRecordError(f"invalid header value length {hvlen}")
+                hval, p = _read_nullable_bytes(data, p, rec_end, "header value")
                 headers.append((hkey, hval))
             if p != rec_end:
                 raise InvalidRecordError(f"invalid record size for record {i}")
@@ -687,26 +682,12 @@ def _encode_record(
     body = bytearray(b"\x00")  # attributes
     _write_varint(body, timestamp_delta)
     _write_varint(body, offset_delta)
-    if key is None:
-        body.append(0x01)  # zig-zag(-1)
-    else:
-        _write_varint(body, len(key))
-        body += key
-    if value is None:
-        body.append(0x01)
-    else:
-        _write_varint(body, len(value))
-        body += value
+    _write_nullable_bytes(body, key)
+    _write_nullable_bytes(body, value)
     _write_varint(body, len(headers))
     for hkey, hval in headers:
-        hkey_bytes = hkey.encode("utf-8", "surrogateescape")
-        _write_varint(body, len(hkey_bytes))
-        body += hkey_bytes
-        if hval is None:
-            body.append(0x01)
-        else:
-            _write_varint(body, len(hval))
-            body += hval
+        _write_nullable_bytes(body, hkey.encode("utf-8", "surrogateescape"))
+        _write_nullable_bytes(body, hval)
     _write_varint(out, len(body))
     out += body
 

@@ -40,6 +40,7 @@ from wherry.replication.truncation import (
     out_of_range_action,
     truncation_point,
 )
+from wherry.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -329,11 +330,8 @@ class ReplicaFetcher:
         self._wakeup.set()
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
             try:
-                await task
-            except asyncio.CancelledError:
-                pass
+                await cancel_and_wait(task)
             except Exception:
                 log.exception("%s failed", self._prefix)
         await self.endpoint.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from kio.schema.errors import ErrorCode
 
@@ -41,22 +42,28 @@ class IsrProposal:
     leader_recovery_state: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedPartitionState:
+class _IsrState:
+    """What the three ISR states share: `maximal_isr` is the committed `isr` unless a pending
+    expansion adds to it; `is_inflight` says whether a change awaits the controller."""
+
+    __slots__ = ()
     isr: frozenset[int]
-    leader_recovery_state: int = 0
+    is_inflight: ClassVar[bool] = True
 
     @property
     def maximal_isr(self) -> frozenset[int]:
         return self.isr
 
-    @property
-    def is_inflight(self) -> bool:
-        return False
+
+@dataclass(frozen=True, slots=True)
+class CommittedPartitionState(_IsrState):
+    isr: frozenset[int]
+    leader_recovery_state: int = 0
+    is_inflight: ClassVar[bool] = False
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class PendingExpandIsr:
+class PendingExpandIsr(_IsrState):
     """`eq=False`: a pending state is identified by the object itself, so an answer to an
     older proposal with equal contents is never taken for the current one."""
 
@@ -70,26 +77,14 @@ class PendingExpandIsr:
     def maximal_isr(self) -> frozenset[int]:
         return self.isr | {self.new_in_sync_replica}
 
-    @property
-    def is_inflight(self) -> bool:
-        return True
-
 
 @dataclass(frozen=True, slots=True, eq=False)
-class PendingShrinkIsr:
+class PendingShrinkIsr(_IsrState):
     isr: frozenset[int]
     out_of_sync_replicas: frozenset[int]
     sent: IsrProposal | None = None
     last_committed: CommittedPartitionState | None = None
     leader_recovery_state: int = 0
-
-    @property
-    def maximal_isr(self) -> frozenset[int]:
-        return self.isr
-
-    @property
-    def is_inflight(self) -> bool:
-        return True
 
 
 PartitionState = CommittedPartitionState | PendingExpandIsr | PendingShrinkIsr
@@ -216,77 +211,47 @@ def out_of_sync_replicas(
     return frozenset(out)
 
 
-def _proposal(
-    leader_id: int,
-    leader_epoch: int,
-    partition_epoch: int,
-    isr: Iterable[int],
-    followers: Mapping[int, FollowerState],
-    recovery: int,
-) -> IsrProposal:
-    members = tuple(sorted(isr))
-    epochs = tuple(
-        -1
-        if r == leader_id or (f := followers.get(r)) is None or f.broker_epoch is None
-        else f.broker_epoch
-        for r in members
-    )
-    return IsrProposal(leader_id, leader_epoch, members, epochs, partition_epoch, recovery)
+@dataclass(frozen=True, slots=True)
+class IsrProposer:
+    """The leader proposing an ISR change: its id and epochs, and what it knows of the
+    followers (their broker epochs go into the proposal, KIP-903)."""
+
+    leader_id: int
+    leader_epoch: int
+    partition_epoch: int
+    followers: Mapping[int, FollowerState]
+    leader_broker_epoch: int = -1
+
+    def propose(self, state: CommittedPartitionState, isr: Iterable[int]) -> IsrProposal:
+        members = tuple(sorted(isr))
+        epochs = tuple(self._broker_epoch(r, self.followers.get(r)) for r in members)
+        return IsrProposal(
+            self.leader_id,
+            self.leader_epoch,
+            members,
+            epochs,
+            self.partition_epoch,
+            state.leader_recovery_state,
+        )
+
+    def _broker_epoch(self, replica: int, f: FollowerState | None) -> int:
+        if replica == self.leader_id:
+            return self.leader_broker_epoch
+        return -1 if f is None or f.broker_epoch is None else f.broker_epoch
 
 
 def prepare_expand(
-    state: CommittedPartitionState,
-    new_replica: int,
-    *,
-    leader_id: int,
-    leader_epoch: int,
-    partition_epoch: int,
-    followers: Mapping[int, FollowerState],
-    leader_broker_epoch: int = -1,
+    state: CommittedPartitionState, new_replica: int, leader: IsrProposer
 ) -> PendingExpandIsr:
-    p = _proposal(
-        leader_id,
-        leader_epoch,
-        partition_epoch,
-        state.isr | {new_replica},
-        followers,
-        state.leader_recovery_state,
-    )
-    if leader_broker_epoch != -1:
-        p = _with_leader_epoch(p, leader_id, leader_broker_epoch)
+    p = leader.propose(state, state.isr | {new_replica})
     return PendingExpandIsr(state.isr, new_replica, p, state, state.leader_recovery_state)
 
 
 def prepare_shrink(
-    state: CommittedPartitionState,
-    out_of_sync: frozenset[int],
-    *,
-    leader_id: int,
-    leader_epoch: int,
-    partition_epoch: int,
-    followers: Mapping[int, FollowerState],
-    leader_broker_epoch: int = -1,
+    state: CommittedPartitionState, out_of_sync: frozenset[int], leader: IsrProposer
 ) -> PendingShrinkIsr:
-    p = _proposal(
-        leader_id,
-        leader_epoch,
-        partition_epoch,
-        state.isr - out_of_sync,
-        followers,
-        state.leader_recovery_state,
-    )
-    if leader_broker_epoch != -1:
-        p = _with_leader_epoch(p, leader_id, leader_broker_epoch)
+    p = leader.propose(state, state.isr - out_of_sync)
     return PendingShrinkIsr(state.isr, out_of_sync, p, state, state.leader_recovery_state)
-
-
-def _with_leader_epoch(p: IsrProposal, leader_id: int, epoch: int) -> IsrProposal:
-    return replace(
-        p,
-        broker_epochs=tuple(
-            epoch if r == leader_id else e for r, e in zip(p.isr, p.broker_epochs, strict=True)
-        ),
-    )
 
 
 # --- high watermark (SPEC R10) ----------------------------------------------------------------

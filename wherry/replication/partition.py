@@ -13,6 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -24,6 +25,7 @@ from wherry.replication.isr import (
     CommittedLeaderAndIsr,
     CommittedPartitionState,
     FollowerState,
+    IsrProposer,
     PartitionState,
     PendingExpandIsr,
     PendingIsrState,
@@ -38,7 +40,12 @@ from wherry.replication.isr import (
     reset_follower,
     update_fetch_state,
 )
-from wherry.runtime.state_change_log import broker_prefix, format_change
+from wherry.runtime.state_change_log import (
+    broker_prefix,
+    log_change,
+    partition_subject,
+    state_change_logger,
+)
 
 __all__ = [
     "DEFAULT_REPLICA_LAG_TIME_MAX_MS",
@@ -53,11 +60,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-state_change_log = logging.getLogger("wherry.state_change")
 
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 
 ReplicaState = FollowerState  # what the leader knows of a follower (SPEC R9)
+_Pending = TypeVar("_Pending", PendingExpandIsr, PendingShrinkIsr)
 
 
 class PartitionError(Exception):
@@ -142,7 +149,7 @@ class Partition:
             if r != self.local_broker_id
         }
         self.maybe_increment_high_watermark(now_ms)
-        state_change_log.info(
+        state_change_logger.info(
             "[Broker id=%d] Leader %s with topic id %s starts at leader epoch %d from offset %d "
             "with partition epoch %d, high watermark %d, ISR %s, replicas %s",
             self.local_broker_id,
@@ -167,7 +174,7 @@ class Partition:
         self.leader_epoch = st.leader_epoch
         self.leader_id = st.leader
         self.remote_replicas = {}
-        state_change_log.info(
+        state_change_logger.info(
             "[Broker id=%d] Follower %s starts at leader epoch %d from offset %d with partition "
             "epoch %d and high watermark %d. Current leader is %d.",
             self.local_broker_id,
@@ -278,18 +285,7 @@ class Partition:
             )
         ):
             return None
-        pending = prepare_expand(
-            state,
-            replica_id,
-            leader_id=self.local_broker_id,
-            leader_epoch=self.leader_epoch,
-            partition_epoch=self.partition_epoch,
-            followers=self.remote_replicas,
-            leader_broker_epoch=self.local_broker_epoch(),
-        )
-        self.state = pending
-        self._log_isr_change("Committed", "PendingExpandIsr", pending, now_ms)
-        return pending
+        return self._propose(prepare_expand(state, replica_id, self._proposer()))
 
     def maybe_shrink_isr(self, now_ms: int) -> PendingShrinkIsr | None:
         """The expiry task's step (SPEC R4): propose removing the followers that have not
@@ -307,17 +303,21 @@ class Partition:
         )
         if not out:
             return None
-        pending = prepare_shrink(
-            state,
-            out,
-            leader_id=self.local_broker_id,
-            leader_epoch=self.leader_epoch,
-            partition_epoch=self.partition_epoch,
-            followers=self.remote_replicas,
-            leader_broker_epoch=self.local_broker_epoch(),
+        return self._propose(prepare_shrink(state, out, self._proposer()))
+
+    def _proposer(self) -> IsrProposer:
+        return IsrProposer(
+            self.local_broker_id,
+            self.leader_epoch,
+            self.partition_epoch,
+            self.remote_replicas,
+            self.local_broker_epoch(),
         )
+
+    def _propose(self, pending: _Pending) -> _Pending:
+        """Take the proposed ISR change as the state (it is sent by the caller)."""
         self.state = pending
-        self._log_isr_change("Committed", "PendingShrinkIsr", pending, now_ms)
+        self._log_isr_change("Committed", type(pending).__name__, pending)
         return pending
 
     def handle_alter_partition_result(
@@ -355,9 +355,7 @@ class Partition:
             )
         return outcome, hw
 
-    def _log_isr_change(
-        self, old: str, new: str, pending: PendingIsrState, now_ms: int
-    ) -> None:
+    def _log_isr_change(self, old: str, new: str, pending: PendingIsrState) -> None:
         sent = pending.sent
         fields: dict[str, int | str | list[int] | None] = {
             "leader": self.local_broker_id,
@@ -371,17 +369,7 @@ class Partition:
         if isinstance(pending, PendingShrinkIsr):
             fields["out_of_sync"] = sorted(pending.out_of_sync_replicas)
             fields["lag_time_max_ms"] = self.replica_lag_time_max_ms
-        state_change_log.info(
-            "%s",
-            format_change(
-                broker_prefix(self.local_broker_id),
-                self.tp.topic,
-                self.tp.partition,
-                old,
-                new,
-                fields=fields,
-            ),
-        )
+        self._log_change(old, new, fields)
 
     def _log_commit(
         self,
@@ -399,16 +387,17 @@ class Partition:
         }
         if isinstance(error, ErrorCode):
             fields["error"] = error.name
-        state_change_log.info(
-            "%s",
-            format_change(
-                broker_prefix(self.local_broker_id),
-                self.tp.topic,
-                self.tp.partition,
-                type(before).__name__,
-                new,
-                fields=fields,
-            ),
+        self._log_change(type(before).__name__, new, fields)
+
+    def _log_change(
+        self, old: str, new: str, fields: dict[str, int | str | list[int] | None]
+    ) -> None:
+        log_change(
+            broker_prefix(self.local_broker_id),
+            partition_subject(self.tp.topic, self.tp.partition),
+            old,
+            new,
+            fields=fields,
         )
 
     # --- high watermark (SPEC R10) ---------------------------------------------------------

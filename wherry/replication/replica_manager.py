@@ -36,7 +36,6 @@ from wherry.replication.partition import (
 from wherry.runtime.state_change_log import log_broker_partition_change
 
 log = logging.getLogger(__name__)
-state_change_log = logging.getLogger("wherry.state_change")
 
 ProduceResult = Mapping[TopicPartition, ProducePartitionStatus]
 

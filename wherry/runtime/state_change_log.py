@@ -45,13 +45,15 @@ __all__ = [
     "attach_state_change_log",
     "broker_prefix",
     "controller_prefix",
-    "format_change",
     "log_broker_partition_change",
+    "log_change",
     "log_controller_partition_change",
     "log_controller_replica_change",
     "merge_state_change_logs",
     "parse_state_change_line",
+    "partition_subject",
     "read_state_change_log",
+    "replica_subject",
     "state_change_logger",
 ]
 
@@ -86,24 +88,46 @@ def _value(v: FieldValue) -> str:
     return "[" + ",".join(str(int(x)) for x in v) + "]"
 
 
-def format_change(
+def partition_subject(topic: str, partition: int) -> str:
+    return f"Partition {topic}-{partition}"
+
+
+def replica_subject(topic: str, partition: int, replica: int) -> str:
+    return f"Replica {topic}-{partition} replica={replica}"
+
+
+def log_change(
     prefix: str,
-    topic: str,
-    partition: int,
+    subject: str,
     old_state: str,
     new_state: str,
     *,
-    replica: int | None = None,
     fields: Mapping[str, FieldValue] | None = None,
-) -> str:
-    """The message of one change line (the formatter adds the timestamp and level)."""
-    what = (
-        f"Partition {topic}-{partition}"
-        if replica is None
-        else f"Replica {topic}-{partition} replica={replica}"
-    )
+    level: int = logging.INFO,
+) -> None:
+    """Log one change line through the state-change logger: ``<prefix> <subject> <old> ->
+    <new> k=v ...`` (the formatter adds the timestamp and level)."""
+    if not state_change_logger.isEnabledFor(level):
+        return
     tail = "".join(f" {k}={_value(v)}" for k, v in (fields or {}).items())
-    return f"{prefix} {what} {old_state} -> {new_state}{tail}"
+    state_change_logger.log(level, "%s", f"{prefix} {subject} {old_state} -> {new_state}{tail}")
+
+
+def _leadership_fields(
+    leader: int | None,
+    leader_epoch: int | None,
+    isr: Sequence[int] | None,
+    controller_epoch: int,
+    extra: Mapping[str, FieldValue],
+) -> dict[str, FieldValue]:
+    """The fields a partition's change line starts with, then ``extra``."""
+    return dict(
+        leader=leader,
+        leader_epoch=leader_epoch,
+        isr=isr,
+        controller_epoch=controller_epoch,
+        **extra,
+    )
 
 
 def log_controller_partition_change(
@@ -120,25 +144,16 @@ def log_controller_partition_change(
     level: int = logging.INFO,
     **fields: FieldValue,
 ) -> None:
-    if not state_change_logger.isEnabledFor(level):
-        return
-    state_change_logger.log(
-        level,
-        "%s",
-        format_change(
-            controller_prefix(controller_id, controller_epoch),
-            topic,
-            partition,
-            old_state,
-            new_state,
-            fields={
-                "leader": leader,
-                "leader_epoch": leader_epoch,
-                "isr": isr,
-                "controller_epoch": controller_epoch,
-                **fields,
-            },
-        ),
+    """What the controller logs when a partition changes state (``NewPartition``,
+    ``OnlinePartition``, ...): leader, leader epoch, ISR, controller epoch, then the extra
+    fields (e.g. ``zk_version=``)."""
+    log_change(
+        controller_prefix(controller_id, controller_epoch),
+        partition_subject(topic, partition),
+        old_state,
+        new_state,
+        fields=_leadership_fields(leader, leader_epoch, isr, controller_epoch, fields),
+        level=level,
     )
 
 
@@ -154,20 +169,15 @@ def log_controller_replica_change(
     level: int = logging.INFO,
     **fields: FieldValue,
 ) -> None:
-    if not state_change_logger.isEnabledFor(level):
-        return
-    state_change_logger.log(
-        level,
-        "%s",
-        format_change(
-            controller_prefix(controller_id, controller_epoch),
-            topic,
-            partition,
-            old_state,
-            new_state,
-            replica=replica,
-            fields={**fields, "controller_epoch": controller_epoch},
-        ),
+    """What the controller logs when a replica changes state (``OnlineReplica``,
+    ``ReplicaDeletionStarted``, ...): the fields given, then the controller epoch."""
+    log_change(
+        controller_prefix(controller_id, controller_epoch),
+        replica_subject(topic, partition, replica),
+        old_state,
+        new_state,
+        fields={**fields, "controller_epoch": controller_epoch},
+        level=level,
     )
 
 
@@ -188,25 +198,13 @@ def log_broker_partition_change(
     """What a broker logs when a LeaderAndIsr makes it leader or follower (or a StopReplica
     stops a replica): roles such as ``None``, ``Leader``, ``Follower``, ``Stopped``,
     ``Deleted``. Extra fields (e.g. ``start_offset=``, ``high_watermark=``) are appended."""
-    if not state_change_logger.isEnabledFor(level):
-        return
-    state_change_logger.log(
-        level,
-        "%s",
-        format_change(
-            broker_prefix(broker_id),
-            topic,
-            partition,
-            old_role,
-            new_role,
-            fields={
-                "leader": leader,
-                "leader_epoch": leader_epoch,
-                "isr": isr,
-                "controller_epoch": controller_epoch,
-                **fields,
-            },
-        ),
+    log_change(
+        broker_prefix(broker_id),
+        partition_subject(topic, partition),
+        old_role,
+        new_role,
+        fields=_leadership_fields(leader, leader_epoch, isr, controller_epoch, fields),
+        level=level,
     )
 
 

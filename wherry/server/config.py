@@ -158,67 +158,62 @@ class BrokerConfig:
         kw: dict[str, Any] = {}
         p = dict(props)
 
-        def take(key: str, conv: Any, name: str) -> None:
+        def take(key: str, conv: Any, name: str | None = None) -> None:
+            """Convert ``key`` if given into the attribute ``name`` (by default the key with
+            underscores for dots)."""
+            name = name or key.replace(".", "_")
             if key in p:
                 try:
                     kw[name] = conv(p[key])
                 except (ValueError, BrokerConfigError) as e:
                     raise BrokerConfigError(f"invalid value {p[key]!r} for {key}: {e}") from e
 
-        take("broker.id", int, "broker_id")
+        take("broker.id", int)
         take("node.id", int, "broker_id")
-        take("listeners", lambda v: tuple(parse_listeners(v)), "listeners")
-        take("advertised.listeners", lambda v: tuple(parse_listeners(v)), "advertised_listeners")
-        take(
-            "log.dirs",
-            lambda v: tuple(Path(x.strip()) for x in v.split(",") if x.strip()),
-            "log_dirs",
-        )
+        take("listeners", lambda v: tuple(parse_listeners(v)))
+        take("advertised.listeners", lambda v: tuple(parse_listeners(v)))
+        take("log.dirs", lambda v: tuple(Path(x.strip()) for x in v.split(",") if x.strip()))
         if "log.dirs" not in p:
             take("log.dir", lambda v: (Path(v.strip()),), "log_dirs")
-        take("num.partitions", int, "num_partitions")
-        take("default.replication.factor", int, "default_replication_factor")
-        take("auto.create.topics.enable", _bool, "auto_create_topics_enable")
-        take("delete.topic.enable", _bool, "delete_topic_enable")
-        take("socket.request.max.bytes", int, "socket_request_max_bytes")
-        take("log.retention.check.interval.ms", int, "log_retention_check_interval_ms")
-        take("log.flush.scheduler.interval.ms", int, "log_flush_scheduler_interval_ms")
-        take("log.cleaner.enable", _bool, "log_cleaner_enable")
-        take("log.cleaner.backoff.ms", int, "log_cleaner_backoff_ms")
-        take("log.cleaner.dedupe.buffer.size", int, "log_cleaner_dedupe_buffer_size")
-        take("log.cleaner.threads", int, "log_cleaner_threads")
-        take(
+        take("num.partitions", int)
+        take("default.replication.factor", int)
+        take("auto.create.topics.enable", _bool)
+        take("delete.topic.enable", _bool)
+        take("socket.request.max.bytes", int)
+        take("log.retention.check.interval.ms", int)
+        take("log.flush.scheduler.interval.ms", int)
+        take("log.cleaner.enable", _bool)
+        for key in (
+            "log.cleaner.backoff.ms",
+            "log.cleaner.dedupe.buffer.size",
+            "log.cleaner.threads",
             "log.flush.offset.checkpoint.interval.ms",
-            int,
-            "log_flush_offset_checkpoint_interval_ms",
-        )
-        take(
             "replica.high.watermark.checkpoint.interval.ms",
-            int,
-            "replica_high_watermark_checkpoint_interval_ms",
-        )
-        take("replica.lag.time.max.ms", int, "replica_lag_time_max_ms")
-        take("producer.id.expiration.ms", int, "producer_id_expiration_ms")
-        take("cluster.id", str, "cluster_id")
+            "replica.lag.time.max.ms",
+            "producer.id.expiration.ms",
+        ):
+            take(key, int)
+        take("cluster.id", str)
         take("broker.rack", str, "rack")
-        take("zookeeper.connect", lambda v: v.strip() or None, "zookeeper_connect")
-        take("zookeeper.session.timeout.ms", int, "zookeeper_session_timeout_ms")
-        take("zookeeper.connection.timeout.ms", int, "zookeeper_connection_timeout_ms")
-        take("controller.socket.timeout.ms", int, "controller_socket_timeout_ms")
-        take("offsets.topic.num.partitions", int, "offsets_topic_num_partitions")
-        take("offsets.topic.replication.factor", int, "offsets_topic_replication_factor")
-        take("offsets.topic.segment.bytes", int, "offsets_topic_segment_bytes")
-        take("offsets.retention.minutes", int, "offsets_retention_minutes")
-        take(
-            "offsets.retention.check.interval.ms", int, "offsets_retention_check_interval_ms"
-        )
-        take("offsets.commit.timeout.ms", int, "offsets_commit_timeout_ms")
-        take("offsets.load.buffer.size", int, "offsets_load_buffer_size")
-        take("offset.metadata.max.bytes", int, "offset_metadata_max_bytes")
-        take("group.min.session.timeout.ms", int, "group_min_session_timeout_ms")
-        take("group.max.session.timeout.ms", int, "group_max_session_timeout_ms")
-        take("group.initial.rebalance.delay.ms", int, "group_initial_rebalance_delay_ms")
-        take("group.max.size", int, "group_max_size")
+        take("zookeeper.connect", lambda v: v.strip() or None)
+        for key in (
+            "zookeeper.session.timeout.ms",
+            "zookeeper.connection.timeout.ms",
+            "controller.socket.timeout.ms",
+            "offsets.topic.num.partitions",
+            "offsets.topic.replication.factor",
+            "offsets.topic.segment.bytes",
+            "offsets.retention.minutes",
+            "offsets.retention.check.interval.ms",
+            "offsets.commit.timeout.ms",
+            "offsets.load.buffer.size",
+            "offset.metadata.max.bytes",
+            "group.min.session.timeout.ms",
+            "group.max.session.timeout.ms",
+            "group.initial.rebalance.delay.ms",
+            "group.max.size",
+        ):
+            take(key, int)
         for key, minimum in (
             ("offsets_topic_num_partitions", 1),
             ("offsets_topic_replication_factor", 1),

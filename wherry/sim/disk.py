@@ -12,16 +12,19 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from wherry.common.closeable import Startable
 
-class DurableFiles:
+
+class DurableFiles(Startable):
+    """Records fsynced sizes from `start` (``with`` entry) to `stop` (``with`` exit)."""
+
     def __init__(self) -> None:
         self.durable: dict[str, int] = {}
         self._real_fsync: Any = None  # os.fsync while patched
 
-    def __enter__(self) -> DurableFiles:
+    def start(self) -> DurableFiles:
         self._real_fsync = real = os.fsync
 
         def fsync(fd: Any) -> None:
@@ -35,12 +38,7 @@ class DurableFiles:
         os.fsync = fsync
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def stop(self) -> None:
         if self._real_fsync is not None:
             os.fsync = self._real_fsync
             self._real_fsync = None

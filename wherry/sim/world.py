@@ -14,7 +14,7 @@ import random
 import tempfile
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from wherry.controller.context import LeaderIsr
 from wherry.log.config import LogConfig
 from wherry.protocol.records import build_batch, parse_header
 from wherry.replication.fetcher import FetcherConfig
+from wherry.replication.partition import Partition
 from wherry.replication.replica_manager import FetchPartition
 from wherry.sim.controller import ControllerMessage, SimController, SimStore
 from wherry.sim.disk import DurableFiles
@@ -452,40 +453,39 @@ class World:
             self._failure = e
             self.loop.stop()
 
-    def check_step(self) -> None:
-        leaders: list[LeaderView] = []
-        leo: dict[tuple[int, TopicPartition], int] = {}
+    def _open_partitions(self) -> Iterator[tuple[int, SimBroker, TopicPartition, Partition]]:
+        """(broker, node, tp, partition) of every partition with an open log on a broker up."""
         for b, node in self.nodes.items():
             if not node.up:
                 continue
             for tp, part in node.replica_manager.partitions.items():
-                if part.log.closed:
-                    continue
-                leo[(b, tp)] = part.log.log_end_offset
-                if part.is_leader:
-                    leaders.append(
-                        LeaderView(
-                            b,
-                            node.incarnation,
-                            tp,
-                            part.leader_epoch,
-                            part.high_watermark,
-                            part.state.maximal_isr,
-                        )
+                if not part.log.closed:
+                    yield b, node, tp, part
+
+    def check_step(self) -> None:
+        leaders: list[LeaderView] = []
+        leo: dict[tuple[int, TopicPartition], int] = {}
+        for b, node, tp, part in self._open_partitions():
+            leo[(b, tp)] = part.log.log_end_offset
+            if part.is_leader:
+                leaders.append(
+                    LeaderView(
+                        b,
+                        node.incarnation,
+                        tp,
+                        part.leader_epoch,
+                        part.high_watermark,
+                        part.state.maximal_isr,
                     )
+                )
         self.history.check_leaders(leaders, leo)
 
     def check_data(self) -> None:
         h = self.history
-        for b, node in self.nodes.items():
-            if not node.up:
-                continue
-            for tp, part in node.replica_manager.partitions.items():
-                if part.log.closed:
-                    continue
-                h.record_committed(
-                    tp, batches_below(part.log, part.high_watermark), f"broker {b} below its HW"
-                )
+        for b, _node, tp, part in self._open_partitions():
+            h.record_committed(
+                tp, batches_below(part.log, part.high_watermark), f"broker {b} below its HW"
+            )
         for tp in self.tps:
             state = self.stored_state(tp)
             if state is None or state.leader < 0:

@@ -30,9 +30,9 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
+from wherry.common.closeable import Startable
 from wherry.testing.metadata_probe import ClusterView, fetch_metadata
 from wherry.testing.zookeeper import ZooKeeperServer, find_free_port
 
@@ -45,7 +45,14 @@ if TYPE_CHECKING:
     from wherry.server.broker import Broker
     from wherry.server.config import BrokerConfig
 
-__all__ = ["AsyncDevCluster", "ClusterView", "DevCluster", "ZkCluster", "wait_until"]
+__all__ = [
+    "AsyncDevCluster",
+    "ClusterView",
+    "DevCluster",
+    "DevClusterOptions",
+    "ZkCluster",
+    "wait_until",
+]
 
 _T = TypeVar("_T")
 
@@ -77,6 +84,16 @@ def _check_overrides(overrides: Mapping[str, str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- in-process
+
+
+class DevClusterOptions(TypedDict, total=False):
+    """`AsyncDevCluster`'s options, which `DevCluster` passes on."""
+
+    brokers: int
+    base_port: int
+    host: str
+    overrides: Mapping[str, str] | None
+    properties_file: Path | None
 
 
 class AsyncDevCluster:
@@ -221,7 +238,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-class DevCluster:
+class DevCluster(Startable):
     """An `AsyncDevCluster` run on its own event loop in a background thread.
 
     Blocking methods, each bounded by ``timeout_s``; use it as a context manager::
@@ -238,21 +255,10 @@ class DevCluster:
         self,
         directory: str | os.PathLike[str],
         *,
-        brokers: int = 3,
-        base_port: int = 0,
-        host: str = "127.0.0.1",
-        overrides: Mapping[str, str] | None = None,
-        properties_file: Path | None = None,
         timeout_s: float = 60.0,
+        **options: Unpack[DevClusterOptions],
     ) -> None:
-        self.cluster = AsyncDevCluster(
-            directory,
-            brokers=brokers,
-            base_port=base_port,
-            host=host,
-            overrides=overrides,
-            properties_file=properties_file,
-        )
+        self.cluster = AsyncDevCluster(directory, **options)
         self.timeout_s = timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -339,17 +345,6 @@ class DevCluster:
             self._thread.join(self.timeout_s)
             self._thread = None
 
-    def __enter__(self) -> DevCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # --- brokers ---------------------------------------------------------------------------
     def stop_broker(self, broker_id: int) -> None:
         self.run(self.cluster.stop_broker(broker_id))
@@ -434,7 +429,7 @@ def _kill_all(procs: dict[int, subprocess.Popen[bytes]]) -> None:
                 proc.wait(10.0)
 
 
-class ZkCluster:
+class ZkCluster(Startable):
     """``brokers`` ``wherry server --zookeeper`` processes sharing one real ZooKeeper.
 
     The ZooKeeper is started here (``tick_time_ms``) unless one is passed in; the brokers use
@@ -634,17 +629,6 @@ class ZkCluster:
                 zk.close()
         if self._own_zookeeper:
             self.zookeeper.close()
-
-    def __enter__(self) -> ZkCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- ZooKeeper's view ------------------------------------------------------------------
     def zk(self) -> KazooClient:

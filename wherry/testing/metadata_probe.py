@@ -19,6 +19,7 @@ from kio.index import load_response_schema
 from kio.serial import entity_reader
 
 from wherry.protocol.codec import encode_request
+from wherry.testing.sockets import recv_exact
 
 __all__ = ["ClusterView", "PartitionView", "fetch_metadata", "parse_address"]
 
@@ -60,13 +61,7 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed by the broker")
-        buf += chunk
-    return bytes(buf)
+    return recv_exact(sock, n, closed="connection closed by the broker")
 
 
 def fetch_metadata(

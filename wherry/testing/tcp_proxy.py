@@ -14,7 +14,8 @@ import contextlib
 import selectors
 import socket
 import threading
-from types import TracebackType
+
+from wherry.common.closeable import Startable
 
 __all__ = ["TcpProxy"]
 
@@ -35,7 +36,7 @@ class _Link:
         return self.upstream if sock is self.client else self.client
 
 
-class TcpProxy:
+class TcpProxy(Startable):
     """Relay ``127.0.0.1:<port>`` -> ``target``; see the module docstring."""
 
     def __init__(self, target: tuple[str, int], *, host: str = "127.0.0.1", port: int = 0):
@@ -109,17 +110,6 @@ class TcpProxy:
         self._wake_r.close()
         self._wake_w.close()
         self._sel.close()
-
-    def __enter__(self) -> TcpProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -------------------------------------------------------------------------- the thread
 

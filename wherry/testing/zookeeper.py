@@ -31,7 +31,9 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from types import TracebackType
+
+from wherry.common.closeable import Startable
+from wherry.testing.sockets import recv_exact
 
 __all__ = ["JAVA_DIR", "ZooKeeperServer", "find_free_port"]
 
@@ -72,13 +74,7 @@ def _close_request(xid: int) -> bytes:
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("ZooKeeper closed the connection")
-        buf += chunk
-    return bytes(buf)
+    return recv_exact(sock, n, closed="ZooKeeper closed the connection")
 
 
 def _recv_frame(sock: socket.socket) -> bytes:
@@ -137,7 +133,7 @@ def _stop_process(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
         proc.wait(timeout_s)
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(Startable):
     """One standalone ZooKeeper process, data kept in ``workdir`` across `restart`.
 
     ``workdir=None`` makes a temporary directory that `close` removes. ``tick_time_ms`` sets
@@ -413,17 +409,6 @@ class ZooKeeperServer:
         self._finalizer.detach()
         if self._owns_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
-
-    def __enter__(self) -> ZooKeeperServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -------------------------------------------------------------------------- sessions
 

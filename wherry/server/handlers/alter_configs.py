@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -21,21 +21,39 @@ def reject_broker(broker: BrokerServices, name: str, keys: list[str]) -> tuple[E
     return (ErrorCode.invalid_request, f"Cannot update these configs dynamically: {sorted(keys)}")
 
 
+def _given(resource: Any) -> dict[str, str]:
+    return {c.name: c.value for c in resource.configs if c.value is not None}
+
+
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
+
+    async def alter_topic(r: Any) -> None:
+        await broker.admin.set_topic_overrides(
+            r.resource_name, _given(r), validate_only=body.validate_only
+        )
+
+    return await alter_resources(broker, body.resources, alter_topic, lambda r: list(_given(r)))
+
+
+async def alter_resources(
+    broker: BrokerServices,
+    resources: Iterable[Any],
+    alter_topic: Callable[[Any], Awaitable[None]],
+    broker_config_names: Callable[[Any], list[str]],
+) -> Mapping[str, Any]:
+    """Answer each resource of an (Incremental)AlterConfigs request: a topic is altered by
+    ``alter_topic`` (an `AdminError` is its answer); broker configs are refused."""
     out = []
-    for r in body.resources:
+    for r in resources:
         code, msg = ErrorCode.none, None
-        configs = {c.name: c.value for c in r.configs if c.value is not None}
         if r.resource_type == TOPIC:
             try:
-                await broker.admin.set_topic_overrides(
-                    r.resource_name, configs, validate_only=body.validate_only
-                )
+                await alter_topic(r)
             except AdminError as e:
                 code, msg = e.error_code, e.message
         elif r.resource_type == BROKER:
-            code, msg = reject_broker(broker, r.resource_name, list(configs))
+            code, msg = reject_broker(broker, r.resource_name, broker_config_names(r))
         else:
             code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
         out.append(

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.protocol.codec import duration_ms
 from wherry.server.admin import AdminError
+from wherry.server.handlers.create_topics import wait_for_partitions
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -42,14 +42,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         if not body.validate_only:
             grown.append((t.name, t.count))
         results.append({"name": t.name, "error_code": ErrorCode.none, "error_message": None})
-    timeout_ms = duration_ms(body.timeout)
-    if grown and timeout_ms > 0:
-        ready = await broker.wait_for_metadata(
-            lambda: all(broker.cache.has_partitions(n, c) for n, c in grown), timeout_ms
-        )
-        if not ready:
-            for r in results:
-                for n, c in grown:
-                    if r["name"] == n and not broker.cache.has_partitions(n, c):
-                        r["error_code"] = ErrorCode.request_timed_out
+    late = await wait_for_partitions(broker, grown, body.timeout)
+    for r in results:
+        if r["name"] in late:
+            r["error_code"] = ErrorCode.request_timed_out
     return {"throttle_time": 0, "results": results}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,22 @@ from wherry.server.handlers.describe_configs import topic_config_entries
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
+
+
+async def wait_for_partitions(
+    broker: BrokerServices, expected: list[tuple[str, int]], timeout: datetime.timedelta | int
+) -> set[str]:
+    """Wait, up to the request's ``timeout``, until the metadata cache has each topic of
+    ``expected`` with its partition count; returns the topics that did not get there."""
+    timeout_ms = duration_ms(timeout)
+    if not expected or timeout_ms <= 0:
+        return set()
+    cache = broker.cache
+    if await broker.wait_for_metadata(
+        lambda: all(cache.has_partitions(n, c) for n, c in expected), timeout_ms
+    ):
+        return set()
+    return {n for n, c in expected if not cache.has_partitions(n, c)}
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
@@ -65,18 +82,11 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 "configs": topic_config_entries(broker, configs),
             }
         )
-    timeout_ms = duration_ms(body.timeout)
-    if created and timeout_ms > 0:
-        ready = await broker.wait_for_metadata(
-            lambda: all(broker.cache.has_partitions(n, c) for n, c in created), timeout_ms
-        )
-        if not ready:
-            for r in results:
-                if any(r["name"] == n for n, _ in created) and not broker.cache.has_partitions(
-                    r["name"], r["num_partitions"]
-                ):
-                    r["error_code"] = ErrorCode.request_timed_out
-                    r["error_message"] = "Timed out waiting for the topic to be created"
+    late = await wait_for_partitions(broker, created, body.timeout)
+    for r in results:
+        if r["name"] in late:
+            r["error_code"] = ErrorCode.request_timed_out
+            r["error_message"] = "Timed out waiting for the topic to be created"
     for r in results:
         if r.get("topic_id") is None:
             r.pop("topic_id", None)

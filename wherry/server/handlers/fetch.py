@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
 from wherry.replication.replica_manager import FetchPartition, FetchResult
+from wherry.server.handlers.topic_keys import TopicKey, resolve_topic, topic_responses
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -46,16 +47,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     cache = broker.cache
     wanted: list[FetchPartition] = []
     # Response skeleton in request order: (topic key, name or None, partition)
-    order: list[tuple[str | uuid.UUID, str | None, int]] = []
+    order: list[tuple[TopicKey, str | None, int]] = []
     for t in body.topics:
-        tid = getattr(t, "topic_id", None)
-        name: str | None = getattr(t, "topic", None)
-        key: str | uuid.UUID
-        if name is None and tid is not None:
-            name = cache.topic_name(tid)
-            key = tid
-        else:
-            key = name or ""
+        key, name = resolve_topic(cache, getattr(t, "topic", None), getattr(t, "topic_id", None))
         for p in t.partitions:
             order.append((key, name, p.partition))
             if name is not None:
@@ -80,7 +74,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),
         )
 
-    topics: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
+    topics: dict[TopicKey, list[dict[str, Any]]] = {}
     for key, name, index in order:
         r = result.get(TopicPartition(name, index)) if name is not None else None
         if (
@@ -120,12 +114,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "session_id": 0,
-        "responses": [
-            {
-                "topic": k if isinstance(k, str) else None,
-                "topic_id": k if isinstance(k, uuid.UUID) else _ZERO_UUID,
-                "partitions": parts,
-            }
-            for k, parts in topics.items()
-        ],
+        "responses": topic_responses(
+            topics, name_field="topic", partitions_field="partitions", no_topic_id=_ZERO_UUID
+        ),
     }

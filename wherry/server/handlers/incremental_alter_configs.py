@@ -9,8 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
 from wherry.server.admin import AdminError
-from wherry.server.handlers.alter_configs import reject_broker
-from wherry.server.handlers.describe_configs import BROKER, TOPIC
+from wherry.server.handlers.alter_configs import alter_resources
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -55,28 +54,14 @@ def apply_ops(current: dict[str, str], ops: Any, defaults: Any) -> dict[str, str
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
-    out = []
-    for r in body.resources:
-        code, msg = ErrorCode.none, None
-        if r.resource_type == TOPIC:
-            try:
-                current = await broker.admin.topic_overrides(r.resource_name)
-                new = apply_ops(current, r.configs, broker.config.log_defaults)
-                await broker.admin.set_topic_overrides(
-                    r.resource_name, new, validate_only=body.validate_only
-                )
-            except AdminError as e:
-                code, msg = e.error_code, e.message
-        elif r.resource_type == BROKER:
-            code, msg = reject_broker(broker, r.resource_name, [c.name for c in r.configs])
-        else:
-            code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
-        out.append(
-            {
-                "error_code": code,
-                "error_message": msg,
-                "resource_type": r.resource_type,
-                "resource_name": r.resource_name,
-            }
+
+    async def alter_topic(r: Any) -> None:
+        current = await broker.admin.topic_overrides(r.resource_name)
+        new = apply_ops(current, r.configs, broker.config.log_defaults)
+        await broker.admin.set_topic_overrides(
+            r.resource_name, new, validate_only=body.validate_only
         )
-    return {"throttle_time": 0, "responses": out}
+
+    return await alter_resources(
+        broker, body.resources, alter_topic, lambda r: [c.name for c in r.configs]
+    )

@@ -7,7 +7,6 @@ state, metadata size) and answered once the write is acknowledged.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.group.group import OffsetAndMetadata
 from wherry.protocol.codec import duration_ms
 from wherry.runtime.parking import answer_of
+from wherry.server.handlers.topic_keys import TopicKey, topic_responses
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -32,12 +32,12 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     retention = duration_ms(getattr(body, "retention_time", DEFAULT_RETENTION_TIME))
     expire = None if retention == DEFAULT_RETENTION_TIME else now + retention
     # (topic key, name or None, partition) in request order
-    order: list[tuple[str | uuid.UUID, str | None, int]] = []
-    errors: dict[tuple[str | uuid.UUID, int], ErrorCode] = {}
+    order: list[tuple[TopicKey, str | None, int]] = []
+    errors: dict[tuple[TopicKey, int], ErrorCode] = {}
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
     for t in body.topics:
         tid = getattr(t, "topic_id", None)
-        key: str | uuid.UUID
+        key: TopicKey
         if tid is not None:
             key, name = tid, cache.topic_name(tid)
         else:
@@ -70,7 +70,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 now,
             ),
         )
-    topics: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
+    topics: dict[TopicKey, list[dict[str, Any]]] = {}
     for key, name, index in order:
         err = errors.get((key, index))
         if err is None:
@@ -79,12 +79,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         topics.setdefault(key, []).append({"partition_index": index, "error_code": err})
     return {
         "throttle_time": 0,
-        "topics": [
-            {
-                "name": k if isinstance(k, str) else None,
-                "topic_id": k if isinstance(k, uuid.UUID) else None,
-                "partitions": parts,
-            }
-            for k, parts in topics.items()
-        ],
+        "topics": topic_responses(
+            topics, name_field="name", partitions_field="partitions", no_topic_id=None
+        ),
     }

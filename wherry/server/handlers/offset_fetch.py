@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.server.handlers.topic_keys import TopicKey, topic_responses
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -24,12 +24,12 @@ def _fetch_group(
 ) -> tuple[ErrorCode, list[dict[str, Any]]]:
     cache = broker.cache
     by_id = v >= 10
-    wanted: list[tuple[str | uuid.UUID, str | None, int]] | None = None
+    wanted: list[tuple[TopicKey, str | None, int]] | None = None
     if topics is not None:
         wanted = []
         for t in topics:
             if by_id:
-                key: str | uuid.UUID = t.topic_id
+                key: TopicKey = t.topic_id
                 name = cache.topic_name(t.topic_id)
             else:
                 key = name = t.name
@@ -45,10 +45,10 @@ def _fetch_group(
     if err != ErrorCode.none:
         if v < 2 and wanted is not None:
             # v0-1 carry errors per partition only.
-            out: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
+            out: dict[TopicKey, list[dict[str, Any]]] = {}
             for key, _, p in wanted:
                 out.setdefault(key, []).append(_partition(p, -1, -1, "", err))
-            return err, _topics(out, by_id)
+            return err, _topics(out)
         return err, []
     out = {}
     if wanted is None:
@@ -73,7 +73,7 @@ def _fetch_group(
             out.setdefault(key, []).append(
                 _partition(p, data.offset, data.leader_epoch, data.metadata, data.error)
             )
-    return ErrorCode.none, _topics(out, by_id)
+    return ErrorCode.none, _topics(out)
 
 
 def _partition(
@@ -88,17 +88,10 @@ def _partition(
     }
 
 
-def _topics(
-    parts: Mapping[str | uuid.UUID, list[dict[str, Any]]], by_id: bool
-) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": None if by_id else k,
-            "topic_id": k if by_id else None,
-            "partitions": p,
-        }
-        for k, p in parts.items()
-    ]
+def _topics(parts: Mapping[TopicKey, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return topic_responses(
+        parts, name_field="name", partitions_field="partitions", no_topic_id=None
+    )
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +11,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.protocol.codec import duration_ms
 from wherry.replication.delayed import ProducePartitionStatus
+from wherry.server.handlers.topic_keys import TopicKey, resolve_topic, topic_responses
 from wherry.server.network import CloseConnection
 
 if TYPE_CHECKING:
@@ -28,17 +28,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any] | No
     cache = broker.cache
     entries: dict[TopicPartition, bytes | None] = {}
     # (response topic key, partition) → fixed error, for partitions never sent to the log
-    errors: dict[tuple[str | uuid.UUID, int], ErrorCode] = {}
-    order: list[tuple[str | uuid.UUID, str | None, int]] = []
+    errors: dict[tuple[TopicKey, int], ErrorCode] = {}
+    order: list[tuple[TopicKey, str | None, int]] = []
     for t in body.topic_data:
-        tid = getattr(t, "topic_id", None)
-        name = getattr(t, "name", None)
-        key: str | uuid.UUID
-        if name is None and tid is not None:
-            name = cache.topic_name(tid)
-            key = tid
-        else:
-            key = name or ""
+        key, name = resolve_topic(cache, getattr(t, "name", None), getattr(t, "topic_id", None))
         for p in t.partition_data:
             order.append((key, name, p.index))
             if acks not in (-1, 0, 1):
@@ -69,7 +62,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any] | No
             raise CloseConnection("acks=0 produce request failed")
         return None
 
-    topics: dict[str | uuid.UUID, list[dict[str, Any]]] = {}
+    topics: dict[TopicKey, list[dict[str, Any]]] = {}
     for key, name, index in order:
         err = errors.get((key, index))
         if err is not None or name is None:
@@ -92,13 +85,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any] | No
             }
         topics.setdefault(key, []).append(part)
     return {
-        "responses": [
-            {
-                "name": k if isinstance(k, str) else None,
-                "topic_id": k if isinstance(k, uuid.UUID) else None,
-                "partition_responses": parts,
-            }
-            for k, parts in topics.items()
-        ],
+        "responses": topic_responses(
+            topics, name_field="name", partitions_field="partition_responses", no_topic_id=None
+        ),
         "throttle_time": 0,
     }

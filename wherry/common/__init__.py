@@ -1,1 +1,1 @@
-"""Small value types shared by every layer (no I/O, no imports from wherry)."""
+"""What every layer shares: small value types and plumbing (no I/O, no imports from wherry)."""

@@ -30,7 +30,6 @@ class PurgatoryTicker:
     def __init__(self) -> None:
         self._sources: list[tuple[Clocked, Callable[[], int]]] = []
         self._wakeup = asyncio.Event()
-        self.ticks = 0
 
     def add(self, source: Clocked, now_ms: Callable[[], int]) -> None:
         """Advance `source` on the clock `now_ms` (the one its deadlines are on)."""
@@ -43,7 +42,6 @@ class PurgatoryTicker:
 
     def tick(self) -> int | None:
         """Advance every source; return how long until the earliest next deadline (ms)."""
-        self.ticks += 1
         wait: int | None = None
         for source, now_ms in self._sources:
             now = now_ms()

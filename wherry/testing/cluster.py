@@ -19,7 +19,8 @@ Stopping one broker (`stop_broker`) is a controlled shutdown (SPEC H11) when the
 before it closes its listener. The dev clusters' ``stop_broker(b, controlled=False)`` skips that
 (a hard stop: logs still closed cleanly, leaderships left to the controller's broker-change
 handling). Stopping a whole cluster (`stop`) stops its brokers without controlled shutdown:
-with every broker going, the last ones would only wait out their retries.
+with every broker going, the last ones would only wait out their retries. The clusters retry
+controlled shutdown 100 ms apart unless told otherwise (`HARNESS_DEFAULTS`).
 
 Broker ids are 0..N-1.
 """
@@ -65,6 +66,12 @@ _T = TypeVar("_T")
 
 PER_BROKER_KEYS = ("broker.id", "node.id", "listeners", "log.dirs", "log.dir")
 """Settings a cluster sets per broker; given as overrides they would clash."""
+
+HARNESS_DEFAULTS: Mapping[str, str] = {"controlled.shutdown.retry.backoff.ms": "100"}
+"""What the clusters set unless the overrides (or the properties file) say otherwise. As in
+Kafka's own test harness (TestUtils.createBrokerConfig): a broker that cannot hand its
+leaderships over — the last one of a cluster — retries its controlled shutdown 100 ms apart
+rather than 5 s."""
 
 
 def wait_until(
@@ -133,9 +140,13 @@ class AsyncDevCluster:
             raise ValueError("a dev cluster uses the embedded store, not zookeeper.connect")
 
     def config_for(self, broker_id: int) -> BrokerConfig:
-        from wherry.server.config import load_config
+        from wherry.server.config import load_config, read_properties
 
         props = dict(self.overrides)
+        given = read_properties(self.properties_file) if self.properties_file else {}
+        for key, value in HARNESS_DEFAULTS.items():
+            if key not in props and key not in given:
+                props[key] = value
         props["broker.id"] = str(broker_id)
         props["listeners"] = f"PLAINTEXT://{self.host}:{self._ports[broker_id]}"
         props["log.dirs"] = str(self.directory / f"broker-{broker_id}")
@@ -560,7 +571,7 @@ class ZkCluster(Startable):
             "--override",
             f"zookeeper.session.timeout.ms={self.session_timeout_ms}",
         ]
-        for k, v in self.overrides.items():
+        for k, v in {**HARNESS_DEFAULTS, **self.overrides}.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
 

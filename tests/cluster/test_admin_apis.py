@@ -20,7 +20,10 @@ from tests.helpers import create_topic, poll_messages
 from tests.kafka_wire import call
 from wherry.testing.cluster import DevCluster, wait_until
 
-OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "controlled.shutdown.retry.backoff.ms": "200"}
+OVERRIDES = {
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.leader.rebalance.enable": "false",  # the preferred election test moves leaders
+}
 
 
 def new_name() -> str:

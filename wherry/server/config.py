@@ -119,6 +119,11 @@ class BrokerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
+    # Controlled shutdown (SPEC H11, Kafka's names and defaults): leaderships moved away by
+    # the controller before the broker stops; max.retries is the number of attempts.
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5_000
     # Group coordinator (Kafka's names and code defaults; see QUICKSTART_DEFAULTS).
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
@@ -203,6 +208,9 @@ class BrokerConfig:
         take("cluster.id", str)
         take("broker.rack", str, "rack")
         take("zookeeper.connect", lambda v: v.strip() or None)
+        take("controlled.shutdown.enable", _bool)
+        take("controlled.shutdown.max.retries", int)
+        take("controlled.shutdown.retry.backoff.ms", int)
         for key in (
             "zookeeper.session.timeout.ms",
             "zookeeper.connection.timeout.ms",
@@ -239,6 +247,8 @@ class BrokerConfig:
             ("controller_socket_timeout_ms", 1),
             ("leader_imbalance_check_interval_seconds", 1),
             ("leader_imbalance_per_broker_percentage", 0),
+            ("controlled_shutdown_max_retries", 0),
+            ("controlled_shutdown_retry_backoff_ms", 0),
         ):
             if kw.get(key, minimum) < minimum:
                 raise BrokerConfigError(f"{key.replace('_', '.')} must be at least {minimum}")

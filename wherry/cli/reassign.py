@@ -148,9 +148,6 @@ def execute(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
         raise CommandError("--replica-alter-log-dirs-throttle is not supported: wherry does "
                            "not move replicas between log directories")
     with _service(bootstrap_server, command_config, timeout_ms) as svc:
-        ongoing = svc.list_reassignments()
-        if ongoing and not additional:
-            raise CommandError(CANNOT_EXECUTE)
         live = svc.brokers()
         for b in sorted({b for r in proposed.values() for b in r}):
             if b not in live:
@@ -159,6 +156,9 @@ def execute(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
         missing = sorted(tp for tp in proposed if tp not in views)
         if missing:
             raise CommandError(f"Unable to find partition: {tps_str(missing, ', ')}")
+        ongoing = svc.list_reassignments()
+        if ongoing and not additional:
+            raise CommandError(CANNOT_EXECUTE)
         current = {tp: list(views[tp].replicas) for tp in proposed}
         click.echo(f"Current partition replica assignment\n\n{format_reassignment(current)}\n\n"
                    "Save this to use as the --reassignment-json-file option during rollback")

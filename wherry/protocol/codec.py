@@ -11,7 +11,8 @@
   (replica fetchers, AlterPartition, the controller's requests) encodes with the first and reads
   the answer with the second, which checks the correlation id when told the one it expects.
 * LeaderAndIsr, StopReplica and UpdateMetadata (API keys 4-6), which kio lacks, go through
-  `interbroker_codec` instead: their request bodies are the dataclasses of `interbroker`, and
+  `interbroker_codec` instead, and ControlledShutdown (key 7) through
+  `controlled_shutdown_codec`: their request bodies are the dataclasses of `interbroker`, and
   `encode_response` takes the matching response dataclass (or a mapping of its fields).
 
 Every response header is v0 (correlation id) for non-flexible versions and v1 (correlation id,
@@ -46,6 +47,14 @@ from kio.serial.errors import BufferUnderflow
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
+from wherry.protocol.controlled_shutdown_codec import (
+    CONTROLLED_SHUTDOWN_KEY,
+    decode_controlled_shutdown_request,
+    decode_controlled_shutdown_response,
+    encode_controlled_shutdown_request,
+    encode_controlled_shutdown_response,
+)
+from wherry.protocol.interbroker import ControlledShutdownRequest
 from wherry.protocol.interbroker_codec import (
     INTERBROKER_VERSIONS,
     InterbrokerRequestBody,
@@ -79,7 +88,7 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any  # the kio request entity, or an `interbroker` dataclass for API keys 4-6
+    body: Any  # the kio request entity, or an `interbroker` dataclass for API keys 4-7
     size_bytes: int
 
 
@@ -149,8 +158,8 @@ def decode_request(
         raise RequestDecodeError(
             f"unsupported version {api_version} of API key {api_key} (supported {rng[0]}-{rng[1]})"
         )
-    if api_key in INTERBROKER_VERSIONS:
-        return _decode_interbroker(frame)
+    if api_key in INTERBROKER_VERSIONS or api_key == CONTROLLED_SHUTDOWN_KEY:
+        return _decode_interbroker(frame, api_key)
     try:
         body_cls = load_request_schema(api_key, api_version)
     except UnknownEntity as e:
@@ -160,8 +169,13 @@ def decode_request(
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
 
 
-def _decode_interbroker(frame: bytes | memoryview) -> Request:
+def _decode_interbroker(frame: bytes | memoryview, api_key: int) -> Request:
     try:
+        if api_key == CONTROLLED_SHUTDOWN_KEY:
+            cs = decode_controlled_shutdown_request(frame)
+            return Request(
+                cs.api_key, cs.api_version, cs.correlation_id, cs.client_id, cs.body, len(frame)
+            )
         req = decode_interbroker_request(frame)
     except DecodeError as e:
         raise RequestDecodeError(str(e)) from e
@@ -185,11 +199,13 @@ def encode_response(
 ) -> bytes:
     """Serialize a response (size prefix included) for the requested version.
 
-    For LeaderAndIsr, StopReplica and UpdateMetadata `data` is the `interbroker` response
-    dataclass (or a mapping of its fields, e.g. `{"error_code": ...}`).
+    For LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown `data` is the
+    `interbroker` response dataclass (or a mapping of its fields, e.g. `{"error_code": ...}`).
     """
     if api_key in INTERBROKER_VERSIONS:
         return encode_interbroker_response(api_key, api_version, correlation_id, data)
+    if api_key == CONTROLLED_SHUTDOWN_KEY:
+        return encode_controlled_shutdown_response(api_version, correlation_id, data)
     cls = load_response_schema(api_key, api_version)
     entity = build_entity(cls, data)
     buf = io.BytesIO()
@@ -218,7 +234,7 @@ def decode_response(
 ) -> tuple[int, Any]:
     """(correlation id, body) of one response frame (without its size prefix) to a request of
     `api_key` at `api_version`: a kio response entity, or the `interbroker` response dataclass
-    for API keys 4-6.
+    for API keys 4-7.
 
     With `expect_correlation_id`, a frame answering another request raises before its body is
     read. Anything unreadable raises ResponseDecodeError.
@@ -231,8 +247,10 @@ def decode_response(
             f"correlation id {correlation_id} in the answer to request {expect_correlation_id}"
             f" (API key {api_key} v{api_version})"
         )
-    if api_key in INTERBROKER_VERSIONS:
+    if api_key in INTERBROKER_VERSIONS or api_key == CONTROLLED_SHUTDOWN_KEY:
         try:
+            if api_key == CONTROLLED_SHUTDOWN_KEY:
+                return decode_controlled_shutdown_response(api_version, frame)
             return decode_interbroker_response(api_key, api_version, frame)
         except DecodeError as e:
             raise ResponseDecodeError(str(e)) from e
@@ -390,8 +408,13 @@ def encode_request(
 ) -> bytes:
     """Serialize a request (size prefix included); for clients, tools and benchmarks.
 
-    For LeaderAndIsr, StopReplica and UpdateMetadata `body` is the `interbroker` dataclass.
+    For LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown `body` is the
+    `interbroker` dataclass.
     """
+    if api_key == CONTROLLED_SHUTDOWN_KEY:
+        return encode_controlled_shutdown_request(
+            api_version, correlation_id, client_id, cast(ControlledShutdownRequest, body)
+        )
     if api_key in INTERBROKER_VERSIONS:
         return encode_interbroker_request(
             api_key, api_version, correlation_id, client_id, cast(InterbrokerRequestBody, body)

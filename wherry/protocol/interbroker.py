@@ -1,9 +1,11 @@
-"""Controller → broker requests kio lacks (LeaderAndIsr 4, StopReplica 5, UpdateMetadata 6).
+"""Controller ↔ broker requests kio lacks (LeaderAndIsr 4, StopReplica 5, UpdateMetadata 6,
+ControlledShutdown 7).
 
 Field names follow Apache Kafka 3.9's message schemas (LeaderAndIsrRequest.json,
-StopReplicaRequest.json, UpdateMetadataRequest.json). In a single process these values are
-handed over directly; between processes `wherry.protocol.interbroker_codec` puts them on the
-wire (every version a Kafka 3.9 ZooKeeper-mode controller sends).
+StopReplicaRequest.json, UpdateMetadataRequest.json, ControlledShutdownRequest.json). In a
+single process these values are handed over directly; between processes
+`wherry.protocol.interbroker_codec` puts keys 4–6 on the wire (every version a Kafka 3.9
+ZooKeeper-mode controller sends) and `wherry.protocol.controlled_shutdown_codec` key 7.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 LEADER_AND_ISR_KEY = 4
 STOP_REPLICA_KEY = 5
 UPDATE_METADATA_KEY = 6
+CONTROLLED_SHUTDOWN_KEY = 7
 
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2  # Kafka's LeaderAndIsr.LeaderDuringDelete
@@ -135,3 +138,25 @@ class StopReplicaRequest(ControllerRequest):
 @dataclass(frozen=True, slots=True)
 class StopReplicaResponse(PartitionErrorsResponse):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdownRequest:
+    """A broker asks the controller to move its leaderships away before it stops (key 7)."""
+
+    broker_id: int
+    broker_epoch: int = -1  # v2+; older versions carry none (Kafka's UNKNOWN_BROKER_EPOCH)
+
+
+@dataclass(frozen=True, slots=True)
+class RemainingPartition:
+    topic_name: str
+    partition_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdownResponse:
+    """The controller's answer: an error, and the partitions the broker still leads."""
+
+    error_code: int
+    remaining_partitions: tuple[RemainingPartition, ...] = ()

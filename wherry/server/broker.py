@@ -59,6 +59,7 @@ from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
+from wherry.server import controlled_shutdown
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.groups import GroupsRuntime
@@ -247,8 +248,9 @@ class Broker:
             ),
         )
 
-    async def stop(self) -> None:
-        """Graceful shutdown: stop serving, flush, checkpoint, leave the clean marker."""
+    async def stop(self, *, controlled: bool = True) -> None:
+        """Graceful shutdown: leaderships moved away (SPEC H11, unless `controlled` is False),
+        stop serving, flush, checkpoint, leave the clean marker."""
         if self._stopped:
             return
         self._stopped = True
@@ -259,6 +261,8 @@ class Broker:
                 await self._renew_task
             except (asyncio.CancelledError, Exception):
                 pass
+        if controlled and self._started.is_set():  # still serving while leaderships move
+            await controlled_shutdown.run(self)
         if hasattr(self, "network"):
             await self.network.close()
         await self._stop_controller()

@@ -115,6 +115,11 @@ class BrokerConfig:
     zookeeper_connection_timeout_ms: int | None = None
     # The controller's connections to brokers (Kafka's controller.socket.timeout.ms).
     controller_socket_timeout_ms: int = 30_000
+    # Controlled shutdown (SPEC H11, Kafka's names and defaults): leaderships moved away by
+    # the controller before the broker stops; max.retries is the number of attempts.
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5_000
     # Group coordinator (Kafka's names and code defaults; see QUICKSTART_DEFAULTS).
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
@@ -196,6 +201,9 @@ class BrokerConfig:
         take("cluster.id", str)
         take("broker.rack", str, "rack")
         take("zookeeper.connect", lambda v: v.strip() or None)
+        take("controlled.shutdown.enable", _bool)
+        take("controlled.shutdown.max.retries", int)
+        take("controlled.shutdown.retry.backoff.ms", int)
         for key in (
             "zookeeper.session.timeout.ms",
             "zookeeper.connection.timeout.ms",
@@ -230,6 +238,8 @@ class BrokerConfig:
             ("zookeeper_session_timeout_ms", 1),
             ("zookeeper_connection_timeout_ms", 1),
             ("controller_socket_timeout_ms", 1),
+            ("controlled_shutdown_max_retries", 0),
+            ("controlled_shutdown_retry_backoff_ms", 0),
         ):
             if kw.get(key, minimum) < minimum:
                 raise BrokerConfigError(f"{key.replace('_', '.')} must be at least {minimum}")

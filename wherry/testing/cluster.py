@@ -14,6 +14,13 @@
   multi-process fault tests: each process is started with a bounded wait, stopped by its own
   PID (SIGTERM, then SIGKILL), killed with SIGKILL, restarted.
 
+Stopping one broker (`stop_broker`) is a controlled shutdown (SPEC H11) when the broker's
+`controlled.shutdown.enable` says so (the default): the controller moves its leaderships away
+before it closes its listener. The dev clusters' ``stop_broker(b, controlled=False)`` skips that
+(a hard stop: logs still closed cleanly, leaderships left to the controller's broker-change
+handling). Stopping a whole cluster (`stop`) stops its brokers without controlled shutdown:
+with every broker going, the last ones would only wait out their retries.
+
 Broker ids are 0..N-1.
 """
 
@@ -151,10 +158,11 @@ class AsyncDevCluster:
             raise
 
     async def stop(self) -> None:
-        """Stop every running broker (the controller last) and close the store."""
+        """Stop every running broker (the controller last, none controlled: the whole cluster
+        goes) and close the store."""
         controller = self.controller_id
         for b in sorted(self.brokers, key=lambda b: (b == controller, b)):
-            await self.stop_broker(b)
+            await self.stop_broker(b, controlled=False)
         if self.coordinator is not None:
             self.coordinator.close()
             self.coordinator = None
@@ -182,12 +190,16 @@ class AsyncDevCluster:
             self._ports[broker_id] = broker.bound_ports[0]
         return broker
 
-    async def stop_broker(self, broker_id: int) -> None:
-        """Stop a broker cleanly; its session ends, so its registration disappears."""
+    async def stop_broker(self, broker_id: int, *, controlled: bool = True) -> None:
+        """Stop a broker cleanly; its session ends, so its registration disappears.
+
+        With ``controlled`` (and ``controlled.shutdown.enable``, the default) it is a
+        controlled shutdown: the controller moves the broker's leaderships away first, while
+        it still serves. ``controlled=False`` is a hard stop."""
         broker = self.brokers.pop(broker_id, None)
         if broker is None:
             raise KeyError(f"broker {broker_id} is not running")
-        await broker.stop()
+        await broker.stop(controlled=controlled)
 
     def expire_session(self, broker_id: int) -> bool:
         """Expire a running broker's store session (as ZooKeeper does to a silent client)."""
@@ -346,8 +358,10 @@ class DevCluster(Startable):
             self._thread = None
 
     # --- brokers ---------------------------------------------------------------------------
-    def stop_broker(self, broker_id: int) -> None:
-        self.run(self.cluster.stop_broker(broker_id))
+    def stop_broker(self, broker_id: int, *, controlled: bool = True) -> None:
+        """Stop a broker: a controlled shutdown unless ``controlled=False`` (see
+        `AsyncDevCluster.stop_broker`)."""
+        self.run(self.cluster.stop_broker(broker_id, controlled=controlled))
 
     def start_broker(self, broker_id: int) -> None:
         self.run(self.cluster.start_broker(broker_id))
@@ -589,7 +603,8 @@ class ZkCluster(Startable):
             time.sleep(0.05)
 
     def stop_broker(self, broker_id: int) -> int:
-        """SIGTERM (clean shutdown), SIGKILL if it takes longer than ``stop_timeout_s``."""
+        """SIGTERM (a controlled, clean shutdown), SIGKILL if it takes longer than
+        ``stop_timeout_s``; `kill` is the hard stop."""
         proc = self.procs.pop(broker_id, None)
         return 0 if proc is None else _stop_process(proc, self.stop_timeout_s)
 

@@ -9,6 +9,10 @@ their data under the test's ``tmp_path``, set ``group.initial.rebalance.delay.ms
 Kafka's own test harness does) and are stopped after the test. The marker
 ``@pytest.mark.wherry(brokers=5, overrides={"num.partitions": "3"})`` changes the broker
 count and adds broker configs. Disable the plugin with ``-p no:wherry``.
+
+``cluster.stop_broker(b)`` is `DevCluster.stop_broker`: a controlled shutdown (the controller
+moves the broker's leaderships away first, SPEC H11), or a hard stop with
+``stop_broker(b, controlled=False)``; the teardown stops the whole cluster without one.
 """
 
 from __future__ import annotations

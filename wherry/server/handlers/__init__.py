@@ -2,8 +2,8 @@
 
 A handler is `async def handle(broker, request) -> Mapping | None`: it returns the response as
 a version-neutral mapping (the codec fits it to the request's version) or None when the
-request gets no response (Produce with acks=0). The controller's requests kio lacks
-(LeaderAndIsr, StopReplica, UpdateMetadata) return their `interbroker` response dataclasses,
+request gets no response (Produce with acks=0). The requests kio lacks (LeaderAndIsr,
+StopReplica, UpdateMetadata, ControlledShutdown) return their `interbroker` response dataclasses,
 which `codec.encode_response` encodes through `interbroker_codec`. Only what is listed here (with
 its versions in `versions.py`) is advertised in ApiVersions.
 """
@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 from wherry.server.handlers import (
     alter_configs,
     alter_partition,
+    alter_partition_reassignments,
     api_versions,
+    controlled_shutdown,
     create_partitions,
     create_topics,
     delete_groups,
@@ -25,6 +27,7 @@ from wherry.server.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    elect_leaders,
     fetch,
     find_coordinator,
     heartbeat,
@@ -35,6 +38,7 @@ from wherry.server.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_partition_reassignments,
     metadata,
     offset_commit,
     offset_delete,
@@ -49,11 +53,13 @@ from wherry.server.handlers.versions import SUPPORTED_VERSIONS
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
+    from wherry.protocol.interbroker import ControlledShutdownResponse
     from wherry.protocol.interbroker_codec import InterbrokerResponseBody
     from wherry.server.services import BrokerServices
 
 Handler = Callable[
-    ["BrokerServices", "Request"], Awaitable["Mapping[str, Any] | InterbrokerResponseBody | None"]
+    ["BrokerServices", "Request"],
+    Awaitable["Mapping[str, Any] | InterbrokerResponseBody | ControlledShutdownResponse | None"],
 ]
 
 HANDLERS: dict[int, Handler] = {
@@ -64,6 +70,7 @@ HANDLERS: dict[int, Handler] = {
     4: leader_and_isr.handle,
     5: stop_replica.handle,
     6: update_metadata.handle,
+    7: controlled_shutdown.handle,
     8: offset_commit.handle,
     9: offset_fetch.handle,
     10: find_coordinator.handle,
@@ -83,7 +90,10 @@ HANDLERS: dict[int, Handler] = {
     33: alter_configs.handle,
     37: create_partitions.handle,
     42: delete_groups.handle,
+    43: elect_leaders.handle,
     44: incremental_alter_configs.handle,
+    45: alter_partition_reassignments.handle,
+    46: list_partition_reassignments.handle,
     47: offset_delete.handle,
     56: alter_partition.handle,
     60: describe_cluster.handle,

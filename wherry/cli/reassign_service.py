@@ -34,7 +34,7 @@ TOPIC_THROTTLES = ("leader.replication.throttled.replicas",
 _KAFKA_PYTHON_CONFIGS = frozenset({
     "security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
     "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password", "ssl_check_hostname",
-    "client_id", "request_timeout_ms", "sasl_kerberos_service_name",
+    "client_id", "request_timeout_ms", "bootstrap_timeout_ms", "sasl_kerberos_service_name",
 })
 _CONFIG_ALIASES = {"sasl.username": "sasl_plain_username",
                    "sasl.password": "sasl_plain_password",
@@ -156,6 +156,7 @@ class ReassignService(AdminService):
                     conf[name] = int(value) if name.endswith("_ms") else value
             conf.setdefault("client_id", self.CLIENT_ID)
             conf.setdefault("request_timeout_ms", self.timeout_ms)
+            conf.setdefault("bootstrap_timeout_ms", self.timeout_ms)
             try:
                 self._kp = KafkaAdminClient(bootstrap_servers=self.bootstrap_server.split(","),
                                             **conf)

@@ -231,12 +231,14 @@ async def _serve_dev(cluster: object) -> int:
 
 
 def _register_tools() -> None:
-    from wherry.cli import console, groups, topics
+    from wherry.cli import console, elect, groups, reassign, topics
 
     main.add_command(topics.topics)
     main.add_command(groups.groups)
     main.add_command(console.produce)
     main.add_command(console.consume)
+    main.add_command(reassign.reassign)
+    main.add_command(elect.elect)
 
 
 _register_tools()

@@ -1,0 +1,325 @@
+"""`wherry reassign`: a kafka-reassign-partitions.sh look-alike speaking the Kafka protocol.
+
+Subcommands (Kafka's `--generate`, `--execute`, `--verify`, `--cancel`, `--list`): generate,
+execute, verify, cancel, list, with Kafka's option names and JSON formats. Every subcommand takes
+`--bootstrap-server HOST:PORT`, `--command-config FILE` and `--timeout-ms` (also `--timeout`).
+
+Differences, on purpose: `generate` plans with `reassign_plan` (balanced, fewest moves) instead of
+Kafka's random placement; errors go to stderr as `Error: ...` with exit status 1; `verify --wait`
+(wherry's) polls until the partitions are done, printing progress on stderr; moving replicas
+between log directories (`log_dirs` other than "any", `--replica-alter-log-dirs-throttle`) is
+refused, as wherry has no AlterReplicaLogDirs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+import click
+
+from wherry.cli.common import CommandError, ErrorsReported, admin_options, exits_on_error
+from wherry.cli.reassign_json import (
+    TP,
+    format_reassignment,
+    parse_broker_list,
+    parse_reassignment,
+    parse_topics_to_move,
+    tp_str,
+    tps_str,
+)
+from wherry.cli.reassign_plan import (
+    follower_throttles,
+    leader_throttles,
+    move_map,
+    plan_reassignment,
+    reassigning_brokers,
+)
+from wherry.cli.reassign_service import Ongoing, PartitionView, ReassignService
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+CANNOT_EXECUTE = (
+    "Cannot execute because there is an existing partition assignment.  Use --additional to "
+    "override this and create a new partition assignment in addition to the existing one. The "
+    "--additional flag can also be used to change the throttle by resubmitting the current "
+    "reassignment.")
+RUN_VERIFY = ("Warning: You must run --verify periodically, until the reassignment completes, "
+              "to ensure the throttle is removed.")
+
+_handle_errors = exits_on_error("Error: ")
+_common_options = admin_options("Timeout of each request to the cluster, in ms.", "--timeout")
+
+
+def _json_file_option(name: str, help_text: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    return click.option(name, "json_file", required=True, metavar="FILE", help=help_text,
+                        type=click.Path(exists=True, dir_okay=False, path_type=Path))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise CommandError(f"Cannot read {path}: {e.strerror or e}") from e
+
+
+@contextmanager
+def _service(bootstrap_server: str, command_config: Path | None, timeout_ms: int
+             ) -> Iterator[ReassignService]:
+    svc = ReassignService.open(bootstrap_server, command_config, timeout_ms)
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+def _plural(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+@click.group()
+def reassign() -> None:
+    """Move partition replicas between brokers (like kafka-reassign-partitions)."""
+
+
+# --------------------------------------------------------------------------------------------
+# generate
+
+
+@reassign.command()
+@_common_options
+@_json_file_option("--topics-to-move-json-file",
+                   'Topics to move: {"topics":[{"topic":"foo"}],"version":1}')
+@click.option("--broker-list", required=True, metavar="1,2,3",
+              help="The brokers to place the partitions on.")
+@click.option("--disable-rack-aware", is_flag=True, help="Ignore the brokers' racks.")
+@_handle_errors
+def generate(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
+             json_file: Path, broker_list: str, disable_rack_aware: bool) -> None:
+    """Propose a balanced assignment of the topics onto the brokers, moving few replicas."""
+    topics = parse_topics_to_move(_read(json_file))
+    brokers = parse_broker_list(broker_list)
+    with _service(bootstrap_server, command_config, timeout_ms) as svc:
+        live = svc.brokers()
+        parts = svc.partitions(topics)
+    for topic in topics:
+        if not any(t == topic for t, _ in parts):
+            raise CommandError(f"Topic {topic} not found.")
+    usable = [b for b in brokers if b in live]
+    for b in brokers:
+        if b not in live:
+            click.echo(f"Warning: broker {b} is not a live broker; it gets no replicas.",
+                       err=True)
+    racks = [live[b] for b in usable]
+    if not disable_rack_aware and any(racks) and not all(racks):
+        raise CommandError("Not all brokers have rack information. Add --disable-rack-aware "
+                           "in command line to make replica assignment without rack "
+                           "information.")
+    current = {tp: list(view.replicas) for tp, view in parts.items()}
+    proposed = plan_reassignment(current, usable)
+    click.echo(f"Current partition replica assignment\n{format_reassignment(current)}\n")
+    click.echo(f"Proposed partition reassignment configuration\n{format_reassignment(proposed)}")
+
+
+# --------------------------------------------------------------------------------------------
+# execute
+
+
+@reassign.command()
+@_common_options
+@_json_file_option("--reassignment-json-file", "The reassignment to start.")
+@click.option("--throttle", type=click.IntRange(min=-1), default=-1, metavar="BYTES_PER_SEC",
+              help="Replication throttle of the brokers involved while moving (B/s).")
+@click.option("--replica-alter-log-dirs-throttle", type=int, default=-1,
+              metavar="BYTES_PER_SEC", help="Not supported (wherry has no log-dir moves).")
+@click.option("--additional", is_flag=True,
+              help="Start even though other reassignments are running (or change a throttle).")
+@_handle_errors
+def execute(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
+            json_file: Path, throttle: int, replica_alter_log_dirs_throttle: int,
+            additional: bool) -> None:
+    """Start a reassignment (AlterPartitionReassignments), throttled if asked."""
+    proposed = parse_reassignment(_read(json_file))
+    if replica_alter_log_dirs_throttle >= 0:
+        raise CommandError("--replica-alter-log-dirs-throttle is not supported: wherry does "
+                           "not move replicas between log directories")
+    with _service(bootstrap_server, command_config, timeout_ms) as svc:
+        live = svc.brokers()
+        for b in sorted({b for r in proposed.values() for b in r}):
+            if b not in live:
+                raise CommandError(f"Unknown broker id {b}")
+        views = svc.partitions({t for t, _ in proposed})
+        missing = sorted(tp for tp in proposed if tp not in views)
+        if missing:
+            raise CommandError(f"Unable to find partition: {tps_str(missing, ', ')}")
+        ongoing = svc.list_reassignments()
+        if ongoing and not additional:
+            raise CommandError(CANNOT_EXECUTE)
+        current = {tp: list(views[tp].replicas) for tp in proposed}
+        click.echo(f"Current partition replica assignment\n\n{format_reassignment(current)}\n\n"
+                   "Save this to use as the --reassignment-json-file option during rollback")
+        if throttle >= 0:
+            click.echo(RUN_VERIFY)
+            moves = move_map({tp: (o.replicas, o.adding) for tp, o in ongoing.items()},
+                             proposed, current)
+            svc.set_topic_throttles(leader_throttles(moves), follower_throttles(moves))
+            svc.set_broker_throttles(reassigning_brokers(moves), throttle)
+            click.echo(f"The inter-broker throttle limit was set to {throttle} B/s")
+        errors = {tp: e for tp, e in svc.alter_reassignments(proposed).items() if e}
+    if errors:
+        raise CommandError("Error reassigning partition(s):\n" + "\n".join(
+            f"{tp_str(tp)}: {errors[tp]}" for tp in sorted(errors)))
+    click.echo(f"Successfully started partition reassignment{_plural(len(proposed))} for "
+               f"{tps_str(proposed)}")
+
+
+# --------------------------------------------------------------------------------------------
+# verify
+
+
+def _status_lines(targets: Mapping[TP, Sequence[int]], ongoing: Mapping[TP, Ongoing],
+                  views: Mapping[TP, PartitionView]) -> tuple[list[str], bool]:
+    """Kafka's partitionReassignmentStatesToString, and whether every target is reached."""
+    lines = ["Status of partition reassignment:"]
+    all_done = True
+    for tp in sorted(targets):
+        target = list(targets[tp])
+        if tp in ongoing:
+            lines.append(f"Reassignment of partition {tp_str(tp)} is still in progress.")
+            all_done = False
+            continue
+        current = list(views[tp].replicas) if tp in views else []
+        if current == target:
+            lines.append(f"Reassignment of partition {tp_str(tp)} is completed.")
+        else:
+            all_done = False
+            lines.append(f"There is no active reassignment of partition {tp_str(tp)}, but "
+                         f"replica set is {','.join(map(str, current))} rather than "
+                         f"{','.join(map(str, target))}.")
+    return lines, all_done
+
+
+def _progress_line(targets: Mapping[TP, Sequence[int]], ongoing: Mapping[TP, Ongoing],
+                   views: Mapping[TP, PartitionView], leos: Mapping[TP, int]) -> str:
+    moving = sorted(tp for tp in targets if tp in ongoing)
+    done = len(targets) - len(moving)
+    parts = [f"{done}/{len(targets)} partitions completed"]
+    for tp in moving:
+        view = views.get(tp)
+        isr = set(view.isr) if view else set()
+        behind = [b for b in ongoing[tp].adding if b not in isr]
+        leo = leos.get(tp)
+        end = f", leader log end offset {leo}" if leo is not None else ""
+        if behind:
+            parts.append(f"{tp_str(tp)}: replica{_plural(len(behind))} "
+                         f"{','.join(map(str, behind))} catching up (not in ISR yet{end})")
+        else:
+            parts.append(f"{tp_str(tp)}: new replicas in sync, removing "
+                         f"{','.join(map(str, ongoing[tp].removing)) or 'none'}")
+    return "; ".join(parts)
+
+
+def _clear_throttles(svc: ReassignService, targets: Mapping[TP, Sequence[int]]) -> None:
+    """Kafka's clearAllThrottles: every live broker and every broker of the targets."""
+    brokers = sorted(set(svc.brokers()) | {b for r in targets.values() for b in r})
+    click.echo(f"Clearing broker-level throttles on broker{_plural(len(brokers))} "
+               f"{','.join(map(str, brokers))}")
+    svc.clear_broker_throttles(brokers)
+    topics = sorted({t for t, _ in targets})
+    click.echo(f"Clearing topic-level throttles on topic{_plural(len(topics))} "
+               f"{','.join(topics)}")
+    svc.clear_topic_throttles(topics)
+
+
+@reassign.command()
+@_common_options
+@_json_file_option("--reassignment-json-file", "The reassignment to check.")
+@click.option("--preserve-throttles", is_flag=True, help="Leave the throttles in place.")
+@click.option("--wait", is_flag=True,
+              help="Poll until the partitions are done, printing progress (wherry extra).")
+@click.option("--wait-timeout-ms", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --wait: give up after this long (0: never).")
+@click.option("--poll-interval-ms", type=click.IntRange(min=50), default=1000,
+              show_default=True, help="With --wait: time between polls.")
+@_handle_errors
+def verify(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
+           json_file: Path, preserve_throttles: bool, wait: bool, wait_timeout_ms: int,
+           poll_interval_ms: int) -> None:
+    """Show whether the reassignment is done; once nothing moves, remove the throttles."""
+    targets = parse_reassignment(_read(json_file))
+    topics = {t for t, _ in targets}
+    with _service(bootstrap_server, command_config, timeout_ms) as svc:
+        deadline = time.monotonic() + wait_timeout_ms / 1000.0
+        while True:
+            ongoing = svc.list_reassignments()
+            views = svc.partitions(topics)
+            moving = [tp for tp in targets if tp in ongoing]
+            if not wait or not moving:
+                break
+            leos = svc.log_end_offsets(moving)
+            click.echo(_progress_line(targets, ongoing, views, leos), err=True)
+            if wait_timeout_ms and time.monotonic() >= deadline:
+                click.echo("\n".join(_status_lines(targets, ongoing, views)[0]))
+                raise CommandError(f"Timed out after {wait_timeout_ms} ms waiting for the "
+                                   "reassignment to complete")
+            time.sleep(poll_interval_ms / 1000.0)
+        if wait:
+            click.echo(_progress_line(targets, ongoing, views, {}), err=True)
+        lines, all_done = _status_lines(targets, ongoing, views)
+        click.echo("\n".join(lines))
+        if not ongoing and not preserve_throttles:
+            _clear_throttles(svc, targets)
+    if wait and not all_done:
+        raise ErrorsReported()
+
+
+# --------------------------------------------------------------------------------------------
+# cancel, list
+
+
+@reassign.command()
+@_common_options
+@_json_file_option("--reassignment-json-file", "The reassignment to cancel.")
+@click.option("--preserve-throttles", is_flag=True, help="Leave the throttles in place.")
+@_handle_errors
+def cancel(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
+           json_file: Path, preserve_throttles: bool) -> None:
+    """Cancel the reassignment's ongoing partition moves (back to the original replicas)."""
+    targets = parse_reassignment(_read(json_file))
+    with _service(bootstrap_server, command_config, timeout_ms) as svc:
+        active = sorted(svc.list_reassignments(set(targets)))
+        if active:
+            errors = {tp: e for tp, e in svc.alter_reassignments(
+                dict.fromkeys(active)).items() if e}
+            if errors:
+                raise CommandError(
+                    f"Error cancelling partition reassignment{_plural(len(errors))} for:\n"
+                    + "\n".join(f"{tp_str(tp)}: {errors[tp]}" for tp in sorted(errors)))
+            click.echo(f"Successfully cancelled partition reassignment{_plural(len(active))} "
+                       f"for: {tps_str(active)}")
+        else:
+            click.echo("None of the specified partition reassignments are active.")
+        if not preserve_throttles:
+            _clear_throttles(svc, targets)
+
+
+@reassign.command(name="list")
+@_common_options
+@_handle_errors
+def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int) -> None:
+    """List the ongoing reassignments."""
+    with _service(bootstrap_server, command_config, timeout_ms) as svc:
+        ongoing = svc.list_reassignments()
+    if not ongoing:
+        click.echo("No partition reassignments found.")
+        return
+    click.echo("Current partition reassignments:")
+    for tp in sorted(ongoing):
+        o = ongoing[tp]
+        adding = f" adding: {','.join(map(str, o.adding))}." if o.adding else ""
+        removing = f" removing: {','.join(map(str, o.removing))}." if o.removing else ""
+        click.echo(f"{tp_str(tp)}: replicas: {','.join(map(str, o.replicas))}.{adding}{removing}")

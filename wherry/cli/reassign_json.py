@@ -1,0 +1,189 @@
+"""The JSON files of `wherry reassign` and `wherry elect`, in Kafka's formats (pure).
+
+* topics to move (`generate --topics-to-move-json-file`):
+  `{"version":1,"topics":[{"topic":"foo"}]}`
+* a reassignment (`execute`, `verify`, `cancel --reassignment-json-file`, and what `generate`
+  prints): `{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],
+  "log_dirs":["any","any"]}]}` (`log_dirs` optional)
+* partitions to elect (`elect --path-to-json-file`): `{"partitions":[{"topic":"t","partition":0}]}`
+
+Parsing checks everything Kafka's tools check, with their messages, and raises CommandError.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from wherry.cli.common import CommandError
+
+TP = tuple[str, int]
+ANY_LOG_DIR = "any"
+
+
+def tp_str(tp: TP) -> str:
+    """Kafka's TopicPartition.toString(): `topic-partition`."""
+    return f"{tp[0]}-{tp[1]}"
+
+
+def tps_str(tps: Iterable[TP], sep: str = ",") -> str:
+    return sep.join(tp_str(tp) for tp in sorted(tps))
+
+
+def _load(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise CommandError(f"The input string is not a valid JSON: {e}") from e
+
+
+def _version(js: Mapping[str, Any]) -> int:
+    version = js.get("version", 1)
+    if version != 1 or isinstance(version, bool):
+        raise CommandError(f"Not supported version field value {version}")
+    return 1
+
+
+def _object(js: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(js, dict):
+        raise CommandError(f"Expected a JSON object for {what}, got {json.dumps(js)}")
+    return js
+
+
+def _list(js: Mapping[str, Any], key: str, what: str) -> list[Any]:
+    value = js.get(key, [])
+    if not isinstance(value, list):
+        raise CommandError(f"Expected a JSON array for '{key}' in {what}")
+    return value
+
+
+def _field(js: Mapping[str, Any], key: str, kind: type, what: str) -> Any:
+    if key not in js:
+        raise CommandError(f"No such field exists: `{key}` in {what}")
+    value = js[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise CommandError(f"Field `{key}` of {what} must be {_KIND[kind]}, "
+                           f"got {json.dumps(value)}")
+    return value
+
+
+_KIND = {str: "a string", int: "an integer", list: "an array"}
+
+
+def _tp(entry: Any, what: str) -> TP:
+    obj = _object(entry, what)
+    topic = _field(obj, "topic", str, what)
+    partition = _field(obj, "partition", int, what)
+    if partition < 0:
+        raise CommandError(f"Invalid partition {partition} of topic {topic} in {what}")
+    return topic, partition
+
+
+def _duplicates(items: Sequence[Any]) -> list[Any]:
+    seen: set[Any] = set()
+    dups: list[Any] = []
+    for item in items:
+        if item in seen and item not in dups:
+            dups.append(item)
+        seen.add(item)
+    return sorted(dups)
+
+
+# --------------------------------------------------------------------------------------------
+# Topics to move
+
+
+def parse_topics_to_move(text: str) -> list[str]:
+    js = _object(_load(text), "the topics to move")
+    _version(js)
+    topics = [_field(_object(t, "a topic"), "topic", str, "a topic")
+              for t in _list(js, "topics", "the topics to move")]
+    dups = _duplicates(topics)
+    if dups:
+        raise CommandError(
+            f"List of topics to reassign contains duplicate entries: {', '.join(dups)}")
+    if not topics:
+        raise CommandError("The topics to move are empty")
+    return topics
+
+
+def parse_broker_list(text: str) -> list[int]:
+    try:
+        brokers = [int(b) for b in text.split(",")]
+    except ValueError as e:
+        raise CommandError(f"Invalid broker list {text!r}: {e}") from e
+    dups = _duplicates(brokers)
+    if dups:
+        raise CommandError(f"Broker list contains duplicate entries: {','.join(map(str, dups))}")
+    return brokers
+
+
+# --------------------------------------------------------------------------------------------
+# Reassignments
+
+
+def parse_reassignment(text: str) -> dict[TP, list[int]]:
+    """The partitions and their target replicas, checked like Kafka's
+    parseExecuteAssignmentArgs (empty list, empty replicas, duplicates)."""
+    js = _object(_load(text), "the reassignment")
+    _version(js)
+    entries: list[tuple[TP, list[int]]] = []
+    for raw in _list(js, "partitions", "the reassignment"):
+        tp = _tp(raw, "a partition")
+        what = f"partition {tp_str(tp)}"
+        replicas = _field(raw, "replicas", list, what)
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in replicas):
+            raise CommandError(f"Replicas of {what} must be broker ids (integers): "
+                               f"{json.dumps(replicas)}")
+        log_dirs = raw.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
+        if not isinstance(log_dirs, list) or len(log_dirs) != len(replicas):
+            raise CommandError(f"Size of replicas list {replicas} is different from size of "
+                               f"log dirs list {log_dirs} for partition {tp_str(tp)}")
+        if any(d != ANY_LOG_DIR for d in log_dirs):
+            raise CommandError(f"Moving replicas between log directories is not supported "
+                               f"(log_dirs of {what} must all be \"any\")")
+        entries.append((tp, list(replicas)))
+    if not entries:
+        raise CommandError("Partition reassignment list cannot be empty")
+    if any(not replicas for _, replicas in entries):
+        raise CommandError("Partition replica list cannot be empty")
+    dup_tps = _duplicates([tp for tp, _ in entries])
+    if dup_tps:
+        raise CommandError("Partition reassignment contains duplicate topic partitions: "
+                           + tps_str(dup_tps))
+    dup_replicas = [f"{tp_str(tp)} contains multiple entries for "
+                    f"{','.join(map(str, _duplicates(replicas)))}"
+                    for tp, replicas in sorted(entries) if _duplicates(replicas)]
+    if dup_replicas:
+        raise CommandError("Partition replica lists may not contain duplicate entries: "
+                           + ". ".join(dup_replicas))
+    return dict(entries)
+
+
+def format_reassignment(assignment: Mapping[TP, Sequence[int]]) -> str:
+    """Kafka's formatAsReassignmentJson: compact, partitions sorted, every log dir "any"."""
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": list(assignment[(t, p)]),
+         "log_dirs": [ANY_LOG_DIR] * len(assignment[(t, p)])}
+        for t, p in sorted(assignment)
+    ]}, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------------------------
+# Leader election
+
+
+def parse_election_partitions(text: str) -> list[TP]:
+    js = _load(text)
+    if js is None:
+        raise CommandError("Replica election data is empty")
+    obj = _object(js, "the replica election data")
+    if "partitions" not in obj:
+        raise CommandError('Replica election data is missing "partitions" field')
+    tps = [_tp(p, "a partition") for p in _list(obj, "partitions", "the election data")]
+    dups = _duplicates(tps)
+    if dups:
+        raise CommandError("Replica election data contains duplicate partitions: "
+                           + tps_str(dups))
+    return sorted(tps)

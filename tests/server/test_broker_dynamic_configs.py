@@ -34,7 +34,7 @@ from wherry.testing.cluster import DevCluster, wait_until
 LEADER = "leader.replication.throttled.rate"
 FOLLOWER = "follower.replication.throttled.rate"
 BROKER = 4
-DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 32, 44
 SET, DELETE, APPEND = AlterConfigOpType.SET, AlterConfigOpType.DELETE, AlterConfigOpType.APPEND
 
 
@@ -233,3 +233,39 @@ def test_cluster_default_entity_and_broker_ids_on_the_wire(wherry_broker: DevClu
     dup = _wire_alter(bs, "0", [(LEADER, "1", 0), (LEADER, "2", 0)])
     assert dup.error_code == ErrorCode.invalid_request
     assert _bounds(c) == (UNLIMITED_RATE, 5000)
+
+
+def test_alter_configs_replaces_the_broker_entity(wherry_broker: DevCluster) -> None:
+    """AlterConfigs (key 33) replaces the whole entity: keys not given are unset."""
+    c = wherry_broker
+    bs = c.bootstrap
+
+    def alter(configs: list[tuple[str, str | None]], validate_only: bool = False) -> Any:
+        body = {
+            "validate_only": validate_only,
+            "resources": [
+                {
+                    "resource_type": BROKER,
+                    "resource_name": "0",
+                    "configs": [{"name": k, "value": v} for k, v in configs],
+                }
+            ],
+        }
+        (res,) = kafka_wire.call(bs, ALTER_CONFIGS, 1, body).responses
+        return res
+
+    assert alter([(LEADER, "1000"), (FOLLOWER, "2000")]).error_code == ErrorCode.none
+    assert wait_until(lambda: _bounds(c) == (1000, 2000), 10)
+    assert alter([(LEADER, "3000")], validate_only=True).error_code == ErrorCode.none
+    assert alter([(LEADER, "3000")]).error_code == ErrorCode.none
+    assert wait_until(lambda: _bounds(c) == (3000, UNLIMITED_RATE), 10)
+    nulls = alter([(LEADER, None)])
+    assert nulls.error_code == ErrorCode.invalid_request
+    assert nulls.error_message == f"Null value not supported for : {LEADER}"
+    fixed = alter([(LEADER, "1"), ("log.retention.ms", "1")])
+    assert fixed.error_code == ErrorCode.invalid_request
+    assert fixed.error_message == (
+        "Invalid config value for resource ConfigResource(type=BROKER, name='0'): "
+        "Cannot update these configs dynamically: Set(log.retention.ms)"
+    )
+    assert c.run(c.broker(0).admin.broker_config(0)) == {LEADER: "3000"}

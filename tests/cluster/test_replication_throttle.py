@@ -54,11 +54,19 @@ def _alter(
         f.result(15)
 
 
-def _produce(bootstrap: str, topic: str, total_bytes: int) -> None:
+def _throttle(admin: AdminClient, sides: str, rate: str | None) -> None:
+    """Set (or with None unset) the leader's and/or the follower's throttle rate."""
+    if "leader" in sides:
+        _alter(admin, ConfigResource.Type.BROKER, "0", {LEADER_RATE: rate})
+    if "follower" in sides:
+        _alter(admin, ConfigResource.Type.BROKER, "1", {FOLLOWER_RATE: rate})
+
+
+def _produce(bootstrap: str, topic: str, total_bytes: int, acks: int = 1) -> None:
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "acks": 1,
+            "acks": acks,
             "linger.ms": 5,
             "enable.idempotence": False,
             "compression.type": "none",
@@ -134,10 +142,7 @@ def test_throttled_catch_up_keeps_near_the_rate_and_spares_consumers(
     create_topic(c.bootstrap, other, [[0]])
     assert wait_until(lambda: _isr(c, tp) == {0, 1}, 15)
     admin = AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 0})
-    if "leader" in sides:
-        _alter(admin, ConfigResource.Type.BROKER, "0", {LEADER_RATE: str(RATE)})
-    if "follower" in sides:
-        _alter(admin, ConfigResource.Type.BROKER, "1", {FOLLOWER_RATE: str(RATE)})
+    _throttle(admin, sides, str(RATE))
     _alter(
         admin,
         ConfigResource.Type.TOPIC,
@@ -174,13 +179,21 @@ def test_throttled_catch_up_keeps_near_the_rate_and_spares_consumers(
     assert consumer_s < 2.0, f"the consumer took {consumer_s:.2f} s for 2 MB"
 
     # Unset the throttle: the rest comes at full speed and the follower rejoins the ISR.
-    if "leader" in sides:
-        _alter(admin, ConfigResource.Type.BROKER, "0", {LEADER_RATE: None})
-    if "follower" in sides:
-        _alter(admin, ConfigResource.Type.BROKER, "1", {FOLLOWER_RATE: None})
+    _throttle(admin, sides, None)
     t2 = time.monotonic()
     assert wait_until(lambda: _log_bytes(c, 1, tp) == leader_bytes, 10)
     fast = (leader_bytes - b1) / max(time.monotonic() - t2, 1e-3)
     print(f"unthrottled: {fast / 1e6:.2f} MB/s")
     assert fast > 2 * RATE
     assert wait_until(lambda: _isr(c, tp) == {0, 1}, 15)
+
+    # An in-sync follower is never throttled (Kafka throttles only replicas outside the
+    # ISR), even with the quota still full of the catch-up: acks=all writes of 4 MB do not
+    # wait on the 1 MB/s rate.
+    _throttle(admin, sides, str(RATE))
+    start = time.monotonic()
+    _produce(c.bootstrap, moving, 4 * 1024 * 1024, acks=-1)
+    in_sync_s = time.monotonic() - start
+    print(f"in sync, throttled: 4 MB with acks=all in {in_sync_s:.2f} s")
+    assert in_sync_s < 2.5, f"4 MB with acks=all took {in_sync_s:.1f} s"
+    assert _isr(c, tp) == {0, 1}

@@ -65,6 +65,7 @@ __all__ = [
     "ControllerInfo",
     "PartitionState",
     "TopicAssignment",
+    "broker_config_entity",
     "broker_config_path",
     "broker_path",
     "decode_cluster_id",
@@ -160,6 +161,12 @@ def topic_config_path(topic: str) -> str:
 def broker_config_path(broker_id: int | None) -> str:
     """``/config/brokers/<id>``, or the cluster-wide default entity for ``None``."""
     return f"{CONFIG_BROKERS}/{DEFAULT_ENTITY if broker_id is None else int(broker_id)}"
+
+
+def broker_config_entity(broker_id: int | None) -> str:
+    """A broker config change notification's ``entity_path``: ``brokers/<id>`` or
+    ``brokers/<default>``."""
+    return f"brokers/{DEFAULT_ENTITY if broker_id is None else int(broker_id)}"
 
 
 def delete_topic_path(topic: str) -> str:

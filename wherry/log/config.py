@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -68,6 +68,8 @@ class ConfigKey:
     min_value: int | float | None = None
     max_value: int | float | None = None
     choices: tuple[str, ...] | None = None
+    # A check of a LIST value's items beyond `choices` (raises ConfigError).
+    list_check: Callable[[str, tuple[str, ...]], None] | None = None
 
     @property
     def default_str(self) -> str:
@@ -143,6 +145,8 @@ def _parse(key: ConfigKey, raw: object) -> Any:
                         raise ConfigError(
                             name, f"Invalid value {item} (must be one of {', '.join(key.choices)})"
                         )
+            if key.list_check is not None:
+                key.list_check(name, value)
         case _:
             value = str(raw).strip()
             if key.choices is not None and value not in key.choices:
@@ -154,6 +158,21 @@ def _parse(key: ConfigKey, raw: object) -> Any:
     if key.max_value is not None and value > key.max_value:
         raise ConfigError(name, f"Value must be no more than {key.max_value}, got {value}")
     return value
+
+
+_THROTTLED_REPLICA_RE = re.compile(r"[0-9]+:[0-9]+")
+
+
+def check_throttled_replicas(name: str, items: tuple[str, ...]) -> None:
+    """`*.replication.throttled.replicas`: the literal `*` or `partition:broker` pairs
+    (Kafka's ThrottledReplicaListValidator)."""
+    if items == ("*",) or all(_THROTTLED_REPLICA_RE.fullmatch(item) for item in items):
+        return
+    raise ConfigError(
+        name,
+        f"{name} must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+    )
 
 
 _DAY_MS = 24 * 60 * 60 * 1000
@@ -217,6 +236,16 @@ _KEYS: tuple[ConfigKey, ...] = (
         min_value=0,
     ),
     ConfigKey(
+        "follower.replication.throttled.replicas",
+        "follower_replication_throttled_replicas",
+        ConfigType.LIST,
+        (),
+        "A list of replicas for which log replication should be throttled on the follower "
+        "side, as [PartitionId]:[BrokerId],[PartitionId]:[BrokerId]:... or the wildcard '*' "
+        "to throttle all replicas of this topic.",
+        list_check=check_throttled_replicas,
+    ),
+    ConfigKey(
         "index.interval.bytes",
         "index_interval_bytes",
         ConfigType.INT,
@@ -224,6 +253,16 @@ _KEYS: tuple[ConfigKey, ...] = (
         "How frequently (in bytes of log) an entry is added to the offset index.",
         "log.index.interval.bytes",
         min_value=0,
+    ),
+    ConfigKey(
+        "leader.replication.throttled.replicas",
+        "leader_replication_throttled_replicas",
+        ConfigType.LIST,
+        (),
+        "A list of replicas for which log replication should be throttled on the leader "
+        "side, as [PartitionId]:[BrokerId],[PartitionId]:[BrokerId]:... or the wildcard '*' "
+        "to throttle all replicas of this topic.",
+        list_check=check_throttled_replicas,
     ),
     ConfigKey(
         "max.compaction.lag.ms",
@@ -448,6 +487,9 @@ class LogConfig:
     compression_type: str = "producer"
     preallocate: bool = False
     message_downconversion_enable: bool = True
+    # KIP-73 replication throttling: `partition:broker` pairs or ("*",).
+    leader_replication_throttled_replicas: tuple[str, ...] = ()
+    follower_replication_throttled_replicas: tuple[str, ...] = ()
 
     # -- derived -------------------------------------------------------------------------
 

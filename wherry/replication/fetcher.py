@@ -34,6 +34,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.log import Log
 from wherry.outbound import OutboundConnection, RequestClient
+from wherry.replication.quota import ReplicationQuotaManager
 from wherry.replication.truncation import (
     UNDEFINED_EPOCH,
     EpochEndOffset,
@@ -97,6 +98,12 @@ class PartitionFetchState:
     kind: FetchStateKind
     delayed_until_ms: int = 0
     last_fetched_epoch: int = UNDEFINED_EPOCH
+    lag: int | None = None  # leader HW - fetch offset after the last appending fetch
+
+    @property
+    def in_sync(self) -> bool:
+        """Kafka's isReplicaInSync: caught up with the leader's HW at the last append."""
+        return self.lag is not None and self.lag <= 0
 
     def is_ready(self, now_ms: int) -> bool:
         return self.kind is not FetchStateKind.FENCED and now_ms >= self.delayed_until_ms
@@ -155,10 +162,17 @@ class FetchStates:
             and current.fetch_offset == sent.fetch_offset
         )
 
-    def fetching_at(self, tp: TopicPartition, offset: int, last_fetched_epoch: int | None) -> None:
+    def fetching_at(
+        self,
+        tp: TopicPartition,
+        offset: int,
+        last_fetched_epoch: int | None,
+        lag: int | None = None,
+    ) -> None:
         s = self._states[tp]
         self._states[tp] = replace(
             s,
+            lag=s.lag if lag is None else lag,
             fetch_offset=offset,
             kind=FetchStateKind.FETCHING,
             delayed_until_ms=0,
@@ -277,9 +291,11 @@ class ReplicaFetcher:
         log_for: LogLookup,
         monotonic_ms: Callable[[], int],
         config: FetcherConfig,
+        quota: ReplicationQuotaManager | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.source_broker_id = source_broker_id
+        self.quota = quota  # KIP-73 follower quota (None: never throttled)
         self.endpoint = endpoint
         self._log_for = log_for
         self._ms = monotonic_ms
@@ -363,6 +379,15 @@ class ReplicaFetcher:
             await self.truncate(truncating)
             return True
         fetching = self.states.ready(FetchStateKind.FETCHING, now)
+        quota = self.quota
+        if fetching and quota is not None and quota.is_quota_exceeded(now):
+            # Kafka's shouldFollowerThrottle: out-of-sync throttled partitions wait.
+            held = [tp for tp, s in fetching.items() if quota.is_throttled(tp) and not s.in_sync]
+            for tp in held:
+                del fetching[tp]
+            if not fetching:  # nothing left to ask for: back off (Kafka's fetchBackOffMs)
+                self.states.delay_all(held, now + self.config.backoff_ms)
+                return True
         if fetching:
             await self.fetch(fetching)
             return True
@@ -530,6 +555,8 @@ class ReplicaFetcher:
                         f"log end offset {plog.log_end_offset}"
                     )
                 plog.append_as_follower(data.records)
+                if self.quota is not None and self.quota.is_throttled(tp):
+                    self.quota.record(len(data.records), self._ms())
             plog.update_high_watermark(min(data.high_watermark, plog.log_end_offset))
             if data.log_start_offset > plog.log_start_offset:
                 try:
@@ -548,7 +575,8 @@ class ReplicaFetcher:
             )
             self.states.delay(tp, self._ms() + self.config.backoff_ms)
             return
-        self.states.fetching_at(tp, plog.log_end_offset, plog.latest_epoch)
+        lag = max(0, data.high_watermark - plog.log_end_offset) if data.records else None
+        self.states.fetching_at(tp, plog.log_end_offset, plog.latest_epoch, lag)
 
     async def _handle_out_of_range(self, tp: TopicPartition, sent: PartitionFetchState) -> None:
         try:
@@ -623,8 +651,10 @@ class ReplicaFetcherManager:
         endpoint_factory: EndpointFactory,
         monotonic_ms: Callable[[], int],
         config: FetcherConfig | None = None,
+        quota: ReplicationQuotaManager | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.quota = quota
         self._log_for = log_for
         self._endpoint_factory = endpoint_factory
         self._ms = monotonic_ms
@@ -659,6 +689,7 @@ class ReplicaFetcherManager:
                     log_for=self._log_for,
                     monotonic_ms=self._ms,
                     config=self.config,
+                    quota=self.quota,
                 )
                 entry = (leader, fetcher)
                 self.fetchers[leader.broker_id] = entry

@@ -9,6 +9,8 @@ simulator (`sim/node.py`) run it; each hands it its own transport and clock:
   wire protocol in a broker; the simulated network in the simulator);
 * `send_alter_partition(body)` carries AlterPartition to the controller;
 * `clock` gives wall-clock and monotonic milliseconds;
+* `leader_quota` / `follower_quota` (optional) are the broker's KIP-73 replication quotas,
+  handed on to the replica manager (serving followers) and the fetchers;
 * `ReplicaNodeConfig.blocking_in_executor` says whether file work (deleting a stopped
   partition's log, writing the HW checkpoint) goes to the loop's executor (a broker) or runs
   inline (the simulator, which must stay deterministic).
@@ -68,6 +70,7 @@ from wherry.replication.fetcher import (
 )
 from wherry.replication.metadata_cache import MetadataCache, StaleControllerEpoch
 from wherry.replication.partition import DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
+from wherry.replication.quota import ReplicationQuotaManager
 from wherry.replication.replica_manager import (
     FetchPartition,
     FetchResult,
@@ -115,6 +118,8 @@ class ReplicaNode:
         load_topic_configs: Callable[[Collection[str]], Awaitable[None]] | None = None,
         fence: ControllerFence | None = None,
         cache: MetadataCache | None = None,
+        leader_quota: ReplicationQuotaManager | None = None,
+        follower_quota: ReplicationQuotaManager | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.config = config
@@ -145,6 +150,7 @@ class ReplicaNode:
             alter_partition_manager=self.alter_partition_manager,
             is_broker_alive=lambda b: b in self.cache.brokers,  # per follower fetch: O(1)
             broker_epoch=lambda: self.fence.broker_epoch,
+            leader_quota=leader_quota,
         )
         self.replica_manager.on_leadership_change = self._on_leadership_change
         self.fetchers = ReplicaFetcherManager(
@@ -153,6 +159,7 @@ class ReplicaNode:
             endpoint_factory=leader_endpoint,
             monotonic_ms=clock.monotonic_ms,
             config=config.fetcher,
+            quota=follower_quota,
         )
         self.leadership_listeners: list[LeadershipListener] = []
         self.deletion_listeners: list[DeletionListener] = []

@@ -33,6 +33,7 @@ from wherry.replication.partition import (
     PartitionError,
     epoch_end_offset,
 )
+from wherry.replication.quota import ReplicationQuotaManager
 from wherry.runtime.state_change_log import log_broker_partition_change
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,11 @@ class ReplicaManager:
         alter_partition_manager: AlterPartitionManager | None = None,
         is_broker_alive: Callable[[int], bool] | None = None,
         broker_epoch: Callable[[], int] | None = None,
+        leader_quota: ReplicationQuotaManager | None = None,
     ) -> None:
         self._monotonic_ms = monotonic_ms
+        # KIP-73: bytes sent to followers of throttled partitions (None: never throttled).
+        self.leader_quota = leader_quota
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         # Where proposed ISR changes go (SPEC R6); None: they stay pending (a single broker
         # never proposes any: it has no followers).
@@ -315,6 +319,9 @@ class ReplicaManager:
     ) -> None:
         """Serve a Fetch; `replica_id` >= 0 marks a follower (its broker epoch, Fetch v15+'s
         `replica_state.replica_epoch`, in `replica_epoch`; -1 when not sent)."""
+        quota = self.leader_quota
+        if replica_id >= 0 and quota is not None:
+            respond = self._recording_throttled_bytes(quota, respond)
         result = self.read_from_local_log(
             replica_id, max_bytes, partitions, replica_epoch=replica_epoch
         )
@@ -335,6 +342,8 @@ class ReplicaManager:
                 end = part.log.log_end_offset if replica_id >= 0 else part.high_watermark
                 if end < fp.fetch_offset:  # truncated below the fetch position
                     return True
+                if self._leader_throttled(part, replica_id, self._monotonic_ms()):
+                    continue  # its bytes would not be sent: they do not count (Kafka's case H)
                 if end > fp.fetch_offset:
                     if min_bytes <= 1:
                         return True
@@ -396,7 +405,9 @@ class ReplicaManager:
             )
             try:
                 limit = max(0, min(fp.max_bytes, remaining))
-                if fp.fetch_offset < upper or fp.fetch_offset > plog.log_end_offset:
+                if self._leader_throttled(part, replica_id, now_ms):
+                    data = b""  # KIP-73: a throttled partition is answered without records
+                elif fp.fetch_offset < upper or fp.fetch_offset > plog.log_end_offset:
                     data = plog.read(
                         fp.fetch_offset, max_bytes=limit, max_offset=upper, min_one_message=min_one
                     )
@@ -420,6 +431,32 @@ class ReplicaManager:
                 res.last_stable_offset = part.high_watermark
             out[fp.tp] = res
         return out
+
+    # --- replication quota (KIP-73) ----------------------------------------------------------
+    def _leader_throttled(self, part: Partition, replica_id: int, now_ms: int) -> bool:
+        """Kafka's shouldLeaderThrottle: a follower outside the ISR fetching a throttled
+        partition while the leader quota is exceeded gets no records for it."""
+        quota = self.leader_quota
+        return (
+            quota is not None
+            and replica_id >= 0
+            and replica_id not in part.isr
+            and quota.is_throttled(part.tp)
+            and quota.is_quota_exceeded(now_ms)
+        )
+
+    def _recording_throttled_bytes(
+        self, quota: ReplicationQuotaManager, respond: Callable[[FetchResult], None]
+    ) -> Callable[[FetchResult], None]:
+        """`respond`, after recording the bytes sent for throttled partitions in the leader
+        quota (in sync or not: Kafka's sizeOfThrottledPartitions)."""
+
+        def recorded(result: FetchResult) -> None:
+            sent = sum(len(r.records) for tp, r in result.items() if quota.is_throttled(tp))
+            quota.record(sent, self._monotonic_ms())
+            respond(result)
+
+        return recorded
 
     # --- followers and the ISR (SPEC R4–R6, R9, R10) ----------------------------------------
     def _update_follower_fetch_state(

@@ -22,6 +22,7 @@ from wherry.coordination import paths
 from wherry.coordination.store import BadVersionError, MetadataStore, NodeExistsError, NoNodeError
 from wherry.log.config import ConfigError, LogConfig
 from wherry.replication.metadata_cache import MetadataCache
+from wherry.server import broker_configs
 from wherry.server.config import BrokerConfig
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -325,8 +326,14 @@ class AdminManager:
         return cfg
 
     async def _write_config(self, name: str, overrides: Mapping[str, str], *, notify: bool) -> None:
-        data = paths.encode_config(overrides)
-        path = paths.topic_config_path(name)
+        await self._write_entity(
+            paths.topic_config_path(name), f"topics/{name}", overrides, notify=notify
+        )
+
+    async def _write_entity(
+        self, path: str, entity: str, config: Mapping[str, str], *, notify: bool
+    ) -> None:
+        data = paths.encode_config(config)
         try:
             await self.store.set(path, data)
         except NoNodeError:
@@ -334,7 +341,30 @@ class AdminManager:
         if notify:
             await self.store.create(
                 paths.CONFIG_CHANGE_PREFIX,
-                json.dumps({"version": 2, "entity_path": f"topics/{name}"}).encode(),
+                json.dumps({"version": 2, "entity_path": entity}).encode(),
                 sequential=True,
                 make_parents=True,
+            )
+
+    # --- dynamic broker configs (`/config/brokers/<id>`, `<default>`) -------------------------
+    async def broker_config(self, broker_id: int | None) -> dict[str, str]:
+        """The dynamic configs stored for a broker (None: the cluster-wide default)."""
+        return await broker_configs.read_entity(self.store, broker_id)
+
+    async def set_broker_config(
+        self, resource_name: str, config: Mapping[str, str], *, validate_only: bool
+    ) -> None:
+        """Replace the dynamic configs of this broker (`resource_name` its id) or of the
+        cluster default (empty name), and notify every broker (Kafka's changeBrokerConfig)."""
+        try:
+            broker_id = broker_configs.resource_broker_id(resource_name, self.config.broker_id)
+            broker_configs.validate_dynamic(config, resource_name)
+        except broker_configs.DynamicConfigError as e:
+            raise AdminError(e.error_code, e.message) from e
+        if not validate_only:
+            await self._write_entity(
+                paths.broker_config_path(broker_id),
+                paths.broker_config_entity(broker_id),
+                config,
+                notify=True,
             )

@@ -62,6 +62,7 @@ from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_c
 from wherry.runtime.tasks import wait_event
 from wherry.server import controlled_shutdown
 from wherry.server.admin import AdminManager
+from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.groups import GroupsRuntime
 from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
@@ -144,6 +145,12 @@ class Broker:
         self._config_task: asyncio.Task[None] | None = None
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._last_config_change = -1
+        # Dynamic broker configs and the KIP-73 replication quotas they bound.
+        self.dynamic_config = DynamicBrokerConfig(
+            self.broker_id,
+            quota_window_num=config.replication_quota_window_num,
+            quota_window_ms=config.replication_quota_window_size_seconds * 1000,
+        )
         self._prefix = f"[Broker id={self.broker_id}]"
         # set in start()
         self.store: MetadataStore
@@ -181,6 +188,7 @@ class Broker:
         self._check_meta_properties()
 
         loop = asyncio.get_running_loop()
+        await self.dynamic_config.load(self.store)
         await self._load_topic_overrides()
         self.log_manager = LogManager(
             list(cfg.log_dirs),
@@ -217,6 +225,8 @@ class Broker:
             load_topic_configs=self._ensure_topic_configs,
             fence=self.fence,
             cache=self.cache,
+            leader_quota=self.dynamic_config.leader_quota,
+            follower_quota=self.dynamic_config.follower_quota,
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
@@ -584,6 +594,7 @@ class Broker:
     def _on_partitions_deleted(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._topic_overrides.pop(tp.topic, None)
+            self.dynamic_config.update_topic(tp.topic, None)
         self.groups.on_partitions_deleted(partitions)
 
     def topic_log_config(self, topic: str) -> LogConfig:
@@ -608,6 +619,7 @@ class Broker:
                 self._topic_overrides[t] = paths.decode_config(data)
             except NoNodeError:
                 self._topic_overrides.pop(t, None)
+            self.dynamic_config.update_topic(t, self._topic_overrides.get(t))
 
     async def _config_change_listener(self) -> None:
         """Apply `/config/changes` notifications (Kafka's ZK config-change mechanism)."""
@@ -656,6 +668,8 @@ class Broker:
                     self._topic_overrides.get(topic, {})
                 )
             log.info("%s applied config change for topic %s", self._prefix, topic)
+        elif self.dynamic_config.applies_to(entity):
+            await self.dynamic_config.load(self.store)
 
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:

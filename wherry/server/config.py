@@ -104,6 +104,9 @@ class BrokerConfig:
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
     log_flush_start_offset_checkpoint_interval_ms: int = 60_000
     replica_lag_time_max_ms: int = 30_000
+    # KIP-73 replication quotas: the rate's samples and their length (Kafka's names/defaults).
+    replication_quota_window_num: int = 11
+    replication_quota_window_size_seconds: int = 1
     transactional_id_expiration_ms: int = 604_800_000
     producer_id_expiration_ms: int = 86_400_000
     cluster_id: str | None = None
@@ -203,6 +206,8 @@ class BrokerConfig:
             "replica.high.watermark.checkpoint.interval.ms",
             "replica.lag.time.max.ms",
             "producer.id.expiration.ms",
+            "replication.quota.window.num",
+            "replication.quota.window.size.seconds",
         ):
             take(key, int)
         take("cluster.id", str)
@@ -249,6 +254,8 @@ class BrokerConfig:
             ("leader_imbalance_per_broker_percentage", 0),
             ("controlled_shutdown_max_retries", 0),
             ("controlled_shutdown_retry_backoff_ms", 0),
+            ("replication_quota_window_num", 1),
+            ("replication_quota_window_size_seconds", 1),
         ):
             if kw.get(key, minimum) < minimum:
                 raise BrokerConfigError(f"{key.replace('_', '.')} must be at least {minimum}")

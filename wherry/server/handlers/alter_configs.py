@@ -1,4 +1,5 @@
-"""AlterConfigs (key 33): replace a topic's config overrides. Broker configs are static."""
+"""AlterConfigs (key 33): replace a topic's config overrides, or a broker's dynamic configs
+(`/config/brokers/<id>`, or the cluster default for an empty name; `server/broker_configs.py`)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,6 @@ if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
 
 
-def reject_broker(broker: BrokerServices, name: str, keys: list[str]) -> tuple[ErrorCode, str]:
-    if name not in ("", str(broker.broker_id)):
-        return ErrorCode.invalid_request, f"Unexpected broker id {name}"
-    return (ErrorCode.invalid_request, f"Cannot update these configs dynamically: {sorted(keys)}")
-
-
 def _given(resource: Any) -> dict[str, str]:
     return {c.name: c.value for c in resource.configs if c.value is not None}
 
@@ -33,29 +28,41 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             r.resource_name, _given(r), validate_only=body.validate_only
         )
 
-    return await alter_resources(broker, body.resources, alter_topic, lambda r: list(_given(r)))
+    async def alter_broker(r: Any) -> None:
+        nulls = [c.name for c in r.configs if c.value is None]
+        if nulls:
+            raise AdminError(
+                ErrorCode.invalid_request, f"Null value not supported for : {','.join(nulls)}"
+            )
+        await broker.admin.set_broker_config(
+            r.resource_name, _given(r), validate_only=body.validate_only
+        )
+
+    return await alter_resources(body.resources, alter_topic, alter_broker)
 
 
 async def alter_resources(
-    broker: BrokerServices,
     resources: Iterable[Any],
     alter_topic: Callable[[Any], Awaitable[None]],
-    broker_config_names: Callable[[Any], list[str]],
+    alter_broker: Callable[[Any], Awaitable[None]],
 ) -> Mapping[str, Any]:
     """Answer each resource of an (Incremental)AlterConfigs request: a topic is altered by
-    ``alter_topic`` (an `AdminError` is its answer); broker configs are refused."""
+    ``alter_topic``, a broker by ``alter_broker`` (an `AdminError` is the answer)."""
     out = []
     for r in resources:
         code, msg = ErrorCode.none, None
-        if r.resource_type == TOPIC:
+        alter = {TOPIC: alter_topic, BROKER: alter_broker}.get(r.resource_type)
+        if alter is None:
+            code, msg = (
+                ErrorCode.invalid_request,
+                "AlterConfigs is only supported for topics and brokers, but resource type is "
+                f"{r.resource_type}",
+            )
+        else:
             try:
-                await alter_topic(r)
+                await alter(r)
             except AdminError as e:
                 code, msg = e.error_code, e.message
-        elif r.resource_type == BROKER:
-            code, msg = reject_broker(broker, r.resource_name, broker_config_names(r))
-        else:
-            code, msg = ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
         out.append(
             {
                 "error_code": code,

@@ -1,4 +1,6 @@
-"""DescribeConfigs (key 32) for topics and this broker."""
+"""DescribeConfigs (key 32) for topics and this broker: its static configs (read only) and its
+dynamic ones (`server/broker_configs.py`); the empty name describes the cluster-wide dynamic
+defaults."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.log.config import SERVER_CONFIG_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigType
+from wherry.server import broker_configs
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -182,8 +185,16 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 include_synonyms=include_synonyms,
                 include_documentation=include_doc,
             )
+        elif r.resource_type == BROKER and r.resource_name == "":
+            base["configs"] = broker_configs.describe_entries(
+                None,
+                await broker.admin.broker_config(None),
+                keys,
+                include_synonyms=include_synonyms,
+                include_documentation=include_doc,
+            )
         elif r.resource_type == BROKER:
-            if r.resource_name not in ("", str(broker.broker_id)):
+            if r.resource_name != str(broker.broker_id):
                 results.append(
                     {
                         **base,
@@ -194,7 +205,13 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     }
                 )
                 continue
-            base["configs"] = broker_config_entries(broker, keys)
+            base["configs"] = broker_config_entries(broker, keys) + broker_configs.describe_entries(
+                await broker.admin.broker_config(broker.broker_id),
+                await broker.admin.broker_config(None),
+                keys,
+                include_synonyms=include_synonyms,
+                include_documentation=include_doc,
+            )
         else:
             base.update(
                 error_code=ErrorCode.invalid_request,

@@ -1,4 +1,5 @@
-"""IncrementalAlterConfigs (key 44): SET / DELETE / APPEND / SUBTRACT on topic overrides."""
+"""IncrementalAlterConfigs (key 44): SET / DELETE / APPEND / SUBTRACT on topic overrides and
+on a broker's dynamic configs (`server/broker_configs.py`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
+from wherry.server import broker_configs
 from wherry.server.admin import AdminError
 from wherry.server.handlers.alter_configs import alter_resources
 
@@ -62,6 +64,22 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             r.resource_name, new, validate_only=body.validate_only
         )
 
-    return await alter_resources(
-        broker, body.resources, alter_topic, lambda r: [c.name for c in r.configs]
-    )
+    async def alter_broker(r: Any) -> None:
+        names = [c.name for c in r.configs]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise AdminError(
+                ErrorCode.invalid_request,
+                f"Error due to duplicate config keys : {','.join(duplicates)}",
+            )
+        try:
+            broker_id = broker_configs.resource_broker_id(r.resource_name, broker.broker_id)
+            current = await broker.admin.broker_config(broker_id)
+            new = broker_configs.apply_incremental(current, r.configs)
+        except broker_configs.DynamicConfigError as e:
+            raise AdminError(e.error_code, e.message) from e
+        await broker.admin.set_broker_config(
+            r.resource_name, new, validate_only=body.validate_only
+        )
+
+    return await alter_resources(body.resources, alter_topic, alter_broker)

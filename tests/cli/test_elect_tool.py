@@ -75,7 +75,9 @@ def test_bad_json_file(tmp_path: Path, unreachable_bootstrap: str) -> None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     with DevCluster(tmp_path_factory.mktemp("elect") / "cluster", brokers=3,
-                    base_port=0) as c:
+                    base_port=0,
+                    # The tests move leadership themselves: no rebalance behind their backs.
+                    overrides={"auto.leader.rebalance.enable": "false"}) as c:
         c.wait_for_controller()
         yield c
 

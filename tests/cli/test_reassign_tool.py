@@ -38,7 +38,9 @@ needs_broker_throttles = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     with DevCluster(tmp_path_factory.mktemp("reassign") / "cluster", brokers=len(BROKERS),
-                    base_port=0) as c:
+                    base_port=0,
+                    # The tests move leadership themselves: no rebalance behind their backs.
+                    overrides={"auto.leader.rebalance.enable": "false"}) as c:
         c.wait_for_controller()
         yield c
 

@@ -204,11 +204,14 @@ class ReassignService(AdminService):
     # ----------------------------------------------------------------------------- throttles
 
     def _alter_configs(self, resources: list[ConfigResource]) -> None:
-        if not resources:
-            return
-        futs = self.admin.incremental_alter_configs(resources, request_timeout=self.timeout_s)
-        for fut in futs.values():
-            self._wait(fut, "incrementalAlterConfigs")
+        """IncrementalAlterConfigs: topics in one call, each broker in a call of its own
+        (librdkafka sends a broker's configs to that broker and allows one per call)."""
+        topics = [r for r in resources if r.restype != ResourceType.BROKER]
+        calls = [[r] for r in resources if r.restype == ResourceType.BROKER]
+        for batch in ([topics] if topics else []) + calls:
+            futs = self.admin.incremental_alter_configs(batch, request_timeout=self.timeout_s)
+            for fut in futs.values():
+                self._wait(fut, "incrementalAlterConfigs")
 
     def set_topic_throttles(self, leader: Mapping[str, str], follower: Mapping[str, str]
                             ) -> None:
@@ -250,8 +253,9 @@ class ReassignService(AdminService):
         """ElectLeaders; partition → None (elected) or (error code, Kafka's error string)."""
         kind = ElectionType.UNCLEAN if unclean else ElectionType.PREFERRED
         arg = None if tps is None else [TopicPartition(t, p) for t, p in sorted(tps)]
-        fut = self.admin.elect_leaders(kind, arg, request_timeout=self.timeout_s,
-                                       operation_timeout=self.timeout_s * 0.8)
+        # confluent-kafka 2.16.1 elect_leaders fails with any timeout keyword (a C argument-
+        # parsing bug: "function takes at most 4 arguments" / SystemError); _wait bounds it.
+        fut = self.admin.elect_leaders(kind, arg)
         result = self._wait(fut, "electLeaders")
         out: dict[TP, tuple[int, str] | None] = {}
         for tp, err in result.items():
@@ -259,7 +263,14 @@ class ReassignService(AdminService):
             if err is None:
                 out[key] = None
             else:
-                kerr = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None
+                # confluent-kafka gives a KafkaError, or a KafkaException wrapping one.
+                kerr = (
+                    err
+                    if isinstance(err, KafkaError)
+                    else err.args[0]
+                    if getattr(err, "args", None) and isinstance(err.args[0], KafkaError)
+                    else None
+                )
                 code = int(kerr.code()) if kerr is not None else -1
                 text = str(kerr.str()) if kerr is not None else str(err)
                 out[key] = (code, kafka_exception_string(code, text))

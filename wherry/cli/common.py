@@ -79,23 +79,33 @@ def exits_on_error(
 def bootstrap_option(fn: Callable[P, R]) -> Callable[P, R]:
     """`--bootstrap-server HOST:PORT`, every tool's."""
     return click.option(
-        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, show_default=True, metavar="HOST:PORT",
+        "--bootstrap-server",
+        default=DEFAULT_BOOTSTRAP,
+        show_default=True,
+        metavar="HOST:PORT",
         help="The Kafka server(s) to connect to.",
     )(fn)
 
 
-def admin_options(timeout_help: str, *timeout_aliases: str
-                  ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+def admin_options(
+    timeout_help: str, *timeout_aliases: str
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """The admin tools' `--bootstrap-server`, `--command-config` and `--timeout-ms` (also
     under `timeout_aliases`), passed as `bootstrap_server`, `command_config`, `timeout_ms`."""
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         fn = click.option(
-            "--timeout-ms", *timeout_aliases, "timeout_ms", type=click.IntRange(min=100),
-            default=DEFAULT_TIMEOUT_MS, show_default=True, help=timeout_help,
+            "--timeout-ms",
+            *timeout_aliases,
+            "timeout_ms",
+            type=click.IntRange(min=100),
+            default=DEFAULT_TIMEOUT_MS,
+            show_default=True,
+            help=timeout_help,
         )(fn)
         fn = click.option(
-            "--command-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            "--command-config",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
             help="Property file with configs passed to the admin client.",
         )(fn)
         return bootstrap_option(fn)
@@ -186,9 +196,7 @@ class AdminService:
     timeout_ms: int
 
     @classmethod
-    def connect(
-        cls, bootstrap_server: str, command_config: Path | None, timeout_ms: int
-    ) -> Any:
+    def connect(cls, bootstrap_server: str, command_config: Path | None, timeout_ms: int) -> Any:
         conf = client_config(bootstrap_server, command_config, timeout_ms, cls.CLIENT_ID)
         return cls(new_client(AdminClient, conf, "client"), bootstrap_server, timeout_ms)
 
@@ -198,8 +206,10 @@ class AdminService:
 
     def _timed_out(self, call: str, detail: str | None = None) -> CommandError:
         """The FAILURE for a call the cluster did not answer in time (`detail`: why, if known)."""
-        message = (f"Timed out after {self.timeout_ms} ms waiting for the cluster at "
-                   f"{self.bootstrap_server}. Call: {call}")
+        message = (
+            f"Timed out after {self.timeout_ms} ms waiting for the cluster at "
+            f"{self.bootstrap_server}. Call: {call}"
+        )
         return self.FAILURE(message if detail is None else f"{message} ({detail})")
 
     def _raise_if_transient(self, exc: KafkaException, call: str) -> None:

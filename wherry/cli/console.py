@@ -55,12 +55,12 @@ def _flag(props: Mapping[str, str], name: str, default: bool) -> bool:
 
 def _unescape(text: str) -> str:
     """Separators may be given as `\\t`, `\\n` etc. on the command line (as in Kafka)."""
-    return (text.replace("\\t", "\t").replace("\\n", "\n").replace("\\r", "\r")
-            .replace("\\\\", "\\"))
+    return text.replace("\\t", "\t").replace("\\n", "\n").replace("\\r", "\r").replace("\\\\", "\\")
 
 
-def _base_config(bootstrap_server: str, config_file: Path | None,
-                 properties: tuple[str, ...], what: str) -> dict[str, Any]:
+def _base_config(
+    bootstrap_server: str, config_file: Path | None, properties: tuple[str, ...], what: str
+) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap_server,
         "socket.connection.setup.timeout.ms": 10_000,
@@ -106,10 +106,12 @@ class LineFormat:
             ignore_error=_flag(props, "ignore.error", False),
             null_marker=_unescape(null_marker).encode("utf-8") if null_marker else None,
         )
-        for name, value in (("key.separator", fmt.key_separator),
-                            ("headers.delimiter", fmt.headers_delimiter),
-                            ("headers.separator", fmt.headers_separator),
-                            ("headers.key.separator", fmt.headers_key_separator)):
+        for name, value in (
+            ("key.separator", fmt.key_separator),
+            ("headers.delimiter", fmt.headers_delimiter),
+            ("headers.separator", fmt.headers_separator),
+            ("headers.key.separator", fmt.headers_key_separator),
+        ):
             if not value:
                 raise CommandError(f"{name} must not be empty")
         return fmt
@@ -117,8 +119,9 @@ class LineFormat:
     def _null(self, data: bytes) -> bytes | None:
         return None if self.null_marker is not None and data == self.null_marker else data
 
-    def parse(self, line: bytes, line_number: int
-              ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    def parse(
+        self, line: bytes, line_number: int
+    ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
         """(key, value, headers) of one line (without its line terminator)."""
         headers: list[tuple[str, bytes | None]] = []
         rest = line
@@ -126,33 +129,42 @@ class LineFormat:
             idx = rest.find(self.headers_delimiter)
             if idx < 0:
                 if not self.ignore_error:
-                    raise CommandError(f"No headers delimiter found on line number "
-                                       f"{line_number}: '{_show(line)}'")
+                    raise CommandError(
+                        f"No headers delimiter found on line number {line_number}: '{_show(line)}'"
+                    )
             else:
-                raw_headers, rest = rest[:idx], rest[idx + len(self.headers_delimiter):]
+                raw_headers, rest = rest[:idx], rest[idx + len(self.headers_delimiter) :]
                 for item in raw_headers.split(self.headers_separator) if raw_headers else []:
                     kidx = item.find(self.headers_key_separator)
                     if kidx < 0:
                         if self.ignore_error:
                             continue
-                        raise CommandError(f"No header key separator found in pair "
-                                           f"'{_show(item)}' on line number {line_number}")
+                        raise CommandError(
+                            f"No header key separator found in pair "
+                            f"'{_show(item)}' on line number {line_number}"
+                        )
                     hkey = item[:kidx].decode("utf-8", errors="replace")
                     if self.null_marker is not None and item[:kidx] == self.null_marker:
-                        raise CommandError(f"Header keys should not be equal to the null "
-                                           f"marker '{_show(self.null_marker)}' as they "
-                                           f"can't be null")
-                    hval = item[kidx + len(self.headers_key_separator):]
+                        raise CommandError(
+                            f"Header keys should not be equal to the null "
+                            f"marker '{_show(self.null_marker)}' as they "
+                            f"can't be null"
+                        )
+                    hval = item[kidx + len(self.headers_key_separator) :]
                     headers.append((hkey, self._null(hval)))
         if self.parse_key:
             idx = rest.find(self.key_separator)
             if idx < 0:
                 if self.ignore_error:
                     return None, self._null(rest), headers
-                raise CommandError(f"No key separator found on line number {line_number}: "
-                                   f"'{_show(line)}'")
-            return (self._null(rest[:idx]), self._null(rest[idx + len(self.key_separator):]),
-                    headers)
+                raise CommandError(
+                    f"No key separator found on line number {line_number}: '{_show(line)}'"
+                )
+            return (
+                self._null(rest[:idx]),
+                self._null(rest[idx + len(self.key_separator) :]),
+                headers,
+            )
         return None, self._null(rest), headers
 
 
@@ -197,8 +209,11 @@ class DeliveryTracker:
         text = err.str()
         if self.first_error is None:
             self.first_error = text
-        click.echo(f"ERROR Error when sending message to topic {self.topic} with key: "
-                   f"{key_desc}, value: {value_desc} with error: {text}", err=True)
+        click.echo(
+            f"ERROR Error when sending message to topic {self.topic} with key: "
+            f"{key_desc}, value: {value_desc} with error: {text}",
+            err=True,
+        )
 
 
 _COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -207,31 +222,76 @@ _COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 @click.command()
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to produce to.")
-@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
-              help="Line reader property: parse.key, key.separator, parse.headers, "
-                   "headers.delimiter, headers.separator, headers.key.separator, "
-                   "ignore.error, null.marker.")
-@click.option("--compression-type", "--compression-codec", "compression",
-              type=click.Choice(_COMPRESSION), default="none", show_default=True)
-@click.option("--acks", "--request-required-acks", "acks", default="-1", show_default=True,
-              type=click.Choice(["all", "-1", "0", "1"]), help="Required acks.")
-@click.option("--partition", type=click.IntRange(min=0),
-              help="Send every record to this partition (wherry extra).")
-@click.option("--header", "headers", multiple=True, metavar="KEY=VALUE",
-              help="A header added to every record (repeatable).")
-@click.option("--producer-property", "producer_properties", multiple=True, metavar="KEY=VALUE",
-              help="A producer (librdkafka) config (repeatable).")
-@click.option("--producer.config", "--producer-config", "producer_config",
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Producer config properties file.")
-@click.option("--delivery-timeout-ms", type=click.IntRange(min=100),
-              default=DEFAULT_DELIVERY_TIMEOUT_MS, show_default=True,
-              help="Give up on a record not acknowledged within this time.")
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Line reader property: parse.key, key.separator, parse.headers, "
+    "headers.delimiter, headers.separator, headers.key.separator, "
+    "ignore.error, null.marker.",
+)
+@click.option(
+    "--compression-type",
+    "--compression-codec",
+    "compression",
+    type=click.Choice(_COMPRESSION),
+    default="none",
+    show_default=True,
+)
+@click.option(
+    "--acks",
+    "--request-required-acks",
+    "acks",
+    default="-1",
+    show_default=True,
+    type=click.Choice(["all", "-1", "0", "1"]),
+    help="Required acks.",
+)
+@click.option(
+    "--partition",
+    type=click.IntRange(min=0),
+    help="Send every record to this partition (wherry extra).",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A header added to every record (repeatable).",
+)
+@click.option(
+    "--producer-property",
+    "producer_properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A producer (librdkafka) config (repeatable).",
+)
+@click.option(
+    "--producer.config",
+    "--producer-config",
+    "producer_config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Producer config properties file.",
+)
+@click.option(
+    "--delivery-timeout-ms",
+    type=click.IntRange(min=100),
+    default=DEFAULT_DELIVERY_TIMEOUT_MS,
+    show_default=True,
+    help="Give up on a record not acknowledged within this time.",
+)
 @_handle_errors
 def produce(
-    bootstrap_server: str, topic: str, properties: tuple[str, ...], compression: str,
-    acks: str, partition: int | None, headers: tuple[str, ...],
-    producer_properties: tuple[str, ...], producer_config: Path | None,
+    bootstrap_server: str,
+    topic: str,
+    properties: tuple[str, ...],
+    compression: str,
+    acks: str,
+    partition: int | None,
+    headers: tuple[str, ...],
+    producer_properties: tuple[str, ...],
+    producer_config: Path | None,
     delivery_timeout_ms: int,
 ) -> None:
     """Read records from stdin, one per line, and send them to a topic."""
@@ -239,7 +299,7 @@ def produce(
     extra_headers: list[tuple[str, bytes | None]] = []
     for item in headers:
         if "=" not in item:
-            raise CommandError(f"Invalid header {item!r}: must be in the format \"key=val\".")
+            raise CommandError(f'Invalid header {item!r}: must be in the format "key=val".')
         hk, hv = item.split("=", 1)
         extra_headers.append((hk, hv.encode("utf-8")))
     conf = {
@@ -251,8 +311,9 @@ def produce(
         # Same key → partition mapping as the Java client.
         "partitioner": "murmur2_random",
     }
-    conf.update(_base_config(bootstrap_server, producer_config, producer_properties,
-                             "producer property"))
+    conf.update(
+        _base_config(bootstrap_server, producer_config, producer_properties, "producer property")
+    )
     producer = new_client(Producer, conf, "producer")
     tracker = DeliveryTracker(topic)
     stdin = _binary_stdin()
@@ -262,8 +323,7 @@ def produce(
         for number, line in enumerate(read_lines(stdin), start=1):
             key, value, hdrs = fmt.parse(line, number)
             all_headers = hdrs + extra_headers
-            kwargs: dict[str, Any] = {"key": key, "value": value,
-                                      "on_delivery": tracker.callback}
+            kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": tracker.callback}
             if all_headers:
                 kwargs["headers"] = all_headers
             if partition is not None:
@@ -280,11 +340,15 @@ def produce(
         interrupted = True
     remaining = producer.flush((delivery_timeout_ms + 5000) / 1000.0)
     if remaining:
-        raise CommandError(f"{remaining} of {count} record(s) were still not delivered to "
-                           f"topic {topic} after {delivery_timeout_ms} ms")
+        raise CommandError(
+            f"{remaining} of {count} record(s) were still not delivered to "
+            f"topic {topic} after {delivery_timeout_ms} ms"
+        )
     if tracker.failed:
-        raise CommandError(f"{tracker.failed} of {count} record(s) could not be delivered to "
-                           f"topic {topic}: {tracker.first_error}")
+        raise CommandError(
+            f"{tracker.failed} of {count} record(s) could not be delivered to "
+            f"topic {topic}: {tracker.first_error}"
+        )
     if interrupted:
         sys.exit(130)
 
@@ -350,8 +414,11 @@ class MessageFormat:
             raw = msg.headers() or []
             hdrs = list(raw.items()) if isinstance(raw, dict) else list(raw)
             if hdrs:
-                columns.append(self.headers_separator.join(
-                    f"{k}{self.headers_key_separator}{self._text(v)}" for k, v in hdrs))
+                columns.append(
+                    self.headers_separator.join(
+                        f"{k}{self.headers_key_separator}{self._text(v)}" for k, v in hdrs
+                    )
+                )
             else:
                 columns.append("NO_HEADERS")
         if self.print_key:
@@ -373,13 +440,17 @@ def parse_offset(text: str) -> int:
             try:
                 value = int(other)
             except ValueError:
-                raise CommandError(f"The provided offset value '{text}' is incorrect. Valid "
-                                   f"values are 'earliest', 'latest', or a non-negative "
-                                   f"long.") from None
+                raise CommandError(
+                    f"The provided offset value '{text}' is incorrect. Valid "
+                    f"values are 'earliest', 'latest', or a non-negative "
+                    f"long."
+                ) from None
             if value < 0:
-                raise CommandError(f"The provided offset value '{text}' is incorrect. Valid "
-                                   f"values are 'earliest', 'latest', or a non-negative "
-                                   f"long.")
+                raise CommandError(
+                    f"The provided offset value '{text}' is incorrect. Valid "
+                    f"values are 'earliest', 'latest', or a non-negative "
+                    f"long."
+                )
             return value
 
 
@@ -394,31 +465,67 @@ class _Stop:
 @click.command()
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic to consume from.")
-@click.option("--partition", type=click.IntRange(min=0),
-              help="Only this partition (default: all partitions of the topic).")
-@click.option("--offset", "offset_text", default=None,
-              help="'earliest', 'latest' (default) or an offset number.")
+@click.option(
+    "--partition",
+    type=click.IntRange(min=0),
+    help="Only this partition (default: all partitions of the topic).",
+)
+@click.option(
+    "--offset",
+    "offset_text",
+    default=None,
+    help="'earliest', 'latest' (default) or an offset number.",
+)
 @click.option("--from-beginning", is_flag=True, help="Same as --offset earliest.")
-@click.option("--max-messages", type=click.IntRange(min=1),
-              help="Exit after consuming this many messages.")
-@click.option("--timeout-ms", type=click.IntRange(min=0),
-              help="Exit if no message arrives for this many milliseconds.")
-@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
-              help="Formatter property: print.key, print.value, print.timestamp, "
-                   "print.partition, print.offset, print.headers, key.separator, "
-                   "line.separator, headers.separator, headers.key.separator, null.literal.")
-@click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]),
-              default="read_uncommitted", show_default=True)
-@click.option("--consumer-property", "consumer_properties", multiple=True, metavar="KEY=VALUE",
-              help="A consumer (librdkafka) config (repeatable).")
-@click.option("--consumer.config", "--consumer-config", "consumer_config",
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Consumer config properties file.")
+@click.option(
+    "--max-messages", type=click.IntRange(min=1), help="Exit after consuming this many messages."
+)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=0),
+    help="Exit if no message arrives for this many milliseconds.",
+)
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Formatter property: print.key, print.value, print.timestamp, "
+    "print.partition, print.offset, print.headers, key.separator, "
+    "line.separator, headers.separator, headers.key.separator, null.literal.",
+)
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    default="read_uncommitted",
+    show_default=True,
+)
+@click.option(
+    "--consumer-property",
+    "consumer_properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A consumer (librdkafka) config (repeatable).",
+)
+@click.option(
+    "--consumer.config",
+    "--consumer-config",
+    "consumer_config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Consumer config properties file.",
+)
 @_handle_errors
 def consume(
-    bootstrap_server: str, topic: str, partition: int | None, offset_text: str | None,
-    from_beginning: bool, max_messages: int | None, timeout_ms: int | None,
-    properties: tuple[str, ...], isolation_level: str, consumer_properties: tuple[str, ...],
+    bootstrap_server: str,
+    topic: str,
+    partition: int | None,
+    offset_text: str | None,
+    from_beginning: bool,
+    max_messages: int | None,
+    timeout_ms: int | None,
+    properties: tuple[str, ...],
+    isolation_level: str,
+    consumer_properties: tuple[str, ...],
     consumer_config: Path | None,
 ) -> None:
     """Print records of a topic to stdout (partitions are assigned; no consumer group)."""
@@ -435,20 +542,22 @@ def consume(
         "auto.offset.reset": "earliest" if start == OFFSET_BEGINNING else "latest",
         "isolation.level": isolation_level,
     }
-    conf.update(_base_config(bootstrap_server, consumer_config, consumer_properties,
-                             "consumer property"))
+    conf.update(
+        _base_config(bootstrap_server, consumer_config, consumer_properties, "consumer property")
+    )
     _consume(conf, topic, partition, start, fmt, max_messages, timeout_ms)
 
 
-def _partitions_of(consumer: Consumer, topic: str, bootstrap: str, timeout_ms: int
-                   ) -> list[int]:
+def _partitions_of(consumer: Consumer, topic: str, bootstrap: str, timeout_ms: int) -> list[int]:
     deadline = time.monotonic() + timeout_ms / 1000.0
     last_error = "no metadata"
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise CommandError(f"Timed out after {timeout_ms} ms fetching metadata for topic "
-                               f"{topic} from {bootstrap} ({last_error})")
+            raise CommandError(
+                f"Timed out after {timeout_ms} ms fetching metadata for topic "
+                f"{topic} from {bootstrap} ({last_error})"
+            )
         try:
             md = consumer.list_topics(topic, timeout=remaining)
         except KafkaException as e:
@@ -466,8 +575,15 @@ def _partitions_of(consumer: Consumer, topic: str, bootstrap: str, timeout_ms: i
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
-def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int,
-             fmt: MessageFormat, max_messages: int | None, timeout_ms: int | None) -> None:
+def _consume(
+    conf: dict[str, Any],
+    topic: str,
+    partition: int | None,
+    start: int,
+    fmt: MessageFormat,
+    max_messages: int | None,
+    timeout_ms: int | None,
+) -> None:
     consumer = new_client(Consumer, conf, "consumer")
     stop = _Stop()
     previous = None
@@ -482,12 +598,13 @@ def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int
         metadata_timeout_ms = DEFAULT_METADATA_TIMEOUT_MS
         if timeout_ms is not None:
             metadata_timeout_ms = min(metadata_timeout_ms, max(timeout_ms, 1000))
-        parts = _partitions_of(consumer, topic, str(conf["bootstrap.servers"]),
-                               metadata_timeout_ms)
+        parts = _partitions_of(consumer, topic, str(conf["bootstrap.servers"]), metadata_timeout_ms)
         if partition is not None:
             if partition not in parts:
-                raise CommandError(f"Partition {partition} of topic {topic} does not exist "
-                                   f"(the topic has {len(parts)} partition(s))")
+                raise CommandError(
+                    f"Partition {partition} of topic {topic} does not exist "
+                    f"(the topic has {len(parts)} partition(s))"
+                )
             parts = [partition]
         consumer.assign([TopicPartition(topic, p, start) for p in parts])
         started = True
@@ -506,10 +623,13 @@ def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
-                if err.fatal() or err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                                 KafkaError.TOPIC_AUTHORIZATION_FAILED):
-                    raise CommandError(f"Error processing message, terminating consumer "
-                                       f"process: {err.str()}")
+                if err.fatal() or err.code() in (
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                ):
+                    raise CommandError(
+                        f"Error processing message, terminating consumer process: {err.str()}"
+                    )
                 continue
             out.write(fmt.format(msg))
             out.flush()

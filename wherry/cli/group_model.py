@@ -53,8 +53,9 @@ def state_name(state: Any) -> str:
 
 def parse_states(values: Iterable[str]) -> set[ConsumerGroupState]:
     """`--state` values (comma-separated, case-insensitive) into states; Kafka's error if bad."""
-    by_lower = {name.lower(): state for state, name in _STATE_NAMES.items()
-                if name in _LISTABLE_STATES}
+    by_lower = {
+        name.lower(): state for state, name in _STATE_NAMES.items() if name in _LISTABLE_STATES
+    }
     raw = ",".join(v for v in values if v.strip())
     if not raw:
         return set()
@@ -62,8 +63,9 @@ def parse_states(values: Iterable[str]) -> set[ConsumerGroupState]:
     for part in raw.split(","):
         state = by_lower.get(part.strip().lower())
         if state is None:
-            raise CommandError(f"Invalid state list '{raw}'. Valid states are: "
-                               + ", ".join(_LISTABLE_STATES))
+            raise CommandError(
+                f"Invalid state list '{raw}'. Valid states are: " + ", ".join(_LISTABLE_STATES)
+            )
         states.add(state)
     return states
 
@@ -112,20 +114,42 @@ class OffsetRow:
         return self.log_end - self.current
 
 
-def offset_rows(group: GroupView, committed: Mapping[TP, int],
-                log_end: Mapping[TP, int | None]) -> list[OffsetRow]:
+def offset_rows(
+    group: GroupView, committed: Mapping[TP, int], log_end: Mapping[TP, int | None]
+) -> list[OffsetRow]:
     """Kafka's describe rows: members with the most partitions first, then committed partitions
     that nobody is assigned (consumer columns `-`); partitions sorted within each block."""
     rows: list[OffsetRow] = []
     assigned: set[TP] = set()
-    members = sorted((m for m in group.members if m.assignment),
-                     key=lambda m: len(m.assignment), reverse=True)
+    members = sorted(
+        (m for m in group.members if m.assignment), key=lambda m: len(m.assignment), reverse=True
+    )
     for m in members:
         assigned.update(m.assignment)
         for tp in sorted(m.assignment):
-            rows.append(OffsetRow(group.group_id, tp[0], tp[1], committed.get(tp),
-                                  log_end.get(tp), m.consumer_id, m.host, m.client_id))
+            rows.append(
+                OffsetRow(
+                    group.group_id,
+                    tp[0],
+                    tp[1],
+                    committed.get(tp),
+                    log_end.get(tp),
+                    m.consumer_id,
+                    m.host,
+                    m.client_id,
+                )
+            )
     for tp in sorted(set(committed) - assigned):
-        rows.append(OffsetRow(group.group_id, tp[0], tp[1], committed[tp], log_end.get(tp),
-                              MISSING, MISSING, MISSING))
+        rows.append(
+            OffsetRow(
+                group.group_id,
+                tp[0],
+                tp[1],
+                committed[tp],
+                log_end.get(tp),
+                MISSING,
+                MISSING,
+                MISSING,
+            )
+        )
     return rows

@@ -39,10 +39,31 @@ def render_offsets(rows: Sequence[OffsetRow]) -> str:
     consumer_w = max([15, *(len(_s(r.consumer_id)) for r in rows)])
     host_w = max([15, *(len(_s(r.host)) for r in rows)])
     widths = (group_w, topic_w, 10, 15, 15, 15, consumer_w, host_w)
-    header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-              "CONSUMER-ID", "HOST", "CLIENT-ID")
-    body = [(r.group, r.topic, r.partition, r.current, r.log_end, r.lag, r.consumer_id, r.host,
-             r.client_id) for r in rows]
+    header = (
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+    )
+    body = [
+        (
+            r.group,
+            r.topic,
+            r.partition,
+            r.current,
+            r.log_end,
+            r.lag,
+            r.consumer_id,
+            r.host,
+            r.client_id,
+        )
+        for r in rows
+    ]
     return _block(widths, [header, *body])
 
 
@@ -53,8 +74,9 @@ def assignment_text(assignment: Iterable[TP]) -> str:
         by_topic.setdefault(topic, []).append(partition)
     if not by_topic:
         return MISSING
-    return ", ".join(sorted(f"{t}({','.join(str(p) for p in sorted(ps))})"
-                            for t, ps in by_topic.items()))
+    return ", ".join(
+        sorted(f"{t}({','.join(str(p) for p in sorted(ps))})" for t, ps in by_topic.items())
+    )
 
 
 def render_members(group: GroupView, verbose: bool) -> str:
@@ -65,8 +87,11 @@ def render_members(group: GroupView, verbose: bool) -> str:
     if with_instance:
         widths.append(max([17, *(len(m.group_instance_id or "") for m in members)]))
         header.append("GROUP-INSTANCE-ID")
-    widths += [max([15, *(len(m.host) for m in members)]),
-               max([15, *(len(m.client_id) for m in members)]), 15]
+    widths += [
+        max([15, *(len(m.host) for m in members)]),
+        max([15, *(len(m.client_id) for m in members)]),
+        15,
+    ]
     header += ["HOST", "CLIENT-ID", "#PARTITIONS"]
     rows: list[list[object]] = []
     for m in members:
@@ -87,8 +112,13 @@ def render_members(group: GroupView, verbose: bool) -> str:
 def render_state(group: GroupView) -> str:
     widths = (max(15, len(group.group_id)), max(25, len(group.coordinator)), 20, 20)
     header = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
-    row = (group.group_id, group.coordinator, group.assignor or MISSING, group.state,
-           len(group.members))
+    row = (
+        group.group_id,
+        group.coordinator,
+        group.assignor or MISSING,
+        group.state,
+        len(group.members),
+    )
     return _block(widths, [header, row])
 
 

@@ -43,15 +43,15 @@ def parse_topic_arg(arg: str) -> TopicArg:
         try:
             partitions.append(int(p.strip()))
         except ValueError as e:
-            raise CommandError(
-                f"Invalid partition '{p}' specified in topic arg '{arg}'") from e
+            raise CommandError(f"Invalid partition '{p}' specified in topic arg '{arg}'") from e
     return parts[0], tuple(partitions)
 
 
 _DURATION = re.compile(
     r"([-+]?)P(?:([-+]?\d+)D)?"
     r"(T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def parse_duration_ms(text: str) -> int:
@@ -60,8 +60,9 @@ def parse_duration_ms(text: str) -> int:
     if m is None or m.group(3) == "T" or not any(m.group(i) for i in (2, 4, 5, 6)):
         raise CommandError(f"Text cannot be parsed to a Duration: {text}")
     sign, days, _t, hours, minutes, seconds, fraction = m.groups()
-    total_ms = (int(days or 0) * 86_400_000 + int(hours or 0) * 3_600_000
-                + int(minutes or 0) * 60_000)
+    total_ms = (
+        int(days or 0) * 86_400_000 + int(hours or 0) * 3_600_000 + int(minutes or 0) * 60_000
+    )
     secs = int(seconds or 0)
     frac_ms = int((fraction or "").ljust(3, "0")[:3]) if fraction else 0
     total_ms += secs * 1000 + (-frac_ms if seconds and seconds.startswith("-") else frac_ms)
@@ -73,11 +74,12 @@ def parse_datetime_ms(text: str) -> int:
     into epoch milliseconds."""
     if "T" not in text:
         raise CommandError(
-            "Error parsing timestamp. It does not contain a 'T' according to ISO8601 format")
+            "Error parsing timestamp. It does not contain a 'T' according to ISO8601 format"
+        )
     try:
         parsed = datetime.fromisoformat(text.strip())
     except ValueError as e:
-        raise CommandError(f"Unparseable date: \"{text}\"") from e
+        raise CommandError(f'Unparseable date: "{text}"') from e
     if parsed.tzinfo is None:
         parsed = parsed.astimezone()  # naive means the local time zone, as in Kafka
     return int(parsed.timestamp() * 1000)
@@ -141,26 +143,35 @@ class ResetOptions:
 
     def scenario(self) -> Scenario:
         """The one scenario given; Kafka's error when there is none or more than one."""
-        chosen = [s for s, given in (
-            (Scenario.TO_OFFSET, self.to_offset is not None),
-            (Scenario.SHIFT_BY, self.shift_by is not None),
-            (Scenario.TO_DATETIME, self.to_datetime is not None),
-            (Scenario.BY_DURATION, self.by_duration is not None),
-            (Scenario.TO_EARLIEST, self.to_earliest), (Scenario.TO_LATEST, self.to_latest),
-            (Scenario.TO_CURRENT, self.to_current),
-            (Scenario.FROM_FILE, self.from_file is not None)) if given]
+        chosen = [
+            s
+            for s, given in (
+                (Scenario.TO_OFFSET, self.to_offset is not None),
+                (Scenario.SHIFT_BY, self.shift_by is not None),
+                (Scenario.TO_DATETIME, self.to_datetime is not None),
+                (Scenario.BY_DURATION, self.by_duration is not None),
+                (Scenario.TO_EARLIEST, self.to_earliest),
+                (Scenario.TO_LATEST, self.to_latest),
+                (Scenario.TO_CURRENT, self.to_current),
+                (Scenario.FROM_FILE, self.from_file is not None),
+            )
+            if given
+        ]
         if not chosen:
             raise CommandError(
-                "Option [reset-offsets] requires one of the following scenarios: " + ", ".join(
-                    f"[{s.value}]" for s in Scenario))
+                "Option [reset-offsets] requires one of the following scenarios: "
+                + ", ".join(f"[{s.value}]" for s in Scenario)
+            )
         if len(chosen) > 1:
-            raise CommandError(f'Option "[{chosen[0].value}]" can\'t be used with option '
-                               f'"[{chosen[1].value}]"')
+            raise CommandError(
+                f'Option "[{chosen[0].value}]" can\'t be used with option "[{chosen[1].value}]"'
+            )
         return chosen[0]
 
 
-def reset_spec(options: ResetOptions, groups: Sequence[str], now_ms: int,
-               read_text: Callable[[Path], str]) -> ResetSpec:
+def reset_spec(
+    options: ResetOptions, groups: Sequence[str], now_ms: int, read_text: Callable[[Path], str]
+) -> ResetSpec:
     """The spec of the scenario given; `read_text` reads the `--from-file` plan."""
     scenario = options.scenario()
     match scenario:
@@ -187,9 +198,14 @@ def reset_spec(options: ResetOptions, groups: Sequence[str], now_ms: int,
 _UNKNOWN_TOPIC = "org.apache.kafka.common.errors.UnknownTopicOrPartitionException: "
 
 
-def partitions_to_reset(spec: ResetSpec, group_id: str, topic_args: Sequence[TopicArg],
-                        all_topics: bool, committed: Mapping[TP, int],
-                        known: Mapping[str, Sequence[int]]) -> list[TP]:
+def partitions_to_reset(
+    spec: ResetSpec,
+    group_id: str,
+    topic_args: Sequence[TopicArg],
+    all_topics: bool,
+    committed: Mapping[TP, int],
+    known: Mapping[str, Sequence[int]],
+) -> list[TP]:
     """The partitions of one group in scope, sorted (none: no plan for the group in the file);
     `known` is every topic's partitions. A topic or partition that does not exist is an error."""
     if spec.scenario is Scenario.FROM_FILE:
@@ -202,14 +218,19 @@ def partitions_to_reset(spec: ResetSpec, group_id: str, topic_args: Sequence[Top
             if parts is None:
                 if topic not in known:
                     raise CommandFailed(
-                        _UNKNOWN_TOPIC + "This server does not host this topic-partition.")
+                        _UNKNOWN_TOPIC + "This server does not host this topic-partition."
+                    )
                 wanted += [(topic, p) for p in known[topic]]
             else:
                 wanted += [(topic, p) for p in parts]
     missing = [tp for tp in dict.fromkeys(wanted) if tp[1] not in known.get(tp[0], ())]
     if missing:
-        raise CommandFailed(_UNKNOWN_TOPIC + "The partitions \""
-                            + ",".join(tp_str(tp) for tp in missing) + "\" do not exist")
+        raise CommandFailed(
+            _UNKNOWN_TOPIC
+            + 'The partitions "'
+            + ",".join(tp_str(tp) for tp in missing)
+            + '" do not exist'
+        )
     return sorted(set(wanted))
 
 
@@ -230,8 +251,9 @@ def _known(offsets: Mapping[TP, int | None], tp: TP, what: str) -> int:
     return value
 
 
-def plan_reset(spec: ResetSpec, group: str, partitions: Iterable[TP], logs: LogOffsets
-               ) -> tuple[dict[TP, int], list[str]]:
+def plan_reset(
+    spec: ResetSpec, group: str, partitions: Iterable[TP], logs: LogOffsets
+) -> tuple[dict[TP, int], list[str]]:
     """New offsets per partition (clamped to [earliest, latest] like Kafka) and the warnings."""
     warnings: list[str] = []
 
@@ -239,12 +261,16 @@ def plan_reset(spec: ResetSpec, group: str, partitions: Iterable[TP], logs: LogO
         end = logs.latest.get(tp)
         start = logs.earliest.get(tp)
         if end is not None and offset > end:
-            warnings.append(f"New offset ({offset}) is higher than latest offset for topic "
-                            f"partition {tp_str(tp)}. Value will be set to {end}.")
+            warnings.append(
+                f"New offset ({offset}) is higher than latest offset for topic "
+                f"partition {tp_str(tp)}. Value will be set to {end}."
+            )
             return end
         if start is not None and offset < start:
-            warnings.append(f"New offset ({offset}) is lower than earliest offset for topic "
-                            f"partition {tp_str(tp)}. Value will be set to {start}.")
+            warnings.append(
+                f"New offset ({offset}) is lower than earliest offset for topic "
+                f"partition {tp_str(tp)}. Value will be set to {start}."
+            )
             return start
         return offset
 
@@ -257,21 +283,26 @@ def plan_reset(spec: ResetSpec, group: str, partitions: Iterable[TP], logs: LogO
                 out[tp] = _known(logs.latest, tp, "ending offset")
             case Scenario.TO_CURRENT:
                 current = logs.committed.get(tp)
-                out[tp] = (current if current is not None
-                           else _known(logs.latest, tp, "ending offset"))
+                out[tp] = (
+                    current if current is not None else _known(logs.latest, tp, "ending offset")
+                )
             case Scenario.TO_OFFSET:
                 out[tp] = clamp(tp, spec.value)
             case Scenario.SHIFT_BY:
                 current = logs.committed.get(tp)
                 if current is None:
-                    raise CommandError(f"Cannot shift offset for partition {tp_str(tp)} since "
-                                       "there is no current committed offset")
+                    raise CommandError(
+                        f"Cannot shift offset for partition {tp_str(tp)} since "
+                        "there is no current committed offset"
+                    )
                 out[tp] = clamp(tp, current + spec.value)
             case Scenario.TO_DATETIME | Scenario.BY_DURATION:
                 found = logs.by_time.get(tp)
                 if found is None or found < 0:
-                    warnings.append(f"Partition {tp[1]} from topic {tp[0]} is empty. "
-                                    "Falling back to latest known offset.")
+                    warnings.append(
+                        f"Partition {tp[1]} from topic {tp[0]} is empty. "
+                        "Falling back to latest known offset."
+                    )
                     out[tp] = _known(logs.latest, tp, "offset by timestamp")
                 else:
                     out[tp] = found

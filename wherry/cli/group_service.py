@@ -28,19 +28,27 @@ _KAFKA_EXCEPTIONS: dict[int, tuple[str, str]] = {
     KafkaError.NON_EMPTY_GROUP: ("GroupNotEmptyException", "The group is not empty."),
     KafkaError.GROUP_ID_NOT_FOUND: ("GroupIdNotFoundException", "The group id does not exist."),
     KafkaError.INVALID_GROUP_ID: ("InvalidGroupIdException", "The configured groupId is invalid."),
-    KafkaError.GROUP_AUTHORIZATION_FAILED: ("GroupAuthorizationException",
-                                            "Group authorization failed."),
-    KafkaError.COORDINATOR_NOT_AVAILABLE: ("CoordinatorNotAvailableException",
-                                           "The coordinator is not available."),
-    KafkaError.NOT_COORDINATOR: ("NotCoordinatorException",
-                                 "This is not the correct coordinator."),
+    KafkaError.GROUP_AUTHORIZATION_FAILED: (
+        "GroupAuthorizationException",
+        "Group authorization failed.",
+    ),
+    KafkaError.COORDINATOR_NOT_AVAILABLE: (
+        "CoordinatorNotAvailableException",
+        "The coordinator is not available.",
+    ),
+    KafkaError.NOT_COORDINATOR: ("NotCoordinatorException", "This is not the correct coordinator."),
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS: (
         "CoordinatorLoadInProgressException",
-        "The coordinator is loading and hence can't process requests."),
-    KafkaError.UNKNOWN_MEMBER_ID: ("UnknownMemberIdException",
-                                   "The coordinator is not aware of this member."),
-    KafkaError.UNKNOWN_TOPIC_OR_PART: ("UnknownTopicOrPartitionException",
-                                       "This server does not host this topic-partition."),
+        "The coordinator is loading and hence can't process requests.",
+    ),
+    KafkaError.UNKNOWN_MEMBER_ID: (
+        "UnknownMemberIdException",
+        "The coordinator is not aware of this member.",
+    ),
+    KafkaError.UNKNOWN_TOPIC_OR_PART: (
+        "UnknownTopicOrPartitionException",
+        "This server does not host this topic-partition.",
+    ),
 }
 
 
@@ -56,18 +64,28 @@ def kafka_exception_text(exc: BaseException) -> str:
 
 def _group_view(group_id: str, desc: Any) -> GroupView:
     coord = getattr(desc, "coordinator", None)
-    coordinator = (f"{coord.host}:{coord.port}  ({coord.id_string})" if coord is not None
-                   else MISSING)
+    coordinator = (
+        f"{coord.host}:{coord.port}  ({coord.id_string})" if coord is not None else MISSING
+    )
     members = []
     for m in desc.members or ():
         tps = m.assignment.topic_partitions if m.assignment is not None else []
-        members.append(MemberView(
-            consumer_id=str(m.member_id), group_instance_id=m.group_instance_id or None,
-            client_id=str(m.client_id), host=str(m.host),
-            assignment=tuple(sorted((str(tp.topic), int(tp.partition)) for tp in tps)),
-        ))
-    return GroupView(group_id, state_name(getattr(desc, "state", None)),
-                     str(desc.partition_assignor or ""), coordinator, tuple(members))
+        members.append(
+            MemberView(
+                consumer_id=str(m.member_id),
+                group_instance_id=m.group_instance_id or None,
+                client_id=str(m.client_id),
+                host=str(m.host),
+                assignment=tuple(sorted((str(tp.topic), int(tp.partition)) for tp in tps)),
+            )
+        )
+    return GroupView(
+        group_id,
+        state_name(getattr(desc, "state", None)),
+        str(desc.partition_assignor or ""),
+        coordinator,
+        tuple(members),
+    )
 
 
 class GroupService(AdminService):
@@ -87,15 +105,15 @@ class GroupService(AdminService):
             if err.code() in TRANSIENT_ERRORS:
                 raise self._timed_out("listGroups", err.str())
             raise KafkaException(err)
-        return sorted((str(g.group_id), state_name(getattr(g, "state", None)))
-                      for g in result.valid)
+        return sorted(
+            (str(g.group_id), state_name(getattr(g, "state", None))) for g in result.valid
+        )
 
     def describe_groups(self, group_ids: Sequence[str]) -> dict[str, GroupView]:
         """Unknown groups come back Dead (as from a Kafka 3.9 broker)."""
         if not group_ids:
             return {}
-        futs = self.admin.describe_consumer_groups(list(group_ids),
-                                                   request_timeout=self.timeout_s)
+        futs = self.admin.describe_consumer_groups(list(group_ids), request_timeout=self.timeout_s)
         out = {}
         for group_id, fut in futs.items():
             try:
@@ -108,7 +126,8 @@ class GroupService(AdminService):
 
     def committed_offsets(self, group_id: str) -> dict[TP, int]:
         futs = self.admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id)], request_timeout=self.timeout_s)
+            [ConsumerGroupTopicPartitions(group_id)], request_timeout=self.timeout_s
+        )
         result = self._wait(futs[group_id], "listConsumerGroupOffsets")
         out = {}
         for tp in result.topic_partitions or ():
@@ -134,12 +153,14 @@ class GroupService(AdminService):
     def topic_partitions(self) -> dict[str, list[int]]:
         """Every topic's partition ids (a metadata request for all topics creates none)."""
         md = self.metadata("describeTopics")
-        return {name: sorted(int(p) for p in t.partitions)
-                for name, t in md.topics.items() if t.error is None}
+        return {
+            name: sorted(int(p) for p in t.partitions)
+            for name, t in md.topics.items()
+            if t.error is None
+        }
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, BaseException | None]:
-        futs = self.admin.delete_consumer_groups(list(group_ids),
-                                                 request_timeout=self.timeout_s)
+        futs = self.admin.delete_consumer_groups(list(group_ids), request_timeout=self.timeout_s)
         out: dict[str, BaseException | None] = {}
         for group_id, fut in futs.items():
             try:
@@ -153,7 +174,8 @@ class GroupService(AdminService):
         if not offsets:
             return
         request = ConsumerGroupTopicPartitions(
-            group_id, [TopicPartition(t, p, off) for (t, p), off in sorted(offsets.items())])
+            group_id, [TopicPartition(t, p, off) for (t, p), off in sorted(offsets.items())]
+        )
         futs = self.admin.alter_consumer_group_offsets([request], request_timeout=self.timeout_s)
         result = self._wait(futs[group_id], "alterConsumerGroupOffsets")
         for tp in result.topic_partitions or ():

@@ -83,8 +83,9 @@ _common_options = admin_options("Timeout of each request to the cluster, in ms."
 
 def _group_options(fn: Callable[P, R]) -> Callable[P, R]:
     fn = click.option("--all-groups", is_flag=True, help="Apply to all consumer groups.")(fn)
-    fn = click.option("--group", "groups", multiple=True, metavar="GROUP",
-                      help="The consumer group (repeatable).")(fn)
+    fn = click.option(
+        "--group", "groups", multiple=True, metavar="GROUP", help="The consumer group (repeatable)."
+    )(fn)
     return fn
 
 
@@ -96,8 +97,7 @@ def _selected_groups(action: str, groups: Sequence[str], all_groups: bool) -> No
     if groups and all_groups:
         raise CommandError('Option "[group]" can\'t be used with option "[all-groups]"')
     if not groups and not all_groups:
-        raise CommandError(f"Option [{action}] takes one of these options: "
-                           "[all-groups], [group]")
+        raise CommandError(f"Option [{action}] takes one of these options: [all-groups], [group]")
 
 
 def _resolve_groups(svc: GroupService, groups: Sequence[str], all_groups: bool) -> list[str]:
@@ -128,12 +128,19 @@ def groups() -> None:
 
 @groups.command(name="list")
 @_common_options
-@click.option("--state", "states", multiple=True, is_flag=False, flag_value="",
-              metavar="[STATE[,STATE...]]",
-              help="Show each group's state; with a value, only groups in these states.")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    is_flag=False,
+    flag_value="",
+    metavar="[STATE[,STATE...]]",
+    help="Show each group's state; with a value, only groups in these states.",
+)
 @_handle_errors
-def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
-          states: tuple[str, ...]) -> None:
+def list_(
+    bootstrap_server: str, command_config: Path | None, timeout_ms: int, states: tuple[str, ...]
+) -> None:
     """List consumer groups, one per line."""
     wanted = parse_states(states)
     svc = GroupService.connect(bootstrap_server, command_config, timeout_ms)
@@ -150,18 +157,28 @@ def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 @_group_options
 @click.option("--members", is_flag=True, help="Describe the members of the group.")
 @click.option("--state", is_flag=True, help="Describe the state of the group.")
-@click.option("--offsets", is_flag=True,
-              help="Describe the group's offsets per partition (the default).")
+@click.option(
+    "--offsets", is_flag=True, help="Describe the group's offsets per partition (the default)."
+)
 @click.option("--verbose", is_flag=True, help="With --members: each member's assignment.")
 @_handle_errors
-def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
-             groups: tuple[str, ...], all_groups: bool, members: bool, state: bool,
-             offsets: bool, verbose: bool) -> None:
+def describe(
+    bootstrap_server: str,
+    command_config: Path | None,
+    timeout_ms: int,
+    groups: tuple[str, ...],
+    all_groups: bool,
+    members: bool,
+    state: bool,
+    offsets: bool,
+    verbose: bool,
+) -> None:
     """Describe consumer groups: offsets and lag (default), --members or --state."""
     _selected_groups("describe", groups, all_groups)
     if members + state + offsets > 1:
-        raise CommandError("Option [describe] takes at most one of these options: "
-                           "[members], [offsets], [state]")
+        raise CommandError(
+            "Option [describe] takes at most one of these options: [members], [offsets], [state]"
+        )
     svc = GroupService.connect(bootstrap_server, command_config, timeout_ms)
     views = svc.describe_groups(_resolve_groups(svc, groups, all_groups))
     failed = False
@@ -191,8 +208,13 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
 @_common_options
 @_group_options
 @_handle_errors
-def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
-           groups: tuple[str, ...], all_groups: bool) -> None:
+def delete(
+    bootstrap_server: str,
+    command_config: Path | None,
+    timeout_ms: int,
+    groups: tuple[str, ...],
+    all_groups: bool,
+) -> None:
     """Delete consumer groups (only groups without active members)."""
     _selected_groups("delete", groups, all_groups)
     svc = GroupService.connect(bootstrap_server, command_config, timeout_ms)
@@ -208,8 +230,9 @@ def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
         return
     click.echo("Error: Deletion of some consumer groups failed:", err=True)
     for g, e in failed.items():
-        click.echo(f"* Group '{g}' could not be deleted due to: {kafka_exception_text(e)}",
-                   err=True)
+        click.echo(
+            f"* Group '{g}' could not be deleted due to: {kafka_exception_text(e)}", err=True
+        )
     if done:
         click.echo(f"\nThese consumer groups were deleted successfully: {quoted}")
     raise ErrorsReported
@@ -222,8 +245,9 @@ def _read_plan(path: Path) -> str:
         raise CommandError(f"Cannot read {path}: {e.strerror or e}") from e
 
 
-def _log_offsets_for(svc: GroupService, spec: ResetSpec, partitions: Sequence[TP],
-                     committed: Mapping[TP, int]) -> LogOffsets:
+def _log_offsets_for(
+    svc: GroupService, spec: ResetSpec, partitions: Sequence[TP], committed: Mapping[TP, int]
+) -> LogOffsets:
     s = spec.scenario
     earliest = latest = by_time = {}
     if s in (Scenario.TO_EARLIEST, Scenario.TO_OFFSET, Scenario.SHIFT_BY, Scenario.FROM_FILE):
@@ -238,37 +262,65 @@ def _log_offsets_for(svc: GroupService, spec: ResetSpec, partitions: Sequence[TP
 @groups.command(name="reset-offsets")
 @_common_options
 @_group_options
-@click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P...]",
-              help="Topic (optionally with partitions) whose offsets to reset (repeatable).")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    metavar="TOPIC[:P,P...]",
+    help="Topic (optionally with partitions) whose offsets to reset (repeatable).",
+)
 @click.option("--all-topics", is_flag=True, help="All topics the group has offsets for.")
 @click.option("--to-offset", type=int, help="Reset to this offset (clamped to the log).")
 @click.option("--shift-by", type=int, help="Shift the committed offsets by N (may be < 0).")
-@click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
-              help="Reset to the first offset at or after this time.")
-@click.option("--by-duration", metavar="PnDTnHnMnS",
-              help="Reset to the first offset at or after now minus this duration.")
+@click.option(
+    "--to-datetime",
+    metavar="YYYY-MM-DDTHH:mm:SS.sss",
+    help="Reset to the first offset at or after this time.",
+)
+@click.option(
+    "--by-duration",
+    metavar="PnDTnHnMnS",
+    help="Reset to the first offset at or after now minus this duration.",
+)
 @click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
 @click.option("--to-latest", is_flag=True, help="Reset to the latest offset.")
 @click.option("--to-current", is_flag=True, help="Reset to the current committed offset.")
-@click.option("--from-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="CSV plan: topic,partition,offset (or group,topic,partition,offset).")
+@click.option(
+    "--from-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="CSV plan: topic,partition,offset (or group,topic,partition,offset).",
+)
 @click.option("--dry-run", is_flag=True, help="Only show the new offsets (the default).")
 @click.option("--execute", is_flag=True, help="Commit the new offsets.")
 @click.option("--export", is_flag=True, help="Print the new offsets as CSV (a --from-file plan).")
 @_handle_errors
 def reset_offsets(
-    bootstrap_server: str, command_config: Path | None, timeout_ms: int,
-    groups: tuple[str, ...], all_groups: bool, topics: tuple[str, ...], all_topics: bool,
-    to_offset: int | None, shift_by: int | None, to_datetime: str | None,
-    by_duration: str | None, to_earliest: bool, to_latest: bool, to_current: bool,
-    from_file: Path | None, dry_run: bool, execute: bool, export: bool,
+    bootstrap_server: str,
+    command_config: Path | None,
+    timeout_ms: int,
+    groups: tuple[str, ...],
+    all_groups: bool,
+    topics: tuple[str, ...],
+    all_topics: bool,
+    to_offset: int | None,
+    shift_by: int | None,
+    to_datetime: str | None,
+    by_duration: str | None,
+    to_earliest: bool,
+    to_latest: bool,
+    to_current: bool,
+    from_file: Path | None,
+    dry_run: bool,
+    execute: bool,
+    export: bool,
 ) -> None:
     """Reset the committed offsets of inactive groups."""
     if dry_run and execute:
         raise CommandError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
     _selected_groups("reset-offsets", groups, all_groups)
-    options = ResetOptions(to_offset, shift_by, to_datetime, by_duration, to_earliest,
-                           to_latest, to_current, from_file)
+    options = ResetOptions(
+        to_offset, shift_by, to_datetime, by_duration, to_earliest, to_latest, to_current, from_file
+    )
     spec = reset_spec(options, groups, int(time.time() * 1000), _read_plan)
     if topics and all_topics:
         raise CommandError('Option "[topic]" can\'t be used with option "[all-topics]"')
@@ -276,11 +328,14 @@ def reset_offsets(
         raise CommandError("One of the reset scopes should be defined: --all-topics, --topic.")
     topic_args = [parse_topic_arg(t) for t in topics]
     if not execute and not dry_run:
-        click.echo("WARN: No action will be performed as the --execute option is missing. "
-                   "In a future major release, the default behavior of this command will be to "
-                   "prompt the user before executing the reset rather than doing a dry run. You "
-                   "should add the --dry-run option explicitly if you are scripting this command "
-                   "and want to keep the current default behavior without prompting.", err=True)
+        click.echo(
+            "WARN: No action will be performed as the --execute option is missing. "
+            "In a future major release, the default behavior of this command will be to "
+            "prompt the user before executing the reset rather than doing a dry run. You "
+            "should add the --dry-run option explicitly if you are scripting this command "
+            "and want to keep the current default behavior without prompting.",
+            err=True,
+        )
 
     svc = GroupService.connect(bootstrap_server, command_config, timeout_ms)
     ids = _resolve_groups(svc, groups, all_groups)
@@ -291,15 +346,16 @@ def reset_offsets(
     for group_id in ids:
         group = views[group_id]
         if group.state not in ("Empty", "Dead"):
-            click.echo(f"Error: Assignments can only be reset if the group '{group_id}' is "
-                       f"inactive, but the current state is {group.state}.", err=True)
+            click.echo(
+                f"Error: Assignments can only be reset if the group '{group_id}' is "
+                f"inactive, but the current state is {group.state}.",
+                err=True,
+            )
             refused = True
             continue
-        needs_committed = all_topics or spec.scenario in (Scenario.SHIFT_BY,
-                                                          Scenario.TO_CURRENT)
+        needs_committed = all_topics or spec.scenario in (Scenario.SHIFT_BY, Scenario.TO_CURRENT)
         committed = svc.committed_offsets(group_id) if needs_committed else {}
-        partitions = partitions_to_reset(spec, group_id, topic_args, all_topics, committed,
-                                         known)
+        partitions = partitions_to_reset(spec, group_id, topic_args, all_topics, committed, known)
         if spec.scenario is Scenario.FROM_FILE and not partitions:
             click.echo(f"Error: No reset plan for group {group_id} found.", err=True)
         logs = _log_offsets_for(svc, spec, partitions, committed)

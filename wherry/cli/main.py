@@ -29,8 +29,9 @@ def _setup_logging(level: str) -> None:
 
 def _overrides_option(help_text: str) -> Callable[[F], F]:
     """`--override KEY=VALUE` (repeatable), passed as `overrides`."""
-    return click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
-                        help=help_text)
+    return click.option(
+        "--override", "overrides", multiple=True, metavar="KEY=VALUE", help=help_text
+    )
 
 
 @click.group()
@@ -104,9 +105,11 @@ def _run(main_coro: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main_coro)
 
 
-async def _serve_until_signal(start: Callable[[], Awaitable[T]],
-                              announce: Callable[[T], None],
-                              stop: Callable[[], Awaitable[None]]) -> int:
+async def _serve_until_signal(
+    start: Callable[[], Awaitable[T]],
+    announce: Callable[[T], None],
+    stop: Callable[[], Awaitable[None]],
+) -> int:
     """Start, announce what `start` returned, and stop on SIGTERM or SIGINT: exit status 0;
     a failed start is logged and stopped: exit status 1."""
     stopping = asyncio.Event()
@@ -135,8 +138,11 @@ async def _serve(cfg: object) -> int:
     def announce(_: None) -> None:
         bound = zip(cfg.listeners, broker.bound_ports, strict=True)
         where = f" (ZooKeeper {cfg.zookeeper_connect})" if cfg.zookeeper_connect else ""
-        print(f"wherry broker {cfg.broker_id} ready on "
-              f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}{where}", flush=True)
+        print(
+            f"wherry broker {cfg.broker_id} ready on "
+            f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}{where}",
+            flush=True,
+        )
 
     return await _serve_until_signal(broker.start, announce, broker.stop)
 
@@ -145,14 +151,29 @@ async def _serve(cfg: object) -> int:
 @click.argument(
     "properties", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
-@click.option("--brokers", default=3, show_default=True, type=click.IntRange(1, 64),
-              help="Number of brokers (ids 0..N-1).")
-@click.option("--base-port", default=9092, show_default=True, type=click.IntRange(0, 65535),
-              help="Broker N listens on BASE_PORT+N (0: ports chosen by the OS).")
+@click.option(
+    "--brokers",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Number of brokers (ids 0..N-1).",
+)
+@click.option(
+    "--base-port",
+    default=9092,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Broker N listens on BASE_PORT+N (0: ports chosen by the OS).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listener host.")
-@click.option("--dir", "directory", default="wherry-dev", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="Data: <DIR>/broker-N per broker, the shared store in <DIR>/__meta.")
+@click.option(
+    "--dir",
+    "directory",
+    default="wherry-dev",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Data: <DIR>/broker-N per broker, the shared store in <DIR>/__meta.",
+)
 @_overrides_option("Any broker config, Kafka name, for every broker (repeatable).")
 @click.option("--log-level", default="INFO", show_default=True)
 def dev(
@@ -200,8 +221,11 @@ async def _serve_dev(cluster: object) -> int:
         for b in cluster.broker_ids:
             role = " (controller)" if b == controller else ""
             print(f"wherry broker {b} ready on {cluster.address(b)}{role}", flush=True)
-        print(f"wherry dev cluster ready: {len(cluster.broker_ids)} brokers, "
-              f"bootstrap servers {cluster.bootstrap}, controller {controller}", flush=True)
+        print(
+            f"wherry dev cluster ready: {len(cluster.broker_ids)} brokers, "
+            f"bootstrap servers {cluster.bootstrap}, controller {controller}",
+            flush=True,
+        )
 
     return await _serve_until_signal(start, announce, cluster.stop)
 

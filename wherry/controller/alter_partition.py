@@ -263,13 +263,17 @@ async def process_alter_partition(
     verdicts: dict[TopicPartition, Verdict] = {}
 
     def decide(tp: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
-        verdicts[tp] = v = validate(ctx, req.broker_id, tp, wanted[tp])
+        verdicts[tp] = v = validate(
+            ctx, req.broker_id, tp, wanted[tp], shutting_down=ctx.shutting_down
+        )
         return v.write
 
     written = await write(list(wanted), decide)
     for tp, ch in wanted.items():
         key = (ch.topic_id, ch.partition)
-        v = verdicts.get(tp) or validate(ctx, req.broker_id, tp, ch)
+        v = verdicts.get(tp) or validate(
+            ctx, req.broker_id, tp, ch, shutting_down=ctx.shutting_down
+        )
         if tp in written:
             st = written[tp]
             answers[key] = _partition_answer(ch.partition, ErrorCode.none, st)

@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.controller.reassignment import Reassignment
 from wherry.coordination.paths import BrokerRegistration
 
 
@@ -33,6 +34,12 @@ class ControllerContext:
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topics_to_delete: set[str] = field(default_factory=set)
     topics_ineligible_for_deletion: set[str] = field(default_factory=set)
+    # SPEC H8: ongoing reassignments (`assignments` holds their full replica lists) and the
+    # ones that came through the legacy `/admin/reassign_partitions` node.
+    reassigning: dict[TopicPartition, Reassignment] = field(default_factory=dict)
+    legacy_reassignments: set[TopicPartition] = field(default_factory=set)
+    # SPEC H11: brokers in controlled shutdown: alive, but neither leaders nor ISR members.
+    shutting_down: set[int] = field(default_factory=set)
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in sorted(self.assignments.get(topic, {}))]
@@ -52,6 +59,23 @@ class ControllerContext:
     def is_live(self, broker_id: int) -> bool:
         return broker_id in self.live_brokers
 
+    def leader_candidates(self) -> set[int]:
+        """Brokers that may lead or join an ISR: live and not shutting down (Kafka's
+        liveBrokerIds, which leaves out the shutting-down ones)."""
+        return {b for b in self.live_brokers if b not in self.shutting_down}
+
+    def reassignment(self, tp: TopicPartition) -> Reassignment:
+        """The partition's ongoing reassignment, or its plain replica list."""
+        return self.reassigning.get(tp) or Reassignment(self.replicas(tp))
+
+    def set_reassignment(self, tp: TopicPartition, r: Reassignment) -> None:
+        """Record the full replica list (in `assignments`) and whether a reassignment runs."""
+        self.assignments.setdefault(tp.topic, {})[tp.partition] = r.replicas
+        if r.in_progress:
+            self.reassigning[tp] = r
+        else:
+            self.reassigning.pop(tp, None)
+
     def live_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         return tuple(r for r in self.replicas(tp) if r in self.live_brokers)
 
@@ -64,6 +88,8 @@ class ControllerContext:
     def remove_topic(self, topic: str) -> None:
         for tp in self.partitions_of(topic):
             self.states.pop(tp, None)
+            self.reassigning.pop(tp, None)
+            self.legacy_reassignments.discard(tp)
         self.assignments.pop(topic, None)
         self.topic_ids.pop(topic, None)
         self.topic_configs.pop(topic, None)

@@ -30,9 +30,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -48,14 +48,23 @@ from wherry.controller.alter_partition import (
 from wherry.controller.channel import ControllerChannel, ResponseListenable
 from wherry.controller.channel_manager import send_batch
 from wherry.controller.context import ControllerContext, LeaderIsr
-from wherry.controller.election import unclean_election_enabled
+from wherry.controller.election import ElectionStrategy, unclean_election_enabled
+from wherry.controller.leader_balance import (
+    DEFAULT_CHECK_INTERVAL_S,
+    DEFAULT_IMBALANCE_PERCENTAGE,
+)
+from wherry.controller.leadership import LeadershipMoves
 from wherry.controller.partition_state import (
     ElectionOutcome,
     PartitionState,
     PartitionStateMachine,
 )
+from wherry.controller.reassign_procedure import ReassignmentProcedure
+from wherry.controller.reassignment import ApiResult, Reassignment
 from wherry.controller.replica_state import (
+    PartitionReplica,
     ReplicaStateMachine,
+    dead_isr_members,
     remove_replicas_from_isr,
     replicas_of,
     replicas_on,
@@ -90,6 +99,7 @@ MAX_WRITE_ATTEMPTS = 10
 """Conditional partition-state writes re-read and re-decided at most this often per event."""
 
 Event = Callable[[], Awaitable[None]]
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -110,8 +120,14 @@ class Controller:
         delete_topic_enable: bool = True,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         isr_propagation: IsrChangePropagation | None = None,
+        auto_leader_rebalance_enable: bool = True,
+        leader_imbalance_check_interval_s: float = DEFAULT_CHECK_INTERVAL_S,
+        leader_imbalance_per_broker_percentage: int = DEFAULT_IMBALANCE_PERCENTAGE,
     ) -> None:
         self.broker_id = broker_id
+        self.auto_leader_rebalance = auto_leader_rebalance_enable
+        self.imbalance_check_interval_s = leader_imbalance_check_interval_s
+        self.imbalance_percentage = leader_imbalance_per_broker_percentage
         self.channel = channel
         self.unclean_default = unclean_leader_election_default
         self.delete_topic_enable = delete_topic_enable
@@ -129,7 +145,10 @@ class Controller:
         # SPEC R7: committed ISR changes (AlterPartition) wait here for a batched push.
         self.isr_propagation = isr_propagation or IsrChangePropagation()
         self._isr_task: asyncio.Task[None] | None = None
+        self._rebalance_task: asyncio.Task[None] | None = None
         self._zk = ControllerStoreClient(store, self._on_session_state)
+        self.reassignments = ReassignmentProcedure(self)  # SPEC H8
+        self.leadership = LeadershipMoves(self)  # SPEC H10, H11
         if isinstance(channel, ResponseListenable):
             channel.add_response_listener(self.on_broker_response)
 
@@ -138,7 +157,11 @@ class Controller:
         return self._zk.store
 
     @property
-    def _prefix(self) -> str:
+    def zk(self) -> ControllerStoreClient:
+        return self._zk
+
+    @property
+    def prefix(self) -> str:
         return controller_prefix(self.broker_id, self.ctx.epoch)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -150,6 +173,10 @@ class Controller:
             self._isr_task = asyncio.create_task(
                 self._run_isr_propagation(), name=f"isr-change-propagation-{self.broker_id}"
             )
+        if self._rebalance_task is None and self.auto_leader_rebalance:
+            self._rebalance_task = asyncio.create_task(
+                self._run_auto_rebalance(), name=f"auto-leader-rebalance-{self.broker_id}"
+            )
         await self.submit(self._elect)
 
     async def stop(self) -> None:
@@ -158,9 +185,16 @@ class Controller:
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
+        while not self._queue.empty():  # nobody will process them: release their waiters
+            item = self._queue.get_nowait()
+            if item.done is not None and not item.done.done():
+                item.done.set_result(None)
         if self._isr_task is not None:
             await cancel_and_wait(self._isr_task)
             self._isr_task = None
+        if self._rebalance_task is not None:
+            await cancel_and_wait(self._rebalance_task)
+            self._rebalance_task = None
         await self._resign("controller stopped")
         self._zk.close()
         if isinstance(self.channel, ResponseListenable):
@@ -184,6 +218,8 @@ class Controller:
     async def submit(self, event: Event) -> None:
         """Run an event on the controller's queue and wait until it has been processed
         (errors are handled and logged by the queue, not raised here)."""
+        if self._task is None:
+            return  # stopped: nothing runs events any more
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Queued(event, None, done))
         await done
@@ -219,23 +255,23 @@ class Controller:
         try:
             await event()
         except ControllerMovedError as e:
-            log.warning("%s controller moved: %s; resigning", self._prefix, e)
+            log.warning("%s controller moved: %s; resigning", self.prefix, e)
             await self._resign(f"controller moved: {e}")
             try:
                 await self._zk.delete_own_controller()
             except SessionExpiredError:
                 return
             except Exception:
-                log.exception("%s could not give up /controller", self._prefix)
+                log.exception("%s could not give up /controller", self.prefix)
             self._enqueue(self._elect)
         except SessionExpiredError as e:
-            log.warning("%s session ended (%s); resigning", self._prefix, e)
+            log.warning("%s session ended (%s); resigning", self.prefix, e)
             await self._resign("session ended")
             self.active_controller_id = -1
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("%s error processing a controller event", self._prefix)
+            log.exception("%s error processing a controller event", self.prefix)
 
     def _on_session_state(self, state: SessionState) -> None:
         self._enqueue(self._on_session_end)
@@ -243,7 +279,7 @@ class Controller:
     async def _on_session_end(self) -> None:
         if not self._zk.session_dead:
             return  # a restart already moved to a new session
-        log.warning("%s session expired or closed; resigning until restarted", self._prefix)
+        log.warning("%s session expired or closed; resigning until restarted", self.prefix)
         await self._resign("session expired")
         self.active_controller_id = -1
 
@@ -272,13 +308,13 @@ class Controller:
                 continue
             await self._on_controller_failover(epoch, epoch_zk_version)
             return
-        log.warning("%s gave up an election round; waiting for /controller to change", self._prefix)
+        log.warning("%s gave up an election round; waiting for /controller to change", self.prefix)
 
     async def _resign(self, reason: str) -> None:
         """Kafka's onControllerResignation: stop acting, forget everything, drop the queues."""
         was_active, prefix = (
             self.active or self.active_controller_id == self.broker_id,
-            self._prefix,
+            self.prefix,
         )
         self._generation += 1
         self._watchers = {}
@@ -302,8 +338,8 @@ class Controller:
         self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=epoch_zk_version)
         self.active_controller_id = self.broker_id
         self.isr_propagation.last_propagation_ms = self._now_ms()  # full metadata goes out
-        log.info("%s elected as controller with epoch %d", self._prefix, epoch)
-        state_change_logger.info("%s Became controller", self._prefix)
+        log.info("%s elected as controller with epoch %d", self.prefix, epoch)
+        state_change_logger.info("%s Became controller", self.prefix)
         ctx = self.ctx
         await self._zk.ensure_paths()
         # Watches and context: brokers, topics (with their assignments and states), deletions.
@@ -313,6 +349,12 @@ class Controller:
         for t in sorted(await self._zk.topics(self._watch("topics", self._on_topic_change))):
             await self._load_topic(t)
         queued = await self._zk.deletions(self._watch("deletions", self._on_deletion_change))
+        legacy = await self._zk.reassignment_request(
+            self._watch("admin:reassign", self._on_reassign_node)
+        )
+        preferred = await self._zk.preferred_election_request(
+            self._watch("admin:elect", self._on_preferred_node)
+        )
         await self.channel.sync_brokers(broker_addresses(ctx.live_brokers))
         await self._init_deletions(queued)
         self.replica_sm.initialize(ctx)
@@ -329,37 +371,32 @@ class Controller:
             batch,
         )
         await self._trigger_online(batch)
-        await self._remove_dead_followers(batch)
+        # Replicas on brokers that died while no controller watched leave the ISRs.
+        await self.replicas_offline(dead_isr_members(ctx), batch, stop_replica=False)
         add_update_metadata(batch, ctx, ctx.live_brokers, ctx.all_partitions())
-        await self._try_deletions(batch)
         await self._send(batch)
         self.active = True  # acting (`active`) once the context is loaded and announced
+        batch = self._batch()
+        await self.reassignments.resume(legacy, batch)  # SPEC H8, H7
+        if preferred is not None:
+            await self.leadership.preferred_node_election(preferred, batch)
+        await self._try_deletions(batch)
+        await self._send(batch)
 
-    async def _remove_dead_followers(self, batch: RequestBatch) -> None:
-        """At failover, replicas on brokers that died while no controller watched leave the
-        ISR of partitions that have a live leader (as if their failure had been seen; Kafka
-        leaves this to the leaders' ISR shrink). Partitions without a live leader keep their
-        ISR, so any of its members may come back as a clean leader."""
-        ctx = self.ctx
-        dead = [
-            r
-            for r in replicas_of(ctx, ctx.all_partitions())
-            if not ctx.is_live(r.replica)
-            and not ctx.is_queued_for_deletion(r.tp.topic)
-            and (st := ctx.states.get(r.tp)) is not None
-            and ctx.is_live(st.leader)
-            and r.replica in st.isr
-        ]
-        if not dead:
-            return
-        removals = self.replica_sm.offline_isr_changes(ctx, dead)
+    async def replicas_offline(
+        self, replicas: list[PartitionReplica], batch: RequestBatch, *, stop_replica: bool
+    ) -> None:
+        """OfflineReplica: the replicas leave their partitions' ISRs and leadership (written),
+        the remaining replicas hear of it; with `stop_replica` each replica is stopped."""
+        ctx, rsm = self.ctx, self.replica_sm
+        removals = rsm.offline_isr_changes(ctx, replicas)
         epoch = ctx.epoch
 
         def shrink(tp: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
             return remove_replicas_from_isr(cur, removals[tp], epoch)
 
-        written = await self._update_leader_isr(sorted(removals), shrink)
-        self.replica_sm.complete_offline(ctx, dead, written, batch, stop_replica=False)
+        written = await self.update_leader_isr(sorted(removals), shrink)
+        rsm.complete_offline(ctx, replicas, written, batch, stop_replica=stop_replica)
 
     # --- loading -----------------------------------------------------------------------------
     def _modifications_event(self, topic: str) -> Event:
@@ -378,6 +415,11 @@ class Controller:
         if a.topic_id.int != 0:
             ctx.topic_ids[topic] = a.topic_id
         ctx.assignments[topic] = {p: tuple(r) for p, r in a.partitions.items()}
+        for p, r in a.partitions.items():
+            ctx.set_reassignment(
+                TopicPartition(topic, p),
+                Reassignment(tuple(r), tuple(a.adding.get(p, ())), tuple(a.removing.get(p, ()))),
+            )
         ctx.topic_configs[topic] = await self._zk.topic_config(topic)
         for p in a.partitions:
             tp = TopicPartition(topic, p)
@@ -397,7 +439,7 @@ class Controller:
         if not self.delete_topic_enable:
             for t in queued:
                 log.info(
-                    "%s topic deletion is disabled; dropping the request for %s", self._prefix, t
+                    "%s topic deletion is disabled; dropping the request for %s", self.prefix, t
                 )
                 await self._zk.delete_deletion_marker(t)
             return
@@ -407,7 +449,7 @@ class Controller:
         self.deletion.init(self.ctx, queued)
 
     # --- writing partition states ------------------------------------------------------------
-    async def _update_leader_isr(
+    async def update_leader_isr(
         self,
         tps: Iterable[TopicPartition],
         decide: DecideLeaderIsr,
@@ -442,7 +484,7 @@ class Controller:
             pending = conflicts
         state_change_logger.error(
             "%s Gave up writing the states of %s after %d conflicting attempts",
-            self._prefix,
+            self.prefix,
             [str(tp) for tp in pending],
             MAX_WRITE_ATTEMPTS,
         )
@@ -485,26 +527,48 @@ class Controller:
             await self._elect_leaders(elect, batch)
 
     async def _elect_leaders(self, tps: list[TopicPartition], batch: RequestBatch) -> None:
+        await self.elect_with(tps, ElectionStrategy.OFFLINE, batch)
+
+    async def elect_with(
+        self,
+        tps: list[TopicPartition],
+        strategy: ElectionStrategy,
+        batch: RequestBatch,
+        *,
+        unclean_allowed: bool | None = None,
+    ) -> dict[TopicPartition, ElectionOutcome]:
+        """Elect, write and announce leaders with `strategy` (the offline election reads each
+        topic's unclean setting unless `unclean_allowed` says)."""
         ctx, psm = self.ctx, self.partition_sm
-        unclean = await self._unclean_settings(tps)
+        unclean = (
+            await self._unclean_settings(tps)
+            if strategy is ElectionStrategy.OFFLINE and unclean_allowed is None
+            else {}
+        )
         outcomes: dict[TopicPartition, ElectionOutcome] = {}
 
         def decide(tp: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
-            allowed = unclean.get(
-                tp.topic,
-                unclean_election_enabled(ctx.topic_configs.get(tp.topic, {}), self.unclean_default),
-            )
-            outcomes[tp] = o = psm.elect(ctx, tp, cur, unclean_allowed=allowed)
+            allowed = unclean_allowed
+            if allowed is None:
+                allowed = unclean.get(
+                    tp.topic,
+                    unclean_election_enabled(
+                        ctx.topic_configs.get(tp.topic, {}), self.unclean_default
+                    ),
+                )
+            outcomes[tp] = o = psm.elect(ctx, tp, cur, unclean_allowed=allowed, strategy=strategy)
             return o.leader_isr
 
-        written = await self._update_leader_isr(tps, decide)
+        written = await self.update_leader_isr(tps, decide)
         for tp in tps:
             if tp in written:
+                outcomes[tp] = replace(outcomes[tp], written=True)
                 psm.complete_online(ctx, tp, batch, unclean=outcomes[tp].unclean)
             else:
                 o = outcomes.get(tp)
                 if o is not None and o.error is not None:
                     psm.fail_online(ctx, tp, o.error)
+        return outcomes
 
     async def _trigger_online(self, batch: RequestBatch) -> None:
         """Kafka's triggerOnlinePartitionStateChange: new and offline partitions (of topics
@@ -544,14 +608,16 @@ class Controller:
         if not (new or dead or bounced):
             ctx.live_brokers = current
             return
-        log.info("%s broker change: new %s, dead %s, bounced %s", self._prefix, new, dead, bounced)
+        log.info("%s broker change: new %s, dead %s, bounced %s", self.prefix, new, dead, bounced)
         batch = self._batch()
+        ctx.shutting_down.difference_update([*dead, *bounced])
         if dead or bounced:
             ctx.live_brokers = {b: r for b, r in current.items() if b not in bounced}
             await self._on_broker_failure([*dead, *bounced], batch)
         ctx.live_brokers = current
         if new or bounced:
             await self._on_broker_startup(sorted([*new, *bounced]), batch)
+            await self.reassignments.on_brokers_started([*new, *bounced], batch)
         add_update_metadata(
             batch, ctx, ctx.live_brokers, ctx.partitions_on_brokers({*dead, *new, *bounced})
         )
@@ -574,14 +640,7 @@ class Controller:
         ]
         psm.to_offline(ctx, offline_leader)
         await self._trigger_online(batch)
-        removals = rsm.offline_isr_changes(ctx, others)
-        epoch = ctx.epoch
-
-        def shrink(tp: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
-            return remove_replicas_from_isr(cur, removals[tp], epoch)
-
-        written = await self._update_leader_isr(sorted(removals), shrink)
-        rsm.complete_offline(ctx, others, written, batch, stop_replica=False)
+        await self.replicas_offline(others, batch, stop_replica=False)
         if for_deletion:
             self.deletion.fail_replica_deletion(ctx, rsm, for_deletion)
 
@@ -604,11 +663,11 @@ class Controller:
         ctx = self.ctx
         names = set(await self._zk.topics(self._watch("topics", self._on_topic_change)))
         for t in sorted(set(ctx.assignments) - names):  # removed behind our back
-            log.info("%s topic %s disappeared from the store", self._prefix, t)
+            log.info("%s topic %s disappeared from the store", self.prefix, t)
             self._forget_topic(t)
         loaded = [t for t in sorted(names - set(ctx.assignments)) if await self._load_topic(t)]
         if loaded:
-            log.info("%s new topics %s", self._prefix, loaded)
+            log.info("%s new topics %s", self.prefix, loaded)
             await self._on_new_partitions([tp for t in loaded for tp in ctx.partitions_of(t)])
 
     def _forget_topic(self, topic: str) -> None:
@@ -629,7 +688,7 @@ class Controller:
         if a is None:
             return
         if ctx.is_queued_for_deletion(topic):
-            log.info("%s ignoring new partitions of %s: it is being deleted", self._prefix, topic)
+            log.info("%s ignoring new partitions of %s: it is being deleted", self.prefix, topic)
             return
         known = ctx.assignments[topic]
         added = {p: tuple(r) for p, r in a.partitions.items() if p not in known}
@@ -706,11 +765,15 @@ class Controller:
                 answer.update(error_response(ErrorCode.not_controller))
                 return
             outcome = await process_alter_partition(
-                self.ctx, req, self._update_leader_isr, controller_id=self.broker_id
+                self.ctx, req, self.update_leader_isr, controller_id=self.broker_id
             )
             if outcome.written:
                 self.isr_propagation.record(outcome.written, self._now_ms())
             answer.update(outcome.response)
+            if outcome.written and self.ctx.reassigning:
+                batch = self._batch()
+                await self.reassignments.on_isr_change(outcome.written, batch)
+                await self._send(batch)
 
         await self.submit(event)
         if not answer:  # the event failed (logged by the queue)
@@ -733,6 +796,89 @@ class Controller:
             await asyncio.sleep(self.isr_propagation.check_interval_ms / 1000)
             if self.isr_propagation.changed:
                 self._enqueue(self.propagate_isr_changes, self._generation)
+
+    # --- cluster operations (SPEC H8, H10, H11; reassign_procedure.py, leadership.py) ---------
+    async def _acting(self, work: Callable[[RequestBatch], Awaitable[T]]) -> T | None:
+        """Run `work` as an event with a batch that is sent after it; None when this
+        controller is not acting (the caller answers NOT_CONTROLLER)."""
+        out: list[T] = []
+
+        async def event() -> None:
+            if not self.active:
+                return
+            batch = self._batch()
+            try:
+                out.append(await work(batch))
+            finally:
+                await self._send(batch)
+
+        await self.submit(event)
+        return out[0] if out else None
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, ApiResult] | None:
+        """AlterPartitionReassignments: start (or replace) each target; None cancels."""
+        return await self._acting(lambda batch: self.reassignments.alter(targets, batch))
+
+    async def list_partition_reassignments(
+        self, partitions: Collection[TopicPartition] | None
+    ) -> dict[TopicPartition, Reassignment] | None:
+        return await self._acting(lambda _: self.reassignments.ongoing(partitions))
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Collection[TopicPartition] | None
+    ) -> dict[TopicPartition, ApiResult] | None:
+        """ElectLeaders: 0 preferred, 1 unclean; None means every partition."""
+        return await self._acting(
+            lambda batch: self.leadership.elect(election_type, partitions, batch)
+        )
+
+    async def controlled_shutdown(
+        self, broker_id: int, broker_epoch: int
+    ) -> tuple[ErrorCode, list[TopicPartition]]:
+        answer = await self._acting(
+            lambda batch: self.leadership.controlled_shutdown(broker_id, broker_epoch, batch)
+        )
+        return (ErrorCode.not_controller, []) if answer is None else answer
+
+    async def _on_reassign_node(self) -> None:
+        """`/admin/reassign_partitions` was created or changed (by us too: the watch is on
+        existence and data; what is already running is not started again)."""
+        if not self.active:
+            return
+        requested = await self._zk.reassignment_request(
+            self._watch("admin:reassign", self._on_reassign_node)
+        )
+        if requested is not None:
+            batch = self._batch()
+            await self.reassignments.on_legacy_request(requested, batch)
+            await self._send(batch)
+
+    async def _on_preferred_node(self) -> None:
+        watch = self._watch("admin:elect", self._on_preferred_node)
+        if self.active and (tps := await self._zk.preferred_election_request(watch)) is not None:
+            batch = self._batch()
+            await self.leadership.preferred_node_election(tps, batch)
+            await self._send(batch)
+
+    async def _auto_rebalance(self) -> None:
+        if not self.active:
+            return
+        batch = self._batch()
+        moved = await self.leadership.auto_rebalance(self.imbalance_percentage, batch)
+        if moved:
+            log.info("%s auto leader rebalance moved %d partitions", self.prefix, len(moved))
+        await self._send(batch)
+
+    async def _run_auto_rebalance(self) -> None:
+        """Kafka's auto-leader-rebalance-task: every `leader.imbalance.check.interval.seconds`
+        (the first check after 5 s at most), queued in the current generation."""
+        await asyncio.sleep(min(5.0, self.imbalance_check_interval_s))
+        while True:
+            if self.active:
+                self._enqueue(self._auto_rebalance, self._generation)
+            await asyncio.sleep(self.imbalance_check_interval_s)
 
     # --- requests ----------------------------------------------------------------------------
     def _batch(self) -> RequestBatch:

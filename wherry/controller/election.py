@@ -1,12 +1,14 @@
 """Leader election rules (SPEC H3, H10), pure functions of the partition's state.
 
-Kafka's `PartitionLeaderElectionAlgorithms` (ZooKeeper mode): only the strategies the
-controller uses are here -- the offline election (new and offline partitions) and the
-preferred replica rule (for the coming preferred election).
+Kafka's `PartitionLeaderElectionAlgorithms` (ZooKeeper mode): the offline election (new and
+offline partitions), the reassignment election (a leader from the target replicas), the
+preferred replica election and the controlled-shutdown election. `live` is always the brokers
+that may lead: registered and not shutting down.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -60,3 +62,35 @@ def preferred_replica_election(
     if assigned and assigned[0] in live and assigned[0] in isr:
         return Election(assigned[0], tuple(isr))
     return Election(None, tuple(isr))
+
+
+def reassign_partition_election(
+    target: Sequence[int], isr: Sequence[int], live: Collection[int]
+) -> Election:
+    """The first target replica that is alive and in the ISR; the ISR stays."""
+    for r in target:
+        if r in live and r in isr:
+            return Election(r, tuple(isr))
+    return Election(None, tuple(isr))
+
+
+def controlled_shutdown_election(
+    assigned: Sequence[int],
+    isr: Sequence[int],
+    live: Collection[int],
+    shutting_down: Collection[int],
+) -> Election:
+    """The first assigned replica that is alive, in the ISR and not shutting down; the new
+    ISR leaves out the shutting-down brokers."""
+    remaining = tuple(r for r in isr if r not in shutting_down)
+    for r in assigned:
+        if r in live and r in remaining:
+            return Election(r, remaining)
+    return Election(None, tuple(isr))
+
+
+class ElectionStrategy(enum.Enum):
+    OFFLINE = "offline"
+    REASSIGN = "reassign"
+    PREFERRED = "preferred"
+    CONTROLLED_SHUTDOWN = "controlled shutdown"

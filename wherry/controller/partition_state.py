@@ -31,7 +31,15 @@ from typing import Final
 from wherry.common.state_enum import StateEnum
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext, LeaderIsr
-from wherry.controller.election import live_isr, offline_partition_election
+from wherry.controller.election import (
+    Election,
+    ElectionStrategy,
+    controlled_shutdown_election,
+    live_isr,
+    offline_partition_election,
+    preferred_replica_election,
+    reassign_partition_election,
+)
 from wherry.controller.request_batch import RequestBatch
 from wherry.controller.request_states import add_leader_and_isr
 from wherry.controller.state_machine import ControllerStates
@@ -75,6 +83,7 @@ class ElectionOutcome:
     leader_isr: LeaderIsr | None
     unclean: bool = False
     error: str | None = None
+    written: bool = False  # set by the controller once the new state is stored
 
 
 class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
@@ -162,14 +171,16 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
     # --- going online (the controller writes between deciding and completing) ---------------
     def initial_leader_isr(self, ctx: ControllerContext, tp: TopicPartition) -> LeaderIsr | None:
         """A new partition's first state: leader = first live assigned replica, ISR = the live
-        assigned replicas, leader epoch 0. None (logged) when no replica is alive."""
-        live = ctx.live_replicas(tp)
+        assigned replicas, leader epoch 0. None (logged) when no replica is alive. Brokers in
+        controlled shutdown count as not alive."""
+        candidates = ctx.leader_candidates()
+        live = tuple(r for r in ctx.replicas(tp) if r in candidates)
         if not live:
             self.fail_online(
                 ctx,
                 tp,
                 f"no assigned replica of {list(ctx.replicas(tp))} is alive; live brokers are "
-                f"{sorted(ctx.live_brokers)}",
+                f"{sorted(candidates)}",
             )
             return None
         return LeaderIsr(live[0], 0, live, ctx.epoch, -1)
@@ -180,36 +191,70 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
         tp: TopicPartition,
         current: LeaderIsr,
         *,
-        unclean_allowed: bool,
+        unclean_allowed: bool = False,
+        strategy: ElectionStrategy = ElectionStrategy.OFFLINE,
     ) -> ElectionOutcome:
-        """The offline election for a partition in the Offline (or Online) state; the new
-        state has the next leader epoch. No write when the partition has no eligible leader."""
+        """An election for a partition in the Offline (or Online) state with `strategy`; the
+        new state has the next leader epoch. No write when no replica is eligible."""
         assigned = ctx.replicas(tp)
-        e = offline_partition_election(
-            assigned, current.isr, ctx.live_brokers, unclean_allowed=unclean_allowed
-        )
+        live = ctx.leader_candidates()
+        e: Election
+        if strategy is ElectionStrategy.OFFLINE:
+            e = offline_partition_election(
+                assigned, current.isr, live, unclean_allowed=unclean_allowed
+            )
+        elif strategy is ElectionStrategy.REASSIGN:
+            e = reassign_partition_election(ctx.reassignment(tp).target, current.isr, live)
+        elif strategy is ElectionStrategy.PREFERRED:
+            e = preferred_replica_election(assigned, current.isr, live)
+        else:
+            e = controlled_shutdown_election(assigned, current.isr, live, ctx.shutting_down)
         if e.leader is None:
-            if assigned and not [r for r in assigned if ctx.is_live(r)]:
-                why = f"no assigned replica of {list(assigned)} is alive"
-            elif not unclean_allowed:
-                why = (
-                    f"no replica in ISR {list(current.isr)} is alive and unclean leader "
-                    "election is disabled"
-                )
-            else:
-                why = "no eligible replica"
             return ElectionOutcome(
-                None, error=f"{why}; live brokers are {sorted(ctx.live_brokers)}"
+                None, error=self._no_leader_reason(ctx, tp, current, strategy, unclean_allowed)
             )
         return ElectionOutcome(
             LeaderIsr(e.leader, current.leader_epoch + 1, e.isr, ctx.epoch, current.zk_version),
             unclean=e.unclean,
         )
 
+    @staticmethod
+    def _no_leader_reason(
+        ctx: ControllerContext,
+        tp: TopicPartition,
+        current: LeaderIsr,
+        strategy: ElectionStrategy,
+        unclean_allowed: bool,
+    ) -> str:
+        assigned = ctx.replicas(tp)
+        live = sorted(ctx.leader_candidates())
+        if strategy is ElectionStrategy.PREFERRED:
+            why = (
+                f"preferred replica {assigned[0] if assigned else None} is not alive or not in "
+                f"ISR {list(current.isr)}"
+            )
+        elif strategy is ElectionStrategy.REASSIGN:
+            why = (
+                f"no target replica of {list(ctx.reassignment(tp).target)} is alive and in ISR "
+                f"{list(current.isr)}"
+            )
+        elif strategy is ElectionStrategy.CONTROLLED_SHUTDOWN:
+            why = f"no other replica of {list(assigned)} is alive and in ISR {list(current.isr)}"
+        elif assigned and not [r for r in assigned if r in live]:
+            why = f"no assigned replica of {list(assigned)} is alive"
+        elif not unclean_allowed:
+            why = (
+                f"no replica in ISR {list(current.isr)} is alive and unclean leader "
+                "election is disabled"
+            )
+        else:
+            why = "no eligible replica"
+        return f"{why}; live brokers are {live}"
+
     def needs_unclean_config(self, ctx: ControllerContext, tp: TopicPartition) -> bool:
         """True when an election of `tp` now would depend on the unclean-election setting."""
         st = ctx.states.get(tp)
-        return st is not None and not live_isr(ctx.replicas(tp), st.isr, ctx.live_brokers)
+        return st is not None and not live_isr(ctx.replicas(tp), st.isr, ctx.leader_candidates())
 
     def complete_online(
         self,

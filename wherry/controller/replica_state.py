@@ -106,6 +106,22 @@ def replicas_on(ctx: ControllerContext, brokers: Collection[int]) -> list[Partit
     ]
 
 
+def dead_isr_members(ctx: ControllerContext) -> list[PartitionReplica]:
+    """At failover: ISR members on brokers that died while no controller watched, of
+    partitions that have a live leader (they leave the ISR as if their failure had been seen;
+    Kafka leaves this to the leaders' ISR shrink). Partitions without a live leader keep their
+    ISR, so any of its members may come back as a clean leader."""
+    return [
+        r
+        for r in replicas_of(ctx, ctx.all_partitions())
+        if not ctx.is_live(r.replica)
+        and not ctx.is_queued_for_deletion(r.tp.topic)
+        and (st := ctx.states.get(r.tp)) is not None
+        and ctx.is_live(st.leader)
+        and r.replica in st.isr
+    ]
+
+
 def remove_replicas_from_isr(
     current: LeaderIsr, removed: Collection[int], controller_epoch: int
 ) -> LeaderIsr | None:

@@ -250,6 +250,74 @@ class ControllerStoreClient:
     async def delete_deletion_marker(self, topic: str) -> None:
         await self.delete_if_exists(paths.delete_topic_path(topic))
 
+    async def set_topic_assignment(
+        self, topic: str, assignment: paths.TopicAssignment, epoch_zk_version: int
+    ) -> None:
+        """Rewrite a topic's assignment (reassignment state included), fenced."""
+        await self._fenced(epoch_zk_version, [SetOp(paths.topic_path(topic), assignment.to_json())])
+
+    # --- admin requests through nodes (legacy tools) ------------------------------------------
+    async def _read_admin_node(self, path: str, watch: WatchCallback | None) -> bytes | None:
+        """The node's data, or None when it does not exist (the watch then fires on
+        creation)."""
+        if await self.exists(path, watch) is None:
+            return None
+        try:
+            data, _ = await self.get(path)
+        except NoNodeError:
+            return None
+        return data
+
+    async def reassignment_request(
+        self, watch: WatchCallback | None
+    ) -> dict[tuple[str, int], list[int]] | None:
+        """``/admin/reassign_partitions``; None when absent. An unreadable node is deleted."""
+        data = await self._read_admin_node(paths.ADMIN_REASSIGN_PARTITIONS, watch)
+        if data is None:
+            return None
+        try:
+            return paths.decode_reassignment(data)
+        except ValueError as e:
+            log.error("deleting an unreadable %s: %s", paths.ADMIN_REASSIGN_PARTITIONS, e)
+            await self.delete_if_exists(paths.ADMIN_REASSIGN_PARTITIONS)
+            return None
+
+    async def set_reassignment_request(
+        self, remaining: dict[tuple[str, int], list[int]], epoch_zk_version: int
+    ) -> None:
+        """Rewrite ``/admin/reassign_partitions`` with what remains; delete it when empty."""
+        path = paths.ADMIN_REASSIGN_PARTITIONS
+        if await self.exists(path) is None:
+            return
+        op: MultiOp = (
+            SetOp(path, paths.encode_reassignment(remaining)) if remaining else DeleteOp(path)
+        )
+        try:
+            await self._fenced(epoch_zk_version, [op])
+        except NoNodeError:
+            pass
+
+    async def preferred_election_request(
+        self, watch: WatchCallback | None
+    ) -> list[tuple[str, int]] | None:
+        """``/admin/preferred_replica_election``; None when absent."""
+        path = paths.ADMIN_PREFERRED_REPLICA_ELECTION
+        data = await self._read_admin_node(path, watch)
+        if data is None:
+            return None
+        try:
+            return paths.decode_partition_list(data)
+        except ValueError as e:
+            log.error("deleting an unreadable %s: %s", path, e)
+            await self.delete_if_exists(path)
+            return None
+
+    async def delete_preferred_election_request(self, epoch_zk_version: int) -> None:
+        try:
+            await self._fenced(epoch_zk_version, [DeleteOp(paths.ADMIN_PREFERRED_REPLICA_ELECTION)])
+        except NoNodeError:
+            pass
+
     # --- partition states ----------------------------------------------------------------------
     async def partition_state(self, tp: TopicPartition) -> LeaderIsr | None:
         try:

@@ -16,6 +16,8 @@ path                                        content
 ``/config/brokers/<id>``, ``/<default>``    `encode_config`
 ``/config/changes/config_change_<seq>``     change notifications (sequential)
 ``/admin/delete_topics/<topic>``            empty; marks a topic for deletion
+``/admin/reassign_partitions``              `encode_reassignment` (legacy reassignment request)
+``/admin/preferred_replica_election``       `encode_partition_list` (legacy election request)
 ``/isr_change_notification/isr_change_<seq>``  ISR change notifications (sequential)
 ==========================================  ====================================================
 
@@ -29,8 +31,8 @@ import base64
 import binascii
 import json
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from wherry.coordination.store import MetadataStore, NodeExistsError
@@ -38,6 +40,8 @@ from wherry.coordination.store import MetadataStore, NodeExistsError
 __all__ = [
     "ADMIN",
     "ADMIN_DELETE_TOPICS",
+    "ADMIN_PREFERRED_REPLICA_ELECTION",
+    "ADMIN_REASSIGN_PARTITIONS",
     "BROKERS",
     "BROKER_IDS",
     "BROKER_SEQID",
@@ -66,10 +70,14 @@ __all__ = [
     "decode_cluster_id",
     "decode_config",
     "decode_controller_epoch",
+    "decode_partition_list",
+    "decode_reassignment",
     "delete_topic_path",
     "encode_cluster_id",
     "encode_config",
     "encode_controller_epoch",
+    "encode_partition_list",
+    "encode_reassignment",
     "ensure_persistent_paths",
     "format_topic_id",
     "parse_topic_id",
@@ -98,6 +106,8 @@ CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
 DEFAULT_ENTITY = "<default>"
 ADMIN = "/admin"
 ADMIN_DELETE_TOPICS = "/admin/delete_topics"
+ADMIN_REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+ADMIN_PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -273,18 +283,26 @@ class BrokerRegistration:
 
 @dataclass(frozen=True, slots=True)
 class TopicAssignment:
-    """``/brokers/topics/<topic>``: topic id and partition -> replica list (Kafka version 2)."""
+    """``/brokers/topics/<topic>``: topic id and partition -> replica list (Kafka version 2).
+
+    While a partition is being reassigned (KIP-455) its replica list is the full set (the
+    original replicas plus the target ones) and ``adding`` / ``removing`` name the replicas
+    being added and removed; both are empty otherwise."""
 
     topic_id: uuid.UUID
     partitions: dict[int, list[int]]
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return _dumps(
             {
                 "version": 2,
                 "partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())},
-                "adding_replicas": {},
-                "removing_replicas": {},
+                "adding_replicas": {str(p): list(r) for p, r in sorted(self.adding.items()) if r},
+                "removing_replicas": {
+                    str(p): list(r) for p, r in sorted(self.removing.items()) if r
+                },
                 "topic_id": format_topic_id(self.topic_id),
             }
         )
@@ -293,15 +311,20 @@ class TopicAssignment:
     def from_json(cls, data: bytes) -> TopicAssignment:
         """Decode; a missing ``topic_id`` (pre-2.8 Kafka data) decodes as `ZERO_UUID`."""
         obj = _loads(data, "topic assignment")
-        raw = obj.get("partitions") or {}
-        if not isinstance(raw, dict):
-            raise ValueError("topic assignment 'partitions' is not an object")
-        partitions = {int(p): [int(b) for b in r] for p, r in raw.items()}
         tid = obj.get("topic_id")
         return cls(
             topic_id=ZERO_UUID if tid is None else parse_topic_id(str(tid)),
-            partitions=dict(sorted(partitions.items())),
+            partitions=_replica_map(obj, "partitions"),
+            adding=_replica_map(obj, "adding_replicas"),
+            removing=_replica_map(obj, "removing_replicas"),
         )
+
+
+def _replica_map(obj: Mapping[str, Any], key: str) -> dict[int, list[int]]:
+    raw = obj.get(key) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"topic assignment {key!r} is not an object")
+    return dict(sorted((int(p), [int(b) for b in r]) for p, r in raw.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,3 +411,55 @@ def decode_config(data: bytes) -> dict[str, str]:
     if not isinstance(config, dict):
         raise ValueError("config JSON 'config' is not an object")
     return {str(k): str(v) for k, v in config.items()}
+
+
+def _partition_entries(data: bytes, what: str) -> list[dict[str, Any]]:
+    obj = _loads(data, what)
+    entries = obj.get("partitions")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{what} JSON 'partitions' is not a list of objects")
+    return entries
+
+
+def encode_reassignment(targets: Mapping[tuple[str, int], list[int]]) -> bytes:
+    """``/admin/reassign_partitions`` (Kafka's legacy format, version 1)."""
+    return _dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": t, "partition": p, "replicas": list(r)}
+                for (t, p), r in sorted(targets.items())
+            ],
+        }
+    )
+
+
+def decode_reassignment(data: bytes) -> dict[tuple[str, int], list[int]]:
+    what = "partition reassignment"
+    out: dict[tuple[str, int], list[int]] = {}
+    for e in _partition_entries(data, what):
+        replicas = _field(e, "replicas", what)
+        if not isinstance(replicas, list):
+            raise ValueError(f"{what} JSON 'replicas' is not a list")
+        out[(str(_field(e, "topic", what)), int(_field(e, "partition", what)))] = [
+            int(b) for b in replicas
+        ]
+    return out
+
+
+def encode_partition_list(partitions: Iterable[tuple[str, int]]) -> bytes:
+    """``/admin/preferred_replica_election`` (Kafka's format, version 1)."""
+    return _dumps(
+        {
+            "version": 1,
+            "partitions": [{"topic": t, "partition": p} for t, p in sorted(set(partitions))],
+        }
+    )
+
+
+def decode_partition_list(data: bytes) -> list[tuple[str, int]]:
+    what = "preferred replica election"
+    return [
+        (str(_field(e, "topic", what)), int(_field(e, "partition", what)))
+        for e in _partition_entries(data, what)
+    ]

@@ -167,7 +167,7 @@ _KEYS: tuple[ConfigKey, ...] = (
         ("delete",),
         'The retention policy for log segments: "delete" discards old segments when their '
         'retention time or size limit is reached; "compact" enables log compaction (the latest '
-        'record of each key is kept); both may be given.',
+        "record of each key is kept); both may be given.",
         "log.cleanup.policy",
         choices=("compact", "delete"),
     ),

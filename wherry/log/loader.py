@@ -139,9 +139,7 @@ class LogLoader:
         log_end_offset = last_end if last_end is not None else self._next_offset_of(active)
         start = min(max(self.log_start_offset, segments[0].base_offset), log_end_offset)
         recovery = (
-            log_end_offset
-            if self.had_clean_shutdown
-            else min(self.recovery_point, log_end_offset)
+            log_end_offset if self.had_clean_shutdown else min(self.recovery_point, log_end_offset)
         )
         leader_epochs.truncate_from_end(log_end_offset)
         leader_epochs.truncate_from_start(start)

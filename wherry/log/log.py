@@ -559,9 +559,7 @@ class Log:
         """Delete segments whose newest timestamp is older than retention.ms; returns how many."""
         return self._retain(self._retention.delete_retention_ms_breached_segments, now_ms)
 
-    def _retain(
-        self, retention_pass: Callable[[int, RetentionBounds], int], now_ms: int
-    ) -> int:
+    def _retain(self, retention_pass: Callable[[int, RetentionBounds], int], now_ms: int) -> int:
         """Run a retention pass under the lock; after deletions the recovery point and the
         high watermark reach (at least) the first segment left."""
         with self._lock:

@@ -181,6 +181,5 @@ def validate_replicated_batches(
         expected = header.next_offset
     if len(records) > config.segment_bytes:
         raise RecordBatchTooLargeError(
-            f"replicated batch of {len(records)} bytes exceeds segment.bytes "
-            f"{config.segment_bytes}"
+            f"replicated batch of {len(records)} bytes exceeds segment.bytes {config.segment_bytes}"
         )

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.outbound import OutboundConnection, RequestClient
 from wherry.replication.isr import CommittedLeaderAndIsr, IsrProposal
+from wherry.runtime.tasks import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +130,7 @@ class AlterPartitionManager:
                     timeout = None
                     if self.unsent and self.inflight is None:
                         timeout = max(0, self.not_before_ms - now) / 1000
-                    try:
-                        await asyncio.wait_for(wakeup.wait(), timeout)
-                    except TimeoutError:
-                        pass
+                    await wait_event(wakeup, timeout)
                     continue
                 body, items = nxt
                 try:

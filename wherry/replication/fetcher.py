@@ -40,7 +40,7 @@ from wherry.replication.truncation import (
     out_of_range_action,
     truncation_point,
 )
-from wherry.runtime.tasks import cancel_and_wait
+from wherry.runtime.tasks import cancel_and_wait, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -353,11 +353,7 @@ class ReplicaFetcher:
         self._wakeup.clear()
         nxt = self.states.next_ready_ms()
         timeout = None if nxt is None else max(0.0, (nxt - self._ms()) / 1000)
-        try:
-            async with asyncio.timeout(timeout):
-                await self._wakeup.wait()
-        except TimeoutError:
-            pass
+        await wait_event(self._wakeup, timeout)
 
     async def do_work(self) -> bool:
         """One round: truncate what needs it, else fetch; False if nothing was ready."""

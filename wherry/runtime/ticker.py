@@ -13,6 +13,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from wherry.runtime.tasks import wait_event
+
 __all__ = ["Clocked", "PurgatoryTicker"]
 
 MAX_SLEEP_MS = 1_000  # re-check at least this often (a source's clock may jump)
@@ -59,7 +61,4 @@ class PurgatoryTicker:
             timeout_ms = MAX_SLEEP_MS if wait is None else max(1, min(wait, MAX_SLEEP_MS))
             if self._wakeup.is_set():
                 continue
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout_ms / 1000)
-            except TimeoutError:
-                pass
+            await wait_event(self._wakeup, timeout_ms / 1000)

@@ -13,7 +13,7 @@ import random
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode
 
@@ -254,6 +254,11 @@ class AdminManager:
             raise AdminError(
                 ErrorCode.invalid_partitions, f"Topic already has {existing} partitions."
             )
+        if any(current.adding.values()) or any(current.removing.values()):
+            raise AdminError(
+                ErrorCode.reassignment_in_progress,
+                f"A partition reassignment is in progress for the topic '{name}'.",
+            )
         added = count - existing
         brokers = sorted(b.broker_id for b in self.cache.alive_brokers())
         rf = len(current.partitions[0])
@@ -292,7 +297,7 @@ class AdminManager:
             try:
                 await self.store.set(
                     paths.topic_path(name),
-                    paths.TopicAssignment(current.topic_id, merged).to_json(),
+                    replace(current, partitions=merged).to_json(),
                     version=stat.version,
                 )
             except BadVersionError as e:

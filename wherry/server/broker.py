@@ -59,6 +59,7 @@ from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
+from wherry.runtime.tasks import wait_event
 from wherry.server import controlled_shutdown
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig, new_cluster_id
@@ -420,6 +421,9 @@ class Broker:
             unclean_leader_election_default=cfg.log_defaults.unclean_leader_election_enable,
             delete_topic_enable=cfg.delete_topic_enable,
             now_ms=self.clock.now_ms,
+            auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds,
+            leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
         )
         await self.controller.start()
 
@@ -565,9 +569,7 @@ class Broker:
                 if remaining <= 0:
                     return False
                 changed.clear()
-                try:
-                    await asyncio.wait_for(changed.wait(), remaining / 1000)
-                except TimeoutError:
+                if not await wait_event(changed, remaining / 1000):
                     return predicate()
             return True
         finally:

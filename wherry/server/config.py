@@ -120,6 +120,10 @@ class BrokerConfig:
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5_000
+    # Auto leader rebalance (SPEC H10; Kafka's names and defaults).
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     # Group coordinator (Kafka's names and code defaults; see QUICKSTART_DEFAULTS).
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
@@ -184,6 +188,9 @@ class BrokerConfig:
         take("default.replication.factor", int)
         take("auto.create.topics.enable", _bool)
         take("delete.topic.enable", _bool)
+        take("auto.leader.rebalance.enable", _bool)
+        take("leader.imbalance.check.interval.seconds", int)
+        take("leader.imbalance.per.broker.percentage", int)
         take("socket.request.max.bytes", int)
         take("log.retention.check.interval.ms", int)
         take("log.flush.scheduler.interval.ms", int)
@@ -240,6 +247,8 @@ class BrokerConfig:
             ("controller_socket_timeout_ms", 1),
             ("controlled_shutdown_max_retries", 0),
             ("controlled_shutdown_retry_backoff_ms", 0),
+            ("leader_imbalance_check_interval_seconds", 1),
+            ("leader_imbalance_per_broker_percentage", 0),
         ):
             if kw.get(key, minimum) < minimum:
                 raise BrokerConfigError(f"{key.replace('_', '.')} must be at least {minimum}")

@@ -136,7 +136,11 @@ def test_stopping_a_leader_moves_its_leaderships_before_it_stops(
         and r.leader is not None and r.leader != victim and (r.leader_epoch or 0) >= 1
     }
     assert set(led) <= followed, (led, followed)
-    # Nothing was lost, and the topic takes writes with the victim gone.
+    # Nothing was lost, and the topic takes writes with the victim gone, once every broker
+    # knows it is gone: until then the victim, which fetched as a follower until it stopped,
+    # is a live caught-up replica about to join the ISR, which holds the high watermark (as
+    # Kafka's maybeIncrementLeaderHW does).
+    assert wait_until(lambda: all(sorted(c.metadata(b).brokers) == others for b in others), 10)
     produce(c.bootstrap, t, 30, "after")
     assert consume_all(c, t, 90) == sorted(
         messages("before", 60) + messages("after", 30)

@@ -344,6 +344,8 @@ class Partition:
             hw = self.maybe_increment_high_watermark(now_ms)
         elif outcome is AlterOutcome.REVERTED:
             self._log_commit(before, "Reverted", now_ms, error=result)
+            # A refused expansion leaves the maximal ISR smaller: the HW may move now.
+            hw = self.maybe_increment_high_watermark(now_ms)
         elif outcome is AlterOutcome.KEPT_PENDING:
             log.info(
                 "[Partition %s broker=%d] AlterPartition for %s failed with %s; waiting for "

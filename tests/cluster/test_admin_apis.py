@@ -91,7 +91,8 @@ def test_preferred_election_with_confluent_kafka(cluster: DevCluster) -> None:
     assert all(partition_view(c, t)[p].leader != mover for p in preferred)
 
     tps = [CKTopicPartition(t, p) for p in range(3)]
-    results = admin(c).elect_leaders(ElectionType.PREFERRED, tps).result(30)
+    a = admin(c)  # held until the result: a collected client destroys its pending requests
+    results = a.elect_leaders(ElectionType.PREFERRED, tps).result(30)
     by_partition = {tp.partition: err for tp, err in results.items()}
     for p in range(3):
         err = by_partition[p]

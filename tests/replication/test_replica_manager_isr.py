@@ -224,3 +224,28 @@ def test_single_broker_path(tmp_path: Path) -> None:
         assert e.rm.maybe_shrink_isr(e.clock.now + 10 * LAG) == 0
     finally:
         e.lm.shutdown()
+
+
+def test_proposal_behind_a_stale_queued_one_is_not_left_pending(env: Env) -> None:
+    """A proposal made while an older one for the partition still holds the manager's queue
+    slot (re-queued after its request to a controller that died failed, while the new
+    controller's LeaderAndIsr replaced the state) is not attempted: the partition goes back to
+    its committed state and proposes again later, as Kafka's OperationNotAttemptedException
+    does, instead of staying pending with nothing sent (the ISR frozen, a reassignment waiting
+    for it forever)."""
+    env.lead(isr=(1, 2), replicas=(1, 2, 3))
+    env.follower_fetch(3, 0)
+    nxt = env.apm.next_request(env.clock.now)
+    assert nxt is not None
+    env.apm.handle_response(nxt[1], ConnectionError("controller gone"), env.clock.now)
+    assert list(env.apm.unsent) == [TP]  # the stale proposal, queued again
+    env.lead(epoch=2, isr=(1, 2), replicas=(1, 2, 3), pe=1)  # the new controller's state
+    env.follower_fetch(3, 0)  # caught up: a new proposal, which cannot be queued
+    assert env.part.state == CommittedPartitionState(frozenset({1, 2}))
+    env.clock.now += 1_000
+    env.answer_alter_partition(ErrorCode.fenced_leader_epoch)  # the stale one: ignored
+    assert env.part.state == CommittedPartitionState(frozenset({1, 2}))
+    env.follower_fetch(3, 0)
+    assert isinstance(env.part.state, PendingExpandIsr)
+    env.answer_alter_partition()
+    assert env.part.isr == {1, 2, 3}

@@ -519,12 +519,18 @@ class ReplicaManager:
             self._on_alter_partition_result(tp, pending, result)
 
         if not mgr.submit(AlterPartitionItem(tp, part.topic_id, pending.sent, on_result)):
+            # An older proposal still holds the queue slot (re-queued after a failed request,
+            # e.g. to a controller that died, while a LeaderAndIsr replaced the state). As in
+            # Kafka (OperationNotAttemptedException), this one was not attempted: back to the
+            # committed state, so a later fetch or expiry check proposes again rather than the
+            # partition staying pending with nothing sent.
             log.debug(
                 "[ReplicaManager broker=%d] an ISR change for %s-%d is already queued",
                 self.broker_id,
                 tp.topic,
                 tp.partition,
             )
+            self._on_alter_partition_result(tp, pending, ErrorCode.operation_not_attempted)
 
     def _on_alter_partition_result(
         self, tp: TopicPartition, pending: PendingIsrState, result: AlterPartitionResult

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
@@ -381,14 +381,22 @@ def test_no_acknowledged_write_lost_over_fault_rounds(cluster: ZkCluster) -> Non
 
 
 def leader_hw_wait(c: ZkCluster, topic: str, partition: int) -> int:
-    """The partition's high watermark once it stops moving (the producer is stopped)."""
+    """The partition's high watermark once it stops moving (the producer is stopped). Asked
+    again when leadership moves meanwhile (auto leader rebalance may give it back to the
+    preferred replica after the rounds)."""
     consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "hw", "log_level": 0})
     try:
         last = -1
         for _ in range(100):
-            hw = consumer.get_watermark_offsets(
-                CKTopicPartition(topic, partition), timeout=10, cached=False
-            )[1]
+            try:
+                hw = consumer.get_watermark_offsets(
+                    CKTopicPartition(topic, partition), timeout=10, cached=False
+                )[1]
+            except KafkaException as e:
+                if not e.args[0].retriable():
+                    raise
+                time.sleep(0.2)
+                continue
             if hw == last:
                 return hw
             last = hw

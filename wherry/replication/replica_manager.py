@@ -482,12 +482,16 @@ class ReplicaManager:
             self._on_alter_partition_result(tp, pending, result)
 
         if not mgr.submit(AlterPartitionItem(tp, part.topic_id, pending.sent, on_result)):
+            # An older proposal for it is still queued: this one is not sent, so the partition
+            # must not wait for its answer (Kafka: OperationNotAttemptedException, which
+            # reverts to the last committed state; a later fetch proposes again).
             log.debug(
                 "[ReplicaManager broker=%d] an ISR change for %s-%d is already queued",
                 self.broker_id,
                 tp.topic,
                 tp.partition,
             )
+            on_result(ErrorCode.operation_not_attempted)
 
     def _on_alter_partition_result(
         self, tp: TopicPartition, pending: PendingIsrState, result: AlterPartitionResult

@@ -86,8 +86,11 @@ class ClusterOperations:
         rng: random.Random,
         topic: str,
         initial: dict[int, tuple[int, ...]],
+        *,
+        keep_in_sync: bool = True,
     ) -> None:
         self.world = world
+        self.keep_in_sync = keep_in_sync
         self.plane = plane
         self.rng = rng
         self.topic = topic
@@ -154,7 +157,19 @@ class ClusterOperations:
             rf = len([r for r in current if r not in removing])
             if rng.random() < 0.5:  # a new replication factor too
                 rf = rng.randint(1, len(w.broker_ids))
-            targets[tp] = rng.sample(live, max(1, min(rf, len(live))))
+            target = rng.sample(live, max(1, min(rf, len(live))))
+            state = self.plane.stored_state(tp)
+            in_sync = [b for b in (state.isr if state else ()) if b in live]
+            if self.keep_in_sync and not set(target) & set(in_sync):
+                # A careful operator keeps a live in-sync replica: a target with none (a
+                # cancel back to lagging originals, say) can leave the partition with no ISR
+                # member among its replicas, offline for good (Kafka 3.9 allows it too).
+                if not in_sync:
+                    continue
+                target[rng.randrange(len(target))] = rng.choice(in_sync)
+            targets[tp] = target
+        if not targets:
+            return
         now = w.now_ms()
         asked = {tp: self.ledger.start(tp.topic, tp.partition, t, now) for tp, t in targets.items()}
         w.log_fault(
@@ -177,6 +192,11 @@ class ClusterOperations:
         moving = [p for p in sorted(a.partitions) if a.adding.get(p) or a.removing.get(p)]
         p = rng.choice(moving) if moving and rng.random() < 0.8 else rng.choice(w.tps).partition
         tp = TopicPartition(self.topic, p)
+        original = [r for r in a.partitions[p] if r not in a.adding.get(p, [])]
+        state = self.plane.stored_state(tp)
+        in_sync = {b for b in (state.isr if state else ()) if b in self._live()}
+        if self.keep_in_sync and moving and not in_sync & set(original):
+            return  # the careful operator does not cancel back to replicas all out of sync
         asked = {
             tp: self.ledger.cancel(
                 self.topic,

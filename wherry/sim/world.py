@@ -80,6 +80,9 @@ class SimOptions:
     operations: bool = True
     # Auto leader rebalance: None lets the seed decide (on in half the seeds, short interval).
     auto_rebalance: RebalanceConfig | None = None
+    # Reassignment targets keep one live in-sync replica (False: any live brokers, which can
+    # strand a partition with no ISR member among its replicas -- see operations.py).
+    reassign_keep_in_sync: bool = True
 
 
 @dataclass(slots=True)
@@ -167,7 +170,12 @@ class World:
                 )
             if options.operations and options.faults:
                 self.operations = ClusterOperations(
-                    self, self.plane, ops_rng, TOPIC, dict(assignments)
+                    self,
+                    self.plane,
+                    ops_rng,
+                    TOPIC,
+                    dict(assignments),
+                    keep_in_sync=options.reassign_keep_in_sync,
                 )
 
     @property
@@ -243,9 +251,10 @@ class World:
         plane = self.plane
         if plane is not None:
             sid = plane.broker_session(b)
-            self.loop.call_later(
-                self.options.session_timeout_ms / 1000, lambda: plane.expire_broker(b, sid)
-            )
+            if sid is not None:  # None: already expired (a restart registers anew)
+                self.loop.call_later(
+                    self.options.session_timeout_ms / 1000, lambda: plane.expire_broker(b, sid)
+                )
             return
 
         async def expire() -> None:
@@ -286,9 +295,9 @@ class World:
         node = self.node(b)
         if node is None:
             return
-        self.removals.broker_away(b, self.now_ms())  # it was away until now
         if self.plane is not None:
             if self.plane.broker_session(b) is None:
+                self.removals.broker_away(b, self.now_ms())  # it was away until now
                 node.fence.broker_epoch = self.plane.register_broker(b)
             return
         node.fence.broker_epoch = self.store.register(b)
@@ -598,6 +607,9 @@ class World:
         self.network.heal_all()
         for b in sorted(self.down):
             self.start_broker(b)
+        if self.plane is not None:
+            for b in self.broker_ids:
+                self.reregister(b)  # a live broker whose session expired (no-op otherwise)
         if self.plane is not None:
             for host in self.controller_ids:
                 self.start_controller(host)

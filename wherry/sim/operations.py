@@ -243,13 +243,14 @@ class ClusterOperations:
 
         await self._admin(work)
 
-    async def shutdown(self) -> None:
-        """Controlled shutdown of a live broker, its clean stop, a restart later."""
+    async def shutdown(self, broker: int | None = None) -> None:
+        """Controlled shutdown of a live broker (`broker`, or one at random), its clean stop,
+        a restart later."""
         w, rng = self.world, self.rng
         live = self._live()
         if len(w.down | w.stopping) >= len(w.broker_ids) - 1 or not live:
             return
-        b = rng.choice(live)
+        b = rng.choice(live) if broker is None else broker
         node = w.node(b)
         if node is None:
             return

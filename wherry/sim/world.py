@@ -114,7 +114,7 @@ class World:
         self.network = SimNetwork(random.Random(self.rng.random()), self, options.network)
         self.fault_rng = random.Random(self.rng.random())
         self.client_rng = random.Random(self.rng.random())
-        ops_rng = random.Random(self.rng.random())
+        ops_rng = random.Random(self.rng.getrandbits(64))
         broker_ids = list(range(1, options.brokers + 1))
         rf = min(3, options.brokers)
         assignments = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +17,8 @@ import pytest
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.reassign_procedure import ReassignmentProcedure
 from wherry.controller.reassignment import Reassignment
+from wherry.controller.replica_state import PartitionReplica
+from wherry.controller.request_batch import RequestBatch
 from wherry.log.manager import CLEAN_SHUTDOWN_FILE
 from wherry.sim.real_controller import RebalanceConfig
 from wherry.sim.world import TOPIC, SimOptions, SimResult, World, run_seed
@@ -76,7 +78,7 @@ class ScriptedShutdown(World):
 
     target: int
     led_at_stop: list[TopicPartition]
-    result_of_shutdown: bool | None
+    clean_marker: bool
 
     async def faults(self, until_ms: int) -> None:
         await asyncio.sleep(0.5)
@@ -93,6 +95,7 @@ class ScriptedShutdown(World):
             tp for tp in self.tps if (st := self.stored_state(tp)) and st.leader == b
         ]
         await super().stop_broker(b)
+        self.clean_marker = (self.root / f"broker-{b}" / CLEAN_SHUTDOWN_FILE).exists()
 
 
 def test_controlled_shutdown_moves_leadership_then_stops_cleanly(tmp_path: Path) -> None:
@@ -107,7 +110,7 @@ def test_controlled_shutdown_moves_leadership_then_stops_cleanly(tmp_path: Path)
     stops = [f for f in r.faults if f.endswith(f"broker {b} stops")]
     assert stops, r.faults  # the controller answered with nothing left to lead
     assert world.led_at_stop == [], "the broker still led partitions when it stopped"
-    assert (tmp_path / f"broker-{b}" / CLEAN_SHUTDOWN_FILE).exists() or world.node(b) is not None
+    assert world.clean_marker, "a clean stop leaves the clean-shutdown marker"
     assert any(f"restart broker {b}" in f for f in r.faults), r.faults
 
 
@@ -147,12 +150,18 @@ def test_invariant_catches_a_reassignment_that_never_stores_its_target(
 def test_invariant_catches_removed_replicas_that_are_never_stopped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def keep_them(
-        self: ReassignmentProcedure, tp: TopicPartition, removed: object, batch: object
-    ) -> None:
-        return None
+    """B4 done, B5 skipped: the removed replicas leave the ISR but are never told to stop."""
 
-    monkeypatch.setattr(ReassignmentProcedure, "_stop_removed", keep_them)
+    async def only_leave_the_isr(
+        self: ReassignmentProcedure,
+        tp: TopicPartition,
+        removed: Sequence[int],
+        batch: RequestBatch,
+    ) -> None:
+        replicas = [PartitionReplica(tp, b) for b in removed]
+        await self.core.replicas_offline(replicas, batch, stop_replica=False)
+
+    monkeypatch.setattr(ReassignmentProcedure, "_stop_removed", only_leave_the_isr)
     r = _first_violation(CI, range(20))
     assert r is not None, "removed replicas left running went unnoticed for 20 seeds"
     assert "outside its replicas" in (r.violation or ""), _describe(r)

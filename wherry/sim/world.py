@@ -152,7 +152,10 @@ class World:
         self.plane: RealControlPlane | None = None
         self.operations: ClusterOperations | None = None
         if options.controller == "real":
-            rebalance = options.auto_rebalance or rebalance_config(ops_rng)
+            with_ops = options.operations and options.faults
+            rebalance = options.auto_rebalance or (
+                rebalance_config(ops_rng) if with_ops else RebalanceConfig()
+            )
             self.plane = RealControlPlane(
                 self,
                 root,
@@ -168,7 +171,7 @@ class World:
                     f"0: auto leader rebalance every {rebalance.leader_imbalance_check_interval_s}"
                     f" s, imbalance {rebalance.leader_imbalance_per_broker_percentage}%"
                 )
-            if options.operations and options.faults:
+            if with_ops:
                 self.operations = ClusterOperations(
                     self,
                     self.plane,

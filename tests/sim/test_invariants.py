@@ -10,7 +10,15 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.manager import LogManager
 from wherry.protocol.records import build_batch, parse_header
-from wherry.sim.invariants import History, InvariantViolation, LeaderView, batches_below
+from wherry.sim.invariants import (
+    History,
+    InvariantViolation,
+    LeaderView,
+    ReassignmentLedger,
+    RemovalWatch,
+    batches_below,
+    check_reassignments_settled,
+)
 
 TP = TopicPartition("t", 0)
 
@@ -58,3 +66,82 @@ def test_a_committed_offset_may_never_change() -> None:
     h.record_committed(TP, {1: 12, 2: 13}, "broker 2")
     with pytest.raises(InvariantViolation, match="offset 1, below a high watermark, changed"):
         h.record_committed(TP, {1: 99}, "broker 3")
+
+
+# --- reassignments -------------------------------------------------------------------------------
+def _settled(ledger: ReassignmentLedger, **overrides: object) -> None:
+    args: dict[str, object] = {
+        "topic": "t",
+        "stored": {0: [2, 3]},
+        "adding": {},
+        "removing": {},
+        "ongoing": [],
+        "online": {0: {2, 3}},
+        "on_disk": {0: {2, 3}},
+        "excused": set(),
+        "ledger": ledger,
+    }
+    args.update(overrides)
+    check_reassignments_settled(**args)  # type: ignore[arg-type]
+
+
+def test_ledger_outcomes_follow_the_last_acknowledged_request() -> None:
+    ledger = ReassignmentLedger(initial={"t": {0: (1, 2, 3)}})
+    assert ledger.possible("t", 0) == [((1, 2, 3), False)]
+    first = ledger.start("t", 0, [2, 3], 10)
+    lost = ledger.start("t", 0, [3], 20)  # its answer never came: it may have happened
+    assert [r for r, _ in ledger.possible("t", 0)] == [(1, 2, 3), (2, 3), (3,)]
+    first.answer = "ok"
+    assert [r for r, _ in ledger.possible("t", 0)] == [(2, 3), (3,)]
+    lost.answer = "error"
+    assert [r for r, _ in ledger.possible("t", 0)] == [(2, 3)]
+    # A cancel sent while 2 -> [2, 3] + adding 3 ran restores the original (or, if that one
+    # completed meanwhile and another started, its target); order does not count.
+    cancel = ledger.cancel("t", 0, [4, 2, 3], adding=[4], removing=[2, 3], now_ms=30)
+    cancel.answer = "ok"
+    assert ledger.possible("t", 0) == [((2, 3), True), ((4,), True)]
+
+
+def test_settled_reassignments_pass_and_each_leftover_is_reported() -> None:
+    ledger = ReassignmentLedger(initial={"t": {0: (1, 2, 3)}})
+    ledger.start("t", 0, [2, 3], 10).answer = "ok"
+    _settled(ledger)
+    with pytest.raises(InvariantViolation, match="still shows a reassignment"):
+        _settled(ledger, stored={0: [2, 3, 1]}, removing={0: [1]})
+    with pytest.raises(InvariantViolation, match="neither a requested target"):
+        _settled(ledger, stored={0: [3, 2]})
+    with pytest.raises(InvariantViolation, match=r"replicas \[3\] of \[2, 3\] do not host it"):
+        _settled(ledger, online={0: {2}})
+    with pytest.raises(InvariantViolation, match=r"brokers \[1\] outside .* still host it"):
+        _settled(ledger, online={0: {1, 2, 3}})
+    with pytest.raises(InvariantViolation, match=r"brokers \[1\] outside .* still have its log"):
+        _settled(ledger, on_disk={0: {1, 2, 3}})
+    # A removed broker (or the controller) that went away since may keep a stray: excused.
+    _settled(ledger, online={0: {1, 2, 3}}, on_disk={0: {1, 2, 3}}, excused={(1, 0)})
+    with pytest.raises(InvariantViolation, match="still lists reassignments"):
+        _settled(ledger, ongoing=[("t", 0)])
+    with pytest.raises(InvariantViolation, match="no controller answers"):
+        _settled(ledger, ongoing=None)
+
+
+def test_removal_watch_excuses_only_removals_followed_by_an_absence() -> None:
+    w = RemovalWatch()
+    w.observe({0: [1, 2, 3]}, [1, 2, 3], since_ms=0)
+    w.observe({0: [2, 3]}, [1, 2, 3], since_ms=100)  # 1 removed after 100
+    assert w.excused() == set()
+    w.broker_away(2, 150)  # another broker: no excuse for broker 1
+    w.broker_away(1, 50)  # before the removal: no excuse either
+    assert w.excused() == set()
+    w.controller_away(120)
+    assert w.excused() == {(1, 0)}
+    w.observe({0: [1, 2, 3]}, [1, 2, 3], since_ms=200)  # back in the replicas
+    assert w.excused() == set()
+
+
+def test_a_stale_leader_is_not_bound_by_a_member_at_a_newer_epoch() -> None:
+    h = History()
+    isr = frozenset({1, 2})
+    # Member 2 was removed, deleted and added back (empty log, newer epoch): leader 1 is stale.
+    h.check_leaders([LeaderView(1, 1, TP, 0, 14, isr)], {(1, TP): 20, (2, TP): 0}, {(2, TP): 8})
+    with pytest.raises(InvariantViolation, match="maximal-ISR member 2"):
+        h.check_leaders([LeaderView(1, 1, TP, 0, 14, isr)], {(1, TP): 20, (2, TP): 0}, {(2, TP): 0})

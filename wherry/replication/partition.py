@@ -136,6 +136,11 @@ class Partition:
         leo = self.log.log_end_offset
         if new_epoch:
             self.leader_epoch_start_offset = leo
+            # Kafka's makeLeader (maybeAssignEpochStartOffset): cache the new epoch now, not at
+            # its first append, so a follower holding entries of a later epoch than any in
+            # this log asks about an epoch this leader knows the end of (else it falls back to
+            # truncating to its own high watermark, below what may be committed).
+            self.log.leader_epoch_cache.assign(st.leader_epoch, leo)
         old = self.remote_replicas if was_leader else {}
         self.remote_replicas = {
             r: reset_follower(

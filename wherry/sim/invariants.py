@@ -16,12 +16,22 @@ the logs):
     everything a consumer was ever shown (so committed prefixes are identical across
     replicas);
 and, after the faults stop and the cluster heals (`check_final`), every acknowledged record is
-below the leader's high watermark (liveness: nothing acknowledged is stuck).
+below the leader's high watermark (liveness: nothing acknowledged is stuck), and every partition
+reassignment once started has completed or been cancelled (`check_reassignments_settled`, with
+the requests' possible outcomes from `ReassignmentLedger`): nothing is being added or removed in
+the store or by the controller, the replica list is the outcome of a request that may have
+taken effect, its replicas host the partition and no other broker does.
+
+Replicas removed by a reassignment no longer count for the HW rules: the rules read only the
+members of a leader's maximal ISR that have an open log, a removed replica leaves the ISR
+before it is stopped and its log deleted, and a member at a newer leader epoch than its leader
+is skipped -- the leader is then stale (e.g. a removed leader whose StopReplica was lost to a
+controller failover), while the member may have been removed and added back with an empty log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from wherry.common.topic_partition import TopicPartition
@@ -111,7 +121,12 @@ class History:
         self,
         leaders: Iterable[LeaderView],
         log_end_offset: Mapping[tuple[int, TopicPartition], int],
+        replica_epoch: Mapping[tuple[int, TopicPartition], int] | None = None,
     ) -> None:
+        """`replica_epoch`: the leader epoch each replica is at. A maximal-ISR member already
+        at a newer leader epoch than its leader's does not bind it: that leader is stale (a
+        removed replica whose StopReplica was lost, say), and the member may since have been
+        removed, deleted and added again with an empty log."""
         for v in leaders:
             key = (v.tp, v.leader_epoch)
             other = self.leader_of_epoch.setdefault(key, v.broker_id)
@@ -131,6 +146,10 @@ class History:
             for member in sorted(v.maximal_isr):
                 leo = log_end_offset.get((member, v.tp))
                 if leo is None:
+                    continue
+                if replica_epoch is not None and (
+                    replica_epoch.get((member, v.tp), -1) > v.leader_epoch
+                ):
                     continue
                 bound = leo if self.broken_rule != "hw-below-leo" else leo - 1
                 if v.high_watermark > bound:
@@ -161,3 +180,180 @@ class History:
                     f"{tp}: after healing, acknowledged batch (crc {value:#x}) at offset "
                     f"{offset} is not below the high watermark {hw} of leader {leader}"
                 )
+
+
+# --- reassignments -----------------------------------------------------------------------------
+Outcome = tuple[tuple[int, ...], bool]
+"""A replica list a request may leave and whether only its set counts (a cancel's: the
+original replicas come back in the controller's order, target first)."""
+
+
+@dataclass(slots=True)
+class LedgerEntry:
+    outcomes: tuple[Outcome, ...]
+    sent_ms: int  # when it was asked (for whoever debugs a seed)
+    answer: str = "pending"  # "ok", "error" (took no effect) or "pending" (unknown)
+
+
+@dataclass(slots=True)
+class ReassignmentLedger:
+    """What the simulation asked of reassignments, per partition, in the order it asked.
+
+    A request answered OK took effect; one answered with an error did not; one whose answer
+    was lost (timeout, controller gone, NOT_CONTROLLER after a half-done event) may have. A
+    controller processes its requests in order and a stale controller's writes are fenced, so
+    the final replica list is the outcome of the last request answered OK or of one asked
+    after it whose answer is unknown (or, with no OK, the initial list)."""
+
+    initial: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
+    requests: dict[tuple[str, int], list[LedgerEntry]] = field(default_factory=dict)
+
+    def start(self, topic: str, partition: int, target: Sequence[int], now_ms: int) -> LedgerEntry:
+        return self._add(topic, partition, ((tuple(target), False),), now_ms)
+
+    def cancel(
+        self,
+        topic: str,
+        partition: int,
+        replicas: Sequence[int],
+        adding: Collection[int],
+        removing: Collection[int],
+        now_ms: int,
+    ) -> LedgerEntry:
+        """A cancel sent while the store showed `replicas` (with `adding` / `removing`): it
+        restores the original replicas of the reassignment it finds -- the one shown, or, if
+        that one completed meanwhile and another started, its target."""
+        original = tuple(r for r in replicas if r not in adding)
+        target = tuple(r for r in replicas if r not in removing)
+        return self._add(topic, partition, ((original, True), (target, True)), now_ms)
+
+    def _add(
+        self, topic: str, partition: int, outcomes: tuple[Outcome, ...], now_ms: int
+    ) -> LedgerEntry:
+        r = LedgerEntry(outcomes, now_ms)
+        self.requests.setdefault((topic, partition), []).append(r)
+        return r
+
+    def possible(self, topic: str, partition: int) -> list[Outcome]:
+        reqs = self.requests.get((topic, partition), [])
+        last_ok = max((i for i, r in enumerate(reqs) if r.answer == "ok"), default=None)
+        out: list[Outcome] = []
+        if last_ok is None:
+            out.append((self.initial[topic][partition], False))
+        for r in reqs[last_ok or 0 :]:
+            if r.answer != "error":
+                out.extend(r.outcomes)
+        return out
+
+
+def _matches(replicas: Sequence[int], outcome: Outcome) -> bool:
+    want, as_set = outcome
+    return set(replicas) == set(want) if as_set else tuple(replicas) == want
+
+
+def check_reassignments_settled(
+    topic: str,
+    stored: Mapping[int, Sequence[int]],
+    adding: Mapping[int, Sequence[int]],
+    removing: Mapping[int, Sequence[int]],
+    ongoing: Collection[tuple[str, int]] | None,
+    online: Mapping[int, Collection[int]],
+    on_disk: Mapping[int, Collection[int]],
+    excused: Collection[tuple[int, int]],
+    ledger: ReassignmentLedger,
+) -> None:
+    """After the cluster has been healthy for a while: no reassignment is left half-done.
+
+    `stored`, `adding`, `removing`: the topic's node; `ongoing`: what the acting controller
+    lists (None: no controller acts, itself a failure); `online`: partition -> the brokers
+    with a replica of it open (their replica manager's partition); `on_disk`: partition -> the
+    brokers with its log in their log dirs; `excused`: (broker, partition) pairs whose
+    StopReplica may have been lost (`RemovalWatch`).
+
+    A removed replica is told to stop and delete the partition by StopReplica, which the
+    controller sends only to live brokers and holds only in memory: a controller that dies (or
+    resigns) before it is delivered, or a broker that is away, loses it, and no later
+    controller sends it again. A ZooKeeper-mode broker then keeps the replica running until it
+    restarts and its log for good (Kafka 3.9 too: only KRaft detects stray replicas). Such
+    leftovers are reported only when neither happened since the removal."""
+    for p in sorted(stored):
+        tp = f"{topic}-{p}"
+        if adding.get(p) or removing.get(p):
+            raise InvariantViolation(
+                f"{tp}: after healing, the store still shows a reassignment: replicas "
+                f"{list(stored[p])}, adding {list(adding.get(p, []))}, removing "
+                f"{list(removing.get(p, []))}"
+            )
+        possible = ledger.possible(topic, p)
+        if not any(_matches(stored[p], o) for o in possible):
+            raise InvariantViolation(
+                f"{tp}: after healing, its replicas {list(stored[p])} are neither a requested "
+                f"target nor the original of a cancelled reassignment: possible "
+                f"{[list(r) for r, _ in possible]}"
+            )
+        replicas = set(stored[p])
+        missing = sorted(replicas - set(online.get(p, ())))
+        if missing:
+            raise InvariantViolation(
+                f"{tp}: after healing, replicas {missing} of {list(stored[p])} do not host it"
+            )
+        extra = sorted(b for b in set(online.get(p, ())) - replicas if (b, p) not in excused)
+        if extra:
+            raise InvariantViolation(
+                f"{tp}: after healing, brokers {extra} outside its replicas {list(stored[p])} "
+                "still host it, though neither they nor the controller went away since their "
+                "removal (removed replicas not stopped)"
+            )
+        stray = sorted(b for b in set(on_disk.get(p, ())) - replicas if (b, p) not in excused)
+        if stray:
+            raise InvariantViolation(
+                f"{tp}: after healing, brokers {stray} outside its replicas {list(stored[p])} "
+                "still have its log, though neither they nor the controller went away since "
+                "their removal (removed replicas not deleted)"
+            )
+    if ongoing is None:
+        raise InvariantViolation("after healing, no controller answers")
+    if ongoing:
+        raise InvariantViolation(
+            f"after healing, the controller still lists reassignments in progress: "
+            f"{sorted(ongoing)}"
+        )
+
+
+@dataclass(slots=True)
+class RemovalWatch:
+    """When each broker was (first seen) removed from each partition's replicas, and when
+    brokers and controllers went away, to tell a lost StopReplica (excused) from one never
+    sent (`check_reassignments_settled`)."""
+
+    removed_ms: dict[tuple[int, int], int] = field(default_factory=dict)
+    broker_events: dict[int, list[int]] = field(default_factory=dict)
+    controller_events: list[int] = field(default_factory=list)
+
+    def observe(
+        self, replicas: Mapping[int, Sequence[int]], brokers: Iterable[int], since_ms: int
+    ) -> None:
+        """The store's full replica lists now; a removal seen now happened after `since_ms`
+        (the previous observation)."""
+        for p, rs in replicas.items():
+            for b in brokers:
+                if b in rs:
+                    self.removed_ms.pop((b, p), None)
+                else:
+                    self.removed_ms.setdefault((b, p), since_ms)
+
+    def broker_away(self, b: int, now_ms: int) -> None:
+        """`b` crashed, stopped, lost its session or started again."""
+        self.broker_events.setdefault(b, []).append(now_ms)
+
+    def controller_away(self, now_ms: int) -> None:
+        """A controller host crashed or lost its session."""
+        self.controller_events.append(now_ms)
+
+    def excused(self) -> set[tuple[int, int]]:
+        out: set[tuple[int, int]] = set()
+        for (b, p), since in self.removed_ms.items():
+            events = [*self.controller_events, *self.broker_events.get(b, [])]
+            if any(t >= since for t in events):
+                out.add((b, p))
+        return out

@@ -6,6 +6,13 @@ with the network replaced by `SimNetwork` calls and time by the simulated loop's
 `crash()` ends the process at once: its tasks are cancelled and its file descriptors closed
 without flushing or writing anything (the page cache survives, so the files keep every byte
 written); for a power loss the world then cuts what was never fsynced (`disk.py`).
+
+`controlled_shutdown()` then `stop()` is a clean stop, as `wherry server` would do it with
+Kafka's `controlled.shutdown.enable`: ask the controller (ControlledShutdown) until it answers
+with no partitions still led, at most `controlled.shutdown.max.retries` times with
+`controlled.shutdown.retry.backoff.ms` between attempts (Kafka's KafkaServer.controlledShutdown;
+it stops anyway when they all fail); then stop the replica node and close the logs with their
+checkpoints and the clean-shutdown marker (as `Broker.stop`).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +59,8 @@ class NodeConfig:
     request_timeout_ms: int
     hw_checkpoint_interval_ms: int = 200
     recovery_checkpoint_interval_ms: int = 300
+    controlled_shutdown_max_retries: int = 3  # Kafka's default
+    controlled_shutdown_retry_backoff_ms: int = 200  # Kafka's is 5000; simulated runs are short
 
 
 class SimBroker:
@@ -140,6 +149,52 @@ class SimBroker:
                 seg._release_fd()
         self.log_manager.abandon()
         return files
+
+    async def controlled_shutdown(
+        self,
+        request: Callable[[SimBroker], Awaitable[tuple[ErrorCode, list[TopicPartition]]]],
+    ) -> bool:
+        """Ask the controller to move everything away from this broker (Kafka's
+        KafkaServer.controlledShutdown): retried on an error, a lost request or partitions
+        still led; True when the controller answered with nothing left."""
+        cfg = self.config
+        for attempt in range(1, cfg.controlled_shutdown_max_retries + 1):
+            try:
+                error, remaining = await request(self)
+            except (ConnectionError, TimeoutError) as e:
+                log.info(
+                    "broker %d: controlled shutdown attempt %d failed: %s",
+                    self.broker_id,
+                    attempt,
+                    e,
+                )
+            else:
+                if error is ErrorCode.none and not remaining:
+                    return True
+                log.info(
+                    "broker %d: controlled shutdown attempt %d: %s, still leading %s",
+                    self.broker_id,
+                    attempt,
+                    error.name,
+                    remaining,
+                )
+            await asyncio.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)
+        log.warning(
+            "broker %d: every controlled shutdown attempt failed; shutting down uncleanly",
+            self.broker_id,
+        )
+        return False
+
+    async def stop(self) -> None:
+        """A clean stop (after `controlled_shutdown`): the replica node stops (fetchers,
+        purgatories, HW checkpoint), then the logs are flushed and closed with every checkpoint
+        and the clean-shutdown marker."""
+        for t in self._tasks:
+            t.cancel()
+        self._tasks = []
+        await self.replica.stop()
+        self.log_manager.shutdown()
+        self.up = False
 
     async def _checkpoint_recovery_points(self) -> None:
         while True:

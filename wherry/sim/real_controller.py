@@ -14,7 +14,15 @@ to the controller the broker's metadata cache names, and into `Controller.alter_
 
 A controller host crash cancels the candidate's tasks at once (no resignation, nothing sent
 after it) and its session expires a session timeout later; a session expiry alone makes the
-candidate resign and, once its host opened a new session, `restart_with` it.
+candidate resign and, once its host opened a new session, `restart_with` it. A host can also be
+armed to crash right before its n-th next store write (`arm_crash_at_write`: its session is a
+`CrashingSession`), so a crash lands between any two writes of one controller event -- e.g.
+between the steps of a reassignment, which otherwise run in one simulated instant.
+
+Cluster operations (AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders) go
+from the client's address to the acting controller host (`admin`); ControlledShutdown from a
+broker to the controller its metadata cache names (`controlled_shutdown`), both over
+`SimNetwork`, into the real `Controller` methods.
 
 Everything the coordinator does is synchronous inside its coroutines (no threads, no
 executor), and its watch callbacks go through `loop.call_soon`, so the run stays deterministic.
@@ -25,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,13 +54,22 @@ from wherry.controller.context import LeaderIsr
 from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.coordination.embedded import EmbeddedCoordinator, EmbeddedSession
-from wherry.coordination.store import NoNodeError
+from wherry.coordination.store import (
+    ANY_VERSION,
+    MultiOp,
+    MultiResult,
+    NoNodeError,
+    SessionState,
+    SessionStateListener,
+    Stat,
+    WatchCallback,
+)
 from wherry.protocol.interbroker_codec import (
     InterbrokerResponseBody,
     decode_interbroker_request,
     encode_interbroker_response,
 )
-from wherry.sim.network import CONTROLLER_ID, SimNetwork
+from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, SimNetwork
 from wherry.sim.node import SimBroker
 
 log = logging.getLogger(__name__)
@@ -98,12 +115,106 @@ class World(Protocol):
     def incarnation(self, node_id: int) -> int | None: ...
 
 
+class CrashingSession:
+    """A controller host's `MetadataStore` session that can kill its host right before a
+    store write: `writes_left` counts down on every write (create, set, delete, multi); at
+    zero `on_crash` kills the host and the write raises `CancelledError`, as if the process
+    died there (nothing after it runs: a dead host's every later call raises too)."""
+
+    def __init__(self, session: EmbeddedSession, on_crash: Callable[[], None]) -> None:
+        self.inner = session
+        self.on_crash = on_crash
+        self.writes_left: int | None = None
+        self.dead = False
+
+    @property
+    def session_id(self) -> int:
+        return self.inner.session_id
+
+    @property
+    def state(self) -> SessionState:
+        return self.inner.state
+
+    def _alive(self) -> None:
+        if self.dead:
+            raise asyncio.CancelledError
+
+    def _write(self) -> None:
+        self._alive()
+        if self.writes_left is None:
+            return
+        if self.writes_left <= 0:
+            self.writes_left = None
+            self.dead = True
+            self.on_crash()
+            raise asyncio.CancelledError
+        self.writes_left -= 1
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        make_parents: bool = False,
+    ) -> str:
+        self._write()
+        return await self.inner.create(
+            path, data, ephemeral=ephemeral, sequential=sequential, make_parents=make_parents
+        )
+
+    async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]:
+        self._alive()
+        return await self.inner.get(path, watch)
+
+    async def exists(self, path: str, watch: WatchCallback | None = None) -> Stat | None:
+        self._alive()
+        return await self.inner.exists(path, watch)
+
+    async def set(self, path: str, data: bytes, *, version: int = ANY_VERSION) -> Stat:
+        self._write()
+        return await self.inner.set(path, data, version=version)
+
+    async def delete(
+        self, path: str, *, version: int = ANY_VERSION, recursive: bool = False
+    ) -> None:
+        self._write()
+        await self.inner.delete(path, version=version, recursive=recursive)
+
+    async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
+        self._alive()
+        return await self.inner.get_children(path, watch)
+
+    async def multi(self, ops: Sequence[MultiOp]) -> list[MultiResult]:
+        self._write()
+        return await self.inner.multi(ops)
+
+    def add_state_listener(self, listener: SessionStateListener) -> None:
+        self.inner.add_state_listener(listener)
+
+    def remove_state_listener(self, listener: SessionStateListener) -> None:
+        self.inner.remove_state_listener(listener)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceConfig:
+    """The controller's auto leader rebalance settings (Kafka's names)."""
+
+    auto_leader_rebalance_enable: bool = False
+    leader_imbalance_check_interval_s: float = 300.0
+    leader_imbalance_per_broker_percentage: int = 10
+
+
 @dataclass(slots=True)
 class ControllerHost:
     net_id: int
     incarnation: int = 0
     up: bool = False
-    session: EmbeddedSession | None = None
+    session: CrashingSession | None = None
     channel: NetworkChannelManager | None = None
     controller: Controller | None = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -165,10 +276,16 @@ class RealControlPlane:
         hosts: int,
         request_timeout_ms: int,
         unclean_election: bool,
+        rebalance: RebalanceConfig | None = None,
+        session_timeout_ms: int = 400,
+        on_crash_at_write: Callable[[int], None] = lambda _net_id: None,
     ) -> None:
         self.world = world
         self.request_timeout_ms = request_timeout_ms
+        self.session_timeout_ms = session_timeout_ms  # a host crashed at a write: its session
+        self.on_crash_at_write = on_crash_at_write
         self.unclean_election = unclean_election
+        self.rebalance = rebalance or RebalanceConfig()
         self.coordinator = EmbeddedCoordinator(root / "coordination", clock_ms=world.now_ms)
         self.observer = self.coordinator.session()  # the checker's and the clients' reads
         self.broker_sessions: dict[int, EmbeddedSession] = {}
@@ -198,6 +315,14 @@ class RealControlPlane:
                 make_parents=True,
             )
         )
+
+    def stored_assignment(self, topic: str) -> paths.TopicAssignment | None:
+        """``/brokers/topics/<topic>``: the replicas and any reassignment in progress."""
+        try:
+            data, _ = run_now(self.observer.get(paths.topic_path(topic)))
+        except NoNodeError:
+            return None
+        return paths.TopicAssignment.from_json(data)
 
     def stored_state(self, tp: TopicPartition) -> LeaderIsr | None:
         try:
@@ -259,18 +384,40 @@ class RealControlPlane:
             return
         h.incarnation += 1
         h.up = True
-        h.session = self.coordinator.session()
+        h.session = self._session(net_id)
         h.channel = NetworkChannelManager(
             net_id, config=self.channel_config, connector=self._connector(h)
         )
+        rb = self.rebalance
         h.controller = Controller(
             net_id,
             h.session,
             h.channel,
             unclean_leader_election_default=self.unclean_election,
             now_ms=self.world.now_ms,
+            auto_leader_rebalance_enable=rb.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_s=rb.leader_imbalance_check_interval_s,
+            leader_imbalance_per_broker_percentage=rb.leader_imbalance_per_broker_percentage,
         )
         h.tasks = [asyncio.get_running_loop().create_task(h.controller.start())]
+
+    def _session(self, net_id: int) -> CrashingSession:
+        def crash() -> None:
+            self.crash_host(net_id, self.session_timeout_ms)
+            self.on_crash_at_write(net_id)
+
+        return CrashingSession(self.coordinator.session(), crash)
+
+    def arm_crash_at_write(self, net_id: int, writes: int) -> None:
+        """Crash the host right before its `writes`-th next store write (0: the next one)."""
+        h = self.hosts[net_id]
+        if h.up and h.session is not None:
+            h.session.writes_left = writes
+
+    def disarm_crashes(self) -> None:
+        for h in self.hosts.values():
+            if h.session is not None:
+                h.session.writes_left = None
 
     def crash_host(self, net_id: int, session_timeout_ms: int | None) -> None:
         """Kill the host: its controller stops at once (no resignation); the session expires
@@ -284,7 +431,7 @@ class RealControlPlane:
             t.cancel()
         h.tasks = []
         if c is not None:
-            for ct in (c._task, c._isr_task):
+            for ct in (c._task, c._isr_task, c._rebalance_task):
                 if ct is not None:
                     ct.cancel()
         if ch is not None:
@@ -293,6 +440,8 @@ class RealControlPlane:
                 sender.task.cancel()
         session = h.session
         h.controller = h.channel = h.session = None
+        if session is not None:
+            session.dead = True  # a dead process calls nothing any more
         if session is not None and session_timeout_ms is not None:
             sid = session.session_id
             asyncio.get_running_loop().call_later(
@@ -311,7 +460,7 @@ class RealControlPlane:
             return
         if h.session is not None and h.session.session_id in self.coordinator.session_ids:
             return  # not expired
-        h.session = self.coordinator.session()
+        h.session = self._session(net_id)
         h.tasks.append(asyncio.get_running_loop().create_task(h.controller.restart_with(h.session)))
 
     def active_host(self) -> ControllerHost | None:
@@ -340,6 +489,48 @@ class RealControlPlane:
             node.broker_id, h.net_id, handler, timeout_ms=self.request_timeout_ms
         )
         return as_attributes(answer)
+
+    # --- cluster operations -----------------------------------------------------------------------
+    async def admin(self, work: Callable[[Controller], Awaitable[T | None]]) -> T | None:
+        """A cluster-operation request from the clients' address to the acting controller host
+        (as an admin client finds it); None when there is none or it is not acting (the
+        handler's NOT_CONTROLLER). Raises ConnectionError / TimeoutError when the request or
+        its answer is lost: the operation may then have happened or not."""
+        h = self.active_host()
+        if h is None:
+            await asyncio.sleep(0.001)
+            return None
+        return await self._call(CLIENT_ID, h, work)
+
+    async def controlled_shutdown(self, node: SimBroker) -> tuple[ErrorCode, list[TopicPartition]]:
+        """ControlledShutdown from `node` to the controller its metadata cache names."""
+        cid = node.cache.controller_id
+        h = None if cid is None else self.hosts.get(cid)
+        if h is None or not h.up:
+            await asyncio.sleep(0.001)
+            raise ConnectionError("no controller known")
+        epoch = node.broker_epoch
+
+        async def work(c: Controller) -> tuple[ErrorCode, list[TopicPartition]]:
+            return await c.controlled_shutdown(node.broker_id, epoch)
+
+        answer = await self._call(node.broker_id, h, work)
+        return (ErrorCode.not_controller, []) if answer is None else answer
+
+    async def _call(
+        self, src: int, h: ControllerHost, work: Callable[[Controller], Awaitable[T | None]]
+    ) -> T | None:
+        inc = h.incarnation
+
+        async def handler() -> T | None:
+            c = h.controller
+            if not h.up or h.incarnation != inc or c is None or not c.active:
+                return None
+            return await work(c)
+
+        return await self.world.network.call(
+            src, h.net_id, handler, timeout_ms=self.request_timeout_ms
+        )
 
     # --- end of the run -------------------------------------------------------------------------
     def shutdown(self) -> None:

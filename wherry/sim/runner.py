@@ -5,6 +5,7 @@ replays it.
     python -m wherry.sim --seed 417 -v           # replay one seed, with its fault log
     python -m wherry.sim --seeds 500 --power-loss
     python -m wherry.sim --seeds 500 --controller model   # the model controller instead
+    python -m wherry.sim --seeds 500 --no-operations      # faults only, no cluster operations
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def _options(args: argparse.Namespace) -> SimOptions:
         o = replace(o, faults=False)
     if args.unclean_election:
         o = replace(o, unclean_election=True)
+    if args.no_operations:
+        o = replace(o, operations=False)
+    if args.careless_reassign:
+        o = replace(o, reassign_keep_in_sync=False)
     return o
 
 
@@ -49,6 +54,10 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
         extra += " --unclean-election"
     if args.controller is not None:
         extra += f" --controller {args.controller}"
+    if args.no_operations:
+        extra += " --no-operations"
+    if args.careless_reassign:
+        extra += " --careless-reassign"
     return f"python -m wherry.sim --seed {seed}{extra} -v"
 
 
@@ -72,6 +81,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="the real controller on an embedded coordinator, or the model built from its "
         f"pure rules (default: {SimOptions().controller})",
+    )
+    p.add_argument(
+        "--no-operations",
+        action="store_true",
+        help="no reassignments, elections or controlled shutdowns (faults only)",
+    )
+    p.add_argument(
+        "--careless-reassign",
+        action="store_true",
+        help="reassignment targets need not keep an in-sync replica",
     )
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("-v", "--verbose", action="store_true", help="print the fault log")

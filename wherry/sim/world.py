@@ -34,13 +34,15 @@ from wherry.sim.invariants import (
     History,
     InvariantViolation,
     LeaderView,
+    RemovalWatch,
     batches_below,
     decode_batches,
 )
 from wherry.sim.loop import SimLoop
 from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, NetworkConfig, SimNetwork
 from wherry.sim.node import NodeConfig, SimBroker
-from wherry.sim.real_controller import RealControlPlane
+from wherry.sim.operations import ClusterOperations, rebalance_config
+from wherry.sim.real_controller import RealControlPlane, RebalanceConfig
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,14 @@ class SimOptions:
     # "model": the small controller built from the pure rules (controller.py).
     controller: str = "real"
     controller_hosts: int = 2  # real controller: candidates on their own network addresses
+    # Real controller, with faults: reassignments, cancellations, preferred elections and
+    # controlled shutdowns as events (operations.py).
+    operations: bool = True
+    # Auto leader rebalance: None lets the seed decide (on in half the seeds, short interval).
+    auto_rebalance: RebalanceConfig | None = None
+    # Reassignment targets keep one live in-sync replica (False: any live brokers, which can
+    # strand a partition with no ISR member among its replicas -- see operations.py).
+    reassign_keep_in_sync: bool = True
 
 
 @dataclass(slots=True)
@@ -104,6 +114,7 @@ class World:
         self.network = SimNetwork(random.Random(self.rng.random()), self, options.network)
         self.fault_rng = random.Random(self.rng.random())
         self.client_rng = random.Random(self.rng.random())
+        ops_rng = random.Random(self.rng.getrandbits(64))
         broker_ids = list(range(1, options.brokers + 1))
         rf = min(3, options.brokers)
         assignments = {
@@ -115,6 +126,10 @@ class World:
         self.nodes: dict[int, SimBroker] = {}
         self.incarnations: dict[int, int] = {}
         self.down: set[int] = set()
+        self.stopping: set[int] = set()  # in a controlled shutdown
+        # Removals from replica lists and absences, for the final check (invariants.py).
+        self.removals = RemovalWatch()
+        self._last_removal_check = 0
         self.controller: SimController | None = None
         self.controller_incarnation = 0
         self.result = SimResult(seed)
@@ -135,14 +150,36 @@ class World:
         if options.controller not in ("real", "model"):
             raise ValueError(f"controller must be 'real' or 'model', not {options.controller!r}")
         self.plane: RealControlPlane | None = None
+        self.operations: ClusterOperations | None = None
         if options.controller == "real":
+            with_ops = options.operations and options.faults
+            rebalance = options.auto_rebalance or (
+                rebalance_config(ops_rng) if with_ops else RebalanceConfig()
+            )
             self.plane = RealControlPlane(
                 self,
                 root,
                 hosts=options.controller_hosts,
                 request_timeout_ms=options.request_timeout_ms,
                 unclean_election=options.unclean_election,
+                rebalance=rebalance,
+                session_timeout_ms=options.session_timeout_ms,
+                on_crash_at_write=self._on_controller_crash_at_write,
             )
+            if rebalance.auto_leader_rebalance_enable:
+                self.result.faults.append(
+                    f"0: auto leader rebalance every {rebalance.leader_imbalance_check_interval_s}"
+                    f" s, imbalance {rebalance.leader_imbalance_per_broker_percentage}%"
+                )
+            if with_ops:
+                self.operations = ClusterOperations(
+                    self,
+                    self.plane,
+                    ops_rng,
+                    TOPIC,
+                    dict(assignments),
+                    keep_in_sync=options.reassign_keep_in_sync,
+                )
 
     @property
     def controller_ids(self) -> list[int]:
@@ -198,12 +235,14 @@ class World:
         node.start()
         self.nodes[b] = node
         self.down.discard(b)
+        self.removals.broker_away(b, self.now_ms())
         self._notify_controller()
 
     def crash_broker(self, b: int) -> None:
         node = self.nodes[b]
         files = node.crash()
         self.down.add(b)
+        self.removals.broker_away(b, self.now_ms())
         self.result.faults.append(f"{self.now_ms()}: crash broker {b}")
         if self.options.power_loss:
             for path, before, after in self.disk.lose_unsynced(files, self.fault_rng):
@@ -215,9 +254,10 @@ class World:
         plane = self.plane
         if plane is not None:
             sid = plane.broker_session(b)
-            self.loop.call_later(
-                self.options.session_timeout_ms / 1000, lambda: plane.expire_broker(b, sid)
-            )
+            if sid is not None:  # None: already expired (a restart registers anew)
+                self.loop.call_later(
+                    self.options.session_timeout_ms / 1000, lambda: plane.expire_broker(b, sid)
+                )
             return
 
         async def expire() -> None:
@@ -228,7 +268,25 @@ class World:
 
         self.loop.create_task(expire())
 
+    async def stop_broker(self, b: int) -> None:
+        """A clean stop (after a controlled shutdown): the process stops and closes its
+        session, so its registration goes at once."""
+        node = self.nodes[b]
+        await node.stop()
+        self.down.add(b)
+        self.removals.broker_away(b, self.now_ms())
+        self.expire_session(b)
+
+    def log_fault(self, line: str) -> None:
+        self.result.faults.append(line)
+
+    def _on_controller_crash_at_write(self, host: int) -> None:
+        self.removals.controller_away(self.now_ms())
+        if self.operations is not None:
+            self.operations.on_crash_at_write(host)
+
     def expire_session(self, b: int) -> None:
+        self.removals.broker_away(b, self.now_ms())
         if self.plane is not None:
             self.plane.expire_broker(b)
             return
@@ -242,6 +300,7 @@ class World:
             return
         if self.plane is not None:
             if self.plane.broker_session(b) is None:
+                self.removals.broker_away(b, self.now_ms())  # it was away until now
                 node.fence.broker_epoch = self.plane.register_broker(b)
             return
         node.fence.broker_epoch = self.store.register(b)
@@ -261,6 +320,7 @@ class World:
         c.activate()
 
     def crash_controller(self, host: int = CONTROLLER_ID) -> None:
+        self.removals.controller_away(self.now_ms())
         if self.plane is not None:
             self.plane.crash_host(host, self.options.session_timeout_ms)
             self.result.faults.append(f"{self.now_ms()}: crash controller host {host}")
@@ -397,10 +457,11 @@ class World:
                 ["crash", "crash", "expire", "partition", "partition", "controller", "nothing"]
             )
             up = [b for b in self.broker_ids if b not in self.down]
-            if kind == "crash" and len(self.down) < o.brokers - 1 and up:
-                b = rng.choice(up)
+            stable = [b for b in up if b not in self.stopping]
+            if kind == "crash" and len(self.down | self.stopping) < o.brokers - 1 and stable:
+                b = rng.choice(stable)
                 self.crash_broker(b)
-                self.loop.create_task(self._restart_later(b, rng.uniform(50, 1500)))
+                self.loop.create_task(self.restart_later(b, rng.uniform(50, 1500)))
             elif kind == "expire" and up:
                 b = rng.choice(up)
                 self.result.faults.append(f"{self.now_ms()}: expire session of broker {b}")
@@ -431,10 +492,11 @@ class World:
             self.loop.call_later(rng.uniform(20, 500) / 1000, self.start_controller, host)
         else:
             self.result.faults.append(f"{self.now_ms()}: expire session of controller {host}")
+            self.removals.controller_away(self.now_ms())
             plane.expire_host_session(host)
             self.loop.call_later(rng.uniform(20, 400) / 1000, plane.renew_host_session, host)
 
-    async def _restart_later(self, b: int, delay_ms: float) -> None:
+    async def restart_later(self, b: int, delay_ms: float) -> None:
         await asyncio.sleep(delay_ms / 1000)
         if b in self.down:
             self.result.faults.append(f"{self.now_ms()}: restart broker {b}")
@@ -465,8 +527,10 @@ class World:
     def check_step(self) -> None:
         leaders: list[LeaderView] = []
         leo: dict[tuple[int, TopicPartition], int] = {}
+        epochs: dict[tuple[int, TopicPartition], int] = {}
         for b, node, tp, part in self._open_partitions():
             leo[(b, tp)] = part.log.log_end_offset
+            epochs[(b, tp)] = part.leader_epoch
             if part.is_leader:
                 leaders.append(
                     LeaderView(
@@ -478,10 +542,15 @@ class World:
                         part.state.maximal_isr,
                     )
                 )
-        self.history.check_leaders(leaders, leo)
+        self.history.check_leaders(leaders, leo, epochs)
 
     def check_data(self) -> None:
         h = self.history
+        if self.operations is not None and self.plane is not None:
+            a = self.plane.stored_assignment(TOPIC)
+            if a is not None:
+                self.removals.observe(a.partitions, self.broker_ids, self._last_removal_check)
+            self._last_removal_check = self.now_ms()
         for b, _node, tp, part in self._open_partitions():
             h.record_committed(
                 tp, batches_below(part.log, part.high_watermark), f"broker {b} below its HW"
@@ -525,15 +594,25 @@ class World:
             self.start_controller()
         tasks = [self.loop.create_task(self.producer(i)) for i in range(o.producers)]
         tasks.append(self.loop.create_task(self.consumer()))
+        ops = self.operations
+        if ops is not None:
+            tasks.append(self.loop.create_task(ops.run(o.duration_ms)))
         if o.faults:
             await self.faults(o.duration_ms)
         else:
             await asyncio.sleep(o.duration_ms / 1000)
         # Heal: restore the network, restart what is down, make sure a controller runs.
         self.result.faults.append(f"{self.now_ms()}: heal")
+        if ops is not None:
+            for b in await ops.stop():  # interrupted in a controlled shutdown: bounce it
+                if self.node(b) is not None:
+                    self.crash_broker(b)
         self.network.heal_all()
         for b in sorted(self.down):
             self.start_broker(b)
+        if self.plane is not None:
+            for b in self.broker_ids:
+                self.reregister(b)  # a live broker whose session expired (no-op otherwise)
         if self.plane is not None:
             for host in self.controller_ids:
                 self.start_controller(host)
@@ -544,6 +623,8 @@ class World:
             t.cancel()  # stop producing, so everything can get committed
         await asyncio.sleep(o.settle_ms / 1000)
         self.check_final()
+        if ops is not None:
+            await ops.check_final()
 
     def run(self) -> SimResult:
         asyncio.set_event_loop(self.loop)

@@ -94,3 +94,40 @@ def test_isr_states_maximal_isr() -> None:
     assert e.maximal_isr == {1, 3} and e.isr == {1} and e.is_inflight
     s = PendingShrinkIsr(frozenset({1, 2}), frozenset({2}))
     assert s.maximal_isr == {1, 2} and s.is_inflight
+
+
+def _leader_with_a_follower_at(tmp_path: Path, follower_leo: int) -> Partition:
+    """Leader 1 at epoch 0, 3 records, follower 2 fetched up to `follower_leo`."""
+    p = make(tmp_path)
+    p.make_leader(state(1, 0, isr=(1, 2), replicas=(1, 2)), now_ms=0)
+    p.append_records_to_leader(
+        bytearray(build_batch([(None, b"a"), (None, b"b"), (None, b"c")])),
+        required_acks=1,
+        min_insync_replicas=1,
+        now_ms=0,
+    )
+    p.update_follower_fetch_state(
+        2, fetch_offset=follower_leo, log_start_offset=0, leader_end_offset=3, now_ms=1
+    )
+    return p
+
+
+def test_a_leader_that_missed_epochs_forgets_its_followers_positions(tmp_path: Path) -> None:
+    """Seed 1250 of the simulation: leader 1 (epoch 0) is cut off from the controller while
+    another broker leads at epoch 2 and its follower truncates; when 1 leads again (epoch 3) the
+    follower position it learnt at epoch 0 no longer holds and must not lift the HW."""
+    p = _leader_with_a_follower_at(tmp_path, 3)
+    assert p.high_watermark == 3
+    q = _leader_with_a_follower_at(tmp_path / "q", 1)
+    assert q.high_watermark == 1
+    q.make_leader(state(1, 3, isr=(1, 2), replicas=(1, 2)), now_ms=2)  # epochs 1, 2 missed
+    assert q.remote_replicas[2].log_end_offset < 0  # unknown until it fetches again
+    assert q.high_watermark == 1
+
+
+def test_a_leader_epoch_bump_keeps_the_followers_positions(tmp_path: Path) -> None:
+    """The next epoch with the same leader (the controller's epoch bump, e.g. for a
+    reassignment): nobody else led in between, the positions hold."""
+    p = _leader_with_a_follower_at(tmp_path, 2)
+    p.make_leader(state(1, 1, isr=(1, 2), replicas=(1, 2)), now_ms=2)
+    assert p.remote_replicas[2].log_end_offset == 2

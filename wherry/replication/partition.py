@@ -125,7 +125,12 @@ class Partition:
 
         The request's ISR replaces whatever state was pending: a proposal in flight is
         superseded and its answer will be ignored (SPEC R6)."""
-        was_leader = self.is_leader
+        # Follower positions learnt in an earlier epoch hold only if no other broker led in
+        # between: when this leader missed epochs (it was cut off while others led and its
+        # followers truncated), they are forgotten, as for a new leader -- else a stale
+        # position could lift the high watermark over records the followers no longer have.
+        # (Stricter than Kafka, which keeps them whenever the broker led before.)
+        was_leader = self.is_leader and st.leader_epoch <= self.leader_epoch + 1
         self.controller_epoch = st.controller_epoch
         self.assignment = st.replicas
         self.state = CommittedPartitionState(frozenset(st.isr))

@@ -8,9 +8,8 @@ active controller. The controller elects new leaders for the partitions it leads
 of the ISRs and answers with the partitions it still leads. Meanwhile the broker keeps serving:
 clients are redirected by the new metadata and followers fetch what they still miss.
 
-An attempt fails on an error answer, on remaining partitions, when no controller is known or
-when the controller cannot be reached; `controlled.shutdown.max.retries` attempts are made in
-all (Kafka counts its "retries" that way), `controlled.shutdown.retry.backoff.ms` apart. After
+The attempts and their retries are `replication/controlled_shutdown.py`'s (the simulated
+brokers run them too); this module asks the controller (`ControllerAsker`). After
 a success the broker waits (bounded by `controller.socket.timeout.ms`) until its own metadata
 shows it leads no replicated partition any more, so the moves have reached the brokers before
 its listener closes. When the attempts run out it logs a WARNING naming the partitions it
@@ -19,11 +18,8 @@ still leads and stops anyway.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -37,16 +33,19 @@ from wherry.protocol.interbroker import (
     ControlledShutdownRequest,
     ControlledShutdownResponse,
 )
+from wherry.replication.controlled_shutdown import (
+    ControlledShutdown,
+    ControlledShutdownSettings,
+    Outcome,
+)
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode
 from wherry.server.config import BrokerConfig
 
-__all__ = ["ControlledShutdown", "ControlledShutdownSettings", "ShuttingDownBroker", "run"]
+__all__ = ["ControllerAsker", "ShuttingDownBroker", "run", "settings_of"]
 
 log = logging.getLogger(__name__)
-
-Outcome = tuple[ErrorCode, list[TopicPartition]]
 
 
 class ShuttingDownBroker(Protocol):
@@ -61,32 +60,19 @@ class ShuttingDownBroker(Protocol):
     async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ControlledShutdownSettings:
-    enable: bool = True
-    max_retries: int = 3  # attempts in all
-    retry_backoff_ms: int = 5_000
-    request_timeout_ms: int = 30_000  # controller.socket.timeout.ms
-
-    @classmethod
-    def of(cls, config: BrokerConfig) -> ControlledShutdownSettings:
-        return cls(
-            enable=config.controlled_shutdown_enable,
-            max_retries=config.controlled_shutdown_max_retries,
-            retry_backoff_ms=config.controlled_shutdown_retry_backoff_ms,
-            request_timeout_ms=config.controller_socket_timeout_ms,
-        )
+def settings_of(config: BrokerConfig) -> ControlledShutdownSettings:
+    return ControlledShutdownSettings(
+        enable=config.controlled_shutdown_enable,
+        max_retries=config.controlled_shutdown_max_retries,
+        retry_backoff_ms=config.controlled_shutdown_retry_backoff_ms,
+        request_timeout_ms=config.controller_socket_timeout_ms,
+    )
 
 
-class ControlledShutdown:
-    """The attempts of one broker's controlled shutdown.
-
-    * ``broker_epoch()``: this broker's epoch (its registration's czxid);
-    * ``controller_address()``: (id, host, port) of the controller the metadata cache names;
-    * ``local_controller()``: this broker's controller instance when it is the active one
-      (it is then asked directly), else None;
-    * ``led_partitions()``: the partitions this broker leads now (for the final warning).
-    """
+class ControllerAsker:
+    """One ControlledShutdown request of a `wherry server` broker: to its own controller
+    instance when that is the active one, else over an `outbound.RequestClient` to the
+    controller its metadata cache names."""
 
     def __init__(
         self,
@@ -96,68 +82,15 @@ class ControlledShutdown:
         broker_epoch: Callable[[], int],
         controller_address: Callable[[], tuple[int, str, int] | None],
         local_controller: Callable[[], Any | None],
-        led_partitions: Callable[[], Collection[TopicPartition]],
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.broker_id = broker_id
         self.settings = settings
         self._broker_epoch = broker_epoch
         self._controller_address = controller_address
         self._local_controller = local_controller
-        self._led_partitions = led_partitions
-        self._sleep = sleep
         self._prefix = f"[Broker id={broker_id}]"
-        self.attempts = 0
 
-    async def run(self) -> bool:
-        """Attempt until the controller has moved every leadership or the attempts run out;
-        True on success."""
-        started = time.monotonic()
-        remaining: list[TopicPartition] | None = None
-        for attempt in range(1, self.settings.max_retries + 1):
-            self.attempts = attempt
-            outcome = await self._attempt()
-            if outcome is not None:
-                error, remaining = outcome
-                if error == ErrorCode.none and not remaining:
-                    log.info(
-                        "%s controlled shutdown succeeded after %d attempt(s) in %d ms",
-                        self._prefix,
-                        attempt,
-                        (time.monotonic() - started) * 1000,
-                    )
-                    return True
-                if error != ErrorCode.none:
-                    log.info(
-                        "%s controlled shutdown attempt %d: error from the controller: %s",
-                        self._prefix,
-                        attempt,
-                        error.name,
-                    )
-                else:
-                    log.info(
-                        "%s controlled shutdown attempt %d: remaining partitions to move: %s",
-                        self._prefix,
-                        attempt,
-                        _names(remaining),
-                    )
-            if attempt < self.settings.max_retries:
-                await self._sleep(self.settings.retry_backoff_ms / 1000)
-                log.info(
-                    "%s retrying controlled shutdown after the previous attempt failed",
-                    self._prefix,
-                )
-        led = sorted(set(self._led_partitions()) | set(remaining or ()))
-        log.warning(
-            "%s controlled shutdown failed after %d attempt(s); proceeding to an unclean "
-            "shutdown while still leading %s",
-            self._prefix,
-            self.settings.max_retries,
-            _names(led) if led else "no partitions",
-        )
-        return False
-
-    async def _attempt(self) -> Outcome | None:
+    async def __call__(self) -> Outcome | None:
         """One request: the controller's (error, remaining partitions), or None when no
         controller is known or it could not be reached."""
         epoch = self._broker_epoch()
@@ -200,10 +133,6 @@ class ControlledShutdown:
         ]
 
 
-def _names(partitions: Collection[TopicPartition]) -> str:
-    return ", ".join(str(tp) for tp in sorted(partitions))
-
-
 def _replicated_leaderships(broker: ShuttingDownBroker) -> list[TopicPartition]:
     """Partitions this broker's metadata shows it leading with other replicas to take over."""
     return [
@@ -216,7 +145,7 @@ def _replicated_leaderships(broker: ShuttingDownBroker) -> list[TopicPartition]:
 async def run(broker: ShuttingDownBroker) -> bool:
     """Controlled shutdown of a started broker that is stopping, if enabled (see the module
     docstring); True when the controller moved every leadership."""
-    settings = ControlledShutdownSettings.of(broker.config)
+    settings = settings_of(broker.config)
     if not settings.enable:
         return False
 
@@ -228,14 +157,14 @@ async def run(broker: ShuttingDownBroker) -> bool:
         parts = broker.node.replica_manager.partitions
         return [tp for tp, part in parts.items() if part.is_leader]
 
-    shutdown = ControlledShutdown(
+    ask = ControllerAsker(
         broker.broker_id,
         settings,
         broker_epoch=lambda: broker.fence.broker_epoch,
         controller_address=broker.node.controller_address,
         local_controller=local_controller,
-        led_partitions=led,
     )
+    shutdown = ControlledShutdown(broker.broker_id, settings, ask=ask, led_partitions=led)
     try:
         if not await shutdown.run():
             return False

@@ -31,6 +31,7 @@ from wherry.log.config import LogConfig
 from wherry.log.manager import LogManager
 from wherry.protocol.interbroker import BrokerEndpoint, UpdateMetadataRequest
 from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
+from wherry.replication.controlled_shutdown import ControlledShutdown, ControlledShutdownSettings
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.fetcher import (
     EpochAnswer,
@@ -154,36 +155,30 @@ class SimBroker:
         self,
         request: Callable[[SimBroker], Awaitable[tuple[ErrorCode, list[TopicPartition]]]],
     ) -> bool:
-        """Ask the controller to move everything away from this broker (Kafka's
-        KafkaServer.controlledShutdown): retried on an error, a lost request or partitions
-        still led; True when the controller answered with nothing left."""
+        """Ask the controller to move everything away from this broker, with the attempts and
+        retries `wherry server` makes (`replication/controlled_shutdown.py`); `request` is one
+        ControlledShutdown over the simulated network. True when the controller answered with
+        nothing left."""
         cfg = self.config
-        for attempt in range(1, cfg.controlled_shutdown_max_retries + 1):
+
+        async def ask() -> tuple[ErrorCode, list[TopicPartition]] | None:
             try:
-                error, remaining = await request(self)
+                return await request(self)
             except (ConnectionError, TimeoutError) as e:
-                log.info(
-                    "broker %d: controlled shutdown attempt %d failed: %s",
-                    self.broker_id,
-                    attempt,
-                    e,
-                )
-            else:
-                if error is ErrorCode.none and not remaining:
-                    return True
-                log.info(
-                    "broker %d: controlled shutdown attempt %d: %s, still leading %s",
-                    self.broker_id,
-                    attempt,
-                    error.name,
-                    remaining,
-                )
-            await asyncio.sleep(cfg.controlled_shutdown_retry_backoff_ms / 1000)
-        log.warning(
-            "broker %d: every controlled shutdown attempt failed; shutting down uncleanly",
-            self.broker_id,
+                log.info("broker %d: controlled shutdown request lost: %s", self.broker_id, e)
+                return None
+
+        settings = ControlledShutdownSettings(
+            max_retries=cfg.controlled_shutdown_max_retries,
+            retry_backoff_ms=cfg.controlled_shutdown_retry_backoff_ms,
         )
-        return False
+        led = self.replica.replica_manager.partitions
+        return await ControlledShutdown(
+            self.broker_id,
+            settings,
+            ask=ask,
+            led_partitions=lambda: [tp for tp, p in led.items() if p.is_leader],
+        ).run()
 
     async def stop(self) -> None:
         """A clean stop (after `controlled_shutdown`): the replica node stops (fetchers,

@@ -155,7 +155,7 @@ async def run(broker: ShuttingDownBroker) -> bool:
 
     def led() -> list[TopicPartition]:
         parts = broker.node.replica_manager.partitions
-        return [tp for tp, part in parts.items() if part.is_leader]
+        return [tp for tp, part in parts.items() if part.is_leader and len(part.assignment) > 1]
 
     ask = ControllerAsker(
         broker.broker_id,

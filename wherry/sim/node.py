@@ -177,7 +177,9 @@ class SimBroker:
             self.broker_id,
             settings,
             ask=ask,
-            led_partitions=lambda: [tp for tp, p in led.items() if p.is_leader and len(p.assignment) > 1],
+            led_partitions=lambda: [
+                tp for tp, p in led.items() if p.is_leader and len(p.assignment) > 1
+            ],
         ).run()
 
     async def stop(self) -> None:

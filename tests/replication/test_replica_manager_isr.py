@@ -249,3 +249,22 @@ def test_proposal_behind_a_stale_queued_one_is_not_left_pending(env: Env) -> Non
     assert isinstance(env.part.state, PendingExpandIsr)
     env.answer_alter_partition()
     assert env.part.isr == {1, 2, 3}
+
+
+def test_a_caught_up_replica_whose_broker_goes_stops_holding_the_hw(env: Env) -> None:
+    """A caught-up replica outside the ISR holds the HW while its broker is alive (it may join
+    the ISR); once the metadata drops its broker (`on_brokers_gone`), the HW moves and parked
+    acks=all produces complete at once, not at the next append."""
+    env.lead(isr=(1, 2))
+    env.alive = {1, 2}
+    assert env.produce_acks_all() == []
+    env.follower_fetch(3, 1)  # broker 3 caught up while not eligible: no ISR proposal
+    env.follower_fetch(2, 1)
+    env.alive = {1, 2, 3}
+    got = env.produce_acks_all()
+    env.follower_fetch(2, 2)
+    assert got == [] and env.rm.get_partition(TP).high_watermark == 1  # 3 holds it at 1
+    env.alive = {1, 2}
+    env.rm.on_brokers_gone()
+    assert env.rm.get_partition(TP).high_watermark == 2
+    assert len(got) == 1 and got[0][TP].error_code == ErrorCode.none

@@ -355,10 +355,13 @@ class ReplicaNode:
         )
         if err:
             return int(err)
+        before = {b.broker_id for b in self.cache.alive_brokers()}
         try:
             self.cache.update(req)
         except StaleControllerEpoch:  # the fence has seen at least the cache's epoch
             return int(ErrorCode.stale_controller_epoch)
+        if before - {b.broker_id for b in self.cache.alive_brokers()}:
+            self.replica_manager.on_brokers_gone()
         return int(ErrorCode.none)
 
     async def handle_stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:

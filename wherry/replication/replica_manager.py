@@ -486,6 +486,15 @@ class ReplicaManager:
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
 
+    def on_brokers_gone(self) -> None:
+        """Brokers left the live set (UpdateMetadata): a caught-up replica on one of them no
+        longer holds a led partition's HW back (it is not ISR-eligible any more), so the HW
+        may move and parked acks=all produces complete now rather than at the next append."""
+        now = self._monotonic_ms()
+        for tp, part in list(self.partitions.items()):
+            if part.is_leader and part.maybe_increment_high_watermark(now):
+                self._try_complete_delayed(tp)
+
     def maybe_shrink_isr(self, now_ms: int | None = None) -> int:
         """The `isr-expiration` task (SPEC R4; run every `replica.lag.time.max.ms / 2`):
         every led partition proposes dropping followers that lag. Returns how many did.

@@ -214,19 +214,39 @@ def describe_entries(
         else:
             value, source = str(key.default), DEFAULT_CONFIG
         out.append(
-            {
-                "name": name,
-                "value": value,
-                "read_only": False,
-                "is_default": source == DEFAULT_CONFIG,
-                "config_source": source,
-                "is_sensitive": False,
-                "synonyms": synonyms if include_synonyms else [],
-                "config_type": int(key.type),
-                "documentation": key.doc if include_documentation else None,
-            }
+            config_entry(
+                name,
+                value,
+                source,
+                synonyms if include_synonyms else [],
+                config_type=key.type,
+                documentation=key.doc if include_documentation else None,
+            )
         )
     return out
+
+
+def config_entry(
+    name: str,
+    value: str | None,
+    source: int,
+    synonyms: list[dict[str, Any]],
+    *,
+    config_type: ConfigType,
+    documentation: str | None,
+) -> dict[str, Any]:
+    """One DescribeConfigs result entry (a config that can be altered, not sensitive)."""
+    return {
+        "name": name,
+        "value": value,
+        "read_only": False,
+        "is_default": source == DEFAULT_CONFIG,
+        "config_source": source,
+        "is_sensitive": False,
+        "synonyms": synonyms,
+        "config_type": int(config_type),
+        "documentation": documentation,
+    }
 
 
 async def read_entity(store: MetadataStore, broker_id: int | None) -> dict[str, str]:

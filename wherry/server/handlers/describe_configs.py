@@ -61,17 +61,14 @@ def topic_config_entries(
                 }
             )
         out.append(
-            {
-                "name": name,
-                "value": value,
-                "read_only": False,
-                "is_default": source == DEFAULT_CONFIG,
-                "config_source": source,
-                "is_sensitive": False,
-                "synonyms": synonyms if include_synonyms else [],
-                "config_type": int(key.type),
-                "documentation": key.doc if include_documentation else None,
-            }
+            broker_configs.config_entry(
+                name,
+                value,
+                source,
+                synonyms if include_synonyms else [],
+                config_type=key.type,
+                documentation=key.doc if include_documentation else None,
+            )
         )
     return out
 

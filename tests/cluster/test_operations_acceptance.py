@@ -541,6 +541,10 @@ class TestOperations:
             assert "Clearing broker-level throttles" in out, out
             took = time.monotonic() - started
             time.sleep(0.5)
+        except BaseException:
+            if controller not in c.procs:  # the class's next tests need all four brokers
+                c.start_broker(controller)
+            raise
         finally:
             producer.stop()
         check_moved(c, plan)

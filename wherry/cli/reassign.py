@@ -52,6 +52,10 @@ RUN_VERIFY = ("Warning: You must run --verify periodically, until the reassignme
               "to ensure the throttle is removed.")
 
 _handle_errors = exits_on_error("Error: ")
+
+METADATA_SETTLE_S = 10.0
+"""`verify --wait`: how long, once no partition moves, the metadata may take to show the final
+replica lists before the status is printed as it stands."""
 _common_options = admin_options("Timeout of each request to the cluster, in ms.", "--timeout")
 
 
@@ -254,12 +258,23 @@ def verify(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
     topics = {t for t, _ in targets}
     with _service(bootstrap_server, command_config, timeout_ms) as svc:
         deadline = time.monotonic() + wait_timeout_ms / 1000.0
+        settle_by = 0.0
         while True:
             ongoing = svc.list_reassignments()
             views = svc.partitions(topics)
             moving = [tp for tp in targets if tp in ongoing]
-            if not wait or not moving:
+            # Done once nothing moves and the metadata shows the targets: the controller answers
+            # ListPartitionReassignments, while the replica lists come from a broker's metadata,
+            # which may not have heard of the completion yet.
+            settled = all(
+                tp in views and list(views[tp].replicas) == list(targets[tp]) for tp in targets
+            )
+            if not wait or (not moving and settled):
                 break
+            if not moving:
+                settle_by = settle_by or time.monotonic() + METADATA_SETTLE_S
+                if time.monotonic() >= settle_by:
+                    break  # ended elsewhere than planned: the status below says where
             leos = svc.log_end_offsets(moving)
             click.echo(_progress_line(targets, ongoing, views, leos), err=True)
             if wait_timeout_ms and time.monotonic() >= deadline:

@@ -1,0 +1,203 @@
+"""`wherry configs`: a kafka-configs.sh look-alike for topic and broker configs.
+
+`--describe` prints the dynamic configs of an entity (DescribeConfigs), `--alter` sets
+(`--add-config k=v,k2=[a,b]`) and removes (`--delete-config k,k2`) them with
+IncrementalAlterConfigs, one resource per call (librdkafka accepts one BROKER resource per
+request). Entity types: `topics` and `brokers` (`--entity-name ID` or `--entity-default`, the
+cluster-wide default, which the client libraries cannot name: `config_wire`). Output and
+messages are kafka-configs' ("Dynamic configs for broker 1 are:", "Completed updating config
+for topic t."); failures print
+`Error while executing config command : <message>` to stderr and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
+
+from wherry.cli.common import AdminService, CommandError, admin_options, exits_on_error
+from wherry.cli.config_wire import alter_default_broker, describe_default_broker
+
+ENTITY_TYPES = ("topics", "brokers")
+_handle_errors = exits_on_error("Error while executing config command : ")
+_common_options = admin_options("Overall timeout of each request to the cluster (wherry extra).")
+# Kafka's split: a comma or `=` not inside `[...]`.
+_OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """`k=v,k2=[a,b]` → {"k": "v", "k2": "a,b"} (kafka-configs' --add-config syntax)."""
+    out: dict[str, str] = {}
+    for item in re.split("," + _OUTSIDE_BRACKETS, text):
+        parts = re.split(r"\s*=\s*" + _OUTSIDE_BRACKETS, item.strip())
+        if len(parts) != 2 or not parts[0]:
+            raise CommandError('Invalid entity config: all configs to be added must be in the '
+                               'format "key=val".')
+        key, value = parts
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_delete_config(items: Iterable[str]) -> list[str]:
+    return [k.strip() for item in items for k in item.split(",") if k.strip()]
+
+
+def source_name(entry: ConfigEntry) -> str:
+    src: Any = entry.source
+    return src.name if isinstance(src, ConfigSource) else ConfigSource(int(src)).name
+
+
+def entry_line(entry: ConfigEntry) -> str:
+    """The line of a ConfigEntry: its own value first, then its other synonyms
+    (confluent-kafka keys synonyms by name, so a same-named one at another level may hide
+    the entry's own)."""
+    own = source_name(entry)
+    synonyms = getattr(entry, "synonyms", None) or {}
+    others = [(source_name(s), s.name, s.value) for s in synonyms.values()
+              if source_name(s) != own]
+    return config_line(entry.name, entry.value, own, bool(entry.is_sensitive),
+                       [(own, entry.name, entry.value), *others])
+
+
+def config_line(name: str, value: str | None, source: str, sensitive: bool,
+                synonyms: Iterable[tuple[str, str, str | None]]) -> str:
+    """`  name=value sensitive=false synonyms={SOURCE:name=value, ...}` (Kafka's format)."""
+    shown = "null" if sensitive or value is None else value
+    syn = ", ".join(f"{src}:{n}={v}" for src, n, v in synonyms) or f"{source}:{name}={shown}"
+    return f"  {name}={shown} sensitive={str(sensitive).lower()} synonyms={{{syn}}}"
+
+
+class ConfigService(AdminService):
+    """The admin calls of `wherry configs`."""
+
+    CLIENT_ID = "wherry-configs"
+
+    def describe(self, rtype: ResourceType, name: str) -> dict[str, ConfigEntry]:
+        futs = self.admin.describe_configs([ConfigResource(rtype, name)],
+                                           request_timeout=self.timeout_s)
+        result: dict[str, ConfigEntry] = {}
+        for fut in futs.values():
+            result = self._wait(fut, "describeConfigs")
+        return result
+
+    def alter(self, rtype: ResourceType, name: str, entries: list[ConfigEntry]) -> None:
+        res = ConfigResource(rtype, name, incremental_configs=entries)
+        futs = self.admin.incremental_alter_configs([res], request_timeout=self.timeout_s)
+        for fut in futs.values():
+            self._wait(fut, "incrementalAlterConfigs")
+
+
+def _dynamic_source(entity_type: str, default: bool) -> ConfigSource:
+    if entity_type == "topics":
+        return ConfigSource.DYNAMIC_TOPIC_CONFIG
+    return (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if default
+            else ConfigSource.DYNAMIC_BROKER_CONFIG)
+
+
+def _entity_label(entity_type: str, name: str) -> str:
+    return f"{'topic' if entity_type == 'topics' else 'broker'} {name}"
+
+
+def _check_args(describe: bool, alter: bool, entity_type: str, entity_name: str | None,
+                entity_default: bool, add: str | None, delete: Sequence[str]) -> None:
+    if describe == alter:
+        raise CommandError("Command must include exactly one action: --describe, --alter")
+    if entity_name is not None and entity_default:
+        raise CommandError("--entity-name and --entity-default cannot be used together")
+    if entity_default and entity_type == "topics":
+        raise CommandError("--entity-default is not supported for topics")
+    if entity_type == "brokers" and entity_name is not None:
+        try:
+            int(entity_name)
+        except ValueError:
+            raise CommandError("The entity name for brokers must be a valid integer broker id, "
+                               f"but it is: {entity_name}") from None
+    if alter:
+        if entity_name is None and not entity_default:
+            raise CommandError(f"An entity name must be specified with --alter of {entity_type}")
+        if add is None and not delete:
+            raise CommandError("At least one of --add-config or --delete-config must be "
+                               "specified with --alter")
+    elif add is not None or delete:
+        raise CommandError("--add-config and --delete-config can only be used with --alter")
+
+
+@click.command()
+@_common_options
+@click.option("--describe", "describe", is_flag=True, help="List configs for the entity.")
+@click.option("--alter", "alter", is_flag=True, help="Alter the configuration of the entity.")
+@click.option("--entity-type", required=True, type=click.Choice(ENTITY_TYPES),
+              help="Type of entity (topics/brokers).")
+@click.option("--entity-name", help="Name of entity (topic name / broker id).")
+@click.option("--entity-default", is_flag=True,
+              help="The cluster-wide default broker configs (brokers only).")
+@click.option("--add-config", metavar="K1=V1,K2=[A,B]", help="Configs to add or update.")
+@click.option("--delete-config", "delete_config", multiple=True, metavar="K1,K2",
+              help="Config keys to remove (comma-separated, repeatable).")
+@_handle_errors
+def configs(
+    bootstrap_server: str, command_config: Path | None, timeout_ms: int, describe: bool,
+    alter: bool, entity_type: str, entity_name: str | None, entity_default: bool,
+    add_config: str | None, delete_config: tuple[str, ...],
+) -> None:
+    """Describe or alter topic and broker configs (like kafka-configs.sh)."""
+    _check_args(describe, alter, entity_type, entity_name, entity_default, add_config,
+                delete_config)
+    rtype = ResourceType.TOPIC if entity_type == "topics" else ResourceType.BROKER
+    svc = ConfigService.connect(bootstrap_server, command_config, timeout_ms)
+    if alter:
+        to_set = parse_add_config(add_config) if add_config is not None else {}
+        to_delete = parse_delete_config(delete_config)
+        both = sorted(set(to_set) & set(to_delete))
+        if both:
+            raise CommandError(f"Invalid config(s): {','.join(both)} are both added and deleted")
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                   for k, v in to_set.items()]
+        entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+                    for k in to_delete]
+        name = "" if entity_default else str(entity_name)
+        if entity_type == "topics" and name not in svc.metadata().topics:
+            raise CommandError(f"The topic '{name}' does not exist.")
+        if entity_default:
+            alter_default_broker(bootstrap_server, [(k, v, 0) for k, v in to_set.items()]
+                                 + [(k, None, 1) for k in to_delete], svc.timeout_s)
+        else:
+            svc.alter(rtype, name, entries)
+        if entity_default:
+            click.echo("Completed updating default config for brokers in the cluster.")
+        else:
+            click.echo(f"Completed updating config for {_entity_label(entity_type, name)}.")
+        return
+    if entity_default:
+        click.echo("Default configs for brokers in the cluster are:")
+        for c in sorted(describe_default_broker(bootstrap_server, svc.timeout_s),
+                        key=lambda c: c.name):
+            if c.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.name:
+                click.echo(config_line(c.name, c.value, c.source, c.sensitive, c.synonyms))
+        return
+    if entity_name is not None:
+        names = [entity_name]
+    elif entity_type == "topics":
+        names = sorted(svc.metadata().topics)
+    else:
+        names = [str(b) for b in sorted(svc.metadata().brokers)]
+    wanted = _dynamic_source(entity_type, entity_default)
+    for name in names:
+        entries = svc.describe(rtype, name)
+        click.echo(f"Dynamic configs for {_entity_label(entity_type, name)} are:")
+        for _, entry in sorted(entries.items()):
+            if source_name(entry) == wanted.name:
+                click.echo(entry_line(entry))

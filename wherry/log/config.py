@@ -34,8 +34,8 @@ class ConfigError(ValueError):
 
     error_code = ErrorCode.invalid_config
 
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"Invalid configuration {name}: {message}")
+    def __init__(self, name: str, message: str, *, text: str | None = None) -> None:
+        super().__init__(text or f"Invalid configuration {name}: {message}")
         self.name = name
         self.message = message
 
@@ -521,7 +521,8 @@ class LogConfig:
         for name, raw in props.items():
             key = TOPIC_CONFIG_KEYS.get(name)
             if key is None:
-                raise ConfigError(name, "Unknown topic config name")
+                raise ConfigError(name, "Unknown topic config name",
+                                  text=f"Unknown topic config name: {name}")  # Kafka's words
             changes[key.field] = _parse(key, raw)
         config = dataclasses.replace(base, **changes)
         config.validate()

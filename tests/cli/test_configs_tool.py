@@ -1,0 +1,227 @@
+"""`wherry configs` (kafka-configs.sh) against brokers in this process (`DevCluster`): broker
+dynamic configs (per broker and the cluster default) and topic configs take effect without a
+restart and survive one; bad values get Kafka's errors through real clients."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from wherry.cli.common import CommandError
+from wherry.cli.configs import parse_add_config, parse_delete_config
+from wherry.cli.main import main
+from wherry.testing.cluster import DevCluster, wait_until
+
+ERROR_PREFIX = "Error while executing config command : "
+LEADER = "leader.replication.throttled.rate"
+FOLLOWER = "follower.replication.throttled.rate"
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def configs(bootstrap: str, *args: str) -> Result:
+    return run("configs", "--bootstrap-server", bootstrap, *args)
+
+
+def ok(result: Result) -> str:
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
+    return result.stdout
+
+
+def failed(result: Result, prefix: str = ERROR_PREFIX) -> str:
+    assert result.exit_code == 1, (result.exit_code, result.stdout, result.stderr)
+    assert result.stderr.startswith(prefix), result.stderr
+    return result.stderr[len(prefix):].strip()
+
+
+# -------------------------------------------------------------------------------------------
+# Offline
+
+
+def test_parse_add_config() -> None:
+    assert parse_add_config("a=1,b = 2") == {"a": "1", "b": "2"}
+    assert parse_add_config("x=[0:1,1:2],y=3") == {"x": "0:1,1:2", "y": "3"}
+    with pytest.raises(CommandError, match='must be in the format "key=val"'):
+        parse_add_config("a=1,b")
+    assert parse_delete_config(["a,b", "c"]) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--entity-type", "topics", "--entity-name", "t"),
+     "Command must include exactly one action: --describe, --alter"),
+    (("--describe", "--alter", "--entity-type", "topics"),
+     "Command must include exactly one action: --describe, --alter"),
+    (("--alter", "--entity-type", "topics", "--add-config", "a=1"),
+     "An entity name must be specified with --alter of topics"),
+    (("--alter", "--entity-type", "topics", "--entity-name", "t"),
+     "At least one of --add-config or --delete-config must be specified with --alter"),
+    (("--describe", "--entity-type", "brokers", "--entity-name", "x"),
+     "The entity name for brokers must be a valid integer broker id, but it is: x"),
+    (("--describe", "--entity-type", "topics", "--entity-default"),
+     "--entity-default is not supported for topics"),
+    (("--describe", "--entity-type", "topics", "--add-config", "a=1"),
+     "--add-config and --delete-config can only be used with --alter"),
+])
+def test_bad_arguments(unreachable_bootstrap: str, args: tuple[str, ...], message: str) -> None:
+    assert failed(configs(unreachable_bootstrap, *args)) == message
+
+
+# -------------------------------------------------------------------------------------------
+# A cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    with DevCluster(tmp_path / "cluster", brokers=2,
+                    overrides={"auto.leader.rebalance.enable": "false"}) as c:
+        c.wait_for_controller()
+        yield c
+
+
+def bounds(c: DevCluster, broker: int) -> tuple[int, int]:
+    def read() -> tuple[int, int]:
+        dyn = c.broker(broker).dynamic_config
+        return dyn.leader_quota.bound, dyn.follower_quota.bound
+    return c.call(read)
+
+
+def described(c: DevCluster, rtype: ResourceType, name: str) -> dict[str, str | None]:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 0})
+    (fut,) = admin.describe_configs([ConfigResource(rtype, name)],
+                                    request_timeout=10).values()
+    return {k: e.value for k, e in fut.result(15).items()}
+
+
+def produce(c: DevCluster, topic: str, size: int) -> KafkaError | None:
+    """Produce one `size`-byte record; its delivery error (None: delivered)."""
+    errors: list[KafkaError | None] = []
+    p = Producer({"bootstrap.servers": c.bootstrap, "log_level": 0, "acks": "all",
+                  "message.timeout.ms": 10_000, "message.max.bytes": 10_000_000})
+    p.produce(topic, b"x" * size, on_delivery=lambda err, _msg: errors.append(err))
+    assert p.flush(20) == 0
+    return errors[0]
+
+
+@pytest.mark.slow
+def test_broker_and_topic_configs_live_and_after_restart(cluster: DevCluster) -> None:
+    c = cluster
+    boot = c.bootstrap
+    # A broker's own throttle rates: DescribeConfigs and its quota objects, no restart.
+    out = ok(configs(boot, "--alter", "--entity-type", "brokers", "--entity-name", "1",
+                     "--add-config", f"{LEADER}=1000000,{FOLLOWER}=2000000"))
+    assert out == "Completed updating config for broker 1.\n"
+    assert wait_until(lambda: bounds(c, 1) == (1_000_000, 2_000_000), 10), bounds(c, 1)
+    out = ok(configs(boot, "--describe", "--entity-type", "brokers", "--entity-name", "1"))
+    assert out.splitlines() == [
+        "Dynamic configs for broker 1 are:",
+        f"  {FOLLOWER}=2000000 sensitive=false "
+        f"synonyms={{DYNAMIC_BROKER_CONFIG:{FOLLOWER}=2000000}}",
+        f"  {LEADER}=1000000 sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:{LEADER}=1000000}}",
+    ]
+    # The cluster default reaches the broker without a value of its own.
+    out = ok(configs(boot, "--alter", "--entity-type", "brokers", "--entity-default",
+                     "--add-config", f"{FOLLOWER}=5000"))
+    assert out == "Completed updating default config for brokers in the cluster.\n"
+    assert wait_until(lambda: bounds(c, 0)[1] == 5000, 10), bounds(c, 0)
+    out = ok(configs(boot, "--describe", "--entity-type", "brokers", "--entity-default"))
+    assert out.splitlines() == [
+        "Default configs for brokers in the cluster are:",
+        f"  {FOLLOWER}=5000 sensitive=false "
+        f"synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{FOLLOWER}=5000}}",
+    ]
+    assert bounds(c, 1) == (1_000_000, 2_000_000)  # its own value wins
+
+    # A topic config: max.message.bytes refuses a bigger record at once.
+    topic = f"cfg-{uuid.uuid4().hex[:8]}"
+    ok(run("topics", "create", "--bootstrap-server", boot, "--topic", topic,
+           "--replica-assignment", "1"))
+    c.wait_for_topic(topic, 1)
+    assert produce(c, topic, 1000) is None
+    out = ok(configs(boot, "--alter", "--entity-type", "topics", "--entity-name", topic,
+                     "--add-config", "max.message.bytes=500,retention.ms=3600000"))
+    assert out == f"Completed updating config for topic {topic}.\n"
+    assert wait_until(lambda: (err := produce(c, topic, 1000)) is not None
+                      and err.code() == KafkaError.MSG_SIZE_TOO_LARGE, 10)
+    out = ok(configs(boot, "--describe", "--entity-type", "topics", "--entity-name", topic))
+    lines = out.splitlines()
+    assert lines[0] == f"Dynamic configs for topic {topic} are:"
+    assert lines[1].startswith("  max.message.bytes=500 sensitive=false "
+                               "synonyms={DYNAMIC_TOPIC_CONFIG:max.message.bytes=500, "
+                               "DEFAULT_CONFIG:message.max.bytes="), lines
+    assert lines[2].startswith("  retention.ms=3600000 sensitive=false "), lines
+
+    # Broker 1 (the topic's leader, with the per-broker rates) restarts: all of it stays.
+    c.stop_broker(1)
+    c.start_broker(1)
+    c.wait_for_topic(topic, 1)
+    assert wait_until(lambda: bounds(c, 1) == (1_000_000, 2_000_000), 10), bounds(c, 1)
+    assert described(c, ResourceType.BROKER, "1")[LEADER] == "1000000"
+    topic_cfg = described(c, ResourceType.TOPIC, topic)
+    assert (topic_cfg["max.message.bytes"], topic_cfg["retention.ms"]) == ("500", "3600000")
+    err = produce(c, topic, 1000)
+    assert err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE
+    # Broker 0 restarts and still has the cluster default.
+    c.stop_broker(0)
+    c.start_broker(0)
+    assert wait_until(lambda: bounds(c, 0)[1] == 5000, 10), bounds(c, 0)
+
+    # Deleting the overrides undoes them, live.
+    ok(configs(boot, "--alter", "--entity-type", "topics", "--entity-name", topic,
+               "--delete-config", "max.message.bytes,retention.ms"))
+    assert wait_until(lambda: produce(c, topic, 1000) is None, 10)
+    ok(configs(boot, "--alter", "--entity-type", "brokers", "--entity-name", "1",
+               "--delete-config", LEADER))
+    ok(configs(boot, "--alter", "--entity-type", "brokers", "--entity-default",
+               "--delete-config", FOLLOWER))
+    assert wait_until(lambda: bounds(c, 0)[1] > 5000 and bounds(c, 1)[0] > 1_000_000, 10)
+    assert ok(configs(boot, "--describe", "--entity-type", "topics", "--entity-name", topic)
+              ) == f"Dynamic configs for topic {topic} are:\n"
+
+
+@pytest.mark.slow
+def test_bad_values_get_kafkas_errors(cluster: DevCluster) -> None:
+    c = cluster
+    boot = c.bootstrap
+    topic = f"cfg-{uuid.uuid4().hex[:8]}"
+    ok(run("topics", "create", "--bootstrap-server", boot, "--topic", topic))
+    alter = ("--alter", "--entity-type", "topics", "--entity-name", topic, "--add-config")
+    cases = {
+        "retention.ms=abc": "Invalid configuration retention.ms: Expected value to be a number, "
+                            "but it was 'abc'",
+        "cleanup.policy=bogus": "Invalid configuration cleanup.policy: Invalid value bogus "
+                                "(must be one of compact, delete)",
+        "min.insync.replicas=0": "Invalid configuration min.insync.replicas: Value must be at "
+                                 "least 1, got 0",
+        "segment.bytes=10": "Invalid configuration segment.bytes: Value must be at least 14, "
+                            "got 10",
+        "min.cleanable.dirty.ratio=2": "Invalid configuration min.cleanable.dirty.ratio: Value "
+                                       "must be no more than 1.0, got 2.0",
+        "foo.bar=1": "Unknown topic config name: foo.bar",
+    }
+    for config, message in cases.items():
+        assert failed(configs(boot, *alter, config)) == message, config
+        # The same value at create time (kafka-topics).
+        assert failed(run("topics", "create", "--bootstrap-server", boot, "--topic",
+                          f"{topic}-x", "--config", config),
+                      "Error while executing topic command : ") == message, config
+    assert described(c, ResourceType.TOPIC, topic)["retention.ms"] == "604800000"
+    assert failed(configs(boot, *alter[:4], "nope", "--add-config", "retention.ms=1")
+                  ) == "The topic 'nope' does not exist."
+    broker = ("--alter", "--entity-type", "brokers", "--entity-name", "0", "--add-config")
+    assert failed(configs(boot, *broker, f"{LEADER}=-5")) == (
+        "Invalid config value for resource ConfigResource(type=BROKER, name='0'): Invalid "
+        f"value -5 for configuration {LEADER}: Value must be at least 0")
+    assert failed(configs(boot, *broker, "log.retention.ms=5")) == (
+        "Invalid config value for resource ConfigResource(type=BROKER, name='0'): Cannot "
+        "update these configs dynamically: Set(log.retention.ms)")
+    assert "Value must be at least 0" in failed(
+        configs(boot, "--alter", "--entity-type", "brokers", "--entity-default",
+                "--add-config", f"{FOLLOWER}=-1"))

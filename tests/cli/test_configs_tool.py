@@ -193,19 +193,30 @@ def test_bad_values_get_kafkas_errors(cluster: DevCluster) -> None:
     topic = f"cfg-{uuid.uuid4().hex[:8]}"
     ok(run("topics", "create", "--bootstrap-server", boot, "--topic", topic))
     alter = ("--alter", "--entity-type", "topics", "--entity-name", topic, "--add-config")
+    # Every SPEC T1 topic config with a bad value, and Kafka's ConfigException text.
     cases = {
-        "retention.ms=abc": "Invalid configuration retention.ms: Expected value to be a number, "
-                            "but it was 'abc'",
-        "cleanup.policy=bogus": "Invalid configuration cleanup.policy: Invalid value bogus "
-                                "(must be one of compact, delete)",
-        "min.insync.replicas=0": "Invalid configuration min.insync.replicas: Value must be at "
-                                 "least 1, got 0",
-        "segment.bytes=10": "Invalid configuration segment.bytes: Value must be at least 14, "
-                            "got 10",
-        "min.cleanable.dirty.ratio=2": "Invalid configuration min.cleanable.dirty.ratio: Value "
-                                       "must be no more than 1.0, got 2.0",
-        "foo.bar=1": "Unknown topic config name: foo.bar",
+        "unclean.leader.election.enable=maybe": "Expected value to be either true or false",
+        "delete.retention.ms=-1": "Value must be at least 0",
+        "segment.jitter.ms=-1": "Value must be at least 0",
+        "retention.ms=abc": "Not a number of type LONG",
+        "flush.ms=-1": "Value must be at least 0",
+        "segment.bytes=13": "Value must be at least 14",
+        "flush.messages=0": "Value must be at least 1",
+        "segment.ms=0": "Value must be at least 1",
+        "retention.bytes=1.5": "Not a number of type LONG",
+        "cleanup.policy=bogus": "String must be one of: compact, delete",
+        "segment.index.bytes=3": "Value must be at least 4",
+        "min.cleanable.dirty.ratio=2": "Value must be no more than 1",
+        "max.message.bytes=99999999999": "Not a number of type INT",
+        "file.delete.delay.ms=-1": "Value must be at least 0",
+        "min.insync.replicas=0": "Value must be at least 1",
+        "index.interval.bytes=-1": "Value must be at least 0",
     }
+    for config, message in list(cases.items()):
+        name, value = config.split("=")
+        shown = "2.0" if name == "min.cleanable.dirty.ratio" else value  # parsed as a double
+        cases[config] = f"Invalid value {shown} for configuration {name}: {message}"
+    cases["foo.bar=1"] = "Unknown topic config name: foo.bar"
     for config, message in cases.items():
         assert failed(configs(boot, *alter, config)) == message, config
         # The same value at create time (kafka-topics).

@@ -93,6 +93,18 @@ def format_value(config_type: ConfigType, value: Any) -> str:
 _INTEGER_RE = re.compile(r"[+-]?[0-9]+")
 
 
+def _invalid(name: str, value: object, message: str) -> ConfigError:
+    """Kafka's ConfigException wording: `Invalid value V for configuration N: M`."""
+    shown = str(value).lower() if isinstance(value, bool) else str(value).strip()
+    return ConfigError(name, message,
+                       text=f"Invalid value {shown} for configuration {name}: {message}")
+
+
+def _java_number(bound: float) -> str:
+    """A Range bound as Kafka prints it (its validators are built from ints: `between(0, 1)`)."""
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
 def _parse(key: ConfigKey, raw: object) -> Any:
     """Parse and validate one value (a string, or an already-typed value)."""
     name = key.name
@@ -100,13 +112,13 @@ def _parse(key: ConfigKey, raw: object) -> Any:
     match key.type:
         case ConfigType.INT | ConfigType.SHORT | ConfigType.LONG:
             if isinstance(raw, bool):
-                raise ConfigError(name, f"Expected value to be an integer, but it was {raw!r}")
+                raise _invalid(name, raw, f"Not a number of type {key.type.name}")
             if isinstance(raw, int):
                 value = raw
             else:
                 text = str(raw).strip()
                 if not _INTEGER_RE.fullmatch(text):
-                    raise ConfigError(name, f"Expected value to be a number, but it was {raw!r}")
+                    raise _invalid(name, raw, f"Not a number of type {key.type.name}")
                 value = int(text)
             lo, hi = {
                 ConfigType.INT: (INT_MIN, INT_MAX),
@@ -114,23 +126,21 @@ def _parse(key: ConfigKey, raw: object) -> Any:
                 ConfigType.LONG: (LONG_MIN, LONG_MAX),
             }[key.type]
             if not lo <= value <= hi:
-                raise ConfigError(name, f"Value {value} is out of range for type {key.type.name}")
+                raise _invalid(name, raw, f"Not a number of type {key.type.name}")
         case ConfigType.DOUBLE:
             try:
                 value = float(str(raw).strip()) if not isinstance(raw, int | float) else float(raw)
             except ValueError:
-                raise ConfigError(
-                    name, f"Expected value to be a double, but it was {raw!r}"
-                ) from None
+                raise _invalid(name, raw, "Not a number of type DOUBLE") from None
             if not math.isfinite(value):
-                raise ConfigError(name, f"Expected a finite number, but it was {raw!r}")
+                raise _invalid(name, raw, "Not a number of type DOUBLE")
         case ConfigType.BOOLEAN:
             if isinstance(raw, bool):
                 value = raw
             else:
                 text = str(raw).strip().lower()
                 if text not in ("true", "false"):
-                    raise ConfigError(name, f"Expected value to be either true or false: {raw!r}")
+                    raise _invalid(name, raw, "Expected value to be either true or false")
                 value = text == "true"
         case ConfigType.LIST:
             if isinstance(raw, list | tuple):
@@ -142,21 +152,20 @@ def _parse(key: ConfigKey, raw: object) -> Any:
             if key.choices is not None:
                 for item in value:
                     if item not in key.choices:
-                        raise ConfigError(
-                            name, f"Invalid value {item} (must be one of {', '.join(key.choices)})"
+                        raise _invalid(
+                            name, item, f"String must be one of: {', '.join(key.choices)}"
                         )
             if key.list_check is not None:
                 key.list_check(name, value)
         case _:
             value = str(raw).strip()
             if key.choices is not None and value not in key.choices:
-                raise ConfigError(
-                    name, f"String must be one of: {', '.join(key.choices)}; got {value!r}"
-                )
+                raise _invalid(name, value, f"String must be one of: {', '.join(key.choices)}")
     if key.min_value is not None and value < key.min_value:
-        raise ConfigError(name, f"Value must be at least {key.min_value}, got {value}")
+        raise _invalid(name, value, f"Value must be at least {_java_number(key.min_value)}")
     if key.max_value is not None and value > key.max_value:
-        raise ConfigError(name, f"Value must be no more than {key.max_value}, got {value}")
+        raise _invalid(name, value,
+                       f"Value must be no more than {_java_number(key.max_value)}")
     return value
 
 
@@ -168,8 +177,9 @@ def check_throttled_replicas(name: str, items: tuple[str, ...]) -> None:
     (Kafka's ThrottledReplicaListValidator)."""
     if items == ("*",) or all(_THROTTLED_REPLICA_RE.fullmatch(item) for item in items):
         return
-    raise ConfigError(
+    raise _invalid(
         name,
+        ",".join(items),
         f"{name} must be the literal '*' or a list of replicas in the following format: "
         "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
     )
@@ -576,12 +586,10 @@ class LogConfig:
         for key in _KEYS:
             _parse(key, getattr(self, key.field))
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
-            raise ConfigError(
-                "min.compaction.lag.ms",
-                f"conflict topic config setting min.compaction.lag.ms "
-                f"({self.min_compaction_lag_ms}) > max.compaction.lag.ms "
-                f"({self.max_compaction_lag_ms})",
-            )
+            message = (f"conflict topic config setting min.compaction.lag.ms "
+                       f"({self.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                       f"({self.max_compaction_lag_ms})")
+            raise ConfigError("min.compaction.lag.ms", message, text=message)
 
     # -- rendering -----------------------------------------------------------------------
 

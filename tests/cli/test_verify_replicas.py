@@ -238,3 +238,24 @@ def test_altered_follower_segment_is_found(cluster: DevCluster) -> None:
             f"replica {leader}'s (value differs)") in lines
     assert not any(f"Partition {topic}-0" in line for line in lines)
     assert lines[-1] == "1 of 2 partitions diverge"
+
+
+@pytest.mark.slow
+def test_a_stopped_replica_is_an_error(cluster: DevCluster) -> None:
+    topic = _create(cluster, 1)
+    _produce(cluster, topic, 5, 1)
+    _in_sync(cluster, topic, 1)
+    leader = cluster.metadata(cluster.running[0], [topic]).leaders(topic)[0]
+    follower = next(b for b in cluster.running if b != leader)
+    cluster.stop_broker(follower)
+    try:
+        def gone() -> bool:
+            return follower not in cluster.metadata(leader, [topic]).brokers
+
+        wait_until(gone, timeout_s=CALL_TIMEOUT_S)
+        result = run("--bootstrap-server", cluster.address(leader), "--topics-include", topic)
+    finally:
+        cluster.start_broker(follower)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert result.stderr == (f"Error: Replica {follower} of {topic}-0 is not available (its "
+                             f"broker is not in the metadata)\n")

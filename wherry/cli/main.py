@@ -231,7 +231,7 @@ async def _serve_dev(cluster: object) -> int:
 
 
 def _register_tools() -> None:
-    from wherry.cli import configs, console, elect, groups, reassign, topics
+    from wherry.cli import configs, console, elect, groups, reassign, topics, verify_replicas
 
     main.add_command(topics.topics)
     main.add_command(groups.groups)
@@ -240,6 +240,7 @@ def _register_tools() -> None:
     main.add_command(reassign.reassign)
     main.add_command(elect.elect)
     main.add_command(configs.configs)
+    main.add_command(verify_replicas.verify_replicas)
 
 
 _register_tools()

@@ -38,6 +38,10 @@ from wherry.runtime.state_change_log import log_broker_partition_change
 
 log = logging.getLogger(__name__)
 
+DEBUGGING_CONSUMER_ID = -2
+"""Fetch replica id of Kafka's debugging consumer (FetchRequest.DEBUGGING_CONSUMER_ID): may
+read a follower, up to its log end, recording nothing."""
+
 ProduceResult = Mapping[TopicPartition, ProducePartitionStatus]
 
 LeadershipListener = Callable[[list[tuple[TopicPartition, int]], list[TopicPartition]], None]
@@ -382,13 +386,21 @@ class ReplicaManager:
         min_one = True
         now_ms = self._monotonic_ms()
         follower = replica_id >= 0
+        # Kafka's debugging consumer (-2, the replica verification tool) reads any replica,
+        # leader or follower, up to its log end (FetchIsolation LOG_END).
+        debugging = replica_id == DEBUGGING_CONSUMER_ID
         for fp in partitions:
             part = self.partitions.get(fp.tp)
             if part is None:
                 out[fp.tp] = FetchPartitionResult(ErrorCode.unknown_topic_or_partition)
                 continue
             try:
-                part.require_leader(fp.current_leader_epoch)
+                if debugging:
+                    err = part.check_leader_epoch(fp.current_leader_epoch)
+                    if err is not ErrorCode.none:
+                        raise PartitionError(err)
+                else:
+                    part.require_leader(fp.current_leader_epoch)
                 if follower:
                     part.require_follower_replica(replica_id)
             except PartitionError as e:
@@ -396,7 +408,7 @@ class ReplicaManager:
                 continue
             plog = part.log
             leader_end_offset = plog.log_end_offset
-            upper = leader_end_offset if follower else part.high_watermark
+            upper = leader_end_offset if follower or debugging else part.high_watermark
             res = FetchPartitionResult(
                 ErrorCode.none,
                 high_watermark=part.high_watermark,

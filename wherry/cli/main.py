@@ -231,7 +231,7 @@ async def _serve_dev(cluster: object) -> int:
 
 
 def _register_tools() -> None:
-    from wherry.cli import console, dump_log, elect, groups, reassign, topics
+    from wherry.cli import console, dump_log, elect, groups, log_dirs, reassign, topics
 
     main.add_command(topics.topics)
     main.add_command(groups.groups)
@@ -240,6 +240,7 @@ def _register_tools() -> None:
     main.add_command(reassign.reassign)
     main.add_command(elect.elect)
     main.add_command(dump_log.dump_log)
+    main.add_command(log_dirs.log_dirs)
 
 
 _register_tools()

@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from wherry.cli.dump_format import OFFSET_ENTRY
+from wherry.cli.dump_format import OFFSET_ENTRY, TIME_ENTRY
 from wherry.cli.main import main
 from wherry.protocol.records import build_control_batch
 from wherry.testing.cluster import DevCluster
@@ -208,3 +208,28 @@ def test_unknown_and_misnamed_files(tmp_path: Path) -> None:
     result = run("--files", str(bad))
     assert result.exit_code == 1
     assert "is not named for a base offset" in result.stderr
+
+
+def test_max_bytes_stops_at_the_first_batch(data_dir: Path) -> None:
+    log = data_dir / f"{TOPIC}-0" / f"{SEGMENT}.log"
+    first = run("--files", str(log)).stdout.splitlines()[2]
+    found = re.search(r" size: (\d+) ", first)
+    assert found
+    size = int(found.group(1))
+    out = run("--files", str(log), "--max-bytes", str(size + 10)).stdout.splitlines()
+    assert out[2:] == [first]
+
+
+def test_time_index_check_reports_a_changed_timestamp(data_dir: Path, tmp_path: Path) -> None:
+    part = data_dir / f"{TOPIC}-0"
+    for suffix in (".log", ".index", ".timeindex"):
+        shutil.copy(part / f"{SEGMENT}{suffix}", tmp_path / f"{SEGMENT}{suffix}")
+    timeindex = tmp_path / f"{SEGMENT}.timeindex"
+    data = bytearray(timeindex.read_bytes())
+    ts, rel = TIME_ENTRY.unpack_from(data, 0)
+    TIME_ENTRY.pack_into(data, 0, ts - 1, rel)
+    timeindex.write_bytes(bytes(data))
+    result = run("--files", str(timeindex), "--verify-index-only")
+    assert result.stdout == f"Dumping {timeindex}\n"
+    assert result.stderr == (f"Found timestamp mismatch in :{timeindex}\n"
+                             f"  Index timestamp: {ts - 1}, log timestamp: {ts}\n")

@@ -231,7 +231,17 @@ async def _serve_dev(cluster: object) -> int:
 
 
 def _register_tools() -> None:
-    from wherry.cli import configs, console, elect, groups, reassign, topics, verify_replicas
+    from wherry.cli import (
+        configs,
+        console,
+        dump_log,
+        elect,
+        groups,
+        log_dirs,
+        reassign,
+        topics,
+        verify_replicas,
+    )
 
     main.add_command(topics.topics)
     main.add_command(groups.groups)
@@ -241,6 +251,8 @@ def _register_tools() -> None:
     main.add_command(elect.elect)
     main.add_command(configs.configs)
     main.add_command(verify_replicas.verify_replicas)
+    main.add_command(dump_log.dump_log)
+    main.add_command(log_dirs.log_dirs)
 
 
 _register_tools()

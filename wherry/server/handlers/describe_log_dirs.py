@@ -1,0 +1,84 @@
+"""DescribeLogDirs (key 35): this broker's log directories and the partitions in each
+(kafka-log-dirs --describe).
+
+As Kafka's `ReplicaManager.describeLogDirs`: every log directory with the logs it holds
+(all of them, or those of the requested partitions), each log's size (the bytes of its
+segments) and offset lag `max(0, HW - LEO)`; wherry has no future logs (AlterReplicaLogDirs),
+so `is_future_key` is always false. Versions 1-4 (kio has no v0; Kafka 4 dropped it); v4
+adds the volume's total and usable bytes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from wherry.log.log import Log
+    from wherry.protocol.codec import Request
+    from wherry.server.services import BrokerServices
+
+UNKNOWN_BYTES = -1
+
+
+def _wanted(req: Request) -> set[TopicPartition] | None:
+    topics = req.body.topics
+    if topics is None:
+        return None
+    return {TopicPartition(t.topic, p) for t in topics for p in t.partitions}
+
+
+def _volume(path: Path) -> tuple[int, int]:
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return UNKNOWN_BYTES, UNKNOWN_BYTES
+    return usage.total, usage.free
+
+
+def _partition(plog: Log) -> dict[str, Any]:
+    return {
+        "partition_index": plog.topic_partition.partition,
+        "partition_size": plog.size_in_bytes,
+        "offset_lag": max(0, plog.high_watermark - plog.log_end_offset),
+        "is_future_key": False,
+    }
+
+
+def _partition_index(partition: Mapping[str, Any]) -> int:
+    return int(partition["partition_index"])
+
+
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    manager = broker.replica_manager.log_manager
+    wanted = _wanted(req)
+    by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in manager.log_dirs}
+    for plog in manager.all_logs():
+        tp = plog.topic_partition
+        if wanted is not None and tp not in wanted:
+            continue
+        where = manager.log_dir_of(tp)
+        if where is None or where not in by_dir:
+            continue
+        by_dir[where].setdefault(tp.topic, []).append(_partition(plog))
+    results: list[dict[str, Any]] = []
+    for log_dir, topics in by_dir.items():
+        total, usable = _volume(log_dir)
+        entries: list[dict[str, Any]] = [
+            {"name": name, "partitions": sorted(parts, key=_partition_index)}
+            for name, parts in sorted(topics.items())
+        ]
+        results.append({
+            "error_code": ErrorCode.none,
+            "log_dir": str(log_dir),
+            "topics": entries,
+            "total_bytes": total,
+            "usable_bytes": usable,
+        })
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "results": results}

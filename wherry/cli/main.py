@@ -231,7 +231,7 @@ async def _serve_dev(cluster: object) -> int:
 
 
 def _register_tools() -> None:
-    from wherry.cli import console, elect, groups, reassign, topics
+    from wherry.cli import console, elect, groups, reassign, state_change_log, topics
 
     main.add_command(topics.topics)
     main.add_command(groups.groups)
@@ -239,6 +239,7 @@ def _register_tools() -> None:
     main.add_command(console.consume)
     main.add_command(reassign.reassign)
     main.add_command(elect.elect)
+    main.add_command(state_change_log.state_change_log)
 
 
 _register_tools()

@@ -1,8 +1,9 @@
 """`wherry produce` / `wherry consume`: kafka-console-producer/consumer look-alikes.
 
-Both speak the Kafka protocol through confluent-kafka. Without `--group` the consumer joins no group: the
-broker has no group coordinator yet, so partitions are *assigned* explicitly (a dummy
-`group.id` is set because librdkafka requires one; nothing is ever committed).
+Both speak the Kafka protocol through confluent-kafka. Without `--group` the consumer joins no
+group: partitions are *assigned* explicitly (a dummy `group.id` is set because librdkafka
+requires one; nothing is committed). With `--group G` it subscribes as a member of G, stores the
+offset of each record it printed and commits them on exit, so the next run with G continues.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """`wherry produce` / `wherry consume`: kafka-console-producer/consumer look-alikes.
 
-Both speak the Kafka protocol through confluent-kafka. The consumer never joins a group: the
-broker has no group coordinator yet, so partitions are *assigned* explicitly (a dummy
-`group.id` is set because librdkafka requires one; nothing is ever committed).
+Both speak the Kafka protocol through confluent-kafka. Without `--group` the consumer joins no
+group: partitions are *assigned* explicitly (a dummy `group.id` is set because librdkafka
+requires one; nothing is committed). With `--group G` it subscribes as a member of G, stores the
+offset of each record it printed and commits them on exit, so the next run with G continues.
 """
 
 from __future__ import annotations
@@ -411,6 +412,9 @@ class _Stop:
               default="read_uncommitted", show_default=True)
 @click.option("--consumer-property", "consumer_properties", multiple=True, metavar="KEY=VALUE",
               help="A consumer (librdkafka) config (repeatable).")
+@click.option("--group", default=None,
+              help="Join this consumer group (subscribe) and commit the offsets of the records "
+                   "printed; a later run with the same group continues after them.")
 @click.option("--consumer.config", "--consumer-config", "consumer_config",
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Consumer config properties file.")
@@ -419,9 +423,15 @@ def consume(
     bootstrap_server: str, topic: str, partition: int | None, offset_text: str | None,
     from_beginning: bool, max_messages: int | None, timeout_ms: int | None,
     properties: tuple[str, ...], isolation_level: str, consumer_properties: tuple[str, ...],
-    consumer_config: Path | None,
+    consumer_config: Path | None, group: str | None,
 ) -> None:
-    """Print records of a topic to stdout (partitions are assigned; no consumer group)."""
+    """Print records of a topic to stdout (partitions are assigned unless --group is given)."""
+    if group is not None and partition is not None:
+        raise CommandError("Options group and partition cannot be specified together.")
+    if group is not None and offset_text is not None:
+        raise CommandError("Options group and offset cannot be specified together.")
+    if group is not None and not group.strip():
+        raise CommandError("The group id must not be empty.")
     if from_beginning and offset_text is not None:
         raise CommandError("Options --from-beginning and --offset cannot be specified together.")
     start = OFFSET_BEGINNING if from_beginning else parse_offset(offset_text or "latest")
@@ -437,7 +447,9 @@ def consume(
     }
     conf.update(_base_config(bootstrap_server, consumer_config, consumer_properties,
                              "consumer property"))
-    _consume(conf, topic, partition, start, fmt, max_messages, timeout_ms)
+    if group is not None:
+        conf["group.id"] = group
+    _consume(conf, topic, partition, start, fmt, max_messages, timeout_ms, group is not None)
 
 
 def _partitions_of(consumer: Consumer, topic: str, bootstrap: str, timeout_ms: int
@@ -467,7 +479,8 @@ def _partitions_of(consumer: Consumer, topic: str, bootstrap: str, timeout_ms: i
 
 
 def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int,
-             fmt: MessageFormat, max_messages: int | None, timeout_ms: int | None) -> None:
+             fmt: MessageFormat, max_messages: int | None, timeout_ms: int | None,
+             in_group: bool = False) -> None:
     consumer = new_client(Consumer, conf, "consumer")
     stop = _Stop()
     previous = None
@@ -489,7 +502,10 @@ def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int
                 raise CommandError(f"Partition {partition} of topic {topic} does not exist "
                                    f"(the topic has {len(parts)} partition(s))")
             parts = [partition]
-        consumer.assign([TopicPartition(topic, p, start) for p in parts])
+        if in_group:  # committed offsets first, else auto.offset.reset (set from start)
+            consumer.subscribe([topic])
+        else:
+            consumer.assign([TopicPartition(topic, p, start) for p in parts])
         started = True
         last_activity = time.monotonic()
         while not stop.requested and (max_messages is None or count < max_messages):
@@ -513,6 +529,8 @@ def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int
                 continue
             out.write(fmt.format(msg))
             out.flush()
+            if in_group:
+                consumer.store_offsets(msg)
             count += 1
             last_activity = time.monotonic()
     except KeyboardInterrupt:
@@ -520,6 +538,11 @@ def _consume(conf: dict[str, Any], topic: str, partition: int | None, start: int
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if in_group and count:
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as e:
+                click.echo(f"Error: committing offsets: {kafka_error_message(e)}", err=True)
         consumer.close()
         if started:
             click.echo(f"Processed a total of {count} messages", err=True)

@@ -239,6 +239,7 @@ def _register_tools() -> None:
         groups,
         log_dirs,
         reassign,
+        state_change_log,
         topics,
         verify_replicas,
     )
@@ -253,6 +254,7 @@ def _register_tools() -> None:
     main.add_command(verify_replicas.verify_replicas)
     main.add_command(dump_log.dump_log)
     main.add_command(log_dirs.log_dirs)
+    main.add_command(state_change_log.state_change_log)
 
 
 _register_tools()

@@ -230,9 +230,9 @@ def test_bad_values_get_kafkas_errors(cluster: DevCluster) -> None:
     assert failed(configs(boot, *broker, f"{LEADER}=-5")) == (
         "Invalid config value for resource ConfigResource(type=BROKER, name='0'): Invalid "
         f"value -5 for configuration {LEADER}: Value must be at least 0")
-    assert failed(configs(boot, *broker, "log.retention.ms=5")) == (
+    assert failed(configs(boot, *broker, "num.partitions=5")) == (
         "Invalid config value for resource ConfigResource(type=BROKER, name='0'): Cannot "
-        "update these configs dynamically: Set(log.retention.ms)")
+        "update these configs dynamically: Set(num.partitions)")
     assert "Value must be at least 0" in failed(
         configs(boot, "--alter", "--entity-type", "brokers", "--entity-default",
                 "--add-config", f"{FOLLOWER}=-1"))

@@ -262,10 +262,10 @@ def test_alter_configs_replaces_the_broker_entity(wherry_broker: DevCluster) -> 
     nulls = alter([(LEADER, None)])
     assert nulls.error_code == ErrorCode.invalid_request
     assert nulls.error_message == f"Null value not supported for : {LEADER}"
-    fixed = alter([(LEADER, "1"), ("log.retention.ms", "1")])
+    fixed = alter([(LEADER, "1"), ("broker.id", "1")])
     assert fixed.error_code == ErrorCode.invalid_request
     assert fixed.error_message == (
         "Invalid config value for resource ConfigResource(type=BROKER, name='0'): "
-        "Cannot update these configs dynamically: Set(log.retention.ms)"
+        "Cannot update these configs dynamically: Set(broker.id)"
     )
     assert c.run(c.broker(0).admin.broker_config(0)) == {LEADER: "3000"}

@@ -192,7 +192,7 @@ class Broker:
         await self._load_topic_overrides()
         self.log_manager = LogManager(
             list(cfg.log_dirs),
-            cfg.log_defaults,
+            self.log_defaults(),
             self.clock.now_ms,
             producer_id_expiration_ms=cfg.producer_id_expiration_ms,
         )
@@ -597,15 +597,26 @@ class Broker:
             self.dynamic_config.update_topic(tp.topic, None)
         self.groups.on_partitions_deleted(partitions)
 
-    def topic_log_config(self, topic: str) -> LogConfig:
-        overrides = self._topic_overrides.get(topic, {})
+    def log_defaults(self) -> LogConfig:
+        """The static log defaults under the dynamic ones (`log.retention.ms`, ... set per
+        broker or for the cluster; SPEC T1, kafka-configs)."""
         try:
-            return self.config.log_defaults.with_props(overrides)
+            return self.config.log_defaults.with_props(self.dynamic_config.log_overrides())
+        except ConfigError:
+            log.exception("%s invalid stored dynamic log config; using the static", self._prefix)
+            return self.config.log_defaults
+
+    def topic_log_config(self, topic: str) -> LogConfig:
+        """The log defaults in force (`log_defaults`), then the topic's own overrides."""
+        overrides = self._topic_overrides.get(topic, {})
+        defaults = self.log_defaults()
+        try:
+            return defaults.with_props(overrides)
         except ConfigError:
             log.exception(
                 "%s invalid stored config for topic %s; using defaults", self._prefix, topic
             )
-            return self.config.log_defaults
+            return defaults
 
     async def _load_topic_overrides(self, topics: list[str] | None = None) -> None:
         if topics is None:
@@ -670,6 +681,11 @@ class Broker:
             log.info("%s applied config change for topic %s", self._prefix, topic)
         elif self.dynamic_config.applies_to(entity):
             await self.dynamic_config.load(self.store)
+            # Dynamic log defaults apply at once to every topic (under its own overrides).
+            self.log_manager.update_default_config(self.log_defaults())
+            for topic in sorted({tp.topic for tp in self.log_manager.topic_partitions()}):
+                self.log_manager.update_config(topic, self.topic_log_config(topic))
+            log.info("%s applied dynamic broker config change (%s)", self._prefix, entity)
 
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:

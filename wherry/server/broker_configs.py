@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
-from wherry.log.config import ConfigType
+from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigError, ConfigType, LogConfig
 from wherry.replication.quota import (
     UNLIMITED_RATE,
     ReplicationQuotaManager,
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "DYNAMIC_BROKER_KEYS",
+    "DYNAMIC_LOG_KEYS",
     "FOLLOWER_REPLICATION_THROTTLED_RATE",
     "LEADER_REPLICATION_THROTTLED_RATE",
     "DynamicBrokerConfig",
@@ -92,6 +93,15 @@ DYNAMIC_BROKER_KEYS: Mapping[str, DynamicKey] = {
 _LONG_RE = re.compile(r"[+-]?[0-9]+")
 
 
+DYNAMIC_LOG_KEYS: Mapping[str, str] = {
+    key.server_name: key.name for key in TOPIC_CONFIG_KEYS.values() if key.server_name
+}
+"""The broker's log defaults Kafka lets change live (its DynamicLogConfig: every topic config's
+broker synonym, e.g. `log.retention.ms` -> `retention.ms`, `message.max.bytes` ->
+`max.message.bytes`): server name -> topic config name. Set per broker or as the cluster
+default, they apply at once to every topic that has no override of its own."""
+
+
 class DynamicConfigError(Exception):
     """A refused broker config alter; `error_code` is the answer (Kafka wraps its
     ConfigException in an InvalidRequestException: INVALID_REQUEST)."""
@@ -140,12 +150,21 @@ def parse_rate(name: str, value: str) -> int:
 
 def validate_dynamic(props: Mapping[str, str], resource_name: str) -> None:
     """Kafka's DynamicBrokerConfig.validate for the keys wherry supports."""
-    fixed = sorted(k for k in props if k not in DYNAMIC_BROKER_KEYS)
+    fixed = sorted(k for k in props if k not in DYNAMIC_BROKER_KEYS and k not in DYNAMIC_LOG_KEYS)
     try:
         if fixed:
             raise ValueError(f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
         for name, value in props.items():
-            parse_rate(name, value)
+            if name in DYNAMIC_LOG_KEYS:
+                topic_name = DYNAMIC_LOG_KEYS[name]
+                try:
+                    LogConfig().with_props({topic_name: value})
+                except ConfigError as e:
+                    raise ValueError(
+                        f"Invalid value {value} for configuration {name}: {e.message}"
+                    ) from None
+            else:
+                parse_rate(name, value)
     except ValueError as e:
         raise DynamicConfigError(
             ErrorCode.invalid_request,
@@ -195,7 +214,7 @@ def describe_entries(
     dynamic key, with its source; for the cluster default (`per_broker` None) only the keys
     set at the default level, as Kafka lists them."""
     wanted = list(DYNAMIC_BROKER_KEYS) if keys is None else list(keys)
-    out = []
+    out = _log_entries(per_broker, defaults, keys, include_synonyms, include_documentation)
     for name in wanted:
         key = DYNAMIC_BROKER_KEYS.get(name)
         if key is None or (per_broker is None and name not in defaults):
@@ -218,6 +237,44 @@ def describe_entries(
                 name,
                 value,
                 source,
+                synonyms if include_synonyms else [],
+                config_type=key.type,
+                documentation=key.doc if include_documentation else None,
+            )
+        )
+    return out
+
+
+def _log_entries(
+    per_broker: Mapping[str, str] | None,
+    defaults: Mapping[str, str],
+    keys: Iterable[str] | None,
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> list[dict[str, Any]]:
+    """Entries of the dynamic log defaults that are set (the unset ones are the broker's
+    static configs, which DescribeConfigs lists apart)."""
+    out = []
+    for name, topic_name in DYNAMIC_LOG_KEYS.items():
+        if keys is not None and name not in keys:
+            continue
+        synonyms: list[dict[str, Any]] = []
+        if per_broker is not None and name in per_broker:
+            synonyms.append(
+                {"name": name, "value": per_broker[name], "source": DYNAMIC_BROKER_CONFIG}
+            )
+        if name in defaults:
+            synonyms.append(
+                {"name": name, "value": defaults[name], "source": DYNAMIC_DEFAULT_BROKER_CONFIG}
+            )
+        if not synonyms:
+            continue
+        key = TOPIC_CONFIG_KEYS[topic_name]
+        out.append(
+            config_entry(
+                name,
+                synonyms[0]["value"],
+                synonyms[0]["source"],
                 synonyms if include_synonyms else [],
                 config_type=key.type,
                 documentation=key.doc if include_documentation else None,
@@ -294,6 +351,16 @@ class DynamicBrokerConfig:
                 except ValueError:
                     log.warning("[Broker id=%d] ignoring stored %s", self.broker_id, name)
         return DYNAMIC_BROKER_KEYS[name].default
+
+    def log_overrides(self) -> dict[str, str]:
+        """The dynamic log defaults in force, as topic configs (per broker > cluster default)."""
+        out: dict[str, str] = {}
+        for name, topic_name in DYNAMIC_LOG_KEYS.items():
+            for source in (self.per_broker, self.defaults):
+                if name in source:
+                    out[topic_name] = source[name]
+                    break
+        return out
 
     def applies_to(self, entity: str) -> bool:
         """Whether a ``brokers/...`` change notification concerns this broker."""

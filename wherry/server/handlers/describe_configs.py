@@ -33,22 +33,41 @@ def topic_config_entries(
     *,
     include_synonyms: bool = False,
     include_documentation: bool = False,
+    dynamic: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {}),
 ) -> list[dict[str, Any]]:
+    """`dynamic`: this broker's and the cluster default's dynamic broker configs, whose log
+    defaults (`log.retention.ms`, ...) rank between the topic's overrides and the static
+    broker configs."""
     defaults = broker.config.log_defaults
     raw = broker.config.raw
+    per_broker, cluster_default = dynamic
+    dynamic_synonyms: dict[str, list[dict[str, Any]]] = {}
+    for server_name, topic_name in broker_configs.DYNAMIC_LOG_KEYS.items():
+        for entity, src in (
+            (per_broker, broker_configs.DYNAMIC_BROKER_CONFIG),
+            (cluster_default, broker_configs.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ):
+            if server_name in entity:
+                dynamic_synonyms.setdefault(topic_name, []).append(
+                    {"name": server_name, "value": entity[server_name], "source": src}
+                )
     names = list(TOPIC_CONFIG_KEYS) if keys is None else [k for k in keys if k in TOPIC_CONFIG_KEYS]
     out = []
     for name in names:
         key = TOPIC_CONFIG_KEYS[name]
         broker_synonyms = [s for s in SERVER_CONFIG_SYNONYMS.get(name, ()) if s in raw]
         synonyms: list[dict[str, Any]] = []
+        live = dynamic_synonyms.get(name, [])
         if name in overrides:
             value, source = overrides[name], DYNAMIC_TOPIC_CONFIG
             synonyms.append({"name": name, "value": value, "source": DYNAMIC_TOPIC_CONFIG})
+        elif live:
+            value, source = live[0]["value"], live[0]["source"]
         elif broker_synonyms:
             value, source = defaults.value_of(name), STATIC_BROKER_CONFIG
         else:
             value, source = key.default_str, DEFAULT_CONFIG
+        synonyms += live
         synonyms += [
             {"name": s, "value": raw[s], "source": STATIC_BROKER_CONFIG} for s in broker_synonyms
         ]
@@ -181,6 +200,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 keys,
                 include_synonyms=include_synonyms,
                 include_documentation=include_doc,
+                dynamic=(
+                    await broker.admin.broker_config(broker.broker_id),
+                    await broker.admin.broker_config(None),
+                ),
             )
         elif r.resource_type == BROKER and r.resource_name == "":
             base["configs"] = broker_configs.describe_entries(
@@ -202,13 +225,17 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     }
                 )
                 continue
-            base["configs"] = broker_config_entries(broker, keys) + broker_configs.describe_entries(
+            dynamic = broker_configs.describe_entries(
                 await broker.admin.broker_config(broker.broker_id),
                 await broker.admin.broker_config(None),
                 keys,
                 include_synonyms=include_synonyms,
                 include_documentation=include_doc,
             )
+            set_live = {e["name"] for e in dynamic}  # a dynamic value replaces the static one
+            base["configs"] = [
+                e for e in broker_config_entries(broker, keys) if e["name"] not in set_live
+            ] + dynamic
         else:
             base.update(
                 error_code=ErrorCode.invalid_request,

@@ -220,6 +220,38 @@ async def test_unclean_election_only_when_the_topic_enables_it(
 
 
 @async_test
+async def test_a_dynamic_default_unclean_setting_applies_to_topics_without_one(
+    new_backend: NewBackend,
+) -> None:
+    """`unclean.leader.election.enable` set for the cluster as a dynamic broker config (kafka-
+    configs --entity-type brokers --entity-default) is the controller's default; a topic's
+    own setting still wins."""
+    async with Cluster(new_backend()) as c:
+        await c.start(0)
+        await c.start_all(1, 2)
+        await c.store.create(
+            paths.broker_config_path(None),
+            paths.encode_config({"unclean.leader.election.enable": "true"}),
+            make_parents=True,
+        )
+        await c.create_topic("follows", {0: [1, 2]})
+        await c.create_topic("own", {0: [1, 2]}, {"unclean.leader.election.enable": "false"})
+        for t in ("follows", "own"):
+            await wait_for_states(c, t, 1, lambda s: True)
+        await c.kill(2)
+        for t in ("follows", "own"):
+            await wait_for_states(c, t, 1, lambda s: s[0].isr == [1])
+        await c.kill(1)
+        for t in ("follows", "own"):
+            await wait_for_states(c, t, 1, lambda s: s[0].leader == -1)
+        await c.start(2)
+        follows = await wait_for_states(c, "follows", 1, lambda s: s[0].leader == 2)
+        await c.settle()
+        assert follows[0].isr == [2]
+        assert (await c.state("own", 0)).leader == -1  # type: ignore[union-attr]
+
+
+@async_test
 async def test_controller_session_expiry_fences_the_old_controller(new_backend: NewBackend) -> None:
     backend = new_backend()
     async with Cluster(backend) as c:

@@ -494,12 +494,16 @@ class Controller:
         """`unclean.leader.election.enable` per topic, read from the store for topics that have
         a partition whose election depends on it (Kafka reads it at election time)."""
         out: dict[str, bool] = {}
+        default: bool | None = None  # the broker default: dynamic (own > cluster) or static
         for tp in tps:
             if tp.topic in out or not self.partition_sm.needs_unclean_config(self.ctx, tp):
                 continue
+            if default is None:
+                dynamic = await self._zk.dynamic_broker_config(self.broker_id)
+                default = unclean_election_enabled(dynamic, self.unclean_default)
             cfg = await self._zk.topic_config(tp.topic)
             self.ctx.topic_configs[tp.topic] = cfg
-            out[tp.topic] = unclean_election_enabled(cfg, self.unclean_default)
+            out[tp.topic] = unclean_election_enabled(cfg, default)
         return out
 
     # --- partition state changes -------------------------------------------------------------

@@ -244,6 +244,20 @@ class ControllerStoreClient:
             log.warning("ignoring unreadable config of topic %s", topic)
             return {}
 
+    async def dynamic_broker_config(self, broker_id: int) -> dict[str, str]:
+        """A broker's dynamic configs in force: its own (`/config/brokers/<id>`) over the
+        cluster default (`/config/brokers/<default>`)."""
+        out: dict[str, str] = {}
+        for entity in (None, broker_id):
+            try:
+                data, _ = await self.get(paths.broker_config_path(entity))
+                out.update(paths.decode_config(data))
+            except NoNodeError:
+                pass
+            except ValueError:
+                log.warning("ignoring an unreadable config of broker entity %s", entity)
+        return out
+
     async def deletions(self, watch: WatchCallback | None) -> list[str]:
         return await self.get_children(paths.ADMIN_DELETE_TOPICS, watch)
 

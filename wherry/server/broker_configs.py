@@ -219,15 +219,7 @@ def describe_entries(
         key = DYNAMIC_BROKER_KEYS.get(name)
         if key is None or (per_broker is None and name not in defaults):
             continue
-        synonyms: list[dict[str, Any]] = []
-        if per_broker is not None and name in per_broker:
-            synonyms.append(
-                {"name": name, "value": per_broker[name], "source": DYNAMIC_BROKER_CONFIG}
-            )
-        if name in defaults:
-            synonyms.append(
-                {"name": name, "value": defaults[name], "source": DYNAMIC_DEFAULT_BROKER_CONFIG}
-            )
+        synonyms = dynamic_synonyms(name, per_broker, defaults)
         if synonyms:
             value, source = synonyms[0]["value"], synonyms[0]["source"]
         else:
@@ -245,6 +237,19 @@ def describe_entries(
     return out
 
 
+def dynamic_synonyms(
+    name: str, per_broker: Mapping[str, str] | None, defaults: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """DescribeConfigs synonyms of a dynamic broker config: this broker's value, then the
+    cluster default's (the first one is in force)."""
+    out: list[dict[str, Any]] = []
+    if per_broker is not None and name in per_broker:
+        out.append({"name": name, "value": per_broker[name], "source": DYNAMIC_BROKER_CONFIG})
+    if name in defaults:
+        out.append({"name": name, "value": defaults[name], "source": DYNAMIC_DEFAULT_BROKER_CONFIG})
+    return out
+
+
 def _log_entries(
     per_broker: Mapping[str, str] | None,
     defaults: Mapping[str, str],
@@ -258,15 +263,7 @@ def _log_entries(
     for name, topic_name in DYNAMIC_LOG_KEYS.items():
         if keys is not None and name not in keys:
             continue
-        synonyms: list[dict[str, Any]] = []
-        if per_broker is not None and name in per_broker:
-            synonyms.append(
-                {"name": name, "value": per_broker[name], "source": DYNAMIC_BROKER_CONFIG}
-            )
-        if name in defaults:
-            synonyms.append(
-                {"name": name, "value": defaults[name], "source": DYNAMIC_DEFAULT_BROKER_CONFIG}
-            )
+        synonyms = dynamic_synonyms(name, per_broker, defaults)
         if not synonyms:
             continue
         key = TOPIC_CONFIG_KEYS[topic_name]

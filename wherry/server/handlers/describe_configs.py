@@ -40,17 +40,10 @@ def topic_config_entries(
     broker configs."""
     defaults = broker.config.log_defaults
     raw = broker.config.raw
-    per_broker, cluster_default = dynamic
-    dynamic_synonyms: dict[str, list[dict[str, Any]]] = {}
-    for server_name, topic_name in broker_configs.DYNAMIC_LOG_KEYS.items():
-        for entity, src in (
-            (per_broker, broker_configs.DYNAMIC_BROKER_CONFIG),
-            (cluster_default, broker_configs.DYNAMIC_DEFAULT_BROKER_CONFIG),
-        ):
-            if server_name in entity:
-                dynamic_synonyms.setdefault(topic_name, []).append(
-                    {"name": server_name, "value": entity[server_name], "source": src}
-                )
+    dynamic_synonyms = {
+        topic_name: broker_configs.dynamic_synonyms(server_name, *dynamic)
+        for server_name, topic_name in broker_configs.DYNAMIC_LOG_KEYS.items()
+    }
     names = list(TOPIC_CONFIG_KEYS) if keys is None else [k for k in keys if k in TOPIC_CONFIG_KEYS]
     out = []
     for name in names:

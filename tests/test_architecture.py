@@ -16,7 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "wherry"
 
 # Packages that hold the broker's domain logic; they never import the broker's top layers.
-LOWER = ("replication", "controller", "group", "log", "protocol", "outbound", "purgatory")
+LOWER = (
+    "replication", "controller", "group", "log", "protocol", "outbound", "purgatory", "security"
+)
 TOP = ("server", "cli")
 MAX_LINES = 900
 # Wire schemas written out field by field (Kafka's JSON message definitions, by hand).

@@ -60,6 +60,7 @@ from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
+from wherry.security.authorizer import Authorizer
 from wherry.server import controlled_shutdown
 from wherry.server.admin import AdminManager
 from wherry.server.broker_configs import DynamicBrokerConfig
@@ -166,6 +167,8 @@ class Broker:
         self.scheduler: Scheduler
         self._state_change_log: StateChangeLogHandle | None = None
         self._alter_sender: ControllerSender | None = None
+        # The ACL authorizer (`authorizer.class.name`); None allows everything.
+        self.authorizer: Authorizer | None = None
 
     @property
     def replica_manager(self) -> ReplicaManager:

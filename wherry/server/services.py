@@ -14,6 +14,7 @@ from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock
+from wherry.security.authorizer import Authorizer
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
 from wherry.server.groups import GroupsRuntime
@@ -52,6 +53,11 @@ class BrokerServices(Protocol):
 
     @property
     def producer_ids(self) -> ProducerIdManager: ...
+
+    @property
+    def authorizer(self) -> Authorizer | None:
+        """The ACL authorizer, or None when `authorizer.class.name` is unset (all allowed)."""
+        ...
 
     async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:
         """Wait until `predicate()` holds for the metadata cache, at most `timeout_ms`."""

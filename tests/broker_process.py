@@ -24,7 +24,14 @@ class BrokerProcess:
         port: int = 0,
         overrides: Sequence[str] = (),
         start_timeout_s: float = 30.0,
+        listeners: str | None = None,
+        properties: Path | None = None,
     ) -> None:
+        """`listeners` replaces the default PLAINTEXT://127.0.0.1:<port>; `addresses` then
+        holds each listener's bound host:port, in order, and `bootstrap` the first."""
+        self.listeners = listeners
+        self.properties = properties
+        self.addresses: list[str] = []
         self.data_dir = data_dir
         self.broker_id = broker_id
         self.port = port
@@ -43,10 +50,12 @@ class BrokerProcess:
             "--broker-id",
             str(self.broker_id),
             "--listeners",
-            f"PLAINTEXT://127.0.0.1:{self.port}",
+            self.listeners or f"PLAINTEXT://127.0.0.1:{self.port}",
             "--log-dirs",
             str(self.data_dir),
         ]
+        if self.properties is not None:
+            cmd.insert(4, str(self.properties))
         for o in self.overrides:
             cmd += ["--override", o]
         self.output = []
@@ -65,7 +74,8 @@ class BrokerProcess:
                 self.output.append(line)
                 m = _READY.search(line)
                 if m:
-                    self.bootstrap = m.group(1).split(",")[0]
+                    self.addresses = m.group(1).split(",")
+                    self.bootstrap = self.addresses[0]
                     ready.set()
             ready.set()
 

@@ -11,6 +11,7 @@ from coord_helpers import StoreBackend, async_test
 from wherry.coordination import paths
 from wherry.coordination.paths import (
     BrokerRegistration,
+    ListenerEndpoint,
     ControllerInfo,
     PartitionState,
     TopicAssignment,
@@ -92,9 +93,34 @@ def test_broker_registration_json() -> None:
         b'{"listener_security_protocol_map":{"CLIENT":"SSL"},"endpoints":["CLIENT://h2:9093"],'
         b'"jmx_port":-1,"port":-1,"host":null,"timestamp":"1","version":5}'
     )
-    assert BrokerRegistration.from_json(kafka, broker_id=2) == BrokerRegistration(2, "h2", 9093)
+    client = ListenerEndpoint("CLIENT", "h2", 9093, "SSL")
+    assert BrokerRegistration.from_json(kafka, broker_id=2) == BrokerRegistration(
+        2, "h2", 9093, endpoints=(client,)
+    )
     with pytest.raises(ValueError):
         BrokerRegistration.from_json(kafka)
+
+
+def test_broker_registration_with_several_listeners() -> None:
+    endpoints = (
+        ListenerEndpoint("CLIENT", "h", 9093, "SASL_SSL"),
+        ListenerEndpoint("REPLICATION", "h", 9094, "SSL"),
+        ListenerEndpoint("PLAIN", "h", 9092, "PLAINTEXT"),
+    )
+    reg = BrokerRegistration(3, "h", 9093, endpoints=endpoints, epoch=7)
+    obj = json.loads(reg.to_json())
+    # Kafka's host/port fields are the PLAINTEXT endpoint's.
+    assert (obj["host"], obj["port"]) == ("h", 9092)
+    assert obj["endpoints"] == ["CLIENT://h:9093", "REPLICATION://h:9094", "PLAIN://h:9092"]
+    assert obj["listener_security_protocol_map"] == {
+        "CLIENT": "SASL_SSL",
+        "REPLICATION": "SSL",
+        "PLAIN": "PLAINTEXT",
+    }
+    back = BrokerRegistration.from_json(reg.to_json())
+    assert back == reg
+    assert back.address("REPLICATION") == ("h", 9094)
+    assert back.address("MISSING") == ("h", 9093)
 
 
 def test_controller_cluster_and_config_records() -> None:

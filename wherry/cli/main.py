@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from wherry.server.config import BrokerConfigError, load_config
+from wherry.server.listener_security import SecurityConfigError, broker_security
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -81,7 +82,8 @@ def server(
             props[key] = str(value)
     try:
         cfg = load_config(properties, props)
-    except BrokerConfigError as e:
+        broker_security(cfg.raw, cfg.listeners, cfg.advertised)  # key stores readable?
+    except (BrokerConfigError, SecurityConfigError) as e:
         raise click.ClickException(str(e)) from e
     _setup_logging(log_level)
     sys.exit(_run(_serve(cfg)))

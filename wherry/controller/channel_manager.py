@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from wherry.controller.channel import BrokerAddress, ControllerChannel, ResponseCallback
 from wherry.controller.request_batch import BrokerRequest
 from wherry.outbound import FrameTransport, OutboundConnection, RequestClient
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.interbroker import (
     LEADER_AND_ISR_KEY,
     STOP_REPLICA_KEY,
@@ -78,6 +79,7 @@ class ChannelConfig:
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100  # Kafka's RequestSendThread sleeps 100 ms between attempts
     retry_backoff_max_ms: int = 1_000
+    security: ClientSecurity = PLAINTEXT  # the inter-broker listener's
 
 
 def retry_backoff_ms(config: ChannelConfig, failures: int) -> int:
@@ -94,6 +96,7 @@ def tcp_connector(config: ChannelConfig) -> Connector:
             address.port,
             connect_timeout_s=config.connect_timeout_ms / 1000,
             request_timeout_s=config.request_timeout_ms / 1000,
+            security=config.security,
         ).connect()
 
     return connect

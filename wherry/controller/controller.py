@@ -73,8 +73,7 @@ from wherry.controller.request_batch import RequestBatch
 from wherry.controller.request_states import (
     add_update_metadata,
     broker_addresses,
-    live_broker_epochs,
-    live_endpoints,
+    build_requests,
 )
 from wherry.controller.store_client import ControllerMovedError, ControllerStoreClient
 from wherry.controller.topic_deletion import TopicDeletionManager
@@ -123,8 +122,10 @@ class Controller:
         auto_leader_rebalance_enable: bool = True,
         leader_imbalance_check_interval_s: float = DEFAULT_CHECK_INTERVAL_S,
         leader_imbalance_per_broker_percentage: int = DEFAULT_IMBALANCE_PERCENTAGE,
+        inter_broker_listener: str | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.listener = inter_broker_listener  # brokers are reached on it (None: the first)
         self.auto_leader_rebalance = auto_leader_rebalance_enable
         self.imbalance_check_interval_s = leader_imbalance_check_interval_s
         self.imbalance_percentage = leader_imbalance_per_broker_percentage
@@ -355,7 +356,7 @@ class Controller:
         preferred = await self._zk.preferred_election_request(
             self._watch("admin:elect", self._on_preferred_node)
         )
-        await self.channel.sync_brokers(broker_addresses(ctx.live_brokers))
+        await self.channel.sync_brokers(broker_addresses(ctx.live_brokers, self.listener))
         await self._init_deletions(queued)
         self.replica_sm.initialize(ctx)
         self.partition_sm.initialize(ctx)
@@ -608,7 +609,7 @@ class Controller:
         bounced = sorted(
             b for b in set(current) & set(before) if current[b].epoch != before[b].epoch
         )
-        await self.channel.sync_brokers(broker_addresses(current))
+        await self.channel.sync_brokers(broker_addresses(current, self.listener))
         if not (new or dead or bounced):
             ctx.live_brokers = current
             return
@@ -891,9 +892,7 @@ class Controller:
     async def _send(self, batch: RequestBatch) -> None:
         if batch.is_empty():
             return
-        sent = await send_batch(
-            self.channel, batch.build(live_broker_epochs(self.ctx), live_endpoints(self.ctx))
-        )
+        sent = await send_batch(self.channel, build_requests(batch, self.ctx, self.listener))
         for req, resp in sent:
             if isinstance(resp, StopReplicaResponse):
                 self.on_broker_response(req.broker_id, req.body, resp)

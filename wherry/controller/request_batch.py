@@ -106,13 +106,22 @@ class RequestBatch:
         return {t: self._topic_ids[t] for t in dict.fromkeys(topics) if t in self._topic_ids}
 
     def build(
-        self, live_broker_epochs: Mapping[int, int], live_endpoints: Sequence[BrokerEndpoint]
+        self,
+        live_broker_epochs: Mapping[int, int],
+        live_endpoints: Sequence[BrokerEndpoint],
+        *,
+        leader_listener: str | None = None,
     ) -> list[BrokerRequest]:
         """The requests, for the brokers in `live_broker_epochs` (broker id → broker epoch);
-        `live_endpoints` are the live brokers' endpoints (UpdateMetadata's live brokers and
-        LeaderAndIsr's live leaders)."""
+        `live_endpoints` are the live brokers' endpoints (all of them in UpdateMetadata's live
+        brokers; LeaderAndIsr's live leaders get one per leader, on `leader_listener`, the
+        inter-broker listener, or the broker's first endpoint)."""
         out: list[BrokerRequest] = []
         endpoints = tuple(live_endpoints)
+        one_each: dict[int, BrokerEndpoint] = {}
+        for e in endpoints:
+            if e.broker_id not in one_each or e.listener == leader_listener:
+                one_each[e.broker_id] = e
         for b in sorted(self._leader_and_isr):
             lai_states = tuple(self._leader_and_isr[b].values())
             if b not in live_broker_epochs or not lai_states:
@@ -127,7 +136,7 @@ class RequestBatch:
                         live_broker_epochs[b],
                         lai_states,
                         self._ids_for(s.topic_name for s in lai_states),
-                        tuple(e for e in endpoints if e.broker_id in leaders),
+                        tuple(e for b, e in sorted(one_each.items()) if b in leaders),
                     ),
                 )
             )

@@ -14,11 +14,12 @@ from collections.abc import Iterable, Mapping
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import BrokerAddress
 from wherry.controller.context import ControllerContext
-from wherry.controller.request_batch import RequestBatch
+from wherry.controller.request_batch import BrokerRequest, RequestBatch
 from wherry.coordination.paths import BrokerRegistration
 from wherry.protocol.interbroker import (
     LEADER_DURING_DELETE,
     NO_LEADER,
+    SECURITY_PROTOCOL_IDS,
     BrokerEndpoint,
     LeaderAndIsrPartitionState,
     StopReplicaPartition,
@@ -136,12 +137,31 @@ def live_broker_epochs(ctx: ControllerContext) -> dict[int, int]:
 
 
 def live_endpoints(ctx: ControllerContext) -> tuple[BrokerEndpoint, ...]:
+    """Every endpoint of every live broker (UpdateMetadata lists them all)."""
     return tuple(
-        BrokerEndpoint(r.broker_id, r.host, r.port, rack=r.rack)
+        BrokerEndpoint(
+            r.broker_id,
+            e.host,
+            e.port,
+            e.listener,
+            SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0),
+            r.rack,
+        )
         for _, r in sorted(ctx.live_brokers.items())
+        for e in r.endpoints
     )
 
 
-def broker_addresses(brokers: Mapping[int, BrokerRegistration]) -> dict[int, BrokerAddress]:
-    """What `ControllerChannel.sync_brokers` takes, from the brokers' registrations."""
-    return {b: BrokerAddress(r.host, r.port, r.epoch) for b, r in sorted(brokers.items())}
+def broker_addresses(
+    brokers: Mapping[int, BrokerRegistration], listener: str | None = None
+) -> dict[int, BrokerAddress]:
+    """What `ControllerChannel.sync_brokers` takes, from the brokers' registrations: each
+    broker's address on the inter-broker `listener`."""
+    return {b: BrokerAddress(*r.address(listener), r.epoch) for b, r in sorted(brokers.items())}
+
+
+def build_requests(
+    batch: RequestBatch, ctx: ControllerContext, listener: str | None
+) -> list[BrokerRequest]:
+    """The batch's requests to the live brokers; LeaderAndIsr names leaders on `listener`."""
+    return batch.build(live_broker_epochs(ctx), live_endpoints(ctx), leader_listener=listener)

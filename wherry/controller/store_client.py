@@ -15,6 +15,7 @@ controller uses).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -218,7 +219,7 @@ class ControllerStoreClient:
             except ValueError:
                 log.warning("ignoring unreadable registration of broker %s", name)
                 continue
-            out[bid] = paths.BrokerRegistration(bid, reg.host, reg.port, reg.rack, stat.czxid)
+            out[bid] = dataclasses.replace(reg, epoch=stat.czxid)
         return out
 
     async def topics(self, watch: WatchCallback | None) -> list[str]:

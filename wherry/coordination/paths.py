@@ -232,12 +232,39 @@ def parse_topic_id(text: str) -> uuid.UUID:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerEndpoint:
+    """One advertised listener of a broker: its name, address and security protocol."""
+
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener}://{host}:{self.port}"
+
+
+def _parse_endpoint(text: str, protocols: dict[str, str]) -> ListenerEndpoint:
+    listener, sep, hostport = str(text).partition("://")
+    if not sep:
+        raise ValueError(f"endpoint {text!r} is not LISTENER://host:port")
+    host, _, port_text = hostport.rpartition(":")
+    return ListenerEndpoint(
+        listener, host.strip("[]"), int(port_text), protocols.get(listener, listener)
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     """A broker's ephemeral registration at ``/brokers/ids/<broker_id>``.
 
-    Encoded as Kafka's version-5 broker JSON (host, port, endpoints, rack, ...). ``broker_id``
-    and ``epoch`` are wherry additions (Kafka derives the id from the path and the epoch from
-    the node's ``czxid``); decoding falls back to the ``broker_id`` argument and ``epoch=-1``.
+    Encoded as Kafka's version-5 broker JSON (host, port, endpoints with the
+    listener_security_protocol_map, rack, ...). ``host``/``port`` are the broker's first
+    endpoint, ``endpoints`` all of them (one PLAINTEXT endpoint at host:port when none is
+    given); ``address(listener)`` is where to reach it on a listener. ``broker_id`` and
+    ``epoch`` are wherry additions (Kafka derives the id from the path and the epoch from the
+    node's ``czxid``); decoding falls back to the ``broker_id`` argument and ``epoch=-1``.
     """
 
     broker_id: int
@@ -245,14 +272,30 @@ class BrokerRegistration:
     port: int
     rack: str | None = None
     epoch: int = -1
+    endpoints: tuple[ListenerEndpoint, ...] = ()
 
-    def to_json(self, *, timestamp_ms: int = 0, listener: str = "PLAINTEXT") -> bytes:
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            default = (ListenerEndpoint("PLAINTEXT", self.host, self.port),)
+            object.__setattr__(self, "endpoints", default)
+
+    def address(self, listener: str | None) -> tuple[str, int]:
+        """(host, port) on `listener`; the first endpoint when it is None or absent."""
+        for ep in self.endpoints:
+            if ep.listener == listener:
+                return ep.host, ep.port
+        return self.host, self.port
+
+    def to_json(self, *, timestamp_ms: int = 0) -> bytes:
+        endpoints = self.endpoints
+        # Kafka's host/port fields hold the PLAINTEXT endpoint (null/-1 without one).
+        plain = next((e for e in endpoints if e.security_protocol == "PLAINTEXT"), None)
         obj: dict[str, Any] = {
             "version": 5,
-            "host": self.host,
-            "port": self.port,
-            "endpoints": [f"{listener}://{self.host}:{self.port}"],
-            "listener_security_protocol_map": {listener: "PLAINTEXT"},
+            "host": plain.host if plain is not None else None,
+            "port": plain.port if plain is not None else -1,
+            "endpoints": [str(e) for e in endpoints],
+            "listener_security_protocol_map": {e.listener: e.security_protocol for e in endpoints},
             "jmx_port": -1,
             "features": {},
             "timestamp": str(timestamp_ms),
@@ -269,22 +312,23 @@ class BrokerRegistration:
         bid = obj.get("broker_id", broker_id)
         if bid is None:
             raise ValueError("broker registration JSON lacks 'broker_id' and none was given")
-        host, port = obj.get("host"), obj.get("port", -1)
-        if not host or port == -1:
-            # Kafka leaves host/port empty when no PLAINTEXT listener exists; use endpoint 1.
-            endpoints = obj.get("endpoints") or []
-            if not endpoints:
+        protocols = {
+            str(k): str(v) for k, v in (obj.get("listener_security_protocol_map") or {}).items()
+        }
+        endpoints = tuple(_parse_endpoint(e, protocols) for e in obj.get("endpoints") or [])
+        if endpoints:
+            host, port = endpoints[0].host, endpoints[0].port
+        else:
+            host, port = str(obj.get("host") or ""), int(obj.get("port", -1))
+            if not host or port == -1:
                 raise ValueError("broker registration JSON has neither host/port nor endpoints")
-            hostport = str(endpoints[0]).split("://", 1)[-1]
-            host, _, port_text = hostport.rpartition(":")
-            host = host.strip("[]")
-            port = int(port_text)
         return cls(
             broker_id=int(bid),
             host=str(host),
             port=int(port),
             rack=obj.get("rack"),
             epoch=int(obj.get("epoch", -1)),
+            endpoints=endpoints,
         )
 
 

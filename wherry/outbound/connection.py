@@ -5,9 +5,13 @@ its own)."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Protocol
+
+from wherry.outbound.sasl_handshake import authenticate
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
 
 _SIZE = struct.Struct(">i")
 DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024
@@ -54,7 +58,9 @@ class OutboundConnection:
         connect_timeout_s: float = 30.0,
         request_timeout_s: float = 30.0,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
+        self.security = security
         self.host = host
         self.port = port
         self.connect_timeout_s = connect_timeout_s
@@ -73,8 +79,23 @@ class OutboundConnection:
         `Connect` for a `RequestClient`, re-opening it after a failure); raises OSError or
         TimeoutError."""
         if not self.connected:
-            async with asyncio.timeout(self.connect_timeout_s):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            ctx = self.security.ssl_context
+            try:
+                async with asyncio.timeout(self.connect_timeout_s):
+                    self._reader, self._writer = await asyncio.open_connection(
+                        self.host,
+                        self.port,
+                        ssl=ctx,
+                        server_hostname=self.host if ctx is not None else None,
+                    )
+                    if self.security.sasl_mechanism is not None:
+                        await authenticate(self, self.security)
+            except ssl.SSLError as e:
+                self.abort()
+                raise ConnectionError(f"TLS with {self.host}:{self.port} failed: {e}") from e
+            except BaseException:
+                self.abort()
+                raise
         return self
 
     async def request(self, frame: bytes) -> bytes:

@@ -18,6 +18,14 @@ STOP_REPLICA_KEY = 5
 UPDATE_METADATA_KEY = 6
 CONTROLLED_SHUTDOWN_KEY = 7
 
+# Kafka's SecurityProtocol ids (UpdateMetadata's endpoints carry them).
+SECURITY_PROTOCOL_IDS: dict[str, int] = {
+    "PLAINTEXT": 0,
+    "SSL": 1,
+    "SASL_PLAINTEXT": 2,
+    "SASL_SSL": 3,
+}
+
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2  # Kafka's LeaderAndIsr.LeaderDuringDelete
 

@@ -46,6 +46,7 @@ from typing import Any, Final, Generic, TypeAlias, TypedDict, TypeVar
 
 from wherry.protocol.interbroker import (
     LEADER_AND_ISR_KEY,
+    SECURITY_PROTOCOL_IDS,
     STOP_REPLICA_KEY,
     UPDATE_METADATA_KEY,
     BrokerEndpoint,
@@ -115,12 +116,7 @@ _TYPE_FULL: Final = 2
 _UPDATE_METADATA_TYPE_TAG: Final = 0
 _MAX_STRING_BYTES: Final = 0x7FFF  # Kafka's limit for (compact) strings
 # SecurityProtocol ids and their default listener names (UpdateMetadata v0–v2 have no listener).
-_SECURITY_PROTOCOL_NAMES: Final[dict[int, str]] = {
-    0: "PLAINTEXT",
-    1: "SSL",
-    2: "SASL_PLAINTEXT",
-    3: "SASL_SSL",
-}
+_SECURITY_PROTOCOL_NAMES: Final[dict[int, str]] = {v: k for k, v in SECURITY_PROTOCOL_IDS.items()}
 
 _I8: Final = struct.Struct(">b")
 _U8: Final = struct.Struct(">B")

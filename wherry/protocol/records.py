@@ -817,9 +817,7 @@ def build_retained_batch(
         max_ts = header.max_timestamp if log_append else max(r.timestamp for r in records)
         for r in records:
             ts_delta = 0 if log_append else r.timestamp - base_ts
-            _encode_record(
-                body, r.offset - header.base_offset, ts_delta, r.key, r.value, r.headers
-            )
+            _encode_record(body, r.offset - header.base_offset, ts_delta, r.key, r.value, r.headers)
         last_offset_delta = records[-1].offset - header.base_offset
     else:
         max_ts = header.max_timestamp

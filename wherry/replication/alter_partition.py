@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.outbound import OutboundConnection, RequestClient
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.replication.isr import CommittedLeaderAndIsr, IsrProposal
 from wherry.runtime.tasks import wait_event
 
@@ -221,10 +222,12 @@ class ControllerSender:
         version: int = ALTER_PARTITION_VERSION,
         connect_timeout_s: float = 10.0,
         request_timeout_s: float = 30.0,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.broker_id = broker_id
         self.controller_address = controller_address
         self.version = version
+        self.security = security
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self._client: RequestClient | None = None
@@ -243,6 +246,7 @@ class ControllerSender:
                     port,
                     connect_timeout_s=self.connect_timeout_s,
                     request_timeout_s=self.request_timeout_s,
+                    security=self.security,
                 ).connect,
                 client_id=f"broker-{self.broker_id}-alter-partition",
                 peer=f"controller {controller_id} at {host}:{port}",

@@ -34,6 +34,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.log import Log
 from wherry.outbound import OutboundConnection, RequestClient
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.replication.quota import ReplicationQuotaManager
 from wherry.replication.truncation import (
     UNDEFINED_EPOCH,
@@ -741,6 +742,7 @@ class NetworkLeaderEndpoint:
         *,
         config: FetcherConfig,
         client_id: str | None = None,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.broker_id = broker_id
         self._client = RequestClient(
@@ -750,6 +752,7 @@ class NetworkLeaderEndpoint:
                 connect_timeout_s=config.socket_timeout_ms / 1000,
                 request_timeout_s=(config.socket_timeout_ms + config.max_wait_ms) / 1000,
                 max_response_bytes=max(config.response_max_bytes * 2, 100 * 1024 * 1024),
+                security=security,
             ).connect,
             client_id=client_id or f"broker-{broker_id}-fetcher",
             peer=f"{host}:{port}",

@@ -21,11 +21,15 @@ class StaleControllerEpoch(Exception):
 
 
 class MetadataCache:
-    def __init__(self, broker_id: int) -> None:
+    def __init__(self, broker_id: int, inter_broker_listener: str | None = None) -> None:
         self.broker_id = broker_id
+        self.inter_broker_listener = inter_broker_listener
         self.controller_id: int | None = None
         self.controller_epoch = -1
+        # Live brokers on the inter-broker listener (each one's first endpoint without one),
+        # and every endpoint of each: broker id -> listener -> endpoint.
         self.brokers: dict[int, BrokerEndpoint] = {}
+        self.endpoints: dict[int, dict[str, BrokerEndpoint]] = {}
         self._partitions: dict[str, dict[int, UpdateMetadataPartitionState]] = {}
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._topic_names: dict[uuid.UUID, str] = {}
@@ -45,7 +49,14 @@ class MetadataCache:
             raise StaleControllerEpoch(req.controller_epoch, self.controller_epoch)
         self.controller_epoch = req.controller_epoch
         self.controller_id = req.controller_id
-        self.brokers = {b.broker_id: b for b in req.live_brokers}
+        endpoints: dict[int, dict[str, BrokerEndpoint]] = {}
+        for b in req.live_brokers:
+            endpoints.setdefault(b.broker_id, {})[b.listener] = b
+        self.endpoints = endpoints
+        self.brokers = {
+            bid: eps.get(self.inter_broker_listener or "") or next(iter(eps.values()))
+            for bid, eps in endpoints.items()
+        }
         for name, tid in req.topic_ids.items():
             self._topic_ids[name] = tid
             self._topic_names[tid] = name
@@ -85,8 +96,18 @@ class MetadataCache:
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self._topic_names.get(topic_id)
 
-    def alive_brokers(self) -> list[BrokerEndpoint]:
-        return [self.brokers[k] for k in sorted(self.brokers)]
+    def alive_brokers(self, listener: str | None = None) -> list[BrokerEndpoint]:
+        """The live brokers, by id; with `listener`, their endpoints on that listener (brokers
+        without one are left out, as Kafka leaves them out of Metadata answers)."""
+        if listener is None:
+            return [self.brokers[k] for k in sorted(self.brokers)]
+        return [eps[listener] for _, eps in sorted(self.endpoints.items()) if listener in eps]
+
+    def endpoint(self, broker_id: int, listener: str | None = None) -> BrokerEndpoint | None:
+        """A live broker's endpoint on `listener` (the inter-broker one when None)."""
+        if listener is None:
+            return self.brokers.get(broker_id)
+        return self.endpoints.get(broker_id, {}).get(listener)
 
     def has_partitions(self, topic: str, count: int) -> bool:
         parts = self._partitions.get(topic, {})

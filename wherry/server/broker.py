@@ -43,6 +43,7 @@ from wherry.coordination.store import (
 from wherry.log.cleaner import CleanerConfig, LogCleaner
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.codec import (
     Request,
     RequestDecodeError,
@@ -61,16 +62,20 @@ from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
 from wherry.security.authorizer import Authorizer
+from wherry.security.principal import Session
 from wherry.server import controlled_shutdown
 from wherry.server.admin import AdminManager
+from wherry.server.authz import REQUEST_SESSION
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.groups import GroupsRuntime
 from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
+from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.producer_ids import ProducerIdManager
+from wherry.server.sasl_gate import SASL_KEYS, SaslGate
 
 if TYPE_CHECKING:
     from wherry.controller.channel_manager import NetworkChannelManager
@@ -138,7 +143,7 @@ class Broker:
         self.cluster_id = ""
         # What UpdateMetadata said, and the broker / controller epochs requests are checked
         # against (SPEC H1, H5); both held by the replica node once it starts.
-        self.cache = MetadataCache(self.broker_id)
+        self.cache = MetadataCache(self.broker_id, config.inter_broker_listener)
         self.fence = ControllerFence()
         self.bound_ports: list[int] = []
         self._started = asyncio.Event()
@@ -169,6 +174,11 @@ class Broker:
         self._alter_sender: ControllerSender | None = None
         # The ACL authorizer (`authorizer.class.name`); None allows everything.
         self.authorizer: Authorizer | None = None
+        # What each listener needs (TLS, SASL) and how this broker reaches the others; read
+        # (key stores included) at start.
+        self.security: BrokerSecurity
+        self.client_security: ClientSecurity = PLAINTEXT
+        self.sasl_gate: SaslGate
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -177,6 +187,11 @@ class Broker:
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        self.security = broker_security(cfg.raw, cfg.listeners, cfg.advertised)
+        self.client_security = self.security.inter_broker_client
+        self.sasl_gate = SaslGate(
+            self.security, getattr(self, "scram_credentials", None)
+        )  # TODO merge
         raise_open_files_limit()
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -208,6 +223,7 @@ class Broker:
             lambda: self.node.controller_address(),
             connect_timeout_s=timeout_s,
             request_timeout_s=timeout_s,
+            security=self.client_security,
         )
         self.node = ReplicaNode(
             self.broker_id,
@@ -222,7 +238,7 @@ class Broker:
             clock=self.clock,
             topic_config=self.topic_log_config,
             leader_endpoint=lambda a: NetworkLeaderEndpoint(
-                self.broker_id, a.host, a.port, config=fetcher_config
+                self.broker_id, a.host, a.port, config=fetcher_config, security=self.client_security
             ),
             send_alter_partition=self._alter_sender,
             load_topic_configs=self._ensure_topic_configs,
@@ -242,9 +258,18 @@ class Broker:
         self.network = NetworkServer(
             self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
         )
-        self.bound_ports = [
-            await self.network.listen(ep.host, ep.port, ep.listener) for ep in cfg.listeners
-        ]
+        self.bound_ports = []
+        for ep in cfg.listeners:
+            ls = self.security.listeners[ep.listener]
+            self.bound_ports.append(
+                await self.network.listen(
+                    ep.host,
+                    ep.port,
+                    ep.listener,
+                    security_protocol=ls.protocol,
+                    ssl_context=ls.ssl_context,
+                )
+            )
         # Reachable by an in-process controller before the registration makes it live.
         self.channel.register(self.broker_id, self.node)
         await self._register()
@@ -424,7 +449,11 @@ class Broker:
             timeout_ms = cfg.controller_socket_timeout_ms
             self._network_channel = NetworkChannelManager(
                 self.broker_id,
-                config=ChannelConfig(connect_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms),
+                config=ChannelConfig(
+                    connect_timeout_ms=timeout_ms,
+                    request_timeout_ms=timeout_ms,
+                    security=self.client_security,
+                ),
             )
             self.controller_channel = self._network_channel
         self.controller = Controller(
@@ -437,6 +466,7 @@ class Broker:
             auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds,
             leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
+            inter_broker_listener=cfg.inter_broker_listener,
         )
         await self.controller.start()
 
@@ -488,14 +518,32 @@ class Broker:
                     f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n"
                 )
 
+    def advertised_endpoints(self) -> tuple[paths.ListenerEndpoint, ...]:
+        """The advertised listeners with their security protocols; port 0 stands for the
+        port the same-named listener bound."""
+        bound = {
+            ep.listener: p for ep, p in zip(self.config.listeners, self.bound_ports, strict=True)
+        }
+        return tuple(
+            paths.ListenerEndpoint(
+                ep.listener,
+                ep.host,
+                ep.port or bound.get(ep.listener, 0),
+                self.security.protocol_of(ep.listener),
+            )
+            for ep in self.config.advertised
+        )
+
     async def _register(self) -> None:
-        ep = self.config.advertised[0]
-        port = ep.port or self.bound_ports[0]
-        reg = paths.BrokerRegistration(self.broker_id, ep.host, port, self.config.rack)
+        endpoints = self.advertised_endpoints()
+        ep = endpoints[0]
+        reg = paths.BrokerRegistration(
+            self.broker_id, ep.host, ep.port, self.config.rack, endpoints=endpoints
+        )
         try:
             await self.store.create(
                 paths.broker_path(self.broker_id),
-                reg.to_json(timestamp_ms=self.clock.now_ms(), listener=ep.listener),
+                reg.to_json(timestamp_ms=self.clock.now_ms()),
                 ephemeral=True,
                 make_parents=True,
             )
@@ -506,10 +554,9 @@ class Broker:
         _, stat = await self.store.get(paths.broker_path(self.broker_id))
         self.fence.broker_epoch = stat.czxid
         log.info(
-            "%s registered at %s:%d with broker epoch %d",
+            "%s registered at %s with broker epoch %d",
             self._prefix,
-            ep.host,
-            port,
+            ",".join(str(e) for e in endpoints),
             stat.czxid,
         )
 
@@ -694,6 +741,9 @@ class Broker:
     async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
         if not self._started.is_set():
             await self._started.wait()
+        sasl = self.sasl_gate.authenticator(conn)
+        if sasl is not None and sasl.raw_token_mode:
+            return self.sasl_gate.raw_token(conn, sasl, frame)
         try:
             req = decode_request(frame, SUPPORTED_VERSIONS)
         except RequestDecodeError as e:
@@ -702,7 +752,14 @@ class Broker:
             return encode_response(
                 req.api_key, 0, req.correlation_id, unsupported_version_response()
             )
-        CLIENT_HOST.set(client_host_of(conn.peer))
+        if req.api_key in SASL_KEYS:
+            return self.sasl_gate.sasl_request(conn, sasl, req)
+        self.sasl_gate.check_authenticated(sasl, req)
+        host = client_host_of(conn.peer)
+        CLIENT_HOST.set(host)
+        REQUEST_SESSION.set(
+            Session(conn.principal, host[1:], conn.listener, conn.security_protocol)
+        )
         return await self._dispatch(req)
 
     async def _dispatch(self, req: Request) -> bytes | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from wherry.log.config import ConfigError, LogConfig
+from wherry.server.listener_security import SecurityConfigError, check_names
 
 
 class BrokerConfigError(ValueError):
@@ -145,6 +146,10 @@ class BrokerConfig:
     # Every setting as given (file + overrides), for DescribeConfigs.
     raw: Mapping[str, str] = field(default_factory=dict)
 
+    # The listener brokers reach each other on (inter.broker.listener.name /
+    # security.inter.broker.protocol; the only listener when there is one).
+    inter_broker_listener: str = "PLAINTEXT"
+
     @property
     def advertised(self) -> tuple[Endpoint, ...]:
         return self.advertised_listeners or self.listeners
@@ -269,6 +274,13 @@ class BrokerConfig:
         except ConfigError as e:
             raise BrokerConfigError(str(e)) from e
         kw["raw"] = p
+        listeners = kw.get("listeners", cls.listeners)
+        try:
+            kw["inter_broker_listener"] = check_names(
+                p, listeners, kw.get("advertised_listeners") or listeners
+            )
+        except SecurityConfigError as e:
+            raise BrokerConfigError(str(e)) from e
         cfg = cls(**kw)
         if cfg.default_replication_factor < 1:
             raise BrokerConfigError("default.replication.factor must be at least 1")

@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.outbound.client import RequestClient, RequestError
 from wherry.outbound.connection import OutboundConnection
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.controlled_shutdown_codec import DEFAULT_CONTROLLED_SHUTDOWN_VERSION
 from wherry.protocol.interbroker import (
     CONTROLLED_SHUTDOWN_KEY,
@@ -56,6 +57,7 @@ class ShuttingDownBroker(Protocol):
     fence: ControllerFence
     node: ReplicaNode
     cache: MetadataCache
+    client_security: ClientSecurity
 
     async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool: ...
 
@@ -82,7 +84,9 @@ class ControllerAsker:
         broker_epoch: Callable[[], int],
         controller_address: Callable[[], tuple[int, str, int] | None],
         local_controller: Callable[[], Any | None],
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
+        self.security = security
         self.broker_id = broker_id
         self.settings = settings
         self._broker_epoch = broker_epoch
@@ -106,7 +110,11 @@ class ControllerAsker:
         timeout_s = self.settings.request_timeout_ms / 1000
         client = RequestClient(
             OutboundConnection(
-                host, port, connect_timeout_s=timeout_s, request_timeout_s=timeout_s
+                host,
+                port,
+                connect_timeout_s=timeout_s,
+                request_timeout_s=timeout_s,
+                security=self.security,
             ).connect,
             client_id=f"broker-{self.broker_id}-controlled-shutdown",
             peer=f"controller {controller_id} at {host}:{port}",
@@ -163,6 +171,7 @@ async def run(broker: ShuttingDownBroker) -> bool:
         broker_epoch=lambda: broker.fence.broker_epoch,
         controller_address=broker.node.controller_address,
         local_controller=local_controller,
+        security=broker.client_security,
     )
     shutdown = ControlledShutdown(broker.broker_id, settings, ask=ask, led_partitions=led)
     try:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from wherry.protocol.framing import FrameDecoder, FrameError
+from wherry.security.principal import ANONYMOUS, KafkaPrincipal, user
 
 log = logging.getLogger(__name__)
 
@@ -25,21 +27,51 @@ class CloseConnection(Exception):
     """Raised by a frame handler to close the connection after logging."""
 
 
+class CloseAfterResponse(CloseConnection):
+    """Raised by a frame handler to send `response`, then close the connection (a failed
+    SASL authentication is answered before the connection closes)."""
+
+    def __init__(self, reason: str, response: bytes) -> None:
+        super().__init__(reason)
+        self.response = response
+
+
 @dataclass(slots=True)
 class ConnectionInfo:
+    """One client connection: where it comes from, the listener it came in on and its
+    security protocol, and who it is (ANONYMOUS until authenticated; on TLS listeners the
+    client certificate's subject, as Kafka's default principal builder names it)."""
+
     peer: str
     listener: str
     id: int
     attrs: dict[str, object] = field(default_factory=dict)
+    security_protocol: str = "PLAINTEXT"
+    principal: KafkaPrincipal = ANONYMOUS
+
+
+def certificate_principal(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> KafkaPrincipal:
+    """Kafka's default SSL principal: `User:` + the verified client certificate's subject
+    distinguished name (RFC 2253 order, e.g. `User:CN=alice,O=example`); ANONYMOUS when the
+    client sent no certificate."""
+    if ssl_object is None:
+        return ANONYMOUS
+    der = ssl_object.getpeercert(binary_form=True)
+    if not der:
+        return ANONYMOUS
+    from cryptography import x509
+
+    return user(x509.load_der_x509_certificate(der).subject.rfc4514_string())
 
 
 FrameHandler = Callable[[ConnectionInfo, memoryview], Awaitable[bytes | None]]
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self, server: NetworkServer, listener: str) -> None:
+    def __init__(self, server: NetworkServer, listener: str, security_protocol: str) -> None:
         self.server = server
         self.listener = listener
+        self.security_protocol = security_protocol
         self.decoder = FrameDecoder(server.max_request_bytes)
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[memoryview | None] = collections.deque()
@@ -56,7 +88,11 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.server._next_id += 1
         self.info = ConnectionInfo(
-            f"{peer[0]}:{peer[1]}" if peer else "?", self.listener, self.server._next_id
+            f"{peer[0]}:{peer[1]}" if peer else "?",
+            self.listener,
+            self.server._next_id,
+            security_protocol=self.security_protocol,
+            principal=certificate_principal(transport.get_extra_info("ssl_object")),
         )
         self.server._connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -133,6 +169,11 @@ class _Connection(asyncio.Protocol):
                     return
                 try:
                     response = await handler(self.info, frame)
+                except CloseAfterResponse as e:
+                    if self.transport is not None and not self.closing:
+                        self.transport.write(e.response)  # flushed before the close
+                    self.close(str(e))
+                    return
                 except CloseConnection as e:
                     self.close(str(e))
                     return
@@ -155,10 +196,26 @@ class NetworkServer:
         self._connections: set[_Connection] = set()
         self._next_id = 0
 
-    async def listen(self, host: str, port: int, listener: str = "PLAINTEXT") -> int:
+    async def listen(
+        self,
+        host: str,
+        port: int,
+        listener: str = "PLAINTEXT",
+        *,
+        security_protocol: str = "PLAINTEXT",
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> int:
+        """Listen on host:port for `listener`; TLS with `ssl_context` (the handshake completes
+        before the connection is handed a frame). Returns the bound port."""
         loop = asyncio.get_running_loop()
         srv = await loop.create_server(
-            lambda: _Connection(self, listener), host, port, reuse_address=True, backlog=512
+            lambda: _Connection(self, listener, security_protocol),
+            host,
+            port,
+            reuse_address=True,
+            backlog=512,
+            ssl=ssl_context,
+            ssl_handshake_timeout=10.0 if ssl_context is not None else None,
         )
         self._servers.append(srv)
         sock = srv.sockets[0]

@@ -50,7 +50,7 @@ from wherry.server.handlers import (
     sync_group,
     update_metadata,
 )
-from wherry.server.handlers.versions import SUPPORTED_VERSIONS
+from wherry.server.handlers.versions import CONNECTION_KEYS, SUPPORTED_VERSIONS
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -101,5 +101,5 @@ HANDLERS: dict[int, Handler] = {
     60: describe_cluster.handle,
 }
 
-if HANDLERS.keys() != SUPPORTED_VERSIONS.keys():  # pragma: no cover - a wiring mistake
+if HANDLERS.keys() | CONNECTION_KEYS != SUPPORTED_VERSIONS.keys():  # pragma: no cover
     raise RuntimeError("every API in SUPPORTED_VERSIONS needs a handler, and only those")

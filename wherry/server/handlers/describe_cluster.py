@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.server.authz import current_session
+
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
@@ -39,7 +41,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 "rack": b.rack,
                 "is_fenced": False,
             }
-            for b in cache.alive_brokers()
+            for b in cache.alive_brokers(current_session().listener)
         ],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }

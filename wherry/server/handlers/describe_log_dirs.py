@@ -74,11 +74,13 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             {"name": name, "partitions": sorted(parts, key=_partition_index)}
             for name, parts in sorted(topics.items())
         ]
-        results.append({
-            "error_code": ErrorCode.none,
-            "log_dir": str(log_dir),
-            "topics": entries,
-            "total_bytes": total,
-            "usable_bytes": usable,
-        })
+        results.append(
+            {
+                "error_code": ErrorCode.none,
+                "log_dir": str(log_dir),
+                "topics": entries,
+                "total_bytes": total,
+                "usable_bytes": usable,
+            }
+        )
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results": results}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.group.records import OFFSETS_TOPIC
+from wherry.server.authz import current_session
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -42,7 +43,9 @@ def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
             err = ErrorCode.coordinator_not_available
         else:
             st = cache.partition(OFFSETS_TOPIC, broker.groups.coordinator.partition_for(key))
-            leader = cache.brokers.get(st.leader) if st is not None else None
+            leader = (
+                cache.endpoint(st.leader, current_session().listener) if st is not None else None
+            )
             if leader is None:
                 err = ErrorCode.coordinator_not_available
             else:

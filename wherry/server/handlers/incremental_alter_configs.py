@@ -78,8 +78,6 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             new = broker_configs.apply_incremental(current, r.configs)
         except broker_configs.DynamicConfigError as e:
             raise AdminError(e.error_code, e.message) from e
-        await broker.admin.set_broker_config(
-            r.resource_name, new, validate_only=body.validate_only
-        )
+        await broker.admin.set_broker_config(r.resource_name, new, validate_only=body.validate_only)
 
     return await alter_resources(body.resources, alter_topic, alter_broker)

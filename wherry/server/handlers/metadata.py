@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.server.admin import AdminError, validate_topic_name
+from wherry.server.authz import current_session
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -110,7 +111,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             topics.append(await _unknown_topic(broker, name, allow_auto))
     brokers = [
         {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in cache.alive_brokers()
+        for b in cache.alive_brokers(current_session().listener)
     ]
     return {
         "throttle_time": 0,

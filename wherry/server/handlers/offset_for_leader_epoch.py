@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
 
+
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     replica_id = int(getattr(body, "replica_id", -1))

@@ -24,6 +24,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     14: (0, 5),
     15: (0, 6),
     16: (0, 5),
+    17: (0, 1),
     18: (0, 4),
     19: (2, 7),
     20: (1, 6),
@@ -33,6 +34,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     32: (1, 4),
     33: (0, 2),
     35: (1, 4),
+    36: (0, 2),
     37: (0, 3),
     42: (0, 2),
     43: (0, 2),
@@ -43,3 +45,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     56: (2, 3),
     60: (0, 2),
 }
+
+# SaslHandshake and SaslAuthenticate: answered by the broker's SASL gate (`server/sasl_gate.py`)
+# before any handler, since they change the connection rather than the cluster.
+CONNECTION_KEYS = frozenset({17, 36})

@@ -1,0 +1,116 @@
+"""SASL before anything else on SASL_PLAINTEXT / SASL_SSL listeners (Kafka's
+SaslServerAuthenticator in front of KafkaApis).
+
+Until a connection has authenticated, it may send ApiVersions, SaslHandshake and
+SaslAuthenticate only; anything else closes it with a log line, as Kafka does. After a
+SaslHandshake v0 the client sends raw SASL tokens without Kafka headers (kafka-python's
+old path), which go straight to the authenticator. A failed authentication is answered,
+then the connection closes. On other listeners SaslHandshake and SaslAuthenticate get
+ILLEGAL_SASL_STATE, as Kafka answers them there.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any, cast
+
+from kio.schema.errors import ErrorCode
+
+from wherry.protocol.codec import Request, encode_response
+from wherry.server.network import CloseAfterResponse, CloseConnection, ConnectionInfo
+
+if TYPE_CHECKING:
+    from wherry.security.scram_store import ScramCredentialCache
+    from wherry.server.listener_security import BrokerSecurity
+    from wherry.server.sasl_authenticator import SaslAuthenticator
+
+SASL_HANDSHAKE_KEY = 17
+API_VERSIONS_KEY = 18
+SASL_AUTHENTICATE_KEY = 36
+SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
+_ATTR = "sasl"
+_SIZE = struct.Struct(">i")
+
+
+class SaslGate:
+    def __init__(self, security: BrokerSecurity, scram: ScramCredentialCache) -> None:
+        self.security = security
+        self.scram = scram
+
+    def authenticator(self, conn: ConnectionInfo) -> SaslAuthenticator | None:
+        """The connection's authenticator on a SASL listener (made on its first frame)."""
+        found = conn.attrs.get(_ATTR)
+        if found is not None:
+            return cast("SaslAuthenticator", found)
+        listener = self.security.listeners.get(conn.listener)
+        if listener is None or not listener.uses_sasl:
+            return None
+        from wherry.server.sasl_authenticator import SaslAuthenticator
+
+        made = SaslAuthenticator(
+            listener=conn.listener,
+            enabled_mechanisms=listener.sasl_mechanisms,
+            plain_users=listener.plain_users,
+            scram=self.scram,
+        )
+        conn.attrs[_ATTR] = made
+        return made
+
+    def raw_token(self, conn: ConnectionInfo, sasl: SaslAuthenticator, frame: memoryview) -> bytes:
+        reply, close = sasl.on_raw_token(bytes(frame))
+        out = _SIZE.pack(len(reply)) + reply
+        self._after(conn, sasl)
+        if close:
+            raise CloseAfterResponse("SASL authentication failed", out)
+        return out
+
+    def sasl_request(
+        self, conn: ConnectionInfo, sasl: SaslAuthenticator | None, req: Request
+    ) -> bytes:
+        """The answer to a SaslHandshake or SaslAuthenticate."""
+        if sasl is None:
+            return _encode(req, _illegal_state(req, "not a SASL listener"))
+        from wherry.server.sasl_authenticator import SaslStateError
+
+        try:
+            body, close = sasl.on_request(req)
+        except SaslStateError as e:
+            raise CloseConnection(str(e)) from e
+        out = _encode(req, body)
+        self._after(conn, sasl)
+        if close:
+            raise CloseAfterResponse(
+                f"SASL {'handshake' if req.api_key == SASL_HANDSHAKE_KEY else 'authentication'}"
+                f" failed: {body.get('error_message') or ErrorCode(body['error_code']).name}",
+                out,
+            )
+        return out
+
+    @staticmethod
+    def check_authenticated(sasl: SaslAuthenticator | None, req: Request) -> None:
+        """Refuse (close) anything but ApiVersions before authentication."""
+        if sasl is None or sasl.complete or req.api_key == API_VERSIONS_KEY:
+            return
+        raise CloseConnection(
+            f"Unexpected Kafka request of type {req.api_key} (v{req.api_version}) during SASL "
+            "handshake"
+        )
+
+    @staticmethod
+    def _after(conn: ConnectionInfo, sasl: SaslAuthenticator) -> None:
+        if sasl.complete and sasl.principal is not None:
+            conn.principal = sasl.principal
+
+
+def _encode(req: Request, body: Any) -> bytes:
+    return encode_response(req.api_key, req.api_version, req.correlation_id, body)
+
+
+def _illegal_state(req: Request, why: str) -> dict[str, Any]:
+    if req.api_key == SASL_HANDSHAKE_KEY:
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
+    return {
+        "error_code": ErrorCode.illegal_sasl_state,
+        "error_message": f"Unexpected SaslAuthenticate request: {why}",
+        "auth_bytes": b"",
+    }

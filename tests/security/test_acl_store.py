@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 
@@ -258,5 +259,26 @@ async def test_old_notifications_are_purged() -> None:
         await listener.process(names)
         assert seen == [ResourcePattern(T, "x")]
         assert await s.get_children("/kafka-acl-changes") == []
+    finally:
+        coord.close()
+
+
+@async_test
+async def test_decisions_are_logged_like_kafkas_authorizer(
+        caplog: pytest.LogCaptureFixture) -> None:
+    coord = EmbeddedCoordinator(None)
+    try:
+        a = AclAuthorizer(super_users={"User:admin"})
+        await a.start(coord.session())
+        await a.create_acls([binding("orders", "User:alice")])
+        with caplog.at_level(logging.DEBUG, logger="wherry.authorizer"):
+            assert not a.authorize(Session(user("bob"), "127.0.0.1"), READ, T, "orders")
+            assert a.authorize(Session(user("alice"), "127.0.0.1"), READ, T, "orders")
+        denied, allowed = [r for r in caplog.records if r.name == "wherry.authorizer"]
+        assert (denied.levelno, denied.getMessage()) == (
+            logging.INFO, "Principal = User:bob is Denied Operation = Read from host = 127.0.0.1 "
+                          "on resource = Topic:LITERAL:orders")
+        assert allowed.levelno == logging.DEBUG and "User:alice is Allowed" in allowed.getMessage()
+        await a.stop()
     finally:
         coord.close()

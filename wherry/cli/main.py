@@ -234,6 +234,7 @@ async def _serve_dev(cluster: object) -> int:
 
 def _register_tools() -> None:
     from wherry.cli import (
+        acls,
         configs,
         console,
         dump_log,
@@ -253,6 +254,7 @@ def _register_tools() -> None:
     main.add_command(reassign.reassign)
     main.add_command(elect.elect)
     main.add_command(configs.configs)
+    main.add_command(acls.acls)
     main.add_command(verify_replicas.verify_replicas)
     main.add_command(dump_log.dump_log)
     main.add_command(log_dirs.log_dirs)

@@ -61,6 +61,7 @@ from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
+from wherry.security.acl_authorizer import AclAuthorizer, authorizer_from_config
 from wherry.security.authorizer import Authorizer
 from wherry.security.principal import Session
 from wherry.server import controlled_shutdown
@@ -187,11 +188,11 @@ class Broker:
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        # `authorizer.class.name`: refuse an unknown class before anything starts.
+        self.authorizer = authorizer_from_config(cfg.raw, self.clock.now_ms)
         self.security = broker_security(cfg.raw, cfg.listeners, cfg.advertised)
         self.client_security = self.security.inter_broker_client
-        self.sasl_gate = SaslGate(
-            self.security, getattr(self, "scram_credentials", None)
-        )  # TODO merge
+        self.sasl_gate = SaslGate(self.security, self.scram_credentials)
         raise_open_files_limit()
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -204,6 +205,8 @@ class Broker:
         await paths.ensure_persistent_paths(self.store)
         self.cluster_id = await self._cluster_id()
         self._check_meta_properties()
+        if isinstance(self.authorizer, AclAuthorizer):  # all ACLs cached before any request
+            await self.authorizer.start(self.store)
 
         loop = asyncio.get_running_loop()
         await self.dynamic_config.load(self.store)
@@ -315,6 +318,8 @@ class Broker:
         if hasattr(self, "scheduler"):
             await self.scheduler.shutdown()
         await self._stop_config_listener()
+        if isinstance(self.authorizer, AclAuthorizer):
+            await self.authorizer.stop()
         if hasattr(self, "log_manager"):
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         if hasattr(self, "store"):
@@ -400,6 +405,8 @@ class Broker:
                 try:
                     await self._register()
                     self._start_config_listener()
+                    if isinstance(self.authorizer, AclAuthorizer):
+                        await self.authorizer.restart_with(store)
                     await self.controller.restart_with(store)
                 except (StoreError, RuntimeError) as e:  # RuntimeError: id taken meanwhile
                     await backoff("re-registration on the new session failed", e)

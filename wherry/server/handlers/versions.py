@@ -31,6 +31,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     21: (0, 2),
     22: (0, 6),
     23: (2, 4),
+    29: (1, 3),  # kio has v1+; librdkafka sends v1
+    30: (1, 3),
+    31: (1, 3),
     32: (1, 4),
     33: (0, 2),
     35: (1, 4),

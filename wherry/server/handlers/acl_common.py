@@ -1,0 +1,60 @@
+"""What the ACL handlers (Describe/Create/DeleteAcls) share: the broker's `AclAuthorizer`
+(if any), wire codes to Kafka's ACL vocabulary (an unknown code is UNKNOWN), and entries
+back to the wire."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from wherry.security.acl import (
+    AccessControlEntry,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from wherry.security.acl_authorizer import AclAuthorizer
+
+if TYPE_CHECKING:
+    from wherry.server.services import BrokerServices
+
+NO_AUTHORIZER = "No Authorizer is configured."
+E = TypeVar("E", bound=IntEnum)
+
+
+def acl_authorizer(broker: BrokerServices) -> AclAuthorizer | None:
+    """The broker's ACL authorizer; None without one (the APIs answer SECURITY_DISABLED)."""
+    authorizer = broker.authorizer
+    return authorizer if isinstance(authorizer, AclAuthorizer) else None
+
+
+def code(enum: type[E], value: int) -> E:
+    """`enum(value)`, or its UNKNOWN (0) for a code Kafka's enum does not know."""
+    try:
+        return enum(value)
+    except ValueError:
+        return enum(0)
+
+
+def wire_filter(body: Any) -> AclBindingFilter:
+    """A DescribeAcls request or a DeleteAcls filter as an `AclBindingFilter`."""
+    return AclBindingFilter(
+        resource_type=code(ResourceType, body.resource_type_filter),
+        name=body.resource_name_filter,
+        pattern_type=code(PatternType, body.pattern_type_filter),
+        principal=body.principal_filter,
+        host=body.host_filter,
+        operation=code(AclOperation, body.operation),
+        permission_type=code(AclPermissionType, body.permission_type),
+    )
+
+
+def wire_entry(entry: AccessControlEntry) -> dict[str, Any]:
+    return {
+        "principal": entry.principal,
+        "host": entry.host,
+        "operation": int(entry.operation),
+        "permission_type": int(entry.permission_type),
+    }

@@ -195,11 +195,11 @@ async def describe_scram_credentials(
     store: MetadataStore, users: Sequence[str] | None
 ) -> list[DescribeResult]:
     """Kafka's DescribeUserScramCredentials: every user with a credential when `users` is
-    None; else each named user once: DUPLICATE_RESOURCE if named twice, RESOURCE_NOT_FOUND
+    None or empty; else each named user once: DUPLICATE_RESOURCE if named twice, RESOURCE_NOT_FOUND
     without a credential."""
     results: list[DescribeResult] = []
     infos: tuple[CredentialInfo, ...]
-    if users is None:
+    if not users:
         for user in await _list_users(store):
             config, _ = await read_user_config(store, user)
             infos = _credential_infos(config)

@@ -61,6 +61,7 @@ from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
 from wherry.security.authorizer import Authorizer
+from wherry.security.scram_store import ScramCredentialCache, user_of_entity
 from wherry.server import controlled_shutdown
 from wherry.server.admin import AdminManager
 from wherry.server.broker_configs import DynamicBrokerConfig
@@ -169,6 +170,8 @@ class Broker:
         self._alter_sender: ControllerSender | None = None
         # The ACL authorizer (`authorizer.class.name`); None allows everything.
         self.authorizer: Authorizer | None = None
+        # SCRAM credentials of every user (`/config/users/<u>`), for SASL/SCRAM logins.
+        self.scram_credentials = ScramCredentialCache()
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -192,6 +195,7 @@ class Broker:
 
         loop = asyncio.get_running_loop()
         await self.dynamic_config.load(self.store)
+        await self.scram_credentials.load_all(self.store)
         await self._load_topic_overrides()
         self.log_manager = LogManager(
             list(cfg.log_dirs),
@@ -689,6 +693,9 @@ class Broker:
             for topic in sorted({tp.topic for tp in self.log_manager.topic_partitions()}):
                 self.log_manager.update_config(topic, self.topic_log_config(topic))
             log.info("%s applied dynamic broker config change (%s)", self._prefix, entity)
+        elif (scram_user := user_of_entity(entity)) is not None:
+            await self.scram_credentials.reload_user(self.store, scram_user)
+            log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)
 
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:

@@ -11,8 +11,8 @@ from coord_helpers import StoreBackend, async_test
 from wherry.coordination import paths
 from wherry.coordination.paths import (
     BrokerRegistration,
-    ListenerEndpoint,
     ControllerInfo,
+    ListenerEndpoint,
     PartitionState,
     TopicAssignment,
 )

@@ -244,6 +244,7 @@ def _register_tools() -> None:
         reassign,
         state_change_log,
         topics,
+        users,
         verify_replicas,
     )
 
@@ -259,6 +260,7 @@ def _register_tools() -> None:
     main.add_command(dump_log.dump_log)
     main.add_command(log_dirs.log_dirs)
     main.add_command(state_change_log.state_change_log)
+    main.add_command(users.users)
 
 
 _register_tools()

@@ -14,6 +14,7 @@ path                                        content
 ``/brokers/topics/<t>/partitions/<p>/state``  `PartitionState` ``{"version":1,"leader":..}``
 ``/config/topics/<topic>``                  `encode_config` ``{"version":1,"config":{..}}``
 ``/config/brokers/<id>``, ``/<default>``    `encode_config`
+``/config/users/<sanitized user>``          `encode_config`: SCRAM credentials (and quotas)
 ``/config/changes/config_change_<seq>``     change notifications (sequential)
 ``/admin/delete_topics/<topic>``            empty; marks a topic for deletion
 ``/admin/reassign_partitions``              `encode_reassignment` (legacy reassignment request)
@@ -34,6 +35,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote_plus
 
 from wherry.coordination.store import MetadataStore, NodeExistsError
 
@@ -53,6 +55,7 @@ __all__ = [
     "CONFIG_CHANGES",
     "CONFIG_CHANGE_PREFIX",
     "CONFIG_TOPICS",
+    "CONFIG_USERS",
     "CONTROLLER",
     "CONTROLLER_EPOCH",
     "DEFAULT_ENTITY",
@@ -74,6 +77,7 @@ __all__ = [
     "decode_partition_list",
     "decode_reassignment",
     "delete_topic_path",
+    "desanitize",
     "encode_cluster_id",
     "encode_config",
     "encode_controller_epoch",
@@ -81,12 +85,16 @@ __all__ = [
     "encode_reassignment",
     "ensure_persistent_paths",
     "format_topic_id",
+    "notify_config_change",
     "parse_topic_id",
     "partition_path",
     "partition_state_path",
+    "sanitize",
     "topic_config_path",
     "topic_partitions_path",
     "topic_path",
+    "user_config_entity",
+    "user_config_path",
 ]
 
 # ------------------------------------------------------------------------------------ layout
@@ -102,6 +110,7 @@ BROKER_SEQID = "/brokers/seqid"
 CONFIG = "/config"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
 DEFAULT_ENTITY = "<default>"
@@ -167,6 +176,39 @@ def broker_config_entity(broker_id: int | None) -> str:
     """A broker config change notification's ``entity_path``: ``brokers/<id>`` or
     ``brokers/<default>``."""
     return f"brokers/{DEFAULT_ENTITY if broker_id is None else int(broker_id)}"
+
+
+def sanitize(name: str) -> str:
+    """Kafka's Sanitizer.sanitize: a user (or client id) as a node name, URL-encoded as Java's
+    URLEncoder does (letters, digits, `.`, `-`, `_` kept), with `%20` for a space and `%2A`
+    for `*`."""
+    return quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    return unquote_plus(name)
+
+
+def user_config_path(user: str) -> str:
+    """``/config/users/<sanitized user>``."""
+    return f"{CONFIG_USERS}/{_name(sanitize(user))}"
+
+
+def user_config_entity(user: str) -> str:
+    """A user config change notification's ``entity_path``: ``users/<sanitized user>``."""
+    return f"users/{sanitize(user)}"
+
+
+async def notify_config_change(store: MetadataStore, entity_path: str) -> None:
+    """Tell every broker that an entity's configs changed: a sequential
+    ``/config/changes/config_change_<seq>`` node, ``{"version":2,"entity_path":...}``
+    (Kafka's ZK config-change notification)."""
+    await store.create(
+        CONFIG_CHANGE_PREFIX,
+        _dumps({"version": 2, "entity_path": entity_path}),
+        sequential=True,
+        make_parents=True,
+    )
 
 
 def delete_topic_path(topic: str) -> str:

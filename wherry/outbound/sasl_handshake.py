@@ -11,6 +11,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.outbound.security import AuthenticationError, ClientSecurity
 from wherry.protocol.codec import ResponseDecodeError, decode_response, encode_request
+from wherry.security.sasl_client import client_for
+from wherry.security.sasl_mechanism import SaslClientError
 
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
@@ -29,8 +31,6 @@ class _Transport(Protocol):
 async def authenticate(
     conn: _Transport, security: ClientSecurity, *, client_id: str = "wherry-broker"
 ) -> None:
-    from wherry.security.sasl_client import client_for  # TODO(merge): top-level import
-
     mechanism = security.sasl_mechanism
     assert mechanism is not None
     peer = f"{conn.host}:{conn.port}"
@@ -70,7 +70,7 @@ async def authenticate(
             )
         try:
             token = client.evaluate(bytes(getattr(answer, "auth_bytes", b"")))
-        except ValueError as e:
+        except (SaslClientError, ValueError) as e:
             raise AuthenticationError(f"SASL {mechanism} with {peer}: {e}") from e
         if client.complete:
             return

@@ -8,7 +8,6 @@ broker's metadata cache shows it.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import uuid
@@ -339,12 +338,7 @@ class AdminManager:
         except NoNodeError:
             await self.store.create(path, data, make_parents=True)
         if notify:
-            await self.store.create(
-                paths.CONFIG_CHANGE_PREFIX,
-                json.dumps({"version": 2, "entity_path": entity}).encode(),
-                sequential=True,
-                make_parents=True,
-            )
+            await paths.notify_config_change(self.store, entity)
 
     # --- dynamic broker configs (`/config/brokers/<id>`, `<default>`) -------------------------
     async def broker_config(self, broker_id: int | None) -> dict[str, str]:

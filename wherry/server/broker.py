@@ -64,6 +64,7 @@ from wherry.runtime.tasks import wait_event
 from wherry.security.acl_authorizer import AclAuthorizer, authorizer_from_config
 from wherry.security.authorizer import Authorizer
 from wherry.security.principal import Session
+from wherry.security.scram_store import ScramCredentialCache, user_of_entity
 from wherry.server import controlled_shutdown
 from wherry.server.admin import AdminManager
 from wherry.server.authz import REQUEST_SESSION
@@ -76,7 +77,7 @@ from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.producer_ids import ProducerIdManager
-from wherry.server.sasl_gate import SASL_KEYS, SaslGate
+from wherry.server.sasl_gate import SaslGate
 
 if TYPE_CHECKING:
     from wherry.controller.channel_manager import NetworkChannelManager
@@ -180,6 +181,8 @@ class Broker:
         self.security: BrokerSecurity
         self.client_security: ClientSecurity = PLAINTEXT
         self.sasl_gate: SaslGate
+        # SCRAM credentials of every user (`/config/users/<u>`), for SASL/SCRAM logins.
+        self.scram_credentials = ScramCredentialCache()
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -210,6 +213,7 @@ class Broker:
 
         loop = asyncio.get_running_loop()
         await self.dynamic_config.load(self.store)
+        await self.scram_credentials.load_all(self.store)
         await self._load_topic_overrides()
         self.log_manager = LogManager(
             list(cfg.log_dirs),
@@ -743,6 +747,9 @@ class Broker:
             for topic in sorted({tp.topic for tp in self.log_manager.topic_partitions()}):
                 self.log_manager.update_config(topic, self.topic_log_config(topic))
             log.info("%s applied dynamic broker config change (%s)", self._prefix, entity)
+        elif (scram_user := user_of_entity(entity)) is not None:
+            await self.scram_credentials.reload_user(self.store, scram_user)
+            log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)
 
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
@@ -759,7 +766,7 @@ class Broker:
             return encode_response(
                 req.api_key, 0, req.correlation_id, unsupported_version_response()
             )
-        if req.api_key in SASL_KEYS:
+        if sasl is not None and self.sasl_gate.in_exchange(sasl, req):
             return self.sasl_gate.sasl_request(conn, sasl, req)
         self.sasl_gate.check_authenticated(sasl, req)
         host = client_host_of(conn.peer)

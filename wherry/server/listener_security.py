@@ -24,9 +24,10 @@ from typing import Protocol
 
 from wherry.outbound.security import ClientSecurity
 from wherry.protocol.interbroker import SECURITY_PROTOCOL_IDS
+from wherry.security.jaas import client_credentials, listener_jaas
+from wherry.security.sasl_config import listener_sasl
 from wherry.server.tls import TlsConfigError, client_context, server_context
 
-SUPPORTED_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 
@@ -162,23 +163,6 @@ class BrokerSecurity:
         return found.protocol if found is not None else "PLAINTEXT"
 
 
-def _mechanisms(props: Mapping[str, str], listener: str) -> tuple[str, ...]:
-    key = f"listener.name.{listener.lower()}.sasl.enabled.mechanisms"
-    if key not in props:
-        key = "sasl.enabled.mechanisms"
-    text = props.get(key, "GSSAPI")
-    names = tuple(m.strip().upper() for m in text.split(",") if m.strip())
-    bad = [m for m in names if m not in SUPPORTED_SASL_MECHANISMS]
-    if bad or not names:
-        raise SecurityConfigError(
-            f"{key}={text}: listener {listener} enables SASL mechanism(s) "
-            f"{', '.join(bad) or '(none)'} that wherry does not support; supported: "
-            f"{', '.join(SUPPORTED_SASL_MECHANISMS)}"
-            + (" (Kafka's default is GSSAPI: set the key)" if key not in props else "")
-        )
-    return names
-
-
 def _jaas_key(listener: str, mechanism: str) -> str:
     return f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
 
@@ -187,23 +171,11 @@ def _listener(props: Mapping[str, str], name: str, protocol: str) -> ListenerSec
     ctx = server_context(props, name) if protocol in TLS_PROTOCOLS else None
     if protocol not in SASL_PROTOCOLS:
         return ListenerSecurity(name, protocol, ctx)
-    from wherry.security.jaas import listener_jaas, plain_users
-
-    mechanisms = _mechanisms(props, name)
-    users: dict[str, str] = {}
-    if "PLAIN" in mechanisms:
-        try:
-            entry = listener_jaas(props, name, "PLAIN")
-        except ValueError as e:
-            raise SecurityConfigError(f"{_jaas_key(name, 'PLAIN')}: {e}") from e
-        if entry is None:
-            raise SecurityConfigError(
-                f"listener {name} enables SASL mechanism PLAIN but has no JAAS setting: set "
-                f"{_jaas_key(name, 'PLAIN')}=org.apache.kafka.common.security.plain."
-                'PlainLoginModule required user_alice="alice-secret";'
-            )
-        users = plain_users(entry)
-    return ListenerSecurity(name, protocol, ctx, mechanisms, users)
+    try:
+        sasl = listener_sasl(props, name)
+    except ValueError as e:
+        raise SecurityConfigError(str(e)) from e
+    return ListenerSecurity(name, protocol, ctx, sasl.enabled_mechanisms, sasl.plain_users)
 
 
 def _client(props: Mapping[str, str], listener: ListenerSecurity) -> ClientSecurity:
@@ -211,8 +183,6 @@ def _client(props: Mapping[str, str], listener: ListenerSecurity) -> ClientSecur
     ctx = client_context(props, listener.name) if protocol in TLS_PROTOCOLS else None
     if protocol not in SASL_PROTOCOLS:
         return ClientSecurity(protocol, ctx)
-    from wherry.security.jaas import client_credentials, listener_jaas
-
     mechanism = props.get("sasl.mechanism.inter.broker.protocol", "GSSAPI").strip().upper()
     if mechanism not in listener.sasl_mechanisms:
         raise SecurityConfigError(

@@ -5,8 +5,8 @@ Until a connection has authenticated, it may send ApiVersions, SaslHandshake and
 SaslAuthenticate only; anything else closes it with a log line, as Kafka does. After a
 SaslHandshake v0 the client sends raw SASL tokens without Kafka headers (kafka-python's
 old path), which go straight to the authenticator. A failed authentication is answered,
-then the connection closes. On other listeners SaslHandshake and SaslAuthenticate get
-ILLEGAL_SASL_STATE, as Kafka answers them there.
+then the connection closes. On other listeners, and once authenticated, SaslHandshake and
+SaslAuthenticate go to their handlers, which answer ILLEGAL_SASL_STATE as Kafka does.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from kio.schema.errors import ErrorCode
 
 from wherry.protocol.codec import Request, encode_response
 from wherry.server.network import CloseAfterResponse, CloseConnection, ConnectionInfo
+from wherry.server.sasl_authenticator import SaslAuthenticator, SaslStateError
 
 if TYPE_CHECKING:
     from wherry.security.scram_store import ScramCredentialCache
     from wherry.server.listener_security import BrokerSecurity
-    from wherry.server.sasl_authenticator import SaslAuthenticator
 
 SASL_HANDSHAKE_KEY = 17
 API_VERSIONS_KEY = 18
@@ -45,8 +45,6 @@ class SaslGate:
         listener = self.security.listeners.get(conn.listener)
         if listener is None or not listener.uses_sasl:
             return None
-        from wherry.server.sasl_authenticator import SaslAuthenticator
-
         made = SaslAuthenticator(
             listener=conn.listener,
             enabled_mechanisms=listener.sasl_mechanisms,
@@ -57,21 +55,23 @@ class SaslGate:
         return made
 
     def raw_token(self, conn: ConnectionInfo, sasl: SaslAuthenticator, frame: memoryview) -> bytes:
-        reply, close = sasl.on_raw_token(bytes(frame))
+        try:
+            reply, close = sasl.on_raw_token(bytes(frame))
+        except SaslStateError as e:
+            raise CloseConnection(f"SASL authentication failed: {e}") from e
         out = _SIZE.pack(len(reply)) + reply
         self._after(conn, sasl)
         if close:
             raise CloseAfterResponse("SASL authentication failed", out)
         return out
 
-    def sasl_request(
-        self, conn: ConnectionInfo, sasl: SaslAuthenticator | None, req: Request
-    ) -> bytes:
-        """The answer to a SaslHandshake or SaslAuthenticate."""
-        if sasl is None:
-            return _encode(req, _illegal_state(req, "not a SASL listener"))
-        from wherry.server.sasl_authenticator import SaslStateError
+    @staticmethod
+    def in_exchange(sasl: SaslAuthenticator | None, req: Request) -> bool:
+        """Is this request part of the connection's SASL exchange (the gate answers it)?"""
+        return sasl is not None and not sasl.complete and req.api_key in SASL_KEYS
 
+    def sasl_request(self, conn: ConnectionInfo, sasl: SaslAuthenticator, req: Request) -> bytes:
+        """The answer to a SaslHandshake or SaslAuthenticate of the exchange."""
         try:
             body, close = sasl.on_request(req)
         except SaslStateError as e:
@@ -89,12 +89,12 @@ class SaslGate:
     @staticmethod
     def check_authenticated(sasl: SaslAuthenticator | None, req: Request) -> None:
         """Refuse (close) anything but ApiVersions before authentication."""
-        if sasl is None or sasl.complete or req.api_key == API_VERSIONS_KEY:
+        if sasl is None:
             return
-        raise CloseConnection(
-            f"Unexpected Kafka request of type {req.api_key} (v{req.api_version}) during SASL "
-            "handshake"
-        )
+        try:
+            sasl.check_allowed(req.api_key)
+        except SaslStateError as e:
+            raise CloseConnection(str(e)) from e
 
     @staticmethod
     def _after(conn: ConnectionInfo, sasl: SaslAuthenticator) -> None:
@@ -104,13 +104,3 @@ class SaslGate:
 
 def _encode(req: Request, body: Any) -> bytes:
     return encode_response(req.api_key, req.api_version, req.correlation_id, body)
-
-
-def _illegal_state(req: Request, why: str) -> dict[str, Any]:
-    if req.api_key == SASL_HANDSHAKE_KEY:
-        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
-    return {
-        "error_code": ErrorCode.illegal_sasl_state,
-        "error_message": f"Unexpected SaslAuthenticate request: {why}",
-        "auth_bytes": b"",
-    }

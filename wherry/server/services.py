@@ -15,6 +15,7 @@ from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock
 from wherry.security.authorizer import Authorizer
+from wherry.security.scram_store import ScramCredentialCache
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
 from wherry.server.groups import GroupsRuntime
@@ -57,6 +58,11 @@ class BrokerServices(Protocol):
     @property
     def authorizer(self) -> Authorizer | None:
         """The ACL authorizer, or None when `authorizer.class.name` is unset (all allowed)."""
+        ...
+
+    @property
+    def scram_credentials(self) -> ScramCredentialCache:
+        """Every user's SCRAM credentials as this broker last read them (SASL/SCRAM logins)."""
         ...
 
     async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:

@@ -17,6 +17,7 @@ from wherry.server.handlers import (
     alter_configs,
     alter_partition,
     alter_partition_reassignments,
+    alter_user_scram_credentials,
     api_versions,
     controlled_shutdown,
     create_acls,
@@ -31,6 +32,7 @@ from wherry.server.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_user_scram_credentials,
     elect_leaders,
     fetch,
     find_coordinator,
@@ -49,11 +51,13 @@ from wherry.server.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     stop_replica,
     sync_group,
     update_metadata,
 )
-from wherry.server.handlers.versions import CONNECTION_KEYS, SUPPORTED_VERSIONS
+from wherry.server.handlers.versions import SUPPORTED_VERSIONS
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -84,6 +88,7 @@ HANDLERS: dict[int, Handler] = {
     14: sync_group.handle,
     15: describe_groups.handle,
     16: list_groups.handle,
+    17: sasl_handshake.handle,
     18: api_versions.handle,
     19: create_topics.handle,
     20: delete_topics.handle,
@@ -96,6 +101,7 @@ HANDLERS: dict[int, Handler] = {
     32: describe_configs.handle,
     33: alter_configs.handle,
     35: describe_log_dirs.handle,
+    36: sasl_authenticate.handle,
     37: create_partitions.handle,
     42: delete_groups.handle,
     43: elect_leaders.handle,
@@ -103,9 +109,11 @@ HANDLERS: dict[int, Handler] = {
     45: alter_partition_reassignments.handle,
     46: list_partition_reassignments.handle,
     47: offset_delete.handle,
+    50: describe_user_scram_credentials.handle,
+    51: alter_user_scram_credentials.handle,
     56: alter_partition.handle,
     60: describe_cluster.handle,
 }
 
-if HANDLERS.keys() | CONNECTION_KEYS != SUPPORTED_VERSIONS.keys():  # pragma: no cover
+if HANDLERS.keys() != SUPPORTED_VERSIONS.keys():  # pragma: no cover - a wiring mistake
     raise RuntimeError("every API in SUPPORTED_VERSIONS needs a handler, and only those")

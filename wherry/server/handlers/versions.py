@@ -45,10 +45,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     45: (0, 0),
     46: (0, 0),
     47: (0, 0),
+    50: (0, 0),
+    51: (0, 0),
     56: (2, 3),
     60: (0, 2),
 }
-
-# SaslHandshake and SaslAuthenticate: answered by the broker's SASL gate (`server/sasl_gate.py`)
-# before any handler, since they change the connection rather than the cluster.
-CONNECTION_KEYS = frozenset({17, 36})

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.security.acl import AclOperation
 from wherry.server.admin import AdminError
+from wherry.server.authz import config_resource_denied
 from wherry.server.handlers.describe_configs import BROKER, TOPIC
 
 if TYPE_CHECKING:
@@ -38,21 +40,37 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             r.resource_name, _given(r), validate_only=body.validate_only
         )
 
-    return await alter_resources(body.resources, alter_topic, alter_broker)
+    # Kafka's AlterConfigs refuses broker loggers outright (no authorization asked).
+    return await alter_resources(
+        broker, body.resources, alter_topic, alter_broker, authorized_types=(TOPIC, BROKER)
+    )
 
 
 async def alter_resources(
+    broker: BrokerServices,
     resources: Iterable[Any],
     alter_topic: Callable[[Any], Awaitable[None]],
     alter_broker: Callable[[Any], Awaitable[None]],
+    *,
+    authorized_types: Iterable[int],
 ) -> Mapping[str, Any]:
     """Answer each resource of an (Incremental)AlterConfigs request: a topic is altered by
-    ``alter_topic``, a broker by ``alter_broker`` (an `AdminError` is the answer)."""
+    ``alter_topic``, a broker by ``alter_broker`` (an `AdminError` is the answer). Resources of
+    ``authorized_types`` need ALTER_CONFIGS first (Kafka: on the topic, or on the cluster for
+    brokers and broker loggers); refused ones get the authorization error, no message."""
+    checked = set(authorized_types)
     out = []
     for r in resources:
         code, msg = ErrorCode.none, None
         alter = {TOPIC: alter_topic, BROKER: alter_broker}.get(r.resource_type)
-        if alter is None:
+        denied = None
+        if r.resource_type in checked:
+            denied = config_resource_denied(
+                broker, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name
+            )
+        if denied is not None:
+            code = denied
+        elif alter is None:
             code, msg = (
                 ErrorCode.invalid_request,
                 "AlterConfigs is only supported for topics and brokers, but resource type is "

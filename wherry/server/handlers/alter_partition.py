@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.controller.alter_partition import error_response
+from wherry.security.acl import AclOperation
+from wherry.server.authz import authorize_cluster
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
+        # Kafka: CLUSTER_ACTION on the cluster, before the controller-active check.
+        return error_response(ErrorCode.cluster_authorization_failed)
     controller = getattr(broker, "controller", None)
     if controller is None or not controller.active:
         return error_response(ErrorCode.not_controller)

@@ -10,12 +10,14 @@ is not active answers NOT_CONTROLLER at the top level with no partitions, as Kaf
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.security.acl import AclOperation
+from wherry.server.authz import authorize_cluster, cluster_denied_message
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -34,12 +36,34 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         for p in t.partitions:
             replicas = None if p.replicas is None else tuple(int(r) for r in p.replicas)
             targets[TopicPartition(t.name, int(p.partition_index))] = replicas
+    if not authorize_cluster(broker, AclOperation.ALTER):
+        # Kafka (authorizeClusterOperation): ALTER on the cluster, else the request's error
+        # response, the error and its message at the top and for every partition.
+        denied, message = ErrorCode.cluster_authorization_failed, cluster_denied_message(req)
+        return {
+            **top_level_error(denied, message),
+            "responses": _per_partition(
+                {tp: (denied, message) for tp in targets}, targets
+            ),
+        }
     controller = getattr(broker, "controller", None)
     results = None
     if controller is not None and controller.active:
         results = await controller.alter_partition_reassignments(targets)
     if results is None:
         return top_level_error(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "responses": _per_partition(results, targets),
+    }
+
+
+def _per_partition(
+    results: Mapping[TopicPartition, tuple[ErrorCode, str | None]],
+    targets: Iterable[TopicPartition],
+) -> list[dict[str, Any]]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for tp in targets:
         code, message = results.get(
@@ -48,9 +72,4 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         by_topic.setdefault(tp.topic, []).append(
             {"partition_index": tp.partition, "error_code": code, "error_message": message}
         )
-    return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "responses": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
-    }
+    return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from wherry.protocol.interbroker import ControlledShutdownResponse, RemainingPartition
+from wherry.security.acl import AclOperation
+from wherry.server.authz import authorize_cluster
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: BrokerServices, req: Request) -> ControlledShutdownResponse:
+    if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
+        # Kafka: CLUSTER_ACTION on the cluster, before the controller is asked anything.
+        return ControlledShutdownResponse(int(ErrorCode.cluster_authorization_failed))
     controller = getattr(broker, "controller", None)
     if controller is None or not controller.active:
         return ControlledShutdownResponse(int(ErrorCode.not_controller))

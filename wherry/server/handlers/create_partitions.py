@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.admin import AdminError
+from wherry.server.authz import authorized_names
 from wherry.server.handlers.create_topics import wait_for_partitions
 
 if TYPE_CHECKING:
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     counts = Counter(t.name for t in body.topics)
+    # Kafka: ALTER on each topic (duplicates are refused first).
+    may_alter = authorized_names(broker, AclOperation.ALTER, ResourceType.TOPIC, counts)
     results: list[dict[str, Any]] = []
     grown: list[tuple[str, int]] = []
     for t in body.topics:
@@ -28,6 +32,15 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     "name": t.name,
                     "error_code": ErrorCode.invalid_request,
                     "error_message": "Duplicate topic in request.",
+                }
+            )
+            continue
+        if t.name not in may_alter:
+            results.append(
+                {
+                    "name": t.name,
+                    "error_code": ErrorCode.topic_authorization_failed,
+                    "error_message": "The topic authorization is failed.",
                 }
             )
             continue

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.protocol.codec import duration_ms
+from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.admin import AdminError
+from wherry.server.authz import authorize_cluster, authorized_names
 from wherry.server.handlers.describe_configs import topic_config_entries
 
 if TYPE_CHECKING:
@@ -37,6 +39,17 @@ async def wait_for_partitions(
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     counts = Counter(t.name for t in body.topics)
+    # Kafka: CREATE on the cluster, else on each topic; a created topic's configs and
+    # partitioning are shown only with DESCRIBE_CONFIGS on it (else TOPIC_AUTHORIZATION_FAILED
+    # as its topic_config_error_code).
+    may_create = (
+        set(counts)
+        if authorize_cluster(broker, AclOperation.CREATE)
+        else authorized_names(broker, AclOperation.CREATE, ResourceType.TOPIC, counts)
+    )
+    may_see_configs = authorized_names(
+        broker, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, counts
+    )
     results: list[dict[str, Any]] = []
     created: list[tuple[str, int]] = []
     for t in body.topics:
@@ -54,6 +67,18 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     "error_code": ErrorCode.invalid_request,
                     "error_message": "Create topics request from client contains "
                     "duplicate topic names",
+                    "topic_config_error_code": ErrorCode.none
+                    if t.name in may_see_configs
+                    else ErrorCode.topic_authorization_failed,
+                }
+            )
+            continue
+        if t.name not in may_create:
+            results.append(
+                {
+                    **base,
+                    "error_code": ErrorCode.topic_authorization_failed,
+                    "error_message": "Authorization failed.",
                 }
             )
             continue
@@ -72,6 +97,17 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             continue
         if not body.validate_only:
             created.append((t.name, res.num_partitions))
+        if t.name not in may_see_configs:
+            results.append(
+                {
+                    **base,
+                    "error_code": ErrorCode.none,
+                    "topic_id": res.topic_id,
+                    "configs": [],
+                    "topic_config_error_code": ErrorCode.topic_authorization_failed,
+                }
+            )
+            continue
         results.append(
             {
                 **base,

@@ -16,6 +16,8 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.log import OffsetOutOfRangeError
 from wherry.replication.partition import PartitionError
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorized_names
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -43,11 +45,18 @@ def _delete(broker: BrokerServices, tp: TopicPartition, offset: int) -> tuple[Er
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    # Kafka: DELETE on each topic, before its existence is checked.
+    allowed = authorized_names(
+        broker, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in req.body.topics)
+    )
     topics = []
     for t in req.body.topics:
         parts = []
         for p in t.partitions:
-            code, low = _delete(broker, TopicPartition(t.name, p.partition_index), p.offset)
+            if t.name in allowed:
+                code, low = _delete(broker, TopicPartition(t.name, p.partition_index), p.offset)
+            else:
+                code, low = ErrorCode.topic_authorization_failed, -1
             parts.append(
                 {"partition_index": p.partition_index, "low_watermark": low, "error_code": code}
             )

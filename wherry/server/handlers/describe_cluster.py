@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.server.authz import current_session
+from wherry.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from wherry.server.authz import authorized_operations_field, current_session
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
-
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
@@ -43,5 +42,12 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             }
             for b in cache.alive_brokers(current_session().listener)
         ],
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        # Kafka: DESCRIBE on the cluster, else 0; every client may describe the cluster.
+        "cluster_authorized_operations": authorized_operations_field(
+            broker,
+            getattr(body, "include_cluster_authorized_operations", False),
+            ResourceType.CLUSTER,
+            CLUSTER_NAME,
+            requires=AclOperation.DESCRIBE,
+        ),
     }

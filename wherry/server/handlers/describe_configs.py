@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.log.config import SERVER_CONFIG_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigType
+from wherry.security.acl import AclOperation
 from wherry.server import broker_configs
+from wherry.server.authz import AUTHORIZATION_MESSAGES, config_resource_denied
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -176,6 +178,15 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             "configs": [],
         }
         keys = r.configuration_keys
+        # Kafka: DESCRIBE_CONFIGS on the topic, or on the cluster for a broker (logger).
+        denied = config_resource_denied(
+            broker, AclOperation.DESCRIBE_CONFIGS, r.resource_type, r.resource_name
+        )
+        if denied is not None:
+            results.append(
+                {**base, "error_code": denied, "error_message": AUTHORIZATION_MESSAGES[denied]}
+            )
+            continue
         if r.resource_type == TOPIC:
             if not broker.cache.contains_topic(r.resource_name):
                 results.append(

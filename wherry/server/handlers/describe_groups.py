@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from wherry.server.handlers.group_common import AUTHORIZED_OPERATIONS_OMITTED
+from kio.schema.errors import ErrorCode
+
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import (
+    AUTHORIZATION_MESSAGES,
+    AUTHORIZED_OPERATIONS_OMITTED,
+    authorize,
+    authorized_operations_field,
+)
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -14,8 +22,25 @@ if TYPE_CHECKING:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     coord = broker.groups.coordinator
+    include_ops = getattr(req.body, "include_authorized_operations", False)
     groups = []
     for group_id in req.body.groups:
+        if not authorize(broker, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            # Kafka's DescribeGroupsResponse.groupError: no state, protocol or members.
+            denied = ErrorCode.group_authorization_failed
+            groups.append(
+                {
+                    "error_code": denied,
+                    "error_message": AUTHORIZATION_MESSAGES[denied],
+                    "group_id": group_id,
+                    "group_state": "",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                }
+            )
+            continue
         err, message, s = coord.handle_describe_group(group_id, req.api_version)
         groups.append(
             {
@@ -36,7 +61,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     }
                     for m in s.members
                 ],
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "authorized_operations": authorized_operations_field(
+                    broker, include_ops and err == ErrorCode.none, ResourceType.GROUP, group_id
+                ),
             }
         )
     return {"throttle_time": 0, "groups": groups}

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.security.acl import AclOperation
+from wherry.server.authz import authorize_cluster
 
 if TYPE_CHECKING:
     from wherry.log.log import Log
@@ -56,6 +58,14 @@ def _partition_index(partition: Mapping[str, Any]) -> int:
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    if not authorize_cluster(broker, AclOperation.DESCRIBE):
+        # Kafka: DESCRIBE on the cluster, else no log dirs and the top-level error (v3+;
+        # older versions show only the empty list).
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "results": [],
+        }
     manager = broker.replica_manager.log_manager
     wanted = _wanted(req)
     by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in manager.log_dirs}

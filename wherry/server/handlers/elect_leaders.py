@@ -22,6 +22,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
+from wherry.security.acl import AclOperation
+from wherry.server.authz import authorize_cluster
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -66,6 +68,13 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     election_type = int(getattr(body, "election_type", PREFERRED))
     requested = requested_partitions(body.topic_partitions)
+    if not authorize_cluster(broker, AclOperation.ALTER):
+        # Kafka: ALTER on the cluster; the error at the top and for each partition asked
+        # (none when all were asked).
+        denied = (ErrorCode.cluster_authorization_failed, None)
+        return response(
+            ErrorCode.cluster_authorization_failed, dict.fromkeys(requested or (), denied)
+        )
     controller = getattr(broker, "controller", None)
     results: dict[TopicPartition, _Result] | None = None
     if election_type not in (PREFERRED, UNCLEAN):

@@ -16,6 +16,8 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
 from wherry.replication.replica_manager import FetchPartition, FetchResult
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize_cluster, authorized_names
 from wherry.server.handlers.topic_keys import TopicKey, resolve_topic, topic_responses
 
 if TYPE_CHECKING:
@@ -45,14 +47,30 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         else getattr(body, "replica_epoch", -1)
     )
     cache = broker.cache
+    resolved = [
+        (t, *resolve_topic(cache, getattr(t, "topic", None), getattr(t, "topic_id", None)))
+        for t in body.topics
+    ]
+    # Kafka: a follower (replica id >= 0) needs CLUSTER_ACTION on the cluster, else every
+    # partition is refused; consumers, the debugging one (-2) included, READ on each topic.
+    if replica_id >= 0:
+        follower_ok = authorize_cluster(broker, AclOperation.CLUSTER_ACTION)
+        readable = {n for _, _, n in resolved if n} if follower_ok else set()
+    else:
+        follower_ok = True
+        readable = authorized_names(
+            broker, AclOperation.READ, ResourceType.TOPIC, (n for _, _, n in resolved if n)
+        )
     wanted: list[FetchPartition] = []
     # Response skeleton in request order: (topic key, name or None, partition)
     order: list[tuple[TopicKey, str | None, int]] = []
-    for t in body.topics:
-        key, name = resolve_topic(cache, getattr(t, "topic", None), getattr(t, "topic_id", None))
+    denied: set[tuple[TopicKey, int]] = set()
+    for t, key, name in resolved:
         for p in t.partitions:
             order.append((key, name, p.partition))
-            if name is not None:
+            if not follower_ok or (name is not None and name not in readable):
+                denied.add((key, p.partition))
+            elif name is not None:
                 wanted.append(
                     FetchPartition(
                         TopicPartition(name, p.partition),
@@ -76,7 +94,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
 
     topics: dict[TopicKey, list[dict[str, Any]]] = {}
     for key, name, index in order:
-        r = result.get(TopicPartition(name, index)) if name is not None else None
+        r = None
+        if name is not None and (key, index) not in denied:
+            r = result.get(TopicPartition(name, index))
         if (
             r is not None
             and r.error_code == ErrorCode.unknown_topic_or_partition
@@ -87,11 +107,15 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             # (Kafka's ReplicaManager.getPartitionOrError).
             r.error_code = ErrorCode.not_leader_or_follower
         if r is None:
+            if (key, index) in denied:
+                code = ErrorCode.topic_authorization_failed
+            elif name is None:
+                code = ErrorCode.unknown_topic_id
+            else:
+                code = ErrorCode.unknown_topic_or_partition
             part: dict[str, Any] = {
                 "partition_index": index,
-                "error_code": ErrorCode.unknown_topic_id
-                if name is None
-                else ErrorCode.unknown_topic_or_partition,
+                "error_code": code,
                 "high_watermark": -1,
                 "last_stable_offset": -1,
                 "log_start_offset": -1,

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.group.records import OFFSETS_TOPIC
-from wherry.server.authz import current_session
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize, current_session
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -26,13 +27,23 @@ TRANSACTION_KEY_TYPE = 1
 _MESSAGES = {
     ErrorCode.coordinator_not_available: "The coordinator is not available.",
     ErrorCode.invalid_request: "Unknown coordinator type",
+    **AUTHORIZATION_MESSAGES,
 }
 
 
 def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
     err = ErrorCode.none
     node: tuple[int, str, int] = (-1, "", -1)
-    if key_type == TRANSACTION_KEY_TYPE:
+    # Kafka: DESCRIBE on the group, or on the transactional id.
+    if key_type == GROUP_KEY_TYPE and not authorize(
+        broker, AclOperation.DESCRIBE, ResourceType.GROUP, key
+    ):
+        err = ErrorCode.group_authorization_failed
+    elif key_type == TRANSACTION_KEY_TYPE and not authorize(
+        broker, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        err = ErrorCode.transactional_id_authorization_failed
+    elif key_type == TRANSACTION_KEY_TYPE:
         err = ErrorCode.coordinator_not_available
     elif key_type != GROUP_KEY_TYPE:
         err = ErrorCode.invalid_request

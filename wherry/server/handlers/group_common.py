@@ -8,8 +8,6 @@ from contextvars import ContextVar
 # (Java's InetAddress.toString(): "/127.0.0.1"). Set per request by the broker.
 CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="/unknown")
 
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-
 
 def client_host_of(peer: str) -> str:
     """`ConnectionInfo.peer` ("host:port") → "/host"."""

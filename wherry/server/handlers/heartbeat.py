@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize
+
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
@@ -12,6 +17,8 @@ if TYPE_CHECKING:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
+    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     err = broker.groups.coordinator.handle_heartbeat(
         body.group_id,
         body.member_id,

@@ -12,6 +12,7 @@ from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
 from wherry.server import broker_configs
 from wherry.server.admin import AdminError
 from wherry.server.handlers.alter_configs import alter_resources
+from wherry.server.handlers.describe_configs import BROKER, BROKER_LOGGER, TOPIC
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -80,4 +81,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             raise AdminError(e.error_code, e.message) from e
         await broker.admin.set_broker_config(r.resource_name, new, validate_only=body.validate_only)
 
-    return await alter_resources(body.resources, alter_topic, alter_broker)
+    return await alter_resources(
+        broker,
+        body.resources,
+        alter_topic,
+        alter_broker,
+        authorized_types=(TOPIC, BROKER, BROKER_LOGGER),
+    )

@@ -12,18 +12,31 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize, authorize_by_resource_type, authorize_cluster
+
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
 
 
+def _error(code: ErrorCode) -> dict[str, Any]:
+    return {"error_code": code, "producer_id": -1, "producer_epoch": -1}
+
+
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
-    if req.body.transactional_id is not None:
-        return {
-            "error_code": ErrorCode.coordinator_not_available,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
+    tid = req.body.transactional_id
+    # Kafka: WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the cluster or
+    # WRITE on any topic (KIP-679).
+    if tid is not None:
+        if not authorize(broker, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            return _error(ErrorCode.transactional_id_authorization_failed)
+        return _error(ErrorCode.coordinator_not_available)
+    if not (
+        authorize_cluster(broker, AclOperation.IDEMPOTENT_WRITE)
+        or authorize_by_resource_type(broker, AclOperation.WRITE, ResourceType.TOPIC)
+    ):
+        return _error(ErrorCode.cluster_authorization_failed)
     pid = await broker.producer_ids.next_id()
     return {
         "error_code": ErrorCode.none,

@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from wherry.group.member import JoinGroupResult
 from wherry.protocol.codec import duration_ms
 from wherry.runtime.parking import answer_of
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize
 from wherry.server.handlers.group_common import CLIENT_HOST
 
 if TYPE_CHECKING:
@@ -23,7 +27,11 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     rebalance_ms = duration_ms(body.rebalance_timeout) if v >= 1 else session_ms
     instance_id = getattr(body, "group_instance_id", None)
     coord = broker.groups.coordinator
-    r: JoinGroupResult = await answer_of(
+    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        # Kafka's JoinGroupRequest.getErrorResponse: no member id, generation or leader.
+        r = JoinGroupResult.failed("", ErrorCode.group_authorization_failed)
+        return _response(r, v)
+    r = await answer_of(
         lambda cb: coord.handle_join_group(
             body.group_id,
             body.member_id,
@@ -42,6 +50,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             reason=getattr(body, "reason", None),
         ),
     )
+    return _response(r, v)
+
+
+def _response(r: JoinGroupResult, v: int) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "error_code": r.error,

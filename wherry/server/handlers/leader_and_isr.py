@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from wherry.protocol.interbroker import LeaderAndIsrRequest, LeaderAndIsrResponse
+from kio.schema.errors import ErrorCode
+
+from wherry.protocol.interbroker import (
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+)
 from wherry.protocol.interbroker_codec import with_topic_ids
+from wherry.security.acl import AclOperation
+from wherry.server.authz import authorize_cluster
 from wherry.server.network import CloseConnection
 
 if TYPE_CHECKING:
@@ -23,5 +31,17 @@ async def handle(broker: BrokerServices, req: Request) -> LeaderAndIsrResponse:
     body = req.body
     if not isinstance(body, LeaderAndIsrRequest):
         raise CloseConnection(f"API key 4 decoded as {type(body).__name__}")
+    if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
+        # Kafka: CLUSTER_ACTION on the cluster, checked before anything is touched; the
+        # error at the top and for every partition of the request.
+        denied = int(ErrorCode.cluster_authorization_failed)
+        resp = LeaderAndIsrResponse(
+            denied,
+            tuple(
+                LeaderAndIsrPartitionError(p.topic_name, p.partition_index, denied)
+                for p in body.partition_states
+            ),
+        )
+        return with_topic_ids(resp, body.topic_ids)
     resp = await broker.node.handle_leader_and_isr(body)
     return with_topic_ids(resp, body.topic_ids)

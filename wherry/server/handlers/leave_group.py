@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.group.coordinator import MemberIdentity
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     v = req.api_version
+    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     if v >= 3:
         members = [
             MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))

@@ -9,6 +9,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.replication.partition import PartitionError
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorized_names
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -19,6 +21,13 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
+
+_DENIED = {
+    "error_code": ErrorCode.topic_authorization_failed,
+    "timestamp": -1,
+    "offset": -1,
+    "leader_epoch": -1,
+}
 
 
 def _lookup(
@@ -72,10 +81,17 @@ def _epoch(epoch: int | None) -> int:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
+    # Kafka: DESCRIBE on each topic, replicas included.
+    allowed = authorized_names(
+        broker, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in body.topics)
+    )
     topics = []
     for t in body.topics:
         parts = []
         for p in t.partitions:
+            if t.name not in allowed:
+                parts.append({"partition_index": p.partition_index, **_DENIED})
+                continue
             tp = TopicPartition(t.name, p.partition_index)
             res = _lookup(
                 broker, tp, p.timestamp, getattr(p, "current_leader_epoch", -1), body.replica_id

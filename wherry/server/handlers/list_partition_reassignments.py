@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.security.acl import AclOperation
+from wherry.server.authz import authorize_cluster, cluster_denied_message
 from wherry.server.handlers.alter_partition_reassignments import NOT_CONTROLLER_MESSAGE
 
 if TYPE_CHECKING:
@@ -30,6 +32,25 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 TopicPartition(t.name, int(p)) for t in topics for p in t.partition_indexes
             )
         )
+    if not authorize_cluster(broker, AclOperation.DESCRIBE):
+        # Kafka (authorizeClusterOperation): DESCRIBE on the cluster, else the request's
+        # error response, which lists the partitions asked with no replicas.
+        asked_by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp in asked or ():
+            asked_by_topic.setdefault(tp.topic, []).append(
+                {
+                    "partition_index": tp.partition,
+                    "replicas": [],
+                    "adding_replicas": [],
+                    "removing_replicas": [],
+                }
+            )
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "error_message": cluster_denied_message(req),
+            "topics": [{"name": n, "partitions": ps} for n, ps in asked_by_topic.items()],
+        }
     controller = getattr(broker, "controller", None)
     ongoing = None
     if controller is not None and controller.active:

@@ -15,8 +15,16 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.group.records import OFFSETS_TOPIC
+from wherry.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from wherry.server.admin import AdminError, validate_topic_name
-from wherry.server.authz import current_session
+from wherry.server.authz import (
+    authorize,
+    authorize_cluster,
+    authorized_names,
+    authorized_operations,
+    authorized_operations_field,
+    current_session,
+)
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -86,17 +94,26 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     cache = broker.cache
     requested = body.topics
+    v = req.api_version
     # v0: an empty list means all topics; v1+: null means all, empty means none (SPEC M3).
-    all_topics = requested is None or (req.api_version == 0 and not requested)
+    all_topics = requested is None or (v == 0 and not requested)
     allow_auto = getattr(body, "allow_auto_topic_creation", True)
-    strict = req.api_version == 0
+    strict = v == 0
+    # Kafka: DESCRIBE on each topic. All-topics requests silently leave out the others; a
+    # named topic without it gets TOPIC_AUTHORIZATION_FAILED (named by id: its id, no name),
+    # whether it exists or not. `described` are the answers of the topics that may be seen.
+    described: list[dict[str, Any]] = []
     topics: list[dict[str, Any]] = []
     if all_topics:
-        topics = [topic_metadata(broker, t, strict=strict) for t in cache.topics()]
+        names = cache.topics()
+        allowed = authorized_names(broker, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        described = [topic_metadata(broker, t, strict=strict) for t in names if t in allowed]
+        topics = described
     else:
         for t in requested:
             name = getattr(t, "name", None)
             tid = getattr(t, "topic_id", None)
+            by_id = name is None
             if name is None:
                 if tid is None or tid == _ZERO_UUID:
                     topics.append(_error_topic(None, ErrorCode.invalid_request))
@@ -105,10 +122,24 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 if name is None:
                     topics.append(_error_topic(None, ErrorCode.unknown_topic_id, tid))
                     continue
-            if cache.contains_topic(name):
-                topics.append(topic_metadata(broker, name, strict=strict))
+            if not authorize(broker, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                denied = ErrorCode.topic_authorization_failed
+                topics.append(
+                    _error_topic(None, denied, tid) if by_id else _error_topic(name, denied)
+                )
                 continue
-            topics.append(await _unknown_topic(broker, name, allow_auto))
+            if cache.contains_topic(name):
+                answer = topic_metadata(broker, name, strict=strict)
+            else:
+                answer = await _unknown_topic(broker, name, allow_auto)
+            topics.append(answer)
+            if answer["error_code"] != ErrorCode.topic_authorization_failed:
+                described.append(answer)
+    if getattr(body, "include_topic_authorized_operations", False):
+        for answer in described:
+            answer["topic_authorized_operations"] = authorized_operations(
+                broker, ResourceType.TOPIC, answer["name"]
+            )
     brokers = [
         {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
         for b in cache.alive_brokers(current_session().listener)
@@ -119,17 +150,31 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         "cluster_id": broker.cluster_id,
         "controller_id": cache.controller_id if cache.controller_id is not None else -1,
         "topics": topics,
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        # v8-v10 only (Kafka's DescribeCluster replaced it).
+        "cluster_authorized_operations": authorized_operations_field(
+            broker,
+            8 <= v <= 10 and getattr(body, "include_cluster_authorized_operations", False),
+            ResourceType.CLUSTER,
+            CLUSTER_NAME,
+            requires=AclOperation.DESCRIBE,
+        ),
         "error_code": ErrorCode.none,
     }
 
 
 async def _unknown_topic(broker: BrokerServices, name: str, allow_auto: bool) -> dict[str, Any]:
+    auto = allow_auto and broker.config.auto_create_topics_enable
+    if auto and not (
+        authorize_cluster(broker, AclOperation.CREATE)
+        or authorize(broker, AclOperation.CREATE, ResourceType.TOPIC, name)
+    ):
+        # Kafka: auto-creation needs CREATE on the cluster or on the topic.
+        return _error_topic(name, ErrorCode.topic_authorization_failed)
     try:
         validate_topic_name(name)
     except AdminError:
         return _error_topic(name, ErrorCode.invalid_topic_exception)
-    if not (allow_auto and broker.config.auto_create_topics_enable):
+    if not auto:
         return _error_topic(name, ErrorCode.unknown_topic_or_partition)
     if name == OFFSETS_TOPIC:
         # Internal: created with its own partition count, replication factor and configs.

@@ -16,6 +16,8 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.group.group import OffsetAndMetadata
 from wherry.protocol.codec import duration_ms
 from wherry.runtime.parking import answer_of
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize, authorized_names
 from wherry.server.handlers.topic_keys import TopicKey, topic_responses
 
 if TYPE_CHECKING:
@@ -35,17 +37,27 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     order: list[tuple[TopicKey, str | None, int]] = []
     errors: dict[tuple[TopicKey, int], ErrorCode] = {}
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    resolved: list[tuple[Any, TopicKey, str | None]] = []
     for t in body.topics:
         tid = getattr(t, "topic_id", None)
-        key: TopicKey
         if tid is not None:
-            key, name = tid, cache.topic_name(tid)
+            resolved.append((t, tid, cache.topic_name(tid)))
         else:
-            key = name = t.name
+            resolved.append((t, t.name, t.name))
+    # Kafka: READ on the group, else every partition fails; then READ on each topic.
+    group_ok = authorize(broker, AclOperation.READ, ResourceType.GROUP, body.group_id)
+    readable = authorized_names(
+        broker, AclOperation.READ, ResourceType.TOPIC, (n for _, _, n in resolved if n)
+    ) if group_ok else set()
+    for t, key, name in resolved:
         for p in t.partitions:
             order.append((key, name, p.partition_index))
-            if name is None:
+            if not group_ok:
+                errors[(key, p.partition_index)] = ErrorCode.group_authorization_failed
+            elif name is None:
                 errors[(key, p.partition_index)] = ErrorCode.unknown_topic_id
+            elif name not in readable:
+                errors[(key, p.partition_index)] = ErrorCode.topic_authorization_failed
             elif cache.partition(name, p.partition_index) is None:
                 errors[(key, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize, authorized_names
 from wherry.server.handlers.topic_keys import TopicKey, topic_responses
 
 if TYPE_CHECKING:
@@ -34,14 +36,25 @@ def _fetch_group(
             else:
                 key = name = t.name
             wanted.extend((key, name, p) for p in t.partition_indexes)
+    # Kafka: DESCRIBE on the group; the offsets of topics without DESCRIBE are left out of
+    # all-partitions fetches and answered TOPIC_AUTHORIZATION_FAILED when asked for.
+    group_ok = authorize(broker, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
+    describable: set[str] = set()
+    if group_ok and wanted is not None:
+        describable = authorized_names(
+            broker, AclOperation.DESCRIBE, ResourceType.TOPIC, (n for _, n, _ in wanted if n)
+        )
     partitions = (
         None
         if wanted is None
-        else [TopicPartition(name, p) for _, name, p in wanted if name is not None]
+        else [TopicPartition(name, p) for _, name, p in wanted if name in describable]
     )
-    err, found = broker.groups.coordinator.handle_fetch_offsets(
-        group_id, require_stable, partitions
-    )
+    if group_ok:
+        err, found = broker.groups.coordinator.handle_fetch_offsets(
+            group_id, require_stable, partitions
+        )
+    else:
+        err, found = ErrorCode.group_authorization_failed, {}
     if err != ErrorCode.none:
         if v < 2 and wanted is not None:
             # v0-1 carry errors per partition only.
@@ -52,7 +65,12 @@ def _fetch_group(
         return err, []
     out = {}
     if wanted is None:
+        allowed = authorized_names(
+            broker, AclOperation.DESCRIBE, ResourceType.TOPIC, (tp.topic for tp in found)
+        )
         for tp, data in sorted(found.items()):
+            if tp.topic not in allowed:
+                continue
             key = tp.topic
             if by_id:
                 tid = cache.topic_id(tp.topic)
@@ -67,6 +85,11 @@ def _fetch_group(
             if name is None:
                 out.setdefault(key, []).append(
                     _partition(p, -1, -1, "", ErrorCode.unknown_topic_id)
+                )
+                continue
+            if name not in describable:
+                out.setdefault(key, []).append(
+                    _partition(p, -1, -1, "", ErrorCode.topic_authorization_failed)
                 )
                 continue
             data = found[TopicPartition(name, p)]

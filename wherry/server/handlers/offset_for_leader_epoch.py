@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from wherry.common.topic_partition import TopicPartition
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize_cluster, authorized_names
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -23,10 +27,27 @@ if TYPE_CHECKING:
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     replica_id = int(getattr(body, "replica_id", -1))
+    # Kafka (KIP-320): CLUSTER_ACTION on the cluster answers every topic, whoever asks (replica
+    # id or not); otherwise DESCRIBE on each topic.
+    names = [t.topic for t in body.topics]
+    if authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
+        allowed = set(names)
+    else:
+        allowed = authorized_names(broker, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     topics = []
     for t in body.topics:
         parts = []
         for p in t.partitions:
+            if t.topic not in allowed:
+                parts.append(
+                    {
+                        "partition": p.partition,
+                        "error_code": ErrorCode.topic_authorization_failed,
+                        "leader_epoch": -1,
+                        "end_offset": -1,
+                    }
+                )
+                continue
             tp = TopicPartition(t.topic, p.partition)
             err, epoch, end = broker.replica_manager.last_offset_for_leader_epoch(
                 tp,

@@ -10,7 +10,10 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.protocol.codec import duration_ms
+from wherry.protocol.records import RecordError, parse_header
 from wherry.replication.delayed import ProducePartitionStatus
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize, authorized_names
 from wherry.server.handlers.topic_keys import TopicKey, resolve_topic, topic_responses
 from wherry.server.network import CloseConnection
 
@@ -22,19 +25,72 @@ if TYPE_CHECKING:
 ADMIN_CLIENT_ID = "__admin_client"  # Kafka lets this client id write internal topics
 
 
+def _has_transactional_records(body: Any) -> bool:
+    """Kafka's ProduceRequest.hasTransactionalRecords: the first batch of any partition is
+    transactional (unreadable records are left to validation)."""
+    for t in body.topic_data:
+        for p in t.partition_data:
+            try:
+                if p.records and parse_header(p.records).is_transactional:
+                    return True
+            except RecordError:
+                continue
+    return False
+
+
+def _all_failed(body: Any, cache: Any, code: ErrorCode) -> Mapping[str, Any]:
+    topics: dict[TopicKey, list[dict[str, Any]]] = {}
+    for t in body.topic_data:
+        key, _ = resolve_topic(cache, getattr(t, "name", None), getattr(t, "topic_id", None))
+        for p in t.partition_data:
+            topics.setdefault(key, []).append(
+                {
+                    "index": p.index,
+                    "error_code": code,
+                    "base_offset": -1,
+                    "log_append_time": -1,
+                    "log_start_offset": -1,
+                }
+            )
+    return {
+        "responses": topic_responses(
+            topics, name_field="name", partitions_field="partition_responses", no_topic_id=None
+        ),
+        "throttle_time": 0,
+    }
+
+
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any] | None:
     body = req.body
     acks = body.acks
     cache = broker.cache
+    if _has_transactional_records(body):
+        # Kafka: WRITE on the transactional id, else the whole request fails.
+        tid = getattr(body, "transactional_id", None)
+        if tid is None or not authorize(
+            broker, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid
+        ):
+            if acks == 0:
+                raise CloseConnection("acks=0 produce request failed")
+            return _all_failed(body, cache, ErrorCode.transactional_id_authorization_failed)
+    resolved = [
+        (t, *resolve_topic(cache, getattr(t, "name", None), getattr(t, "topic_id", None)))
+        for t in body.topic_data
+    ]
+    writable = authorized_names(
+        broker, AclOperation.WRITE, ResourceType.TOPIC, (n for _, _, n in resolved if n)
+    )
     entries: dict[TopicPartition, bytes | None] = {}
     # (response topic key, partition) → fixed error, for partitions never sent to the log
     errors: dict[tuple[TopicKey, int], ErrorCode] = {}
     order: list[tuple[TopicKey, str | None, int]] = []
-    for t in body.topic_data:
-        key, name = resolve_topic(cache, getattr(t, "name", None), getattr(t, "topic_id", None))
+    for t, key, name in resolved:
         for p in t.partition_data:
             order.append((key, name, p.index))
-            if acks not in (-1, 0, 1):
+            if name is not None and name not in writable:
+                # Before any existence check: unauthorized topics are not disclosed.
+                errors[(key, p.index)] = ErrorCode.topic_authorization_failed
+            elif acks not in (-1, 0, 1):
                 errors[(key, p.index)] = ErrorCode.invalid_required_acks
             elif name is None:
                 errors[(key, p.index)] = ErrorCode.unknown_topic_id

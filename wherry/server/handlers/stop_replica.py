@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from wherry.protocol.interbroker import StopReplicaRequest, StopReplicaResponse
+from kio.schema.errors import ErrorCode
+
+from wherry.protocol.interbroker import (
+    LeaderAndIsrPartitionError,
+    StopReplicaRequest,
+    StopReplicaResponse,
+)
+from wherry.security.acl import AclOperation
+from wherry.server.authz import authorize_cluster
 from wherry.server.network import CloseConnection
 
 if TYPE_CHECKING:
@@ -18,4 +26,14 @@ async def handle(broker: BrokerServices, req: Request) -> StopReplicaResponse:
     body = req.body
     if not isinstance(body, StopReplicaRequest):
         raise CloseConnection(f"API key 5 decoded as {type(body).__name__}")
+    if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
+        # Kafka: CLUSTER_ACTION on the cluster, before any replica is stopped.
+        denied = int(ErrorCode.cluster_authorization_failed)
+        return StopReplicaResponse(
+            denied,
+            tuple(
+                LeaderAndIsrPartitionError(p.topic_name, p.partition_index, denied)
+                for p in body.partitions
+            ),
+        )
     return await broker.node.handle_stop_replica(body)

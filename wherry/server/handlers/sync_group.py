@@ -12,6 +12,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.group.member import SyncGroupResult
 from wherry.runtime.parking import answer_of
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -35,6 +37,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     if req.api_version >= 5 and (protocol_type is None or protocol_name is None):
         # From v5 both are mandatory (Kafka's areMandatoryProtocolTypeAndNamePresent).
         return _response(SyncGroupResult.failed(ErrorCode.inconsistent_group_protocol))
+    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return _response(SyncGroupResult.failed(ErrorCode.group_authorization_failed))
     coord = broker.groups.coordinator
     assignments = {a.member_id: a.assignment for a in body.assignments}
     r: SyncGroupResult = await answer_of(

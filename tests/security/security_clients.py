@@ -13,7 +13,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from tls_material import ClientCert
+
+from tests.security.tls_material import ClientCert
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from security_clients import ROUNDTRIPS, ClientAuth, confluent_conf, create_topic
-from tls_material import TlsMaterial, make_tls_material
 
 from tests.broker_process import BrokerProcess
+from tests.security.security_clients import ROUNDTRIPS, ClientAuth, confluent_conf, create_topic
+from tests.security.tls_material import TlsMaterial, make_tls_material
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """Every API checks its permission as Kafka 3.9's KafkaApis does (tests/authz_table.py).
 
-One in-process broker; each request goes through the broker's own `handle_frame` with the
-request's session set (`REQUEST_SESSION`) and `broker.authorizer` a table of allowed
+One in-process broker; each request goes through the broker's own `handle_frame` on a
+connection of the session's principal (the broker sets `REQUEST_SESSION` from it) and
+`broker.authorizer` a table of allowed
 (principal, operation, resource type, name) — a stand-in for the ACL authorizer. Each row runs
 denied (bob, holding only what the request needs besides the operation under test), allowed
 (alice, holding that too), and with no authorizer at all (everything allowed).
@@ -31,7 +32,6 @@ from wherry.protocol.interbroker import (
 )
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.security.principal import Session, user
-from wherry.server.authz import REQUEST_SESSION
 from wherry.server.handlers import HANDLERS
 from wherry.server.network import ConnectionInfo
 from wherry.testing.cluster import DevCluster
@@ -81,10 +81,10 @@ class Harness:
         corr = self._correlation
         frame = encode_request(api_key, version, corr, body, client_id="authz-test")[4:]
         conn = ConnectionInfo("127.0.0.1:40000", "PLAINTEXT", corr)
+        if session is not None:  # the broker takes the session from the connection
+            conn.principal = session.principal
 
         async def go() -> bytes | None:
-            if session is not None:
-                REQUEST_SESSION.set(session)  # this task's own context
             return await self.broker.handle_frame(conn, memoryview(frame))
 
         raw = self.cluster.run(go(), timeout_s=30)

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
@@ -476,9 +476,14 @@ class ZkCluster(Startable):
         host: str = "127.0.0.1",
         start_timeout_s: float = 30.0,
         stop_timeout_s: float = 20.0,
+        listeners: Sequence[str] = ("PLAINTEXT",),
     ) -> None:
+        """`listeners` names each broker's listeners (one free port each, the first is
+        `address(b)`); their security comes from `overrides` (listener.security.protocol.map,
+        ssl.*, sasl.*, ...)."""
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
+        self.listeners = tuple(listeners)
         self.directory = Path(directory)
         self.broker_ids = list(range(brokers))
         self.overrides = _check_overrides(overrides or {})
@@ -491,7 +496,10 @@ class ZkCluster(Startable):
         self.zookeeper = zookeeper or ZooKeeperServer(
             self.directory / "zookeeper", tick_time_ms=tick_time_ms
         )
-        self.ports = {b: find_free_port(host) for b in self.broker_ids}
+        self.listener_ports = {
+            b: {name: find_free_port(host) for name in self.listeners} for b in self.broker_ids
+        }
+        self.ports = {b: ports[self.listeners[0]] for b, ports in self.listener_ports.items()}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._starts: dict[int, int] = {}  # output offset where the current run began
         self._zk: KazooClient | None = None
@@ -502,12 +510,17 @@ class ZkCluster(Startable):
     def connect_string(self) -> str:
         return f"{self.zookeeper.connect_string}{self.chroot}"
 
-    def address(self, broker_id: int) -> str:
-        return f"{self.host}:{self.ports[broker_id]}"
+    def address(self, broker_id: int, listener: str | None = None) -> str:
+        if listener is None:
+            return f"{self.host}:{self.ports[broker_id]}"
+        return f"{self.host}:{self.listener_ports[broker_id][listener]}"
 
     @property
     def bootstrap(self) -> str:
         return ",".join(self.address(b) for b in self.broker_ids)
+
+    def bootstrap_of(self, listener: str) -> str:
+        return ",".join(self.address(b, listener) for b in self.broker_ids)
 
     def output_path(self, broker_id: int) -> Path:
         return self.directory / f"broker-{broker_id}.out"
@@ -551,7 +564,8 @@ class ZkCluster(Startable):
                 if attempt == attempts - 1 or "address already in use" not in str(e).lower():
                     raise
             self.procs.pop(broker_id, None)
-            self.ports[broker_id] = find_free_port(self.host)
+            self.listener_ports[broker_id] = {n: find_free_port(self.host) for n in self.listeners}
+            self.ports[broker_id] = self.listener_ports[broker_id][self.listeners[0]]
             self.start_broker(broker_id, wait=False)
 
     def command(self, broker_id: int) -> list[str]:
@@ -565,7 +579,7 @@ class ZkCluster(Startable):
             "--broker-id",
             str(broker_id),
             "--listeners",
-            f"PLAINTEXT://{self.address(broker_id)}",
+            ",".join(f"{n}://{self.address(broker_id, n)}" for n in self.listeners),
             "--log-dirs",
             str(self.directory / f"broker-{broker_id}"),
             "--override",

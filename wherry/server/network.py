@@ -114,9 +114,10 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         # Answer what was received, then close (a client may half-close after sending).
+        # TLS has no half-close: the transport closes whatever is returned.
         self.queue.append(None)  # sentinel: close once the queue drains
         self.wakeup.set()
-        return True
+        return self.info is None or self.info.security_protocol not in ("SSL", "SASL_SSL")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True

@@ -23,12 +23,15 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from wherry.coordination.change_notifications import (
+    NOTIFICATION_EXPIRATION_MS,
+    ChangeNotificationListener,
+)
 from wherry.coordination.store import (
     BadVersionError,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
-    WatchEvent,
 )
 from wherry.security.acl import (
     AccessControlEntry,
@@ -48,7 +51,6 @@ LITERAL_CHANGES = "/kafka-acl-changes"
 EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 CHANGE_PREFIX = "acl_changes_"
 CHANGE_PATHS = (LITERAL_CHANGES, EXTENDED_CHANGES)
-NOTIFICATION_EXPIRATION_MS = 15 * 60 * 1000
 MAX_UPDATE_RETRIES = 10
 RETRY_BACKOFF_MS = (100, 50)  # Kafka's retryBackoffMs and its jitter
 ACL_VERSION = 1
@@ -315,10 +317,9 @@ class AclStore:
 # Change notifications
 
 
-class AclChangeListener:
-    """Follows one notification path (Kafka's ZkNodeChangeNotificationListener): every
-    notification not seen yet, in order, is handed to `handler` (at start: all of them); those
-    older than the expiration are deleted."""
+class AclChangeListener(ChangeNotificationListener):
+    """Follows one ACL notification path (`coordination/change_notifications.py`) and hands
+    each notification's resource pattern to `handler`."""
 
     def __init__(
         self,
@@ -329,79 +330,12 @@ class AclChangeListener:
         *,
         expiration_ms: int = NOTIFICATION_EXPIRATION_MS,
     ) -> None:
-        self.store = store
-        self.path = path
-        self.handler = handler
-        self.now_ms = now_ms
-        self.expiration_ms = expiration_ms
-        self.last_seq = -1
-        self._created: dict[str, int] = {}  # notifications seen: name → creation time
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"acl-changes{self.path}"
-        )
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
+        async def on_change(note: str, data: bytes) -> None:
             try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-
-    async def _run(self) -> None:
-        changed = asyncio.Event()
-
-        def fire(_: WatchEvent) -> None:
-            changed.set()
-
-        while True:
-            changed.clear()
-            try:
-                names = await self.store.get_children(self.path, watch=fire)
-            except NoNodeError:
-                names = []
-            await self.process(names)
-            await changed.wait()
-
-    async def process(self, names: list[str]) -> None:
-        notes = sorted((_seq(n), n) for n in names if n.startswith(CHANGE_PREFIX))
-        for seq, name in notes:
-            if seq <= self.last_seq:
-                continue
-            path = f"{self.path}/{name}"
-            self.last_seq = seq
-            try:
-                data, stat = await self.store.get(path)
-            except NoNodeError:
-                continue
-            self._created[name] = stat.ctime_ms
-            try:
-                pattern = decode_change(self.path, data)
+                pattern = decode_change(path, data)
             except (ValueError, KeyError):
-                log.exception("Ignoring unreadable ACL change notification %s", path)
-                continue
-            await self.handler(pattern)
-        await self._purge_obsolete()
+                log.exception("Ignoring unreadable ACL change notification %s", note)
+                return
+            await handler(pattern)
 
-    async def _purge_obsolete(self) -> None:
-        """Delete the notifications seen that are older than the expiration (every broker
-        has applied them long ago)."""
-        now = self.now_ms()
-        for name, ctime in list(self._created.items()):
-            if now - ctime > self.expiration_ms:
-                del self._created[name]
-                try:
-                    await self.store.delete(f"{self.path}/{name}")
-                except NoNodeError:
-                    pass
-
-
-def _seq(name: str) -> int:
-    try:
-        return int(name[len(CHANGE_PREFIX):])
-    except ValueError:
-        return -1
+        super().__init__(store, path, CHANGE_PREFIX, on_change, now_ms, expiration_ms=expiration_ms)

@@ -31,6 +31,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import ControllerChannel, InProcessChannel
 from wherry.controller.controller import Controller
 from wherry.coordination import paths
+from wherry.coordination.change_notifications import ChangeNotificationListener
 from wherry.coordination.embedded import EmbeddedCoordinator
 from wherry.coordination.store import (
     MetadataStore,
@@ -38,7 +39,6 @@ from wherry.coordination.store import (
     NoNodeError,
     SessionState,
     StoreError,
-    WatchEvent,
 )
 from wherry.log.cleaner import CleanerConfig, LogCleaner
 from wherry.log.config import ConfigError, LogConfig
@@ -84,7 +84,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+CONFIG_CHANGE_NAME_PREFIX = "config_change_"
 SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
 
 
@@ -150,9 +150,8 @@ class Broker:
         self.bound_ports: list[int] = []
         self._started = asyncio.Event()
         self._stopped = False
-        self._config_task: asyncio.Task[None] | None = None
+        self._config_listener: ChangeNotificationListener | None = None
         self._topic_overrides: dict[str, dict[str, str]] = {}
-        self._last_config_change = -1
         # Dynamic broker configs and the KIP-73 replication quotas they bound.
         self.dynamic_config = DynamicBrokerConfig(
             self.broker_id,
@@ -436,18 +435,21 @@ class Broker:
         self._watch_session(store)
 
     def _start_config_listener(self) -> None:
-        self._config_task = asyncio.get_running_loop().create_task(
-            self._config_change_listener(), name=f"config-changes-{self.broker_id}"
+        listener = ChangeNotificationListener(
+            self.store,
+            paths.CONFIG_CHANGES,
+            CONFIG_CHANGE_NAME_PREFIX,
+            self._apply_config_change,
+            self.clock.now_ms,
         )
+        if self._config_listener is not None:  # a new session: go on after what was applied
+            listener.last_seq = self._config_listener.last_seq
+        self._config_listener = listener
+        listener.start(name=f"config-changes-{self.broker_id}")
 
     async def _stop_config_listener(self) -> None:
-        task, self._config_task = self._config_task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, StoreError):
-                pass
+        if self._config_listener is not None:
+            await self._config_listener.stop()
 
     async def _start_controller(self) -> None:
         """This broker's controller instance; it runs for election at once. With ZooKeeper it
@@ -693,43 +695,13 @@ class Broker:
                 self._topic_overrides.pop(t, None)
             self.dynamic_config.update_topic(t, self._topic_overrides.get(t))
 
-    async def _config_change_listener(self) -> None:
-        """Apply `/config/changes` notifications (Kafka's ZK config-change mechanism)."""
-        changed = asyncio.Event()
-
-        def fire(_: WatchEvent) -> None:
-            changed.set()
-
-        while True:
-            changed.clear()
-            try:
-                names = await self.store.get_children(paths.CONFIG_CHANGES, watch=fire)
-            except NoNodeError:
-                names = []
-            for name in names:
-                try:
-                    await self._apply_config_change(name)
-                except Exception:
-                    log.exception("%s failed to apply config change %s", self._prefix, name)
-            await changed.wait()
-
-    async def _apply_config_change(self, name: str) -> None:
-        seq = int(name.rsplit("_", 1)[1])
-        if seq <= self._last_config_change:
-            return
-        self._last_config_change = seq
-        path = f"{paths.CONFIG_CHANGES}/{name}"
+    async def _apply_config_change(self, path: str, data: bytes) -> None:
+        """One `/config/changes` notification (Kafka's ZK config-change mechanism)."""
         try:
-            data, stat = await self.store.get(path)
             entity = json.loads(data).get("entity_path", "")
-        except (NoNodeError, ValueError):
+        except ValueError:
+            log.warning("%s ignoring unreadable config change %s", self._prefix, path)
             return
-        if self.clock.now_ms() - stat.ctime_ms > CONFIG_CHANGE_EXPIRATION_MS:
-            # Every live broker applied it long ago (Kafka purges them after 15 minutes too).
-            try:
-                await self.store.delete(path)
-            except NoNodeError:
-                pass
         if entity.startswith("topics/"):
             topic = entity.split("/", 1)[1]
             await self._load_topic_overrides([topic])

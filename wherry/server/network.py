@@ -116,7 +116,10 @@ class _Connection(asyncio.Protocol):
         # Answer what was received, then close (a client may half-close after sending).
         self.queue.append(None)  # sentinel: close once the queue drains
         self.wakeup.set()
-        return True
+        # TLS cannot stay half-open: the TLS layer closes the transport whatever we answer,
+        # and asyncio warns for every such connection when we ask to keep it.
+        tls = self.transport is not None and self.transport.get_extra_info("ssl_object")
+        return not tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True

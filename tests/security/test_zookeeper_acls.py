@@ -59,9 +59,31 @@ def cluster(
             "group.initial.rebalance.delay.ms": "0",
         },
     )
+    # Kafka's bootstrap of a SCRAM user before any broker runs, with the brokers' identity.
+    props = c.directory / "zk.properties"
+    props.write_text(
+        f"zookeeper.set.acl=true\nzookeeper.digest.username={ZK_USER}\n"
+        f"zookeeper.digest.password={ZK_PASSWORD}\n"
+    )
+    done = _users_tool(
+        c,
+        "--zk-config-file",
+        str(props),
+        "--alter",
+        "--entity-name",
+        "admin",
+        "--add-config",
+        "SCRAM-SHA-512=[password=admin-secret]",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
     with c:
         assert wait_until(lambda: c.registered_brokers() == {0, 1}, 30)
         yield c
+
+
+def _users_tool(c: ZkCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "wherry", "users", "--zookeeper", c.connect_string, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
 def _client(c: ZkCluster, authenticated: bool) -> Iterator[KazooClient]:
@@ -159,7 +181,7 @@ def test_nodes_are_created_with_the_broker_identity_and_world_read(
         "/brokers/topics/guarded/partitions/0/state",
     ):
         assert ids(path) == {("digest", owner): 31, ("world", "anyone"): 1}, path
-    for path in ("/config/users", "/config/users/alice"):
+    for path in ("/config/users", "/config/users/alice", "/config/users/admin"):
         assert ids(path) == {("digest", owner): 31}, path
 
 
@@ -193,7 +215,14 @@ def test_a_client_without_the_identity_cannot_write_or_read_secrets(
     with pytest.raises(NoAuthError):
         zk.get("/config/users/alice")
     with pytest.raises(NoAuthError):
+        zk.get("/config/users/admin")  # written by `wherry users --zookeeper --zk-config-file`
+    with pytest.raises(NoAuthError):
         zk.get_children("/config/users")
+    # The tool without the identity cannot list them either.
+    done = _users_tool(populated, "--describe")
+    assert (
+        done.returncode == 1 and "Error while executing config command" in done.stdout + done.stderr
+    )
 
 
 def test_the_broker_identity_can_read_the_secrets(
@@ -201,6 +230,12 @@ def test_the_broker_identity_can_read_the_secrets(
 ) -> None:
     data, _ = broker_identity.get("/config/users/alice")
     assert b"SCRAM-SHA-512" in data
+    done = _users_tool(
+        populated, "--zk-config-file", str(populated.directory / "zk.properties"), "--describe"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "user-principal 'admin' are SCRAM-SHA-512=iterations=4096" in done.stdout, done.stdout
+    assert "user-principal 'alice'" in done.stdout
 
 
 def test_zk_security_settings() -> None:

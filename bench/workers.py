@@ -300,6 +300,7 @@ def cf_produce(p: Params) -> Params:
             "delivery.report.only.error": True,
             "on_delivery": on_delivery,
             "acks": p.get("acks", "all"),  # librdkafka's default
+            **p.get("client_conf", {}),  # security.protocol, ssl.*, sasl.* (bench/security.py)
         }
     )
     prod.list_topics(p["topic"], timeout=10)  # connect and fetch metadata before timing

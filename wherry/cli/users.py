@@ -6,11 +6,14 @@
     wherry users --bootstrap-server H:P --alter --entity-name alice --delete-config SCRAM-SHA-512
     wherry users --zookeeper H:P --alter --entity-name admin \\
         --add-config 'SCRAM-SHA-256=[password=s]'
+    wherry users --zookeeper H:P --zk-config-file server.properties --alter ...
 
 With `--bootstrap-server` the tool uses Describe/AlterUserScramCredentials through
 confluent-kafka (`--command-config` holds the client's properties: security.protocol,
 sasl.mechanism, sasl.username, ...). With `--zookeeper` it writes the credentials straight into
-the metadata store, before any broker runs: Kafka's way to create the inter-broker SCRAM user.
+the metadata store, before any broker runs: Kafka's way to create the inter-broker SCRAM user;
+`--zk-config-file` gives it the brokers' ZooKeeper identity and `zookeeper.set.acl`, so what
+it creates is protected as the brokers' nodes are (`coordination/zk_acl.py`).
 Output is kafka-configs' (`SCRAM credential configs for user-principal 'alice' are
 SCRAM-SHA-512=iterations=8192`, `Completed updating config for user alice.`); a failure prints
 `Error while executing config command : <message>` and exits with status 1.
@@ -40,6 +43,8 @@ from wherry.cli.common import (
     parse_kv,
 )
 from wherry.cli.configs import parse_add_config, parse_delete_config
+from wherry.coordination.store import MetadataStore, StoreError
+from wherry.coordination.zk_acl import ZkAclConfigError, ZkSecurity, zk_security_from_props
 from wherry.security.scram import (
     DEFAULT_ITERATIONS,
     MECHANISMS,
@@ -118,6 +123,10 @@ def _check_args(describe: bool, alter: bool, entity_name: str | None, add_config
 @_common_options
 @click.option("--zookeeper", metavar="HOST:PORT[/chroot]",
               help="Write to / read from the metadata store in ZooKeeper directly (no broker).")
+@click.option("--zk-config-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="With --zookeeper: a properties file (the broker's will do) whose "
+              "zookeeper.set.acl and zookeeper.digest.username/password the tool uses, so the "
+              "nodes it creates get the brokers' ACLs and it can read /config/users.")
 @click.option("--describe", is_flag=True, help="List the users' SCRAM credentials.")
 @click.option("--alter", is_flag=True, help="Add or delete a user's SCRAM credentials.")
 @click.option("--entity-name", help="The user.")
@@ -126,14 +135,16 @@ def _check_args(describe: bool, alter: bool, entity_name: str | None, add_config
 @click.option("--delete-config", multiple=True, help="SCRAM-SHA-256,SCRAM-SHA-512")
 @_handle_errors
 def users(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
-          zookeeper: str | None, describe: bool, alter: bool, entity_name: str | None,
-          add_config: str | None, delete_config: tuple[str, ...]) -> None:
+          zookeeper: str | None, zk_config_file: Path | None, describe: bool, alter: bool,
+          entity_name: str | None, add_config: str | None,
+          delete_config: tuple[str, ...]) -> None:
     """Describe or alter users' SCRAM credentials (like kafka-configs --entity-type users)."""
     _check_args(describe, alter, entity_name, add_config, delete_config)
     upserts = parse_scram_configs(add_config) if add_config else []
     deletes = parse_scram_deletions(delete_config)
     if zookeeper is not None:
-        asyncio.run(_via_store(zookeeper, describe, entity_name, upserts, deletes))
+        asyncio.run(_via_store(zookeeper, describe, entity_name, upserts, deletes,
+                               _zk_security(zk_config_file)))
         return
     service = AdminService.connect(bootstrap_server, command_config, timeout_ms)
     if describe:
@@ -194,35 +205,58 @@ def _alter_via_broker(service: AdminService, user: str, upserts: Sequence[ScramS
 # Straight into the store (--zookeeper)
 
 
+def _zk_security(path: Path | None) -> ZkSecurity | None:
+    if path is None:
+        return None
+    from wherry.server.config import read_properties
+
+    try:
+        return zk_security_from_props(read_properties(path))
+    except ZkAclConfigError as e:
+        raise CommandError(f"{path}: {e}") from e
+
+
 async def _via_store(zookeeper: str, describe: bool, entity_name: str | None,
-                     upserts: Sequence[ScramSpec], deletes: Sequence[str]) -> None:
+                     upserts: Sequence[ScramSpec], deletes: Sequence[str],
+                     security: ZkSecurity | None = None) -> None:
     from wherry.coordination.zookeeper import ZooKeeperUnavailableError, connect_zookeeper
 
     try:
-        store = await connect_zookeeper(zookeeper, connect_timeout_s=15.0)
+        store = await connect_zookeeper(zookeeper, connect_timeout_s=15.0, security=security)
     except ZooKeeperUnavailableError as e:
         raise CommandError(str(e)) from e
     try:
-        if describe:
-            names = None if entity_name is None else [entity_name]
-            for r in await describe_scram_credentials(store, names):
-                _print_described(r)
-            return
-        assert entity_name is not None
-        upsertions = []
-        for mechanism, iterations, password in upserts:
-            mech = MECHANISMS[mechanism]
-            salt = new_salt()
-            upsertions.append(ScramUpsertion(
-                entity_name, mech.type_code, iterations, salt,
-                salted_password(mech, password, salt, iterations)))
-        deletions = [ScramDeletion(entity_name, MECHANISMS[m].type_code) for m in deletes]
-        for result in await alter_scram_credentials(store, upsertions, deletions):
-            if result.error_code != ErrorCode.none:
-                raise CommandError(result.error_message or result.error_code.name)
-        click.echo(f"Completed updating config for user {entity_name}.")
+        await _in_store(store, describe, entity_name, upserts, deletes)
+    except StoreError as e:
+        hint = ""
+        if "NoAuth" in str(e):
+            hint = (" (the nodes have ZooKeeper ACLs, zookeeper.set.acl: pass the brokers' "
+                    "identity with --zk-config-file)")
+        raise CommandError(f"{e}{hint}") from e
     finally:
         await store.close()
+
+
+async def _in_store(store: MetadataStore, describe: bool, entity_name: str | None,
+                    upserts: Sequence[ScramSpec], deletes: Sequence[str]) -> None:
+    if describe:
+        names = None if entity_name is None else [entity_name]
+        for r in await describe_scram_credentials(store, names):
+            _print_described(r)
+        return
+    assert entity_name is not None
+    upsertions = []
+    for mechanism, iterations, password in upserts:
+        mech = MECHANISMS[mechanism]
+        salt = new_salt()
+        upsertions.append(ScramUpsertion(
+            entity_name, mech.type_code, iterations, salt,
+            salted_password(mech, password, salt, iterations)))
+    deletions = [ScramDeletion(entity_name, MECHANISMS[m].type_code) for m in deletes]
+    for result in await alter_scram_credentials(store, upsertions, deletions):
+        if result.error_code != ErrorCode.none:
+            raise CommandError(result.error_message or result.error_code.name)
+    click.echo(f"Completed updating config for user {entity_name}.")
 
 
 def _print_described(r: DescribeResult) -> None:

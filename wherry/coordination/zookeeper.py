@@ -64,6 +64,7 @@ from wherry.coordination.store import (
     parent_path,
     validate_path,
 )
+from wherry.coordination.zk_acl import ZkSecurity
 
 __all__ = [
     "MAX_ATOMIC_DELETE",
@@ -179,6 +180,8 @@ class ZooKeeperStore(StoreSession):
     ) -> None:
         self._client = client
         self._connect_string = connect_string
+        self.security: ZkSecurity | None = None
+        """The session's ZooKeeper identity and ACL policy (`zk_acl`); None: open nodes."""
         self.max_atomic_delete = MAX_ATOMIC_DELETE
         """Recursive deletes of bigger subtrees are not atomic (see the module docstring)."""
         self._state = SessionState.CONNECTED
@@ -524,7 +527,9 @@ class ZooKeeperStore(StoreSession):
         try:
             created = await self._request(
                 path,
-                self._client.create_async(path, payload, ephemeral=ephemeral, sequence=sequential),
+                self._client.create_async(
+                    path, payload, acl=self._acls(path), ephemeral=ephemeral, sequence=sequential
+                ),
             )
             return str(created)
         except store.NoNodeError:
@@ -638,6 +643,10 @@ class ZooKeeperStore(StoreSession):
             return path
         return chroot if path == "/" else chroot + path
 
+    def _acls(self, path: str) -> list[Any]:
+        """The ACLs of a node created at `path` (chroot-relative): `zk_acl`'s policy."""
+        return list(OPEN_ACL_UNSAFE) if self.security is None else self.security.acls(path)
+
     def _kazoo_op(self, op: MultiOp) -> Any:
         match op:
             case store.CheckOp(path, version):
@@ -646,7 +655,7 @@ class ZooKeeperStore(StoreSession):
             case store.CreateOp(path, data, ephemeral, sequential):
                 validate_path(path + "0" if sequential else path)
                 flags = (1 if ephemeral else 0) | (2 if sequential else 0)
-                return Create(self._abs(path), as_bytes(data), OPEN_ACL_UNSAFE, flags)
+                return Create(self._abs(path), as_bytes(data), self._acls(path), flags)
             case store.SetOp(path, data, version):
                 validate_path(path)
                 return SetData(self._abs(path), as_bytes(data), version)
@@ -696,11 +705,14 @@ async def connect_zookeeper(
     *,
     session_timeout_ms: int = 18_000,
     connect_timeout_s: float = 18.0,
+    security: ZkSecurity | None = None,
 ) -> ZooKeeperStore:
     """Open a ZooKeeper session (``hosts``: kazoo's ``host:port[,...][/chroot]``).
 
     Creates the chroot if it does not exist. Raises `ZooKeeperUnavailableError` (naming the
-    connect string) if no server answers within ``connect_timeout_s``.
+    connect string) if no server answers within ``connect_timeout_s``. With ``security`` the
+    session authenticates with its digest identity and creates nodes with its ACLs
+    (`zk_acl`); a refused identity raises `ZooKeeperUnavailableError` too.
     """
     servers, chroot = _split_chroot(hosts)
     if session_timeout_ms <= 0 or connect_timeout_s <= 0:
@@ -721,10 +733,12 @@ async def connect_zookeeper(
             hosts=hosts,
             timeout=session_timeout_s,
             connection_retry=retry,
+            auth_data=None if security is None else security.auth_data,
         )
     except (kz.ConfigurationError, ValueError) as e:
         raise ValueError(f"invalid ZooKeeper connect string {hosts!r}: {e}") from e
     session = ZooKeeperStore(client, hosts, stop_flag)
+    session.security = security
     session._bind_loop()
     live = await asyncio.to_thread(client.start_async)
     connected = await asyncio.to_thread(live.wait, connect_timeout_s)
@@ -745,7 +759,9 @@ async def connect_zookeeper(
     if chroot:
         try:
             if await session.exists("/") is None:
-                await _create_chroot(servers, chroot, session_timeout_s, connect_timeout_s)
+                await _create_chroot(
+                    servers, chroot, session_timeout_s, connect_timeout_s, security
+                )
         except BaseException:
             await session.close()
             raise
@@ -753,15 +769,22 @@ async def connect_zookeeper(
 
 
 async def _create_chroot(
-    servers: str, chroot: str, session_timeout_s: float, connect_timeout_s: float
+    servers: str,
+    chroot: str,
+    session_timeout_s: float,
+    connect_timeout_s: float,
+    security: ZkSecurity | None = None,
 ) -> None:
-    """Create ``chroot`` (and its parents) through a short-lived session without chroot."""
+    """Create ``chroot`` (and its parents) through a short-lived session without chroot (with
+    the ACLs of a node at the root: Kafka's createChrootIfNecessary)."""
 
     def run() -> None:
         client = KazooClient(
             hosts=servers,
             timeout=session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            auth_data=None if security is None else security.auth_data,
+            default_acl=None if security is None else security.acls("/"),
         )
         try:
             client.start(timeout=connect_timeout_s)

@@ -352,6 +352,7 @@ class Broker:
             cfg.zookeeper_connect,
             session_timeout_ms=cfg.zookeeper_session_timeout_ms,
             connect_timeout_s=cfg.zookeeper_connection_timeout / 1000,
+            security=cfg.zookeeper_security,
         )
         log.info("%s ZooKeeper session %#x established", self._prefix, store.session_id)
         return store

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wherry.coordination.zk_acl import ZkAclConfigError, ZkSecurity, zk_security_from_props
 from wherry.log.config import ConfigError, LogConfig
 from wherry.server.listener_security import SecurityConfigError, check_names
 
@@ -117,6 +118,9 @@ class BrokerConfig:
     zookeeper_connect: str | None = None
     zookeeper_session_timeout_ms: int = 18_000
     zookeeper_connection_timeout_ms: int | None = None
+    # zookeeper.set.acl (Kafka's) with the broker's ZooKeeper identity,
+    # zookeeper.digest.username/password (wherry's; see coordination/zk_acl.py).
+    zookeeper_security: ZkSecurity | None = None
     # The controller's connections to brokers (Kafka's controller.socket.timeout.ms).
     controller_socket_timeout_ms: int = 30_000
     # Auto leader rebalance (SPEC H10; Kafka's names and defaults).
@@ -274,6 +278,10 @@ class BrokerConfig:
         except ConfigError as e:
             raise BrokerConfigError(str(e)) from e
         kw["raw"] = p
+        try:
+            kw["zookeeper_security"] = zk_security_from_props(p)
+        except ZkAclConfigError as e:
+            raise BrokerConfigError(str(e)) from e
         listeners = kw.get("listeners", cls.listeners)
         try:
             kw["inter_broker_listener"] = check_names(

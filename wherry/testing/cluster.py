@@ -477,16 +477,22 @@ class ZkCluster(Startable):
         start_timeout_s: float = 30.0,
         stop_timeout_s: float = 20.0,
         listeners: Sequence[str] = ("PLAINTEXT",),
+        broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         """`listeners` names each broker's listeners (one free port each, the first is
         `address(b)`); their security comes from `overrides` (listener.security.protocol.map,
-        ssl.*, sasl.*, ...)."""
+        ssl.*, sasl.*, ...). `broker_overrides[b]` goes over `overrides` for broker b only;
+        it is a mutable attribute, read at each (re)start, so a test can restart a broker with
+        other settings (a wrong password, ...)."""
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.listeners = tuple(listeners)
         self.directory = Path(directory)
         self.broker_ids = list(range(brokers))
         self.overrides = _check_overrides(overrides or {})
+        self.broker_overrides: dict[int, dict[str, str]] = {
+            b: _check_overrides(o) for b, o in (broker_overrides or {}).items()
+        }
         self.session_timeout_ms = session_timeout_ms
         self.chroot = chroot
         self.host = host
@@ -585,7 +591,8 @@ class ZkCluster(Startable):
             "--override",
             f"zookeeper.session.timeout.ms={self.session_timeout_ms}",
         ]
-        for k, v in {**HARNESS_DEFAULTS, **self.overrides}.items():
+        own = _check_overrides(self.broker_overrides.get(broker_id, {}))
+        for k, v in {**HARNESS_DEFAULTS, **self.overrides, **own}.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
 

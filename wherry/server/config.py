@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from wherry.log.config import ConfigError, LogConfig
+from wherry.observability.service import HttpEndpoint, parse_http_listeners
 from wherry.server.listener_security import SecurityConfigError, check_names
 
 
@@ -146,6 +147,10 @@ class BrokerConfig:
     # Every setting as given (file + overrides), for DescribeConfigs.
     raw: Mapping[str, str] = field(default_factory=dict)
 
+    # The HTTP listener(s) for /metrics, /healthz, /readyz and the console (`http.listeners`,
+    # e.g. http://127.0.0.1:9644); none by default (`wherry server` sets one).
+    http_listeners: tuple[HttpEndpoint, ...] = ()
+
     # The listener brokers reach each other on (inter.broker.listener.name /
     # security.inter.broker.protocol; the only listener when there is one).
     inter_broker_listener: str = "PLAINTEXT"
@@ -189,6 +194,7 @@ class BrokerConfig:
         take("node.id", int, "broker_id")
         take("listeners", lambda v: tuple(parse_listeners(v)))
         take("advertised.listeners", lambda v: tuple(parse_listeners(v)))
+        take("http.listeners", parse_http_listeners)
         take("log.dirs", lambda v: tuple(Path(x.strip()) for x in v.split(",") if x.strip()))
         if "log.dirs" not in p:
             take("log.dir", lambda v: (Path(v.strip()),), "log_dirs")

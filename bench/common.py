@@ -89,6 +89,8 @@ def broker_command(port: int, data_dir: Path, overrides: Sequence[str] = ()) -> 
         f"PLAINTEXT://127.0.0.1:{port}",
         "--log-dirs",
         str(data_dir),
+        "--override",
+        "http.listeners=",  # no HTTP listener (`wherry server` would take 9644)
     ]
     for o in overrides:
         cmd += ["--override", o]

@@ -53,6 +53,8 @@ class BrokerProcess:
             self.listeners or f"PLAINTEXT://127.0.0.1:{self.port}",
             "--log-dirs",
             str(self.data_dir),
+            "--override",
+            "http.listeners=",  # none unless the overrides ask (`wherry server` takes 9644)
         ]
         if self.properties is not None:
             cmd.insert(4, str(self.properties))

@@ -82,11 +82,23 @@ def server(
             props[key] = str(value)
     try:
         cfg = load_config(properties, props)
+        if "http.listeners" not in cfg.raw:  # on by default; `http.listeners=` turns it off
+            props["http.listeners"] = default_http_listener(cfg.listeners[0].port)
+            cfg = load_config(properties, props)
         broker_security(cfg.raw, cfg.listeners, cfg.advertised)  # key stores readable?
     except (BrokerConfigError, SecurityConfigError) as e:
         raise click.ClickException(str(e)) from e
     _setup_logging(log_level)
     sys.exit(_run(_serve(cfg)))
+
+
+DEFAULT_HTTP_PORT = 9644
+
+
+def default_http_listener(kafka_port: int) -> str:
+    """`wherry server`'s HTTP listener when `http.listeners` is not set: 127.0.0.1:9644, or a
+    port the OS chooses when the Kafka listener's is chosen so too (port 0: tests, scripts)."""
+    return f"http://127.0.0.1:{DEFAULT_HTTP_PORT if kafka_port else 0}"
 
 
 def _parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:
@@ -145,6 +157,9 @@ async def _serve(cfg: object) -> int:
             f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}{where}",
             flush=True,
         )
+        if broker.http is not None:
+            urls = ", ".join(broker.http.urls)
+            print(f"wherry broker {cfg.broker_id} metrics and console on {urls}", flush=True)
 
     return await _serve_until_signal(broker.start, announce, broker.stop)
 
@@ -167,6 +182,13 @@ async def _serve(cfg: object) -> int:
     type=click.IntRange(0, 65535),
     help="Broker N listens on BASE_PORT+N (0: ports chosen by the OS).",
 )
+@click.option(
+    "--http-base-port",
+    type=click.IntRange(0, 65535),
+    help="Broker N's HTTP listener (metrics, console) on HTTP_BASE_PORT+N "
+    "(0: ports chosen by the OS). Default: 9644, or 0 with --base-port 0.",
+)
+@click.option("--no-http", is_flag=True, help="No HTTP listeners.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listener host.")
 @click.option(
     "--dir",
@@ -182,6 +204,8 @@ def dev(
     properties: Path | None,
     brokers: int,
     base_port: int,
+    http_base_port: int | None,
+    no_http: bool,
     host: str,
     directory: Path,
     overrides: tuple[str, ...],
@@ -195,6 +219,10 @@ def dev(
 
     if base_port and base_port + brokers - 1 > 65535:
         raise click.BadParameter("ports beyond 65535", param_hint="--base-port")
+    if http_base_port is None:
+        http_base_port = DEFAULT_HTTP_PORT if base_port else 0
+    if http_base_port and http_base_port + brokers - 1 > 65535:
+        raise click.BadParameter("ports beyond 65535", param_hint="--http-base-port")
     try:
         cluster = AsyncDevCluster(
             directory,
@@ -203,6 +231,7 @@ def dev(
             host=host,
             overrides=_parse_overrides(overrides),
             properties_file=properties,
+            http_base_port=None if no_http else http_base_port,
         )
     except (BrokerConfigError, ValueError) as e:
         raise click.ClickException(str(e)) from e
@@ -223,6 +252,9 @@ async def _serve_dev(cluster: object) -> int:
         for b in cluster.broker_ids:
             role = " (controller)" if b == controller else ""
             print(f"wherry broker {b} ready on {cluster.address(b)}{role}", flush=True)
+        for b in cluster.broker_ids:
+            if (url := cluster.http_url(b)) is not None:
+                print(f"wherry broker {b} metrics and console on {url}", flush=True)
         print(
             f"wherry dev cluster ready: {len(cluster.broker_ids)} brokers, "
             f"bootstrap servers {cluster.bootstrap}, controller {controller}",

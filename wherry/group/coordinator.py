@@ -623,6 +623,10 @@ class GroupCoordinator:
         """The group's metadata, if this coordinator has it (for tools and tests)."""
         return self._manager.get_group(group_id)
 
+    def local_groups(self) -> list[GroupMetadata]:
+        """The groups this coordinator holds now (for monitoring: their committed offsets)."""
+        return self._manager.current_groups() if self._active else []
+
     # --- DeleteGroups / OffsetDelete / retention -------------------------------------------
     def handle_delete_groups(self, group_ids: Iterable[str], now_ms: int) -> dict[str, ErrorCode]:
         self._rebalancer.tick(now_ms)

@@ -34,6 +34,7 @@ from wherry.replication.partition import (
     epoch_end_offset,
 )
 from wherry.replication.quota import ReplicationQuotaManager
+from wherry.replication.topic_stats import BrokerTopicStats
 from wherry.runtime.state_change_log import log_broker_partition_change
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,12 @@ class ReplicaManager:
         # mode: registered, as the metadata cache knows it).
         self.is_broker_alive: Callable[[int], bool] = is_broker_alive or (lambda _: True)
         self.broker_epoch: Callable[[], int] = broker_epoch or (lambda: -1)
+        # Committed ISR changes this broker proposed as leader (Kafka's IsrExpandsPerSec /
+        # IsrShrinksPerSec: AlterPartition commits only, not the controller's own changes).
         self.isr_expands = 0
         self.isr_shrinks = 0
+        # Bytes and messages in/out per topic (Kafka's BrokerTopicMetrics).
+        self.topic_stats = BrokerTopicStats()
         self.broker_id = broker_id
         self.log_manager = log_manager
         self._config_for = config_for
@@ -278,6 +283,8 @@ class ReplicaManager:
             )
             return failed(ErrorCode.kafka_storage_error, str(e))
         if not info.duplicate:
+            count = info.last_offset - info.first_offset + 1
+            self.topic_stats.record_in(tp.topic, len(data), count)
             # New data: wake fetches parked on this partition (HW may have moved).
             self.fetch_purgatory.check_and_complete(tp)
         return ProducePartitionStatus(
@@ -326,6 +333,8 @@ class ReplicaManager:
         quota = self.leader_quota
         if replica_id >= 0 and quota is not None:
             respond = self._recording_throttled_bytes(quota, respond)
+        elif replica_id < 0:
+            respond = self._counting_bytes_out(respond)
         result = self.read_from_local_log(
             replica_id, max_bytes, partitions, replica_epoch=replica_epoch
         )
@@ -471,6 +480,18 @@ class ReplicaManager:
         return recorded
 
     # --- followers and the ISR (SPEC R4–R6, R9, R10) ----------------------------------------
+    def _counting_bytes_out(
+        self, respond: Callable[[FetchResult], None]
+    ) -> Callable[[FetchResult], None]:
+        stats = self.topic_stats
+
+        def counted(result: FetchResult) -> None:
+            for tp, r in result.items():
+                stats.record_out(tp.topic, len(r.records))
+            respond(result)
+
+        return counted
+
     def _update_follower_fetch_state(
         self,
         part: Partition,

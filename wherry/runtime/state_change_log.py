@@ -31,7 +31,7 @@ import datetime as dt
 import heapq
 import logging
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -42,6 +42,7 @@ __all__ = [
     "StateChangeFormatter",
     "StateChangeLogHandle",
     "StateChangeRecord",
+    "add_state_change_listener",
     "attach_state_change_log",
     "broker_prefix",
     "controller_prefix",
@@ -298,6 +299,39 @@ def attach_state_change_log(
     handle = StateChangeLogHandle(path, handler)
     _attached[(path, node_id)] = handle
     return handle
+
+
+class _LineCallbackHandler(logging.Handler):
+    def __init__(self, callback: Callable[[str], None]) -> None:
+        super().__init__()
+        self._callback = callback
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._callback(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def add_state_change_listener(
+    node_id: int, callback: Callable[[str], None], *, level: int = logging.INFO
+) -> Callable[[], None]:
+    """Call ``callback`` with every state-change line of node ``node_id`` (and lines naming no
+    node), formatted as in the file, as it is logged (on the logging thread: the caller hands
+    it over to its loop if it must). Returns the function that removes the listener."""
+    handler = _LineCallbackHandler(callback)
+    handler.setFormatter(StateChangeFormatter())
+    handler.setLevel(level)
+    handler.addFilter(_NodeFilter(node_id))
+    state_change_logger.addHandler(handler)
+    if state_change_logger.level == logging.NOTSET or state_change_logger.level > level:
+        state_change_logger.setLevel(level)
+
+    def remove() -> None:
+        state_change_logger.removeHandler(handler)
+        handler.close()
+
+    return remove
 
 
 # ----------------------------------------------------------------------------- reading

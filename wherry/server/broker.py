@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import random
+import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +44,9 @@ from wherry.coordination.store import (
 from wherry.log.cleaner import CleanerConfig, LogCleaner
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
+from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
+from wherry.observability.service import ObservabilityServer
+from wherry.observability.sources import BrokerSources
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.codec import (
     Request,
@@ -182,6 +186,9 @@ class Broker:
         self.sasl_gate: SaslGate
         # SCRAM credentials of every user (`/config/users/<u>`), for SASL/SCRAM logins.
         self.scram_credentials = ScramCredentialCache()
+        # Per-API request counts and times (read by /metrics); the HTTP listener, if any.
+        self.request_stats = RequestStats()
+        self.http: ObservabilityServer | None = None
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -200,6 +207,9 @@ class Broker:
             d.mkdir(parents=True, exist_ok=True)
         # SPEC H12: this broker's (and its controller's) state changes, one parseable line each.
         self._state_change_log = attach_state_change_log(cfg.data_dir, node_id=cfg.broker_id)
+        if cfg.http_listeners:  # up first: /healthz answers, /readyz says why not yet
+            self.http = ObservabilityServer(self._observed(), cfg.http_listeners)
+            await self.http.start()
         if self._coordinator is None and not self.uses_zookeeper:
             self._coordinator = EmbeddedCoordinator(cfg.data_dir)
         self.store = await self._open_session()
@@ -293,6 +303,32 @@ class Broker:
             ),
         )
 
+    def _observed(self) -> BrokerSources:
+        """What the HTTP listener reads of this broker (each part once it exists)."""
+        return BrokerSources(
+            self.broker_id,
+            self.cache,
+            self.request_stats,
+            state_change_log=(
+                self._state_change_log.path if self._state_change_log is not None else None
+            ),
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            replica_manager=lambda: self.node.replica_manager if hasattr(self, "node") else None,
+            controller=lambda: getattr(self, "controller", None),
+            groups=lambda: self.groups.coordinator if hasattr(self, "groups") else None,
+            log_manager=lambda: getattr(self, "log_manager", None),
+            started=lambda: self._started.is_set() and not self._stopped,
+            registered=self._registered,
+        )
+
+    def _registered(self) -> bool:
+        return (
+            hasattr(self, "store")
+            and self.store.state is SessionState.CONNECTED
+            and self.fence.broker_epoch >= 0
+            and self._renew_task is None
+        )
+
     async def stop(self, *, controlled: bool = True) -> None:
         """Graceful shutdown: leaderships moved away (SPEC H11, unless `controlled` is False),
         stop serving, flush, checkpoint, leave the clean marker."""
@@ -308,6 +344,8 @@ class Broker:
                 pass
         if controlled and self._started.is_set():  # still serving while leaderships move
             await controlled_shutdown.run(self)
+        if self.http is not None:
+            await self.http.stop()
         if hasattr(self, "network"):
             await self.network.close()
         await self._stop_controller()
@@ -751,6 +789,7 @@ class Broker:
 
     async def _dispatch(self, req: Request) -> bytes | None:
         handler = HANDLERS[req.api_key]
+        started = time.perf_counter()
         try:
             body = await handler(self, req)
         except CloseConnection:
@@ -764,6 +803,20 @@ class Broker:
                 req.client_id,
             )
             raise CloseConnection(f"internal error handling API key {req.api_key}") from e
+        finally:
+            self.request_stats.observe(
+                request_name(req.api_key, follower=_from_follower(req)),
+                (time.perf_counter() - started) * 1000,
+            )
         if body is None:
             return None
         return encode_response(req.api_key, req.api_version, req.correlation_id, body)
+
+
+def _from_follower(req: Request) -> bool:
+    """A Fetch from a follower (Kafka's FetchFollower) rather than a consumer."""
+    if req.api_key != FETCH_KEY:
+        return False
+    state = getattr(req.body, "replica_state", None)
+    rid = state.replica_id if state is not None else getattr(req.body, "replica_id", -1)
+    return int(rid) >= 0

@@ -16,6 +16,7 @@ from typing import Any
 
 from wherry.coordination.zk_acl import ZkAclConfigError, ZkSecurity, zk_security_from_props
 from wherry.log.config import ConfigError, LogConfig
+from wherry.observability.service import HttpEndpoint, parse_http_listeners
 from wherry.server.listener_security import SecurityConfigError, check_names
 
 
@@ -150,6 +151,10 @@ class BrokerConfig:
     # Every setting as given (file + overrides), for DescribeConfigs.
     raw: Mapping[str, str] = field(default_factory=dict)
 
+    # The HTTP listener(s) for /metrics, /healthz, /readyz and the console (`http.listeners`,
+    # e.g. http://127.0.0.1:9644); none by default (`wherry server` sets one).
+    http_listeners: tuple[HttpEndpoint, ...] = ()
+
     # The listener brokers reach each other on (inter.broker.listener.name /
     # security.inter.broker.protocol; the only listener when there is one).
     inter_broker_listener: str = "PLAINTEXT"
@@ -193,6 +198,7 @@ class BrokerConfig:
         take("node.id", int, "broker_id")
         take("listeners", lambda v: tuple(parse_listeners(v)))
         take("advertised.listeners", lambda v: tuple(parse_listeners(v)))
+        take("http.listeners", parse_http_listeners)
         take("log.dirs", lambda v: tuple(Path(x.strip()) for x in v.split(",") if x.strip()))
         if "log.dirs" not in p:
             take("log.dir", lambda v: (Path(v.strip()),), "log_dirs")

@@ -108,6 +108,7 @@ class DevClusterOptions(TypedDict, total=False):
     host: str
     overrides: Mapping[str, str] | None
     properties_file: Path | None
+    http_base_port: int | None
 
 
 class AsyncDevCluster:
@@ -122,10 +123,16 @@ class AsyncDevCluster:
         host: str = "127.0.0.1",
         overrides: Mapping[str, str] | None = None,
         properties_file: Path | None = None,
+        http_base_port: int | None = None,
     ) -> None:
+        """``http_base_port``: None leaves the brokers without HTTP listener (unless the
+        overrides set `http.listeners`); 0 gives each one on a port the OS chooses; N gives
+        broker b port N+b (`http_url`), kept across restarts."""
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         props = _check_overrides(overrides or {})
+        self.http_base_port = http_base_port
+        self._http_ports: dict[int, int] = {}  # bound at a first start on port 0, kept
         self.directory = Path(directory)
         self.host = host
         self.broker_ids = list(range(brokers))
@@ -150,6 +157,11 @@ class AsyncDevCluster:
         props["broker.id"] = str(broker_id)
         props["listeners"] = f"PLAINTEXT://{self.host}:{self._ports[broker_id]}"
         props["log.dirs"] = str(self.directory / f"broker-{broker_id}")
+        if self.http_base_port is not None:
+            port = self._http_ports.get(broker_id) or (
+                self.http_base_port + broker_id if self.http_base_port else 0
+            )
+            props["http.listeners"] = f"http://{self.host}:{port}"
         return load_config(self.properties_file, props)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -199,6 +211,8 @@ class AsyncDevCluster:
         self.brokers[broker_id] = broker
         if not self._ports[broker_id]:
             self._ports[broker_id] = broker.bound_ports[0]
+        if broker.http is not None and broker.http.bound:
+            self._http_ports.setdefault(broker_id, broker.http.bound[0][1])
         return broker
 
     async def stop_broker(self, broker_id: int, *, controlled: bool = True) -> None:
@@ -226,6 +240,13 @@ class AsyncDevCluster:
 
     def address(self, broker_id: int) -> str:
         return f"{self.host}:{self.port(broker_id)}"
+
+    def http_url(self, broker_id: int) -> str | None:
+        """A running broker's first HTTP listener (`http://host:port`), None without one."""
+        broker = self.brokers.get(broker_id)
+        if broker is None or broker.http is None or not broker.http.urls:
+            return None
+        return broker.http.urls[0]
 
     @property
     def bootstrap(self) -> str:
@@ -395,6 +416,9 @@ class DevCluster(Startable):
     def address(self, broker_id: int) -> str:
         return self.cluster.address(broker_id)
 
+    def http_url(self, broker_id: int) -> str | None:
+        return self.call(lambda: self.cluster.http_url(broker_id))
+
     @property
     def bootstrap(self) -> str:
         return self.call(lambda: self.cluster.bootstrap)
@@ -478,12 +502,14 @@ class ZkCluster(Startable):
         stop_timeout_s: float = 20.0,
         listeners: Sequence[str] = ("PLAINTEXT",),
         broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
+        http: bool = False,
     ) -> None:
         """`listeners` names each broker's listeners (one free port each, the first is
         `address(b)`); their security comes from `overrides` (listener.security.protocol.map,
         ssl.*, sasl.*, ...). `broker_overrides[b]` goes over `overrides` for broker b only;
         it is a mutable attribute, read at each (re)start, so a test can restart a broker with
-        other settings (a wrong password, ...)."""
+        other settings (a wrong password, ...). `http` gives each broker an HTTP listener on a
+        free port (`http_url(b)`); without it the brokers run with none (`http.listeners=`)."""
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.listeners = tuple(listeners)
@@ -506,6 +532,7 @@ class ZkCluster(Startable):
             b: {name: find_free_port(host) for name in self.listeners} for b in self.broker_ids
         }
         self.ports = {b: ports[self.listeners[0]] for b, ports in self.listener_ports.items()}
+        self.http_ports = {b: find_free_port(host) for b in self.broker_ids} if http else {}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._starts: dict[int, int] = {}  # output offset where the current run began
         self._zk: KazooClient | None = None
@@ -524,6 +551,10 @@ class ZkCluster(Startable):
     @property
     def bootstrap(self) -> str:
         return ",".join(self.address(b) for b in self.broker_ids)
+
+    def http_url(self, broker_id: int) -> str | None:
+        port = self.http_ports.get(broker_id)
+        return None if port is None else f"http://{self.host}:{port}"
 
     def bootstrap_of(self, listener: str) -> str:
         return ",".join(self.address(b, listener) for b in self.broker_ids)
@@ -592,7 +623,8 @@ class ZkCluster(Startable):
             f"zookeeper.session.timeout.ms={self.session_timeout_ms}",
         ]
         own = _check_overrides(self.broker_overrides.get(broker_id, {}))
-        for k, v in {**HARNESS_DEFAULTS, **self.overrides, **own}.items():
+        http = self.http_url(broker_id) or ""
+        for k, v in {**HARNESS_DEFAULTS, "http.listeners": http, **self.overrides, **own}.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
 

@@ -1,0 +1,162 @@
+"""The Prometheus collector of one broker: every metric family is built at scrape time from
+the broker's state (gauges) and its plain counters (bumped in O(1) where things happen), with
+Kafka's MBean names as the JMX exporter's usual rules map them
+(`kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions` →
+`kafka_server_replicamanager_underreplicatedpartitions`; a Meter's count → `..._total`).
+
+One `CollectorRegistry` per broker (`broker_registry`), so brokers of one process (`wherry
+dev`, tests) never share or collide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from wherry.controller.metrics import (
+    offline_partitions_count,
+    preferred_replica_imbalance_count,
+)
+from wherry.observability.group_lag import group_lags
+from wherry.observability.sources import BrokerSources
+
+RM = "kafka_server_replicamanager_"
+CTRL = "kafka_controller_kafkacontroller_"
+TOPIC = "kafka_server_brokertopicmetrics_"
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class BrokerCollector(Collector):
+    def __init__(self, src: BrokerSources) -> None:
+        self.src = src
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._replica_manager()
+        yield from self._controller()
+        yield from self._requests()
+        yield from self._purgatories()
+        yield from self._topics()
+        yield from self._logs()
+        yield from self._groups()
+
+    def _replica_manager(self) -> Iterator[Metric]:
+        rm = self.src.replica_manager()
+        parts = list(rm.partitions.values()) if rm is not None else []
+        leaders = [p for p in parts if p.is_leader]
+        urp = sum(1 for p in leaders if len(p.isr) < len(p.assignment))
+        yield _gauge(RM + "underreplicatedpartitions",
+                     "Partitions this broker leads whose ISR is smaller than their replicas", urp)
+        yield _gauge(RM + "partitioncount", "Partitions with a replica on this broker",
+                     len(parts))
+        yield _gauge(RM + "leadercount", "Partitions this broker leads", len(leaders))
+        yield CounterMetricFamily(RM + "isrshrinks", "ISR shrinks this broker made as leader",
+                                  value=rm.isr_shrinks if rm is not None else 0)
+        yield CounterMetricFamily(RM + "isrexpands", "ISR expands this broker made as leader",
+                                  value=rm.isr_expands if rm is not None else 0)
+
+    def _controller(self) -> Iterator[Metric]:
+        ctrl = self.src.controller()
+        active = ctrl is not None and ctrl.active
+        offline = imbalance = 0
+        if ctrl is not None and active:
+            offline = offline_partitions_count(ctrl.ctx, ctrl.partition_sm)
+            imbalance = preferred_replica_imbalance_count(ctrl.ctx)
+        yield _gauge(CTRL + "activecontrollercount",
+                     "1 on the broker whose controller is active", 1 if active else 0)
+        yield _gauge(CTRL + "offlinepartitionscount",
+                     "Partitions without a live leader (active controller only)", offline)
+        yield _gauge(CTRL + "preferredreplicaimbalancecount",
+                     "Partitions not led by their preferred replica (active controller only)",
+                     imbalance)
+
+    def _requests(self) -> Iterator[Metric]:
+        stats = sorted(self.src.request_stats.by_request.items())
+        total = CounterMetricFamily("kafka_network_requestmetrics_requests",
+                                    "Requests handled, per API", labels=["request"])
+        hist = HistogramMetricFamily("kafka_network_requestmetrics_totaltimems",
+                                     "Request total time in milliseconds, per API",
+                                     labels=["request"])
+        for name, times in stats:
+            total.add_metric([name], times.count)
+            hist.add_metric([name], times.cumulative(), times.sum_ms)
+        yield total
+        yield hist
+
+    def _purgatories(self) -> Iterator[Metric]:
+        g = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_purgatorysize",
+                              "Operations watched in each purgatory", labels=["delayedOperation"])
+        d = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_numdelayedoperations",
+                              "Operations waiting for their timeout in each purgatory",
+                              labels=["delayedOperation"])
+        rm = self.src.replica_manager()
+        groups = self.src.groups()
+        found = []
+        if rm is not None:
+            found += [("Produce", rm.produce_purgatory), ("Fetch", rm.fetch_purgatory)]
+        if groups is not None:
+            found += [("Rebalance", groups.rebalance_purgatory),
+                      ("Heartbeat", groups.heartbeat_purgatory)]
+        for name, purgatory in found:
+            g.add_metric([name], purgatory.watched())
+            d.add_metric([name], purgatory.delayed)
+        yield g
+        yield d
+
+    def _topics(self) -> Iterator[Metric]:
+        rm = self.src.replica_manager()
+        fams = {
+            "bytesin": CounterMetricFamily(TOPIC + "bytesin", "Bytes appended from clients",
+                                           labels=["topic"]),
+            "bytesout": CounterMetricFamily(TOPIC + "bytesout", "Bytes sent to consumers",
+                                            labels=["topic"]),
+            "messagesin": CounterMetricFamily(TOPIC + "messagesin",
+                                              "Messages appended from clients", labels=["topic"]),
+        }
+        if rm is not None:
+            for topic, c in sorted(rm.topic_stats.topics.items()):
+                fams["bytesin"].add_metric([topic], c.bytes_in)
+                fams["bytesout"].add_metric([topic], c.bytes_out)
+                fams["messagesin"].add_metric([topic], c.messages_in)
+        yield from fams.values()
+
+    def _logs(self) -> Iterator[Metric]:
+        size = GaugeMetricFamily("kafka_log_log_size", "Bytes of each partition's log",
+                                 labels=["topic", "partition"])
+        end = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset of each partition",
+                                labels=["topic", "partition"])
+        lm = self.src.log_manager()
+        for plog in lm.all_logs() if lm is not None else []:
+            tp = plog.topic_partition
+            labels = [tp.topic, str(tp.partition)]
+            size.add_metric(labels, plog.size_in_bytes)
+            end.add_metric(labels, plog.log_end_offset)
+        yield size
+        yield end
+
+    def _groups(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_lag",
+            "Log end offset minus committed offset, groups this broker coordinates",
+            labels=["group", "topic", "partition"],
+        )
+        for row in group_lags(self.src):
+            if row.lag is not None:
+                lag.add_metric([row.group, row.topic, str(row.partition)], row.lag)
+        yield lag
+
+
+def broker_registry(src: BrokerSources) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(src))
+    return registry

@@ -1,0 +1,37 @@
+"""What the observability layer reads of one broker: its parts as they are now (None while
+the broker starts or after it stops), passed in by the broker as callables so this package
+imports nothing of the server and holds no reference that outlives a part."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from wherry.controller.controller import Controller
+from wherry.group.coordinator import GroupCoordinator
+from wherry.log.manager import LogManager
+from wherry.observability.request_stats import RequestStats
+from wherry.replication.metadata_cache import MetadataCache
+from wherry.replication.replica_manager import ReplicaManager
+
+
+def _none() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSources:
+    broker_id: int
+    cache: MetadataCache
+    request_stats: RequestStats
+    # The broker's state-change log (the console's timeline starts with its tail).
+    state_change_log: Path | None = None
+    replica_lag_time_max_ms: int = 30_000
+    replica_manager: Callable[[], ReplicaManager | None] = _none
+    controller: Callable[[], Controller | None] = _none
+    groups: Callable[[], GroupCoordinator | None] = _none
+    log_manager: Callable[[], LogManager | None] = _none
+    # Started (serving requests) and registered (its /brokers/ids node on a live session).
+    started: Callable[[], bool] = lambda: False
+    registered: Callable[[], bool] = lambda: False

@@ -150,6 +150,8 @@ class SecureBroker(Broker):
             f"PLAINTEXT://127.0.0.1:{self.port},SASL_SSL://127.0.0.1:{self.sasl_port}",
             "--log-dirs",
             str(self.data_dir),
+            "--override",
+            "http.listeners=",  # no HTTP listener (`wherry server` would take 9644)
         ]
         for o in self.overrides:
             cmd += ["--override", o]

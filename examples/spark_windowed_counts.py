@@ -9,7 +9,7 @@
 
 Run it against a broker (``wherry server`` in another terminal)::
 
-    pip install 'wherry[spark]'
+    pip install -e '.[spark]'   # from a checkout
     PYSPARK_PYTHON=$(which python) python examples/spark_windowed_counts.py
 """
 

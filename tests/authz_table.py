@@ -36,14 +36,26 @@ from wherry.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 Op = AclOperation
 RT = ResourceType
 
-# API keys that need no authorization (ApiVersions) or whose checks others own (ACLs, SCRAM).
-EXEMPT_API_KEYS = frozenset({17, 18, 29, 30, 31, 36, 50, 51})
+# API keys that need no authorization (ApiVersions; ConsumerGroupHeartbeat, answered
+# UNSUPPORTED_VERSION before any check as Kafka does with its new coordinator off) or whose
+# checks others own (ACLs, SCRAM).
+EXEMPT_API_KEYS = frozenset({17, 18, 29, 30, 31, 36, 50, 51, 68})
 
 TOPIC_DENIED = int(ErrorCode.topic_authorization_failed)
 GROUP_DENIED = int(ErrorCode.group_authorization_failed)
 CLUSTER_DENIED = int(ErrorCode.cluster_authorization_failed)
 TXN_DENIED = int(ErrorCode.transactional_id_authorization_failed)
 NONE = int(ErrorCode.none)
+# Allowed FindCoordinator for a transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED too, but
+# with the message saying transactions are not supported (handlers/find_coordinator.py).
+TXN_UNSUPPORTED = -TXN_DENIED
+
+
+def _txn_coordinator_answer(r: Any) -> int:
+    from wherry.server.handlers.find_coordinator import TRANSACTIONS_UNSUPPORTED
+
+    c = r.coordinators[0]
+    return TXN_UNSUPPORTED if c.error_message == TRANSACTIONS_UNSUPPORTED else int(c.error_code)
 
 
 @dataclass(frozen=True)
@@ -341,8 +353,7 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
         AuthzRow("find-coordinator-txn-describe", 10, 4, lambda c: {
             "key_type": 1, "coordinator_keys": [c.transactional_id]},
                  Op.DESCRIBE, RT.TRANSACTIONAL_ID, lambda c: c.transactional_id,
-                 lambda r: int(r.coordinators[0].error_code), TXN_DENIED,
-                 int(ErrorCode.coordinator_not_available)),
+                 _txn_coordinator_answer, TXN_DENIED, TXN_UNSUPPORTED),
         AuthzRow("join-group-read", 11, 5, lambda c: {
             "group_id": c.group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
             "member_id": "", "group_instance_id": None, "protocol_type": "consumer",

@@ -1,8 +1,10 @@
-"""Shared fixtures: a real broker process for client tests, a real ZooKeeper."""
+"""Shared fixtures: a real broker process for client tests, a real ZooKeeper; the run's last
+line groups the skipped tests by what they need."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,53 @@ def zookeeper_server() -> Iterator[ZooKeeperServer]:
     with running_zookeeper() as server:
         yield server
 
+
+
+# What a skipped test needs, recognized in its skip reason -> how the summary names it.
+SKIP_GROUPS: tuple[tuple[str, str], ...] = (
+    ("zookeeper", "need ZooKeeper (apt-get install zookeeper)"),
+    ("kcat", "need kcat (apt-get install kcat)"),
+    ("chromium", "need Chromium (apt-get install chromium)"),
+    ("pyspark", "need PySpark (pip install -e '.[spark]')"),
+)
+
+
+def skip_group(reason: str) -> str:
+    low = reason.lower()
+    for needle, group in SKIP_GROUPS:
+        if needle in low:
+            return group
+    return reason.removeprefix("Skipped: ").strip()
+
+
+def skip_summary(reasons: Iterable[str]) -> str | None:
+    """One line: `skipped: 46 need ZooKeeper (apt-get install zookeeper), 3 need kcat (...)`,
+    the largest group first; None when nothing was skipped."""
+    counts = Counter(skip_group(r) for r in reasons)
+    if not counts:
+        return None
+    return "skipped: " + ", ".join(f"{n} {g}" for g, n in counts.most_common())
+
+
+_SKIP_LINE = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    reasons = []
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if isinstance(longrepr, tuple) and len(longrepr) == 3:
+            reasons.append(str(longrepr[2]))
+        else:
+            reasons.append(str(longrepr))
+    line = skip_summary(reasons)
+    if line is not None:
+        terminalreporter.config.stash[_SKIP_LINE] = line
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After pytest's own summary: the run's last line."""
+    line = config.stash.get(_SKIP_LINE, None)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if line is not None and reporter is not None:
+        reporter.write_line(line)

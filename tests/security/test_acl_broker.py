@@ -153,8 +153,8 @@ def test_cluster_authorization_and_security_disabled(tmp_path: Path) -> None:
 
 
 def test_unknown_authorizer_class_refuses_to_start(tmp_path: Path) -> None:
-    cluster = DevCluster(tmp_path / "bad", brokers=1,
-                         overrides={"authorizer.class.name": "com.example.CustomAuthorizer"})
+    # Refused when the config is read, before anything starts.
     with pytest.raises(ValueError, match=r"com\.example\.CustomAuthorizer for configuration "
                                          r"authorizer\.class\.name"):
-        cluster.start()
+        DevCluster(tmp_path / "bad", brokers=1,
+                   overrides={"authorizer.class.name": "com.example.CustomAuthorizer"}).start()

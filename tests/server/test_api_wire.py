@@ -101,7 +101,7 @@ def test_idempotent_producer_sequence_rules(broker: BrokerProcess) -> None:
 def test_transactional_init_producer_id_is_refused(broker: BrokerProcess) -> None:
     r = call(broker.bootstrap, 22, 4, {"transactional_id": "tx", "transaction_timeout": 60000,
                                        "producer_id": -1, "producer_epoch": -1})
-    assert r.error_code == ErrorCode.coordinator_not_available
+    assert r.error_code == ErrorCode.coordinator_not_available  # clients ask FindCoordinator first
 
 
 def test_metadata_topic_list_semantics_and_auto_create(broker: BrokerProcess) -> None:

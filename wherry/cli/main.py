@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import json
 import logging
 import signal
 import sys
@@ -12,20 +14,75 @@ from typing import Any, TypeVar
 
 import click
 
+from wherry.runtime.state_change_log import LOGGER_NAME as STATE_CHANGE_LOGGER
 from wherry.server.config import BrokerConfigError, load_config
+from wherry.server.config_keys import warn_unused
 from wherry.server.listener_security import SecurityConfigError, broker_security
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-def _setup_logging(level: str) -> None:
+class _ConsoleFilter(logging.Filter):
+    """State-change lines belong in each broker's state-change.log; the console shows them only
+    when it shows DEBUG."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.level <= logging.DEBUG or not record.name.startswith(STATE_CHANGE_LOGGER)
+
+
+class JsonFormatter(logging.Formatter):
+    """`--log-format json`: one JSON object per line: time (ISO 8601 UTC, ms), level, logger,
+    message, and the exception's text when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = dt.datetime.fromtimestamp(record.created, dt.UTC)
+        out: dict[str, str] = {
+            "time": when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["exception"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def _setup_logging(level: str, log_format: str = "text") -> None:
     # The state-change log (SPEC H12) gets its own file from each broker (Broker.start).
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
-        stream=sys.stderr,
-    )
+    numeric = getattr(logging, level.upper(), logging.INFO)
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter("[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
+        )
+    handler.addFilter(_ConsoleFilter(numeric))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+
+
+def _log_options(f: F) -> F:
+    f = click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="Console log lines: text, or one JSON object per line.",
+    )(f)
+    return click.option("--log-level", default="INFO", show_default=True)(f)
 
 
 def _overrides_option(help_text: str) -> Callable[[F], F]:
@@ -55,7 +112,7 @@ def main() -> None:
     help="zookeeper.connect: use this ZooKeeper instead of the embedded store.",
 )
 @_overrides_option("Any broker config, Kafka name (repeatable).")
-@click.option("--log-level", default="INFO", show_default=True)
+@_log_options
 def server(
     properties: Path | None,
     broker_id: int | None,
@@ -65,6 +122,7 @@ def server(
     zookeeper: str | None,
     overrides: tuple[str, ...],
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run a broker (defaults: id 0, 127.0.0.1:9092, data in ./wherry-data).
 
@@ -88,7 +146,8 @@ def server(
         broker_security(cfg.raw, cfg.listeners, cfg.advertised)  # key stores readable?
     except (BrokerConfigError, SecurityConfigError) as e:
         raise click.ClickException(str(e)) from e
-    _setup_logging(log_level)
+    _setup_logging(log_level, log_format)
+    warn_unused(cfg.raw, logging.getLogger("wherry.server.config"))
     sys.exit(_run(_serve(cfg)))
 
 
@@ -99,6 +158,14 @@ def default_http_listener(kafka_port: int) -> str:
     """`wherry server`'s HTTP listener when `http.listeners` is not set: 127.0.0.1:9644, or a
     port the OS chooses when the Kafka listener's is chosen so too (port 0: tests, scripts)."""
     return f"http://127.0.0.1:{DEFAULT_HTTP_PORT if kafka_port else 0}"
+
+
+def dev_defaults(brokers: int) -> dict[str, str]:
+    """What `wherry dev --brokers N` sets unless the overrides or the properties file do:
+    internal topics replicated min(3, N) times (Kafka's code default is 3; the quickstart's 1
+    suits one broker only)."""
+    rf = str(min(3, brokers))
+    return {"offsets.topic.replication.factor": rf}
 
 
 def _parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:
@@ -199,7 +266,7 @@ async def _serve(cfg: object) -> int:
     help="Data: <DIR>/broker-N per broker, the shared store in <DIR>/__meta.",
 )
 @_overrides_option("Any broker config, Kafka name, for every broker (repeatable).")
-@click.option("--log-level", default="INFO", show_default=True)
+@_log_options
 def dev(
     properties: Path | None,
     brokers: int,
@@ -210,11 +277,12 @@ def dev(
     directory: Path,
     overrides: tuple[str, ...],
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run a cluster of several brokers in one process (embedded store, no ZooKeeper).
 
     Every broker runs for controller (one wins); Ctrl-C or SIGTERM stops them all."""
-    from wherry.server.config import BrokerConfigError
+    from wherry.server.config import BrokerConfigError, read_properties
     from wherry.testing.cluster import AsyncDevCluster
 
     if base_port and base_port + brokers - 1 > 65535:
@@ -223,19 +291,25 @@ def dev(
         http_base_port = DEFAULT_HTTP_PORT if base_port else 0
     if http_base_port and http_base_port + brokers - 1 > 65535:
         raise click.BadParameter("ports beyond 65535", param_hint="--http-base-port")
+    props = _parse_overrides(overrides)
     try:
+        given = read_properties(properties) if properties is not None else {}
+        for key, value in dev_defaults(brokers).items():
+            if key not in props and key not in given:
+                props[key] = value
         cluster = AsyncDevCluster(
             directory,
             brokers=brokers,
             base_port=base_port,
             host=host,
-            overrides=_parse_overrides(overrides),
+            overrides=props,
             properties_file=properties,
             http_base_port=None if no_http else http_base_port,
         )
     except (BrokerConfigError, ValueError) as e:
         raise click.ClickException(str(e)) from e
-    _setup_logging(log_level)
+    _setup_logging(log_level, log_format)
+    warn_unused(cluster.config_for(0).raw, logging.getLogger("wherry.server.config"))
     sys.exit(_run(_serve_dev(cluster)))
 
 

@@ -102,7 +102,9 @@ def merge(logs: tuple[Path, ...], start: str | None, end: str | None, topic: str
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        raise CommandError("PySpark is not installed (pip install 'wherry[spark]')") from None
+        raise CommandError(
+            "PySpark is not installed (from a checkout: pip install -e '.[spark]')"
+        ) from None
     from wherry.spark.state_change import merged
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -140,6 +140,19 @@ class LogManager:
             log.warning("error reading checkpoint %s, ignoring it: %s", path, exc)
             return {}
 
+    @staticmethod
+    def _dir_state(dir: Path, clean: bool) -> str:
+        """How the dir was left: a clean or an unclean shutdown, or never used (no partition
+        directory and no checkpoint yet: a fresh dir is not an unclean shutdown)."""
+        if clean:
+            return "clean shutdown"
+        used = any(
+            (child.is_dir() and _looks_like_partition(child.name))
+            or child.name.endswith("-checkpoint")
+            for child in dir.iterdir()
+        )
+        return "unclean shutdown" if used else "new log dir"
+
     def _load_dir(self, dir: Path) -> None:
         marker = dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
@@ -148,7 +161,7 @@ class LogManager:
         log_starts = self._read_checkpoint(dir / LOG_START_OFFSET_CHECKPOINT)
         high_watermarks = self._read_checkpoint(dir / HIGH_WATERMARK_CHECKPOINT)
         now_ms = self.now_ms_fn()
-        log.info("loading logs from %s (%s shutdown)", dir, "clean" if clean else "unclean")
+        log.info("loading logs from %s (%s)", dir, self._dir_state(dir, clean))
         for child in sorted(dir.iterdir()):
             if not child.is_dir():
                 continue
@@ -432,3 +445,15 @@ class LogManager:
         with self._lock:
             self._shut_down = True
             self._unlock_dirs()
+
+
+def _looks_like_partition(name: str) -> bool:
+    try:
+        TopicPartition.parse(
+            name.rsplit(".", 1)[0]
+            if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX))
+            else name
+        )
+    except ValueError:
+        return False
+    return True

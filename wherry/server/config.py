@@ -17,11 +17,44 @@ from typing import Any
 from wherry.coordination.zk_acl import ZkAclConfigError, ZkSecurity, zk_security_from_props
 from wherry.log.config import ConfigError, LogConfig
 from wherry.observability.service import HttpEndpoint, parse_http_listeners
+from wherry.security.acl_authorizer import authorizer_from_config
+from wherry.server.config_keys import FETCHER_KEYS
 from wherry.server.listener_security import SecurityConfigError, check_names
 
 
 class BrokerConfigError(ValueError):
-    pass
+    """A setting the broker cannot start with; the message is one line naming the key, in
+    Kafka's ConfigException wording where a value is wrong:
+    `Invalid value V for configuration K: M`."""
+
+
+MAX_PORT = 65_535
+INT_RANGE = (-(2**31), 2**31 - 1)
+NONROUTABLE_HOSTS = ("0.0.0.0", "::")
+
+
+LONG_RANGE = (-(2**63), 2**63 - 1)
+
+
+def _number(v: str, kind: str, bounds: tuple[int, int]) -> int:
+    text = v.strip()
+    if not re.fullmatch(r"[+-]?[0-9]+", text) or not bounds[0] <= int(text) <= bounds[1]:
+        raise BrokerConfigError(f"Not a number of type {kind}")
+    return int(text)
+
+
+def _int(v: str) -> int:
+    """An INT setting (Kafka's ConfigDef.Type.INT)."""
+    return _number(v, "INT", INT_RANGE)
+
+
+def _long(v: str) -> int:
+    """A LONG setting: Kafka's durations in ms and most sizes."""
+    return _number(v, "LONG", LONG_RANGE)
+
+
+def _int_or_long(key: str) -> Any:
+    return _long if key.endswith((".ms", ".bytes")) and key != "socket.request.max.bytes" else _int
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,17 +68,21 @@ class Endpoint:
 
 
 def parse_listeners(value: str) -> list[Endpoint]:
-    """`PLAINTEXT://127.0.0.1:9092,OTHER://host:port` → endpoints."""
+    """`PLAINTEXT://127.0.0.1:9092,OTHER://host:port` → endpoints (ports 0-65535; 0: chosen
+    by the OS)."""
     out: list[Endpoint] = []
     for item in (v.strip() for v in value.split(",")):
         if not item:
             continue
         if "://" not in item:
-            raise BrokerConfigError(f"listener {item!r} must look like PLAINTEXT://host:port")
+            raise BrokerConfigError(f"listener {item} must look like PLAINTEXT://host:port")
         name, rest = item.split("://", 1)
         host, sep, port = rest.rpartition(":")
         if not sep or not port.isdigit():
-            raise BrokerConfigError(f"listener {item!r} has no port")
+            raise BrokerConfigError(f"listener {item} has no port")
+        if int(port) > MAX_PORT:
+            raise BrokerConfigError(f"port {int(port)} of listener {item} is out of range "
+                                    f"(0-{MAX_PORT})")
         host = host.strip("[]")
         out.append(Endpoint(name.upper(), host or "127.0.0.1", int(port)))
     if not out:
@@ -78,11 +115,17 @@ def read_properties(path: Path) -> dict[str, str]:
     return parse_properties(path.read_text(encoding="utf-8"))
 
 
+def invalid(key: str, value: object, message: str) -> BrokerConfigError:
+    """Kafka's ConfigException wording: `Invalid value V for configuration K: M`."""
+    return BrokerConfigError(f"Invalid value {str(value).strip()} for configuration {key}: "
+                             f"{message}")
+
+
 def _bool(v: str) -> bool:
     s = v.strip().lower()
     if s in ("true", "false"):
         return s == "true"
-    raise BrokerConfigError(f"expected true or false, got {v!r}")
+    raise BrokerConfigError("Expected value to be either true or false")
 
 
 @dataclass(frozen=True)
@@ -188,30 +231,40 @@ class BrokerConfig:
             """Convert ``key`` if given into the attribute ``name`` (by default the key with
             underscores for dots)."""
             name = name or key.replace(".", "_")
+            if conv is _int:
+                conv = _int_or_long(key)
             if key in p:
                 try:
                     kw[name] = conv(p[key])
                 except (ValueError, BrokerConfigError) as e:
-                    raise BrokerConfigError(f"invalid value {p[key]!r} for {key}: {e}") from e
+                    raise invalid(key, p[key], str(e)) from e
 
-        take("broker.id", int)
-        take("node.id", int, "broker_id")
+        def at_least(key: str, minimum: int) -> None:
+            name = key.replace(".", "_")
+            if name in kw and kw[name] < minimum:
+                raise invalid(key, p[key], f"Value must be at least {minimum}")
+
+        take("broker.id", _int)
+        at_least("broker.id", 0)
+        take("node.id", _int, "broker_id")
+        if "node.id" in p and kw["broker_id"] < 0:
+            raise invalid("node.id", p["node.id"], "Value must be at least 0")
         take("listeners", lambda v: tuple(parse_listeners(v)))
         take("advertised.listeners", lambda v: tuple(parse_listeners(v)))
         take("http.listeners", parse_http_listeners)
         take("log.dirs", lambda v: tuple(Path(x.strip()) for x in v.split(",") if x.strip()))
         if "log.dirs" not in p:
             take("log.dir", lambda v: (Path(v.strip()),), "log_dirs")
-        take("num.partitions", int)
-        take("default.replication.factor", int)
+        take("num.partitions", _int)
+        take("default.replication.factor", _int)
         take("auto.create.topics.enable", _bool)
         take("delete.topic.enable", _bool)
         take("auto.leader.rebalance.enable", _bool)
-        take("leader.imbalance.check.interval.seconds", int)
-        take("leader.imbalance.per.broker.percentage", int)
-        take("socket.request.max.bytes", int)
-        take("log.retention.check.interval.ms", int)
-        take("log.flush.scheduler.interval.ms", int)
+        take("leader.imbalance.check.interval.seconds", _int)
+        take("leader.imbalance.per.broker.percentage", _int)
+        take("socket.request.max.bytes", _int)
+        take("log.retention.check.interval.ms", _int)
+        take("log.flush.scheduler.interval.ms", _int)
         take("log.cleaner.enable", _bool)
         for key in (
             "log.cleaner.backoff.ms",
@@ -224,13 +277,13 @@ class BrokerConfig:
             "replication.quota.window.num",
             "replication.quota.window.size.seconds",
         ):
-            take(key, int)
+            take(key, _int)
         take("cluster.id", str)
         take("broker.rack", str, "rack")
         take("zookeeper.connect", lambda v: v.strip() or None)
         take("controlled.shutdown.enable", _bool)
-        take("controlled.shutdown.max.retries", int)
-        take("controlled.shutdown.retry.backoff.ms", int)
+        take("controlled.shutdown.max.retries", _int)
+        take("controlled.shutdown.retry.backoff.ms", _int)
         for key in (
             "zookeeper.session.timeout.ms",
             "zookeeper.connection.timeout.ms",
@@ -248,36 +301,50 @@ class BrokerConfig:
             "group.initial.rebalance.delay.ms",
             "group.max.size",
         ):
-            take(key, int)
+            take(key, _int)
         for key, minimum in (
-            ("offsets_topic_num_partitions", 1),
-            ("offsets_topic_replication_factor", 1),
-            ("offsets_topic_segment_bytes", 1),
-            ("offsets_retention_minutes", 1),
-            ("offsets_retention_check_interval_ms", 1),
-            ("offsets_commit_timeout_ms", 1),
-            ("offsets_load_buffer_size", 1),
-            ("group_initial_rebalance_delay_ms", 0),
-            ("group_max_size", 1),
-            ("log_cleaner_backoff_ms", 1),
-            ("log_cleaner_dedupe_buffer_size", 1),
-            ("log_cleaner_threads", 0),
-            ("zookeeper_session_timeout_ms", 1),
-            ("zookeeper_connection_timeout_ms", 1),
-            ("controller_socket_timeout_ms", 1),
-            ("leader_imbalance_check_interval_seconds", 1),
-            ("leader_imbalance_per_broker_percentage", 0),
-            ("controlled_shutdown_max_retries", 0),
-            ("controlled_shutdown_retry_backoff_ms", 0),
-            ("replication_quota_window_num", 1),
-            ("replication_quota_window_size_seconds", 1),
+            ("offsets.topic.num.partitions", 1),
+            ("offsets.topic.replication.factor", 1),
+            ("offsets.topic.segment.bytes", 1),
+            ("offsets.retention.minutes", 1),
+            ("offsets.retention.check.interval.ms", 1),
+            ("offsets.commit.timeout.ms", 1),
+            ("offsets.load.buffer.size", 1),
+            ("group.initial.rebalance.delay.ms", 0),
+            ("group.max.size", 1),
+            ("log.cleaner.backoff.ms", 1),
+            ("log.cleaner.dedupe.buffer.size", 1),
+            ("log.cleaner.threads", 0),
+            ("zookeeper.session.timeout.ms", 1),
+            ("zookeeper.connection.timeout.ms", 1),
+            ("controller.socket.timeout.ms", 1),
+            ("leader.imbalance.check.interval.seconds", 1),
+            ("leader.imbalance.per.broker.percentage", 0),
+            ("controlled.shutdown.max.retries", 0),
+            ("controlled.shutdown.retry.backoff.ms", 0),
+            ("replication.quota.window.num", 1),
+            ("replication.quota.window.size.seconds", 1),
+            ("num.partitions", 1),
+            ("default.replication.factor", 1),
+            ("socket.request.max.bytes", 1),
+            ("log.retention.check.interval.ms", 1),
+            ("log.flush.scheduler.interval.ms", 1),
+            ("log.flush.offset.checkpoint.interval.ms", 1),
+            ("replica.high.watermark.checkpoint.interval.ms", 1),
+            ("replica.lag.time.max.ms", 1),
+            ("producer.id.expiration.ms", 1),
+            ("offset.metadata.max.bytes", 0),
+            ("group.min.session.timeout.ms", 0),
+            ("group.max.session.timeout.ms", 0),
         ):
-            if kw.get(key, minimum) < minimum:
-                raise BrokerConfigError(f"{key.replace('_', '.')} must be at least {minimum}")
-        if kw.get("num_partitions", 1) < 1:
-            raise BrokerConfigError("num.partitions must be at least 1")
-        if kw.get("socket_request_max_bytes", 1) < 1:
-            raise BrokerConfigError("socket.request.max.bytes must be positive")
+            at_least(key, minimum)
+        for key in FETCHER_KEYS:  # read by the replica fetchers (FetcherConfig)
+            if key in p:
+                try:
+                    if _int(p[key]) < 0:  # all INT in Kafka
+                        raise BrokerConfigError("Value must be at least 0")
+                except BrokerConfigError as e:
+                    raise invalid(key, p[key], str(e)) from e
 
         try:
             kw["log_defaults"] = LogConfig.from_server_props(p)
@@ -295,9 +362,19 @@ class BrokerConfig:
             )
         except SecurityConfigError as e:
             raise BrokerConfigError(str(e)) from e
+        try:  # an unknown authorizer.class.name, a bad super.users (no I/O)
+            authorizer_from_config(p)
+        except ValueError as e:
+            raise BrokerConfigError(str(e)) from e
         cfg = cls(**kw)
-        if cfg.default_replication_factor < 1:
-            raise BrokerConfigError("default.replication.factor must be at least 1")
+        for ep in cfg.advertised:
+            if ep.host in NONROUTABLE_HOSTS:  # Kafka's KafkaConfig check
+                key = "advertised.listeners" if cfg.advertised_listeners else "listeners"
+                raise BrokerConfigError(
+                    f"Invalid value {p.get(key, ep)} for configuration {key}: "
+                    f"advertised.listeners cannot use the nonroutable meta-address {ep.host}. "
+                    "Use a routable IP address (set advertised.listeners)."
+                )
         return cfg
 
 

@@ -19,6 +19,7 @@ from wherry.server.handlers import (
     alter_partition_reassignments,
     alter_user_scram_credentials,
     api_versions,
+    consumer_group_heartbeat,
     controlled_shutdown,
     create_acls,
     create_partitions,
@@ -113,6 +114,7 @@ HANDLERS: dict[int, Handler] = {
     51: alter_user_scram_credentials.handle,
     56: alter_partition.handle,
     60: describe_cluster.handle,
+    68: consumer_group_heartbeat.handle,
 }
 
 if HANDLERS.keys() != SUPPORTED_VERSIONS.keys():  # pragma: no cover - a wiring mistake

@@ -2,8 +2,16 @@
 
 Groups live on partition `partition_for(group)` of `__consumer_offsets`; its leader is the
 coordinator. When the topic does not exist yet its creation starts and the answer is
-COORDINATOR_NOT_AVAILABLE (the client retries), as in Kafka. There is no transaction
-coordinator yet: key type 1 answers COORDINATOR_NOT_AVAILABLE.
+COORDINATOR_NOT_AVAILABLE (the client retries), as in Kafka.
+
+There is no transaction coordinator yet. Key type 1 (a transactional id) is answered with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED and the message `TRANSACTIONS_UNSUPPORTED` (v1+ carry
+it): that code is the one every client treats as fatal at this step (librdkafka treats only it
+and CLUSTER_AUTHORIZATION_FAILED so; any other answer, COORDINATOR_NOT_AVAILABLE included, makes
+it ask again every 500 ms until `init_transactions()` times out), and the message says why.
+confluent-kafka's `init_transactions()` then fails at once with "Failed to find transaction
+coordinator: <broker>: Broker: Transactional Id authorization failed: Transactions are not
+supported by wherry yet ...".
 """
 
 from __future__ import annotations
@@ -24,6 +32,11 @@ if TYPE_CHECKING:
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
+TRANSACTIONS_UNSUPPORTED = (
+    "Transactions are not supported by wherry yet: no transaction coordinator (unset "
+    "transactional.id; idempotent producers work)"
+)
+
 _MESSAGES = {
     ErrorCode.coordinator_not_available: "The coordinator is not available.",
     ErrorCode.invalid_request: "Unknown coordinator type",
@@ -33,6 +46,7 @@ _MESSAGES = {
 
 def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
     err = ErrorCode.none
+    message: str | None = None
     node: tuple[int, str, int] = (-1, "", -1)
     # Kafka: DESCRIBE on the group, or on the transactional id.
     if key_type == GROUP_KEY_TYPE and not authorize(
@@ -44,7 +58,8 @@ def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
     ):
         err = ErrorCode.transactional_id_authorization_failed
     elif key_type == TRANSACTION_KEY_TYPE:
-        err = ErrorCode.coordinator_not_available
+        err = ErrorCode.transactional_id_authorization_failed
+        message = TRANSACTIONS_UNSUPPORTED
     elif key_type != GROUP_KEY_TYPE:
         err = ErrorCode.invalid_request
     else:
@@ -67,7 +82,7 @@ def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
         "host": node[1],
         "port": node[2],
         "error_code": err,
-        "error_message": _MESSAGES.get(err) if err != ErrorCode.none else None,
+        "error_message": message or (_MESSAGES.get(err) if err != ErrorCode.none else None),
     }
 
 

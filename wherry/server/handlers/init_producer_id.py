@@ -2,7 +2,9 @@
 
 Every call without a transactional id gets a fresh producer id with epoch 0, as Kafka's
 transaction coordinator does for idempotent producers. Transactions are not implemented:
-a transactional id is answered with COORDINATOR_NOT_AVAILABLE.
+a transactional id is answered with COORDINATOR_NOT_AVAILABLE (clients never get here: they
+find the transaction coordinator first, and FindCoordinator refuses transactional ids with a
+message saying transactions are not supported; see find_coordinator.py).
 """
 
 from __future__ import annotations

@@ -49,4 +49,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     51: (0, 0),
     56: (2, 3),
     60: (0, 2),
+    # KIP-848 is not built: advertised only to answer UNSUPPORTED_VERSION at once
+    # (handlers/consumer_group_heartbeat.py).
+    68: (0, 1),
 }

@@ -212,6 +212,7 @@ VARIANTS_NAMED = ("prefixed", "wildcard", "deny-prefixed")
 
 def _variant_cases() -> list[Any]:
     cases = []
+    variants: tuple[str, ...]
     for r in ROWS:
         if r.resource_type in NAMED:
             variants = VARIANTS_NAMED + VARIANTS_ANY

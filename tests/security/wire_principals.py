@@ -98,6 +98,11 @@ class WirePrincipals:
         if c is not None:
             c.close()
 
+    def forget_address(self, address: str) -> None:
+        """Drop every connection to `address` (its broker restarted)."""
+        for key in [k for k in self._clients if k[0] == address]:
+            self._clients.pop(key).close()
+
     def close(self) -> None:
         for c in self._clients.values():
             c.close()

@@ -79,9 +79,9 @@ def _set_scram(bootstrap: str, users: dict[str, str]) -> None:
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
     futures = admin.alter_user_scram_credentials(
         [UserScramCredentialUpsertion(u, info, pw.encode()) for u, pw in users.items()],
-        request_timeout=15)
+        request_timeout=30)
     for f in futures.values():
-        f.result(20)
+        f.result(40)
 
 
 def _scram_users(bootstrap: str) -> dict[str, list[tuple[ScramMechanism, int]]]:
@@ -91,6 +91,13 @@ def _scram_users(bootstrap: str) -> dict[str, list[tuple[ScramMechanism, int]]]:
     got = future.result(20)
     return {u: [(i.mechanism, i.iterations) for i in d.scram_credential_infos]
             for u, d in got.items()}
+
+
+def _controller_seen(wire: WirePrincipals, c: ZkCluster, b: int) -> int:
+    """The controller in broker b's metadata."""
+    return int(wire.call(c.address(b), ADMIN, 3, 12, {
+        "topics": [], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False}).controller_id)
 
 
 class Probe:
@@ -227,6 +234,11 @@ def test_acls_and_scram_users_survive_restart_and_controller_failover(
         wire.forget_address(c.address(old))
         survivors = [b for b in range(3) if b != old]
         assert wait_until(lambda: c.controller() in survivors, 30), c.controller()
+        new = c.controller()
+        # ... and the survivors know it: a client sends AlterUserScramCredentials to the
+        # controller their metadata names (until the new one's UpdateMetadata, the dead one).
+        assert wait_until(lambda: all(_controller_seen(wire, c, b) == new for b in survivors),
+                          30), {b: _controller_seen(wire, c, b) for b in survivors}
         # Changes through a surviving broker reach every surviving broker: a new password,
         # a new user, a DENY that beats carol's READ-implied Describe of her topic.
         through = survivors[-1]

@@ -25,7 +25,6 @@ from wherry.log.config import LogConfig
 from wherry.log.errors import CorruptIndexError
 from wherry.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from wherry.log.producer_state import ProducerStateManager, read_marker
-from wherry.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from wherry.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -42,6 +41,7 @@ from wherry.log.segments import (
     LogSegments,
     open_segment,
 )
+from wherry.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from wherry.protocol.records import BatchHeader, RecordError
 
 __all__ = ["LoadedLog", "LogLoader", "rebuild_producer_state"]

@@ -328,7 +328,9 @@ class Log:
                 log_append_time_ms=now_ms if config.log_append_time else None,
             )
             markers = _markers(buf, [(p, h) for (p, _), h in zip(batches, headers, strict=True)])
-            duplicate = self.producer_state.check_batches(headers, markers)
+            duplicate = self.producer_state.check_batches(
+                headers, markers, client=not from_coordinator
+            )
             if duplicate is not None:
                 return AppendInfo(
                     duplicate.first_offset,

@@ -50,8 +50,8 @@ __all__ = [
     "CompletedTxn",
     "CorruptSnapshotError",
     "DuplicateBatch",
-    "ProducerStateEntry",
     "EndTxnMarker",
+    "ProducerStateEntry",
     "ProducerStateManager",
     "read_marker",
     "read_snapshot",
@@ -235,10 +235,12 @@ def _validate(
     header: BatchHeader,
     first_offset: int,
     marker: EndTxnMarker | None = None,
+    client: bool = True,
 ) -> DuplicateBatch | None:
-    """Kafka's client-origin checks for one batch against the producer's current entry."""
+    """Kafka's checks for one batch against the producer's current entry: the epoch always,
+    duplicates and sequences for a client's batch only (not the coordinator's)."""
     pid, epoch = header.producer_id, header.producer_epoch
-    if current is not None:
+    if current is not None and client:
         duplicate = None if header.is_control else current.find_duplicate(header)
         if duplicate is not None:
             return DuplicateBatch(
@@ -251,18 +253,26 @@ def _validate(
             f"than the last seen epoch {current_epoch}"
         )
     if header.is_control:
-        if current is not None and marker is not None:
-            if current.coordinator_epoch > marker.coordinator_epoch:
-                raise TransactionCoordinatorFencedError(
-                    f"Invalid coordinator epoch for producerId {pid} at offset {first_offset}: "
-                    f"{marker.coordinator_epoch} (zombie), {current.coordinator_epoch} (current)"
-                )
-        return None
-    if not header.is_transactional and current is not None:
-        if current.current_txn_first_offset >= 0:
-            raise InvalidTxnStateError(
-                f"Expected transactional write from producer {pid} at offset {first_offset}"
+        if (
+            current is not None
+            and marker is not None
+            and current.coordinator_epoch > marker.coordinator_epoch
+        ):
+            raise TransactionCoordinatorFencedError(
+                f"Invalid coordinator epoch for producerId {pid} at offset {first_offset}: "
+                f"{marker.coordinator_epoch} (zombie), {current.coordinator_epoch} (current)"
             )
+        return None
+    if (
+        not header.is_transactional
+        and current is not None
+        and current.current_txn_first_offset >= 0
+    ):
+        raise InvalidTxnStateError(
+            f"Expected transactional write from producer {pid} at offset {first_offset}"
+        )
+    if not client:
+        return None
     first_seq = header.base_sequence
     if epoch != current_epoch:
         if first_seq != 0 and current_epoch != NO_PRODUCER_EPOCH:
@@ -415,7 +425,7 @@ class ProducerStateManager:
     # -- client append ------------------------------------------------------------------
 
     def check(
-        self, header: BatchHeader, marker: EndTxnMarker | None = None
+        self, header: BatchHeader, marker: EndTxnMarker | None = None, *, client: bool = True
     ) -> DuplicateBatch | None:
         """Validate one client batch (offsets already assigned); None if it may be appended.
 
@@ -425,26 +435,28 @@ class ProducerStateManager:
         if not header.has_producer_id:
             return None
         return _validate(
-            self._producers.get(header.producer_id), header, header.base_offset, marker
+            self._producers.get(header.producer_id), header, header.base_offset, marker, client
         )
 
     def check_batches(
         self,
         headers: Sequence[BatchHeader],
         markers: Sequence[EndTxnMarker | None] | None = None,
+        *,
+        client: bool = True,
     ) -> DuplicateBatch | None:
         """Validate several batches of one append in order (each seeing the ones before);
         `markers[i]` is the marker of control batch `headers[i]`."""
         marks = list(markers) if markers is not None else [None] * len(headers)
         if len(headers) == 1:
-            return self.check(headers[0], marks[0])
+            return self.check(headers[0], marks[0], client=client)
         staged: dict[int, ProducerStateEntry] = {}
         for header, marker in zip(headers, marks, strict=True):
             if not header.has_producer_id:
                 continue
             pid = header.producer_id
             current = staged.get(pid, self._producers.get(pid))
-            duplicate = _validate(current, header, header.base_offset, marker)
+            duplicate = _validate(current, header, header.base_offset, marker, client)
             if duplicate is not None:
                 return duplicate
             entry = current.copy() if current is not None else ProducerStateEntry(pid)
@@ -647,7 +659,9 @@ class ProducerStateManager:
         self._producers = {}
         self._reset_transactions()
         self._map_end_offset = log_start_offset
-        bound = log_end_offset if load_at_or_below is None else min(log_end_offset, load_at_or_below)
+        bound = log_end_offset
+        if load_at_or_below is not None:
+            bound = min(bound, load_at_or_below)
         while (latest := self.latest_snapshot_offset(bound)) is not None:
             if self._load_snapshot(latest, now_ms):
                 return

@@ -27,7 +27,6 @@ from wherry.log.config import LogConfig
 from wherry.log.errors import LogOffsetError, StorageError
 from wherry.log.index import TimestampOffset
 from wherry.log.producer_state import ProducerStateManager
-from wherry.log.txn_index import TXN_INDEX_SUFFIX
 from wherry.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -37,6 +36,7 @@ from wherry.log.segment import (
     RollParams,
     segment_file_name,
 )
+from wherry.log.txn_index import TXN_INDEX_SUFFIX
 from wherry.protocol.records import BatchHeader, CorruptRecordError, crc_ok
 
 __all__ = ["CLEANED_SUFFIX", "SEGMENT_SUFFIXES", "SWAP_SUFFIX", "LogSegments", "open_segment"]

@@ -232,3 +232,37 @@ def test_txn_offset_commit_pending_until_marker(broker: BrokerProcess) -> None:
             {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
              "committed_metadata": ""}]}]})
     assert r.topics[0].partitions[0].error_code == ErrorCode.unknown_member_id
+
+
+def test_aiokafka_read_committed_skips_aborted(broker: BrokerProcess) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    bs = broker.bootstrap
+    topic = f"tx-{uuid.uuid4().hex[:8]}"
+    create(bs, topic)
+    a, b = random.randrange(5 * 10**9, 6 * 10**9), random.randrange(6 * 10**9, 7 * 10**9)
+    produce(bs, topic, txn_batch(a, 0, 0, [b"kept"]), txn_id="ta")
+    produce(bs, topic, txn_batch(b, 0, 0, [b"gone"]), txn_id="tb")
+    assert markers(bs, (b, 0, False, 0, topic, 0), (a, 0, True, 0, topic, 0)) == [0, 0]
+    produce(bs, topic, build_batch([(b"k", b"tail")], timestamp_ms=NOW))
+
+    async def read() -> list[bytes]:
+        c = AIOKafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed",
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+        await c.start()
+        try:
+            c.assign([AioTopicPartition(topic, 0)])
+            got: list[bytes] = []
+            for _ in range(20):
+                batches = await c.getmany(timeout_ms=300)
+                got.extend(m.value for ms in batches.values() for m in ms)
+                if len(got) >= 2:
+                    break
+            return got
+        finally:
+            await c.stop()
+
+    assert asyncio.run(read()) == [b"kept", b"tail"]

@@ -188,6 +188,17 @@ def _metadata(topics: list[str] | None, *, auto: bool = False, cluster_ops: bool
     }
 
 
+def _txn_offset_commit(ctx: AuthzContext) -> dict[str, Any]:
+    return {
+        "transactional_id": ctx.transactional_id, "group_id": ctx.group,
+        "producer_id": 1_000_000, "producer_epoch": 0, "generation_id": 5,
+        "member_id": "authz-nobody", "group_instance_id": None,
+        "topics": [{"name": ctx.topic, "partitions": [
+            {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+             "committed_metadata": ""}]}],
+    }
+
+
 def _offset_commit(ctx: AuthzContext, group: str) -> dict[str, Any]:
     return {
         "group_id": group,
@@ -330,6 +341,27 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
         AuthzRow("alter-partition-cluster-action", 56, 3, lambda c: {
             "broker_id": c.broker_id, "broker_epoch": c.broker_epoch, "topics": []},
                  Op.CLUSTER_ACTION, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
+        # A marker for a missing topic: harmless when allowed.
+        AuthzRow("write-txn-markers-cluster-action", 27, 1, lambda c: {"markers": [{
+            "producer_id": 1_000_000, "producer_epoch": 0, "transaction_result": False,
+            "coordinator_epoch": 0,
+            "topics": [{"name": c.missing_topic, "partition_indexes": [0]}]}]},
+                 Op.CLUSTER_ACTION, RT.CLUSTER, _cluster,
+                 lambda r: int(r.markers[0].topics[0].partitions[0].error_code),
+                 CLUSTER_DENIED, int(ErrorCode.unknown_topic_or_partition)),
+        # TxnOffsetCommit as an unknown member of generation 5: refused after the checks.
+        AuthzRow("txn-offset-commit-transactional-id-write", 28, 3, _txn_offset_commit,
+                 Op.WRITE, RT.TRANSACTIONAL_ID, lambda c: c.transactional_id, topic_part,
+                 TXN_DENIED, grants=lambda c: [(Op.READ, RT.GROUP, c.group),
+                                               (Op.READ, RT.TOPIC, c.topic)]),
+        AuthzRow("txn-offset-commit-group-read", 28, 3, _txn_offset_commit,
+                 Op.READ, RT.GROUP, g, topic_part, GROUP_DENIED,
+                 grants=lambda c: [(Op.WRITE, RT.TRANSACTIONAL_ID, c.transactional_id),
+                                   (Op.READ, RT.TOPIC, c.topic)]),
+        AuthzRow("txn-offset-commit-topic-read", 28, 3, _txn_offset_commit,
+                 Op.READ, RT.TOPIC, t, topic_part, TOPIC_DENIED,
+                 grants=lambda c: [(Op.WRITE, RT.TRANSACTIONAL_ID, c.transactional_id),
+                                   (Op.READ, RT.GROUP, c.group)]),
         # --- groups ------------------------------------------------------------------------
         AuthzRow("offset-commit-group-read", 8, 8, lambda c: _offset_commit(c, c.group),
                  Op.READ, RT.GROUP, g, topic_part, GROUP_DENIED, NONE, grants=read_topic),

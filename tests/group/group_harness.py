@@ -16,7 +16,7 @@ from wherry.group.member import JoinGroupResult, SyncGroupResult
 from wherry.group.records import encode_subscription
 from wherry.group.state import GroupState
 from wherry.group.storage import AppendDone, Record
-from wherry.protocol.records import build_batch
+from wherry.protocol.records import build_batch, build_control_batch
 
 T0 = 1_700_000_000_000
 R = TypeVar("R")
@@ -33,32 +33,72 @@ class MemoryOffsetsLog:
         self.batches: dict[int, list[bytes]] = {}
         self.next_offset: dict[int, int] = {}
         self.hold = False
-        self.held: list[tuple[int, Sequence[Record], AppendDone]] = []
+        self.held: list[tuple[int, Sequence[Record], AppendDone, int, int]] = []
         self.fail_with: ErrorCode | None = None
         self.appends = 0
 
-    def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
+    def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        done: AppendDone,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
         self.appends += 1
         if self.hold:
-            self.held.append((partition, list(records), done))
+            self.held.append(
+                (partition, list(records), done, producer_id, producer_epoch)
+            )
             return
-        self._write(partition, records, done)
+        self._write(partition, records, done, producer_id, producer_epoch)
 
-    def _write(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
+    def _write(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        done: AppendDone,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
         if self.fail_with is not None:
             done(self.fail_with, -1)
             return
         base = self.next_offset.get(partition, 0)
         self.batches.setdefault(partition, []).append(
-            build_batch(list(records), base_offset=base, timestamp_ms=T0)
+            build_batch(
+                list(records),
+                base_offset=base,
+                timestamp_ms=T0,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=0 if producer_id >= 0 else -1,
+                is_transactional=producer_id >= 0,
+            )
         )
         self.next_offset[partition] = base + len(records)
         done(ErrorCode.none, base)
 
+    def write_marker(self, partition: int, producer_id: int, *, commit: bool) -> None:
+        """Append a COMMIT/ABORT marker of the producer (as WriteTxnMarkers would)."""
+        base = self.next_offset.get(partition, 0)
+        self.batches.setdefault(partition, []).append(
+            build_control_batch(
+                commit=commit,
+                producer_id=producer_id,
+                producer_epoch=0,
+                coordinator_epoch=0,
+                base_offset=base,
+                timestamp_ms=T0,
+            )
+        )
+        self.next_offset[partition] = base + 1
+
     def release(self) -> None:
         held, self.held = self.held, []
-        for partition, records, done in held:
-            self._write(partition, records, done)
+        for partition, records, done, producer_id, producer_epoch in held:
+            self._write(partition, records, done, producer_id, producer_epoch)
 
     def records(self, partition: int = 0) -> list[tuple[bytes | None, bytes | None]]:
         from wherry.protocol.records import iter_records

@@ -82,6 +82,7 @@ class Api(enum.Enum):
     DESCRIBE_GROUPS = "describe-groups"
     DELETE_GROUPS = "delete-groups"
     OFFSET_DELETE = "offset-delete"
+    TXN_OFFSET_COMMIT = "txn-offset-commit"
 
 
 # Group ids these APIs accept even when empty (Kafka keeps them for backwards compatibility).
@@ -555,15 +556,65 @@ class GroupCoordinator:
             case _:
                 raise AssertionError(f"unexpected group state {group.state}")
 
+    def handle_txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        callback: CommitCallback,
+        now_ms: int,
+    ) -> None:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): offsets of a transaction, pending
+        until its marker. A producer outside the group's management sends generation -1 and
+        no member id, accepted whatever the group's state."""
+        err = self._group_status(group_id, Api.TXN_OFFSET_COMMIT, now_ms)
+        if err is not None:
+            callback(dict.fromkeys(offsets, err))
+            return
+        group = self._manager.get_group(group_id)
+        if group is None:
+            group = self._manager.add_group(GroupMetadata(group_id, _E, self.now_ms))
+        err = self._validate_offset_commit(
+            group, generation_id, member_id, group_instance_id, transactional=True
+        )
+        if err is not None:
+            callback(dict.fromkeys(offsets, err))
+            return
+        self._manager.store_txn_offsets(group, producer_id, producer_epoch, offsets, callback)
+
+    def on_transaction_completed(
+        self, producer_id: int, offsets_partitions: Iterable[int], is_commit: bool
+    ) -> None:
+        """WriteTxnMarkers wrote the producer's marker to these `__consumer_offsets`
+        partitions: materialize (commit) or drop (abort) its pending offsets there."""
+        self._manager.handle_txn_completion(producer_id, offsets_partitions, is_commit)
+
     def _validate_offset_commit(
         self,
         group: GroupMetadata,
         generation_id: int,
         member_id: str,
         group_instance_id: str | None,
+        *,
+        transactional: bool = False,
     ) -> ErrorCode | None:
         if group.is_(_D):
             return ErrorCode.coordinator_not_available
+        if transactional:
+            managed = (
+                generation_id >= 0
+                or member_id != UNKNOWN_MEMBER_ID
+                or group_instance_id is not None
+            )
+            if managed:
+                return self._validate_member_generation(
+                    group, member_id, group_instance_id, generation_id, "txn-offset-commit"
+                )
+            return None
         if generation_id < 0 and group.is_(_E):
             # Admin client or a consumer without group management: fine while the group is empty.
             return None

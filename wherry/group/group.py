@@ -102,6 +102,10 @@ class GroupMetadata:
         self._supported_protocols: dict[str, int] = {}
         self._offsets: dict[TopicPartition, CommitRecordMetadataAndOffset] = {}
         self._pending_offset_commits: dict[TopicPartition, OffsetAndMetadata] = {}
+        # producer id -> its transactional offsets awaiting the transaction's marker
+        self._pending_txn_offset_commits: dict[
+            int, dict[TopicPartition, CommitRecordMetadataAndOffset]
+        ] = {}
         self.subscribed_topics: frozenset[str] | None = None
         self.new_member_added = False
 
@@ -477,7 +481,59 @@ class GroupMetadata:
             del self._pending_offset_commits[tp]
 
     def has_pending_offset_commits(self, tp: TopicPartition) -> bool:
-        return tp in self._pending_offset_commits
+        """A commit of `tp` in flight, or a transactional one awaiting its marker."""
+        return tp in self._pending_offset_commits or any(
+            tp in pending for pending in self._pending_txn_offset_commits.values()
+        )
+
+    # --- transactional offsets (Kafka's pendingTransactionalOffsetCommits) ----------------------
+    def initialize_pending_txn_offsets(
+        self, pending: Mapping[int, Mapping[TopicPartition, CommitRecordMetadataAndOffset]]
+    ) -> None:
+        for producer_id, offsets in pending.items():
+            self._pending_txn_offset_commits.setdefault(producer_id, {}).update(offsets)
+
+    def prepare_txn_offset_commit(
+        self, producer_id: int, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    ) -> None:
+        staged = self._pending_txn_offset_commits.setdefault(producer_id, {})
+        for tp, om in offsets.items():
+            staged[tp] = CommitRecordMetadataAndOffset(None, om)
+
+    def on_txn_offset_commit_append(
+        self, producer_id: int, tp: TopicPartition, committed: CommitRecordMetadataAndOffset
+    ) -> None:
+        staged = self._pending_txn_offset_commits.get(producer_id)
+        if staged is not None:
+            current = staged.get(tp)
+            if current is not None and current.offset_and_metadata == committed.offset_and_metadata:
+                staged[tp] = committed
+
+    def fail_pending_txn_offset_commit(self, producer_id: int, tp: TopicPartition) -> None:
+        staged = self._pending_txn_offset_commits.get(producer_id)
+        if staged is not None:
+            staged.pop(tp, None)
+            if not staged:
+                del self._pending_txn_offset_commits[producer_id]
+
+    def complete_pending_txn_offset_commit(self, producer_id: int, is_commit: bool) -> None:
+        """The producer's transaction ended: its offsets become committed (if newer than the
+        current ones) or are dropped."""
+        staged = self._pending_txn_offset_commits.pop(producer_id, None)
+        if not is_commit or staged is None:
+            return
+        for tp, committed in staged.items():
+            if committed.appended_batch_offset is None:
+                continue  # its write has not been acknowledged: not in the log before the marker
+            current = self._offsets.get(tp)
+            if current is None or current.older_than(committed):
+                self._offsets[tp] = committed
+
+    def has_pending_offset_commits_from_producer(self, producer_id: int) -> bool:
+        return producer_id in self._pending_txn_offset_commits
+
+    def pending_txn_producers(self) -> list[int]:
+        return list(self._pending_txn_offset_commits)
 
     def offset(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         c = self._offsets.get(tp)
@@ -497,7 +553,11 @@ class GroupMetadata:
 
     @property
     def has_offsets(self) -> bool:
-        return bool(self._offsets) or bool(self._pending_offset_commits)
+        return (
+            bool(self._offsets)
+            or bool(self._pending_offset_commits)
+            or bool(self._pending_txn_offset_commits)
+        )
 
     def remove_all_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return self.remove_offsets(list(self._offsets))
@@ -508,6 +568,8 @@ class GroupMetadata:
         removed: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp in tps:
             self._pending_offset_commits.pop(tp, None)
+            for staged in self._pending_txn_offset_commits.values():
+                staged.pop(tp, None)
             c = self._offsets.pop(tp, None)
             if c is not None:
                 removed[tp] = c.offset_and_metadata

@@ -2,9 +2,10 @@
 
 The log is read in order; for each key the last value wins and a tombstone (null value)
 deletes (Kafka's GroupMetadataManager.doLoadGroupsAndOffsets). Offsets remember the base
-offset of the batch that stored them. Transactional batches and control batches are skipped:
-this broker has no transactions, so nothing writes them. Records that do not parse are logged
-and skipped instead of failing the whole partition.
+offset of the batch that stored them. Offsets of transactional batches (TxnOffsetCommit) stay
+pending per producer until that producer's marker: a COMMIT makes them committed (unless a
+newer commit is there already), an ABORT drops them; those with no marker yet stay pending.
+Records that do not parse are logged and skipped instead of failing the whole partition.
 """
 
 from __future__ import annotations
@@ -25,11 +26,20 @@ from wherry.group.records import (
     decode_key,
     decode_offset_commit_value,
 )
-from wherry.protocol.records import RecordError, iter_batches, iter_records
+from wherry.protocol.records import (
+    CONTROL_COMMIT,
+    RecordError,
+    iter_batches,
+    iter_records,
+    parse_control_record,
+)
 
 log = logging.getLogger(__name__)
 
 __all__ = ["PartitionSnapshot", "read_partition"]
+
+
+_Offsets = dict[TopicPartition, CommitRecordMetadataAndOffset]
 
 
 @dataclass(slots=True)
@@ -41,8 +51,21 @@ class PartitionSnapshot:
     offsets: dict[str, dict[TopicPartition, CommitRecordMetadataAndOffset]] = field(
         default_factory=dict
     )
+    # producer id -> group -> transactional offsets with no marker (yet)
+    pending_txn_offsets: dict[int, dict[str, _Offsets]] = field(default_factory=dict)
     records: int = 0
     skipped: int = 0
+
+    def _complete_txn(self, producer_id: int, is_commit: bool) -> None:
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if not is_commit or pending is None:
+            return
+        for group, offsets in pending.items():
+            loaded = self.offsets.setdefault(group, {})
+            for tp, committed in offsets.items():
+                current = loaded.get(tp)
+                if current is None or current.older_than(committed):
+                    loaded[tp] = committed
 
 
 def read_partition(batches: Iterable[bytes | bytearray | memoryview]) -> PartitionSnapshot:
@@ -51,8 +74,16 @@ def read_partition(batches: Iterable[bytes | bytearray | memoryview]) -> Partiti
     for chunk in batches:
         buf = bytes(chunk)
         for pos, header in iter_batches(buf):
-            if header.is_control or header.is_transactional:
+            if header.is_control:
+                try:
+                    control = next(iter(iter_records(buf, pos)), None)
+                    if control is not None:
+                        control_type, _ = parse_control_record(control)
+                        snap._complete_txn(header.producer_id, control_type == CONTROL_COMMIT)
+                except RecordError as e:
+                    log.error("Skipping unreadable marker at offset %d: %s", header.base_offset, e)
                 continue
+            txn_producer = header.producer_id if header.is_transactional else None
             try:
                 records = list(iter_records(buf, pos))
             except RecordError as e:
@@ -66,7 +97,7 @@ def read_partition(batches: Iterable[bytes | bytearray | memoryview]) -> Partiti
                     snap.skipped += 1
                     continue
                 try:
-                    _apply(snap, decode_key(rec.key), rec.value, header.base_offset)
+                    _apply(snap, decode_key(rec.key), rec.value, header.base_offset, txn_producer)
                 except RecordFormatError as e:
                     log.error("Skipping unreadable record at offset %d: %s", rec.offset, e)
                     snap.skipped += 1
@@ -78,10 +109,22 @@ def _apply(
     key: OffsetCommitKey | GroupMetadataKey | UnknownKey,
     value: bytes | None,
     batch_base_offset: int,
+    txn_producer: int | None = None,
 ) -> None:
     match key:
         case OffsetCommitKey(group=group, topic=topic, partition=partition):
             tp = TopicPartition(topic, partition)
+            if txn_producer is not None:
+                pending = snap.pending_txn_offsets.setdefault(txn_producer, {}).setdefault(
+                    group, {}
+                )
+                if value is None:
+                    pending.pop(tp, None)
+                else:
+                    pending[tp] = CommitRecordMetadataAndOffset(
+                        batch_base_offset, _offset_value(value)
+                    )
+                return
             if value is None:
                 offsets = snap.offsets.get(group)
                 if offsets is not None:
@@ -89,16 +132,8 @@ def _apply(
                     if not offsets:
                         del snap.offsets[group]
                 return
-            v = decode_offset_commit_value(value)
-            om = OffsetAndMetadata(
-                v.offset,
-                v.leader_epoch,
-                v.metadata,
-                v.commit_timestamp_ms,
-                None if v.expire_timestamp_ms == -1 else v.expire_timestamp_ms,
-            )
             snap.offsets.setdefault(group, {})[tp] = CommitRecordMetadataAndOffset(
-                batch_base_offset, om
+                batch_base_offset, _offset_value(value)
             )
         case GroupMetadataKey(group=group):
             if value is None:
@@ -109,3 +144,14 @@ def _apply(
                 snap.removed_groups.discard(group)
         case UnknownKey(version=version):
             log.warning("Ignoring record with unknown key version %d", version)
+
+
+def _offset_value(value: bytes) -> OffsetAndMetadata:
+    v = decode_offset_commit_value(value)
+    return OffsetAndMetadata(
+        v.offset,
+        v.leader_epoch,
+        v.metadata,
+        v.commit_timestamp_ms,
+        None if v.expire_timestamp_ms == -1 else v.expire_timestamp_ms,
+    )

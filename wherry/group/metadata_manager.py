@@ -111,6 +111,8 @@ class GroupMetadataManager:
         self._owned: set[int] = set()
         self._loading: dict[int, int | None] = {}  # partition -> epoch being loaded
         self._epochs: dict[int, int] = {}  # partition -> latest leader epoch seen
+        # producer id -> groups with its transactional offsets (Kafka's openGroupsForProducer)
+        self._producer_groups: dict[int, set[str]] = {}
         self._prefix = log_prefix
 
     # --- placement ------------------------------------------------------------------------------
@@ -209,6 +211,15 @@ class GroupMetadataManager:
             group = GroupMetadata(group_id, GroupState.EMPTY, now_ms)
             group.initialize_offsets(offsets)
             self._groups.setdefault(group_id, group)
+        for producer_id, by_group in snap.pending_txn_offsets.items():
+            for group_id, pending in by_group.items():
+                if not pending:
+                    continue
+                group = self._groups.setdefault(
+                    group_id, GroupMetadata(group_id, GroupState.EMPTY, now_ms)
+                )
+                group.initialize_pending_txn_offsets({producer_id: pending})
+                self._producer_groups.setdefault(producer_id, set()).add(group_id)
         for group_id in snap.removed_groups:
             existing = self._groups.get(group_id)
             if existing is not None and group_id not in snap.groups and existing.size:
@@ -386,6 +397,92 @@ class GroupMetadataManager:
             )
 
         self._storage.append(p, records, done)
+
+    def store_txn_offsets(
+        self,
+        group: GroupMetadata,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        callback: CommitCallback,
+    ) -> None:
+        """TxnOffsetCommit: write the offsets as a transactional batch of the producer; they
+        stay pending (invisible to OffsetFetch) until its marker (`handle_txn_completion`)."""
+        valid = {tp: om for tp, om in offsets.items() if self._metadata_ok(om.metadata)}
+        if not valid:
+            callback(dict.fromkeys(offsets, ErrorCode.offset_metadata_too_large))
+            return
+        p = self.partition_for(group.group_id)
+        if p not in self._owned:
+            callback(dict.fromkeys(offsets, ErrorCode.not_coordinator))
+            return
+        records: list[Record] = [
+            (
+                offset_commit_key(group.group_id, tp.topic, tp.partition),
+                encode_offset_commit_value(
+                    OffsetCommitValue(
+                        om.committed_offset,
+                        om.leader_epoch,
+                        om.metadata,
+                        om.commit_timestamp_ms,
+                        -1,
+                    )
+                ),
+            )
+            for tp, om in valid.items()
+        ]
+        self._producer_groups.setdefault(producer_id, set()).add(group.group_id)
+        group.prepare_txn_offset_commit(producer_id, valid)
+
+        def done(error: ErrorCode, base_offset: int) -> None:
+            if error == ErrorCode.none:
+                if not group.is_(GroupState.DEAD):
+                    for tp, om in valid.items():
+                        group.on_txn_offset_commit_append(
+                            producer_id, tp, CommitRecordMetadataAndOffset(base_offset, om)
+                        )
+                result = ErrorCode.none
+            else:
+                if not group.is_(GroupState.DEAD):
+                    for tp in valid:
+                        group.fail_pending_txn_offset_commit(producer_id, tp)
+                log.debug(
+                    "%s Transactional offset commit of producer %d for group %s failed when "
+                    "appending to log due to %s",
+                    self._prefix,
+                    producer_id,
+                    group.group_id,
+                    error.name,
+                )
+                result = _COMMIT_ERRORS.get(error, error)
+            callback(
+                {
+                    tp: result if tp in valid else ErrorCode.offset_metadata_too_large
+                    for tp in offsets
+                }
+            )
+
+        self._storage.append(
+            p, records, done, producer_id=producer_id, producer_epoch=producer_epoch
+        )
+
+    def handle_txn_completion(
+        self, producer_id: int, partitions: Iterable[int], is_commit: bool
+    ) -> None:
+        """A COMMIT/ABORT marker of the producer was written to the offsets `partitions`:
+        complete its pending transactional offsets in their groups (Kafka's
+        handleTxnCompletion)."""
+        wanted = set(partitions)
+        groups = self._producer_groups.get(producer_id)
+        if not groups:
+            return
+        for group_id in [g for g in groups if self.partition_for(g) in wanted]:
+            group = self._groups.get(group_id)
+            if group is not None and not group.is_(GroupState.DEAD):
+                group.complete_pending_txn_offset_commit(producer_id, is_commit)
+            groups.discard(group_id)
+        if not groups:
+            del self._producer_groups[producer_id]
 
     # --- reading offsets ------------------------------------------------------------------------
     def get_offsets(

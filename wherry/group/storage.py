@@ -19,6 +19,15 @@ AppendDone = Callable[[ErrorCode, int], None]  # (error, base offset of the appe
 
 
 class OffsetsStorage(Protocol):
-    def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
-        """Append `records` as one batch to the offsets topic's `partition`."""
+    def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        done: AppendDone,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
+        """Append `records` as one batch to the offsets topic's `partition`; with a
+        `producer_id`, a transactional batch of that producer (TxnOffsetCommit)."""
         ...

@@ -20,6 +20,10 @@ each key:
 * Tombstones (null values): the first clean that keeps one stamps its batch with a delete
   horizon (attribute bit 6, base timestamp = now + `delete.retention.ms`, KIP-534); a later
   clean after the horizon removes them.
+* Transactions (Kafka's CleanedTransactionMetadata): the dirty section ends at the first
+  unstable offset too; batches of aborted transactions (the txn indexes say which) neither
+  enter the offset map nor survive; a marker whose transaction has no batch left is stamped
+  with a delete horizon and removed by a clean after it; committed data compacts as any other.
 * Crash safety: the output is written to `<base>.log.cleaned`, fsynced, and swapped in by
   `Log.replace_segments` (`.swap`, old segments deleted, rename into place); `Log.open`
   deletes `.cleaned` files and completes `.swap`s.
@@ -35,6 +39,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +49,9 @@ from wherry.log.checkpoint import OffsetCheckpointFile
 from wherry.log.config import LONG_MAX
 from wherry.log.errors import LogError
 from wherry.log.log import Log
+from wherry.log.producer_state import read_marker
 from wherry.log.segment import LogSegment
+from wherry.log.txn_index import AbortedTxn
 from wherry.protocol.records import (
     ATTR_DELETE_HORIZON,
     BatchHeader,
@@ -133,7 +140,8 @@ def cleanable_offsets(log_: Log, checkpoint: int | None, now_ms: int) -> LogToCl
         end = log_.log_end_offset
         first_dirty = start if checkpoint is None or not start <= checkpoint <= end else checkpoint
         active = segments[-1]
-        uncleanable = min(active.base_offset, log_.high_watermark)
+        # Kafka: never past the first unstable offset either (open transactions stay dirty).
+        uncleanable = min(active.base_offset, log_.last_stable_offset)
         dirty_non_active = [
             s for i, s in enumerate(segments[:-1]) if segments[i + 1].base_offset > first_dirty
         ]
@@ -205,6 +213,8 @@ def _build_offset_map(
     the map and the end offset it covers (None if a segment left the log meanwhile)."""
     offset_map: dict[bytes, int] = {}
     end = first_dirty
+    # Records of aborted transactions do not enter the map (they must not shadow older ones).
+    txns = _TxnMetadata(log_.collect_aborted_transactions(first_dirty, upper))
     for segment, next_base in segments:
         if segment.base_offset >= upper:
             break
@@ -213,7 +223,9 @@ def _build_offset_map(
             for header, data in _iter_segment_batches(log_, segment):
                 if header.last_offset < first_dirty or header.base_offset >= upper:
                     continue
-                if not header.is_control:
+                if header.is_control:
+                    txns.on_control_batch(header, data)
+                elif not txns.on_batch(header):
                     for record in iter_records(data):
                         if first_dirty <= record.offset < upper and record.key is not None:
                             seg_map[record.key] = record.offset
@@ -340,6 +352,9 @@ def _clean_group(
 ) -> bool:
     config = log_.config
     new = log_.new_cleaned_segment(group[0].base_offset, now_ms)
+    txns = _TxnMetadata(
+        log_.collect_aborted_transactions(group[0].base_offset, group[-1].read_next_offset())
+    )
     try:
         for old in group:
             out = bytearray()
@@ -354,6 +369,7 @@ def _clean_group(
                     now_ms,
                     config.delete_retention_ms,
                     result,
+                    txns,
                 )
                 if kept is None:
                     continue
@@ -366,6 +382,8 @@ def _clean_group(
                     headers = []
             if headers:
                 new.append(out, headers)
+        for txn in txns.cleaned_index:
+            new.txn_index.append(txn)
         new.on_become_inactive()
         new.flush()
         with contextlib.suppress(OSError):  # Kafka keeps the last old segment's mtime
@@ -392,11 +410,30 @@ def _filter_batch(
     now_ms: int,
     delete_retention_ms: int,
     result: CleanResult,
+    txns: _TxnMetadata | None = None,
 ) -> bytes | None:
-    """The batch to write for `data` (itself, a rebuilt one, or None to drop it)."""
-    if header.is_control or header.is_transactional:
-        return data  # transactions are not compacted (yet): keep markers and their data
+    """The batch to write for `data` (itself, a rebuilt one, or None to drop it).
+
+    Transactions (Kafka's CleanedTransactionMetadata): batches of aborted transactions go;
+    a marker whose transaction has no data left gets a delete horizon
+    (now + delete.retention.ms) and goes once it passed; committed data is compacted as
+    any other."""
     horizon = header.base_timestamp if header.attributes & ATTR_DELETE_HORIZON else None
+    keep_empty = header.has_producer_id and last_of_producer.get(header.producer_id) == (
+        header.last_offset
+    )
+    if header.is_control:
+        if txns is None or not txns.on_control_batch(header, data):
+            return data
+        if horizon is not None:
+            return data if horizon > now_ms else None
+        stamped = now_ms + delete_retention_ms
+        prev = result.min_delete_horizon_ms
+        result.min_delete_horizon_ms = stamped if prev is None else min(prev, stamped)
+        return build_retained_batch(header, list(iter_records(data)), delete_horizon_ms=stamped)
+    if txns is not None and txns.on_batch(header):
+        result.records_removed += header.record_count
+        return build_retained_batch(header, []) if keep_empty else None
     kept: list[Record] = []
     removed = 0
     tombstones = False
@@ -418,12 +455,59 @@ def _filter_batch(
         new_horizon = None
     if removed == 0 and new_horizon == horizon:
         return data
-    keep_empty = header.has_producer_id and last_of_producer.get(header.producer_id) == (
-        header.last_offset
-    )
     if not kept and not keep_empty:
         return None
     return build_retained_batch(header, kept, delete_horizon_ms=new_horizon)
+
+
+class _TxnMetadata:
+    """What the cleaner knows of transactions while it walks batches in offset order (Kafka's
+    CleanedTransactionMetadata): the aborted ones (from the txn indexes) become current as
+    their first offset is reached; their batches are discarded; a marker may go once no batch
+    of its transaction was met (`on_control_batch` True)."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        self._aborted = deque(sorted(aborted, key=lambda t: t.first_offset))
+        self._ongoing_aborted: dict[int, tuple[AbortedTxn, bool]] = {}  # pid -> (txn, seen)
+        self._ongoing_committed: set[int] = set()
+        self.cleaned_index: list[AbortedTxn] = []  # entries the cleaned segment keeps
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._aborted and self._aborted[0].first_offset <= offset:
+            txn = self._aborted.popleft()
+            self._ongoing_aborted.setdefault(txn.producer_id, (txn, False))
+
+    def on_batch(self, header: BatchHeader) -> bool:
+        """A data batch: True if it belongs to an aborted transaction (discard it)."""
+        self._consume_up_to(header.last_offset)
+        if not header.is_transactional:
+            return False
+        ongoing = self._ongoing_aborted.get(header.producer_id)
+        if ongoing is not None:
+            self._ongoing_aborted[header.producer_id] = (ongoing[0], True)
+            return True
+        self._ongoing_committed.add(header.producer_id)
+        return False
+
+    def on_control_batch(self, header: BatchHeader, data: bytes) -> bool:
+        """A marker: True if no batch of its transaction was met (it may be discarded)."""
+        self._consume_up_to(header.last_offset)
+        if header.record_count == 0:
+            return True  # an emptied control batch
+        marker = read_marker(data)
+        if marker is None:
+            return False
+        pid = header.producer_id
+        if marker.is_abort:
+            ongoing = self._ongoing_aborted.pop(pid, None)
+            if ongoing is not None and ongoing[1]:
+                self.cleaned_index.append(ongoing[0])
+                return False
+            return True
+        if pid in self._ongoing_committed:
+            self._ongoing_committed.discard(pid)
+            return False
+        return True
 
 
 def _retain(

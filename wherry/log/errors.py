@@ -7,12 +7,14 @@ from kio.schema.errors import ErrorCode
 __all__ = [
     "CorruptIndexError",
     "InvalidProducerEpochError",
+    "InvalidTxnStateError",
     "LogDirLockedError",
     "LogError",
     "LogOffsetError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "StorageError",
+    "TransactionCoordinatorFencedError",
 ]
 
 
@@ -64,3 +66,15 @@ class CorruptIndexError(LogError):
     """An offset or time index file failed its sanity check."""
 
     error_code = ErrorCode.corrupt_message
+
+
+class TransactionCoordinatorFencedError(LogError):
+    """A transaction marker from an older coordinator epoch than the one the partition saw."""
+
+    error_code = ErrorCode.transaction_coordinator_fenced
+
+
+class InvalidTxnStateError(LogError):
+    """A non-transactional write from a producer whose transaction is ongoing."""
+
+    error_code = ErrorCode.invalid_txn_state

@@ -24,7 +24,7 @@ from wherry.log.checkpoint import fsync_dir
 from wherry.log.config import LogConfig
 from wherry.log.errors import CorruptIndexError
 from wherry.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from wherry.log.producer_state import ProducerStateManager
+from wherry.log.producer_state import ProducerStateManager, read_marker
 from wherry.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -41,6 +41,7 @@ from wherry.log.segments import (
     LogSegments,
     open_segment,
 )
+from wherry.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from wherry.protocol.records import BatchHeader, RecordError
 
 __all__ = ["LoadedLog", "LogLoader", "rebuild_producer_state"]
@@ -71,16 +72,45 @@ def rebuild_producer_state(
     log_start_offset: int,
     log_end_offset: int,
     now_ms: int | None,
+    rebuild_txn_index_from: int | None = None,
 ) -> None:
-    """Load the latest snapshot <= `log_end_offset` and replay batches from there to it."""
-    producer_state.truncate_and_reload(log_start_offset, log_end_offset, now_ms)
+    """Load the latest snapshot <= `log_end_offset` and replay batches from there to it.
+
+    With `rebuild_txn_index_from` (the base offset of the first recovered segment) the
+    aborted-transaction indexes of the segments from there on are rebuilt by the replay,
+    which then starts from a snapshot at or below that offset."""
+    if rebuild_txn_index_from is not None:
+        for segment in segments.segments_from(rebuild_txn_index_from):
+            if segment.base_offset >= rebuild_txn_index_from:
+                segment.txn_index.reset()
+    producer_state.truncate_and_reload(
+        log_start_offset, log_end_offset, now_ms, load_at_or_below=rebuild_txn_index_from
+    )
     start = producer_state.map_end_offset
     if start < log_end_offset:
         replayed = 0
-        for _, header in segments.iter_batches_from(start):
-            if header.base_offset >= start:
-                producer_state.update(header)
-                replayed += 1
+        for segment, pos, header in segments.iter_batch_positions_from(start):
+            if header.base_offset < start:
+                continue
+            marker = None
+            if header.is_control and header.has_producer_id:
+                marker = read_marker(segment.read_bytes(pos, header.size_in_bytes))
+            completed = producer_state.update(header, marker=marker)
+            replayed += 1
+            if (
+                completed is not None
+                and completed.is_aborted
+                and rebuild_txn_index_from is not None
+                and segment.base_offset >= rebuild_txn_index_from
+            ):
+                segment.txn_index.append(
+                    AbortedTxn(
+                        completed.producer_id,
+                        completed.first_offset,
+                        completed.last_offset,
+                        producer_state.last_stable_offset_after(completed),
+                    )
+                )
         log.info(
             "%s: rebuilt producer state from offset %d (%d batches replayed)",
             segments.topic_partition,
@@ -113,7 +143,7 @@ class LogLoader:
         leader_epochs = LeaderEpochCache(dir / LEADER_EPOCH_CHECKPOINT)
 
         segments = self._load_segments()
-        self._recover_segments(segments, leader_epochs)
+        recovered_from = self._recover_segments(segments, leader_epochs)
         last_end: int | None = None
         if segments:
             last_end = self._next_offset_of(segments[-1])
@@ -167,6 +197,7 @@ class LogLoader:
             log_start_offset=start,
             log_end_offset=log_end_offset,
             now_ms=self.now_ms,
+            rebuild_txn_index_from=recovered_from,
         )
         producer_state.remove_stray_snapshots([s.base_offset for s in segments])
         log.info(
@@ -211,6 +242,8 @@ class LogLoader:
         for name in os.listdir(dir):
             if not name.endswith(SWAP_SUFFIX):
                 continue
+            if name.endswith(TXN_INDEX_SUFFIX + SWAP_SUFFIX):
+                continue  # moved into place with its segment below (not rebuilt from data)
             if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
                 try:
                     swaps.append(offset_from_file_name(name))
@@ -255,7 +288,7 @@ class LogLoader:
             try:
                 if name.endswith(LOG_SUFFIX):
                     log_offsets.add(offset_from_file_name(name))
-                elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+                elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
                     index_files.append((offset_from_file_name(name), name))
             except ValueError:
                 log.warning("ignoring unexpected file %s", dir / name)
@@ -270,8 +303,11 @@ class LogLoader:
 
     def _recover_segments(
         self, segments: list[LogSegment], leader_epochs: LeaderEpochCache
-    ) -> None:
-        """Recover (in place) the segments that need it; drop those after a truncation."""
+    ) -> int | None:
+        """Recover (in place) the segments that need it; drop those after a truncation.
+        Returns the base offset of the first recovered segment (None if none was): the
+        aborted-transaction indexes are rebuilt from there."""
+        recovered_from: int | None = None
         tp, had_clean_shutdown = self.topic_partition, self.had_clean_shutdown
         first_unflushed = len(segments)
         if not had_clean_shutdown:
@@ -295,6 +331,8 @@ class LogLoader:
                     log.warning("%s: %s; rebuilding its indexes", tp, exc)
                     need = True
             if need:
+                if recovered_from is None:
+                    recovered_from = segment.base_offset
                 log.info("%s: recovering segment %d", tp, segment.base_offset)
                 truncated = segment.recover(on_batch=assign_epoch)
                 if truncated > 0 and i + 1 < len(segments):
@@ -305,3 +343,4 @@ class LogLoader:
                         later.delete()
                     del segments[i + 1 :]
             i += 1
+        return recovered_from

@@ -34,9 +34,15 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.errors import OffsetOutOfRangeError, StorageError
 from wherry.log.loader import LoadedLog, LogLoader, rebuild_producer_state
-from wherry.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, SNAPSHOT_SUFFIX
+from wherry.log.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    SNAPSHOT_SUFFIX,
+    EndTxnMarker,
+    read_marker,
+)
 from wherry.log.retention import LogRetention, RetentionBounds
 from wherry.log.segment import LogSegment
+from wherry.log.txn_index import AbortedTxn
 from wherry.log.validator import (
     InvalidTimestampError,
     RecordBatchTooLargeError,
@@ -51,6 +57,7 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
+    "AbortedTxn",
     "AppendInfo",
     "InvalidTimestampError",
     "Log",
@@ -186,6 +193,22 @@ class Log:
         return self._high_watermark
 
     @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of an open transaction, or of one whose marker is not below the
+        high watermark yet (None if there is none)."""
+        with self._lock:
+            return self.producer_state.first_unstable_offset(self._high_watermark)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the first unstable offset, bounded by the high watermark (Kafka's
+        UnifiedLog.lastStableOffset); read_committed consumers read below it."""
+        with self._lock:
+            hw = self._high_watermark
+            first = self.producer_state.first_unstable_offset(hw)
+            return hw if first is None else min(first, hw)
+
+    @property
     def segments(self) -> list[LogSegment]:
         """A copy of the segment list (oldest first)."""
         with self._lock:
@@ -264,6 +287,7 @@ class Log:
         leader_epoch: int,
         now_ms: int,
         validate: bool = True,
+        from_coordinator: bool = False,
     ) -> AppendInfo:
         """Append a client's record batch (normally exactly one), assigning offsets.
 
@@ -274,6 +298,10 @@ class Log:
         the idempotent-producer checks: a retried batch returns its original offsets with
         `duplicate=True` and writes nothing. Rolls the segment first if needed and fsyncs when
         flush.messages is reached. `batch` is modified in place when it is a bytearray.
+
+        `from_coordinator` (Kafka's AppendOrigin.COORDINATOR): the transaction coordinator's
+        COMMIT/ABORT markers, which clients may not write; a marker from an older coordinator
+        epoch than the producer's last raises TransactionCoordinatorFencedError.
         """
         buf = batch if isinstance(batch, bytearray) else bytearray(batch)
         with self._lock:
@@ -288,6 +316,7 @@ class Log:
                 topic_partition=self.topic_partition,
                 now_ms=now_ms,
                 validate=validate,
+                allow_control=from_coordinator,
             )
             first_offset = self._log_end_offset
             log_append_time = now_ms if config.log_append_time else -1
@@ -298,7 +327,10 @@ class Log:
                 leader_epoch=leader_epoch,
                 log_append_time_ms=now_ms if config.log_append_time else None,
             )
-            duplicate = self.producer_state.check_batches(headers)
+            markers = _markers(buf, [(p, h) for (p, _), h in zip(batches, headers, strict=True)])
+            duplicate = self.producer_state.check_batches(
+                headers, markers, client=not from_coordinator
+            )
             if duplicate is not None:
                 return AppendInfo(
                     duplicate.first_offset,
@@ -310,7 +342,9 @@ class Log:
                 )
 
             max_ts = max(h.max_timestamp for h in headers)
-            self._append(buf, list(zip((p for p, _ in batches), headers, strict=True)), now_ms)
+            self._append(
+                buf, list(zip((p for p, _ in batches), headers, strict=True)), now_ms, markers
+            )
             return AppendInfo(
                 first_offset,
                 headers[-1].next_offset - 1,
@@ -340,7 +374,7 @@ class Log:
                 topic_partition=self.topic_partition,
                 log_end_offset=self._log_end_offset,
             )
-            self._append(records, batches, now)
+            self._append(records, batches, now, _markers(records, batches))
             first, last = batches[0][1], batches[-1][1]
             return AppendInfo(
                 first.base_offset,
@@ -357,6 +391,7 @@ class Log:
         data: bytes | bytearray | memoryview,
         batches: Sequence[tuple[int, BatchHeader]],
         now_ms: int,
+        markers: Sequence[EndTxnMarker | None],
     ) -> None:
         last = batches[-1][1]
         max_ts = max(h.max_timestamp for _, h in batches)
@@ -368,10 +403,21 @@ class Log:
             now_ms=now_ms,
         )
         segment.append(data, batches)
-        for _, header in batches:
+        state = self.producer_state
+        for (_, header), marker in zip(batches, markers, strict=True):
             if header.partition_leader_epoch >= 0:
                 self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-            self.producer_state.update(header)
+            completed = state.update(header, marker=marker)
+            if completed is not None and completed.is_aborted:
+                # Kafka: the segment the marker went to indexes the aborted transaction.
+                segment.txn_index.append(
+                    AbortedTxn(
+                        completed.producer_id,
+                        completed.first_offset,
+                        completed.last_offset,
+                        state.last_stable_offset_after(completed),
+                    )
+                )
         self._log_end_offset = last.next_offset
         self.producer_state.update_map_end_offset(self._log_end_offset)
         if self.unflushed_messages >= self.config.flush_messages:
@@ -432,6 +478,19 @@ class Log:
                 if h.last_offset >= start
             ]
         yield from items
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper_bound), from the txn indexes
+        of the segment holding `start_offset` and the later ones (Kafka's
+        collectAbortedTransactions)."""
+        with self._lock:
+            found: list[AbortedTxn] = []
+            for segment in self._segments.segments_from(start_offset):
+                result = segment.txn_index.collect(start_offset, upper_bound)
+                found.extend(result.aborted)
+                if result.is_complete:
+                    break
+            return found
 
     def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
         """ListOffsets: the first record with timestamp >= `timestamp` (None if none).
@@ -734,6 +793,16 @@ class Log:
         """Raise RecordError/LogOffsetError if any batch is invalid or offsets do not increase."""
         with self._lock:
             self._segments.check_integrity(self._log_end_offset)
+
+
+def _markers(
+    buf: bytes | bytearray | memoryview, batches: Sequence[tuple[int, BatchHeader]]
+) -> list[EndTxnMarker | None]:
+    """The COMMIT/ABORT marker of each control batch (None for the others)."""
+    return [
+        read_marker(buf, pos) if header.is_control and header.has_producer_id else None
+        for pos, header in batches
+    ]
 
 
 def snapshot_files(dir: Path) -> list[Path]:

@@ -27,18 +27,33 @@ from pathlib import Path
 import google_crc32c
 
 from wherry.log.checkpoint import atomic_write, fsync_dir, read_file
-from wherry.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from wherry.protocol.records import BatchHeader
+from wherry.log.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+from wherry.protocol.records import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    BatchHeader,
+    RecordError,
+    iter_records,
+    parse_control_record,
+)
 
 __all__ = [
     "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
     "NUM_BATCHES_TO_RETAIN",
     "SNAPSHOT_SUFFIX",
     "BatchMetadata",
+    "CompletedTxn",
     "CorruptSnapshotError",
     "DuplicateBatch",
+    "EndTxnMarker",
     "ProducerStateEntry",
     "ProducerStateManager",
+    "read_marker",
     "read_snapshot",
     "snapshot_file_name",
     "write_snapshot",
@@ -74,6 +89,42 @@ class BatchMetadata:
     first_offset: int
     last_offset: int
     timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    """The control record of a COMMIT/ABORT marker batch."""
+
+    control_type: int
+    coordinator_epoch: int
+
+    @property
+    def is_abort(self) -> bool:
+        return self.control_type == CONTROL_ABORT
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended: its first data offset and the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+def read_marker(buf: bytes | bytearray | memoryview, pos: int = 0) -> EndTxnMarker | None:
+    """The COMMIT/ABORT marker of the control batch at `pos` (None if it holds none: an
+    unknown control type, or no record)."""
+    try:
+        for record in iter_records(buf, pos):
+            control_type, coordinator_epoch = parse_control_record(record)
+            if control_type in (CONTROL_ABORT, CONTROL_COMMIT):
+                return EndTxnMarker(control_type, coordinator_epoch)
+            return None
+    except RecordError as exc:
+        log.warning("unreadable control batch at position %d: %s", pos, exc)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,11 +206,24 @@ class ProducerStateEntry:
         if header.is_transactional and self.current_txn_first_offset < 0:
             self.current_txn_first_offset = first_offset
 
-    def apply_control(self, header: BatchHeader) -> None:
-        """Apply a transaction marker: ends the ongoing transaction."""
+    def apply_control(
+        self, header: BatchHeader, marker: EndTxnMarker | None = None
+    ) -> CompletedTxn | None:
+        """Apply a transaction marker: ends the ongoing transaction (returned as completed)."""
         self.maybe_update_epoch(header.producer_epoch)
+        completed = None
+        if marker is not None:
+            if self.current_txn_first_offset >= 0:
+                completed = CompletedTxn(
+                    self.producer_id,
+                    self.current_txn_first_offset,
+                    header.base_offset,
+                    marker.is_abort,
+                )
+            self.coordinator_epoch = marker.coordinator_epoch
         self.current_txn_first_offset = -1
         self.last_timestamp_ms = header.max_timestamp
+        return completed
 
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -167,11 +231,16 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 
 
 def _validate(
-    current: ProducerStateEntry | None, header: BatchHeader, first_offset: int
+    current: ProducerStateEntry | None,
+    header: BatchHeader,
+    first_offset: int,
+    marker: EndTxnMarker | None = None,
+    client: bool = True,
 ) -> DuplicateBatch | None:
-    """Kafka's client-origin checks for one batch against the producer's current entry."""
+    """Kafka's checks for one batch against the producer's current entry: the epoch always,
+    duplicates and sequences for a client's batch only (not the coordinator's)."""
     pid, epoch = header.producer_id, header.producer_epoch
-    if current is not None:
+    if current is not None and client:
         duplicate = None if header.is_control else current.find_duplicate(header)
         if duplicate is not None:
             return DuplicateBatch(
@@ -184,6 +253,25 @@ def _validate(
             f"than the last seen epoch {current_epoch}"
         )
     if header.is_control:
+        if (
+            current is not None
+            and marker is not None
+            and current.coordinator_epoch > marker.coordinator_epoch
+        ):
+            raise TransactionCoordinatorFencedError(
+                f"Invalid coordinator epoch for producerId {pid} at offset {first_offset}: "
+                f"{marker.coordinator_epoch} (zombie), {current.coordinator_epoch} (current)"
+            )
+        return None
+    if (
+        not header.is_transactional
+        and current is not None
+        and current.current_txn_first_offset >= 0
+    ):
+        raise InvalidTxnStateError(
+            f"Expected transactional write from producer {pid} at offset {first_offset}"
+        )
+    if not client:
         return None
     first_seq = header.base_sequence
     if epoch != current_epoch:
@@ -299,6 +387,8 @@ class ProducerStateManager:
         self.dir = dir if isinstance(dir, Path) else Path(dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing: dict[int, int] = {}  # producer id -> first offset of its transaction
+        self._unreplicated: list[CompletedTxn] = []  # markers not yet below the HW
         self._map_end_offset = 0
         self._unsynced_snapshots: set[int] = set()
         self._snapshots: list[int] = sorted(self._scan_snapshots())
@@ -334,31 +424,44 @@ class ProducerStateManager:
 
     # -- client append ------------------------------------------------------------------
 
-    def check(self, header: BatchHeader) -> DuplicateBatch | None:
+    def check(
+        self, header: BatchHeader, marker: EndTxnMarker | None = None, *, client: bool = True
+    ) -> DuplicateBatch | None:
         """Validate one client batch (offsets already assigned); None if it may be appended.
 
-        Raises InvalidProducerEpochError / OutOfOrderSequenceError.
+        Raises InvalidProducerEpochError / OutOfOrderSequenceError / InvalidTxnStateError /
+        TransactionCoordinatorFencedError (a marker from an older coordinator epoch).
         """
         if not header.has_producer_id:
             return None
-        return _validate(self._producers.get(header.producer_id), header, header.base_offset)
+        return _validate(
+            self._producers.get(header.producer_id), header, header.base_offset, marker, client
+        )
 
-    def check_batches(self, headers: Sequence[BatchHeader]) -> DuplicateBatch | None:
-        """Validate several batches of one append in order (each seeing the ones before)."""
+    def check_batches(
+        self,
+        headers: Sequence[BatchHeader],
+        markers: Sequence[EndTxnMarker | None] | None = None,
+        *,
+        client: bool = True,
+    ) -> DuplicateBatch | None:
+        """Validate several batches of one append in order (each seeing the ones before);
+        `markers[i]` is the marker of control batch `headers[i]`."""
+        marks = list(markers) if markers is not None else [None] * len(headers)
         if len(headers) == 1:
-            return self.check(headers[0])
+            return self.check(headers[0], marks[0], client=client)
         staged: dict[int, ProducerStateEntry] = {}
-        for header in headers:
+        for header, marker in zip(headers, marks, strict=True):
             if not header.has_producer_id:
                 continue
             pid = header.producer_id
             current = staged.get(pid, self._producers.get(pid))
-            duplicate = _validate(current, header, header.base_offset)
+            duplicate = _validate(current, header, header.base_offset, marker, client)
             if duplicate is not None:
                 return duplicate
             entry = current.copy() if current is not None else ProducerStateEntry(pid)
             if header.is_control:
-                entry.apply_control(header)
+                entry.apply_control(header, marker)
             else:
                 entry.add_batch(header, header.base_offset, header.last_offset)
             staged[pid] = entry
@@ -369,10 +472,14 @@ class ProducerStateManager:
         header: BatchHeader,
         first_offset: int | None = None,
         last_offset: int | None = None,
-    ) -> None:
-        """Apply an appended batch (no validation: leader after `check`, follower, replay)."""
+        marker: EndTxnMarker | None = None,
+    ) -> CompletedTxn | None:
+        """Apply an appended batch (no validation: leader after `check`, follower, replay).
+
+        A marker (`marker` of a control batch) ending a transaction returns it completed; it
+        then counts as unstable until the high watermark passes the marker."""
         if not header.has_producer_id:
-            return
+            return None
         first = header.base_offset if first_offset is None else first_offset
         last = header.last_offset if last_offset is None else last_offset
         pid = header.producer_id
@@ -388,9 +495,46 @@ class ProducerStateManager:
                 entry.producer_epoch,
             )
         if header.is_control:
-            entry.apply_control(header)
-        else:
-            entry.add_batch(header, first, last)
+            completed = entry.apply_control(header, marker)
+            self._ongoing.pop(pid, None)
+            if completed is not None:
+                self._unreplicated.append(completed)
+            return completed
+        entry.add_batch(header, first, last)
+        if entry.current_txn_first_offset >= 0:
+            self._ongoing.setdefault(pid, entry.current_txn_first_offset)
+        return None
+
+    # -- transactions -------------------------------------------------------------------
+
+    @property
+    def ongoing_transactions(self) -> Mapping[int, int]:
+        """producer id -> first offset of its ongoing transaction."""
+        return self._ongoing
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of an ongoing transaction, or of a completed one whose marker is
+        not below `high_watermark` yet (Kafka's firstUnstableOffset); None if none."""
+        if self._unreplicated:
+            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+        firsts = [t.first_offset for t in self._unreplicated]
+        if self._ongoing:
+            firsts.append(min(self._ongoing.values()))
+        return min(firsts) if firsts else None
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO once `completed` ends (Kafka's lastStableOffset(completedTxn)): the first
+        offset of the earliest other ongoing transaction, else just past the marker."""
+        others = [f for pid, f in self._ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def _reset_transactions(self) -> None:
+        self._ongoing = {
+            pid: e.current_txn_first_offset
+            for pid, e in self._producers.items()
+            if e.current_txn_first_offset >= 0
+        }
+        self._unreplicated = []
 
     # -- expiration ---------------------------------------------------------------------
 
@@ -494,26 +638,38 @@ class ProducerStateManager:
             if now_ms is None or not self._is_expired(entry, now_ms):
                 self._producers[entry.producer_id] = entry
         self._map_end_offset = offset
+        self._reset_transactions()
         return True
 
     def truncate_and_reload(
-        self, log_start_offset: int, log_end_offset: int, now_ms: int | None = None
+        self,
+        log_start_offset: int,
+        log_end_offset: int,
+        now_ms: int | None = None,
+        *,
+        load_at_or_below: int | None = None,
     ) -> None:
         """Drop snapshots outside [log_start_offset, log_end_offset], then load the latest one
-        (or start empty at log_start_offset). The caller replays batches from `map_end_offset`.
+        (at or below `load_at_or_below` too, if given), or start empty at log_start_offset.
+        The caller replays batches from `map_end_offset`.
         """
         for snap in list(self._snapshots):
             if snap > log_end_offset or snap < log_start_offset:
                 self._delete_snapshot(snap)
         self._producers = {}
+        self._reset_transactions()
         self._map_end_offset = log_start_offset
-        while (latest := self.latest_snapshot_offset(log_end_offset)) is not None:
+        bound = log_end_offset
+        if load_at_or_below is not None:
+            bound = min(bound, load_at_or_below)
+        while (latest := self.latest_snapshot_offset(bound)) is not None:
             if self._load_snapshot(latest, now_ms):
                 return
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Forget everything (log truncated fully); delete all snapshots."""
         self._producers = {}
+        self._reset_transactions()
         for snap in list(self._snapshots):
             self._delete_snapshot(snap)
         self._map_end_offset = offset

@@ -26,6 +26,7 @@ from typing import NamedTuple, TypeVar
 from wherry.log.cache import OPEN_FILES
 from wherry.log.errors import CorruptIndexError, LogOffsetError, StorageError
 from wherry.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex, TimestampOffset
+from wherry.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from wherry.protocol.records import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -160,6 +161,9 @@ class LogSegment:
         self.log_path = self.dir / segment_file_name(base_offset, LOG_SUFFIX + suffix)
         self.index_path = self.dir / segment_file_name(base_offset, INDEX_SUFFIX + suffix)
         self.time_index_path = self.dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX + suffix)
+        self.txn_index = TransactionIndex(
+            self.dir / segment_file_name(base_offset, TXN_INDEX_SUFFIX + suffix), base_offset
+        )
         self._index_files_existed: bool | None = None  # looked up when first asked
         self._fd_lock = threading.Lock()  # held while an inactive segment's fd is in use
         self._cache_referenced = False  # see wherry.log.cache
@@ -251,6 +255,7 @@ class LogSegment:
         last = self.time_index.last_entry
         if self.time_index.entries and last.offset < self.base_offset:
             raise CorruptIndexError(f"time index of {self.log_path.name} is corrupt")
+        self.txn_index.sanity_check()
 
     def set_active(self, active: bool) -> None:
         """Make this the active segment (its `.log` held open, its indexes pinned in memory) or
@@ -661,6 +666,7 @@ class LogSegment:
         cut_offset = offset if mapping is None else mapping.base_offset
         self.offset_index.truncate_to(cut_offset)
         self.time_index.truncate_to(cut_offset)
+        self.txn_index.truncate_to(cut_offset)
         self.resize_indexes(self.max_index_bytes)
         truncated = 0
         if mapping is not None:
@@ -686,7 +692,7 @@ class LogSegment:
         try:
             with self._file() as fd:
                 fds.append(os.dup(fd))
-            for index in self._opened_indexes():
+            for index in (*self._opened_indexes(), self.txn_index):
                 index_fd = index.open_for_sync()
                 if index_fd is not None:
                     fds.append(index_fd)
@@ -708,6 +714,7 @@ class LogSegment:
             os.fsync(fd)
         for index in self._opened_indexes():
             index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Write the final time index entry, write the indexes, release the fd and the
@@ -757,6 +764,7 @@ class LogSegment:
             elif path.exists():
                 os.replace(path, new_path)
             setattr(self, attr, new_path)
+        self.txn_index.rename_to(renamed(self.txn_index.path))
         self._suffix = new_suffix
 
     def relocate(self, new_dir: Path) -> None:
@@ -766,13 +774,17 @@ class LogSegment:
         self.log_path = self.dir / self.log_path.name
         self.index_path = self.dir / self.index_path.name
         self.time_index_path = self.dir / self.time_index_path.name
+        self.txn_index.path = self.dir / self.txn_index.path.name
         if self._offset_index is not None:
             self._offset_index.path = self.index_path
         if self._time_index is not None:
             self._time_index.path = self.time_index_path
 
     def files(self) -> list[Path]:
-        return [self.log_path, self.index_path, self.time_index_path]
+        files = [self.log_path, self.index_path, self.time_index_path]
+        if self.txn_index.path.exists():  # created by the first aborted transaction
+            files.append(self.txn_index.path)
+        return files
 
     def delete(self) -> None:
         """Close and remove the segment's files."""
@@ -782,3 +794,4 @@ class LogSegment:
             self._release_fd()
         for path in self.files():
             path.unlink(missing_ok=True)
+        self.txn_index.delete()

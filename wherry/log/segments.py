@@ -36,6 +36,7 @@ from wherry.log.segment import (
     RollParams,
     segment_file_name,
 )
+from wherry.log.txn_index import TXN_INDEX_SUFFIX
 from wherry.protocol.records import BatchHeader, CorruptRecordError, crc_ok
 
 __all__ = ["CLEANED_SUFFIX", "SEGMENT_SUFFIXES", "SWAP_SUFFIX", "LogSegments", "open_segment"]
@@ -45,7 +46,7 @@ log = logging.getLogger("wherry.log.log")
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def _random_jitter(config: LogConfig) -> int:
@@ -156,6 +157,21 @@ class LogSegments:
             )
             for _, header in segment.iter_batches(position):
                 yield segment, header
+
+    def iter_batch_positions_from(
+        self, offset: int
+    ) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+        """Every batch from the one containing `offset` on: (segment, position, header)."""
+        for segment in self._segments[self._index_for(offset) :]:
+            position = (
+                segment.offset_index.lookup(offset).position if segment.base_offset <= offset else 0
+            )
+            for pos, header in segment.iter_batches(position):
+                yield segment, pos, header
+
+    def segments_from(self, offset: int) -> list[LogSegment]:
+        """The segment holding `offset` and every later one."""
+        return self._segments[self._index_for(offset) :]
 
     def segments_between(self, from_offset: int, up_to: int) -> list[LogSegment]:
         """Segments holding offsets in [from_offset, up_to)."""

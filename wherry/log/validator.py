@@ -76,9 +76,11 @@ def validate_client_batches(
     topic_partition: TopicPartition,
     now_ms: int,
     validate: bool,
+    allow_control: bool = False,
 ) -> None:
     """Check a client's batches before offsets are assigned (`validate=False` skips the
-    `validate_batch` checks the caller already made, except max.message.bytes)."""
+    `validate_batch` checks the caller already made, except max.message.bytes). Only the
+    coordinator (`allow_control`: transaction markers) may append control batches."""
     view = memoryview(buf)
     for pos, header in batches:
         size = header.size_in_bytes
@@ -92,7 +94,9 @@ def validate_client_batches(
                 f"{config.max_message_bytes}"
             )
         if header.is_control:
-            raise InvalidRecordError("clients are not allowed to write control records")
+            if not allow_control:
+                raise InvalidRecordError("clients are not allowed to write control records")
+            continue
         if config.compact:
             check_records_have_keys(buf, pos)
         if header.has_producer_id and header.base_sequence < 0:

@@ -473,8 +473,10 @@ class ReplicaNode:
         *,
         required_acks: int,
         timeout_ms: int,
+        from_coordinator: bool = False,
     ) -> ProduceResult:
-        """Append to led partitions; with acks=all, answer once the ISR has the records."""
+        """Append to led partitions; with acks=all, answer once the ISR has the records.
+        `from_coordinator`: transaction markers (WriteTxnMarkers)."""
         return await answer_of(
             lambda respond: self.replica_manager.append_records(
                 timeout_ms=timeout_ms,
@@ -482,6 +484,7 @@ class ReplicaNode:
                 entries=entries,
                 respond=respond,
                 now_ms=self.clock.now_ms(),
+                from_coordinator=from_coordinator,
             )
         )
 
@@ -494,6 +497,7 @@ class ReplicaNode:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
+        isolation_level: int = 0,
     ) -> FetchResult:
         """Read from consumers' or followers' positions; wait up to `max_wait_ms` for
         `min_bytes` (a follower's fetch also moves its ISR state and the HW)."""
@@ -506,5 +510,6 @@ class ReplicaNode:
                 max_bytes=max_bytes,
                 partitions=partitions,
                 respond=respond,
+                isolation_level=isolation_level,
             )
         )

@@ -112,6 +112,11 @@ class Partition:
         return self.log.high_watermark
 
     @property
+    def last_stable_offset(self) -> int:
+        """The LSO (bounded by the high watermark): where read_committed reads stop."""
+        return self.log.last_stable_offset
+
+    @property
     def is_leader(self) -> bool:
         return self.leader_id == self.local_broker_id
 
@@ -228,9 +233,16 @@ class Partition:
 
     # --- produce -------------------------------------------------------------------------
     def append_records_to_leader(
-        self, batch: bytearray, *, required_acks: int, min_insync_replicas: int, now_ms: int
+        self,
+        batch: bytearray,
+        *,
+        required_acks: int,
+        min_insync_replicas: int,
+        now_ms: int,
+        from_coordinator: bool = False,
     ) -> AppendInfo:
-        """Append an already validated batch (see `records.validate_batch`)."""
+        """Append an already validated batch (see `records.validate_batch`); transaction
+        markers `from_coordinator`."""
         self.require_leader()
         isr_size = len(self.state.isr)
         if required_acks == -1 and isr_size < min_insync_replicas:
@@ -240,7 +252,11 @@ class Partition:
                 f"the min.isr requirement of {min_insync_replicas} for partition {self._name()}",
             )
         info = self.log.append_as_leader(
-            batch, leader_epoch=self.leader_epoch, now_ms=now_ms, validate=False
+            batch,
+            leader_epoch=self.leader_epoch,
+            now_ms=now_ms,
+            validate=False,
+            from_coordinator=from_coordinator,
         )
         self.maybe_increment_high_watermark(now_ms)
         return info

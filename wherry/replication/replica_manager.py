@@ -16,9 +16,10 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.errors import OffsetOutOfRangeError
+from wherry.log.log import Log
 from wherry.log.manager import LogManager
 from wherry.protocol.interbroker import LeaderAndIsrRequest, StopReplicaRequest
-from wherry.protocol.records import RecordError, validate_batch
+from wherry.protocol.records import RecordError, iter_batches, validate_batch
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.replication.alter_partition import (
     AlterPartitionItem,
@@ -59,6 +60,10 @@ class FetchPartition:
     log_start_offset: int = -1  # a follower's log start offset (-1 from consumers)
 
 
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
 @dataclass(slots=True)
 class FetchPartitionResult:
     error_code: ErrorCode
@@ -66,6 +71,9 @@ class FetchPartitionResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    # read_committed: (producer id, first offset) of the aborted transactions overlapping the
+    # records returned; None for read_uncommitted and followers.
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 FetchResult = dict[TopicPartition, FetchPartitionResult]
@@ -214,10 +222,13 @@ class ReplicaManager:
         entries: Mapping[TopicPartition, bytes | None],
         respond: Callable[[ProduceResult], None],
         now_ms: int,
+        from_coordinator: bool = False,
     ) -> None:
+        """Append each partition's batch as its leader; `from_coordinator` for the transaction
+        coordinator's markers (WriteTxnMarkers), which clients may not write."""
         statuses: dict[TopicPartition, ProducePartitionStatus] = {}
         for tp, data in entries.items():
-            statuses[tp] = self._append_one(tp, data, required_acks, now_ms)
+            statuses[tp] = self._append_one(tp, data, required_acks, now_ms, from_coordinator)
         if required_acks != -1 or all(s.error_code != ErrorCode.none for s in statuses.values()):
             for s in statuses.values():
                 s.acks_pending = False
@@ -237,7 +248,12 @@ class ReplicaManager:
         return part.acks_all_satisfied(st.required_offset, part.log.config.min_insync_replicas)
 
     def _append_one(
-        self, tp: TopicPartition, data: bytes | None, required_acks: int, now_ms: int
+        self,
+        tp: TopicPartition,
+        data: bytes | None,
+        required_acks: int,
+        now_ms: int,
+        from_coordinator: bool = False,
     ) -> ProducePartitionStatus:
         def failed(code: ErrorCode, msg: str | None = None) -> ProducePartitionStatus:
             return ProducePartitionStatus(-1, code, -1, -1, -1, msg, acks_pending=False)
@@ -259,6 +275,7 @@ class ReplicaManager:
                 required_acks=required_acks,
                 min_insync_replicas=cfg.min_insync_replicas,
                 now_ms=now_ms,
+                from_coordinator=from_coordinator,
             )
         except RecordError as e:
             log.info(
@@ -327,16 +344,22 @@ class ReplicaManager:
         partitions: Sequence[FetchPartition],
         respond: Callable[[FetchResult], None],
         replica_epoch: int = -1,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> None:
         """Serve a Fetch; `replica_id` >= 0 marks a follower (its broker epoch, Fetch v15+'s
-        `replica_state.replica_epoch`, in `replica_epoch`; -1 when not sent)."""
+        `replica_state.replica_epoch`, in `replica_epoch`; -1 when not sent). A consumer
+        with `isolation_level` READ_COMMITTED reads below the LSO only."""
         quota = self.leader_quota
         if replica_id >= 0 and quota is not None:
             respond = self._recording_throttled_bytes(quota, respond)
         elif replica_id < 0:
             respond = self._counting_bytes_out(respond)
         result = self.read_from_local_log(
-            replica_id, max_bytes, partitions, replica_epoch=replica_epoch
+            replica_id,
+            max_bytes,
+            partitions,
+            replica_epoch=replica_epoch,
+            isolation_level=isolation_level,
         )
         total = sum(len(r.records) for r in result.values())
         errored = any(r.error_code != ErrorCode.none for r in result.values())
@@ -352,7 +375,12 @@ class ReplicaManager:
                     return True
                 if part.check_leader_epoch(fp.current_leader_epoch) != ErrorCode.none:
                     return True
-                end = part.log.log_end_offset if replica_id >= 0 else part.high_watermark
+                if replica_id >= 0:
+                    end = part.log.log_end_offset
+                elif isolation_level == READ_COMMITTED:
+                    end = part.last_stable_offset
+                else:
+                    end = part.high_watermark
                 if end < fp.fetch_offset:  # truncated below the fetch position
                     return True
                 if self._leader_throttled(part, replica_id, self._monotonic_ms()):
@@ -370,7 +398,11 @@ class ReplicaManager:
         def complete() -> None:
             respond(
                 self.read_from_local_log(
-                    replica_id, max_bytes, partitions, update_fetch_state=False
+                    replica_id,
+                    max_bytes,
+                    partitions,
+                    update_fetch_state=False,
+                    isolation_level=isolation_level,
                 )
             )
 
@@ -387,8 +419,10 @@ class ReplicaManager:
         *,
         update_fetch_state: bool = True,
         replica_epoch: int = -1,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> FetchResult:
-        """Read for a consumer (below the HW) or a follower (`replica_id` >= 0: up to the LEO,
+        """Read for a consumer (below the HW; read_committed: below the LSO, with the aborted
+        transactions of the range) or a follower (`replica_id` >= 0: up to the LEO,
         recording its position, SPEC R9). `current_leader_epoch` fences both (KIP-320)."""
         out: FetchResult = {}
         remaining = max_bytes
@@ -398,6 +432,7 @@ class ReplicaManager:
         # Kafka's debugging consumer (-2, the replica verification tool) reads any replica,
         # leader or follower, up to its log end (FetchIsolation LOG_END).
         debugging = replica_id == DEBUGGING_CONSUMER_ID
+        committed = isolation_level == READ_COMMITTED and not (follower or debugging)
         for fp in partitions:
             part = self.partitions.get(fp.tp)
             if part is None:
@@ -417,11 +452,15 @@ class ReplicaManager:
                 continue
             plog = part.log
             leader_end_offset = plog.log_end_offset
-            upper = leader_end_offset if follower or debugging else part.high_watermark
+            lso = plog.last_stable_offset
+            if follower or debugging:
+                upper = leader_end_offset
+            else:
+                upper = lso if committed else part.high_watermark
             res = FetchPartitionResult(
                 ErrorCode.none,
                 high_watermark=part.high_watermark,
-                last_stable_offset=part.high_watermark,
+                last_stable_offset=lso,
                 log_start_offset=plog.log_start_offset,
             )
             try:
@@ -441,6 +480,8 @@ class ReplicaManager:
                 min_one = False
                 remaining -= len(data)
             res.records = data
+            if committed:
+                res.aborted_transactions = _aborted_in(plog, fp.fetch_offset, data)
             if follower and update_fetch_state and res.error_code is ErrorCode.none:
                 try:
                     self._update_follower_fetch_state(
@@ -449,7 +490,7 @@ class ReplicaManager:
                 except PartitionError as e:
                     res = FetchPartitionResult(e.error_code)
                 res.high_watermark = part.high_watermark
-                res.last_stable_offset = part.high_watermark
+                res.last_stable_offset = plog.last_stable_offset
             out[fp.tp] = res
         return out
 
@@ -597,6 +638,20 @@ class ReplicaManager:
     # --- high watermarks -------------------------------------------------------------------
     def checkpoint_high_watermarks(self) -> None:
         self.log_manager.checkpoint_high_watermarks()
+
+
+def _aborted_in(plog: Log, fetch_offset: int, data: bytes) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the aborted transactions overlapping the fetched
+    batches (Kafka's addAbortedTransactions; the upper bound is the end of the data)."""
+    end = None
+    for _, header in iter_batches(data):
+        end = header.next_offset
+    if end is None:
+        return []
+    return [
+        (t.producer_id, t.first_offset)
+        for t in plog.collect_aborted_transactions(fetch_offset, end)
+    ]
 
 
 def _role(part: Partition | None) -> str:

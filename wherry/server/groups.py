@@ -77,10 +77,30 @@ class ReplicaOffsetsStorage:
         self._now_ms = now_ms
         self._timeout_ms = timeout_ms
 
-    def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
+    def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        done: AppendDone,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
         tp = TopicPartition(OFFSETS_TOPIC, partition)
         now = self._now_ms()
-        batch = build_batch(list(records), timestamp_ms=now)
+        if producer_id >= 0:
+            # TxnOffsetCommit: a transactional batch of the producer (Kafka writes sequence 0;
+            # coordinator appends skip the sequence checks, not the epoch check).
+            batch = build_batch(
+                list(records),
+                timestamp_ms=now,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=0,
+                is_transactional=True,
+            )
+        else:
+            batch = build_batch(list(records), timestamp_ms=now)
 
         def respond(result: ProduceResult) -> None:
             st = result.get(tp)
@@ -95,6 +115,7 @@ class ReplicaOffsetsStorage:
             entries={tp: batch},
             respond=respond,
             now_ms=now,
+            from_coordinator=True,
         )
 
 

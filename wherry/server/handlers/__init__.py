@@ -56,7 +56,9 @@ from wherry.server.handlers import (
     sasl_handshake,
     stop_replica,
     sync_group,
+    txn_offset_commit,
     update_metadata,
+    write_txn_markers,
 )
 from wherry.server.handlers.versions import SUPPORTED_VERSIONS
 
@@ -96,6 +98,8 @@ HANDLERS: dict[int, Handler] = {
     21: delete_records.handle,
     22: init_producer_id.handle,
     23: offset_for_leader_epoch.handle,
+    27: write_txn_markers.handle,
+    28: txn_offset_commit.handle,
     29: describe_acls.handle,
     30: create_acls.handle,
     31: delete_acls.handle,

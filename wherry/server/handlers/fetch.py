@@ -90,6 +90,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             max_wait_ms=duration_ms(body.max_wait),
             min_bytes=body.min_bytes,
             max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),
+            isolation_level=getattr(body, "isolation_level", 0),
         )
 
     topics: dict[TopicKey, list[dict[str, Any]]] = {}
@@ -129,7 +130,14 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 "high_watermark": r.high_watermark,
                 "last_stable_offset": r.last_stable_offset,
                 "log_start_offset": r.log_start_offset,
-                "aborted_transactions": None,
+                "aborted_transactions": (
+                    None
+                    if r.aborted_transactions is None
+                    else [
+                        {"producer_id": pid, "first_offset": first}
+                        for pid, first in r.aborted_transactions
+                    ]
+                ),
                 "preferred_read_replica": -1,
                 "records": r.records,
             }

@@ -21,6 +21,7 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
+READ_COMMITTED = 1
 
 _DENIED = {
     "error_code": ErrorCode.topic_authorization_failed,
@@ -36,6 +37,7 @@ def _lookup(
     timestamp: int,
     current_leader_epoch: int,
     replica_id: int,
+    isolation_level: int = 0,
 ) -> dict[str, Any]:
     try:
         part = broker.replica_manager.leader_partition(tp, current_leader_epoch)
@@ -47,8 +49,14 @@ def _lookup(
             code = ErrorCode.not_leader_or_follower
         return {"error_code": code, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     plog = part.log
-    # Consumers only see committed data; a replica or debugging consumer sees the log end.
-    upper = plog.log_end_offset if replica_id >= 0 else part.high_watermark
+    # Consumers see data below the HW (read_committed: below the LSO); a replica or the
+    # debugging consumer sees the log end (Kafka's Partition.fetchOffsetForTimestamp).
+    if replica_id >= 0:
+        upper = plog.log_end_offset
+    elif isolation_level == READ_COMMITTED:
+        upper = part.last_stable_offset
+    else:
+        upper = part.high_watermark
     ok = {"error_code": ErrorCode.none, "timestamp": -1, "leader_epoch": part.leader_epoch}
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         start = plog.log_start_offset
@@ -94,7 +102,12 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 continue
             tp = TopicPartition(t.name, p.partition_index)
             res = _lookup(
-                broker, tp, p.timestamp, getattr(p, "current_leader_epoch", -1), body.replica_id
+                broker,
+                tp,
+                p.timestamp,
+                getattr(p, "current_leader_epoch", -1),
+                body.replica_id,
+                getattr(body, "isolation_level", 0),
             )
             parts.append({"partition_index": p.partition_index, **res})
         topics.append({"name": t.name, "partitions": parts})

@@ -31,6 +31,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     21: (0, 2),
     22: (0, 6),
     23: (2, 4),
+    27: (1, 2),  # kio has v1+ (Kafka 3.9: 0-1); v2's transaction_version is not used
+    28: (0, 4),  # Kafka 3.9's range
     29: (1, 3),  # kio has v1+; librdkafka sends v1
     30: (1, 3),
     31: (1, 3),

@@ -1,0 +1,112 @@
+"""TxnOffsetCommit (key 28): a transactional producer's consumed offsets (KIP-98, KIP-447).
+
+Kafka's KafkaApis.handleTxnOffsetCommitRequest: WRITE on the transactional id (else every
+partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group (else
+GROUP_AUTHORIZATION_FAILED), READ on each topic (TOPIC_AUTHORIZATION_FAILED) and a known
+partition (UNKNOWN_TOPIC_OR_PARTITION). The group coordinator checks the member and generation
+(generation -1 with no member id: a producer outside the group's management) and writes the
+offsets to `__consumer_offsets` as a transactional batch of the producer; they stay pending,
+invisible to OffsetFetch, until WriteTxnMarkers writes the producer's marker there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.group.group import OffsetAndMetadata
+from wherry.runtime.parking import answer_of
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorize, authorized_names
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.services import BrokerServices
+
+
+def _all(body: Any, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": code}
+                    for p in t.partitions
+                ],
+            }
+            for t in body.topics
+        ],
+    }
+
+
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    if not authorize(
+        broker, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
+    ):
+        return _all(body, ErrorCode.transactional_id_authorization_failed)
+    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return _all(body, ErrorCode.group_authorization_failed)
+    cache = broker.cache
+    now = broker.clock.now_ms()
+    readable = authorized_names(
+        broker, AclOperation.READ, ResourceType.TOPIC, (t.name for t in body.topics)
+    )
+    errors: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    for t in body.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            if t.name not in readable:
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif cache.partition(t.name, p.partition_index) is None:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[tp] = OffsetAndMetadata(
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "",
+                    now,
+                )
+    results: dict[TopicPartition, ErrorCode] = {}
+    if offsets:
+        coord = broker.groups.coordinator
+        results = await answer_of(
+            lambda cb: coord.handle_txn_commit_offsets(
+                body.group_id,
+                body.producer_id,
+                body.producer_epoch,
+                getattr(body, "member_id", ""),
+                getattr(body, "group_instance_id", None),
+                getattr(body, "generation_id", -1),
+                offsets,
+                cb,
+                now,
+            )
+        )
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    {
+                        "partition_index": p.partition_index,
+                        "error_code": errors.get(
+                            TopicPartition(t.name, p.partition_index),
+                            results.get(
+                                TopicPartition(t.name, p.partition_index),
+                                ErrorCode.unknown_server_error,
+                            ),
+                        ),
+                    }
+                    for p in t.partitions
+                ],
+            }
+            for t in body.topics
+        ],
+    }

@@ -1,0 +1,121 @@
+"""WriteTxnMarkers (key 27): the transaction coordinator's COMMIT/ABORT markers, written by
+the partition leaders (Kafka's KafkaApis.handleWriteTxnMarkersRequest).
+
+* CLUSTER_ACTION on the cluster, else every partition of every marker gets
+  CLUSTER_AUTHORIZATION_FAILED.
+* Per marker, a partition without a local replica gets UNKNOWN_TOPIC_OR_PARTITION; the others
+  get one control batch (`build_control_batch`: producer id/epoch, coordinator epoch) appended
+  as the leader with acks=all semantics (`min.insync.replicas` checked, answer once the ISR has
+  it, `request.timeout.ms`). Errors are the append's: NOT_LEADER_OR_FOLLOWER (a follower),
+  NOT_ENOUGH_REPLICAS, INVALID_PRODUCER_EPOCH (an epoch below the producer's last one),
+  TRANSACTION_COORDINATOR_FENCED (a coordinator epoch below the last marker's), REQUEST_TIMED_OUT.
+* Markers on `__consumer_offsets` partitions written without error complete the group
+  coordinator's pending transactional offsets of the producer (commit: they become the
+  committed offsets; abort: dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.group.records import OFFSETS_TOPIC
+from wherry.protocol.records import build_control_batch
+from wherry.security.acl import AclOperation
+from wherry.server.authz import authorize_cluster
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.services import BrokerServices
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
+
+
+def _response(producer_id: int, errors: Mapping[TopicPartition, ErrorCode]) -> dict[str, Any]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, code in errors.items():
+        topics.setdefault(tp.topic, []).append(
+            {"partition_index": tp.partition, "error_code": code}
+        )
+    return {
+        "producer_id": producer_id,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+    }
+
+
+async def _write_marker(
+    broker: BrokerServices, marker: Any, timeout_ms: int
+) -> dict[TopicPartition, ErrorCode]:
+    tps = [TopicPartition(t.name, p) for t in marker.topics for p in t.partition_indexes]
+    errors: dict[TopicPartition, ErrorCode] = {}
+    entries: dict[TopicPartition, bytes | None] = {}
+    now = broker.clock.now_ms()
+    for tp in tps:
+        if broker.replica_manager.get_partition(tp) is None:
+            errors[tp] = ErrorCode.unknown_topic_or_partition
+            continue
+        entries[tp] = build_control_batch(
+            commit=bool(marker.transaction_result),
+            producer_id=marker.producer_id,
+            producer_epoch=marker.producer_epoch,
+            coordinator_epoch=marker.coordinator_epoch,
+            timestamp_ms=now,
+        )
+    if entries:
+        statuses = await broker.node.append(
+            entries, required_acks=-1, timeout_ms=timeout_ms, from_coordinator=True
+        )
+        for tp in entries:
+            st = statuses.get(tp)
+            errors[tp] = ErrorCode.unknown_server_error if st is None else st.error_code
+    offsets_partitions = [
+        tp.partition
+        for tp in entries
+        if tp.topic == OFFSETS_TOPIC and errors[tp] == ErrorCode.none
+    ]
+    if offsets_partitions:
+        try:
+            broker.groups.coordinator.on_transaction_completed(
+                marker.producer_id, offsets_partitions, bool(marker.transaction_result)
+            )
+        except Exception:
+            log.exception(
+                "Received an exception while trying to update the offsets cache on "
+                "transaction marker append"
+            )
+            for p in offsets_partitions:
+                errors[TopicPartition(OFFSETS_TOPIC, p)] = ErrorCode.unknown_server_error
+    return {tp: errors[tp] for tp in tps}
+
+
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
+        return {
+            "markers": [
+                _response(
+                    m.producer_id,
+                    {
+                        TopicPartition(t.name, p): ErrorCode.cluster_authorization_failed
+                        for t in m.topics
+                        for p in t.partition_indexes
+                    },
+                )
+                for m in body.markers
+            ]
+        }
+    timeout_ms = DEFAULT_TIMEOUT_MS  # Kafka: request.timeout.ms
+    results = await asyncio.gather(*(_write_marker(broker, m, timeout_ms) for m in body.markers))
+    return {
+        "markers": [
+            _response(m.producer_id, errors)
+            for m, errors in zip(body.markers, results, strict=True)
+        ]
+    }

@@ -106,7 +106,9 @@ def test_partition_for_is_kafkas_java_hash_placement() -> None:
 def test_loader_last_value_wins_and_tombstones_remove() -> None:
     other = TransactionLogValue(7, 0, 1000, TxnState.EMPTY.id, frozenset(), 1, -1)
     chunks = [
-        build_batch([(encode_key("a"), encode_value(other)), (encode_key("b"), encode_value(other))]),
+        build_batch(
+            [(encode_key("a"), encode_value(other)), (encode_key("b"), encode_value(other))]
+        ),
         build_batch([(encode_key("a"), encode_value(VALUE)), (encode_key("b"), None)]),
     ]
     assert read_partition(chunks) == {"a": VALUE}

@@ -23,7 +23,7 @@ def _describe(broker: BrokerServices, tid: str) -> dict[str, Any]:
         "transactional_id": tid,
         "transaction_state": "",
         "transaction_timeout": 0,
-        "transaction_start_time": -1,
+        "transaction_start_time": 0,  # the schema default, as Kafka leaves it on errors
         "producer_id": -1,
         "producer_epoch": -1,
         "topics": [],

@@ -37,25 +37,33 @@ Op = AclOperation
 RT = ResourceType
 
 # API keys that need no authorization (ApiVersions; ConsumerGroupHeartbeat, answered
-# UNSUPPORTED_VERSION before any check as Kafka does with its new coordinator off) or whose
-# checks others own (ACLs, SCRAM).
-EXEMPT_API_KEYS = frozenset({17, 18, 29, 30, 31, 36, 50, 51, 68})
+# UNSUPPORTED_VERSION before any check as Kafka does with its new coordinator off;
+# ListTransactions, which only leaves out the transactional ids the caller may not DESCRIBE)
+# or whose checks others own (ACLs, SCRAM).
+EXEMPT_API_KEYS = frozenset({17, 18, 29, 30, 31, 36, 50, 51, 66, 68})
 
 TOPIC_DENIED = int(ErrorCode.topic_authorization_failed)
 GROUP_DENIED = int(ErrorCode.group_authorization_failed)
 CLUSTER_DENIED = int(ErrorCode.cluster_authorization_failed)
 TXN_DENIED = int(ErrorCode.transactional_id_authorization_failed)
 NONE = int(ErrorCode.none)
-# Allowed FindCoordinator for a transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED too, but
-# with the message saying transactions are not supported (handlers/find_coordinator.py).
-TXN_UNSUPPORTED = -TXN_DENIED
 
 
-def _txn_coordinator_answer(r: Any) -> int:
-    from wherry.server.handlers.find_coordinator import TRANSACTIONS_UNSUPPORTED
+def _txn_partition_answer(r: Any) -> int:
+    if hasattr(r, "results_by_transaction") and not r.results_by_transaction:
+        return int(r.error_code)
+    topics = (
+        r.results_by_topic_v3_and_below
+        if hasattr(r, "results_by_topic_v3_and_below")
+        else r.results_by_transaction[0].topic_results
+    )
+    return int(topics[0].results_by_partition[0].partition_error_code)
 
-    c = r.coordinators[0]
-    return TXN_UNSUPPORTED if c.error_message == TRANSACTIONS_UNSUPPORTED else int(c.error_code)
+
+def _add_partitions(c: AuthzContext) -> dict[str, Any]:
+    return {"v3_and_below_transactional_id": c.transactional_id,
+            "v3_and_below_producer_id": 1_000_000, "v3_and_below_producer_epoch": 0,
+            "v3_and_below_topics": [{"name": c.txn_topic, "partitions": [0]}]}
 
 
 @dataclass(frozen=True)
@@ -385,7 +393,7 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
         AuthzRow("find-coordinator-txn-describe", 10, 4, lambda c: {
             "key_type": 1, "coordinator_keys": [c.transactional_id]},
                  Op.DESCRIBE, RT.TRANSACTIONAL_ID, lambda c: c.transactional_id,
-                 _txn_coordinator_answer, TXN_DENIED, TXN_UNSUPPORTED),
+                 lambda r: int(r.coordinators[0].error_code), TXN_DENIED),
         AuthzRow("join-group-read", 11, 5, lambda c: {
             "group_id": c.group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
             "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
@@ -457,8 +465,38 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
         AuthzRow("init-producer-id-transactional-write", 22, 4, lambda c: {
             "transactional_id": c.transactional_id, "transaction_timeout": 60_000,
             "producer_id": -1, "producer_epoch": -1},
+                 Op.WRITE, RT.TRANSACTIONAL_ID, lambda c: c.transactional_id, _top, TXN_DENIED),
+        AuthzRow("add-partitions-to-txn-transactional-write", 24, 3, _add_partitions,
+                 Op.WRITE, RT.TRANSACTIONAL_ID, lambda c: c.transactional_id,
+                 _txn_partition_answer, TXN_DENIED,
+                 grants=lambda c: [(Op.WRITE, RT.TOPIC, c.txn_topic)]),
+        AuthzRow("add-partitions-to-txn-topic-write", 24, 3, _add_partitions,
+                 Op.WRITE, RT.TOPIC, lambda c: c.txn_topic, _txn_partition_answer, TOPIC_DENIED,
+                 grants=lambda c: [(Op.WRITE, RT.TRANSACTIONAL_ID, c.transactional_id)]),
+        AuthzRow("add-partitions-to-txn-v4-cluster-action", 24, 4, lambda c: {"transactions": [
+            {"transactional_id": c.transactional_id, "producer_id": 1_000_000,
+             "producer_epoch": 0, "verify_only": True,
+             "topics": [{"name": c.txn_topic, "partitions": [0]}]}]},
+                 Op.CLUSTER_ACTION, RT.CLUSTER, _cluster, _txn_partition_answer, CLUSTER_DENIED),
+        AuthzRow("add-offsets-to-txn-transactional-write", 25, 3, lambda c: {
+            "transactional_id": c.transactional_id, "producer_id": 1_000_000,
+            "producer_epoch": 0, "group_id": c.group},
                  Op.WRITE, RT.TRANSACTIONAL_ID, lambda c: c.transactional_id, _top, TXN_DENIED,
-                 int(ErrorCode.coordinator_not_available)),
+                 grants=lambda c: [(Op.READ, RT.GROUP, c.group)]),
+        AuthzRow("add-offsets-to-txn-group-read", 25, 3, lambda c: {
+            "transactional_id": c.transactional_id, "producer_id": 1_000_000,
+            "producer_epoch": 0, "group_id": c.group},
+                 Op.READ, RT.GROUP, g, _top, GROUP_DENIED,
+                 grants=lambda c: [(Op.WRITE, RT.TRANSACTIONAL_ID, c.transactional_id)]),
+        AuthzRow("end-txn-transactional-write", 26, 3, lambda c: {
+            "transactional_id": c.transactional_id, "producer_id": 1_000_000,
+            "producer_epoch": 0, "committed": False},
+                 Op.WRITE, RT.TRANSACTIONAL_ID, lambda c: c.transactional_id, _top, TXN_DENIED),
+        # An id no producer initialized (kio cannot read the -1 start time of an Empty one).
+        AuthzRow("describe-transactions-describe", 65, 0, lambda c: {
+            "transactional_ids": [c.transactional_id + "-described"]},
+                 Op.DESCRIBE, RT.TRANSACTIONAL_ID, lambda c: c.transactional_id + "-described",
+                 lambda r: int(r.transaction_states[0].error_code), TXN_DENIED),
         AuthzRow("offset-for-leader-epoch-describe", 23, 4, lambda c: {
             "replica_id": -1, "topics": [{"topic": c.topic, "partitions": [
                 {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]},

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1] / "wherry"
 
 # Packages that hold the broker's domain logic; they never import the broker's top layers.
 LOWER = (
-    "replication", "controller", "group", "log", "protocol", "outbound", "purgatory", "security",
-    "observability",
+    "replication", "controller", "group", "txn", "log", "protocol", "outbound", "purgatory",
+    "security", "observability",
 )
 TOP = ("server", "cli")
 MAX_LINES = 900

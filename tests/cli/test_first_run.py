@@ -117,8 +117,12 @@ def test_json_formatter_carries_the_exception() -> None:
 def test_dev_cluster_of_three_offsets_rf3_state_changes_in_files_ctrl_c_no_error(
     tmp_path: Path,
 ) -> None:
-    assert dev_defaults(1) == {"offsets.topic.replication.factor": "1"}
-    assert dev_defaults(5) == {"offsets.topic.replication.factor": "3"}
+    assert dev_defaults(1) == {"offsets.topic.replication.factor": "1",
+                               "transaction.state.log.replication.factor": "1",
+                               "transaction.state.log.min.isr": "1"}
+    assert dev_defaults(5) == {"offsets.topic.replication.factor": "3",
+                               "transaction.state.log.replication.factor": "3",
+                               "transaction.state.log.min.isr": "2"}
     d = tmp_path / "dev"
     dev = Child(["dev", "--brokers", "3", "--base-port", "0", "--dir", str(d),
                  "--override", "group.initial.rebalance.delay.ms=0"],

@@ -405,10 +405,11 @@ def test_find_coordinator_batched_and_transactions(gbroker: BrokerProcess) -> No
     r = call(bs, 10, 4, {"key_type": 0, "coordinator_keys": ["a", "b", "c"]})
     assert [c.key for c in r.coordinators] == ["a", "b", "c"]
     assert all(c.error_code == ErrorCode.none and c.port == gbroker.port for c in r.coordinators)
+    # A transactional id: the leader of its __transaction_state partition, once created.
+    assert wait_until(lambda: call(bs, 10, 4, {"key_type": 1, "coordinator_keys": ["txn"]})
+                      .coordinators[0].error_code == ErrorCode.none, timeout_s=20)
     t = call(bs, 10, 4, {"key_type": 1, "coordinator_keys": ["txn"]})
-    # transactions are not built: refused at once, with a message saying so
-    assert t.coordinators[0].error_code == ErrorCode.transactional_id_authorization_failed
-    assert "not supported" in (t.coordinators[0].error_message or "")
+    assert t.coordinators[0].port == gbroker.port
     md = call(bs, 3, 12, {"topics": [{"name": OFFSETS_TOPIC, "topic_id": None}],
                           "allow_auto_topic_creation": False,
                           "include_topic_authorized_operations": False})

@@ -98,10 +98,22 @@ def test_idempotent_producer_sequence_rules(broker: BrokerProcess) -> None:
     assert r.topics[0].partitions[0].offset == 16  # 14 + the epoch-1 batch, no duplicates
 
 
-def test_transactional_init_producer_id_is_refused(broker: BrokerProcess) -> None:
-    r = call(broker.bootstrap, 22, 4, {"transactional_id": "tx", "transaction_timeout": 60000,
-                                       "producer_id": -1, "producer_epoch": -1})
-    assert r.error_code == ErrorCode.coordinator_not_available  # clients ask FindCoordinator first
+def test_transactional_init_producer_id_after_find_coordinator(broker: BrokerProcess) -> None:
+    tid = f"tx-{name()}"
+    assert wait_until(lambda: call(broker.bootstrap, 10, 4, {
+        "key_type": 1, "coordinator_keys": [tid]}).coordinators[0].error_code == ErrorCode.none,
+        timeout_s=20)
+    answers: list[object] = []
+
+    def init() -> bool:
+        r = call(broker.bootstrap, 22, 4, {"transactional_id": tid, "transaction_timeout": 60000,
+                                           "producer_id": -1, "producer_epoch": -1})
+        answers.append(r)
+        return bool(r.error_code != ErrorCode.coordinator_load_in_progress)
+
+    assert wait_until(init, timeout_s=20)
+    r = answers[-1]
+    assert r.error_code == ErrorCode.none and r.producer_epoch == 0  # type: ignore[attr-defined]
 
 
 def test_metadata_topic_list_semantics_and_auto_create(broker: BrokerProcess) -> None:

@@ -165,7 +165,11 @@ def dev_defaults(brokers: int) -> dict[str, str]:
     internal topics replicated min(3, N) times (Kafka's code default is 3; the quickstart's 1
     suits one broker only)."""
     rf = str(min(3, brokers))
-    return {"offsets.topic.replication.factor": rf}
+    return {
+        "offsets.topic.replication.factor": rf,
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": str(min(2, brokers)),
+    }
 
 
 def _parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:

@@ -82,6 +82,7 @@ from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.producer_ids import ProducerIdManager
 from wherry.server.sasl_gate import SaslGate
+from wherry.server.transactions import TransactionsRuntime
 
 if TYPE_CHECKING:
     from wherry.controller.channel_manager import NetworkChannelManager
@@ -173,6 +174,7 @@ class Broker:
         self.producer_ids: ProducerIdManager
         self.controller: Controller
         self.groups: GroupsRuntime
+        self.transactions: TransactionsRuntime
         self.network: NetworkServer
         self.scheduler: Scheduler
         self._state_change_log: StateChangeLogHandle | None = None
@@ -267,9 +269,14 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
         self.groups = GroupsRuntime(cfg, self.clock, self.node, lambda: self.admin)
         self.node.leadership_listeners.append(self.groups.on_leadership_change)
+        self.transactions = TransactionsRuntime(
+            cfg, self.clock, self.node, lambda: self.admin, lambda: self.client_security
+        )
+        self.node.leadership_listeners.append(self.transactions.on_leadership_change)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
         self.node.start()
         await self.groups.start(self.store)
+        await self.transactions.start(self.store)
 
         self.network = NetworkServer(
             self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
@@ -352,6 +359,8 @@ class Broker:
         self.channel.unregister(self.broker_id)
         if hasattr(self, "groups"):
             await self.groups.stop()
+        if hasattr(self, "transactions"):
+            await self.transactions.stop()
         if hasattr(self, "node"):
             await self.node.stop()
         if self._alter_sender is not None:

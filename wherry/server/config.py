@@ -153,7 +153,16 @@ class BrokerConfig:
     # KIP-73 replication quotas: the rate's samples and their length (Kafka's names/defaults).
     replication_quota_window_num: int = 11
     replication_quota_window_size_seconds: int = 1
+    # Transaction coordinator (Kafka's names and code defaults; see QUICKSTART_DEFAULTS).
     transactional_id_expiration_ms: int = 604_800_000
+    transaction_max_timeout_ms: int = 900_000
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 104_857_600
+    transaction_state_log_load_buffer_size: int = 5_242_880
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     producer_id_expiration_ms: int = 86_400_000
     cluster_id: str | None = None
     rack: str | None = None
@@ -300,6 +309,15 @@ class BrokerConfig:
             "group.max.session.timeout.ms",
             "group.initial.rebalance.delay.ms",
             "group.max.size",
+            "transactional.id.expiration.ms",
+            "transaction.max.timeout.ms",
+            "transaction.state.log.num.partitions",
+            "transaction.state.log.replication.factor",
+            "transaction.state.log.min.isr",
+            "transaction.state.log.segment.bytes",
+            "transaction.state.log.load.buffer.size",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
         ):
             take(key, _int)
         for key, minimum in (
@@ -312,6 +330,15 @@ class BrokerConfig:
             ("offsets.load.buffer.size", 1),
             ("group.initial.rebalance.delay.ms", 0),
             ("group.max.size", 1),
+            ("transactional.id.expiration.ms", 1),
+            ("transaction.max.timeout.ms", 1),
+            ("transaction.state.log.num.partitions", 1),
+            ("transaction.state.log.replication.factor", 1),
+            ("transaction.state.log.min.isr", 1),
+            ("transaction.state.log.segment.bytes", 1),
+            ("transaction.state.log.load.buffer.size", 1),
+            ("transaction.abort.timed.out.transaction.cleanup.interval.ms", 1),
+            ("transaction.remove.expired.transaction.cleanup.interval.ms", 1),
             ("log.cleaner.backoff.ms", 1),
             ("log.cleaner.dedupe.buffer.size", 1),
             ("log.cleaner.threads", 0),
@@ -384,6 +411,8 @@ QUICKSTART_DEFAULTS: Mapping[str, str] = {
     # sets 1 so that a single broker works. Without a properties file, wherry runs with those
     # shipped settings.
     "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
 }
 
 

@@ -43,6 +43,12 @@ _BROKER_KEYS = frozenset({
     "offsets.retention.check.interval.ms", "offsets.commit.timeout.ms",
     "offsets.load.buffer.size", "offset.metadata.max.bytes", "group.min.session.timeout.ms",
     "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms", "group.max.size",
+    "transactional.id.expiration.ms", "transaction.max.timeout.ms",
+    "transaction.state.log.num.partitions", "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr", "transaction.state.log.segment.bytes",
+    "transaction.state.log.load.buffer.size",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+    "transaction.remove.expired.transaction.cleanup.interval.ms",
 })
 
 # Read by the replica fetchers (replication/fetcher.py FetcherConfig).
@@ -77,8 +83,8 @@ _HTTP_KEYS = frozenset({"http.listeners"})
 IGNORED_KEYS = frozenset({
     # Kafka settings wherry accepts and ignores on purpose: thread pools, socket buffers and
     # request queues have no counterpart in one asyncio event loop per broker, and the rest
-    # (transactions' internal topic, versions of the inter-broker protocol and message
-    # format) describe machinery wherry does not have or has only one version of. They
+    # (versions of the inter-broker protocol and message format) describe machinery wherry
+    # does not have or has only one version of. They
     # appear in Kafka's shipped config/server.properties, so that file works as it is.
     "num.network.threads",
     "num.io.threads",
@@ -89,11 +95,6 @@ IGNORED_KEYS = frozenset({
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "replica.socket.receive.buffer.bytes",
-    "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr",
-    "transaction.state.log.num.partitions",
-    "transactional.id.expiration.ms",
-    "transaction.max.timeout.ms",
     "inter.broker.protocol.version",
     "log.message.format.version",
     "broker.id.generation.enable",

@@ -120,10 +120,11 @@ class ReplicaOffsetsStorage:
 
 
 def read_offsets_partition(
-    replica_manager: ReplicaManager, partition: int, buffer_bytes: int
+    replica_manager: ReplicaManager, partition: int, buffer_bytes: int, topic: str = OFFSETS_TOPIC
 ) -> list[bytes]:
-    """The whole log of `__consumer_offsets-<partition>` (to its end), in chunks of batches."""
-    part = replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, partition))
+    """The whole log of `__consumer_offsets-<partition>` (or of another internal topic's
+    partition) to its end, in chunks of batches."""
+    part = replica_manager.get_partition(TopicPartition(topic, partition))
     if part is None:
         return []
     plog = part.log

@@ -2,7 +2,7 @@
 
 Handlers get this narrow view rather than the `Broker` itself: the broker's configuration and
 identity, the metadata cache, the replica node (produce, fetch, the controller's requests),
-the group runtime, the admin manager and producer ids. `Broker` provides it.
+the group and transaction runtimes, the admin manager and producer ids. `Broker` provides it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
 from wherry.server.groups import GroupsRuntime
 from wherry.server.producer_ids import ProducerIdManager
+from wherry.server.transactions import TransactionsRuntime
 
 __all__ = ["BrokerServices"]
 
@@ -48,6 +49,9 @@ class BrokerServices(Protocol):
 
     @property
     def groups(self) -> GroupsRuntime: ...
+
+    @property
+    def transactions(self) -> TransactionsRuntime: ...
 
     @property
     def admin(self) -> AdminManager: ...

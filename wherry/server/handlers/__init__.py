@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from wherry.server.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_partition,
     alter_partition_reassignments,
@@ -33,8 +35,10 @@ from wherry.server.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -46,6 +50,7 @@ from wherry.server.handlers import (
     list_groups,
     list_offsets,
     list_partition_reassignments,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -98,6 +103,9 @@ HANDLERS: dict[int, Handler] = {
     21: delete_records.handle,
     22: init_producer_id.handle,
     23: offset_for_leader_epoch.handle,
+    24: add_partitions_to_txn.handle,
+    25: add_offsets_to_txn.handle,
+    26: end_txn.handle,
     27: write_txn_markers.handle,
     28: txn_offset_commit.handle,
     29: describe_acls.handle,
@@ -118,6 +126,8 @@ HANDLERS: dict[int, Handler] = {
     51: alter_user_scram_credentials.handle,
     56: alter_partition.handle,
     60: describe_cluster.handle,
+    65: describe_transactions.handle,
+    66: list_transactions.handle,
     68: consumer_group_heartbeat.handle,
 }
 

@@ -1,17 +1,10 @@
-"""FindCoordinator (key 10): which broker coordinates a group (batched keys from v4).
+"""FindCoordinator (key 10): which broker coordinates a group or a transactional id
+(batched keys from v4).
 
-Groups live on partition `partition_for(group)` of `__consumer_offsets`; its leader is the
-coordinator. When the topic does not exist yet its creation starts and the answer is
-COORDINATOR_NOT_AVAILABLE (the client retries), as in Kafka.
-
-There is no transaction coordinator yet. Key type 1 (a transactional id) is answered with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED and the message `TRANSACTIONS_UNSUPPORTED` (v1+ carry
-it): that code is the one every client treats as fatal at this step (librdkafka treats only it
-and CLUSTER_AUTHORIZATION_FAILED so; any other answer, COORDINATOR_NOT_AVAILABLE included, makes
-it ask again every 500 ms until `init_transactions()` times out), and the message says why.
-confluent-kafka's `init_transactions()` then fails at once with "Failed to find transaction
-coordinator: <broker>: Broker: Transactional Id authorization failed: Transactions are not
-supported by wherry yet ...".
+Groups live on partition `partition_for(group)` of `__consumer_offsets`, transactional ids
+(key type 1) on partition `partition_for(id)` of `__transaction_state`; that partition's
+leader is the coordinator. When the topic does not exist yet its creation starts and the
+answer is COORDINATOR_NOT_AVAILABLE (the client retries), as in Kafka.
 """
 
 from __future__ import annotations
@@ -24,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize, current_session
+from wherry.txn.records import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -31,11 +25,6 @@ if TYPE_CHECKING:
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
-
-TRANSACTIONS_UNSUPPORTED = (
-    "Transactions are not supported by wherry yet: no transaction coordinator (unset "
-    "transactional.id; idempotent producers work)"
-)
 
 _MESSAGES = {
     ErrorCode.coordinator_not_available: "The coordinator is not available.",
@@ -46,7 +35,6 @@ _MESSAGES = {
 
 def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
     err = ErrorCode.none
-    message: str | None = None
     node: tuple[int, str, int] = (-1, "", -1)
     # Kafka: DESCRIBE on the group, or on the transactional id.
     if key_type == GROUP_KEY_TYPE and not authorize(
@@ -57,18 +45,21 @@ def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
         broker, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
     ):
         err = ErrorCode.transactional_id_authorization_failed
-    elif key_type == TRANSACTION_KEY_TYPE:
-        err = ErrorCode.transactional_id_authorization_failed
-        message = TRANSACTIONS_UNSUPPORTED
-    elif key_type != GROUP_KEY_TYPE:
+    elif key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         err = ErrorCode.invalid_request
     else:
         cache = broker.cache
-        if not cache.contains_topic(OFFSETS_TOPIC):
-            broker.groups.ensure_offsets_topic()
+        if key_type == GROUP_KEY_TYPE:
+            topic, ensure = OFFSETS_TOPIC, broker.groups.ensure_offsets_topic
+            partition = broker.groups.coordinator.partition_for(key)
+        else:
+            topic, ensure = TRANSACTION_STATE_TOPIC, broker.transactions.ensure_topic
+            partition = broker.transactions.coordinator.partition_for(key)
+        if not cache.contains_topic(topic):
+            ensure()
             err = ErrorCode.coordinator_not_available
         else:
-            st = cache.partition(OFFSETS_TOPIC, broker.groups.coordinator.partition_for(key))
+            st = cache.partition(topic, partition)
             leader = (
                 cache.endpoint(st.leader, current_session().listener) if st is not None else None
             )
@@ -82,7 +73,7 @@ def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
         "host": node[1],
         "port": node[2],
         "error_code": err,
-        "error_message": message or (_MESSAGES.get(err) if err != ErrorCode.none else None),
+        "error_message": _MESSAGES.get(err) if err != ErrorCode.none else None,
     }
 
 

@@ -31,6 +31,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     21: (0, 2),
     22: (0, 6),
     23: (2, 4),
+    24: (0, 5),
+    25: (0, 4),
+    26: (0, 4),  # v5 is KIP-890's transaction version 2, not built
     27: (1, 2),  # kio has v1+ (Kafka 3.9: 0-1); v2's transaction_version is not used
     28: (0, 4),  # Kafka 3.9's range
     29: (1, 3),  # kio has v1+; librdkafka sends v1
@@ -51,6 +54,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     51: (0, 0),
     56: (2, 3),
     60: (0, 2),
+    65: (0, 0),
+    66: (0, 2),
     # KIP-848 is not built: advertised only to answer UNSUPPORTED_VERSION at once
     # (handlers/consumer_group_heartbeat.py).
     68: (0, 1),

@@ -1,0 +1,671 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator and TransactionStateManager).
+
+One `TransactionCoordinator` per broker holds the transactional ids of the
+`__transaction_state` partitions this broker leads. It is I/O-free: storage and the marker
+channel are injected (`storage.py`), time is passed in, answers go through callbacks.
+
+* Requests: `init_producer_id`, `add_partitions` (AddPartitionsToTxn and AddOffsetsToTxn),
+  `verify_partitions` (AddPartitionsToTxn v4+ verify-only), `end_transaction`, `describe`,
+  `list_transactions`, each with Kafka's errors for every wrong state.
+* EndTxn: PrepareCommit/PrepareAbort is written, the client answered, the markers handed to
+  the channel; when they are all written the channel calls `markers_written` and
+  CompleteCommit/CompleteAbort is written (retried while COORDINATOR_NOT_AVAILABLE).
+* Partitions are loaded from their log when this broker becomes their leader (answers are
+  COORDINATOR_LOAD_IN_PROGRESS meanwhile); transactions found in PrepareCommit/PrepareAbort
+  resume their markers, which is how a transaction completes after a coordinator failover.
+* `advance_clock` (the broker's ticker, wall clock) aborts transactions open longer than their
+  timeout (with an epoch bump, fencing the producer) every
+  `transaction.abort.timed.out.transaction.cleanup.interval.ms`, and removes ids idle past
+  `transactional.id.expiration.ms` (a tombstone) every
+  `transaction.remove.expired.transaction.cleanup.interval.ms`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.txn.loader import read_partition
+from wherry.txn.metadata import (
+    IllegalTxnTransition,
+    TransactionMetadata,
+    TxnState,
+    TxnTransit,
+    is_epoch_exhausted,
+)
+from wherry.txn.records import TransactionLogValue, encode_key, encode_value, partition_for
+from wherry.txn.storage import MarkerChannel, PendingMarkers, TxnStorage
+
+log = logging.getLogger(__name__)
+
+__all__ = ["InitResult", "TransactionCoordinator", "TxnCoordinatorConfig"]
+
+E = ErrorCode
+S = TxnState
+RETRY_BACKOFF_MS = 100
+
+InitResult = tuple[ErrorCode, int, int]  # (error, producer id, producer epoch)
+Respond = Callable[[ErrorCode], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCoordinatorConfig:
+    """Kafka's transaction coordinator settings (names and defaults in `server/config.py`)."""
+
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
+    abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    transaction_state_log_num_partitions: int = 50
+
+
+def _append_error(error: ErrorCode) -> ErrorCode:
+    """What a failed `__transaction_state` append means to the client (Kafka's mapping)."""
+    if error in (
+        E.unknown_topic_or_partition,
+        E.not_enough_replicas,
+        E.not_enough_replicas_after_append,
+        E.request_timed_out,
+    ):
+        return E.coordinator_not_available
+    if error in (E.not_leader_or_follower, E.kafka_storage_error):
+        return E.not_coordinator
+    if error in (E.message_too_large, E.record_list_too_large):
+        return E.unknown_server_error
+    return error
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        broker_id: int,
+        config: TxnCoordinatorConfig,
+        storage: TxnStorage,
+        markers: MarkerChannel,
+        *,
+        now_ms: int,
+    ) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.storage = storage
+        self.markers = markers
+        self.partition_count = config.transaction_state_log_num_partitions
+        self._owned: dict[int, int] = {}  # partition -> coordinator epoch (its leader epoch)
+        self._loading: dict[int, int] = {}
+        self._txns: dict[int, dict[str, TransactionMetadata]] = {}
+        self._next_abort_check = now_ms + config.abort_timed_out_transaction_cleanup_interval_ms
+        self._next_expiry_check = now_ms + config.remove_expired_transaction_cleanup_interval_ms
+        # Complete* writes that failed retriably: (due time, pending markers).
+        self._completion_retries: list[tuple[int, PendingMarkers]] = []
+        self._prefix = f"[TransactionCoordinator id={broker_id}]"
+
+    # --- placement and loading ------------------------------------------------------------
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.partition_count)
+
+    def is_partition_loading(self, partition: int) -> bool:
+        return partition in self._loading
+
+    def owned_partitions(self) -> set[int]:
+        return set(self._owned)
+
+    def begin_loading(self, partition: int, epoch: int) -> bool:
+        """This broker leads `partition` from leader epoch `epoch`; False if already done."""
+        if self._owned.get(partition) == epoch or self._loading.get(partition) == epoch:
+            return False
+        self.unload_partition(partition)
+        self._loading[partition] = epoch
+        return True
+
+    def load_partition(
+        self, partition: int, chunks: Iterable[bytes], *, now_ms: int, epoch: int
+    ) -> bool:
+        """Replay the partition's log; False if leadership moved on meanwhile."""
+        if self._loading.get(partition) != epoch:
+            return False
+        values = read_partition(chunks)
+        txns: dict[str, TransactionMetadata] = {}
+        for tid, v in values.items():
+            txns[tid] = _from_value(tid, v)
+        del self._loading[partition]
+        self._owned[partition] = epoch
+        self._txns[partition] = txns
+        log.info(
+            "%s loaded %d transactional ids of partition %d (coordinator epoch %d)",
+            self._prefix,
+            len(txns),
+            partition,
+            epoch,
+        )
+        for txn in txns.values():
+            if txn.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                txn.prepare_complete(now_ms)
+                self._send_markers(partition, epoch, txn)
+        return True
+
+    def unload_partition(self, partition: int) -> None:
+        self._loading.pop(partition, None)
+        if self._owned.pop(partition, None) is not None:
+            self._txns.pop(partition, None)
+            self.markers.remove_partition(partition)
+            self._completion_retries = [
+                r for r in self._completion_retries if r[1].txn_partition != partition
+            ]
+            log.info("%s unloaded partition %d", self._prefix, partition)
+
+    def shutdown(self) -> None:
+        for p in list(self._owned) + list(self._loading):
+            self.unload_partition(p)
+
+    def _lookup(self, tid: str) -> tuple[ErrorCode, int, int, TransactionMetadata | None]:
+        """(error, partition, coordinator epoch, metadata or None)."""
+        p = self.partition_for(tid)
+        if p in self._loading:
+            return E.coordinator_load_in_progress, p, -1, None
+        epoch = self._owned.get(p)
+        if epoch is None:
+            return E.not_coordinator, p, -1, None
+        return E.none, p, epoch, self._txns[p].get(tid)
+
+    def transaction(self, tid: str) -> TransactionMetadata | None:
+        err, _, _, txn = self._lookup(tid)
+        return txn if err == E.none else None
+
+    # --- writing state --------------------------------------------------------------------
+    def _write(
+        self,
+        partition: int,
+        epoch: int,
+        txn: TransactionMetadata,
+        transit: TxnTransit,
+        respond: Respond,
+        *,
+        retry_on: Callable[[ErrorCode], bool] = lambda e: False,
+    ) -> None:
+        value = (
+            None
+            if transit.state is S.DEAD
+            else encode_value(
+                TransactionLogValue(
+                    transit.producer_id,
+                    transit.producer_epoch,
+                    transit.timeout_ms,
+                    transit.state.id,
+                    transit.partitions,
+                    transit.last_update_timestamp_ms,
+                    transit.start_timestamp_ms,
+                )
+            )
+        )
+
+        def done(error: ErrorCode, _offset: int) -> None:
+            err = _append_error(error)
+            if err == E.none and (
+                self._owned.get(partition) != epoch
+                or self._txns[partition].get(txn.transactional_id) is not txn
+            ):
+                err = E.not_coordinator  # the partition moved while the write was in flight
+            if err == E.none:
+                if transit.state is S.DEAD:
+                    txn.complete_transition(transit)
+                    del self._txns[partition][txn.transactional_id]
+                else:
+                    txn.complete_transition(transit)
+            elif not retry_on(err):
+                txn.abort_transition()
+            respond(err)
+
+        self.storage.append(partition, [(encode_key(txn.transactional_id), value)], done)
+
+    # --- InitProducerId -------------------------------------------------------------------
+    def needs_producer_id(self, tid: str) -> bool:
+        """Whether InitProducerId for `tid` may need a new producer id (new id, or epoch
+        exhausted): the broker claims one first (its allocation is asynchronous)."""
+        txn = self.transaction(tid)
+        return txn is None or txn.is_producer_epoch_exhausted
+
+    def init_producer_id(
+        self,
+        tid: str,
+        timeout_ms: int,
+        expected: tuple[int, int] | None,
+        new_producer_id: int | None,
+        now_ms: int,
+        respond: Callable[[InitResult], None],
+    ) -> None:
+        """InitProducerId with a transactional id; `expected` is KIP-360's (producer id,
+        epoch) or None; `new_producer_id` an id claimed for the case one is needed."""
+
+        def fail(err: ErrorCode) -> None:
+            respond((err, -1, -1))
+
+        if not tid:
+            return fail(E.invalid_request)
+        if timeout_ms <= 0 or timeout_ms > self.config.transaction_max_timeout_ms:
+            return fail(E.invalid_transaction_timeout)
+        err, partition, epoch, txn = self._lookup(tid)
+        if err != E.none:
+            return fail(err)
+        if txn is None:
+            if new_producer_id is None:
+                return fail(E.concurrent_transactions)
+            txn = TransactionMetadata(
+                tid, new_producer_id, timeout_ms=timeout_ms, last_update_timestamp_ms=now_ms
+            )
+            self._txns[partition][tid] = txn
+            new_producer_id = None
+        if txn.pending_transition_in_progress:
+            return fail(E.concurrent_transactions)
+        if expected is not None and not _valid_producer_id(txn, expected):
+            return fail(E.producer_fenced)
+        state = txn.state
+        if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return fail(E.concurrent_transactions)
+        if state is S.ONGOING:
+            # Fence the producer of the previous epoch: abort its transaction with a bumped
+            # epoch; the client retries on CONCURRENT_TRANSACTIONS.
+            transit = txn.prepare_fence_producer_epoch()
+
+            def after_abort(e: ErrorCode) -> None:
+                fail(e if e != E.none else E.concurrent_transactions)
+
+            self._end(tid, transit.producer_id, transit.producer_epoch, False, False, now_ms,
+                      after_abort)
+            return None
+        if state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            return fail(E.concurrent_transactions)  # Dead: being removed
+        new_transit: TxnTransit | None
+        if txn.is_producer_epoch_exhausted and (
+            expected is None or expected[1] == txn.producer_epoch
+        ):
+            if new_producer_id is None:
+                return fail(E.concurrent_transactions)
+            new_transit = txn.prepare_producer_id_rotation(
+                new_producer_id, timeout_ms, now_ms, expected is not None
+            )
+        else:
+            new_transit = txn.prepare_increment_producer_epoch(
+                timeout_ms, None if expected is None else expected[1], now_ms
+            )
+            if new_transit is None:
+                return fail(E.producer_fenced)
+        t = new_transit
+
+        def written(e: ErrorCode) -> None:
+            respond((e, t.producer_id, t.producer_epoch) if e == E.none else (e, -1, -1))
+
+        self._write(partition, epoch, txn, t, written)
+        return None
+
+    # --- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------
+    def add_partitions(
+        self,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+        now_ms: int,
+        respond: Respond,
+    ) -> None:
+        if not tid:
+            return respond(E.invalid_request)
+        err, partition, epoch, txn = self._lookup(tid)
+        if err != E.none:
+            return respond(err)
+        if txn is None or txn.producer_id != producer_id:
+            return respond(E.invalid_producer_id_mapping)
+        if txn.producer_epoch != producer_epoch:
+            return respond(E.producer_fenced)
+        if txn.pending_transition_in_progress or txn.state in (
+            S.PREPARE_COMMIT,
+            S.PREPARE_ABORT,
+        ):
+            return respond(E.concurrent_transactions)
+        if txn.state is S.DEAD:
+            return respond(E.invalid_producer_id_mapping)
+        added = set(partitions)
+        if txn.state is S.ONGOING and added <= txn.partitions:
+            return respond(E.none)
+        self._write(partition, epoch, txn, txn.prepare_add_partitions(added, now_ms), respond)
+        return None
+
+    def verify_partitions(
+        self, tid: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
+    ) -> ErrorCode | dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4+ verify-only (a partition leader asks): one error for the
+        transaction, or one per partition (INVALID_TXN_STATE when not in the transaction)."""
+        err, _, _, txn = self._lookup(tid)
+        if err != E.none:
+            return err
+        if txn is None or txn.producer_id != producer_id:
+            return E.invalid_producer_id_mapping
+        if txn.producer_epoch != producer_epoch:
+            return E.producer_fenced
+        if txn.pending_transition_in_progress:
+            return E.concurrent_transactions
+        return {
+            tp: E.none if txn.state is S.ONGOING and tp in txn.partitions else E.invalid_txn_state
+            for tp in partitions
+        }
+
+    # --- EndTxn ---------------------------------------------------------------------------
+    def end_transaction(
+        self,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+        respond: Respond,
+    ) -> None:
+        self._end(tid, producer_id, producer_epoch, commit, True, now_ms, respond)
+
+    def _end(
+        self,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        from_client: bool,
+        now_ms: int,
+        respond: Respond,
+    ) -> None:
+        if not tid:
+            return respond(E.invalid_request)
+        err, partition, epoch, txn = self._lookup(tid)
+        if err != E.none:
+            return respond(err)
+        if txn is None or txn.producer_id != producer_id:
+            return respond(E.invalid_producer_id_mapping)
+        if (from_client and producer_epoch != txn.producer_epoch) or (
+            producer_epoch < txn.producer_epoch
+        ):
+            return respond(E.producer_fenced)
+        if txn.pending_transition_in_progress and txn.pending_state is not S.PREPARE_EPOCH_FENCE:
+            return respond(E.concurrent_transactions)
+        state = txn.state
+        is_fence = False
+        if state is S.ONGOING:
+            target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+            if not commit and txn.pending_state is S.PREPARE_EPOCH_FENCE:
+                is_fence = True
+                txn.pending_state = None
+                txn.producer_epoch = producer_epoch
+                txn.last_producer_epoch = -1
+            elif txn.pending_state is not None:
+                return respond(E.concurrent_transactions)
+            transit = txn.prepare_abort_or_commit(target, now_ms)
+        elif state is S.COMPLETE_COMMIT:
+            return respond(E.none if commit else E.invalid_txn_state)
+        elif state is S.COMPLETE_ABORT:
+            return respond(E.invalid_txn_state if commit else E.none)
+        elif state is S.PREPARE_COMMIT:
+            return respond(E.concurrent_transactions if commit else E.invalid_txn_state)
+        elif state is S.PREPARE_ABORT:
+            return respond(E.invalid_txn_state if commit else E.concurrent_transactions)
+        else:  # Empty (nothing to end), Dead
+            if txn.pending_state is S.PREPARE_EPOCH_FENCE:
+                txn.pending_state = None
+            return respond(E.invalid_txn_state)
+
+        def written(e: ErrorCode) -> None:
+            if e != E.none:
+                if is_fence:
+                    txn.has_failed_epoch_fence = True
+                return respond(e)
+            current = self.transaction(tid)
+            if (
+                current is not txn
+                or txn.producer_id != producer_id
+                or txn.producer_epoch != producer_epoch
+                or txn.state is not transit.state
+                or txn.pending_transition_in_progress
+            ):
+                return respond(E.not_coordinator)
+            respond(E.none)
+            txn.prepare_complete(now_ms)
+            self._send_markers(partition, epoch, txn)
+            return None
+
+        self._write(partition, epoch, txn, transit, written)
+        return None
+
+    def _send_markers(self, partition: int, epoch: int, txn: TransactionMetadata) -> None:
+        """`txn` is PrepareCommit/PrepareAbort with Complete* pending: write its markers."""
+        self.markers.add_markers(
+            PendingMarkers(
+                txn.transactional_id,
+                partition,
+                epoch,
+                txn.producer_id,
+                txn.producer_epoch,
+                txn.state is S.PREPARE_COMMIT,
+                frozenset(txn.partitions),
+            )
+        )
+
+    def is_current(self, pending: PendingMarkers) -> bool:
+        """Whether markers are still this coordinator's to send (the partition not moved)."""
+        if self._owned.get(pending.txn_partition) != pending.coordinator_epoch:
+            return False
+        txn = self._txns[pending.txn_partition].get(pending.transactional_id)
+        return (
+            txn is not None
+            and txn.producer_id == pending.producer_id
+            and txn.producer_epoch == pending.producer_epoch
+            and txn.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+        )
+
+    def marker_written(self, pending: PendingMarkers, tp: TopicPartition) -> None:
+        """One partition's marker is written (or its partition is gone)."""
+        if self.is_current(pending):
+            txn = self._txns[pending.txn_partition][pending.transactional_id]
+            txn.partitions.discard(tp)
+
+    def markers_written(self, pending: PendingMarkers, now_ms: int) -> None:
+        """Every marker is written: write CompleteCommit/CompleteAbort."""
+        if not self.is_current(pending):
+            log.info(
+                "%s not completing %s: its coordinator moved or it changed",
+                self._prefix,
+                pending.transactional_id,
+            )
+            return
+        txn = self._txns[pending.txn_partition][pending.transactional_id]
+        transit = txn.prepare_no_transit()
+        complete = TxnTransit(
+            transit.producer_id,
+            transit.last_producer_id,
+            transit.producer_epoch,
+            transit.last_producer_epoch,
+            transit.timeout_ms,
+            S.COMPLETE_COMMIT if pending.commit else S.COMPLETE_ABORT,
+            frozenset(),
+            transit.start_timestamp_ms,
+            now_ms,
+        )
+        if txn.pending_state is not complete.state:
+            return
+
+        def written(e: ErrorCode) -> None:
+            if e == E.coordinator_not_available:
+                self._completion_retries.append((now_ms + RETRY_BACKOFF_MS, pending))
+            elif e != E.none:
+                log.warning(
+                    "%s writing %s of %s failed: %s",
+                    self._prefix,
+                    complete.state,
+                    pending.transactional_id,
+                    e.name,
+                )
+
+        self._write(
+            pending.txn_partition,
+            pending.coordinator_epoch,
+            txn,
+            complete,
+            written,
+            retry_on=lambda e: e == E.coordinator_not_available,
+        )
+
+    # --- DescribeTransactions / ListTransactions ------------------------------------------
+    def describe(self, tid: str) -> tuple[ErrorCode, TransactionMetadata | None]:
+        err, _, _, txn = self._lookup(tid)
+        if err != E.none:
+            return err, None
+        if txn is None or txn.state is S.DEAD:
+            return E.transactional_id_not_found, None
+        return E.none, txn
+
+    def list_transactions(
+        self,
+        states: Iterable[str],
+        producer_ids: Iterable[int],
+        *,
+        now_ms: int,
+        duration_ms: int = -1,
+        pattern: str | None = None,
+    ) -> tuple[ErrorCode, list[str], list[TransactionMetadata]]:
+        """(error, unknown state filters, matching transactions)."""
+        if self._loading:
+            return E.coordinator_load_in_progress, [], []
+        wanted: set[TxnState] = set()
+        unknown: list[str] = []
+        for name in states:
+            s = TxnState.parse(name)
+            if s is None:
+                unknown.append(name)
+            else:
+                wanted.add(s)
+        pids = set(producer_ids)
+        states_given = bool(wanted or unknown)
+        try:
+            regex = re.compile(pattern) if pattern else None
+        except re.error:
+            return E.invalid_regular_expression, [], []
+        out: list[TransactionMetadata] = []
+        for txns in self._txns.values():
+            for txn in txns.values():
+                if txn.state is S.DEAD:
+                    continue
+                if states_given and txn.state not in wanted:
+                    continue
+                if pids and txn.producer_id not in pids:
+                    continue
+                if duration_ms >= 0 and (
+                    txn.start_timestamp_ms < 0 or now_ms - txn.start_timestamp_ms < duration_ms
+                ):
+                    continue
+                if regex is not None and not regex.fullmatch(txn.transactional_id):
+                    continue
+                out.append(txn)
+        return E.none, unknown, sorted(out, key=lambda t: t.transactional_id)
+
+    # --- timers (the broker's ticker, wall clock) -----------------------------------------
+    def advance_clock(self, now_ms: int) -> None:
+        if now_ms >= self._next_abort_check:
+            self._next_abort_check = (
+                now_ms + self.config.abort_timed_out_transaction_cleanup_interval_ms
+            )
+            self.abort_timed_out_transactions(now_ms)
+        if now_ms >= self._next_expiry_check:
+            self._next_expiry_check = (
+                now_ms + self.config.remove_expired_transaction_cleanup_interval_ms
+            )
+            self.remove_expired_transactional_ids(now_ms)
+        due = [r for r in self._completion_retries if r[0] <= now_ms]
+        if due:
+            self._completion_retries = [r for r in self._completion_retries if r[0] > now_ms]
+            for _, pending in due:
+                self.markers_written(pending, now_ms)
+
+    def next_expiration_ms(self) -> int | None:
+        times = [self._next_abort_check, self._next_expiry_check]
+        times += [r[0] for r in self._completion_retries]
+        return min(times)
+
+    def abort_timed_out_transactions(self, now_ms: int) -> int:
+        """Abort (bumping the epoch, which fences the producer) every Ongoing transaction
+        open longer than its timeout; returns how many aborts started."""
+        started = 0
+        for txns in list(self._txns.values()):
+            for txn in list(txns.values()):
+                if (
+                    txn.state is not S.ONGOING
+                    or txn.pending_transition_in_progress
+                    or txn.start_timestamp_ms + txn.timeout_ms >= now_ms
+                ):
+                    continue
+                try:
+                    transit = txn.prepare_fence_producer_epoch()
+                except IllegalTxnTransition:
+                    continue
+                log.info(
+                    "%s aborting timed-out transaction of %s (producer id %d, epoch %d)",
+                    self._prefix,
+                    txn.transactional_id,
+                    txn.producer_id,
+                    txn.producer_epoch,
+                )
+                tid = txn.transactional_id
+
+                def done(e: ErrorCode, tid: str = tid) -> None:
+                    if e != E.none:
+                        log.info("%s aborting %s failed: %s", self._prefix, tid, e.name)
+
+                self._end(tid, transit.producer_id, transit.producer_epoch, False, False,
+                          now_ms, done)
+                started += 1
+        return started
+
+    def remove_expired_transactional_ids(self, now_ms: int) -> int:
+        """Write tombstones for ids without a transaction, idle past the expiration."""
+        removed = 0
+        limit = now_ms - self.config.transactional_id_expiration_ms
+        for partition, txns in list(self._txns.items()):
+            epoch = self._owned[partition]
+            for txn in list(txns.values()):
+                if (
+                    txn.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+                    or txn.pending_transition_in_progress
+                    or txn.last_update_timestamp_ms > limit
+                ):
+                    continue
+                tid = txn.transactional_id
+
+                def done(e: ErrorCode, tid: str = tid) -> None:
+                    if e == E.none:
+                        log.info("%s removed expired transactional id %s", self._prefix, tid)
+
+                self._write(partition, epoch, txn, txn.prepare_dead(), done)
+                removed += 1
+        return removed
+
+
+def _valid_producer_id(txn: TransactionMetadata, expected: tuple[int, int]) -> bool:
+    """KIP-360: a given producer id/epoch is acceptable when the id is new (no epoch yet), it
+    is the current id, or it is the previous id with an exhausted epoch (a retried rotation)."""
+    pid, epoch = expected
+    return (
+        txn.producer_epoch == -1
+        or pid == txn.producer_id
+        or (pid == txn.last_producer_id and is_epoch_exhausted(epoch))
+    )
+
+
+def _from_value(tid: str, v: TransactionLogValue) -> TransactionMetadata:
+    return TransactionMetadata(
+        tid,
+        v.producer_id,
+        producer_epoch=v.producer_epoch,
+        timeout_ms=v.timeout_ms,
+        state=TxnState.from_id(v.state_id),
+        partitions=v.partitions,
+        start_timestamp_ms=v.start_timestamp_ms,
+        last_update_timestamp_ms=v.last_update_timestamp_ms,
+    )

@@ -160,3 +160,133 @@ def test_killed_producer_transaction_is_aborted_by_timeout(tbroker: BrokerProces
     got += poll_messages(reader, 1, 1)
     reader.close()
     assert [m.value() for m in got] == [b"c0", b"c1", b"c2", b"c3", b"after"]
+
+
+# --- compaction of a topic with aborted transactions ---------------------------------------
+
+COMPACT_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "4096",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "2000",
+    "segment.ms": "400",
+    "file.delete.delay.ms": "0",
+}
+KEYS = [f"k{i}".encode() for i in range(10)]
+
+
+@pytest.fixture
+def cbroker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path / "data", overrides=[
+        "log.cleaner.backoff.ms=200", "offsets.topic.num.partitions=3",
+        "transaction.state.log.num.partitions=3"]).start()
+    try:
+        yield b
+    finally:
+        b.kill()
+
+
+def dump_log(pdir: Path) -> list[str]:
+    """`wherry dump-log --print-data-log` over the partition's .log files (retried when the
+    cleaner swaps a file away in between)."""
+    for _ in range(20):
+        files = sorted(pdir.glob("*.log"))
+        out = subprocess.run(
+            [sys.executable, "-m", "wherry", "dump-log", "--print-data-log",
+             "--files", ",".join(str(f) for f in files)],
+            capture_output=True, text=True, timeout=60,
+        )
+        if out.returncode == 0:
+            return out.stdout.splitlines()
+        time.sleep(0.1)
+    raise AssertionError(out.stdout + out.stderr)
+
+
+def _latest_values(bs: str, topic: str, isolation: str) -> dict[bytes, bytes]:
+    c = _consumer(bs, isolation)
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        last = latest(bs, topic, 1 if isolation == "read_committed" else 0)
+        view: dict[bytes, bytes] = {}
+        deadline = time.monotonic() + 20
+        pos = -1
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                view[m.key() or b""] = m.value() or b""
+                pos = m.offset() or 0
+            if pos >= last - 2:  # the last data offset (the last marker follows it)
+                break
+        return view
+    finally:
+        c.close()
+
+
+def test_compaction_keeps_only_committed_data(cbroker: BrokerProcess) -> None:
+    bs = cbroker.bootstrap
+    topic = f"txcmp-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, **COMPACT_CONFIG)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": f"cmp-{topic}",
+                  "linger.ms": 5})
+    p.init_transactions(20)
+    pad = b"." * 80
+    expected: dict[bytes, bytes] = {}
+
+    def txn(round_: int, keys: list[bytes], commit: bool) -> None:
+        p.begin_transaction()
+        tag = b"committed" if commit else b"aborted"
+        for k in keys:
+            p.produce(topic, key=k, value=b"%s-%d-%s-%s" % (tag, round_, k, pad), partition=0)
+        if commit:
+            p.commit_transaction(20)
+            for k in keys:
+                expected[k] = b"%s-%d-%s-%s" % (tag, round_, k, pad)
+        else:
+            assert p.flush(20) == 0  # in the log before the abort
+            p.abort_transaction(20)
+
+    txn(0, KEYS, True)
+    for r in range(1, 8):
+        txn(r, KEYS, False)  # aborted values over committed ones
+        txn(r, KEYS[: 10 - r], True)  # fewer keys each round: older values stay latest
+        txn(r, KEYS[r:], False)  # aborted values newer than every committed one
+    pdir = cbroker.data_dir / f"{topic}-0"
+    before = dump_log(pdir)
+    # (the cleaner may already have cleaned rolled segments meanwhile)
+    assert any("payload: aborted" in line for line in before)
+    # Roll: the next transaction starts a segment of its own, everything before is cleanable.
+    time.sleep(0.5)
+    p.begin_transaction()
+    p.produce(topic, key=b"__roll", value=b"x", partition=0)
+    p.commit_transaction(20)
+    expected[b"__roll"] = b"x"
+
+    def no_aborted_data() -> bool:
+        return not any("payload: aborted" in line for line in dump_log(pdir))
+
+    assert wait_until(no_aborted_data, timeout_s=30, interval_s=0.3), cbroker.log_text()[-3000:]
+    cleaned = dump_log(pdir)
+    # Markers of aborted transactions (their data gone) carry a delete horizon, then go.
+    abort_batches = [i for i, line in enumerate(cleaned) if "endTxnMarker: ABORT" in line]
+    horizons = [int(cleaned[i - 1].split("deleteHorizonMs: OptionalLong[")[1].split("]")[0])
+                for i in abort_batches if "OptionalLong[" in cleaned[i - 1]]
+    print(f"\nafter the first clean: {len(abort_batches)} abort markers, "
+          f"{len(horizons)} with a delete horizon")
+    for isolation in ("read_committed", "read_uncommitted"):
+        assert _latest_values(bs, topic, isolation) == expected, isolation
+
+    def no_abort_markers() -> bool:
+        return not any("endTxnMarker: ABORT" in line for line in dump_log(pdir))
+
+    assert wait_until(no_abort_markers, timeout_s=30, interval_s=0.3), cbroker.log_text()[-3000:]
+    if horizons:
+        assert time.time() * 1000 >= max(horizons)
+    final = dump_log(pdir)
+    data = [line for line in final if "payload:" in line]
+    assert not any("payload: aborted" in line for line in data)
+    # Only the latest committed value of each key is left.
+    keys = [line.split(" key: ")[1].split(" payload:")[0] for line in data]
+    assert sorted(keys) == sorted(k.decode() for k in expected), final
+    for isolation in ("read_committed", "read_uncommitted"):
+        assert _latest_values(bs, topic, isolation) == expected, isolation
+    p.flush(5)

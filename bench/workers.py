@@ -332,6 +332,85 @@ def cf_produce(p: Params) -> Params:
     return _client_result(count, count * p["record_bytes"], elapsed, time.process_time() - cpu0)
 
 
+def cf_txn_produce(p: Params) -> Params:
+    """confluent-kafka producer, idempotent (`per_txn` 0) or transactional: `count` records,
+    `per_txn` per transaction (begin, produce, commit_transaction). The producer id (and the
+    transactional id's InitProducerId) is fetched before the clock starts."""
+    from confluent_kafka import KafkaError, Message, Producer
+
+    failures: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None and len(failures) < 10:
+            failures.append(str(err))
+
+    per_txn = p["per_txn"]
+    conf: Params = {
+        "bootstrap.servers": p["bootstrap"],
+        "linger.ms": p.get("linger_ms", 5),
+        "batch.size": p.get("batch_size", 1_000_000),
+        "queue.buffering.max.messages": 1_000_000,
+        "delivery.report.only.error": True,
+        "on_delivery": on_delivery,
+        "enable.idempotence": True,
+    }
+    if per_txn:
+        conf["transactional.id"] = p["transactional_id"]
+    prod = Producer(conf)
+    topic = p["topic"]
+    prod.list_topics(topic, timeout=10)  # connect and fetch metadata before timing
+    timeout = float(p["timeout_s"])
+    if per_txn:
+        prod.init_transactions(timeout)
+    else:  # the idempotent producer gets its producer id with the first send: do it now
+        prod.produce(topic, b"warm-up", partition=0)
+        if prod.flush(timeout):
+            raise BenchError("warm-up record not delivered")
+    value = os.urandom(p["record_bytes"])
+    count = p["count"]
+    deadline = time.monotonic() + timeout
+    produce = prod.produce
+    transactions = 0
+
+    def send(n: int) -> None:
+        for i in range(n):
+            try:
+                produce(topic, value)
+            except BufferError:
+                while True:
+                    prod.poll(0.001)
+                    try:
+                        produce(topic, value)
+                        break
+                    except BufferError:
+                        if time.monotonic() > deadline:
+                            raise
+            if i & 0xFFFF == 0:
+                prod.poll(0)
+
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    if per_txn:
+        left = count
+        while left:
+            n = min(per_txn, left)
+            prod.begin_transaction()
+            send(n)
+            prod.commit_transaction(max(1.0, deadline - time.monotonic()))
+            transactions += 1
+            left -= n
+        remaining = 0
+    else:
+        send(count)
+        remaining = prod.flush(max(1.0, deadline - time.monotonic()))
+    elapsed = time.perf_counter() - t0
+    if failures or remaining:
+        raise BenchError(f"produce failed: {remaining} undelivered, errors {failures}")
+    out = _client_result(count, count * p["record_bytes"], elapsed, time.process_time() - cpu0)
+    out["transactions"] = transactions
+    return out
+
+
 def cf_consume(p: Params) -> Params:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -496,6 +575,7 @@ ROLES: dict[str, Callable[[Params], Params]] = {
     "raw_client": raw_client,
     "ingest": ingest,
     "cf_produce": cf_produce,
+    "cf_txn_produce": cf_txn_produce,
     "cf_consume": cf_consume,
     "cf_latency": cf_latency,
     "sendfile_server": sendfile_server,

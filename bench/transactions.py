@@ -1,0 +1,198 @@
+"""Transactions cost benchmark: `python bench/transactions.py [--quick] [--json PATH]`
+(bench/README.md).
+
+Produce throughput of a transactional confluent-kafka producer (begin, N records,
+commit_transaction, again) against the same producer idempotent only, in one run, against ONE
+`wherry server` process that this script starts (a free loopback port, a temporary data dir,
+stopped by PID). Every producer runs in a process of its own (`python -m bench.workers
+cf_txn_produce`) and gets its producer id (InitProducerId, the transactional one included)
+before the clock starts.
+
+  i1           idempotent: `--records` x 100 B, `enable.idempotence=true`
+  t1, x1       transactional, `--per-txn` (1,000) records a transaction; ratio t1/i1 (rec/s)
+  t2, x2       transactional, a tenth of that a transaction (100); ratio t2/i1
+
+Idempotent and transactional runs alternate, so a drift of the machine hits every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    Broker,
+    create_topic,
+    env_line,
+    environment,
+    finish,
+    log,
+    print_table,
+    run_worker,
+    temp_dir,
+)
+
+PARTITIONS = 4
+RECORD_BYTES = 100
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    records: int
+    per_txn: int
+    repeats: int
+
+
+FULL = Plan(records=300_000, per_txn=1000, repeats=3)
+QUICK = replace(FULL, records=20_000, repeats=1)
+
+
+@dataclass
+class Row:
+    id: str
+    name: str
+    result: str
+    detail: str
+    raw: Params
+
+
+def _produce(broker: Broker, topic: str, count: int, per_txn: int) -> Params:
+    cpu0 = broker.cpu_seconds()
+    r = run_worker(
+        "cf_txn_produce",
+        {
+            "bootstrap": broker.bootstrap,
+            "topic": topic,
+            "record_bytes": RECORD_BYTES,
+            "count": count,
+            "per_txn": per_txn,
+            "transactional_id": f"bench-{uuid.uuid4().hex[:8]}",
+            "timeout_s": 300,
+        },
+        timeout_s=360,
+    )
+    r["broker_cpu_s"] = broker.cpu_seconds() - cpu0
+    return r
+
+
+def _detail(r: Params) -> str:
+    runs = r["runs"]
+    head = (
+        f"{r['records']:,} records in {r['elapsed_s']:.2f} s"
+        if len(runs) == 1
+        else f"best of {len(runs)} runs ("
+        + ", ".join(f"{x['rec_s'] / 1000:,.0f}k" for x in runs)
+        + f" rec/s), {r['elapsed_s']:.2f} s"
+    )
+    if r["transactions"]:
+        rate = r["transactions"] / r["elapsed_s"]
+        head += f", {r['transactions']:,} transactions ({rate:,.0f}/s)"
+    return (
+        f"{head}; broker CPU {r['broker_cpu_s'] / r['elapsed_s'] * 100:.0f}%, "
+        f"client CPU {r['client_cpu_s'] / r['elapsed_s'] * 100:.0f}%"
+    )
+
+
+def measure(broker: Broker, plan: Plan) -> list[Row]:
+    cases = [("i1", 0), ("t1", plan.per_txn), ("t2", max(1, plan.per_txn // 10))]
+    topics = {}
+    for rid, _ in cases:
+        topics[rid] = topic = f"bench-txn-{rid}"
+        create_topic(broker.bootstrap, topic, PARTITIONS)
+    runs: dict[str, list[Params]] = {rid: [] for rid, _ in cases}
+    for attempt in range(plan.repeats):
+        for rid, per_txn in cases:
+            what = "idempotent" if not per_txn else f"transactional, {per_txn} per transaction"
+            log(f"({rid}) run {attempt + 1}/{plan.repeats}: {plan.records} x {RECORD_BYTES} B, "
+                f"{what}")
+            runs[rid].append(_produce(broker, topics[rid], plan.records, per_txn))
+    best = {rid: {**max(rs, key=lambda r: r["rec_s"]), "runs": rs} for rid, rs in runs.items()}
+    rows: list[Row] = []
+    base = best["i1"]
+    for rid, per_txn in cases:
+        r = best[rid]
+        name = (
+            f"idempotent produce {RECORD_BYTES} B"
+            if not per_txn
+            else f"transactional produce {RECORD_BYTES} B, {per_txn:,} records a transaction"
+        )
+        rows.append(Row(rid, name, f"{r['rec_s']:,.0f} rec/s  {r['mb_s']:,.1f} MB/s",
+                        _detail(r), r))
+        if per_txn:
+            ratio = r["rec_s"] / base["rec_s"]
+            rows.append(Row(
+                f"x{rid[1:]}",
+                f"ratio transactional ({per_txn:,}/txn) / idempotent",
+                f"{ratio:.2f}x",
+                f"{r['rec_s']:,.0f} / {base['rec_s']:,.0f} rec/s",
+                {"ratio": ratio},
+            ))
+    for row in rows:
+        log(f"  {row.id:<3} {row.name}: {row.result}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short run (what the smoke test runs)")
+    ap.add_argument("--records", type=int, help="100 B records per run (default 300,000)")
+    ap.add_argument("--per-txn", type=int, help="records a transaction in t1 (default 1,000)")
+    ap.add_argument("--repeats", type=int, help="runs per row, the best is kept (default 3)")
+    ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
+    ap.add_argument("--tmp-dir", type=Path, default=None, help="where the data dir lives")
+    args = ap.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    plan = replace(
+        plan,
+        records=args.records or plan.records,
+        per_txn=args.per_txn or plan.per_txn,
+        repeats=args.repeats or plan.repeats,
+    )
+    env = environment()
+    t0 = time.monotonic()
+    with temp_dir("wherry-bench-txn-", args.tmp_dir) as base, Broker(base / "data") as broker:
+        broker.start()
+        rows = measure(broker, plan)
+    finish(env, t0)
+    print(env_line(env))
+    print_table(
+        "wherry transactions benchmark: one broker, transactional vs idempotent produce "
+        "(MB = 2^20 bytes)",
+        [(r.id, r.name, r.result, r.detail) for r in rows],
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "env": env,
+                    "quick": args.quick,
+                    "plan": {"records": plan.records, "per_txn": plan.per_txn,
+                             "repeats": plan.repeats},
+                    "rows": [
+                        {"id": r.id, "name": r.name, "metrics": _metrics(r.raw), "raw": r.raw}
+                        for r in rows
+                    ],
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+def _metrics(raw: Params) -> dict[str, float]:
+    keys = ("rec_s", "mb_s", "ratio")
+    return {k: float(raw[k]) for k in keys if k in raw}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

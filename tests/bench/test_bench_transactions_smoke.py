@@ -1,0 +1,47 @@
+"""Smoke test of the transactions benchmark: `python bench/transactions.py --quick` with small
+counts, transactional vs idempotent produce against one broker."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bench.test_bench_smoke import _processes_mentioning
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = ("i1", "t1", "x1", "t2", "x2")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_transactions_bench_reports_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "bench/transactions.py", "--quick", "--records", "5000",
+           "--json", str(out), "--tmp-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "env:" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["quick"] is True and report["plan"]["per_txn"] == 1000
+    rows = {r["id"]: r for r in report["rows"]}
+    assert tuple(rows) == ROWS
+    for rid, row in rows.items():
+        assert row["metrics"], rid
+        for name, value in row["metrics"].items():
+            assert isinstance(value, float) and math.isfinite(value) and value > 0, (rid, name)
+        assert rid in proc.stdout
+    assert rows["i1"]["raw"]["transactions"] == 0
+    assert rows["t1"]["raw"]["transactions"] == 5
+    assert rows["t2"]["raw"]["transactions"] == 50
+    for t, x in (("t1", "x1"), ("t2", "x2")):
+        assert rows[t]["raw"]["records"] == rows["i1"]["raw"]["records"] == 5000
+        assert rows[x]["metrics"]["ratio"] == pytest.approx(
+            rows[t]["metrics"]["rec_s"] / rows["i1"]["metrics"]["rec_s"])
+    # the broker and the workers are stopped, the temporary directory removed
+    assert list(tmp_path.iterdir()) == [out]
+    assert not _processes_mentioning(str(tmp_path))

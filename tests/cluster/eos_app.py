@@ -48,7 +48,12 @@ def main() -> int:
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "group.instance.id": f"{txn_id}-member",
-            "session.timeout.ms": 6000,
+            # librdkafka resets its member id once no heartbeat succeeded for the session
+            # timeout, and a static member that does is fenced: the session outlasts a
+            # coordinator failover (ZooKeeper session + load); restarts replace the static
+            # member at once anyway.
+            "session.timeout.ms": 30000,
+            "heartbeat.interval.ms": 1000,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -96,9 +101,7 @@ def main() -> int:
             if pause > 0:
                 time.sleep(pause)
             positions = consumer.position(consumer.assignment())
-            producer.send_offsets_to_transaction(
-                positions, consumer.consumer_group_metadata(), 30
-            )
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
             while True:
                 try:
                     producer.commit_transaction(30)

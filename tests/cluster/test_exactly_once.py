@@ -35,6 +35,11 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 
 from tests import helpers
 from tests.helpers import zk_cluster
+from tests.kafka_wire import call
+from wherry.common.topic_partition import TopicPartition
+from wherry.log.config import LogConfig
+from wherry.log.log import Log
+from wherry.protocol.records import iter_batches
 from wherry.testing.cluster import ZkCluster, wait_until
 from wherry.testing.zookeeper import ZooKeeperServer
 
@@ -84,6 +89,7 @@ class App:
         self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
+        self.fatal: list[str] = []  # the fatal error of each run that stopped on one
 
     def start(self) -> None:
         assert self.proc is None
@@ -121,10 +127,17 @@ class App:
         return sum(1 for line in self.lines() if line.startswith(prefix))
 
     def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
+        """An app that stopped on a fatal error (exit 3: librdkafka says the producer must be
+        recreated) is started again, as its supervisor would; any other exit fails the test."""
+        if self.proc is None or self.proc.poll() is None:
+            return
+        if self.proc.returncode != 3:
             raise AssertionError(
                 f"the app exited with {self.proc.returncode}:\n" + "\n".join(self.lines()[-30:])
             )
+        self.proc = None
+        self.fatal.append(next(x for x in reversed(self.lines()) if x.startswith("fatal")))
+        self.start()
 
 
 @dataclass(frozen=True)
@@ -167,14 +180,14 @@ def must(predicate: Callable[[], object], what: str, c: ZkCluster, app: App) -> 
 
 def write_input(producer: Producer, topic: str, ids: range) -> None:
     for i in ids:
-        producer.produce(topic, f"id-{i:06d}".encode(), key=str(i).encode(), partition=i % PARTITIONS)
+        producer.produce(
+            topic, f"id-{i:06d}".encode(), key=str(i).encode(), partition=i % PARTITIONS
+        )
     assert producer.flush(60) == 0, "input records not acknowledged"
 
 
 def committed_total(bootstrap: str, group: str, topic: str) -> int:
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0}
-    )
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
     try:
         tps = consumer.committed(
             [CKTopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10
@@ -218,6 +231,59 @@ def read_output(bootstrap: str, topic: str, isolation: str) -> list[str]:
     finally:
         consumer.close()
     return values
+
+
+def latest(c: ZkCluster, topic: str, partition: int, isolation: int) -> int:
+    """ListOffsets LATEST at the partition's leader: the HW (0) or the LSO (1)."""
+    body = {
+        "replica_id": -1,
+        "isolation_level": isolation,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {"partition_index": partition, "current_leader_epoch": -1, "timestamp": -1}
+                ],
+            }
+        ],
+    }
+    r = call(c.address(leader(c, topic, partition)), 2, 7, body).topics[0].partitions[0]
+    return -1 if r.error_code != 0 else int(r.offset)
+
+
+def stable(c: ZkCluster, topic: str) -> bool:
+    """Every partition's LSO equals its HW: no transaction left open."""
+    try:
+        return all(latest(c, topic, p, 1) == latest(c, topic, p, 0) >= 0 for p in range(PARTITIONS))
+    except Exception:
+        return False
+
+
+def replica_view(log_dir: Path, tp: TopicPartition) -> tuple[object, ...]:
+    """A stopped broker's replica of `tp`, read with wherry's own Log: its batches (offsets,
+    producer, control or not), aborted transactions, open transactions."""
+    log = Log.open(
+        log_dir / str(tp), LogConfig(), topic_partition=tp, now_ms=int(time.time() * 1000)
+    )
+    try:
+        batches = []
+        offset = log.log_start_offset
+        while offset < log.log_end_offset:
+            data = log.read(offset, max_bytes=1 << 20)
+            if not data:
+                break
+            for _, h in iter_batches(data):
+                batches.append((h.base_offset, h.last_offset, h.producer_id, h.is_control))
+                offset = h.last_offset + 1
+        aborted = log.collect_aborted_transactions(0, log.log_end_offset)
+        return (
+            log.log_end_offset,
+            tuple(batches),
+            tuple(aborted),
+            tuple(sorted(log.producer_state.ongoing_transactions.items())),
+        )
+    finally:
+        log.close()
 
 
 def test_exactly_once_over_kill_rounds(cluster: ZkCluster, tmp_path: Path) -> None:
@@ -270,7 +336,7 @@ def test_exactly_once_over_kill_rounds(cluster: ZkCluster, tmp_path: Path) -> No
                 if kind == "coordinator":
                     topic, partition = TXN_STATE, 0
                 else:
-                    topic, partition = input_topic, n % PARTITIONS
+                    topic, partition = input_topic, (n // len(KINDS)) % PARTITIONS
                 broker = leader(c, topic, partition)
                 assert broker >= 0, f"{topic}-{partition} has no leader"
                 victim = f"broker {broker} ({topic}-{partition})"
@@ -303,6 +369,7 @@ def test_exactly_once_over_kill_rounds(cluster: ZkCluster, tmp_path: Path) -> No
         )
     finally:
         app.kill()
+    must(lambda: stable(c, output_topic), "output LSO = HW (no open transaction)", c, app)
     committed = read_output(c.bootstrap, output_topic, "read_committed")
     uncommitted = read_output(c.bootstrap, output_topic, "read_uncommitted")
     expected = {f"out-id-{i:06d}" for i in range(written)}
@@ -314,7 +381,8 @@ def test_exactly_once_over_kill_rounds(cluster: ZkCluster, tmp_path: Path) -> No
     elapsed = time.monotonic() - started
     print(
         f"\n{len(rounds)} rounds in {elapsed:.0f} s; {written} input records, "
-        f"{app.runs} app runs, {app.commits()} transactions committed, "
+        f"{app.runs} app runs ({len(app.fatal)} after a fatal error), "
+        f"{app.commits()} transactions committed, "
         f"{app.count('abort ')} aborted by the app; output read_committed {len(committed)} "
         f"({len(lost)} lost, {len(duplicates)} duplicated); read_uncommitted "
         f"{len(uncommitted)} ({sum(k - 1 for k in un_counts.values() if k > 1)} extra copies "
@@ -328,6 +396,27 @@ def test_exactly_once_over_kill_rounds(cluster: ZkCluster, tmp_path: Path) -> No
             + (f"max {max(moved):.2f} s" if moved else "-")
             + f", commit after max {max(r.progress_s for r in rs):.2f} s"
         )
+    for line in app.fatal:
+        print(f"  app restarted after: {line}")
+    # ---- every replica of the output, from disk after a clean stop: the same batches,
+    # markers, aborted transactions, and no open transaction
+    must(lambda: all_isr_full(c, [output_topic]), "full ISRs of the output", c, app)
+    c.stop()
+    mismatches: list[str] = []
+    for p in range(PARTITIONS):
+        tp = TopicPartition(output_topic, p)
+        views = {b: replica_view(c.directory / f"broker-{b}", tp) for b in range(BROKERS)}
+        if len(set(views.values())) != 1:
+            mismatches.append(
+                f"p{p}: "
+                + "; ".join(
+                    f"broker {b} LEO {v[0]}, {len(v[1])} batches, aborted {len(v[2])}, open {v[3]}"
+                    for b, v in views.items()
+                )
+            )
+        elif views[0][3]:
+            mismatches.append(f"p{p}: open transactions left {views[0][3]}")
+    assert not mismatches, mismatches
     assert not lost, f"{len(lost)} input records lost, first {lost[:10]}"
     assert not duplicates, f"{len(duplicates)} duplicated, first {duplicates[:10]}"
     assert not unexpected, unexpected[:10]

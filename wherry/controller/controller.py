@@ -651,8 +651,16 @@ class Controller:
 
     async def _on_broker_startup(self, new: list[int], batch: RequestBatch) -> None:
         """Kafka's onBrokerStartup: the new brokers learn everything, their replicas come
-        online, offline partitions are elected, pending deletions may resume."""
+        online, offline partitions are elected, pending deletions may resume.
+
+        As Kafka's, the new brokers first get an UpdateMetadata of every partition, in a batch
+        of its own, before any LeaderAndIsr: a broker that becomes leader of an internal
+        partition (a transaction coordinator, say) knows every partition it may have to
+        write to (markers to partitions missing from its cache are skipped as deleted)."""
         ctx = self.ctx
+        first = self._batch()
+        add_update_metadata(first, ctx, new, ctx.all_partitions())
+        await self._send(first)
         replicas = replicas_on(ctx, set(new))
         self.replica_sm.to_online(ctx, replicas, batch)
         await self._trigger_online(batch)

@@ -360,8 +360,14 @@ class Controller:
         await self._init_deletions(queued)
         self.replica_sm.initialize(ctx)
         self.partition_sm.initialize(ctx)
+        # As Kafka's, an UpdateMetadata in a batch of its own goes out before the state
+        # machines' LeaderAndIsrs; here with every partition too, so a broker that restarted
+        # while no controller acted knows every partition before it leads any (a transaction
+        # coordinator skips markers for partitions its cache lacks as deleted).
+        first = self._batch()
+        add_update_metadata(first, ctx, ctx.live_brokers, ctx.all_partitions())
+        await self._send(first)
         batch = self._batch()
-        add_update_metadata(batch, ctx, ctx.live_brokers)
         self.replica_sm.to_online(
             ctx,
             [

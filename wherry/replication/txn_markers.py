@@ -112,6 +112,14 @@ class TxnMarkerChannelManager:
         self._clients.clear()
         self._pending.clear()
 
+    def abandon(self) -> None:
+        """The process dies: the sender stops at once, nothing more is sent or awaited."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self._clients.clear()
+        self._pending.clear()
+
     async def _run(self) -> None:
         while True:
             self._wake.clear()

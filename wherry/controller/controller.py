@@ -72,6 +72,7 @@ from wherry.controller.replica_state import (
 from wherry.controller.request_batch import RequestBatch
 from wherry.controller.request_states import (
     add_update_metadata,
+    announcement,
     broker_addresses,
     build_requests,
 )
@@ -360,13 +361,7 @@ class Controller:
         await self._init_deletions(queued)
         self.replica_sm.initialize(ctx)
         self.partition_sm.initialize(ctx)
-        # As Kafka's, an UpdateMetadata in a batch of its own goes out before the state
-        # machines' LeaderAndIsrs; here with every partition too, so a broker that restarted
-        # while no controller acted knows every partition before it leads any (a transaction
-        # coordinator skips markers for partitions its cache lacks as deleted).
-        first = self._batch()
-        add_update_metadata(first, ctx, ctx.live_brokers, ctx.all_partitions())
-        await self._send(first)
+        await self._send(announcement(self._batch(), ctx, ctx.live_brokers))
         batch = self._batch()
         self.replica_sm.to_online(
             ctx,
@@ -656,17 +651,10 @@ class Controller:
             self.deletion.fail_replica_deletion(ctx, rsm, for_deletion)
 
     async def _on_broker_startup(self, new: list[int], batch: RequestBatch) -> None:
-        """Kafka's onBrokerStartup: the new brokers learn everything, their replicas come
-        online, offline partitions are elected, pending deletions may resume.
-
-        As Kafka's, the new brokers first get an UpdateMetadata of every partition, in a batch
-        of its own, before any LeaderAndIsr: a broker that becomes leader of an internal
-        partition (a transaction coordinator, say) knows every partition it may have to
-        write to (markers to partitions missing from its cache are skipped as deleted)."""
+        """Kafka's onBrokerStartup: the new brokers learn every partition first (`announcement`),
+        their replicas come online, offline partitions are elected, pending deletions resume."""
         ctx = self.ctx
-        first = self._batch()
-        add_update_metadata(first, ctx, new, ctx.all_partitions())
-        await self._send(first)
+        await self._send(announcement(self._batch(), ctx, new))
         replicas = replicas_on(ctx, set(new))
         self.replica_sm.to_online(ctx, replicas, batch)
         await self._trigger_online(batch)

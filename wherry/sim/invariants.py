@@ -487,9 +487,7 @@ class TxnLedger:
                 )
             seen[value] = offset
 
-    def check_committed_complete(
-        self, visible: Mapping[TopicPartition, Collection[bytes]]
-    ) -> None:
+    def check_committed_complete(self, visible: Mapping[TopicPartition, Collection[bytes]]) -> None:
         """After healing, `visible`: every partition's read_committed values (all of them)."""
         for txn in self.txns:
             if not txn.commit_sent:

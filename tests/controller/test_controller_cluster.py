@@ -435,3 +435,62 @@ async def test_controller_waits_out_a_connection_loss() -> None:
         await asyncio.wait_for(pending, 10)
         await wait_for_states(c, "z", 3, lambda s: all(victim not in st.isr for st in s.values()))
         assert ctrl.controller.active and c.controller() is ctrl
+
+
+@async_test
+async def test_a_returning_broker_learns_every_partition_before_any_leader_and_isr(
+    new_backend: NewBackend,
+) -> None:
+    """Kafka's onBrokerStartup: the new broker's first request is an UpdateMetadata with every
+    partition, in a batch of its own, before the LeaderAndIsr of its replicas -- so when it
+    becomes leader of an internal partition (a transaction coordinator, which skips markers
+    for partitions its cache lacks as deleted) it already knows every partition."""
+    async with Cluster(new_backend()) as c:
+        await c.start(0)
+        await c.start_all(1, 2)
+        await c.create_topic("t", {0: [1, 2], 1: [2, 1]})
+        await c.create_topic("u", {0: [2]})
+        await wait_for_states(c, "t", 2, lambda s: True)
+        await c.kill(2)
+        await wait_for_states(c, "t", 2, lambda s: all(st.leader == 1 for st in s.values()))
+        returned = await c.start(2)
+        await wait_for_states(c, "u", 1, lambda s: s[0].leader == 2)
+        await c.settle()
+        first = returned.broker.received[0]
+        assert isinstance(first, UpdateMetadataRequest), returned.broker.received
+        assert {(s.topic_name, s.partition_index) for s in first.partition_states} == {
+            ("t", 0),
+            ("t", 1),
+            ("u", 0),
+        }
+        assert any(isinstance(r, LeaderAndIsrRequest) for r in returned.broker.received[1:])
+
+
+@async_test
+async def test_a_new_controller_sends_every_partition_before_any_leader_and_isr(
+    new_backend: NewBackend,
+) -> None:
+    """At failover the new controller's first request to every live broker is an
+    UpdateMetadata of every partition, in a batch of its own (Kafka's comes before the state
+    machines' LeaderAndIsrs too), so a broker that restarted while no controller acted knows
+    every partition before it leads one."""
+    async with Cluster(new_backend()) as c:
+        await c.start_all(1, 2, 3)
+        old = await c.wait_for_controller()
+        await c.create_topic("x", {0: [1, 2, 3], 1: [2, 3, 1]})
+        await c.create_topic("y", {0: [3, 1]})
+        await wait_for_states(c, "x", 2, lambda s: True)
+        await c.kill(old.broker_id)
+        new = await c.wait_for_controller(other_than=old.broker_id)
+        epoch = new.controller.ctx.epoch
+        await c.settle()
+        for b in (1, 2, 3):
+            if b == old.broker_id:
+                continue
+            got = [r for r in c.nodes[b].broker.received if r.controller_epoch == epoch]
+            assert got and isinstance(got[0], UpdateMetadataRequest), got
+            assert {(s.topic_name, s.partition_index) for s in got[0].partition_states} == {
+                ("x", 0),
+                ("x", 1),
+                ("y", 0),
+            }

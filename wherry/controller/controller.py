@@ -72,6 +72,7 @@ from wherry.controller.replica_state import (
 from wherry.controller.request_batch import RequestBatch
 from wherry.controller.request_states import (
     add_update_metadata,
+    announcement,
     broker_addresses,
     build_requests,
 )
@@ -360,8 +361,8 @@ class Controller:
         await self._init_deletions(queued)
         self.replica_sm.initialize(ctx)
         self.partition_sm.initialize(ctx)
+        await self._send(announcement(self._batch(), ctx, ctx.live_brokers))
         batch = self._batch()
-        add_update_metadata(batch, ctx, ctx.live_brokers)
         self.replica_sm.to_online(
             ctx,
             [
@@ -650,9 +651,10 @@ class Controller:
             self.deletion.fail_replica_deletion(ctx, rsm, for_deletion)
 
     async def _on_broker_startup(self, new: list[int], batch: RequestBatch) -> None:
-        """Kafka's onBrokerStartup: the new brokers learn everything, their replicas come
-        online, offline partitions are elected, pending deletions may resume."""
+        """Kafka's onBrokerStartup: the new brokers learn every partition first (`announcement`),
+        their replicas come online, offline partitions are elected, pending deletions resume."""
         ctx = self.ctx
+        await self._send(announcement(self._batch(), ctx, new))
         replicas = replicas_on(ctx, set(new))
         self.replica_sm.to_online(ctx, replicas, batch)
         await self._trigger_online(batch)

@@ -99,6 +99,18 @@ def add_update_metadata(
     )
 
 
+def announcement(
+    batch: RequestBatch, ctx: ControllerContext, brokers: Iterable[int]
+) -> RequestBatch:
+    """`batch` with an UpdateMetadata of every partition to `brokers`: sent on its own before
+    any LeaderAndIsr to brokers that start or meet a new controller (as Kafka's onBrokerStartup
+    and onControllerFailover; Kafka's failover one has no partitions), so a broker leading an
+    internal partition already knows every partition (a transaction coordinator skips markers
+    for partitions its cache lacks, as deleted)."""
+    add_update_metadata(batch, ctx, brokers, ctx.all_partitions())
+    return batch
+
+
 def add_leader_and_isr(
     batch: RequestBatch,
     ctx: ControllerContext,

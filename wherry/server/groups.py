@@ -25,9 +25,10 @@ from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.group.storage import AppendDone, Record
-from wherry.protocol.records import build_batch, iter_batches
+from wherry.protocol.records import build_batch
 from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ProduceResult, ReplicaManager
+from wherry.replication.txn_state_log import read_partition_log
 from wherry.runtime.clock import Clock
 from wherry.server.admin import AdminError, AdminManager
 from wherry.server.config import BrokerConfig
@@ -124,25 +125,7 @@ def read_offsets_partition(
 ) -> list[bytes]:
     """The whole log of `__consumer_offsets-<partition>` (or of another internal topic's
     partition) to its end, in chunks of batches."""
-    part = replica_manager.get_partition(TopicPartition(topic, partition))
-    if part is None:
-        return []
-    plog = part.log
-    offset = plog.log_start_offset
-    end = plog.log_end_offset
-    chunks: list[bytes] = []
-    while offset < end:
-        data = plog.read(offset, max_bytes=buffer_bytes, max_offset=end, min_one_message=True)
-        if not data:
-            break
-        last = None
-        for _, header in iter_batches(data):
-            last = header
-        if last is None:
-            break
-        chunks.append(bytes(data))
-        offset = last.next_offset
-    return chunks
+    return read_partition_log(replica_manager, topic, partition, buffer_bytes)
 
 
 class GroupsRuntime:

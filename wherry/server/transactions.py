@@ -1,17 +1,16 @@
 """Transactions in the broker: the TransactionCoordinator wired to `__transaction_state`.
 
-* Storage: transaction state records are appended (acks=-1) to `__transaction_state-<p>`
-  through the replica manager; a partition is loaded from its log when this broker becomes its
-  leader (requests for its transactional ids get COORDINATOR_LOAD_IN_PROGRESS meanwhile;
-  transactions found in PrepareCommit/PrepareAbort resume their markers) and unloaded when it
-  stops leading it (NOT_COORDINATOR), so the coordinator follows partition leadership. The
-  partition's leader epoch is the coordinator epoch the markers carry.
+* Storage and loading (`replication/txn_state_log.py`, which the simulation runs too):
+  transaction state records are appended (acks=-1) to `__transaction_state-<p>` through the
+  replica manager; a partition is loaded from its log when this broker becomes its leader and
+  unloaded when it stops leading it, so the coordinator follows partition leadership.
 * The topic is created on first use (FindCoordinator for a transactional id) with
   `transaction.state.log.num.partitions` partitions, `transaction.state.log.replication.factor`
   replicas (as for `__consumer_offsets`, Kafka 3.9 does not cap it: creation fails while fewer
   brokers are alive; the quickstart defaults and `wherry dev` set it to what the cluster has)
   and Kafka's transactionTopicConfigs.
-* Markers: `server/txn_markers.py`. Timeouts and expiry run on the replica node's ticker, on
+* Markers: `replication/txn_markers.py`, over `OutboundConnection`s to the inter-broker
+  listener. Timeouts and expiry run on the replica node's ticker, on
   wall-clock time (`TransactionCoordinator.advance_clock`).
 """
 
@@ -19,29 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
+from wherry.outbound.connection import Connect, OutboundConnection
 from wherry.outbound.security import ClientSecurity
-from wherry.protocol.records import build_batch
 from wherry.replication.node import ReplicaNode
-from wherry.replication.replica_manager import ProduceResult, ReplicaManager
+from wherry.replication.txn_markers import TxnMarkerChannelManager
+from wherry.replication.txn_state_log import ReplicaTxnStorage, TxnPartitionLoader
 from wherry.runtime.clock import Clock
 from wherry.server.admin import AdminError, AdminManager
 from wherry.server.config import BrokerConfig
-from wherry.server.groups import read_offsets_partition
-from wherry.server.txn_markers import TxnMarkerChannelManager
 from wherry.txn.coordinator import TransactionCoordinator, TxnCoordinatorConfig
 from wherry.txn.records import TRANSACTION_STATE_TOPIC
-from wherry.txn.storage import AppendDone, Record
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReplicaTxnStorage", "TransactionsRuntime", "transaction_topic_configs"]
+__all__ = ["TransactionsRuntime", "transaction_topic_configs"]
 
 
 def transaction_topic_configs(config: BrokerConfig) -> dict[str, str]:
@@ -69,37 +66,6 @@ def txn_coordinator_config(config: BrokerConfig) -> TxnCoordinatorConfig:
     )
 
 
-class ReplicaTxnStorage:
-    """`TxnStorage` on the replica manager: one acks=-1 batch per append."""
-
-    def __init__(
-        self, replica_manager: ReplicaManager, now_ms: Callable[[], int], *, timeout_ms: int
-    ) -> None:
-        self._rm = replica_manager
-        self._now_ms = now_ms
-        self._timeout_ms = timeout_ms
-
-    def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
-        tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
-        now = self._now_ms()
-        batch = build_batch(list(records), timestamp_ms=now)
-
-        def respond(result: ProduceResult) -> None:
-            st = result.get(tp)
-            if st is None:
-                done(ErrorCode.unknown_topic_or_partition, -1)
-            else:
-                done(st.error_code, st.base_offset)
-
-        self._rm.append_records(
-            timeout_ms=self._timeout_ms,
-            required_acks=-1,
-            entries={tp: batch},
-            respond=respond,
-            now_ms=now,
-        )
-
-
 class TransactionsRuntime:
     """Owns the broker's TransactionCoordinator and its asynchronous edges: loading and
     unloading `__transaction_state` partitions as their leadership moves, creating the topic,
@@ -120,13 +86,18 @@ class TransactionsRuntime:
         self.storage = ReplicaTxnStorage(
             node.replica_manager, clock.now_ms, timeout_ms=config.controller_socket_timeout_ms
         )
-        self.markers = TxnMarkerChannelManager(
-            config.broker_id,
-            node.cache,
-            clock,
-            security,
-            request_timeout_ms=config.controller_socket_timeout_ms,
-        )
+        timeout_s = config.controller_socket_timeout_ms / 1000
+
+        def connect_to(_broker_id: int, host: str, port: int) -> Connect:
+            return OutboundConnection(
+                host,
+                port,
+                connect_timeout_s=timeout_s,
+                request_timeout_s=timeout_s,
+                security=security(),
+            ).connect
+
+        self.markers = TxnMarkerChannelManager(config.broker_id, node.cache, clock, connect_to)
         self.coordinator = TransactionCoordinator(
             config.broker_id,
             txn_coordinator_config(config),
@@ -136,8 +107,18 @@ class TransactionsRuntime:
         )
         self.markers.coordinator = self.coordinator
         node.ticker.add(self.coordinator, clock.now_ms)
+
+        async def in_executor(fn: Callable[[], list[bytes]]) -> list[bytes]:
+            return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+        self.loader = TxnPartitionLoader(
+            self.coordinator,
+            node.replica_manager,
+            clock.now_ms,
+            buffer_bytes=config.transaction_state_log_load_buffer_size,
+            blocking=in_executor,
+        )
         self._create_task: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self._prefix = f"[TransactionCoordinator id={config.broker_id}]"
 
     async def start(self, store: MetadataStore) -> None:
@@ -152,9 +133,9 @@ class TransactionsRuntime:
         self.markers.start()
 
     async def stop(self) -> None:
-        for t in list(self._tasks) + ([self._create_task] if self._create_task else []):
-            t.cancel()
-        for t in list(self._tasks):
+        if self._create_task is not None:
+            self._create_task.cancel()
+        for t in self.loader.cancel():
             try:
                 await t
             except (asyncio.CancelledError, Exception):
@@ -167,44 +148,7 @@ class TransactionsRuntime:
         self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
     ) -> None:
         """The replica node's leadership listener (on the event loop)."""
-        for tp in lost:
-            if tp.topic == TRANSACTION_STATE_TOPIC:
-                self.coordinator.unload_partition(tp.partition)
-        for tp, epoch in became_leader:
-            if tp.topic == TRANSACTION_STATE_TOPIC and self.coordinator.begin_loading(
-                tp.partition, epoch
-            ):
-                task = asyncio.get_running_loop().create_task(
-                    self._load(tp.partition, epoch), name=f"load-{tp}"
-                )
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-
-    async def _load(self, partition: int, epoch: int) -> None:
-        coord = self.coordinator
-        loop = asyncio.get_running_loop()
-        delay_s = 0.1
-        while coord.is_partition_loading(partition):
-            try:
-                chunks = await loop.run_in_executor(
-                    None,
-                    read_offsets_partition,
-                    self.node.replica_manager,
-                    partition,
-                    self.config.transaction_state_log_load_buffer_size,
-                    TRANSACTION_STATE_TOPIC,
-                )
-                coord.load_partition(partition, chunks, now_ms=self.clock.now_ms(), epoch=epoch)
-                return
-            except Exception:
-                log.exception(
-                    "%s Error loading %s-%d; retrying",
-                    self._prefix,
-                    TRANSACTION_STATE_TOPIC,
-                    partition,
-                )
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 5.0)
+        self.loader.on_leadership_change(became_leader, lost)
 
     # --- the topic ------------------------------------------------------------------------
     def ensure_topic(self) -> None:

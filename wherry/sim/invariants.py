@@ -36,7 +36,12 @@ from dataclasses import dataclass, field
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.log import Log
-from wherry.protocol.records import iter_batches
+from wherry.protocol.records import (
+    CONTROL_ABORT,
+    iter_batches,
+    iter_records,
+    parse_control_record,
+)
 
 
 class InvariantViolation(AssertionError):
@@ -357,3 +362,150 @@ class RemovalWatch:
             if any(t >= since for t in events):
                 out.add((b, p))
         return out
+
+
+# --- transactions --------------------------------------------------------------------------------
+def read_committed_values(
+    data: bytes, aborted: Sequence[tuple[int, int]]
+) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of the records a read_committed consumer delivers from one fetched
+    range, given the fetch's aborted transactions (producer id, first offset): Kafka's
+    consumer (CompletedFetch): a transactional batch of a producer whose aborted transaction
+    began at or before the batch's last offset is skipped until that producer's ABORT marker;
+    control batches are never delivered."""
+    pending = sorted(aborted, key=lambda t: t[1])
+    aborted_pids: set[int] = set()
+    out: list[tuple[int, bytes | None]] = []
+    for pos, h in iter_batches(data):
+        if h.has_producer_id:
+            while pending and pending[0][1] <= h.last_offset:
+                aborted_pids.add(pending.pop(0)[0])
+            if h.is_control:
+                for rec in iter_records(data, pos):
+                    if parse_control_record(rec)[0] == CONTROL_ABORT:
+                        aborted_pids.discard(h.producer_id)
+            elif h.is_transactional and h.producer_id in aborted_pids:
+                continue
+        if h.is_control:
+            continue
+        out.extend((rec.offset, rec.value) for rec in iter_records(data, pos))
+    return out
+
+
+@dataclass(slots=True)
+class LedgerTxn:
+    """One transaction of a simulated transactional producer, as the producer knows it."""
+
+    transactional_id: str
+    number: int
+    producer_id: int
+    producer_epoch: int
+    started_ms: int
+    sent: dict[TopicPartition, list[bytes]] = field(default_factory=dict)  # maybe written
+    acked: dict[TopicPartition, list[bytes]] = field(default_factory=dict)  # acks=all
+    commit_sent: bool = False  # EndTxn(commit) was sent (its outcome may be unknown)
+    abort_sent: bool = False
+    # What EndTxn answered in the end: "committed", "aborted" (NONE to a commit or an abort)
+    # or None (no answer, an error, or never sent: it was aborted unless a commit was sent).
+    answer: str | None = None
+
+    def describe(self) -> str:
+        state = self.answer or (
+            "commit sent, outcome unknown"
+            if self.commit_sent
+            else "abort sent"
+            if self.abort_sent
+            else "no EndTxn (open, or aborted by the coordinator)"
+        )
+        return (
+            f"transaction {self.number} of {self.transactional_id} (producer id "
+            f"{self.producer_id}, epoch {self.producer_epoch}, begun at {self.started_ms} ms; "
+            f"{state})"
+        )
+
+
+@dataclass(slots=True)
+class TxnLedger:
+    """What the transactional producers were told (like `History.acked` for plain batches):
+    every transaction, the records it sent and had acknowledged, and how EndTxn answered.
+
+    The rules (`check_read_committed`, `check_committed_complete`): a read_committed reader
+    sees a transaction's records only if a commit was asked for it (never those of an aborted
+    transaction, nor of one still open or aborted by the coordinator's timeout), each record
+    at most once; after healing it sees every acknowledged record of every transaction whose
+    EndTxn(commit) was answered NONE, and of one whose commit went unanswered, all or none."""
+
+    txns: list[LedgerTxn] = field(default_factory=list)
+    by_value: dict[bytes, LedgerTxn] = field(default_factory=dict)
+    checked_reads: int = 0
+
+    def begin(self, tid: str, number: int, pid: int, epoch: int, now_ms: int) -> LedgerTxn:
+        t = LedgerTxn(tid, number, pid, epoch, now_ms)
+        self.txns.append(t)
+        return t
+
+    def sent(self, txn: LedgerTxn, tp: TopicPartition, value: bytes) -> None:
+        txn.sent.setdefault(tp, []).append(value)
+        self.by_value[value] = txn
+
+    @staticmethod
+    def acked(txn: LedgerTxn, tp: TopicPartition, value: bytes) -> None:
+        txn.acked.setdefault(tp, []).append(value)
+
+    def committed(self) -> int:
+        return sum(1 for t in self.txns if t.answer == "committed")
+
+    def check_read_committed(
+        self, tp: TopicPartition, values: Sequence[tuple[int, bytes | None]], who: str
+    ) -> None:
+        """`values`: what a read_committed reader got from the partition, in offset order."""
+        self.checked_reads += 1
+        seen: dict[bytes, int] = {}
+        for offset, value in values:
+            if value is None or not value.startswith(TXN_VALUE_PREFIX):
+                continue
+            txn = self.by_value.get(value)
+            if txn is None:
+                raise InvariantViolation(
+                    f"{tp}: read_committed ({who}) shows {value!r} at offset {offset}, which "
+                    "no transactional producer sent"
+                )
+            if not txn.commit_sent:
+                raise InvariantViolation(
+                    f"{tp}: read_committed ({who}) shows {value!r} at offset {offset} of "
+                    f"{txn.describe()}: data of an aborted or open transaction"
+                )
+            if tp not in txn.sent or value not in txn.sent[tp]:
+                raise InvariantViolation(
+                    f"{tp}: read_committed ({who}) shows {value!r} at offset {offset}, sent to "
+                    f"another partition by {txn.describe()}"
+                )
+            if value in seen:
+                raise InvariantViolation(
+                    f"{tp}: read_committed ({who}) shows {value!r} twice, at offsets "
+                    f"{seen[value]} and {offset} ({txn.describe()})"
+                )
+            seen[value] = offset
+
+    def check_committed_complete(self, visible: Mapping[TopicPartition, Collection[bytes]]) -> None:
+        """After healing, `visible`: every partition's read_committed values (all of them)."""
+        for txn in self.txns:
+            if not txn.commit_sent:
+                continue
+            acked = [(tp, v) for tp, vs in txn.acked.items() for v in vs]
+            missing = [(tp, v) for tp, v in acked if v not in visible.get(tp, ())]
+            if txn.answer == "committed" and missing:
+                tp, v = missing[0]
+                raise InvariantViolation(
+                    f"{tp}: after healing, read_committed does not show {v!r} of "
+                    f"{txn.describe()} ({len(missing)} of its {len(acked)} records missing)"
+                )
+            if txn.answer is None and missing and len(missing) < len(acked):
+                tp, v = missing[0]
+                raise InvariantViolation(
+                    f"{tp}: after healing, read_committed shows only part of {txn.describe()}: "
+                    f"{v!r} and {len(missing) - 1} more of its {len(acked)} records missing"
+                )
+
+
+TXN_VALUE_PREFIX = b"t:"

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -50,6 +50,12 @@ from wherry.sim.controller import ControllerMessage, UpdateLiveBrokers
 from wherry.sim.network import CONTROLLER_ID, SimNetwork
 
 log = logging.getLogger(__name__)
+
+
+class NodeService(Protocol):
+    def abandon(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,6 +95,9 @@ class SimBroker:
         self._tasks: list[asyncio.Task[Any]] = []
         self.up = False
         self.replica: ReplicaNode
+        # What else runs in the process on the replica node (the transaction coordinator):
+        # abandoned at a crash, stopped first at a clean stop.
+        self.services: list[NodeService] = []
 
     @property
     def fence(self) -> ControllerFence:
@@ -139,6 +148,8 @@ class SimBroker:
         for t in self._tasks:
             t.cancel()
         self._tasks = []
+        for s in self.services:
+            s.abandon()
         self.replica.abandon()
         files: list[Path] = []
         for plog in self.log_manager.all_logs():
@@ -189,6 +200,8 @@ class SimBroker:
         for t in self._tasks:
             t.cancel()
         self._tasks = []
+        for s in self.services:
+            await s.stop()
         await self.replica.stop()
         self.log_manager.shutdown()
         self.up = False

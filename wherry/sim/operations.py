@@ -88,9 +88,13 @@ class ClusterOperations:
         initial: dict[int, tuple[int, ...]],
         *,
         keep_in_sync: bool = True,
+        min_replication_factor: int = 1,
     ) -> None:
         self.world = world
         self.keep_in_sync = keep_in_sync
+        # Targets below it are not asked for (with transactions: min.insync.replicas, so
+        # markers can be written once the cluster is healthy).
+        self.min_replication_factor = min_replication_factor
         self.plane = plane
         self.rng = rng
         self.topic = topic
@@ -157,7 +161,10 @@ class ClusterOperations:
             rf = len([r for r in current if r not in removing])
             if rng.random() < 0.5:  # a new replication factor too
                 rf = rng.randint(1, len(w.broker_ids))
+            rf = max(rf, self.min_replication_factor)
             target = rng.sample(live, max(1, min(rf, len(live))))
+            if len(target) < self.min_replication_factor:
+                continue
             state = self.plane.stored_state(tp)
             in_sync = [b for b in (state.isr if state else ()) if b in live]
             if self.keep_in_sync and not set(target) & set(in_sync):

@@ -6,6 +6,7 @@ replays it.
     python -m wherry.sim --seeds 500 --power-loss
     python -m wherry.sim --seeds 500 --controller model   # the model controller instead
     python -m wherry.sim --seeds 500 --no-operations      # faults only, no cluster operations
+    python -m wherry.sim --seeds 500 --transactions       # transactional producers too
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def _options(args: argparse.Namespace) -> SimOptions:
         o = replace(o, operations=False)
     if args.careless_reassign:
         o = replace(o, reassign_keep_in_sync=False)
+    if args.transactions:
+        o = replace(o, transactions=True)
     return o
 
 
@@ -58,6 +61,8 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
         extra += " --no-operations"
     if args.careless_reassign:
         extra += " --careless-reassign"
+    if args.transactions:
+        extra += " --transactions"
     return f"python -m wherry.sim --seed {seed}{extra} -v"
 
 
@@ -92,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="reassignment targets need not keep an in-sync replica",
     )
+    p.add_argument(
+        "--transactions",
+        action="store_true",
+        help="transactional producers, coordinator crashes and the read_committed invariant",
+    )
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("-v", "--verbose", action="store_true", help="print the fault log")
     args = p.parse_args(argv)
@@ -101,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     started = time.monotonic()
     failed: list[SimResult] = []
-    acks = 0
+    acks = txns = committed = reads = 0
     jobs = [(s, options) for s in seeds]
     if args.jobs > 1:
         with Pool(args.jobs) as pool:
@@ -110,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = [_run(j) for j in jobs]
     for r in results:
         acks += r.acks
+        txns += r.transactions
+        committed += r.committed
+        reads += r.txn_reads
         if args.verbose:
             for line in r.faults:
                 print(f"  seed {r.seed}: {line}")
@@ -126,6 +139,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{len(seeds)} seeds{' (power loss)' if args.power_loss else ''}, "
         f"{options.controller} controller: {len(failed)} failed, "
-        f"{acks} acknowledged batches checked, {took:.1f} s"
+        f"{acks} acknowledged batches checked"
+        + (
+            f", {txns} transactions ({committed} committed), {reads} read_committed reads"
+            if args.transactions
+            else ""
+        )
+        + f", {took:.1f} s"
     )
     return 1 if failed else 0

@@ -27,7 +27,7 @@ from wherry.log.config import LogConfig
 from wherry.protocol.records import build_batch, parse_header
 from wherry.replication.fetcher import FetcherConfig
 from wherry.replication.partition import Partition
-from wherry.replication.replica_manager import FetchPartition
+from wherry.replication.replica_manager import READ_COMMITTED, FetchPartition
 from wherry.sim.controller import ControllerMessage, SimController, SimStore
 from wherry.sim.disk import DurableFiles
 from wherry.sim.invariants import (
@@ -35,14 +35,20 @@ from wherry.sim.invariants import (
     InvariantViolation,
     LeaderView,
     RemovalWatch,
+    TxnLedger,
     batches_below,
     decode_batches,
+    read_committed_values,
 )
 from wherry.sim.loop import SimLoop
 from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, NetworkConfig, SimNetwork
 from wherry.sim.node import NodeConfig, SimBroker
 from wherry.sim.operations import ClusterOperations, rebalance_config
 from wherry.sim.real_controller import RealControlPlane, RebalanceConfig
+from wherry.sim.transactions import TxnHost, TxnProducer, TxnSimConfig, fetch_now
+from wherry.sim.transactions import check_final as check_txn_final
+from wherry.sim.transactions import check_reads as check_txn_reads
+from wherry.txn.records import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +89,10 @@ class SimOptions:
     # Reassignment targets keep one live in-sync replica (False: any live brokers, which can
     # strand a partition with no ISR member among its replicas -- see operations.py).
     reassign_keep_in_sync: bool = True
+    # Real controller: transactional producers, the transaction coordinator on every broker
+    # and coordinator crashes mid-EndTxn (transactions.py), checked by `TxnLedger`.
+    transactions: bool = False
+    txn: TxnSimConfig = field(default_factory=TxnSimConfig)
 
 
 @dataclass(slots=True)
@@ -96,6 +106,9 @@ class SimResult:
     faults: list[str] = field(default_factory=list)
     steps: int = 0
     sim_ms: int = 0
+    transactions: int = 0  # transactions begun
+    committed: int = 0  # of them, EndTxn(commit) answered NONE
+    txn_reads: int = 0  # read_committed reads checked
 
     @property
     def ok(self) -> bool:
@@ -111,6 +124,9 @@ class World:
         self.loop = SimLoop()
         self.disk = DurableFiles()
         self.history = History(broken_rule=options.broken_rule)
+        self.txn_ledger = TxnLedger()
+        self.txn_producers: list[TxnProducer] = []
+        self._next_producer_id = 1000
         self.network = SimNetwork(random.Random(self.rng.random()), self, options.network)
         self.fault_rng = random.Random(self.rng.random())
         self.client_rng = random.Random(self.rng.random())
@@ -149,6 +165,8 @@ class World:
         self.tps = [TopicPartition(TOPIC, p) for p in range(options.partitions)]
         if options.controller not in ("real", "model"):
             raise ValueError(f"controller must be 'real' or 'model', not {options.controller!r}")
+        if options.transactions and options.controller != "real":
+            raise ValueError("transactions need the real controller")
         self.plane: RealControlPlane | None = None
         self.operations: ClusterOperations | None = None
         if options.controller == "real":
@@ -179,6 +197,9 @@ class World:
                     TOPIC,
                     dict(assignments),
                     keep_in_sync=options.reassign_keep_in_sync,
+                    min_replication_factor=(
+                        options.min_insync_replicas if options.transactions else 1
+                    ),
                 )
 
     @property
@@ -233,6 +254,8 @@ class World:
             self.node,
         )
         node.start()
+        if self.options.transactions:
+            TxnHost(self, node, self.options.txn)
         self.nodes[b] = node
         self.down.discard(b)
         self.removals.broker_away(b, self.now_ms())
@@ -279,6 +302,33 @@ class World:
 
     def log_fault(self, line: str) -> None:
         self.result.faults.append(line)
+
+    def claim_producer_id(self) -> int:
+        """A producer id no one else has (the brokers' producer id blocks, simulated)."""
+        self._next_producer_id += 1
+        return self._next_producer_id
+
+    def crash_coordinator(self, b: int, why: str) -> None:
+        """Crash broker `b` (the transaction coordinator) in a few ms, if the faults are still
+        on and it may crash then; it restarts later."""
+        o = self.options
+        if not o.faults or self.now_ms() >= o.duration_ms:
+            return
+        rng = self.fault_rng
+
+        def crash() -> None:
+            if (
+                self.now_ms() >= o.duration_ms
+                or self.node(b) is None
+                or b in self.stopping
+                or len(self.down | self.stopping) >= o.brokers - 1
+            ):
+                return
+            self.result.faults.append(f"{self.now_ms()}: coordinator crash after {why}")
+            self.crash_broker(b)
+            self.loop.create_task(self.restart_later(b, rng.uniform(50, 800)))
+
+        self.loop.call_later(rng.uniform(0, 15) / 1000, crash)
 
     def _on_controller_crash_at_write(self, host: int) -> None:
         self.removals.controller_away(self.now_ms())
@@ -444,6 +494,16 @@ class World:
             }
             self.history.consumed += len(values)
             self.history.record_committed(tp, values, f"consumer reading broker {b}")
+            if self.options.transactions and rng.random() < 0.5:
+                # The same offset as a read_committed consumer, from the same (maybe stale)
+                # leader: it may show only committed transactions.
+                rc = fetch_now(self.nodes[b], tp, offset, READ_COMMITTED).get(tp)
+                if rc is not None and rc.error_code == ErrorCode.none and self.node(b):
+                    self.txn_ledger.check_read_committed(
+                        tp,
+                        read_committed_values(bytes(rc.records), rc.aborted_transactions or []),
+                        f"consumer reading broker {b}",
+                    )
 
     # --- faults ---------------------------------------------------------------------------------
     async def faults(self, until_ms: int) -> None:
@@ -566,6 +626,8 @@ class World:
             if lpart is None or not lpart.is_leader or lpart.leader_epoch != state.leader_epoch:
                 continue  # the LeaderAndIsr is still on its way
             h.check_acked_on_leader(tp, state.leader, lpart.log)
+        if self.options.transactions:
+            check_txn_reads(self)
 
     def check_final(self) -> None:
         self.check_data()
@@ -580,6 +642,8 @@ class World:
                     f"{tp}: after healing, no broker leads at the stored state {state}"
                 )
             self.history.check_acked_committed(tp, state.leader, part.high_watermark)
+        if self.options.transactions:
+            check_txn_final(self, self.txn_producers)
 
     # --- the run ----------------------------------------------------------------------------------
     async def main(self) -> None:
@@ -590,10 +654,26 @@ class World:
             for host in self.controller_ids:
                 self.start_controller(host)
             self.plane.create_topic(TOPIC, self.store.topic_id, self.store.assignments)
+            if o.transactions:
+                n = len(self.broker_ids)
+                self.plane.create_topic(
+                    TRANSACTION_STATE_TOPIC,
+                    uuid.UUID(int=self.rng.getrandbits(128)),
+                    {
+                        p: tuple(self.broker_ids[(p + 1 + i) % n] for i in range(min(3, n)))
+                        for p in range(o.txn.state_partitions)
+                    },
+                )
         else:
             self.start_controller()
         tasks = [self.loop.create_task(self.producer(i)) for i in range(o.producers)]
         tasks.append(self.loop.create_task(self.consumer()))
+        txn_tasks = []
+        if o.transactions:
+            for i in range(o.txn.producers):
+                p = TxnProducer(self, i, random.Random(self.client_rng.random()), o.txn)
+                self.txn_producers.append(p)
+                txn_tasks.append(self.loop.create_task(p.run()))
         ops = self.operations
         if ops is not None:
             tasks.append(self.loop.create_task(ops.run(o.duration_ms)))
@@ -619,7 +699,7 @@ class World:
                 self.plane.renew_host_session(host)
         elif self.controller is None or not self.controller.alive:
             self.start_controller()
-        for t in tasks[: o.producers]:
+        for t in [*tasks[: o.producers], *txn_tasks]:
             t.cancel()  # stop producing, so everything can get committed
         await asyncio.sleep(o.settle_ms / 1000)
         self.check_final()
@@ -649,6 +729,9 @@ class World:
             else:
                 res.error = "".join(traceback.format_exception(self._failure))
         res.acks = self.history.acks
+        res.transactions = len(self.txn_ledger.txns)
+        res.committed = self.txn_ledger.committed()
+        res.txn_reads = self.txn_ledger.checked_reads
         res.consumed = self.history.consumed
         res.steps = self.loop.steps
         res.sim_ms = self.now_ms()

@@ -3,7 +3,8 @@ the partition leaders (Kafka's KafkaApis.handleWriteTxnMarkersRequest).
 
 * CLUSTER_ACTION on the cluster, else every partition of every marker gets
   CLUSTER_AUTHORIZATION_FAILED.
-* Per marker, a partition without a local replica gets UNKNOWN_TOPIC_OR_PARTITION; the others
+* Per marker (`replication/txn_markers.write_txn_marker`, which the simulation runs too), a
+  partition without a local replica gets UNKNOWN_TOPIC_OR_PARTITION; the others
   get one control batch (`build_control_batch`: producer id/epoch, coordinator epoch) appended
   as the leader with acks=all semantics (`min.insync.replicas` checked, answer once the ISR has
   it, `request.timeout.ms`). Errors are the append's: NOT_LEADER_OR_FOLLOWER (a follower),
@@ -25,7 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.records import OFFSETS_TOPIC
-from wherry.protocol.records import build_control_batch
+from wherry.replication.txn_markers import write_txn_marker
 from wherry.security.acl import AclOperation
 from wherry.server.authz import authorize_cluster
 
@@ -53,31 +54,10 @@ def _response(producer_id: int, errors: Mapping[TopicPartition, ErrorCode]) -> d
 async def _write_marker(
     broker: BrokerServices, marker: Any, timeout_ms: int
 ) -> dict[TopicPartition, ErrorCode]:
-    tps = [TopicPartition(t.name, p) for t in marker.topics for p in t.partition_indexes]
-    errors: dict[TopicPartition, ErrorCode] = {}
-    entries: dict[TopicPartition, bytes | None] = {}
-    now = broker.clock.now_ms()
-    for tp in tps:
-        if broker.replica_manager.get_partition(tp) is None:
-            errors[tp] = ErrorCode.unknown_topic_or_partition
-            continue
-        entries[tp] = build_control_batch(
-            commit=bool(marker.transaction_result),
-            producer_id=marker.producer_id,
-            producer_epoch=marker.producer_epoch,
-            coordinator_epoch=marker.coordinator_epoch,
-            timestamp_ms=now,
-        )
-    if entries:
-        statuses = await broker.node.append(
-            entries, required_acks=-1, timeout_ms=timeout_ms, from_coordinator=True
-        )
-        for tp in entries:
-            st = statuses.get(tp)
-            errors[tp] = ErrorCode.unknown_server_error if st is None else st.error_code
+    errors = await write_txn_marker(broker.node, marker, broker.clock.now_ms(), timeout_ms)
     offsets_partitions = [
         tp.partition
-        for tp in entries
+        for tp in errors
         if tp.topic == OFFSETS_TOPIC and errors[tp] == ErrorCode.none
     ]
     if offsets_partitions:
@@ -92,7 +72,7 @@ async def _write_marker(
             )
             for p in offsets_partitions:
                 errors[TopicPartition(OFFSETS_TOPIC, p)] = ErrorCode.unknown_server_error
-    return {tp: errors[tp] for tp in tps}
+    return errors
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:

@@ -2,8 +2,10 @@
 
 The coordinator hands over each ended transaction (`PendingMarkers`); one asyncio task sends
 WriteTxnMarkers v1 to the partition leaders, one request per destination broker per round
-carrying every marker due there, over the inter-broker listener (`outbound.RequestClient`
-with the broker's `client_security`), and retries until every partition is written:
+carrying every marker due there, through an `outbound.RequestClient` per broker over the
+connections `connect_to` opens (the broker's: `OutboundConnection`s to the inter-broker
+listener with its `client_security`; the simulation's: its simulated network), and retries
+until every partition is written:
 
 * a partition the metadata cache no longer knows (its topic was deleted) is dropped, as Kafka
   skips partitions without a leader endpoint;
@@ -15,6 +17,9 @@ with the broker's `client_security`), and retries until every partition is writt
   epoch took over; this coordinator stops sending this transaction's markers (Kafka's
   abortSending).
 
+`write_txn_marker` is the receiving side (the partition leader's part of KafkaApis'
+handleWriteTxnMarkersRequest): one control batch per partition, appended as the leader.
+
 When a transaction's partitions are all done the coordinator writes its Complete* record
 (`TransactionCoordinator.markers_written`). Markers of a `__transaction_state` partition this
 broker no longer leads are dropped (`remove_partition`); its new leader resends them on load.
@@ -25,14 +30,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.outbound.client import RequestClient, RequestError
-from wherry.outbound.connection import OutboundConnection
-from wherry.outbound.security import ClientSecurity
+from wherry.outbound.connection import Connect
+from wherry.protocol.records import build_control_batch
 from wherry.replication.metadata_cache import MetadataCache
+from wherry.replication.node import ReplicaNode
 from wherry.runtime.clock import Clock
 from wherry.runtime.tasks import wait_event
 from wherry.txn.coordinator import TransactionCoordinator
@@ -40,7 +47,10 @@ from wherry.txn.storage import PendingMarkers
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WRITE_TXN_MARKERS_KEY", "TxnMarkerChannelManager"]
+__all__ = ["WRITE_TXN_MARKERS_KEY", "ConnectTo", "TxnMarkerChannelManager", "write_txn_marker"]
+
+ConnectTo = Callable[[int, str, int], Connect]
+"""(broker id, host, port) -> how to open a connection to that broker."""
 
 WRITE_TXN_MARKERS_KEY = 27
 WRITE_TXN_MARKERS_VERSION = 1
@@ -54,15 +64,12 @@ class TxnMarkerChannelManager:
         broker_id: int,
         cache: MetadataCache,
         clock: Clock,
-        security: Callable[[], ClientSecurity],
-        *,
-        request_timeout_ms: int,
+        connect_to: ConnectTo,
     ) -> None:
         self.broker_id = broker_id
         self.cache = cache
         self.clock = clock
-        self._security = security
-        self._timeout_s = request_timeout_ms / 1000
+        self._connect_to = connect_to
         self.coordinator: TransactionCoordinator  # set by the runtime
         # Each transaction's partitions still without their marker.
         self._pending: dict[PendingMarkers, set[TopicPartition]] = {}
@@ -102,6 +109,14 @@ class TxnMarkerChannelManager:
             self._task = None
         for c in self._clients.values():
             c.close()
+        self._clients.clear()
+        self._pending.clear()
+
+    def abandon(self) -> None:
+        """The process dies: the sender stops at once, nothing more is sent or awaited."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
         self._clients.clear()
         self._pending.clear()
 
@@ -230,15 +245,42 @@ class TxnMarkerChannelManager:
         if client is None:
             for old in [k for k in self._clients if k[0] == broker_id]:
                 self._clients.pop(old).close()
-            conn = OutboundConnection(
-                host,
-                port,
-                connect_timeout_s=self._timeout_s,
-                request_timeout_s=self._timeout_s,
-                security=self._security(),
-            )
             client = self._clients[key] = RequestClient(
-                conn.connect, client_id=f"broker-{self.broker_id}-txn-marker-sender", peer=
-                f"broker {broker_id} ({host}:{port})"
+                self._connect_to(broker_id, host, port),
+                client_id=f"broker-{self.broker_id}-txn-marker-sender",
+                peer=f"broker {broker_id} ({host}:{port})",
             )
         return client
+
+
+async def write_txn_marker(
+    node: ReplicaNode, marker: Any, now_ms: int, timeout_ms: int
+) -> dict[TopicPartition, ErrorCode]:
+    """Write one WriteTxnMarkers entry (`producer_id`, `producer_epoch`, `transaction_result`,
+    `topics`, `coordinator_epoch`) on this broker: a partition without a local replica gets
+    UNKNOWN_TOPIC_OR_PARTITION; the others one control batch appended as the leader with
+    acks=all semantics (`min.insync.replicas`, answer once the ISR has it); their errors are
+    the append's (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, INVALID_PRODUCER_EPOCH,
+    TRANSACTION_COORDINATOR_FENCED, REQUEST_TIMED_OUT)."""
+    tps = [TopicPartition(t.name, p) for t in marker.topics for p in t.partition_indexes]
+    errors: dict[TopicPartition, ErrorCode] = {}
+    entries: dict[TopicPartition, bytes | None] = {}
+    for tp in tps:
+        if node.replica_manager.get_partition(tp) is None:
+            errors[tp] = ErrorCode.unknown_topic_or_partition
+            continue
+        entries[tp] = build_control_batch(
+            commit=bool(marker.transaction_result),
+            producer_id=marker.producer_id,
+            producer_epoch=marker.producer_epoch,
+            coordinator_epoch=marker.coordinator_epoch,
+            timestamp_ms=now_ms,
+        )
+    if entries:
+        statuses = await node.append(
+            entries, required_acks=-1, timeout_ms=timeout_ms, from_coordinator=True
+        )
+        for tp in entries:
+            st = statuses.get(tp)
+            errors[tp] = ErrorCode.unknown_server_error if st is None else st.error_code
+    return {tp: errors[tp] for tp in tps}

@@ -1,0 +1,568 @@
+"""Transactions in the simulation (issue 14): the real transaction coordinator on every
+simulated broker, transactional producers, and coordinator crashes mid-EndTxn.
+
+Each broker process runs what `server/transactions.py` wires up, from the same modules: the
+pure `txn.TransactionCoordinator` on `__transaction_state` (`replication/txn_state_log.py`:
+acks=all appends through the broker's real replica manager; partitions loaded and unloaded
+as their leadership moves, so the coordinator fails over with the partition's leader), its
+timers on the replica node's ticker (timed-out transactions aborted with an epoch bump), and
+the real marker sender (`replication/txn_markers.py`), whose `RequestClient`s talk to the
+partition leaders over `SimMarkerConnection`: WriteTxnMarkers is encoded and decoded with the
+protocol codec and carried over `SimNetwork` (delays, drops, cuts, crashes) into
+`write_txn_marker` on the leader, as the broker's handler does. A crash abandons all of it
+(`TxnHost.abandon`); the restarted broker starts a fresh coordinator.
+
+`TxnProducer` is a transactional producer: InitProducerId on the coordinator its metadata
+names (the stored leader of its `__transaction_state` partition), then transactions:
+AddPartitionsToTxn, transactional batches (acks=all, producer id / epoch / sequence) to the
+partitions' leaders, then EndTxn commit or abort at random, each retried on retriable errors
+as a client does. Some stall mid-transaction past their timeout, so the coordinator aborts
+them and the producer is fenced; any failure makes the producer abort and InitProducerId
+again (a new epoch). Before some EndTxns the coordinator's broker is crashed a few ms later
+(with power loss when the run has it), so the crash lands between PrepareCommit/PrepareAbort
+and the markers or Complete*; its new leader loads the partition and finishes them.
+Everything the producers were told goes into `invariants.TxnLedger`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.controller.context import LeaderIsr
+from wherry.outbound.connection import Connect, FrameTransport
+from wherry.protocol.codec import Request, decode_request, encode_response
+from wherry.protocol.records import build_batch, iter_batches
+from wherry.replication.replica_manager import READ_COMMITTED, FetchPartition, FetchResult
+from wherry.replication.txn_markers import (
+    WRITE_TXN_MARKERS_KEY,
+    TxnMarkerChannelManager,
+    write_txn_marker,
+)
+from wherry.replication.txn_state_log import ReplicaTxnStorage, TxnPartitionLoader
+from wherry.runtime.clock import FunctionClock
+from wherry.runtime.parking import answer_of
+from wherry.sim.invariants import (
+    TXN_VALUE_PREFIX,
+    InvariantViolation,
+    LedgerTxn,
+    TxnLedger,
+    read_committed_values,
+)
+from wherry.sim.network import CLIENT_ID, SimNetwork
+from wherry.sim.node import SimBroker
+from wherry.txn.coordinator import InitResult, TransactionCoordinator, TxnCoordinatorConfig
+from wherry.txn.metadata import TxnState
+from wherry.txn.records import TRANSACTION_STATE_TOPIC, partition_for
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+E = ErrorCode
+
+# Errors after which a client retries the same coordinator request (after finding the
+# coordinator again).
+RETRIABLE = frozenset(
+    {
+        E.not_coordinator,
+        E.coordinator_not_available,
+        E.coordinator_load_in_progress,
+        E.concurrent_transactions,
+        E.unknown_topic_or_partition,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnSimConfig:
+    producers: int = 2
+    state_partitions: int = 2  # of __transaction_state
+    timeout_ms: int = 500  # the producers' transaction.timeout.ms
+    abort_check_interval_ms: int = 100  # the coordinator's timed-out transaction check
+    stall_probability: float = 0.12  # a producer stalls mid-transaction past its timeout
+    commit_probability: float = 0.65
+    crash_probability: float = 0.2  # the coordinator's broker crashes right after an EndTxn
+    request_timeout_ms: int = 800
+
+
+class World(Protocol):
+    """What transactions need from `world.World`."""
+
+    network: SimNetwork
+    tps: list[TopicPartition]
+    txn_ledger: TxnLedger
+
+    def now_ms(self) -> int: ...
+
+    def node(self, broker_id: int) -> SimBroker | None: ...
+
+    def incarnation(self, node_id: int) -> int | None: ...
+
+    def stored_state(self, tp: TopicPartition) -> LeaderIsr | None: ...
+
+    def claim_producer_id(self) -> int: ...
+
+    def crash_coordinator(self, broker_id: int, why: str) -> None: ...
+
+
+# --- the broker side -----------------------------------------------------------------------------
+class TxnHost:
+    """One broker process's transaction coordinator and its edges (what `TransactionsRuntime`
+    holds in `wherry server`)."""
+
+    def __init__(self, world: World, node: SimBroker, config: TxnSimConfig) -> None:
+        self.world = world
+        self.node = node
+        self.incarnation = node.incarnation
+        now_ms = world.now_ms
+        rm = node.replica_manager
+        self.markers = TxnMarkerChannelManager(
+            node.broker_id, node.cache, FunctionClock(now_ms), self._connect_to
+        )
+        self.coordinator = TransactionCoordinator(
+            node.broker_id,
+            TxnCoordinatorConfig(
+                abort_timed_out_transaction_cleanup_interval_ms=config.abort_check_interval_ms,
+                transaction_state_log_num_partitions=config.state_partitions,
+            ),
+            ReplicaTxnStorage(rm, now_ms, timeout_ms=config.request_timeout_ms),
+            self.markers,
+            now_ms=now_ms(),
+        )
+        self.markers.coordinator = self.coordinator
+        self.loader = TxnPartitionLoader(self.coordinator, rm, now_ms, buffer_bytes=1 << 20)
+        self.request_timeout_ms = config.request_timeout_ms
+        node.replica.ticker.add(self.coordinator, now_ms)
+        node.replica.leadership_listeners.append(self.loader.on_leadership_change)
+        node.services.append(self)
+        self.markers.start()
+
+    def _connect_to(self, broker_id: int, _host: str, _port: int) -> Connect:
+        async def connect() -> FrameTransport:
+            return SimMarkerConnection(self, broker_id)
+
+        return connect
+
+    def abandon(self) -> None:
+        self.markers.abandon()
+        self.loader.cancel()
+
+    async def stop(self) -> None:
+        for t in self.loader.cancel():
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self.markers.stop()
+        self.coordinator.shutdown()
+
+
+class SimMarkerConnection:
+    """The marker sender's connection from one broker process to another: the request frame
+    decoded with the protocol codec, carried over the simulated network, written by
+    `write_txn_marker` on the destination, its answer encoded back."""
+
+    def __init__(self, host: TxnHost, broker_id: int) -> None:
+        self.host = host
+        self.broker_id = broker_id
+        self.dst_incarnation = host.world.incarnation(broker_id)
+        self.closed = False
+
+    @property
+    def connected(self) -> bool:
+        return not self.closed
+
+    def abort(self) -> None:
+        self.closed = True
+
+    async def request(self, frame: bytes) -> bytes:
+        world = self.host.world
+        src = self.host.node
+        if not src.up or src.incarnation != self.host.incarnation:
+            raise ConnectionError("the sending broker is gone")
+        req = decode_request(memoryview(frame)[4:], {WRITE_TXN_MARKERS_KEY: (1, 1)})
+        assert isinstance(req, Request)
+        b, inc = self.broker_id, self.dst_incarnation
+        if inc is None or world.incarnation(b) != inc:
+            self.closed = True
+            await asyncio.sleep(0.001)
+            raise ConnectionError(f"broker {b}: connection refused or reset")
+        timeout_ms = self.host.request_timeout_ms
+
+        async def handler() -> dict[str, Any]:
+            node = world.node(b)
+            if node is None or node.incarnation != inc:
+                raise ConnectionError(f"broker {b}: connection reset")
+            now = world.now_ms()
+            results = await asyncio.gather(
+                *(write_txn_marker(node.replica, m, now, timeout_ms) for m in req.body.markers)
+            )
+            return {
+                "markers": [
+                    _marker_response(m.producer_id, r)
+                    for m, r in zip(req.body.markers, results, strict=True)
+                ]
+            }
+
+        try:
+            body = await world.network.call(src.broker_id, b, handler, timeout_ms=timeout_ms + 300)
+        except (ConnectionError, TimeoutError):
+            self.closed = True
+            raise
+        return encode_response(req.api_key, req.api_version, req.correlation_id, body)[4:]
+
+
+def _marker_response(producer_id: int, errors: dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, code in errors.items():
+        topics.setdefault(tp.topic, []).append(
+            {"partition_index": tp.partition, "error_code": code}
+        )
+    return {
+        "producer_id": producer_id,
+        "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()],
+    }
+
+
+# --- reading as a read_committed consumer --------------------------------------------------------
+@dataclass(slots=True)
+class CommittedRead:
+    records: list[tuple[int, bytes | None]]
+    aborted: list[tuple[int, int]]
+    high_watermark: int
+    last_stable_offset: int
+    error: ErrorCode = E.none
+
+
+def fetch_now(
+    node: SimBroker, tp: TopicPartition, offset: int, isolation_level: int
+) -> FetchResult:
+    """One consumer Fetch through the leader's real fetch path, answered at once (no wait)."""
+    out: list[FetchResult] = []
+    node.replica_manager.fetch_messages(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 22,
+        partitions=[FetchPartition(tp, offset, 1 << 22)],
+        respond=out.append,
+        isolation_level=isolation_level,
+    )
+    assert out, "a fetch without wait answers at once"
+    return out[0]
+
+
+def read_committed(node: SimBroker, tp: TopicPartition) -> CommittedRead:
+    """The whole partition as a read_committed consumer reads it from `node` (its leader):
+    Fetches with isolation level 1 from the log start up to the LSO, each range's records
+    filtered by the aborted transactions its answer lists (`read_committed_values`)."""
+    part = node.replica_manager.get_partition(tp)
+    offset = 0 if part is None else part.log.log_start_offset
+    out = CommittedRead([], [], -1, -1)
+    while True:
+        r = fetch_now(node, tp, offset, READ_COMMITTED)[tp]
+        out.error = ErrorCode(r.error_code)
+        out.high_watermark, out.last_stable_offset = r.high_watermark, r.last_stable_offset
+        if out.error != E.none or not r.records:
+            return out
+        data = bytes(r.records)
+        aborted = r.aborted_transactions or []
+        out.aborted.extend(aborted)
+        out.records.extend(read_committed_values(data, aborted))
+        nxt = offset
+        for _pos, h in iter_batches(data):
+            nxt = max(nxt, h.next_offset)
+        if nxt == offset:
+            return out
+        offset = nxt
+
+
+# --- the client side ---------------------------------------------------------------------------
+class TxnProducer:
+    def __init__(self, world: World, index: int, rng: random.Random, config: TxnSimConfig) -> None:
+        self.world = world
+        self.rng = rng
+        self.config = config
+        self.tid = f"txn-{index}"
+        self.producer_id = -1
+        self.epoch = -1
+        self.sequences: dict[TopicPartition, int] = {}
+        self.number = 0
+        self.crashes_armed = 0
+        self.stalls = 0
+
+    # --- requests to the coordinator --------------------------------------------------------
+    def _coordinator(self) -> int | None:
+        p = partition_for(self.tid, self.config.state_partitions)
+        state = self.world.stored_state(TopicPartition(TRANSACTION_STATE_TOPIC, p))
+        return None if state is None or state.leader < 0 else state.leader
+
+    async def _call(self, b: int, fn: Callable[[TxnHost], Any], what: str) -> Any:
+        world = self.world
+
+        async def handler() -> Any:
+            node = world.node(b)
+            host = (
+                None
+                if node is None
+                else next((s for s in node.services if isinstance(s, TxnHost)), None)
+            )
+            if host is None:
+                raise ConnectionError(f"broker {b} is down")
+            return await fn(host)
+
+        return await world.network.call(
+            CLIENT_ID, b, handler, timeout_ms=self.config.request_timeout_ms
+        )
+
+    async def _retrying(
+        self, fn: Callable[[TxnHost], Any], what: str, *, attempts: int = 30
+    ) -> ErrorCode | None:
+        """A coordinator request retried as a client does (new coordinator lookup each
+        time); None when it never got an answer that is not retriable."""
+        for _ in range(attempts):
+            b = self._coordinator()
+            if b is None:
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                err: ErrorCode = await self._call(b, fn, what)
+            except (ConnectionError, TimeoutError):
+                await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
+                continue
+            if err in RETRIABLE:
+                await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
+                continue
+            return err
+        return None
+
+    async def init(self) -> bool:
+        world, tid, timeout = self.world, self.tid, self.config.timeout_ms
+        result: list[InitResult] = []
+
+        async def go(host: TxnHost) -> ErrorCode:
+            c = host.coordinator
+            new_pid = world.claim_producer_id() if c.needs_producer_id(tid) else None
+            r: InitResult = await answer_of(
+                lambda respond: c.init_producer_id(
+                    tid, timeout, None, new_pid, world.now_ms(), respond
+                )
+            )
+            result.append(r)
+            return r[0]
+
+        err = await self._retrying(go, "InitProducerId")
+        if err != E.none:
+            return False
+        _, self.producer_id, self.epoch = result[-1]
+        self.sequences = {}
+        return True
+
+    def _reset(self) -> None:
+        self.producer_id = self.epoch = -1
+
+    async def _simple(self, call: Callable[[TxnHost, Any], None], what: str) -> ErrorCode | None:
+        async def go(host: TxnHost) -> ErrorCode:
+            e: ErrorCode = await answer_of(lambda respond: call(host, respond))
+            return e
+
+        return await self._retrying(go, what)
+
+    # --- the loop -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.rng.uniform(5, 60) / 1000)
+            if self.producer_id < 0 and not await self.init():
+                await asyncio.sleep(0.1)
+                continue
+            await self.transaction()
+
+    async def transaction(self) -> None:
+        world, rng, tid = self.world, self.rng, self.tid
+        pid, epoch = self.producer_id, self.epoch
+        self.number += 1
+        txn = world.txn_ledger.begin(tid, self.number, pid, epoch, world.now_ms())
+        tps = rng.sample(world.tps, rng.randint(1, len(world.tps)))
+
+        def add(host: TxnHost, respond: Callable[[ErrorCode], None]) -> None:
+            # As the AddPartitionsToTxn handler: partitions its metadata cache lacks first.
+            cache = host.node.cache
+            if any(cache.partition(tp.topic, tp.partition) is None for tp in tps):
+                return respond(E.unknown_topic_or_partition)
+            return host.coordinator.add_partitions(tid, pid, epoch, tps, world.now_ms(), respond)
+
+        err = await self._simple(add, "AddPartitionsToTxn")
+        if err != E.none:
+            self._reset()  # fenced, or no answer: start over with a new epoch
+            return
+        failed = False
+        for i in range(rng.randint(1, 5)):
+            if rng.random() < self.config.stall_probability / 3:
+                self.stalls += 1
+                await asyncio.sleep((self.config.timeout_ms + rng.uniform(100, 600)) / 1000)
+            if not await self._produce(txn, rng.choice(tps), i):
+                failed = True
+                break
+        commit = not failed and rng.random() < self.config.commit_probability
+        if commit:
+            txn.commit_sent = True
+        else:
+            txn.abort_sent = True
+        b = self._coordinator()
+        if b is not None and rng.random() < self.config.crash_probability:
+            self.crashes_armed += 1
+            world.crash_coordinator(b, f"EndTxn({'commit' if commit else 'abort'}) of {tid}")
+        err = await self._simple(
+            lambda h, respond: h.coordinator.end_transaction(
+                tid, pid, epoch, commit, world.now_ms(), respond
+            ),
+            "EndTxn",
+        )
+        if err == E.none:
+            txn.answer = "committed" if commit else "aborted"
+        if err != E.none or failed:
+            self._reset()
+
+    async def _produce(self, txn: LedgerTxn, tp: TopicPartition, i: int) -> bool:
+        world = self.world
+        state = world.stored_state(tp)
+        if state is None or state.leader < 0:
+            return False
+        leader = state.leader
+        value = TXN_VALUE_PREFIX + f"{self.tid}:{txn.number}:{i}".encode()
+        seq = self.sequences.get(tp, 0)
+        batch = build_batch(
+            [(None, value)],
+            timestamp_ms=world.now_ms(),
+            producer_id=self.producer_id,
+            producer_epoch=self.epoch,
+            base_sequence=seq,
+            is_transactional=True,
+        )
+        world.txn_ledger.sent(txn, tp, value)
+        timeout = self.config.request_timeout_ms
+
+        async def handler() -> tuple[ErrorCode, int]:
+            node = world.node(leader)
+            if node is None:
+                raise ConnectionError("down")
+            return await node.serve_produce(tp, batch, timeout_ms=timeout)
+
+        try:
+            err, _offset = await world.network.call(
+                CLIENT_ID, leader, handler, timeout_ms=timeout + 500
+            )
+        except (ConnectionError, TimeoutError):
+            return False
+        if err != E.none:
+            return False
+        self.sequences[tp] = seq + 1
+        TxnLedger.acked(txn, tp, value)
+        return True
+
+
+__all__ = [
+    "CommittedRead",
+    "SimMarkerConnection",
+    "TxnHost",
+    "TxnProducer",
+    "TxnSimConfig",
+    "check_final",
+    "check_reads",
+    "fetch_now",
+    "read_committed",
+]
+
+
+# --- the checks ---------------------------------------------------------------------------------
+def _current_leader(world: World, tp: TopicPartition) -> SimBroker | None:
+    """The broker leading `tp` at the stored leader epoch (None while it is on its way)."""
+    state = world.stored_state(tp)
+    if state is None or state.leader < 0:
+        return None
+    node = world.node(state.leader)
+    part = None if node is None else node.replica_manager.get_partition(tp)
+    if part is None or not part.is_leader or part.leader_epoch != state.leader_epoch:
+        return None
+    return node
+
+
+def check_reads(world: World) -> None:
+    """During the run: a read_committed read of each partition from its current leader shows
+    nothing of an aborted or open transaction, and its LSO is not above its HW."""
+    for tp in world.tps:
+        node = _current_leader(world, tp)
+        if node is None:
+            continue
+        r = read_committed(node, tp)
+        if r.error != E.none:
+            continue
+        _check_lso(tp, node, r)
+        world.txn_ledger.check_read_committed(tp, r.records, f"leader {node.broker_id}")
+
+
+def _check_lso(tp: TopicPartition, node: SimBroker, r: CommittedRead) -> None:
+    if r.last_stable_offset > r.high_watermark:
+        raise InvariantViolation(
+            f"{tp}: leader {node.broker_id} answers a read_committed fetch with LSO "
+            f"{r.last_stable_offset} above its high watermark {r.high_watermark}"
+        )
+
+
+def check_final(world: World, producers: list[TxnProducer]) -> None:
+    """After healing (producers stopped, every open transaction past its timeout): no
+    partition is held back by an open transaction (LSO = HW), every committed transaction is
+    wholly visible to read_committed (its markers are on every partition of it), and every
+    transactional id's coordinator has completed its last transaction."""
+    ledger = world.txn_ledger
+    visible: dict[TopicPartition, set[bytes]] = {}
+    for tp in world.tps:
+        node = _current_leader(world, tp)
+        if node is None:
+            raise InvariantViolation(f"{tp}: after healing, no broker leads it")
+        r = read_committed(node, tp)
+        if r.error != E.none:
+            raise InvariantViolation(f"{tp}: after healing, read_committed fails: {r.error.name}")
+        _check_lso(tp, node, r)
+        if r.last_stable_offset != r.high_watermark:
+            raise InvariantViolation(
+                f"{tp}: after healing, leader {node.broker_id}'s LSO {r.last_stable_offset} "
+                f"is still below its high watermark {r.high_watermark}: a transaction is left "
+                "open (its markers never written)"
+            )
+        ledger.check_read_committed(tp, r.records, f"leader {node.broker_id}, after healing")
+        visible[tp] = {v for _o, v in r.records if v is not None}
+    ledger.check_committed_complete(visible)
+    for p in producers:
+        s = partition_for(p.tid, p.config.state_partitions)
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC, s)
+        node = _current_leader(world, tp)
+        host = (
+            None
+            if node is None
+            else next((h for h in node.services if isinstance(h, TxnHost)), None)
+        )
+        if host is None:
+            raise InvariantViolation(f"{tp}: after healing, no broker leads it")
+        c = host.coordinator
+        if c.is_partition_loading(s) or s not in c.owned_partitions():
+            raise InvariantViolation(
+                f"{tp}: after healing, its leader {host.node.broker_id} has not loaded it"
+            )
+        txn = c.transaction(p.tid)
+        if txn is not None and txn.state not in (
+            TxnState.EMPTY,
+            TxnState.COMPLETE_COMMIT,
+            TxnState.COMPLETE_ABORT,
+        ):
+            raise InvariantViolation(
+                f"after healing, {p.tid}'s transaction is still {txn.state.name} on its "
+                f"coordinator {host.node.broker_id} (partitions {sorted(txn.partitions)})"
+            )

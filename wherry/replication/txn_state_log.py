@@ -9,7 +9,8 @@ the simulation (`sim/transactions.py`) both run these, each with its own executo
   still be truncated by an election, and a coordinator acting on it sent markers of a
   transaction state the next coordinator no longer had); requests for its transactional ids
   get COORDINATOR_LOAD_IN_PROGRESS meanwhile; transactions found in PrepareCommit/PrepareAbort
-  resume their markers. One it stops leading is unloaded (NOT_COORDINATOR). The partition's leader epoch is the coordinator epoch.
+  resume their markers. One it stops leading is unloaded (NOT_COORDINATOR). The partition's
+  leader epoch is the coordinator epoch.
 * `read_partition_log`: a whole internal partition's log in chunks of batches (also what the
   group coordinator loads `__consumer_offsets` from).
 """

@@ -191,12 +191,9 @@ async def _skip_all_markers(self: txn_markers_module.TxnMarkerChannelManager) ->
 
 # OPEN (not fixed yet): seeds whose violation is a real finding under investigation, listed so
 # the sweep guards the other seeds. A listed seed that passes fails the test: remove it then.
-# 268: a transaction whose EndTxn(commit) went unanswered while the coordinator's timeout
-#   abort kept failing (COORDINATOR_NOT_AVAILABLE) ends ABORTed on sim-1 (ABORT marker, bumped
-#   epoch) but visible on sim-0 -- the same shape as 6-s seed 577, where an aborted batch
-#   never got its ABORT marker and a later epoch's COMMIT marker of the same producer id made
-#   it visible.
-KNOWN_OPEN = {268}
+# (268 is fixed: the coordinator loaded an unacknowledged PrepareCommit from the uncommitted
+# tail of its new `__transaction_state` log; see tests/txn/test_txn_state_load.py.)
+KNOWN_OPEN: set[int] = set()
 
 
 @pytest.mark.slow

@@ -4,10 +4,13 @@ the simulation (`sim/transactions.py`) both run these, each with its own executo
 
 * `ReplicaTxnStorage`: one acks=-1 batch per coordinator append, through the replica manager.
 * `TxnPartitionLoader`: the replica node's leadership listener for `__transaction_state`: a
-  partition this broker becomes leader of is loaded from its log (requests for its
-  transactional ids get COORDINATOR_LOAD_IN_PROGRESS meanwhile; transactions found in
-  PrepareCommit/PrepareAbort resume their markers), one it stops leading is unloaded
-  (NOT_COORDINATOR). The partition's leader epoch is the coordinator epoch.
+  partition this broker becomes leader of is loaded from its log once that log is committed
+  (its high watermark at its end: a tail the previous leader wrote but never acknowledged can
+  still be truncated by an election, and a coordinator acting on it sent markers of a
+  transaction state the next coordinator no longer had); requests for its transactional ids
+  get COORDINATOR_LOAD_IN_PROGRESS meanwhile; transactions found in PrepareCommit/PrepareAbort
+  resume their markers. One it stops leading is unloaded (NOT_COORDINATOR). The partition's
+  leader epoch is the coordinator epoch.
 * `read_partition_log`: a whole internal partition's log in chunks of batches (also what the
   group coordinator loads `__consumer_offsets` from).
 """
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ReplicaTxnStorage", "TxnPartitionLoader", "read_partition_log"]
 
 T = TypeVar("T")
+COMMIT_POLL_S = 0.05
 Blocking = Callable[[Callable[[], T]], Awaitable[T]]
 
 
@@ -137,6 +141,8 @@ class TxnPartitionLoader:
     async def _load(self, partition: int, epoch: int) -> None:
         coord = self.coordinator
         delay_s = 0.1
+        while coord.is_partition_loading(partition) and not self.tail_committed(partition):
+            await asyncio.sleep(COMMIT_POLL_S)
         while coord.is_partition_loading(partition):
             try:
                 chunks = await self._blocking(
@@ -155,6 +161,15 @@ class TxnPartitionLoader:
                 )
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 5.0)
+
+    def tail_committed(self, partition: int) -> bool:
+        """Whether the whole log of `__transaction_state-<partition>` is committed (its high
+        watermark at its end). A new leader's log may end with records of the previous
+        leader that no write acknowledged and that an election can still truncate away; the
+        coordinator loads (and answers from) that state only once the ISR holds all of it.
+        While loading nothing is appended, so the end does not move."""
+        part = self._rm.get_partition(TopicPartition(TRANSACTION_STATE_TOPIC, partition))
+        return part is None or part.high_watermark >= part.log.log_end_offset
 
     def cancel(self) -> list[asyncio.Task[None]]:
         """Cancel the loads in progress; returns their tasks (to await)."""

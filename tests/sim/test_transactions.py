@@ -189,17 +189,8 @@ async def _skip_all_markers(self: txn_markers_module.TxnMarkerChannelManager) ->
     return False
 
 
-# OPEN (not fixed yet): seeds whose violation is a real finding under investigation, listed so
-# the sweep guards the other seeds. A listed seed that passes fails the test: remove it then.
-# (268 is fixed: the coordinator loaded an unacknowledged PrepareCommit from the uncommitted
-# tail of its new `__transaction_state` log; see tests/txn/test_txn_state_load.py.)
-KNOWN_OPEN: set[int] = set()
-
-
 @pytest.mark.slow
 def test_300_transactional_seeds_hold_every_invariant() -> None:
     results = [run_seed(s, CI) for s in range(300)]
-    failed = [_describe(r) for r in results if not r.ok and r.seed not in KNOWN_OPEN]
+    failed = [_describe(r) for r in results if not r.ok]
     assert not failed, "\n\n".join(failed)
-    fixed = sorted(r.seed for r in results if r.ok and r.seed in KNOWN_OPEN)
-    assert not fixed, f"seeds {fixed} pass now: take them off KNOWN_OPEN"

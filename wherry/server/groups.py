@@ -30,8 +30,9 @@ from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ProduceResult, ReplicaManager
 from wherry.replication.txn_state_log import read_partition_log
 from wherry.runtime.clock import Clock
-from wherry.server.admin import AdminError, AdminManager
+from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
+from wherry.server.internal_topics import InternalTopic
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,15 @@ class GroupsRuntime:
         ):
             purgatory.on_earlier_deadline = node.ticker.wake
         node.ticker.add(self.coordinator, clock.now_ms)
-        self._create_task: asyncio.Task[None] | None = None
+        self.offsets_topic = InternalTopic(
+            OFFSETS_TOPIC,
+            node.cache,
+            admin,
+            partitions=config.offsets_topic_num_partitions,
+            replication_factor=config.offsets_topic_replication_factor,
+            configs=offsets_topic_configs(config),
+            prefix=f"[GroupCoordinator {config.broker_id}]:",
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._prefix = f"[GroupCoordinator {config.broker_id}]:"
 
@@ -183,7 +192,8 @@ class GroupsRuntime:
         self.coordinator.startup()
 
     async def stop(self) -> None:
-        for t in list(self._tasks) + ([self._create_task] if self._create_task else []):
+        self.offsets_topic.cancel()
+        for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):
             try:
@@ -252,43 +262,7 @@ class GroupsRuntime:
     # --- the offsets topic ------------------------------------------------------------------
     def ensure_offsets_topic(self) -> None:
         """Start creating `__consumer_offsets` unless it exists or is being created."""
-        if self.node.cache.contains_topic(OFFSETS_TOPIC):
-            return
-        if self._create_task is not None and not self._create_task.done():
-            return
-        self._create_task = asyncio.get_running_loop().create_task(
-            self._create_offsets_topic(), name=f"create-{OFFSETS_TOPIC}"
-        )
-
-    async def _create_offsets_topic(self) -> None:
-        cfg = self.config
-        configs = offsets_topic_configs(cfg)
-        create = self._admin().create_topic
-        try:
-            await create(
-                OFFSETS_TOPIC,
-                num_partitions=cfg.offsets_topic_num_partitions,
-                replication_factor=cfg.offsets_topic_replication_factor,
-                configs=configs,
-            )
-            log.info(
-                "%s Created %s with %d partitions and replication factor %d",
-                self._prefix,
-                OFFSETS_TOPIC,
-                cfg.offsets_topic_num_partitions,
-                cfg.offsets_topic_replication_factor,
-            )
-        except AdminError as e:
-            if e.error_code != ErrorCode.topic_already_exists:
-                log.warning(
-                    "%s Could not create %s: %s (%s)",
-                    self._prefix,
-                    OFFSETS_TOPIC,
-                    e.error_code.name,
-                    e.message,
-                )
-        except Exception:
-            log.exception("%s Could not create %s", self._prefix, OFFSETS_TOPIC)
+        self.offsets_topic.ensure()
 
     # --- housekeeping -----------------------------------------------------------------------
     def on_partitions_deleted(self, partitions: list[TopicPartition]) -> None:

@@ -20,8 +20,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from kio.schema.errors import ErrorCode
-
 from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
@@ -31,8 +29,9 @@ from wherry.replication.node import ReplicaNode
 from wherry.replication.txn_markers import TxnMarkerChannelManager
 from wherry.replication.txn_state_log import ReplicaTxnStorage, TxnPartitionLoader
 from wherry.runtime.clock import Clock
-from wherry.server.admin import AdminError, AdminManager
+from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
+from wherry.server.internal_topics import InternalTopic
 from wherry.txn.coordinator import TransactionCoordinator, TxnCoordinatorConfig
 from wherry.txn.records import TRANSACTION_STATE_TOPIC
 
@@ -118,7 +117,15 @@ class TransactionsRuntime:
             buffer_bytes=config.transaction_state_log_load_buffer_size,
             blocking=in_executor,
         )
-        self._create_task: asyncio.Task[None] | None = None
+        self.topic = InternalTopic(
+            TRANSACTION_STATE_TOPIC,
+            node.cache,
+            admin,
+            partitions=config.transaction_state_log_num_partitions,
+            replication_factor=config.transaction_state_log_replication_factor,
+            configs=transaction_topic_configs(config),
+            prefix=f"[TransactionCoordinator id={config.broker_id}]",
+        )
         self._prefix = f"[TransactionCoordinator id={config.broker_id}]"
 
     async def start(self, store: MetadataStore) -> None:
@@ -133,8 +140,7 @@ class TransactionsRuntime:
         self.markers.start()
 
     async def stop(self) -> None:
-        if self._create_task is not None:
-            self._create_task.cancel()
+        self.topic.cancel()
         for t in self.loader.cancel():
             try:
                 await t
@@ -153,39 +159,4 @@ class TransactionsRuntime:
     # --- the topic ------------------------------------------------------------------------
     def ensure_topic(self) -> None:
         """Start creating `__transaction_state` unless it exists or is being created."""
-        if self.node.cache.contains_topic(TRANSACTION_STATE_TOPIC):
-            return
-        if self._create_task is not None and not self._create_task.done():
-            return
-        self._create_task = asyncio.get_running_loop().create_task(
-            self._create_topic(), name=f"create-{TRANSACTION_STATE_TOPIC}"
-        )
-
-    async def _create_topic(self) -> None:
-        cfg = self.config
-        try:
-            await self._admin().create_topic(
-                TRANSACTION_STATE_TOPIC,
-                num_partitions=cfg.transaction_state_log_num_partitions,
-                replication_factor=cfg.transaction_state_log_replication_factor,
-                configs=transaction_topic_configs(cfg),
-            )
-            self.coordinator.partition_count = cfg.transaction_state_log_num_partitions
-            log.info(
-                "%s Created %s with %d partitions and replication factor %d",
-                self._prefix,
-                TRANSACTION_STATE_TOPIC,
-                cfg.transaction_state_log_num_partitions,
-                cfg.transaction_state_log_replication_factor,
-            )
-        except AdminError as e:
-            if e.error_code != ErrorCode.topic_already_exists:
-                log.warning(
-                    "%s Could not create %s: %s (%s)",
-                    self._prefix,
-                    TRANSACTION_STATE_TOPIC,
-                    e.error_code.name,
-                    e.message,
-                )
-        except Exception:
-            log.exception("%s Could not create %s", self._prefix, TRANSACTION_STATE_TOPIC)
+        self.topic.ensure()

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from wherry.log.config import SERVER_CONFIG_SYNONYMS
+from wherry.share.config import SHARE_BROKER_KEYS
 
 __all__ = [
     "IGNORED_KEYS", "KNOWN_KEYS", "is_known", "unknown_keys", "unused_warning", "warn_unused",
@@ -106,6 +107,7 @@ KNOWN_KEYS: frozenset[str] = frozenset(
     | _SECURITY_KEYS
     | _HTTP_KEYS
     | IGNORED_KEYS
+    | SHARE_BROKER_KEYS  # share groups (share/config.py)
     | {name for names in SERVER_CONFIG_SYNONYMS.values() for name in names}
 )
 

@@ -59,4 +59,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # KIP-848 is not built: advertised only to answer UNSUPPORTED_VERSION at once
     # (handlers/consumer_group_heartbeat.py).
     68: (0, 1),
+    # KIP-932 share groups (server/shares.py); 83-87 are the share coordinator's.
+    76: (1, 1),
+    77: (1, 1),
+    78: (1, 2),
+    79: (1, 2),
+    83: (0, 0),
+    84: (0, 0),
+    85: (0, 1),
+    86: (0, 0),
+    87: (0, 1),
 }

@@ -54,7 +54,7 @@ from wherry.share.config import (
 )
 from wherry.share.fetched import fetched_batches
 from wherry.share.group import ShareGroups, TopicInfo
-from wherry.share.partition import AckBatch, AcquiredRange, SharePartition, StateBatch
+from wherry.share.partition import AckBatch, AckType, AcquiredRange, SharePartition, StateBatch
 from wherry.share.sessions import ShareSession, ShareSessionCache
 from wherry.share.state import SHARE_STATE_TOPIC, ShareKey, ShareState, state_partition_for
 
@@ -378,7 +378,8 @@ class ShareRuntime:
         err = entry.sp.acknowledge(member, batches, self.clock.now_ms())
         if err != ErrorCode.none:
             return err
-        self._changed.set()
+        if any(int(AckType.RELEASE) in b.types for b in batches):
+            self._changed.set()  # released records: waiting fetches may take them
         err = await self._persist(entry)
         if err in _RETRIABLE or err == ErrorCode.request_timed_out:
             return ErrorCode.coordinator_not_available

@@ -238,6 +238,8 @@ class SharePartition:
                     self.next_offset = b.last_offset + 1
                 continue
             if first > self.next_offset:  # offsets missing from the log: gaps
+                if first >= limit:
+                    break
                 self.next_offset = first
             for off in range(first, b.last_offset + 1):
                 if len(got) >= max_records:

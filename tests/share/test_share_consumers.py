@@ -82,6 +82,13 @@ def test_several_consumers_on_one_partition_get_distinct_records(
     for t in threads:
         t.start()
     time.sleep(4)  # all three joined and fetching before the records arrive
+    listed = call(bs, 16, 5, {"states_filter": [], "types_filter": ["share"]})
+    assert (group, "share", "Stable") in [
+        (g.group_id, g.group_type, g.group_state) for g in listed.groups]
+    desc = call(bs, 77, 1, {"group_ids": [group], "include_authorized_operations": False})
+    members = desc.groups[0].members
+    assert len(members) == 3 and all(
+        [tp.topic_name for tp in m.assignment.topic_partitions] == [topic] for m in members)
     for k in range(30):
         produce(bs, topic, [b"r%d" % (k * 10 + j) for j in range(10)])
         time.sleep(0.05)

@@ -157,11 +157,27 @@ class ShareCoordinatorRuntime:
             return ErrorCode.not_coordinator, p
         return ErrorCode.none, p
 
-    def read(self, key: ShareKey, leader_epoch: int) -> tuple[ErrorCode, ShareState | None]:
+    async def read(
+        self, key: ShareKey, leader_epoch: int
+    ) -> tuple[ErrorCode, ShareState | None]:
+        """ReadShareGroupState: a read with a newer leader epoch first writes that epoch
+        (Kafka's readStateAndMaybeUpdateLeaderEpoch), so the previous leader's writes are
+        fenced from then on, across coordinator failovers too."""
         err, _ = self.owner_check(key)
         if err != ErrorCode.none:
             return err, None
+        fenced = self.store.fence_read(key, leader_epoch)
+        if fenced is not None:
+            err = await self.write(key, fenced)
+            if err != ErrorCode.none:
+                return err, None
         return self.store.read(key, leader_epoch)
+
+    def summary(self, key: ShareKey) -> tuple[ErrorCode, ShareState | None]:
+        err, _ = self.owner_check(key)
+        if err != ErrorCode.none:
+            return err, None
+        return self.store.read(key, -1)
 
     async def write(self, key: ShareKey, state: ShareState | None) -> ErrorCode:
         """Persist a share-partition's state (None: delete it), acks=all, then apply it."""

@@ -501,7 +501,7 @@ class ShareRuntime:
         self, key: ShareKey, leader_epoch: int
     ) -> tuple[ErrorCode, ShareState | None]:
         async def local() -> tuple[ErrorCode, ShareState | None]:
-            return self.coordinator.read(key, leader_epoch)
+            return await self.coordinator.read(key, leader_epoch)
 
         async def remote(client: RequestClient) -> tuple[ErrorCode, ShareState | None]:
             r = await client.call(

@@ -224,8 +224,9 @@ class SharePartition:
         deadline = now_ms + self.config.record_lock_duration_ms
         got: list[tuple[int, int]] = []  # (offset, delivery count)
         limit = self.start_offset + self.config.max_record_locks
+        full = False  # the record locks ran out: nothing past this point
         for b in batches:
-            if len(got) >= max_records:
+            if len(got) >= max_records or full:
                 break
             if b.last_offset < self.start_offset:
                 continue
@@ -246,6 +247,7 @@ class SharePartition:
                     break
                 if off >= self.next_offset:
                     if off >= limit:
+                        full = True
                         break
                     self.records[off] = InFlight(RecordState.ACQUIRED, 1, member_id, deadline)
                     self.next_offset = off + 1
@@ -253,6 +255,11 @@ class SharePartition:
                     continue
                 r = self.records.get(off)
                 if r is not None and r.state == RecordState.AVAILABLE:
+                    if r.delivery_count >= self.config.delivery_count_limit:
+                        # delivered as often as allowed (its last delivery was lost with a
+                        # leader, or the limit was lowered): archived
+                        r.state = RecordState.ARCHIVED
+                        continue
                     r.state = RecordState.ACQUIRED
                     r.delivery_count += 1
                     r.member_id = member_id

@@ -145,6 +145,14 @@ class ShareStateStore:
             return ErrorCode.fenced_leader_epoch, None
         return ErrorCode.none, st
 
+    def fence_read(self, key: ShareKey, leader_epoch: int) -> ShareState | None:
+        """The state a read with a newer leader epoch must write first (the same state with
+        that epoch: from then on an older leader's writes are fenced), else None."""
+        st = self.states.get(key)
+        if st is None or leader_epoch <= st.leader_epoch:
+            return None
+        return ShareState(st.state_epoch, leader_epoch, st.start_offset, st.batches)
+
     def check_write(self, key: ShareKey, state: ShareState) -> ErrorCode:
         st = self.states.get(key)
         if st is None:

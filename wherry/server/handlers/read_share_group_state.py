@@ -19,7 +19,7 @@ _BLANK = {"state_epoch": -1, "start_offset": -1, "state_batches": []}
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     async def one(key: ShareKey, p: Any) -> dict[str, Any]:
-        err, st = broker.shares.coordinator.read(key, p.leader_epoch)
+        err, st = await broker.shares.coordinator.read(key, p.leader_epoch)
         if err != ErrorCode.none or st is None:
             return {**_BLANK, "error_code": err, "error_message": None}
         return {

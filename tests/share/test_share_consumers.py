@@ -3,7 +3,9 @@ real `wherry server`: several share consumers on one partition get distinct reco
 of them; released records come back until the delivery limit, rejected ones never; a
 SIGKILLed consumer's acquired records go to another after the lock duration; malformed
 ShareFetch / ShareAcknowledge / ShareGroupHeartbeat get Kafka's error codes and corrupt
-nothing; group configs (type 32) are validated and described."""
+nothing; group configs (type 32) are validated and described; a read_committed share group
+(`share.isolation.level`) gets committed transactions only, and an open one's records once
+it commits."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import AcknowledgeType, KafkaException
+from confluent_kafka import AcknowledgeType, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from kio.schema.errors import ErrorCode
 
@@ -319,3 +321,40 @@ def test_group_config_resources(share_broker: BrokerProcess) -> None:
     desc = call(bs, 77, 1, {"group_ids": [group, "share-unknown"],
                             "include_authorized_operations": False})
     assert [g.error_code for g in desc.groups] == [E.group_id_not_found] * 2
+
+
+def test_read_committed_share_group_sees_committed_transactions_only(
+    share_broker: BrokerProcess,
+) -> None:
+    bs = share_broker.bootstrap
+    topic, group = _names()
+    create_topic(bs, topic, partitions=1)
+    set_group_configs(bs, group, {"share.auto.offset.reset": "earliest",
+                                  "share.isolation.level": "read_committed"})
+    p = Producer({"bootstrap.servers": bs, "transactional.id": f"tx-{group}"})
+    p.init_transactions(20)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=b"aborted-%d" % i, partition=0)
+    p.abort_transaction(20)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=b"committed-%d" % i, partition=0)
+    p.commit_transaction(20)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, value=b"late-%d" % i, partition=0)
+    p.flush(20)  # written, not committed yet: above the LSO
+    got: list[bytes] = []
+    c = share_consumer(bs, group, topic)
+    try:
+        consume_until(c, lambda: len(got) >= 5, lambda _c, m: got.append(m.value()), 30)
+        consume_until(c, lambda: False, lambda _c, m: got.append(m.value()), 2)
+        assert sorted(got) == [b"committed-%d" % i for i in range(5)]
+        p.commit_transaction(20)
+        consume_until(c, lambda: len(got) >= 8, lambda _c, m: got.append(m.value()), 30)
+        c.commit_sync(15)
+    finally:
+        c.close()
+    assert sorted(got) == sorted([b"committed-%d" % i for i in range(5)]
+                                 + [b"late-%d" % i for i in range(3)])

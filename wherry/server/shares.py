@@ -36,6 +36,7 @@ from wherry.group.records import OFFSETS_TOPIC, partition_for
 from wherry.outbound.client import RequestClient, RequestError
 from wherry.outbound.connection import OutboundConnection
 from wherry.outbound.security import ClientSecurity
+from wherry.protocol.records import iter_batches
 from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import (
     READ_COMMITTED,
@@ -68,6 +69,19 @@ _RETRIABLE = (
     ErrorCode.coordinator_load_in_progress,
     ErrorCode.unknown_topic_or_partition,
 )
+
+
+READ_CAP_BYTES = 1 << 20
+
+
+def _overlapping(data: bytes | memoryview, acquired: Sequence[AcquiredRange]) -> bytes:
+    """The batches of `data` holding an acquired record (the others stay on the broker)."""
+    out = bytearray()
+    for pos, h in iter_batches(data):
+        if any(r.first_offset <= h.last_offset and h.base_offset <= r.last_offset
+               for r in acquired):
+            out += data[pos : pos + h.size_in_bytes]
+    return bytes(out)
 
 
 def group_config_path(group: str) -> str:
@@ -169,6 +183,11 @@ class ShareRuntime:
         gone = {tp for tp in lost} | {tp for tp, _ in became_leader}
         for k in [k for k in self.parts if k[1] in gone]:
             del self.parts[k]
+        # share groups of an offsets partition this broker no longer leads: their members
+        # join the new coordinator
+        if any(tp.topic == OFFSETS_TOPIC for tp in lost):
+            for g in [g for g in self.groups.groups if self.coordinator_error(g) != ErrorCode.none]:
+                del self.groups.groups[g]
         self.coordinator.on_leadership_change(became_leader, lost)
 
     # --- group configs ----------------------------------------------------------------------
@@ -451,10 +470,12 @@ class ShareRuntime:
             return 0
         committed = settings.isolation_level == "read_committed"
         offset = sp.fetch_offset()
+        # at most max_records are acquired: no need to read megabytes more than that
+        read_bytes = max(1, min(max_bytes, READ_CAP_BYTES))
         res = rm.read_from_local_log(
             -1,
-            max_bytes,
-            [FetchPartition(entry.tp, offset, max_bytes)],
+            read_bytes,
+            [FetchPartition(entry.tp, offset, read_bytes)],
             isolation_level=READ_COMMITTED if committed else READ_UNCOMMITTED,
         ).get(entry.tp)
         if res is None or res.error_code != ErrorCode.none:
@@ -468,7 +489,7 @@ class ShareRuntime:
         acquired = sp.acquire(member, batches, max_records, self.clock.now_ms())
         if not acquired:
             return 0
-        pf.records = bytes(res.records)
+        pf.records = _overlapping(res.records, acquired)
         pf.acquired = acquired
         return sum(r.last_offset - r.first_offset + 1 for r in acquired)
 

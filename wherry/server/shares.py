@@ -158,24 +158,35 @@ class ShareRuntime:
             c.close()
 
     async def _tick(self) -> None:
-        """Lock expiry (every 100 ms), member session expiry and idle share sessions."""
-        n = 0
+        """Lock expiry (at the earliest lock deadline, checked at least every second: a lock
+        lasts 1 s at least, so one taken meanwhile cannot expire unseen), member session
+        expiry and idle share sessions (every second)."""
+        last_second = self.clock.now_ms()
+        delay_s = 1.0
         while True:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(delay_s)
             try:
                 now = self.clock.now_ms()
+                earliest: int | None = None
                 for entry in list(self.parts.values()):
-                    if entry.sp is not None and entry.sp.expire_locks(now):
+                    if entry.sp is None:
+                        continue
+                    if entry.sp.expire_locks(now):
                         self._persist_later(entry)
                         self._changed.set()
-                n += 1
-                if n % 10 == 0:
+                    d = entry.sp.next_deadline()
+                    if d is not None and (earliest is None or d < earliest):
+                        earliest = d
+                if now - last_second >= 1_000:
+                    last_second = now
                     for g, m in self.groups.expire(now):
                         log.info("%s member %s of share group %s expired", self._prefix, m, g)
                     for s in self.sessions.evict(now):
                         self._release_session(s)
+                delay_s = 1.0 if earliest is None else min(1.0, max(0.02, (earliest - now) / 1e3))
             except Exception:
                 log.exception("%s share ticker", self._prefix)
+                delay_s = 1.0
 
     def on_leadership_change(
         self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
@@ -375,6 +386,13 @@ class ShareRuntime:
                 return ErrorCode.share_session_not_found
             return None
         return self.sessions.use(group, member, epoch, now_ms)
+
+    def release(self, group: str, member: str, tp: TopicPartition) -> None:
+        """Release what `member` holds of one share-partition (it left the session)."""
+        entry = self.parts.get((group, tp))
+        if entry is not None and entry.sp is not None and entry.sp.release_member(member):
+            self._persist_later(entry)
+            self._changed.set()
 
     def close_session(self, group: str, member: str) -> None:
         s = self.sessions.close(group, member)

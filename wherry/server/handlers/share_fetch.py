@@ -93,9 +93,12 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 acks.append((tp, t.topic_id, p.acknowledgement_batches))
     if session is not None:
         for f in body.forgotten_topics_data:
+            name = topics[f.topic_id][0]
             for pi in f.partitions:
                 if f.topic_id is not None:
                     session.partitions.discard((f.topic_id, pi))
+                    if name is not None:  # what the member held there goes back
+                        shares.release(group, member, TopicPartition(name, pi))
     for tp, tid, batches in acks:
         code = await shares.acknowledge(group, member, tp, tid, ack_batches(batches))
         answers[(tid, tp.partition)]["ack"] = code

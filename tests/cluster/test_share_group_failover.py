@@ -60,9 +60,12 @@ def _produce(bootstrap: str, values: list[bytes]) -> None:
 
 
 def test_share_state_survives_kill_9_of_leader_and_coordinators(cluster: ZkCluster) -> None:
-    # Broker 0 leads the data partition and both coordinators' partitions.
-    for topic in (TOPIC, "__share_group_state", "__consumer_offsets"):
-        cluster.create_topic(topic, {0: [0, 1, 2]})
+    # Broker 0 leads the data partition and both coordinators' partitions; after its death
+    # broker 1 leads the data partition and broker 2 is the share coordinator, so the new
+    # leader reads and writes the share-partition state over the wire (APIs 84, 85).
+    cluster.create_topic(TOPIC, {0: [0, 1, 2]})
+    cluster.create_topic("__consumer_offsets", {0: [0, 1, 2]})
+    cluster.create_topic("__share_group_state", {0: [0, 2, 1]})
     assert wait_until(
         lambda: all(
             (st := cluster.partition_state(t, 0)) is not None and len(st.isr) == 3
@@ -138,3 +141,7 @@ def test_share_state_survives_kill_9_of_leader_and_coordinators(cluster: ZkClust
     assert not (set(got) & accepted), "an accepted record was delivered again"
     assert set(got) == set(range(FIRST // 2, FIRST + AFTER)), "no record lost"
     assert all(got[o] >= 2 for o in held), "held records came back as redeliveries"
+    assert cluster.partition_state(TOPIC, 0).leader == 1  # type: ignore[union-attr]
+    assert cluster.partition_state("__share_group_state", 0).leader == 2  # type: ignore[union-attr]
+    assert "share-partition shared-0 of group" in cluster.output(1)
+    assert "resumes at 100" in cluster.output(1)

@@ -610,6 +610,10 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
             "group_id": c.group, "member_id": "authz-nobody", "member_epoch": 3,
             "rack_id": None, "subscribed_topic_names": [c.topic]},
                  Op.DESCRIBE, RT.TOPIC, t, _top, TOPIC_DENIED, grants=read_group),
+        AuthzRow("find-coordinator-share-cluster-action", 10, 4, lambda c: {
+            "key_type": 2, "coordinator_keys": [f"{c.group}:{c.topic_id}:0"]},
+                 Op.CLUSTER_ACTION, RT.CLUSTER, _cluster,
+                 lambda r: int(r.coordinators[0].error_code), CLUSTER_DENIED),
         AuthzRow("share-group-describe", 77, 1, lambda c: {
             "group_ids": [c.group], "include_authorized_operations": False},
                  Op.DESCRIBE, RT.GROUP, g, lambda r: int(r.groups[0].error_code),

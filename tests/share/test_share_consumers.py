@@ -25,7 +25,7 @@ from confluent_kafka import AcknowledgeType, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from kio.schema.errors import ErrorCode
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, wait_until
 from tests.helpers import create_topic
 from tests.kafka_wire import call, connect
 from tests.share.share_harness import (
@@ -280,9 +280,19 @@ def test_malformed_share_requests_get_kafka_errors_and_corrupt_nothing(
                             {"first_offset": 0, "last_offset": 4, "acknowledge_types": [1]}]}]}],
         })
         assert ok.responses[0].partitions[0].error_code == E.none
-        hb = call(sock, 76, 1, {"group_id": group, "member_id": "ghost", "member_epoch": 4,
-                                "rack_id": None, "subscribed_topic_names": None})
-        assert hb.error_code == E.unknown_member_id
+        fc = call(sock, 10, 4, {"key_type": 2, "coordinator_keys": [f"{group}:{tid}:0"]})
+        assert fc.coordinators[0].error_code == E.none
+        assert fc.coordinators[0].port == int(bs.rsplit(":", 1)[1])
+        hbs: list[object] = []
+
+        def heartbeat() -> bool:  # __consumer_offsets may be in the making
+            hbs.append(call(sock, 76, 1, {"group_id": group, "member_id": "ghost",
+                                          "member_epoch": 4, "rack_id": None,
+                                          "subscribed_topic_names": None}))
+            return hbs[-1].error_code != E.coordinator_not_available  # type: ignore[attr-defined]
+
+        assert wait_until(heartbeat, timeout_s=20, interval_s=0.2)
+        assert hbs[-1].error_code == E.unknown_member_id  # type: ignore[attr-defined]
     finally:
         sock.close()
     # nothing corrupted: a consumer gets exactly the released 5-9, on their second delivery

@@ -89,6 +89,8 @@ def test_several_consumers_on_one_partition_get_distinct_records(
         (g.group_id, g.group_type, g.group_state) for g in listed.groups]
     desc = call(bs, 77, 1, {"group_ids": [group], "include_authorized_operations": False})
     members = desc.groups[0].members
+    classic = call(bs, 15, 5, {"groups": [group], "include_authorized_operations": False})
+    assert classic.groups[0].error_code == E.group_id_not_found
     assert len(members) == 3 and all(
         [tp.topic_name for tp in m.assignment.topic_partitions] == [topic] for m in members)
     for k in range(30):

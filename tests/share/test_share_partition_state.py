@@ -20,6 +20,7 @@ from wherry.share.partition import (
     RecordState,
     SharePartition,
     SharePartitionConfig,
+    StateBatch,
 )
 from wherry.share.sessions import ShareSessionCache
 from wherry.share.state import (
@@ -231,5 +232,12 @@ def test_state_store_records_and_fencing() -> None:
     assert store.read(key, 3)[0] == ErrorCode.fenced_leader_epoch
     assert store.check_write(key, ShareState(1, 3, 5, ())) == ErrorCode.fenced_leader_epoch
     assert store.check_write(key, ShareState(0, 5, 5, ())) == ErrorCode.fenced_state_epoch
+    for bad in (ShareState(1, 9, -5, ()),
+                ShareState(1, 9, 5, (StateBatch(4, 6, 0, 1),)),  # below the start
+                ShareState(1, 9, 5, (StateBatch(7, 6, 0, 1),)),
+                ShareState(1, 9, 5, (StateBatch(5, 6, 0, 1), StateBatch(6, 7, 2, 1))),
+                ShareState(1, 9, 5, (StateBatch(5, 6, 1, 1),)),  # ACQUIRED is not persisted
+                ShareState(1, 9, 5, (StateBatch(5, 10**12, 0, 1),))):
+        assert store.check_write(key, bad) == ErrorCode.invalid_request, bad
     store.load(0, [(encode_key(key), encode_value(st)), (encode_key(key), None)])
     assert store.read(key, 4) == (ErrorCode.none, None)

@@ -104,6 +104,26 @@ def decode_value(data: bytes) -> ShareState:
     return ShareState(se, le, start, batches)
 
 
+MAX_STATE_OFFSETS = 100_000
+"""The most offsets a written state may cover (the broker's record-lock maximum is 10,000)."""
+
+
+def valid_state(state: ShareState) -> bool:
+    """A state a share-partition leader could have written: a start offset, then batches in
+    order, not overlapping, at or after it, of persisted states (AVAILABLE, ACKNOWLEDGED,
+    ARCHIVED) and non-negative counts, covering a bounded range."""
+    if state.start_offset < 0 or state.state_epoch < 0:
+        return False
+    prev = state.start_offset - 1
+    for b in state.batches:
+        if b.first_offset <= prev or b.last_offset < b.first_offset:
+            return False
+        if b.delivery_state not in (0, 2, 4) or b.delivery_count < 0:
+            return False
+        prev = b.last_offset
+    return prev - state.start_offset < MAX_STATE_OFFSETS
+
+
 class ShareStateStore:
     """The states one share coordinator holds, per `__share_group_state` partition."""
 
@@ -154,6 +174,8 @@ class ShareStateStore:
         return ShareState(st.state_epoch, leader_epoch, st.start_offset, st.batches)
 
     def check_write(self, key: ShareKey, state: ShareState) -> ErrorCode:
+        if not valid_state(state):
+            return ErrorCode.invalid_request
         st = self.states.get(key)
         if st is None:
             return ErrorCode.none

@@ -282,6 +282,7 @@ class Broker:
             lambda: self.admin,
             lambda: self.store,
             lambda: self.client_security,
+            lambda g: self.groups.coordinator.partition_for(g),
         )
         self.node.leadership_listeners.append(self.shares.on_leadership_change)
         self.node.deletion_listeners.append(self._on_partitions_deleted)

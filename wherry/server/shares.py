@@ -119,8 +119,11 @@ class ShareRuntime:
         admin: Callable[[], AdminManager],
         store: Callable[[], MetadataStore],
         security: Callable[[], ClientSecurity],
+        offsets_partition_for: Callable[[str], int] | None = None,
     ) -> None:
         self.broker_id = config.broker_id
+        # the group coordinator's placement (FindCoordinator's), so both agree
+        self._offsets_partition_for = offsets_partition_for
         self.config = ShareBrokerConfig.from_props(config.raw)
         self.clock = clock
         self.node = node
@@ -250,10 +253,11 @@ class ShareRuntime:
         cache = self.node.cache
         if not cache.contains_topic(OFFSETS_TOPIC):
             return ErrorCode.coordinator_not_available
-        n = len(cache.partitions(OFFSETS_TOPIC))
-        part = self.node.replica_manager.get_partition(
-            TopicPartition(OFFSETS_TOPIC, partition_for(group, n))
-        )
+        if self._offsets_partition_for is not None:
+            p = self._offsets_partition_for(group)
+        else:
+            p = partition_for(group, len(cache.partitions(OFFSETS_TOPIC)))
+        part = self.node.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, p))
         if part is None or not part.is_leader:
             return ErrorCode.not_coordinator
         return ErrorCode.none

@@ -558,6 +558,13 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
         AuthzRow("list-partition-reassignments-describe", 46, 0, lambda c: {
             "timeout_ms": 5000, "topics": None},
                  Op.DESCRIBE, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
+        AuthzRow("list-config-resources-describe-configs", 74, 1,
+                 lambda c: {"resource_types": []},
+                 Op.DESCRIBE_CONFIGS, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
+        AuthzRow("describe-topic-partitions-describe", 75, 0, lambda c: {
+            "topics": [{"name": c.topic}], "response_partition_limit": 10, "cursor": None},
+                 Op.DESCRIBE, RT.TOPIC, t, lambda r: int(r.topics[0].error_code),
+                 TOPIC_DENIED, NONE),
         AuthzRow("describe-cluster-operations", 60, 1, lambda c: {
             "include_cluster_authorized_operations": True, "endpoint_type": 1},
                  Op.DESCRIBE, RT.CLUSTER, _cluster,

@@ -35,6 +35,7 @@ from wherry.server.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
@@ -49,6 +50,7 @@ from wherry.server.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_config_resources,
     list_partition_reassignments,
     list_transactions,
     metadata,
@@ -129,6 +131,8 @@ HANDLERS: dict[int, Handler] = {
     65: describe_transactions.handle,
     66: list_transactions.handle,
     68: consumer_group_heartbeat.handle,
+    74: list_config_resources.handle,
+    75: describe_topic_partitions.handle,
 }
 
 if HANDLERS.keys() != SUPPORTED_VERSIONS.keys():  # pragma: no cover - a wiring mistake

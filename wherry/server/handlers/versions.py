@@ -59,4 +59,6 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # KIP-848 is not built: advertised only to answer UNSUPPORTED_VERSION at once
     # (handlers/consumer_group_heartbeat.py).
     68: (0, 1),
+    74: (0, 1),  # v0 was ListClientMetricsResources
+    75: (0, 0),
 }

@@ -525,6 +525,11 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
             "validate_only": True},
                  Op.ALTER_CONFIGS, RT.CLUSTER, _cluster,
                  lambda r: int(r.responses[0].error_code), CLUSTER_DENIED, NONE),
+        AuthzRow("alter-replica-log-dirs-alter", 34, 2, lambda c: {"dirs": [{
+            "path": "/authz-not-a-log-dir", "topics": [{"name": c.topic, "partitions": [0]}]}]},
+                 Op.ALTER, RT.CLUSTER, _cluster,
+                 lambda r: int(r.results[0].partitions[0].error_code), CLUSTER_DENIED,
+                 int(ErrorCode.log_dir_not_found)),
         AuthzRow("describe-log-dirs-describe", 35, 4, lambda c: {"topics": None},
                  Op.DESCRIBE, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
         AuthzRow("create-partitions-alter", 37, 3, lambda c: {

@@ -95,6 +95,7 @@ def test_future_follows_truncation_and_log_start_of_the_current_log(tmp_path: Pa
     current.maybe_increment_log_start_offset(30)
     assert m.promote_future_log(TP)
     assert current.log_start_offset == 30 and current.log_end_offset == 63
+    m.shutdown()
 
 
 def test_same_dir_and_replacing_a_future(tmp_path: Path) -> None:
@@ -127,6 +128,7 @@ def test_deleting_the_topic_removes_its_future_too(tmp_path: Path) -> None:
     m.cleanup(T0 + 1)
     assert m.future_log(TP) is None
     assert not [p for d in (tmp_path / "a", b) for p in d.iterdir() if p.is_dir()]
+    m.shutdown()
 
 
 class Crash(Exception):

@@ -6,6 +6,7 @@ leaves one complete log that the next start finds (resumed future, or promoted f
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -117,7 +118,15 @@ def test_same_dir_and_replacing_a_future(tmp_path: Path) -> None:
     assert m.log_dir_online(str(dirs[1])) == dirs[1]
     with pytest.raises(StorageError):
         m.create_future_log(TopicPartition("t", 9), dirs[1])  # no such replica
+    # A replica created later goes to the dir asked for it beforehand.
+    m.set_preferred_dir(TopicPartition("t", 9), dirs[2])
+    m.get_or_create_log(TopicPartition("t", 9))
+    assert m.log_dir_of(TopicPartition("t", 9)) == dirs[2]
     m.shutdown()
+    # A configured dir that is gone (a failed disk): KAFKA_STORAGE_ERROR, not LOG_DIR_NOT_FOUND.
+    shutil.rmtree(dirs[1])
+    with pytest.raises(StorageError):
+        m.log_dir_online(dirs[1])
 
 
 def test_deleting_the_topic_removes_its_future_too(tmp_path: Path) -> None:

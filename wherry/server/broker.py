@@ -237,6 +237,12 @@ class Broker:
         )
         topic_configs = {t: self.topic_log_config(t) for t in self._topic_overrides}
         await loop.run_in_executor(None, self.log_manager.startup, topic_configs)
+        self.log_dir_mover = LogDirMover(
+            self.log_manager,
+            io_max_bytes_per_second=int(
+                cfg.raw.get("replica.alter.log.dirs.io.max.bytes.per.second", UNLIMITED_IO)
+            ),
+        )
         fetcher_config = FetcherConfig.from_properties(cfg.raw)
         timeout_s = cfg.controller_socket_timeout_ms / 1000
         self._alter_sender = ControllerSender(
@@ -303,12 +309,6 @@ class Broker:
         await self._start_controller()
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
-        self.log_dir_mover = LogDirMover(
-            self.log_manager,
-            io_max_bytes_per_second=int(
-                cfg.raw.get("replica.alter.log.dirs.io.max.bytes.per.second", UNLIMITED_IO)
-            ),
-        )
         self.log_dir_mover.kick()  # moves a restart interrupted resume
         self._started.set()
         log.info(

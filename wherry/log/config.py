@@ -190,13 +190,15 @@ def check_throttled_replicas(name: str, items: tuple[str, ...]) -> None:
 
 
 # Kafka 3.9's MetadataVersion releases (the `inter.broker.protocol.version` values), which the
-# deprecated `message.format.version` takes; "X-IVn" names an internal version of a release.
-_RELEASES = frozenset(
-    {"0.8.0", "0.8.1", "0.8.2", "0.9.0", "0.10.0", "0.10.1", "0.10.2", "0.11.0", "1.0", "1.1"}
-    | {f"2.{m}" for m in range(9)}
-    | {f"3.{m}" for m in range(10)}
-)
-_INTERNAL_VERSION_RE = re.compile(r"(?P<release>[0-9.]+)-IV[0-9]+")
+# deprecated `message.format.version` takes, with how many internal versions ("X-IVn") each has.
+_RELEASE_IVS: Mapping[str, int] = {
+    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0, "0.10.0": 2, "0.10.1": 3, "0.10.2": 1,
+    "0.11.0": 3, "1.0": 1, "1.1": 1, "2.0": 2, "2.1": 3, "2.2": 2, "2.3": 2, "2.4": 2,
+    "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2, "3.0": 2, "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1,
+    "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1, "3.9": 1,
+}
+_RELEASES = frozenset(_RELEASE_IVS)
+_INTERNAL_VERSION_RE = re.compile(r"(?P<release>[0-9.]+)-IV(?P<iv>[0-9]+)")
 DEFAULT_MESSAGE_FORMAT_VERSION = "3.0-IV1"
 # The inter-broker protocol wherry speaks (Kafka 3.9's latest production version).
 INTER_BROKER_PROTOCOL_VERSION = "3.9-IV0"
@@ -207,7 +209,8 @@ def _release_of(version: str) -> str | None:
     2.8, "0.10.2.1" is 0.10.2, "3.0-IV1" is 3.0), or None when it names none."""
     m = _INTERNAL_VERSION_RE.fullmatch(version)
     if m is not None:
-        return m["release"] if m["release"] in _RELEASES else None
+        ivs = _RELEASE_IVS.get(m["release"], 0)
+        return m["release"] if int(m["iv"]) < ivs else None
     parts = version.split(".")
     key = ".".join(parts[: 3 if version.startswith("0.") else 2])
     return key if key in _RELEASES else None

@@ -59,7 +59,10 @@ def test_move_keeps_every_batch_and_the_log_object(tmp_path: Path) -> None:
     _copy_all(m)
     current.append_as_leader(batch(1), leader_epoch=1, now_ms=T0)
     assert m.future_lag(TP) == 1
+    changed = dataclasses.replace(CONFIG, retention_ms=123_456)
+    m.update_config("t", changed)  # during the move: the moved log keeps it
     assert m.promote_future_log(TP)
+    assert current.config == changed
     assert m.get_log(TP) is current and m.log_dir_of(TP) == b
     assert current.dir == b / "t-0" and not (a / "t-0").exists()
     assert m.future_log(TP) is None

@@ -516,6 +516,8 @@ class LogManager:
                 pass
             if future.log_end_offset != current.log_end_offset:
                 return False
+            if future.config != current.config:
+                future.update_config(current.config)
             future.update_high_watermark(current.high_watermark)
             if current.log_start_offset > future.log_start_offset:
                 future.maybe_increment_log_start_offset(current.log_start_offset)

@@ -19,6 +19,7 @@ from wherry.server.handlers import (
     alter_configs,
     alter_partition,
     alter_partition_reassignments,
+    alter_replica_log_dirs,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_heartbeat,
@@ -35,6 +36,7 @@ from wherry.server.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
@@ -47,6 +49,7 @@ from wherry.server.handlers import (
     join_group,
     leader_and_isr,
     leave_group,
+    list_config_resources,
     list_groups,
     list_offsets,
     list_partition_reassignments,
@@ -113,6 +116,7 @@ HANDLERS: dict[int, Handler] = {
     31: delete_acls.handle,
     32: describe_configs.handle,
     33: alter_configs.handle,
+    34: alter_replica_log_dirs.handle,
     35: describe_log_dirs.handle,
     36: sasl_authenticate.handle,
     37: create_partitions.handle,
@@ -129,6 +133,8 @@ HANDLERS: dict[int, Handler] = {
     65: describe_transactions.handle,
     66: list_transactions.handle,
     68: consumer_group_heartbeat.handle,
+    74: list_config_resources.handle,
+    75: describe_topic_partitions.handle,
 }
 
 if HANDLERS.keys() != SUPPORTED_VERSIONS.keys():  # pragma: no cover - a wiring mistake

@@ -554,6 +554,11 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
             "validate_only": True},
                  Op.ALTER_CONFIGS, RT.CLUSTER, _cluster,
                  lambda r: int(r.responses[0].error_code), CLUSTER_DENIED, NONE),
+        AuthzRow("alter-replica-log-dirs-alter", 34, 2, lambda c: {"dirs": [{
+            "path": "/authz-not-a-log-dir", "topics": [{"name": c.topic, "partitions": [0]}]}]},
+                 Op.ALTER, RT.CLUSTER, _cluster,
+                 lambda r: int(r.results[0].partitions[0].error_code), CLUSTER_DENIED,
+                 int(ErrorCode.log_dir_not_found)),
         AuthzRow("describe-log-dirs-describe", 35, 4, lambda c: {"topics": None},
                  Op.DESCRIBE, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
         AuthzRow("create-partitions-alter", 37, 3, lambda c: {
@@ -587,6 +592,13 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
         AuthzRow("list-partition-reassignments-describe", 46, 0, lambda c: {
             "timeout_ms": 5000, "topics": None},
                  Op.DESCRIBE, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
+        AuthzRow("list-config-resources-describe-configs", 74, 1,
+                 lambda c: {"resource_types": []},
+                 Op.DESCRIBE_CONFIGS, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
+        AuthzRow("describe-topic-partitions-describe", 75, 0, lambda c: {
+            "topics": [{"name": c.topic}], "response_partition_limit": 10, "cursor": None},
+                 Op.DESCRIBE, RT.TOPIC, t, lambda r: int(r.topics[0].error_code),
+                 TOPIC_DENIED, NONE),
         AuthzRow("describe-cluster-operations", 60, 1, lambda c: {
             "include_cluster_authorized_operations": True, "endpoint_type": 1},
                  Op.DESCRIBE, RT.CLUSTER, _cluster,

@@ -89,6 +89,8 @@ def test_several_consumers_on_one_partition_get_distinct_records(
         (g.group_id, g.group_type, g.group_state) for g in listed.groups]
     desc = call(bs, 77, 1, {"group_ids": [group], "include_authorized_operations": False})
     members = desc.groups[0].members
+    resources = call(bs, 74, 1, {"resource_types": [32]}).config_resources
+    assert (group, 32) in [(r.resource_name, r.resource_type) for r in resources]
     classic = call(bs, 15, 5, {"groups": [group], "include_authorized_operations": False})
     assert classic.groups[0].error_code == E.group_id_not_found
     assert len(members) == 3 and all(

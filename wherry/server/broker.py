@@ -58,6 +58,8 @@ from wherry.protocol.codec import (
 from wherry.replication.alter_partition import ControllerSender
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
+from wherry.replication.log_dir_mover import UNLIMITED as UNLIMITED_IO
+from wherry.replication.log_dir_mover import LogDirMover
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
 from wherry.replication.replica_manager import ReplicaManager
@@ -168,6 +170,7 @@ class Broker:
         # set in start()
         self.store: MetadataStore
         self.log_manager: LogManager
+        self.log_dir_mover: LogDirMover  # AlterReplicaLogDirs' background copies
         self.log_cleaner: LogCleaner | None = None
         # This broker's replicas and what it does with the controller's requests.
         self.node: ReplicaNode
@@ -236,6 +239,12 @@ class Broker:
         )
         topic_configs = {t: self.topic_log_config(t) for t in self._topic_overrides}
         await loop.run_in_executor(None, self.log_manager.startup, topic_configs)
+        self.log_dir_mover = LogDirMover(
+            self.log_manager,
+            io_max_bytes_per_second=int(
+                cfg.raw.get("replica.alter.log.dirs.io.max.bytes.per.second", UNLIMITED_IO)
+            ),
+        )
         fetcher_config = FetcherConfig.from_properties(cfg.raw)
         timeout_s = cfg.controller_socket_timeout_ms / 1000
         self._alter_sender = ControllerSender(
@@ -313,6 +322,7 @@ class Broker:
         await self._start_controller()
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
+        self.log_dir_mover.kick()  # moves a restart interrupted resume
         self._started.set()
         log.info(
             "%s started (cluster %s) listening on %s",
@@ -374,6 +384,8 @@ class Broker:
             await self.groups.stop()
         if hasattr(self, "transactions"):
             await self.transactions.stop()
+        if hasattr(self, "log_dir_mover"):
+            await self.log_dir_mover.stop()
         if hasattr(self, "shares"):
             await self.shares.stop()
         if hasattr(self, "node"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from wherry.replication.log_dir_mover import LogDirMover
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ReplicaManager
@@ -50,6 +51,11 @@ class BrokerServices(Protocol):
 
     @property
     def groups(self) -> GroupsRuntime: ...
+
+    @property
+    def log_dir_mover(self) -> LogDirMover:
+        """Moves replicas between this broker's log dirs (AlterReplicaLogDirs)."""
+        ...
 
     @property
     def transactions(self) -> TransactionsRuntime: ...

@@ -332,9 +332,25 @@ def test_group_config_resources(share_broker: BrokerProcess) -> None:
         assert ei.value.args[0].code() == E.invalid_config.value, bad
     cfg = admin.describe_configs([r])[r].result(15)
     assert cfg["share.record.lock.duration.ms"].value == "5000"  # unchanged
-    desc = call(bs, 77, 1, {"group_ids": [group, "share-unknown"],
-                            "include_authorized_operations": False})
-    assert [g.error_code for g in desc.groups] == [E.group_id_not_found] * 2
+    # AlterConfigs (key 33) replaces the group's configs whole
+    alter = call(bs, 33, 2, {"resources": [{"resource_type": 32, "resource_name": group,
+                                            "configs": [{"name": "share.delivery.count.limit",
+                                                         "value": "4"}]}],
+                             "validate_only": False})
+    assert alter.responses[0].error_code == E.none
+    cfg = admin.describe_configs([r])[r].result(15)
+    assert cfg["share.delivery.count.limit"].value == "4"
+    assert cfg["share.record.lock.duration.ms"].value == "30000"  # back to the default
+    descs: list[object] = []
+
+    def describe() -> bool:  # __consumer_offsets may be in the making
+        descs.append(call(bs, 77, 1, {"group_ids": [group, "share-unknown"],
+                                      "include_authorized_operations": False}))
+        return descs[-1].groups[0].error_code != E.coordinator_not_available  # type: ignore[attr-defined]
+
+    assert wait_until(describe, timeout_s=20, interval_s=0.2)
+    assert [g.error_code for g in descs[-1].groups] == [  # type: ignore[attr-defined]
+        E.group_id_not_found] * 2
 
 
 def test_read_committed_share_group_sees_committed_transactions_only(

@@ -36,6 +36,8 @@ def _group(broker: BrokerServices, group_id: str, include_ops: bool) -> dict[str
     shares = broker.shares
     err = shares.coordinator_error(group_id)
     if err != ErrorCode.none:
+        if err == ErrorCode.coordinator_not_available:
+            broker.groups.ensure_offsets_topic()
         return {**base, "error_code": err}
     g = shares.groups.groups.get(group_id)
     if g is None:

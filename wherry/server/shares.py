@@ -345,20 +345,28 @@ class ShareRuntime:
             sp = entry.sp
             if sp is None:
                 return ErrorCode.none
-            entry.dirty = False
             state = ShareState(
                 sp.state_epoch, entry.leader_epoch, sp.start_offset, tuple(sp.state_batches())
             )
             err = await self._call_write(entry.key, state)
-            if err != ErrorCode.none:
-                entry.dirty = True
+            if err == ErrorCode.none:
+                entry.dirty = False  # the latest state is written: no background write due
             return err
 
     def _persist_later(self, entry: _Part) -> None:
+        """Write the state in the background (lock expiries, releases), retried every second
+        while this broker still leads the partition at that epoch."""
         if entry.dirty:
             return
         entry.dirty = True
-        task = asyncio.get_running_loop().create_task(self._persist(entry))
+
+        async def write() -> None:
+            while await self._persist(entry) != ErrorCode.none:
+                await asyncio.sleep(1.0)
+                if self.parts.get((entry.key.group_id, entry.tp)) is not entry:
+                    return  # no longer this broker's share-partition (at that epoch)
+
+        task = asyncio.get_running_loop().create_task(write())
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
 

@@ -84,6 +84,7 @@ from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.producer_ids import ProducerIdManager
 from wherry.server.sasl_gate import SaslGate
+from wherry.server.shares import ShareRuntime
 from wherry.server.transactions import TransactionsRuntime
 
 if TYPE_CHECKING:
@@ -178,6 +179,7 @@ class Broker:
         self.controller: Controller
         self.groups: GroupsRuntime
         self.transactions: TransactionsRuntime
+        self.shares: ShareRuntime
         self.network: NetworkServer
         self.scheduler: Scheduler
         self._state_change_log: StateChangeLogHandle | None = None
@@ -282,10 +284,21 @@ class Broker:
             cfg, self.clock, self.node, lambda: self.admin, lambda: self.client_security
         )
         self.node.leadership_listeners.append(self.transactions.on_leadership_change)
+        self.shares = ShareRuntime(
+            cfg,
+            self.clock,
+            self.node,
+            lambda: self.admin,
+            lambda: self.store,
+            lambda: self.client_security,
+            lambda g: self.groups.coordinator.partition_for(g),
+        )
+        self.node.leadership_listeners.append(self.shares.on_leadership_change)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
         self.node.start()
         await self.groups.start(self.store)
         await self.transactions.start(self.store)
+        self.shares.start()
 
         self.network = NetworkServer(
             self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
@@ -373,6 +386,8 @@ class Broker:
             await self.transactions.stop()
         if hasattr(self, "log_dir_mover"):
             await self.log_dir_mover.stop()
+        if hasattr(self, "shares"):
+            await self.shares.stop()
         if hasattr(self, "node"):
             await self.node.stop()
         if self._alter_sender is not None:
@@ -779,6 +794,9 @@ class Broker:
             for topic in sorted({tp.topic for tp in self.log_manager.topic_partitions()}):
                 self.log_manager.update_config(topic, self.topic_log_config(topic))
             log.info("%s applied dynamic broker config change (%s)", self._prefix, entity)
+        elif entity.startswith("groups/"):
+            self.shares.on_group_config_change(paths.desanitize(entity.split("/", 1)[1]))
+            log.info("%s applied config change for group %s", self._prefix, entity[7:])
         elif (scram_user := user_of_entity(entity)) is not None:
             await self.scram_credentials.reload_user(self.store, scram_user)
             log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)

@@ -21,6 +21,7 @@ from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
 from wherry.server.groups import GroupsRuntime
 from wherry.server.producer_ids import ProducerIdManager
+from wherry.server.shares import ShareRuntime
 from wherry.server.transactions import TransactionsRuntime
 
 __all__ = ["BrokerServices"]
@@ -58,6 +59,9 @@ class BrokerServices(Protocol):
 
     @property
     def transactions(self) -> TransactionsRuntime: ...
+
+    @property
+    def shares(self) -> ShareRuntime: ...
 
     @property
     def admin(self) -> AdminManager: ...

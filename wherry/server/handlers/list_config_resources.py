@@ -46,7 +46,9 @@ def _answer(error: ErrorCode, resources: list[dict[str, Any]]) -> dict[str, Any]
 def _group_ids(broker: BrokerServices) -> list[str]:
     # Groups still loading are listed as far as they are known (as ListGroups does).
     _, groups = broker.groups.coordinator.handle_list_groups((), ())
-    return sorted(g.group_id for g in groups)
+    shares = broker.shares  # share groups (KIP-932) this broker coordinates
+    held = [g for g in shares.groups.groups if shares.coordinator_error(g) == ErrorCode.none]
+    return sorted({g.group_id for g in groups} | set(held))
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:

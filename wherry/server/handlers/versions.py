@@ -62,4 +62,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     68: (0, 1),
     74: (0, 1),  # v0 was ListClientMetricsResources
     75: (0, 0),
+    # KIP-932 share groups (server/shares.py); 83-87 are the share coordinator's.
+    76: (1, 1),
+    77: (1, 1),
+    78: (1, 2),
+    79: (1, 2),
+    83: (0, 0),
+    84: (0, 0),
+    85: (0, 1),
+    86: (0, 0),
+    87: (0, 1),
 }

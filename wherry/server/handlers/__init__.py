@@ -21,6 +21,7 @@ from wherry.server.handlers import (
     alter_partition_reassignments,
     alter_user_scram_credentials,
     api_versions,
+    consumer_group_describe,
     consumer_group_heartbeat,
     controlled_shutdown,
     create_acls,
@@ -129,6 +130,7 @@ HANDLERS: dict[int, Handler] = {
     65: describe_transactions.handle,
     66: list_transactions.handle,
     68: consumer_group_heartbeat.handle,
+    69: consumer_group_describe.handle,
 }
 
 if HANDLERS.keys() != SUPPORTED_VERSIONS.keys():  # pragma: no cover - a wiring mistake

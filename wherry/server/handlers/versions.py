@@ -56,7 +56,6 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     60: (0, 2),
     65: (0, 0),
     66: (0, 2),
-    # KIP-848 is not built: advertised only to answer UNSUPPORTED_VERSION at once
-    # (handlers/consumer_group_heartbeat.py).
-    68: (0, 1),
+    68: (0, 1),  # KIP-848 consumer groups (group/consumer_coordinator.py)
+    69: (0, 1),
 }

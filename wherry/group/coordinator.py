@@ -30,11 +30,11 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.config import GroupCoordinatorConfig
+from wherry.group.consumer_bridge import ConsumerGroupBridge
 from wherry.group.consumer_coordinator import (
     ConsumerGroupManager,
     HeartbeatCallback,
     HeartbeatRequest,
-    HeartbeatResult,
     TopicsImage,
 )
 from wherry.group.consumer_group import ConsumerGroup
@@ -55,7 +55,6 @@ from wherry.group.metadata_manager import (
     OffsetFetchPartition,
 )
 from wherry.group.rebalance import Rebalancer
-from wherry.group.records import group_metadata_key
 from wherry.group.state import GroupState
 from wherry.group.storage import OffsetsStorage
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
@@ -135,7 +134,6 @@ class GroupCoordinator:
     ) -> None:
         self.broker_id = broker_id
         self.config = config
-        self._storage = storage
         self._active = False
         self._prefix = prefix = f"[GroupCoordinator {broker_id}]:"
         self._manager = GroupMetadataManager(
@@ -151,6 +149,9 @@ class GroupCoordinator:
             self._manager.partition_for,
             self._manager.is_partition_owned,
             log_prefix=prefix,
+        )
+        self._bridge = ConsumerGroupBridge(
+            config, self._manager, self._consumer, storage, log_prefix=prefix
         )
 
     @property
@@ -319,7 +320,7 @@ class GroupCoordinator:
     ) -> None:
         err = self._group_status(group_id, Api.JOIN_GROUP, now_ms)
         if err is None:
-            err = self._classic_join_on_consumer_group(group_id)
+            err = self._bridge.classic_join_refusal(group_id)
         if err is not None:
             callback(JoinGroupResult.failed(member_id, err))
             return
@@ -576,7 +577,7 @@ class GroupCoordinator:
             if refused is not None:
                 callback(dict.fromkeys(offsets, refused[0]))
                 return
-            holder = self._offsets_holder(group_id)
+            holder = self._bridge.offsets_holder(group_id, self.now_ms)
             self._manager.store_offsets(holder, member_id, offsets, callback)
             return
         group = self._manager.get_group(group_id)
@@ -840,53 +841,10 @@ class GroupCoordinator:
         self._rebalancer.tick(now_ms)
         return self._manager.remove_partition_offsets(partitions, self.now_ms)
 
-    # --- KIP-848 consumer groups ----------------------------------------------------------------
+    # --- KIP-848 consumer groups (consumer_bridge.py) --------------------------------------
     @property
     def consumer_groups(self) -> ConsumerGroupManager:
         return self._consumer
-
-    def _offsets_holder(self, group_id: str) -> GroupMetadata:
-        """The Empty classic entry holding a consumer group's offsets."""
-        return self._manager.add_group(GroupMetadata(group_id, _E, self.now_ms))
-
-    def _classic_join_on_consumer_group(self, group_id: str) -> ErrorCode | None:
-        """JoinGroup of a classic member on a consumer group: an empty one is deleted (Kafka's
-        downgrade of an empty group), a non-empty one refuses (no online migration)."""
-        consumer_group = self._consumer.get(group_id)
-        if consumer_group is None:
-            return None
-        if consumer_group.members:
-            return ErrorCode.inconsistent_group_protocol
-        policy = self.config.consumer.migration_policy
-        if policy not in ("downgrade", "bidirectional"):
-            return ErrorCode.inconsistent_group_protocol
-        log.info("%s Converting empty consumer group %s to classic", self._prefix, group_id)
-        self._consumer.delete(group_id)
-        return None
-
-    def _take_over_classic_group(self, group_id: str) -> ErrorCode | None:
-        """A KIP-848 member joins where a classic group is: an empty one becomes a consumer
-        group (its metadata is deleted, its offsets stay), an active one refuses."""
-        if self._consumer.get(group_id) is not None:
-            return None
-        group = self._manager.get_group(group_id)
-        if group is None or group.is_(_D):
-            return None
-        if not group.is_(_E):
-            return ErrorCode.group_id_not_found
-        if group.generation_id > 0 or group.protocol_type is not None:
-            policy = self.config.consumer.migration_policy
-            if policy not in ("upgrade", "bidirectional"):
-                return ErrorCode.group_id_not_found
-            log.info("%s Converting empty classic group %s to consumer", self._prefix, group_id)
-            p = self._manager.partition_for(group_id)
-            self._storage.append(
-                p, [(group_metadata_key(group_id), None)], lambda _e, _o: None
-            )
-            group.generation_id = 0
-            group.protocol_type = None
-            group.protocol_name = None
-        return None
 
     def handle_consumer_group_heartbeat(
         self,
@@ -895,32 +853,11 @@ class GroupCoordinator:
         callback: HeartbeatCallback,
         now_ms: int,
     ) -> None:
-        if not req.group_id:
-            callback(HeartbeatResult.failed(ErrorCode.invalid_request, "GroupId can't be empty."))
-            return
-        err = self._group_status(req.group_id, Api.CONSUMER_GROUP_HEARTBEAT, now_ms)
-        if err is None and req.member_epoch == 0:
-            err = self._take_over_classic_group(req.group_id)
-            if err is not None:
-                callback(
-                    HeartbeatResult.failed(err, f"Group {req.group_id} is not a consumer group.")
-                )
-                return
-        if err is not None:
-            callback(HeartbeatResult.failed(err))
-            return
-        self._consumer.heartbeat(req, topics, now_ms, callback)
+        status = self._group_status(req.group_id, Api.CONSUMER_GROUP_HEARTBEAT, now_ms)
+        self._bridge.heartbeat(req, topics, callback, now_ms, status)
 
     def handle_consumer_group_describe(
         self, group_id: str
     ) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
-        err = self._validate_group_status(group_id, Api.CONSUMER_GROUP_DESCRIBE)
-        if err is not None:
-            return err, None, None
-        group = self._consumer.get(group_id)
-        if group is not None:
-            return ErrorCode.none, None, group
-        classic = self._manager.get_group(group_id)
-        if classic is not None and not classic.is_(_D) and not classic.is_(_E):
-            return ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.", None
-        return ErrorCode.group_id_not_found, f"Group {group_id} not found.", None
+        status = self._validate_group_status(group_id, Api.CONSUMER_GROUP_DESCRIBE)
+        return self._bridge.describe(group_id, status)

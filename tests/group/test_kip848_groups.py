@@ -362,3 +362,34 @@ def test_migration_policy_disabled_keeps_an_empty_classic_group() -> None:
     assert [(g.group_id, g.group_type) for g in listed] == [("g", "consumer")]
     summary = d.coord.handle_describe_group("g", 6)
     assert summary[0] == E.group_id_not_found
+
+
+def test_offset_delete_keeps_subscribed_topics_of_an_active_group() -> None:
+    d = Driver()
+    d.hb("a", 0)
+    assert _commit(d, "a", 1, 10) == E.none
+    tp, other = TopicPartition("t", 0), TopicPartition("gone", 0)
+    err, out = d.coord.handle_delete_offsets("g", [tp, other], d.now)
+    assert err == E.none
+    assert out == {tp: E.group_subscribed_to_topic, other: E.none}
+    d.hb("a", -1)
+    assert d.coord.handle_delete_offsets("g", [tp], d.now)[1] == {tp: E.none}
+
+
+def test_static_member_leaves_for_now_and_comes_back_under_a_new_id() -> None:
+    d = Driver()
+    d.hb("a", 0, instance_id="i-a")
+    d.hb("b", 0)
+    for _ in range(3):
+        d.hb("a")
+        d.hb("b")
+    group = d.coord.consumer_groups.get("g")
+    assert group is not None and group.state == "Stable"
+    epoch, kept = group.group_epoch, dict(d.owned["a"])
+    assert d.hb("a", -2, instance_id="i-a").member_epoch == -2
+    assert group.group_epoch == epoch  # no rebalance
+    assert d.hb("a3", 0, instance_id="i-a").assignment == kept  # the same assignment back
+    assert "a" not in group.members and group.group_epoch == epoch
+    assert d.epoch["a3"] == d.epoch["b"]
+    # while a static member is active, its instance id cannot be taken
+    assert d.hb("a4", 0, instance_id="i-a").error == E.unreleased_instance_id

@@ -428,6 +428,7 @@ class ConsumerGroupManager:
                     )
                 # The static member comes back under a new member id: it takes over the old
                 # one's assignment and epoch, no rebalance.
+                target = group.target.get(static.member_id, {})
                 group.remove_member(static.member_id)
                 replacement = ConsumerMember(
                     req.member_id,
@@ -443,7 +444,7 @@ class ConsumerGroupManager:
                 epoch = group.assignment_epoch
                 replacement.member_epoch = epoch
                 group.add_member(replacement)
-                group.target[req.member_id] = group.target.pop(static.member_id, {})
+                group.target[req.member_id] = target
                 group.set_assignment(
                     replacement,
                     MemberAssignment(

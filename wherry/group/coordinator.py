@@ -805,6 +805,14 @@ class GroupCoordinator:
         if group is None or group.is_(_D):
             return ErrorCode.group_id_not_found, {}
         errors: dict[TopicPartition, ErrorCode] = {}
+        consumer_group = self._consumer.get(group_id)
+        if consumer_group is not None and consumer_group.members:
+            # A KIP-848 group keeps the offsets of the topics it subscribes to.
+            subscribed = consumer_group.subscribed_topics
+            for tp in partitions:
+                if tp.topic in subscribed:
+                    errors[tp] = ErrorCode.group_subscribed_to_topic
+            partitions = [tp for tp in partitions if tp not in errors]
         eligible: list[TopicPartition]
         if group.is_(_E):
             eligible = list(partitions)
@@ -834,7 +842,8 @@ class GroupCoordinator:
     def cleanup_expired_offsets(self, now_ms: int) -> int:
         """The periodic retention task: expire offsets, drop dead groups, write tombstones."""
         self._rebalancer.tick(now_ms)
-        return self._manager.cleanup_expired_offsets(self.now_ms)
+        active = {g.group_id for g in self._consumer.groups() if g.members}
+        return self._manager.cleanup_expired_offsets(self.now_ms, active)
 
     def handle_deleted_partitions(self, partitions: Sequence[TopicPartition], now_ms: int) -> int:
         """Forget offsets of deleted topic partitions."""

@@ -15,7 +15,7 @@ Pure and single-threaded; time comes in as `now_ms`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -518,11 +518,12 @@ class GroupMetadataManager:
         return out
 
     # --- removing offsets and groups ------------------------------------------------------------
-    def cleanup_expired_offsets(self, now_ms: int) -> int:
-        """The periodic retention task: expire offsets, drop dead groups, write tombstones."""
+    def cleanup_expired_offsets(self, now_ms: int, keep: Collection[str] = ()) -> int:
+        """The periodic retention task: expire offsets, drop dead groups, write tombstones;
+        the groups in `keep` (KIP-848 groups with members) keep their offsets."""
         retention = self.config.offsets_retention_ms
         removed = self.cleanup_group_metadata(
-            self.current_groups(),
+            [g for g in self.current_groups() if g.group_id not in keep],
             lambda g: g.remove_expired_offsets(now_ms, retention),
             now_ms,
         )

@@ -152,6 +152,9 @@ class ConsumerGroupManager:
         self._groups: dict[str, ConsumerGroup] = {}
         self._regex_cache: dict[str, re.Pattern[str] | None] = {}
         self._prefix = log_prefix
+        # Told of every write of a group (its state then) and, through the callable it
+        # returns, of the write's outcome: the simulation's ledger.
+        self.write_observer: Callable[[ConsumerGroup], Callable[[ErrorCode], None]] | None = None
 
     # --- registry -----------------------------------------------------------------------------
     def get(self, group_id: str) -> ConsumerGroup | None:
@@ -201,8 +204,11 @@ class ConsumerGroupManager:
         if not self._is_owned(p):
             done(ErrorCode.not_coordinator)
             return
+        observed = None if self.write_observer is None else self.write_observer(group)
 
         def appended(error: ErrorCode, _base_offset: int) -> None:
+            if observed is not None:
+                observed(error)
             if error != ErrorCode.none:
                 log.warning(
                     "%s Writing consumer group %s failed: %s",
@@ -398,7 +404,14 @@ class ConsumerGroupManager:
             and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
             and req.owned is not None
         )
-        send_assignment = req.member_epoch == 0 or full or before.assigned != member.assigned
+        # Also when the member reports owning something else than its assignment (an answer
+        # that carried it was lost).
+        stale = req.owned is not None and {t: p for t, p in req.owned.items() if p} != {
+            t: p for t, p in member.assigned.items() if p
+        }
+        send_assignment = (
+            req.member_epoch == 0 or full or stale or before.assigned != member.assigned
+        )
         result = HeartbeatResult(
             ErrorCode.none,
             None,

@@ -7,6 +7,7 @@ replays it.
     python -m wherry.sim --seeds 500 --controller model   # the model controller instead
     python -m wherry.sim --seeds 500 --no-operations      # faults only, no cluster operations
     python -m wherry.sim --seeds 500 --transactions       # transactional producers too
+    python -m wherry.sim --seeds 500 --consumer-groups    # KIP-848 consumer groups too
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def _options(args: argparse.Namespace) -> SimOptions:
         o = replace(o, reassign_keep_in_sync=False)
     if args.transactions:
         o = replace(o, transactions=True)
+    if args.consumer_groups:
+        o = replace(o, consumer_groups=True)
     return o
 
 
@@ -63,6 +66,8 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
         extra += " --careless-reassign"
     if args.transactions:
         extra += " --transactions"
+    if args.consumer_groups:
+        extra += " --consumer-groups"
     return f"python -m wherry.sim --seed {seed}{extra} -v"
 
 
@@ -101,6 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--transactions",
         action="store_true",
         help="transactional producers, coordinator crashes and the read_committed invariant",
+    )
+    p.add_argument(
+        "--consumer-groups",
+        action="store_true",
+        help="KIP-848 consumer groups, coordinator crashes and the rebuilt-group invariant",
     )
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("-v", "--verbose", action="store_true", help="print the fault log")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess, wait_until
@@ -114,3 +114,30 @@ def test_describe_and_list_show_a_consumer_group(kbroker: BrokerProcess) -> None
     finally:
         for m in members:
             m.close()
+
+
+def test_regex_subscription_picks_up_a_new_topic(kbroker: BrokerProcess) -> None:
+    bs = kbroker.bootstrap
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bs})
+    first = f"{prefix}-a"
+    admin.create_topics([NewTopic(first, 2, 1)], operation_timeout=10)[first].result(15)
+    c = Consumer({
+        "bootstrap.servers": bs, "group.id": f"kip848-rx-{prefix}", "group.protocol": "consumer",
+        "group.remote.assignor": "range", "auto.offset.reset": "earliest",
+        "topic.metadata.refresh.interval.ms": 500,
+    })
+    try:
+        c.subscribe([f"^{prefix}-.*"])
+
+        def topics() -> set[str]:
+            c.poll(0.1)
+            return {tp.topic for tp in c.assignment()}
+
+        assert wait_until(lambda: topics() == {first}, timeout_s=30)
+        second = f"{prefix}-b"
+        admin.create_topics([NewTopic(second, 3, 1)], operation_timeout=10)[second].result(15)
+        assert wait_until(lambda: topics() == {first, second}, timeout_s=30)
+        assert len(c.assignment()) == 5
+    finally:
+        c.close()

@@ -393,3 +393,24 @@ def test_static_member_leaves_for_now_and_comes_back_under_a_new_id() -> None:
     assert d.epoch["a3"] == d.epoch["b"]
     # while a static member is active, its instance id cannot be taken
     assert d.hb("a4", 0, instance_id="i-a").error == E.unreleased_instance_id
+
+
+def test_transactional_offsets_of_a_consumer_group_member() -> None:
+    d = Driver()
+    d.hb("a", 0)
+    tp = TopicPartition("t", 0)
+
+    def txn_commit(member: str, epoch: int) -> ErrorCode:
+        call = Call()
+        d.coord.handle_txn_commit_offsets(
+            "g", 7, 0, member, None, epoch, {tp: OffsetAndMetadata(4, -1, "", d.now, None)},
+            call, d.now,
+        )
+        return call.commit[tp]
+
+    assert txn_commit("a", 0) == E.stale_member_epoch
+    assert txn_commit("b", 1) == E.unknown_member_id
+    assert txn_commit("a", 1) == E.none
+    assert txn_commit("", -1) == E.none  # a producer outside the group's management
+    d.coord.on_transaction_completed(7, [0], is_commit=True)
+    assert d.coord.handle_fetch_offsets("g", True, [tp])[1][tp].offset == 4

@@ -630,6 +630,19 @@ class GroupCoordinator:
         if err is not None:
             callback(dict.fromkeys(offsets, err))
             return
+        consumer_group = self._consumer.get(group_id)
+        if consumer_group is not None:
+            # A KIP-848 member's epoch (none for a producer outside the group's management).
+            unmanaged = generation_id < 0 and member_id == UNKNOWN_MEMBER_ID
+            refused = None if unmanaged else self._consumer.validate_offset_commit(
+                consumer_group, member_id, generation_id, api_version=9
+            )
+            if refused is not None:
+                callback(dict.fromkeys(offsets, refused[0]))
+                return
+            holder = self._bridge.offsets_holder(group_id, self.now_ms)
+            self._manager.store_txn_offsets(holder, producer_id, producer_epoch, offsets, callback)
+            return
         group = self._manager.get_group(group_id)
         if group is None:
             group = self._manager.add_group(GroupMetadata(group_id, _E, self.now_ms))

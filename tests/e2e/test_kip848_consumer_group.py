@@ -141,3 +141,58 @@ def test_regex_subscription_picks_up_a_new_topic(kbroker: BrokerProcess) -> None
         assert len(c.assignment()) == 5
     finally:
         c.close()
+
+
+def test_classic_group_upgrades_when_empty_and_protocols_do_not_mix(
+    kbroker: BrokerProcess,
+) -> None:
+    bs = kbroker.bootstrap
+    topic = new_topic(bs, 2)
+    group = f"kip848-up-{uuid.uuid4().hex[:8]}"
+    p = Producer({"bootstrap.servers": bs})
+    for i in range(20):
+        p.produce(topic, value=str(i).encode(), partition=i % 2)
+    assert p.flush(20) == 0
+    base = {"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False}
+    # A classic consumer reads 10 records, commits and leaves: an empty classic group.
+    classic = Consumer(dict(base))
+    classic.subscribe([topic])
+    got: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 10 and time.monotonic() < deadline:
+        m = classic.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(int(m.value() or b"0"))
+            classic.commit(message=m, asynchronous=False)
+    assert len(got) == 10
+    classic.close()
+    # A KIP-848 consumer takes the group over and goes on from the committed offsets.
+    modern = Consumer({**base, "group.protocol": "consumer"})
+    modern.subscribe([topic])
+    rest: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(rest) < 10 and time.monotonic() < deadline:
+        m = modern.poll(0.2)
+        if m is not None and m.error() is None:
+            rest.append(int(m.value() or b"0"))
+            modern.commit(message=m, asynchronous=False)
+    try:
+        assert sorted(got + rest) == list(range(20))
+        # While it is a consumer group with a member, a classic consumer is refused.
+        errors: list[str] = []
+        late = Consumer({**base, "error_cb": lambda e: errors.append(e.name())})
+        late.subscribe([topic])
+        refused = False
+        deadline = time.monotonic() + 20
+        while not refused and time.monotonic() < deadline:
+            m = late.poll(0.2)
+            if m is not None and m.error() is not None:
+                errors.append(m.error().name())
+            refused = any("INCONSISTENT_GROUP_PROTOCOL" in e for e in errors)
+        late.close()
+        assert refused, errors
+        desc = _describe(bs, group)
+        assert len(desc.members) == 1
+    finally:
+        modern.close()

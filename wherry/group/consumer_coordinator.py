@@ -35,7 +35,7 @@ import logging
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -183,10 +183,27 @@ class ConsumerGroupManager:
         return len(gone)
 
     # --- writing ------------------------------------------------------------------------------
-    def _write(self, group: ConsumerGroup, done: Callable[[ErrorCode], None]) -> None:
-        """Append what changed in `group` since the last write; `done(error)` once acked."""
-        new = {} if group.dead else group.records()
-        old = group.persisted
+    def _write(
+        self,
+        group: ConsumerGroup,
+        done: Callable[[ErrorCode], None],
+        touched: Collection[str] | None = None,
+    ) -> None:
+        """Append what changed in `group` since the last write; `done(error)` once acked.
+        With `touched`, only these members (and the group's own records) may have changed."""
+        if group.dead or touched is None:
+            new = {} if group.dead else group.records()
+            old = group.persisted
+            group.persisted = new
+        else:
+            new = group.records(touched)
+            keys = group.record_keys(touched)
+            old = {k: group.persisted[k] for k in keys if k in group.persisted}
+            for k in keys:
+                if k in new:
+                    group.persisted[k] = new[k]
+                else:
+                    group.persisted.pop(k, None)
         tombstones = sorted(
             (k for k in old if k not in new),
             key=lambda k: (_TOMBSTONE_ORDER[cgr.record_type(k)], k),
@@ -196,7 +213,6 @@ class ConsumerGroupManager:
             key=lambda k: (_UPSERT_ORDER[cgr.record_type(k)], k),
         )
         records: list[Record] = [(k, None) for k in tombstones] + [(k, new[k]) for k in upserts]
-        group.persisted = new
         if not records:
             done(ErrorCode.none)
             return
@@ -216,8 +232,9 @@ class ConsumerGroupManager:
                     group.group_id,
                     error.name,
                 )
-                # What the log holds is unknown now: rewrite every record next time.
-                group.persisted = {k: b"" for k in set(group.persisted) | set(old)}
+                # What the log holds is unknown now: rewrite these records next time.
+                for k in set(new) | set(old):
+                    group.persisted[k] = b""
             done(_APPEND_ERRORS.get(error, error))
 
         self._storage.append(p, records, appended)
@@ -252,7 +269,7 @@ class ConsumerGroupManager:
                 )
                 g.remove_member(member_id)
             g.group_epoch += 1
-            self._write(g, lambda _e: None)
+            self._write(g, lambda _e: None, [mid for mid, _ in expired])
 
     # --- ConsumerGroupHeartbeat -----------------------------------------------------------------
     def _check_request(self, req: HeartbeatRequest) -> str | None:
@@ -330,7 +347,11 @@ class ConsumerGroupManager:
             group = self._groups[req.group_id] = ConsumerGroup(req.group_id)
             log.info("%s Created consumer group %s", self._prefix, req.group_id)
         bump = False
+        touched: list[str] | None = [req.member_id]
         if req.member_epoch == 0:
+            static = None if req.instance_id is None else group.static_member(req.instance_id)
+            if static is not None and static.member_id != req.member_id:
+                touched = None  # a static member replaced: write the whole group
             member, err = self._joining_member(group, req)
             if member is None:
                 assert err is not None
@@ -380,6 +401,7 @@ class ConsumerGroupManager:
             group.group_epoch += 1
         if group.group_epoch > group.assignment_epoch:
             self._compute_target(group, topics)
+            touched = None
         target = group.target.get(member.member_id, {})
         after = reconcile(
             member.assignment,
@@ -424,7 +446,7 @@ class ConsumerGroupManager:
         def written(error: ErrorCode) -> None:
             callback(result if error == ErrorCode.none else HeartbeatResult.failed(error))
 
-        self._write(group, written)
+        self._write(group, written, touched)
 
     def _joining_member(
         self, group: ConsumerGroup, req: HeartbeatRequest
@@ -606,7 +628,7 @@ class ConsumerGroupManager:
         def written(error: ErrorCode) -> None:
             callback(result if error == ErrorCode.none else HeartbeatResult.failed(error))
 
-        self._write(group, written)
+        self._write(group, written, [req.member_id])
 
     # --- offsets ------------------------------------------------------------------------------
     @staticmethod

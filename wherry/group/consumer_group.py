@@ -11,7 +11,7 @@ from what it last wrote. Pure: no I/O, time passed in.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from wherry.group import consumer_group_records as cgr
@@ -163,11 +163,32 @@ class ConsumerGroup:
         return m
 
     # --- records ----------------------------------------------------------------------------
-    def records(self) -> dict[bytes, bytes]:
-        """The group as `__consumer_offsets` records (key -> value), Kafka 4.0's types 3-8."""
+    def record_keys(self, member_ids: Iterable[str]) -> list[bytes]:
+        """The keys of the group's own records and of these members' records."""
+        gid = self.group_id
+        keys = [
+            cgr.group_metadata_key(gid),
+            cgr.target_metadata_key(gid),
+            cgr.partition_metadata_key(gid),
+        ]
+        for mid in member_ids:
+            keys += [
+                cgr.member_metadata_key(gid, mid),
+                cgr.current_assignment_key(gid, mid),
+                cgr.target_member_key(gid, mid),
+            ]
+        return keys
+
+    def records(self, member_ids: Collection[str] | None = None) -> dict[bytes, bytes]:
+        """The group as `__consumer_offsets` records (key -> value), Kafka 4.0's types 3-8:
+        all of them, or the group's own and those of `member_ids`."""
         gid = self.group_id
         out: dict[bytes, bytes] = {}
-        for mid, m in self.members.items():
+        wanted = self.members if member_ids is None else member_ids
+        for mid in wanted:
+            m = self.members.get(mid)
+            if m is None:
+                continue
             out[cgr.member_metadata_key(gid, mid)] = cgr.encode_member_metadata(m.metadata_value())
             out[cgr.current_assignment_key(gid, mid)] = cgr.encode_current_assignment(
                 cgr.CurrentAssignmentValue(
@@ -178,8 +199,10 @@ class ConsumerGroup:
                     m.pending_revocation,
                 )
             )
-        for mid, a in self.target.items():
-            out[cgr.target_member_key(gid, mid)] = cgr.encode_target_member(a)
+        for mid in self.target if member_ids is None else member_ids:
+            a = self.target.get(mid)
+            if a is not None:
+                out[cgr.target_member_key(gid, mid)] = cgr.encode_target_member(a)
         out[cgr.group_metadata_key(gid)] = cgr.encode_epoch_value(self.group_epoch)
         out[cgr.target_metadata_key(gid)] = cgr.encode_epoch_value(self.assignment_epoch)
         out[cgr.partition_metadata_key(gid)] = cgr.encode_partition_metadata(

@@ -416,3 +416,25 @@ def test_transactional_offsets_of_a_consumer_group_member() -> None:
     assert txn_commit("", -1) == E.none  # a producer outside the group's management
     d.coord.on_transaction_completed(7, [0], is_commit=True)
     assert d.coord.handle_fetch_offsets("g", True, [tp])[1][tp].offset == 4
+
+
+def test_broker_configs_of_consumer_groups() -> None:
+    from wherry.server.config import BrokerConfig, BrokerConfigError
+    from wherry.server.groups import group_coordinator_config
+
+    c = BrokerConfig.from_props({
+        "group.consumer.assignors": "org.apache.kafka.coordinator.group.assignor.RangeAssignor,"
+                                    "uniform",
+        "group.consumer.migration.policy": "DISABLED",
+        "group.consumer.session.timeout.ms": "12000",
+        "group.consumer.heartbeat.interval.ms": "700",
+    })
+    cc = group_coordinator_config(c).consumer
+    assert (cc.assignors, cc.migration_policy) == (("range", "uniform"), "disabled")
+    assert (cc.session_timeout_ms, cc.heartbeat_interval_ms) == (12_000, 700)
+    with pytest.raises(BrokerConfigError, match=r"group\.consumer\.migration\.policy"):
+        BrokerConfig.from_props({"group.consumer.migration.policy": "sideways"})
+    with pytest.raises(BrokerConfigError, match=r"group\.consumer\.assignors"):
+        BrokerConfig.from_props({"group.consumer.assignors": "sticky"})
+    with pytest.raises(BrokerConfigError, match=r"group\.consumer\.session\.timeout\.ms"):
+        BrokerConfig.from_props({"group.consumer.session.timeout.ms": "0"})

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess, wait_until
+from tests.kafka_wire import call
 from tests.kip848_members import EventLog, Member
 
 OVERRIDES = [
@@ -196,3 +198,58 @@ def test_classic_group_upgrades_when_empty_and_protocols_do_not_mix(
         assert len(desc.members) == 1
     finally:
         modern.close()
+
+
+def _hb(bs: str, **fields: Any) -> Any:
+    """One heartbeat, retried while the coordinator is not ready."""
+    out: list[Any] = []
+
+    def attempt() -> bool:
+        r = _hb_once(bs, **fields)
+        out.append(r)
+        return r.error_code not in (
+            ErrorCode.not_coordinator,
+            ErrorCode.coordinator_load_in_progress,
+            ErrorCode.coordinator_not_available,
+        )
+
+    wait_until(attempt, timeout_s=20, interval_s=0.1)
+    return out[-1]
+
+
+def _hb_once(bs: str, **fields: Any) -> Any:
+    body = {"group_id": "kip848-wire", "member_id": "wire-member", "member_epoch": 0,
+            "instance_id": None, "rack_id": None, "rebalance_timeout": 30_000,
+            "subscribed_topic_names": ["x"], "subscribed_topic_regex": None,
+            "server_assignor": None, "topic_partitions": []}
+    body.update(fields)
+    return call(bs, 68, 1, body)
+
+
+def test_bad_heartbeats_get_kafkas_errors_on_the_wire(kbroker: BrokerProcess) -> None:
+    bs = kbroker.bootstrap
+    # checked before the coordinator: INVALID_REQUEST whichever broker answers
+    assert _hb_once(bs, group_id="").error_code == ErrorCode.invalid_request
+    assert _hb_once(bs, member_id="").error_code == ErrorCode.invalid_request
+    call(bs, 10, 4, {"key_type": 0, "coordinator_keys": ["kip848-wire"]})
+    assert _hb(bs, group_id="").error_code == ErrorCode.invalid_request
+    assert _hb(bs, member_id="").error_code == ErrorCode.invalid_request
+    assert _hb(bs, member_epoch=-5).error_code == ErrorCode.invalid_request
+    assert _hb(bs, rebalance_timeout=-1).error_code == ErrorCode.invalid_request
+    assert _hb(bs, server_assignor="sticky").error_code == ErrorCode.unsupported_assignor
+    r = _hb(bs, subscribed_topic_names=None, subscribed_topic_regex="[")
+    assert r.error_code == ErrorCode.invalid_regular_expression
+    assert _hb(bs, member_epoch=3, group_id="kip848-none").error_code == (
+        ErrorCode.group_id_not_found
+    )
+    # nothing of the refused requests was stored: no such group
+    d = call(bs, 69, 0, {"group_ids": ["kip848-wire"], "include_authorized_operations": False})
+    assert d.groups[0].error_code == ErrorCode.group_id_not_found
+    assert d.groups[0].group_state == "Dead"
+    # a good join, then a fenced epoch
+    ok = _hb(bs)
+    assert ok.error_code == ErrorCode.none and ok.member_epoch == 1
+    assert _hb(bs, member_epoch=7, topic_partitions=None).error_code == (
+        ErrorCode.fenced_member_epoch
+    )
+    assert _hb(bs, member_epoch=-1, topic_partitions=None).error_code == ErrorCode.none

@@ -107,6 +107,10 @@ class ConsumerGroupBridge:
         if not req.group_id:
             callback(HeartbeatResult.failed(ErrorCode.invalid_request, "GroupId can't be empty."))
             return
+        invalid = self._consumer.invalid_request(req)
+        if invalid is not None:
+            callback(HeartbeatResult.failed(ErrorCode.invalid_request, invalid))
+            return
         if status is None and req.member_epoch == 0:
             refused = self._take_over_classic_group(req.group_id)
             if refused is not None:

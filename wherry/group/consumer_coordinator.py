@@ -272,6 +272,12 @@ class ConsumerGroupManager:
             self._write(g, lambda _e: None, [mid for mid, _ in expired])
 
     # --- ConsumerGroupHeartbeat -----------------------------------------------------------------
+    def invalid_request(self, req: HeartbeatRequest) -> str | None:
+        """Why the request is invalid (INVALID_REQUEST), checked before the group is looked
+        up, as Kafka's GroupCoordinatorService does; None if it is not."""
+        problem = self._check_request(req)
+        return None if problem in ("assignor", "regex") else problem
+
     def _check_request(self, req: HeartbeatRequest) -> str | None:
         if req.member_epoch == 0:
             if req.rebalance_timeout_ms == -1:

@@ -253,3 +253,44 @@ def test_bad_heartbeats_get_kafkas_errors_on_the_wire(kbroker: BrokerProcess) ->
         ErrorCode.fenced_member_epoch
     )
     assert _hb(bs, member_epoch=-1, topic_partitions=None).error_code == ErrorCode.none
+
+
+def _group_epoch(bs: str, group: str) -> tuple[int, dict[str, list[int]]]:
+    d = call(bs, 69, 0, {"group_ids": [group], "include_authorized_operations": False})
+    g = d.groups[0]
+    return int(g.group_epoch), {
+        str(m.instance_id): sorted(p for t in m.assignment.topic_partitions for p in t.partitions)
+        for m in g.members
+    }
+
+
+def test_static_member_comes_back_without_a_rebalance(kbroker: BrokerProcess) -> None:
+    bs = kbroker.bootstrap
+    topic = new_topic(bs, 4)
+    group = f"kip848-static-{uuid.uuid4().hex[:8]}"
+
+    def static(instance: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": bs, "group.id": group, "group.protocol": "consumer",
+                      "group.instance.id": instance, "auto.offset.reset": "earliest"})
+        c.subscribe([topic])
+        return c
+
+    a, b = static("a"), static("b")
+
+    def settled() -> bool:
+        a.poll(0.05)
+        b.poll(0.05)
+        return len(a.assignment()) == 2 and len(b.assignment()) == 2
+
+    try:
+        assert wait_until(settled, timeout_s=30)
+        epoch, before = _group_epoch(bs, group)
+        b.close()  # a static member leaves for now (member epoch -2)
+        assert _group_epoch(bs, group)[0] == epoch
+        b = static("b")
+        assert wait_until(settled, timeout_s=30)
+        after_epoch, after = _group_epoch(bs, group)
+        assert after_epoch == epoch and after == before
+    finally:
+        a.close()
+        b.close()

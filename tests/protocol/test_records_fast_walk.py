@@ -9,13 +9,15 @@ import time
 
 import pytest
 
+from wherry.protocol.record_walk import (
+    _walk_records,
+    _walk_records_fast,
+    _walk_some,
+)
 from wherry.protocol.records import (
     InvalidRecordError,
     RecordSpec,
     _records_payload,
-    _walk_records,
-    _walk_records_fast,
-    _walk_some,
     build_batch,
     parse_header,
     validate_batch,

@@ -255,8 +255,14 @@ class ReplicaManager:
         now_ms: int,
         from_coordinator: bool = False,
     ) -> ProducePartitionStatus:
-        def failed(code: ErrorCode, msg: str | None = None) -> ProducePartitionStatus:
-            return ProducePartitionStatus(-1, code, -1, -1, -1, msg, acks_pending=False)
+        def failed(
+            code: ErrorCode,
+            msg: str | None = None,
+            record_errors: Iterable[tuple[int, str]] = (),
+        ) -> ProducePartitionStatus:
+            return ProducePartitionStatus(
+                -1, code, -1, -1, -1, msg, acks_pending=False, record_errors=tuple(record_errors)
+            )
 
         part = self.partitions.get(tp)
         if part is None:
@@ -291,7 +297,7 @@ class ReplicaManager:
         except Exception as e:
             code = getattr(e, "error_code", None)
             if isinstance(code, ErrorCode):
-                return failed(code, str(e))
+                return failed(code, str(e), getattr(e, "record_errors", ()))
             log.exception(
                 "[ReplicaManager broker=%d] append to %s-%d failed",
                 self.broker_id,

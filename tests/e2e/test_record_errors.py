@@ -6,8 +6,9 @@ librdkafka 2.16 (rd_kafka_msgbatch_handle_Produce_result_record_errors) fails th
 named in `record_errors` with the broker's error and message and the other records of the
 batch with the local error _INVALID_DIFFERENT_RECORD ("part of a batch which had one more
 more invalid records"), which tells the application that re-producing them will succeed;
-the Java producer does the same (its ProducerBatch fails the others with a KafkaException
-of that wording). kafka-python 3.0 does not read `record_errors`: its whole batch fails.
+the Java producer and kafka-python 3.0 (sender `_record_exceptions_fn`) do the same: the
+named records fail with the broker's error and message, the others with a generic
+KafkaError of that wording.
 """
 
 from __future__ import annotations

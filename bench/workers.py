@@ -279,9 +279,10 @@ def ingest(p: Params) -> Params:
 
 
 def fetch_frame(
-    topic: str, partition: int, offset: int, max_bytes: int, correlation_id: int
+    topic: str, offsets: dict[int, int], max_bytes: int, correlation_id: int
 ) -> bytes:
-    """A size-prefixed FetchRequest v12 (no session: epoch -1) for one partition, no wait."""
+    """A size-prefixed FetchRequest v12 (no session: epoch -1), no wait, for the partitions
+    of `offsets` (partition → fetch offset), `max_bytes` each."""
     return encode_request(
         1,
         12,
@@ -289,7 +290,7 @@ def fetch_frame(
             "replica_id": -1,
             "max_wait": 0,
             "min_bytes": 1,
-            "max_bytes": max_bytes,
+            "max_bytes": max_bytes * len(offsets),
             "isolation_level": 0,
             "session_id": 0,
             "session_epoch": -1,
@@ -305,6 +306,7 @@ def fetch_frame(
                             "log_start_offset": -1,
                             "partition_max_bytes": max_bytes,
                         }
+                        for partition, offset in offsets.items()
                     ],
                 }
             ],
@@ -316,48 +318,57 @@ def fetch_frame(
 
 
 def _fetch_plan(
-    s: socket.socket, topic: str, partition: int, max_bytes: int
+    s: socket.socket, topic: str, partitions: list[int], max_bytes: int
 ) -> list[tuple[bytes, int, int]]:
-    """Walk a partition from offset 0 with decoded Fetches: (request frame, response frame
-    size, record bytes) of every Fetch it takes to read the partition once."""
+    """Walk partitions from offset 0 (together, one Fetch for all of them) with decoded
+    Fetches: (request frame, response frame size, record bytes) of every Fetch it takes to
+    read them once."""
     from wherry.protocol.records import iter_batches
 
     plan: list[tuple[bytes, int, int]] = []
-    offset = 0
+    offsets = dict.fromkeys(partitions, 0)
     while True:
-        frame = fetch_frame(topic, partition, offset, max_bytes, correlation_id=len(plan) + 1)
+        frame = fetch_frame(topic, offsets, max_bytes, correlation_id=len(plan) + 1)
         s.sendall(frame)
         resp_frame = read_frame(s)
         resp = decode_response(1, 12, resp_frame)
-        part = resp.responses[0].partitions[0]
-        if int(resp.error_code) != 0 or int(part.error_code) != 0:
-            raise BenchError(f"fetch {topic}-{partition}@{offset}: {part.error_code!r}")
-        records = part.records or b""
-        if not records:
+        if int(resp.error_code) != 0:
+            raise BenchError(f"fetch {topic}: {resp.error_code!r}")
+        total = 0
+        for part in resp.responses[0].partitions:
+            if int(part.error_code) != 0:
+                raise BenchError(f"fetch {topic}-{part.partition_index}: {part.error_code!r}")
+            records = part.records or b""
+            batches = list(iter_batches(records))
+            if records and not batches:
+                raise BenchError(f"fetch {topic}-{part.partition_index}: no whole batch")
+            if batches:
+                offsets[int(part.partition_index)] = batches[-1][1].next_offset
+            total += len(records)
+        if not total:
             return plan
-        batches = list(iter_batches(records))
-        if not batches:
-            raise BenchError(f"fetch {topic}-{partition}@{offset}: no whole batch")
-        plan.append((frame, len(resp_frame), len(records)))
-        offset = batches[-1][1].next_offset
+        plan.append((frame, len(resp_frame), total))
 
 
 def fetch_load(p: Params) -> Params:
-    """One connection per partition, each cycling through the pre-encoded Fetches that read
-    its partition from the start (planned once with decoded responses), `in_flight` requests
-    outstanding, for `duration_s`. Responses are read into a buffer and discarded; each must
-    have the size of its planned answer (the log does not change meanwhile)."""
+    """`connections` connections (partition i on connection i % connections), each cycling
+    through the pre-encoded Fetches that read its partitions from the start (planned once
+    with decoded responses), `in_flight` requests outstanding, for `duration_s`. Responses
+    are read into a buffer and discarded; each must have the size of its planned answer
+    (the log does not change meanwhile)."""
     host, port = p["bootstrap"].rsplit(":", 1)
     timeout_s = p["timeout_s"]
     in_flight = p["in_flight"]
     max_bytes = p.get("max_bytes", MIB)
+    conns = p.get("connections", p["partitions"])
     socks = []
     plans = []
-    for part in range(p["partitions"]):
+    for c in range(conns):
         s = socket.create_connection((host, int(port)), timeout=timeout_s)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         socks.append(s)
-        plans.append(_fetch_plan(s, p["topic"], part, max_bytes))
+        mine = [part for part in range(p["partitions"]) if part % conns == c]
+        plans.append(_fetch_plan(s, p["topic"], mine, max_bytes))
     if not all(plans):
         raise BenchError("a partition of the consume topic is empty")
 

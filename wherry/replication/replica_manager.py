@@ -482,16 +482,25 @@ class ReplicaManager:
                 limit = max(0, min(fp.max_bytes, remaining))
                 if self._leader_throttled(part, replica_id, now_ms):
                     pass  # KIP-73: a throttled partition is answered without records
-                elif committed:
-                    data = committed_data = plog.read(
-                        fp.fetch_offset, max_bytes=limit, max_offset=upper, min_one_message=min_one
-                    )
-                    res.aborted_transactions = _aborted_in(plog, fp.fetch_offset, committed_data)
                 elif fp.fetch_offset < upper or fp.fetch_offset > plog.log_end_offset:
-                    read = plog.read_region if zero_copy else plog.read
-                    data = read(
-                        fp.fetch_offset, max_bytes=limit, max_offset=upper, min_one_message=min_one
-                    )
+                    if committed:  # bytes: the aborted transactions follow from them
+                        data = committed_data = plog.read(
+                            fp.fetch_offset,
+                            max_bytes=limit,
+                            max_offset=upper,
+                            min_one_message=min_one,
+                        )
+                        res.aborted_transactions = _aborted_in(
+                            plog, fp.fetch_offset, committed_data
+                        )
+                    else:
+                        read = plog.read_region if zero_copy else plog.read
+                        data = read(
+                            fp.fetch_offset,
+                            max_bytes=limit,
+                            max_offset=upper,
+                            min_one_message=min_one,
+                        )
             except OffsetOutOfRangeError:
                 res.error_code = ErrorCode.offset_out_of_range
             if data:

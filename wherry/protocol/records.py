@@ -76,7 +76,6 @@ __all__ = [
     "build_batch",
     "build_control_batch",
     "build_retained_batch",
-    "check_records_have_keys",
     "crc_ok",
     "increment_sequence",
     "iter_batches",
@@ -711,16 +710,3 @@ def null_key_records(batch: _Buffer, pos: int = 0) -> list[int]:
     out: list[int] = []
     _walk_records_checked(data, start, end, out)
     return out
-
-
-def check_records_have_keys(batch: _Buffer, pos: int = 0) -> None:
-    """Raise InvalidRecordError if a record of the (non-control) batch at `pos` has no key:
-    a compacted topic does not accept them (Kafka answers INVALID_RECORD)."""
-    header = parse_header(batch, pos)
-    if header.is_control:
-        return
-    for record in iter_records(batch, pos):
-        if record.key is None:
-            raise InvalidRecordError(
-                "Compacted topic cannot accept message without key in topic partition"
-            )

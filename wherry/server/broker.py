@@ -55,6 +55,7 @@ from wherry.protocol.codec import (
     decode_request,
     encode_response,
 )
+from wherry.protocol.response_parts import ResponsePart, encode_response_parts
 from wherry.replication.alter_partition import ControllerSender
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
@@ -802,7 +803,9 @@ class Broker:
             log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)
 
     # --- client requests -----------------------------------------------------------------
-    async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
+    async def handle_frame(
+        self, conn: ConnectionInfo, frame: memoryview
+    ) -> bytes | list[ResponsePart] | None:
         if not self._started.is_set():
             await self._started.wait()
         sasl = self.sasl_gate.authenticator(conn)
@@ -826,7 +829,7 @@ class Broker:
         )
         return await self._dispatch(req)
 
-    async def _dispatch(self, req: Request) -> bytes | None:
+    async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | None:
         handler = HANDLERS[req.api_key]
         started = time.perf_counter()
         try:
@@ -849,7 +852,8 @@ class Broker:
             )
         if body is None:
             return None
-        return encode_response(req.api_key, req.api_version, req.correlation_id, body)
+        # Fetch records may be file regions: network.py sends them from the files
+        return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
 
 
 def _from_follower(req: Request) -> bool:

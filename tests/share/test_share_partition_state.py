@@ -241,3 +241,17 @@ def test_state_store_records_and_fencing() -> None:
         assert store.check_write(key, bad) == ErrorCode.invalid_request, bad
     store.load(0, [(encode_key(key), encode_value(st)), (encode_key(key), None)])
     assert store.read(key, 4) == (ErrorCode.none, None)
+
+
+def test_sessions_close_with_their_connection() -> None:
+    c = ShareSessionCache()
+    a = c.open("g", "a", 0, connection_id=7)
+    b = c.open("g", "b", 0, connection_id=8)
+    assert not isinstance(a, ErrorCode) and not isinstance(b, ErrorCode)
+    # a session continued on another connection belongs to that one from then on
+    assert c.use("g", "b", 1, 1, connection_id=7) is b
+    assert c.close_connection(9) == []
+    assert sorted(s.member_id for s in c.close_connection(7)) == ["a", "b"]
+    assert c.sessions == {}
+    c.open("g", "in-process", 2)  # no connection (-1): never closed by one
+    assert c.close_connection(-1) == [] and len(c.sessions) == 1

@@ -80,7 +80,7 @@ from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.groups import GroupsRuntime
 from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import unsupported_version_response
-from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
+from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.producer_ids import ProducerIdManager
@@ -302,7 +302,9 @@ class Broker:
         self.shares.start()
 
         self.network = NetworkServer(
-            self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
+            self.handle_frame,
+            max_request_bytes=cfg.socket_request_max_bytes,
+            on_close=self._on_connection_closed,
         )
         self.bound_ports = []
         for ep in cfg.listeners:
@@ -803,6 +805,10 @@ class Broker:
             log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)
 
     # --- client requests -----------------------------------------------------------------
+    def _on_connection_closed(self, conn: ConnectionInfo) -> None:
+        if hasattr(self, "shares"):
+            self.shares.on_connection_closed(conn.id)
+
     async def handle_frame(
         self, conn: ConnectionInfo, frame: memoryview
     ) -> bytes | list[ResponsePart] | None:
@@ -824,6 +830,7 @@ class Broker:
         self.sasl_gate.check_authenticated(sasl, req)
         host = client_host_of(conn.peer)
         CLIENT_HOST.set(host)
+        CONNECTION_ID.set(conn.id)
         REQUEST_SESSION.set(
             Session(conn.principal, host[1:], conn.listener, conn.security_protocol)
         )

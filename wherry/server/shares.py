@@ -185,6 +185,7 @@ class ShareRuntime:
                     last_second = now
                     for g, m in self.groups.expire(now):
                         log.info("%s member %s of share group %s expired", self._prefix, m, g)
+                        self.member_left(g, m)
                     for s in self.sessions.evict(now):
                         self._release_session(s)
                 delay_s = 1.0 if earliest is None else min(1.0, max(0.02, (earliest - now) / 1e3))
@@ -383,7 +384,14 @@ class ShareRuntime:
 
     # --- ShareFetch / ShareAcknowledge ------------------------------------------------------
     def session_for(
-        self, group: str, member: str, epoch: int, now_ms: int, *, fetch: bool
+        self,
+        group: str,
+        member: str,
+        epoch: int,
+        now_ms: int,
+        *,
+        fetch: bool,
+        connection_id: int = -1,
     ) -> ShareSession | ErrorCode | None:
         """The session a request continues (opened for a ShareFetch with epoch 0); None for
         the final epoch -1, which closes it (the caller releases what it held)."""
@@ -393,12 +401,12 @@ class ShareRuntime:
             old = self.sessions.close(group, member)
             if old is not None:
                 self._release_session(old)
-            return self.sessions.open(group, member, now_ms)
+            return self.sessions.open(group, member, now_ms, connection_id)
         if epoch == -1:
             if (group, member) not in self.sessions.sessions:
                 return ErrorCode.share_session_not_found
             return None
-        return self.sessions.use(group, member, epoch, now_ms)
+        return self.sessions.use(group, member, epoch, now_ms, connection_id)
 
     def release(self, group: str, member: str, tp: TopicPartition) -> None:
         """Release what `member` holds of one share-partition (it left the session)."""
@@ -411,6 +419,25 @@ class ShareRuntime:
         s = self.sessions.close(group, member)
         if s is not None:
             self._release_session(s)
+
+    def on_connection_closed(self, connection_id: int) -> None:
+        """A client connection is gone: the share sessions it held close, and their records
+        go back to the other members at once."""
+        for s in self.sessions.close_connection(connection_id):
+            log.info(
+                "%s share session of member %s of group %s closed with its connection",
+                self._prefix, s.member_id, s.group_id,
+            )
+            self._release_session(s)
+
+    def member_left(self, group: str, member: str) -> None:
+        """A member left the group (or its session with the coordinator expired): its share
+        session here closes and every record it holds on this broker goes back."""
+        self.close_session(group, member)
+        for (g, _tp), entry in list(self.parts.items()):
+            if g == group and entry.sp is not None and entry.sp.release_member(member):
+                self._persist_later(entry)
+                self._changed.set()
 
     async def acknowledge(
         self,

@@ -295,6 +295,7 @@ class Broker:
             lambda g: self.groups.coordinator.partition_for(g),
         )
         self.node.leadership_listeners.append(self.shares.on_leadership_change)
+        self.shares.attach_groups(self.groups)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
         self.node.start()
         await self.groups.start(self.store)

@@ -326,7 +326,16 @@ class ShareRuntime:
         await paths.notify_config_change(store, f"groups/{paths.sanitize(group)}")
 
     def on_group_config_change(self, group: str) -> None:
+        """`groups/<group>` changed (its configs, or the group was deleted): configs are read
+        again, and the group's share-partitions with nothing acquired or unwritten are
+        loaded again on next use (a deleted group's next incarnation starts from its own
+        state, not from what this leader cached of the old one)."""
         self._group_configs.pop(group, None)
+        for k, entry in list(self.parts.items()):
+            if k[0] == group and not entry.dirty and (
+                entry.sp is None or entry.sp.next_deadline() is None
+            ):
+                del self.parts[k]
 
     async def settings(self, group: str) -> ShareGroupSettings:
         return ShareGroupSettings.of(await self.group_config(group), self.config)

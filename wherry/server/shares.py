@@ -161,6 +161,9 @@ class ShareRuntime:
         self._prefix = f"[ShareRuntime id={config.broker_id}]"
         self._groups_rt: GroupsRuntime | None = None
 
+    def store(self) -> MetadataStore:
+        return self._store()
+
     def attach_groups(self, groups: GroupsRuntime) -> None:
         """Write share groups through the group coordinator's storage and rebuild them when
         it loads an offsets partition."""
@@ -374,7 +377,7 @@ class ShareRuntime:
             return ErrorCode.non_empty_group
         for tid, (_name, parts) in sorted(group.state_topics.items(), key=lambda x: str(x[0])):
             for p in sorted(parts):
-                err = await self._call_delete(ShareKey(group_id, tid, p))
+                err = await self.call_delete(ShareKey(group_id, tid, p))
                 if err != ErrorCode.none:
                     log.warning("%s deleting the state of %s:%s:%d failed: %s",
                                 self._prefix, group_id, tid, p, err.name)
@@ -738,9 +741,9 @@ class ShareRuntime:
                                  b.delivery_count) for b in p.state_batches),
             )
 
-        return await self._with_coordinator(key, local, remote)
+        return await self.with_coordinator(key, local, remote)
 
-    async def _call_delete(self, key: ShareKey) -> ErrorCode:
+    async def call_delete(self, key: ShareKey) -> ErrorCode:
         async def local() -> tuple[ErrorCode, None]:
             return await self.coordinator.delete(key), None
 
@@ -752,7 +755,7 @@ class ShareRuntime:
             )
             return ErrorCode(r.results[0].partitions[0].error_code), None
 
-        err, _ = await self._with_coordinator(key, local, remote)
+        err, _ = await self.with_coordinator(key, local, remote)
         return err
 
     async def _call_write(self, key: ShareKey, state: ShareState) -> ErrorCode:
@@ -780,10 +783,12 @@ class ShareRuntime:
             )
             return ErrorCode(r.results[0].partitions[0].error_code), None
 
-        err, _ = await self._with_coordinator(key, local, remote)
+        err, _ = await self.with_coordinator(key, local, remote)
         return err
 
-    async def _with_coordinator(self, key: ShareKey, local: Any, remote: Any) -> Any:
+    async def with_coordinator(self, key: ShareKey, local: Any, remote: Any) -> Any:
+        """`local()` when this broker is the key's share coordinator, else `remote(client)`
+        over the wire to it; retried while it moves or loads, up to the write timeout."""
         cache = self.node.cache
         deadline = self.clock.monotonic_ms() + self.config["share.coordinator.write.timeout.ms"]
         delay = 0.05

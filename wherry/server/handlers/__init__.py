@@ -20,6 +20,7 @@ from wherry.server.handlers import (
     alter_partition,
     alter_partition_reassignments,
     alter_replica_log_dirs,
+    alter_share_group_offsets,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
@@ -31,6 +32,7 @@ from wherry.server.handlers import (
     delete_acls,
     delete_groups,
     delete_records,
+    delete_share_group_offsets,
     delete_share_group_state,
     delete_topics,
     describe_acls,
@@ -38,6 +40,7 @@ from wherry.server.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_share_group_offsets,
     describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
@@ -155,6 +158,9 @@ HANDLERS: dict[int, Handler] = {
     85: write_share_group_state.handle,
     86: delete_share_group_state.handle,
     87: read_share_group_state_summary.handle,
+    90: describe_share_group_offsets.handle,
+    91: alter_share_group_offsets.handle,
+    92: delete_share_group_offsets.handle,
 }
 
 if HANDLERS.keys() != SUPPORTED_VERSIONS.keys():  # pragma: no cover - a wiring mistake

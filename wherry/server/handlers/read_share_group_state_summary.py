@@ -20,7 +20,7 @@ _BLANK = {"state_epoch": -1, "leader_epoch": -1, "start_offset": -1}
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     async def one(key: ShareKey, p: Any) -> dict[str, Any]:
         err, st = broker.shares.coordinator.summary(key)
-        if err != ErrorCode.none or st is None or st.start_offset < 0:
+        if err != ErrorCode.none or st is None:
             return {**_BLANK, "error_code": err, "error_message": None}
         return {
             "error_code": ErrorCode.none,

@@ -120,3 +120,33 @@ def test_state_metadata_and_partition_metadata_round_trip() -> None:
     assert rp.groups["g"].has_partition_metadata
     rp.apply(sgr.partition_metadata_key("g"), None)
     assert rp.groups == {}
+
+
+def test_a_failed_append_is_rewritten_tombstones_included() -> None:
+    gs = ShareGroups()
+    _beat(gs, "m1", 0, ["a"], 0)
+    _beat(gs, "m2", 0, ["a"], 0)
+    w1 = gs.groups["g"].changes()
+    gs.heartbeat("g", "m2", -1, None, None, TOPICS, 1, session_timeout_ms=45_000)
+    gs.groups["g"].changes()
+    gs.groups["g"].unwritten()  # the leave's append failed
+    # the leave is sent again: m2 is gone already, its tombstones are still written
+    assert gs.heartbeat("g", "m2", -1, None, None, TOPICS, 2,
+                        session_timeout_ms=45_000).error_code == ErrorCode.none
+    w2 = gs.groups["g"].changes()
+    assert (sgr.member_metadata_key("g", "m2"), None) in w2
+    assert set(read_partition(_log(w1, w2)).share_groups.groups["g"].members) == {"m1"}
+
+
+def test_a_member_whose_answers_were_lost_keeps_its_epoch() -> None:
+    gs = ShareGroups()
+    e1 = _beat(gs, "m1", 0, ["a"], 0)
+    # m1's next answers are lost twice while the group moves on (m2 joins in between)
+    assert _beat(gs, "m2", 0, ["a"], 1) > e1
+    bumped = _beat(gs, "m1", e1, None, 2)
+    assert bumped > e1
+    assert _beat(gs, "m3", 0, ["a"], 3) > bumped
+    assert _beat(gs, "m1", e1, None, 4) > bumped  # still the epoch it holds: not fenced
+    r = gs.heartbeat("g", "m1", e1 - 1 if e1 > 1 else 99, None, None, TOPICS, 5,
+                     session_timeout_ms=45_000)
+    assert r.error_code == ErrorCode.fenced_member_epoch

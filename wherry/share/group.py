@@ -75,6 +75,7 @@ class ShareGroup:
     state_topics: dict[uuid.UUID, tuple[str, frozenset[int]]] = field(default_factory=dict)
     # what `__consumer_offsets` holds of the group (key -> value), as last written
     persisted: dict[bytes, bytes] = field(default_factory=dict)
+    _in_doubt: set[bytes] = field(default_factory=set)
 
     @property
     def state(self) -> str:
@@ -109,6 +110,7 @@ class ShareGroup:
         `unwritten` undoes that when the append fails)."""
         new = self.records()
         out = cgr.record_diff(self.persisted, new, sgr.tombstone_order, sgr.upsert_order)
+        self._in_doubt = set(self.persisted) | set(new)  # what a failed append leaves unknown
         self.persisted = new
         return out
 
@@ -124,7 +126,7 @@ class ShareGroup:
 
     def unwritten(self) -> None:
         """An append failed: what the log holds is unknown, every record is written again."""
-        self.persisted = dict.fromkeys(self.persisted, b"")
+        self.persisted = dict.fromkeys(set(self.persisted) | self._in_doubt, b"")
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +228,9 @@ class ShareGroups:
                     ErrorCode.unknown_member_id,
                     error_message=f"Member {member_id} is not a member of group {group_id}.",
                 )
-            if member_epoch > member.member_epoch or member_epoch < member.member_epoch - 1:
+            # Kafka's rule: the member's epoch, or the one it had before its last bump (the
+            # answer that carried the bump was lost, or its write failed)
+            if member_epoch not in (member.member_epoch, member.previous_epoch):
                 return HeartbeatResult(
                     ErrorCode.fenced_member_epoch,
                     error_message=f"The share group member has a smaller member epoch "
@@ -261,7 +265,8 @@ class ShareGroups:
         target = group.target.get(member_id, {})
         if member.member_epoch != group.assignment_epoch or member_epoch != member.member_epoch:
             if member.member_epoch != group.assignment_epoch:
-                member.previous_epoch = member.member_epoch
+                # the epoch it sent: what it holds until an answer reaches it
+                member.previous_epoch = member_epoch if member_epoch > 0 else member.member_epoch
             member.member_epoch = group.assignment_epoch
             member.assignment = target
             send = target

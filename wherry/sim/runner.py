@@ -177,11 +177,13 @@ def _shares(args: argparse.Namespace) -> int:
     )
     started = time.monotonic()
     failed = 0
-    deliveries = failovers = 0
+    deliveries = failovers = reloads = drops = 0
     for seed in seeds:
         r = run_share_seed(seed)
         deliveries += r.deliveries
         failovers += r.failovers
+        reloads += r.group_reloads
+        drops += r.connection_drops
         if args.verbose:
             for line in r.log:
                 print(f"  seed {seed}: {line}")
@@ -191,6 +193,7 @@ def _shares(args: argparse.Namespace) -> int:
             print(f"  replay: python -m wherry.sim --shares --seed {seed} -v")
     print(
         f"{len(seeds)} share seeds: {failed} failed, {deliveries} deliveries, "
-        f"{failovers} leader failovers, {time.monotonic() - started:.1f} s"
+        f"{failovers} leader failovers, {reloads} group coordinator failovers, "
+        f"{drops} connection drops, {time.monotonic() - started:.1f} s"
     )
     return 1 if failed else 0

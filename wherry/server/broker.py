@@ -75,7 +75,7 @@ from wherry.server.authz import REQUEST_SESSION
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.groups import GroupsRuntime
-from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
+from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
 from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
@@ -797,7 +797,7 @@ class Broker:
         return await self._dispatch(req)
 
     async def _dispatch(self, req: Request) -> bytes | None:
-        handler = HANDLERS[req.api_key]
+        handler = handler_for(req.api_key)
         started = time.perf_counter()
         try:
             body = await handler(self, req)

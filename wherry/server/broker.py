@@ -33,7 +33,6 @@ from wherry.controller.channel import ControllerChannel, InProcessChannel
 from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.coordination.change_notifications import ChangeNotificationListener
-from wherry.coordination.embedded import EmbeddedCoordinator
 from wherry.coordination.store import (
     MetadataStore,
     NodeExistsError,
@@ -41,12 +40,9 @@ from wherry.coordination.store import (
     SessionState,
     StoreError,
 )
-from wherry.log.cleaner import CleanerConfig, LogCleaner
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
 from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
-from wherry.observability.service import ObservabilityServer
-from wherry.observability.sources import BrokerSources
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.codec import (
     Request,
@@ -65,11 +61,9 @@ from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
-from wherry.security.acl_authorizer import AclAuthorizer, authorizer_from_config
 from wherry.security.authorizer import Authorizer
 from wherry.security.principal import Session
 from wherry.security.scram_store import ScramCredentialCache, user_of_entity
-from wherry.server import controlled_shutdown
 from wherry.server.admin import AdminManager
 from wherry.server.authz import REQUEST_SESSION
 from wherry.server.broker_configs import DynamicBrokerConfig
@@ -86,6 +80,11 @@ from wherry.server.transactions import TransactionsRuntime
 
 if TYPE_CHECKING:
     from wherry.controller.channel_manager import NetworkChannelManager
+    from wherry.coordination.embedded import EmbeddedCoordinator
+    from wherry.log.cleaner import LogCleaner
+    from wherry.observability.service import ObservabilityServer
+    from wherry.observability.sources import BrokerSources
+    from wherry.security.acl_authorizer import AclAuthorizer
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +199,10 @@ class Broker:
     async def start(self) -> None:
         cfg = self.config
         # `authorizer.class.name`: refuse an unknown class before anything starts.
-        self.authorizer = authorizer_from_config(cfg.raw, self.clock.now_ms)
+        if cfg.raw.get("authorizer.class.name", "").strip():
+            from wherry.security.acl_authorizer import authorizer_from_config
+
+            self.authorizer = authorizer_from_config(cfg.raw, self.clock.now_ms)
         self.security = broker_security(cfg.raw, cfg.listeners, cfg.advertised)
         self.client_security = self.security.inter_broker_client
         self.sasl_gate = SaslGate(self.security, self.scram_credentials)
@@ -210,17 +212,21 @@ class Broker:
         # SPEC H12: this broker's (and its controller's) state changes, one parseable line each.
         self._state_change_log = attach_state_change_log(cfg.data_dir, node_id=cfg.broker_id)
         if cfg.http_listeners:  # up first: /healthz answers, /readyz says why not yet
+            from wherry.observability.service import ObservabilityServer
+
             self.http = ObservabilityServer(self._observed(), cfg.http_listeners)
             await self.http.start()
         if self._coordinator is None and not self.uses_zookeeper:
+            from wherry.coordination.embedded import EmbeddedCoordinator
+
             self._coordinator = EmbeddedCoordinator(cfg.data_dir)
         self.store = await self._open_session()
         self._watch_session(self.store)
         await paths.ensure_persistent_paths(self.store)
         self.cluster_id = await self._cluster_id()
         self._check_meta_properties()
-        if isinstance(self.authorizer, AclAuthorizer):  # all ACLs cached before any request
-            await self.authorizer.start(self.store)
+        if (acl := self._acl_authorizer()) is not None:  # all ACLs cached before any request
+            await acl.start(self.store)
 
         loop = asyncio.get_running_loop()
         await self.dynamic_config.load(self.store)
@@ -310,8 +316,18 @@ class Broker:
             ),
         )
 
+    def _acl_authorizer(self) -> AclAuthorizer | None:
+        """The ACL authorizer, when `authorizer.class.name` names it (imported only then)."""
+        if self.authorizer is None:
+            return None
+        from wherry.security.acl_authorizer import AclAuthorizer
+
+        return self.authorizer if isinstance(self.authorizer, AclAuthorizer) else None
+
     def _observed(self) -> BrokerSources:
         """What the HTTP listener reads of this broker (each part once it exists)."""
+        from wherry.observability.sources import BrokerSources
+
         return BrokerSources(
             self.broker_id,
             self.cache,
@@ -350,6 +366,8 @@ class Broker:
             except (asyncio.CancelledError, Exception):
                 pass
         if controlled and self._started.is_set():  # still serving while leaderships move
+            from wherry.server import controlled_shutdown
+
             await controlled_shutdown.run(self)
         if self.http is not None:
             await self.http.stop()
@@ -368,8 +386,8 @@ class Broker:
         if hasattr(self, "scheduler"):
             await self.scheduler.shutdown()
         await self._stop_config_listener()
-        if isinstance(self.authorizer, AclAuthorizer):
-            await self.authorizer.stop()
+        if (acl := self._acl_authorizer()) is not None:
+            await acl.stop()
         if hasattr(self, "log_manager"):
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         if hasattr(self, "store"):
@@ -456,8 +474,8 @@ class Broker:
                 try:
                     await self._register()
                     self._start_config_listener()
-                    if isinstance(self.authorizer, AclAuthorizer):
-                        await self.authorizer.restart_with(store)
+                    if (acl := self._acl_authorizer()) is not None:
+                        await acl.restart_with(store)
                     await self.controller.restart_with(store)
                 except (StoreError, RuntimeError) as e:  # RuntimeError: id taken meanwhile
                     await backoff("re-registration on the new session failed", e)
@@ -635,6 +653,8 @@ class Broker:
             executor=True,
         )
         if cfg.log_cleaner_enable:
+            from wherry.log.cleaner import CleanerConfig, LogCleaner
+
             self.log_cleaner = LogCleaner(
                 lm.log_dirs,
                 lm.all_logs,

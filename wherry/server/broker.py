@@ -20,17 +20,17 @@ node, so a new broker epoch, its czxid) and the controller restarts on the new s
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import random
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import ControllerChannel, InProcessChannel
-from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.coordination.change_notifications import ChangeNotificationListener
 from wherry.coordination.store import (
@@ -51,12 +51,8 @@ from wherry.protocol.codec import (
     decode_request,
     encode_response,
 )
-from wherry.replication.alter_partition import ControllerSender
 from wherry.replication.controller_requests import ControllerFence
-from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
 from wherry.replication.metadata_cache import MetadataCache
-from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
-from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
@@ -64,32 +60,68 @@ from wherry.runtime.tasks import wait_event
 from wherry.security.authorizer import Authorizer
 from wherry.security.principal import Session
 from wherry.security.scram_store import ScramCredentialCache, user_of_entity
-from wherry.server.admin import AdminManager
 from wherry.server.authz import REQUEST_SESSION
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
-from wherry.server.groups import GroupsRuntime
 from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
 from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
-from wherry.server.producer_ids import ProducerIdManager
 from wherry.server.sasl_gate import SaslGate
-from wherry.server.transactions import TransactionsRuntime
 
 if TYPE_CHECKING:
     from wherry.controller.channel_manager import NetworkChannelManager
+    from wherry.controller.controller import Controller
     from wherry.coordination.embedded import EmbeddedCoordinator
     from wherry.log.cleaner import LogCleaner
     from wherry.observability.service import ObservabilityServer
     from wherry.observability.sources import BrokerSources
+    from wherry.replication.alter_partition import ControllerSender
+    from wherry.replication.node import ReplicaNode
+    from wherry.replication.replica_manager import ReplicaManager
     from wherry.security.acl_authorizer import AclAuthorizer
+    from wherry.server.admin import AdminManager
+    from wherry.server.groups import GroupsRuntime
+    from wherry.server.producer_ids import ProducerIdManager
+    from wherry.server.transactions import TransactionsRuntime
 
 log = logging.getLogger(__name__)
 
 CONFIG_CHANGE_NAME_PREFIX = "config_change_"
 SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
+API_VERSIONS_PREFIX: Final = b"\x00\x12"  # a request frame's api_key, ApiVersions (18)
+
+# What the broker needs only once its listeners are bound (replication, the controller,
+# groups, transactions, admin): imported then, one module at a time with the event loop
+# turning in between, so ApiVersions is answered meanwhile. Leaves first, so that each step
+# stays short.
+LATE_IMPORTS: Final = (
+    "wherry.protocol.records",
+    "wherry.purgatory.purgatory",
+    "wherry.replication.isr",
+    "wherry.replication.partition",
+    "wherry.replication.replica_manager",
+    "wherry.replication.fetcher",
+    "wherry.replication.alter_partition",
+    "wherry.replication.node",
+    "wherry.controller.alter_partition",
+    "wherry.controller.partition_state",
+    "wherry.controller.controller",
+    "wherry.server.admin",
+    "wherry.server.producer_ids",
+    "wherry.group.coordinator",
+    "wherry.server.groups",
+    "wherry.txn.coordinator",
+    "wherry.server.transactions",
+)
+
+
+async def import_late() -> None:
+    """Import `LATE_IMPORTS`, yielding to the event loop after each."""
+    for name in LATE_IMPORTS:
+        importlib.import_module(name)
+        await asyncio.sleep(0)
 
 
 def raise_open_files_limit() -> int | None:
@@ -240,6 +272,32 @@ class Broker:
         )
         topic_configs = {t: self.topic_log_config(t) for t in self._topic_overrides}
         await loop.run_in_executor(None, self.log_manager.startup, topic_configs)
+        # Bound after log recovery, as Kafka binds its acceptors; only ApiVersions is answered
+        # before the start completes (`handle_frame`), while the rest is imported and started.
+        self.network = NetworkServer(
+            self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
+        )
+        self.bound_ports = []
+        for ep in cfg.listeners:
+            ls = self.security.listeners[ep.listener]
+            self.bound_ports.append(
+                await self.network.listen(
+                    ep.host,
+                    ep.port,
+                    ep.listener,
+                    security_protocol=ls.protocol,
+                    ssl_context=ls.ssl_context,
+                )
+            )
+        await import_late()
+        from wherry.replication.alter_partition import ControllerSender
+        from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
+        from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
+        from wherry.server.admin import AdminManager
+        from wherry.server.groups import GroupsRuntime
+        from wherry.server.producer_ids import ProducerIdManager
+        from wherry.server.transactions import TransactionsRuntime
+
         fetcher_config = FetcherConfig.from_properties(cfg.raw)
         timeout_s = cfg.controller_socket_timeout_ms / 1000
         self._alter_sender = ControllerSender(
@@ -284,21 +342,6 @@ class Broker:
         await self.groups.start(self.store)
         await self.transactions.start(self.store)
 
-        self.network = NetworkServer(
-            self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
-        )
-        self.bound_ports = []
-        for ep in cfg.listeners:
-            ls = self.security.listeners[ep.listener]
-            self.bound_ports.append(
-                await self.network.listen(
-                    ep.host,
-                    ep.port,
-                    ep.listener,
-                    security_protocol=ls.protocol,
-                    ssl_context=ls.ssl_context,
-                )
-            )
         # Reachable by an in-process controller before the registration makes it live.
         self.channel.register(self.broker_id, self.node)
         await self._register()
@@ -535,6 +578,8 @@ class Broker:
                 ),
             )
             self.controller_channel = self._network_channel
+        from wherry.controller.controller import Controller
+
         self.controller = Controller(
             self.broker_id,
             self.store,
@@ -793,7 +838,7 @@ class Broker:
 
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
-        if not self._started.is_set():
+        if not self._started.is_set() and frame[:2] != API_VERSIONS_PREFIX:
             await self._started.wait()
         sasl = self.sasl_gate.authenticator(conn)
         if sasl is not None and sasl.raw_token_mode:

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import (
@@ -32,10 +33,11 @@ from wherry.log.checkpoint import (
     atomic_write,
     fsync_dir,
 )
-from wherry.log.config import LogConfig
+from wherry.log.config import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogConfig
 from wherry.log.errors import LogDirLockedError, LogError, StorageError
-from wherry.log.log import Log
-from wherry.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+
+if TYPE_CHECKING:
+    from wherry.log.log import Log
 
 try:
     import fcntl
@@ -183,6 +185,8 @@ class LogManager:
                 raise StorageError(
                     f"duplicate log directories for {tp}: {self._dir_of[tp]} and {dir}"
                 )
+            from wherry.log.log import Log  # imported once there is a partition
+
             self._logs[tp] = Log.open(
                 child,
                 self.config_for(tp.topic),
@@ -252,6 +256,8 @@ class LogManager:
             counts = self._partitions_in
             dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
             log_dir = dir / tp.dir_name
+            from wherry.log.log import Log
+
             created = Log.open(
                 log_dir,
                 self.config_for(tp.topic),

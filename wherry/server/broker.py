@@ -40,6 +40,7 @@ from wherry.coordination.store import (
     SessionState,
     StoreError,
 )
+from wherry.log.checkpoint import atomic_write
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
 from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
@@ -98,6 +99,9 @@ API_VERSIONS_PREFIX: Final = b"\x00\x12"  # a request frame's api_key, ApiVersio
 # stays short.
 LATE_IMPORTS: Final = (
     "wherry.protocol.records",
+    "wherry.log.producer_state",
+    "wherry.log.segment",
+    "wherry.log.log",
     "wherry.purgatory.purgatory",
     "wherry.replication.isr",
     "wherry.replication.partition",
@@ -122,6 +126,12 @@ async def import_late() -> None:
     for name in LATE_IMPORTS:
         importlib.import_module(name)
         await asyncio.sleep(0)
+
+
+def initial_task_delay_ms(period_ms: int, initial_ms: int = 30_000) -> int:
+    """When a log manager task first runs: Kafka's InitialTaskDelayMs (30 s, so a start does
+    not write every checkpoint at once), or after one period when that is shorter."""
+    return min(initial_ms, period_ms)
 
 
 def raise_open_files_limit() -> int | None:
@@ -638,8 +648,10 @@ class Broker:
                         f"stored broker.id {props['broker.id']} in {meta}"
                     )
             else:
-                meta.write_text(
-                    f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n"
+                # Kafka's BrokerMetadataCheckpoint: written, fsynced, renamed, dir fsynced.
+                atomic_write(
+                    meta,
+                    f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n".encode(),
                 )
 
     def advertised_endpoints(self) -> tuple[paths.ListenerEndpoint, ...]:
@@ -692,9 +704,7 @@ class Broker:
             "kafka-log-retention",
             lambda: lm.cleanup(self.clock.now_ms()),
             period_ms=cfg.log_retention_check_interval_ms,
-            delay_ms=30_000
-            if cfg.log_retention_check_interval_ms >= 30_000
-            else cfg.log_retention_check_interval_ms,
+            delay_ms=initial_task_delay_ms(cfg.log_retention_check_interval_ms),
             executor=True,
         )
         if cfg.log_cleaner_enable:
@@ -721,18 +731,21 @@ class Broker:
             "kafka-log-flusher",
             lambda: lm.flush_dirty(self.clock.now_ms()),
             period_ms=cfg.log_flush_scheduler_interval_ms,
+            delay_ms=initial_task_delay_ms(cfg.log_flush_scheduler_interval_ms),
             executor=True,
         )
         s.schedule(
             "kafka-recovery-point-checkpoint",
             lm.checkpoint_recovery_points,
             period_ms=cfg.log_flush_offset_checkpoint_interval_ms,
+            delay_ms=initial_task_delay_ms(cfg.log_flush_offset_checkpoint_interval_ms),
             executor=True,
         )
         s.schedule(
             "kafka-log-start-offset-checkpoint",
             lm.checkpoint_log_start_offsets,
             period_ms=cfg.log_flush_start_offset_checkpoint_interval_ms,
+            delay_ms=initial_task_delay_ms(cfg.log_flush_start_offset_checkpoint_interval_ms),
             executor=True,
         )
         s.schedule(

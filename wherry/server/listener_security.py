@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from wherry.outbound.security import ClientSecurity
-from wherry.protocol.interbroker import SECURITY_PROTOCOL_IDS
+from wherry.protocol.security_protocols import SECURITY_PROTOCOL_IDS
 from wherry.security.jaas import client_credentials, listener_jaas
 from wherry.security.sasl_config import listener_sasl
 from wherry.server.tls import TlsConfigError, client_context, server_context

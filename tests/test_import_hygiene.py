@@ -217,7 +217,7 @@ async def _api_versions_before_start(tmp_path: Path) -> None:
     )
     broker = Broker(cfg)  # not started
     broker.security = broker_security(cfg.raw, cfg.listeners, cfg.advertised)
-    broker.sasl_gate = SaslGate(broker.security, ScramCredentialCache())
+    broker.sasl_gate = SaslGate(broker.security, ScramCredentialCache)
     conn = ConnectionInfo("127.0.0.1:1", "PLAINTEXT", 1)
 
     api_versions = encode_request(

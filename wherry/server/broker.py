@@ -20,6 +20,7 @@ node, so a new broker epoch, its czxid) and the controller restarts on the new s
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import logging
@@ -60,7 +61,6 @@ from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_c
 from wherry.runtime.tasks import wait_event
 from wherry.security.authorizer import Authorizer
 from wherry.security.principal import Session
-from wherry.security.scram_store import ScramCredentialCache, user_of_entity
 from wherry.server.authz import REQUEST_SESSION
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from wherry.replication.node import ReplicaNode
     from wherry.replication.replica_manager import ReplicaManager
     from wherry.security.acl_authorizer import AclAuthorizer
+    from wherry.security.scram_store import ScramCredentialCache
     from wherry.server.admin import AdminManager
     from wherry.server.groups import GroupsRuntime
     from wherry.server.producer_ids import ProducerIdManager
@@ -227,11 +228,17 @@ class Broker:
         self.security: BrokerSecurity
         self.client_security: ClientSecurity = PLAINTEXT
         self.sasl_gate: SaslGate
-        # SCRAM credentials of every user (`/config/users/<u>`), for SASL/SCRAM logins.
-        self.scram_credentials = ScramCredentialCache()
         # Per-API request counts and times (read by /metrics); the HTTP listener, if any.
         self.request_stats = RequestStats()
         self.http: ObservabilityServer | None = None
+
+    @functools.cached_property
+    def scram_credentials(self) -> ScramCredentialCache:
+        """SCRAM credentials of every user (`/config/users/<u>`), for SASL/SCRAM logins;
+        loaded at start once the listeners are bound."""
+        from wherry.security.scram_store import ScramCredentialCache
+
+        return ScramCredentialCache()
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -247,7 +254,7 @@ class Broker:
             self.authorizer = authorizer_from_config(cfg.raw, self.clock.now_ms)
         self.security = broker_security(cfg.raw, cfg.listeners, cfg.advertised)
         self.client_security = self.security.inter_broker_client
-        self.sasl_gate = SaslGate(self.security, self.scram_credentials)
+        self.sasl_gate = SaslGate(self.security, lambda: self.scram_credentials)
         raise_open_files_limit()
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -272,7 +279,6 @@ class Broker:
 
         loop = asyncio.get_running_loop()
         await self.dynamic_config.load(self.store)
-        await self.scram_credentials.load_all(self.store)
         await self._load_topic_overrides()
         self.log_manager = LogManager(
             list(cfg.log_dirs),
@@ -300,6 +306,7 @@ class Broker:
                 )
             )
         await import_late()
+        await self.scram_credentials.load_all(self.store)  # before any SASL login
         from wherry.replication.alter_partition import ControllerSender
         from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
         from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
@@ -845,7 +852,7 @@ class Broker:
             for topic in sorted({tp.topic for tp in self.log_manager.topic_partitions()}):
                 self.log_manager.update_config(topic, self.topic_log_config(topic))
             log.info("%s applied dynamic broker config change (%s)", self._prefix, entity)
-        elif (scram_user := user_of_entity(entity)) is not None:
+        elif (scram_user := _scram_user_of(entity)) is not None:
             await self.scram_credentials.reload_user(self.store, scram_user)
             log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)
 
@@ -898,6 +905,12 @@ class Broker:
         if body is None:
             return None
         return encode_response(req.api_key, req.api_version, req.correlation_id, body)
+
+
+def _scram_user_of(entity: str) -> str | None:
+    from wherry.security.scram_store import user_of_entity
+
+    return user_of_entity(entity)
 
 
 def _from_follower(req: Request) -> bool:

@@ -1,7 +1,8 @@
 """A broker: wiring and startup order (SPEC R2, H2, H6).
 
-Start: log manager (recovery) → metadata-store session → replica manager and purgatories →
-listeners bound (requests held until started) → broker registration (ephemeral node) →
+Start: metadata-store session → log manager (recovery) → listeners bound (ApiVersions
+answered from now on, every other request held until started) → the rest imported
+(`LATE_IMPORTS`) → replica manager and purgatories → broker registration (ephemeral node) →
 config-change listener → controller election → background tasks. Stop reverses it and
 leaves a clean-shutdown marker so the next start skips recovery.
 

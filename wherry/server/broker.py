@@ -60,7 +60,6 @@ from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
-from wherry.security.authorizer import Authorizer
 from wherry.security.principal import Session
 from wherry.server.authz import REQUEST_SESSION
 from wherry.server.broker_configs import DynamicBrokerConfig
@@ -83,6 +82,7 @@ if TYPE_CHECKING:
     from wherry.replication.node import ReplicaNode
     from wherry.replication.replica_manager import ReplicaManager
     from wherry.security.acl_authorizer import AclAuthorizer
+    from wherry.security.authorizer import Authorizer
     from wherry.security.scram_store import ScramCredentialCache
     from wherry.server.admin import AdminManager
     from wherry.server.groups import GroupsRuntime

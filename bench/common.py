@@ -123,6 +123,7 @@ class Broker:
         self.output: list[str] = []
         self._ready = threading.Event()
         self.spawned_at = 0.0  # perf_counter() just before the exec
+        self.answer_cpu_ms = 0.0  # its CPU time when it answered the first ApiVersions (f1)
         self.ready_at: float | None = None  # perf_counter() when the "ready on" line came
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import importlib
 import json
 import logging
@@ -225,6 +226,10 @@ async def _serve_until_signal(
         logging.getLogger("wherry").exception("startup failed: %s", e)
         await stop()
         return 1
+    finally:
+        if not gc.isenabled():  # the console entry turned it off for the start
+            gc.freeze()
+            gc.enable()
     announce(started)
     await stopping.wait()
     await stop()

@@ -97,25 +97,35 @@ API_VERSIONS_PREFIX: Final = b"\x00\x12"  # a request frame's api_key, ApiVersio
 
 # What the broker needs only once its listeners are bound (replication, the controller,
 # groups, transactions, admin): imported then, one module at a time with the event loop
-# turning in between, so ApiVersions is answered meanwhile. Leaves first, so that each step
-# stays short.
+# turning in between, so ApiVersions is answered meanwhile. The heavier modules of the tree
+# one by one, leaves first, so that each step stays short (a few ms).
 LATE_IMPORTS: Final = (
     "wherry.protocol.records",
-    "wherry.log.producer_state",
-    "wherry.log.segment",
+    "wherry.log.txn_index",
+    "wherry.log.loader",
     "wherry.log.log",
+    "wherry.protocol.interbroker",
     "wherry.purgatory.purgatory",
     "wherry.replication.isr",
     "wherry.replication.partition",
+    "wherry.security.scram",
     "wherry.replication.replica_manager",
     "wherry.replication.fetcher",
     "wherry.replication.alter_partition",
+    "wherry.replication.truncation",
     "wherry.replication.node",
+    "wherry.controller.context",
+    "wherry.protocol.interbroker_codec",
+    "wherry.controller.channel_manager",
     "wherry.controller.alter_partition",
     "wherry.controller.partition_state",
+    "wherry.controller.replica_state",
     "wherry.controller.controller",
     "wherry.server.admin",
     "wherry.server.producer_ids",
+    "wherry.group.member",
+    "wherry.group.records",
+    "wherry.group.group",
     "wherry.group.coordinator",
     "wherry.server.groups",
     "wherry.txn.coordinator",

@@ -191,7 +191,7 @@ def test_codec_interbroker_keys_match_their_codecs() -> None:
 
 
 def test_late_imports_exist() -> None:
-    from wherry.server.broker import LATE_IMPORTS
+    from wherry.server.startup import LATE_IMPORTS
 
     for name in LATE_IMPORTS:
         importlib.import_module(name)

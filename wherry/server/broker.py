@@ -2,7 +2,7 @@
 
 Start: metadata-store session → log manager (recovery) → listeners bound (ApiVersions
 answered from now on, every other request held until started) → the rest imported
-(`LATE_IMPORTS`) → replica manager and purgatories → broker registration (ephemeral node) →
+(`startup.LATE_IMPORTS`) → replica manager and purgatories → broker registration (ephemeral node) →
 config-change listener → controller election → background tasks. Stop reverses it and
 leaves a clean-shutdown marker so the next start skips recovery.
 
@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import json
 import logging
 import random
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import ControllerChannel, InProcessChannel
@@ -70,6 +69,12 @@ from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.sasl_gate import SaslGate
+from wherry.server.startup import (
+    API_VERSIONS_PREFIX,
+    import_late,
+    initial_task_delay_ms,
+    raise_open_files_limit,
+)
 
 if TYPE_CHECKING:
     from wherry.controller.channel_manager import NetworkChannelManager
@@ -93,86 +98,6 @@ log = logging.getLogger(__name__)
 
 CONFIG_CHANGE_NAME_PREFIX = "config_change_"
 SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
-API_VERSIONS_PREFIX: Final = b"\x00\x12"  # a request frame's api_key, ApiVersions (18)
-
-# What the broker needs only once its listeners are bound (replication, the controller,
-# groups, transactions, admin): imported then, one module at a time with the event loop
-# turning in between, so ApiVersions is answered meanwhile. The heavier modules of the tree
-# one by one, leaves first, so that each step stays short (a few ms).
-LATE_IMPORTS: Final = (
-    "wherry.protocol.records",
-    "wherry.log.txn_index",
-    "wherry.log.loader",
-    "wherry.log.log",
-    "wherry.protocol.interbroker",
-    "wherry.purgatory.purgatory",
-    "wherry.replication.isr",
-    "wherry.replication.partition",
-    "wherry.security.scram",
-    "wherry.replication.replica_manager",
-    "wherry.replication.fetcher",
-    "wherry.replication.alter_partition",
-    "wherry.replication.truncation",
-    "wherry.replication.node",
-    "wherry.controller.context",
-    "wherry.protocol.interbroker_codec",
-    "wherry.controller.channel_manager",
-    "wherry.controller.alter_partition",
-    "wherry.controller.partition_state",
-    "wherry.controller.replica_state",
-    "wherry.controller.controller",
-    "wherry.server.admin",
-    "wherry.server.producer_ids",
-    "wherry.group.member",
-    "wherry.group.records",
-    "wherry.group.group",
-    "wherry.group.coordinator",
-    "wherry.server.groups",
-    "wherry.txn.coordinator",
-    "wherry.server.transactions",
-)
-
-
-async def import_late() -> None:
-    """Import `LATE_IMPORTS`, yielding to the event loop after each."""
-    for name in LATE_IMPORTS:
-        importlib.import_module(name)
-        await asyncio.sleep(0)
-
-
-def initial_task_delay_ms(period_ms: int, initial_ms: int = 30_000) -> int:
-    """When a log manager task first runs: Kafka's InitialTaskDelayMs (30 s, so a start does
-    not write every checkpoint at once), or after one period when that is shorter."""
-    return min(initial_ms, period_ms)
-
-
-def raise_open_files_limit() -> int | None:
-    """Raise RLIMIT_NOFILE's soft limit to the hard limit (each partition holds one fd, and
-    each connection one); returns the soft limit now in force (None where unsupported)."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - non-POSIX
-        return None
-    infinity = resource.RLIM_INFINITY
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != infinity and (hard == infinity or soft < hard):
-        # An unlimited hard limit is not accepted as a soft one: try Linux's default
-        # fs.nr_open, then macOS's OPEN_MAX.
-        targets = [hard] if hard != infinity else [1 << 20, 10240]
-        for target in targets:
-            if target <= soft:
-                break
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            except (ValueError, OSError) as exc:
-                log.warning("cannot raise the open files limit to %d: %s", target, exc)
-                continue
-            soft = target
-            break
-    log.info("open files limit (RLIMIT_NOFILE): soft %s, hard %s", soft, hard)
-    return soft
-
-
 class Broker:
     def __init__(
         self,

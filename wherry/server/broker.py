@@ -2,9 +2,9 @@
 
 Start: metadata-store session → log manager (recovery) → listeners bound (ApiVersions
 answered from now on, every other request held until started) → the rest imported
-(`startup.LATE_IMPORTS`) → replica manager and purgatories → broker registration (ephemeral node) →
-config-change listener → controller election → background tasks. Stop reverses it and
-leaves a clean-shutdown marker so the next start skips recovery.
+(`startup.LATE_IMPORTS`) → replica manager and purgatories → broker registration
+(ephemeral node) → config-change listener → controller election → background tasks. Stop
+reverses it and leaves a clean-shutdown marker so the next start skips recovery.
 
 Coordination. Without `zookeeper.connect` the broker opens a session on an embedded store
 (its own, under `<first log dir>/__meta`, or one shared by several brokers of a process, as

@@ -286,6 +286,35 @@ def _cluster(ctx: AuthzContext) -> str:
 STALE = int(ErrorCode.stale_controller_epoch)
 
 
+def _share_fetch(c: AuthzContext, partitions: list[int]) -> dict[str, Any]:
+    return {
+        "group_id": c.group, "member_id": "authz-share-member", "share_session_epoch": 0,
+        "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10,
+        "batch_size": 10,
+        "topics": [{"topic_id": c.topic_id, "partitions": [
+            {"partition_index": p, "acknowledgement_batches": []} for p in partitions]}]
+        if partitions else [],
+        "forgotten_topics_data": [],
+    }
+
+
+def _share_state_bodies() -> dict[int, Callable[[AuthzContext], dict[str, Any]]]:
+    """The share coordinator's APIs (83-87), each on a group no share consumer uses."""
+
+    def body(extra: dict[str, Any]) -> Callable[[AuthzContext], dict[str, Any]]:
+        return lambda c: {"group_id": c.missing_group, "topics": [
+            {"topic_id": c.topic_id, "partitions": [{"partition": 0, **extra}]}]}
+
+    return {
+        83: body({"state_epoch": 1, "start_offset": 0}),
+        84: body({"leader_epoch": 0}),
+        85: body({"state_epoch": 0, "leader_epoch": 0, "start_offset": 0,
+                  "state_batches": []}),
+        86: body({}),
+        87: body({"leader_epoch": 0}),
+    }
+
+
 def rows(ctx: AuthzContext) -> list[AuthzRow]:
     """The table for `ctx` (the listing readers look for `ctx.topic` and `ctx.group`)."""
     _LISTED[0], _LISTED[1] = ctx.topic, ctx.group
@@ -525,6 +554,11 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
             "validate_only": True},
                  Op.ALTER_CONFIGS, RT.CLUSTER, _cluster,
                  lambda r: int(r.responses[0].error_code), CLUSTER_DENIED, NONE),
+        AuthzRow("alter-replica-log-dirs-alter", 34, 2, lambda c: {"dirs": [{
+            "path": "/authz-not-a-log-dir", "topics": [{"name": c.topic, "partitions": [0]}]}]},
+                 Op.ALTER, RT.CLUSTER, _cluster,
+                 lambda r: int(r.results[0].partitions[0].error_code), CLUSTER_DENIED,
+                 int(ErrorCode.log_dir_not_found)),
         AuthzRow("describe-log-dirs-describe", 35, 4, lambda c: {"topics": None},
                  Op.DESCRIBE, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
         AuthzRow("create-partitions-alter", 37, 3, lambda c: {
@@ -558,8 +592,57 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
         AuthzRow("list-partition-reassignments-describe", 46, 0, lambda c: {
             "timeout_ms": 5000, "topics": None},
                  Op.DESCRIBE, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
+        AuthzRow("list-config-resources-describe-configs", 74, 1,
+                 lambda c: {"resource_types": []},
+                 Op.DESCRIBE_CONFIGS, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
+        AuthzRow("describe-topic-partitions-describe", 75, 0, lambda c: {
+            "topics": [{"name": c.topic}], "response_partition_limit": 10, "cursor": None},
+                 Op.DESCRIBE, RT.TOPIC, t, lambda r: int(r.topics[0].error_code),
+                 TOPIC_DENIED, NONE),
         AuthzRow("describe-cluster-operations", 60, 1, lambda c: {
             "include_cluster_authorized_operations": True, "endpoint_type": 1},
                  Op.DESCRIBE, RT.CLUSTER, _cluster,
                  lambda r: int(r.cluster_authorized_operations), 0, 1 << Op.DESCRIBE),
+        # Share groups (KIP-932) and group config resources (type 32).
+        AuthzRow("describe-configs-group", 32, 4, lambda c: {
+            "resources": [{"resource_type": 32, "resource_name": c.group,
+                           "configuration_keys": None}]},
+                 Op.DESCRIBE_CONFIGS, RT.GROUP, g, lambda r: int(r.results[0].error_code),
+                 GROUP_DENIED, NONE),
+        AuthzRow("incremental-alter-configs-group", 44, 1, lambda c: {
+            "resources": [_config_resource(32, c.group, "share.auto.offset.reset", "earliest")],
+            "validate_only": True},
+                 Op.ALTER_CONFIGS, RT.GROUP, g, lambda r: int(r.responses[0].error_code),
+                 GROUP_DENIED, NONE),
+        AuthzRow("share-group-heartbeat-read", 76, 1, lambda c: {
+            "group_id": c.group, "member_id": "authz-nobody", "member_epoch": 3,
+            "rack_id": None, "subscribed_topic_names": None},
+                 Op.READ, RT.GROUP, g, _top, GROUP_DENIED),
+        AuthzRow("share-group-heartbeat-topic-describe", 76, 1, lambda c: {
+            "group_id": c.group, "member_id": "authz-nobody", "member_epoch": 3,
+            "rack_id": None, "subscribed_topic_names": [c.topic]},
+                 Op.DESCRIBE, RT.TOPIC, t, _top, TOPIC_DENIED, grants=read_group),
+        AuthzRow("find-coordinator-share-cluster-action", 10, 4, lambda c: {
+            "key_type": 2, "coordinator_keys": [f"{c.group}:{c.topic_id}:0"]},
+                 Op.CLUSTER_ACTION, RT.CLUSTER, _cluster,
+                 lambda r: int(r.coordinators[0].error_code), CLUSTER_DENIED),
+        AuthzRow("share-group-describe", 77, 1, lambda c: {
+            "group_ids": [c.group], "include_authorized_operations": False},
+                 Op.DESCRIBE, RT.GROUP, g, lambda r: int(r.groups[0].error_code),
+                 GROUP_DENIED),
+        AuthzRow("share-fetch-read-group", 78, 1, lambda c: _share_fetch(c, []),
+                 Op.READ, RT.GROUP, g, _top, GROUP_DENIED, NONE),
+        AuthzRow("share-fetch-read-topic", 78, 1, lambda c: _share_fetch(c, [0]),
+                 Op.READ, RT.TOPIC, t, _first_partition("responses", "partitions"),
+                 TOPIC_DENIED, grants=read_group),
+        AuthzRow("share-acknowledge-read-group", 79, 1, lambda c: {
+            "group_id": c.group, "member_id": "authz-nobody", "share_session_epoch": 1,
+            "topics": []},
+                 Op.READ, RT.GROUP, g, _top, GROUP_DENIED),
+        *[
+            AuthzRow(f"share-state-{key}-cluster-action", key, 0, body,
+                     Op.CLUSTER_ACTION, RT.CLUSTER, _cluster,
+                     lambda r: int(r.results[0].partitions[0].error_code), CLUSTER_DENIED)
+            for key, body in _share_state_bodies().items()
+        ],
     ]

@@ -131,3 +131,30 @@ def test_from_server_props() -> None:
     assert LogConfig.from_server_props({"log.retention.hours": "-1"}).retention_ms == -1
     with pytest.raises(ConfigError):
         LogConfig.from_server_props({"broker.id": "1"}, ignore_unknown=False)
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [
+        ("3.0-IV1", True), ("0.10.2", True), ("0.10.2.1", True), ("2.8.1", True), ("2.8", True),
+        ("0.8.0", True), ("3.9-IV0", True), ("3.7-IV4", True), ("1.0-IV0", True),
+        ("3.0-IV2", False), ("0.8.0-IV0", False), ("9.9", False), ("0.12.0", False),
+        ("banana", False), ("", False), ("3", False),
+    ],
+)
+def test_message_format_version_takes_kafkas_metadata_versions(value: str, valid: bool) -> None:
+    """The deprecated `message.format.version`: Kafka 3.9's MetadataVersionValidator."""
+    if valid:
+        assert LogConfig.from_props({"message.format.version": value}).message_format_version == (
+            value)
+    else:
+        with pytest.raises(ConfigError, match=f"Version {value} is not a valid version"):
+            LogConfig.from_props({"message.format.version": value})
+
+
+def test_message_format_version_warns_only_before_the_v2_format() -> None:
+    from wherry.log.config import message_format_ignored_warning
+
+    assert LogConfig().message_format_version == "3.0-IV1"
+    assert [v for v in ("0.8.2", "0.10.2-IV0", "0.11.0", "2.8", "3.0-IV1")
+            if message_format_ignored_warning(v)] == ["0.8.2", "0.10.2-IV0"]

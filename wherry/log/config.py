@@ -71,6 +71,8 @@ class ConfigKey:
     choices: tuple[str, ...] | None = None
     # A check of a LIST value's items beyond `choices` (raises ConfigError).
     list_check: Callable[[str, tuple[str, ...]], None] | None = None
+    # A check of a STRING value beyond `choices` (raises ConfigError).
+    string_check: Callable[[str, str], None] | None = None
 
     @property
     def default_str(self) -> str:
@@ -162,6 +164,8 @@ def _parse(key: ConfigKey, raw: object) -> Any:
             value = str(raw).strip()
             if key.choices is not None and value not in key.choices:
                 raise _invalid(name, value, f"String must be one of: {', '.join(key.choices)}")
+            if key.string_check is not None:
+                key.string_check(name, value)
     if key.min_value is not None and value < key.min_value:
         raise _invalid(name, value, f"Value must be at least {_java_number(key.min_value)}")
     if key.max_value is not None and value > key.max_value:
@@ -183,6 +187,65 @@ def check_throttled_replicas(name: str, items: tuple[str, ...]) -> None:
         ",".join(items),
         f"{name} must be the literal '*' or a list of replicas in the following format: "
         "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+    )
+
+
+# Kafka 3.9's MetadataVersion releases (the `inter.broker.protocol.version` values), which the
+# deprecated `message.format.version` takes, with how many internal versions ("X-IVn") each has.
+_RELEASE_IVS: Mapping[str, int] = {
+    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0, "0.10.0": 2, "0.10.1": 3, "0.10.2": 1,
+    "0.11.0": 3, "1.0": 1, "1.1": 1, "2.0": 2, "2.1": 3, "2.2": 2, "2.3": 2, "2.4": 2,
+    "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2, "3.0": 2, "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1,
+    "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1, "3.9": 1,
+}
+_RELEASES = frozenset(_RELEASE_IVS)
+_INTERNAL_VERSION_RE = re.compile(r"(?P<release>[0-9.]+)-IV(?P<iv>[0-9]+)")
+DEFAULT_MESSAGE_FORMAT_VERSION = "3.0-IV1"
+# The inter-broker protocol wherry speaks (Kafka 3.9's latest production version).
+INTER_BROKER_PROTOCOL_VERSION = "3.9-IV0"
+
+
+def _release_of(version: str) -> str | None:
+    """The release a MetadataVersion string names (Kafka's `fromVersionString`: "2.8.1" is
+    2.8, "0.10.2.1" is 0.10.2, "3.0-IV1" is 3.0), or None when it names none."""
+    m = _INTERNAL_VERSION_RE.fullmatch(version)
+    if m is not None:
+        ivs = _RELEASE_IVS.get(m["release"], 0)
+        return m["release"] if int(m["iv"]) < ivs else None
+    parts = version.split(".")
+    key = ".".join(parts[: 3 if version.startswith("0.") else 2])
+    return key if key in _RELEASES else None
+
+
+def check_metadata_version(name: str, value: str) -> None:
+    """Kafka's MetadataVersionValidator (`message.format.version`, its broker synonym)."""
+    if _release_of(value) is None:
+        raise _invalid(name, value, f"Version {value} is not a valid version")
+
+
+def message_format_ignored_warning(value: str) -> bool:
+    """Kafka 3.x warns that a `message.format.version` is ignored only when it predates the
+    v2 record format (0.11.0): with inter-broker protocol 3.0 or later the broker writes v2
+    records whatever it says (`MessageFormatVersion.shouldWarn`)."""
+    release = _release_of(value)
+    return release is not None and release.startswith(("0.8.", "0.9.", "0.10."))
+
+
+def topic_message_format_warning(topic: str, value: str) -> str:
+    return (
+        f"Topic configuration message.format.version with value `{value}` is ignored for "
+        f"`{topic}` because the inter-broker protocol version `{INTER_BROKER_PROTOCOL_VERSION}` "
+        "is greater or equal than 3.0. This configuration is deprecated and it will be removed "
+        "in Apache Kafka 4.0."
+    )
+
+
+def broker_message_format_warning(value: str) -> str:
+    return (
+        f"Broker configuration log.message.format.version with value {value} is ignored "
+        f"because the inter-broker protocol version `{INTER_BROKER_PROTOCOL_VERSION}` is "
+        "greater or equal than 3.0. This configuration is deprecated and it will be removed "
+        "in Apache Kafka 4.0."
     )
 
 
@@ -301,6 +364,16 @@ _KEYS: tuple[ConfigKey, ...] = (
         True,
         "Whether down-conversion of message formats is enabled to satisfy consume requests.",
         "log.message.downconversion.enable",
+    ),
+    ConfigKey(
+        "message.format.version",
+        "message_format_version",
+        ConfigType.STRING,
+        DEFAULT_MESSAGE_FORMAT_VERSION,
+        "[DEPRECATED] The message format version the broker uses to append messages; ignored "
+        "with inter-broker protocol 3.0 or later (records are always written in format v2).",
+        "log.message.format.version",
+        string_check=check_metadata_version,
     ),
     ConfigKey(
         "message.timestamp.after.max.ms",
@@ -498,6 +571,7 @@ class LogConfig:
     compression_type: str = "producer"
     preallocate: bool = False
     message_downconversion_enable: bool = True
+    message_format_version: str = DEFAULT_MESSAGE_FORMAT_VERSION  # deprecated, ignored
     # KIP-73 replication throttling: `partition:broker` pairs or ("*",).
     leader_replication_throttled_replicas: tuple[str, ...] = ()
     follower_replication_throttled_replicas: tuple[str, ...] = ()

@@ -9,6 +9,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidTxnStateError",
     "LogDirLockedError",
+    "LogDirNotFoundError",
     "LogError",
     "LogOffsetError",
     "OffsetOutOfRangeError",
@@ -54,6 +55,12 @@ class StorageError(LogError):
 
 class LogDirLockedError(StorageError):
     """Another process holds the lock on a log directory."""
+
+
+class LogDirNotFoundError(LogError):
+    """A log directory that is not one of the broker's `log.dirs` (AlterReplicaLogDirs)."""
+
+    error_code = ErrorCode.log_dir_not_found
 
 
 class LogOffsetError(LogError):

@@ -785,6 +785,27 @@ class Log:
             if self.leader_epoch_cache.path is not None:
                 self.leader_epoch_cache.path = self.dir / self.leader_epoch_cache.path.name
 
+    def swap_storage(self, other: Log) -> None:
+        """Exchange the storage (directory, segments, producer state, leader epochs, log start
+        and end offsets) of two logs of one partition, keeping each object's high watermark:
+        AlterReplicaLogDirs promotes a caught-up future log this way, so whoever holds this
+        `Log` keeps using it. Both must be open and end at the same offset."""
+        with self._lock, other._lock:
+            self._check_open()
+            other._check_open()
+            if other.topic_partition != self.topic_partition:
+                raise ValueError(f"{other} is not a log of {self.topic_partition}")
+            if other._log_end_offset != self._log_end_offset:
+                raise ValueError(f"cannot swap {self} with {other}: log end offsets differ")
+            for name in ("_segments", "producer_state", "leader_epoch_cache", "_retention",
+                         "_log_end_offset", "_recovery_point"):
+                mine = getattr(self, name)
+                setattr(self, name, getattr(other, name))
+                setattr(other, name, mine)
+            # A flush measured against the old segments must not move the recovery point.
+            self._truncations += 1
+            other._truncations += 1
+
     # ----------------------------------------------------------------------------------
     # Debug helpers
     # ----------------------------------------------------------------------------------

@@ -33,8 +33,19 @@ from wherry.log.checkpoint import (
     atomic_write,
     fsync_dir,
 )
-from wherry.log.config import DEFAULT_PRODUCER_ID_EXPIRATION_MS, LogConfig
-from wherry.log.errors import LogDirLockedError, LogError, StorageError
+from wherry.log.config import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    LogConfig,
+    message_format_ignored_warning,
+    topic_message_format_warning,
+)
+from wherry.log.errors import LogDirLockedError, LogDirNotFoundError, LogError, StorageError
+from wherry.log.future_log import (
+    FUTURE_DIR_SUFFIX,
+    copy_step,
+    future_dir_name,
+    parse_future_dir_name,
+)
 
 if TYPE_CHECKING:
     from wherry.log.log import Log
@@ -51,7 +62,6 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
-FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 
 
@@ -88,6 +98,13 @@ class LogManager:
         self._partitions_in: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
         self._pending_dir_deletes: list[tuple[int, Path]] = []
         self._had_clean_shutdown: dict[Path, bool] = {}
+        # AlterReplicaLogDirs: future logs being filled in another dir, and the dir a replica
+        # not created yet goes to.
+        self._futures: dict[TopicPartition, Log] = {}
+        self._future_dir_of: dict[TopicPartition, Path] = {}
+        self._preferred_dirs: dict[TopicPartition, Path] = {}
+        self._found_futures: dict[TopicPartition, list[tuple[Path, Path]]] = {}
+        self._log_starts_found: dict[TopicPartition, int] = {}
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self._started = False
@@ -110,8 +127,14 @@ class LogManager:
             for dir in self.log_dirs:
                 dir.mkdir(parents=True, exist_ok=True)
                 self._lock_dir(dir)
+            # Every dir's log start offsets: a log moved by AlterReplicaLogDirs may find its
+            # entry in its old dir's checkpoint still (a crash before the next checkpoint).
+            for dir in self.log_dirs:
+                for tp, offset in self._read_checkpoint(dir / LOG_START_OFFSET_CHECKPOINT).items():
+                    self._log_starts_found.setdefault(tp, offset)
             for dir in self.log_dirs:
                 self._load_dir(dir)
+            self._load_future_logs()
             self._started = True
 
     def _lock_dir(self, dir: Path) -> None:
@@ -172,6 +195,12 @@ class LogManager:
                 log.info("removing partition directory %s left from a deletion", child)
                 shutil.rmtree(child, ignore_errors=True)
                 continue
+            future_of = parse_future_dir_name(name)
+            if future_of is not None:
+                with contextlib.suppress(ValueError):
+                    ftp = TopicPartition.parse(future_of)
+                    self._found_futures.setdefault(ftp, []).append((child, dir))
+                    continue
             if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
                 log.warning("ignoring partition directory %s", child)
                 continue
@@ -192,7 +221,7 @@ class LogManager:
                 self.config_for(tp.topic),
                 topic_partition=tp,
                 recovery_point=recovery_points.get(tp, 0),
-                log_start_offset=log_starts.get(tp, 0),
+                log_start_offset=log_starts.get(tp, self._log_starts_found.get(tp, 0)),
                 now_ms=now_ms,
                 had_clean_shutdown=clean,
                 high_watermark=high_watermarks.get(tp),
@@ -248,13 +277,16 @@ class LogManager:
             self._check_running()
             if config is not None:
                 self._topic_configs[tp.topic] = config
+                _warn_message_format(tp.topic, config)
             existing = self._logs.get(tp)
             if existing is not None:
                 if config is not None and existing.config != config:
                     existing.update_config(config)
                 return existing
             counts = self._partitions_in
-            dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+            dir = self._preferred_dirs.pop(tp, None) or min(
+                self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d))
+            )
             log_dir = dir / tp.dir_name
             from wherry.log.log import Log
 
@@ -276,6 +308,7 @@ class LogManager:
     def delete_log(self, tp: TopicPartition) -> bool:
         """Close the log, rename its dir to `<tp>.<uuid>-delete` and remove it after
         file.delete.delay.ms (by `cleanup`); False if there is no such log."""
+        self.remove_future_log(tp)
         with self._lock:
             self._check_running()
             existing = self._logs.pop(tp, None)
@@ -301,6 +334,7 @@ class LogManager:
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         """Set a topic's config and apply it to its open logs."""
+        _warn_message_format(topic, config)
         with self._lock:
             self._topic_configs[topic] = config
             for tp, existing in self._logs.items():
@@ -314,6 +348,222 @@ class LogManager:
             for tp, existing in self._logs.items():
                 if tp.topic not in self._topic_configs:
                     existing.update_config(config)
+
+    # ----------------------------------------------------------------------------------
+    # Future logs (AlterReplicaLogDirs)
+    # ----------------------------------------------------------------------------------
+
+    def _load_future_logs(self) -> None:
+        """Future logs found at startup. Next to their current log, they are resumed. Without
+        one, the crash hit a promotion between its two renames (the current log renamed away
+        only once the future had caught up and was flushed): the future becomes the log."""
+        now_ms = self.now_ms_fn()
+        for tp, found in sorted(self._found_futures.items()):
+            (path, dir), *extra = found
+            for other, other_dir in extra:
+                log.warning("removing duplicate future log %s of %s", other, tp)
+                self._discard_dir(other, other_dir, delay_ms=0)
+            if tp in self._logs:
+                if dir == self._dir_of[tp]:  # a future in the current log's own dir: useless
+                    self._discard_dir(path, dir, delay_ms=0)
+                    continue
+                from wherry.log.log import Log
+
+                future = Log.open(
+                    path,
+                    self.config_for(tp.topic),
+                    topic_partition=tp,
+                    now_ms=now_ms,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
+                )
+                self._futures[tp] = future
+                self._future_dir_of[tp] = dir
+                log.info("resuming the move of %s to %s (future log at offset %d)",
+                         tp, dir, future.log_end_offset)
+                continue
+            target = dir / tp.dir_name
+            path.rename(target)
+            fsync_dir(dir)
+            from wherry.log.log import Log
+
+            self._logs[tp] = Log.open(
+                target,
+                self.config_for(tp.topic),
+                topic_partition=tp,
+                log_start_offset=self._log_starts_found.get(tp, 0),
+                now_ms=now_ms,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
+            )
+            self._dir_of[tp] = dir
+            self._partitions_in[dir] += 1
+            log.warning("promoted the future log of %s in %s: its current log was gone", tp, dir)
+        self._found_futures.clear()
+        self._log_starts_found.clear()
+
+    def _discard_dir(self, path: Path, dir: Path, *, delay_ms: int) -> None:
+        """Rename a partition directory to `<name>.<uuid>-delete`; removed after `delay_ms`."""
+        base = parse_future_dir_name(path.name) or path.name
+        target = dir / f"{base}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        path.rename(target)
+        fsync_dir(dir)
+        if delay_ms <= 0:
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            with self._lock:
+                self._pending_dir_deletes.append((self.now_ms_fn() + delay_ms, target))
+
+    def log_dir_online(self, dir: Path | str) -> Path:
+        """The configured log dir `dir` names (absolute); LogDirNotFoundError when it is not one
+        of `log.dirs`, StorageError when it cannot be written (Kafka: an offline dir)."""
+        path = Path(dir)
+        if not path.is_absolute() or path not in self.log_dirs:
+            raise LogDirNotFoundError(f"Log dir {dir} is not found in the config.")
+        if not (path.is_dir() and os.access(path, os.W_OK | os.X_OK)):
+            raise StorageError(f"Log directory {dir} is offline")
+        return path
+
+    def future_log(self, tp: TopicPartition) -> Log | None:
+        return self._futures.get(tp)
+
+    def future_logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._futures.values())
+
+    def future_dir_of(self, tp: TopicPartition) -> Path | None:
+        return self._future_dir_of.get(tp)
+
+    def set_preferred_dir(self, tp: TopicPartition, dir: Path) -> None:
+        """The dir the replica of `tp` is created in if it does not exist yet."""
+        with self._lock:
+            if tp not in self._logs:
+                self._preferred_dirs[tp] = dir
+
+    def create_future_log(self, tp: TopicPartition, dest: Path) -> bool:
+        """Start moving `tp`'s log to `dest`: True if a future log was created. No-op (False)
+        when the log already is in `dest` (a future elsewhere is dropped) or a future is
+        already being filled there; a future in another dir is replaced."""
+        with self._lock:
+            self._check_running()
+            current = self._logs.get(tp)
+            if current is None:
+                raise StorageError(f"no log of {tp} on this broker")
+            if self._future_dir_of.get(tp) == dest:
+                return False
+        self.remove_future_log(tp)
+        with self._lock:
+            if self._dir_of.get(tp) == dest:
+                return False
+            path = dest / future_dir_name(tp.dir_name, uuid.uuid4().hex)
+            from wherry.log.log import Log
+
+            future = Log.open(
+                path,
+                self.config_for(tp.topic),
+                topic_partition=tp,
+                now_ms=self.now_ms_fn(),
+                had_clean_shutdown=True,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
+            )
+            fsync_dir(dest)
+            self._futures[tp] = future
+            self._future_dir_of[tp] = dest
+        log.info("created future log of %s in %s", tp, dest)
+        return True
+
+    def remove_future_log(self, tp: TopicPartition) -> bool:
+        """Stop moving `tp`: drop its future log (False if there is none)."""
+        with self._lock:
+            future = self._futures.pop(tp, None)
+            dest = self._future_dir_of.pop(tp, None)
+        if future is None or dest is None:
+            return False
+        with future.lock:
+            future.close()
+            self._discard_dir(future.dir, dest, delay_ms=0)
+        log.info("removed the future log of %s from %s", tp, dest)
+        return True
+
+    def copy_to_future(self, tp: TopicPartition, max_bytes: int) -> int:
+        """One copy step of `tp`'s move (blocking I/O): bytes copied, 0 when caught up."""
+        with self._lock:
+            current, future = self._logs.get(tp), self._futures.get(tp)
+        if current is None or future is None or current.closed or future.closed:
+            return 0
+        return copy_step(current, future, max_bytes=max_bytes)
+
+    def future_lag(self, tp: TopicPartition) -> int:
+        """Offsets the future log of `tp` is behind its current log (0 without a future)."""
+        with self._lock:
+            current, future = self._logs.get(tp), self._futures.get(tp)
+        if current is None or future is None:
+            return 0
+        return max(0, current.log_end_offset - future.log_end_offset)
+
+    def promote_future_log(
+        self,
+        tp: TopicPartition,
+        *,
+        max_bytes: int = 1 << 20,
+        crash_hook: Callable[[str], None] | None = None,
+    ) -> bool:
+        """Finish `tp`'s move (Kafka's replaceCurrentWithFutureLog): with the current log's
+        lock held (appends wait), copy its last batches, flush the future log, rename the
+        current directory to `-delete` and the future one to `<topic>-<partition>`, and give
+        the current `Log` object the future's storage, so whoever holds it carries on in the
+        new dir. The old directory goes after `file.delete.delay.ms`. At every instant one
+        complete copy is on disk under a name startup recognizes: the current log, or (after
+        the first rename) the flushed future, which startup promotes. `crash_hook(step)` is
+        called between the steps (tests raise there to simulate a crash)."""
+        with self._lock:
+            self._check_running()
+            current, future = self._logs.get(tp), self._futures.get(tp)
+            dest = self._future_dir_of.get(tp)
+            src = self._dir_of.get(tp)
+        if current is None or future is None or dest is None or src is None:
+            return False
+        hook = crash_hook or (lambda step: None)
+        with current.lock:
+            if current.closed or future.closed:
+                return False
+            while copy_step(current, future, max_bytes=max_bytes) > 0:
+                pass
+            if future.log_end_offset != current.log_end_offset:
+                return False
+            if future.config != current.config:
+                future.update_config(current.config)
+            future.update_high_watermark(current.high_watermark)
+            if current.log_start_offset > future.log_start_offset:
+                future.maybe_increment_log_start_offset(current.log_start_offset)
+            latest = future.latest_epoch
+            for entry in current.leader_epoch_cache.entries:
+                # Epochs begun without records (a leadership change) have no batch to copy.
+                if latest is None or entry.epoch > latest:
+                    future.leader_epoch_cache.assign(entry.epoch, entry.start_offset)
+            future.flush()
+            hook("flushed")
+            old_dir = src / f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            current.rename_dir(old_dir)
+            fsync_dir(src)
+            hook("current-renamed")
+            future.rename_dir(dest / tp.dir_name)
+            fsync_dir(dest)
+            hook("future-renamed")
+            current.swap_storage(future)  # `future` now holds the old storage
+            with self._lock:
+                self._futures.pop(tp, None)
+                self._future_dir_of.pop(tp, None)
+                self._dir_of[tp] = dest
+                self._partitions_in[src] -= 1
+                self._partitions_in[dest] += 1
+        delay = current.config.file_delete_delay_ms
+        future.close()
+        with self._lock:
+            self._pending_dir_deletes.append((self.now_ms_fn() + max(0, delay), old_dir))
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        log.info("moved the log of %s from %s to %s", tp, src, dest)
+        return True
 
     # ----------------------------------------------------------------------------------
     # Checkpoints
@@ -421,8 +671,15 @@ class LogManager:
                 return
             self._shut_down = True  # no new logs from here on
             logs = list(self._logs.items())
+            futures = list(self._futures.values())
         failed_dirs: set[Path] = set()
         now = self.now_ms_fn()
+        for future in futures:  # resumed at the next start
+            try:
+                future.flush(now_ms=now)
+                future.close()
+            except (OSError, LogError):
+                log.exception("error closing future log %s", future.dir)
         for tp, lg in logs:
             try:
                 lg.flush(now_ms=now)
@@ -451,6 +708,12 @@ class LogManager:
         with self._lock:
             self._shut_down = True
             self._unlock_dirs()
+
+
+def _warn_message_format(topic: str, config: LogConfig) -> None:
+    """Kafka 3.x's warning for a topic's deprecated pre-0.11 message format (ignored)."""
+    if message_format_ignored_warning(config.message_format_version):
+        log.warning("%s", topic_message_format_warning(topic, config.message_format_version))
 
 
 def _looks_like_partition(name: str) -> bool:

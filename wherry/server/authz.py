@@ -164,6 +164,7 @@ def authorized_operations_field(
 CONFIG_TOPIC = 2
 CONFIG_BROKER = 4
 CONFIG_BROKER_LOGGER = 8
+CONFIG_GROUP = 32
 
 
 def config_resource_denied(
@@ -180,6 +181,10 @@ def config_resource_denied(
         if authorize_cluster(broker, operation):
             return None
         return ErrorCode.cluster_authorization_failed
+    if config_type == CONFIG_GROUP:  # Kafka: the operation on the group
+        if authorize(broker, operation, ResourceType.GROUP, name):
+            return None
+        return ErrorCode.group_authorization_failed
     return None
 
 

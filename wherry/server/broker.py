@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     from wherry.observability.service import ObservabilityServer
     from wherry.observability.sources import BrokerSources
     from wherry.replication.alter_partition import ControllerSender
+    from wherry.replication.log_dir_mover import LogDirMover
     from wherry.replication.node import ReplicaNode
     from wherry.replication.replica_manager import ReplicaManager
     from wherry.security.acl_authorizer import AclAuthorizer
@@ -92,6 +93,7 @@ if TYPE_CHECKING:
     from wherry.server.admin import AdminManager
     from wherry.server.groups import GroupsRuntime
     from wherry.server.producer_ids import ProducerIdManager
+    from wherry.server.shares import ShareRuntime
     from wherry.server.transactions import TransactionsRuntime
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,7 @@ class Broker:
         # set in start()
         self.store: MetadataStore
         self.log_manager: LogManager
+        self.log_dir_mover: LogDirMover  # AlterReplicaLogDirs' background copies
         self.log_cleaner: LogCleaner | None = None
         # This broker's replicas and what it does with the controller's requests.
         self.node: ReplicaNode
@@ -153,6 +156,7 @@ class Broker:
         self.controller: Controller
         self.groups: GroupsRuntime
         self.transactions: TransactionsRuntime
+        self.shares: ShareRuntime
         self.network: NetworkServer
         self.scheduler: Scheduler
         self._state_change_log: StateChangeLogHandle | None = None
@@ -245,12 +249,21 @@ class Broker:
         await self.scram_credentials.load_all(self.store)  # before any SASL login
         from wherry.replication.alter_partition import ControllerSender
         from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
+        from wherry.replication.log_dir_mover import UNLIMITED as UNLIMITED_IO
+        from wherry.replication.log_dir_mover import LogDirMover
         from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
         from wherry.server.admin import AdminManager
         from wherry.server.groups import GroupsRuntime
         from wherry.server.producer_ids import ProducerIdManager
+        from wherry.server.shares import ShareRuntime
         from wherry.server.transactions import TransactionsRuntime
 
+        self.log_dir_mover = LogDirMover(
+            self.log_manager,
+            io_max_bytes_per_second=int(
+                cfg.raw.get("replica.alter.log.dirs.io.max.bytes.per.second", UNLIMITED_IO)
+            ),
+        )
         fetcher_config = FetcherConfig.from_properties(cfg.raw)
         timeout_s = cfg.controller_socket_timeout_ms / 1000
         self._alter_sender = ControllerSender(
@@ -290,10 +303,21 @@ class Broker:
             cfg, self.clock, self.node, lambda: self.admin, lambda: self.client_security
         )
         self.node.leadership_listeners.append(self.transactions.on_leadership_change)
+        self.shares = ShareRuntime(
+            cfg,
+            self.clock,
+            self.node,
+            lambda: self.admin,
+            lambda: self.store,
+            lambda: self.client_security,
+            lambda g: self.groups.coordinator.partition_for(g),
+        )
+        self.node.leadership_listeners.append(self.shares.on_leadership_change)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
         self.node.start()
         await self.groups.start(self.store)
         await self.transactions.start(self.store)
+        self.shares.start()
 
         # Reachable by an in-process controller before the registration makes it live.
         self.channel.register(self.broker_id, self.node)
@@ -302,6 +326,7 @@ class Broker:
         await self._start_controller()
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
+        self.log_dir_mover.kick()  # moves a restart interrupted resume
         self._started.set()
         log.info(
             "%s started (cluster %s) listening on %s",
@@ -375,6 +400,10 @@ class Broker:
             await self.groups.stop()
         if hasattr(self, "transactions"):
             await self.transactions.stop()
+        if hasattr(self, "log_dir_mover"):
+            await self.log_dir_mover.stop()
+        if hasattr(self, "shares"):
+            await self.shares.stop()
         if hasattr(self, "node"):
             await self.node.stop()
         if self._alter_sender is not None:
@@ -788,6 +817,9 @@ class Broker:
             for topic in sorted({tp.topic for tp in self.log_manager.topic_partitions()}):
                 self.log_manager.update_config(topic, self.topic_log_config(topic))
             log.info("%s applied dynamic broker config change (%s)", self._prefix, entity)
+        elif entity.startswith("groups/"):
+            self.shares.on_group_config_change(paths.desanitize(entity.split("/", 1)[1]))
+            log.info("%s applied config change for group %s", self._prefix, entity[7:])
         elif (scram_user := _scram_user_of(entity)) is not None:
             await self.scram_credentials.reload_user(self.store, scram_user)
             log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)

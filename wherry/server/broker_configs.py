@@ -93,8 +93,13 @@ DYNAMIC_BROKER_KEYS: Mapping[str, DynamicKey] = {
 _LONG_RE = re.compile(r"[+-]?[0-9]+")
 
 
+# Kafka's DynamicLogConfig.ExcludedConfigs: the message format version cannot change live.
+_NOT_DYNAMIC_LOG_KEYS = frozenset({"log.message.format.version"})
+
 DYNAMIC_LOG_KEYS: Mapping[str, str] = {
-    key.server_name: key.name for key in TOPIC_CONFIG_KEYS.values() if key.server_name
+    key.server_name: key.name
+    for key in TOPIC_CONFIG_KEYS.values()
+    if key.server_name and key.server_name not in _NOT_DYNAMIC_LOG_KEYS
 }
 """The broker's log defaults Kafka lets change live (its DynamicLogConfig: every topic config's
 broker synonym, e.g. `log.retention.ms` -> `retention.ms`, `message.max.bytes` ->

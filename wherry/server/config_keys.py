@@ -17,7 +17,12 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 
-from wherry.log.config import SERVER_CONFIG_SYNONYMS
+from wherry.log.config import (
+    SERVER_CONFIG_SYNONYMS,
+    broker_message_format_warning,
+    message_format_ignored_warning,
+)
+from wherry.share.config import SHARE_BROKER_KEYS
 
 __all__ = [
     "IGNORED_KEYS", "KNOWN_KEYS", "is_known", "unknown_keys", "unused_warning", "warn_unused",
@@ -33,7 +38,8 @@ _BROKER_KEYS = frozenset({
     "log.flush.scheduler.interval.ms", "log.cleaner.enable", "log.cleaner.backoff.ms",
     "log.cleaner.dedupe.buffer.size", "log.cleaner.threads",
     "log.flush.offset.checkpoint.interval.ms", "replica.high.watermark.checkpoint.interval.ms",
-    "replica.lag.time.max.ms", "producer.id.expiration.ms", "replication.quota.window.num",
+    "replica.lag.time.max.ms", "producer.id.expiration.ms",
+    "replica.alter.log.dirs.io.max.bytes.per.second", "replication.quota.window.num",
     "replication.quota.window.size.seconds", "cluster.id", "broker.rack", "zookeeper.connect",
     "controlled.shutdown.enable", "controlled.shutdown.max.retries",
     "controlled.shutdown.retry.backoff.ms", "zookeeper.session.timeout.ms",
@@ -96,7 +102,6 @@ IGNORED_KEYS = frozenset({
     "socket.receive.buffer.bytes",
     "replica.socket.receive.buffer.bytes",
     "inter.broker.protocol.version",
-    "log.message.format.version",
     "broker.id.generation.enable",
 })
 
@@ -106,6 +111,7 @@ KNOWN_KEYS: frozenset[str] = frozenset(
     | _SECURITY_KEYS
     | _HTTP_KEYS
     | IGNORED_KEYS
+    | SHARE_BROKER_KEYS  # share groups (share/config.py)
     | {name for names in SERVER_CONFIG_SYNONYMS.values() for name in names}
 )
 
@@ -137,4 +143,9 @@ def warn_unused(props: Mapping[str, str], logger: logging.Logger) -> list[str]:
     unknown = unknown_keys(props)
     if unknown:
         logger.warning("%s", unused_warning(unknown))
+    # Kafka 3.x's warning for the deprecated message format of a pre-0.11 broker (the value is
+    # accepted and ignored: records are always written in format v2).
+    version = props.get("log.message.format.version") if isinstance(props, Mapping) else None
+    if version is not None and message_format_ignored_warning(version):
+        logger.warning("%s", broker_message_format_warning(version))
     return unknown

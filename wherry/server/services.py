@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from wherry.replication.log_dir_mover import LogDirMover
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ReplicaManager
@@ -20,6 +21,7 @@ from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
 from wherry.server.groups import GroupsRuntime
 from wherry.server.producer_ids import ProducerIdManager
+from wherry.server.shares import ShareRuntime
 from wherry.server.transactions import TransactionsRuntime
 
 __all__ = ["BrokerServices"]
@@ -51,7 +53,15 @@ class BrokerServices(Protocol):
     def groups(self) -> GroupsRuntime: ...
 
     @property
+    def log_dir_mover(self) -> LogDirMover:
+        """Moves replicas between this broker's log dirs (AlterReplicaLogDirs)."""
+        ...
+
+    @property
     def transactions(self) -> TransactionsRuntime: ...
+
+    @property
+    def shares(self) -> ShareRuntime: ...
 
     @property
     def admin(self) -> AdminManager: ...

@@ -48,6 +48,10 @@ LATE_IMPORTS: Final = (
     "wherry.server.groups",
     "wherry.txn.coordinator",
     "wherry.server.transactions",
+    "wherry.share.partition",
+    "wherry.server.share_coordinator",
+    "wherry.server.shares",
+    "wherry.replication.log_dir_mover",
 )
 
 

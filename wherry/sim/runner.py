@@ -7,6 +7,7 @@ replays it.
     python -m wherry.sim --seeds 500 --controller model   # the model controller instead
     python -m wherry.sim --seeds 500 --no-operations      # faults only, no cluster operations
     python -m wherry.sim --seeds 500 --transactions       # transactional producers too
+    python -m wherry.sim --seeds 500 --shares             # share-group schedules (KIP-932)
 """
 
 from __future__ import annotations
@@ -102,9 +103,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="transactional producers, coordinator crashes and the read_committed invariant",
     )
+    p.add_argument(
+        "--shares",
+        action="store_true",
+        help="share-group schedules instead (sim/shares.py): share-partition and share "
+        "coordinator failovers, lock expiry, delivery limits",
+    )
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("-v", "--verbose", action="store_true", help="print the fault log")
     args = p.parse_args(argv)
+    if args.shares:
+        return _shares(args)
     options = _options(args)
     seeds = (
         [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
@@ -146,5 +155,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             else ""
         )
         + f", {took:.1f} s"
+    )
+    return 1 if failed else 0
+
+
+def _shares(args: argparse.Namespace) -> int:
+    from wherry.sim.shares import run_share_seed
+
+    seeds = (
+        [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
+    )
+    started = time.monotonic()
+    failed = 0
+    deliveries = failovers = 0
+    for seed in seeds:
+        r = run_share_seed(seed)
+        deliveries += r.deliveries
+        failovers += r.failovers
+        if args.verbose:
+            for line in r.log:
+                print(f"  seed {seed}: {line}")
+        if not r.ok:
+            failed += 1
+            print(f"seed {seed} FAILED: {r.violation}")
+            print(f"  replay: python -m wherry.sim --shares --seed {seed} -v")
+    print(
+        f"{len(seeds)} share seeds: {failed} failed, {deliveries} deliveries, "
+        f"{failovers} leader failovers, {time.monotonic() - started:.1f} s"
     )
     return 1 if failed else 0

@@ -65,6 +65,7 @@ HANDLERS: dict[int, str] = {
     31: "delete_acls",
     32: "describe_configs",
     33: "alter_configs",
+    34: "alter_replica_log_dirs",
     35: "describe_log_dirs",
     36: "sasl_authenticate",
     37: "create_partitions",
@@ -81,6 +82,17 @@ HANDLERS: dict[int, str] = {
     65: "describe_transactions",
     66: "list_transactions",
     68: "consumer_group_heartbeat",
+    74: "list_config_resources",
+    75: "describe_topic_partitions",
+    76: "share_group_heartbeat",
+    77: "share_group_describe",
+    78: "share_fetch",
+    79: "share_acknowledge",
+    83: "initialize_share_group_state",
+    84: "read_share_group_state",
+    85: "write_share_group_state",
+    86: "delete_share_group_state",
+    87: "read_share_group_state_summary",
 }
 
 if HANDLERS.keys() != SUPPORTED_VERSIONS.keys():  # pragma: no cover - a wiring mistake

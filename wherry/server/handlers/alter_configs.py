@@ -11,7 +11,8 @@ from kio.schema.errors import ErrorCode
 from wherry.security.acl import AclOperation
 from wherry.server.admin import AdminError
 from wherry.server.authz import config_resource_denied
-from wherry.server.handlers.describe_configs import BROKER, TOPIC
+from wherry.server.handlers.describe_configs import BROKER, GROUP, TOPIC
+from wherry.share.config import GroupConfigError
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -40,10 +41,28 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             r.resource_name, _given(r), validate_only=body.validate_only
         )
 
+    async def alter_group(r: Any) -> None:
+        await set_group_config(broker, r.resource_name, _given(r), body.validate_only)
+
     # Kafka's AlterConfigs refuses broker loggers outright (no authorization asked).
     return await alter_resources(
-        broker, body.resources, alter_topic, alter_broker, authorized_types=(TOPIC, BROKER)
+        broker,
+        body.resources,
+        alter_topic,
+        alter_broker,
+        authorized_types=(TOPIC, BROKER, GROUP),
+        alter_group=alter_group,
     )
+
+
+async def set_group_config(
+    broker: BrokerServices, group: str, config: Mapping[str, str], validate_only: bool
+) -> None:
+    """A GROUP resource (type 32): its configs replaced, validated as Kafka's GroupConfig."""
+    try:
+        await broker.shares.set_group_config(group, config, validate_only=validate_only)
+    except GroupConfigError as e:
+        raise AdminError(ErrorCode.invalid_config, str(e)) from e
 
 
 async def alter_resources(
@@ -53,6 +72,7 @@ async def alter_resources(
     alter_broker: Callable[[Any], Awaitable[None]],
     *,
     authorized_types: Iterable[int],
+    alter_group: Callable[[Any], Awaitable[None]] | None = None,
 ) -> Mapping[str, Any]:
     """Answer each resource of an (Incremental)AlterConfigs request: a topic is altered by
     ``alter_topic``, a broker by ``alter_broker`` (an `AdminError` is the answer). Resources of
@@ -62,7 +82,9 @@ async def alter_resources(
     out = []
     for r in resources:
         code, msg = ErrorCode.none, None
-        alter = {TOPIC: alter_topic, BROKER: alter_broker}.get(r.resource_type)
+        alter = {TOPIC: alter_topic, BROKER: alter_broker, GROUP: alter_group}.get(
+            r.resource_type
+        )
         denied = None
         if r.resource_type in checked:
             denied = config_resource_denied(
@@ -73,7 +95,8 @@ async def alter_resources(
         elif alter is None:
             code, msg = (
                 ErrorCode.invalid_request,
-                "AlterConfigs is only supported for topics and brokers, but resource type is "
+                "AlterConfigs is only supported for topics, brokers and groups, but resource "
+                "type is "
                 f"{r.resource_type}",
             )
         else:

@@ -20,12 +20,16 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     # Kafka: DELETE on each group; the others are not passed on.
     allowed = authorized_names(broker, AclOperation.DELETE, ResourceType.GROUP, names)
     errors = dict.fromkeys(names, ErrorCode.group_authorization_failed)
+    shares = broker.shares.groups.groups  # share groups (KIP-932) held here
     if allowed:
         errors.update(
             broker.groups.coordinator.handle_delete_groups(
-                [g for g in names if g in allowed], broker.clock.now_ms()
+                [g for g in names if g in allowed and g not in shares], broker.clock.now_ms()
             )
         )
+    for g in names:
+        if g in allowed and g in shares:
+            errors[g] = broker.shares.groups.delete(g)
     return {
         "throttle_time": 0,
         "results": [{"group_id": g, "error_code": errors[g]} for g in names],

@@ -13,6 +13,7 @@ from wherry.log.config import SERVER_CONFIG_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigT
 from wherry.security.acl import AclOperation
 from wherry.server import broker_configs
 from wherry.server.authz import AUTHORIZATION_MESSAGES, config_resource_denied
+from wherry.share.config import GROUP_CONFIG_KEYS
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -21,11 +22,13 @@ if TYPE_CHECKING:
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32
 
 # DescribeConfigs config sources
 DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+DYNAMIC_GROUP_CONFIG = 8
 
 
 def topic_config_entries(
@@ -240,6 +243,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             base["configs"] = [
                 e for e in broker_config_entries(broker, keys) if e["name"] not in set_live
             ] + dynamic
+        elif r.resource_type == GROUP:
+            base["configs"] = await group_config_entries(
+                broker, r.resource_name, keys, include_synonyms, include_doc
+            )
         else:
             base.update(
                 error_code=ErrorCode.invalid_request,
@@ -247,3 +254,42 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             )
         results.append(base)
     return {"throttle_time": 0, "results": results}
+
+
+async def group_config_entries(
+    broker: BrokerServices,
+    group: str,
+    keys: Iterable[str] | None,
+    include_synonyms: bool,
+    include_doc: bool,
+) -> list[dict[str, Any]]:
+    """A GROUP resource (type 32): every group config (Kafka 4.1's GroupConfig), the group's
+    own value or the broker's default."""
+    stored = await broker.shares.stored_group_config(group)
+    shares = broker.shares.config
+    out = []
+    for name, key in GROUP_CONFIG_KEYS.items():
+        if keys is not None and name not in keys:
+            continue
+        default = shares.default_of(name)
+        synonyms: list[dict[str, Any]] = []
+        if name in stored:
+            value, source = stored[name], DYNAMIC_GROUP_CONFIG
+            synonyms.append({"name": name, "value": value, "source": source})
+        else:
+            value, source = default, DEFAULT_CONFIG
+        if key.broker_default:
+            synonyms.append(
+                {"name": key.broker_default, "value": default, "source": DEFAULT_CONFIG}
+            )
+        out.append(
+            broker_configs.config_entry(
+                name,
+                value,
+                source,
+                synonyms if include_synonyms else [],
+                config_type=ConfigType.INT if key.type == "int" else ConfigType.STRING,
+                documentation=key.doc if include_doc else None,
+            )
+        )
+    return out

@@ -42,6 +42,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             )
             continue
         err, message, s = coord.handle_describe_group(group_id, req.api_version)
+        if group_id in broker.shares.groups.groups and s.state == "Dead":  # KIP-932, as Kafka
+            err, message = ErrorCode.group_id_not_found, f"Group {group_id} is not a classic group."
         groups.append(
             {
                 "error_code": err,

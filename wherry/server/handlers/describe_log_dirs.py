@@ -3,8 +3,9 @@
 
 As Kafka's `ReplicaManager.describeLogDirs`: every log directory with the logs it holds
 (all of them, or those of the requested partitions), each log's size (the bytes of its
-segments) and offset lag `max(0, HW - LEO)`; wherry has no future logs (AlterReplicaLogDirs),
-so `is_future_key` is always false. Versions 1-4 (kio has no v0; Kafka 4 dropped it); v4
+segments) and offset lag `max(0, HW - LEO)`; a future log (a replica being moved there by
+AlterReplicaLogDirs) is listed in its dir with `is_future_key` and the lag
+`max(0, current LEO - future LEO)`. Versions 1-4 (kio has no v0; Kafka 4 dropped it); v4
 adds the volume's total and usable bytes.
 """
 
@@ -44,12 +45,17 @@ def _volume(path: Path) -> tuple[int, int]:
     return usage.total, usage.free
 
 
-def _partition(plog: Log) -> dict[str, Any]:
+def _partition(plog: Log, current: Log | None = None) -> dict[str, Any]:
+    """A log's entry; `current` is given for a future log (its lag is behind the current)."""
+    if current is None:
+        lag = plog.high_watermark - plog.log_end_offset
+    else:
+        lag = current.log_end_offset - plog.log_end_offset
     return {
         "partition_index": plog.topic_partition.partition,
         "partition_size": plog.size_in_bytes,
-        "offset_lag": max(0, plog.high_watermark - plog.log_end_offset),
-        "is_future_key": False,
+        "offset_lag": max(0, lag),
+        "is_future_key": current is not None,
     }
 
 
@@ -77,6 +83,12 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         if where is None or where not in by_dir:
             continue
         by_dir[where].setdefault(tp.topic, []).append(_partition(plog))
+    for future in manager.future_logs():
+        tp = future.topic_partition
+        where, current = manager.future_dir_of(tp), manager.get_log(tp)
+        if (wanted is not None and tp not in wanted) or where not in by_dir or current is None:
+            continue
+        by_dir[where].setdefault(tp.topic, []).append(_partition(future, current))
     results: list[dict[str, Any]] = []
     for log_dir, topics in by_dir.items():
         total, usable = _volume(log_dir)

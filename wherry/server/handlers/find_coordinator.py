@@ -2,9 +2,11 @@
 (batched keys from v4).
 
 Groups live on partition `partition_for(group)` of `__consumer_offsets`, transactional ids
-(key type 1) on partition `partition_for(id)` of `__transaction_state`; that partition's
-leader is the coordinator. When the topic does not exist yet its creation starts and the
-answer is COORDINATOR_NOT_AVAILABLE (the client retries), as in Kafka.
+(key type 1) on partition `partition_for(id)` of `__transaction_state`, share-partition keys
+`group:topicId:partition` (key type 2, KIP-932, CLUSTER_ACTION needed) on a partition of
+`__share_group_state`; that partition's leader is the coordinator. When the topic does not
+exist yet its creation starts and the answer is COORDINATOR_NOT_AVAILABLE (the client
+retries), as in Kafka.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from kio.schema.errors import ErrorCode
 
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.security.acl import AclOperation, ResourceType
-from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize, current_session
+from wherry.server.authz import (
+    AUTHORIZATION_MESSAGES,
+    authorize,
+    authorize_cluster,
+    current_session,
+)
+from wherry.share.state import SHARE_STATE_TOPIC, state_partition_for
 from wherry.txn.records import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
@@ -25,6 +33,7 @@ if TYPE_CHECKING:
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2  # KIP-932: the share coordinator of `group:topicId:partition`
 
 _MESSAGES = {
     ErrorCode.coordinator_not_available: "The coordinator is not available.",
@@ -45,13 +54,21 @@ def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
         broker, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
     ):
         err = ErrorCode.transactional_id_authorization_failed
-    elif key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+    elif key_type == SHARE_KEY_TYPE and not authorize_cluster(
+        broker, AclOperation.CLUSTER_ACTION
+    ):
+        err = ErrorCode.cluster_authorization_failed
+    elif key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE):
         err = ErrorCode.invalid_request
     else:
         cache = broker.cache
         if key_type == GROUP_KEY_TYPE:
             topic, ensure = OFFSETS_TOPIC, broker.groups.ensure_offsets_topic
             partition = broker.groups.coordinator.partition_for(key)
+        elif key_type == SHARE_KEY_TYPE:
+            share = broker.shares.coordinator
+            topic, ensure = SHARE_STATE_TOPIC, share.topic.ensure
+            partition = state_partition_for(key, share.partition_count())
         else:
             topic, ensure = TRANSACTION_STATE_TOPIC, broker.transactions.ensure_topic
             partition = broker.transactions.coordinator.partition_for(key)

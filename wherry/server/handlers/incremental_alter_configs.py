@@ -11,8 +11,9 @@ from kio.schema.errors import ErrorCode
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
 from wherry.server import broker_configs
 from wherry.server.admin import AdminError
-from wherry.server.handlers.alter_configs import alter_resources
-from wherry.server.handlers.describe_configs import BROKER, BROKER_LOGGER, TOPIC
+from wherry.server.handlers.alter_configs import alter_resources, set_group_config
+from wherry.server.handlers.describe_configs import BROKER, BROKER_LOGGER, GROUP, TOPIC
+from wherry.share.config import GROUP_CONFIG_KEYS
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -81,10 +82,35 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             raise AdminError(e.error_code, e.message) from e
         await broker.admin.set_broker_config(r.resource_name, new, validate_only=body.validate_only)
 
+    async def alter_group(r: Any) -> None:
+        new = await broker.shares.stored_group_config(r.resource_name)
+        for c in r.configs:
+            if c.name not in GROUP_CONFIG_KEYS:
+                raise AdminError(ErrorCode.invalid_config, f"Unknown group config name: {c.name}")
+            if c.config_operation == SET:
+                if c.value is None:
+                    raise AdminError(
+                        ErrorCode.invalid_request, f"Null value not supported for {c.name}"
+                    )
+                new[c.name] = c.value
+            elif c.config_operation == DELETE:
+                new.pop(c.name, None)
+            elif c.config_operation in (APPEND, SUBTRACT):
+                raise AdminError(
+                    ErrorCode.invalid_config,
+                    f"Config value append is not allowed for config key: {c.name}",
+                )
+            else:
+                raise AdminError(
+                    ErrorCode.invalid_request, f"Unknown config operation {c.config_operation}"
+                )
+        await set_group_config(broker, r.resource_name, new, body.validate_only)
+
     return await alter_resources(
         broker,
         body.resources,
         alter_topic,
         alter_broker,
-        authorized_types=(TOPIC, BROKER, BROKER_LOGGER),
+        authorized_types=(TOPIC, BROKER, BROKER_LOGGER, GROUP),
+        alter_group=alter_group,
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorize_cluster
 
@@ -25,16 +27,37 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             for g in groups
             if authorize(broker, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)
         ]
-    return {
-        "throttle_time": 0,
-        "error_code": err,
-        "groups": [
-            {
-                "group_id": g.group_id,
-                "protocol_type": g.protocol_type,
-                "group_state": g.state,
-                "group_type": "classic",
-            }
-            for g in groups
-        ],
-    }
+    listed = [
+        {
+            "group_id": g.group_id,
+            "protocol_type": g.protocol_type,
+            "group_state": g.state,
+            "group_type": "classic",
+        }
+        for g in groups
+    ]
+    listed += share_groups(broker, body)
+    return {"throttle_time": 0, "error_code": err, "groups": listed}
+
+
+def share_groups(broker: BrokerServices, body: Any) -> list[dict[str, Any]]:
+    """The share groups (KIP-932) this broker coordinates, type "share", under the filters."""
+    states = {s.lower() for s in getattr(body, "states_filter", ()) or ()}
+    types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
+    if types and "share" not in types:
+        return []
+    out = []
+    for g in list(broker.shares.groups.groups.values()):
+        if broker.shares.coordinator_error(g.group_id) != ErrorCode.none:
+            continue
+        if states and g.state.lower() not in states:
+            continue
+        if not authorize_cluster(broker, AclOperation.DESCRIBE) and not authorize(
+            broker, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id
+        ):
+            continue
+        out.append(
+            {"group_id": g.group_id, "protocol_type": "share", "group_state": g.state,
+             "group_type": "share"}
+        )
+    return out

@@ -41,6 +41,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     31: (1, 3),
     32: (1, 4),
     33: (0, 2),
+    34: (1, 2),  # kio has v1+ (Kafka 3.9: 0-2)
     35: (1, 4),
     36: (0, 2),
     37: (0, 3),
@@ -59,4 +60,16 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # KIP-848 is not built: advertised only to answer UNSUPPORTED_VERSION at once
     # (handlers/consumer_group_heartbeat.py).
     68: (0, 1),
+    74: (0, 1),  # v0 was ListClientMetricsResources
+    75: (0, 0),
+    # KIP-932 share groups (server/shares.py); 83-87 are the share coordinator's.
+    76: (1, 1),
+    77: (1, 1),
+    78: (1, 2),
+    79: (1, 2),
+    83: (0, 0),
+    84: (0, 0),
+    85: (0, 1),
+    86: (0, 0),
+    87: (0, 1),
 }

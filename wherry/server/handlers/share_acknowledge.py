@@ -1,0 +1,91 @@
+"""ShareAcknowledge (key 79): acknowledgements outside a fetch (KIP-932).
+
+READ on the group, READ on each topic. The share session must exist and the epoch be its
+next one (0 is refused with INVALID_SHARE_SESSION_EPOCH: acknowledging opens no session; -1
+closes it after these acknowledgements, releasing what the member still holds). Each
+partition's acknowledgements are applied all or nothing and persisted before the answer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
+from wherry.server.handlers.share_common import (
+    MOVED,
+    ack_batches,
+    leader_of,
+    node_endpoints,
+    resolve,
+)
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.services import BrokerServices
+
+
+def _top(code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "error_message": message,
+        "acquisition_lock_timeout": 0,
+        "responses": [],
+        "node_endpoints": [],
+    }
+
+
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    group, member, epoch = body.group_id, body.member_id, body.share_session_epoch
+    if not group or not member:
+        return _top(ErrorCode.invalid_request, "The group id and member id must be set.")
+    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, group):
+        code = ErrorCode.group_authorization_failed
+        return _top(code, AUTHORIZATION_MESSAGES[code])
+    shares = broker.shares
+    settings = await shares.settings(group)
+    session = shares.session_for(group, member, epoch, broker.clock.now_ms(), fetch=False)
+    if isinstance(session, ErrorCode):
+        return _top(session, None)
+    topics = resolve(broker, [t.topic_id for t in body.topics])
+    by_topic: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
+    moved: list[int] = []
+    for t in body.topics:
+        name, err = topics[t.topic_id]
+        for p in t.partitions:
+            leader = {"leader_id": -1, "leader_epoch": -1}
+            if err == ErrorCode.none and name is not None and t.topic_id is not None:
+                tp = TopicPartition(name, p.partition_index)
+                leader = leader_of(broker, tp)
+                code = await shares.acknowledge(
+                    group, member, tp, t.topic_id, ack_batches(p.acknowledgement_batches)
+                )
+            else:
+                code = err
+            if code in MOVED:
+                moved.append(leader["leader_id"])
+            by_topic.setdefault(t.topic_id, []).append(
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": code,
+                    "error_message": None,
+                    "current_leader": leader,
+                }
+            )
+    if session is None:
+        shares.close_session(group, member)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "acquisition_lock_timeout": settings.record_lock_duration_ms,
+        "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()],
+        "node_endpoints": node_endpoints(broker, moved),
+    }

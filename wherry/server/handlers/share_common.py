@@ -1,0 +1,66 @@
+"""What ShareFetch and ShareAcknowledge share: topic resolution by id with READ checks,
+acknowledgement batches, the current leader and node endpoints of answers."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import authorized_names, current_session
+from wherry.share.partition import AckBatch
+
+if TYPE_CHECKING:
+    from wherry.server.services import BrokerServices
+
+
+def resolve(
+    broker: BrokerServices, topic_ids: Iterable[uuid.UUID | None]
+) -> dict[uuid.UUID | None, tuple[str | None, ErrorCode]]:
+    """topic id -> (name, error): UNKNOWN_TOPIC_ID, or TOPIC_AUTHORIZATION_FAILED without
+    READ on the topic."""
+    cache = broker.cache
+    names = {tid: (cache.topic_name(tid) if tid is not None else None) for tid in topic_ids}
+    readable = authorized_names(
+        broker, AclOperation.READ, ResourceType.TOPIC, (n for n in names.values() if n)
+    )
+    out: dict[uuid.UUID | None, tuple[str | None, ErrorCode]] = {}
+    for tid, name in names.items():
+        if name is None:
+            out[tid] = (None, ErrorCode.unknown_topic_id)
+        elif name not in readable:
+            out[tid] = (name, ErrorCode.topic_authorization_failed)
+        else:
+            out[tid] = (name, ErrorCode.none)
+    return out
+
+
+def ack_batches(batches: Iterable[Any]) -> list[AckBatch]:
+    return [
+        AckBatch(b.first_offset, b.last_offset, tuple(int(t) for t in b.acknowledge_types))
+        for b in batches
+    ]
+
+
+def leader_of(broker: BrokerServices, tp: TopicPartition) -> dict[str, int]:
+    st = broker.cache.partition(tp.topic, tp.partition)
+    if st is None:
+        return {"leader_id": -1, "leader_epoch": -1}
+    return {"leader_id": st.leader, "leader_epoch": st.leader_epoch}
+
+
+def node_endpoints(broker: BrokerServices, leader_ids: Iterable[int]) -> list[dict[str, Any]]:
+    out = []
+    listener = current_session().listener
+    for b in sorted({i for i in leader_ids if i >= 0}):
+        ep = broker.cache.endpoint(b, listener)
+        if ep is not None:
+            out.append({"node_id": b, "host": ep.host, "port": ep.port, "rack": None})
+    return out
+
+
+MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)

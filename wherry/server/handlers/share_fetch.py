@@ -1,0 +1,157 @@
+"""ShareFetch (key 78): a share consumer's records and acknowledgements (KIP-932).
+
+READ on the group (else the whole request fails with GROUP_AUTHORIZATION_FAILED), READ on
+each topic. The share session (`share_session_epoch`: 0 opens one, -1 closes it, otherwise the
+next epoch) says which partitions the member fetches; the acknowledgements ride along and are
+applied (and persisted) first, then `server/shares.py` acquires records for the member,
+waiting up to `max_wait` for some. Each partition answers the batches it read plus the
+offset ranges acquired (with their delivery counts): the client delivers only those.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.protocol.codec import duration_ms
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
+from wherry.server.handlers.share_common import (
+    MOVED,
+    ack_batches,
+    leader_of,
+    node_endpoints,
+    resolve,
+)
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.services import BrokerServices
+
+
+def _top(code: ErrorCode, message: str | None, lock_ms: int = 0) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "error_message": message,
+        "acquisition_lock_timeout": lock_ms,
+        "responses": [],
+        "node_endpoints": [],
+    }
+
+
+def _part(index: int, **kw: Any) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": kw.get("error_code", ErrorCode.none),
+        "error_message": None,
+        "acknowledge_error_code": kw.get("ack", ErrorCode.none),
+        "acknowledge_error_message": None,
+        "current_leader": kw.get("leader", {"leader_id": -1, "leader_epoch": -1}),
+        "records": kw.get("records", b""),
+        "acquired_records": kw.get("acquired", []),
+    }
+
+
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    group, member, epoch = body.group_id, body.member_id, body.share_session_epoch
+    if not group or not member:
+        return _top(ErrorCode.invalid_request, "The group id and member id must be set.")
+    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, group):
+        code = ErrorCode.group_authorization_failed
+        return _top(code, AUTHORIZATION_MESSAGES[code])
+    shares = broker.shares
+    settings = await shares.settings(group)
+    now = broker.clock.now_ms()
+    session = shares.session_for(group, member, epoch, now, fetch=True)
+    if isinstance(session, ErrorCode):
+        return _top(session, None)
+    topics = resolve(
+        broker,
+        [t.topic_id for t in body.topics] + [t.topic_id for t in body.forgotten_topics_data],
+    )
+    # (topic id, partition) -> answer fields, in request order
+    answers: dict[tuple[uuid.UUID | None, int], dict[str, Any]] = {}
+    acks: list[tuple[TopicPartition, uuid.UUID, Any]] = []
+    for t in body.topics:
+        name, err = topics[t.topic_id]
+        for p in t.partitions:
+            key = (t.topic_id, p.partition_index)
+            if err != ErrorCode.none or name is None:
+                answers[key] = {"error_code": err}
+                continue
+            tp = TopicPartition(name, p.partition_index)
+            answers[key] = {"leader": leader_of(broker, tp)}
+            if session is not None and t.topic_id is not None:
+                session.partitions.add((t.topic_id, p.partition_index))
+            if p.acknowledgement_batches and t.topic_id is not None:
+                acks.append((tp, t.topic_id, p.acknowledgement_batches))
+    if session is not None:
+        for f in body.forgotten_topics_data:
+            name = topics[f.topic_id][0]
+            for pi in f.partitions:
+                if f.topic_id is not None:
+                    session.partitions.discard((f.topic_id, pi))
+                    if name is not None:  # what the member held there goes back
+                        shares.release(group, member, TopicPartition(name, pi))
+    for tp, tid, batches in acks:
+        code = await shares.acknowledge(group, member, tp, tid, ack_batches(batches))
+        answers[(tid, tp.partition)]["ack"] = code
+    if session is None:  # the final epoch: acknowledgements only, then the session closes
+        shares.close_session(group, member)
+        wanted: list[tuple[TopicPartition, uuid.UUID]] = []
+    else:
+        wanted = []
+        for tid, pi in sorted(session.partitions, key=lambda x: (str(x[0]), x[1])):
+            name = broker.cache.topic_name(tid)
+            if name is None:
+                continue
+            a = answers.get((tid, pi))
+            if a is not None and a.get("error_code", ErrorCode.none) != ErrorCode.none:
+                continue
+            wanted.append((TopicPartition(name, pi), tid))
+    result = {}
+    if wanted:
+        result = await shares.fetch(
+            group,
+            member,
+            wanted,
+            max_wait_ms=0 if acks else duration_ms(body.max_wait),
+            max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),
+            max_records=max(1, getattr(body, "max_records", 500)),
+        )
+    for (tp, tid), pf in ((x, result[x[0]]) for x in wanted if x[0] in result):
+        a = answers.setdefault((tid, tp.partition), {})
+        a["leader"] = {"leader_id": pf.leader_id, "leader_epoch": pf.leader_epoch}
+        if pf.error_code != ErrorCode.none:
+            a["error_code"] = pf.error_code
+        if pf.acquired:
+            a["records"] = pf.records
+            a["acquired"] = [
+                {
+                    "first_offset": r.first_offset,
+                    "last_offset": r.last_offset,
+                    "delivery_count": r.delivery_count,
+                }
+                for r in pf.acquired
+            ]
+    by_topic: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
+    moved: list[int] = []
+    for (topic_id, pi), a in answers.items():
+        part = _part(pi, **a)
+        if part["error_code"] in MOVED or part["acknowledge_error_code"] in MOVED:
+            moved.append(part["current_leader"]["leader_id"])
+        by_topic.setdefault(topic_id, []).append(part)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "acquisition_lock_timeout": settings.record_lock_duration_ms,
+        "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()],
+        "node_endpoints": node_endpoints(broker, moved),
+    }

@@ -5,8 +5,10 @@ loopback port, temporary data dir, stopped by PID). Rows:
 
   a   raw limit: loopback socket → file, 1 MiB size-prefixed frames (plain blocking sockets)
   b   broker ingest capacity: pre-encoded pipelined Produce requests (acks=1), ratio to (a)
+  b2  the same with 100 B records (records/s)
   c1  confluent-kafka Producer, 100 B records;  c2  the same with 1 KiB records
   d0  raw limit: os.sendfile of the broker's segment files → loopback reader
+  d3  broker consume capacity: pre-encoded pipelined Fetch requests of (c2)'s topic (ratio to d0)
   d1  confluent-kafka Consumer reading c1's topic;  d2  reading c2's topic (ratio to d0)
   e   produce latency p50/p99 at a fixed rate (acks=all, linger.ms=0)
   f1  startup: exec → first ApiVersions response;  f2  idle RSS;  f3  RSS after (c)
@@ -198,14 +200,22 @@ class Bench:
             )
         )
 
-        self.log("(b) broker ingest capacity")
+        self._ingest("b", load, a)
+        self._ingest("b2", {**load, "topic": "bench-ingest-100b", "record_bytes": 100}, a)
+
+    def _ingest(self, rid: str, load: dict[str, Any], a: float) -> None:
+        """(b) / (b2): the lean Produce generator against a fresh broker."""
+        plan = self.plan
+        topic = load["topic"]
+        size = load["record_bytes"]
+        self.log(f"({rid}) broker ingest capacity, {size} B records")
         d = self._tmp("ingest")
         try:
             with Broker(d / "data", self.overrides) as broker:
                 broker.start()
                 create_topic(broker.bootstrap, topic, PARTITIONS)
                 r, cpu = self.run_on(
-                    "b",
+                    rid,
                     broker,
                     "ingest",
                     {
@@ -221,12 +231,12 @@ class Bench:
             shutil.rmtree(d, ignore_errors=True)
         self.add(
             Row(
-                "b",
-                f"broker ingest: Produce, acks=1, {plan.ingest_connections} conns x "
-                f"{plan.ingest_in_flight} in flight",
-                {"mb_s": r["mb_s"], "ratio": r["mb_s"] / a},
-                f"{r['requests']} requests ({r['req_s']:.0f}/s) in {r['elapsed_s']:.1f} s; "
-                f"{written / MIB:.0f} MiB in segments; {cpu}",
+                rid,
+                f"broker ingest: Produce, {size} B records, acks=1, "
+                f"{plan.ingest_connections} conns x {plan.ingest_in_flight} in flight",
+                {"rec_s": r["rec_s"], "mb_s": r["mb_s"], "ratio": r["mb_s"] / a},
+                f"{r['requests']} requests ({r['req_s']:.0f}/s) of {r['records_per_request']} "
+                f"records in {r['elapsed_s']:.1f} s; {written / MIB:.0f} MiB in segments; {cpu}",
                 {"ingest": r, "segment_bytes": written},
             )
         )
@@ -376,6 +386,34 @@ class Bench:
                 {**sf, "passes": srv["passes"], "segment_bytes": log_bytes},
             )
         )
+        self.log("(d3) lean consumer: pre-encoded Fetch requests")
+        r, cpu = self.run_on(
+            "d3",
+            broker,
+            "fetch_load",
+            {
+                "bootstrap": bs,
+                "topic": "bench-1024b",
+                "partitions": PARTITIONS,
+                "connections": 1,
+                "in_flight": plan.ingest_in_flight,
+                "max_bytes": MIB,
+                "duration_s": plan.pipe_duration_s,
+                "timeout_s": 60,
+            },
+            timeout_s=120,
+        )
+        self.add(
+            Row(
+                "d3",
+                f"broker consume: Fetch of (c2)'s {PARTITIONS} partitions, 1 conn x "
+                f"{plan.ingest_in_flight} in flight (ratio to d0)",
+                {"mb_s": r["mb_s"], "ratio": r["mb_s"] / sf["mb_s"]},
+                f"{r['requests']} responses ({r['req_s']:.0f}/s), {r['passes']:.1f} passes "
+                f"over the log in {r['elapsed_s']:.1f} s; {cpu}",
+                r,
+            )
+        )
         for _, did, size, count in sizes:
             topic = f"bench-{size}b"
             seg = sum(f.stat().st_size for f in segment_files(data, topic))
@@ -430,7 +468,7 @@ class Bench:
         )
 
 
-ORDER = ("a", "b", "c1", "c2", "d0", "d1", "d2", "e", "f1", "f2", "f3")
+ORDER = ("a", "b", "b2", "c1", "c2", "d0", "d3", "d1", "d2", "e", "f1", "f2", "f3")
 
 
 def render(env: dict[str, Any], rows: list[Row]) -> None:

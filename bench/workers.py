@@ -65,8 +65,9 @@ def produce_frame(
     )
 
 
-def produce_frames(p: Params) -> list[bytes]:
-    batch = build_record_batch(p["batch_bytes"], p["record_bytes"])
+def produce_frames(p: Params, batch: bytes | None = None) -> list[bytes]:
+    if batch is None:
+        batch = build_record_batch(p["batch_bytes"], p["record_bytes"])
     return [
         produce_frame(p["topic"], part, batch, p.get("acks", 1), correlation_id=part + 1)
         for part in range(p["partitions"])
@@ -184,7 +185,11 @@ def ingest(p: Params) -> Params:
     order, so a response always acknowledges the oldest request in flight.
     """
     host, port = p["bootstrap"].rsplit(":", 1)
-    frames = produce_frames(p)
+    from wherry.protocol.records import parse_header
+
+    batch = build_record_batch(p["batch_bytes"], p["record_bytes"])
+    per_request = parse_header(batch).record_count
+    frames = produce_frames(p, batch)
     conns = p["connections"]
     in_flight = p["in_flight"]
     timeout_s = p["timeout_s"]
@@ -256,11 +261,179 @@ def ingest(p: Params) -> Params:
     frame_bytes = len(frames[0])
     return {
         "requests": total,
+        "records": total * per_request,
+        "rec_s": total * per_request / elapsed,
+        "records_per_request": per_request,
         "frame_bytes": frame_bytes,
         "bytes": total * frame_bytes,
         "elapsed_s": elapsed,
         "mb_s": total * frame_bytes / elapsed / MIB,
         "req_s": total / elapsed,
+        "client_cpu_s": time.process_time() - cpu0,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# (d3) broker consume capacity: pre-encoded pipelined Fetch requests
+# --------------------------------------------------------------------------------------------
+
+
+def fetch_frame(
+    topic: str, offsets: dict[int, int], max_bytes: int, correlation_id: int
+) -> bytes:
+    """A size-prefixed FetchRequest v12 (no session: epoch -1), no wait, for the partitions
+    of `offsets` (partition → fetch offset), `max_bytes` each."""
+    return encode_request(
+        1,
+        12,
+        {
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": max_bytes * len(offsets),
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": offset,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": max_bytes,
+                        }
+                        for partition, offset in offsets.items()
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+        correlation_id=correlation_id,
+    )
+
+
+def _fetch_plan(
+    s: socket.socket, topic: str, partitions: list[int], max_bytes: int
+) -> list[tuple[bytes, int, int]]:
+    """Walk partitions from offset 0 (together, one Fetch for all of them) with decoded
+    Fetches: (request frame, response frame size, record bytes) of every Fetch it takes to
+    read them once."""
+    from wherry.protocol.records import iter_batches
+
+    plan: list[tuple[bytes, int, int]] = []
+    offsets = dict.fromkeys(partitions, 0)
+    while True:
+        frame = fetch_frame(topic, offsets, max_bytes, correlation_id=len(plan) + 1)
+        s.sendall(frame)
+        resp_frame = read_frame(s)
+        resp = decode_response(1, 12, resp_frame)
+        if int(resp.error_code) != 0:
+            raise BenchError(f"fetch {topic}: {resp.error_code!r}")
+        total = 0
+        for part in resp.responses[0].partitions:
+            if int(part.error_code) != 0:
+                raise BenchError(f"fetch {topic}-{part.partition_index}: {part.error_code!r}")
+            records = part.records or b""
+            batches = list(iter_batches(records))
+            if records and not batches:
+                raise BenchError(f"fetch {topic}-{part.partition_index}: no whole batch")
+            if batches:
+                offsets[int(part.partition_index)] = batches[-1][1].next_offset
+            total += len(records)
+        if not total:
+            return plan
+        plan.append((frame, len(resp_frame), total))
+
+
+def fetch_load(p: Params) -> Params:
+    """`connections` connections (partition i on connection i % connections), each cycling
+    through the pre-encoded Fetches that read its partitions from the start (planned once
+    with decoded responses), `in_flight` requests outstanding, for `duration_s`. Responses
+    are read into a buffer and discarded; each must have the size of its planned answer
+    (the log does not change meanwhile)."""
+    host, port = p["bootstrap"].rsplit(":", 1)
+    timeout_s = p["timeout_s"]
+    in_flight = p["in_flight"]
+    max_bytes = p.get("max_bytes", MIB)
+    conns = p.get("connections", p["partitions"])
+    socks = []
+    plans = []
+    for c in range(conns):
+        s = socket.create_connection((host, int(port)), timeout=timeout_s)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        socks.append(s)
+        mine = [part for part in range(p["partitions"]) if part % conns == c]
+        plans.append(_fetch_plan(s, p["topic"], mine, max_bytes))
+    if not all(plans):
+        raise BenchError("a partition of the consume topic is empty")
+
+    barrier = threading.Barrier(len(socks) + 1)
+    counts = [(0, 0, 0)] * len(socks)  # (responses, response bytes, record bytes)
+    last = [0.0] * len(socks)
+    errors: list[str] = []
+    start = [0.0]
+
+    def run(i: int) -> None:
+        s, plan = socks[i], plans[i]
+        buf = memoryview(bytearray(max(size for _, size, _ in plan) + 4))
+        n = len(plan)
+        sent = done = nbytes = rbytes = 0
+        try:
+            barrier.wait()
+            end = start[0] + p["duration_s"]
+            while sent < in_flight:
+                s.sendall(plan[sent % n][0])
+                sent += 1
+            while done < sent:
+                if not _recv_into_exact(s, buf[:4]):
+                    raise ConnectionError("connection closed")
+                (size,) = _SIZE.unpack_from(buf)
+                _, want, records = plan[done % n]
+                if size != want:
+                    raise BenchError(f"response of {size} bytes, planned {want}")
+                if not _recv_into_exact(s, buf[4 : 4 + size]):
+                    raise ConnectionError("connection closed")
+                done += 1
+                nbytes += size + 4
+                rbytes += records
+                if time.perf_counter() < end:
+                    s.sendall(plan[sent % n][0])
+                    sent += 1
+            last[i] = time.perf_counter()
+            counts[i] = (done, nbytes, rbytes)
+        except Exception as e:  # reported below
+            errors.append(f"connection {i}: {e!r}")
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(socks))]
+    for t in threads:
+        t.start()
+    cpu0 = time.process_time()
+    start[0] = time.perf_counter()
+    barrier.wait()
+    for t in threads:
+        t.join(p["duration_s"] + timeout_s)
+    for s in socks:
+        s.close()
+    if errors:
+        raise BenchError(f"fetch load errors: {errors[:5]}")
+    elapsed = max(last) - start[0]
+    responses = sum(c[0] for c in counts)
+    wire = sum(c[1] for c in counts)
+    records = sum(c[2] for c in counts)
+    return {
+        "requests": responses,
+        "bytes": wire,
+        "record_bytes": records,
+        "elapsed_s": elapsed,
+        "mb_s": records / elapsed / MIB,
+        "wire_mb_s": wire / elapsed / MIB,
+        "req_s": responses / elapsed,
+        "passes": responses / sum(len(x) for x in plans),
         "client_cpu_s": time.process_time() - cpu0,
     }
 
@@ -574,6 +747,7 @@ ROLES: dict[str, Callable[[Params], Params]] = {
     "raw_server": raw_server,
     "raw_client": raw_client,
     "ingest": ingest,
+    "fetch_load": fetch_load,
     "cf_produce": cf_produce,
     "cf_txn_produce": cf_txn_produce,
     "cf_consume": cf_consume,

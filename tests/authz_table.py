@@ -36,11 +36,9 @@ from wherry.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 Op = AclOperation
 RT = ResourceType
 
-# API keys that need no authorization (ApiVersions; ConsumerGroupHeartbeat, answered
-# UNSUPPORTED_VERSION before any check as Kafka does with its new coordinator off;
-# ListTransactions, which only leaves out the transactional ids the caller may not DESCRIBE)
-# or whose checks others own (ACLs, SCRAM).
-EXEMPT_API_KEYS = frozenset({17, 18, 29, 30, 31, 36, 50, 51, 66, 68})
+# API keys that need no authorization (ApiVersions; ListTransactions, which only leaves out
+# the transactional ids the caller may not DESCRIBE) or whose checks others own (ACLs, SCRAM).
+EXEMPT_API_KEYS = frozenset({17, 18, 29, 30, 31, 36, 50, 51, 66})
 
 TOPIC_DENIED = int(ErrorCode.topic_authorization_failed)
 GROUP_DENIED = int(ErrorCode.group_authorization_failed)
@@ -313,6 +311,11 @@ def _share_state_bodies() -> dict[int, Callable[[AuthzContext], dict[str, Any]]]
         86: body({}),
         87: body({"leader_epoch": 0}),
     }
+def _cg_heartbeat(group: str, epoch: int, topics: list[str]) -> dict[str, Any]:
+    return {"group_id": group, "member_id": "authz-nobody", "member_epoch": epoch,
+            "instance_id": None, "rack_id": None, "rebalance_timeout": -1,
+            "subscribed_topic_names": topics or None, "subscribed_topic_regex": None,
+            "server_assignor": None, "topic_partitions": None}
 
 
 def rows(ctx: AuthzContext) -> list[AuthzRow]:
@@ -450,6 +453,18 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
                  Op.DESCRIBE, RT.GROUP, g, _group_listed, GROUP_DENIED, NONE),
         AuthzRow("list-groups-cluster-describe", 16, 4, lambda c: {"states_filter": []},
                  Op.DESCRIBE, RT.CLUSTER, _cluster, _group_listed, GROUP_DENIED, NONE),
+        # KIP-848: READ on the group, DESCRIBE on the subscribed topics (a join with no
+        # rebalance timeout, INVALID_REQUEST once allowed, so no member is added)
+        AuthzRow("consumer-group-heartbeat-read", 68, 1, lambda c: _cg_heartbeat(c.group, 5, []),
+                 Op.READ, RT.GROUP, g, _top, GROUP_DENIED, int(ErrorCode.group_id_not_found)),
+        AuthzRow("consumer-group-heartbeat-topic-describe", 68, 1,
+                 lambda c: _cg_heartbeat(c.group, 0, [c.topic]),
+                 Op.DESCRIBE, RT.TOPIC, t, _top, TOPIC_DENIED, int(ErrorCode.invalid_request),
+                 grants=read_group),
+        AuthzRow("consumer-group-describe-describe", 69, 0, lambda c: {
+            "group_ids": [c.group], "include_authorized_operations": False},
+                 Op.DESCRIBE, RT.GROUP, g, lambda r: int(r.groups[0].error_code),
+                 GROUP_DENIED),
         AuthzRow("delete-groups-delete", 42, 2, lambda c: {"groups_names": [c.missing_group]},
                  Op.DELETE, RT.GROUP, lambda c: c.missing_group,
                  lambda r: int(r.results[0].error_code), GROUP_DENIED),

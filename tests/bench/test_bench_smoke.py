@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = ("a", "b", "c1", "c2", "d0", "d1", "d2", "e", "f1", "f2", "f3")
+ROWS = ("a", "b", "b2", "c1", "c2", "d0", "d3", "d1", "d2", "e", "f1", "f2", "f3")
 
 
 @pytest.mark.slow

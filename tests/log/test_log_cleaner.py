@@ -23,9 +23,9 @@ from wherry.log.cleaner import (
 )
 from wherry.log.config import LogConfig
 from wherry.log.log import Log
+from wherry.log.validator import RecordValidationError
 from wherry.protocol.records import (
     ATTR_DELETE_HORIZON,
-    InvalidRecordError,
     RecordSpec,
     build_batch,
     iter_batches,
@@ -227,8 +227,12 @@ def test_min_compaction_lag(tmp_path: Path) -> None:
 
 def test_keyless_records_rejected(tmp_path: Path) -> None:
     log = open_log(tmp_path, COMPACT)
-    with pytest.raises(InvalidRecordError):
-        log.append_as_leader(build_batch([(None, b"v")]), leader_epoch=0, now_ms=T0)
+    with pytest.raises(RecordValidationError) as info:  # KIP-467: INVALID_RECORD, per record
+        log.append_as_leader(
+            build_batch([(b"k", b"v"), (None, b"v"), (b"k", b"v")]), leader_epoch=0, now_ms=T0
+        )
+    assert info.value.error_code == 87 and [i for i, _ in info.value.record_errors] == [1]
+    assert log.log_end_offset == 0
     log.close()
 
 

@@ -85,7 +85,10 @@ class Harness:
             conn.principal = session.principal
 
         async def go() -> bytes | None:
-            return await self.broker.handle_frame(conn, memoryview(frame))
+            answer = await self.broker.handle_frame(conn, memoryview(frame))
+            if isinstance(answer, list):  # a Fetch's records as file regions: read them
+                return b"".join(bytes(part) for part in answer)
+            return answer
 
         raw = self.cluster.run(go(), timeout_s=30)
         assert raw is not None

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["GroupCoordinatorConfig"]
+__all__ = ["ConsumerGroupConfig", "GroupCoordinatorConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupConfig:
+    """KIP-848 consumer groups (Kafka's `group.consumer.*` broker configs)."""
+
+    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+    max_size: int = 2_147_483_647  # group.consumer.max.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,3 +29,4 @@ class GroupCoordinatorConfig:
     offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions
     # JoinGroup requests of new members time out after this (Kafka's NewMemberJoinTimeoutMs).
     new_member_join_timeout_ms: int = 5 * 60 * 1000
+    consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)

@@ -30,8 +30,17 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.config import GroupCoordinatorConfig
+from wherry.group.consumer_bridge import ConsumerGroupBridge
+from wherry.group.consumer_coordinator import (
+    ConsumerGroupManager,
+    HeartbeatCallback,
+    HeartbeatRequest,
+    TopicsImage,
+)
+from wherry.group.consumer_group import ConsumerGroup
 from wherry.group.group import GroupMetadata, GroupOverview, GroupSummary, OffsetAndMetadata
 from wherry.group.join import JoinGroupHandler, JoinRequest
+from wherry.group.loader import PartitionSnapshot
 from wherry.group.member import (
     UNKNOWN_MEMBER_ID,
     JoinCallback,
@@ -83,6 +92,8 @@ class Api(enum.Enum):
     DELETE_GROUPS = "delete-groups"
     OFFSET_DELETE = "offset-delete"
     TXN_OFFSET_COMMIT = "txn-offset-commit"
+    CONSUMER_GROUP_HEARTBEAT = "consumer-group-heartbeat"
+    CONSUMER_GROUP_DESCRIBE = "consumer-group-describe"
 
 
 # Group ids these APIs accept even when empty (Kafka keeps them for backwards compatibility).
@@ -130,6 +141,18 @@ class GroupCoordinator:
         )
         self._rebalancer = Rebalancer(config, self._manager, now_ms=now_ms, log_prefix=prefix)
         self._joins = JoinGroupHandler(self._rebalancer, log_prefix=prefix)
+        # KIP-848 consumer groups; their offsets live in `_manager` (an Empty classic entry
+        # per group holds them, as Kafka keeps offsets apart from the group's records).
+        self._consumer = ConsumerGroupManager(
+            config.consumer,
+            storage,
+            self._manager.partition_for,
+            self._manager.is_partition_owned,
+            log_prefix=prefix,
+        )
+        self._bridge = ConsumerGroupBridge(
+            config, self._manager, self._consumer, storage, log_prefix=prefix
+        )
 
     @property
     def partition_count(self) -> int:
@@ -157,6 +180,8 @@ class GroupCoordinator:
         log.info("%s Shutting down.", self._prefix)
         self._active = False
         self._manager.shutdown(self._rebalancer.on_group_unloaded)
+        for p in range(self._manager.partition_count):
+            self._consumer.unload(p)
         self._rebalancer.shutdown()
 
     @property
@@ -171,9 +196,16 @@ class GroupCoordinator:
     def advance_clock(self, now_ms: int) -> None:
         """Expire due rebalances and sessions (call at `next_expiration_ms`)."""
         self._rebalancer.advance_clock(now_ms)
+        if self._active:
+            self._consumer.advance_clock(now_ms)
 
     def next_expiration_ms(self) -> int | None:
-        return self._rebalancer.next_expiration_ms()
+        deadlines = [
+            d
+            for d in (self._rebalancer.next_expiration_ms(), self._consumer.next_expiration_ms())
+            if d is not None
+        ]
+        return min(deadlines) if deadlines else None
 
     # --- placement and loading ------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -215,17 +247,26 @@ class GroupCoordinator:
         (leadership may have moved meanwhile); returns whether it was applied.
         """
         self._rebalancer.tick(now_ms)
+
+        def consumer_groups(snap: PartitionSnapshot) -> None:
+            n = self._consumer.load(partition, snap.consumer_groups, now_ms)
+            if n:
+                log.info("%s Loaded %d consumer groups of partition %d", self._prefix, n, partition)
+
         return self._manager.load_partition(
             partition,
             batches,
             now_ms=self.now_ms,
             epoch=epoch,
             on_group_loaded=self._rebalancer.on_group_loaded,
+            on_snapshot=consumer_groups,
         )
 
     def unload_partition(self, partition: int, epoch: int | None = None) -> None:
         """Stop serving the partition's groups (Kafka's onResignation)."""
         self._manager.unload_partition(partition, epoch, self._rebalancer.on_group_unloaded)
+        if not self._manager.is_partition_owned(partition):
+            self._consumer.unload(partition)
 
     # --- validation -----------------------------------------------------------------------------
     def _group_status(self, group_id: str, api: Api, now_ms: int) -> ErrorCode | None:
@@ -278,6 +319,8 @@ class GroupCoordinator:
         reason: str | None = None,
     ) -> None:
         err = self._group_status(group_id, Api.JOIN_GROUP, now_ms)
+        if err is None:
+            err = self._bridge.classic_join_refusal(group_id)
         if err is not None:
             callback(JoinGroupResult.failed(member_id, err))
             return
@@ -520,10 +563,22 @@ class GroupCoordinator:
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
         callback: CommitCallback,
         now_ms: int,
+        api_version: int = 9,
     ) -> None:
         err = self._group_status(group_id, Api.OFFSET_COMMIT, now_ms)
         if err is not None:
             callback(dict.fromkeys(offsets, err))
+            return
+        consumer_group = self._consumer.get(group_id)
+        if consumer_group is not None:
+            refused = self._consumer.validate_offset_commit(
+                consumer_group, member_id, generation_id, api_version
+            )
+            if refused is not None:
+                callback(dict.fromkeys(offsets, refused[0]))
+                return
+            holder = self._bridge.offsets_holder(group_id, self.now_ms)
+            self._manager.store_offsets(holder, member_id, offsets, callback)
             return
         group = self._manager.get_group(group_id)
         if group is None:
@@ -574,6 +629,19 @@ class GroupCoordinator:
         err = self._group_status(group_id, Api.TXN_OFFSET_COMMIT, now_ms)
         if err is not None:
             callback(dict.fromkeys(offsets, err))
+            return
+        consumer_group = self._consumer.get(group_id)
+        if consumer_group is not None:
+            # A KIP-848 member's epoch (none for a producer outside the group's management).
+            unmanaged = generation_id < 0 and member_id == UNKNOWN_MEMBER_ID
+            refused = None if unmanaged else self._consumer.validate_offset_commit(
+                consumer_group, member_id, generation_id, api_version=9
+            )
+            if refused is not None:
+                callback(dict.fromkeys(offsets, refused[0]))
+                return
+            holder = self._bridge.offsets_holder(group_id, self.now_ms)
+            self._manager.store_txn_offsets(holder, producer_id, producer_epoch, offsets, callback)
             return
         group = self._manager.get_group(group_id)
         if group is None:
@@ -633,11 +701,19 @@ class GroupCoordinator:
         group_id: str,
         require_stable: bool,
         partitions: Sequence[TopicPartition] | None,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetFetchPartition]]:
-        """Committed offsets (all of the group's when `partitions` is None)."""
+        """Committed offsets (all of the group's when `partitions` is None); a KIP-848
+        member (OffsetFetch v9+) gives its member id and epoch."""
         err = self._validate_group_status(group_id, Api.OFFSET_FETCH)
         if err is not None:
             return err, {}
+        consumer_group = self._consumer.get(group_id)
+        if consumer_group is not None:
+            err = self._consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
+            if err is not None:
+                return err, {}
         return ErrorCode.none, self._manager.get_offsets(group_id, require_stable, partitions)
 
     # --- DescribeGroups / ListGroups ----------------------------------------------------------
@@ -648,6 +724,12 @@ class GroupCoordinator:
         if err is not None:
             return err, None, NO_GROUP
         group = self._manager.get_group(group_id)
+        if self._consumer.get(group_id) is not None:
+            # Kafka 4: DescribeGroups describes classic groups only.
+            if api_version >= 6:
+                message = f"Group {group_id} is not a classic group."
+                return ErrorCode.group_id_not_found, message, DEAD_GROUP
+            return ErrorCode.none, None, DEAD_GROUP
         if group is None:
             if api_version >= 6:
                 return ErrorCode.group_id_not_found, f"Group {group_id} not found.", DEAD_GROUP
@@ -661,13 +743,21 @@ class GroupCoordinator:
             return ErrorCode.coordinator_not_available, []
         err = ErrorCode.coordinator_load_in_progress if self._manager.is_loading else ErrorCode.none
         wanted = {s.lower() for s in states}
-        if types and "classic" not in {t.lower() for t in types}:
-            return err, []
-        groups = [
-            g.overview()
-            for g in self._manager.current_groups()
-            if not wanted or str(g.state).lower() in wanted
-        ]
+        kinds = {t.lower() for t in types}
+        groups: list[GroupOverview] = []
+        if not kinds or "classic" in kinds:
+            groups = [
+                g.overview()
+                for g in self._manager.current_groups()
+                if (not wanted or str(g.state).lower() in wanted)
+                and self._consumer.get(g.group_id) is None
+            ]
+        if not kinds or "consumer" in kinds:
+            groups += [
+                GroupOverview(g.group_id, "consumer", g.state, "consumer")
+                for g in self._consumer.groups()
+                if not wanted or g.state.lower() in wanted
+            ]
         return err, groups
 
     def group(self, group_id: str) -> GroupMetadata | None:
@@ -689,6 +779,14 @@ class GroupCoordinator:
                 errors[group_id] = err
                 continue
             group = self._manager.get_group(group_id)
+            if self._consumer.get(group_id) is not None:
+                err = self._consumer.delete(group_id)
+                if err != ErrorCode.none:
+                    errors[group_id] = err
+                    continue
+                if group is None or not group.is_(_E):
+                    errors[group_id] = ErrorCode.none
+                    continue
             if group is None or group.is_(_D):
                 errors[group_id] = ErrorCode.group_id_not_found
             elif group.is_(_E):
@@ -720,6 +818,14 @@ class GroupCoordinator:
         if group is None or group.is_(_D):
             return ErrorCode.group_id_not_found, {}
         errors: dict[TopicPartition, ErrorCode] = {}
+        consumer_group = self._consumer.get(group_id)
+        if consumer_group is not None and consumer_group.members:
+            # A KIP-848 group keeps the offsets of the topics it subscribes to.
+            subscribed = consumer_group.subscribed_topics
+            for tp in partitions:
+                if tp.topic in subscribed:
+                    errors[tp] = ErrorCode.group_subscribed_to_topic
+            partitions = [tp for tp in partitions if tp not in errors]
         eligible: list[TopicPartition]
         if group.is_(_E):
             eligible = list(partitions)
@@ -749,9 +855,31 @@ class GroupCoordinator:
     def cleanup_expired_offsets(self, now_ms: int) -> int:
         """The periodic retention task: expire offsets, drop dead groups, write tombstones."""
         self._rebalancer.tick(now_ms)
-        return self._manager.cleanup_expired_offsets(self.now_ms)
+        active = {g.group_id for g in self._consumer.groups() if g.members}
+        return self._manager.cleanup_expired_offsets(self.now_ms, active)
 
     def handle_deleted_partitions(self, partitions: Sequence[TopicPartition], now_ms: int) -> int:
         """Forget offsets of deleted topic partitions."""
         self._rebalancer.tick(now_ms)
         return self._manager.remove_partition_offsets(partitions, self.now_ms)
+
+    # --- KIP-848 consumer groups (consumer_bridge.py) --------------------------------------
+    @property
+    def consumer_groups(self) -> ConsumerGroupManager:
+        return self._consumer
+
+    def handle_consumer_group_heartbeat(
+        self,
+        req: HeartbeatRequest,
+        topics: TopicsImage,
+        callback: HeartbeatCallback,
+        now_ms: int,
+    ) -> None:
+        status = self._group_status(req.group_id, Api.CONSUMER_GROUP_HEARTBEAT, now_ms)
+        self._bridge.heartbeat(req, topics, callback, now_ms, status)
+
+    def handle_consumer_group_describe(
+        self, group_id: str
+    ) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        status = self._validate_group_status(group_id, Api.CONSUMER_GROUP_DESCRIBE)
+        return self._bridge.describe(group_id, status)

@@ -15,6 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.group.consumer_group_records import (
+    CONSUMER_GROUP_RECORD_TYPES,
+    ConsumerGroupReplay,
+    record_type,
+)
 from wherry.group.group import CommitRecordMetadataAndOffset, OffsetAndMetadata
 from wherry.group.records import (
     GroupMetadataKey,
@@ -55,6 +60,8 @@ class PartitionSnapshot:
     pending_txn_offsets: dict[int, dict[str, _Offsets]] = field(default_factory=dict)
     records: int = 0
     skipped: int = 0
+    # KIP-848 consumer groups (record types 3-8)
+    consumer_groups: ConsumerGroupReplay = field(default_factory=ConsumerGroupReplay)
 
     def _complete_txn(self, producer_id: int, is_commit: bool) -> None:
         pending = self.pending_txn_offsets.pop(producer_id, None)
@@ -97,6 +104,9 @@ def read_partition(batches: Iterable[bytes | bytearray | memoryview]) -> Partiti
                     snap.skipped += 1
                     continue
                 try:
+                    if record_type(rec.key) in CONSUMER_GROUP_RECORD_TYPES:
+                        snap.consumer_groups.apply(rec.key, rec.value)
+                        continue
                     _apply(snap, decode_key(rec.key), rec.value, header.base_offset, txn_producer)
                 except RecordFormatError as e:
                     log.error("Skipping unreadable record at offset %d: %s", rec.offset, e)

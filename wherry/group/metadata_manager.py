@@ -15,7 +15,7 @@ Pure and single-threaded; time comes in as `now_ms`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.group import CommitRecordMetadataAndOffset, GroupMetadata, OffsetAndMetadata
-from wherry.group.loader import read_partition
+from wherry.group.loader import PartitionSnapshot, read_partition
 from wherry.group.member import MemberMetadata
 from wherry.group.records import (
     OFFSETS_TOPIC,
@@ -188,8 +188,10 @@ class GroupMetadataManager:
         now_ms: int,
         epoch: int | None,
         on_group_loaded: GroupCallback,
+        on_snapshot: Callable[[PartitionSnapshot], None] | None = None,
     ) -> bool:
         """Rebuild the partition's groups and offsets from its log and start serving them;
+        `on_snapshot` gets the replayed partition first (the KIP-848 groups are in it);
         `on_group_loaded` is called for each group with metadata, once the partition is owned.
 
         With `epoch`, the load only applies if it is still the one `begin_loading` started
@@ -229,6 +231,8 @@ class GroupMetadataManager:
                     group_id,
                     partition,
                 )
+        if on_snapshot is not None:
+            on_snapshot(snap)
         self._owned.add(partition)
         self._loading.pop(partition, None)
         for group in loaded:
@@ -514,11 +518,12 @@ class GroupMetadataManager:
         return out
 
     # --- removing offsets and groups ------------------------------------------------------------
-    def cleanup_expired_offsets(self, now_ms: int) -> int:
-        """The periodic retention task: expire offsets, drop dead groups, write tombstones."""
+    def cleanup_expired_offsets(self, now_ms: int, keep: Collection[str] = ()) -> int:
+        """The periodic retention task: expire offsets, drop dead groups, write tombstones;
+        the groups in `keep` (KIP-848 groups with members) keep their offsets."""
         retention = self.config.offsets_retention_ms
         removed = self.cleanup_group_metadata(
-            self.current_groups(),
+            [g for g in self.current_groups() if g.group_id not in keep],
             lambda g: g.remove_expired_offsets(now_ms, retention),
             now_ms,
         )

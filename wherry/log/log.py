@@ -33,6 +33,7 @@ from typing import NamedTuple
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.errors import OffsetOutOfRangeError, StorageError
+from wherry.log.file_region import FileRegion
 from wherry.log.loader import LoadedLog, LogLoader, rebuild_producer_state
 from wherry.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -447,6 +448,35 @@ class Log:
 
         Raises OffsetOutOfRangeError unless log_start_offset <= offset <= log_end_offset.
         """
+        data = self._read(offset, max_bytes, max_offset, min_one_message, region=False)
+        assert isinstance(data, bytes)
+        return data
+
+    def read_region(
+        self,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> bytes | FileRegion:
+        """`read`, as a `FileRegion` of the same bytes in the segment file (b"" when there
+        are none), to be sent from the file (zero-copy consume)."""
+        return self._read(offset, max_bytes, max_offset, min_one_message, region=True)
+
+    def _read(
+        self,
+        offset: int,
+        max_bytes: int,
+        max_offset: int | None,
+        min_one_message: bool,
+        *,
+        region: bool,
+    ) -> bytes | FileRegion:
+        """Whole batches starting with the one containing `offset` (see `read`).
+
+        Raises OffsetOutOfRangeError unless log_start_offset <= offset <= log_end_offset.
+        """
         with self._lock:
             self._check_open()
             start, end = self.log_start_offset, self._log_end_offset
@@ -463,6 +493,7 @@ class Log:
                 max_bytes=max_bytes,
                 upper=upper if upper < end else None,
                 min_one_message=min_one_message,
+                region=region,
             )
 
     def iter_batches(self, start_offset: int | None = None) -> Iterator[tuple[int, BatchHeader]]:

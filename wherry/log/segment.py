@@ -25,6 +25,7 @@ from typing import NamedTuple, TypeVar
 
 from wherry.log.cache import OPEN_FILES
 from wherry.log.errors import CorruptIndexError, LogOffsetError, StorageError
+from wherry.log.file_region import FileRegion
 from wherry.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex, TimestampOffset
 from wherry.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from wherry.protocol.records import (
@@ -510,6 +511,52 @@ class LogSegment:
         first = hint - start.position if hint is not None and hint > start.position else 0
         end = _whole_batches_end(data, first)
         return data if end == len(data) else data[:end]
+
+    def read_region(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> FileRegion | bytes | None:
+        """`read`, as a `FileRegion` of the same bytes (b"" when there are none): only the
+        batch headers near the cut are read, the records stay in the file."""
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size}")
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        limit = self._size if max_position is None else min(max_position, self._size)
+        wanted = max(max_size, start.size) if min_one_message else max_size
+        fetch_size = min(limit - start.position, wanted)
+        if fetch_size <= 0:
+            return b""
+        if self._active:
+            return self._region(self._fd, start.position, fetch_size, limit)
+        with self._fd_lock:
+            return self._region(self._acquire_fd_locked(), start.position, fetch_size, limit)
+
+    def _region(self, fd: int, position: int, size: int, limit: int) -> FileRegion | bytes:
+        end = position + size
+        if end != limit:  # cut after the last whole batch
+            end = self._whole_batches_end_in_file(fd, position, end)
+        return FileRegion.of(fd, position, end - position) if end > position else b""
+
+    def _whole_batches_end_in_file(self, fd: int, start: int, end: int) -> int:
+        """`_whole_batches_end` of the file bytes [start, end), reading batch headers only
+        (from an indexed batch near the end)."""
+        hint = self.offset_index.lookup_position(end)
+        pos = hint if hint is not None and hint > start else start
+        while end - pos >= LOG_OVERHEAD:
+            head = os.pread(fd, LOG_OVERHEAD, pos)
+            if len(head) < LOG_OVERHEAD:
+                break
+            (length,) = _INT32.unpack_from(head, 8)
+            batch_end = pos + LOG_OVERHEAD + length
+            if length < _MIN_BATCH_LENGTH or batch_end > end:
+                break
+            pos = batch_end
+        return pos
 
     def read_next_offset(self) -> int:
         """The offset after the last batch (base offset if empty)."""

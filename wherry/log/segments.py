@@ -25,6 +25,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import fsync_dir
 from wherry.log.config import LogConfig
 from wherry.log.errors import LogOffsetError, StorageError
+from wherry.log.file_region import FileRegion
 from wherry.log.index import TimestampOffset
 from wherry.log.producer_state import ProducerStateManager
 from wherry.log.segment import (
@@ -191,10 +192,17 @@ class LogSegments:
         return bound
 
     def read(
-        self, offset: int, *, max_bytes: int, upper: int | None, min_one_message: bool
-    ) -> bytes:
+        self,
+        offset: int,
+        *,
+        max_bytes: int,
+        upper: int | None,
+        min_one_message: bool,
+        region: bool = False,
+    ) -> bytes | FileRegion:
         """Whole batches from the one containing `offset`; with `upper`, only those below it
-        (`upper` below the log end offset, where a batch may end mid-segment)."""
+        (`upper` below the log end offset, where a batch may end mid-segment). With `region`
+        a `FileRegion` of those bytes (b"" when there are none)."""
         bound = self._bound_for(upper) if upper is not None else None
         for segment in self._segments[self._index_for(offset) :]:
             max_position: int | None = None
@@ -203,7 +211,8 @@ class LogSegments:
                     break
                 if segment.base_offset == bound.segment_base:
                     max_position = bound.position
-            data = segment.read(offset, max_bytes, max_position, min_one_message)
+            read = segment.read_region if region else segment.read
+            data = read(offset, max_bytes, max_position, min_one_message)
             if data is not None:
                 return data
         return b""

@@ -23,10 +23,10 @@ from wherry.protocol.records import (
     CorruptRecordError,
     InvalidRecordError,
     RecordTooLargeError,
-    check_records_have_keys,
     crc_ok,
     iter_batches,
     iter_records,
+    null_key_records,
     parse_header,
     patch_batch,
     set_log_append_time,
@@ -36,6 +36,7 @@ from wherry.protocol.records import (
 __all__ = [
     "InvalidTimestampError",
     "RecordBatchTooLargeError",
+    "RecordValidationError",
     "assign_offsets",
     "parse_batches",
     "validate_client_batches",
@@ -43,8 +44,21 @@ __all__ = [
 ]
 
 
-class InvalidTimestampError(LogError):
-    """A CreateTime record timestamp is outside message.timestamp.{before,after}.max.ms."""
+class RecordValidationError(LogError):
+    """Records of a batch the topic cannot accept (Kafka's RecordValidationException,
+    KIP-467): the whole append fails with INVALID_RECORD, and `record_errors` names each
+    offending record as (index in its batch, message) for the Produce response (v8+)."""
+
+    error_code = ErrorCode.invalid_record
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]]) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
+
+
+class InvalidTimestampError(RecordValidationError):
+    """A CreateTime record timestamp is outside message.timestamp.{before,after}.max.ms
+    (INVALID_TIMESTAMP, whatever else the other records have)."""
 
     error_code = ErrorCode.invalid_timestamp
 
@@ -82,6 +96,9 @@ def validate_client_batches(
     `validate_batch` checks the caller already made, except max.message.bytes). Only the
     coordinator (`allow_control`: transaction markers) may append control batches."""
     view = memoryview(buf)
+    # KIP-467: every record the topic cannot accept, (index in its batch, message, is a
+    # timestamp error), one per record (its key is checked first, as Kafka's LogValidator)
+    record_errors: list[tuple[int, str, bool]] = []
     for pos, header in batches:
         size = header.size_in_bytes
         if validate:
@@ -97,16 +114,38 @@ def validate_client_batches(
             if not allow_control:
                 raise InvalidRecordError("clients are not allowed to write control records")
             continue
+        keyless: set[int] = set()
         if config.compact:
-            check_records_have_keys(buf, pos)
+            keyless = set(null_key_records(buf, pos))
+            record_errors.extend(
+                (i, f"Compacted topic cannot accept message without key in topic partition "
+                 f"{topic_partition}.", False)
+                for i in sorted(keyless)
+            )
+        if not config.log_append_time:
+            record_errors.extend(
+                (i, msg, True)
+                for i, msg in _timestamp_errors(buf, pos, config, now_ms)
+                if i not in keyless
+            )
         if header.has_producer_id and header.base_sequence < 0:
             raise InvalidRecordError(
                 f"invalid sequence number {header.base_sequence} in record batch with "
                 f"producer id {header.producer_id}"
             )
     view.release()
-    if not config.log_append_time:
-        _validate_timestamps(buf, batches, config, now_ms)
+    if record_errors:
+        errors = [(i, msg) for i, msg, _ in sorted(record_errors)]
+        if any(is_ts for _, _, is_ts in record_errors):
+            raise InvalidTimestampError(
+                "One or more records have been rejected due to invalid timestamp", errors
+            )
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        raise RecordValidationError(
+            f"One or more records have been rejected due to {len(errors)} record errors in "
+            f"total, and only showing the first three errors at most: [{shown}]",
+            errors,
+        )
     if len(buf) > config.segment_bytes:
         raise RecordBatchTooLargeError(
             f"message batch size is {len(buf)} bytes in append to partition "
@@ -115,9 +154,11 @@ def validate_client_batches(
         )
 
 
-def _validate_timestamps(
-    buf: bytearray, batches: Sequence[tuple[int, BatchHeader]], config: LogConfig, now_ms: int
-) -> None:
+def _timestamp_errors(
+    buf: bytearray, pos: int, config: LogConfig, now_ms: int
+) -> list[tuple[int, str]]:
+    """(index, message) of each CreateTime record of the batch at `pos` outside
+    message.timestamp.{before,after}.max.ms (or the older difference.max.ms)."""
     before = config.message_timestamp_before_max_ms
     if before == LONG_MAX:
         before = config.message_timestamp_difference_max_ms
@@ -125,19 +166,23 @@ def _validate_timestamps(
     if after == LONG_MAX:
         after = config.message_timestamp_difference_max_ms
     if before == LONG_MAX and after == LONG_MAX:
-        return
-    for pos, _ in batches:
-        for record in iter_records(buf, pos):
-            if record.timestamp < 0:
-                continue
-            diff = now_ms - record.timestamp
-            if diff > before or -diff > after:
-                raise InvalidTimestampError(
+        return []
+    out: list[tuple[int, str]] = []
+    for i, record in enumerate(iter_records(buf, pos)):
+        if record.timestamp < 0:
+            continue
+        diff = now_ms - record.timestamp
+        if diff > before or -diff > after:
+            out.append(
+                (
+                    i,
                     f"Timestamp {record.timestamp} of message with offset "
                     f"{record.offset} is out of range. The timestamp should be within "
                     f"[{now_ms - before if before != LONG_MAX else '-inf'}, "
-                    f"{now_ms + after if after != LONG_MAX else 'inf'}]"
+                    f"{now_ms + after if after != LONG_MAX else 'inf'}]",
                 )
+            )
+    return out
 
 
 def assign_offsets(

@@ -38,9 +38,19 @@ from dataclasses import dataclass
 from typing import Final
 
 import google_crc32c
-from kio.schema.errors import ErrorCode
 
 from wherry.protocol import compression as _compression
+from wherry.protocol.record_errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordError,
+    RecordTooLargeError,
+)
+from wherry.protocol.record_walk import (
+    _read_varint,
+    _read_varlong,
+    _walk_records_checked,
+)
 
 __all__ = [
     "ATTR_COMPRESSION_MASK",
@@ -66,11 +76,11 @@ __all__ = [
     "build_batch",
     "build_control_batch",
     "build_retained_batch",
-    "check_records_have_keys",
     "crc_ok",
     "increment_sequence",
     "iter_batches",
     "iter_records",
+    "null_key_records",
     "parse_control_record",
     "parse_header",
     "patch_batch",
@@ -126,30 +136,6 @@ _Buffer = bytes | bytearray | memoryview
 # --------------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------------
-
-
-class RecordError(Exception):
-    """Base class of record-batch errors; ``error_code`` is the Kafka error to return."""
-
-    error_code: ErrorCode = ErrorCode.corrupt_message
-
-
-class CorruptRecordError(RecordError):
-    """Bad CRC, bad length field, truncated data, corrupt compressed payload."""
-
-    error_code = ErrorCode.corrupt_message
-
-
-class InvalidRecordError(RecordError):
-    """Structurally valid framing but semantically invalid (old magic, bad counts/deltas...)."""
-
-    error_code = ErrorCode.invalid_record
-
-
-class RecordTooLargeError(RecordError):
-    """Batch larger than ``max.message.bytes``."""
-
-    error_code = ErrorCode.message_too_large
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,46 +294,6 @@ def crc_ok(buf: _Buffer, pos: int, header: BatchHeader) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _read_uvarint(buf: bytes, pos: int, limit: int, max_bytes: int = 10) -> tuple[int, int]:
-    """Decode an unsigned LEB128 varint from ``buf[pos:limit]``; returns (value, new_pos)."""
-    result = 0
-    shift = 0
-    stop = min(limit, pos + max_bytes)
-    while pos < stop:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-    if pos >= limit:
-        raise InvalidRecordError("truncated varint in record")
-    raise InvalidRecordError("varint too long in record")
-
-
-def _read_varint(buf: bytes, pos: int, limit: int) -> tuple[int, int]:
-    """Zig-zag int32 varint (max 5 bytes)."""
-    b = buf[pos] if pos < limit else 0x80  # 0x80 falls through to the slow, checking path
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    if pos + 1 < limit:
-        b2 = buf[pos + 1]
-        if b2 < 0x80:
-            raw = (b & 0x7F) | (b2 << 7)
-            return (raw >> 1) ^ -(raw & 1), pos + 2
-    raw, pos = _read_uvarint(buf, pos, limit, 5)
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
-def _read_varlong(buf: bytes, pos: int, limit: int) -> tuple[int, int]:
-    """Zig-zag int64 varint (max 10 bytes)."""
-    b = buf[pos] if pos < limit else 0x80
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    raw, pos = _read_uvarint(buf, pos, limit, 10)
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
 def _write_uvarint(out: bytearray, value: int) -> None:
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -405,100 +351,13 @@ def _records_payload(buf: _Buffer, pos: int, header: BatchHeader) -> tuple[bytes
     return data, 0, len(data)
 
 
-def _walk_records(data: bytes, pos: int, end: int) -> int:
-    """Structurally walk records in ``data[pos:end]`` without materialising keys/values.
-
-    Checks every record's length is consistent with its fields and that offset deltas are
-    0, 1, 2, ... .  Returns the number of records.  Raises :class:`InvalidRecordError`.
-
-    This is the per-record cost of every produce, so zig-zag varints of one and two bytes
-    (lengths below 8 KiB) are decoded inline; longer ones take `_read_varint`.
-    """
-    n = 0
-    read_varint = _read_varint
-    while pos < end:
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            raw = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (raw >> 1) ^ -(raw & 1)
-            pos += 2
-        else:
-            length, pos = read_varint(data, pos, end)
-        rec_end = pos + length
-        if length < 6 or rec_end > end:
-            raise InvalidRecordError(
-                f"invalid record size {length} for record {n} ({end - pos} bytes remaining)"
-            )
-        p = pos + 1  # attributes
-        # timestampDelta (varlong): skip
-        if data[p] < 0x80:
-            p += 1
-        else:
-            _, p = _read_varlong(data, p, rec_end)
-        # offsetDelta
-        b = data[p]
-        if b < 0x80:
-            offset_delta = (b >> 1) ^ -(b & 1)
-            p += 1
-        elif data[p + 1] < 0x80:
-            raw = (b & 0x7F) | (data[p + 1] << 7)
-            offset_delta = (raw >> 1) ^ -(raw & 1)
-            p += 2
-        else:
-            offset_delta, p = read_varint(data, p, rec_end)
-        if offset_delta != n:
-            raise InvalidRecordError(
-                f"record {n} has offset delta {offset_delta}; expected consecutive deltas"
-            )
-        # key, then value: -1 (null) or a length >= 0 followed by that many bytes
-        for what in ("key", "value"):
-            b = data[p]
-            if b < 0x80:
-                raw = b
-                p += 1
-            elif data[p + 1] < 0x80:
-                raw = (b & 0x7F) | (data[p + 1] << 7)
-                p += 2
-            else:
-                raw, p = _read_uvarint(data, p, rec_end, 5)
-            if not raw & 1:  # zig-zag: even = length >= 0
-                p += raw >> 1
-            elif raw != 1:  # odd and not -1
-                raise InvalidRecordError(f"invalid {what} length {-((raw + 1) >> 1)} in record {n}")
-        # headers
-        b = data[p]
-        if b == 0:
-            p += 1
-        else:
-            hcount, p = read_varint(data, p, rec_end)
-            if hcount < 0:
-                raise InvalidRecordError(f"invalid header count {hcount} in record {n}")
-            for _ in range(hcount):
-                hklen, p = read_varint(data, p, rec_end)
-                if hklen < 0:
-                    raise InvalidRecordError(f"invalid header key length {hklen} in record {n}")
-                p += hklen
-                hvlen, p = read_varint(data, p, rec_end)
-                if hvlen > 0:
-                    p += hvlen
-                elif hvlen < -1:
-                    raise InvalidRecordError(f"invalid header value length {hvlen} in record {n}")
-                if p > rec_end:
-                    break
-        if p != rec_end:
-            raise InvalidRecordError(
-                f"invalid record size for record {n}: declared {length} bytes, fields use {p - pos}"
-            )
-        pos = rec_end
-        n += 1
-    return n
-
-
-def validate_batch(data: _Buffer, *, max_message_bytes: int) -> BatchHeader:
+def validate_batch(
+    data: _Buffer, *, max_message_bytes: int, null_keys: list[int] | None = None
+) -> BatchHeader:
     """Validate the ``records`` field of a Produce partition: exactly one v2 batch.
+
+    With ``null_keys`` (a list), the indices of the records that have no key are appended to
+    it (a compacted topic refuses them, KIP-467's per-record errors name them).
 
     Raises :class:`InvalidRecordError` (no batch, more than one batch / trailing bytes, magic
     0/1, bad record count, bad offset deltas, inconsistent record lengths),
@@ -538,17 +397,10 @@ def validate_batch(data: _Buffer, *, max_message_bytes: int) -> BatchHeader:
             f"record count {count}"
         )
     payload, start, end = _records_payload(raw, 0, header)
-    walked = _walk_records_checked(payload, start, end)
+    walked = _walk_records_checked(payload, start, end, null_keys)
     if walked != count:
         raise InvalidRecordError(f"batch declares {count} records but contains {walked}")
     return header
-
-
-def _walk_records_checked(data: bytes, pos: int, end: int) -> int:
-    try:
-        return _walk_records(data, pos, end)
-    except IndexError as exc:  # a length pointed past the buffer end
-        raise InvalidRecordError("record extends past the end of the batch") from exc
 
 
 # --------------------------------------------------------------------------------------------
@@ -846,14 +698,15 @@ def build_retained_batch(
     return prefix + crc_header + payload
 
 
-def check_records_have_keys(batch: _Buffer, pos: int = 0) -> None:
-    """Raise InvalidRecordError if a record of the (non-control) batch at `pos` has no key:
-    a compacted topic does not accept them (Kafka answers INVALID_RECORD)."""
+def null_key_records(batch: _Buffer, pos: int = 0) -> list[int]:
+    """Indices (in the batch) of the records of the batch at `pos` that have no key; none
+    for a control batch. The batch must be valid (`validate_batch`)."""
     header = parse_header(batch, pos)
     if header.is_control:
-        return
-    for record in iter_records(batch, pos):
-        if record.key is None:
-            raise InvalidRecordError(
-                "Compacted topic cannot accept message without key in topic partition"
-            )
+        return []
+    if pos + header.size_in_bytes > len(batch):
+        raise CorruptRecordError("truncated record batch")
+    data, start, end = _records_payload(batch, pos, header)
+    out: list[int] = []
+    _walk_records_checked(data, start, end, out)
+    return out

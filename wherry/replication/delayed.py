@@ -20,6 +20,8 @@ class ProducePartitionStatus:
     log_start_offset: int
     error_message: str | None = None
     acks_pending: bool = True
+    # KIP-467: (index in the batch, message) of each record that made the append fail
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 class DelayedProduce(DelayedOperation):

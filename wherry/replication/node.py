@@ -498,9 +498,11 @@ class ReplicaNode:
         min_bytes: int,
         max_bytes: int,
         isolation_level: int = 0,
+        zero_copy: bool = False,
     ) -> FetchResult:
         """Read from consumers' or followers' positions; wait up to `max_wait_ms` for
-        `min_bytes` (a follower's fetch also moves its ISR state and the HW)."""
+        `min_bytes` (a follower's fetch also moves its ISR state and the HW). `zero_copy`:
+        records as `FileRegion`s, for a response sent from the files."""
         return await answer_of(
             lambda respond: self.replica_manager.fetch_messages(
                 replica_id=replica_id,
@@ -511,5 +513,6 @@ class ReplicaNode:
                 partitions=partitions,
                 respond=respond,
                 isolation_level=isolation_level,
+                zero_copy=zero_copy,
             )
         )

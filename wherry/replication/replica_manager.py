@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.errors import OffsetOutOfRangeError
+from wherry.log.file_region import FileRegion
 from wherry.log.log import Log
 from wherry.log.manager import LogManager
 from wherry.protocol.interbroker import LeaderAndIsrRequest, StopReplicaRequest
@@ -70,7 +71,9 @@ class FetchPartitionResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    # bytes, or (a consumer's or follower's fetch with `zero_copy`) a region of the segment
+    # file the network layer sends from the file
+    records: bytes | FileRegion = b""
     # read_committed: (producer id, first offset) of the aborted transactions overlapping the
     # records returned; None for read_uncommitted and followers.
     aborted_transactions: list[tuple[int, int]] | None = None
@@ -255,8 +258,14 @@ class ReplicaManager:
         now_ms: int,
         from_coordinator: bool = False,
     ) -> ProducePartitionStatus:
-        def failed(code: ErrorCode, msg: str | None = None) -> ProducePartitionStatus:
-            return ProducePartitionStatus(-1, code, -1, -1, -1, msg, acks_pending=False)
+        def failed(
+            code: ErrorCode,
+            msg: str | None = None,
+            record_errors: Iterable[tuple[int, str]] = (),
+        ) -> ProducePartitionStatus:
+            return ProducePartitionStatus(
+                -1, code, -1, -1, -1, msg, acks_pending=False, record_errors=tuple(record_errors)
+            )
 
         part = self.partitions.get(tp)
         if part is None:
@@ -291,7 +300,7 @@ class ReplicaManager:
         except Exception as e:
             code = getattr(e, "error_code", None)
             if isinstance(code, ErrorCode):
-                return failed(code, str(e))
+                return failed(code, str(e), getattr(e, "record_errors", ()))
             log.exception(
                 "[ReplicaManager broker=%d] append to %s-%d failed",
                 self.broker_id,
@@ -345,10 +354,12 @@ class ReplicaManager:
         respond: Callable[[FetchResult], None],
         replica_epoch: int = -1,
         isolation_level: int = READ_UNCOMMITTED,
+        zero_copy: bool = False,
     ) -> None:
         """Serve a Fetch; `replica_id` >= 0 marks a follower (its broker epoch, Fetch v15+'s
         `replica_state.replica_epoch`, in `replica_epoch`; -1 when not sent). A consumer
-        with `isolation_level` READ_COMMITTED reads below the LSO only."""
+        with `isolation_level` READ_COMMITTED reads below the LSO only. With `zero_copy` the
+        records are `FileRegion`s (read_committed reads excepted)."""
         quota = self.leader_quota
         if replica_id >= 0 and quota is not None:
             respond = self._recording_throttled_bytes(quota, respond)
@@ -360,6 +371,7 @@ class ReplicaManager:
             partitions,
             replica_epoch=replica_epoch,
             isolation_level=isolation_level,
+            zero_copy=zero_copy,
         )
         total = sum(len(r.records) for r in result.values())
         errored = any(r.error_code != ErrorCode.none for r in result.values())
@@ -403,6 +415,7 @@ class ReplicaManager:
                     partitions,
                     update_fetch_state=False,
                     isolation_level=isolation_level,
+                    zero_copy=zero_copy,
                 )
             )
 
@@ -420,6 +433,7 @@ class ReplicaManager:
         update_fetch_state: bool = True,
         replica_epoch: int = -1,
         isolation_level: int = READ_UNCOMMITTED,
+        zero_copy: bool = False,
     ) -> FetchResult:
         """Read for a consumer (below the HW; read_committed: below the LSO, with the aborted
         transactions of the range) or a follower (`replica_id` >= 0: up to the LEO,
@@ -463,25 +477,38 @@ class ReplicaManager:
                 last_stable_offset=lso,
                 log_start_offset=plog.log_start_offset,
             )
+            data: bytes | FileRegion = b""
             try:
                 limit = max(0, min(fp.max_bytes, remaining))
                 if self._leader_throttled(part, replica_id, now_ms):
-                    data = b""  # KIP-73: a throttled partition is answered without records
+                    pass  # KIP-73: a throttled partition is answered without records
                 elif fp.fetch_offset < upper or fp.fetch_offset > plog.log_end_offset:
-                    data = plog.read(
-                        fp.fetch_offset, max_bytes=limit, max_offset=upper, min_one_message=min_one
-                    )
-                else:
-                    data = b""
+                    if committed:  # bytes: the aborted transactions follow from them
+                        data = committed_data = plog.read(
+                            fp.fetch_offset,
+                            max_bytes=limit,
+                            max_offset=upper,
+                            min_one_message=min_one,
+                        )
+                        res.aborted_transactions = _aborted_in(
+                            plog, fp.fetch_offset, committed_data
+                        )
+                    else:
+                        read = plog.read_region if zero_copy else plog.read
+                        data = read(
+                            fp.fetch_offset,
+                            max_bytes=limit,
+                            max_offset=upper,
+                            min_one_message=min_one,
+                        )
             except OffsetOutOfRangeError:
                 res.error_code = ErrorCode.offset_out_of_range
-                data = b""
             if data:
                 min_one = False
                 remaining -= len(data)
             res.records = data
-            if committed:
-                res.aborted_transactions = _aborted_in(plog, fp.fetch_offset, data)
+            if committed and res.aborted_transactions is None:
+                res.aborted_transactions = []
             if follower and update_fetch_state and res.error_code is ErrorCode.none:
                 try:
                     self._update_follower_fetch_state(

@@ -53,6 +53,7 @@ from wherry.protocol.codec import (
     decode_request,
     encode_response,
 )
+from wherry.protocol.response_parts import ResponsePart, encode_response_parts
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock, SystemClock
@@ -825,7 +826,9 @@ class Broker:
             log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)
 
     # --- client requests -----------------------------------------------------------------
-    async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
+    async def handle_frame(
+        self, conn: ConnectionInfo, frame: memoryview
+    ) -> bytes | list[ResponsePart] | None:
         if not self._started.is_set() and frame[:2] != API_VERSIONS_PREFIX:
             await self._started.wait()
         sasl = self.sasl_gate.authenticator(conn)
@@ -849,7 +852,7 @@ class Broker:
         )
         return await self._dispatch(req)
 
-    async def _dispatch(self, req: Request) -> bytes | None:
+    async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | None:
         handler = handler_for(req.api_key)
         started = time.perf_counter()
         try:
@@ -872,7 +875,8 @@ class Broker:
             )
         if body is None:
             return None
-        return encode_response(req.api_key, req.api_version, req.correlation_id, body)
+        # Fetch records may be file regions: network.py sends them from the files
+        return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
 
 
 def _scram_user_of(entity: str) -> str | None:

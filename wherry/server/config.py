@@ -197,6 +197,12 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
     group_max_size: int = 2_147_483_647
+    # KIP-848 consumer groups (Kafka 4's group.consumer.* names and defaults)
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    group_consumer_migration_policy: str = "bidirectional"
+    group_consumer_max_size: int = 2_147_483_647
     # Topic-config defaults derived from broker `log.*` settings.
     log_defaults: LogConfig = field(default_factory=LogConfig)
     # Every setting as given (file + overrides), for DescribeConfigs.
@@ -287,6 +293,7 @@ class BrokerConfig:
         ):
             take(key, _int)
         take("cluster.id", str)
+        take_consumer_group_keys(p, take, at_least)
         take("broker.rack", str, "rack")
         take("zookeeper.connect", lambda v: v.strip() or None)
         take("controlled.shutdown.enable", _bool)
@@ -440,3 +447,41 @@ def new_cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+_MIGRATION_POLICIES = ("disabled", "downgrade", "upgrade", "bidirectional")
+
+
+def _assignors(value: str) -> tuple[str, ...]:
+    names = tuple(
+        _ASSIGNOR_CLASSES.get(n.strip(), n.strip()) for n in value.split(",") if n.strip()
+    )
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if unknown or not names:
+        raise ValueError(f"unknown assignors {unknown}; wherry has uniform and range")
+    return names
+
+
+def _migration_policy(value: str) -> str:
+    v = value.strip().lower()
+    if v not in _MIGRATION_POLICIES:
+        choices = ", ".join(_MIGRATION_POLICIES).upper()
+        raise ValueError(f"String must be one of (case insensitive): {choices}")
+    return v
+
+
+def take_consumer_group_keys(p: Mapping[str, str], take: Any, at_least: Any) -> None:
+    """The `group.consumer.*` keys of KIP-848 consumer groups."""
+    for key in (
+        "group.consumer.session.timeout.ms",
+        "group.consumer.heartbeat.interval.ms",
+        "group.consumer.max.size",
+    ):
+        take(key, _int)
+        at_least(key, 1)
+    take("group.consumer.assignors", _assignors)
+    take("group.consumer.migration.policy", _migration_policy)

@@ -49,6 +49,8 @@ _BROKER_KEYS = frozenset({
     "offsets.retention.check.interval.ms", "offsets.commit.timeout.ms",
     "offsets.load.buffer.size", "offset.metadata.max.bytes", "group.min.session.timeout.ms",
     "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms", "group.max.size",
+    "group.consumer.session.timeout.ms", "group.consumer.heartbeat.interval.ms",
+    "group.consumer.assignors", "group.consumer.migration.policy", "group.consumer.max.size",
     "transactional.id.expiration.ms", "transaction.max.timeout.ms",
     "transaction.state.log.num.partitions", "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr", "transaction.state.log.segment.bytes",

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
-from wherry.group.config import GroupCoordinatorConfig
+from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.group.storage import AppendDone, Record
@@ -62,6 +62,13 @@ def group_coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
         offset_metadata_max_bytes=config.offset_metadata_max_bytes,
         offsets_retention_ms=config.offsets_retention_ms,
         offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+        consumer=ConsumerGroupConfig(
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            assignors=config.group_consumer_assignors,
+            migration_policy=config.group_consumer_migration_policy,
+            max_size=config.group_consumer_max_size,
+        ),
     )
 
 

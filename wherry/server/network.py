@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from wherry.log.file_region import FileRegion, ShortRegionError
 from wherry.protocol.framing import FrameDecoder, FrameError
+from wherry.protocol.response_parts import ResponsePart
 from wherry.security.principal import ANONYMOUS, KafkaPrincipal, user
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,10 @@ def certificate_principal(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> K
     return user(x509.load_der_x509_certificate(der).subject.rfc4514_string())
 
 
-FrameHandler = Callable[[ConnectionInfo, memoryview], Awaitable[bytes | None]]
+# A response: one frame, or the chunks of one frame with file regions among them (a Fetch's
+# records, sent from the segment files with os.sendfile; protocol/response_parts.py)
+Response = bytes | Sequence[ResponsePart]
+FrameHandler = Callable[[ConnectionInfo, memoryview], Awaitable[Response | None]]
 
 
 class _Connection(asyncio.Protocol):
@@ -82,6 +88,7 @@ class _Connection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.info: ConnectionInfo | None = None
         self.reading_paused = False
+        self.writable: asyncio.Future[None] | None = None  # waiting to sendfile more
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -124,6 +131,7 @@ class _Connection(asyncio.Protocol):
         self.server._connections.discard(self)
         self.wakeup.set()
         self.can_write.set()
+        self._stop_waiting_for_writable()
         if self.decoder.buffered_bytes:
             log.info(
                 "Connection %s closed with %d bytes of a partial request",
@@ -150,6 +158,105 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
         self.wakeup.set()
+        self._stop_waiting_for_writable()
+
+    def _stop_waiting_for_writable(self) -> None:
+        if self.writable is not None and not self.writable.done():
+            self.writable.cancel()
+
+    # --- writing a response with file regions ------------------------------------------------
+    def _sendfile_fd(self) -> int | None:
+        """The socket's fd if region bytes may go to it with os.sendfile: not on TLS."""
+        transport = self.transport
+        if transport is None or transport.get_extra_info("ssl_object") is not None:
+            return None
+        sock = transport.get_extra_info("socket")
+        return None if sock is None else int(sock.fileno())
+
+    async def _write_parts(self, parts: Sequence[ResponsePart]) -> None:
+        """Write one response given as byte chunks and file regions, in order: regions go
+        with os.sendfile (after the chunks before them have left the transport's buffer),
+        or are read and written on TLS connections. A region the file no longer holds
+        whole (truncated since the read) closes the connection: its length is already in
+        the frame. Every region is closed afterwards."""
+        transport = self.transport
+        try:
+            sock_fd = self._sendfile_fd()
+            for part in parts:
+                if self.closing or transport is None:
+                    return
+                if isinstance(part, bytes):
+                    transport.write(part)
+                elif not isinstance(part, FileRegion):
+                    raise TypeError(f"unexpected response part {type(part).__name__}")
+                elif sock_fd is None:
+                    transport.write(part.read())
+                else:
+                    await self._drain()
+                    if not self.closing:
+                        await self._sendfile(sock_fd, part)
+            if not self.can_write.is_set():
+                await self.can_write.wait()
+        except ShortRegionError as e:
+            self.close(f"record bytes of a response are gone from their segment file: {e}")
+        except OSError as e:
+            self.close(f"sending from a segment file failed: {e}")
+        finally:
+            for part in parts:
+                if isinstance(part, FileRegion):
+                    part.close()
+
+    async def _drain(self) -> None:
+        """Wait until the transport's write buffer is empty (bytes written before a region
+        must reach the socket first)."""
+        transport = self.transport
+        if transport is None or transport.get_write_buffer_size() == 0:
+            return
+        transport.set_write_buffer_limits(high=0)  # pauses us now, resumes once empty
+        try:
+            while not self.closing and transport.get_write_buffer_size() > 0:
+                self.can_write.clear()
+                await self.can_write.wait()
+        finally:
+            if not self.closing:
+                transport.set_write_buffer_limits()
+
+    async def _sendfile(self, sock_fd: int, region: FileRegion) -> None:
+        position, left = region.position, region.length
+        while left > 0 and not self.closing:
+            try:
+                sent = os.sendfile(sock_fd, region.fd, position, left)
+            except BlockingIOError:
+                await self._wait_writable(sock_fd)
+                continue
+            if sent == 0:
+                raise ShortRegionError(
+                    f"{left} of {region.length} bytes missing at position {position}"
+                )
+            position += sent
+            left -= sent
+
+    async def _wait_writable(self, sock_fd: int) -> None:
+        """Until the socket can take more. The event loop refuses add_writer on the fd its
+        transport owns, so a duplicate of it is watched (the same socket)."""
+        loop = asyncio.get_running_loop()
+        fd = os.dup(sock_fd)
+        self.writable = fut = loop.create_future()
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        loop.add_writer(fd, ready)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if not self.closing:
+                raise
+        finally:
+            self.writable = None
+            loop.remove_writer(fd)
+            os.close(fd)
 
     async def _run(self) -> None:
         handler = self.server.handler
@@ -179,6 +286,9 @@ class _Connection(asyncio.Protocol):
                     self.close(str(e))
                     return
                 if response and not self.closing and self.transport is not None:
+                    if not isinstance(response, bytes):
+                        await self._write_parts(response)
+                        continue
                     self.transport.write(response)
                     if not self.can_write.is_set():
                         await self.can_write.wait()

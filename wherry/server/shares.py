@@ -33,6 +33,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
 from wherry.group.records import OFFSETS_TOPIC, partition_for
+from wherry.log.file_region import FileRegion
 from wherry.outbound.client import RequestClient, RequestError
 from wherry.outbound.connection import OutboundConnection
 from wherry.outbound.security import ClientSecurity
@@ -513,13 +514,16 @@ class ShareRuntime:
                 return 0
             pf.error_code = res.error_code if res is not None else ErrorCode.unknown_server_error
             return 0
-        if not res.records:
+        records = res.records
+        if isinstance(records, FileRegion):  # not asked for (no zero_copy): never expected
+            records = records.read()
+        if not records:
             return 0
-        batches = fetched_batches(res.records, res.aborted_transactions if committed else None)
+        batches = fetched_batches(records, res.aborted_transactions if committed else None)
         acquired = sp.acquire(member, batches, max_records, self.clock.now_ms())
         if not acquired:
             return 0
-        pf.records = _overlapping(res.records, acquired)
+        pf.records = _overlapping(records, acquired)
         pf.acquired = acquired
         return sum(r.last_offset - r.first_offset + 1 for r in acquired)
 

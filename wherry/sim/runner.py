@@ -8,6 +8,7 @@ replays it.
     python -m wherry.sim --seeds 500 --no-operations      # faults only, no cluster operations
     python -m wherry.sim --seeds 500 --transactions       # transactional producers too
     python -m wherry.sim --seeds 500 --shares             # share-group schedules (KIP-932)
+    python -m wherry.sim --seeds 500 --consumer-groups    # KIP-848 consumer groups too
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def _options(args: argparse.Namespace) -> SimOptions:
         o = replace(o, reassign_keep_in_sync=False)
     if args.transactions:
         o = replace(o, transactions=True)
+    if args.consumer_groups:
+        o = replace(o, consumer_groups=True)
     return o
 
 
@@ -64,6 +67,8 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
         extra += " --careless-reassign"
     if args.transactions:
         extra += " --transactions"
+    if args.consumer_groups:
+        extra += " --consumer-groups"
     return f"python -m wherry.sim --seed {seed}{extra} -v"
 
 
@@ -108,6 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="share-group schedules instead (sim/shares.py): share-partition and share "
         "coordinator failovers, lock expiry, delivery limits",
+    )
+    p.add_argument(
+        "--consumer-groups",
+        action="store_true",
+        help="KIP-848 consumer groups, coordinator crashes and the rebuilt-group invariant",
     )
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("-v", "--verbose", action="store_true", help="print the fault log")

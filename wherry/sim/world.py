@@ -28,6 +28,7 @@ from wherry.protocol.records import build_batch, parse_header
 from wherry.replication.fetcher import FetcherConfig
 from wherry.replication.partition import Partition
 from wherry.replication.replica_manager import READ_COMMITTED, FetchPartition
+from wherry.sim import consumer_groups as cg
 from wherry.sim.controller import ControllerMessage, SimController, SimStore
 from wherry.sim.disk import DurableFiles
 from wherry.sim.invariants import (
@@ -93,6 +94,10 @@ class SimOptions:
     # and coordinator crashes mid-EndTxn (transactions.py), checked by `TxnLedger`.
     transactions: bool = False
     txn: TxnSimConfig = field(default_factory=TxnSimConfig)
+    # Real controller: KIP-848 consumer groups -- the group coordinator on every broker,
+    # members heartbeating, coordinator crashes (consumer_groups.py), checked by `GroupLedger`.
+    consumer_groups: bool = False
+    groups: cg.GroupSimConfig = field(default_factory=cg.GroupSimConfig)
 
 
 @dataclass(slots=True)
@@ -109,6 +114,7 @@ class SimResult:
     transactions: int = 0  # transactions begun
     committed: int = 0  # of them, EndTxn(commit) answered NONE
     txn_reads: int = 0  # read_committed reads checked
+    group_reloads: int = 0  # consumer groups rebuilt from the log and checked
 
     @property
     def ok(self) -> bool:
@@ -126,6 +132,8 @@ class World:
         self.history = History(broken_rule=options.broken_rule)
         self.txn_ledger = TxnLedger()
         self.txn_producers: list[TxnProducer] = []
+        self.group_ledger = cg.GroupLedger()
+        self.group_members: list[cg.SimMember] = []
         self._next_producer_id = 1000
         self.network = SimNetwork(random.Random(self.rng.random()), self, options.network)
         self.fault_rng = random.Random(self.rng.random())
@@ -165,8 +173,8 @@ class World:
         self.tps = [TopicPartition(TOPIC, p) for p in range(options.partitions)]
         if options.controller not in ("real", "model"):
             raise ValueError(f"controller must be 'real' or 'model', not {options.controller!r}")
-        if options.transactions and options.controller != "real":
-            raise ValueError("transactions need the real controller")
+        if (options.transactions or options.consumer_groups) and options.controller != "real":
+            raise ValueError("transactions and consumer groups need the real controller")
         self.plane: RealControlPlane | None = None
         self.operations: ClusterOperations | None = None
         if options.controller == "real":
@@ -256,6 +264,8 @@ class World:
         node.start()
         if self.options.transactions:
             TxnHost(self, node, self.options.txn)
+        if self.options.consumer_groups:
+            cg.GroupHost(self, node, self.options.groups, self.group_ledger)
         self.nodes[b] = node
         self.down.discard(b)
         self.removals.broker_away(b, self.now_ms())
@@ -644,6 +654,8 @@ class World:
             self.history.check_acked_committed(tp, state.leader, part.high_watermark)
         if self.options.transactions:
             check_txn_final(self, self.txn_producers)
+        if self.options.consumer_groups:
+            cg.check_final(self, self.group_members, self.options.partitions)
 
     # --- the run ----------------------------------------------------------------------------------
     async def main(self) -> None:
@@ -664,9 +676,24 @@ class World:
                         for p in range(o.txn.state_partitions)
                     },
                 )
+            if o.consumer_groups:
+                n = len(self.broker_ids)
+                self.plane.create_topic(
+                    cg.OFFSETS_TOPIC,
+                    uuid.UUID(int=self.rng.getrandbits(128)),
+                    {0: tuple(self.broker_ids[(2 + i) % n] for i in range(min(3, n)))},
+                )
         else:
             self.start_controller()
         tasks = [self.loop.create_task(self.producer(i)) for i in range(o.producers)]
+        if o.consumer_groups:
+            meta = cg.topic_meta(TOPIC, self.store.topic_id, o.partitions)
+            for i in range(o.groups.members):
+                rng = random.Random(self.client_rng.random())
+                limit = o.duration_ms if o.faults else 0
+                m = cg.SimMember(self, i, rng, o.groups, meta, limit)
+                self.group_members.append(m)
+                tasks.append(self.loop.create_task(m.run()))
         tasks.append(self.loop.create_task(self.consumer()))
         txn_tasks = []
         if o.transactions:
@@ -732,6 +759,7 @@ class World:
         res.transactions = len(self.txn_ledger.txns)
         res.committed = self.txn_ledger.committed()
         res.txn_reads = self.txn_ledger.checked_reads
+        res.group_reloads = self.group_ledger.reloads_checked
         res.consumed = self.history.consumed
         res.steps = self.loop.steps
         res.sim_ms = self.now_ms()

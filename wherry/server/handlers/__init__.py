@@ -82,6 +82,7 @@ HANDLERS: dict[int, str] = {
     65: "describe_transactions",
     66: "list_transactions",
     68: "consumer_group_heartbeat",
+    69: "consumer_group_describe",
     74: "list_config_resources",
     75: "describe_topic_partitions",
     76: "share_group_heartbeat",

@@ -91,6 +91,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             min_bytes=body.min_bytes,
             max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),
             isolation_level=getattr(body, "isolation_level", 0),
+            zero_copy=True,  # records as file regions: network.py sends them from the files
         )
 
     topics: dict[TopicKey, list[dict[str, Any]]] = {}

@@ -80,6 +80,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 offsets,
                 cb,
                 now,
+                api_version=req.api_version,
             ),
         )
     topics: dict[TopicKey, list[dict[str, Any]]] = {}

@@ -23,6 +23,7 @@ def _fetch_group(
     topics: Sequence[Any] | None,
     require_stable: bool,
     v: int,
+    member: tuple[str | None, int] = (None, -1),
 ) -> tuple[ErrorCode, list[dict[str, Any]]]:
     cache = broker.cache
     by_id = v >= 10
@@ -51,7 +52,7 @@ def _fetch_group(
     )
     if group_ok:
         err, found = broker.groups.coordinator.handle_fetch_offsets(
-            group_id, require_stable, partitions
+            group_id, require_stable, partitions, member[0], member[1]
         )
     else:
         err, found = ErrorCode.group_authorization_failed, {}
@@ -124,7 +125,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     if v >= 8:
         groups = []
         for g in body.groups:
-            err, topics = _fetch_group(broker, g.group_id, g.topics, require_stable, v)
+            # v9+: a KIP-848 member's id and epoch, checked against its consumer group
+            member = (getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            err, topics = _fetch_group(broker, g.group_id, g.topics, require_stable, v, member)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
         return {"throttle_time": 0, "groups": groups}
     err, topics = _fetch_group(broker, body.group_id, body.topics, require_stable, v)

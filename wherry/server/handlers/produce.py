@@ -138,6 +138,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any] | No
                 "log_append_time": s.log_append_time_ms,
                 "log_start_offset": s.log_start_offset,
                 "error_message": s.error_message if s.error_code else None,
+                "record_errors": [
+                    {"batch_index": i, "batch_index_error_message": msg}
+                    for i, msg in s.record_errors
+                ],
             }
         topics.setdefault(key, []).append(part)
     return {

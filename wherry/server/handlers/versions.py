@@ -57,9 +57,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     60: (0, 2),
     65: (0, 0),
     66: (0, 2),
-    # KIP-848 is not built: advertised only to answer UNSUPPORTED_VERSION at once
-    # (handlers/consumer_group_heartbeat.py).
-    68: (0, 1),
+    68: (0, 1),  # KIP-848 consumer groups (group/consumer_coordinator.py)
+    69: (0, 1),
     74: (0, 1),  # v0 was ListClientMetricsResources
     75: (0, 0),
     # KIP-932 share groups (server/shares.py); 83-87 are the share coordinator's.

@@ -1,0 +1,97 @@
+"""KIP-848 consumers (`group.protocol=consumer`, confluent-kafka) for the consumer-group tests:
+each polls in a thread of its own and commits every record synchronously once it has it; the
+deliveries and the acknowledged commits go to one shared, ordered event log."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException
+
+
+@dataclass
+class EventLog:
+    """('deliver' | 'committed', member, partition, offset, value) in the order they happened."""
+
+    events: list[tuple[str, str, int, int, bytes]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, kind: str, member: str, partition: int, offset: int, value: bytes) -> None:
+        with self.lock:
+            self.events.append((kind, member, partition, offset, value))
+
+    def snapshot(self) -> list[tuple[str, str, int, int, bytes]]:
+        with self.lock:
+            return list(self.events)
+
+    def values(self) -> set[bytes]:
+        return {v for k, _, _, _, v in self.snapshot() if k == "deliver"}
+
+    def redelivered_after_commit(self) -> list[tuple[int, int]]:
+        """Records delivered again after their commit was acknowledged."""
+        committed: set[tuple[int, int]] = set()
+        bad = []
+        for kind, _, p, o, _ in self.snapshot():
+            if kind == "committed":
+                committed.add((p, o))
+            elif (p, o) in committed:
+                bad.append((p, o))
+        return bad
+
+    def deliveries(self) -> list[tuple[int, int]]:
+        return [(p, o) for k, _, p, o, _ in self.snapshot() if k == "deliver"]
+
+
+class Member:
+    def __init__(self, bs: str, group: str, topic: str, name: str, log: EventLog) -> None:
+        self.name = name
+        self.log = log
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bs,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "client.id": name,
+                "log_level": 3,
+            }
+        )
+        self.consumer.subscribe([topic])
+        self.errors: list[str] = []
+        self.assignment: list[int] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
+        self._thread.start()
+
+    def _run(self) -> None:
+        c = self.consumer
+        while not self._stop.is_set():
+            try:
+                m = c.poll(0.1)
+                with self._lock:
+                    self.assignment = sorted(tp.partition for tp in c.assignment())
+                if m is None:
+                    continue
+                if m.error() is not None:
+                    self.errors.append(str(m.error()))
+                    continue
+                p, o, v = m.partition() or 0, m.offset() or 0, m.value() or b""
+                self.log.add("deliver", self.name, p, o, v)
+                c.commit(message=m, asynchronous=False)
+                self.log.add("committed", self.name, p, o, v)
+            except KafkaException as e:
+                self.errors.append(str(e))
+
+    def partitions(self) -> list[int]:
+        with self._lock:
+            return list(self.assignment)
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(10)
+        self.consumer.close()

@@ -1,0 +1,82 @@
+"""Responses whose record bytes are not in memory (zero-copy Fetch).
+
+A Fetch handler may answer a partition's `records` with a *region*: any sized object that is
+not bytes (the log's `FileRegion`, sent by the network layer straight from the segment file).
+`encode_response_parts` encodes the response with a small placeholder in place of each
+region, then cuts the frame there: the result is a list of byte chunks and regions, in wire
+order, whose total length the frame's size prefix already counts. Without regions it is the
+plain frame of `codec.encode_response`.
+
+The placeholder is a fixed 16-byte marker (its last 4 bytes the region's index) found again
+by search in the encoded frame; when regions are present every `records` field of the
+response is a region or empty, so no client bytes are in the frame to be mistaken for it,
+and the other fields (names, messages) are text, which never holds its 0x00/0xFF bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sized
+from typing import Any, Final
+
+from wherry.protocol.codec import encode_response, response_class
+
+__all__ = ["ResponsePart", "encode_response_parts"]
+
+FETCH_KEY: Final = 1
+ResponsePart = bytes | Sized  # bytes, or a region of a file (see the module docstring)
+
+_SIZE: Final = struct.Struct(">i")
+_INDEX: Final = struct.Struct(">I")
+_MARKER: Final = b"\xff\x00wherry-r\x00\xff"  # + a 4-byte index: 16 bytes
+_MARKER_LEN: Final = len(_MARKER) + _INDEX.size
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _is_region(records: object) -> bool:
+    return records is not None and not isinstance(records, bytes | bytearray | memoryview)
+
+
+def encode_response_parts(
+    api_key: int, api_version: int, correlation_id: int, data: Mapping[str, Any] | Any
+) -> bytes | list[ResponsePart]:
+    """`encode_response`, except that a Fetch response's region `records` stay out of the
+    frame: the answer is then [bytes, region, bytes, region, ..., bytes] (the first chunk
+    starts with the size prefix of the whole response). `data`'s regions are replaced by
+    placeholders in place."""
+    regions: list[Sized] = []
+    if api_key == FETCH_KEY and isinstance(data, Mapping):
+        for topic in data.get("responses", ()):
+            for part in topic.get("partitions", ()):
+                records = part.get("records")
+                if _is_region(records):
+                    part["records"] = _MARKER + _INDEX.pack(len(regions))
+                    regions.append(records)
+    frame = encode_response(api_key, api_version, correlation_id, data)
+    if not regions:
+        return frame
+    flexible = bool(getattr(response_class(api_key, api_version), "__flexible__", False))
+    # COMPACT_RECORDS (flexible versions): uvarint(length + 1); RECORDS: int32 length
+    old_prefix = _uvarint(_MARKER_LEN + 1) if flexible else _SIZE.pack(_MARKER_LEN)
+    parts: list[ResponsePart] = []
+    prev = _SIZE.size
+    for i, region in enumerate(regions):
+        at = frame.find(old_prefix + _MARKER + _INDEX.pack(i), prev)
+        if at < 0:
+            raise AssertionError(f"region placeholder {i} not found in the encoded response")
+        n = len(region)
+        parts.append(frame[prev:at] + (_uvarint(n + 1) if flexible else _SIZE.pack(n)))
+        parts.append(region)
+        prev = at + len(old_prefix) + _MARKER_LEN
+    parts.append(frame[prev:])
+    size = sum(len(p) for p in parts)
+    parts[0] = _SIZE.pack(size) + bytes(parts[0])  # type: ignore[arg-type]
+    return parts

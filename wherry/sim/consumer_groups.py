@@ -1,0 +1,383 @@
+"""KIP-848 consumer groups in the simulation (issue 16): the real group coordinator on every
+simulated broker, members heartbeating through `SimNetwork`, and coordinator crashes.
+
+Each broker runs what `server/groups.py` wires up, from the same modules: the pure
+`group.GroupCoordinator` on `__consumer_offsets` (acks=all appends through the broker's real
+replica manager; the partition loaded from its log when this broker becomes its leader and
+unloaded when it stops), its session and rebalance deadlines on the replica node's ticker.
+`SimMember`s are KIP-848 consumers of the simulation's topic: ConsumerGroupHeartbeat to the
+leader of `__consumer_offsets-0` over the simulated network, owning what the last answer
+assigned, rejoining at epoch 0 when fenced, sometimes leaving and coming back, sometimes
+crashing the coordinator's broker a few ms after a heartbeat.
+
+Checked (`GroupLedger`):
+* a coordinator never gives a partition to a member while another owns it (the group's own
+  assertion, which fails the run);
+* after every load of the partition, each group rebuilt from the log equals a state the
+  coordinators had written, and none older than the last one whose write was acknowledged
+  (epochs, members, member epochs and states, assignments and the target);
+* after healing, the group settles: Stable on the coordinator, every partition of the topic
+  assigned once, each member owning what the coordinator says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.controller.context import LeaderIsr
+from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
+from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult, TopicsImage
+from wherry.group.consumer_group import ConsumerGroup, TopicMeta
+from wherry.group.coordinator import GroupCoordinator
+from wherry.group.records import OFFSETS_TOPIC
+from wherry.group.storage import AppendDone, Record
+from wherry.protocol.records import build_batch
+from wherry.replication.replica_manager import ProduceResult, ReplicaManager
+from wherry.replication.txn_state_log import read_partition_log
+from wherry.runtime.parking import answer_of
+from wherry.sim.invariants import InvariantViolation
+from wherry.sim.network import CLIENT_ID, SimNetwork
+from wherry.sim.node import SimBroker
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+GROUP = "sim-group"
+RETRIABLE = frozenset(
+    {E.not_coordinator, E.coordinator_not_available, E.coordinator_load_in_progress}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSimConfig:
+    members: int = 3
+    heartbeat_interval_ms: int = 100
+    session_timeout_ms: int = 1_500
+    rebalance_timeout_ms: int = 1_000
+    request_timeout_ms: int = 800
+    leave_probability: float = 0.01  # per heartbeat
+    crash_probability: float = 0.01  # per heartbeat, with faults on
+
+
+class World(Protocol):
+    network: SimNetwork
+
+    def now_ms(self) -> int: ...
+
+    def node(self, broker_id: int) -> SimBroker | None: ...
+
+    def stored_state(self, tp: TopicPartition) -> LeaderIsr | None: ...
+
+    def crash_coordinator(self, broker_id: int, why: str) -> None: ...
+
+
+# --- the ledger ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Written:
+    snapshot: object
+    acked: bool = False
+
+
+@dataclass(slots=True)
+class GroupLedger:
+    """Every state a coordinator wrote for each group, in write order, with whether the
+    write was acknowledged."""
+
+    writes: dict[str, list[_Written]] = field(default_factory=dict)
+    reloads_checked: int = 0
+
+    def observe(self, group: ConsumerGroup) -> Callable[[ErrorCode], None]:
+        entry = _Written(None if group.dead else group.snapshot())
+        self.writes.setdefault(group.group_id, []).append(entry)
+
+        def done(error: ErrorCode) -> None:
+            entry.acked = error == E.none
+
+        return done
+
+    def check_reload(self, broker_id: int, coordinator: GroupCoordinator) -> None:
+        for group_id, entries in self.writes.items():
+            rebuilt = coordinator.consumer_groups.get(group_id)
+            got = None if rebuilt is None else rebuilt.snapshot()
+            last_acked = max((i for i, w in enumerate(entries) if w.acked), default=-1)
+            allowed = [w.snapshot for w in entries[max(last_acked, 0) :]]
+            if last_acked < 0:
+                allowed.append(None)
+            if got not in allowed:
+                raise InvariantViolation(
+                    f"consumer group {group_id} rebuilt by broker {broker_id} is {got}, not a "
+                    f"state written since the last acknowledged one "
+                    f"({entries[last_acked].snapshot if last_acked >= 0 else None})"
+                )
+            self.reloads_checked += 1
+
+
+# --- one broker's coordinator ------------------------------------------------------------------
+
+
+class SimOffsetsStorage:
+    """`OffsetsStorage` on the replica manager: one acks=-1 batch per append (what
+    `server/groups.py`'s `ReplicaOffsetsStorage` does for non-transactional writes)."""
+
+    def __init__(self, rm: ReplicaManager, now_ms: Callable[[], int], timeout_ms: int) -> None:
+        self._rm = rm
+        self._now_ms = now_ms
+        self._timeout_ms = timeout_ms
+
+    def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        done: AppendDone,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        now = self._now_ms()
+
+        def respond(result: ProduceResult) -> None:
+            st = result.get(tp)
+            done(E.unknown_topic_or_partition, -1) if st is None else done(
+                st.error_code, st.base_offset
+            )
+
+        self._rm.append_records(
+            timeout_ms=self._timeout_ms,
+            required_acks=-1,
+            entries={tp: build_batch(list(records), timestamp_ms=now)},
+            respond=respond,
+            now_ms=now,
+            from_coordinator=True,
+        )
+
+
+class GroupHost:
+    """One broker process's group coordinator and its edges (what `GroupsRuntime` holds in
+    `wherry server`)."""
+
+    def __init__(
+        self, world: World, node: SimBroker, config: GroupSimConfig, ledger: GroupLedger
+    ) -> None:
+        self.world = world
+        self.node = node
+        self.ledger = ledger
+        now_ms = world.now_ms
+        self.coordinator = GroupCoordinator(
+            node.broker_id,
+            GroupCoordinatorConfig(
+                offsets_topic_num_partitions=1,
+                consumer=ConsumerGroupConfig(
+                    session_timeout_ms=config.session_timeout_ms,
+                    heartbeat_interval_ms=config.heartbeat_interval_ms,
+                ),
+            ),
+            SimOffsetsStorage(node.replica_manager, now_ms, config.request_timeout_ms),
+            now_ms=now_ms(),
+        )
+        self.coordinator.consumer_groups.write_observer = ledger.observe
+        self.coordinator.startup()
+        self._tasks: set[asyncio.Task[None]] = set()
+        node.replica.ticker.add(self.coordinator, now_ms)
+        node.replica.leadership_listeners.append(self.on_leadership_change)
+        node.services.append(self)
+
+    def on_leadership_change(
+        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
+    ) -> None:
+        for tp in lost:
+            if tp.topic == OFFSETS_TOPIC:
+                self.coordinator.unload_partition(tp.partition)
+        for tp, epoch in became_leader:
+            if tp.topic == OFFSETS_TOPIC and self.coordinator.begin_loading(tp.partition, epoch):
+                task = asyncio.get_running_loop().create_task(self._load(tp.partition, epoch))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _load(self, partition: int, epoch: int) -> None:
+        await asyncio.sleep(0)
+        chunks = read_partition_log(self.node.replica_manager, OFFSETS_TOPIC, partition, 1 << 20)
+        now = self.world.now_ms()
+        if self.coordinator.load_partition(partition, chunks, now_ms=now, epoch=epoch):
+            self.ledger.check_reload(self.node.broker_id, self.coordinator)
+
+    def abandon(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+
+    async def stop(self) -> None:
+        self.abandon()
+        self.coordinator.shutdown()
+
+
+def _host(world: World, b: int) -> GroupHost:
+    node = world.node(b)
+    services = () if node is None else node.services
+    host = next((s for s in services if isinstance(s, GroupHost)), None)
+    if host is None:
+        raise ConnectionError(f"broker {b} is down")
+    return host
+
+
+# --- members -----------------------------------------------------------------------------------
+
+
+class SimMember:
+    def __init__(
+        self,
+        world: World,
+        index: int,
+        rng: random.Random,
+        config: GroupSimConfig,
+        topic: TopicMeta,
+        faults_until_ms: int,
+    ) -> None:
+        self.world = world
+        self.rng = rng
+        self.config = config
+        self.index = index
+        self.topics = TopicsImage({topic.name: topic})
+        self.topic = topic
+        self.faults_until_ms = faults_until_ms
+        self.member_id = f"m{index}-{uuid.UUID(int=rng.getrandbits(128)).hex[:8]}"
+        self.epoch = 0
+        self.owned: dict[uuid.UUID, frozenset[int]] = {}
+        self.heartbeats = 0
+        self.full = False
+
+    def _coordinator(self) -> int | None:
+        state = self.world.stored_state(TopicPartition(OFFSETS_TOPIC, 0))
+        return None if state is None or state.leader < 0 else state.leader
+
+    async def _heartbeat(self, b: int, req: HeartbeatRequest) -> HeartbeatResult:
+        world = self.world
+
+        async def handler() -> HeartbeatResult:
+            coord = _host(world, b).coordinator
+            r: HeartbeatResult = await answer_of(
+                lambda cb: coord.handle_consumer_group_heartbeat(
+                    req, self.topics, cb, world.now_ms()
+                )
+            )
+            return r
+
+        return await world.network.call(
+            CLIENT_ID, b, handler, timeout_ms=self.config.request_timeout_ms
+        )
+
+    def _request(self) -> HeartbeatRequest:
+        if self.epoch == 0:
+            return HeartbeatRequest(
+                GROUP,
+                self.member_id,
+                0,
+                rebalance_timeout_ms=self.config.rebalance_timeout_ms,
+                subscribed_topic_names=(self.topic.name,),
+                owned={},
+            )
+        if self.full:  # after an error or a lost answer, a full request (as clients do)
+            return HeartbeatRequest(
+                GROUP,
+                self.member_id,
+                self.epoch,
+                rebalance_timeout_ms=self.config.rebalance_timeout_ms,
+                subscribed_topic_names=(self.topic.name,),
+                owned=dict(self.owned),
+            )
+        return HeartbeatRequest(GROUP, self.member_id, self.epoch, owned=dict(self.owned))
+
+    async def run(self) -> None:
+        interval_s = self.config.heartbeat_interval_ms / 1000
+        while True:
+            b = self._coordinator()
+            if b is None:
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                r = await self._heartbeat(b, self._request())
+            except (ConnectionError, TimeoutError):
+                self.full = True
+                await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
+                continue
+            self.heartbeats += 1
+            if r.error in RETRIABLE:
+                self.full = True
+                await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
+                continue
+            self.full = False
+            if r.error != E.none:
+                # fenced or unknown: give everything up and join again
+                self.epoch, self.owned = 0, {}
+                continue
+            self.epoch = r.member_epoch
+            if r.assignment is not None:
+                self.owned = dict(r.assignment)
+            now = self.world.now_ms()
+            if now < self.faults_until_ms and self.rng.random() < self.config.crash_probability:
+                self.world.crash_coordinator(b, f"a heartbeat of {self.member_id}")
+            if now < self.faults_until_ms and self.rng.random() < self.config.leave_probability:
+                await self._leave(b)
+            await asyncio.sleep(interval_s)
+
+    async def _leave(self, b: int) -> None:
+        req = HeartbeatRequest(GROUP, self.member_id, -1)
+        try:
+            await self._heartbeat(b, req)
+        except (ConnectionError, TimeoutError):
+            pass
+        # a new consumer process: new member id, nothing owned
+        self.member_id = f"m{self.index}-{uuid.UUID(int=self.rng.getrandbits(128)).hex[:8]}"
+        self.epoch, self.owned = 0, {}
+        await asyncio.sleep(self.rng.uniform(50, 300) / 1000)
+
+
+def check_final(world: World, members: Sequence[SimMember], partitions: int) -> None:
+    """After healing and settling: the group is Stable on its coordinator and matches what
+    the members own."""
+    b = members[0]._coordinator() if members else None
+    if b is None:
+        raise InvariantViolation("consumer groups: no coordinator after healing")
+    group = _host(world, b).coordinator.consumer_groups.get(GROUP)
+    if group is None:
+        raise InvariantViolation(f"consumer groups: broker {b} has no group {GROUP}")
+    if group.state != "Stable":
+        raise InvariantViolation(f"consumer group {GROUP} is {group.state} after settling")
+    owned: list[tuple[uuid.UUID, int]] = []
+    for m in members:
+        cm = group.members.get(m.member_id)
+        if cm is None:
+            raise InvariantViolation(f"member {m.member_id} is not in the settled group")
+        if cm.assigned != m.owned or cm.member_epoch != m.epoch:
+            raise InvariantViolation(
+                f"member {m.member_id} owns {m.owned} at epoch {m.epoch}; the coordinator "
+                f"says {cm.assigned} at epoch {cm.member_epoch}"
+            )
+        owned += [(t, p) for t, ps in m.owned.items() for p in ps]
+    if sorted(p for _, p in owned) != list(range(partitions)):
+        raise InvariantViolation(f"settled group {GROUP} owns {sorted(owned)}")
+
+
+def topic_meta(name: str, topic_id: uuid.UUID, partitions: int) -> TopicMeta:
+    return TopicMeta(topic_id, name, partitions)
+
+
+__all__ = [
+    "GROUP",
+    "GroupHost",
+    "GroupLedger",
+    "GroupSimConfig",
+    "SimMember",
+    "check_final",
+    "topic_meta",
+]

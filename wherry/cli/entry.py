@@ -8,11 +8,22 @@ unaffected).
 
 from __future__ import annotations
 
+import gc
 import sys
+
+# Commands whose start turns the cyclic garbage collector back on once it is done
+# (`cli.main._serve_until_signal`).
+SERVING_COMMANDS = ("server", "dev")
 
 
 def main() -> None:
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
-    from wherry.cli.main import main as cli_main
-
+    # Importing and starting a broker allocates much and frees little: no collections until
+    # the start is done (then the survivors are frozen out of later collections).
+    gc.disable()
+    try:
+        from wherry.cli.main import main as cli_main
+    finally:
+        if not (len(sys.argv) > 1 and sys.argv[1] in SERVING_COMMANDS):
+            gc.enable()
     cli_main()

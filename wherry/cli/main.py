@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
+import importlib
 import json
 import logging
 import signal
@@ -17,7 +19,6 @@ import click
 from wherry.runtime.state_change_log import LOGGER_NAME as STATE_CHANGE_LOGGER
 from wherry.server.config import BrokerConfigError, load_config
 from wherry.server.config_keys import warn_unused
-from wherry.server.listener_security import SecurityConfigError, broker_security
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -92,7 +93,23 @@ def _overrides_option(help_text: str) -> Callable[[F], F]:
     )
 
 
-@click.group()
+class _LazyGroup(click.Group):
+    """A group whose tool commands (`TOOLS`) are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *TOOLS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in TOOLS:
+            module, _, attr = TOOLS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attr)
+            assert isinstance(command, click.Command)
+            self.add_command(command, cmd_name)
+        return command
+
+
+@click.group(cls=_LazyGroup)
 @click.version_option(package_name="wherry")
 def main() -> None:
     """wherry: a Kafka-compatible commit-log broker."""
@@ -128,6 +145,8 @@ def server(
 
     With --zookeeper (zookeeper.connect) brokers of many processes or machines form one
     cluster through ZooKeeper; give each its own --broker-id."""
+    from wherry.server.listener_security import SecurityConfigError, broker_security
+
     props = _parse_overrides(overrides)
     for key, value in (
         ("broker.id", broker_id),
@@ -207,6 +226,10 @@ async def _serve_until_signal(
         logging.getLogger("wherry").exception("startup failed: %s", e)
         await stop()
         return 1
+    finally:
+        if not gc.isenabled():  # the console entry turned it off for the start
+            gc.freeze()
+            gc.enable()
     announce(started)
     await stopping.wait()
     await stop()
@@ -342,35 +365,20 @@ async def _serve_dev(cluster: object) -> int:
     return await _serve_until_signal(start, announce, cluster.stop)
 
 
-def _register_tools() -> None:
-    from wherry.cli import (
-        acls,
-        configs,
-        console,
-        dump_log,
-        elect,
-        groups,
-        log_dirs,
-        reassign,
-        state_change_log,
-        topics,
-        users,
-        verify_replicas,
-    )
-
-    main.add_command(topics.topics)
-    main.add_command(groups.groups)
-    main.add_command(console.produce)
-    main.add_command(console.consume)
-    main.add_command(reassign.reassign)
-    main.add_command(elect.elect)
-    main.add_command(configs.configs)
-    main.add_command(acls.acls)
-    main.add_command(verify_replicas.verify_replicas)
-    main.add_command(dump_log.dump_log)
-    main.add_command(log_dirs.log_dirs)
-    main.add_command(state_change_log.state_change_log)
-    main.add_command(users.users)
-
-
-_register_tools()
+# The tools' commands: name → "module:attribute", imported when the command is run or listed
+# in --help, so `wherry server` imports none of them (nor confluent-kafka).
+TOOLS: dict[str, str] = {
+    "topics": "wherry.cli.topics:topics",
+    "groups": "wherry.cli.groups:groups",
+    "produce": "wherry.cli.console:produce",
+    "consume": "wherry.cli.console:consume",
+    "reassign": "wherry.cli.reassign:reassign",
+    "elect": "wherry.cli.elect:elect",
+    "configs": "wherry.cli.configs:configs",
+    "acls": "wherry.cli.acls:acls",
+    "verify-replicas": "wherry.cli.verify_replicas:verify_replicas",
+    "dump-log": "wherry.cli.dump_log:dump_log",
+    "log-dirs": "wherry.cli.log_dirs:log_dirs",
+    "state-change-log": "wherry.cli.state_change_log:state_change_log",
+    "users": "wherry.cli.users:users",
+}

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import (
@@ -33,6 +34,7 @@ from wherry.log.checkpoint import (
     fsync_dir,
 )
 from wherry.log.config import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     LogConfig,
     message_format_ignored_warning,
     topic_message_format_warning,
@@ -44,8 +46,9 @@ from wherry.log.future_log import (
     future_dir_name,
     parse_future_dir_name,
 )
-from wherry.log.log import Log
-from wherry.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+
+if TYPE_CHECKING:
+    from wherry.log.log import Log
 
 try:
     import fcntl
@@ -211,6 +214,8 @@ class LogManager:
                 raise StorageError(
                     f"duplicate log directories for {tp}: {self._dir_of[tp]} and {dir}"
                 )
+            from wherry.log.log import Log  # imported once there is a partition
+
             self._logs[tp] = Log.open(
                 child,
                 self.config_for(tp.topic),
@@ -283,6 +288,8 @@ class LogManager:
                 self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d))
             )
             log_dir = dir / tp.dir_name
+            from wherry.log.log import Log
+
             created = Log.open(
                 log_dir,
                 self.config_for(tp.topic),
@@ -360,6 +367,8 @@ class LogManager:
                 if dir == self._dir_of[tp]:  # a future in the current log's own dir: useless
                     self._discard_dir(path, dir, delay_ms=0)
                     continue
+                from wherry.log.log import Log
+
                 future = Log.open(
                     path,
                     self.config_for(tp.topic),
@@ -375,6 +384,8 @@ class LogManager:
             target = dir / tp.dir_name
             path.rename(target)
             fsync_dir(dir)
+            from wherry.log.log import Log
+
             self._logs[tp] = Log.open(
                 target,
                 self.config_for(tp.topic),
@@ -443,6 +454,8 @@ class LogManager:
             if self._dir_of.get(tp) == dest:
                 return False
             path = dest / future_dir_name(tp.dir_name, uuid.uuid4().hex)
+            from wherry.log.log import Log
+
             future = Log.open(
                 path,
                 self.config_for(tp.topic),

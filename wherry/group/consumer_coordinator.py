@@ -204,15 +204,12 @@ class ConsumerGroupManager:
                     group.persisted[k] = new[k]
                 else:
                     group.persisted.pop(k, None)
-        tombstones = sorted(
-            (k for k in old if k not in new),
-            key=lambda k: (_TOMBSTONE_ORDER[cgr.record_type(k)], k),
+        records: list[Record] = cgr.record_diff(
+            old,
+            new,
+            lambda k: _TOMBSTONE_ORDER[cgr.record_type(k)],
+            lambda k: _UPSERT_ORDER[cgr.record_type(k)],
         )
-        upserts = sorted(
-            (k for k, v in new.items() if old.get(k) != v),
-            key=lambda k: (_UPSERT_ORDER[cgr.record_type(k)], k),
-        )
-        records: list[Record] = [(k, None) for k in tombstones] + [(k, new[k]) for k in upserts]
         if not records:
             done(ErrorCode.none)
             return

@@ -66,7 +66,7 @@ from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
 from wherry.server.handlers.api_versions import unsupported_version_response
-from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
+from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.sasl_gate import SaslGate
@@ -314,6 +314,8 @@ class Broker:
             lambda g: self.groups.coordinator.partition_for(g),
         )
         self.node.leadership_listeners.append(self.shares.on_leadership_change)
+        self.shares.attach_groups(self.groups)
+        self.network.on_close = lambda conn: self.shares.on_connection_closed(conn.id)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
         self.node.start()
         await self.groups.start(self.store)
@@ -847,6 +849,7 @@ class Broker:
         self.sasl_gate.check_authenticated(sasl, req)
         host = client_host_of(conn.peer)
         CLIENT_HOST.set(host)
+        CONNECTION_ID.set(conn.id)
         REQUEST_SESSION.set(
             Session(conn.principal, host[1:], conn.listener, conn.security_protocol)
         )

@@ -71,6 +71,8 @@ def certificate_principal(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> K
 # records, sent from the segment files with os.sendfile; protocol/response_parts.py)
 Response = bytes | Sequence[ResponsePart]
 FrameHandler = Callable[[ConnectionInfo, memoryview], Awaitable[Response | None]]
+# Told once when a client connection is gone (share sessions release what it held)
+CloseListener = Callable[[ConnectionInfo], None]
 
 
 class _Connection(asyncio.Protocol):
@@ -129,6 +131,11 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server._connections.discard(self)
+        if self.info is not None and self.server.on_close is not None:
+            try:
+                self.server.on_close(self.info)
+            except Exception:
+                log.exception("Close listener failed for connection %s", self.info.peer)
         self.wakeup.set()
         self.can_write.set()
         self._stop_waiting_for_writable()
@@ -300,8 +307,15 @@ class _Connection(asyncio.Protocol):
 
 
 class NetworkServer:
-    def __init__(self, handler: FrameHandler, *, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        handler: FrameHandler,
+        *,
+        max_request_bytes: int,
+        on_close: CloseListener | None = None,
+    ) -> None:
         self.handler = handler
+        self.on_close = on_close
         self.max_request_bytes = max_request_bytes
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[_Connection] = set()

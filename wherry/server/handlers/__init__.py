@@ -94,6 +94,9 @@ HANDLERS: dict[int, str] = {
     85: "write_share_group_state",
     86: "delete_share_group_state",
     87: "read_share_group_state_summary",
+    90: "describe_share_group_offsets",
+    91: "alter_share_group_offsets",
+    92: "delete_share_group_offsets",
 }
 
 if HANDLERS.keys() != SUPPORTED_VERSIONS.keys():  # pragma: no cover - a wiring mistake

@@ -69,7 +69,7 @@ def _rmtree(path: Path) -> None:
     not import it, nor the compression modules it imports)."""
     import shutil
 
-    shutil.rmtree(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _wall_clock_ms() -> int:

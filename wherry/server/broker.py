@@ -74,6 +74,7 @@ from wherry.server.startup import (
     API_VERSIONS_PREFIX,
     import_late,
     initial_task_delay_ms,
+    log_bound,
     raise_open_files_limit,
 )
 
@@ -246,6 +247,7 @@ class Broker:
                     ssl_context=ls.ssl_context,
                 )
             )
+        log_bound(self.bound_ports)
         await import_late()
         await self.scram_credentials.load_all(self.store)  # before any SASL login
         from wherry.replication.alter_partition import ControllerSender

@@ -43,6 +43,7 @@ BROKER_RUNTIME = BrokerRuntime()
 
 _SIZE: Final = struct.Struct(">i")
 _READY: Final = re.compile(r"ready on (\S+)")
+_BOUND: Final = re.compile(r"listeners bound on ports \S+ after ([0-9.]+) ms of process CPU")
 
 
 class BenchError(Exception):
@@ -125,6 +126,7 @@ class Broker:
         self.spawned_at = 0.0  # perf_counter() just before the exec
         self.answer_cpu_ms = 0.0  # its CPU time when it answered the first ApiVersions (f1)
         self.ready_at: float | None = None  # perf_counter() when the "ready on" line came
+        self.bind_cpu_ms: float | None = None  # its CPU time when its listeners were bound
 
     @property
     def bootstrap(self) -> str:
@@ -160,6 +162,8 @@ class Broker:
         for line in self.proc.stdout:
             if len(self.output) < 5000:
                 self.output.append(line)
+            if self.bind_cpu_ms is None and (bound := _BOUND.search(line)):
+                self.bind_cpu_ms = float(bound.group(1))
             if _READY.search(line):
                 if self.ready_at is None:
                     self.ready_at = time.perf_counter()

@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Nothing of these is needed by a broker that uses the embedded store, no authorizer, no
 # HTTP listener, and has not yet been asked anything.
 FORBIDDEN_PREFIXES = (
+    "click",  # `wherry server` starts on the entry's fast path (`cli/serve.py`)
+    "wherry.server.authz",  # the authorization rules: first request on
+    "wherry.security.acl",
     "kazoo",  # only with --zookeeper
     "confluent_kafka",  # the CLI tools' client; never in the broker
     "kafka",  # kafka-python, same
@@ -50,8 +53,8 @@ FORBIDDEN_PREFIXES = (
     "wherry.sim",
     "wherry.testing",
 )
-# The CLI: only the entry and `main` (the tools are imported when their command runs).
-CLI_ALLOWED = {"wherry.cli", "wherry.cli.entry", "wherry.cli.main"}
+# The CLI: only the entry and the server command (click and the tools are not imported).
+CLI_ALLOWED = {"wherry.cli", "wherry.cli.entry", "wherry.cli.serve"}
 # Handler modules imported at start: ApiVersions' (the early answer) and the shared helpers.
 HANDLERS_ALLOWED = {
     "wherry.server.handlers",

@@ -16,7 +16,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -63,6 +62,14 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a tree, ignoring errors (`shutil` imported here: a start that deletes nothing does
+    not import it, nor the compression modules it imports)."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _wall_clock_ms() -> int:
@@ -193,7 +200,7 @@ class LogManager:
             name = child.name
             if name.endswith(DELETE_DIR_SUFFIX):
                 log.info("removing partition directory %s left from a deletion", child)
-                shutil.rmtree(child, ignore_errors=True)
+                _rmtree(child)
                 continue
             future_of = parse_future_dir_name(name)
             if future_of is not None:
@@ -323,7 +330,7 @@ class LogManager:
         existing.rename_dir(target)
         fsync_dir(dir)
         if delay <= 0:
-            shutil.rmtree(target, ignore_errors=True)
+            _rmtree(target)
         else:
             with self._lock:
                 self._pending_dir_deletes.append((self.now_ms_fn() + delay, target))
@@ -407,7 +414,7 @@ class LogManager:
         path.rename(target)
         fsync_dir(dir)
         if delay_ms <= 0:
-            shutil.rmtree(target, ignore_errors=True)
+            _rmtree(target)
         else:
             with self._lock:
                 self._pending_dir_deletes.append((self.now_ms_fn() + delay_ms, target))
@@ -638,7 +645,7 @@ class LogManager:
             due = [p for t, p in self._pending_dir_deletes if t <= now]
             self._pending_dir_deletes = [(t, p) for t, p in self._pending_dir_deletes if t > now]
         for path in due:
-            shutil.rmtree(path, ignore_errors=True)
+            _rmtree(path)
         return deleted
 
     def flush_dirty(self, now_ms: int | None = None) -> int:

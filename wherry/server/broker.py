@@ -61,7 +61,6 @@ from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
 from wherry.security.principal import Session
-from wherry.server.authz import REQUEST_SESSION
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
@@ -69,11 +68,13 @@ from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
+from wherry.server.request_session import REQUEST_SESSION
 from wherry.server.sasl_gate import SaslGate
 from wherry.server.startup import (
     API_VERSIONS_PREFIX,
     import_late,
     initial_task_delay_ms,
+    log_bound,
     raise_open_files_limit,
 )
 
@@ -246,6 +247,7 @@ class Broker:
                     ssl_context=ls.ssl_context,
                 )
             )
+        log_bound(self.bound_ports)
         await import_late()
         await self.scram_credentials.load_all(self.store)  # before any SASL login
         from wherry.replication.alter_partition import ControllerSender

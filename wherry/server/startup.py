@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import time
+from collections.abc import Sequence
 from typing import Final
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,16 @@ async def import_late() -> None:
     for name in LATE_IMPORTS:
         importlib.import_module(name)
         await asyncio.sleep(0)
+
+
+def log_bound(ports: Sequence[int]) -> None:
+    """The line saying the listeners are bound, with the process's CPU time so far (the start's
+    cost, robust to a busy host: `bench/run.py`'s f1 reports it)."""
+    log.info(
+        "listeners bound on ports %s after %.1f ms of process CPU",
+        ",".join(map(str, ports)),
+        time.process_time() * 1000,
+    )
 
 
 def initial_task_delay_ms(period_ms: int, initial_ms: int = 30_000) -> int:

@@ -730,6 +730,50 @@ class ReplicaFetcherManager:
 
 
 # --- the Kafka-protocol endpoint --------------------------------------------------------------
+class FollowerFetchSession:
+    """The follower's side of a KIP-227 fetch session (Kafka's FetchSessionHandler): the
+    first request is full with epoch 0; once the leader answers with a session id, requests
+    carry only the partitions whose position changed and forget the ones no longer fetched."""
+
+    def __init__(self) -> None:
+        self.session_id = 0
+        self.epoch = 0  # INITIAL_EPOCH: ask for a session
+        self._sent: dict[TopicPartition, FetchPosition] = {}
+        self._pending: dict[TopicPartition, FetchPosition] | None = None
+
+    def build(
+        self, partitions: Mapping[TopicPartition, FetchPosition]
+    ) -> tuple[Mapping[TopicPartition, FetchPosition], list[TopicPartition]]:
+        """(partitions to name in the request, partitions to forget)."""
+        self._pending = dict(partitions)
+        if self.session_id == 0:
+            return partitions, []
+        sent = self._sent
+        changed = {tp: pos for tp, pos in partitions.items() if sent.get(tp) != pos}
+        forgotten = [tp for tp in sent if tp not in partitions]
+        return changed, forgotten
+
+    def answered(
+        self, session_id: int, partitions: Mapping[TopicPartition, FetchPosition]
+    ) -> None:
+        if session_id == 0:  # no session kept (e.g. the leader's cache is full)
+            self.reset()
+            return
+        if session_id != self.session_id:
+            self.session_id = session_id
+            self.epoch = 0
+        self.epoch = 1 if self.epoch >= 0x7FFFFFFF else self.epoch + 1
+        self._sent = self._pending if self._pending is not None else dict(partitions)
+        self._pending = None
+
+    def reset(self) -> None:
+        """Start over with a full request (after an error or a lost connection)."""
+        self.session_id = 0
+        self.epoch = 0
+        self._sent = {}
+        self._pending = None
+
+
 class NetworkLeaderEndpoint:
     """`LeaderEndpoint` over the Kafka wire protocol (Fetch v12, OffsetForLeaderEpoch v4,
     ListOffsets v4), one connection, reconnected on the next request after a failure."""
@@ -745,6 +789,7 @@ class NetworkLeaderEndpoint:
         security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.broker_id = broker_id
+        self.session = FollowerFetchSession()
         self._client = RequestClient(
             OutboundConnection(
                 host,
@@ -767,8 +812,10 @@ class NetworkLeaderEndpoint:
         max_bytes: int,
         partition_max_bytes: int,
     ) -> dict[TopicPartition, FetchedPartition]:
+        session = self.session
+        send, forgotten = session.build(partitions)
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp, pos in partitions.items():
+        for tp, pos in send.items():
             by_topic.setdefault(tp.topic, []).append(
                 {
                     "partition": tp.partition,
@@ -779,22 +826,36 @@ class NetworkLeaderEndpoint:
                     "partition_max_bytes": partition_max_bytes,
                 }
             )
+        gone: dict[str, list[int]] = {}
+        for tp in forgotten:
+            gone.setdefault(tp.topic, []).append(tp.partition)
         body = {
             "replica_id": self.broker_id,
             "max_wait": max_wait_ms,
             "min_bytes": min_bytes,
             "max_bytes": max_bytes,
             "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
+            "session_id": session.session_id,
+            "session_epoch": session.epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [],
+            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in gone.items()],
             "rack_id": "",
         }
-        resp = await self._client.call(FETCH_KEY, FETCH_VERSION, body)
+        try:
+            resp = await self._client.call(FETCH_KEY, FETCH_VERSION, body)
+        except BaseException:
+            session.reset()
+            raise
         if resp.error_code != ErrorCode.none:
             code = ErrorCode(resp.error_code)
+            session.reset()
+            if code in (
+                ErrorCode.fetch_session_id_not_found,
+                ErrorCode.invalid_fetch_session_epoch,
+            ):
+                return {}  # the next request starts a new session at once
             return {tp: FetchedPartition(code) for tp in partitions}
+        session.answered(int(resp.session_id), partitions)
         out: dict[TopicPartition, FetchedPartition] = {}
         for t in resp.responses:
             for p in t.partitions:

@@ -27,6 +27,7 @@ from wherry.replication.alter_partition import (
     AlterPartitionResult,
 )
 from wherry.replication.delayed import DelayedFetch, DelayedProduce, ProducePartitionStatus
+from wherry.replication.fetch_session import FetchSession, FetchSessionCache
 from wherry.replication.isr import AlterOutcome, PendingIsrState
 from wherry.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -78,6 +79,48 @@ class FetchPartitionResult:
 
 FetchResult = dict[TopicPartition, FetchPartitionResult]
 
+SESSION_WATCH_KEY = "fetch-session"
+"""Parked incremental fetches are watched under (SESSION_WATCH_KEY, session id): one key per
+fetch however many partitions its session holds."""
+
+
+def session_partitions(
+    session: FetchSession, tps: Iterable[TopicPartition]
+) -> list[FetchPartition]:
+    """What to read for `tps` of `session`, from its cached request data."""
+    out: list[FetchPartition] = []
+    cached = session.partitions
+    for tp in tps:
+        c = cached.get(tp)
+        if c is not None:
+            out.append(
+                FetchPartition(
+                    tp, c.fetch_offset, c.max_bytes, c.current_leader_epoch, c.log_start_offset
+                )
+            )
+    return out
+
+
+def select_for_session(session: FetchSession, result: FetchResult, *, full: bool) -> FetchResult:
+    """Record each answer in the session's cache (Kafka's maybeUpdateResponseData); for an
+    incremental fetch keep only the partitions with something to say."""
+    out: FetchResult = {}
+    cached = session.partitions
+    for tp, r in result.items():
+        c = cached.get(tp)
+        must = True
+        if c is not None:
+            must = c.must_respond(
+                error_code=int(r.error_code),
+                has_records=bool(r.records),
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+            )
+        if full or must:
+            out[tp] = r
+    return out
+
 
 class ReplicaManager:
     def __init__(
@@ -119,6 +162,8 @@ class ReplicaManager:
         self.fetch_purgatory = fetch_purgatory
         self.partitions: dict[TopicPartition, Partition] = {}
         self.on_leadership_change: LeadershipListener | None = None
+        # KIP-227 sessions (None: every fetch is sessionless); told of every partition change.
+        self.fetch_sessions: FetchSessionCache | None = None
 
     def get_partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -303,7 +348,7 @@ class ReplicaManager:
             count = info.last_offset - info.first_offset + 1
             self.topic_stats.record_in(tp.topic, len(data), count)
             # New data: wake fetches parked on this partition (HW may have moved).
-            self.fetch_purgatory.check_and_complete(tp)
+            self._wake_fetches(tp)
         return ProducePartitionStatus(
             required_offset=info.last_offset + 1,
             error_code=ErrorCode.none,
@@ -345,10 +390,19 @@ class ReplicaManager:
         respond: Callable[[FetchResult], None],
         replica_epoch: int = -1,
         isolation_level: int = READ_UNCOMMITTED,
+        session: FetchSession | None = None,
+        incremental: bool = False,
+        allowed: Callable[[TopicPartition], bool] | None = None,
     ) -> None:
         """Serve a Fetch; `replica_id` >= 0 marks a follower (its broker epoch, Fetch v15+'s
         `replica_state.replica_epoch`, in `replica_epoch`; -1 when not sent). A consumer
-        with `isolation_level` READ_COMMITTED reads below the LSO only."""
+        with `isolation_level` READ_COMMITTED reads below the LSO only.
+
+        With a fetch `session` (KIP-227) every answer is recorded in it; an `incremental`
+        fetch reads `partitions` (those the request named plus the session's changed ones,
+        chosen by the caller), answers only what has something new, and, parked, waits on
+        the session alone: partitions of the session that change meanwhile (and pass
+        `allowed`) are read when it completes."""
         quota = self.leader_quota
         if replica_id >= 0 and quota is not None:
             respond = self._recording_throttled_bytes(quota, respond)
@@ -363,13 +417,26 @@ class ReplicaManager:
         )
         total = sum(len(r.records) for r in result.values())
         errored = any(r.error_code != ErrorCode.none for r in result.values())
-        if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
+        if session is not None:
+            respond = self._answering_for_session(session, respond, full=not incremental)
+            if not incremental:
+                session.dirty.clear()  # a full fetch reads every partition of its session
+        nothing_asked = not partitions and session is None
+        if max_wait_ms <= 0 or nothing_asked or total >= min_bytes or errored:
             respond(result)
             return
+        may_read = allowed or (lambda _tp: True)
+
+        def candidates() -> list[FetchPartition]:
+            if session is None or not incremental or not session.dirty:
+                return list(partitions)
+            named = {fp.tp for fp in partitions}
+            extra = [tp for tp in session.dirty if tp not in named and may_read(tp)]
+            return list(partitions) + session_partitions(session, extra)
 
         def enough() -> bool:
             acc = 0
-            for fp in partitions:
+            for fp in candidates():
                 part = self.partitions.get(fp.tp)
                 if part is None or not part.is_leader:
                     return True
@@ -396,20 +463,35 @@ class ReplicaManager:
             return False
 
         def complete() -> None:
+            reads = candidates()
+            if session is not None:
+                session.dirty.clear()
             respond(
                 self.read_from_local_log(
                     replica_id,
                     max_bytes,
-                    partitions,
+                    reads,
                     update_fetch_state=False,
                     isolation_level=isolation_level,
                 )
             )
 
         op = DelayedFetch(max_wait_ms, enough, complete)
-        self.fetch_purgatory.try_complete_else_watch(
-            op, [fp.tp for fp in partitions], now_ms=self._monotonic_ms()
-        )
+        keys: list[object] = []
+        if session is not None:
+            keys.append((SESSION_WATCH_KEY, session.id))
+        if not incremental:
+            keys.extend(fp.tp for fp in partitions)
+        self.fetch_purgatory.try_complete_else_watch(op, keys, now_ms=self._monotonic_ms())
+
+    @staticmethod
+    def _answering_for_session(
+        session: FetchSession, respond: Callable[[FetchResult], None], *, full: bool
+    ) -> Callable[[FetchResult], None]:
+        def answer(result: FetchResult) -> None:
+            respond(select_for_session(session, result, full=full))
+
+        return answer
 
     def read_from_local_log(
         self,
@@ -558,7 +640,17 @@ class ReplicaManager:
     def _try_complete_delayed(self, tp: TopicPartition) -> None:
         """Kafka's tryCompleteDelayedRequests: the HW (or the ISR) moved."""
         self.produce_purgatory.check_and_complete(tp)
-        self.fetch_purgatory.check_and_complete(tp)
+        self._wake_fetches(tp)
+
+    def _wake_fetches(self, tp: TopicPartition) -> None:
+        """`tp` changed (log end, HW, leadership): fetches parked on it re-check, and so do
+        the incremental fetches of every session holding it (which mark it to be read)."""
+        purgatory = self.fetch_purgatory
+        purgatory.check_and_complete(tp)
+        sessions = self.fetch_sessions
+        if sessions is not None:
+            for sid in tuple(sessions.mark_changed(tp)):
+                purgatory.check_and_complete((SESSION_WATCH_KEY, sid))
 
     def on_brokers_gone(self) -> None:
         """Brokers left the live set (UpdateMetadata): a caught-up replica on one of them no

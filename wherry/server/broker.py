@@ -57,6 +57,11 @@ from wherry.protocol.codec import (
 )
 from wherry.replication.alter_partition import ControllerSender
 from wherry.replication.controller_requests import ControllerFence
+from wherry.replication.fetch_session import (
+    DEFAULT_CACHE_SLOTS,
+    DEFAULT_EVICTION_MS,
+    FetchSessionCache,
+)
 from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
@@ -264,6 +269,11 @@ class Broker:
             cache=self.cache,
             leader_quota=self.dynamic_config.leader_quota,
             follower_quota=self.dynamic_config.follower_quota,
+            fetch_sessions=FetchSessionCache(
+                int(cfg.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
+                int(cfg.raw.get("min.incremental.fetch.session.eviction.ms", DEFAULT_EVICTION_MS)),
+                random_id=lambda: self.rng.randint(1, 0x7FFFFFFF),
+            ),
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)

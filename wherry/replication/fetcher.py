@@ -35,6 +35,8 @@ from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.log import Log
 from wherry.outbound import OutboundConnection, RequestClient
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
+from wherry.protocol.fetch_request import VERSION as FETCH_VERSION
+from wherry.protocol.fetch_request import PartitionFields, encode_fetch_v12
 from wherry.replication.quota import ReplicationQuotaManager
 from wherry.replication.truncation import (
     UNDEFINED_EPOCH,
@@ -49,7 +51,7 @@ log = logging.getLogger(__name__)
 FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
-FETCH_VERSION = 12  # topic names, current_leader_epoch, last_fetched_epoch, diverging_epoch
+# FETCH_VERSION (12): topic names, current_leader_epoch, last_fetched_epoch, diverging_epoch
 LIST_OFFSETS_VERSION = 4
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 EARLIEST_TIMESTAMP = -2
@@ -814,35 +816,40 @@ class NetworkLeaderEndpoint:
     ) -> dict[TopicPartition, FetchedPartition]:
         session = self.session
         send, forgotten = session.build(partitions)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        by_topic: dict[str, list[PartitionFields]] = {}
         for tp, pos in send.items():
             by_topic.setdefault(tp.topic, []).append(
-                {
-                    "partition": tp.partition,
-                    "current_leader_epoch": pos.current_leader_epoch,
-                    "fetch_offset": pos.fetch_offset,
-                    "last_fetched_epoch": pos.last_fetched_epoch,
-                    "log_start_offset": pos.log_start_offset,
-                    "partition_max_bytes": partition_max_bytes,
-                }
+                (
+                    tp.partition,
+                    pos.current_leader_epoch,
+                    pos.fetch_offset,
+                    pos.last_fetched_epoch,
+                    pos.log_start_offset,
+                    partition_max_bytes,
+                )
             )
         gone: dict[str, list[int]] = {}
         for tp in forgotten:
             gone.setdefault(tp.topic, []).append(tp.partition)
-        body = {
-            "replica_id": self.broker_id,
-            "max_wait": max_wait_ms,
-            "min_bytes": min_bytes,
-            "max_bytes": max_bytes,
-            "isolation_level": 0,
-            "session_id": session.session_id,
-            "session_epoch": session.epoch,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in gone.items()],
-            "rack_id": "",
-        }
+        session_id, epoch = session.session_id, session.epoch
+
+        def encode(correlation_id: int, client_id: str | None) -> bytes:
+            return encode_fetch_v12(
+                correlation_id,
+                client_id,
+                replica_id=self.broker_id,
+                max_wait_ms=max_wait_ms,
+                min_bytes=min_bytes,
+                max_bytes=max_bytes,
+                isolation_level=0,
+                session_id=session_id,
+                session_epoch=epoch,
+                topics=by_topic.items(),
+                forgotten=gone.items(),
+            )
+
         try:
-            resp = await self._client.call(FETCH_KEY, FETCH_VERSION, body)
+            resp = await self._client.call(FETCH_KEY, FETCH_VERSION, None, encode=encode)
         except BaseException:
             session.reset()
             raise

@@ -31,13 +31,14 @@ def produce(bs: str, topic: str, partition: int, values: list[bytes]) -> None:
 
 
 def fetch(session_id: int, epoch: int, parts: dict[tuple[str, int], int], *,
-          forgotten: dict[str, list[int]] | None = None, max_wait: int = 0) -> dict[str, Any]:
+          forgotten: dict[str, list[int]] | None = None, max_wait: int = 0,
+          max_bytes: int = 1 << 20) -> dict[str, Any]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (t, p), offset in parts.items():
         by_topic.setdefault(t, []).append(
             {"partition": p, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
              "current_leader_epoch": -1, "log_start_offset": -1, "last_fetched_epoch": -1})
-    return {"replica_id": -1, "max_wait": max_wait, "min_bytes": 1, "max_bytes": 1 << 20,
+    return {"replica_id": -1, "max_wait": max_wait, "min_bytes": 1, "max_bytes": max_bytes,
             "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
             "forgotten_topics_data": [{"topic": t, "partitions": ps}
@@ -103,6 +104,32 @@ def test_sessions_answer_only_what_changed(broker: BrokerProcess) -> None:
         assert r.error_code == ErrorCode.none and r.session_id == 0
         assert set(answered(r)) == {(t, 0)}
         assert send(fetch(sid, 6, {})).error_code == ErrorCode.fetch_session_id_not_found
+    finally:
+        s.close()
+
+
+def test_a_partition_left_out_of_a_full_response_comes_next(broker: BrokerProcess) -> None:
+    """Records the response had no room for are read at the next incremental fetch, though
+    the client's position did not move (nothing else changed on that partition)."""
+    bs = broker.bootstrap
+    t = f"fs-full-{uuid.uuid4().hex[:8]}"
+    create(bs, t, 2)
+    produce(bs, t, 0, [b"x" * 500])
+    produce(bs, t, 1, [b"y" * 500])
+    s = connect(bs)
+    try:
+        def send(body: dict[str, Any]) -> Any:
+            s.sendall(encode_request(1, 12, body))
+            return read_response(s, 1, 12)
+
+        first = send(fetch(0, 0, {(t, 0): 0, (t, 1): 0}, max_bytes=100))
+        got = answered(first)
+        with_records = [k for k, p in got.items() if p.records]
+        assert len(with_records) == 1  # only the first batch fitted (min one message)
+        [left] = [k for k in got if k not in with_records]
+        nxt = send(fetch(first.session_id, 1, {with_records[0]: 1}, max_bytes=1 << 20))
+        got = answered(nxt)
+        assert set(got) == {left} and got[left].records
     finally:
         s.close()
 

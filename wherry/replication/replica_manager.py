@@ -418,7 +418,13 @@ class ReplicaManager:
         total = sum(len(r.records) for r in result.values())
         errored = any(r.error_code != ErrorCode.none for r in result.values())
         if session is not None:
-            respond = self._answering_for_session(session, respond, full=not incremental)
+            respond = self._answering_for_session(
+                session,
+                respond,
+                full=not incremental,
+                replica_id=replica_id,
+                isolation_level=isolation_level,
+            )
             if not incremental:
                 session.dirty.clear()  # a full fetch reads every partition of its session
         nothing_asked = not partitions and session is None
@@ -484,14 +490,39 @@ class ReplicaManager:
             keys.extend(fp.tp for fp in partitions)
         self.fetch_purgatory.try_complete_else_watch(op, keys, now_ms=self._monotonic_ms())
 
-    @staticmethod
     def _answering_for_session(
-        session: FetchSession, respond: Callable[[FetchResult], None], *, full: bool
+        self,
+        session: FetchSession,
+        respond: Callable[[FetchResult], None],
+        *,
+        full: bool,
+        replica_id: int,
+        isolation_level: int,
     ) -> Callable[[FetchResult], None]:
         def answer(result: FetchResult) -> None:
+            # A partition answered without records though it has some to give (the response
+            # was full, or a replication throttle held them back) is read again at the next
+            # fetch: its client's position does not move, so nothing else would bring it back.
+            for tp, r in result.items():
+                if not r.records and r.error_code == ErrorCode.none:
+                    cached = session.partitions.get(tp)
+                    if cached is not None and self._readable_end(
+                        tp, replica_id, isolation_level
+                    ) > cached.fetch_offset:
+                        session.dirty.add(tp)
             respond(select_for_session(session, result, full=full))
 
         return answer
+
+    def _readable_end(self, tp: TopicPartition, replica_id: int, isolation_level: int) -> int:
+        part = self.partitions.get(tp)
+        if part is None:
+            return -1
+        if replica_id >= 0 or replica_id == DEBUGGING_CONSUMER_ID:
+            return part.log.log_end_offset
+        if isolation_level == READ_COMMITTED:
+            return part.last_stable_offset
+        return part.high_watermark
 
     def read_from_local_log(
         self,

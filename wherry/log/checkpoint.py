@@ -30,6 +30,7 @@ __all__ = [
     "OffsetCheckpointFile",
     "atomic_write",
     "fsync_dir",
+    "fsync_file",
     "read_file",
     "read_int_pairs",
     "write_int_pairs",
@@ -128,9 +129,22 @@ def _render(lines: Sequence[str]) -> bytes:
     return ("\n".join([str(_VERSION), str(len(lines)), *lines]) + "\n").encode("utf-8")
 
 
-def write_int_pairs(path: Path, pairs: Iterable[tuple[int, int]]) -> None:
+def write_int_pairs(path: Path, pairs: Iterable[tuple[int, int]], *, fsync: bool = True) -> None:
     """Write a version-0 checkpoint of `a b` integer lines (leader-epoch checkpoint)."""
-    atomic_write(path, _render([f"{a} {b}" for a, b in pairs]))
+    atomic_write(path, _render([f"{a} {b}" for a, b in pairs]), fsync=fsync)
+
+
+def fsync_file(path: Path) -> None:
+    """fsync an existing file and its directory (no-op if it is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(path.parent)
 
 
 def read_int_pairs(path: Path) -> list[tuple[int, int]]:

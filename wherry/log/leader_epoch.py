@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import NamedTuple
 
-from wherry.log.checkpoint import CheckpointError, read_int_pairs, write_int_pairs
+from wherry.log.checkpoint import CheckpointError, fsync_file, read_int_pairs, write_int_pairs
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT",
@@ -39,6 +39,7 @@ class LeaderEpochCache:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._entries: list[EpochEntry] = []
+        self._unsynced = False
         if path is not None:
             try:
                 pairs = read_int_pairs(path)
@@ -114,9 +115,13 @@ class LeaderEpochCache:
         return True
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that `epoch` starts at `start_offset` (no-op if already known)."""
+        """Record that `epoch` starts at `start_offset` (no-op if already known). The file is
+        written at once but fsynced only at the log's next flush (`sync`), as Kafka since
+        KAFKA-15046: an epoch starts at the log end, beyond the recovery point, and recovery
+        rebuilds the entries of the batches beyond it; a leader election moving thousands
+        of partitions does not wait for thousands of fsyncs."""
         if self._assign(EpochEntry(epoch, start_offset)):
-            self.flush()
+            self.flush(sync=False)
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop entries starting at or after `end_offset` (log truncated to `end_offset`)."""
@@ -140,6 +145,13 @@ class LeaderEpochCache:
         self._entries = []
         self.flush()
 
-    def flush(self) -> None:
+    def flush(self, *, sync: bool = True) -> None:
         if self.path is not None:
-            write_int_pairs(self.path, self._entries)
+            write_int_pairs(self.path, self._entries, fsync=sync)
+            self._unsynced = not sync
+
+    def sync(self) -> None:
+        """Make an `assign` written without fsync durable (before the recovery point moves)."""
+        if self._unsynced and self.path is not None:
+            self._unsynced = False
+            fsync_file(self.path)

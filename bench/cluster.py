@@ -372,7 +372,7 @@ class Bench:
             self.log(f"(i1) creating {n:,} partitions RF 3 in {len(topics)} topics")
             t0 = time.monotonic()
             for name, count in topics.items():
-                create_topic(cluster.address(0), name, count, {"min.insync.replicas": "2"}, 3)
+                _create_big_topic(cluster.address(0), name, count)
             created = time.monotonic() - t0
             full = _wait_full_isr(cluster, topics, timeout_s=max(120.0, n / 20))
             self.add(
@@ -455,6 +455,34 @@ class Bench:
                 },
             )
         )
+
+
+def _create_big_topic(address: str, name: str, partitions: int) -> None:
+    """CreateTopics v7 of an RF 3 topic, waiting as long as the broker takes (up to 10 min):
+    creating thousands of partitions may outlast bench.common's 30 s socket timeout."""
+    import socket
+
+    from bench.common import decode_response, encode_request, read_frame
+
+    body = {
+        "topics": [
+            {
+                "name": name,
+                "num_partitions": partitions,
+                "replication_factor": 3,
+                "assignments": [],
+                "configs": [{"name": "min.insync.replicas", "value": "2"}],
+            }
+        ],
+        "timeout": 600_000,
+        "validate_only": False,
+    }
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=660) as sock:
+        sock.sendall(encode_request(19, 7, body))
+        t = decode_response(19, 7, read_frame(sock)).topics[0]
+    if int(t.error_code) not in (0, 7):  # 7: REQUEST_TIMED_OUT (still being created)
+        raise BenchError(f"CreateTopics {name} failed: {t.error_code} {t.error_message}")
 
 
 def _wait_full_isr(cluster: Any, topics: dict[str, int], timeout_s: float) -> float:

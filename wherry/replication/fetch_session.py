@@ -68,6 +68,24 @@ class CachedPartition:
     last_stable_offset: int = -1
     leader_log_start_offset: int = -1
 
+    def has_news(
+        self,
+        *,
+        error_code: int,
+        has_records: bool,
+        high_watermark: int,
+        last_stable_offset: int,
+        log_start_offset: int,
+    ) -> bool:
+        """`must_respond` without recording anything."""
+        return (
+            has_records
+            or error_code != 0
+            or high_watermark != self.high_watermark
+            or last_stable_offset != self.last_stable_offset
+            or log_start_offset != self.leader_log_start_offset
+        )
+
     def must_respond(
         self,
         *,
@@ -116,7 +134,8 @@ class FetchSession:
         return out
 
     def rescan_due(self, now_ms: int) -> bool:
-        """True (and the clock restarts) when every partition should be read again."""
+        """True (and the clock restarts) when every partition should be checked again for
+        what no change hook reports (a log start offset moved by retention)."""
         if now_ms - self.last_scan_ms >= RESCAN_INTERVAL_MS:
             self.last_scan_ms = now_ms
             return True

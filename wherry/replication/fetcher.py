@@ -53,6 +53,7 @@ LIST_OFFSETS_KEY = 2
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
 # FETCH_VERSION (12): topic names, current_leader_epoch, last_fetched_epoch, diverging_epoch
 LIST_OFFSETS_VERSION = 4
+POSITION_REFRESH_MS = 10_000  # log start offsets of unchanged partitions looked up again
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -308,6 +309,8 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._prefix = f"[ReplicaFetcher replicaId={broker_id}, leaderId={source_broker_id}]"
+        self._positions: dict[TopicPartition, tuple[PartitionFetchState, FetchPosition]] = {}
+        self._positions_refreshed_ms = monotonic_ms()
 
     # -- partitions -------------------------------------------------------------------------
     def add_partition(self, tp: TopicPartition, leader_epoch: int) -> None:
@@ -484,16 +487,40 @@ class ReplicaFetcher:
         plog.truncate_to(max(offset, 0))
 
     # -- fetch ----------------------------------------------------------------------------------
-    async def fetch(self, sent: Mapping[TopicPartition, PartitionFetchState]) -> None:
+    def _positions_of(
+        self, sent: Mapping[TopicPartition, PartitionFetchState]
+    ) -> dict[TopicPartition, FetchPosition]:
+        """Each partition's position; a partition whose fetch state did not change since the
+        last round keeps its position object (its log start offset is looked up again only
+        every POSITION_REFRESH_MS), so a round over thousands of idle partitions is cheap
+        and the fetch session sees them unchanged."""
+        now = self._ms()
+        cache = self._positions
+        if now - self._positions_refreshed_ms >= POSITION_REFRESH_MS:
+            cache.clear()
+            self._positions_refreshed_ms = now
         positions: dict[TopicPartition, FetchPosition] = {}
         for tp, s in sent.items():
+            hit = cache.get(tp)
+            if hit is not None and hit[0] is s:
+                positions[tp] = hit[1]
+                continue
             plog = self._log_for(tp)
-            positions[tp] = FetchPosition(
+            pos = FetchPosition(
                 s.fetch_offset,
                 s.current_leader_epoch,
                 s.last_fetched_epoch,
                 plog.log_start_offset if plog is not None else -1,
             )
+            cache[tp] = (s, pos)
+            positions[tp] = pos
+        if len(cache) > 2 * len(sent) + 64:  # forget partitions no longer fetched
+            for tp in [tp for tp in cache if tp not in sent]:
+                del cache[tp]
+        return positions
+
+    async def fetch(self, sent: Mapping[TopicPartition, PartitionFetchState]) -> None:
+        positions = self._positions_of(sent)
         cfg = self.config
         try:
             answers = await self.endpoint.fetch(
@@ -751,7 +778,11 @@ class FollowerFetchSession:
         if self.session_id == 0:
             return partitions, []
         sent = self._sent
-        changed = {tp: pos for tp, pos in partitions.items() if sent.get(tp) != pos}
+        changed = {
+            tp: pos
+            for tp, pos in partitions.items()
+            if (prev := sent.get(tp)) is not pos and prev != pos
+        }
         forgotten = [tp for tp in sent if tp not in partitions]
         return changed, forgotten
 

@@ -101,6 +101,19 @@ def session_partitions(
     return out
 
 
+def _has_news(session: FetchSession, tp: TopicPartition, r: FetchPartitionResult | None) -> bool:
+    c = session.partitions.get(tp)
+    if c is None or r is None:
+        return True
+    return c.has_news(
+        error_code=int(r.error_code),
+        has_records=bool(r.records),
+        high_watermark=r.high_watermark,
+        last_stable_offset=r.last_stable_offset,
+        log_start_offset=r.log_start_offset,
+    )
+
+
 def select_for_session(session: FetchSession, result: FetchResult, *, full: bool) -> FetchResult:
     """Record each answer in the session's cache (Kafka's maybeUpdateResponseData); for an
     incremental fetch keep only the partitions with something to say."""
@@ -432,13 +445,19 @@ class ReplicaManager:
             respond(result)
             return
         may_read = allowed or (lambda _tp: True)
+        base = list(partitions)
+        if session is not None and incremental:
+            # Parked, an incremental fetch reads again only what had news in this first
+            # read and what changes meanwhile (marked by `_wake_fetches`), not every
+            # partition it named.
+            base = [fp for fp in base if _has_news(session, fp.tp, result.get(fp.tp))]
 
         def candidates() -> list[FetchPartition]:
             if session is None or not incremental or not session.dirty:
-                return list(partitions)
-            named = {fp.tp for fp in partitions}
+                return base
+            named = {fp.tp for fp in base}
             extra = [tp for tp in session.dirty if tp not in named and may_read(tp)]
-            return list(partitions) + session_partitions(session, extra)
+            return base + session_partitions(session, extra)
 
         def enough() -> bool:
             acc = 0
@@ -513,6 +532,22 @@ class ReplicaManager:
             respond(select_for_session(session, result, full=full))
 
         return answer
+
+    def drifted(self, session: FetchSession) -> list[TopicPartition]:
+        """The session's partitions whose high watermark, log start offset or leadership no
+        longer match their last answer (a cheap look at each: the periodic check for what no
+        change hook reports, e.g. retention moving a log start offset)."""
+        out: list[TopicPartition] = []
+        for tp, c in session.partitions.items():
+            part = self.partitions.get(tp)
+            if (
+                part is None
+                or not part.is_leader
+                or part.high_watermark != c.high_watermark
+                or part.log.log_start_offset != c.leader_log_start_offset
+            ):
+                out.append(tp)
+        return out
 
     def _readable_end(self, tp: TopicPartition, replica_id: int, isolation_level: int) -> int:
         part = self.partitions.get(tp)

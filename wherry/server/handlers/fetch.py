@@ -112,11 +112,13 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     extra_keys: dict[TopicPartition, TopicKey] = {}
     allowed = None
     if incremental and session is not None:
-        # The session's partitions that changed since its last answer (all of them now and
-        # then), checked against the ACLs as the request's own are.
+        # The session's partitions that changed since its last answer (and now and then
+        # those drifted from it), checked against the ACLs as the request's own are.
         named = {fp.tp for fp in wanted}
         now = broker.node.clock.monotonic_ms()
-        changed = list(session.partitions) if session.rescan_due(now) else session.take_dirty()
+        changed = session.take_dirty()
+        if session.rescan_due(now):
+            changed = list(dict.fromkeys(changed + broker.node.replica_manager.drifted(session)))
         extra = [tp for tp in changed if tp not in named]
         allowed = _allowed(broker, follower_ok, replica_id >= 0)
         for tp in extra:

@@ -118,6 +118,11 @@ class FetchStates:
 
     def __init__(self) -> None:
         self._states: dict[TopicPartition, PartitionFetchState] = {}
+        self.version = 0  # bumped by every change (so an unchanged `ready` answer is reused)
+        self._ready: dict[
+            FetchStateKind, tuple[int, int, dict[TopicPartition, PartitionFetchState]]
+        ]
+        self._ready = {}
 
     def __len__(self) -> int:
         return len(self._states)
@@ -140,13 +145,30 @@ class FetchStates:
         self._states[tp] = PartitionFetchState(
             log_end_offset, leader_epoch, FetchStateKind.TRUNCATING
         )
+        self.version += 1
         return True
 
     def remove(self, tp: TopicPartition) -> PartitionFetchState | None:
+        self.version += 1
         return self._states.pop(tp, None)
 
     def ready(self, kind: FetchStateKind, now_ms: int) -> dict[TopicPartition, PartitionFetchState]:
-        return {tp: s for tp, s in self._states.items() if s.kind is kind and s.is_ready(now_ms)}
+        """The partitions of `kind` ready now. While nothing changed and no delay ran out
+        since the last call, the same (read-only) mapping is returned without a scan."""
+        cached = self._ready.get(kind)
+        if cached is not None and cached[0] == self.version and now_ms < cached[1]:
+            return cached[2]
+        out: dict[TopicPartition, PartitionFetchState] = {}
+        valid_until = 1 << 62
+        for tp, s in self._states.items():
+            if s.kind is not kind:
+                continue
+            if s.is_ready(now_ms):
+                out[tp] = s
+            elif kind is not FetchStateKind.FENCED and s.delayed_until_ms < valid_until:
+                valid_until = s.delayed_until_ms
+        self._ready[kind] = (self.version, valid_until, out)
+        return out
 
     def next_ready_ms(self) -> int | None:
         """When the earliest delayed partition becomes ready (None: nothing will)."""
@@ -174,6 +196,7 @@ class FetchStates:
         lag: int | None = None,
     ) -> None:
         s = self._states[tp]
+        self.version += 1
         self._states[tp] = replace(
             s,
             lag=s.lag if lag is None else lag,
@@ -187,6 +210,7 @@ class FetchStates:
 
     def truncating_at(self, tp: TopicPartition, offset: int) -> None:
         s = self._states[tp]
+        self.version += 1
         self._states[tp] = replace(
             s, fetch_offset=offset, kind=FetchStateKind.TRUNCATING, delayed_until_ms=0
         )
@@ -194,6 +218,7 @@ class FetchStates:
     def delay(self, tp: TopicPartition, until_ms: int) -> None:
         s = self._states.get(tp)
         if s is not None:
+            self.version += 1
             self._states[tp] = replace(s, delayed_until_ms=until_ms)
 
     def delay_all(self, tps: Iterable[TopicPartition], until_ms: int) -> None:
@@ -203,6 +228,7 @@ class FetchStates:
     def fence(self, tp: TopicPartition, request_epoch: int) -> None:
         s = self._states.get(tp)
         if s is not None and s.current_leader_epoch == request_epoch:
+            self.version += 1
             self._states[tp] = replace(s, kind=FetchStateKind.FENCED)
 
     def on_error(
@@ -311,6 +337,10 @@ class ReplicaFetcher:
         self._prefix = f"[ReplicaFetcher replicaId={broker_id}, leaderId={source_broker_id}]"
         self._positions: dict[TopicPartition, tuple[PartitionFetchState, FetchPosition]] = {}
         self._positions_refreshed_ms = monotonic_ms()
+        self._last: (
+            tuple[Mapping[TopicPartition, PartitionFetchState], dict[TopicPartition, FetchPosition]]
+            | None
+        ) = None
 
     # -- partitions -------------------------------------------------------------------------
     def add_partition(self, tp: TopicPartition, leader_epoch: int) -> None:
@@ -389,8 +419,7 @@ class ReplicaFetcher:
         if fetching and quota is not None and quota.is_quota_exceeded(now):
             # Kafka's shouldFollowerThrottle: out-of-sync throttled partitions wait.
             held = [tp for tp, s in fetching.items() if quota.is_throttled(tp) and not s.in_sync]
-            for tp in held:
-                del fetching[tp]
+            fetching = {tp: s for tp, s in fetching.items() if tp not in set(held)}
             if not fetching:  # nothing left to ask for: back off (Kafka's fetchBackOffMs)
                 self.states.delay_all(held, now + self.config.backoff_ms)
                 return True
@@ -499,6 +528,10 @@ class ReplicaFetcher:
         if now - self._positions_refreshed_ms >= POSITION_REFRESH_MS:
             cache.clear()
             self._positions_refreshed_ms = now
+            self._last = None
+        last = self._last
+        if last is not None and last[0] is sent:
+            return last[1]  # the same ready partitions in the same states: same positions
         positions: dict[TopicPartition, FetchPosition] = {}
         for tp, s in sent.items():
             hit = cache.get(tp)
@@ -517,6 +550,7 @@ class ReplicaFetcher:
         if len(cache) > 2 * len(sent) + 64:  # forget partitions no longer fetched
             for tp in [tp for tp in cache if tp not in sent]:
                 del cache[tp]
+        self._last = (sent, positions)
         return positions
 
     async def fetch(self, sent: Mapping[TopicPartition, PartitionFetchState]) -> None:
@@ -534,11 +568,9 @@ class ReplicaFetcher:
             self._on_connection_error(list(sent), e)
             return
         out_of_range: list[TopicPartition] = []
-        for tp, s in sent.items():
-            if not self.states.unchanged(tp, s):
-                continue
-            ans = answers.get(tp)
-            if ans is None:
+        for tp, ans in answers.items():  # an incremental answer: only what changed
+            s = sent.get(tp)
+            if s is None or not self.states.unchanged(tp, s):
                 continue
             if ans.error_code == ErrorCode.none:
                 self._process_partition_data(tp, s, ans)
@@ -767,17 +799,19 @@ class FollowerFetchSession:
     def __init__(self) -> None:
         self.session_id = 0
         self.epoch = 0  # INITIAL_EPOCH: ask for a session
-        self._sent: dict[TopicPartition, FetchPosition] = {}
-        self._pending: dict[TopicPartition, FetchPosition] | None = None
+        self._sent: Mapping[TopicPartition, FetchPosition] = {}
+        self._pending: Mapping[TopicPartition, FetchPosition] | None = None
 
     def build(
         self, partitions: Mapping[TopicPartition, FetchPosition]
     ) -> tuple[Mapping[TopicPartition, FetchPosition], list[TopicPartition]]:
         """(partitions to name in the request, partitions to forget)."""
-        self._pending = dict(partitions)
+        self._pending = partitions
         if self.session_id == 0:
             return partitions, []
         sent = self._sent
+        if partitions is sent:
+            return {}, []  # the same positions as the last answered request: nothing to say
         changed = {
             tp: pos
             for tp, pos in partitions.items()
@@ -786,9 +820,7 @@ class FollowerFetchSession:
         forgotten = [tp for tp in sent if tp not in partitions]
         return changed, forgotten
 
-    def answered(
-        self, session_id: int, partitions: Mapping[TopicPartition, FetchPosition]
-    ) -> None:
+    def answered(self, session_id: int, partitions: Mapping[TopicPartition, FetchPosition]) -> None:
         if session_id == 0:  # no session kept (e.g. the leader's cache is full)
             self.reset()
             return
@@ -796,7 +828,7 @@ class FollowerFetchSession:
             self.session_id = session_id
             self.epoch = 0
         self.epoch = 1 if self.epoch >= 0x7FFFFFFF else self.epoch + 1
-        self._sent = self._pending if self._pending is not None else dict(partitions)
+        self._sent = self._pending if self._pending is not None else partitions
         self._pending = None
 
     def reset(self) -> None:

@@ -30,7 +30,6 @@ __all__ = [
     "OffsetCheckpointFile",
     "atomic_write",
     "fsync_dir",
-    "fsync_file",
     "read_file",
     "read_int_pairs",
     "write_int_pairs",
@@ -133,18 +132,6 @@ def write_int_pairs(path: Path, pairs: Iterable[tuple[int, int]], *, fsync: bool
     """Write a version-0 checkpoint of `a b` integer lines (leader-epoch checkpoint)."""
     atomic_write(path, _render([f"{a} {b}" for a, b in pairs]), fsync=fsync)
 
-
-def fsync_file(path: Path) -> None:
-    """fsync an existing file and its directory (no-op if it is gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_dir(path.parent)
 
 
 def read_int_pairs(path: Path) -> list[tuple[int, int]]:

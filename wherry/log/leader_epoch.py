@@ -8,10 +8,11 @@ rewritten (atomically) whenever the entries change.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from wherry.log.checkpoint import CheckpointError, fsync_file, read_int_pairs, write_int_pairs
+from wherry.log.checkpoint import CheckpointError, read_int_pairs, write_int_pairs
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT",
@@ -40,6 +41,7 @@ class LeaderEpochCache:
         self.path = path
         self._entries: list[EpochEntry] = []
         self._unsynced = False
+        self._write_lock = threading.Lock()
         if path is not None:
             try:
                 pairs = read_int_pairs(path)
@@ -116,12 +118,13 @@ class LeaderEpochCache:
 
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that `epoch` starts at `start_offset` (no-op if already known). The file is
-        written at once but fsynced only at the log's next flush (`sync`), as Kafka since
-        KAFKA-15046: an epoch starts at the log end, beyond the recovery point, and recovery
-        rebuilds the entries of the batches beyond it; a leader election moving thousands
-        of partitions does not wait for thousands of fsyncs."""
+        written (and fsynced) only at the log's next flush or close (`sync`), not at once:
+        an epoch starts at the log end, beyond the recovery point, and recovery rebuilds the
+        entries of the batches beyond it from the batches themselves (Kafka since
+        KAFKA-15046 no longer fsyncs here either). A leader election moving thousands of
+        partitions does not write thousands of files."""
         if self._assign(EpochEntry(epoch, start_offset)):
-            self.flush(sync=False)
+            self._unsynced = True
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop entries starting at or after `end_offset` (log truncated to `end_offset`)."""
@@ -145,13 +148,13 @@ class LeaderEpochCache:
         self._entries = []
         self.flush()
 
-    def flush(self, *, sync: bool = True) -> None:
+    def flush(self) -> None:
         if self.path is not None:
-            write_int_pairs(self.path, self._entries, fsync=sync)
-            self._unsynced = not sync
+            with self._write_lock:  # the log's flush may run on another thread
+                self._unsynced = False
+                write_int_pairs(self.path, list(self._entries))
 
     def sync(self) -> None:
-        """Make an `assign` written without fsync durable (before the recovery point moves)."""
-        if self._unsynced and self.path is not None:
-            self._unsynced = False
-            fsync_file(self.path)
+        """Write what `assign` left in memory, durably (before the recovery point moves)."""
+        if self._unsynced:
+            self.flush()

@@ -28,7 +28,7 @@ from wherry.replication.alter_partition import (
 )
 from wherry.replication.delayed import DelayedFetch, DelayedProduce, ProducePartitionStatus
 from wherry.replication.fetch_session import FetchSession, FetchSessionCache
-from wherry.replication.isr import AlterOutcome, PendingIsrState
+from wherry.replication.isr import AlterOutcome, CommittedPartitionState, PendingIsrState
 from wherry.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     Partition,
@@ -177,6 +177,9 @@ class ReplicaManager:
         self.on_leadership_change: LeadershipListener | None = None
         # KIP-227 sessions (None: every fetch is sessionless); told of every partition change.
         self.fetch_sessions: FetchSessionCache | None = None
+        # Follower id → led partitions it is not (committed) in the ISR of: its incremental
+        # fetches read them every time, so their follower state moves and they can rejoin.
+        self._lagging: dict[int, set[TopicPartition]] = {}
 
     def get_partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -218,6 +221,7 @@ class ReplicaManager:
                 high_watermark=part.high_watermark,
                 log_end_offset=part.log.log_end_offset,
             )
+            self._note_isr(part)
             # Parked requests re-check under the new leadership.
             self._try_complete_delayed(tp)
         if self.on_leadership_change is not None and (became_leader or became_follower):
@@ -248,6 +252,7 @@ class ReplicaManager:
             part = self.partitions.pop(tp, None)
             if part is not None:
                 part.leader_id = -1
+                self._note_isr(part)
             if sp.delete_partition:
                 to_delete.append(tp)
             log_broker_partition_change(
@@ -533,6 +538,29 @@ class ReplicaManager:
 
         return answer
 
+    def _note_isr(self, part: Partition) -> None:
+        """Keep `_lagging` true for `part` after its leadership or ISR state changed."""
+        tp = part.tp
+        lead = part.is_leader and self.partitions.get(tp) is part
+        committed = isinstance(part.state, CommittedPartitionState)
+        isr = part.state.isr
+        for r in part.assignment if lead else ():
+            if r == self.broker_id:
+                continue
+            held = self._lagging.setdefault(r, set())
+            if committed and r in isr:
+                held.discard(tp)
+            else:
+                held.add(tp)
+        if not lead or len(self._lagging) > len(part.assignment):
+            for r, held in self._lagging.items():
+                if not lead or r not in part.assignment:
+                    held.discard(tp)
+
+    def lagging(self, replica_id: int) -> set[TopicPartition]:
+        """Led partitions `replica_id` is assigned to but not (committed) in the ISR of."""
+        return self._lagging.get(replica_id, set())
+
     def drifted(self, session: FetchSession) -> list[TopicPartition]:
         """The session's partitions whose high watermark, log start offset or leadership no
         longer match their last answer (a cheap look at each: the periodic check for what no
@@ -700,6 +728,7 @@ class ReplicaManager:
         )
         if outcome.proposal is not None:
             self._submit_isr_change(part, outcome.proposal)
+            self._note_isr(part)
         if outcome.hw_incremented:
             self._try_complete_delayed(part.tp)
 
@@ -740,6 +769,7 @@ class ReplicaManager:
             if pending is not None:
                 proposed += 1
                 self._submit_isr_change(part, pending)
+                self._note_isr(part)
         return proposed
 
     def _submit_isr_change(self, part: Partition, pending: PendingIsrState) -> None:
@@ -780,6 +810,7 @@ class ReplicaManager:
         if part is None:
             return
         outcome, hw = part.handle_alter_partition_result(pending, result, self._monotonic_ms())
+        self._note_isr(part)
         if outcome is AlterOutcome.RETRY:
             self._submit_isr_change(part, pending)
         elif outcome is AlterOutcome.COMMITTED:

@@ -117,9 +117,16 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         named = {fp.tp for fp in wanted}
         now = broker.node.clock.monotonic_ms()
         changed = session.take_dirty()
+        if replica_id >= 0:
+            # A follower outside the ISR: its partitions are read (its fetch state moves)
+            # every time, as Kafka reads every partition of the session, so it can rejoin.
+            held = session.partitions
+            changed += [
+                tp for tp in broker.node.replica_manager.lagging(replica_id) if tp in held
+            ]
         if session.rescan_due(now):
             changed = list(dict.fromkeys(changed + broker.node.replica_manager.drifted(session)))
-        extra = [tp for tp in changed if tp not in named]
+        extra = [tp for tp in dict.fromkeys(changed) if tp not in named]
         allowed = _allowed(broker, follower_ok, replica_id >= 0)
         for tp in extra:
             extra_keys[tp] = session.partitions[tp].key

@@ -292,7 +292,7 @@ class Bench:
                     "acks": target.acks,
                     "rate": rate,
                     "duration_s": plan.latency_duration_s,
-                    "flush_timeout_s": max(10.0, plan.latency_duration_s * 5),
+                    "flush_timeout_s": max(30.0, plan.latency_duration_s * 5),
                     "quiet": True,
                 },
                 timeout_s=plan.latency_duration_s * 10 + 60,
@@ -319,7 +319,7 @@ class Bench:
                 "rate": rate,
                 "linger_ms": linger,
                 "duration_s": plan.latency_duration_s,
-                "flush_timeout_s": max(10.0, plan.latency_duration_s * 5),
+                "flush_timeout_s": max(30.0, plan.latency_duration_s * 5),
             },
             timeout_s=plan.latency_duration_s * 10 + 60,
         )

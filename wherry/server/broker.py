@@ -62,8 +62,9 @@ from wherry.replication.fetch_session import (
     DEFAULT_EVICTION_MS,
     FetchSessionCache,
 )
-from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
+from wherry.replication.fetcher import FetcherConfig
 from wherry.replication.metadata_cache import MetadataCache
+from wherry.replication.network_endpoint import NetworkLeaderEndpoint
 from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
 from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, SystemClock

@@ -14,8 +14,8 @@ follows the leader's. A Fetch answer with a `diverging_epoch` (KIP-320) truncate
 Errors back a partition off (`replica.fetch.backoff.ms`); FENCED_LEADER_EPOCH parks it until a
 newer LeaderAndIsr re-adds it; OFFSET_OUT_OF_RANGE follows Kafka's `fetchOffsetAndTruncate`.
 
-The network sits behind `LeaderEndpoint`; `network_endpoint.NetworkLeaderEndpoint` speaks the Kafka protocol
-through `outbound.RequestClient`, and tests may plug in an in-process leader.
+The network sits behind `LeaderEndpoint`; `network_endpoint.NetworkLeaderEndpoint` speaks the
+Kafka protocol through `outbound.RequestClient`, and tests may plug in an in-process leader.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ temporary data dirs, every process stopped by its PID):
   sl1 single broker, acks=1: produce latency p50/p99 at 1000 records/s, linger.ms=0
   rl1 3 brokers, RF 3, acks=all: the same
   sl2, rl2  the same at 100 records/s
+  sl3, rl3  the same at 10,000 records/s with linger.ms=5
+  i1  10,000 partitions RF 3 on 3 broker processes (ZooKeeper): CreateTopics → every ISR full
+  i2  the same cluster idle: each broker's CPU (% of a core over 30 s, /proc/PID/stat), RSS
+  f1  kill -9 the controller: time until every broker's metadata shows a new leader for
+      every partition it led (and the part of it after ZooKeeper dropped its session)
 
 `--dev` runs the RF 3 rows on `wherry dev --brokers 3` (three brokers in ONE child process,
 one event loop, embedded store) instead of three processes on ZooKeeper.
@@ -69,6 +74,11 @@ class Plan:
     latency_rates: tuple[int, ...]
     latency_duration_s: float
     repeats: int
+    linger_rate: int = 10_000
+    linger_ms: int = 5
+    idle_partitions: int = 10_000
+    idle_seconds: float = 30
+    idle_session_timeout_ms: int = 6_000  # zookeeper.session.timeout.ms of the idle cluster
 
 
 FULL = Plan(
@@ -78,7 +88,15 @@ FULL = Plan(
     latency_duration_s=10,
     repeats=3,
 )
-QUICK = replace(FULL, small_records=50_000, large_records=15_000, latency_duration_s=3, repeats=1)
+QUICK = replace(
+    FULL,
+    small_records=50_000,
+    large_records=15_000,
+    latency_duration_s=3,
+    repeats=1,
+    idle_partitions=2_000,
+    idle_seconds=10,
+)
 
 
 # ------------------------------------------------------------------------------- targets
@@ -274,7 +292,7 @@ class Bench:
                     "acks": target.acks,
                     "rate": rate,
                     "duration_s": plan.latency_duration_s,
-                    "flush_timeout_s": max(10.0, plan.latency_duration_s * 5),
+                    "flush_timeout_s": max(30.0, plan.latency_duration_s * 5),
                     "quiet": True,
                 },
                 timeout_s=plan.latency_duration_s * 10 + 60,
@@ -289,6 +307,31 @@ class Bench:
                     r,
                 )
             )
+        rid = f"{prefix}l{len(plan.latency_rates) + 1}"
+        rate, linger = plan.linger_rate, plan.linger_ms
+        self.log(f"({rid}) {target.name}: latency at {rate}/s, linger.ms={linger}")
+        r = run_cluster_worker(
+            "latency",
+            {
+                "bootstrap": target.bootstrap,
+                "topic": topic,
+                "acks": target.acks,
+                "rate": rate,
+                "linger_ms": linger,
+                "duration_s": plan.latency_duration_s,
+                "flush_timeout_s": max(30.0, plan.latency_duration_s * 5),
+            },
+            timeout_s=plan.latency_duration_s * 10 + 60,
+        )
+        self.add(
+            Row(
+                rid,
+                f"{target.name}: latency {rate:,}/s x 100 B, linger {linger}",
+                f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms",
+                f"{r['records']} records, delivered at {r['rate']:.0f}/s; max {r['max_ms']:.1f} ms",
+                r,
+            )
+        )
 
     def ratios(self) -> None:
         for size, (s, r) in ((100, ("s1", "r1")), (1024, ("s2", "r2"))):
@@ -303,8 +346,224 @@ class Bench:
                 )
             )
 
+    # -- idle partitions and failover ------------------------------------------------------
+    def idle(self, base: Path) -> None:
+        """i1, i2, f1 on a fresh 3-process ZooKeeper cluster (see the module docstring)."""
+        from wherry.testing.cluster import ZkCluster, wait_until
+        from wherry.testing.zookeeper import ZooKeeperServer
 
-ORDER = ("s1", "s2", "r1", "r2", "x1", "x2", "sl1", "rl1", "sl2", "rl2")
+        reason = ZooKeeperServer.unavailable_reason()
+        if reason is not None:
+            raise BenchError(f"ZooKeeper is not available ({reason})")
+        plan = self.plan
+        n = plan.idle_partitions
+        per_topic = min(n, 1000)
+        topics = {f"idle-{i}": min(per_topic, n - i * per_topic) for i in range(-(-n // per_topic))}
+        with ZkCluster(
+            base / "idle",
+            brokers=3,
+            overrides=_cluster_overrides(),
+            session_timeout_ms=plan.idle_session_timeout_ms,
+            start_timeout_s=60,
+        ) as cluster:
+            if not wait_until(lambda: set(cluster.metadata(0).brokers) == {0, 1, 2}, 30):
+                raise BenchError("the ZooKeeper cluster did not come up")
+            pids = {b: cluster.pid(b) for b in range(3)}
+            self.log(f"(i1) creating {n:,} partitions RF 3 in {len(topics)} topics")
+            t0 = time.monotonic()
+            for name, count in topics.items():
+                _create_big_topic(cluster.address(0), name, count)
+            created = time.monotonic() - t0
+            full = _wait_full_isr(cluster, topics, timeout_s=max(120.0, n / 20))
+            self.add(
+                Row(
+                    "i1",
+                    f"{n:,} partitions RF 3, 3 broker processes: create → every ISR full",
+                    f"{full:.1f} s",
+                    f"CreateTopics answered after {created:.1f} s; {n:,} replicas per broker",
+                    {"seconds": full, "create_s": created, "partitions": n},
+                )
+            )
+            time.sleep(min(5.0, plan.idle_seconds))  # settle: checkpoints, first expiry checks
+            self.log(f"(i2) idle for {plan.idle_seconds:.0f} s")
+            c0 = {b: cpu_seconds(pid) for b, pid in pids.items()}
+            t1 = time.monotonic()
+            time.sleep(plan.idle_seconds)
+            dt = time.monotonic() - t1
+            cpu = {b: (cpu_seconds(pid) - c0[b]) / dt * 100 for b, pid in pids.items()}
+            rss = {b: rss_mb(pid) for b, pid in pids.items()}
+            self.add(
+                Row(
+                    "i2",
+                    f"{n:,} partitions RF 3 idle: CPU and RSS per broker",
+                    f"max {max(cpu.values()):.1f}% of a core  max {max(rss.values()):.0f} MB",
+                    "; ".join(
+                        f"broker {b}: {cpu[b]:.1f}% CPU, {rss[b]:.0f} MB RSS" for b in sorted(cpu)
+                    )
+                    + f" (over {dt:.0f} s)",
+                    {
+                        "cpu_pct": cpu,
+                        "rss_mb": rss,
+                        "max_cpu_pct": max(cpu.values()),
+                        "max_rss_mb": max(rss.values()),
+                    },
+                )
+            )
+            self._failover(cluster, topics)
+
+    def _failover(self, cluster: Any, topics: dict[str, int]) -> None:
+        from wherry.testing.metadata_probe import fetch_metadata
+
+        victim = cluster.controller()
+        if victim is None:
+            raise BenchError("no controller registered")
+        survivors = [b for b in range(3) if b != victim]
+        view = fetch_metadata(cluster.address(survivors[0]), list(topics))
+        led = {
+            (t, p) for t in topics for p, pv in view.partitions(t).items() if pv.leader == victim
+        }
+        self.log(f"(f1) kill -9 controller {victim}, leader of {len(led):,} partitions")
+        zk = cluster.zk()
+        t0 = time.monotonic()
+        cluster.kill(victim)
+        expired: float | None = None
+        done: float | None = None
+        deadline = t0 + 120
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            if expired is None and zk.exists(f"/brokers/ids/{victim}") is None:
+                expired = now
+            if expired is not None and _moved(cluster, survivors, topics, led, victim):
+                done = time.monotonic()
+                break
+            # Metadata of thousands of partitions costs the brokers time: look 5 times a
+            # second at most, so the measuring does not slow down what it measures.
+            time.sleep(0.2 if expired is not None else 0.02)
+        if done is None or expired is None:
+            raise BenchError("leaders did not move within 120 s of the kill")
+        self.add(
+            Row(
+                "f1",
+                f"controller failover, {len(led):,} partitions to move (kill -9)",
+                f"{done - expired:.2f} s after the session ended",
+                f"{done - t0:.2f} s after the kill; ZooKeeper ended the dead broker's session "
+                f"after {expired - t0:.2f} s (zookeeper.session.timeout.ms="
+                f"{cluster.session_timeout_ms}); new leaders seen on brokers {survivors}",
+                {
+                    "seconds": done - expired,
+                    "since_kill_s": done - t0,
+                    "session_end_s": expired - t0,
+                    "partitions": len(led),
+                },
+            )
+        )
+
+
+def _create_big_topic(address: str, name: str, partitions: int) -> None:
+    """CreateTopics v7 of an RF 3 topic, waiting as long as the broker takes (up to 10 min):
+    creating thousands of partitions may outlast bench.common's 30 s socket timeout."""
+    import socket
+
+    from bench.common import decode_response, encode_request, read_frame
+
+    body = {
+        "topics": [
+            {
+                "name": name,
+                "num_partitions": partitions,
+                "replication_factor": 3,
+                "assignments": [],
+                "configs": [{"name": "min.insync.replicas", "value": "2"}],
+            }
+        ],
+        "timeout": 600_000,
+        "validate_only": False,
+    }
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=660) as sock:
+        sock.sendall(encode_request(19, 7, body))
+        t = decode_response(19, 7, read_frame(sock)).topics[0]
+    if int(t.error_code) not in (0, 7):  # 7: REQUEST_TIMED_OUT (still being created)
+        raise BenchError(f"CreateTopics {name} failed: {t.error_code} {t.error_message}")
+
+
+def _wait_full_isr(cluster: Any, topics: dict[str, int], timeout_s: float) -> float:
+    """Seconds until every broker's metadata shows every partition led, with 3 in its ISR."""
+    from wherry.testing.metadata_probe import fetch_metadata
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        ok = True
+        for b in range(3):
+            view = fetch_metadata(cluster.address(b), list(topics))
+            for t, count in topics.items():
+                parts = view.partitions(t)
+                if len(parts) != count or any(
+                    pv.leader < 0 or len(pv.isr) != 3 for pv in parts.values()
+                ):
+                    ok = False
+                    break
+            if not ok:
+                break
+        if ok:
+            return time.monotonic() - t0
+        time.sleep(1.0)
+    raise BenchError(f"ISRs not full after {timeout_s:.0f} s")
+
+
+def _moved(
+    cluster: Any,
+    survivors: list[int],
+    topics: dict[str, int],
+    led: set[tuple[str, int]],
+    victim: int,
+) -> bool:
+    from wherry.testing.metadata_probe import fetch_metadata
+
+    for b in survivors:
+        try:
+            view = fetch_metadata(cluster.address(b), list(topics))
+        except OSError:
+            return False
+        for t, p in led:
+            pv = view.partitions(t).get(p)
+            if pv is None or pv.leader in (victim, -1):
+                return False
+    return True
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of a process in MiB, from /proc/PID/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_cluster_worker(role: str, params: Params, timeout_s: float) -> Params:
+    """`python -m bench.cluster_workers ROLE PARAMS` (bench/cluster_workers.py), its JSON."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.cluster_workers", role, json.dumps(params)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_pid(proc, timeout_s=2)
+        out, err = proc.communicate()
+        raise BenchError(f"worker {role} timed out after {timeout_s:.0f}s\n{err[-2000:]}") from None
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise BenchError(f"worker {role} failed (exit {proc.returncode}):\n{err[-3000:]}")
+    result: Params = json.loads(lines[-1])
+    return result
+
+
+ORDER = ("s1", "s2", "r1", "r2", "x1", "x2", "sl1", "rl1", "sl2", "rl2", "sl3", "rl3")
+IDLE_ORDER = ("i1", "i2", "f1")
 
 
 def render(env: Params, rows: list[Row], mode: str) -> None:
@@ -321,21 +580,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dev", action="store_true", help="RF 3 rows on `wherry dev --brokers 3`")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
     ap.add_argument("--tmp-dir", type=Path, default=None, help="where data dirs live")
+    ap.add_argument("--idle-partitions", type=int, help="partitions of rows i1, i2, f1")
+    ap.add_argument("--idle-seconds", type=float, help="idle measurement time of row i2")
+    ap.add_argument(
+        "--rows",
+        choices=("all", "throughput", "idle"),
+        default="all",
+        help="throughput: s/r/x/sl/rl rows only; idle: i1, i2, f1 only",
+    )
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    if args.idle_partitions:
+        plan = replace(plan, idle_partitions=args.idle_partitions)
+    if args.idle_seconds:
+        plan = replace(plan, idle_seconds=args.idle_seconds)
     env = environment()
     bench = Bench(plan, log)
     mode = "`wherry dev --brokers 3` (one process)" if args.dev else "3 processes + ZooKeeper"
     t0 = time.monotonic()
+    order: tuple[str, ...] = ()
     with temp_dir("wherry-bench-cluster-", args.tmp_dir) as base:
-        with single_broker(base) as target:
-            bench.measure(target, "s")
-        shutil.rmtree(base / "single", ignore_errors=True)
-        with dev_cluster(base) if args.dev else zk_cluster(base) as target:
-            bench.measure(target, "r")
-        bench.ratios()
+        if args.rows in ("all", "throughput"):
+            with single_broker(base) as target:
+                bench.measure(target, "s")
+            shutil.rmtree(base / "single", ignore_errors=True)
+            with dev_cluster(base) if args.dev else zk_cluster(base) as target:
+                bench.measure(target, "r")
+            shutil.rmtree(base / "zk", ignore_errors=True)
+            bench.ratios()
+            order += ORDER
+        if args.rows in ("all", "idle"):
+            bench.idle(base)
+            order += IDLE_ORDER
     finish(env, t0)
-    rows = [bench.rows[i] for i in ORDER]
+    rows = [bench.rows[i] for i in order]
     render(env, rows, mode)
     if args.json:
         args.json.write_text(

@@ -15,7 +15,8 @@ from tests.helpers import create_topic
 from tests.log.logtest_util import read_all
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch
-from wherry.replication.fetcher import EpochAnswer, FetcherConfig, NetworkLeaderEndpoint
+from wherry.replication.fetcher import EpochAnswer, FetcherConfig
+from wherry.replication.network_endpoint import NetworkLeaderEndpoint
 from wherry.replication.partition import Partition
 from wherry.testing.cluster import DevCluster, wait_until
 

@@ -62,6 +62,9 @@ def test_leader_epoch_cache(tmp_path: Path) -> None:
     cache.assign(2, 10)
     cache.assign(4, 30)
     assert [tuple(e) for e in cache.entries] == [(0, 0), (2, 10), (4, 30)]
+    # assigned epochs reach the file at the log's next flush (recovery rebuilds them)
+    assert not path.exists()
+    cache.sync()
     assert read_int_pairs(path) == [(0, 0), (2, 10), (4, 30)]
     assert cache.end_offset_for(4, 50) == (4, 50)  # latest epoch: log end offset
     assert cache.end_offset_for(3, 50) == (2, 30)
@@ -74,6 +77,7 @@ def test_leader_epoch_cache(tmp_path: Path) -> None:
     cache.assign(5, 40)
     cache.assign(3, 20)  # lower epoch: drops later entries
     assert [tuple(e) for e in cache.entries] == [(2, 12), (3, 20)]
+    cache.sync()
     reloaded = LeaderEpochCache(path)
     assert reloaded.entries == cache.entries
     assert cache.end_offset_for(1, 50) == (1, 12)  # older than any: first start offset

@@ -268,3 +268,21 @@ def test_a_caught_up_replica_whose_broker_goes_stops_holding_the_hw(env: Env) ->
     env.rm.on_brokers_gone()
     assert env.rm.get_partition(TP).high_watermark == 2
     assert len(got) == 1 and got[0][TP].error_code == ErrorCode.none
+
+
+def test_lagging_followers_are_tracked_for_incremental_fetch_sessions(env: Env) -> None:
+    """A follower outside the committed ISR is listed by `lagging` (its incremental fetches
+    read the partition every time, so it can rejoin though its position does not move)."""
+    env.lead(isr=(1, 2))
+    assert TP in env.rm.lagging(3) and TP not in env.rm.lagging(2)
+    env.produce_acks_all(2)
+    env.follower_fetch(2, 2)
+    env.follower_fetch(3, 2)  # caught up: expansion proposed, pending until committed
+    assert isinstance(env.part.state, PendingExpandIsr)
+    assert TP in env.rm.lagging(3) and TP in env.rm.lagging(2)
+    env.answer_alter_partition()
+    assert isinstance(env.part.state, CommittedPartitionState)
+    assert env.part.isr == {1, 2, 3}
+    assert TP not in env.rm.lagging(3) and TP not in env.rm.lagging(2)
+    env.follow(epoch=2)  # no longer leading: nothing lags behind this broker
+    assert TP not in env.rm.lagging(2) and TP not in env.rm.lagging(3)

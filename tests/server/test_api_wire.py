@@ -193,9 +193,10 @@ def test_fetch_by_topic_id_long_poll_and_leader_epoch(broker: BrokerProcess) -> 
     r = read_response(s, 1, 12)
     assert 0.5 < time.monotonic() - started < 3
     assert not r.responses[0].partitions[0].records
-    # an unknown session id
+    # an unknown session id (an incremental fetch; epoch -1 would be a full one, KIP-227)
     body = fetch_body(t, 0)
     body["session_id"] = 1234
+    body["session_epoch"] = 1
     s.sendall(encode_request(1, 12, body))
     assert read_response(s, 1, 12).error_code == ErrorCode.fetch_session_id_not_found
     s.close()

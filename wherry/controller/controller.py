@@ -423,11 +423,9 @@ class Controller:
                 Reassignment(tuple(r), tuple(a.adding.get(p, ())), tuple(a.removing.get(p, ()))),
             )
         ctx.topic_configs[topic] = await self._zk.topic_config(topic)
-        for p in a.partitions:
-            tp = TopicPartition(topic, p)
-            st = await self._zk.partition_state(tp)
-            if st is not None:
-                ctx.states[tp] = st
+        ctx.states.update(
+            await self._zk.partition_states([TopicPartition(topic, p) for p in a.partitions])
+        )
         return True
 
     async def _reload_state(self, tp: TopicPartition) -> None:
@@ -515,13 +513,15 @@ class Controller:
         ctx, psm = self.ctx, self.partition_sm
         valid = psm.valid(ctx, tps, PartitionState.ONLINE)
         elect = [tp for tp in valid if psm.state(tp) is not PartitionState.NEW]
+        initial: list[tuple[TopicPartition, LeaderIsr]] = []
         for tp in valid:
             if psm.state(tp) is not PartitionState.NEW:
                 continue
             st = psm.initial_leader_isr(ctx, tp)
-            if st is None:
-                continue
-            version = await self._zk.create_partition_state(tp, st, ctx.epoch_zk_version)
+            if st is not None:
+                initial.append((tp, st))
+        versions = await self._zk.create_partition_states(initial, ctx.epoch_zk_version)
+        for (tp, st), version in zip(initial, versions, strict=True):
             if version is None:  # initialized meanwhile (by an earlier controller): elect
                 await self._reload_state(tp)
                 if tp in ctx.states:

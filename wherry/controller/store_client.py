@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 INITIAL_CONTROLLER_EPOCH = 0  # written when /controller_epoch does not exist yet (Kafka's)
+PIPELINE_DEPTH = 500  # store requests of one batch in flight at once
 
 
 class ControllerMovedError(Exception):
@@ -374,6 +375,23 @@ class ControllerStoreClient:
             return None
         return 0
 
+    async def create_partition_states(
+        self, states: Sequence[tuple[TopicPartition, LeaderIsr]], epoch_zk_version: int
+    ) -> list[int | None]:
+        """`create_partition_state` of many partitions, pipelined; in the same order."""
+        out: list[int | None] = []
+        for start in range(0, len(states), PIPELINE_DEPTH):
+            chunk = states[start : start + PIPELINE_DEPTH]
+            results = await asyncio.gather(
+                *(self.create_partition_state(tp, st, epoch_zk_version) for tp, st in chunk),
+                return_exceptions=True,
+            )
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
+                out.append(r)
+        return out
+
     async def update_partition_states(
         self, updates: Sequence[tuple[TopicPartition, LeaderIsr]], epoch_zk_version: int
     ) -> tuple[dict[TopicPartition, int], list[TopicPartition]]:
@@ -381,22 +399,47 @@ class ControllerStoreClient:
         versions of the written ones and the partitions that conflicted."""
         written: dict[TopicPartition, int] = {}
         conflicts: list[TopicPartition] = []
-        for tp, st in updates:
+
+        async def write(item: tuple[TopicPartition, LeaderIsr]) -> list[MultiResult]:
+            tp, st = item
             rec = paths.PartitionState(
                 st.leader, st.leader_epoch, list(st.isr), st.controller_epoch
             )
             path = paths.partition_state_path(tp.topic, tp.partition)
-            try:
-                results = await self._fenced(
-                    epoch_zk_version, [SetOp(path, rec.to_json(), st.zk_version)]
-                )
-            except (BadVersionError, NoNodeError):
-                conflicts.append(tp)
-                continue
-            stat = results[1]
-            assert isinstance(stat, Stat)
-            written[tp] = stat.version
+            return await self._fenced(epoch_zk_version, [SetOp(path, rec.to_json(), st.zk_version)])
+
+        # Pipelined (Kafka's KafkaZkClient sends these asynchronously): a failover moving
+        # thousands of leaderships waits for a few round trips, not one per partition.
+        items = list(updates)
+        for start in range(0, len(items), PIPELINE_DEPTH):
+            chunk = items[start : start + PIPELINE_DEPTH]
+            results = await asyncio.gather(*(write(i) for i in chunk), return_exceptions=True)
+            failure: BaseException | None = None
+            for (tp, _), r in zip(chunk, results, strict=True):
+                if isinstance(r, BadVersionError | NoNodeError):
+                    conflicts.append(tp)
+                elif isinstance(r, BaseException):
+                    failure = failure or r
+                else:
+                    stat = r[1]
+                    assert isinstance(stat, Stat)
+                    written[tp] = stat.version
+            if failure is not None:
+                raise failure
         return written, conflicts
+
+    async def partition_states(
+        self, tps: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, LeaderIsr]:
+        """`partition_state` of many partitions, read pipelined; missing ones are left out."""
+        out: dict[TopicPartition, LeaderIsr] = {}
+        for start in range(0, len(tps), PIPELINE_DEPTH):
+            chunk = tps[start : start + PIPELINE_DEPTH]
+            results = await asyncio.gather(*(self.partition_state(tp) for tp in chunk))
+            for tp, st in zip(chunk, results, strict=True):
+                if st is not None:
+                    out[tp] = st
+        return out
 
     async def delete_topic_nodes(self, topic: str, epoch_zk_version: int) -> None:
         """Remove a deleted topic's assignment subtree, config and deletion marker in one

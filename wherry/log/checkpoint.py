@@ -130,9 +130,10 @@ def _render(lines: Sequence[str]) -> bytes:
     return ("\n".join([str(_VERSION), str(len(lines)), *lines]) + "\n").encode("utf-8")
 
 
-def write_int_pairs(path: Path, pairs: Iterable[tuple[int, int]]) -> None:
+def write_int_pairs(path: Path, pairs: Iterable[tuple[int, int]], *, fsync: bool = True) -> None:
     """Write a version-0 checkpoint of `a b` integer lines (leader-epoch checkpoint)."""
-    atomic_write(path, _render([f"{a} {b}" for a, b in pairs]))
+    atomic_write(path, _render([f"{a} {b}" for a, b in pairs]), fsync=fsync)
+
 
 
 def read_int_pairs(path: Path) -> list[tuple[int, int]]:

@@ -8,6 +8,7 @@ rewritten (atomically) whenever the entries change.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -39,6 +40,8 @@ class LeaderEpochCache:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._entries: list[EpochEntry] = []
+        self._unsynced = False
+        self._write_lock = threading.Lock()
         if path is not None:
             try:
                 pairs = read_int_pairs(path)
@@ -114,9 +117,14 @@ class LeaderEpochCache:
         return True
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that `epoch` starts at `start_offset` (no-op if already known)."""
+        """Record that `epoch` starts at `start_offset` (no-op if already known). The file is
+        written (and fsynced) only at the log's next flush or close (`sync`), not at once:
+        an epoch starts at the log end, beyond the recovery point, and recovery rebuilds the
+        entries of the batches beyond it from the batches themselves (Kafka since
+        KAFKA-15046 no longer fsyncs here either). A leader election moving thousands of
+        partitions does not write thousands of files."""
         if self._assign(EpochEntry(epoch, start_offset)):
-            self.flush()
+            self._unsynced = True
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop entries starting at or after `end_offset` (log truncated to `end_offset`)."""
@@ -142,4 +150,11 @@ class LeaderEpochCache:
 
     def flush(self) -> None:
         if self.path is not None:
-            write_int_pairs(self.path, self._entries)
+            with self._write_lock:  # the log's flush may run on another thread
+                self._unsynced = False
+                write_int_pairs(self.path, list(self._entries))
+
+    def sync(self) -> None:
+        """Write what `assign` left in memory, durably (before the recovery point moves)."""
+        if self._unsynced:
+            self.flush()

@@ -748,6 +748,7 @@ class Log:
         try:
             for fd in fds:
                 os.fsync(fd)
+            self.leader_epoch_cache.sync()  # epochs of the data below the new recovery point
         except BaseException:
             with self._lock:
                 for segment in segments:
@@ -773,6 +774,7 @@ class Log:
             return
         for segment in self._segments.segments_between(self._recovery_point, up_to):
             segment.flush()
+        self.leader_epoch_cache.sync()
         self._mark_flushed(up_to)
 
     def flush_if_needed(self, now_ms: int) -> bool:
@@ -798,6 +800,7 @@ class Log:
             try:
                 self.producer_state.update_map_end_offset(self._log_end_offset)
                 self.producer_state.take_snapshot(fsync=True)
+                self.leader_epoch_cache.sync()
             finally:
                 self._segments.close()
                 self._closed = True

@@ -11,6 +11,7 @@ call opens a new one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from wherry.outbound.connection import Connect, FrameTransport
@@ -42,20 +43,31 @@ class RequestClient:
     def connected(self) -> bool:
         return self._transport is not None and self._transport.connected
 
-    async def call(self, api_key: int, api_version: int, body: Any) -> Any:
+    async def call(
+        self,
+        api_key: int,
+        api_version: int,
+        body: Any,
+        *,
+        encode: Callable[[int, str | None], bytes] | None = None,
+    ) -> Any:
         """Send one request and return the decoded answer: a kio response entity, or the
         `interbroker` response dataclass for LeaderAndIsr, StopReplica and UpdateMetadata.
 
         Raises RequestError when no usable answer comes back, whatever the cause (OSError,
         TimeoutError, `ResponseDecodeError`, or a plugged-in transport's own error, chained);
         a body the version cannot carry raises the encoder's error (`InterbrokerEncodeError`,
-        ...) instead, and nothing is sent."""
+        ...) instead, and nothing is sent. `encode(correlation_id, client_id)`, when given,
+        builds the frame instead of the generic encoder (and `body` is not used)."""
         async with self._lock:
             self._correlation_id = (self._correlation_id + 1) & _MAX_CORRELATION_ID
             correlation_id = self._correlation_id
-            frame = encode_request(
-                api_key, api_version, correlation_id, body, client_id=self.client_id
-            )
+            if encode is not None:
+                frame = encode(correlation_id, self.client_id)
+            else:
+                frame = encode_request(
+                    api_key, api_version, correlation_id, body, client_id=self.client_id
+                )
             try:
                 transport = self._transport
                 if transport is None or not transport.connected:

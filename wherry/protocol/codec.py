@@ -22,6 +22,7 @@ tagged fields) for flexible ones, except ApiVersions, whose answers always use v
 from __future__ import annotations
 
 import datetime
+import functools
 import io
 import struct
 import uuid
@@ -29,7 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from kio.index import UnknownEntity, load_request_schema, load_response_schema
+from kio.index import UnknownEntity
+from kio.index import load_request_schema as _kio_request_schema
+from kio.index import load_response_schema as _kio_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import schema_name_map
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
@@ -50,6 +53,12 @@ from kio.static.primitive import i16, i32
 if TYPE_CHECKING:
     from wherry.protocol.interbroker import ControlledShutdownRequest
     from wherry.protocol.interbroker_codec import InterbrokerRequestBody
+
+# kio resolves a schema through importlib on every call; the broker asks for the same few
+# thousands of times a second.
+load_request_schema = functools.cache(_kio_request_schema)
+load_response_schema = functools.cache(_kio_response_schema)
+
 
 API_VERSIONS_KEY: Final = 18
 # LeaderAndIsr, StopReplica, UpdateMetadata (`interbroker_codec`) and ControlledShutdown

@@ -14,27 +14,24 @@ follows the leader's. A Fetch answer with a `diverging_epoch` (KIP-320) truncate
 Errors back a partition off (`replica.fetch.backoff.ms`); FENCED_LEADER_EPOCH parks it until a
 newer LeaderAndIsr re-adds it; OFFSET_OUT_OF_RANGE follows Kafka's `fetchOffsetAndTruncate`.
 
-The network sits behind `LeaderEndpoint`; `NetworkLeaderEndpoint` speaks the Kafka protocol
-through `outbound.RequestClient`, and tests may plug in an in-process leader.
+The network sits behind `LeaderEndpoint`; `network_endpoint.NetworkLeaderEndpoint` speaks the
+Kafka protocol through `outbound.RequestClient`, and tests may plug in an in-process leader.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import io
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.log import Log
-from wherry.outbound import OutboundConnection, RequestClient
-from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.replication.quota import ReplicationQuotaManager
 from wherry.replication.truncation import (
     UNDEFINED_EPOCH,
@@ -49,8 +46,9 @@ log = logging.getLogger(__name__)
 FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
-FETCH_VERSION = 12  # topic names, current_leader_epoch, last_fetched_epoch, diverging_epoch
+# FETCH_VERSION (12): topic names, current_leader_epoch, last_fetched_epoch, diverging_epoch
 LIST_OFFSETS_VERSION = 4
+POSITION_REFRESH_MS = 10_000  # log start offsets of unchanged partitions looked up again
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -115,6 +113,11 @@ class FetchStates:
 
     def __init__(self) -> None:
         self._states: dict[TopicPartition, PartitionFetchState] = {}
+        self.version = 0  # bumped by every change (so an unchanged `ready` answer is reused)
+        self._ready: dict[
+            FetchStateKind, tuple[int, int, dict[TopicPartition, PartitionFetchState]]
+        ]
+        self._ready = {}
 
     def __len__(self) -> int:
         return len(self._states)
@@ -137,13 +140,30 @@ class FetchStates:
         self._states[tp] = PartitionFetchState(
             log_end_offset, leader_epoch, FetchStateKind.TRUNCATING
         )
+        self.version += 1
         return True
 
     def remove(self, tp: TopicPartition) -> PartitionFetchState | None:
+        self.version += 1
         return self._states.pop(tp, None)
 
     def ready(self, kind: FetchStateKind, now_ms: int) -> dict[TopicPartition, PartitionFetchState]:
-        return {tp: s for tp, s in self._states.items() if s.kind is kind and s.is_ready(now_ms)}
+        """The partitions of `kind` ready now. While nothing changed and no delay ran out
+        since the last call, the same (read-only) mapping is returned without a scan."""
+        cached = self._ready.get(kind)
+        if cached is not None and cached[0] == self.version and now_ms < cached[1]:
+            return cached[2]
+        out: dict[TopicPartition, PartitionFetchState] = {}
+        valid_until = 1 << 62
+        for tp, s in self._states.items():
+            if s.kind is not kind:
+                continue
+            if s.is_ready(now_ms):
+                out[tp] = s
+            elif kind is not FetchStateKind.FENCED and s.delayed_until_ms < valid_until:
+                valid_until = s.delayed_until_ms
+        self._ready[kind] = (self.version, valid_until, out)
+        return out
 
     def next_ready_ms(self) -> int | None:
         """When the earliest delayed partition becomes ready (None: nothing will)."""
@@ -171,6 +191,7 @@ class FetchStates:
         lag: int | None = None,
     ) -> None:
         s = self._states[tp]
+        self.version += 1
         self._states[tp] = replace(
             s,
             lag=s.lag if lag is None else lag,
@@ -184,6 +205,7 @@ class FetchStates:
 
     def truncating_at(self, tp: TopicPartition, offset: int) -> None:
         s = self._states[tp]
+        self.version += 1
         self._states[tp] = replace(
             s, fetch_offset=offset, kind=FetchStateKind.TRUNCATING, delayed_until_ms=0
         )
@@ -191,6 +213,7 @@ class FetchStates:
     def delay(self, tp: TopicPartition, until_ms: int) -> None:
         s = self._states.get(tp)
         if s is not None:
+            self.version += 1
             self._states[tp] = replace(s, delayed_until_ms=until_ms)
 
     def delay_all(self, tps: Iterable[TopicPartition], until_ms: int) -> None:
@@ -200,6 +223,7 @@ class FetchStates:
     def fence(self, tp: TopicPartition, request_epoch: int) -> None:
         s = self._states.get(tp)
         if s is not None and s.current_leader_epoch == request_epoch:
+            self.version += 1
             self._states[tp] = replace(s, kind=FetchStateKind.FENCED)
 
     def on_error(
@@ -306,6 +330,12 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._prefix = f"[ReplicaFetcher replicaId={broker_id}, leaderId={source_broker_id}]"
+        self._positions: dict[TopicPartition, tuple[PartitionFetchState, FetchPosition]] = {}
+        self._positions_refreshed_ms = monotonic_ms()
+        self._last: (
+            tuple[Mapping[TopicPartition, PartitionFetchState], dict[TopicPartition, FetchPosition]]
+            | None
+        ) = None
 
     # -- partitions -------------------------------------------------------------------------
     def add_partition(self, tp: TopicPartition, leader_epoch: int) -> None:
@@ -384,8 +414,7 @@ class ReplicaFetcher:
         if fetching and quota is not None and quota.is_quota_exceeded(now):
             # Kafka's shouldFollowerThrottle: out-of-sync throttled partitions wait.
             held = [tp for tp, s in fetching.items() if quota.is_throttled(tp) and not s.in_sync]
-            for tp in held:
-                del fetching[tp]
+            fetching = {tp: s for tp, s in fetching.items() if tp not in set(held)}
             if not fetching:  # nothing left to ask for: back off (Kafka's fetchBackOffMs)
                 self.states.delay_all(held, now + self.config.backoff_ms)
                 return True
@@ -482,16 +511,45 @@ class ReplicaFetcher:
         plog.truncate_to(max(offset, 0))
 
     # -- fetch ----------------------------------------------------------------------------------
-    async def fetch(self, sent: Mapping[TopicPartition, PartitionFetchState]) -> None:
+    def _positions_of(
+        self, sent: Mapping[TopicPartition, PartitionFetchState]
+    ) -> dict[TopicPartition, FetchPosition]:
+        """Each partition's position; a partition whose fetch state did not change since the
+        last round keeps its position object (its log start offset is looked up again only
+        every POSITION_REFRESH_MS), so a round over thousands of idle partitions is cheap
+        and the fetch session sees them unchanged."""
+        now = self._ms()
+        cache = self._positions
+        if now - self._positions_refreshed_ms >= POSITION_REFRESH_MS:
+            cache.clear()
+            self._positions_refreshed_ms = now
+            self._last = None
+        last = self._last
+        if last is not None and last[0] is sent:
+            return last[1]  # the same ready partitions in the same states: same positions
         positions: dict[TopicPartition, FetchPosition] = {}
         for tp, s in sent.items():
+            hit = cache.get(tp)
+            if hit is not None and hit[0] is s:
+                positions[tp] = hit[1]
+                continue
             plog = self._log_for(tp)
-            positions[tp] = FetchPosition(
+            pos = FetchPosition(
                 s.fetch_offset,
                 s.current_leader_epoch,
                 s.last_fetched_epoch,
                 plog.log_start_offset if plog is not None else -1,
             )
+            cache[tp] = (s, pos)
+            positions[tp] = pos
+        if len(cache) > 2 * len(sent) + 64:  # forget partitions no longer fetched
+            for tp in [tp for tp in cache if tp not in sent]:
+                del cache[tp]
+        self._last = (sent, positions)
+        return positions
+
+    async def fetch(self, sent: Mapping[TopicPartition, PartitionFetchState]) -> None:
+        positions = self._positions_of(sent)
         cfg = self.config
         try:
             answers = await self.endpoint.fetch(
@@ -505,11 +563,9 @@ class ReplicaFetcher:
             self._on_connection_error(list(sent), e)
             return
         out_of_range: list[TopicPartition] = []
-        for tp, s in sent.items():
-            if not self.states.unchanged(tp, s):
-                continue
-            ans = answers.get(tp)
-            if ans is None:
+        for tp, ans in answers.items():  # an incremental answer: only what changed
+            s = sent.get(tp)
+            if s is None or not self.states.unchanged(tp, s):
                 continue
             if ans.error_code == ErrorCode.none:
                 self._process_partition_data(tp, s, ans)
@@ -727,160 +783,3 @@ class ReplicaFetcherManager:
             await f.shutdown()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
-
-
-# --- the Kafka-protocol endpoint --------------------------------------------------------------
-class NetworkLeaderEndpoint:
-    """`LeaderEndpoint` over the Kafka wire protocol (Fetch v12, OffsetForLeaderEpoch v4,
-    ListOffsets v4), one connection, reconnected on the next request after a failure."""
-
-    def __init__(
-        self,
-        broker_id: int,
-        host: str,
-        port: int,
-        *,
-        config: FetcherConfig,
-        client_id: str | None = None,
-        security: ClientSecurity = PLAINTEXT,
-    ) -> None:
-        self.broker_id = broker_id
-        self._client = RequestClient(
-            OutboundConnection(
-                host,
-                port,
-                connect_timeout_s=config.socket_timeout_ms / 1000,
-                request_timeout_s=(config.socket_timeout_ms + config.max_wait_ms) / 1000,
-                max_response_bytes=max(config.response_max_bytes * 2, 100 * 1024 * 1024),
-                security=security,
-            ).connect,
-            client_id=client_id or f"broker-{broker_id}-fetcher",
-            peer=f"{host}:{port}",
-        )
-
-    async def fetch(
-        self,
-        partitions: Mapping[TopicPartition, FetchPosition],
-        *,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        partition_max_bytes: int,
-    ) -> dict[TopicPartition, FetchedPartition]:
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp, pos in partitions.items():
-            by_topic.setdefault(tp.topic, []).append(
-                {
-                    "partition": tp.partition,
-                    "current_leader_epoch": pos.current_leader_epoch,
-                    "fetch_offset": pos.fetch_offset,
-                    "last_fetched_epoch": pos.last_fetched_epoch,
-                    "log_start_offset": pos.log_start_offset,
-                    "partition_max_bytes": partition_max_bytes,
-                }
-            )
-        body = {
-            "replica_id": self.broker_id,
-            "max_wait": max_wait_ms,
-            "min_bytes": min_bytes,
-            "max_bytes": max_bytes,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
-        resp = await self._client.call(FETCH_KEY, FETCH_VERSION, body)
-        if resp.error_code != ErrorCode.none:
-            code = ErrorCode(resp.error_code)
-            return {tp: FetchedPartition(code) for tp in partitions}
-        out: dict[TopicPartition, FetchedPartition] = {}
-        for t in resp.responses:
-            for p in t.partitions:
-                div = p.diverging_epoch
-                diverging = (
-                    EpochEndOffset(int(div.epoch), int(div.end_offset))
-                    if div is not None and (int(div.epoch) >= 0 or int(div.end_offset) >= 0)
-                    else None
-                )
-                out[TopicPartition(str(t.topic), int(p.partition_index))] = FetchedPartition(
-                    ErrorCode(p.error_code),
-                    int(p.high_watermark),
-                    int(p.log_start_offset),
-                    _as_bytes(p.records),
-                    diverging,
-                )
-        return out
-
-    async def end_offsets_for_epochs(
-        self, partitions: Mapping[TopicPartition, tuple[int, int]]
-    ) -> dict[TopicPartition, EpochAnswer]:
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp, (current, epoch) in partitions.items():
-            by_topic.setdefault(tp.topic, []).append(
-                {"partition": tp.partition, "current_leader_epoch": current, "leader_epoch": epoch}
-            )
-        body = {
-            "replica_id": self.broker_id,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-        }
-        resp = await self._client.call(
-            OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION, body
-        )
-        out: dict[TopicPartition, EpochAnswer] = {}
-        for t in resp.topics:
-            for p in t.partitions:
-                out[TopicPartition(str(t.topic), int(p.partition))] = EpochAnswer(
-                    ErrorCode(p.error_code), int(p.leader_epoch), int(p.end_offset)
-                )
-        return out
-
-    async def _list_offset(
-        self, tp: TopicPartition, epoch: int, timestamp: int
-    ) -> tuple[ErrorCode, int]:
-        body = {
-            "replica_id": self.broker_id,
-            "isolation_level": 0,
-            "topics": [
-                {
-                    "name": tp.topic,
-                    "partitions": [
-                        {
-                            "partition_index": tp.partition,
-                            "current_leader_epoch": epoch,
-                            "timestamp": timestamp,
-                        }
-                    ],
-                }
-            ],
-        }
-        resp = await self._client.call(LIST_OFFSETS_KEY, LIST_OFFSETS_VERSION, body)
-        for t in resp.topics:
-            for p in t.partitions:
-                return ErrorCode(p.error_code), int(p.offset)
-        return ErrorCode.unknown_topic_or_partition, -1
-
-    async def log_offsets(self, tp: TopicPartition, current_leader_epoch: int) -> LogOffsets:
-        err, end = await self._list_offset(tp, current_leader_epoch, LATEST_TIMESTAMP)
-        if err != ErrorCode.none:
-            return LogOffsets(err)
-        err, start = await self._list_offset(tp, current_leader_epoch, EARLIEST_TIMESTAMP)
-        if err != ErrorCode.none:
-            return LogOffsets(err)
-        return LogOffsets(ErrorCode.none, start, end)
-
-    async def close(self) -> None:
-        self._client.close()
-
-
-def _as_bytes(records: object) -> bytes:
-    if records is None:
-        return b""
-    if isinstance(records, bytes):
-        return records
-    if isinstance(records, (bytearray, memoryview)):
-        return bytes(records)
-    buf = io.BytesIO()
-    buf.write(records)  # type: ignore[arg-type]
-    return buf.getvalue()

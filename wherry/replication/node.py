@@ -62,6 +62,7 @@ from wherry.replication.controller_requests import (
     stop_replica_error,
     stop_replica_error_response,
 )
+from wherry.replication.fetch_session import FetchSession, FetchSessionCache
 from wherry.replication.fetcher import (
     EndpointFactory,
     FetcherConfig,
@@ -120,6 +121,7 @@ class ReplicaNode:
         cache: MetadataCache | None = None,
         leader_quota: ReplicationQuotaManager | None = None,
         follower_quota: ReplicationQuotaManager | None = None,
+        fetch_sessions: FetchSessionCache | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.config = config
@@ -152,6 +154,8 @@ class ReplicaNode:
             broker_epoch=lambda: self.fence.broker_epoch,
             leader_quota=leader_quota,
         )
+        # KIP-227 fetch sessions, kept for Fetch requests that come over the wire.
+        self.replica_manager.fetch_sessions = fetch_sessions
         self.replica_manager.on_leadership_change = self._on_leadership_change
         self.fetchers = ReplicaFetcherManager(
             broker_id,
@@ -499,10 +503,15 @@ class ReplicaNode:
         max_bytes: int,
         isolation_level: int = 0,
         zero_copy: bool = False,
+        session: FetchSession | None = None,
+        incremental: bool = False,
+        allowed: Callable[[TopicPartition], bool] | None = None,
     ) -> FetchResult:
         """Read from consumers' or followers' positions; wait up to `max_wait_ms` for
         `min_bytes` (a follower's fetch also moves its ISR state and the HW). `zero_copy`:
-        records as `FileRegion`s, for a response sent from the files."""
+        records as `FileRegion`s, for a response sent from the files. `session`,
+        `incremental`, `allowed`: a KIP-227 fetch session (see
+        `ReplicaManager.fetch_messages`)."""
         return await answer_of(
             lambda respond: self.replica_manager.fetch_messages(
                 replica_id=replica_id,
@@ -514,5 +523,8 @@ class ReplicaNode:
                 respond=respond,
                 isolation_level=isolation_level,
                 zero_copy=zero_copy,
+                session=session,
+                incremental=incremental,
+                allowed=allowed,
             )
         )

@@ -28,7 +28,8 @@ from wherry.replication.alter_partition import (
     AlterPartitionResult,
 )
 from wherry.replication.delayed import DelayedFetch, DelayedProduce, ProducePartitionStatus
-from wherry.replication.isr import AlterOutcome, PendingIsrState
+from wherry.replication.fetch_session import FetchSession, FetchSessionCache
+from wherry.replication.isr import AlterOutcome, CommittedPartitionState, PendingIsrState
 from wherry.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     Partition,
@@ -81,6 +82,61 @@ class FetchPartitionResult:
 
 FetchResult = dict[TopicPartition, FetchPartitionResult]
 
+SESSION_WATCH_KEY = "fetch-session"
+"""Parked incremental fetches are watched under (SESSION_WATCH_KEY, session id): one key per
+fetch however many partitions its session holds."""
+
+
+def session_partitions(
+    session: FetchSession, tps: Iterable[TopicPartition]
+) -> list[FetchPartition]:
+    """What to read for `tps` of `session`, from its cached request data."""
+    out: list[FetchPartition] = []
+    cached = session.partitions
+    for tp in tps:
+        c = cached.get(tp)
+        if c is not None:
+            out.append(
+                FetchPartition(
+                    tp, c.fetch_offset, c.max_bytes, c.current_leader_epoch, c.log_start_offset
+                )
+            )
+    return out
+
+
+def _has_news(session: FetchSession, tp: TopicPartition, r: FetchPartitionResult | None) -> bool:
+    c = session.partitions.get(tp)
+    if c is None or r is None:
+        return True
+    return c.has_news(
+        error_code=int(r.error_code),
+        has_records=bool(r.records),
+        high_watermark=r.high_watermark,
+        last_stable_offset=r.last_stable_offset,
+        log_start_offset=r.log_start_offset,
+    )
+
+
+def select_for_session(session: FetchSession, result: FetchResult, *, full: bool) -> FetchResult:
+    """Record each answer in the session's cache (Kafka's maybeUpdateResponseData); for an
+    incremental fetch keep only the partitions with something to say."""
+    out: FetchResult = {}
+    cached = session.partitions
+    for tp, r in result.items():
+        c = cached.get(tp)
+        must = True
+        if c is not None:
+            must = c.must_respond(
+                error_code=int(r.error_code),
+                has_records=bool(r.records),
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+            )
+        if full or must:
+            out[tp] = r
+    return out
+
 
 class ReplicaManager:
     def __init__(
@@ -122,6 +178,11 @@ class ReplicaManager:
         self.fetch_purgatory = fetch_purgatory
         self.partitions: dict[TopicPartition, Partition] = {}
         self.on_leadership_change: LeadershipListener | None = None
+        # KIP-227 sessions (None: every fetch is sessionless); told of every partition change.
+        self.fetch_sessions: FetchSessionCache | None = None
+        # Follower id → led partitions it is not (committed) in the ISR of: its incremental
+        # fetches read them every time, so their follower state moves and they can rejoin.
+        self._lagging: dict[int, set[TopicPartition]] = {}
 
     def get_partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -163,6 +224,7 @@ class ReplicaManager:
                 high_watermark=part.high_watermark,
                 log_end_offset=part.log.log_end_offset,
             )
+            self._note_isr(part)
             # Parked requests re-check under the new leadership.
             self._try_complete_delayed(tp)
         if self.on_leadership_change is not None and (became_leader or became_follower):
@@ -193,6 +255,7 @@ class ReplicaManager:
             part = self.partitions.pop(tp, None)
             if part is not None:
                 part.leader_id = -1
+                self._note_isr(part)
             if sp.delete_partition:
                 to_delete.append(tp)
             log_broker_partition_change(
@@ -312,7 +375,7 @@ class ReplicaManager:
             count = info.last_offset - info.first_offset + 1
             self.topic_stats.record_in(tp.topic, len(data), count)
             # New data: wake fetches parked on this partition (HW may have moved).
-            self.fetch_purgatory.check_and_complete(tp)
+            self._wake_fetches(tp)
         return ProducePartitionStatus(
             required_offset=info.last_offset + 1,
             error_code=ErrorCode.none,
@@ -355,11 +418,20 @@ class ReplicaManager:
         replica_epoch: int = -1,
         isolation_level: int = READ_UNCOMMITTED,
         zero_copy: bool = False,
+        session: FetchSession | None = None,
+        incremental: bool = False,
+        allowed: Callable[[TopicPartition], bool] | None = None,
     ) -> None:
         """Serve a Fetch; `replica_id` >= 0 marks a follower (its broker epoch, Fetch v15+'s
         `replica_state.replica_epoch`, in `replica_epoch`; -1 when not sent). A consumer
         with `isolation_level` READ_COMMITTED reads below the LSO only. With `zero_copy` the
-        records are `FileRegion`s (read_committed reads excepted)."""
+        records are `FileRegion`s (read_committed reads excepted).
+
+        With a fetch `session` (KIP-227) every answer is recorded in it; an `incremental`
+        fetch reads `partitions` (those the request named plus the session's changed ones,
+        chosen by the caller), answers only what has something new, and, parked, waits on
+        the session alone: partitions of the session that change meanwhile (and pass
+        `allowed`) are read when it completes."""
         quota = self.leader_quota
         if replica_id >= 0 and quota is not None:
             respond = self._recording_throttled_bytes(quota, respond)
@@ -375,13 +447,38 @@ class ReplicaManager:
         )
         total = sum(len(r.records) for r in result.values())
         errored = any(r.error_code != ErrorCode.none for r in result.values())
-        if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
+        if session is not None:
+            respond = self._answering_for_session(
+                session,
+                respond,
+                full=not incremental,
+                replica_id=replica_id,
+                isolation_level=isolation_level,
+            )
+            if not incremental:
+                session.dirty.clear()  # a full fetch reads every partition of its session
+        nothing_asked = not partitions and session is None
+        if max_wait_ms <= 0 or nothing_asked or total >= min_bytes or errored:
             respond(result)
             return
+        may_read = allowed or (lambda _tp: True)
+        base = list(partitions)
+        if session is not None and incremental:
+            # Parked, an incremental fetch reads again only what had news in this first
+            # read and what changes meanwhile (marked by `_wake_fetches`), not every
+            # partition it named.
+            base = [fp for fp in base if _has_news(session, fp.tp, result.get(fp.tp))]
+
+        def candidates() -> list[FetchPartition]:
+            if session is None or not incremental or not session.dirty:
+                return base
+            named = {fp.tp for fp in base}
+            extra = [tp for tp in session.dirty if tp not in named and may_read(tp)]
+            return base + session_partitions(session, extra)
 
         def enough() -> bool:
             acc = 0
-            for fp in partitions:
+            for fp in candidates():
                 part = self.partitions.get(fp.tp)
                 if part is None or not part.is_leader:
                     return True
@@ -408,11 +505,14 @@ class ReplicaManager:
             return False
 
         def complete() -> None:
+            reads = candidates()
+            if session is not None:
+                session.dirty.clear()
             respond(
                 self.read_from_local_log(
                     replica_id,
                     max_bytes,
-                    partitions,
+                    reads,
                     update_fetch_state=False,
                     isolation_level=isolation_level,
                     zero_copy=zero_copy,
@@ -420,9 +520,85 @@ class ReplicaManager:
             )
 
         op = DelayedFetch(max_wait_ms, enough, complete)
-        self.fetch_purgatory.try_complete_else_watch(
-            op, [fp.tp for fp in partitions], now_ms=self._monotonic_ms()
-        )
+        keys: list[object] = []
+        if session is not None:
+            keys.append((SESSION_WATCH_KEY, session.id))
+        if not incremental:
+            keys.extend(fp.tp for fp in partitions)
+        self.fetch_purgatory.try_complete_else_watch(op, keys, now_ms=self._monotonic_ms())
+
+    def _answering_for_session(
+        self,
+        session: FetchSession,
+        respond: Callable[[FetchResult], None],
+        *,
+        full: bool,
+        replica_id: int,
+        isolation_level: int,
+    ) -> Callable[[FetchResult], None]:
+        def answer(result: FetchResult) -> None:
+            # A partition answered without records though it has some to give (the response
+            # was full, or a replication throttle held them back) is read again at the next
+            # fetch: its client's position does not move, so nothing else would bring it back.
+            for tp, r in result.items():
+                if not r.records and r.error_code == ErrorCode.none:
+                    cached = session.partitions.get(tp)
+                    if cached is not None and self._readable_end(
+                        tp, replica_id, isolation_level
+                    ) > cached.fetch_offset:
+                        session.dirty.add(tp)
+            respond(select_for_session(session, result, full=full))
+
+        return answer
+
+    def _note_isr(self, part: Partition) -> None:
+        """Keep `_lagging` true for `part` after its leadership or ISR state changed."""
+        tp = part.tp
+        lead = part.is_leader and self.partitions.get(tp) is part
+        committed = isinstance(part.state, CommittedPartitionState)
+        isr = part.state.isr
+        for r in part.assignment if lead else ():
+            if r == self.broker_id:
+                continue
+            held = self._lagging.setdefault(r, set())
+            if committed and r in isr:
+                held.discard(tp)
+            else:
+                held.add(tp)
+        if not lead or len(self._lagging) > len(part.assignment):
+            for r, held in self._lagging.items():
+                if not lead or r not in part.assignment:
+                    held.discard(tp)
+
+    def lagging(self, replica_id: int) -> set[TopicPartition]:
+        """Led partitions `replica_id` is assigned to but not (committed) in the ISR of."""
+        return self._lagging.get(replica_id, set())
+
+    def drifted(self, session: FetchSession) -> list[TopicPartition]:
+        """The session's partitions whose high watermark, log start offset or leadership no
+        longer match their last answer (a cheap look at each: the periodic check for what no
+        change hook reports, e.g. retention moving a log start offset)."""
+        out: list[TopicPartition] = []
+        for tp, c in session.partitions.items():
+            part = self.partitions.get(tp)
+            if (
+                part is None
+                or not part.is_leader
+                or part.high_watermark != c.high_watermark
+                or part.log.log_start_offset != c.leader_log_start_offset
+            ):
+                out.append(tp)
+        return out
+
+    def _readable_end(self, tp: TopicPartition, replica_id: int, isolation_level: int) -> int:
+        part = self.partitions.get(tp)
+        if part is None:
+            return -1
+        if replica_id >= 0 or replica_id == DEBUGGING_CONSUMER_ID:
+            return part.log.log_end_offset
+        if isolation_level == READ_COMMITTED:
+            return part.last_stable_offset
+        return part.high_watermark
 
     def read_from_local_log(
         self,
@@ -579,13 +755,24 @@ class ReplicaManager:
         )
         if outcome.proposal is not None:
             self._submit_isr_change(part, outcome.proposal)
+            self._note_isr(part)
         if outcome.hw_incremented:
             self._try_complete_delayed(part.tp)
 
     def _try_complete_delayed(self, tp: TopicPartition) -> None:
         """Kafka's tryCompleteDelayedRequests: the HW (or the ISR) moved."""
         self.produce_purgatory.check_and_complete(tp)
-        self.fetch_purgatory.check_and_complete(tp)
+        self._wake_fetches(tp)
+
+    def _wake_fetches(self, tp: TopicPartition) -> None:
+        """`tp` changed (log end, HW, leadership): fetches parked on it re-check, and so do
+        the incremental fetches of every session holding it (which mark it to be read)."""
+        purgatory = self.fetch_purgatory
+        purgatory.check_and_complete(tp)
+        sessions = self.fetch_sessions
+        if sessions is not None:
+            for sid in tuple(sessions.mark_changed(tp)):
+                purgatory.check_and_complete((SESSION_WATCH_KEY, sid))
 
     def on_brokers_gone(self) -> None:
         """Brokers left the live set (UpdateMetadata): a caught-up replica on one of them no
@@ -609,6 +796,7 @@ class ReplicaManager:
             if pending is not None:
                 proposed += 1
                 self._submit_isr_change(part, pending)
+                self._note_isr(part)
         return proposed
 
     def _submit_isr_change(self, part: Partition, pending: PendingIsrState) -> None:
@@ -649,6 +837,7 @@ class ReplicaManager:
         if part is None:
             return
         outcome, hw = part.handle_alter_partition_result(pending, result, self._monotonic_ms())
+        self._note_isr(part)
         if outcome is AlterOutcome.RETRY:
             self._submit_isr_change(part, pending)
         elif outcome is AlterOutcome.COMMITTED:

@@ -251,9 +251,15 @@ class Broker:
         await import_late()
         await self.scram_credentials.load_all(self.store)  # before any SASL login
         from wherry.replication.alter_partition import ControllerSender
-        from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
+        from wherry.replication.fetch_session import (
+            DEFAULT_CACHE_SLOTS,
+            DEFAULT_EVICTION_MS,
+            FetchSessionCache,
+        )
+        from wherry.replication.fetcher import FetcherConfig
         from wherry.replication.log_dir_mover import UNLIMITED as UNLIMITED_IO
         from wherry.replication.log_dir_mover import LogDirMover
+        from wherry.replication.network_endpoint import NetworkLeaderEndpoint
         from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
         from wherry.server.admin import AdminManager
         from wherry.server.groups import GroupsRuntime
@@ -297,6 +303,11 @@ class Broker:
             cache=self.cache,
             leader_quota=self.dynamic_config.leader_quota,
             follower_quota=self.dynamic_config.follower_quota,
+            fetch_sessions=FetchSessionCache(
+                int(cfg.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
+                int(cfg.raw.get("min.incremental.fetch.session.eviction.ms", DEFAULT_EVICTION_MS)),
+                random_id=lambda: self.rng.randint(1, 0x7FFFFFFF),
+            ),
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)

@@ -63,6 +63,8 @@ _BROKER_KEYS = frozenset({
 FETCHER_KEYS = (
     "replica.fetch.wait.max.ms", "replica.fetch.min.bytes", "replica.fetch.max.bytes",
     "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",
+    # KIP-227 fetch sessions (replication/fetch_session.py), read by the broker
+    "max.incremental.fetch.session.cache.slots", "min.incremental.fetch.session.eviction.ms",
 )
 
 # TLS settings (server/tls.py); each may also be given per listener.

@@ -1,21 +1,34 @@
 """Fetch (key 1) for consumers and followers (SPEC H9, R11).
 
-Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells
-clients to send full fetch requests; a request naming an unknown session gets
-FETCH_SESSION_ID_NOT_FOUND as the protocol prescribes.
+Fetch sessions (KIP-227, v7+; `replication/fetch_session.py`): a request with session epoch 0
+gets a new session id (when the cache has room), later requests name only the partitions that
+changed and `forgotten_topics_data`, and the answer holds only partitions with something new.
+An unknown session id is FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH,
+both with session id 0 and no partitions, as Kafka.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
-from wherry.replication.replica_manager import FetchPartition, FetchResult
+from wherry.replication.fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    ContextKind,
+    FetchContext,
+)
+from wherry.replication.replica_manager import (
+    FetchPartition,
+    FetchResult,
+    session_partitions,
+)
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize_cluster, authorized_names
 from wherry.server.handlers.topic_keys import TopicKey, resolve_topic, topic_responses
@@ -25,18 +38,16 @@ if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
 
 _ZERO_UUID = uuid.UUID(int=0)
+_SESSIONLESS = FetchContext(ContextKind.SESSIONLESS)
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
-    session_id = getattr(body, "session_id", 0)
-    if session_id != 0:
-        return {
-            "error_code": ErrorCode.fetch_session_id_not_found,
-            "session_id": 0,
-            "responses": [],
-            "throttle_time": 0,
-        }
+    session_id = getattr(body, "session_id", INVALID_SESSION_ID)
+    session_epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+    sessions = broker.node.replica_manager.fetch_sessions
+    if sessions is None and session_id != INVALID_SESSION_ID:
+        return _session_error(ErrorCode.fetch_session_id_not_found)
     replica_state = getattr(body, "replica_state", None)
     replica_id = (
         replica_state.replica_id if replica_state is not None else getattr(body, "replica_id", -1)
@@ -62,6 +73,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             broker, AclOperation.READ, ResourceType.TOPIC, (n for _, _, n in resolved if n)
         )
     wanted: list[FetchPartition] = []
+    fetch_data: dict[TopicPartition, CachedPartition] = {}
     # Response skeleton in request order: (topic key, name or None, partition)
     order: list[tuple[TopicKey, str | None, int]] = []
     denied: set[tuple[TopicKey, int]] = set()
@@ -71,18 +83,57 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             if not follower_ok or (name is not None and name not in readable):
                 denied.add((key, p.partition))
             elif name is not None:
-                wanted.append(
-                    FetchPartition(
-                        TopicPartition(name, p.partition),
-                        p.fetch_offset,
-                        p.partition_max_bytes,
-                        getattr(p, "current_leader_epoch", -1),
-                        getattr(p, "log_start_offset", -1),
-                    )
+                fp = FetchPartition(
+                    TopicPartition(name, p.partition),
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
+                    getattr(p, "log_start_offset", -1),
+                )
+                wanted.append(fp)
+                fetch_data[fp.tp] = CachedPartition(
+                    fp.fetch_offset, fp.max_bytes, fp.current_leader_epoch, fp.log_start_offset, key
                 )
 
+    ctx = _SESSIONLESS
+    if sessions is not None and req.api_version >= 7:
+        ctx = sessions.new_context(
+            session_id=session_id,
+            epoch=session_epoch,
+            fetch_data=fetch_data,
+            forgotten=_forgotten(broker, body),
+            privileged=replica_id >= 0,
+            now_ms=broker.node.clock.monotonic_ms(),
+        )
+        if ctx.kind is ContextKind.ERROR:
+            return _session_error(ctx.error)
+    incremental = ctx.kind is ContextKind.INCREMENTAL
+    session = ctx.session
+    extra_keys: dict[TopicPartition, TopicKey] = {}
+    allowed = None
+    if incremental and session is not None:
+        # The session's partitions that changed since its last answer (and now and then
+        # those drifted from it), checked against the ACLs as the request's own are.
+        named = {fp.tp for fp in wanted}
+        now = broker.node.clock.monotonic_ms()
+        changed = session.take_dirty()
+        if replica_id >= 0:
+            # A follower outside the ISR: its partitions are read (its fetch state moves)
+            # every time, as Kafka reads every partition of the session, so it can rejoin.
+            held = session.partitions
+            changed += [
+                tp for tp in broker.node.replica_manager.lagging(replica_id) if tp in held
+            ]
+        if session.rescan_due(now):
+            changed = list(dict.fromkeys(changed + broker.node.replica_manager.drifted(session)))
+        extra = [tp for tp in dict.fromkeys(changed) if tp not in named]
+        allowed = _allowed(broker, follower_ok, replica_id >= 0)
+        for tp in extra:
+            extra_keys[tp] = session.partitions[tp].key
+        wanted += session_partitions(session, [tp for tp in extra if allowed(tp)])
+
     result: FetchResult = {}
-    if wanted:
+    if wanted or incremental:
         result = await broker.node.fetch(
             wanted,
             replica_id=replica_id,
@@ -92,13 +143,31 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),
             isolation_level=getattr(body, "isolation_level", 0),
             zero_copy=True,  # records as file regions: network.py sends them from the files
+            session=session,
+            incremental=incremental,
+            allowed=allowed,
         )
+    if incremental and session is not None:
+        # Named partitions without news are left out; changed ones of the session follow
+        # the request's, under the topic key the client used for them.
+        listed = {TopicPartition(name, index) for _, name, index in order if name is not None}
+        for tp in result:
+            if tp not in listed:
+                cached = session.partitions.get(tp)
+                key = cached.key if cached is not None else tp.topic
+                order.append((key, tp.topic, tp.partition))
+        for tp, key in extra_keys.items():
+            if tp not in result and allowed is not None and not allowed(tp):
+                order.append((key, tp.topic, tp.partition))
+                denied.add((key, tp.partition))
 
     topics: dict[TopicKey, list[dict[str, Any]]] = {}
     for key, name, index in order:
         r = None
         if name is not None and (key, index) not in denied:
             r = result.get(TopicPartition(name, index))
+            if r is None and incremental:
+                continue  # nothing new for it
         if (
             r is not None
             and r.error_code == ErrorCode.unknown_topic_or_partition
@@ -146,8 +215,48 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
-        "session_id": 0,
+        "session_id": ctx.session_id,
         "responses": topic_responses(
             topics, name_field="topic", partitions_field="partitions", no_topic_id=_ZERO_UUID
         ),
     }
+
+
+def _session_error(code: ErrorCode) -> Mapping[str, Any]:
+    return {
+        "error_code": code,
+        "session_id": INVALID_SESSION_ID,
+        "responses": [],
+        "throttle_time": 0,
+    }
+
+
+def _forgotten(broker: BrokerServices, body: Any) -> list[TopicPartition]:
+    out: list[TopicPartition] = []
+    for t in getattr(body, "forgotten_topics_data", None) or ():
+        _, name = resolve_topic(
+            broker.cache, getattr(t, "topic", None), getattr(t, "topic_id", None)
+        )
+        if name is not None:
+            out.extend(TopicPartition(name, int(p)) for p in t.partitions)
+    return out
+
+
+def _allowed(
+    broker: BrokerServices, follower_ok: bool, follower: bool
+) -> Callable[[TopicPartition], bool]:
+    """Whether a session partition the request did not name may be read: a follower with
+    CLUSTER_ACTION, a consumer with READ on its topic (decided once per topic and request)."""
+    if follower:
+        return lambda _tp: follower_ok
+    verdicts: dict[str, bool] = {}
+
+    def allowed(tp: TopicPartition) -> bool:
+        v = verdicts.get(tp.topic)
+        if v is None:
+            v = verdicts[tp.topic] = bool(
+                authorized_names(broker, AclOperation.READ, ResourceType.TOPIC, [tp.topic])
+            )
+        return v
+
+    return allowed

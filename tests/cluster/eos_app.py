@@ -14,12 +14,20 @@ commit prints one line `committed <transactions> <records>` (flushed), the test'
 signal. A fatal error prints `fatal <error>` and exits with 3. EOS_APP_DEBUG in the
 environment sets the producer's librdkafka `debug` contexts, EOS_APP_CONSUMER_DEBUG the
 consumer's.
+
+librdkafka 2.16's send_offsets_to_transaction can block far past its timeout when the group
+coordinator's broker died: the broker leaves the Metadata answers (as on Kafka), librdkafka
+decommissions it but keeps it cached as the group coordinator and waits for it to come up,
+never sending the TxnOffsetCommit nor checking the timeout (librdkafka issues #5511 and
+#5456, open). A watchdog thread ends the app with exit 4 (`hung <call>`) when the call
+overruns its own timeout by HANG_MARGIN_S; the test restarts it, as a supervisor would.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -27,6 +35,36 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+SEND_OFFSETS_TIMEOUT_S = 10.0
+HANG_MARGIN_S = 10.0
+
+
+class Watchdog:
+    """Exits the process (4) when an armed call has not returned by its deadline."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._armed: tuple[str, float] | None = None
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def arm(self, what: str, seconds: float) -> None:
+        with self._lock:
+            self._armed = (what, time.monotonic() + seconds)
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.2)
+            with self._lock:
+                armed = self._armed
+            if armed is not None and time.monotonic() > armed[1]:
+                say(f"hung {armed[0]} (librdkafka #5511/#5456: past its timeout)")
+                os._exit(4)
 
 
 def rewind(consumer: Consumer) -> None:
@@ -84,6 +122,7 @@ def main() -> int:
     )
     producer.init_transactions(60)
     say("initialized")
+    watchdog = Watchdog()
     consumer.subscribe([input_topic])
     txns = records = 0
     while True:
@@ -101,7 +140,13 @@ def main() -> int:
             if pause > 0:
                 time.sleep(pause)
             positions = consumer.position(consumer.assignment())
-            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+            watchdog.arm("send_offsets_to_transaction", SEND_OFFSETS_TIMEOUT_S + HANG_MARGIN_S)
+            try:
+                producer.send_offsets_to_transaction(
+                    positions, consumer.consumer_group_metadata(), SEND_OFFSETS_TIMEOUT_S
+                )
+            finally:
+                watchdog.disarm()
             while True:
                 try:
                     producer.commit_transaction(30)

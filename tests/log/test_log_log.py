@@ -208,6 +208,21 @@ def test_truncate_to(tmp_path: Path) -> None:
     log.close()
 
 
+def test_truncate_at_the_log_end_drops_an_epoch_that_starts_there(tmp_path: Path) -> None:
+    """A replica that led an epoch without appending anything has that epoch starting at its
+    log end. Truncating to (or past) the log end removes no data but drops such entries, as
+    Kafka's truncateTo does: else, as a follower, it keeps asking the leader about an epoch
+    the leader never had and never finishes truncating (sim seed 577)."""
+    log = open_log(tmp_path)
+    fill(log, 3, records=2)  # epoch 0 (fill's), offsets 0-5
+    log.leader_epoch_cache.assign(2, 6)  # led epoch 2 from offset 6, wrote nothing
+    assert log.latest_epoch == 2
+    assert not log.truncate_to(6)  # at the end: no data removed, the empty epoch goes
+    assert log.log_end_offset == 6 and log.latest_epoch == 0
+    assert [e.epoch for e in log.leader_epoch_cache.entries] == [0]
+    log.close()
+
+
 def test_truncate_fully_and_start_at(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     fill(log, 20, records=2)

@@ -381,6 +381,27 @@ def test_kip279_iterates_until_epochs_match(tmp_path: Path) -> None:
     assert epochs(flog) == epochs(leader_log)
 
 
+def test_follower_that_led_an_empty_epoch_finishes_truncating(tmp_path: Path) -> None:
+    """Sim seed 577: the follower led epoch 2 from offset 2 without writing anything (its
+    epoch cache ends with 2@2 at its log end); the leader never had epoch 2 and wrote epoch 1
+    from offset 2. Asked about epoch 2, the leader answers epoch 1 ending at 3; the follower's
+    own epoch 1 ends at 2 (its epoch 0), so it truncates to 2 and asks again: the truncation
+    to its log end must drop the empty epoch 2, else it asks about epoch 2 forever and never
+    rejoins the ISR."""
+    leader_log, flog = new_log(tmp_path, "leader"), new_log(tmp_path, "follower")
+    for log in (leader_log, flog):
+        append(log, 0, b"a0", b"a1")
+    flog.leader_epoch_cache.assign(2, 2)  # what becoming the leader of epoch 2 does
+    append(leader_log, 1, b"L2")
+    leader_log.leader_epoch_cache.assign(3, 3)  # what becoming the leader of epoch 3 does
+    leader = LocalLeader(leader_partition(leader_log, 3))
+    f = follower(leader, flog)
+    run_until_caught_up(f, leader_log, flog, rounds=6)
+    assert leader.epoch_requests == [{TP: (3, 2)}, {TP: (3, 0)}]
+    assert read_all(flog) == read_all(leader_log)
+    assert epochs(flog) == [(0, 0), (1, 2)]
+
+
 # --- other paths -----------------------------------------------------------------------------
 def test_replicated_idempotent_batches_are_duplicates_on_the_follower(tmp_path: Path) -> None:
     """A follower rebuilds producer state from what it replicates, so after a leader change

@@ -141,6 +141,18 @@ def test_transactional_world_with_power_loss() -> None:
         assert r.ok, _describe(r)
 
 
+def test_seed_577_a_follower_that_led_an_empty_epoch_rejoins_and_the_reassignment_ends() -> None:
+    """Seed 577 of a 1,000-seed sweep: broker 3 led sim-0 for an epoch without writing (its
+    epoch cache ended with that epoch at its log end), then followed a leader that never had
+    that epoch. Its truncation to the log end kept the entry, so it asked about that epoch
+    forever and never rejoined the ISR; the reassignment to [3, 2], resumed by the next
+    controller after the previous one crashed at a store write, waited for it and was left
+    half-done after healing (`check_reassignments_settled`)."""
+    r = run_seed(577, CI)
+    assert r.ok, _describe(r)
+    assert any("crash controller host" in f and "store write" in f for f in r.faults), r.faults
+
+
 # --- the invariant catches broken rules ---------------------------------------------------------
 def test_invariant_catches_a_fetch_path_that_ignores_the_lso(
     monkeypatch: pytest.MonkeyPatch,

@@ -570,6 +570,10 @@ class Log:
             self._check_open()
             now = self._now(now_ms)
             if offset >= self._log_end_offset:
+                # No data to remove, but an epoch this replica started at its log end as a
+                # leader and wrote nothing in goes (Kafka's truncateTo): the leader may never
+                # have had it, and a follower keeping it asks about it forever (KIP-279).
+                self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
                 return False
             if self._segments.first.base_offset > offset:
                 self._truncate_fully(offset, now)

@@ -489,6 +489,7 @@ class ReplicaFetcher:
 
     def _truncate_log(self, tp: TopicPartition, plog: Log, offset: int) -> None:
         if offset >= plog.log_end_offset:
+            plog.truncate_to(offset)  # no data goes; an empty epoch at the log end does
             return
         if offset < plog.high_watermark:
             log.warning(

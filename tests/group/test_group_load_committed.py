@@ -81,6 +81,16 @@ def _commit(coord: GroupCoordinator, offset: int) -> list[object]:
     return answers
 
 
+def _new_leader(rm: ReplicaManager) -> tuple[GroupCoordinator, CoordinatorPartitionLoader]:
+    """Leader epoch 2 (as after an election that kept this replica) and its new coordinator,
+    told by the leadership listener."""
+    _lead(rm, 2)
+    coord = _coordinator(rm)
+    loader = CoordinatorPartitionLoader(OFFSETS_TOPIC, coord, rm, lambda: NOW, buffer_bytes=1 << 20)
+    loader.on_leadership_change([(OFFSETS_TP, 2)], [])
+    return coord, loader
+
+
 def test_new_leader_answers_only_once_its_tail_is_committed(tmp_path: Path) -> None:
     lm, rm = _replica_manager(tmp_path)
 
@@ -99,14 +109,8 @@ def test_new_leader_answers_only_once_its_tail_is_committed(tmp_path: Path) -> N
         assert second == [] and part.high_watermark < part.log.log_end_offset
         old.shutdown()
 
-        # A new leader epoch (as after an election that kept this replica): the new
-        # coordinator must not serve the uncommitted tail.
-        _lead(rm, 2)
-        coord = _coordinator(rm)
-        loader = CoordinatorPartitionLoader(
-            OFFSETS_TOPIC, coord, rm, lambda: NOW, buffer_bytes=1 << 20
-        )
-        loader.on_leadership_change([(OFFSETS_TP, 2)], [])
+        # A new leader epoch: its coordinator must not serve the uncommitted tail.
+        coord, _ = _new_leader(rm)
         await asyncio.sleep(0.3)
         assert coord.is_partition_loading(0)
         err, _ = coord.handle_fetch_offsets("g", False, [TP])
@@ -143,12 +147,7 @@ def test_a_truncated_tail_is_never_served(tmp_path: Path) -> None:
         assert old.begin_loading(0, 1) and old.load_partition(0, [], now_ms=NOW, epoch=1)
         assert _commit(old, 20) == []  # never acknowledged
         old.shutdown()
-        _lead(rm, 2)
-        coord = _coordinator(rm)
-        loader = CoordinatorPartitionLoader(
-            OFFSETS_TOPIC, coord, rm, lambda: NOW, buffer_bytes=1 << 20
-        )
-        loader.on_leadership_change([(OFFSETS_TP, 2)], [])
+        coord, loader = _new_leader(rm)
         await asyncio.sleep(0.2)
         assert coord.is_partition_loading(0)
         loader.on_leadership_change([], [OFFSETS_TP])

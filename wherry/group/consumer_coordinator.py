@@ -190,8 +190,11 @@ class ConsumerGroupManager:
         touched: Collection[str] | None = None,
     ) -> None:
         """Append what changed in `group` since the last write; `done(error)` once acked.
-        With `touched`, only these members (and the group's own records) may have changed."""
-        if group.dead or touched is None:
+        With `touched`, only these members (and the group's own records) may have changed --
+        unless an earlier write failed: what the log holds of its records is unknown then
+        (marked b""), so the whole group is written again, not only the touched members (a
+        member added by a failed write and removed since would otherwise stay in the log)."""
+        if group.dead or touched is None or b"" in group.persisted.values():
             new = {} if group.dead else group.records()
             old = group.persisted
             group.persisted = new

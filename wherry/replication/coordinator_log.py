@@ -37,6 +37,7 @@ __all__ = [
     "CoordinatorPartitionLoader",
     "PartitionCoordinator",
     "ReplicaCoordinatorStorage",
+    "in_executor",
     "read_partition_log",
 ]
 
@@ -153,6 +154,12 @@ async def _inline(fn: Callable[[], T]) -> T:
     return fn()
 
 
+async def in_executor(fn: Callable[[], T]) -> T:
+    """Run the blocking `fn` in the event loop's default executor (the broker's policy for
+    reading a log; the simulation reads inline)."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
 class CoordinatorPartitionLoader:
     """Loads and unloads a coordinator's partitions of `topic` as the replica node's
     leadership listener (`ReplicaNode.leadership_listeners`)."""
@@ -204,11 +211,9 @@ class CoordinatorPartitionLoader:
                 chunks = await self._blocking(
                     lambda: read_partition_log(self._rm, self.topic, partition, self._buffer_bytes)
                 )
-                if coord.load_partition(partition, chunks, now_ms=self._now_ms(), epoch=epoch):
-                    log.debug("%s Loaded %s-%d", self._prefix, self.topic, partition)
-                    if self._on_loaded is not None:
-                        self._on_loaded(partition)
-                return
+                loaded = coord.load_partition(
+                    partition, chunks, now_ms=self._now_ms(), epoch=epoch
+                )
             except Exception:
                 # Keep answering COORDINATOR_LOAD_IN_PROGRESS rather than lose state.
                 log.exception(
@@ -216,6 +221,12 @@ class CoordinatorPartitionLoader:
                 )
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 5.0)
+                continue
+            if loaded:
+                log.debug("%s Loaded %s-%d", self._prefix, self.topic, partition)
+                if self._on_loaded is not None:  # outside the retries: its errors propagate
+                    self._on_loaded(partition)
+            return
 
     def tail_committed(self, partition: int) -> bool:
         """Whether the whole log of `<topic>-<partition>` is committed (its high watermark at

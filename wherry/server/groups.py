@@ -27,6 +27,7 @@ from wherry.group.records import OFFSETS_TOPIC
 from wherry.replication.coordinator_log import (
     CoordinatorPartitionLoader,
     ReplicaCoordinatorStorage,
+    in_executor,
 )
 from wherry.replication.node import ReplicaNode
 from wherry.runtime.clock import Clock
@@ -112,9 +113,6 @@ class GroupsRuntime:
             prefix=f"[GroupCoordinator {config.broker_id}]:",
         )
         self._prefix = f"[GroupCoordinator {config.broker_id}]:"
-
-        async def in_executor(fn: Callable[[], list[bytes]]) -> list[bytes]:
-            return await asyncio.get_running_loop().run_in_executor(None, fn)
 
         self.loader = CoordinatorPartitionLoader(
             OFFSETS_TOPIC,

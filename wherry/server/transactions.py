@@ -28,6 +28,7 @@ from wherry.outbound.security import ClientSecurity
 from wherry.replication.coordinator_log import (
     CoordinatorPartitionLoader,
     ReplicaCoordinatorStorage,
+    in_executor,
 )
 from wherry.replication.node import ReplicaNode
 from wherry.replication.txn_markers import TxnMarkerChannelManager
@@ -112,9 +113,6 @@ class TransactionsRuntime:
         )
         self.markers.coordinator = self.coordinator
         node.ticker.add(self.coordinator, clock.now_ms)
-
-        async def in_executor(fn: Callable[[], list[bytes]]) -> list[bytes]:
-            return await asyncio.get_running_loop().run_in_executor(None, fn)
 
         self.loader = CoordinatorPartitionLoader(
             TRANSACTION_STATE_TOPIC,

@@ -135,6 +135,20 @@ def _subset(a: Parts, b: Parts) -> bool:
     return all(p <= b.get(t, frozenset()) for t, p in a.items())
 
 
+def _diff(old: Mapping[bytes, bytes], new: Mapping[bytes, bytes]) -> list[Record]:
+    """The records that turn `old` into `new`: tombstones first, then upserts, each in
+    Kafka's order of record types."""
+    tombstones = sorted(
+        (k for k in old if k not in new),
+        key=lambda k: (_TOMBSTONE_ORDER[cgr.record_type(k)], k),
+    )
+    upserts = sorted(
+        (k for k, v in new.items() if old.get(k) != v),
+        key=lambda k: (_UPSERT_ORDER[cgr.record_type(k)], k),
+    )
+    return [(k, None) for k in tombstones] + [(k, new[k]) for k in upserts]
+
+
 class ConsumerGroupManager:
     def __init__(
         self,
@@ -192,30 +206,29 @@ class ConsumerGroupManager:
         """Append what changed in `group` since the last write; `done(error)` once acked.
         With `touched`, only these members (and the group's own records) may have changed --
         unless an earlier write failed: what the log holds of its records is unknown then
-        (marked b""), so the whole group is written again, not only the touched members (a
-        member added by a failed write and removed since would otherwise stay in the log)."""
-        if group.dead or touched is None or b"" in group.persisted.values():
+        (marked b""), so a write that has something to append appends the whole group's
+        difference, not only the touched members' (a member added or moved by a failed write
+        would otherwise stay as it was in the log). A heartbeat that changes nothing still
+        writes nothing."""
+        if group.dead or touched is None:
             new = {} if group.dead else group.records()
-            old = group.persisted
-            group.persisted = new
+            old = dict(group.persisted)
         else:
             new = group.records(touched)
             keys = group.record_keys(touched)
             old = {k: group.persisted[k] for k in keys if k in group.persisted}
-            for k in keys:
+            if _diff(old, new) and b"" in group.persisted.values():
+                new, old = group.records(), dict(group.persisted)
+                touched = None
+        records = _diff(old, new)
+        if touched is None:
+            group.persisted = new
+        else:
+            for k in group.record_keys(touched):
                 if k in new:
                     group.persisted[k] = new[k]
                 else:
                     group.persisted.pop(k, None)
-        tombstones = sorted(
-            (k for k in old if k not in new),
-            key=lambda k: (_TOMBSTONE_ORDER[cgr.record_type(k)], k),
-        )
-        upserts = sorted(
-            (k for k, v in new.items() if old.get(k) != v),
-            key=lambda k: (_UPSERT_ORDER[cgr.record_type(k)], k),
-        )
-        records: list[Record] = [(k, None) for k in tombstones] + [(k, new[k]) for k in upserts]
         if not records:
             done(ErrorCode.none)
             return

@@ -60,7 +60,7 @@ class GroupSimConfig:
     heartbeat_interval_ms: int = 100
     session_timeout_ms: int = 1_500
     rebalance_timeout_ms: int = 1_000
-    request_timeout_ms: int = 800
+    request_timeout_ms: int = 500  # two lost heartbeats in a row stay within the session
     leave_probability: float = 0.01  # per heartbeat
     crash_probability: float = 0.01  # per heartbeat, with faults on
 

@@ -20,14 +20,30 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 MIB: Final = 1 << 20
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 
+
+@dataclass(slots=True)
+class BrokerRuntime:
+    """How broker processes run: from which source tree (`python -m wherry` in its root), and
+    whether they keep compiled bytecode in `pycache` (`PYTHONPYCACHEPREFIX`, overriding a
+    `PYTHONDONTWRITEBYTECODE` of the environment, as an installed package has its bytecode;
+    None: the environment decides)."""
+
+    tree: Path = REPO_ROOT
+    pycache: Path | None = None
+
+
+BROKER_RUNTIME = BrokerRuntime()
+
 _SIZE: Final = struct.Struct(">i")
 _READY: Final = re.compile(r"ready on (\S+)")
+_BOUND: Final = re.compile(r"listeners bound on ports \S+ after ([0-9.]+) ms of process CPU")
 
 
 class BenchError(Exception):
@@ -107,6 +123,10 @@ class Broker:
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []
         self._ready = threading.Event()
+        self.spawned_at = 0.0  # perf_counter() just before the exec
+        self.answer_cpu_ms = 0.0  # its CPU time when it answered the first ApiVersions (f1)
+        self.ready_at: float | None = None  # perf_counter() when the "ready on" line came
+        self.bind_cpu_ms: float | None = None  # its CPU time when its listeners were bound
 
     @property
     def bootstrap(self) -> str:
@@ -122,14 +142,17 @@ class Broker:
         self.port = port or free_port()
         cmd = broker_command(self.port, self.data_dir, self.overrides)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        t0 = time.perf_counter()
+        if BROKER_RUNTIME.pycache is not None:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(BROKER_RUNTIME.pycache)
+        t0 = self.spawned_at = time.perf_counter()
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
-            cwd=REPO_ROOT,
+            cwd=BROKER_RUNTIME.tree,
         )
         threading.Thread(target=self._pump, daemon=True).start()
         return t0
@@ -139,7 +162,11 @@ class Broker:
         for line in self.proc.stdout:
             if len(self.output) < 5000:
                 self.output.append(line)
+            if self.bind_cpu_ms is None and (bound := _BOUND.search(line)):
+                self.bind_cpu_ms = float(bound.group(1))
             if _READY.search(line):
+                if self.ready_at is None:
+                    self.ready_at = time.perf_counter()
                 self._ready.set()
         self._ready.set()
 

@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (
+    BROKER_RUNTIME,
     MIB,
     BenchError,
     Broker,
@@ -260,6 +261,7 @@ class Bench:
                         s.sendall(request)
                         resp = decode_response(18, 3, read_frame(s))
                         elapsed_ms = (time.perf_counter() - t0) * 1000
+                        broker.answer_cpu_ms = broker.cpu_seconds() * 1000
                     if int(resp.error_code) != 0:
                         raise BenchError(f"ApiVersions error {resp.error_code}")
                     break
@@ -271,42 +273,70 @@ class Bench:
             raise
         return broker, elapsed_ms
 
-    def clients(self) -> None:
+    def clients(self, only_startup: bool = False) -> None:
+        d = self._tmp("clients")
+        try:
+            broker, data = self.startup(d)
+            with broker:  # the last broker of (f) stays up for (c), (d), (e)
+                if not only_startup:
+                    self._produce_consume(broker, data)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def startup(self, d: Path) -> tuple[Broker, Path]:
+        """(f1), (f2): fresh brokers started one after the other (an untimed one first, so
+        the bytecode cache is warm); returns the last, still running, and its data dir."""
         plan = self.plan
         self.log("(f) startup")
         times: list[float] = []
-        d = self._tmp("clients")
-        try:
-            for i in range(plan.startup_runs):
-                data = d / f"data{i}"
-                broker, ms = self.startup_once(data)
-                times.append(ms)
-                if i < plan.startup_runs - 1:
-                    broker.stop()
-            # the last broker stays up for (c), (d), (e)
-            with broker:
-                time.sleep(1.0)
-                idle = broker.rss_kib() / 1024
-                self.add(
-                    Row(
-                        "f1",
-                        "startup: exec → first ApiVersions answered",
-                        {"ms": statistics.median(times)},
-                        f"median of {len(times)}: " + ", ".join(f"{t:.0f}" for t in times) + " ms",
-                        {"runs_ms": times},
-                    )
+        ready: list[float] = []
+        cpu: list[float] = []  # the broker's CPU time when it answered: robust to a busy host
+        bind_cpu: list[float] = []  # ... when its listeners were bound (its own log line)
+        self.startup_once(d / "warmup")[0].stop()
+        for i in range(plan.startup_runs):
+            data = d / f"data{i}"
+            broker, ms = self.startup_once(data)
+            times.append(ms)
+            cpu.append(broker.answer_cpu_ms)
+            if broker.bind_cpu_ms is not None:
+                bind_cpu.append(broker.bind_cpu_ms)
+            if broker.ready_at is not None:
+                ready.append((broker.ready_at - broker.spawned_at) * 1000)
+            if i < plan.startup_runs - 1:
+                broker.stop()
+        time.sleep(1.0)
+        idle = broker.rss_kib() / 1024
+        self.add(
+            Row(
+                "f1",
+                "startup: exec → first ApiVersions answered",
+                {"ms": statistics.median(times)},
+                f"median of {len(times)}: " + ", ".join(f"{t:.0f}" for t in times) + " ms; "
+                f"start complete (ready line) median {statistics.median(ready):.0f} ms; "
+                f"broker CPU at the answer median {statistics.median(cpu):.0f} ms"
+                + (
+                    f", at the bind median {statistics.median(bind_cpu):.0f} ms; "
+                    if bind_cpu
+                    else "; "
                 )
-                self.add(
-                    Row(
-                        "f2",
-                        "broker RSS idle after startup (no topics)",
-                        {"rss_mib": idle},
-                        "VmRSS",
-                    )
-                )
-                self._produce_consume(broker, data)
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
+                + ("bytecode cached" if BROKER_RUNTIME.pycache else "bytecode as the env says"),
+                {
+                    "runs_ms": times,
+                    "ready_ms": ready,
+                    "answer_cpu_ms": cpu,
+                    "bind_cpu_ms": bind_cpu,
+                },
+            )
+        )
+        self.add(
+            Row(
+                "f2",
+                "broker RSS idle after startup (no topics)",
+                {"rss_mib": idle},
+                "VmRSS",
+            )
+        )
+        return broker, data
 
     def _produce_consume(self, broker: Broker, data: Path) -> None:
         plan = self.plan
@@ -480,17 +510,36 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="sample the broker with py-spy (if on PATH) during b, c and d; write stacks there",
     )
+    ap.add_argument(
+        "--only", choices=["f"], help="only these rows: f = the startup rows f1 and f2"
+    )
+    ap.add_argument(
+        "--broker-tree",
+        type=Path,
+        default=BROKER_RUNTIME.tree,
+        metavar="DIR",
+        help="run brokers from this source tree (e.g. another worktree, for a before/after)",
+    )
+    ap.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="brokers compile their modules on every start if the environment says so "
+        "(PYTHONDONTWRITEBYTECODE); by default they keep bytecode in the run's temp dir",
+    )
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     env = environment()
     t0 = time.monotonic()
     with temp_dir("wherry-bench-", args.tmp_dir) as base:
+        BROKER_RUNTIME.tree = args.broker_tree.resolve()
+        BROKER_RUNTIME.pycache = None if args.no_bytecode_cache else base / "pycache"
         bench = Bench(plan, base, args.override, log)
         bench.profile_dir = args.profile
-        bench.pipe_and_ingest()
-        bench.clients()
+        if args.only != "f":
+            bench.pipe_and_ingest()
+        bench.clients(only_startup=args.only == "f")
     finish(env, t0)
-    rows = [bench.rows[i] for i in ORDER]
+    rows = [bench.rows[i] for i in ORDER if i in bench.rows]
     render(env, rows)
     if args.json:
         args.json.write_text(

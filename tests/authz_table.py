@@ -654,6 +654,35 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
             "group_id": c.group, "member_id": "authz-nobody", "share_session_epoch": 1,
             "topics": []},
                  Op.READ, RT.GROUP, g, _top, GROUP_DENIED),
+        # Share-group offsets (90-92); `group` is a classic group: allowed, nothing changes.
+        AuthzRow("describe-share-group-offsets-group", 90, 1, lambda c: {
+            "groups": [{"group_id": c.group, "topics": None}]},
+                 Op.DESCRIBE, RT.GROUP, g, lambda r: int(r.groups[0].error_code),
+                 GROUP_DENIED),
+        AuthzRow("describe-share-group-offsets-topic", 90, 1, lambda c: {
+            "groups": [{"group_id": f"{c.group}-share", "topics": [
+                {"topic_name": c.topic, "partitions": [0]}]}]},
+                 Op.DESCRIBE, RT.TOPIC, t,
+                 lambda r: int(r.groups[0].topics[0].partitions[0].error_code)
+                 if r.groups[0].topics else int(r.groups[0].error_code),
+                 TOPIC_DENIED,
+                 grants=lambda c: [(Op.DESCRIBE, RT.GROUP, f"{c.group}-share")]),
+        AuthzRow("alter-share-group-offsets-group", 91, 0, lambda c: {
+            "group_id": c.group, "topics": []},
+                 Op.READ, RT.GROUP, g, _top, GROUP_DENIED),
+        AuthzRow("alter-share-group-offsets-topic", 91, 0, lambda c: {
+            "group_id": c.group, "topics": [{"topic_name": c.topic, "partitions": [
+                {"partition_index": 0, "start_offset": 0}]}]},
+                 Op.READ, RT.TOPIC, t, _first_partition("responses", "partitions"),
+                 TOPIC_DENIED, grants=read_group),
+        AuthzRow("delete-share-group-offsets-group", 92, 0, lambda c: {
+            "group_id": c.group, "topics": []},
+                 Op.DELETE, RT.GROUP, g, _top, GROUP_DENIED),
+        AuthzRow("delete-share-group-offsets-topic", 92, 0, lambda c: {
+            "group_id": c.group, "topics": [{"topic_name": c.topic}]},
+                 Op.READ, RT.TOPIC, t,
+                 lambda r: int(r.responses[0].error_code) if r.responses else _top(r),
+                 TOPIC_DENIED, grants=lambda c: [(Op.DELETE, RT.GROUP, c.group)]),
         *[
             AuthzRow(f"share-state-{key}-cluster-action", key, 0, body,
                      Op.CLUSTER_ACTION, RT.CLUSTER, _cluster,

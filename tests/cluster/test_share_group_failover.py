@@ -9,7 +9,11 @@ nothing; broker 0 (leader of the topic partition, `__share_group_state-0` and
 coordinators, then gets every record that was not accepted -- the held ones again, at once
 (their acquisition was never acknowledged and died with the old leader) and the ones
 produced after the kill -- and none that was accepted: the new share-partition leader resumed
-from the state the share coordinator had replicated."""
+from the state the share coordinator had replicated.
+
+Share-group membership is in `__consumer_offsets` (Kafka 4.1's share-group records): a member
+that joined before the kill heartbeats the new group coordinator with its id and epoch and is
+answered with them (no UNKNOWN_MEMBER_ID, no rejoin)."""
 
 from __future__ import annotations
 
@@ -21,8 +25,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer
+from kio.schema.errors import ErrorCode
 
 from tests.helpers import zk_cluster
+from tests.kafka_wire import call
 from tests.share.share_harness import set_group_configs, share_consumer
 from wherry.testing.cluster import ZkCluster, wait_until
 from wherry.testing.zookeeper import ZooKeeperServer
@@ -58,6 +64,41 @@ def _produce(bootstrap: str, values: list[bytes]) -> None:
     for v in values:
         p.produce(TOPIC, value=v, partition=0)
     assert p.flush(30) == 0
+
+
+def _coordinator(bootstrap: str, group: str) -> str:
+    for addr in bootstrap.split(","):
+        try:
+            r = call(addr, 10, 4, {"key_type": 0, "coordinator_keys": [group]})
+        except OSError:
+            continue
+        c = r.coordinators[0]
+        if c.error_code == ErrorCode.none:
+            return f"{c.host}:{c.port}"
+    return ""
+
+
+def _heartbeat(bootstrap: str, group: str, member: str, epoch: int) -> tuple[ErrorCode, int]:
+    """ShareGroupHeartbeat at the group's coordinator (retried while it moves or loads)."""
+    out: list[tuple[ErrorCode, int]] = []
+
+    def beat() -> bool:
+        addr = _coordinator(bootstrap, group)
+        if not addr:
+            return False
+        try:
+            r = call(addr, 76, 1, {
+                "group_id": group, "member_id": member, "member_epoch": epoch,
+                "rack_id": None, "subscribed_topic_names": [TOPIC] if epoch == 0 else None})
+        except OSError:
+            return False
+        out.append((ErrorCode(r.error_code), r.member_epoch))
+        return r.error_code not in (
+            ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+            ErrorCode.coordinator_load_in_progress)
+
+    assert wait_until(beat, timeout_s=40, interval_s=0.3), out[-3:]
+    return out[-1]
 
 
 def test_share_state_survives_kill_9_of_leader_and_coordinators(cluster: ZkCluster) -> None:
@@ -117,6 +158,11 @@ def test_share_state_survives_kill_9_of_leader_and_coordinators(cluster: ZkClust
             if m.error() is None:
                 got.setdefault(m.offset(), m.delivery_count())
     assert not got
+    # a member heartbeating by hand, to see its id and epoch across the failover
+    err, wire_epoch = _heartbeat(bs, group, "wire-member", 0)
+    assert err == ErrorCode.none and wire_epoch > 0
+    err, wire_epoch = _heartbeat(bs, group, "wire-member", wire_epoch)
+    assert err == ErrorCode.none
 
     cluster.kill(0)
     closer = threading.Thread(target=c1.close, daemon=True)
@@ -130,6 +176,8 @@ def test_share_state_survives_kill_9_of_leader_and_coordinators(cluster: ZkClust
         timeout_s=30,
     )
     survivors = ",".join(cluster.address(b) for b in (1, 2))
+    # the new group coordinator loaded the share group: same member, same epoch
+    assert _heartbeat(survivors, group, "wire-member", wire_epoch) == (ErrorCode.none, wire_epoch)
     _produce(survivors, [b"b%d" % i for i in range(AFTER)])
 
     try:
@@ -155,3 +203,5 @@ def test_share_state_survives_kill_9_of_leader_and_coordinators(cluster: ZkClust
     assert cluster.partition_state("__share_group_state", 0).leader == 2  # type: ignore[union-attr]
     assert "share-partition shared-0 of group" in cluster.output(1)
     assert "resumes at 100" in cluster.output(1)
+    coordinator = cluster.partition_state("__consumer_offsets", 0).leader  # type: ignore[union-attr]
+    assert "loaded 1 share groups of __consumer_offsets-0" in cluster.output(coordinator)

@@ -148,3 +148,19 @@ async def test_ensure_persistent_paths(store_backend: StoreBackend) -> None:
         stat = await s.exists(p)
         assert stat is not None and stat.ephemeral_owner == 0
     assert await s.get_children("/brokers") == ["ids", "seqid", "topics"]
+
+
+@async_test
+async def test_ensure_persistent_paths_creates_the_missing_ones(
+    store_backend: StoreBackend,
+) -> None:
+    """Some containers exist (another broker, an older version): the others are created, in
+    one transaction, and what existed is left as it was."""
+    s = await store_backend.new_session()
+    await s.create("/brokers/topics", b"kept", make_parents=True)
+    await s.create("/cluster", b"")
+    await paths.ensure_persistent_paths(s)
+    for p in paths.PERSISTENT_PATHS:
+        assert await s.exists(p) is not None, p
+    data, _ = await s.get("/brokers/topics")
+    assert data == b"kept"

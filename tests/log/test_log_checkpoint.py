@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,13 @@ def test_offset_checkpoint_round_trip(tmp_path: Path) -> None:
     cp.write({})
     assert path.read_text() == "0\n0\n"
     assert cp.read() == {}
+    path.write_bytes(b"")  # an empty checkpoint is written unsynced: read as Kafka does
+    assert cp.read() == {}
 
 
 @pytest.mark.parametrize(
     "text",
-    ["", "1\n0\n", "0\n2\nt 0 1\n", "0\n1\nt 0\n", "0\n1\nt x 1\n", "zero\n0\n"],
+    ["1\n0\n", "0\n2\nt 0 1\n", "0\n1\nt 0\n", "0\n1\nt x 1\n", "zero\n0\n"],
 )
 def test_malformed_checkpoint(tmp_path: Path, text: str) -> None:
     path = tmp_path / "cp"
@@ -74,3 +77,24 @@ def test_leader_epoch_cache(tmp_path: Path) -> None:
     reloaded = LeaderEpochCache(path)
     assert reloaded.entries == cache.entries
     assert cache.end_offset_for(1, 50) == (1, 12)  # older than any: first start offset
+
+
+def test_only_checkpoints_with_entries_are_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first start writes empty checkpoints: nothing to make durable (a lost or empty file
+    reads as no entries), so no fsync; one with entries is fsynced with its directory."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    cp = OffsetCheckpointFile(tmp_path / "replication-offset-checkpoint")
+    cp.write({})
+    assert synced == [] and cp.read() == {}
+    cp.write({TopicPartition("t", 0): 5})
+    assert len(synced) == 2  # the file, then its directory
+    assert cp.read() == {TopicPartition("t", 0): 5}

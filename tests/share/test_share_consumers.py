@@ -1,7 +1,8 @@
 """Issue 16 acceptance, share groups (KIP-932) with confluent-kafka's ShareConsumer against a
 real `wherry server`: several share consumers on one partition get distinct records and all
 of them; released records come back until the delivery limit, rejected ones never; a
-SIGKILLed consumer's acquired records go to another after the lock duration; malformed
+SIGKILLed consumer's acquired records go to another as soon as its connection drops (well
+before a 60 s lock duration); malformed
 ShareFetch / ShareAcknowledge / ShareGroupHeartbeat get Kafka's error codes and corrupt
 nothing; group configs (type 32) are validated and described; a read_committed share group
 (`share.isolation.level`) gets committed transactions only, and an open one's records once
@@ -165,13 +166,13 @@ while time.monotonic() < deadline:
 """
 
 
-def test_crashed_consumer_records_come_back_after_the_lock_duration(
+def test_crashed_consumer_records_come_back_when_its_connection_drops(
     share_broker: BrokerProcess, tmp_path: Path
 ) -> None:
     bs = share_broker.bootstrap
     topic, group = _names()
     create_topic(bs, topic, partitions=1)
-    lock_ms = 2000
+    lock_ms = 60_000
     set_group_configs(
         bs, group,
         {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": str(lock_ms)},
@@ -216,8 +217,8 @@ def test_crashed_consumer_records_come_back_after_the_lock_duration(
         c.close()
     assert set(held) <= set(got), (held, sorted(got))
     assert all(got[o] == 2 for o in held), "redelivered: second delivery"
-    # nothing came back before the crashed consumer's locks expired
-    assert first_back[0] - acquired_at >= lock_ms / 1000 - 0.5
+    # released when the connection dropped, not when the 60 s locks expire
+    assert first_back[0] - acquired_at < 20
 
 
 def _topic_id(bs: str, topic: str) -> uuid.UUID:

@@ -31,6 +31,7 @@ from wherry.share.state import (
     decode_value,
     encode_key,
     encode_value,
+    is_deleted,
 )
 
 CFG = SharePartitionConfig(record_lock_duration_ms=1_000, delivery_count_limit=3,
@@ -241,3 +242,37 @@ def test_state_store_records_and_fencing() -> None:
         assert store.check_write(key, bad) == ErrorCode.invalid_request, bad
     store.load(0, [(encode_key(key), encode_value(st)), (encode_key(key), None)])
     assert store.read(key, 4) == (ErrorCode.none, None)
+
+
+def test_sessions_close_with_their_connection() -> None:
+    c = ShareSessionCache()
+    a = c.open("g", "a", 0, connection_id=7)
+    b = c.open("g", "b", 0, connection_id=8)
+    assert not isinstance(a, ErrorCode) and not isinstance(b, ErrorCode)
+    # a session continued on another connection belongs to that one from then on
+    assert c.use("g", "b", 1, 1, connection_id=7) is b
+    assert c.close_connection(9) == []
+    assert sorted(s.member_id for s in c.close_connection(7)) == ["a", "b"]
+    assert c.sessions == {}
+    c.open("g", "in-process", 2)  # no connection (-1): never closed by one
+    assert c.close_connection(-1) == [] and len(c.sessions) == 1
+
+
+def test_deleted_state_fences_the_old_epoch_and_restarts_at_the_next() -> None:
+    key = ShareKey("g", uuid.uuid4(), 0)
+    store = ShareStateStore()
+    assert store.deletion_marker(key) is None  # nothing to delete
+    st = ShareState(2, 4, 10, (StateBatch(10, 12, 0, 1),))
+    store.apply(key, 0, st)
+    marker = store.deletion_marker(key)
+    assert marker == ShareState(3, 4, -1, ()) and is_deleted(marker)
+    store.apply(key, 0, marker)
+    assert store.deletion_marker(key) is None  # deleted already
+    # a leader still holding the old share-partition is fenced
+    assert store.check_write(key, ShareState(2, 4, 13, ())) == ErrorCode.fenced_state_epoch
+    # the new incarnation writes at the marker's epoch; a marker is never a leader's write
+    assert store.check_write(key, ShareState(3, 4, 0, ())) == ErrorCode.none
+    assert store.check_write(key, ShareState(3, 4, -1, ())) == ErrorCode.invalid_request
+    # the marker is replayed as written
+    store.load(0, [(encode_key(key), encode_value(st)), (encode_key(key), encode_value(marker))])
+    assert store.read(key, 4) == (ErrorCode.none, marker)

@@ -1,8 +1,10 @@
 """The share-group simulation (`python -m wherry.sim --shares`): seeded schedules of fetches,
 acknowledgements, lock expiries, crashes and share-partition leader / share coordinator
-failovers on the real share-partition state machine and coordinator store; every seed must
-hold its invariants (no record to two members at once, no accepted record delivered again,
-the delivery limit, no record lost)."""
+failovers on the real share-partition state machine and coordinator store, membership
+written to and replayed from its `__consumer_offsets` records across group coordinator
+failovers, connection drops; every seed must hold its invariants (no record to two members at
+once, no accepted record delivered again, the delivery limit, no record lost, members keep
+their epochs across failovers, a dropped session's records available at once)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,49 @@ def test_share_seeds_hold() -> None:
     assert not failed
     assert sum(r.failovers for r in results) > 500  # failovers happened
     assert sum(r.deliveries for r in results) > 10_000
+    assert sum(r.group_reloads for r in results) > 300  # membership replayed from its records
+    assert sum(r.connection_drops for r in results) > 300
 
 
 def test_share_cli(capsys: object) -> None:
     assert main(["--shares", "--seeds", "5"]) == 0
+
+
+def test_share_consumers_in_the_world_hold() -> None:
+    """Share consumers on the world simulation's brokers (sim/world_shares.py): fetches and
+    acknowledgements through crashes, partitions and leader failovers of the real
+    controller; no accepted record delivered again by a leader at or after the epoch that
+    accepted it, none above the high watermark, none past the delivery limit."""
+    from dataclasses import replace
+
+    from wherry.sim.world import SimOptions, run_seed
+
+    options = replace(SimOptions(), share_consumers=True)
+    results = [run_seed(s, options) for s in range(4)]
+    assert [(r.seed, r.violation, r.error) for r in results if not r.ok] == []
+    assert sum(r.share_accepts for r in results) > 100
+    assert sum(r.share_deliveries for r in results) > 300
+
+
+def test_world_share_ledger_catches_a_leader_that_forgets_the_state() -> None:
+    """The invariant can fail: a share-partition leader that ignores the share coordinator's
+    state (starting every share-partition afresh) delivers accepted records again."""
+    from dataclasses import replace
+
+    import wherry.sim.world_shares as ws
+    from wherry.share.state import ShareStateStore
+    from wherry.sim.world import SimOptions, run_seed
+
+    original = ws.ShareHost._part
+
+    def forgetful(self: ws.ShareHost, tp: object) -> object:
+        if tp not in self.parts:
+            self.ledger.store = ShareStateStore()
+        return original(self, tp)  # type: ignore[arg-type]
+
+    ws.ShareHost._part = forgetful  # type: ignore[assignment,method-assign]
+    try:
+        r = run_seed(0, replace(SimOptions(), share_consumers=True))
+    finally:
+        ws.ShareHost._part = original  # type: ignore[method-assign]
+    assert r.violation is not None and "delivered again" in r.violation

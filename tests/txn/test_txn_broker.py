@@ -19,7 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_wire import call
-from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
+from wherry.server.handlers import LOADED, SUPPORTED_VERSIONS
 from wherry.testing.cluster import DevCluster
 
 E = ErrorCode
@@ -48,17 +48,20 @@ class FakeMarkers:
 @pytest.fixture
 def fake_markers() -> Iterator[FakeMarkers]:
     fake = FakeMarkers()
-    saved = HANDLERS.get(27), SUPPORTED_VERSIONS.get(27)
-    HANDLERS[27] = fake.handle
+    saved = LOADED.get(27), SUPPORTED_VERSIONS.get(27)
+    LOADED[27] = fake.handle
     SUPPORTED_VERSIONS[27] = (1, 1)
     try:
         yield fake
     finally:
         if saved[0] is None:
-            HANDLERS.pop(27, None)
+            LOADED.pop(27, None)
+        else:
+            LOADED[27] = saved[0]
+        if saved[1] is None:
             SUPPORTED_VERSIONS.pop(27, None)
         else:
-            HANDLERS[27], SUPPORTED_VERSIONS[27] = saved  # type: ignore[assignment]
+            SUPPORTED_VERSIONS[27] = saved[1]
 
 
 def until(fn: Callable[[], Any], timeout_s: float = 20.0) -> Any:

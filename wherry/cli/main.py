@@ -2,87 +2,62 @@
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
-import json
+import importlib
 import logging
-import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from wherry.runtime.state_change_log import LOGGER_NAME as STATE_CHANGE_LOGGER
-from wherry.server.config import BrokerConfigError, load_config
+from wherry.cli.json_log import JsonFormatter
+from wherry.cli.serve import (
+    DEFAULT_HTTP_PORT,
+    LOG_OPTIONS,
+    SERVER_OPTIONS,
+    Option,
+    OverrideError,
+    default_http_listener,
+    parse_overrides,
+    run,
+    serve_server,
+    serve_until_signal,
+    server_config,
+    setup_logging,
+)
+from wherry.server.config import BrokerConfigError
 from wherry.server.config_keys import warn_unused
-from wherry.server.listener_security import SecurityConfigError, broker_security
+
+__all__ = ["DEFAULT_HTTP_PORT", "JsonFormatter", "default_http_listener", "dev_defaults", "main"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
 
 
-class _ConsoleFilter(logging.Filter):
-    """State-change lines belong in each broker's state-change.log; the console shows them only
-    when it shows DEBUG."""
+def _click_options(options: Sequence[Option]) -> Callable[[F], F]:
+    """Click options from their declarations (`serve.py`), listed in `--help` in that order."""
 
-    def __init__(self, level: int) -> None:
-        super().__init__()
-        self.level = level
+    def decorate(f: F) -> F:
+        for o in reversed(options):
+            kwargs: dict[str, Any] = {"multiple": o.multiple}
+            if o.help:
+                kwargs["help"] = o.help
+            if o.metavar is not None:
+                kwargs["metavar"] = o.metavar
+            if o.kind == "int":
+                kwargs["type"] = int
+            elif o.kind == "choice":
+                kwargs["type"] = click.Choice(list(o.choices))
+            if o.default is not None:
+                kwargs["default"] = o.default
+                kwargs["show_default"] = True
+            f = click.option(o.flag, o.dest, **kwargs)(f)
+        return f
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.level <= logging.DEBUG or not record.name.startswith(STATE_CHANGE_LOGGER)
-
-
-class JsonFormatter(logging.Formatter):
-    """`--log-format json`: one JSON object per line: time (ISO 8601 UTC, ms), level, logger,
-    message, and the exception's text when there is one."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        when = dt.datetime.fromtimestamp(record.created, dt.UTC)
-        out: dict[str, str] = {
-            "time": when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        elif record.exc_text:
-            out["exception"] = record.exc_text
-        if record.stack_info:
-            out["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(out, ensure_ascii=False)
+    return decorate
 
 
-def _setup_logging(level: str, log_format: str = "text") -> None:
-    # The state-change log (SPEC H12) gets its own file from each broker (Broker.start).
-    numeric = getattr(logging, level.upper(), logging.INFO)
-    handler = logging.StreamHandler(sys.stderr)
-    if log_format == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(
-            logging.Formatter("[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
-        )
-    handler.addFilter(_ConsoleFilter(numeric))
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(numeric)
-
-
-def _log_options(f: F) -> F:
-    f = click.option(
-        "--log-format",
-        type=click.Choice(["text", "json"]),
-        default="text",
-        show_default=True,
-        help="Console log lines: text, or one JSON object per line.",
-    )(f)
-    return click.option("--log-level", default="INFO", show_default=True)(f)
+_log_options = _click_options(LOG_OPTIONS)
 
 
 def _overrides_option(help_text: str) -> Callable[[F], F]:
@@ -92,7 +67,30 @@ def _overrides_option(help_text: str) -> Callable[[F], F]:
     )
 
 
-@click.group()
+def _parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:
+    try:
+        return parse_overrides(overrides)
+    except OverrideError as e:
+        raise click.BadParameter(str(e), param_hint="--override") from e
+
+
+class _LazyGroup(click.Group):
+    """A group whose tool commands (`TOOLS`) are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *TOOLS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in TOOLS:
+            module, _, attr = TOOLS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attr)
+            assert isinstance(command, click.Command)
+            self.add_command(command, cmd_name)
+        return command
+
+
+@click.group(cls=_LazyGroup)
 @click.version_option(package_name="wherry")
 def main() -> None:
     """wherry: a Kafka-compatible commit-log broker."""
@@ -102,62 +100,21 @@ def main() -> None:
 @click.argument(
     "properties", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
-@click.option("--broker-id", type=int, help="broker.id")
-@click.option("--listeners", help="listeners, e.g. PLAINTEXT://127.0.0.1:9092")
-@click.option("--advertised-listeners", help="advertised.listeners")
-@click.option("--log-dirs", help="log.dirs (comma-separated)")
-@click.option(
-    "--zookeeper",
-    metavar="HOST:PORT[/CHROOT]",
-    help="zookeeper.connect: use this ZooKeeper instead of the embedded store.",
-)
-@_overrides_option("Any broker config, Kafka name (repeatable).")
-@_log_options
-def server(
-    properties: Path | None,
-    broker_id: int | None,
-    listeners: str | None,
-    advertised_listeners: str | None,
-    log_dirs: str | None,
-    zookeeper: str | None,
-    overrides: tuple[str, ...],
-    log_level: str,
-    log_format: str,
-) -> None:
+@_click_options(SERVER_OPTIONS)
+def server(properties: Path | None, **values: Any) -> None:
     """Run a broker (defaults: id 0, 127.0.0.1:9092, data in ./wherry-data).
 
     With --zookeeper (zookeeper.connect) brokers of many processes or machines form one
     cluster through ZooKeeper; give each its own --broker-id."""
-    props = _parse_overrides(overrides)
-    for key, value in (
-        ("broker.id", broker_id),
-        ("listeners", listeners),
-        ("advertised.listeners", advertised_listeners),
-        ("log.dirs", log_dirs),
-        ("zookeeper.connect", zookeeper),
-    ):
-        if value is not None:
-            props[key] = str(value)
+    from wherry.server.listener_security import SecurityConfigError
+
     try:
-        cfg = load_config(properties, props)
-        if "http.listeners" not in cfg.raw:  # on by default; `http.listeners=` turns it off
-            props["http.listeners"] = default_http_listener(cfg.listeners[0].port)
-            cfg = load_config(properties, props)
-        broker_security(cfg.raw, cfg.listeners, cfg.advertised)  # key stores readable?
+        cfg = server_config(properties, values)
+    except OverrideError as e:
+        raise click.BadParameter(str(e), param_hint="--override") from e
     except (BrokerConfigError, SecurityConfigError) as e:
         raise click.ClickException(str(e)) from e
-    _setup_logging(log_level, log_format)
-    warn_unused(cfg.raw, logging.getLogger("wherry.server.config"))
-    sys.exit(_run(_serve(cfg)))
-
-
-DEFAULT_HTTP_PORT = 9644
-
-
-def default_http_listener(kafka_port: int) -> str:
-    """`wherry server`'s HTTP listener when `http.listeners` is not set: 127.0.0.1:9644, or a
-    port the OS chooses when the Kafka listener's is chosen so too (port 0: tests, scripts)."""
-    return f"http://127.0.0.1:{DEFAULT_HTTP_PORT if kafka_port else 0}"
+    sys.exit(serve_server(cfg, values["log_level"], values["log_format"]))
 
 
 def dev_defaults(brokers: int) -> dict[str, str]:
@@ -170,69 +127,6 @@ def dev_defaults(brokers: int) -> dict[str, str]:
         "transaction.state.log.replication.factor": rf,
         "transaction.state.log.min.isr": str(min(2, brokers)),
     }
-
-
-def _parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:
-    props: dict[str, str] = {}
-    for item in overrides:
-        if "=" not in item:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--override")
-        k, v = item.split("=", 1)
-        props[k.strip()] = v.strip()
-    return props
-
-
-def _run(main_coro: Coroutine[Any, Any, int]) -> int:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(main_coro)
-    return uvloop.run(main_coro)
-
-
-async def _serve_until_signal(
-    start: Callable[[], Awaitable[T]],
-    announce: Callable[[T], None],
-    stop: Callable[[], Awaitable[None]],
-) -> int:
-    """Start, announce what `start` returned, and stop on SIGTERM or SIGINT: exit status 0;
-    a failed start is logged and stopped: exit status 1."""
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    try:
-        started = await start()
-    except Exception as e:
-        logging.getLogger("wherry").exception("startup failed: %s", e)
-        await stop()
-        return 1
-    announce(started)
-    await stopping.wait()
-    await stop()
-    return 0
-
-
-async def _serve(cfg: object) -> int:
-    from wherry.server.broker import Broker
-    from wherry.server.config import BrokerConfig
-
-    assert isinstance(cfg, BrokerConfig)
-    broker = Broker(cfg)
-
-    def announce(_: None) -> None:
-        bound = zip(cfg.listeners, broker.bound_ports, strict=True)
-        where = f" (ZooKeeper {cfg.zookeeper_connect})" if cfg.zookeeper_connect else ""
-        print(
-            f"wherry broker {cfg.broker_id} ready on "
-            f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}{where}",
-            flush=True,
-        )
-        if broker.http is not None:
-            urls = ", ".join(broker.http.urls)
-            print(f"wherry broker {cfg.broker_id} metrics and console on {urls}", flush=True)
-
-    return await _serve_until_signal(broker.start, announce, broker.stop)
 
 
 @main.command()
@@ -312,9 +206,9 @@ def dev(
         )
     except (BrokerConfigError, ValueError) as e:
         raise click.ClickException(str(e)) from e
-    _setup_logging(log_level, log_format)
+    setup_logging(log_level, log_format)
     warn_unused(cluster.config_for(0).raw, logging.getLogger("wherry.server.config"))
-    sys.exit(_run(_serve_dev(cluster)))
+    sys.exit(run(_serve_dev(cluster)))
 
 
 async def _serve_dev(cluster: object) -> int:
@@ -339,38 +233,23 @@ async def _serve_dev(cluster: object) -> int:
             flush=True,
         )
 
-    return await _serve_until_signal(start, announce, cluster.stop)
+    return await serve_until_signal(start, announce, cluster.stop)
 
 
-def _register_tools() -> None:
-    from wherry.cli import (
-        acls,
-        configs,
-        console,
-        dump_log,
-        elect,
-        groups,
-        log_dirs,
-        reassign,
-        state_change_log,
-        topics,
-        users,
-        verify_replicas,
-    )
-
-    main.add_command(topics.topics)
-    main.add_command(groups.groups)
-    main.add_command(console.produce)
-    main.add_command(console.consume)
-    main.add_command(reassign.reassign)
-    main.add_command(elect.elect)
-    main.add_command(configs.configs)
-    main.add_command(acls.acls)
-    main.add_command(verify_replicas.verify_replicas)
-    main.add_command(dump_log.dump_log)
-    main.add_command(log_dirs.log_dirs)
-    main.add_command(state_change_log.state_change_log)
-    main.add_command(users.users)
-
-
-_register_tools()
+# The tools' commands: name → "module:attribute", imported when the command is run or listed
+# in --help, so `wherry server` imports none of them (nor confluent-kafka).
+TOOLS: dict[str, str] = {
+    "topics": "wherry.cli.topics:topics",
+    "groups": "wherry.cli.groups:groups",
+    "produce": "wherry.cli.console:produce",
+    "consume": "wherry.cli.console:consume",
+    "reassign": "wherry.cli.reassign:reassign",
+    "elect": "wherry.cli.elect:elect",
+    "configs": "wherry.cli.configs:configs",
+    "acls": "wherry.cli.acls:acls",
+    "verify-replicas": "wherry.cli.verify_replicas:verify_replicas",
+    "dump-log": "wherry.cli.dump_log:dump_log",
+    "log-dirs": "wherry.cli.log_dirs:log_dirs",
+    "state-change-log": "wherry.cli.state_change_log:state_change_log",
+    "users": "wherry.cli.users:users",
+}

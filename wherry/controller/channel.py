@@ -15,16 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from wherry.protocol.interbroker import (
-    LeaderAndIsrRequest,
-    LeaderAndIsrResponse,
-    StopReplicaRequest,
-    StopReplicaResponse,
-    UpdateMetadataRequest,
-)
-from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
+if TYPE_CHECKING:
+    from wherry.protocol.interbroker import (
+        LeaderAndIsrRequest,
+        LeaderAndIsrResponse,
+        StopReplicaRequest,
+        StopReplicaResponse,
+        UpdateMetadataRequest,
+    )
+    from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class BrokerAddress:
     epoch: int = -1
 
 
-ResponseCallback = Callable[[int, InterbrokerRequestBody, InterbrokerResponseBody], None]
+ResponseCallback = Callable[[int, "InterbrokerRequestBody", "InterbrokerResponseBody"], None]
 """(broker id, request, response), called once the broker answered."""
 
 

@@ -9,14 +9,21 @@
 * `wherry.coordination.paths` -- Kafka's znode layout and JSON records.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from wherry.coordination import store
-from wherry.coordination.embedded import EmbeddedCoordinator, EmbeddedSession
 from wherry.coordination.store import *  # noqa: F403
-from wherry.coordination.zookeeper import (
-    ZooKeeperStore,
-    ZooKeeperUnavailableError,
-    connect_zookeeper,
-)
+
+if TYPE_CHECKING:
+    from wherry.coordination.embedded import EmbeddedCoordinator, EmbeddedSession
+    from wherry.coordination.zookeeper import (
+        ZooKeeperStore,
+        ZooKeeperUnavailableError,
+        connect_zookeeper,
+    )
 
 __all__ = [
     *store.__all__,
@@ -26,3 +33,23 @@ __all__ = [
     "ZooKeeperUnavailableError",
     "connect_zookeeper",
 ]
+
+# name → (submodule, attribute), imported on first access (PEP 562): importing one
+# submodule of this package does not import all the others.
+_LAZY: dict[str, tuple[str, str]] = {
+    "EmbeddedCoordinator": ("wherry.coordination.embedded", "EmbeddedCoordinator"),
+    "EmbeddedSession": ("wherry.coordination.embedded", "EmbeddedSession"),
+    "ZooKeeperStore": ("wherry.coordination.zookeeper", "ZooKeeperStore"),
+    "ZooKeeperUnavailableError": ("wherry.coordination.zookeeper", "ZooKeeperUnavailableError"),
+    "connect_zookeeper": ("wherry.coordination.zookeeper", "connect_zookeeper"),
+}
+
+
+def __getattr__(name: str) -> object:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(import_module(module), attr)
+    globals()[name] = value
+    return value

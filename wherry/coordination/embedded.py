@@ -10,7 +10,10 @@ coordinator per file; a second opener gets `StoreError`). Every write is one SQL
 that has committed (and been fsynced) before the coroutine returns; the in-memory tree only
 changes once SQLite has committed, so a failed commit leaves no trace. Ephemeral nodes are
 written too (they carry the cversion/zxid bookkeeping) but are purged when the file is opened,
-since no session survives a restart.
+since no session survives a restart. What the opening itself writes (the schema, the boot
+count, the root, the purge of those ephemerals) is committed without an fsync of its own:
+each is redone by the next opening if lost, and the first write after it makes it durable
+with its own (the WAL is synced up to that commit).
 
 SQLite is called synchronously inside the ``async`` methods: metadata writes are small and local,
 and doing the work in-line keeps each operation atomic with respect to the event loop (no other
@@ -181,7 +184,7 @@ class EmbeddedCoordinator(Closeable):
         conn = self._conn
         conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # FULL once opened (see the module doc)
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(
@@ -244,6 +247,7 @@ class EmbeddedCoordinator(Closeable):
         except BaseException:
             txn.rollback()
             raise
+        conn.execute("PRAGMA synchronous=FULL")
         if stale:
             logger.info("purged %d ephemeral node(s) left by a previous run", len(stale))
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote_plus
 
-from wherry.coordination.store import MetadataStore, NodeExistsError
+from wherry.coordination.store import CreateOp, MetadataStore, NodeExistsError
 
 __all__ = [
     "ADMIN",
@@ -216,7 +216,23 @@ def delete_topic_path(topic: str) -> str:
 
 
 async def ensure_persistent_paths(store: MetadataStore) -> None:
-    """Create the `PERSISTENT_PATHS` containers that do not exist yet (idempotent)."""
+    """Create the `PERSISTENT_PATHS` containers that do not exist yet (idempotent): in one
+    transaction with their parents (one fsync of the embedded store on a first start, one
+    round trip to ZooKeeper), or, when another broker created some meanwhile, one at a time."""
+    missing: dict[str, None] = {}  # parents first
+    for path in PERSISTENT_PATHS:
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            node = "/" + "/".join(parts[:i])
+            if node not in missing and await store.exists(node) is None:
+                missing[node] = None
+    if not missing:
+        return
+    try:
+        await store.multi([CreateOp(node) for node in missing])
+        return
+    except NodeExistsError:
+        pass
     for path in PERSISTENT_PATHS:
         if await store.exists(path) is None:
             try:

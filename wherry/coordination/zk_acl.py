@@ -33,8 +33,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from kazoo.security import ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, make_digest_acl
+if TYPE_CHECKING:
+    from kazoo.security import ACL
 
 __all__ = [
     "SENSITIVE_ROOT_PATHS",
@@ -80,6 +82,8 @@ class ZkSecurity:
 
     def acls(self, path: str) -> list[ACL]:
         """The ACLs of a node created at `path` (relative to the chroot)."""
+        from kazoo.security import OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, make_digest_acl
+
         if not self.set_acl or path in OPEN_PATHS:
             return list(OPEN_ACL_UNSAFE)
         owner = [make_digest_acl(self.username, self.password, all=True)]

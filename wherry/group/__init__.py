@@ -4,18 +4,24 @@ Pure (no sockets, no asyncio); time comes in as `now_ms`. The broker wires the c
 to the replica manager (`OffsetsStorage`) and to leadership of the offsets topic.
 """
 
-from wherry.group.config import GroupCoordinatorConfig
-from wherry.group.coordinator import (
-    GroupCoordinator,
-    LeaveGroupResult,
-    MemberIdentity,
-    OffsetFetchPartition,
-)
-from wherry.group.group import GroupMetadata, OffsetAndMetadata
-from wherry.group.member import JoinGroupResult, MemberMetadata, SyncGroupResult
-from wherry.group.records import OFFSETS_TOPIC, partition_for
-from wherry.group.state import GroupState
-from wherry.group.storage import OffsetsStorage
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wherry.group.config import GroupCoordinatorConfig
+    from wherry.group.coordinator import (
+        GroupCoordinator,
+        LeaveGroupResult,
+        MemberIdentity,
+        OffsetFetchPartition,
+    )
+    from wherry.group.group import GroupMetadata, OffsetAndMetadata
+    from wherry.group.member import JoinGroupResult, MemberMetadata, SyncGroupResult
+    from wherry.group.records import OFFSETS_TOPIC, partition_for
+    from wherry.group.state import GroupState
+    from wherry.group.storage import OffsetsStorage
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -33,3 +39,32 @@ __all__ = [
     "SyncGroupResult",
     "partition_for",
 ]
+
+# name → (submodule, attribute), imported on first access (PEP 562): importing one
+# submodule of this package does not import all the others.
+_LAZY: dict[str, tuple[str, str]] = {
+    "GroupCoordinator": ("wherry.group.coordinator", "GroupCoordinator"),
+    "GroupCoordinatorConfig": ("wherry.group.config", "GroupCoordinatorConfig"),
+    "GroupMetadata": ("wherry.group.group", "GroupMetadata"),
+    "GroupState": ("wherry.group.state", "GroupState"),
+    "JoinGroupResult": ("wherry.group.member", "JoinGroupResult"),
+    "LeaveGroupResult": ("wherry.group.coordinator", "LeaveGroupResult"),
+    "MemberIdentity": ("wherry.group.coordinator", "MemberIdentity"),
+    "MemberMetadata": ("wherry.group.member", "MemberMetadata"),
+    "OFFSETS_TOPIC": ("wherry.group.records", "OFFSETS_TOPIC"),
+    "OffsetAndMetadata": ("wherry.group.group", "OffsetAndMetadata"),
+    "OffsetFetchPartition": ("wherry.group.coordinator", "OffsetFetchPartition"),
+    "OffsetsStorage": ("wherry.group.storage", "OffsetsStorage"),
+    "SyncGroupResult": ("wherry.group.member", "SyncGroupResult"),
+    "partition_for": ("wherry.group.records", "partition_for"),
+}
+
+
+def __getattr__(name: str) -> object:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(import_module(module), attr)
+    globals()[name] = value
+    return value

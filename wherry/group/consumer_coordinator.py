@@ -136,17 +136,13 @@ def _subset(a: Parts, b: Parts) -> bool:
 
 
 def _diff(old: Mapping[bytes, bytes], new: Mapping[bytes, bytes]) -> list[Record]:
-    """The records that turn `old` into `new`: tombstones first, then upserts, each in
-    Kafka's order of record types."""
-    tombstones = sorted(
-        (k for k in old if k not in new),
-        key=lambda k: (_TOMBSTONE_ORDER[cgr.record_type(k)], k),
+    """The records that turn `old` into `new`, in Kafka's order of record types."""
+    return cgr.record_diff(
+        old,
+        new,
+        lambda k: _TOMBSTONE_ORDER[cgr.record_type(k)],
+        lambda k: _UPSERT_ORDER[cgr.record_type(k)],
     )
-    upserts = sorted(
-        (k for k, v in new.items() if old.get(k) != v),
-        key=lambda k: (_UPSERT_ORDER[cgr.record_type(k)], k),
-    )
-    return [(k, None) for k in tombstones] + [(k, new[k]) for k in upserts]
 
 
 class ConsumerGroupManager:

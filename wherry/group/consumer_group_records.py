@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from wherry.group.records import RecordFormatError
@@ -50,6 +50,7 @@ __all__ = [
     "group_metadata_key",
     "member_metadata_key",
     "partition_metadata_key",
+    "record_diff",
     "record_type",
     "target_member_key",
     "target_metadata_key",
@@ -447,6 +448,21 @@ def decode_current_assignment(data: bytes) -> CurrentAssignmentValue:
     r.skip_tags()
     r.done()
     return CurrentAssignmentValue(epoch, previous, state, assigned, pending)
+
+
+def record_diff(
+    old: Mapping[bytes, bytes],
+    new: Mapping[bytes, bytes],
+    tombstone_order: Callable[[bytes], int],
+    upsert_order: Callable[[bytes], int],
+) -> list[tuple[bytes, bytes | None]]:
+    """The records that take a group's record set from `old` to `new`: tombstones of the keys
+    gone, then the keys new or changed, each in its record type's order."""
+    tombstones = sorted((k for k in old if k not in new), key=lambda k: (tombstone_order(k), k))
+    upserts = sorted(
+        (k for k, v in new.items() if old.get(k) != v), key=lambda k: (upsert_order(k), k)
+    )
+    return [(k, None) for k in tombstones] + [(k, new[k]) for k in upserts]
 
 
 # --- replay --------------------------------------------------------------------------------------

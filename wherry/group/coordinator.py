@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -55,6 +55,7 @@ from wherry.group.metadata_manager import (
     OffsetFetchPartition,
 )
 from wherry.group.rebalance import Rebalancer
+from wherry.group.share_group_records import ShareGroupReplay
 from wherry.group.state import GroupState
 from wherry.group.storage import OffsetsStorage
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
@@ -153,6 +154,9 @@ class GroupCoordinator:
         self._bridge = ConsumerGroupBridge(
             config, self._manager, self._consumer, storage, log_prefix=prefix
         )
+        # Told of each loaded partition's share groups (records 9-15): the share runtime
+        # rebuilds them (server/shares.py)
+        self.share_groups_loaded: Callable[[int, ShareGroupReplay], None] | None = None
 
     @property
     def partition_count(self) -> int:
@@ -252,6 +256,8 @@ class GroupCoordinator:
             n = self._consumer.load(partition, snap.consumer_groups, now_ms)
             if n:
                 log.info("%s Loaded %d consumer groups of partition %d", self._prefix, n, partition)
+            if self.share_groups_loaded is not None:
+                self.share_groups_loaded(partition, snap.share_groups)
 
         return self._manager.load_partition(
             partition,

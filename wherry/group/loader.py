@@ -31,6 +31,7 @@ from wherry.group.records import (
     decode_key,
     decode_offset_commit_value,
 )
+from wherry.group.share_group_records import SHARE_GROUP_RECORD_TYPES, ShareGroupReplay
 from wherry.protocol.records import (
     CONTROL_COMMIT,
     RecordError,
@@ -62,6 +63,8 @@ class PartitionSnapshot:
     skipped: int = 0
     # KIP-848 consumer groups (record types 3-8)
     consumer_groups: ConsumerGroupReplay = field(default_factory=ConsumerGroupReplay)
+    # KIP-932 share groups (record types 9-15)
+    share_groups: ShareGroupReplay = field(default_factory=ShareGroupReplay)
 
     def _complete_txn(self, producer_id: int, is_commit: bool) -> None:
         pending = self.pending_txn_offsets.pop(producer_id, None)
@@ -104,8 +107,12 @@ def read_partition(batches: Iterable[bytes | bytearray | memoryview]) -> Partiti
                     snap.skipped += 1
                     continue
                 try:
-                    if record_type(rec.key) in CONSUMER_GROUP_RECORD_TYPES:
+                    rt = record_type(rec.key)
+                    if rt in CONSUMER_GROUP_RECORD_TYPES:
                         snap.consumer_groups.apply(rec.key, rec.value)
+                        continue
+                    if rt in SHARE_GROUP_RECORD_TYPES:
+                        snap.share_groups.apply(rec.key, rec.value)
                         continue
                     _apply(snap, decode_key(rec.key), rec.value, header.base_offset, txn_producer)
                 except RecordFormatError as e:

@@ -107,6 +107,8 @@ def _read_lines(path: Path) -> list[str] | None:
         return None
     except UnicodeDecodeError as exc:
         raise CheckpointError(f"malformed checkpoint file {path}: {exc}") from None
+    if not text:  # as Kafka reads it: no entries (an unsynced empty checkpoint, a crash)
+        return None
     lines = text.splitlines()
     if len(lines) < 2:
         raise CheckpointError(f"malformed checkpoint file {path}: missing header")
@@ -164,7 +166,8 @@ class OffsetCheckpointFile:
             )
         ]
         try:
-            atomic_write(self.path, _render(lines))
+            # An empty checkpoint says what a missing or empty file says: no fsync for it.
+            atomic_write(self.path, _render(lines), fsync=bool(lines))
         except OSError as exc:
             raise StorageError(f"error writing checkpoint file {self.path}: {exc}") from exc
 

@@ -27,6 +27,7 @@ INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1
 LONG_MIN = -(2**63)
 LONG_MAX = 2**63 - 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 
 
 class ConfigError(ValueError):

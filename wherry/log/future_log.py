@@ -15,8 +15,10 @@ caught-up future log (`promote_future_log`).
 
 from __future__ import annotations
 
-from wherry.log.log import Log
-from wherry.protocol.records import iter_batches
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wherry.log.log import Log
 
 __all__ = ["align", "copy_step", "future_dir_name", "parse_future_dir_name"]
 
@@ -68,6 +70,8 @@ def copy_step(current: Log, future: Log, *, max_bytes: int) -> int:
             return 0
         data = current.read(offset, max_bytes=max_bytes)
     # Appended outside the current log's lock: its own appends are not held up by this write.
+    from wherry.protocol.records import iter_batches  # with the Log, after the bind
+
     skip = 0
     for pos, header in iter_batches(data):
         if header.last_offset >= offset:

@@ -16,12 +16,12 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import (
@@ -33,6 +33,7 @@ from wherry.log.checkpoint import (
     fsync_dir,
 )
 from wherry.log.config import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     LogConfig,
     message_format_ignored_warning,
     topic_message_format_warning,
@@ -44,8 +45,9 @@ from wherry.log.future_log import (
     future_dir_name,
     parse_future_dir_name,
 )
-from wherry.log.log import Log
-from wherry.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+
+if TYPE_CHECKING:
+    from wherry.log.log import Log
 
 try:
     import fcntl
@@ -60,6 +62,14 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a tree, ignoring errors (`shutil` imported here: a start that deletes nothing does
+    not import it, nor the compression modules it imports)."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _wall_clock_ms() -> int:
@@ -190,7 +200,7 @@ class LogManager:
             name = child.name
             if name.endswith(DELETE_DIR_SUFFIX):
                 log.info("removing partition directory %s left from a deletion", child)
-                shutil.rmtree(child, ignore_errors=True)
+                _rmtree(child)
                 continue
             future_of = parse_future_dir_name(name)
             if future_of is not None:
@@ -211,6 +221,8 @@ class LogManager:
                 raise StorageError(
                     f"duplicate log directories for {tp}: {self._dir_of[tp]} and {dir}"
                 )
+            from wherry.log.log import Log  # imported once there is a partition
+
             self._logs[tp] = Log.open(
                 child,
                 self.config_for(tp.topic),
@@ -283,6 +295,8 @@ class LogManager:
                 self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d))
             )
             log_dir = dir / tp.dir_name
+            from wherry.log.log import Log
+
             created = Log.open(
                 log_dir,
                 self.config_for(tp.topic),
@@ -316,7 +330,7 @@ class LogManager:
         existing.rename_dir(target)
         fsync_dir(dir)
         if delay <= 0:
-            shutil.rmtree(target, ignore_errors=True)
+            _rmtree(target)
         else:
             with self._lock:
                 self._pending_dir_deletes.append((self.now_ms_fn() + delay, target))
@@ -360,6 +374,8 @@ class LogManager:
                 if dir == self._dir_of[tp]:  # a future in the current log's own dir: useless
                     self._discard_dir(path, dir, delay_ms=0)
                     continue
+                from wherry.log.log import Log
+
                 future = Log.open(
                     path,
                     self.config_for(tp.topic),
@@ -375,6 +391,8 @@ class LogManager:
             target = dir / tp.dir_name
             path.rename(target)
             fsync_dir(dir)
+            from wherry.log.log import Log
+
             self._logs[tp] = Log.open(
                 target,
                 self.config_for(tp.topic),
@@ -396,7 +414,7 @@ class LogManager:
         path.rename(target)
         fsync_dir(dir)
         if delay_ms <= 0:
-            shutil.rmtree(target, ignore_errors=True)
+            _rmtree(target)
         else:
             with self._lock:
                 self._pending_dir_deletes.append((self.now_ms_fn() + delay_ms, target))
@@ -443,6 +461,8 @@ class LogManager:
             if self._dir_of.get(tp) == dest:
                 return False
             path = dest / future_dir_name(tp.dir_name, uuid.uuid4().hex)
+            from wherry.log.log import Log
+
             future = Log.open(
                 path,
                 self.config_for(tp.topic),
@@ -625,7 +645,7 @@ class LogManager:
             due = [p for t, p in self._pending_dir_deletes if t <= now]
             self._pending_dir_deletes = [(t, p) for t, p in self._pending_dir_deletes if t > now]
         for path in due:
-            shutil.rmtree(path, ignore_errors=True)
+            _rmtree(path)
         return deleted
 
     def flush_dirty(self, now_ms: int | None = None) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 import google_crc32c
 
 from wherry.log.checkpoint import atomic_write, fsync_dir, read_file
+from wherry.log.config import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from wherry.log.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -62,7 +63,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
-DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 SNAPSHOT_SUFFIX = ".snapshot"
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1

@@ -13,55 +13,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from wherry.observability.collector import broker_registry
+from wherry.observability.endpoints import HttpEndpoint
 from wherry.observability.events import ConsoleHub
 from wherry.observability.http_server import EventStream, HttpRequest, HttpResponse, HttpServer
 from wherry.observability.readiness import readiness
 from wherry.observability.sources import BrokerSources
-
-CONFIG_KEY = "http.listeners"
-
-
-class HttpListenerError(ValueError):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class HttpEndpoint:
-    host: str
-    port: int
-
-    def url(self, port: int | None = None) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port if port is None else port}"
-
-
-def parse_http_listeners(value: str) -> tuple[HttpEndpoint, ...]:
-    """`http://HOST:PORT[,http://HOST:PORT]` → endpoints; empty: none (no HTTP listener)."""
-    out: list[HttpEndpoint] = []
-    for item in (v.strip() for v in value.split(",")):
-        if not item:
-            continue
-        scheme, sep, rest = item.partition("://")
-        if not sep or scheme.lower() != "http":
-            raise HttpListenerError(
-                f"Invalid value {item} for configuration {CONFIG_KEY}: "
-                "expected http://HOST:PORT (only http is supported)"
-            )
-        host, colon, port = rest.rstrip("/").rpartition(":")
-        if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise HttpListenerError(
-                f"Invalid value {item} for configuration {CONFIG_KEY}: "
-                "the port must be a number from 0 to 65535"
-            )
-        out.append(HttpEndpoint(host.strip("[]") or "127.0.0.1", int(port)))
-    return tuple(out)
 
 
 def console_page() -> bytes:

@@ -5,8 +5,14 @@ Below `server/` (which holds only the listening side): it depends on `protocol/`
 SASL between brokers (`security.py`, `sasl_handshake.py`), `security/`'s client mechanisms.
 """
 
-from wherry.outbound.client import RequestClient, RequestError
-from wherry.outbound.connection import Connect, FrameTransport, OutboundConnection
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wherry.outbound.client import RequestClient, RequestError
+    from wherry.outbound.connection import Connect, FrameTransport, OutboundConnection
 
 __all__ = [
     "Connect",
@@ -15,3 +21,23 @@ __all__ = [
     "RequestClient",
     "RequestError",
 ]
+
+# name → (submodule, attribute), imported on first access (PEP 562): importing one
+# submodule of this package does not import all the others.
+_LAZY: dict[str, tuple[str, str]] = {
+    "Connect": ("wherry.outbound.connection", "Connect"),
+    "FrameTransport": ("wherry.outbound.connection", "FrameTransport"),
+    "OutboundConnection": ("wherry.outbound.connection", "OutboundConnection"),
+    "RequestClient": ("wherry.outbound.client", "RequestClient"),
+    "RequestError": ("wherry.outbound.client", "RequestError"),
+}
+
+
+def __getattr__(name: str) -> object:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(import_module(module), attr)
+    globals()[name] = value
+    return value

@@ -27,7 +27,7 @@ import struct
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -47,25 +47,15 @@ from kio.serial.errors import BufferUnderflow
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
-from wherry.protocol.controlled_shutdown_codec import (
-    CONTROLLED_SHUTDOWN_KEY,
-    decode_controlled_shutdown_request,
-    decode_controlled_shutdown_response,
-    encode_controlled_shutdown_request,
-    encode_controlled_shutdown_response,
-)
-from wherry.protocol.interbroker import ControlledShutdownRequest
-from wherry.protocol.interbroker_codec import (
-    INTERBROKER_VERSIONS,
-    InterbrokerRequestBody,
-    decode_interbroker_request,
-    decode_interbroker_response,
-    encode_interbroker_request,
-    encode_interbroker_response,
-)
-from wherry.protocol.tolerant import DecodeError, read_entity_tolerant
+if TYPE_CHECKING:
+    from wherry.protocol.interbroker import ControlledShutdownRequest
+    from wherry.protocol.interbroker_codec import InterbrokerRequestBody
 
 API_VERSIONS_KEY: Final = 18
+# LeaderAndIsr, StopReplica, UpdateMetadata (`interbroker_codec`) and ControlledShutdown
+# (`controlled_shutdown_codec`): kio lacks them; their codecs are imported on first use.
+_INTERBROKER_KEYS: Final = frozenset((4, 5, 6))
+_CONTROLLED_SHUTDOWN_KEY: Final = 7
 _PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _SIZE = struct.Struct(">i")
 _CORRELATION_ID = _SIZE  # the first field of every response header
@@ -123,6 +113,8 @@ def _read(
     except KeyError as e:
         if "tagged field" not in str(e):
             raise error(f"malformed {cls.__name__}: {e!r}") from e
+        from wherry.protocol.tolerant import DecodeError, read_entity_tolerant
+
         try:
             return read_entity_tolerant(cls, frame, offset)
         except (DecodeError, BufferUnderflow) as e2:
@@ -158,7 +150,7 @@ def decode_request(
         raise RequestDecodeError(
             f"unsupported version {api_version} of API key {api_key} (supported {rng[0]}-{rng[1]})"
         )
-    if api_key in INTERBROKER_VERSIONS or api_key == CONTROLLED_SHUTDOWN_KEY:
+    if api_key in _INTERBROKER_KEYS or api_key == _CONTROLLED_SHUTDOWN_KEY:
         return _decode_interbroker(frame, api_key)
     try:
         body_cls = load_request_schema(api_key, api_version)
@@ -170,8 +162,12 @@ def decode_request(
 
 
 def _decode_interbroker(frame: bytes | memoryview, api_key: int) -> Request:
+    from wherry.protocol.controlled_shutdown_codec import decode_controlled_shutdown_request
+    from wherry.protocol.interbroker_codec import decode_interbroker_request
+    from wherry.protocol.tolerant import DecodeError
+
     try:
-        if api_key == CONTROLLED_SHUTDOWN_KEY:
+        if api_key == _CONTROLLED_SHUTDOWN_KEY:
             cs = decode_controlled_shutdown_request(frame)
             return Request(
                 cs.api_key, cs.api_version, cs.correlation_id, cs.client_id, cs.body, len(frame)
@@ -202,9 +198,13 @@ def encode_response(
     For LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown `data` is the
     `interbroker` response dataclass (or a mapping of its fields, e.g. `{"error_code": ...}`).
     """
-    if api_key in INTERBROKER_VERSIONS:
+    if api_key in _INTERBROKER_KEYS:
+        from wherry.protocol.interbroker_codec import encode_interbroker_response
+
         return encode_interbroker_response(api_key, api_version, correlation_id, data)
-    if api_key == CONTROLLED_SHUTDOWN_KEY:
+    if api_key == _CONTROLLED_SHUTDOWN_KEY:
+        from wherry.protocol.controlled_shutdown_codec import encode_controlled_shutdown_response
+
         return encode_controlled_shutdown_response(api_version, correlation_id, data)
     cls = load_response_schema(api_key, api_version)
     entity = build_entity(cls, data)
@@ -247,9 +247,13 @@ def decode_response(
             f"correlation id {correlation_id} in the answer to request {expect_correlation_id}"
             f" (API key {api_key} v{api_version})"
         )
-    if api_key in INTERBROKER_VERSIONS or api_key == CONTROLLED_SHUTDOWN_KEY:
+    if api_key in _INTERBROKER_KEYS or api_key == _CONTROLLED_SHUTDOWN_KEY:
+        from wherry.protocol.controlled_shutdown_codec import decode_controlled_shutdown_response
+        from wherry.protocol.interbroker_codec import decode_interbroker_response
+        from wherry.protocol.tolerant import DecodeError
+
         try:
-            if api_key == CONTROLLED_SHUTDOWN_KEY:
+            if api_key == _CONTROLLED_SHUTDOWN_KEY:
                 return decode_controlled_shutdown_response(api_version, frame)
             return decode_interbroker_response(api_key, api_version, frame)
         except DecodeError as e:
@@ -411,13 +415,17 @@ def encode_request(
     For LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown `body` is the
     `interbroker` dataclass.
     """
-    if api_key == CONTROLLED_SHUTDOWN_KEY:
+    if api_key == _CONTROLLED_SHUTDOWN_KEY:
+        from wherry.protocol.controlled_shutdown_codec import encode_controlled_shutdown_request
+
         return encode_controlled_shutdown_request(
-            api_version, correlation_id, client_id, cast(ControlledShutdownRequest, body)
+            api_version, correlation_id, client_id, cast("ControlledShutdownRequest", body)
         )
-    if api_key in INTERBROKER_VERSIONS:
+    if api_key in _INTERBROKER_KEYS:
+        from wherry.protocol.interbroker_codec import encode_interbroker_request
+
         return encode_interbroker_request(
-            api_key, api_version, correlation_id, client_id, cast(InterbrokerRequestBody, body)
+            api_key, api_version, correlation_id, client_id, cast("InterbrokerRequestBody", body)
         )
     cls = load_request_schema(api_key, api_version)
     hdr_cls = cls.__header_schema__
@@ -434,3 +442,4 @@ def encode_request(
     )
     entity_writer(cls)(buf, build_entity(cls, body))
     return _with_size(buf)
+

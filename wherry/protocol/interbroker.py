@@ -13,21 +13,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from wherry.protocol.security_protocols import LEADER_DURING_DELETE as LEADER_DURING_DELETE
+from wherry.protocol.security_protocols import SECURITY_PROTOCOL_IDS as SECURITY_PROTOCOL_IDS
+
 LEADER_AND_ISR_KEY = 4
 STOP_REPLICA_KEY = 5
 UPDATE_METADATA_KEY = 6
 CONTROLLED_SHUTDOWN_KEY = 7
 
-# Kafka's SecurityProtocol ids (UpdateMetadata's endpoints carry them).
-SECURITY_PROTOCOL_IDS: dict[str, int] = {
-    "PLAINTEXT": 0,
-    "SSL": 1,
-    "SASL_PLAINTEXT": 2,
-    "SASL_SSL": 3,
-}
-
 NO_LEADER = -1
-LEADER_DURING_DELETE = -2  # Kafka's LeaderAndIsr.LeaderDuringDelete
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,18 +34,18 @@ from __future__ import annotations
 import enum
 import uuid
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from kio.schema.errors import ErrorCode
 
-from wherry.protocol.interbroker import (
-    LeaderAndIsrPartitionError,
-    LeaderAndIsrPartitionState,
-    LeaderAndIsrRequest,
-    LeaderAndIsrResponse,
-    StopReplicaPartition,
-    StopReplicaResponse,
-)
+if TYPE_CHECKING:
+    from wherry.protocol.interbroker import (
+        LeaderAndIsrPartitionState,
+        LeaderAndIsrRequest,
+        LeaderAndIsrResponse,
+        StopReplicaPartition,
+        StopReplicaResponse,
+    )
 
 UNKNOWN_BROKER_EPOCH: Final = -1  # AbstractControlRequest.UNKNOWN_BROKER_EPOCH
 NO_EPOCH: Final = -1  # StopReplica v0-v2 carry no leader epoch
@@ -144,6 +144,8 @@ def leader_and_isr_error_response(
 ) -> LeaderAndIsrResponse:
     """A whole-request error: the error at the top and for every partition (Kafka's
     `LeaderAndIsrRequest.getErrorResponse`)."""
+    from wherry.protocol.interbroker import LeaderAndIsrPartitionError, LeaderAndIsrResponse
+
     return LeaderAndIsrResponse(
         int(error),
         tuple(
@@ -154,4 +156,6 @@ def leader_and_isr_error_response(
 
 
 def stop_replica_error_response(error: ErrorCode) -> StopReplicaResponse:
+    from wherry.protocol.interbroker import StopReplicaResponse
+
     return StopReplicaResponse(int(error))

@@ -5,13 +5,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from wherry.protocol.interbroker import (
-    LEADER_DURING_DELETE,
-    BrokerEndpoint,
-    UpdateMetadataPartitionState,
-    UpdateMetadataRequest,
-)
+from wherry.protocol.security_protocols import LEADER_DURING_DELETE
+
+if TYPE_CHECKING:
+    from wherry.protocol.interbroker import (
+        BrokerEndpoint,
+        UpdateMetadataPartitionState,
+        UpdateMetadataRequest,
+    )
 
 
 @dataclass(frozen=True, slots=True)

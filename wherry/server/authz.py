@@ -9,21 +9,18 @@ as Kafka does.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from wherry.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from wherry.security.principal import Session, anonymous_session
+from wherry.server.request_session import REQUEST_SESSION, current_session
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
 
-# The session of the request being handled; the broker sets it for each request.
-_NO_SESSION = anonymous_session()  # outside any request (frozen, so shared safely)
-REQUEST_SESSION: ContextVar[Session] = ContextVar("request_session", default=_NO_SESSION)
+__all__ = ["REQUEST_SESSION", "current_session"]  # where handlers find them, with the rules
 
 # Operations Kafka reports in `authorized_operations` fields, per resource type.
 SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
@@ -49,10 +46,6 @@ SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
     ),
     ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
 }
-
-
-def current_session() -> Session:
-    return REQUEST_SESSION.get()
 
 
 def authorize(

@@ -1,9 +1,10 @@
 """A broker: wiring and startup order (SPEC R2, H2, H6).
 
-Start: log manager (recovery) → metadata-store session → replica manager and purgatories →
-listeners bound (requests held until started) → broker registration (ephemeral node) →
-config-change listener → controller election → background tasks. Stop reverses it and
-leaves a clean-shutdown marker so the next start skips recovery.
+Start: metadata-store session → log manager (recovery) → listeners bound (ApiVersions
+answered from now on, every other request held until started) → the rest imported
+(`startup.LATE_IMPORTS`) → replica manager and purgatories → broker registration
+(ephemeral node) → config-change listener → controller election → background tasks. Stop
+reverses it and leaves a clean-shutdown marker so the next start skips recovery.
 
 Coordination. Without `zookeeper.connect` the broker opens a session on an embedded store
 (its own, under `<first log dir>/__meta`, or one shared by several brokers of a process, as
@@ -20,6 +21,7 @@ node, so a new broker epoch, its czxid) and the controller restarts on the new s
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -30,10 +32,8 @@ from typing import TYPE_CHECKING
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.channel import ControllerChannel, InProcessChannel
-from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.coordination.change_notifications import ChangeNotificationListener
-from wherry.coordination.embedded import EmbeddedCoordinator
 from wherry.coordination.store import (
     MetadataStore,
     NodeExistsError,
@@ -41,12 +41,10 @@ from wherry.coordination.store import (
     SessionState,
     StoreError,
 )
-from wherry.log.cleaner import CleanerConfig, LogCleaner
+from wherry.log.checkpoint import atomic_write
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
 from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
-from wherry.observability.service import ObservabilityServer
-from wherry.observability.sources import BrokerSources
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.codec import (
     Request,
@@ -56,74 +54,54 @@ from wherry.protocol.codec import (
     encode_response,
 )
 from wherry.protocol.response_parts import ResponsePart, encode_response_parts
-from wherry.replication.alter_partition import ControllerSender
 from wherry.replication.controller_requests import ControllerFence
-from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
-from wherry.replication.log_dir_mover import UNLIMITED as UNLIMITED_IO
-from wherry.replication.log_dir_mover import LogDirMover
 from wherry.replication.metadata_cache import MetadataCache
-from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
-from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
-from wherry.security.acl_authorizer import AclAuthorizer, authorizer_from_config
-from wherry.security.authorizer import Authorizer
 from wherry.security.principal import Session
-from wherry.security.scram_store import ScramCredentialCache, user_of_entity
-from wherry.server import controlled_shutdown
-from wherry.server.admin import AdminManager
-from wherry.server.authz import REQUEST_SESSION
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
-from wherry.server.groups import GroupsRuntime
-from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
+from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
 from wherry.server.handlers.api_versions import unsupported_version_response
-from wherry.server.handlers.group_common import CLIENT_HOST, client_host_of
+from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
-from wherry.server.producer_ids import ProducerIdManager
+from wherry.server.request_session import REQUEST_SESSION
 from wherry.server.sasl_gate import SaslGate
-from wherry.server.shares import ShareRuntime
-from wherry.server.transactions import TransactionsRuntime
+from wherry.server.startup import (
+    API_VERSIONS_PREFIX,
+    import_late,
+    initial_task_delay_ms,
+    log_bound,
+    raise_open_files_limit,
+)
 
 if TYPE_CHECKING:
     from wherry.controller.channel_manager import NetworkChannelManager
+    from wherry.controller.controller import Controller
+    from wherry.coordination.embedded import EmbeddedCoordinator
+    from wherry.log.cleaner import LogCleaner
+    from wherry.observability.service import ObservabilityServer
+    from wherry.observability.sources import BrokerSources
+    from wherry.replication.alter_partition import ControllerSender
+    from wherry.replication.log_dir_mover import LogDirMover
+    from wherry.replication.node import ReplicaNode
+    from wherry.replication.replica_manager import ReplicaManager
+    from wherry.security.acl_authorizer import AclAuthorizer
+    from wherry.security.authorizer import Authorizer
+    from wherry.security.scram_store import ScramCredentialCache
+    from wherry.server.admin import AdminManager
+    from wherry.server.groups import GroupsRuntime
+    from wherry.server.producer_ids import ProducerIdManager
+    from wherry.server.shares import ShareRuntime
+    from wherry.server.transactions import TransactionsRuntime
 
 log = logging.getLogger(__name__)
 
 CONFIG_CHANGE_NAME_PREFIX = "config_change_"
 SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
-
-
-def raise_open_files_limit() -> int | None:
-    """Raise RLIMIT_NOFILE's soft limit to the hard limit (each partition holds one fd, and
-    each connection one); returns the soft limit now in force (None where unsupported)."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - non-POSIX
-        return None
-    infinity = resource.RLIM_INFINITY
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != infinity and (hard == infinity or soft < hard):
-        # An unlimited hard limit is not accepted as a soft one: try Linux's default
-        # fs.nr_open, then macOS's OPEN_MAX.
-        targets = [hard] if hard != infinity else [1 << 20, 10240]
-        for target in targets:
-            if target <= soft:
-                break
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            except (ValueError, OSError) as exc:
-                log.warning("cannot raise the open files limit to %d: %s", target, exc)
-                continue
-            soft = target
-            break
-    log.info("open files limit (RLIMIT_NOFILE): soft %s, hard %s", soft, hard)
-    return soft
-
-
 class Broker:
     def __init__(
         self,
@@ -192,11 +170,17 @@ class Broker:
         self.security: BrokerSecurity
         self.client_security: ClientSecurity = PLAINTEXT
         self.sasl_gate: SaslGate
-        # SCRAM credentials of every user (`/config/users/<u>`), for SASL/SCRAM logins.
-        self.scram_credentials = ScramCredentialCache()
         # Per-API request counts and times (read by /metrics); the HTTP listener, if any.
         self.request_stats = RequestStats()
         self.http: ObservabilityServer | None = None
+
+    @functools.cached_property
+    def scram_credentials(self) -> ScramCredentialCache:
+        """SCRAM credentials of every user (`/config/users/<u>`), for SASL/SCRAM logins;
+        loaded at start once the listeners are bound."""
+        from wherry.security.scram_store import ScramCredentialCache
+
+        return ScramCredentialCache()
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -206,31 +190,37 @@ class Broker:
     async def start(self) -> None:
         cfg = self.config
         # `authorizer.class.name`: refuse an unknown class before anything starts.
-        self.authorizer = authorizer_from_config(cfg.raw, self.clock.now_ms)
+        if cfg.raw.get("authorizer.class.name", "").strip():
+            from wherry.security.acl_authorizer import authorizer_from_config
+
+            self.authorizer = authorizer_from_config(cfg.raw, self.clock.now_ms)
         self.security = broker_security(cfg.raw, cfg.listeners, cfg.advertised)
         self.client_security = self.security.inter_broker_client
-        self.sasl_gate = SaslGate(self.security, self.scram_credentials)
+        self.sasl_gate = SaslGate(self.security, lambda: self.scram_credentials)
         raise_open_files_limit()
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         # SPEC H12: this broker's (and its controller's) state changes, one parseable line each.
         self._state_change_log = attach_state_change_log(cfg.data_dir, node_id=cfg.broker_id)
         if cfg.http_listeners:  # up first: /healthz answers, /readyz says why not yet
+            from wherry.observability.service import ObservabilityServer
+
             self.http = ObservabilityServer(self._observed(), cfg.http_listeners)
             await self.http.start()
         if self._coordinator is None and not self.uses_zookeeper:
+            from wherry.coordination.embedded import EmbeddedCoordinator
+
             self._coordinator = EmbeddedCoordinator(cfg.data_dir)
         self.store = await self._open_session()
         self._watch_session(self.store)
         await paths.ensure_persistent_paths(self.store)
         self.cluster_id = await self._cluster_id()
         self._check_meta_properties()
-        if isinstance(self.authorizer, AclAuthorizer):  # all ACLs cached before any request
-            await self.authorizer.start(self.store)
+        if (acl := self._acl_authorizer()) is not None:  # all ACLs cached before any request
+            await acl.start(self.store)
 
         loop = asyncio.get_running_loop()
         await self.dynamic_config.load(self.store)
-        await self.scram_credentials.load_all(self.store)
         await self._load_topic_overrides()
         self.log_manager = LogManager(
             list(cfg.log_dirs),
@@ -240,6 +230,37 @@ class Broker:
         )
         topic_configs = {t: self.topic_log_config(t) for t in self._topic_overrides}
         await loop.run_in_executor(None, self.log_manager.startup, topic_configs)
+        # Bound after log recovery, as Kafka binds its acceptors; only ApiVersions is answered
+        # before the start completes (`handle_frame`), while the rest is imported and started.
+        self.network = NetworkServer(
+            self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
+        )
+        self.bound_ports = []
+        for ep in cfg.listeners:
+            ls = self.security.listeners[ep.listener]
+            self.bound_ports.append(
+                await self.network.listen(
+                    ep.host,
+                    ep.port,
+                    ep.listener,
+                    security_protocol=ls.protocol,
+                    ssl_context=ls.ssl_context,
+                )
+            )
+        log_bound(self.bound_ports)
+        await import_late()
+        await self.scram_credentials.load_all(self.store)  # before any SASL login
+        from wherry.replication.alter_partition import ControllerSender
+        from wherry.replication.fetcher import FetcherConfig, NetworkLeaderEndpoint
+        from wherry.replication.log_dir_mover import UNLIMITED as UNLIMITED_IO
+        from wherry.replication.log_dir_mover import LogDirMover
+        from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
+        from wherry.server.admin import AdminManager
+        from wherry.server.groups import GroupsRuntime
+        from wherry.server.producer_ids import ProducerIdManager
+        from wherry.server.shares import ShareRuntime
+        from wherry.server.transactions import TransactionsRuntime
+
         self.log_dir_mover = LogDirMover(
             self.log_manager,
             io_max_bytes_per_second=int(
@@ -295,27 +316,14 @@ class Broker:
             lambda g: self.groups.coordinator.partition_for(g),
         )
         self.node.leadership_listeners.append(self.shares.on_leadership_change)
+        self.shares.attach_groups(self.groups)
+        self.network.on_close = lambda conn: self.shares.on_connection_closed(conn.id)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
         self.node.start()
         await self.groups.start(self.store)
         await self.transactions.start(self.store)
         self.shares.start()
 
-        self.network = NetworkServer(
-            self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
-        )
-        self.bound_ports = []
-        for ep in cfg.listeners:
-            ls = self.security.listeners[ep.listener]
-            self.bound_ports.append(
-                await self.network.listen(
-                    ep.host,
-                    ep.port,
-                    ep.listener,
-                    security_protocol=ls.protocol,
-                    ssl_context=ls.ssl_context,
-                )
-            )
         # Reachable by an in-process controller before the registration makes it live.
         self.channel.register(self.broker_id, self.node)
         await self._register()
@@ -334,8 +342,18 @@ class Broker:
             ),
         )
 
+    def _acl_authorizer(self) -> AclAuthorizer | None:
+        """The ACL authorizer, when `authorizer.class.name` names it (imported only then)."""
+        if self.authorizer is None:
+            return None
+        from wherry.security.acl_authorizer import AclAuthorizer
+
+        return self.authorizer if isinstance(self.authorizer, AclAuthorizer) else None
+
     def _observed(self) -> BrokerSources:
         """What the HTTP listener reads of this broker (each part once it exists)."""
+        from wherry.observability.sources import BrokerSources
+
         return BrokerSources(
             self.broker_id,
             self.cache,
@@ -374,6 +392,8 @@ class Broker:
             except (asyncio.CancelledError, Exception):
                 pass
         if controlled and self._started.is_set():  # still serving while leaderships move
+            from wherry.server import controlled_shutdown
+
             await controlled_shutdown.run(self)
         if self.http is not None:
             await self.http.stop()
@@ -396,8 +416,8 @@ class Broker:
         if hasattr(self, "scheduler"):
             await self.scheduler.shutdown()
         await self._stop_config_listener()
-        if isinstance(self.authorizer, AclAuthorizer):
-            await self.authorizer.stop()
+        if (acl := self._acl_authorizer()) is not None:
+            await acl.stop()
         if hasattr(self, "log_manager"):
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         if hasattr(self, "store"):
@@ -484,8 +504,8 @@ class Broker:
                 try:
                     await self._register()
                     self._start_config_listener()
-                    if isinstance(self.authorizer, AclAuthorizer):
-                        await self.authorizer.restart_with(store)
+                    if (acl := self._acl_authorizer()) is not None:
+                        await acl.restart_with(store)
                     await self.controller.restart_with(store)
                 except (StoreError, RuntimeError) as e:  # RuntimeError: id taken meanwhile
                     await backoff("re-registration on the new session failed", e)
@@ -545,6 +565,8 @@ class Broker:
                 ),
             )
             self.controller_channel = self._network_channel
+        from wherry.controller.controller import Controller
+
         self.controller = Controller(
             self.broker_id,
             self.store,
@@ -603,8 +625,10 @@ class Broker:
                         f"stored broker.id {props['broker.id']} in {meta}"
                     )
             else:
-                meta.write_text(
-                    f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n"
+                # Kafka's BrokerMetadataCheckpoint: written, fsynced, renamed, dir fsynced.
+                atomic_write(
+                    meta,
+                    f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n".encode(),
                 )
 
     def advertised_endpoints(self) -> tuple[paths.ListenerEndpoint, ...]:
@@ -657,12 +681,12 @@ class Broker:
             "kafka-log-retention",
             lambda: lm.cleanup(self.clock.now_ms()),
             period_ms=cfg.log_retention_check_interval_ms,
-            delay_ms=30_000
-            if cfg.log_retention_check_interval_ms >= 30_000
-            else cfg.log_retention_check_interval_ms,
+            delay_ms=initial_task_delay_ms(cfg.log_retention_check_interval_ms),
             executor=True,
         )
         if cfg.log_cleaner_enable:
+            from wherry.log.cleaner import CleanerConfig, LogCleaner
+
             self.log_cleaner = LogCleaner(
                 lm.log_dirs,
                 lm.all_logs,
@@ -684,18 +708,21 @@ class Broker:
             "kafka-log-flusher",
             lambda: lm.flush_dirty(self.clock.now_ms()),
             period_ms=cfg.log_flush_scheduler_interval_ms,
+            delay_ms=initial_task_delay_ms(cfg.log_flush_scheduler_interval_ms),
             executor=True,
         )
         s.schedule(
             "kafka-recovery-point-checkpoint",
             lm.checkpoint_recovery_points,
             period_ms=cfg.log_flush_offset_checkpoint_interval_ms,
+            delay_ms=initial_task_delay_ms(cfg.log_flush_offset_checkpoint_interval_ms),
             executor=True,
         )
         s.schedule(
             "kafka-log-start-offset-checkpoint",
             lm.checkpoint_log_start_offsets,
             period_ms=cfg.log_flush_start_offset_checkpoint_interval_ms,
+            delay_ms=initial_task_delay_ms(cfg.log_flush_start_offset_checkpoint_interval_ms),
             executor=True,
         )
         s.schedule(
@@ -798,7 +825,7 @@ class Broker:
         elif entity.startswith("groups/"):
             self.shares.on_group_config_change(paths.desanitize(entity.split("/", 1)[1]))
             log.info("%s applied config change for group %s", self._prefix, entity[7:])
-        elif (scram_user := user_of_entity(entity)) is not None:
+        elif (scram_user := _scram_user_of(entity)) is not None:
             await self.scram_credentials.reload_user(self.store, scram_user)
             log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)
 
@@ -806,7 +833,7 @@ class Broker:
     async def handle_frame(
         self, conn: ConnectionInfo, frame: memoryview
     ) -> bytes | list[ResponsePart] | None:
-        if not self._started.is_set():
+        if not self._started.is_set() and frame[:2] != API_VERSIONS_PREFIX:
             await self._started.wait()
         sasl = self.sasl_gate.authenticator(conn)
         if sasl is not None and sasl.raw_token_mode:
@@ -824,13 +851,14 @@ class Broker:
         self.sasl_gate.check_authenticated(sasl, req)
         host = client_host_of(conn.peer)
         CLIENT_HOST.set(host)
+        CONNECTION_ID.set(conn.id)
         REQUEST_SESSION.set(
             Session(conn.principal, host[1:], conn.listener, conn.security_protocol)
         )
         return await self._dispatch(req)
 
     async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | None:
-        handler = HANDLERS[req.api_key]
+        handler = handler_for(req.api_key)
         started = time.perf_counter()
         try:
             body = await handler(self, req)
@@ -854,6 +882,12 @@ class Broker:
             return None
         # Fetch records may be file regions: network.py sends them from the files
         return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
+
+
+def _scram_user_of(entity: str) -> str | None:
+    from wherry.security.scram_store import user_of_entity
+
+    return user_of_entity(entity)
 
 
 def _from_follower(req: Request) -> bool:

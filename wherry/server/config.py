@@ -16,8 +16,7 @@ from typing import Any
 
 from wherry.coordination.zk_acl import ZkAclConfigError, ZkSecurity, zk_security_from_props
 from wherry.log.config import ConfigError, LogConfig
-from wherry.observability.service import HttpEndpoint, parse_http_listeners
-from wherry.security.acl_authorizer import authorizer_from_config
+from wherry.observability.endpoints import HttpEndpoint, parse_http_listeners
 from wherry.server.config_keys import FETCHER_KEYS
 from wherry.server.listener_security import SecurityConfigError, check_names
 
@@ -396,10 +395,13 @@ class BrokerConfig:
             )
         except SecurityConfigError as e:
             raise BrokerConfigError(str(e)) from e
-        try:  # an unknown authorizer.class.name, a bad super.users (no I/O)
-            authorizer_from_config(p)
-        except ValueError as e:
-            raise BrokerConfigError(str(e)) from e
+        if p.get("authorizer.class.name", "").strip():
+            from wherry.security.acl_authorizer import authorizer_from_config
+
+            try:  # an unknown authorizer.class.name, a bad super.users (no I/O)
+                authorizer_from_config(p)
+            except ValueError as e:
+                raise BrokerConfigError(str(e)) from e
         cfg = cls(**kw)
         for ep in cfg.advertised:
             if ep.host in NONROUTABLE_HOSTS:  # Kafka's KafkaConfig check

@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from wherry.outbound.security import ClientSecurity
-from wherry.protocol.interbroker import SECURITY_PROTOCOL_IDS
-from wherry.security.jaas import client_credentials, listener_jaas
-from wherry.security.sasl_config import listener_sasl
+from wherry.protocol.security_protocols import SECURITY_PROTOCOL_IDS
 from wherry.server.tls import TlsConfigError, client_context, server_context
 
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
@@ -171,6 +169,8 @@ def _listener(props: Mapping[str, str], name: str, protocol: str) -> ListenerSec
     ctx = server_context(props, name) if protocol in TLS_PROTOCOLS else None
     if protocol not in SASL_PROTOCOLS:
         return ListenerSecurity(name, protocol, ctx)
+    from wherry.security.sasl_config import listener_sasl  # SASL listeners only
+
     try:
         sasl = listener_sasl(props, name)
     except ValueError as e:
@@ -191,6 +191,8 @@ def _client(props: Mapping[str, str], listener: ListenerSecurity) -> ClientSecur
             f"{', '.join(listener.sasl_mechanisms)}"
         )
     key = _jaas_key(listener.name, mechanism)
+    from wherry.security.jaas import client_credentials, listener_jaas
+
     try:
         entry = listener_jaas(props, listener.name, mechanism)
         if entry is None:

@@ -12,6 +12,7 @@ import asyncio
 import collections
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,8 @@ def certificate_principal(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> K
 # records, sent from the segment files with os.sendfile; protocol/response_parts.py)
 Response = bytes | Sequence[ResponsePart]
 FrameHandler = Callable[[ConnectionInfo, memoryview], Awaitable[Response | None]]
+# Told once when a client connection is gone (share sessions release what it held)
+CloseListener = Callable[[ConnectionInfo], None]
 
 
 class _Connection(asyncio.Protocol):
@@ -129,6 +132,11 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server._connections.discard(self)
+        if self.info is not None and self.server.on_close is not None:
+            try:
+                self.server.on_close(self.info)
+            except Exception:
+                log.exception("Close listener failed for connection %s", self.info.peer)
         self.wakeup.set()
         self.can_write.set()
         self._stop_waiting_for_writable()
@@ -299,9 +307,49 @@ class _Connection(asyncio.Protocol):
             self.close("internal error")
 
 
+def _ip_literal_family(host: str) -> socket.AddressFamily | None:
+    """AF_INET or AF_INET6 when `host` is an IP address; None for a name or ""."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except (OSError, ValueError):
+            continue
+        return family
+    return None
+
+
+def _bound_socket(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
+    """A TCP socket bound to an address as the loop's `create_server` binds one (address
+    reuse; an IPv6 one for IPv6 only), non-blocking, not yet listening."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:  # the message create_server gives
+            raise OSError(
+                e.errno, f"error while attempting to bind on address {(host, port)!r}: "
+                f"{(e.strerror or str(e)).lower()}"
+            ) from None
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class NetworkServer:
-    def __init__(self, handler: FrameHandler, *, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        handler: FrameHandler,
+        *,
+        max_request_bytes: int,
+        on_close: CloseListener | None = None,
+    ) -> None:
         self.handler = handler
+        self.on_close = on_close
         self.max_request_bytes = max_request_bytes
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[_Connection] = set()
@@ -319,15 +367,26 @@ class NetworkServer:
         """Listen on host:port for `listener`; TLS with `ssl_context` (the handshake completes
         before the connection is handed a frame). Returns the bound port."""
         loop = asyncio.get_running_loop()
-        srv = await loop.create_server(
-            lambda: _Connection(self, listener, security_protocol),
-            host,
-            port,
-            reuse_address=True,
-            backlog=512,
-            ssl=ssl_context,
-            ssl_handshake_timeout=10.0 if ssl_context is not None else None,
-        )
+        handshake_timeout = 10.0 if ssl_context is not None else None
+        family = _ip_literal_family(host)
+        if family is None:  # a name (or "" for every interface): resolved by the loop
+            srv = await loop.create_server(
+                lambda: _Connection(self, listener, security_protocol),
+                host,
+                port,
+                reuse_address=True,
+                backlog=512,
+                ssl=ssl_context,
+                ssl_handshake_timeout=handshake_timeout,
+            )
+        else:  # an address: bound here, with no resolver (nor its IDNA codec) in the start
+            srv = await loop.create_server(
+                lambda: _Connection(self, listener, security_protocol),
+                sock=_bound_socket(family, host, port),
+                backlog=512,
+                ssl=ssl_context,
+                ssl_handshake_timeout=handshake_timeout,
+            )
         self._servers.append(srv)
         sock = srv.sockets[0]
         return int(sock.getsockname()[1])

@@ -12,17 +12,18 @@ SaslAuthenticate go to their handlers, which answer ILLEGAL_SASL_STATE as Kafka 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
 from wherry.protocol.codec import Request, encode_response
 from wherry.server.network import CloseAfterResponse, CloseConnection, ConnectionInfo
-from wherry.server.sasl_authenticator import SaslAuthenticator, SaslStateError
 
 if TYPE_CHECKING:
     from wherry.security.scram_store import ScramCredentialCache
     from wherry.server.listener_security import BrokerSecurity
+    from wherry.server.sasl_authenticator import SaslAuthenticator
 
 SASL_HANDSHAKE_KEY = 17
 API_VERSIONS_KEY = 18
@@ -33,7 +34,10 @@ _SIZE = struct.Struct(">i")
 
 
 class SaslGate:
-    def __init__(self, security: BrokerSecurity, scram: ScramCredentialCache) -> None:
+    def __init__(
+        self, security: BrokerSecurity, scram: Callable[[], ScramCredentialCache]
+    ) -> None:
+        """`scram` gives the SCRAM credentials when a SASL listener first needs them."""
         self.security = security
         self.scram = scram
 
@@ -45,16 +49,21 @@ class SaslGate:
         listener = self.security.listeners.get(conn.listener)
         if listener is None or not listener.uses_sasl:
             return None
+        # The SASL mechanisms are imported with the first connection to a SASL listener.
+        from wherry.server.sasl_authenticator import SaslAuthenticator
+
         made = SaslAuthenticator(
             listener=conn.listener,
             enabled_mechanisms=listener.sasl_mechanisms,
             plain_users=listener.plain_users,
-            scram=self.scram,
+            scram=self.scram(),
         )
         conn.attrs[_ATTR] = made
         return made
 
     def raw_token(self, conn: ConnectionInfo, sasl: SaslAuthenticator, frame: memoryview) -> bytes:
+        from wherry.server.sasl_authenticator import SaslStateError
+
         try:
             reply, close = sasl.on_raw_token(bytes(frame))
         except SaslStateError as e:
@@ -72,6 +81,8 @@ class SaslGate:
 
     def sasl_request(self, conn: ConnectionInfo, sasl: SaslAuthenticator, req: Request) -> bytes:
         """The answer to a SaslHandshake or SaslAuthenticate of the exchange."""
+        from wherry.server.sasl_authenticator import SaslStateError
+
         try:
             body, close = sasl.on_request(req)
         except SaslStateError as e:
@@ -91,6 +102,8 @@ class SaslGate:
         """Refuse (close) anything but ApiVersions before authentication."""
         if sasl is None:
             return
+        from wherry.server.sasl_authenticator import SaslStateError
+
         try:
             sasl.check_allowed(req.api_key)
         except SaslStateError as e:

@@ -173,18 +173,31 @@ class ShareCoordinatorRuntime:
                 return err, None
         return self.store.read(key, leader_epoch)
 
+    async def delete(self, key: ShareKey) -> ErrorCode:
+        """DeleteShareGroupState: the state goes, its state epoch moves on (share/state.py's
+        deletion marker fences the leaders that still hold the old share-partition)."""
+        err, _ = self.owner_check(key)
+        if err != ErrorCode.none:
+            return err
+        marker = self.store.deletion_marker(key)
+        if marker is None:
+            return ErrorCode.none
+        return await self.write(key, marker, check=False)
+
     def summary(self, key: ShareKey) -> tuple[ErrorCode, ShareState | None]:
         err, _ = self.owner_check(key)
         if err != ErrorCode.none:
             return err, None
         return self.store.read(key, -1)
 
-    async def write(self, key: ShareKey, state: ShareState | None) -> ErrorCode:
-        """Persist a share-partition's state (None: delete it), acks=all, then apply it."""
+    async def write(
+        self, key: ShareKey, state: ShareState | None, *, check: bool = True
+    ) -> ErrorCode:
+        """Persist a share-partition's state (None: a tombstone), acks=all, then apply it."""
         err, p = self.owner_check(key)
         if err != ErrorCode.none:
             return err
-        if state is not None:
+        if state is not None and check:
             err = self.store.check_write(key, state)
             if err != ErrorCode.none:
                 return err

@@ -4,8 +4,11 @@ coordinator (`server/share_coordinator.py`).
 
 * Membership: the leader of a group's `__consumer_offsets` partition (the group coordinator,
   found with FindCoordinator as for any group) answers ShareGroupHeartbeat and
-  ShareGroupDescribe from `share.group.ShareGroups` (held in memory: after a coordinator
-  failover members heartbeat again, get UNKNOWN_MEMBER_ID and rejoin with epoch 0).
+  ShareGroupDescribe from `share.group.ShareGroups`. What a heartbeat changes is written to
+  `__consumer_offsets` (Kafka 4.1's share-group records, acks=all) before it is answered; the
+  group coordinator's loader replays them (`on_share_groups_loaded`) when this broker
+  becomes the partition's leader, so after a failover members keep their ids and epochs.
+  Until the partition is loaded, heartbeats get COORDINATOR_LOAD_IN_PROGRESS.
 * Share-partitions: the leader of a topic partition keeps one `share.partition.SharePartition`
   per share group that fetches it, and the share sessions (`share.sessions`). A share-partition
   is loaded from the share coordinator (ReadShareGroupState) the first time it is fetched;
@@ -33,6 +36,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
 from wherry.group.records import OFFSETS_TOPIC, partition_for
+from wherry.group.share_group_records import ShareGroupReplay
 from wherry.log.file_region import FileRegion
 from wherry.outbound.client import RequestClient, RequestError
 from wherry.outbound.connection import OutboundConnection
@@ -47,6 +51,7 @@ from wherry.replication.replica_manager import (
 from wherry.runtime.clock import Clock
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
+from wherry.server.groups import GroupsRuntime
 from wherry.server.share_coordinator import ShareCoordinatorRuntime
 from wherry.share.config import (
     GroupConfigError,
@@ -73,6 +78,17 @@ _RETRIABLE = (
 
 
 READ_CAP_BYTES = 1 << 20
+
+# An append to `__consumer_offsets` that failed, as a heartbeat answers it (Kafka's
+# GroupCoordinatorService error mapping)
+_APPEND_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
 
 
 def _overlapping(data: bytes | memoryview, acquired: Sequence[AcquiredRange]) -> bytes:
@@ -143,6 +159,70 @@ class ShareRuntime:
         self._bg: set[asyncio.Task[Any]] = set()
         self._changed = asyncio.Event()
         self._prefix = f"[ShareRuntime id={config.broker_id}]"
+        self._groups_rt: GroupsRuntime | None = None
+
+    def store(self) -> MetadataStore:
+        return self._store()
+
+    def attach_groups(self, groups: GroupsRuntime) -> None:
+        """Write share groups through the group coordinator's storage and rebuild them when
+        it loads an offsets partition."""
+        self._groups_rt = groups
+        groups.coordinator.share_groups_loaded = self.on_share_groups_loaded
+
+    def _offsets_partition(self, group: str) -> int:
+        if self._offsets_partition_for is not None:
+            return self._offsets_partition_for(group)
+        return partition_for(group, len(self.node.cache.partitions(OFFSETS_TOPIC)))
+
+    def on_share_groups_loaded(self, partition: int, replay: ShareGroupReplay) -> None:
+        n = self.groups.load(
+            replay.groups,
+            lambda g: self._offsets_partition(g) == partition,
+            self.clock.now_ms(),
+            self.config["group.share.session.timeout.ms"],
+        )
+        if n:
+            log.info("%s loaded %d share groups of %s-%d", self._prefix, n, OFFSETS_TOPIC,
+                     partition)
+
+    async def persist_group(self, group_id: str) -> ErrorCode:
+        """Append what changed in the group's records; the write's error, as a heartbeat
+        answers it."""
+        group = self.groups.groups.get(group_id)
+        rt = self._groups_rt
+        if group is None or rt is None:
+            return ErrorCode.none
+        records = group.changes()
+        if not records:
+            return ErrorCode.none
+        return await self._append(group_id, records, group.unwritten)
+
+    async def _append(
+        self,
+        group_id: str,
+        records: list[tuple[bytes, bytes | None]],
+        on_error: Callable[[], None],
+    ) -> ErrorCode:
+        assert self._groups_rt is not None
+        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+
+        def done(error: ErrorCode, _base: int) -> None:
+            if not fut.done():
+                fut.set_result(error)
+
+        self._groups_rt.storage.append(self._offsets_partition(group_id), records, done)
+        err = await fut
+        if err != ErrorCode.none:
+            log.warning("%s writing share group %s failed: %s", self._prefix, group_id, err.name)
+            on_error()
+            return _APPEND_ERRORS.get(err, err)
+        return ErrorCode.none
+
+    def _persist_group_later(self, group_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.persist_group(group_id))
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
 
     # --- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -185,6 +265,8 @@ class ShareRuntime:
                     last_second = now
                     for g, m in self.groups.expire(now):
                         log.info("%s member %s of share group %s expired", self._prefix, m, g)
+                        self.member_left(g, m)
+                        self._persist_group_later(g)
                     for s in self.sessions.evict(now):
                         self._release_session(s)
                 delay_s = 1.0 if earliest is None else min(1.0, max(0.02, (earliest - now) / 1e3))
@@ -201,7 +283,10 @@ class ShareRuntime:
         # share groups of an offsets partition this broker no longer leads: their members
         # join the new coordinator
         if any(tp.topic == OFFSETS_TOPIC for tp in lost):
-            for g in [g for g in self.groups.groups if self.coordinator_error(g) != ErrorCode.none]:
+            for g in [
+                g for g in self.groups.groups
+                if self.coordinator_error(g) == ErrorCode.not_coordinator
+            ]:
                 del self.groups.groups[g]
         self.coordinator.on_leadership_change(became_leader, lost)
 
@@ -244,7 +329,16 @@ class ShareRuntime:
         await paths.notify_config_change(store, f"groups/{paths.sanitize(group)}")
 
     def on_group_config_change(self, group: str) -> None:
+        """`groups/<group>` changed (its configs, or the group was deleted): configs are read
+        again, and the group's share-partitions with nothing acquired or unwritten are
+        loaded again on next use (a deleted group's next incarnation starts from its own
+        state, not from what this leader cached of the old one)."""
         self._group_configs.pop(group, None)
+        for k, entry in list(self.parts.items()):
+            if k[0] == group and not entry.dirty and (
+                entry.sp is None or entry.sp.next_deadline() is None
+            ):
+                del self.parts[k]
 
     async def settings(self, group: str) -> ShareGroupSettings:
         return ShareGroupSettings.of(await self.group_config(group), self.config)
@@ -254,13 +348,12 @@ class ShareRuntime:
         cache = self.node.cache
         if not cache.contains_topic(OFFSETS_TOPIC):
             return ErrorCode.coordinator_not_available
-        if self._offsets_partition_for is not None:
-            p = self._offsets_partition_for(group)
-        else:
-            p = partition_for(group, len(cache.partitions(OFFSETS_TOPIC)))
+        p = self._offsets_partition(group)
         part = self.node.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, p))
         if part is None or not part.is_leader:
             return ErrorCode.not_coordinator
+        if self._groups_rt is not None and not self._groups_rt.coordinator.is_partition_owned(p):
+            return ErrorCode.coordinator_load_in_progress  # its share groups are not loaded
         return ErrorCode.none
 
     def topic_infos(self) -> dict[str, TopicInfo]:
@@ -271,6 +364,42 @@ class ShareRuntime:
             if tid is not None and not t.startswith("__"):
                 out[t] = TopicInfo(tid, len(cache.partitions(t)))
         return out
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of a share group (Kafka's GroupCoordinatorService.deleteGroups): an
+        empty group's share-partition states are deleted through the share coordinator
+        (their state epochs move on), then its records (tombstones) and its group configs;
+        a new group of the same name starts afresh (`share.auto.offset.reset`)."""
+        group = self.groups.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if group.members:
+            return ErrorCode.non_empty_group
+        for tid, (_name, parts) in sorted(group.state_topics.items(), key=lambda x: str(x[0])):
+            for p in sorted(parts):
+                err = await self.call_delete(ShareKey(group_id, tid, p))
+                if err != ErrorCode.none:
+                    log.warning("%s deleting the state of %s:%s:%d failed: %s",
+                                self._prefix, group_id, tid, p, err.name)
+                    return ErrorCode.coordinator_not_available
+        if self.groups.groups.get(group_id) is not group or group.members:
+            return ErrorCode.non_empty_group  # a member joined meanwhile
+        err = await self._append(group_id, group.deletion(), group.unwritten)
+        if err != ErrorCode.none:
+            return err
+        if self.groups.groups.get(group_id) is group:
+            del self.groups.groups[group_id]
+        for k in [k for k in self.parts if k[0] == group_id]:
+            del self.parts[k]
+        store = self._store()
+        try:
+            await store.delete(group_config_path(group_id))
+        except NoNodeError:
+            pass
+        self._group_configs.pop(group_id, None)
+        await paths.notify_config_change(store, f"groups/{paths.sanitize(group_id)}")
+        log.info("%s deleted share group %s", self._prefix, group_id)
+        return ErrorCode.none
 
     # --- share-partitions (partition leader) ------------------------------------------------
     def _leader_of(self, tp: TopicPartition) -> tuple[int, int]:
@@ -309,16 +438,17 @@ class ShareRuntime:
         if part is None or not part.is_leader or part.leader_epoch != entry.leader_epoch:
             return ErrorCode.not_leader_or_follower
         plog = part.log
-        if state is None:
+        if state is None or state.start_offset < 0:  # none, or deleted with its group
+            state_epoch = 0 if state is None else state.state_epoch
             if settings.auto_offset_reset == "earliest":
                 start = plog.log_start_offset
             elif settings.isolation_level == "read_committed":
                 start = plog.last_stable_offset
             else:
                 start = part.high_watermark
-            sp = SharePartition(start, settings.partition_config())
+            sp = SharePartition(start, settings.partition_config(), state_epoch=state_epoch)
             err = await self._call_write(
-                entry.key, ShareState(0, entry.leader_epoch, start, ())
+                entry.key, ShareState(state_epoch, entry.leader_epoch, start, ())
             )
             if err != ErrorCode.none:
                 return err
@@ -352,6 +482,13 @@ class ShareRuntime:
             err = await self._call_write(entry.key, state)
             if err == ErrorCode.none:
                 entry.dirty = False  # the latest state is written: no background write due
+            elif (
+                err == ErrorCode.fenced_state_epoch
+                and self.parts.get((entry.key.group_id, entry.tp)) is entry
+            ):
+                # the group was deleted meanwhile: forget this share-partition (the next
+                # fetch loads the new incarnation's state)
+                del self.parts[(entry.key.group_id, entry.tp)]
             return err
 
     def _persist_later(self, entry: _Part) -> None:
@@ -383,7 +520,14 @@ class ShareRuntime:
 
     # --- ShareFetch / ShareAcknowledge ------------------------------------------------------
     def session_for(
-        self, group: str, member: str, epoch: int, now_ms: int, *, fetch: bool
+        self,
+        group: str,
+        member: str,
+        epoch: int,
+        now_ms: int,
+        *,
+        fetch: bool,
+        connection_id: int = -1,
     ) -> ShareSession | ErrorCode | None:
         """The session a request continues (opened for a ShareFetch with epoch 0); None for
         the final epoch -1, which closes it (the caller releases what it held)."""
@@ -393,12 +537,12 @@ class ShareRuntime:
             old = self.sessions.close(group, member)
             if old is not None:
                 self._release_session(old)
-            return self.sessions.open(group, member, now_ms)
+            return self.sessions.open(group, member, now_ms, connection_id)
         if epoch == -1:
             if (group, member) not in self.sessions.sessions:
                 return ErrorCode.share_session_not_found
             return None
-        return self.sessions.use(group, member, epoch, now_ms)
+        return self.sessions.use(group, member, epoch, now_ms, connection_id)
 
     def release(self, group: str, member: str, tp: TopicPartition) -> None:
         """Release what `member` holds of one share-partition (it left the session)."""
@@ -411,6 +555,25 @@ class ShareRuntime:
         s = self.sessions.close(group, member)
         if s is not None:
             self._release_session(s)
+
+    def on_connection_closed(self, connection_id: int) -> None:
+        """A client connection is gone: the share sessions it held close, and their records
+        go back to the other members at once."""
+        for s in self.sessions.close_connection(connection_id):
+            log.info(
+                "%s share session of member %s of group %s closed with its connection",
+                self._prefix, s.member_id, s.group_id,
+            )
+            self._release_session(s)
+
+    def member_left(self, group: str, member: str) -> None:
+        """A member left the group (or its session with the coordinator expired): its share
+        session here closes and every record it holds on this broker goes back."""
+        self.close_session(group, member)
+        for (g, _tp), entry in list(self.parts.items()):
+            if g == group and entry.sp is not None and entry.sp.release_member(member):
+                self._persist_later(entry)
+                self._changed.set()
 
     async def acknowledge(
         self,
@@ -578,7 +741,22 @@ class ShareRuntime:
                                  b.delivery_count) for b in p.state_batches),
             )
 
-        return await self._with_coordinator(key, local, remote)
+        return await self.with_coordinator(key, local, remote)
+
+    async def call_delete(self, key: ShareKey) -> ErrorCode:
+        async def local() -> tuple[ErrorCode, None]:
+            return await self.coordinator.delete(key), None
+
+        async def remote(client: RequestClient) -> tuple[ErrorCode, None]:
+            r = await client.call(
+                86, 0,
+                {"group_id": key.group_id, "topics": [{"topic_id": key.topic_id, "partitions": [
+                    {"partition": key.partition}]}]},
+            )
+            return ErrorCode(r.results[0].partitions[0].error_code), None
+
+        err, _ = await self.with_coordinator(key, local, remote)
+        return err
 
     async def _call_write(self, key: ShareKey, state: ShareState) -> ErrorCode:
         async def local() -> tuple[ErrorCode, None]:
@@ -605,10 +783,12 @@ class ShareRuntime:
             )
             return ErrorCode(r.results[0].partitions[0].error_code), None
 
-        err, _ = await self._with_coordinator(key, local, remote)
+        err, _ = await self.with_coordinator(key, local, remote)
         return err
 
-    async def _with_coordinator(self, key: ShareKey, local: Any, remote: Any) -> Any:
+    async def with_coordinator(self, key: ShareKey, local: Any, remote: Any) -> Any:
+        """`local()` when this broker is the key's share coordinator, else `remote(client)`
+        over the wire to it; retried while it moves or loads, up to the write timeout."""
         cache = self.node.cache
         deadline = self.clock.monotonic_ms() + self.config["share.coordinator.write.timeout.ms"]
         delay = 0.05

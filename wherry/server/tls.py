@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import ssl
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -100,6 +99,8 @@ def _load_key_store(ctx: ssl.SSLContext, props: Mapping[str, str], listener: str
         return False
     kind = _store_type(props, listener, "ssl.keystore.type")
     key_password = get("ssl.key.password")
+    import tempfile  # only with a key store
+
     with tempfile.TemporaryDirectory(prefix="wherry-tls-") as tmp:
         if kind == "PKCS12":
             if location is None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from wherry.share.partition import SharePartitionConfig
+if TYPE_CHECKING:  # the broker reads these keys with its config, long before a share group
+    from wherry.share.partition import SharePartitionConfig
 
 __all__ = [
     "GROUP_CONFIG_KEYS",
@@ -233,6 +235,8 @@ class ShareGroupSettings:
         )
 
     def partition_config(self) -> SharePartitionConfig:
+        from wherry.share.partition import SharePartitionConfig
+
         return SharePartitionConfig(
             record_lock_duration_ms=self.record_lock_duration_ms,
             delivery_count_limit=self.delivery_count_limit,

@@ -37,6 +37,7 @@ __all__ = [
     "decode_value",
     "encode_key",
     "encode_value",
+    "is_deleted",
     "state_partition_for",
 ]
 
@@ -108,6 +109,11 @@ MAX_STATE_OFFSETS = 100_000
 """The most offsets a written state may cover (the broker's record-lock maximum is 10,000)."""
 
 
+def is_deleted(state: ShareState) -> bool:
+    """A deletion marker: no state, only the state epoch the next one must carry."""
+    return state.start_offset < 0
+
+
 def valid_state(state: ShareState) -> bool:
     """A state a share-partition leader could have written: a start offset, then batches in
     order, not overlapping, at or after it, of persisted states (AVAILABLE, ACKNOWLEDGED,
@@ -172,6 +178,16 @@ class ShareStateStore:
         if st is None or leader_epoch <= st.leader_epoch:
             return None
         return ShareState(st.state_epoch, leader_epoch, st.start_offset, st.batches)
+
+    def deletion_marker(self, key: ShareKey) -> ShareState | None:
+        """What DeleteShareGroupState writes for a key (None: nothing to delete): no state
+        (start offset -1) at the next state epoch, so that a leader still holding the deleted
+        share-partition is fenced (FENCED_STATE_EPOCH) and the group's next incarnation
+        starts afresh at that epoch."""
+        st = self.states.get(key)
+        if st is None or is_deleted(st):
+            return None
+        return ShareState(st.state_epoch + 1, st.leader_epoch, -1, ())
 
     def check_write(self, key: ShareKey, state: ShareState) -> ErrorCode:
         if not valid_state(state):

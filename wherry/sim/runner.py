@@ -9,6 +9,7 @@ replays it.
     python -m wherry.sim --seeds 500 --transactions       # transactional producers too
     python -m wherry.sim --seeds 500 --shares             # share-group schedules (KIP-932)
     python -m wherry.sim --seeds 500 --consumer-groups    # KIP-848 consumer groups too
+    python -m wherry.sim --seeds 500 --share-consumers    # share consumers (KIP-932) too
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def _options(args: argparse.Namespace) -> SimOptions:
         o = replace(o, transactions=True)
     if args.consumer_groups:
         o = replace(o, consumer_groups=True)
+    if args.share_consumers:
+        o = replace(o, share_consumers=True)
     return o
 
 
@@ -69,6 +72,8 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
         extra += " --transactions"
     if args.consumer_groups:
         extra += " --consumer-groups"
+    if args.share_consumers:
+        extra += " --share-consumers"
     return f"python -m wherry.sim --seed {seed}{extra} -v"
 
 
@@ -119,6 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="KIP-848 consumer groups, coordinator crashes and the rebuilt-group invariant",
     )
+    p.add_argument(
+        "--share-consumers",
+        action="store_true",
+        help="share consumers (KIP-932) fetching and acknowledging through the failovers",
+    )
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("-v", "--verbose", action="store_true", help="print the fault log")
     args = p.parse_args(argv)
@@ -164,6 +174,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.transactions
             else ""
         )
+        + (
+            f", {sum(r.share_deliveries for r in results)} share deliveries "
+            f"({sum(r.share_accepts for r in results)} accepted) checked"
+            if args.share_consumers
+            else ""
+        )
         + f", {took:.1f} s"
     )
     return 1 if failed else 0
@@ -177,11 +193,13 @@ def _shares(args: argparse.Namespace) -> int:
     )
     started = time.monotonic()
     failed = 0
-    deliveries = failovers = 0
+    deliveries = failovers = reloads = drops = 0
     for seed in seeds:
         r = run_share_seed(seed)
         deliveries += r.deliveries
         failovers += r.failovers
+        reloads += r.group_reloads
+        drops += r.connection_drops
         if args.verbose:
             for line in r.log:
                 print(f"  seed {seed}: {line}")
@@ -191,6 +209,7 @@ def _shares(args: argparse.Namespace) -> int:
             print(f"  replay: python -m wherry.sim --shares --seed {seed} -v")
     print(
         f"{len(seeds)} share seeds: {failed} failed, {deliveries} deliveries, "
-        f"{failovers} leader failovers, {time.monotonic() - started:.1f} s"
+        f"{failovers} leader failovers, {reloads} group coordinator failovers, "
+        f"{drops} connection drops, {time.monotonic() - started:.1f} s"
     )
     return 1 if failed else 0

@@ -16,6 +16,16 @@ end:
 * no delivery count exceeds the delivery limit;
 * after healing (every member gone, one last member accepting everything), every record is
   accepted, rejected, or archived at the delivery limit: none is lost.
+
+Membership runs too (`share.group.ShareGroups`): members heartbeat, join and leave, each
+change written to a simulated `__consumer_offsets` as the broker writes it (the share-group
+records, some writes failing), and the group coordinator fails over (the new one replays the
+records through the group coordinator's loader). Checked: after every reload, every member
+goes on heartbeating with the epoch it was last answered (no UNKNOWN_MEMBER_ID, no fencing),
+and a member whose leave was answered is gone. A member's connection drops now and then
+(its share session closes): everything it held is available again at once, not after its
+locks. A zombie leader of a deleted group (DeleteShareGroupState's marker at the next state
+epoch) is fenced with FENCED_STATE_EPOCH.
 """
 
 from __future__ import annotations
@@ -25,10 +35,14 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from wherry.group.loader import read_partition
+from wherry.protocol.records import build_batch
+from wherry.share.group import ShareGroups, TopicInfo
 from wherry.share.partition import (
     AckBatch,
     AckType,
     FetchedBatch,
+    RecordState,
     SharePartition,
     SharePartitionConfig,
 )
@@ -45,6 +59,8 @@ from wherry.share.state import (
 __all__ = ["ShareSimResult", "run_share_seed"]
 
 KEY = ShareKey("sim-group", __import__("uuid").UUID(int=7), 0)
+TOPICS = {"sim-topic": TopicInfo(KEY.topic_id, 1)}
+SESSION_MS = 10**12  # member sessions never expire here: expiry is not what is checked
 
 
 @dataclass
@@ -55,6 +71,8 @@ class ShareSimResult:
     deliveries: int = 0
     accepted: int = 0
     failovers: int = 0
+    group_reloads: int = 0
+    connection_drops: int = 0
     steps: int = 0
     log: list[str] = field(default_factory=list)
 
@@ -98,6 +116,15 @@ class _Sim:
         self.failovers = 0
         self.delivered = 0
         self.lines: list[str] = []
+        # membership: the coordinator's groups, the offsets log it wrote (one batch a write),
+        # what each member was last answered (its epoch; absent: not a member)
+        self.groups = ShareGroups()
+        self.offsets_log: list[bytes] = []
+        self.epochs: dict[str, int] = {}
+        self.leaving: set[str] = set()
+        self.left: set[str] = set()  # their leave was answered (until they join again)
+        self.group_reloads = 0
+        self.drops = 0
 
     # --- the share coordinator --------------------------------------------------------------
     def _write(self, sp: SharePartition, leader_epoch: int) -> ErrorCode:
@@ -136,6 +163,99 @@ class _Sim:
         self.failovers += 1
         self.lines.append(f"{self.now}: leader failover to epoch {self.leader_epoch}, "
                           f"SPSO {self.sp.start_offset}")
+
+    # --- membership (the group coordinator) -------------------------------------------------
+    def heartbeat(self, member: str, *, leave: bool = False) -> None:
+        leave = leave or member in self.leaving  # a leave answered with an error is re-sent
+        known = self.epochs.get(member)
+        epoch = -1 if leave else (known if known is not None else 0)
+        if leave and known is None and member not in self.leaving:
+            return
+        r = self.groups.heartbeat(KEY.group_id, member, epoch,
+                                  ["sim-topic"] if epoch == 0 else None, None, TOPICS,
+                                  self.now, session_timeout_ms=SESSION_MS)
+        if r.error_code != ErrorCode.none:
+            raise _Violation(f"{member}'s heartbeat at epoch {epoch} answered {r.error_code.name}")
+        if not leave:
+            self.left.discard(member)  # joining (even if unanswered): in the group again
+        group = self.groups.groups[KEY.group_id]
+        records = group.changes()
+        if records and self.rng.random() < 0.1:  # the append failed: answered with an error
+            group.unwritten()
+            if leave:
+                self.leaving.add(member)
+            return
+        if records:
+            self.offsets_log.append(build_batch(records))
+        if leave:
+            self.epochs.pop(member, None)
+            self.leaving.discard(member)
+            self.left.add(member)
+        else:
+            self.left.discard(member)
+            self.epochs[member] = r.member_epoch
+
+    def group_coordinator_failover(self) -> None:
+        snap = read_partition(self.offsets_log)
+        if snap.skipped:
+            raise _Violation(f"{snap.skipped} share-group records did not replay")
+        self.groups = ShareGroups()
+        self.groups.load(snap.share_groups.groups, lambda g: True, self.now, SESSION_MS)
+        self.group_reloads += 1
+        loaded = self.groups.groups.get(KEY.group_id)
+        members = set() if loaded is None else set(loaded.members)
+        gone = members & self.left
+        if gone:
+            raise _Violation(f"members {sorted(gone)} left (answered) but were reloaded")
+        for member, epoch in sorted(self.epochs.items()):
+            if member in self.leaving:
+                continue
+            r = self.groups.heartbeat(KEY.group_id, member, epoch, None, None, TOPICS,
+                                      self.now, session_timeout_ms=SESSION_MS)
+            if r.error_code != ErrorCode.none or r.member_epoch < epoch:
+                raise _Violation(f"after a group coordinator failover {member} at epoch "
+                                 f"{epoch} got {r.error_code.name} epoch {r.member_epoch}")
+            self.epochs[member] = r.member_epoch
+        g = self.groups.groups.get(KEY.group_id)
+        if g is not None:
+            records = g.changes()
+            if records:
+                self.offsets_log.append(build_batch(records))
+        self.lines.append(f"{self.now}: group coordinator failover "
+                          f"({len(self.offsets_log)} batches, members {sorted(members)})")
+
+    def connection_drop(self, member: str) -> None:
+        """The member's connection to the leader closed: its share session with it."""
+        mine = [o for o, (m, _) in self.held.items() if m == member]
+        self.sp.release_member(member)
+        for o in mine:
+            del self.held[o]
+            if o >= self.sp.start_offset and self.sp.state_of(o) not in (
+                RecordState.AVAILABLE, RecordState.ARCHIVED
+            ):  # (below the SPSO: archived at the delivery limit, then passed)
+                raise _Violation(f"record {o} of {member}'s dropped session is "
+                                 f"{self.sp.state_of(o).name}, not available at once")
+        if self.sp.acquired_by(member):
+            raise _Violation(f"{member} still holds records after its connection dropped")
+        self.drops += 1
+        self.lines.append(f"{self.now}: {member}'s connection dropped ({len(mine)} released)")
+
+    def deleted_group_zombie(self) -> None:
+        """DeleteShareGroupState on a copy of the store: the leader's next write is fenced
+        by the marker's state epoch, and a new incarnation writes at that epoch."""
+        store = ShareStateStore()
+        store.load(0, self.state_log[-1:] if self.state_log else [])
+        marker = store.deletion_marker(KEY)
+        if marker is None:
+            return
+        store.apply(KEY, 0, marker)
+        state = ShareState(self.sp.state_epoch, self.leader_epoch, self.sp.start_offset,
+                           tuple(self.sp.state_batches()))
+        if store.check_write(KEY, state) != ErrorCode.fenced_state_epoch:
+            raise _Violation("a leader of a deleted share group was not fenced")
+        fresh = ShareState(marker.state_epoch, self.leader_epoch, 0, ())
+        if store.check_write(KEY, fresh) != ErrorCode.none:
+            raise _Violation("the deleted group's next incarnation cannot write")
 
     # --- members ----------------------------------------------------------------------------
     def fetch(self, member: str) -> None:
@@ -213,9 +333,17 @@ class _Sim:
             if self._write(old, epoch) != ErrorCode.fenced_leader_epoch:
                 raise _Violation("a deposed leader's write was not fenced")
             self.zombie = None
-        elif x < 0.96:
+        elif x < 0.95:
             self.lines.append(f"{self.now}: member {member} crashed")
             # its locks simply run out
+        elif x < 0.97:
+            self.heartbeat(member, leave=rng.random() < 0.2)
+        elif x < 0.98:
+            self.group_coordinator_failover()
+        elif x < 0.99:
+            self.connection_drop(member)
+        else:
+            self.deleted_group_zombie()
         if not rng.random() < 0.02:
             return
 
@@ -250,5 +378,7 @@ def run_share_seed(seed: int, steps: int = 400) -> ShareSimResult:
     res.deliveries = sim.delivered
     res.accepted = len(sim.accepted)
     res.failovers = sim.failovers
+    res.group_reloads = sim.group_reloads
+    res.connection_drops = sim.drops
     res.log = sim.lines
     return res

@@ -29,6 +29,7 @@ from wherry.replication.fetcher import FetcherConfig
 from wherry.replication.partition import Partition
 from wherry.replication.replica_manager import READ_COMMITTED, FetchPartition
 from wherry.sim import consumer_groups as cg
+from wherry.sim import world_shares as ws
 from wherry.sim.controller import ControllerMessage, SimController, SimStore
 from wherry.sim.disk import DurableFiles
 from wherry.sim.invariants import (
@@ -98,6 +99,10 @@ class SimOptions:
     # members heartbeating, coordinator crashes (consumer_groups.py), checked by `GroupLedger`.
     consumer_groups: bool = False
     groups: cg.GroupSimConfig = field(default_factory=cg.GroupSimConfig)
+    # Share consumers (KIP-932) fetching and acknowledging through the failovers
+    # (world_shares.py), checked by `ShareLedger`.
+    share_consumers: bool = False
+    share: ws.ShareWorldConfig = field(default_factory=ws.ShareWorldConfig)
 
 
 @dataclass(slots=True)
@@ -115,6 +120,8 @@ class SimResult:
     committed: int = 0  # of them, EndTxn(commit) answered NONE
     txn_reads: int = 0  # read_committed reads checked
     group_reloads: int = 0  # consumer groups rebuilt from the log and checked
+    share_deliveries: int = 0  # share consumers' deliveries checked
+    share_accepts: int = 0
 
     @property
     def ok(self) -> bool:
@@ -133,6 +140,7 @@ class World:
         self.txn_ledger = TxnLedger()
         self.txn_producers: list[TxnProducer] = []
         self.group_ledger = cg.GroupLedger()
+        self.share_ledger = ws.ShareLedger()
         self.group_members: list[cg.SimMember] = []
         self._next_producer_id = 1000
         self.network = SimNetwork(random.Random(self.rng.random()), self, options.network)
@@ -266,6 +274,8 @@ class World:
             TxnHost(self, node, self.options.txn)
         if self.options.consumer_groups:
             cg.GroupHost(self, node, self.options.groups, self.group_ledger)
+        if self.options.share_consumers:
+            ws.ShareHost(self, node, self.options.share, self.share_ledger, self.store.topic_id)
         self.nodes[b] = node
         self.down.discard(b)
         self.removals.broker_away(b, self.now_ms())
@@ -595,6 +605,7 @@ class World:
                     yield b, node, tp, part
 
     def check_step(self) -> None:
+        self.share_ledger.check()
         leaders: list[LeaderView] = []
         leo: dict[tuple[int, TopicPartition], int] = {}
         epochs: dict[tuple[int, TopicPartition], int] = {}
@@ -694,6 +705,11 @@ class World:
                 m = cg.SimMember(self, i, rng, o.groups, meta, limit)
                 self.group_members.append(m)
                 tasks.append(self.loop.create_task(m.run()))
+        if o.share_consumers:
+            for i in range(o.share.members):
+                sm = ws.ShareMember(self, i, random.Random(self.client_rng.random()), o.share,
+                                    self.share_ledger, self.tps)
+                tasks.append(self.loop.create_task(sm.run()))
         tasks.append(self.loop.create_task(self.consumer()))
         txn_tasks = []
         if o.transactions:
@@ -760,6 +776,8 @@ class World:
         res.committed = self.txn_ledger.committed()
         res.txn_reads = self.txn_ledger.checked_reads
         res.group_reloads = self.group_ledger.reloads_checked
+        res.share_deliveries = self.share_ledger.deliveries
+        res.share_accepts = self.share_ledger.accepts
         res.consumed = self.history.consumed
         res.steps = self.loop.steps
         res.sim_ms = self.now_ms()

@@ -2,10 +2,16 @@
 pure, time passed in; `server/transactions.py` wires it to `__transaction_state` and sends
 the markers."""
 
-from wherry.txn.coordinator import TransactionCoordinator, TxnCoordinatorConfig
-from wherry.txn.metadata import TransactionMetadata, TxnState
-from wherry.txn.records import TRANSACTION_STATE_TOPIC, partition_for
-from wherry.txn.storage import MarkerChannel, PendingMarkers, TxnStorage
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wherry.txn.coordinator import TransactionCoordinator, TxnCoordinatorConfig
+    from wherry.txn.metadata import TransactionMetadata, TxnState
+    from wherry.txn.records import TRANSACTION_STATE_TOPIC, partition_for
+    from wherry.txn.storage import MarkerChannel, PendingMarkers, TxnStorage
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
@@ -18,3 +24,27 @@ __all__ = [
     "TxnStorage",
     "partition_for",
 ]
+
+# name → (submodule, attribute), imported on first access (PEP 562): importing one
+# submodule of this package does not import all the others.
+_LAZY: dict[str, tuple[str, str]] = {
+    "MarkerChannel": ("wherry.txn.storage", "MarkerChannel"),
+    "PendingMarkers": ("wherry.txn.storage", "PendingMarkers"),
+    "TRANSACTION_STATE_TOPIC": ("wherry.txn.records", "TRANSACTION_STATE_TOPIC"),
+    "TransactionCoordinator": ("wherry.txn.coordinator", "TransactionCoordinator"),
+    "TransactionMetadata": ("wherry.txn.metadata", "TransactionMetadata"),
+    "TxnCoordinatorConfig": ("wherry.txn.coordinator", "TxnCoordinatorConfig"),
+    "TxnState": ("wherry.txn.metadata", "TxnState"),
+    "TxnStorage": ("wherry.txn.storage", "TxnStorage"),
+    "partition_for": ("wherry.txn.records", "partition_for"),
+}
+
+
+def __getattr__(name: str) -> object:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(import_module(module), attr)
+    globals()[name] = value
+    return value

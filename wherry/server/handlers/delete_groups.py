@@ -29,7 +29,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         )
     for g in names:
         if g in allowed and g in shares:
-            errors[g] = broker.shares.groups.delete(g)
+            errors[g] = await broker.shares.delete_group(g)
     return {
         "throttle_time": 0,
         "results": [{"group_id": g, "error_code": errors[g]} for g in names],

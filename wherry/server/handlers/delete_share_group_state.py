@@ -1,4 +1,5 @@
-"""DeleteShareGroupState (key 86): forget a share-partition's state (a tombstone)."""
+"""DeleteShareGroupState (key 86): forget a share-partition's state; its state epoch moves
+on, so the leaders still holding it are fenced (share/state.py's deletion marker)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     async def one(key: ShareKey, p: Any) -> dict[str, Any]:
-        err = await broker.shares.coordinator.write(key, None)
+        err = await broker.shares.coordinator.delete(key)
         return {"error_code": err, "error_message": None}
 
     return await answer(broker, req.body, one, {})

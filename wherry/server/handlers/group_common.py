@@ -7,6 +7,8 @@ from contextvars import ContextVar
 # The address of the connection whose request is being handled, as Kafka shows it
 # (Java's InetAddress.toString(): "/127.0.0.1"). Set per request by the broker.
 CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="/unknown")
+# The id of the client connection a request came on (share sessions belong to one)
+CONNECTION_ID: ContextVar[int] = ContextVar("connection_id", default=-1)
 
 
 def client_host_of(peer: str) -> str:

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
+from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.server.handlers.share_common import (
     MOVED,
     ack_batches,
@@ -51,7 +52,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         return _top(code, AUTHORIZATION_MESSAGES[code])
     shares = broker.shares
     settings = await shares.settings(group)
-    session = shares.session_for(group, member, epoch, broker.clock.now_ms(), fetch=False)
+    session = shares.session_for(
+        group, member, epoch, broker.clock.now_ms(), fetch=False,
+        connection_id=CONNECTION_ID.get(),
+    )
     if isinstance(session, ErrorCode):
         return _top(session, None)
     topics = resolve(broker, [t.topic_id for t in body.topics])

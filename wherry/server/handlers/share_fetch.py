@@ -20,6 +20,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
+from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.server.handlers.share_common import (
     MOVED,
     ack_batches,
@@ -68,7 +69,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     shares = broker.shares
     settings = await shares.settings(group)
     now = broker.clock.now_ms()
-    session = shares.session_for(group, member, epoch, now, fetch=True)
+    session = shares.session_for(
+        group, member, epoch, now, fetch=True, connection_id=CONNECTION_ID.get()
+    )
     if isinstance(session, ErrorCode):
         return _top(session, None)
     topics = resolve(

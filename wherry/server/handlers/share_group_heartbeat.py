@@ -82,6 +82,11 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     )
     if r.error_code != ErrorCode.none:
         return _answer(r.error_code, r.error_message, member_id=body.member_id)
+    if body.member_epoch == -1:  # left: what it still holds here goes back at once
+        shares.member_left(group, body.member_id)
+    err = await shares.persist_group(group)  # answered once `__consumer_offsets` has it
+    if err != ErrorCode.none:
+        return _answer(err, member_id=body.member_id)
     assignment = None
     if r.assignment is not None:
         assignment = {

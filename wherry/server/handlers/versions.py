@@ -71,4 +71,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     85: (0, 1),
     86: (0, 0),
     87: (0, 1),
+    90: (0, 1),  # share-group offsets admin APIs (server/share_offsets.py)
+    91: (0, 0),
+    92: (0, 0),
 }

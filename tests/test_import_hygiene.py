@@ -1,0 +1,241 @@
+"""What a plain `wherry server` start imports (issue 15: start ≤ 150 ms, idle RSS ≤ 50 MB).
+
+The speed itself is measured by the bench (`bench/run.py --only f`); these tests guard the
+import graph that makes it: a real broker is started in a child process (the console entry,
+as `wherry server` runs it) and, once ready, writes its `sys.modules` when asked. Libraries and
+packages a start without ZooKeeper, ACLs, HTTP listener or client requests has no use for must
+not be among them, and no API's handler or kio schema beyond ApiVersions' is imported before
+its API is first called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from wherry.protocol import codec
+from wherry.protocol.codec import decode_response, encode_request
+from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Nothing of these is needed by a broker that uses the embedded store, no authorizer, no
+# HTTP listener, and has not yet been asked anything.
+FORBIDDEN_PREFIXES = (
+    "click",  # `wherry server` starts on the entry's fast path (`cli/serve.py`)
+    "wherry.server.authz",  # the authorization rules: first request on
+    "wherry.security.acl",
+    "kazoo",  # only with --zookeeper
+    "confluent_kafka",  # the CLI tools' client; never in the broker
+    "kafka",  # kafka-python, same
+    "aiokafka",
+    "pyspark",
+    "rich",
+    "prometheus_client",  # the HTTP listener's
+    "hypothesis",
+    "wherry.coordination.zookeeper",
+    "wherry.observability.service",
+    "wherry.observability.collector",
+    "wherry.security.acl_authorizer",
+    "wherry.spark",
+    "wherry.sim",
+    "wherry.testing",
+)
+# The CLI: only the entry and the server command (click and the tools are not imported).
+CLI_ALLOWED = {"wherry.cli", "wherry.cli.entry", "wherry.cli.serve"}
+# Handler modules imported at start: ApiVersions' (the early answer) and the shared helpers.
+HANDLERS_ALLOWED = {
+    "wherry.server.handlers",
+    "wherry.server.handlers.versions",
+    "wherry.server.handlers.api_versions",
+    "wherry.server.handlers.group_common",
+}
+# kio's schemas: the headers, the error codes, the index; ApiVersions' once answered.
+KIO_SCHEMAS_ALLOWED = {"errors", "index", "request_header", "response_header", "api_versions"}
+
+_CHILD = """
+import json, os, sys, threading, time
+def dump_on_request(out):  # once the test asks (it creates out + ".req"), write sys.modules
+    while not os.path.exists(out + ".req"):
+        time.sleep(0.02)
+    while True:
+        try:
+            names = sorted(n for n, m in list(sys.modules.items()) if m is not None)
+            break
+        except RuntimeError:  # changed size meanwhile
+            pass
+    with open(out + ".tmp", "w") as f:
+        json.dump(names, f)
+    os.replace(out + ".tmp", out)
+threading.Thread(target=dump_on_request, args=(sys.argv[1],), daemon=True).start()
+sys.argv = ["wherry", *sys.argv[2:]]
+from wherry.cli.entry import main
+main()
+"""
+
+
+def _started_broker_modules(tmp_path: Path, *args: str) -> tuple[set[str], str]:
+    """Start `wherry server` (console entry) on a free port; once it is ready, its modules."""
+    out = tmp_path / "modules.json"
+    cmd = [
+        sys.executable,
+        "-c",
+        _CHILD,
+        str(out),
+        "server",
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0",
+        "--log-dirs",
+        str(tmp_path / "data"),
+        "--override",
+        "http.listeners=",
+        *args,
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "ready on " in line:
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        assert ready.wait(60) and proc.poll() is None, "no ready line:\n" + "".join(lines)
+        bootstrap = next(ln for ln in lines if "ready on " in ln).split("ready on ")[1].split()[0]
+        (tmp_path / "modules.json.req").touch()
+        deadline = time.monotonic() + 30
+        while not out.exists():
+            assert time.monotonic() < deadline, "no module list:\n" + "".join(lines)
+            time.sleep(0.02)
+        return set(json.loads(out.read_text())), bootstrap
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def test_a_started_broker_imports_only_what_it_uses(tmp_path: Path) -> None:
+    modules, _ = _started_broker_modules(tmp_path)
+    assert "wherry.server.broker" in modules and "uvloop" in modules  # it did start
+    forbidden = sorted(
+        m for m in modules for p in FORBIDDEN_PREFIXES if m == p or m.startswith(p + ".")
+    )
+    assert not forbidden, f"imported by a plain start: {forbidden}"
+    cli = sorted(m for m in modules if m.startswith("wherry.cli") and m not in CLI_ALLOWED)
+    assert not cli, f"CLI tools imported by `wherry server`: {cli}"
+    handlers = sorted(
+        m
+        for m in modules
+        if m.startswith("wherry.server.handlers") and m not in HANDLERS_ALLOWED
+    )
+    assert not handlers, f"handler modules imported before their API was called: {handlers}"
+    schemas = sorted(
+        m
+        for m in modules
+        if m.startswith("kio.schema.") and m.split(".")[2] not in KIO_SCHEMAS_ALLOWED
+    )
+    assert not schemas, f"kio schemas imported before their API was called: {schemas}"
+
+
+def test_zookeeper_support_is_imported_only_with_zookeeper() -> None:
+    """The ZooKeeper store and kazoo load on first use, not with the coordination package."""
+    code = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "import wherry.coordination, wherry.coordination.zk_acl, wherry.server.config\n"
+        "assert 'kazoo' not in sys.modules, 'kazoo'\n"
+        "from wherry.coordination import connect_zookeeper\n"
+        "assert 'kazoo' in sys.modules and callable(connect_zookeeper)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_handler_module_has_its_handler() -> None:
+    """The table names modules (imported on first use): each exists and has `handle`."""
+    assert HANDLERS.keys() == SUPPORTED_VERSIONS.keys()
+    for key, name in HANDLERS.items():
+        module = importlib.import_module(f"wherry.server.handlers.{name}")
+        assert inspect.iscoroutinefunction(module.handle), (key, name)
+
+
+def test_codec_interbroker_keys_match_their_codecs() -> None:
+    """The codec routes keys 4-7 to codecs it imports on first use; the keys must agree."""
+    from wherry.protocol.controlled_shutdown_codec import CONTROLLED_SHUTDOWN_KEY
+    from wherry.protocol.interbroker_codec import INTERBROKER_VERSIONS
+
+    assert set(INTERBROKER_VERSIONS) == codec._INTERBROKER_KEYS
+    assert CONTROLLED_SHUTDOWN_KEY == codec._CONTROLLED_SHUTDOWN_KEY
+
+
+def test_late_imports_exist() -> None:
+    from wherry.server.startup import LATE_IMPORTS
+
+    for name in LATE_IMPORTS:
+        importlib.import_module(name)
+
+
+def test_api_versions_is_answered_before_the_start_completes(tmp_path: Path) -> None:
+    """Listeners are bound after log recovery; until the start completes only ApiVersions is
+    answered, every other request waits for it."""
+    asyncio.run(_api_versions_before_start(tmp_path))
+
+
+async def _api_versions_before_start(tmp_path: Path) -> None:
+    from wherry.security.scram_store import ScramCredentialCache
+    from wherry.server.broker import Broker
+    from wherry.server.config import load_config
+    from wherry.server.listener_security import broker_security
+    from wherry.server.network import ConnectionInfo
+    from wherry.server.sasl_gate import SaslGate
+
+    cfg = load_config(
+        None,
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path), "http.listeners": ""},
+    )
+    broker = Broker(cfg)  # not started
+    broker.security = broker_security(cfg.raw, cfg.listeners, cfg.advertised)
+    broker.sasl_gate = SaslGate(broker.security, ScramCredentialCache)
+    conn = ConnectionInfo("127.0.0.1:1", "PLAINTEXT", 1)
+
+    api_versions = encode_request(
+        18, 3, 7, {"client_software_name": "t", "client_software_version": "1"}
+    )
+    answer = await asyncio.wait_for(broker.handle_frame(conn, memoryview(api_versions[4:])), 5)
+    assert answer is not None
+    _, resp = decode_response(18, 3, answer[4:], expect_correlation_id=7)
+    assert resp.error_code == ErrorCode.none
+    assert {int(k.api_key) for k in resp.api_keys} == set(SUPPORTED_VERSIONS)
+
+    metadata = encode_request(3, 12, 8, {"topics": None, "allow_auto_topic_creation": False})
+    waiting = asyncio.ensure_future(broker.handle_frame(conn, memoryview(metadata[4:])))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()  # held until the start completes
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting

@@ -1,0 +1,394 @@
+"""The share-group records of `__consumer_offsets` (KIP-932), as Kafka 4.1's group coordinator
+writes them (`group-coordinator/src/main/resources/common/message/ShareGroup*.json`). Keys and
+values are laid out as the consumer-group records are (consumer_group_records.py: a 2-byte type
+then non-flexible key strings; a value is version 0 then a flexible message):
+
+* 9 ShareGroupPartitionMetadata: key (groupId); value Topics [TopicId, TopicName,
+  NumPartitions, PartitionMetadata]. Kafka 4.1 no longer writes it (the group's MetadataHash
+  replaced it); read and dropped, and tombstoned when its group is deleted.
+* 10 ShareGroupMemberMetadata: key (groupId, memberId); value RackId?, ClientId, ClientHost,
+  SubscribedTopicNames [string].
+* 11 ShareGroupMetadata: key (groupId); value Epoch int32, MetadataHash int64.
+* 12 ShareGroupTargetAssignmentMetadata: key (groupId); value AssignmentEpoch int32.
+* 13 ShareGroupTargetAssignmentMember: key (groupId, memberId); value TopicPartitions
+  [TopicId, Partitions [int32]].
+* 14 ShareGroupCurrentMemberAssignment: key (groupId, memberId); value MemberEpoch,
+  PreviousMemberEpoch, State int8, AssignedPartitions [TopicId, Partitions].
+* 15 ShareGroupStatePartitionMetadata: key (groupId); value InitializingTopics and
+  InitializedTopics [TopicId, TopicName, Partitions [int32], CreateTimestamp int64],
+  DeletingTopics [TopicId, TopicName]: the share-partitions whose state the share
+  coordinator holds (DeleteGroups deletes them).
+
+A null value is a tombstone. `ShareGroupReplay` replays them in log order. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from wherry.group import consumer_group_records as cgr
+from wherry.group.records import RecordFormatError
+
+__all__ = [
+    "SHARE_GROUP_RECORD_TYPES",
+    "ReplayedShareGroup",
+    "ShareCurrentAssignment",
+    "ShareGroupReplay",
+    "ShareMemberValue",
+    "StateTopic",
+    "current_assignment_key",
+    "decode_share_group_key",
+    "encode_current_assignment",
+    "encode_group_metadata",
+    "encode_member_metadata",
+    "encode_state_metadata",
+    "group_metadata_key",
+    "member_metadata_key",
+    "partition_metadata_key",
+    "state_metadata_key",
+    "target_member_key",
+    "target_metadata_key",
+    "tombstone_order",
+    "upsert_order",
+]
+
+PARTITION_METADATA = 9
+MEMBER_METADATA = 10
+GROUP_METADATA = 11
+TARGET_METADATA = 12
+TARGET_MEMBER = 13
+CURRENT_ASSIGNMENT = 14
+STATE_METADATA = 15
+SHARE_GROUP_RECORD_TYPES = frozenset(range(9, 16))
+_MEMBER_TYPES = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
+
+# The order a write puts its records in (Kafka's): a member's records before the group's on
+# the way in, the reverse on the way out, so a replay never sees a member without its group.
+_TOMBSTONE = {CURRENT_ASSIGNMENT: 0, TARGET_MEMBER: 1, MEMBER_METADATA: 2, TARGET_METADATA: 3,
+              PARTITION_METADATA: 4, STATE_METADATA: 5, GROUP_METADATA: 6}
+_UPSERT = {MEMBER_METADATA: 0, GROUP_METADATA: 1, STATE_METADATA: 2, TARGET_MEMBER: 3,
+           TARGET_METADATA: 4, CURRENT_ASSIGNMENT: 5, PARTITION_METADATA: 6}
+
+
+def tombstone_order(key: bytes) -> int:
+    return _TOMBSTONE[cgr.record_type(key)]
+
+
+def upsert_order(key: bytes) -> int:
+    return _UPSERT[cgr.record_type(key)]
+
+
+_I64 = struct.Struct(">q")
+
+
+# --- keys ----------------------------------------------------------------------------------------
+
+
+def _key(record_type: int, *fields: str) -> bytes:
+    w = cgr._W()
+    w.i16(record_type)
+    for f in fields:
+        w.string(f)
+    return bytes(w.buf)
+
+
+def partition_metadata_key(group_id: str) -> bytes:
+    return _key(PARTITION_METADATA, group_id)
+
+
+def member_metadata_key(group_id: str, member_id: str) -> bytes:
+    return _key(MEMBER_METADATA, group_id, member_id)
+
+
+def group_metadata_key(group_id: str) -> bytes:
+    return _key(GROUP_METADATA, group_id)
+
+
+def target_metadata_key(group_id: str) -> bytes:
+    return _key(TARGET_METADATA, group_id)
+
+
+def target_member_key(group_id: str, member_id: str) -> bytes:
+    return _key(TARGET_MEMBER, group_id, member_id)
+
+
+def current_assignment_key(group_id: str, member_id: str) -> bytes:
+    return _key(CURRENT_ASSIGNMENT, group_id, member_id)
+
+
+def state_metadata_key(group_id: str) -> bytes:
+    return _key(STATE_METADATA, group_id)
+
+
+def decode_share_group_key(key: bytes) -> tuple[int, str, str | None]:
+    """(record type, group id, member id or None) of a key of types 9-15."""
+    r = cgr._R(bytes(key))
+    t = r.i16()
+    if t not in SHARE_GROUP_RECORD_TYPES:
+        raise RecordFormatError(f"not a share-group record type: {t}")
+    group_id = r.string()
+    member_id = r.string() if t in _MEMBER_TYPES else None
+    r.done()
+    return t, group_id, member_id
+
+
+# --- values --------------------------------------------------------------------------------------
+
+
+def _start() -> cgr._W:
+    w = cgr._W()
+    w.i16(0)
+    return w
+
+
+def _open(data: bytes) -> cgr._R:
+    r = cgr._R(bytes(data))
+    v = r.i16()
+    if v != 0:
+        raise RecordFormatError(f"unknown value version {v}")
+    return r
+
+
+def _end(r: cgr._R) -> None:
+    r.skip_tags()
+    r.done()
+
+
+def encode_group_metadata(epoch: int, metadata_hash: int) -> bytes:
+    w = _start()
+    w.i32(epoch)
+    w.buf += _I64.pack(metadata_hash)
+    w.no_tags()
+    return bytes(w.buf)
+
+
+def decode_group_metadata(data: bytes) -> tuple[int, int]:
+    r = _open(data)
+    epoch = r.i32()
+    h = int(_I64.unpack(r.take(8))[0])
+    _end(r)
+    return epoch, h
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMemberValue:
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+
+
+def encode_member_metadata(v: ShareMemberValue) -> bytes:
+    w = _start()
+    w.cstring(v.rack_id)
+    w.cstring(v.client_id)
+    w.cstring(v.client_host)
+    w.array_len(len(v.subscribed_topic_names))
+    for name in v.subscribed_topic_names:
+        w.cstring(name)
+    w.no_tags()
+    return bytes(w.buf)
+
+
+def decode_member_metadata(data: bytes) -> ShareMemberValue:
+    r = _open(data)
+    rack = r.cstring()
+    client_id = r.cstring_nn()
+    client_host = r.cstring_nn()
+    names = tuple(r.cstring_nn() for _ in range(r.array_len()))
+    _end(r)
+    return ShareMemberValue(rack, client_id, client_host, names)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareCurrentAssignment:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: Mapping[uuid.UUID, frozenset[int]]
+
+
+def encode_current_assignment(v: ShareCurrentAssignment) -> bytes:
+    w = _start()
+    w.i32(v.member_epoch)
+    w.i32(v.previous_member_epoch)
+    w.i8(v.state)
+    cgr._write_partitions(w, v.assigned)
+    w.no_tags()
+    return bytes(w.buf)
+
+
+def decode_current_assignment(data: bytes) -> ShareCurrentAssignment:
+    r = _open(data)
+    epoch = r.i32()
+    previous = r.i32()
+    state = r.i8()
+    assigned = cgr._read_partitions(r)
+    _end(r)
+    return ShareCurrentAssignment(epoch, previous, state, assigned)
+
+
+@dataclass(frozen=True, slots=True)
+class StateTopic:
+    """A topic of ShareGroupStatePartitionMetadataValue: its partitions whose share state
+    the share coordinator holds."""
+
+    topic_id: uuid.UUID
+    name: str
+    partitions: frozenset[int]
+    create_timestamp_ms: int = -1
+
+
+def _write_state_topics(w: cgr._W, topics: Iterable[StateTopic]) -> None:
+    items = sorted(topics, key=lambda t: str(t.topic_id))
+    w.array_len(len(items))
+    for t in items:
+        w.uuid(t.topic_id)
+        w.cstring(t.name)
+        w.array_len(len(t.partitions))
+        for p in sorted(t.partitions):
+            w.i32(p)
+        w.buf += _I64.pack(t.create_timestamp_ms)
+        w.no_tags()
+
+
+def _read_state_topics(r: cgr._R) -> tuple[StateTopic, ...]:
+    out = []
+    for _ in range(r.array_len()):
+        tid = r.uuid()
+        name = r.cstring_nn()
+        parts = frozenset(r.i32() for _ in range(r.array_len()))
+        ts = int(_I64.unpack(r.take(8))[0])
+        r.skip_tags()
+        out.append(StateTopic(tid, name, parts, ts))
+    return tuple(out)
+
+
+def encode_state_metadata(
+    initialized: Iterable[StateTopic],
+    initializing: Iterable[StateTopic] = (),
+    deleting: Iterable[tuple[uuid.UUID, str]] = (),
+) -> bytes:
+    w = _start()
+    _write_state_topics(w, initializing)
+    _write_state_topics(w, initialized)
+    items = sorted(deleting, key=lambda t: str(t[0]))
+    w.array_len(len(items))
+    for tid, name in items:
+        w.uuid(tid)
+        w.cstring(name)
+        w.no_tags()
+    w.no_tags()
+    return bytes(w.buf)
+
+
+def decode_state_metadata(data: bytes) -> tuple[StateTopic, ...]:
+    """The initialized (and initializing) topics: those whose state may exist."""
+    r = _open(data)
+    initializing = _read_state_topics(r)
+    initialized = _read_state_topics(r)
+    for _ in range(r.array_len()):
+        r.uuid()
+        r.cstring_nn()
+        r.skip_tags()
+    _end(r)
+    return initializing + initialized
+
+
+def _skip_partition_metadata(data: bytes) -> None:
+    r = _open(data)
+    for _ in range(r.array_len()):
+        r.uuid()
+        r.cstring_nn()
+        r.i32()
+        for _ in range(r.array_len()):
+            r.i32()
+            for _ in range(r.array_len()):
+                r.cstring()
+            r.skip_tags()
+        r.skip_tags()
+    _end(r)
+
+
+# --- replay --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ReplayedShareGroup:
+    """What the log says of one share group (each part absent until its record is seen)."""
+
+    group_epoch: int | None = None
+    metadata_hash: int = 0
+    assignment_epoch: int | None = None
+    members: dict[str, ShareMemberValue] = field(default_factory=dict)
+    targets: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
+    current: dict[str, ShareCurrentAssignment] = field(default_factory=dict)
+    state_topics: tuple[StateTopic, ...] = ()
+    has_partition_metadata: bool = False
+
+    @property
+    def is_empty_record_set(self) -> bool:
+        return (
+            self.group_epoch is None
+            and self.assignment_epoch is None
+            and not self.members
+            and not self.targets
+            and not self.current
+            and not self.state_topics
+            and not self.has_partition_metadata
+        )
+
+
+@dataclass(slots=True)
+class ShareGroupReplay:
+    """The share groups of one offsets partition, replayed from its records in log order."""
+
+    groups: dict[str, ReplayedShareGroup] = field(default_factory=dict)
+
+    def apply(self, key: bytes, value: bytes | None) -> None:
+        """Replay one record (raises RecordFormatError on bytes that do not parse, before
+        anything changes)."""
+        t, group_id, member_id = decode_share_group_key(key)
+        decoded: object = None
+        if value is not None:
+            decoded = _DECODERS[t](value)
+        g = self.groups.get(group_id)
+        if g is None:
+            if value is None:
+                return
+            g = self.groups[group_id] = ReplayedShareGroup()
+        if t == GROUP_METADATA:
+            g.group_epoch, g.metadata_hash = (None, 0) if decoded is None else decoded  # type: ignore[misc]
+        elif t == TARGET_METADATA:
+            g.assignment_epoch = decoded  # type: ignore[assignment]
+        elif t == STATE_METADATA:
+            g.state_topics = () if decoded is None else decoded  # type: ignore[assignment]
+        elif t == PARTITION_METADATA:
+            g.has_partition_metadata = value is not None
+        else:
+            assert member_id is not None
+            table: dict[str, object] = (
+                g.members if t == MEMBER_METADATA  # type: ignore[assignment]
+                else g.targets if t == TARGET_MEMBER
+                else g.current
+            )
+            if decoded is None:
+                table.pop(member_id, None)
+            else:
+                table[member_id] = decoded
+        if g.is_empty_record_set:
+            del self.groups[group_id]
+
+
+_DECODERS: dict[int, Callable[[bytes], object]] = {
+    PARTITION_METADATA: _skip_partition_metadata,
+    MEMBER_METADATA: decode_member_metadata,
+    GROUP_METADATA: decode_group_metadata,
+    TARGET_METADATA: cgr.decode_epoch_value,
+    TARGET_MEMBER: cgr.decode_target_member,
+    CURRENT_ASSIGNMENT: decode_current_assignment,
+    STATE_METADATA: decode_state_metadata,
+}

@@ -1,0 +1,89 @@
+"""AlterShareGroupOffsets (key 91): set a share group's start offsets (KIP-932;
+`server/share_offsets.py`).
+
+As Kafka: READ on the group (else GROUP_AUTHORIZATION_FAILED for the whole request), READ on
+each topic (else its partitions' TOPIC_AUTHORIZATION_FAILED); unknown topics and partitions
+UNKNOWN_TOPIC_OR_PARTITION; a group with members NON_EMPTY_GROUP; another kind of group of
+that name GROUP_ID_NOT_FOUND. An unknown group is created (empty), so offsets can be set
+before its consumers start."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
+from wherry.server.share_offsets import alter_offsets, find_group
+from wherry.share.group import ShareGroup
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.services import BrokerServices
+
+
+def _top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code,
+            "error_message": message or AUTHORIZATION_MESSAGES.get(code), "responses": []}
+
+
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    group_id = body.group_id
+    if not group_id:
+        return _top(ErrorCode.invalid_group_id)
+    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, group_id):
+        return _top(ErrorCode.group_authorization_failed)
+    # Topics first, as KafkaApis: the unauthorized and unknown ones answer whatever happens
+    # to the group.
+    cache = broker.cache
+    answers: dict[str, dict[int, ErrorCode]] = {}
+    valid: list[tuple[str, Any, dict[int, int]]] = []
+    for t in body.topics:
+        name, tid = t.topic_name, cache.topic_id(t.topic_name)
+        count = len(cache.partitions(name)) if tid is not None else 0
+        if not authorize(broker, AclOperation.READ, ResourceType.TOPIC, name):
+            answers[name] = dict.fromkeys((p.partition_index for p in t.partitions),
+                                          ErrorCode.topic_authorization_failed)
+            continue
+        answers[name] = {p.partition_index: ErrorCode.unknown_topic_or_partition
+                         for p in t.partitions if not 0 <= p.partition_index < count}
+        wanted = {p.partition_index: p.start_offset for p in t.partitions
+                  if 0 <= p.partition_index < count}
+        if wanted:
+            valid.append((name, tid, wanted))
+    top = ErrorCode.none
+    message: str | None = None
+    shares = broker.shares
+    err, group = find_group(shares, group_id)
+    if err == ErrorCode.group_id_not_found:
+        gc = broker.groups.coordinator
+        if gc.group(group_id) is not None or gc.consumer_groups.get(group_id) is not None:
+            top, message = err, f"Group {group_id} is not a share group."
+        else:
+            group = shares.groups.groups[group_id] = ShareGroup(group_id)
+    elif group is None:
+        if err == ErrorCode.coordinator_not_available:
+            broker.groups.ensure_offsets_topic()
+        top = err
+    if group is not None and group.members:
+        top, message = ErrorCode.non_empty_group, (
+            "the group must be empty for its offsets to be altered")
+    if top == ErrorCode.none and group is not None:
+        for name, tid, wanted in valid:
+            answers[name].update(await alter_offsets(shares, group, name, tid, wanted))
+        await shares.persist_group(group_id)  # a group created here is written even if empty
+    responses = []
+    for t in body.topics:
+        codes = answers.get(t.topic_name, {})
+        parts = [{"partition_index": p.partition_index,
+                  "error_code": codes.get(p.partition_index, top),
+                  "error_message": AUTHORIZATION_MESSAGES.get(
+                      codes.get(p.partition_index, top))}
+                 for p in t.partitions]
+        responses.append({"topic_name": t.topic_name, "topic_id": cache.topic_id(t.topic_name),
+                          "partitions": parts})
+    return {"throttle_time": 0, "error_code": top, "error_message": message,
+            "responses": responses}

@@ -1,0 +1,66 @@
+"""DeleteShareGroupOffsets (key 92): delete a share group's state for whole topics (KIP-932;
+`server/share_offsets.py`); its consumers start those topics afresh
+(`share.auto.offset.reset`).
+
+As Kafka: DELETE on the group (else GROUP_AUTHORIZATION_FAILED for the whole request), READ
+on each topic (else TOPIC_AUTHORIZATION_FAILED); unknown topics UNKNOWN_TOPIC_OR_PARTITION;
+an unknown group GROUP_ID_NOT_FOUND; a group with members NON_EMPTY_GROUP."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.security.acl import AclOperation, ResourceType
+from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
+from wherry.server.share_offsets import delete_offsets, find_group
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.services import BrokerServices
+
+
+def _top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code,
+            "error_message": message or AUTHORIZATION_MESSAGES.get(code), "responses": []}
+
+
+async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    body = req.body
+    group_id = body.group_id
+    if not group_id:
+        return _top(ErrorCode.invalid_group_id)
+    if not authorize(broker, AclOperation.DELETE, ResourceType.GROUP, group_id):
+        return _top(ErrorCode.group_authorization_failed)
+    # Topics first, as KafkaApis: the unauthorized and unknown ones answer whatever happens
+    # to the group.
+    answers: dict[str, ErrorCode] = {}
+    for t in dict.fromkeys(t.topic_name for t in body.topics):
+        if not authorize(broker, AclOperation.READ, ResourceType.TOPIC, t):
+            answers[t] = ErrorCode.topic_authorization_failed
+        elif broker.cache.topic_id(t) is None:
+            answers[t] = ErrorCode.unknown_topic_or_partition
+    top = ErrorCode.none
+    message: str | None = None
+    err, group = find_group(broker.shares, group_id)
+    if group is None:
+        if err == ErrorCode.coordinator_not_available:
+            broker.groups.ensure_offsets_topic()
+        top = err
+    elif group.members:
+        top, message = ErrorCode.non_empty_group, (
+            "the group must be empty for its offsets to be deleted")
+    responses = []
+    for t in dict.fromkeys(t.topic_name for t in body.topics):
+        tid = broker.cache.topic_id(t)
+        code = answers.get(t)
+        if code is None:
+            if top != ErrorCode.none or group is None or tid is None:
+                continue  # the request-level error says it
+            code = await delete_offsets(broker.shares, group, tid)
+        responses.append({"topic_name": t, "topic_id": tid, "error_code": code,
+                          "error_message": AUTHORIZATION_MESSAGES.get(code)})
+    return {"throttle_time": 0, "error_code": top, "error_message": message,
+            "responses": responses}

@@ -1,0 +1,112 @@
+"""What the broker's start needs besides the broker itself (`broker.py`): the modules
+imported once the listeners are bound, when the log manager's tasks first run, and the
+open-files limit."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS_PREFIX: Final = b"\x00\x12"  # a request frame's api_key, ApiVersions (18)
+
+# What the broker needs only once its listeners are bound (replication, the controller,
+# groups, transactions, admin): imported then, one module at a time with the event loop
+# turning in between, so ApiVersions is answered meanwhile. The heavier modules of the tree
+# one by one, leaves first, so that each step stays short (a few ms).
+LATE_IMPORTS: Final = (
+    "wherry.protocol.records",
+    "wherry.log.txn_index",
+    "wherry.log.loader",
+    "wherry.log.log",
+    "wherry.protocol.interbroker",
+    "wherry.purgatory.purgatory",
+    "wherry.replication.isr",
+    "wherry.replication.partition",
+    "wherry.security.scram",
+    "wherry.replication.replica_manager",
+    "wherry.replication.fetcher",
+    "wherry.replication.alter_partition",
+    "wherry.replication.truncation",
+    "wherry.replication.node",
+    "wherry.controller.context",
+    "wherry.protocol.interbroker_codec",
+    "wherry.controller.channel_manager",
+    "wherry.controller.alter_partition",
+    "wherry.controller.partition_state",
+    "wherry.controller.replica_state",
+    "wherry.controller.controller",
+    "wherry.server.admin",
+    "wherry.server.producer_ids",
+    "wherry.group.member",
+    "wherry.group.records",
+    "wherry.group.group",
+    "wherry.group.config",
+    "wherry.group.metadata_manager",
+    "wherry.group.consumer_group_records",
+    "wherry.group.consumer_group",
+    "wherry.group.consumer_coordinator",
+    "wherry.group.coordinator",
+    "wherry.server.groups",
+    "wherry.txn.coordinator",
+    "wherry.server.transactions",
+    "wherry.share.partition",
+    "wherry.server.share_coordinator",
+    "wherry.server.shares",
+    "wherry.replication.log_dir_mover",
+)
+
+
+async def import_late() -> None:
+    """Import `LATE_IMPORTS`, yielding to the event loop after each."""
+    for name in LATE_IMPORTS:
+        importlib.import_module(name)
+        await asyncio.sleep(0)
+
+
+def log_bound(ports: Sequence[int]) -> None:
+    """The line saying the listeners are bound, with the process's CPU time so far (the start's
+    cost, robust to a busy host: `bench/run.py`'s f1 reports it)."""
+    log.info(
+        "listeners bound on ports %s after %.1f ms of process CPU",
+        ",".join(map(str, ports)),
+        time.process_time() * 1000,
+    )
+
+
+def initial_task_delay_ms(period_ms: int, initial_ms: int = 30_000) -> int:
+    """When a log manager task first runs: Kafka's InitialTaskDelayMs (30 s, so a start does
+    not write every checkpoint at once), or after one period when that is shorter."""
+    return min(initial_ms, period_ms)
+
+
+def raise_open_files_limit() -> int | None:
+    """Raise RLIMIT_NOFILE's soft limit to the hard limit (each partition holds one fd, and
+    each connection one); returns the soft limit now in force (None where unsupported)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - non-POSIX
+        return None
+    infinity = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != infinity and (hard == infinity or soft < hard):
+        # An unlimited hard limit is not accepted as a soft one: try Linux's default
+        # fs.nr_open, then macOS's OPEN_MAX.
+        targets = [hard] if hard != infinity else [1 << 20, 10240]
+        for target in targets:
+            if target <= soft:
+                break
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            except (ValueError, OSError) as exc:
+                log.warning("cannot raise the open files limit to %d: %s", target, exc)
+                continue
+            soft = target
+            break
+    log.info("open files limit (RLIMIT_NOFILE): soft %s, hard %s", soft, hard)
+    return soft

@@ -438,3 +438,25 @@ def test_broker_configs_of_consumer_groups() -> None:
         BrokerConfig.from_props({"group.consumer.assignors": "sticky"})
     with pytest.raises(BrokerConfigError, match=r"group\.consumer\.session\.timeout\.ms"):
         BrokerConfig.from_props({"group.consumer.session.timeout.ms": "0"})
+
+
+def test_a_write_after_a_failed_one_rewrites_the_whole_group() -> None:
+    """A failed write leaves the log without the group's latest records (new member, new
+    targets of the others). The next write must rewrite all of them, not only the records of
+    the member whose heartbeat writes it: a reload after that acknowledged write rebuilds
+    the group the coordinator had then (the simulation's GroupLedger found this)."""
+    d = Driver()
+    for m in ("a", "b", "a", "b", "a", "b"):
+        d.hb(m, 0 if m not in d.epoch else None)
+    d.log.fail_with = E.not_enough_replicas  # c's join: a new epoch and targets, not written
+    assert d.hb("c", 0).error != E.none
+    d.log.fail_with = None
+    assert d.hb("a").error == E.none  # acknowledged
+    group = d.coord.consumer_groups.get("g")
+    assert group is not None and set(group.members) == {"a", "b", "c"}
+    coord = GroupCoordinator(1, d.config, MemoryOffsetsLog(), now_ms=d.now)
+    coord.startup()
+    assert coord.begin_loading(0, epoch=3)
+    assert coord.load_partition(0, d.log.batches[0], now_ms=d.now, epoch=3)
+    rebuilt = coord.consumer_groups.get("g")
+    assert rebuilt is not None and rebuilt.snapshot() == group.snapshot()

@@ -30,7 +30,9 @@ def _describe(r: SimResult) -> str:
 
 def test_groups_survive_coordinator_crashes() -> None:
     reloads = crashes = 0
-    for seed in range(10):
+    # 12 seeds: a coordinator loads only once its partition's tail is committed, so fewer
+    # heartbeats are answered around a failover and 10 seeds crashed only 2 coordinators.
+    for seed in range(12):
         r = run_seed(seed, CI)
         assert r.ok, _describe(r)
         reloads += r.group_reloads

@@ -1,4 +1,4 @@
-"""Loading a `__transaction_state` partition on a new leader (`TxnPartitionLoader`).
+"""Loading a `__transaction_state` partition on a new leader (`CoordinatorPartitionLoader`).
 
 A new leader's log can end with records of the previous leader that no write acknowledged
 (the old leader answered NOT_COORDINATOR or timed out). An election can still truncate them
@@ -19,8 +19,8 @@ from typing import Any, cast
 from tests.txn.test_txn_coordinator import T0, T1, Harness, MemMarkers, MemStorage
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch
+from wherry.replication.coordinator_log import CoordinatorPartitionLoader
 from wherry.replication.replica_manager import ReplicaManager
-from wherry.replication.txn_state_log import TxnPartitionLoader
 from wherry.txn.coordinator import TransactionCoordinator, TxnCoordinatorConfig
 from wherry.txn.metadata import TxnState
 
@@ -72,7 +72,8 @@ def test_loader_waits_until_the_log_it_loads_is_committed() -> None:
         async def blocking(fn: Callable[[], Any]) -> list[bytes]:
             return chunks
 
-        loader = TxnPartitionLoader(
+        loader = CoordinatorPartitionLoader(
+            "__transaction_state",
             coord,
             cast(ReplicaManager, _ReplicaManager(part)),
             lambda: 0,
@@ -109,7 +110,8 @@ def test_a_loss_of_leadership_while_waiting_abandons_the_load() -> None:
         async def blocking(fn: Callable[[], Any]) -> list[bytes]:
             raise AssertionError("read a log it no longer leads")
 
-        loader = TxnPartitionLoader(
+        loader = CoordinatorPartitionLoader(
+            "__transaction_state",
             coord,
             cast(ReplicaManager, _ReplicaManager(part)),
             lambda: 0,

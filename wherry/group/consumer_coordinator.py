@@ -135,6 +135,16 @@ def _subset(a: Parts, b: Parts) -> bool:
     return all(p <= b.get(t, frozenset()) for t, p in a.items())
 
 
+def _diff(old: Mapping[bytes, bytes], new: Mapping[bytes, bytes]) -> list[Record]:
+    """The records that turn `old` into `new`, in Kafka's order of record types."""
+    return cgr.record_diff(
+        old,
+        new,
+        lambda k: _TOMBSTONE_ORDER[cgr.record_type(k)],
+        lambda k: _UPSERT_ORDER[cgr.record_type(k)],
+    )
+
+
 class ConsumerGroupManager:
     def __init__(
         self,
@@ -190,26 +200,31 @@ class ConsumerGroupManager:
         touched: Collection[str] | None = None,
     ) -> None:
         """Append what changed in `group` since the last write; `done(error)` once acked.
-        With `touched`, only these members (and the group's own records) may have changed."""
+        With `touched`, only these members (and the group's own records) may have changed --
+        unless an earlier write failed: what the log holds of its records is unknown then
+        (marked b""), so a write that has something to append appends the whole group's
+        difference, not only the touched members' (a member added or moved by a failed write
+        would otherwise stay as it was in the log). A heartbeat that changes nothing still
+        writes nothing."""
         if group.dead or touched is None:
             new = {} if group.dead else group.records()
-            old = group.persisted
-            group.persisted = new
+            old = dict(group.persisted)
         else:
             new = group.records(touched)
             keys = group.record_keys(touched)
             old = {k: group.persisted[k] for k in keys if k in group.persisted}
-            for k in keys:
+            if _diff(old, new) and b"" in group.persisted.values():
+                new, old = group.records(), dict(group.persisted)
+                touched = None
+        records = _diff(old, new)
+        if touched is None:
+            group.persisted = new
+        else:
+            for k in group.record_keys(touched):
                 if k in new:
                     group.persisted[k] = new[k]
                 else:
                     group.persisted.pop(k, None)
-        records: list[Record] = cgr.record_diff(
-            old,
-            new,
-            lambda k: _TOMBSTONE_ORDER[cgr.record_type(k)],
-            lambda k: _UPSERT_ORDER[cgr.record_type(k)],
-        )
         if not records:
             done(ErrorCode.none)
             return

@@ -347,6 +347,81 @@ class GroupMetadataManager:
         callback: CommitCallback,
     ) -> None:
         """Write committed offsets; `callback` gets an error per partition of `offsets`."""
+
+        def appended(valid: Mapping[TopicPartition, OffsetAndMetadata], base: int) -> None:
+            for tp, om in valid.items():
+                group.on_offset_commit_append(tp, CommitRecordMetadataAndOffset(base, om))
+
+        def failed(valid: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+            for tp, om in valid.items():
+                group.fail_pending_offset_write(tp, om)
+
+        self._write_offsets(
+            group,
+            offsets,
+            callback,
+            prepare=group.prepare_offset_commit,
+            appended=appended,
+            failed=failed,
+            what=f"Offset commit from group {group.group_id}, member {member_id}",
+        )
+
+    def store_txn_offsets(
+        self,
+        group: GroupMetadata,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        callback: CommitCallback,
+    ) -> None:
+        """TxnOffsetCommit: write the offsets as a transactional batch of the producer; they
+        stay pending (invisible to OffsetFetch) until its marker (`handle_txn_completion`)."""
+
+        def prepare(valid: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+            self._producer_groups.setdefault(producer_id, set()).add(group.group_id)
+            group.prepare_txn_offset_commit(producer_id, valid)
+
+        def appended(valid: Mapping[TopicPartition, OffsetAndMetadata], base: int) -> None:
+            for tp, om in valid.items():
+                group.on_txn_offset_commit_append(
+                    producer_id, tp, CommitRecordMetadataAndOffset(base, om)
+                )
+
+        def failed(valid: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+            for tp in valid:
+                group.fail_pending_txn_offset_commit(producer_id, tp)
+
+        self._write_offsets(
+            group,
+            offsets,
+            callback,
+            prepare=prepare,
+            appended=appended,
+            failed=failed,
+            what=(
+                f"Transactional offset commit of producer {producer_id} for group "
+                f"{group.group_id}"
+            ),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )
+
+    def _write_offsets(
+        self,
+        group: GroupMetadata,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        callback: CommitCallback,
+        *,
+        prepare: Callable[[Mapping[TopicPartition, OffsetAndMetadata]], None],
+        appended: Callable[[Mapping[TopicPartition, OffsetAndMetadata], int], None],
+        failed: Callable[[Mapping[TopicPartition, OffsetAndMetadata]], None],
+        what: str,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
+        """The one write path of OffsetCommit and TxnOffsetCommit: partitions whose metadata
+        is too large fail alone; the others are written as one batch (transactional with a
+        `producer_id`), pending in the group until the append answers."""
         valid = {tp: om for tp, om in offsets.items() if self._metadata_ok(om.metadata)}
         if not valid:
             callback(dict.fromkeys(offsets, ErrorCode.offset_metadata_too_large))
@@ -370,93 +445,18 @@ class GroupMetadataManager:
             )
             for tp, om in valid.items()
         ]
-        group.prepare_offset_commit(valid)
+        prepare(valid)
 
         def done(error: ErrorCode, base_offset: int) -> None:
             if error == ErrorCode.none:
                 if not group.is_(GroupState.DEAD):
-                    for tp, om in valid.items():
-                        group.on_offset_commit_append(
-                            tp, CommitRecordMetadataAndOffset(base_offset, om)
-                        )
+                    appended(valid, base_offset)
                 result = ErrorCode.none
             else:
                 if not group.is_(GroupState.DEAD):
-                    for tp, om in valid.items():
-                        group.fail_pending_offset_write(tp, om)
+                    failed(valid)
                 log.debug(
-                    "%s Offset commit from group %s, member %s failed when appending to log due "
-                    "to %s",
-                    self._prefix,
-                    group.group_id,
-                    member_id,
-                    error.name,
-                )
-                result = _COMMIT_ERRORS.get(error, error)
-            callback(
-                {
-                    tp: result if tp in valid else ErrorCode.offset_metadata_too_large
-                    for tp in offsets
-                }
-            )
-
-        self._storage.append(p, records, done)
-
-    def store_txn_offsets(
-        self,
-        group: GroupMetadata,
-        producer_id: int,
-        producer_epoch: int,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
-        callback: CommitCallback,
-    ) -> None:
-        """TxnOffsetCommit: write the offsets as a transactional batch of the producer; they
-        stay pending (invisible to OffsetFetch) until its marker (`handle_txn_completion`)."""
-        valid = {tp: om for tp, om in offsets.items() if self._metadata_ok(om.metadata)}
-        if not valid:
-            callback(dict.fromkeys(offsets, ErrorCode.offset_metadata_too_large))
-            return
-        p = self.partition_for(group.group_id)
-        if p not in self._owned:
-            callback(dict.fromkeys(offsets, ErrorCode.not_coordinator))
-            return
-        records: list[Record] = [
-            (
-                offset_commit_key(group.group_id, tp.topic, tp.partition),
-                encode_offset_commit_value(
-                    OffsetCommitValue(
-                        om.committed_offset,
-                        om.leader_epoch,
-                        om.metadata,
-                        om.commit_timestamp_ms,
-                        -1,
-                    )
-                ),
-            )
-            for tp, om in valid.items()
-        ]
-        self._producer_groups.setdefault(producer_id, set()).add(group.group_id)
-        group.prepare_txn_offset_commit(producer_id, valid)
-
-        def done(error: ErrorCode, base_offset: int) -> None:
-            if error == ErrorCode.none:
-                if not group.is_(GroupState.DEAD):
-                    for tp, om in valid.items():
-                        group.on_txn_offset_commit_append(
-                            producer_id, tp, CommitRecordMetadataAndOffset(base_offset, om)
-                        )
-                result = ErrorCode.none
-            else:
-                if not group.is_(GroupState.DEAD):
-                    for tp in valid:
-                        group.fail_pending_txn_offset_commit(producer_id, tp)
-                log.debug(
-                    "%s Transactional offset commit of producer %d for group %s failed when "
-                    "appending to log due to %s",
-                    self._prefix,
-                    producer_id,
-                    group.group_id,
-                    error.name,
+                    "%s %s failed when appending to log due to %s", self._prefix, what, error.name
                 )
                 result = _COMMIT_ERRORS.get(error, error)
             callback(

@@ -21,9 +21,9 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.records import RecordError, build_batch, iter_batches, iter_records
+from wherry.replication.coordinator_log import read_partition_log
 from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ProduceResult
-from wherry.replication.txn_state_log import read_partition_log
 from wherry.runtime.clock import Clock
 from wherry.server.admin import AdminManager
 from wherry.server.internal_topics import InternalTopic

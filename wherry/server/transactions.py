@@ -1,6 +1,6 @@
 """Transactions in the broker: the TransactionCoordinator wired to `__transaction_state`.
 
-* Storage and loading (`replication/txn_state_log.py`, which the simulation runs too):
+* Storage and loading (`replication/coordinator_log.py`, which the simulation runs too):
   transaction state records are appended (acks=-1) to `__transaction_state-<p>` through the
   replica manager; a partition is loaded from its log when this broker becomes its leader and
   unloaded when it stops leading it, so the coordinator follows partition leadership.
@@ -25,9 +25,13 @@ from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
 from wherry.outbound.connection import Connect, OutboundConnection
 from wherry.outbound.security import ClientSecurity
+from wherry.replication.coordinator_log import (
+    CoordinatorPartitionLoader,
+    ReplicaCoordinatorStorage,
+    in_executor,
+)
 from wherry.replication.node import ReplicaNode
 from wherry.replication.txn_markers import TxnMarkerChannelManager
-from wherry.replication.txn_state_log import ReplicaTxnStorage, TxnPartitionLoader
 from wherry.runtime.clock import Clock
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
@@ -82,8 +86,11 @@ class TransactionsRuntime:
         self.clock = clock
         self.node = node
         self._admin = admin
-        self.storage = ReplicaTxnStorage(
-            node.replica_manager, clock.now_ms, timeout_ms=config.controller_socket_timeout_ms
+        self.storage = ReplicaCoordinatorStorage(
+            node.replica_manager,
+            TRANSACTION_STATE_TOPIC,
+            clock.now_ms,
+            timeout_ms=config.controller_socket_timeout_ms,
         )
         timeout_s = config.controller_socket_timeout_ms / 1000
 
@@ -107,15 +114,14 @@ class TransactionsRuntime:
         self.markers.coordinator = self.coordinator
         node.ticker.add(self.coordinator, clock.now_ms)
 
-        async def in_executor(fn: Callable[[], list[bytes]]) -> list[bytes]:
-            return await asyncio.get_running_loop().run_in_executor(None, fn)
-
-        self.loader = TxnPartitionLoader(
+        self.loader = CoordinatorPartitionLoader(
+            TRANSACTION_STATE_TOPIC,
             self.coordinator,
             node.replica_manager,
             clock.now_ms,
             buffer_bytes=config.transaction_state_log_load_buffer_size,
             blocking=in_executor,
+            prefix=f"[TransactionCoordinator id={config.broker_id}]",
         )
         self.topic = InternalTopic(
             TRANSACTION_STATE_TOPIC,

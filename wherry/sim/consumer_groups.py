@@ -39,10 +39,7 @@ from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult,
 from wherry.group.consumer_group import ConsumerGroup, TopicMeta
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
-from wherry.group.storage import AppendDone, Record
-from wherry.protocol.records import build_batch
-from wherry.replication.replica_manager import ProduceResult, ReplicaManager
-from wherry.replication.txn_state_log import read_partition_log
+from wherry.replication.coordinator_log import CoordinatorPartitionLoader, ReplicaCoordinatorStorage
 from wherry.runtime.parking import answer_of
 from wherry.sim.invariants import InvariantViolation
 from wherry.sim.network import CLIENT_ID, SimNetwork
@@ -63,7 +60,7 @@ class GroupSimConfig:
     heartbeat_interval_ms: int = 100
     session_timeout_ms: int = 1_500
     rebalance_timeout_ms: int = 1_000
-    request_timeout_ms: int = 800
+    request_timeout_ms: int = 500  # two lost heartbeats in a row stay within the session
     leave_probability: float = 0.01  # per heartbeat
     crash_probability: float = 0.01  # per heartbeat, with faults on
 
@@ -126,43 +123,6 @@ class GroupLedger:
 # --- one broker's coordinator ------------------------------------------------------------------
 
 
-class SimOffsetsStorage:
-    """`OffsetsStorage` on the replica manager: one acks=-1 batch per append (what
-    `server/groups.py`'s `ReplicaOffsetsStorage` does for non-transactional writes)."""
-
-    def __init__(self, rm: ReplicaManager, now_ms: Callable[[], int], timeout_ms: int) -> None:
-        self._rm = rm
-        self._now_ms = now_ms
-        self._timeout_ms = timeout_ms
-
-    def append(
-        self,
-        partition: int,
-        records: Sequence[Record],
-        done: AppendDone,
-        *,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-    ) -> None:
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-        now = self._now_ms()
-
-        def respond(result: ProduceResult) -> None:
-            st = result.get(tp)
-            done(E.unknown_topic_or_partition, -1) if st is None else done(
-                st.error_code, st.base_offset
-            )
-
-        self._rm.append_records(
-            timeout_ms=self._timeout_ms,
-            required_acks=-1,
-            entries={tp: build_batch(list(records), timestamp_ms=now)},
-            respond=respond,
-            now_ms=now,
-            from_coordinator=True,
-        )
-
-
 class GroupHost:
     """One broker process's group coordinator and its edges (what `GroupsRuntime` holds in
     `wherry server`)."""
@@ -183,38 +143,27 @@ class GroupHost:
                     heartbeat_interval_ms=config.heartbeat_interval_ms,
                 ),
             ),
-            SimOffsetsStorage(node.replica_manager, now_ms, config.request_timeout_ms),
+            ReplicaCoordinatorStorage(
+                node.replica_manager, OFFSETS_TOPIC, now_ms, timeout_ms=config.request_timeout_ms
+            ),
             now_ms=now_ms(),
         )
         self.coordinator.consumer_groups.write_observer = ledger.observe
         self.coordinator.startup()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.loader = CoordinatorPartitionLoader(
+            OFFSETS_TOPIC,
+            self.coordinator,
+            node.replica_manager,
+            now_ms,
+            buffer_bytes=1 << 20,
+            on_loaded=lambda _p: ledger.check_reload(node.broker_id, self.coordinator),
+        )
         node.replica.ticker.add(self.coordinator, now_ms)
-        node.replica.leadership_listeners.append(self.on_leadership_change)
+        node.replica.leadership_listeners.append(self.loader.on_leadership_change)
         node.services.append(self)
 
-    def on_leadership_change(
-        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
-    ) -> None:
-        for tp in lost:
-            if tp.topic == OFFSETS_TOPIC:
-                self.coordinator.unload_partition(tp.partition)
-        for tp, epoch in became_leader:
-            if tp.topic == OFFSETS_TOPIC and self.coordinator.begin_loading(tp.partition, epoch):
-                task = asyncio.get_running_loop().create_task(self._load(tp.partition, epoch))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-
-    async def _load(self, partition: int, epoch: int) -> None:
-        await asyncio.sleep(0)
-        chunks = read_partition_log(self.node.replica_manager, OFFSETS_TOPIC, partition, 1 << 20)
-        now = self.world.now_ms()
-        if self.coordinator.load_partition(partition, chunks, now_ms=now, epoch=epoch):
-            self.ledger.check_reload(self.node.broker_id, self.coordinator)
-
     def abandon(self) -> None:
-        for t in self._tasks:
-            t.cancel()
+        self.loader.cancel()
 
     async def stop(self) -> None:
         self.abandon()

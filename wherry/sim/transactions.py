@@ -2,7 +2,7 @@
 simulated broker, transactional producers, and coordinator crashes mid-EndTxn.
 
 Each broker process runs what `server/transactions.py` wires up, from the same modules: the
-pure `txn.TransactionCoordinator` on `__transaction_state` (`replication/txn_state_log.py`:
+pure `txn.TransactionCoordinator` on `__transaction_state` (`replication/coordinator_log.py`:
 acks=all appends through the broker's real replica manager; partitions loaded and unloaded
 as their leadership moves, so the coordinator fails over with the partition's leader), its
 timers on the replica node's ticker (timed-out transactions aborted with an epoch bump), and
@@ -40,13 +40,16 @@ from wherry.controller.context import LeaderIsr
 from wherry.outbound.connection import Connect, FrameTransport
 from wherry.protocol.codec import Request, decode_request, encode_response
 from wherry.protocol.records import build_batch, iter_batches
+from wherry.replication.coordinator_log import (
+    CoordinatorPartitionLoader,
+    ReplicaCoordinatorStorage,
+)
 from wherry.replication.replica_manager import READ_COMMITTED, FetchPartition, FetchResult
 from wherry.replication.txn_markers import (
     WRITE_TXN_MARKERS_KEY,
     TxnMarkerChannelManager,
     write_txn_marker,
 )
-from wherry.replication.txn_state_log import ReplicaTxnStorage, TxnPartitionLoader
 from wherry.runtime.clock import FunctionClock
 from wherry.runtime.parking import answer_of
 from wherry.sim.invariants import (
@@ -132,12 +135,16 @@ class TxnHost:
                 abort_timed_out_transaction_cleanup_interval_ms=config.abort_check_interval_ms,
                 transaction_state_log_num_partitions=config.state_partitions,
             ),
-            ReplicaTxnStorage(rm, now_ms, timeout_ms=config.request_timeout_ms),
+            ReplicaCoordinatorStorage(
+                rm, TRANSACTION_STATE_TOPIC, now_ms, timeout_ms=config.request_timeout_ms
+            ),
             self.markers,
             now_ms=now_ms(),
         )
         self.markers.coordinator = self.coordinator
-        self.loader = TxnPartitionLoader(self.coordinator, rm, now_ms, buffer_bytes=1 << 20)
+        self.loader = CoordinatorPartitionLoader(
+            TRANSACTION_STATE_TOPIC, self.coordinator, rm, now_ms, buffer_bytes=1 << 20
+        )
         self.request_timeout_ms = config.request_timeout_ms
         node.replica.ticker.add(self.coordinator, now_ms)
         node.replica.leadership_listeners.append(self.loader.on_leadership_change)

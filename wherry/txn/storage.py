@@ -1,7 +1,7 @@
 """What the transaction coordinator needs from the broker: appends to
 `__transaction_state-<p>` and a way to send transaction markers.
 
-`replication/txn_state_log.py` (acks=-1 appends through the replica manager) and
+`replication/coordinator_log.py` (acks=-1 appends through the replica manager) and
 `replication/txn_markers.py` (WriteTxnMarkers to partition leaders) implement them for the
 broker and the simulation; tests implement them in memory. `done(error,
 base_offset)` may be called before `append` returns or later, on the same thread.

@@ -27,7 +27,6 @@ import logging
 import random
 import time
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wherry.common.topic_partition import TopicPartition
@@ -41,7 +40,6 @@ from wherry.coordination.store import (
     SessionState,
     StoreError,
 )
-from wherry.log.checkpoint import atomic_write
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
 from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
@@ -67,6 +65,7 @@ from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
 from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
+from wherry.server.meta_properties import check_meta_properties
 from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
 from wherry.server.request_session import REQUEST_SESSION
 from wherry.server.sasl_gate import SaslGate
@@ -215,7 +214,7 @@ class Broker:
         self._watch_session(self.store)
         await paths.ensure_persistent_paths(self.store)
         self.cluster_id = await self._cluster_id()
-        self._check_meta_properties()
+        check_meta_properties(self.config.log_dirs, self.cluster_id, self.broker_id)
         if (acl := self._acl_authorizer()) is not None:  # all ACLs cached before any request
             await acl.start(self.store)
 
@@ -614,33 +613,6 @@ class Broker:
                 data, _ = await self.store.get(paths.CLUSTER_ID)
                 return paths.decode_cluster_id(data)
             return cid
-
-    def _check_meta_properties(self) -> None:
-        """Refuse a log dir that belongs to another cluster or broker (Kafka's meta.properties)."""
-        for d in self.config.log_dirs:
-            meta = Path(d) / "meta.properties"
-            if meta.exists():
-                props = dict(
-                    line.split("=", 1)
-                    for line in meta.read_text().splitlines()
-                    if "=" in line and not line.startswith("#")
-                )
-                if props.get("cluster.id", self.cluster_id) != self.cluster_id:
-                    raise RuntimeError(
-                        f"The cluster id {self.cluster_id} doesn't match the "
-                        f"stored cluster id {props['cluster.id']} in {meta}"
-                    )
-                if int(props.get("broker.id", self.broker_id)) != self.broker_id:
-                    raise RuntimeError(
-                        f"Configured broker.id {self.broker_id} doesn't match "
-                        f"stored broker.id {props['broker.id']} in {meta}"
-                    )
-            else:
-                # Kafka's BrokerMetadataCheckpoint: written, fsynced, renamed, dir fsynced.
-                atomic_write(
-                    meta,
-                    f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n".encode(),
-                )
 
     def advertised_endpoints(self) -> tuple[paths.ListenerEndpoint, ...]:
         """The advertised listeners with their security protocols; port 0 stands for the

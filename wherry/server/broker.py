@@ -57,6 +57,7 @@ from wherry.protocol.response_parts import ResponsePart, encode_response_parts
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock, SystemClock
+from wherry.runtime.parking import Parked
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
@@ -67,7 +68,7 @@ from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
 from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
-from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
+from wherry.server.network import CloseConnection, ConnectionInfo, Deferred, NetworkServer
 from wherry.server.request_session import REQUEST_SESSION
 from wherry.server.sasl_gate import SaslGate
 from wherry.server.startup import (
@@ -843,7 +844,7 @@ class Broker:
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(
         self, conn: ConnectionInfo, frame: memoryview
-    ) -> bytes | list[ResponsePart] | None:
+    ) -> bytes | list[ResponsePart] | Deferred | None:
         if not self._started.is_set() and frame[:2] != API_VERSIONS_PREFIX:
             await self._started.wait()
         sasl = self.sasl_gate.authenticator(conn)
@@ -868,31 +869,59 @@ class Broker:
         )
         return await self._dispatch(req)
 
-    async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | None:
+    async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | Deferred | None:
         handler = handler_for(req.api_key)
         started = time.perf_counter()
+        parked = False
         try:
             body = await handler(self, req)
+            if isinstance(body, Parked):
+                # done but for the answer: the connection goes on with its next request
+                parked = True
+                return Deferred(self._parked_answer(req, body, started))
         except CloseConnection:
             raise
         except Exception as e:
-            log.exception(
-                "%s error handling API key %d v%d from %s",
-                self._prefix,
-                req.api_key,
-                req.api_version,
-                req.client_id,
-            )
+            self._log_handler_error(req)
             raise CloseConnection(f"internal error handling API key {req.api_key}") from e
         finally:
-            self.request_stats.observe(
-                request_name(req.api_key, follower=_from_follower(req)),
-                (time.perf_counter() - started) * 1000,
-            )
+            if not parked:
+                self._observe(req, started)
         if body is None:
             return None
         # Fetch records may be file regions: network.py sends them from the files
         return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
+
+    async def _parked_answer(
+        self, req: Request, parked: Parked[object], started: float
+    ) -> bytes | list[ResponsePart] | None:
+        try:
+            body = await parked.answer
+        except CloseConnection:
+            raise
+        except Exception as e:
+            self._log_handler_error(req)
+            raise CloseConnection(f"internal error handling API key {req.api_key}") from e
+        finally:
+            self._observe(req, started)
+        if body is None:
+            return None
+        return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
+
+    def _observe(self, req: Request, started: float) -> None:
+        self.request_stats.observe(
+            request_name(req.api_key, follower=_from_follower(req)),
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def _log_handler_error(self, req: Request) -> None:
+        log.exception(
+            "%s error handling API key %d v%d from %s",
+            self._prefix,
+            req.api_key,
+            req.api_version,
+            req.client_id,
+        )
 
 
 def _scram_user_of(entity: str) -> str | None:

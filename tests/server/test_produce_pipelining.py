@@ -8,17 +8,21 @@ three-broker cluster (RF 3, acks=all) driven by raw Produce requests sent back t
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from tests.helpers import create_topic
 from tests.kafka_wire import call, connect, encode_request, fetch_body, recv_exact
+from wherry.log.file_region import FileRegion
 from wherry.protocol.records import build_batch, iter_batches, iter_records
+from wherry.protocol.response_parts import ResponsePart
 from wherry.server.network import _MAX_DEFERRED, ConnectionInfo, Deferred, NetworkServer
 from wherry.testing.cluster import DevCluster
 
@@ -35,20 +39,32 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
 
 
 class _Handler:
-    """Frames `d<n>` are deferred until the test releases answer n; any other frame is
-    answered at once with itself."""
+    """Frames `d<n>` are deferred until the test releases answer n; `f` is answered with
+    bytes of `region_file` sent as a file region (os.sendfile); any other frame is answered at
+    once with itself."""
 
-    def __init__(self) -> None:
+    def __init__(self, region_file: Path | None = None) -> None:
         self.seen: list[bytes] = []
         self.answers: dict[bytes, asyncio.Future[bytes]] = {}
+        self.region_file = region_file
 
-    async def __call__(self, conn: ConnectionInfo, frame: memoryview) -> bytes | Deferred:
+    async def __call__(
+        self, conn: ConnectionInfo, frame: memoryview
+    ) -> bytes | list[ResponsePart] | Deferred:
         data = bytes(frame)
         self.seen.append(data)
         if data.startswith(b"d"):
             fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
             self.answers[data] = fut
             return Deferred(fut)
+        if data == b"f" and self.region_file is not None:
+            size = self.region_file.stat().st_size
+            fd = os.open(self.region_file, os.O_RDONLY)
+            try:
+                region = FileRegion.of(fd, 0, size)
+            finally:
+                os.close(fd)
+            return [struct.pack(">i", size + 7) + b"region ", region]
         return _frame(b"answer " + data)
 
 
@@ -64,16 +80,19 @@ async def _until(cond: Any, timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_deferred_answers_let_later_requests_run_and_go_out_in_order() -> None:
+def test_deferred_answers_let_later_requests_run_and_go_out_in_order(tmp_path: Path) -> None:
+    data = os.urandom(300_000)  # more than a socket buffer: sendfile has to wait for room
+    (tmp_path / "segment").write_bytes(data)
+
     async def main() -> None:
-        handler = _Handler()
+        handler = _Handler(tmp_path / "segment")
         server, port = await _serve(handler)
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_frame(b"d1") + _frame(b"m") + _frame(b"d2") + _frame(b"x"))
+            writer.write(_frame(b"d1") + _frame(b"m") + _frame(b"d2") + _frame(b"f"))
             # every request is handled while the first answer still waits
             await _until(lambda: len(handler.seen) == 4)
-            assert handler.seen == [b"d1", b"m", b"d2", b"x"]
+            assert handler.seen == [b"d1", b"m", b"d2", b"f"]
             # nothing may be sent before the first answer
             handler.answers[b"d2"].set_result(_frame(b"answer d2"))
             try:
@@ -83,7 +102,7 @@ def test_deferred_answers_let_later_requests_run_and_go_out_in_order() -> None:
                 pass
             handler.answers[b"d1"].set_result(_frame(b"answer d1"))
             got = [await asyncio.wait_for(_read_frame(reader), 5) for _ in range(4)]
-            assert got == [b"answer d1", b"answer m", b"answer d2", b"answer x"]
+            assert got == [b"answer d1", b"answer m", b"answer d2", b"region " + data]
             writer.close()
         finally:
             await server.close()

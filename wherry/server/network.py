@@ -201,6 +201,8 @@ class _Connection(asyncio.Protocol):
         writer, self.writer = self.writer, None
         if writer is not None and writer is not asyncio.current_task():
             writer.cancel()
+        for answer in self.answers:  # file regions of unsent answers are closed
+            answer.add_done_callback(_close_regions)
         self.answers.clear()
         self.answer_sent.set()
 
@@ -401,13 +403,14 @@ class _Connection(asyncio.Protocol):
                     return
                 if isinstance(response, Deferred):
                     self._queue_answer(asyncio.ensure_future(response.answer))
-                    while len(self.answers) >= _MAX_DEFERRED and not self.closing:
-                        self.answer_sent.clear()
-                        await self.answer_sent.wait()
                 elif self.answers:
                     self._queue_now(response)
                 else:
                     await self._write_response(response)
+                    continue
+                while len(self.answers) >= _MAX_DEFERRED and not self.closing:
+                    self.answer_sent.clear()
+                    await self.answer_sent.wait()
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -419,6 +422,17 @@ def _consume_exception(fut: asyncio.Future[Response | None]) -> None:
     """Deferred answers dropped with their connection: their errors are not news."""
     if not fut.cancelled():
         fut.exception()
+
+
+def _close_regions(fut: asyncio.Future[Response | None]) -> None:
+    """An answer that will not be sent: close the file regions it holds."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    response = fut.result()
+    if response is not None and not isinstance(response, bytes):
+        for part in response:
+            if isinstance(part, FileRegion):
+                part.close()
 
 
 def _ip_literal_family(host: str) -> socket.AddressFamily | None:

@@ -25,7 +25,6 @@ import functools
 import json
 import logging
 import random
-import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,7 +43,7 @@ from wherry.coordination.store import (
 from wherry.log.checkpoint import atomic_write
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
-from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
+from wherry.observability.request_stats import RequestStats
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.codec import (
     Request,
@@ -53,18 +52,18 @@ from wherry.protocol.codec import (
     decode_request,
     encode_response,
 )
-from wherry.protocol.response_parts import ResponsePart, encode_response_parts
+from wherry.protocol.response_parts import ResponsePart
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock, SystemClock
-from wherry.runtime.parking import Parked
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
 from wherry.security.principal import Session
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
-from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
+from wherry.server.dispatch import dispatch
+from wherry.server.handlers import SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
@@ -870,70 +869,10 @@ class Broker:
         return await self._dispatch(req)
 
     async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | Deferred | None:
-        handler = handler_for(req.api_key)
-        started = time.perf_counter()
-        parked = False
-        try:
-            body = await handler(self, req)
-            if isinstance(body, Parked):
-                # done but for the answer: the connection goes on with its next request
-                parked = True
-                return Deferred(self._parked_answer(req, body, started))
-        except CloseConnection:
-            raise
-        except Exception as e:
-            self._log_handler_error(req)
-            raise CloseConnection(f"internal error handling API key {req.api_key}") from e
-        finally:
-            if not parked:
-                self._observe(req, started)
-        if body is None:
-            return None
-        # Fetch records may be file regions: network.py sends them from the files
-        return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
-
-    async def _parked_answer(
-        self, req: Request, parked: Parked[object], started: float
-    ) -> bytes | list[ResponsePart] | None:
-        try:
-            body = await parked.answer
-        except CloseConnection:
-            raise
-        except Exception as e:
-            self._log_handler_error(req)
-            raise CloseConnection(f"internal error handling API key {req.api_key}") from e
-        finally:
-            self._observe(req, started)
-        if body is None:
-            return None
-        return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
-
-    def _observe(self, req: Request, started: float) -> None:
-        self.request_stats.observe(
-            request_name(req.api_key, follower=_from_follower(req)),
-            (time.perf_counter() - started) * 1000,
-        )
-
-    def _log_handler_error(self, req: Request) -> None:
-        log.exception(
-            "%s error handling API key %d v%d from %s",
-            self._prefix,
-            req.api_key,
-            req.api_version,
-            req.client_id,
-        )
+        return await dispatch(self, req)
 
 
 def _scram_user_of(entity: str) -> str | None:
     from wherry.security.scram_store import user_of_entity
 
     return user_of_entity(entity)
-
-
-def _from_follower(req: Request) -> bool:
-    """A Fetch from a follower (Kafka's FetchFollower) rather than a consumer."""
-    if req.api_key != FETCH_KEY:
-        return False
-    state = getattr(req.body, "replica_state", None)
-    rid = state.replica_id if state is not None else getattr(req.body, "replica_id", -1)
-    return int(rid) >= 0

@@ -869,7 +869,7 @@ class Broker:
         return await self._dispatch(req)
 
     async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | Deferred | None:
-        return await dispatch(self, req)
+        return await dispatch(self, req, self.request_stats, self._prefix)
 
 
 def _scram_user_of(entity: str) -> str | None:

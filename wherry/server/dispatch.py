@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from wherry.observability.request_stats import FETCH_KEY, request_name
+from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
 from wherry.protocol.response_parts import ResponsePart, encode_response_parts
 from wherry.runtime.parking import Parked
 from wherry.server.handlers import handler_for
@@ -19,28 +19,34 @@ from wherry.server.network import CloseConnection, Deferred
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.server.broker import Broker
+    from wherry.server.services import BrokerServices
 
 log = logging.getLogger("wherry.server.broker")
 
 Answer = bytes | list[ResponsePart] | None
 
 
-async def dispatch(broker: Broker, req: Request) -> Answer | Deferred:
+async def dispatch(
+    broker: BrokerServices, req: Request, stats: RequestStats, prefix: str
+) -> Answer | Deferred:
+    """`req` through its handler; `stats` observe its time, `prefix` starts log lines."""
     started = time.perf_counter()
-    answer = await _answer(broker, req, handler_for(req.api_key)(broker, req), started)
+    work = handler_for(req.api_key)(broker, req)
+    answer = await _answer(req, work, stats, prefix, started)
     if isinstance(answer, Parked):  # done but for the answer: the connection goes on
-        return Deferred(_parked(broker, req, answer, started))
+        return Deferred(_parked(req, answer, stats, prefix, started))
     return answer
 
 
-async def _parked(broker: Broker, req: Request, parked: Parked[Any], started: float) -> Answer:
-    answer = await _answer(broker, req, parked.answer, started)
+async def _parked(
+    req: Request, parked: Parked[Any], stats: RequestStats, prefix: str, started: float
+) -> Answer:
+    answer = await _answer(req, parked.answer, stats, prefix, started)
     return None if isinstance(answer, Parked) else answer
 
 
 async def _answer(
-    broker: Broker, req: Request, work: Awaitable[Any], started: float
+    req: Request, work: Awaitable[Any], stats: RequestStats, prefix: str, started: float
 ) -> Answer | Parked[Any]:
     """`work`'s body (a handler's, or a parked answer's) encoded; a `Parked` as it is. The
     request's time is observed once its answer is there."""
@@ -52,7 +58,7 @@ async def _answer(
     except Exception as e:
         log.exception(
             "%s error handling API key %d v%d from %s",
-            broker._prefix,
+            prefix,
             req.api_key,
             req.api_version,
             req.client_id,
@@ -60,7 +66,7 @@ async def _answer(
         raise CloseConnection(f"internal error handling API key {req.api_key}") from e
     finally:
         if not isinstance(body, Parked):
-            broker.request_stats.observe(
+            stats.observe(
                 request_name(req.api_key, follower=_from_follower(req)),
                 (time.perf_counter() - started) * 1000,
             )

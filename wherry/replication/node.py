@@ -79,7 +79,7 @@ from wherry.replication.replica_manager import (
     ReplicaManager,
 )
 from wherry.runtime.clock import Clock
-from wherry.runtime.parking import answer_of
+from wherry.runtime.parking import answer_future, answer_of
 from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.ticker import PurgatoryTicker
 
@@ -481,7 +481,24 @@ class ReplicaNode:
     ) -> ProduceResult:
         """Append to led partitions; with acks=all, answer once the ISR has the records.
         `from_coordinator`: transaction markers (WriteTxnMarkers)."""
-        return await answer_of(
+        return await self.start_append(
+            entries,
+            required_acks=required_acks,
+            timeout_ms=timeout_ms,
+            from_coordinator=from_coordinator,
+        )
+
+    def start_append(
+        self,
+        entries: Mapping[TopicPartition, bytes | None],
+        *,
+        required_acks: int,
+        timeout_ms: int,
+        from_coordinator: bool = False,
+    ) -> asyncio.Future[ProduceResult]:
+        """`append`, the records appended when this returns: the future holds the answer
+        (done at once unless an acks=all produce waits for the ISR)."""
+        return answer_future(
             lambda respond: self.replica_manager.append_records(
                 timeout_ms=timeout_ms,
                 required_acks=required_acks,

@@ -8,17 +8,18 @@ broker's handlers and the simulator await the answer with `answer_of`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
 
-__all__ = ["answer_of"]
+__all__ = ["Parked", "answer_future", "answer_of"]
 
 T = TypeVar("T")
 
 
-async def answer_of(start: Callable[[Callable[[T], None]], Any]) -> T:
-    """Call `start(respond)` and return the first value `respond` is called with. `respond`
-    must be called on the event loop's thread (purgatories complete operations there)."""
+def answer_future(start: Callable[[Callable[[T], None]], Any]) -> asyncio.Future[T]:
+    """Call `start(respond)`; the future holds the first value `respond` is called with
+    (done already when `start` answered at once). `respond` must be called on the event
+    loop's thread (purgatories complete operations there)."""
     fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
 
     def respond(value: T) -> None:
@@ -26,4 +27,21 @@ async def answer_of(start: Callable[[Callable[[T], None]], Any]) -> T:
             fut.set_result(value)
 
     start(respond)
-    return await fut
+    return fut
+
+
+async def answer_of(start: Callable[[Callable[[T], None]], Any]) -> T:
+    """Call `start(respond)` and return the first value `respond` is called with."""
+    return await answer_future(start)
+
+
+class Parked(Generic[T]):
+    """A handler's result when its request's work is done and only the answer waits (an
+    acks=all Produce appended and parked until the ISR has the records): the broker lets the
+    connection handle its next request meanwhile (`network.Deferred`). `answer` gives the
+    response body."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: Awaitable[T]) -> None:
+        self.answer = answer

@@ -25,7 +25,6 @@ import functools
 import json
 import logging
 import random
-import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
@@ -42,7 +41,7 @@ from wherry.coordination.store import (
 )
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
-from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
+from wherry.observability.request_stats import RequestStats
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.codec import (
     Request,
@@ -51,7 +50,7 @@ from wherry.protocol.codec import (
     decode_request,
     encode_response,
 )
-from wherry.protocol.response_parts import ResponsePart, encode_response_parts
+from wherry.protocol.response_parts import ResponsePart
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock, SystemClock
@@ -61,12 +60,13 @@ from wherry.runtime.tasks import wait_event
 from wherry.security.principal import Session
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
-from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
+from wherry.server.dispatch import dispatch
+from wherry.server.handlers import SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.meta_properties import check_meta_properties
-from wherry.server.network import CloseConnection, ConnectionInfo, NetworkServer
+from wherry.server.network import CloseConnection, ConnectionInfo, Deferred, NetworkServer
 from wherry.server.request_session import REQUEST_SESSION
 from wherry.server.sasl_gate import SaslGate
 from wherry.server.startup import (
@@ -815,7 +815,7 @@ class Broker:
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(
         self, conn: ConnectionInfo, frame: memoryview
-    ) -> bytes | list[ResponsePart] | None:
+    ) -> bytes | list[ResponsePart] | Deferred | None:
         if not self._started.is_set() and frame[:2] != API_VERSIONS_PREFIX:
             await self._started.wait()
         sasl = self.sasl_gate.authenticator(conn)
@@ -840,43 +840,11 @@ class Broker:
         )
         return await self._dispatch(req)
 
-    async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | None:
-        handler = handler_for(req.api_key)
-        started = time.perf_counter()
-        try:
-            body = await handler(self, req)
-        except CloseConnection:
-            raise
-        except Exception as e:
-            log.exception(
-                "%s error handling API key %d v%d from %s",
-                self._prefix,
-                req.api_key,
-                req.api_version,
-                req.client_id,
-            )
-            raise CloseConnection(f"internal error handling API key {req.api_key}") from e
-        finally:
-            self.request_stats.observe(
-                request_name(req.api_key, follower=_from_follower(req)),
-                (time.perf_counter() - started) * 1000,
-            )
-        if body is None:
-            return None
-        # Fetch records may be file regions: network.py sends them from the files
-        return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
+    async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | Deferred | None:
+        return await dispatch(self, req, self.request_stats, self._prefix)
 
 
 def _scram_user_of(entity: str) -> str | None:
     from wherry.security.scram_store import user_of_entity
 
     return user_of_entity(entity)
-
-
-def _from_follower(req: Request) -> bool:
-    """A Fetch from a follower (Kafka's FetchFollower) rather than a consumer."""
-    if req.api_key != FETCH_KEY:
-        return False
-    state = getattr(req.body, "replica_state", None)
-    rid = state.replica_id if state is not None else getattr(req.body, "replica_id", -1)
-    return int(rid) >= 0

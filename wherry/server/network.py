@@ -1,9 +1,13 @@
 """The listening side: an asyncio server that frames bytes and hands frames to a handler.
 (Connections a broker opens to other brokers are `wherry.outbound`'s.)
 
-Like Kafka's SocketServer, each connection processes one request at a time, in order, and
-answers in order; further requests wait in the connection's queue (reading pauses when it
-grows). A frame the protocol layer rejects closes the connection with a log line.
+Each connection processes its requests one at a time, in order, and answers in order;
+further requests wait in the connection's queue (reading pauses when it grows). One
+exception, pipelining: a handler whose request is done and only waits for its answer (an
+acks=all Produce appended and parked until the ISR has it) returns a `Deferred`; the
+connection then goes on with its next request while up to `_MAX_DEFERRED` answers wait, and
+a writer sends every answer in request order. A frame the protocol layer rejects closes the
+connection with a log line.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from wherry.security.principal import ANONYMOUS, KafkaPrincipal, user
 log = logging.getLogger(__name__)
 
 _MAX_QUEUED = 64
+# Answers a connection may have waiting while it handles further requests (Kafka clients
+# keep at most 5 requests in flight per connection by default)
+_MAX_DEFERRED = 16
 
 
 class CloseConnection(Exception):
@@ -71,7 +78,21 @@ def certificate_principal(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> K
 # A response: one frame, or the chunks of one frame with file regions among them (a Fetch's
 # records, sent from the segment files with os.sendfile; protocol/response_parts.py)
 Response = bytes | Sequence[ResponsePart]
-FrameHandler = Callable[[ConnectionInfo, memoryview], Awaitable[Response | None]]
+
+
+class Deferred:
+    """A handler's result when the request's work is done and only its answer waits (an
+    acks=all Produce appended and parked in the purgatory): the connection handles its next
+    requests meanwhile and sends `answer`'s result in its turn. `answer` may raise
+    CloseConnection / CloseAfterResponse like a handler."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: Awaitable[Response | None]) -> None:
+        self.answer = answer
+
+
+FrameHandler = Callable[[ConnectionInfo, memoryview], Awaitable[Response | Deferred | None]]
 # Told once when a client connection is gone (share sessions release what it held)
 CloseListener = Callable[[ConnectionInfo], None]
 
@@ -92,6 +113,10 @@ class _Connection(asyncio.Protocol):
         self.info: ConnectionInfo | None = None
         self.reading_paused = False
         self.writable: asyncio.Future[None] | None = None  # waiting to sendfile more
+        # Answers to send in request order once a request was deferred (see `Deferred`)
+        self.answers: collections.deque[asyncio.Future[Response | None]] = collections.deque()
+        self.writer: asyncio.Task[None] | None = None
+        self.answer_sent = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -140,6 +165,7 @@ class _Connection(asyncio.Protocol):
         self.wakeup.set()
         self.can_write.set()
         self._stop_waiting_for_writable()
+        self._drop_answers()
         if self.decoder.buffered_bytes:
             log.info(
                 "Connection %s closed with %d bytes of a partial request",
@@ -167,6 +193,18 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
         self.wakeup.set()
         self._stop_waiting_for_writable()
+        self._drop_answers()
+
+    def _drop_answers(self) -> None:
+        """The connection is gone: waiting answers are dropped (what their requests did
+        stays done, as in Kafka)."""
+        writer, self.writer = self.writer, None
+        if writer is not None and writer is not asyncio.current_task():
+            writer.cancel()
+        for answer in self.answers:  # file regions of unsent answers are closed
+            answer.add_done_callback(_close_regions)
+        self.answers.clear()
+        self.answer_sent.set()
 
     def _stop_waiting_for_writable(self) -> None:
         if self.writable is not None and not self.writable.done():
@@ -266,6 +304,71 @@ class _Connection(asyncio.Protocol):
             loop.remove_writer(fd)
             os.close(fd)
 
+    # --- answering in request order ------------------------------------------------------
+    async def _write_response(self, response: Response | None) -> None:
+        if not response or self.closing or self.transport is None:
+            return
+        if not isinstance(response, bytes):
+            await self._write_parts(response)
+            return
+        self.transport.write(response)
+        if not self.can_write.is_set():
+            await self.can_write.wait()
+
+    def _queue_answer(self, answer: asyncio.Future[Response | None]) -> None:
+        """Send `answer`'s result after every answer queued before it."""
+        answer.add_done_callback(_consume_exception)
+        self.answers.append(answer)
+        if self.writer is None:
+            self.writer = asyncio.get_running_loop().create_task(self._write_answers())
+
+    def _queue_now(
+        self, response: Response | None = None, error: BaseException | None = None
+    ) -> None:
+        fut: asyncio.Future[Response | None] = asyncio.get_running_loop().create_future()
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(response)
+        self._queue_answer(fut)
+
+    async def _write_answers(self) -> None:
+        """The writer: while answers are queued, wait for the first, send it, drop it."""
+        assert self.info is not None
+        try:
+            while self.answers and not self.closing:
+                answer = self.answers[0]
+                try:
+                    # shielded: dropping the answers must not cancel the work behind them
+                    response = await asyncio.shield(answer)
+                except CloseAfterResponse as e:
+                    if self.transport is not None and not self.closing:
+                        self.transport.write(e.response)  # flushed before the close
+                    self.close(str(e))
+                    return
+                except CloseConnection as e:
+                    self.close(str(e))
+                    return
+                await self._write_response(response)
+                if self.answers and self.answers[0] is answer:
+                    self.answers.popleft()
+                self.answer_sent.set()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("Unexpected error answering on connection %s", self.info.peer)
+            self.close("internal error")
+        finally:
+            if self.writer is asyncio.current_task():
+                self.writer = None
+            self.answer_sent.set()
+
+    async def _answers_sent(self) -> None:
+        """Until every queued answer is sent (or the connection closes)."""
+        while self.answers and not self.closing:
+            self.answer_sent.clear()
+            await self.answer_sent.wait()
+
     async def _run(self) -> None:
         handler = self.server.handler
         assert self.info is not None
@@ -280,31 +383,56 @@ class _Connection(asyncio.Protocol):
                     self.reading_paused = False
                     self.transport.resume_reading()
                 if frame is None:  # EOF sentinel
+                    await self._answers_sent()
                     if self.transport is not None:
                         self.transport.close()
                     return
                 try:
                     response = await handler(self.info, frame)
-                except CloseAfterResponse as e:
-                    if self.transport is not None and not self.closing:
+                except CloseConnection as e:
+                    if self.answers:  # answered after the answers before it
+                        self._queue_now(error=e)
+                        return
+                    if (
+                        isinstance(e, CloseAfterResponse)
+                        and self.transport is not None
+                        and not self.closing
+                    ):
                         self.transport.write(e.response)  # flushed before the close
                     self.close(str(e))
                     return
-                except CloseConnection as e:
-                    self.close(str(e))
-                    return
-                if response and not self.closing and self.transport is not None:
-                    if not isinstance(response, bytes):
-                        await self._write_parts(response)
-                        continue
-                    self.transport.write(response)
-                    if not self.can_write.is_set():
-                        await self.can_write.wait()
+                if isinstance(response, Deferred):
+                    self._queue_answer(asyncio.ensure_future(response.answer))
+                elif self.answers:
+                    self._queue_now(response)
+                else:
+                    await self._write_response(response)
+                    continue
+                while len(self.answers) >= _MAX_DEFERRED and not self.closing:
+                    self.answer_sent.clear()
+                    await self.answer_sent.wait()
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("Unexpected error on connection %s", self.info.peer)
             self.close("internal error")
+
+
+def _consume_exception(fut: asyncio.Future[Response | None]) -> None:
+    """Deferred answers dropped with their connection: their errors are not news."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _close_regions(fut: asyncio.Future[Response | None]) -> None:
+    """An answer that will not be sent: close the file regions it holds."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    response = fut.result()
+    if response is not None and not isinstance(response, bytes):
+        for part in response:
+            if isinstance(part, FileRegion):
+                part.close()
 
 
 def _ip_literal_family(host: str) -> socket.AddressFamily | None:

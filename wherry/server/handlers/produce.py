@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from wherry.group.records import OFFSETS_TOPIC
 from wherry.protocol.codec import duration_ms
 from wherry.protocol.records import RecordError, parse_header
 from wherry.replication.delayed import ProducePartitionStatus
+from wherry.runtime.parking import Parked
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorized_names
 from wherry.server.handlers.topic_keys import TopicKey, resolve_topic, topic_responses
@@ -60,7 +62,11 @@ def _all_failed(body: Any, cache: Any, code: ErrorCode) -> Mapping[str, Any]:
     }
 
 
-async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any] | None:
+async def handle(
+    broker: BrokerServices, req: Request
+) -> Mapping[str, Any] | Parked[Mapping[str, Any]] | None:
+    """The records are appended when this returns; an acks=all answer still waiting for
+    the ISR comes back `Parked`, so the connection may go on with its next request."""
     body = req.body
     acks = body.acks
     cache = broker.cache
@@ -108,16 +114,34 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any] | No
 
     statuses: Mapping[TopicPartition, ProducePartitionStatus] = {}
     if entries:
-        statuses = await broker.node.append(
+        appended = broker.node.start_append(
             entries, required_acks=acks, timeout_ms=duration_ms(body.timeout)
         )
+        if not appended.done() and acks == -1:
+            return Parked(_answer_when_replicated(appended, order, errors))
+        statuses = await appended
 
     if acks == 0:
         if errors or any(s.error_code != ErrorCode.none for s in statuses.values()):
             # Kafka closes the connection so an acks=0 client notices the failure.
             raise CloseConnection("acks=0 produce request failed")
         return None
+    return _response(order, errors, statuses)
 
+
+async def _answer_when_replicated(
+    appended: asyncio.Future[Mapping[TopicPartition, ProducePartitionStatus]],
+    order: list[tuple[TopicKey, str | None, int]],
+    errors: dict[tuple[TopicKey, int], ErrorCode],
+) -> Mapping[str, Any]:
+    return _response(order, errors, await appended)
+
+
+def _response(
+    order: list[tuple[TopicKey, str | None, int]],
+    errors: dict[tuple[TopicKey, int], ErrorCode],
+    statuses: Mapping[TopicPartition, ProducePartitionStatus],
+) -> Mapping[str, Any]:
     topics: dict[TopicKey, list[dict[str, Any]]] = {}
     for key, name, index in order:
         err = errors.get((key, index))

@@ -1,0 +1,85 @@
+"""A decoded request through its handler to the encoded response (Broker._dispatch).
+
+A handler's `Parked` result (an acks=all Produce appended, its answer waiting for the ISR)
+becomes a `network.Deferred`: the connection handles its next request meanwhile and sends
+this answer in its turn. Errors a handler raises close the connection with a log line."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
+from wherry.protocol.response_parts import ResponsePart, encode_response_parts
+from wherry.runtime.parking import Parked
+from wherry.server.handlers import handler_for
+from wherry.server.network import CloseConnection, Deferred
+
+if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
+    from wherry.server.services import BrokerServices
+
+log = logging.getLogger("wherry.server.broker")
+
+Answer = bytes | list[ResponsePart] | None
+
+
+async def dispatch(
+    broker: BrokerServices, req: Request, stats: RequestStats, prefix: str
+) -> Answer | Deferred:
+    """`req` through its handler; `stats` observe its time, `prefix` starts log lines."""
+    started = time.perf_counter()
+    work = handler_for(req.api_key)(broker, req)
+    answer = await _answer(req, work, stats, prefix, started)
+    if isinstance(answer, Parked):  # done but for the answer: the connection goes on
+        return Deferred(_parked(req, answer, stats, prefix, started))
+    return answer
+
+
+async def _parked(
+    req: Request, parked: Parked[Any], stats: RequestStats, prefix: str, started: float
+) -> Answer:
+    answer = await _answer(req, parked.answer, stats, prefix, started)
+    return None if isinstance(answer, Parked) else answer
+
+
+async def _answer(
+    req: Request, work: Awaitable[Any], stats: RequestStats, prefix: str, started: float
+) -> Answer | Parked[Any]:
+    """`work`'s body (a handler's, or a parked answer's) encoded; a `Parked` as it is. The
+    request's time is observed once its answer is there."""
+    body: Any = None
+    try:
+        body = await work
+    except CloseConnection:
+        raise
+    except Exception as e:
+        log.exception(
+            "%s error handling API key %d v%d from %s",
+            prefix,
+            req.api_key,
+            req.api_version,
+            req.client_id,
+        )
+        raise CloseConnection(f"internal error handling API key {req.api_key}") from e
+    finally:
+        if not isinstance(body, Parked):
+            stats.observe(
+                request_name(req.api_key, follower=_from_follower(req)),
+                (time.perf_counter() - started) * 1000,
+            )
+    if body is None or isinstance(body, Parked):
+        return body
+    # Fetch records may be file regions: network.py sends them from the files
+    return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
+
+
+def _from_follower(req: Request) -> bool:
+    """A Fetch from a follower (Kafka's FetchFollower) rather than a consumer."""
+    if req.api_key != FETCH_KEY:
+        return False
+    state = getattr(req.body, "replica_state", None)
+    rid = state.replica_id if state is not None else getattr(req.body, "replica_id", -1)
+    return int(rid) >= 0

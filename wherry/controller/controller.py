@@ -373,11 +373,6 @@ class Controller:
             batch,
         )
         await self._trigger_online(batch)
-        # The elected leaders go out now, as Kafka's partition state machine startup sends its
-        # own batch: the ISR writes below (one per partition with a dead replica, thousands
-        # when a broker died with the controller) must not hold the new leaders back.
-        await self._send(batch)
-        batch = self._batch()
         # Replicas on brokers that died while no controller watched leave the ISRs.
         await self.replicas_offline(dead_isr_members(ctx), batch, stop_replica=False)
         add_update_metadata(batch, ctx, ctx.live_brokers, ctx.all_partitions())

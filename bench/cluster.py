@@ -424,6 +424,7 @@ class Bench:
         }
         self.log(f"(f1) kill -9 controller {victim}, leader of {len(led):,} partitions")
         zk = cluster.zk()
+        left = {b: {t for t, _ in led} for b in survivors}
         t0 = time.monotonic()
         cluster.kill(victim)
         expired: float | None = None
@@ -433,7 +434,7 @@ class Bench:
             now = time.monotonic()
             if expired is None and zk.exists(f"/brokers/ids/{victim}") is None:
                 expired = now
-            if expired is not None and _moved(cluster, survivors, topics, led, victim):
+            if expired is not None and _moved(cluster, left, led, victim):
                 done = time.monotonic()
                 break
             # Metadata of thousands of partitions costs the brokers time: look 5 times a
@@ -513,23 +514,31 @@ def _wait_full_isr(cluster: Any, topics: dict[str, int], timeout_s: float) -> fl
 
 def _moved(
     cluster: Any,
-    survivors: list[int],
-    topics: dict[str, int],
+    left: dict[int, set[str]],
     led: set[tuple[str, int]],
     victim: int,
 ) -> bool:
+    """Whether every survivor's metadata shows a new leader for every partition in `led`.
+    `left` (survivor → topics not yet seen moved there) shrinks as topics are seen moved, so
+    later looks ask only for those: the probe's Metadata requests cost the brokers less."""
     from wherry.testing.metadata_probe import fetch_metadata
 
-    for b in survivors:
+    for b, topics in left.items():
+        if not topics:
+            continue
         try:
-            view = fetch_metadata(cluster.address(b), list(topics))
+            view = fetch_metadata(cluster.address(b), sorted(topics))
         except OSError:
             return False
-        for t, p in led:
-            pv = view.partitions(t).get(p)
-            if pv is None or pv.leader in (victim, -1):
-                return False
-    return True
+        for t in list(topics):
+            parts = view.partitions(t)
+            if all(
+                (pv := parts.get(p)) is not None and pv.leader not in (victim, -1)
+                for tt, p in led
+                if tt == t
+            ):
+                topics.discard(t)
+    return not any(left.values())
 
 
 def rss_mb(pid: int) -> float:

@@ -50,6 +50,7 @@ T = TypeVar("T")
 
 INITIAL_CONTROLLER_EPOCH = 0  # written when /controller_epoch does not exist yet (Kafka's)
 PIPELINE_DEPTH = 500  # store requests of one batch in flight at once
+MULTI_GROUP = 100  # partition-state writes per ZooKeeper transaction (~20 KB of a 1 MB request)
 
 
 class ControllerMovedError(Exception):
@@ -400,32 +401,55 @@ class ControllerStoreClient:
         written: dict[TopicPartition, int] = {}
         conflicts: list[TopicPartition] = []
 
-        async def write(item: tuple[TopicPartition, LeaderIsr]) -> list[MultiResult]:
+        def set_op(item: tuple[TopicPartition, LeaderIsr]) -> SetOp:
             tp, st = item
             rec = paths.PartitionState(
                 st.leader, st.leader_epoch, list(st.isr), st.controller_epoch
             )
             path = paths.partition_state_path(tp.topic, tp.partition)
-            return await self._fenced(epoch_zk_version, [SetOp(path, rec.to_json(), st.zk_version)])
+            return SetOp(path, rec.to_json(), st.zk_version)
 
-        # Pipelined (Kafka's KafkaZkClient sends these asynchronously): a failover moving
-        # thousands of leaderships waits for a few round trips, not one per partition.
-        items = list(updates)
-        for start in range(0, len(items), PIPELINE_DEPTH):
-            chunk = items[start : start + PIPELINE_DEPTH]
-            results = await asyncio.gather(*(write(i) for i in chunk), return_exceptions=True)
+        async def write(item: tuple[TopicPartition, LeaderIsr]) -> list[MultiResult]:
+            return await self._fenced(epoch_zk_version, [set_op(item)])
+
+        async def write_group(group: list[tuple[TopicPartition, LeaderIsr]]) -> None:
+            """Several partitions' writes in ONE fenced transaction (one round trip, one
+            ZooKeeper request); if any of them conflicts the transaction is rolled back and
+            the group is written again one partition at a time, to tell which conflicted."""
+            try:
+                results = await self._fenced(epoch_zk_version, [set_op(i) for i in group])
+            except (BadVersionError, NoNodeError):
+                results = None
+            if results is not None:
+                for (tp, _), r in zip(group, results[1:], strict=True):
+                    assert isinstance(r, Stat)
+                    written[tp] = r.version
+                return
+            singles = await asyncio.gather(*(write(i) for i in group), return_exceptions=True)
             failure: BaseException | None = None
-            for (tp, _), r in zip(chunk, results, strict=True):
-                if isinstance(r, BadVersionError | NoNodeError):
+            for (tp, _), one in zip(group, singles, strict=True):
+                if isinstance(one, BadVersionError | NoNodeError):
                     conflicts.append(tp)
-                elif isinstance(r, BaseException):
-                    failure = failure or r
+                elif isinstance(one, BaseException):
+                    failure = failure or one
                 else:
-                    stat = r[1]
+                    stat = one[1]
                     assert isinstance(stat, Stat)
                     written[tp] = stat.version
             if failure is not None:
                 raise failure
+
+        # Kafka's KafkaZkClient sends these asynchronously, one transaction per partition; here
+        # partitions go MULTI_GROUP to a transaction, PIPELINE_DEPTH transactions in flight: a
+        # failover moving thousands of leaderships costs a few requests, not one per partition.
+        items = list(updates)
+        groups = [items[i : i + MULTI_GROUP] for i in range(0, len(items), MULTI_GROUP)]
+        for start in range(0, len(groups), PIPELINE_DEPTH):
+            chunk = groups[start : start + PIPELINE_DEPTH]
+            results = await asyncio.gather(*(write_group(g) for g in chunk), return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
         return written, conflicts
 
     async def partition_states(

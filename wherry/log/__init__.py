@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
 
+from wherry.common.lazy import lazy_attributes
 from wherry.common.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -89,11 +89,4 @@ _LAZY: dict[str, tuple[str, str]] = {
 }
 
 
-def __getattr__(name: str) -> object:
-    try:
-        module, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(import_module(module), attr)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, globals(), _LAZY)

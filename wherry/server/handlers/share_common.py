@@ -11,11 +11,29 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.security.acl import AclOperation, ResourceType
-from wherry.server.authz import authorized_names, current_session
+from wherry.server.authz import (
+    AUTHORIZATION_MESSAGES,
+    authorize,
+    authorized_names,
+    current_session,
+)
 from wherry.share.partition import AckBatch
 
 if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
+
+
+def request_error(
+    broker: BrokerServices, group: str | None, member: str | None
+) -> tuple[ErrorCode, str] | None:
+    """The whole-request error of a ShareFetch / ShareAcknowledge, or None: the group and
+    member ids must be set, and the principal needs READ on the group."""
+    if not group or not member:
+        return ErrorCode.invalid_request, "The group id and member id must be set."
+    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, group):
+        code = ErrorCode.group_authorization_failed
+        return code, AUTHORIZATION_MESSAGES[code]
+    return None
 
 
 def resolve(

@@ -18,14 +18,13 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
-from wherry.security.acl import AclOperation, ResourceType
-from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
 from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.server.handlers.share_common import (
     MOVED,
     ack_batches,
     leader_of,
     node_endpoints,
+    request_error,
     resolve,
 )
 
@@ -61,11 +60,9 @@ def _part(index: int, **kw: Any) -> dict[str, Any]:
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     group, member, epoch = body.group_id, body.member_id, body.share_session_epoch
-    if not group or not member:
-        return _top(ErrorCode.invalid_request, "The group id and member id must be set.")
-    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, group):
-        code = ErrorCode.group_authorization_failed
-        return _top(code, AUTHORIZATION_MESSAGES[code])
+    refused = request_error(broker, group, member)
+    if refused is not None:
+        return _top(*refused)
     shares = broker.shares
     settings = await shares.settings(group)
     now = broker.clock.now_ms()

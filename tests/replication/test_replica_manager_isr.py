@@ -270,6 +270,65 @@ def test_a_caught_up_replica_whose_broker_goes_stops_holding_the_hw(env: Env) ->
     assert len(got) == 1 and got[0][TP].error_code == ErrorCode.none
 
 
+def test_the_isr_expiration_task_moves_a_hw_held_by_a_replica_no_longer_caught_up(
+    env: Env,
+) -> None:
+    """A replica outside the ISR holds the HW only while it counts as caught up; that ends
+    with time alone (no fetch, no append), so the `isr-expiration` task re-checks the HW and
+    completes the parked acks=all produce rather than leaving it to time out."""
+    env.lead(isr=(1, 2))
+    env.alive = {1, 2}
+    env.follower_fetch(3, 0)  # caught up while not eligible: no ISR proposal
+    env.alive = {1, 2, 3}  # its broker is back but cannot fetch (say, a wrong password)
+    got = env.produce_acks_all()
+    env.follower_fetch(2, 1)
+    assert got == [] and env.part.high_watermark == 0  # 3 holds it: caught up just now
+    env.clock.now += LAG + 1
+    env.follower_fetch(2, 1)  # no progress: the HW is not looked at again here
+    assert got == [] and env.part.high_watermark == 0
+    assert env.rm.maybe_shrink_isr() == 0  # 3 is no ISR member: nothing to shrink
+    assert env.part.high_watermark == 1
+    assert len(got) == 1 and got[0][TP].error_code == ErrorCode.none
+
+
+def test_a_replica_whose_broker_went_and_came_back_holds_the_hw_only_once_it_fetches(
+    env: Env,
+) -> None:
+    """What a replica fetched before its broker left the live set does not make it caught up
+    when the broker is back (a new incarnation): acks=all completes on the ISR's progress."""
+    env.lead(isr=(1, 2))
+    env.alive = {1, 2}
+    env.follower_fetch(3, 0)  # caught up (while not eligible: no ISR proposal)
+    env.rm.on_brokers_gone()  # broker 3 left the live set ...
+    env.alive = {1, 2, 3}  # ... and is back, not fetching
+    got = env.produce_acks_all()
+    env.follower_fetch(2, 1)
+    assert env.part.high_watermark == 1
+    assert len(got) == 1 and got[0][TP].error_code == ErrorCode.none
+
+
+def test_the_hw_check_after_an_append_uses_the_follower_clock(tmp_path: Path) -> None:
+    """Follower fetch times are on the replica manager's (monotonic) clock; the produce's
+    `now_ms` is the wall clock (append times). The HW check after an append must use the
+    former: a caught-up replica about to join the ISR holds the HW there too."""
+    env = Env(tmp_path, min_isr=1)
+    try:
+        env.lead(isr=(1,), replicas=(1, 2))
+        env.alive = {1}
+        env.follower_fetch(2, 0)  # caught up while not eligible: no ISR proposal
+        env.alive = {1, 2}
+        wall_ms = 1_700_000_000_000
+        env.rm.append_records(timeout_ms=1_000, required_acks=1,
+                              entries={TP: build_batch([(None, b"v")])},
+                              respond=lambda _: None, now_ms=wall_ms)
+        assert env.part.log.log_end_offset == 1
+        assert env.part.high_watermark == 0  # replica 2 (caught up just now) holds it
+        env.follower_fetch(2, 1)
+        assert env.part.high_watermark == 1
+    finally:
+        env.lm.shutdown()
+
+
 def test_lagging_followers_are_tracked_for_incremental_fetch_sessions(env: Env) -> None:
     """A follower outside the committed ISR is listed by `lagging` (its incremental fetches
     read the partition every time, so it can rejoin though its position does not move)."""

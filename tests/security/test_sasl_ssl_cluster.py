@@ -18,12 +18,16 @@ What the tests show, per inter-broker mechanism:
 * a broker restarted with a WRONG inter-broker password cannot rejoin: its fetches fail with an
   authentication error in its log and the ISR stays without it; restarted with the right
   password it is back in the ISR.
+
+When a test fails, the tail of each broker's log is printed (the whole logs stay under pytest's
+base temp); the test steps are printed with timestamps to set beside the brokers' log lines.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -42,6 +46,20 @@ CLIENT_USER, CLIENT_PASSWORD = "alice", "alice-secret"
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 LAG_MS = 3_000  # replica.lag.time.max.ms: a silent follower leaves the ISR after this
+# A few records acks=all are acknowledged in well under a second; the bound catches a produce
+# answered only when its request times out (librdkafka's request.timeout.ms, 30 s) and retried
+SMALL_PRODUCE_S = 20
+LOG_TAIL_LINES = 80
+
+
+def _step(what: str) -> None:
+    """A test step, timestamped as the brokers' log lines are (shown when a test fails)."""
+    now = time.time()
+    print(
+        f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))},{int(now % 1 * 1000):03d}]"
+        f" STEP {what}",
+        flush=True,
+    )
 
 
 def _plain_jaas(password: str) -> str:
@@ -141,7 +159,48 @@ def cluster(
         c.mechanism = mechanism  # type: ignore[attr-defined]
         assert wait_until(lambda: c.registered_brokers() == {0, 1, 2}, 30)
         assert wait_until(lambda: c.controller() is not None, 30)
+        # Every broker must also know the controller (from the controller's UpdateMetadata)
+        # before an admin client asks: librdkafka looks the controller up once, and when the
+        # broker it asks names none (-1) yet, its CreateTopics waits out its whole timeout.
+        controller = c.controller()
+        for b in c.broker_ids:
+            assert wait_until(lambda b=b: _knows_cluster(c, tls, b, controller), 30), (
+                f"broker {b} does not name controller {controller}:\n{c.output(b)[-3000:]}"
+            )
         yield c
+
+
+def _knows_cluster(c: ZkCluster, tls: TlsMaterial, broker: int, controller: int | None) -> bool:
+    """Does `broker`, asked alone over SASL_SSL, name the controller and all three brokers?"""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    conf = confluent_conf(c.address(broker, "SASL_SSL"), _auth(tls, "PLAIN"))
+    try:
+        md = AdminClient(conf).list_topics(timeout=5)
+    except KafkaException:  # not answering yet
+        return False
+    return md.controller_id == controller and set(md.brokers) == {0, 1, 2}
+
+
+@pytest.fixture(autouse=True)
+def _broker_logs_on_failure(
+    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> Iterator[None]:
+    """When the test fails, print where each broker's log is and its last lines."""
+    failed_before = request.session.testsfailed
+    yield
+    if request.session.testsfailed == failed_before or "cluster" not in request.fixturenames:
+        return
+    try:
+        c: ZkCluster = request.getfixturevalue("cluster")
+    except (Exception, pytest.fail.Exception):  # the cluster did not start (its error says why)
+        return
+    with capsys.disabled():
+        for b in c.broker_ids:
+            tail = c.output(b).splitlines()[-LOG_TAIL_LINES:]
+            print(f"\n===== broker {b}: {c.output_path(b)} (last {len(tail)} lines)")
+            print("\n".join(tail))
 
 
 def _auth(tls: TlsMaterial, mechanism: str) -> ClientAuth:
@@ -157,8 +216,10 @@ def _auth(tls: TlsMaterial, mechanism: str) -> ClientAuth:
 def _create(c: ZkCluster, tls: TlsMaterial, topic: str, partitions: int, rf: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    _step(f"create topic {topic}")
     admin = AdminClient(confluent_conf(c.bootstrap_of("SASL_SSL"), _auth(tls, "PLAIN")))
     admin.create_topics([NewTopic(topic, partitions, rf)])[topic].result(30)
+    _step(f"created topic {topic}")
 
 
 def _full_isr(c: ZkCluster, topic: str, partitions: int, replicas: set[int]) -> bool:
@@ -175,10 +236,17 @@ def _segments(c: ZkCluster, broker: int, topic: str, partition: int) -> bytes:
 
 
 def _produce(
-    c: ZkCluster, tls: TlsMaterial, topic: str, n: int, prefix: str, partitions: int = 1
+    c: ZkCluster,
+    tls: TlsMaterial,
+    topic: str,
+    n: int,
+    prefix: str,
+    partitions: int = 1,
+    within_s: float = 60,
 ) -> None:
     from confluent_kafka import Producer
 
+    _step(f"produce {n} records {prefix!r} to {topic}")
     conf = confluent_conf(c.bootstrap_of("SASL_SSL"), _auth(tls, "SCRAM-SHA-512"))
     producer = Producer({**conf, "acks": "all", "linger.ms": 5})
     failed: list[object] = []
@@ -189,7 +257,9 @@ def _produce(
             partition=i % partitions,
             on_delivery=lambda err, _m: failed.append(err) if err else None,
         )
-    assert producer.flush(60) == 0
+    left = producer.flush(within_s)
+    _step(f"produced {prefix!r}: {n - left} of {n} acknowledged")
+    assert left == 0, f"{left} of {n} records not acknowledged within {within_s} s"
     assert not failed, failed[:3]
 
 
@@ -235,10 +305,14 @@ def test_leader_election_and_a_broker_with_a_wrong_password(
     assert wait_until(lambda: _full_isr(c, topic, 1, {0, 1, 2}), 30)
     state = c.partition_state(topic, 0)
     assert state is not None and state.leader == 2
-    _produce_one = lambda tag: _produce(c, tls, topic, 3, tag)  # noqa: E731
+
+    def _produce_one(tag: str) -> None:
+        _produce(c, tls, topic, 3, tag, within_s=SMALL_PRODUCE_S)
+
     _produce_one("before")
 
     # Stopping the leader: the controller elects another one and tells the brokers.
+    _step("stop broker 2")
     c.stop_broker(2)
     assert wait_until(
         lambda: (
@@ -254,6 +328,7 @@ def test_leader_election_and_a_broker_with_a_wrong_password(
     # (its own server-side users are right), but its fetches to the leader fail to log in.
     wrong = _security_overrides(tls, mechanism, "not-the-password")
     c.broker_overrides[2] = wrong
+    _step("start broker 2 with a wrong inter-broker password")
     c.start_broker(2)
     start = len(c.output(2))
     assert wait_until(lambda: "refused our SASL" in c.output(2)[start:], 30), c.output(2)[-3000:]
@@ -268,6 +343,7 @@ def test_leader_election_and_a_broker_with_a_wrong_password(
     assert state is not None and set(state.isr) == {0, 1}, state
 
     # With the right password it catches up and is back in the ISR.
+    _step("restart broker 2 with the right password")
     c.stop_broker(2)
     del c.broker_overrides[2]
     c.start_broker(2)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -21,6 +21,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.log import AppendInfo, Log
 from wherry.protocol.interbroker import LeaderAndIsrPartitionState
 from wherry.replication.isr import (
+    NEVER,
     AlterOutcome,
     CommittedLeaderAndIsr,
     CommittedPartitionState,
@@ -239,10 +240,13 @@ class Partition:
         required_acks: int,
         min_insync_replicas: int,
         now_ms: int,
+        lag_clock_ms: int | None = None,
         from_coordinator: bool = False,
     ) -> AppendInfo:
         """Append an already validated batch (see `records.validate_batch`); transaction
-        markers `from_coordinator`."""
+        markers `from_coordinator`. `now_ms` is the wall clock (append times); `lag_clock_ms`
+        the clock follower fetch times are recorded on (monotonic in the broker), for the HW
+        check after the append (default: `now_ms`, where both are one clock)."""
         self.require_leader()
         isr_size = len(self.state.isr)
         if required_acks == -1 and isr_size < min_insync_replicas:
@@ -258,7 +262,7 @@ class Partition:
             validate=False,
             from_coordinator=from_coordinator,
         )
-        self.maybe_increment_high_watermark(now_ms)
+        self.maybe_increment_high_watermark(now_ms if lag_clock_ms is None else lag_clock_ms)
         return info
 
     # --- followers (SPEC R9) ---------------------------------------------------------------
@@ -293,6 +297,17 @@ class Partition:
         if prev.log_end_offset != cur.log_end_offset:
             hw = self.maybe_increment_high_watermark(now_ms)
         return FollowerFetchOutcome(proposal, hw)
+
+    def forget_gone_followers(self) -> None:
+        """Replicas outside the maximal ISR whose broker is gone (not ISR-eligible) no longer
+        count as caught up: back with a new incarnation, they must fetch to hold the HW (as
+        Kafka's broker-epoch check makes a re-registered broker ineligible until it does)."""
+        isr = self.state.maximal_isr
+        for rid, f in self.remote_replicas.items():
+            if rid in isr or f.last_caught_up_time_ms == NEVER:
+                continue
+            if not self.is_replica_isr_eligible(rid):
+                self.remote_replicas[rid] = replace(f, last_caught_up_time_ms=NEVER)
 
     # --- ISR changes (SPEC R4–R6) -----------------------------------------------------------
     def maybe_expand_isr(self, replica_id: int, now_ms: int) -> PendingExpandIsr | None:

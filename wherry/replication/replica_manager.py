@@ -347,6 +347,7 @@ class ReplicaManager:
                 required_acks=required_acks,
                 min_insync_replicas=cfg.min_insync_replicas,
                 now_ms=now_ms,
+                lag_clock_ms=self._monotonic_ms(),
                 from_coordinator=from_coordinator,
             )
         except RecordError as e:
@@ -776,11 +777,16 @@ class ReplicaManager:
 
     def on_brokers_gone(self) -> None:
         """Brokers left the live set (UpdateMetadata): a caught-up replica on one of them no
-        longer holds a led partition's HW back (it is not ISR-eligible any more), so the HW
-        may move and parked acks=all produces complete now rather than at the next append."""
+        longer holds a led partition's HW back (it is not ISR-eligible any more, and counts as
+        caught up again only once it has fetched: a broker back soon must not hold the HW
+        with what it fetched before it went), so the HW may move and parked acks=all
+        produces complete now rather than at the next append."""
         now = self._monotonic_ms()
         for tp, part in list(self.partitions.items()):
-            if part.is_leader and part.maybe_increment_high_watermark(now):
+            if not part.is_leader:
+                continue
+            part.forget_gone_followers()
+            if part.maybe_increment_high_watermark(now):
                 self._try_complete_delayed(tp)
 
     def maybe_shrink_isr(self, now_ms: int | None = None) -> int:
@@ -792,6 +798,12 @@ class ReplicaManager:
         for part in list(self.partitions.values()):
             if not part.is_leader:
                 continue
+            # A replica outside the ISR holds the HW while it counts as caught up, which ends
+            # with time alone (replica.lag.time.max.ms after it last was): nothing else then
+            # moves the HW until the next append or follower progress, so parked acks=all
+            # produces would wait for that (or time out) -- the HW is checked here too.
+            if part.maybe_increment_high_watermark(now):
+                self._try_complete_delayed(part.tp)
             pending = part.maybe_shrink_isr(now)
             if pending is not None:
                 proposed += 1

@@ -585,10 +585,52 @@ class ZkCluster(Startable):
                 self.start_broker(b, wait=False)
             for b in self.broker_ids:
                 self._wait_first_start(b)
+            self.wait_metadata_settled()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def plaintext_listener(self) -> str | None:
+        """The first listener speaking PLAINTEXT (by `listener.security.protocol.map`, else
+        by its name), or None."""
+        mapping = dict(
+            item.split(":", 1)
+            for item in self.overrides.get("listener.security.protocol.map", "").split(",")
+            if ":" in item
+        )
+        for name in self.listeners:
+            if mapping.get(name, name).upper() == "PLAINTEXT":
+                return name
+        return None
+
+    def wait_metadata_settled(self, timeout_s: float | None = None) -> None:
+        """Until every running broker, asked on its own, names a controller and every running
+        broker (bounded by ``start_timeout_s``). A broker that has not had the controller's
+        first UpdateMetadata answers controller -1, and librdkafka's admin client then never
+        asks again: a CreateTopics right after the start would wait out its whole timeout.
+        Only over a PLAINTEXT listener; a cluster without one is not waited for here."""
+        listener = self.plaintext_listener()
+        if listener is None:
+            return
+        running = {b for b in self.broker_ids if self.is_running(b)}
+        deadline = time.monotonic() + (self.start_timeout_s if timeout_s is None else timeout_s)
+        for b in sorted(running):
+            last = "no answer"
+            while True:
+                try:
+                    view = fetch_metadata(self.address(b, listener), [], timeout_s=2.0)
+                    if view.controller_id >= 0 and running <= set(view.brokers):
+                        break
+                    last = f"controller {view.controller_id}, brokers {sorted(view.brokers)}"
+                except OSError as e:
+                    last = str(e)
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"broker {b}'s metadata did not settle ({last}) after "
+                        f"{self.start_timeout_s} s:\n" + self.output(b)[-4000:]
+                    )
+                time.sleep(0.05)
 
     def _wait_first_start(self, broker_id: int, attempts: int = 3) -> None:
         """Wait for a first start; if another process took the free port picked for the

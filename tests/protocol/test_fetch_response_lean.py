@@ -31,13 +31,20 @@ def _partition(rng: random.Random, index: int) -> dict[str, Any]:
         "last_stable_offset": rng.randrange(-1, 1 << 40),
         "log_start_offset": rng.randrange(-1, 1 << 40),
         "aborted_transactions": rng.choice(
-            (None, [], [{"producer_id": 7, "first_offset": 3}, {"producer_id": 9, "first_offset": 1}])
+            (
+                None,
+                [],
+                [{"producer_id": 7, "first_offset": 3}, {"producer_id": 9, "first_offset": 1}],
+            )
         ),
         "preferred_read_replica": rng.choice((-1, 2)),
         "records": records,
     }
     if rng.random() < 0.3:
-        part["diverging_epoch"] = {"epoch": rng.randrange(0, 50), "end_offset": rng.randrange(0, 900)}
+        part["diverging_epoch"] = {
+            "epoch": rng.randrange(0, 50),
+            "end_offset": rng.randrange(0, 900),
+        }
     if rng.random() < 0.2:
         part["current_leader"] = {"leader_id": 3, "leader_epoch": 4}
     return part

@@ -83,8 +83,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 self._head.clear()
                 if not 0 <= size <= self.max_frame_bytes:
                     raise ConnectionError(
-                        f"response of {size} bytes from {self.peer} "
-                        f"(limit {self.max_frame_bytes})"
+                        f"response of {size} bytes from {self.peer} (limit {self.max_frame_bytes})"
                     )
                 frame = self._frame = bytearray(size)
                 self._filled = 0

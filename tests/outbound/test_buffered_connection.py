@@ -49,7 +49,7 @@ def _run(coro: Awaitable[Any]) -> Any:
 
 
 def test_answers_arrive_whole_however_they_are_written() -> None:
-    payloads = [os.urandom(n) for n in (0, 1, 3, 70_000, 3 << 20, 10)]
+    payloads = [os.urandom(n) for n in (0, 70_000, 3 << 20, 1, 3 << 20, 10, 70_000)]
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         for i, payload in enumerate(payloads):
@@ -69,9 +69,13 @@ def test_answers_arrive_whole_however_they_are_written() -> None:
         conn = BufferedConnection("127.0.0.1", port, request_timeout_s=TIMEOUT_S)
         try:
             await conn.connect()
-            for payload in payloads:
+            for payload in payloads[:3]:  # each answer dropped before the next: buffer reused
                 got = await conn.request(struct.pack(">i", 2) + b"hi")
                 assert got.readonly and bytes(got) == payload
+                del got
+            held = [await conn.request(struct.pack(">i", 2) + b"hi") for _ in payloads[3:]]
+            # answers still held are never received into again
+            assert [bytes(h) for h in held] == payloads[3:]
         finally:
             await conn.close()
             server.close()

@@ -35,15 +35,19 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self.max_frame_bytes = max_frame_bytes
         self.peer = peer
         self.transport: asyncio.Transport | None = None
-        self.frames: collections.deque[bytearray] = collections.deque()
+        self.frames: collections.deque[memoryview] = collections.deque()
         self.error: BaseException | None = None  # the connection is gone (why)
         self.arrived: asyncio.Event = asyncio.Event()
         self.can_write: asyncio.Event = asyncio.Event()
         self.can_write.set()
         self._scratch = bytearray(_SCRATCH_BYTES)
         self._head = bytearray()  # bytes of the size prefix read so far
-        self._frame: bytearray | None = None
+        self._frame: memoryview | None = None
         self._filled = 0
+        # The buffer frames are received into, reused once nothing refers to the last frame
+        # any more (a fresh one per frame costs a page fault per 4 KiB, as much as the copy
+        # it saves).
+        self._pool = bytearray()
 
     # -- asyncio callbacks ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -52,7 +56,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         frame = self._frame
         if frame is not None:
-            return memoryview(frame)[self._filled :]
+            return frame[self._filled :]
         return memoryview(self._scratch)
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -85,7 +89,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                     raise ConnectionError(
                         f"response of {size} bytes from {self.peer} (limit {self.max_frame_bytes})"
                     )
-                frame = self._frame = bytearray(size)
+                frame = self._frame = self._buffer(size)
                 self._filled = 0
                 if size == 0:
                     self._complete()
@@ -97,9 +101,17 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             if self._filled == len(frame):
                 self._complete()
 
+    def _buffer(self, size: int) -> memoryview:
+        """`size` bytes to receive a frame into: the pool's, unless a view of the last frame
+        is still held somewhere (then a new pool)."""
+        pool = self._pool
+        if len(pool) < size or not _unexported(pool):
+            pool = self._pool = bytearray(size)
+        return memoryview(pool)[:size]
+
     def _complete(self) -> None:
         assert self._frame is not None
-        self.frames.append(self._frame)
+        self.frames.append(self._frame.toreadonly())
         self._frame = None
         self._filled = 0
         self.arrived.set()
@@ -124,9 +136,20 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self.arrived.set()
 
 
+def _unexported(buf: bytearray) -> bool:
+    """Whether no memoryview of `buf` is alive (a bytearray with views cannot be resized)."""
+    try:
+        buf.append(0)
+    except BufferError:
+        return False
+    del buf[-1]
+    return True
+
+
 class BufferedConnection(OutboundConnection):
     """An `OutboundConnection` (same constructor, same `FrameTransport` contract) receiving
-    each answer into a bytearray of its own; `request` returns that bytearray."""
+    each answer straight into its receive buffer; `request` returns a read-only view of it,
+    valid as long as it is held (the buffer is reused only once no view of it is left)."""
 
     def __init__(
         self,
@@ -186,7 +209,7 @@ class BufferedConnection(OutboundConnection):
 
     async def request(self, frame: bytes) -> memoryview:  # type: ignore[override]
         """Send one whole frame (size prefix included); return the answer frame without its
-        size prefix: a read-only view of a bytearray of its own. Raises ConnectionError or
+        size prefix: a read-only view of the receive buffer. Raises ConnectionError or
         TimeoutError."""
         async with self._lock:
             p = self._protocol
@@ -205,7 +228,7 @@ class BufferedConnection(OutboundConnection):
                             )
                         p.arrived.clear()
                         await p.arrived.wait()
-                    return memoryview(p.frames.popleft()).toreadonly()
+                    return p.frames.popleft()
             except BaseException:
                 self.abort()
                 raise

@@ -8,7 +8,14 @@ temporary data dirs, every process stopped by its PID):
   r1  3 broker processes on a real ZooKeeper (`wherry server --zookeeper`, `ZkCluster`),
       topic RF 3 with min.insync.replicas=2, acks=all, 100 B records
   r2  the same with 1 KiB records
-  x1, x2  the ratios r1/s1 and r2/s2 (records/s)
+  x1, x2  the ratios r1/s1 and r2/s2 (records/s); the runs of s and r alternate, both
+      targets up at once, so the two sides of a ratio see the same machine load
+  p1  raw ceiling of an acks=1 produce's byte path, no broker code: loopback socket →
+      recv_into → pwrite, 1 MiB chunks (MiB/s, CPU ms per MiB)
+  p3  the same plus RF 3's: os.sendfile of each written range to two follower sockets, each
+      recv_into → pwrite to its own file
+  px  p3/p1, and the bound it puts on x2: r2 cannot beat 2 cores / (client CPU per MB of r2
+      + p3's CPU per MiB), i.e. brokers that did nothing but the raw byte path
   sl1 single broker, acks=1: produce latency p50/p99 at 1000 records/s, linger.ms=0
   rl1 3 brokers, RF 3, acks=all: the same
   sl2, rl2  the same at 100 records/s
@@ -79,11 +86,12 @@ class Plan:
     idle_partitions: int = 10_000
     idle_seconds: float = 30
     idle_session_timeout_ms: int = 6_000  # zookeeper.session.timeout.ms of the idle cluster
+    raw_mib: int = 300  # bytes of each raw-path run (rows p1, p3)
 
 
 FULL = Plan(
     small_records=500_000,
-    large_records=150_000,
+    large_records=300_000,
     latency_rates=(1000, 100),
     latency_duration_s=10,
     repeats=3,
@@ -96,6 +104,7 @@ QUICK = replace(
     repeats=1,
     idle_partitions=2_000,
     idle_seconds=10,
+    raw_mib=50,
 )
 
 
@@ -241,44 +250,118 @@ class Bench:
         self.rows[row.id] = row
         self.log(f"  {row.id:<3} {row.name}: {row.result}")
 
-    def measure(self, target: Target, prefix: str) -> None:
+    def throughput(self, single: Target, cluster: Target) -> None:
+        """s1, s2, r1, r2: for each record size, runs on the single broker and on the cluster
+        alternate (s, r, s, r, ...), so both see the same machine load (other processes on
+        this 2-core machine come and go); the best run of each counts."""
         plan = self.plan
-        sizes = ((f"{prefix}1", 100, plan.small_records), (f"{prefix}2", 1024, plan.large_records))
-        for rid, size, count in sizes:
-            topic = f"bench-{prefix}-{size}b"
-            target.create_topic(topic, PARTITIONS)
-            runs: list[Params] = []
+        for n, size, count in ((1, 100, plan.small_records), (2, 1024, plan.large_records)):
+            topics = {}
+            for prefix, target in (("s", single), ("r", cluster)):
+                topics[prefix] = f"bench-{prefix}-{size}b"
+                target.create_topic(topics[prefix], PARTITIONS)
+            runs: dict[str, list[Params]] = {"s": [], "r": []}
             for rep in range(plan.repeats):
-                self.log(f"({rid}) {target.name}: produce {count} x {size} B, run {rep + 1}")
-                cpu0 = target.cpu_seconds()
-                r = run_worker(
-                    "cf_produce",
-                    {
-                        "bootstrap": target.bootstrap,
-                        "topic": topic,
-                        "acks": target.acks,
-                        "record_bytes": size,
-                        "count": count,
-                        "timeout_s": 300,
-                    },
-                    timeout_s=360,
+                for prefix, target in (("s", single), ("r", cluster)):
+                    rid = f"{prefix}{n}"
+                    self.log(f"({rid}) {target.name}: produce {count} x {size} B, run {rep + 1}")
+                    runs[prefix].append(self._produce_run(target, topics[prefix], size, count))
+            for prefix, target in (("s", single), ("r", cluster)):
+                self._throughput_row(f"{prefix}{n}", target, size, count, runs[prefix])
+
+    def _produce_run(self, target: Target, topic: str, size: int, count: int) -> Params:
+        cpu0 = target.cpu_seconds()
+        load0 = os.getloadavg()[0]
+        r = run_worker(
+            "cf_produce",
+            {
+                "bootstrap": target.bootstrap,
+                "topic": topic,
+                "acks": target.acks,
+                "record_bytes": size,
+                "count": count,
+                "timeout_s": 300,
+            },
+            timeout_s=360,
+        )
+        r["broker_cpu_s"] = target.cpu_seconds() - cpu0
+        r["loadavg_1m"] = [load0, os.getloadavg()[0]]
+        return r
+
+    def _throughput_row(
+        self, rid: str, target: Target, size: int, count: int, runs: list[Params]
+    ) -> None:
+        best = max(runs, key=lambda r: r["rec_s"])
+        mib = best["bytes"] / 2**20
+        self.add(
+            Row(
+                rid,
+                f"{target.name}: produce {size} B",
+                f"{best['rec_s']:,.0f} rec/s  {best['mb_s']:,.1f} MB/s",
+                f"best of {len(runs)} runs of {count} records ("
+                + ", ".join(f"{r['rec_s'] / 1000:,.0f}k" for r in runs)
+                + f" rec/s); best: {best['elapsed_s']:.2f} s, broker CPU "
+                f"{best['broker_cpu_s'] / best['elapsed_s'] * 100:.0f}% (all broker "
+                f"processes, {best['broker_cpu_s'] * 1000 / mib:.1f} ms per MB), client CPU "
+                f"{best['client_cpu_s'] / best['elapsed_s'] * 100:.0f}%; load "
+                f"{best['loadavg_1m'][0]:.1f}",
+                {**best, "runs": runs},
+            )
+        )
+
+    def raw_ceiling(self) -> None:
+        """p1, p3, px (see the module docstring); runs alternate, best of `repeats`."""
+        runs: dict[int, list[Params]] = {0: [], 2: []}
+        for rep in range(self.plan.repeats):
+            for followers in runs:
+                self.log(f"(p) raw byte path, {followers} followers, run {rep + 1}")
+                r = run_cluster_worker(
+                    "raw_path", {"total_mib": self.plan.raw_mib, "followers": followers}, 120
                 )
-                r["broker_cpu_s"] = target.cpu_seconds() - cpu0
-                runs.append(r)
-            best = max(runs, key=lambda r: r["rec_s"])
+                runs[followers].append(r)
+        best = {f: max(rs, key=lambda r: r["mib_s"]) for f, rs in runs.items()}
+        cpu = {f: min(r["cpu_ms_per_mib"] for r in rs) for f, rs in runs.items()}
+        for rid, f, what in (("p1", 0, "acks=1"), ("p3", 2, "RF 3 (+2 sendfile followers)")):
             self.add(
                 Row(
                     rid,
-                    f"{target.name}: produce {size} B",
-                    f"{best['rec_s']:,.0f} rec/s  {best['mb_s']:,.1f} MB/s",
-                    f"best of {len(runs)} runs of {count} records ("
-                    + ", ".join(f"{r['rec_s'] / 1000:,.0f}k" for r in runs)
-                    + f" rec/s); best: {best['elapsed_s']:.2f} s, broker CPU "
-                    f"{best['broker_cpu_s'] / best['elapsed_s'] * 100:.0f}% (all broker "
-                    f"processes), client CPU {best['client_cpu_s'] / best['elapsed_s'] * 100:.0f}%",
-                    {**best, "runs": runs},
+                    f"raw byte path of an {what} produce, no broker code",
+                    f"{best[f]['mib_s']:,.0f} MB/s  {cpu[f]:.2f} ms CPU per MB",
+                    f"best of {len(runs[f])} runs of {self.plan.raw_mib} MiB ("
+                    + ", ".join(f"{r['mib_s']:,.0f}" for r in runs[f])
+                    + " MB/s)",
+                    {"best": best[f], "cpu_ms_per_mib": cpu[f], "runs": runs[f]},
                 )
             )
+        r2, s2 = self.rows["r2"].raw, self.rows["s2"].raw
+
+        def per_mib(r: Params, key: str) -> float:
+            return float(r[key]) * 1000 / (r["bytes"] / 2**20)
+
+        client = per_mib(r2, "client_cpu_s")
+        s2_cpu = per_mib(s2, "client_cpu_s") + per_mib(s2, "broker_cpu_s")
+        cores = os.cpu_count() or 1
+        bound = cores * 1000 / (client + cpu[2])
+        x2_bound = s2_cpu / (client + cpu[2])
+        self.add(
+            Row(
+                "px",
+                "raw RF 3 / raw acks=1 path, and the bound on x2 it implies",
+                f"{best[2]['mib_s'] / best[0]['mib_s']:.2f}x  x2 <= {x2_bound:.2f}x",
+                f"CPU per MB {cpu[2]:.2f} vs {cpu[0]:.2f} ms. CPU-bound, x2 is at most s2's CPU "
+                f"per MB (client + broker: {s2_cpu:.2f} ms) / r2's if its brokers did nothing but "
+                f"the raw RF 3 path (client {client:.2f} + {cpu[2]:.2f} ms); on {cores} cores r2 "
+                f"<= {bound:,.0f} MB/s",
+                {
+                    "ratio": best[2]["mib_s"] / best[0]["mib_s"],
+                    "x2_bound": x2_bound,
+                    "r2_bound_mb_s": bound,
+                },
+            )
+        )
+
+    def latency(self, target: Target, prefix: str) -> None:
+        plan = self.plan
         topic = f"bench-{prefix}-latency"
         target.create_topic(topic, 1)
         for i, rate in enumerate(plan.latency_rates):
@@ -571,7 +654,23 @@ def run_cluster_worker(role: str, params: Params, timeout_s: float) -> Params:
     return result
 
 
-ORDER = ("s1", "s2", "r1", "r2", "x1", "x2", "sl1", "rl1", "sl2", "rl2", "sl3", "rl3")
+ORDER = (
+    "s1",
+    "s2",
+    "r1",
+    "r2",
+    "x1",
+    "x2",
+    "p1",
+    "p3",
+    "px",
+    "sl1",
+    "rl1",
+    "sl2",
+    "rl2",
+    "sl3",
+    "rl3",
+)
 IDLE_ORDER = ("i1", "i2", "f1")
 
 
@@ -610,11 +709,15 @@ def main(argv: list[str] | None = None) -> int:
     order: tuple[str, ...] = ()
     with temp_dir("wherry-bench-cluster-", args.tmp_dir) as base:
         if args.rows in ("all", "throughput"):
-            with single_broker(base) as target:
-                bench.measure(target, "s")
+            with (
+                single_broker(base) as single,
+                dev_cluster(base) if args.dev else zk_cluster(base) as cluster,
+            ):
+                bench.throughput(single, cluster)
+                bench.raw_ceiling()
+                bench.latency(single, "s")
+                bench.latency(cluster, "r")
             shutil.rmtree(base / "single", ignore_errors=True)
-            with dev_cluster(base) if args.dev else zk_cluster(base) as target:
-                bench.measure(target, "r")
             shutil.rmtree(base / "zk", ignore_errors=True)
             bench.ratios()
             order += ORDER

@@ -3,6 +3,13 @@
 `latency`: produce `record_bytes` records (100 B) at `rate`/s for `duration_s` with
 `linger_ms` (0 by default) and `acks`; latency = produce() → delivery report. Prints one JSON
 line last. Every loop is bounded by a deadline.
+
+`raw_path`: the byte path of a produce with no broker code at all, as a ceiling: a sender
+thread writes `total_mib` MiB in 1 MiB chunks to a loopback socket; a "leader" thread
+`recv_into`s each chunk, `pwrite`s it to a file and, with `followers` > 0, `os.sendfile`s
+that file range to each follower's socket, where a "follower" thread `recv_into`s and
+`pwrite`s it to its own file. Every syscall releases the GIL, so the threads use the cores
+like processes would; the answer is MiB/s and the process's CPU seconds per MiB.
 """
 
 from __future__ import annotations
@@ -81,7 +88,99 @@ def latency(p: Params) -> Params:
     }
 
 
-ROLES: dict[str, Callable[[Params], Params]] = {"latency": latency}
+def raw_path(p: Params) -> Params:
+    import socket
+    import tempfile
+    import threading
+
+    chunk, total, followers = 1 << 20, int(p["total_mib"]), int(p["followers"])
+    deadline = time.monotonic() + float(p.get("timeout_s", 120))
+    errors: list[BaseException] = []
+
+    def pair() -> tuple[socket.socket, socket.socket]:
+        """A connected loopback TCP pair (what a broker's peers use)."""
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            a = socket.create_connection(server.getsockname()[:2])
+            b, _ = server.accept()
+        return a, b  # blocking: os.sendfile needs it; a stuck run ends at the join timeout
+
+    def recv_chunk(sock: socket.socket, buf: bytearray) -> None:
+        view, got = memoryview(buf), 0
+        while got < len(buf):
+            n = sock.recv_into(view[got:])
+            if n == 0:
+                raise WorkerError("peer closed early")
+            got += n
+
+    def guarded(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as e:  # reported after the join
+                errors.append(e)
+
+        return run
+
+    with tempfile.TemporaryDirectory(dir=p.get("dir")) as d:
+        produce_out, leader_in = pair()
+        links = [pair() for _ in range(followers)]
+
+        def sender() -> None:
+            data = os.urandom(chunk)
+            for _ in range(total):
+                produce_out.sendall(data)
+
+        def leader() -> None:
+            fd = os.open(os.path.join(d, "leader.log"), os.O_RDWR | os.O_CREAT)
+            buf = bytearray(chunk)
+            try:
+                for i in range(total):
+                    recv_chunk(leader_in, buf)
+                    os.pwrite(fd, buf, i * chunk)
+                    for out, _ in links:
+                        offset, left = i * chunk, chunk
+                        while left:
+                            sent = os.sendfile(out.fileno(), fd, offset, left)
+                            offset += sent
+                            left -= sent
+            finally:
+                os.close(fd)
+
+        def follower(k: int) -> Callable[[], None]:
+            def run() -> None:
+                fd = os.open(os.path.join(d, f"follower-{k}.log"), os.O_WRONLY | os.O_CREAT)
+                buf = bytearray(chunk)
+                try:
+                    for i in range(total):
+                        recv_chunk(links[k][1], buf)
+                        os.pwrite(fd, buf, i * chunk)
+                finally:
+                    os.close(fd)
+
+            return run
+
+        roles = [sender, leader, *(follower(k) for k in range(followers))]
+        threads = [threading.Thread(target=guarded(f), daemon=True) for f in roles]
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        for s in (produce_out, leader_in, *(s for link in links for s in link)):
+            s.close()
+    if errors or any(t.is_alive() for t in threads):
+        raise WorkerError(f"raw path failed: {errors or 'timed out'}")
+    return {
+        "mib": total,
+        "elapsed_s": elapsed,
+        "mib_s": total / elapsed,
+        "cpu_s": cpu,
+        "cpu_ms_per_mib": cpu * 1000 / total,
+    }
+
+
+ROLES: dict[str, Callable[[Params], Params]] = {"latency": latency, "raw_path": raw_path}
 
 
 def main(argv: list[str]) -> int:

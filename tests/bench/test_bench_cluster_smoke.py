@@ -13,8 +13,8 @@ import pytest
 from wherry.testing.zookeeper import ZooKeeperServer
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = ("s1", "s2", "r1", "r2", "x1", "x2", "sl1", "rl1", "sl2", "rl2", "sl3", "rl3",
-        "i1", "i2", "f1")
+ROWS = ("s1", "s2", "r1", "r2", "x1", "x2", "p1", "p3", "px", "sl1", "rl1", "sl2", "rl2",
+        "sl3", "rl3", "i1", "i2", "f1")
 
 
 @pytest.mark.slow
@@ -39,6 +39,9 @@ def test_quick_cluster_bench_reports_every_row(tmp_path: Path) -> None:
         assert 0 < rows[rid]["p50_ms"] <= rows[rid]["p99_ms"], rid
         assert rows[rid]["records"] > 0
     assert rows["x1"]["ratio"] > 0 and rows["x2"]["ratio"] > 0
+    for rid in ("p1", "p3"):  # the raw byte paths moved their bytes, at some CPU cost
+        assert rows[rid]["best"]["mib_s"] > 0 and rows[rid]["cpu_ms_per_mib"] > 0, rid
+    assert rows["px"]["ratio"] > 0 and rows["px"]["x2_bound"] > 0
     assert rows["i1"]["partitions"] == 300 and rows["i1"]["seconds"] >= 0
     idle = rows["i2"]
     assert len(idle["cpu_pct"]) == 3 and all(v >= 0 for v in idle["cpu_pct"].values())

@@ -14,8 +14,8 @@ from kio.schema.errors import ErrorCode
 from tests.helpers import create_topic
 from tests.log.logtest_util import read_all
 from wherry.common.topic_partition import TopicPartition
-from wherry.protocol.records import build_batch
-from wherry.replication.fetcher import EpochAnswer, FetcherConfig
+from wherry.protocol.records import build_batch, iter_batches
+from wherry.replication.fetcher import EpochAnswer, FetcherConfig, FetchPosition
 from wherry.replication.network_endpoint import NetworkLeaderEndpoint
 from wherry.replication.partition import Partition
 from wherry.testing.cluster import DevCluster, wait_until
@@ -188,3 +188,48 @@ def test_offset_for_leader_epoch_over_the_wire(wherry_cluster: DevCluster) -> No
     assert c.run(ask(1, 2, epoch, epoch)).error_code == ErrorCode.not_leader_or_follower
     assert wait_until(lambda: log_end(c, 1, tp) == 10, TIMEOUT_S)
     assert c.run(ask(1, -2, epoch, epoch)) == EpochAnswer(ErrorCode.none, epoch, 10)
+
+
+def test_follower_fetch_answers_over_the_wire_are_the_leader_log(
+    wherry_cluster: DevCluster,
+) -> None:
+    """The follower's path end to end: the leader sends its answers' records with sendfile
+    (PLAINTEXT), the endpoint receives them into its reused buffer and hands them out as
+    views; views still held are never overwritten by later answers, and together they are
+    the leader's log byte for byte."""
+    c = wherry_cluster
+    topic = f"r-{uuid.uuid4().hex[:10]}"
+    tp = TopicPartition(topic, 0)
+    create_topic(c.bootstrap, topic, [[0, 1]], **{"segment.bytes": str(1 << 20)})
+    assert wait_until(lambda: leader_of(c, 0, tp)[0] == 0, TIMEOUT_S)
+    produce(c.bootstrap, topic, [bytes([i % 251]) * 1024 for i in range(3000)])
+    epoch = leader_of(c, 0, tp)[1]
+    want = log_bytes(c, 0, tp)
+    assert len(want) > 3_000_000
+
+    async def fetch_all() -> list[memoryview | bytes]:
+        host, port = c.address(0).rsplit(":", 1)
+        ep = NetworkLeaderEndpoint(1, host, int(port), config=FetcherConfig())
+        held: list[memoryview | bytes] = []
+        offset, got = 0, 0
+        try:
+            while got < len(want):
+                answers = await ep.fetch(
+                    {tp: FetchPosition(offset, epoch, -1, 0)},
+                    max_wait_ms=0,
+                    min_bytes=0,
+                    max_bytes=1 << 20,
+                    partition_max_bytes=700_000,
+                )
+                a = answers[tp]
+                assert a.error_code == ErrorCode.none and a.records
+                held.append(a.records)
+                got += len(a.records)
+                offset = [h for _, h in iter_batches(bytes(a.records))][-1].next_offset
+        finally:
+            await ep.close()
+        return held
+
+    held = c.run(fetch_all())
+    assert len(held) >= 3  # several answers, all held at once
+    assert b"".join(bytes(h) for h in held) == want

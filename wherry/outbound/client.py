@@ -50,6 +50,7 @@ class RequestClient:
         body: Any,
         *,
         encode: Callable[[int, str | None], bytes] | None = None,
+        decode: Callable[[bytes | memoryview, int], Any] | None = None,
     ) -> Any:
         """Send one request and return the decoded answer: a kio response entity, or the
         `interbroker` response dataclass for LeaderAndIsr, StopReplica and UpdateMetadata.
@@ -58,7 +59,9 @@ class RequestClient:
         TimeoutError, `ResponseDecodeError`, or a plugged-in transport's own error, chained);
         a body the version cannot carry raises the encoder's error (`InterbrokerEncodeError`,
         ...) instead, and nothing is sent. `encode(correlation_id, client_id)`, when given,
-        builds the frame instead of the generic encoder (and `body` is not used)."""
+        builds the frame instead of the generic encoder (and `body` is not used);
+        `decode(frame, correlation_id)`, when given, reads the answer instead of the generic
+        decoder (it must check the correlation id and raise on an unreadable frame)."""
         async with self._lock:
             self._correlation_id = (self._correlation_id + 1) & _MAX_CORRELATION_ID
             correlation_id = self._correlation_id
@@ -74,6 +77,8 @@ class RequestClient:
                     self.close()
                     transport = self._transport = await self._connect()
                 raw = await transport.request(frame)
+                if decode is not None:
+                    return decode(raw, correlation_id)
                 _, response = decode_response(
                     api_key, api_version, raw, expect_correlation_id=correlation_id
                 )

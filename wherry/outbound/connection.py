@@ -25,10 +25,10 @@ class FrameTransport(Protocol):
         """False once the connection is known to be gone (a client then opens another)."""
         ...
 
-    async def request(self, frame: bytes) -> bytes:
+    async def request(self, frame: bytes) -> bytes | memoryview:
         """Send a whole frame (size prefix included); return the response frame without its
-        size prefix. Must give up within a bounded time (raising) and drop the connection when
-        it fails."""
+        size prefix (read-only). Must give up within a bounded time (raising) and drop the
+        connection when it fails."""
         ...
 
     def abort(self) -> None:

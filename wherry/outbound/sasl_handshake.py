@@ -25,7 +25,7 @@ class _Transport(Protocol):
     host: str
     port: int
 
-    async def request(self, frame: bytes) -> bytes: ...
+    async def request(self, frame: bytes) -> bytes | memoryview: ...
 
 
 async def authenticate(

@@ -257,7 +257,7 @@ class FetchedPartition:
     error_code: ErrorCode
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | memoryview = b""  # the network endpoint's: a view of the answer frame
     diverging_epoch: EpochEndOffset | None = None
 
 

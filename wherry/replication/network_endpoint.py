@@ -5,17 +5,18 @@ Kafka's FetchSessionHandler), OffsetForLeaderEpoch v4 and ListOffsets v4, throug
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.outbound import OutboundConnection, RequestClient
+from wherry.outbound import RequestClient
+from wherry.outbound.buffered import BufferedConnection
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.fetch_request import VERSION as FETCH_VERSION
 from wherry.protocol.fetch_request import PartitionFields, encode_fetch_v12
+from wherry.protocol.fetch_response import FetchAnswer, decode_fetch_v12_response
 from wherry.replication.fetcher import (
     EARLIEST_TIMESTAMP,
     FETCH_KEY,
@@ -101,7 +102,7 @@ class NetworkLeaderEndpoint:
         self.broker_id = broker_id
         self.session = FollowerFetchSession()
         self._client = RequestClient(
-            OutboundConnection(
+            BufferedConnection(  # answers received into one buffer each, records not copied
                 host,
                 port,
                 connect_timeout_s=config.socket_timeout_ms / 1000,
@@ -157,7 +158,9 @@ class NetworkLeaderEndpoint:
             )
 
         try:
-            resp = await self._client.call(FETCH_KEY, FETCH_VERSION, None, encode=encode)
+            resp: FetchAnswer = await self._client.call(
+                FETCH_KEY, FETCH_VERSION, None, encode=encode, decode=_decode_fetch
+            )
         except BaseException:
             session.reset()
             raise
@@ -172,19 +175,19 @@ class NetworkLeaderEndpoint:
             return {tp: FetchedPartition(code) for tp in partitions}
         session.answered(int(resp.session_id), partitions)
         out: dict[TopicPartition, FetchedPartition] = {}
-        for t in resp.responses:
-            for p in t.partitions:
+        for topic, parts in resp.responses:
+            for p in parts:
                 div = p.diverging_epoch
                 diverging = (
-                    EpochEndOffset(int(div.epoch), int(div.end_offset))
-                    if div is not None and (int(div.epoch) >= 0 or int(div.end_offset) >= 0)
+                    EpochEndOffset(div[0], div[1])
+                    if div is not None and (div[0] >= 0 or div[1] >= 0)
                     else None
                 )
-                out[TopicPartition(str(t.topic), int(p.partition_index))] = FetchedPartition(
+                out[TopicPartition(topic, p.partition_index)] = FetchedPartition(
                     ErrorCode(p.error_code),
-                    int(p.high_watermark),
-                    int(p.log_start_offset),
-                    _as_bytes(p.records),
+                    p.high_watermark,
+                    p.log_start_offset,
+                    b"" if p.records is None else p.records,  # a view of the answer frame
                     diverging,
                 )
         return out
@@ -250,13 +253,5 @@ class NetworkLeaderEndpoint:
         self._client.close()
 
 
-def _as_bytes(records: object) -> bytes:
-    if records is None:
-        return b""
-    if isinstance(records, bytes):
-        return records
-    if isinstance(records, (bytearray, memoryview)):
-        return bytes(records)
-    buf = io.BytesIO()
-    buf.write(records)  # type: ignore[arg-type]
-    return buf.getvalue()
+def _decode_fetch(frame: bytes | memoryview, correlation_id: int) -> FetchAnswer:
+    return decode_fetch_v12_response(frame, expect_correlation_id=correlation_id)[1]

@@ -1,0 +1,253 @@
+"""`BufferedConnection`: an `OutboundConnection` whose answers are received straight into one
+buffer per frame (asyncio's BufferedProtocol: the event loop `recv_into`s the frame's own
+bytearray), instead of through a StreamReader (which copies every chunk into its buffer, and
+the frame out of it again).
+
+The replica fetchers use it: their answers carry up to `replica.fetch.max.bytes` of records
+per partition, which then reach the segment file without a copy in Python
+(`protocol/fetch_response.py` hands them out as views of the frame). Same contract as
+`OutboundConnection`: one request at a time, bounded connect and request times, aborted on any
+failure, so a late answer is never read as the next one's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import struct
+
+from wherry.outbound.connection import DEFAULT_MAX_RESPONSE_BYTES, OutboundConnection
+from wherry.outbound.sasl_handshake import authenticate
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
+
+__all__ = ["BufferedConnection"]
+
+_SIZE = struct.Struct(">i")
+_SCRATCH_BYTES = 64 * 1024  # where a frame's size prefix (and a small frame) is received
+
+
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Receives size-prefixed frames: the prefix (with what follows it in the same read) into
+    a scratch buffer, the rest of a frame straight into the frame's own bytearray."""
+
+    def __init__(self, max_frame_bytes: int, peer: str) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.peer = peer
+        self.transport: asyncio.Transport | None = None
+        self.frames: collections.deque[memoryview] = collections.deque()
+        self.error: BaseException | None = None  # the connection is gone (why)
+        self.arrived: asyncio.Event = asyncio.Event()
+        self.can_write: asyncio.Event = asyncio.Event()
+        self.can_write.set()
+        self._scratch = bytearray(_SCRATCH_BYTES)
+        self._head = bytearray()  # bytes of the size prefix read so far
+        self._frame: memoryview | None = None
+        self._filled = 0
+        # The buffer frames are received into, reused once nothing refers to the last frame
+        # any more (a fresh one per frame costs a page fault per 4 KiB, as much as the copy
+        # it saves).
+        self._pool = bytearray()
+
+    # -- asyncio callbacks ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        frame = self._frame
+        if frame is not None:
+            return frame[self._filled :]
+        return memoryview(self._scratch)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        frame = self._frame
+        if frame is not None:  # received straight into the frame
+            self._filled += nbytes
+            if self._filled == len(frame):
+                self._complete()
+            return
+        try:
+            self._split(memoryview(self._scratch)[:nbytes])
+        except ConnectionError as e:
+            self._fail(e)
+            if self.transport is not None:
+                self.transport.abort()
+
+    def _split(self, data: memoryview) -> None:
+        i, n = 0, len(data)
+        while i < n:
+            frame = self._frame
+            if frame is None:
+                take = min(_SIZE.size - len(self._head), n - i)
+                self._head += data[i : i + take]
+                i += take
+                if len(self._head) < _SIZE.size:
+                    return
+                (size,) = _SIZE.unpack(self._head)
+                self._head.clear()
+                if not 0 <= size <= self.max_frame_bytes:
+                    raise ConnectionError(
+                        f"response of {size} bytes from {self.peer} (limit {self.max_frame_bytes})"
+                    )
+                frame = self._frame = self._buffer(size)
+                self._filled = 0
+                if size == 0:
+                    self._complete()
+                    continue
+            take = min(len(frame) - self._filled, n - i)
+            frame[self._filled : self._filled + take] = data[i : i + take]
+            self._filled += take
+            i += take
+            if self._filled == len(frame):
+                self._complete()
+
+    def _buffer(self, size: int) -> memoryview:
+        """`size` bytes to receive a frame into: the pool's, unless a view of the last frame
+        is still held somewhere (then a new pool)."""
+        pool = self._pool
+        if len(pool) < size or not _unexported(pool):
+            pool = self._pool = bytearray(size)
+        return memoryview(pool)[:size]
+
+    def _complete(self) -> None:
+        assert self._frame is not None
+        self.frames.append(self._frame.toreadonly())
+        self._frame = None
+        self._filled = 0
+        self.arrived.set()
+
+    def eof_received(self) -> bool | None:
+        self._fail(ConnectionError(f"connection to {self.peer} closed by the peer"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc or ConnectionError(f"connection to {self.peer} closed"))
+        self.can_write.set()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self.arrived.set()
+
+
+def _unexported(buf: bytearray) -> bool:
+    """Whether no memoryview of `buf` is alive (a bytearray with views cannot be resized)."""
+    try:
+        buf.append(0)
+    except BufferError:
+        return False
+    del buf[-1]
+    return True
+
+
+class BufferedConnection(OutboundConnection):
+    """An `OutboundConnection` (same constructor, same `FrameTransport` contract) receiving
+    each answer straight into its receive buffer; `request` returns a read-only view of it,
+    valid as long as it is held (the buffer is reused only once no view of it is left)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        connect_timeout_s: float = 30.0,
+        request_timeout_s: float = 30.0,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
+        super().__init__(
+            host,
+            port,
+            connect_timeout_s=connect_timeout_s,
+            request_timeout_s=request_timeout_s,
+            max_response_bytes=max_response_bytes,
+            security=security,
+        )
+        self._protocol: _FrameProtocol | None = None
+
+    @property
+    def connected(self) -> bool:
+        p = self._protocol
+        return (
+            p is not None
+            and p.error is None
+            and p.transport is not None
+            and not p.transport.is_closing()
+        )
+
+    async def connect(self) -> BufferedConnection:
+        if not self.connected:
+            self.abort()
+            ctx = self.security.ssl_context
+            peer = f"{self.host}:{self.port}"
+            loop = asyncio.get_running_loop()
+            try:
+                async with asyncio.timeout(self.connect_timeout_s):
+                    _, protocol = await loop.create_connection(
+                        lambda: _FrameProtocol(self.max_response_bytes, peer),
+                        self.host,
+                        self.port,
+                        ssl=ctx,
+                        server_hostname=self.host if ctx is not None else None,
+                    )
+                    self._protocol = protocol
+                    if self.security.sasl_mechanism is not None:
+                        await authenticate(self, self.security)
+            except ssl.SSLError as e:
+                self.abort()
+                raise ConnectionError(f"TLS with {peer} failed: {e}") from e
+            except BaseException:
+                self.abort()
+                raise
+        return self
+
+    async def request(self, frame: bytes) -> memoryview:  # type: ignore[override]
+        """Send one whole frame (size prefix included); return the answer frame without its
+        size prefix: a read-only view of the receive buffer. Raises ConnectionError or
+        TimeoutError."""
+        async with self._lock:
+            p = self._protocol
+            if p is None or not self.connected or p.transport is None:
+                raise ConnectionError(f"not connected to {self.host}:{self.port}")
+            try:
+                async with asyncio.timeout(self.request_timeout_s):
+                    p.transport.write(frame)
+                    if not p.can_write.is_set():
+                        await p.can_write.wait()
+                    while not p.frames:
+                        if p.error is not None:
+                            raise ConnectionError(
+                                f"connection to {self.host}:{self.port} lost during a request"
+                                f" ({p.error})"
+                            )
+                        p.arrived.clear()
+                        await p.arrived.wait()
+                    return p.frames.popleft()
+            except BaseException:
+                self.abort()
+                raise
+
+    def abort(self) -> None:
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None and protocol.transport is not None:
+            protocol.transport.abort()
+
+    async def close(self) -> None:
+        protocol, self._protocol = self._protocol, None
+        if protocol is None or protocol.transport is None:
+            return
+        transport = protocol.transport
+        transport.close()
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                while protocol.error is None:
+                    protocol.arrived.clear()
+                    await protocol.arrived.wait()
+        except (OSError, TimeoutError):
+            transport.abort()

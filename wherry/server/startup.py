@@ -20,6 +20,12 @@ API_VERSIONS_PREFIX: Final = b"\x00\x12"  # a request frame's api_key, ApiVersio
 # turning in between, so ApiVersions is answered meanwhile. The heavier modules of the tree
 # one by one, leaves first, so that each step stays short (a few ms).
 LATE_IMPORTS: Final = (
+    # the kio codec (ApiVersions is answered before it by `handlers.api_versions.early_answer`)
+    "kio.serial.readers",
+    "kio.serial",
+    "kio.index",
+    "wherry.protocol.codec",
+    "wherry.server.dispatch",
     "wherry.protocol.records",
     "wherry.log.txn_index",
     "wherry.log.loader",

@@ -61,7 +61,7 @@ from wherry.server.handlers.api_versions import (
 )
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
-from wherry.server.meta_properties import check_meta_properties
+from wherry.server.meta_properties import check_meta_properties, write_meta_properties
 from wherry.server.network import CloseConnection, ConnectionInfo, Deferred, NetworkServer
 from wherry.server.request_session import REQUEST_SESSION
 from wherry.server.sasl_gate import SaslGate
@@ -212,7 +212,7 @@ class Broker:
         self._watch_session(self.store)
         await paths.ensure_persistent_paths(self.store)
         self.cluster_id = await self._cluster_id()
-        check_meta_properties(self.config.log_dirs, self.cluster_id, self.broker_id)
+        missing_meta = check_meta_properties(self.config.log_dirs, self.cluster_id, self.broker_id)
         if (acl := self._acl_authorizer()) is not None:  # all ACLs cached before any request
             await acl.start(self.store)
 
@@ -246,6 +246,10 @@ class Broker:
             )
         log_bound(self.bound_ports)
         await import_late()
+        if missing_meta:  # a first start: written (and fsynced) once the listeners are up
+            await loop.run_in_executor(
+                None, write_meta_properties, missing_meta, self.cluster_id, self.broker_id
+            )
         await self.scram_credentials.load_all(self.store)  # before any SASL login
         from wherry.replication.alter_partition import ControllerSender
         from wherry.replication.fetch_session import (

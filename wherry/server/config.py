@@ -8,7 +8,6 @@ Broker-level `log.*` settings are the defaults for the matching topic configs
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -445,6 +444,7 @@ def load_config(
 def new_cluster_id() -> str:
     """Kafka cluster ids are 16 random bytes in URL-safe base64 without padding."""
     import base64
+    import uuid
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 

@@ -210,7 +210,11 @@ class Broker:
             self._coordinator = EmbeddedCoordinator(cfg.data_dir)
         self.store = await self._open_session()
         self._watch_session(self.store)
-        await paths.ensure_persistent_paths(self.store)
+        # A first start creates its cluster id with the persistent paths (one transaction).
+        first_id = None
+        if await self.store.exists(paths.CLUSTER_ID) is None:
+            first_id = {paths.CLUSTER_ID: paths.encode_cluster_id(self._new_cluster_id())}
+        await paths.ensure_persistent_paths(self.store, first_id)
         self.cluster_id = await self._cluster_id()
         missing_meta = check_meta_properties(self.config.log_dirs, self.cluster_id, self.broker_id)
         if (acl := self._acl_authorizer()) is not None:  # all ACLs cached before any request
@@ -601,12 +605,15 @@ class Broker:
             await manager.close()
         self.controller_channel = self.channel
 
+    def _new_cluster_id(self) -> str:
+        return self.config.cluster_id or new_cluster_id()
+
     async def _cluster_id(self) -> str:
         try:
             data, _ = await self.store.get(paths.CLUSTER_ID)
             return paths.decode_cluster_id(data)
         except NoNodeError:
-            cid = self.config.cluster_id or new_cluster_id()
+            cid = self._new_cluster_id()
             try:
                 await self.store.create(
                     paths.CLUSTER_ID, paths.encode_cluster_id(cid), make_parents=True

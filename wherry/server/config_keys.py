@@ -22,7 +22,7 @@ from wherry.log.config import (
     broker_message_format_warning,
     message_format_ignored_warning,
 )
-from wherry.share.config import SHARE_BROKER_KEYS
+from wherry.share.broker_keys import SHARE_BROKER_KEYS
 
 __all__ = [
     "IGNORED_KEYS", "KNOWN_KEYS", "is_known", "unknown_keys", "unused_warning", "warn_unused",
@@ -115,7 +115,7 @@ KNOWN_KEYS: frozenset[str] = frozenset(
     | _SECURITY_KEYS
     | _HTTP_KEYS
     | IGNORED_KEYS
-    | SHARE_BROKER_KEYS  # share groups (share/config.py)
+    | SHARE_BROKER_KEYS  # share groups (share/broker_keys.py)
     | {name for names in SERVER_CONFIG_SYNONYMS.values() for name in names}
 )
 

@@ -183,6 +183,7 @@ NOT_BEFORE_BIND = (
     "wherry.group",
     "wherry.txn",
     "wherry.share.partition",
+    "wherry.share.config",
 )
 
 

@@ -128,6 +128,10 @@ def _bool(v: str) -> bool:
 
 @dataclass(frozen=True)
 class BrokerConfig:
+    """The broker's static configuration, Kafka's keys as fields (`from_props`); `raw` keeps
+    every setting as given. (Its docstring also spares the dataclass decorator building one
+    from the signature of 65 fields at every start.)"""
+
     broker_id: int = 0
     listeners: tuple[Endpoint, ...] = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
     advertised_listeners: tuple[Endpoint, ...] | None = None

@@ -80,6 +80,13 @@ def dump_on_request(out):  # once the test asks (it creates out + ".req"), write
         json.dump(names, f)
     os.replace(out + ".tmp", out)
 threading.Thread(target=dump_on_request, args=(sys.argv[1],), daemon=True).start()
+import wherry.server.startup as startup  # the modules once the listeners are bound, too
+_log_bound, _out = startup.log_bound, sys.argv[1]
+def log_bound(ports):
+    with open(_out + ".bind", "w") as f:
+        json.dump(sorted(n for n, m in list(sys.modules.items()) if m is not None), f)
+    _log_bound(ports)
+startup.log_bound = log_bound
 sys.argv = ["wherry", *sys.argv[2:]]
 from wherry.cli.entry import main
 main()
@@ -87,7 +94,8 @@ main()
 
 
 def _started_broker_modules(tmp_path: Path, *args: str) -> tuple[set[str], str]:
-    """Start `wherry server` (console entry) on a free port; once it is ready, its modules."""
+    """Start `wherry server` (console entry) on a free port; once it is ready, its modules
+    (and in `modules.json.bind` those it had when its listeners were bound)."""
     out = tmp_path / "modules.json"
     cmd = [
         sys.executable,
@@ -159,6 +167,44 @@ def test_a_started_broker_imports_only_what_it_uses(tmp_path: Path) -> None:
         if m.startswith("kio.schema.") and m.split(".")[2] not in KIO_SCHEMAS_ALLOWED
     )
     assert not schemas, f"kio schemas imported before their API was called: {schemas}"
+
+
+# Imported only once the listeners are bound: the kio codec (ApiVersions is answered by the
+# hand-written `protocol.api_versions_codec` until then) and everything `LATE_IMPORTS` names.
+NOT_BEFORE_BIND = (
+    "kio.serial",
+    "kio.index",
+    "kio.schema.api_versions",
+    "wherry.protocol.codec",
+    "wherry.protocol.records",
+    "wherry.server.dispatch",
+    "wherry.replication.replica_manager",
+    "wherry.controller.controller",
+    "wherry.group",
+    "wherry.txn",
+    "wherry.share.partition",
+    "wherry.share.config",
+)
+
+
+def test_the_listeners_are_bound_before_the_kio_codec_and_the_rest_are_imported(
+    tmp_path: Path,
+) -> None:
+    from wherry.server.startup import LATE_IMPORTS
+
+    _started_broker_modules(tmp_path)
+    at_bind = set(json.loads((tmp_path / "modules.json.bind").read_text()))
+    assert "wherry.server.broker" in at_bind and "wherry.protocol.api_versions_codec" in at_bind
+    early = sorted(
+        m
+        for m in at_bind
+        for p in (*NOT_BEFORE_BIND, *LATE_IMPORTS)
+        if m == p or m.startswith(p + ".")
+    )
+    assert not early, f"imported before the listeners were bound: {early}"
+    assert not any(m.startswith("kio.schema.") and m.count(".") > 3 for m in at_bind), sorted(
+        m for m in at_bind if m.startswith("kio.schema.")
+    )
 
 
 def test_zookeeper_support_is_imported_only_with_zookeeper() -> None:

@@ -164,3 +164,27 @@ async def test_ensure_persistent_paths_creates_the_missing_ones(
         assert await s.exists(p) is not None, p
     data, _ = await s.get("/brokers/topics")
     assert data == b"kept"
+
+
+@async_test
+async def test_ensure_persistent_paths_with_a_first_cluster_id(
+    store_backend: StoreBackend,
+) -> None:
+    """A first start's cluster id is created with the containers (one transaction); an id that
+    exists already is kept, whether it was there before or another broker created it first."""
+    s = await store_backend.new_session()
+    await paths.ensure_persistent_paths(s, {paths.CLUSTER_ID: paths.encode_cluster_id("c-1")})
+    data, _ = await s.get(paths.CLUSTER_ID)
+    assert paths.decode_cluster_id(data) == "c-1"
+    for p in paths.PERSISTENT_PATHS:
+        assert await s.exists(p) is not None, p
+    await paths.ensure_persistent_paths(s, {paths.CLUSTER_ID: paths.encode_cluster_id("c-2")})
+    data, _ = await s.get(paths.CLUSTER_ID)
+    assert paths.decode_cluster_id(data) == "c-1"
+
+    other = await store_backend.new_session()  # the containers exist, the id does not
+    await other.delete(paths.CLUSTER_ID)
+    await s.create("/brokers/ids/7", b"", make_parents=True)  # the multi would not conflict
+    await paths.ensure_persistent_paths(other, {paths.CLUSTER_ID: paths.encode_cluster_id("c-3")})
+    data, _ = await s.get(paths.CLUSTER_ID)
+    assert paths.decode_cluster_id(data) == "c-3"

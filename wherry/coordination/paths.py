@@ -215,28 +215,32 @@ def delete_topic_path(topic: str) -> str:
     return f"{ADMIN_DELETE_TOPICS}/{_name(topic)}"
 
 
-async def ensure_persistent_paths(store: MetadataStore) -> None:
-    """Create the `PERSISTENT_PATHS` containers that do not exist yet (idempotent): in one
+async def ensure_persistent_paths(
+    store: MetadataStore, extra: Mapping[str, bytes] | None = None
+) -> None:
+    """Create the `PERSISTENT_PATHS` containers that do not exist yet (idempotent), and the
+    `extra` nodes with their data where missing (a first start's cluster id): in one
     transaction with their parents (one fsync of the embedded store on a first start, one
     round trip to ZooKeeper), or, when another broker created some meanwhile, one at a time."""
-    missing: dict[str, None] = {}  # parents first
-    for path in PERSISTENT_PATHS:
+    extra = extra or {}
+    missing: dict[str, bytes] = {}  # parents first
+    for path in (*PERSISTENT_PATHS, *extra):
         parts = path.strip("/").split("/")
         for i in range(1, len(parts) + 1):
             node = "/" + "/".join(parts[:i])
             if node not in missing and await store.exists(node) is None:
-                missing[node] = None
+                missing[node] = extra.get(node, b"")
     if not missing:
         return
     try:
-        await store.multi([CreateOp(node) for node in missing])
+        await store.multi([CreateOp(node, data) for node, data in missing.items()])
         return
     except NodeExistsError:
         pass
-    for path in PERSISTENT_PATHS:
+    for path in (*PERSISTENT_PATHS, *extra):
         if await store.exists(path) is None:
             try:
-                await store.create(path, b"", make_parents=True)
+                await store.create(path, extra.get(path, b""), make_parents=True)
             except NodeExistsError:
                 pass  # created concurrently by another broker
 

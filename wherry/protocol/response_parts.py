@@ -19,8 +19,6 @@ import struct
 from collections.abc import Mapping, Sized
 from typing import Any, Final
 
-from wherry.protocol.codec import encode_response, response_class
-
 __all__ = ["ResponsePart", "encode_response_parts"]
 
 FETCH_KEY: Final = 1
@@ -52,6 +50,10 @@ def encode_response_parts(
     frame: the answer is then [bytes, region, bytes, region, ..., bytes] (the first chunk
     starts with the size prefix of the whole response). `data`'s regions are replaced by
     placeholders in place."""
+    # The kio codec is not imported with this module: the network layer, which imports it
+    # for `ResponsePart`, is up before it (docs/architecture.md, "Start").
+    import wherry.protocol.codec as codec
+
     regions: list[Sized] = []
     if api_key == FETCH_KEY and isinstance(data, Mapping):
         for topic in data.get("responses", ()):
@@ -60,10 +62,10 @@ def encode_response_parts(
                 if _is_region(records):
                     part["records"] = _MARKER + _INDEX.pack(len(regions))
                     regions.append(records)
-    frame = encode_response(api_key, api_version, correlation_id, data)
+    frame = codec.encode_response(api_key, api_version, correlation_id, data)
     if not regions:
         return frame
-    flexible = bool(getattr(response_class(api_key, api_version), "__flexible__", False))
+    flexible = bool(getattr(codec.response_class(api_key, api_version), "__flexible__", False))
     # COMPACT_RECORDS (flexible versions): uvarint(length + 1); RECORDS: int32 length
     old_prefix = _uvarint(_MARKER_LEN + 1) if flexible else _SIZE.pack(_MARKER_LEN)
     parts: list[ResponsePart] = []

@@ -28,6 +28,7 @@ reach them, as any other log record). The module imports nothing of wherry's.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import heapq
 import logging
 import re
@@ -365,15 +366,20 @@ class StateChangeRecord:
         return self.new_state is not None
 
 
-_LINE = re.compile(
-    r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z (?P<level>[A-Z]+) "
-    r"\[(?:(?P<kind>Controller|Broker) id=(?P<id>-?\d+)(?: epoch=(?P<epoch>-?\d+))?)\]"
-    r" ?(?P<msg>.*)$"
-)
-_CHANGE = re.compile(
-    r"^(?P<what>Partition|Replica) (?P<tp>\S+)-(?P<p>\d+)(?: replica=(?P<replica>-?\d+))? "
-    r"(?P<old>\S+) -> (?P<new>\S+)(?P<fields>(?: [a-z_]+=\S*)*)$"
-)
+@functools.cache
+def _line_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A line, and a state change's message (compiled on first use: a broker's start only
+    writes the log)."""
+    line = re.compile(
+        r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z (?P<level>[A-Z]+) "
+        r"\[(?:(?P<kind>Controller|Broker) id=(?P<id>-?\d+)(?: epoch=(?P<epoch>-?\d+))?)\]"
+        r" ?(?P<msg>.*)$"
+    )
+    change = re.compile(
+        r"^(?P<what>Partition|Replica) (?P<tp>\S+)-(?P<p>\d+)(?: replica=(?P<replica>-?\d+))? "
+        r"(?P<old>\S+) -> (?P<new>\S+)(?P<fields>(?: [a-z_]+=\S*)*)$"
+    )
+    return line, change
 
 
 def _int_or_none(text: str | None) -> int | None:
@@ -398,14 +404,15 @@ def _isr(text: str | None) -> tuple[int, ...] | None:
 def parse_state_change_line(line: str) -> StateChangeRecord | None:
     """Parse one line of a state-change log; None for lines in another format."""
     line = line.rstrip("\r\n")
-    m = _LINE.match(line)
+    line_re, change_re = _line_patterns()
+    m = line_re.match(line)
     if m is None:
         return None
     ts = dt.datetime.strptime(m.group("ts"), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=dt.UTC)
     timestamp_ms = int(ts.timestamp() * 1000 + 0.5)
     node_kind, node_id = m.group("kind"), int(m.group("id"))
     node_epoch, message = _int_or_none(m.group("epoch")), m.group("msg")
-    c = _CHANGE.match(message)
+    c = change_re.match(message)
     if c is None:
         return StateChangeRecord(
             timestamp_ms, m.group("level"), node_kind, node_id, node_epoch, message, line

@@ -25,6 +25,7 @@ import functools
 import json
 import logging
 import random
+import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
@@ -41,16 +42,8 @@ from wherry.coordination.store import (
 )
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
-from wherry.observability.request_stats import RequestStats
+from wherry.observability.request_stats import RequestStats, request_name
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
-from wherry.protocol.codec import (
-    Request,
-    RequestDecodeError,
-    UnsupportedVersion,
-    decode_request,
-    encode_response,
-)
-from wherry.protocol.response_parts import ResponsePart
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock, SystemClock
@@ -60,12 +53,15 @@ from wherry.runtime.tasks import wait_event
 from wherry.security.principal import Session
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
-from wherry.server.dispatch import dispatch
 from wherry.server.handlers import SUPPORTED_VERSIONS
-from wherry.server.handlers.api_versions import unsupported_version_response
+from wherry.server.handlers.api_versions import (
+    API_VERSIONS_KEY,
+    early_answer,
+    unsupported_version_response,
+)
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
-from wherry.server.meta_properties import check_meta_properties
+from wherry.server.meta_properties import check_meta_properties, write_meta_properties
 from wherry.server.network import CloseConnection, ConnectionInfo, Deferred, NetworkServer
 from wherry.server.request_session import REQUEST_SESSION
 from wherry.server.sasl_gate import SaslGate
@@ -84,6 +80,8 @@ if TYPE_CHECKING:
     from wherry.log.cleaner import LogCleaner
     from wherry.observability.service import ObservabilityServer
     from wherry.observability.sources import BrokerSources
+    from wherry.protocol.codec import Request
+    from wherry.protocol.response_parts import ResponsePart
     from wherry.replication.alter_partition import ControllerSender
     from wherry.replication.log_dir_mover import LogDirMover
     from wherry.replication.node import ReplicaNode
@@ -212,9 +210,13 @@ class Broker:
             self._coordinator = EmbeddedCoordinator(cfg.data_dir)
         self.store = await self._open_session()
         self._watch_session(self.store)
-        await paths.ensure_persistent_paths(self.store)
+        # A first start creates its cluster id with the persistent paths (one transaction).
+        first_id = None
+        if await self.store.exists(paths.CLUSTER_ID) is None:
+            first_id = {paths.CLUSTER_ID: paths.encode_cluster_id(self._new_cluster_id())}
+        await paths.ensure_persistent_paths(self.store, first_id)
         self.cluster_id = await self._cluster_id()
-        check_meta_properties(self.config.log_dirs, self.cluster_id, self.broker_id)
+        missing_meta = check_meta_properties(self.config.log_dirs, self.cluster_id, self.broker_id)
         if (acl := self._acl_authorizer()) is not None:  # all ACLs cached before any request
             await acl.start(self.store)
 
@@ -248,6 +250,10 @@ class Broker:
             )
         log_bound(self.bound_ports)
         await import_late()
+        if missing_meta:  # a first start: written (and fsynced) once the listeners are up
+            await loop.run_in_executor(
+                None, write_meta_properties, missing_meta, self.cluster_id, self.broker_id
+            )
         await self.scram_credentials.load_all(self.store)  # before any SASL login
         from wherry.replication.alter_partition import ControllerSender
         from wherry.replication.fetch_session import (
@@ -599,12 +605,15 @@ class Broker:
             await manager.close()
         self.controller_channel = self.channel
 
+    def _new_cluster_id(self) -> str:
+        return self.config.cluster_id or new_cluster_id()
+
     async def _cluster_id(self) -> str:
         try:
             data, _ = await self.store.get(paths.CLUSTER_ID)
             return paths.decode_cluster_id(data)
         except NoNodeError:
-            cid = self.config.cluster_id or new_cluster_id()
+            cid = self._new_cluster_id()
             try:
                 await self.store.create(
                     paths.CLUSTER_ID, paths.encode_cluster_id(cid), make_parents=True
@@ -816,17 +825,23 @@ class Broker:
     async def handle_frame(
         self, conn: ConnectionInfo, frame: memoryview
     ) -> bytes | list[ResponsePart] | Deferred | None:
-        if not self._started.is_set() and frame[:2] != API_VERSIONS_PREFIX:
-            await self._started.wait()
+        if not self._started.is_set():
+            if frame[:2] != API_VERSIONS_PREFIX:
+                await self._started.wait()
+            elif (early := self._early_api_versions(conn, frame)) is not None:
+                return early
+        # The kio codec is imported once the listeners are bound (`startup.LATE_IMPORTS`).
+        import wherry.protocol.codec as codec
+
         sasl = self.sasl_gate.authenticator(conn)
         if sasl is not None and sasl.raw_token_mode:
             return self.sasl_gate.raw_token(conn, sasl, frame)
         try:
-            req = decode_request(frame, SUPPORTED_VERSIONS)
-        except RequestDecodeError as e:
+            req = codec.decode_request(frame, SUPPORTED_VERSIONS)
+        except codec.RequestDecodeError as e:
             raise CloseConnection(f"cannot parse request: {e}") from e
-        if isinstance(req, UnsupportedVersion):
-            return encode_response(
+        if isinstance(req, codec.UnsupportedVersion):
+            return codec.encode_response(
                 req.api_key, 0, req.correlation_id, unsupported_version_response()
             )
         if sasl is not None and self.sasl_gate.in_exchange(sasl, req):
@@ -840,8 +855,25 @@ class Broker:
         )
         return await self._dispatch(req)
 
+    def _early_api_versions(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
+        """ApiVersions while the start goes on, from the hand-written codec (the kio codec is
+        not imported yet); None on a SASL listener (its gate sees every request) or for a frame
+        that codec leaves to kio."""
+        listener = self.security.listeners.get(conn.listener)
+        if listener is not None and listener.uses_sasl:
+            return None
+        started = time.perf_counter()
+        answer = early_answer(frame)
+        if answer is not None:
+            self.request_stats.observe(
+                request_name(API_VERSIONS_KEY), (time.perf_counter() - started) * 1000
+            )
+        return answer
+
     async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | Deferred | None:
-        return await dispatch(self, req, self.request_stats, self._prefix)
+        import wherry.server.dispatch as dispatch
+
+        return await dispatch.dispatch(self, req, self.request_stats, self._prefix)
 
 
 def _scram_user_of(entity: str) -> str | None:

@@ -8,7 +8,6 @@ Broker-level `log.*` settings are the defaults for the matching topic configs
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +128,10 @@ def _bool(v: str) -> bool:
 
 @dataclass(frozen=True)
 class BrokerConfig:
+    """The broker's static configuration, Kafka's keys as fields (`from_props`); `raw` keeps
+    every setting as given. (Its docstring also spares the dataclass decorator building one
+    from the signature of 65 fields at every start.)"""
+
     broker_id: int = 0
     listeners: tuple[Endpoint, ...] = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
     advertised_listeners: tuple[Endpoint, ...] | None = None
@@ -445,6 +448,7 @@ def load_config(
 def new_cluster_id() -> str:
     """Kafka cluster ids are 16 random bytes in URL-safe base64 without padding."""
     import base64
+    import uuid
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 

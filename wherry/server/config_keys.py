@@ -13,6 +13,7 @@ broker still starts.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -22,7 +23,7 @@ from wherry.log.config import (
     broker_message_format_warning,
     message_format_ignored_warning,
 )
-from wherry.share.config import SHARE_BROKER_KEYS
+from wherry.share.broker_keys import SHARE_BROKER_KEYS
 
 __all__ = [
     "IGNORED_KEYS", "KNOWN_KEYS", "is_known", "unknown_keys", "unused_warning", "warn_unused",
@@ -115,21 +116,24 @@ KNOWN_KEYS: frozenset[str] = frozenset(
     | _SECURITY_KEYS
     | _HTTP_KEYS
     | IGNORED_KEYS
-    | SHARE_BROKER_KEYS  # share groups (share/config.py)
+    | SHARE_BROKER_KEYS  # share groups (share/broker_keys.py)
     | {name for names in SERVER_CONFIG_SYNONYMS.values() for name in names}
 )
 
 # `listener.name.<listener>.<key>`: per-listener TLS and SASL settings, and each SASL
 # mechanism's JAAS setting (`listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config`).
-_PER_LISTENER = re.compile(
-    r"listener\.name\.[a-z0-9_-]+\.(?:"
-    + "|".join(re.escape(k) for k in (*SSL_KEYS, "sasl.enabled.mechanisms"))
-    + r"|[a-z0-9-]+\.sasl\.jaas\.config)"
-)
+# (Compiled when a key is not among KNOWN_KEYS: most starts have none.)
+@functools.cache
+def _per_listener() -> re.Pattern[str]:
+    return re.compile(
+        r"listener\.name\.[a-z0-9_-]+\.(?:"
+        + "|".join(re.escape(k) for k in (*SSL_KEYS, "sasl.enabled.mechanisms"))
+        + r"|[a-z0-9-]+\.sasl\.jaas\.config)"
+    )
 
 
 def is_known(key: str) -> bool:
-    return key in KNOWN_KEYS or _PER_LISTENER.fullmatch(key) is not None
+    return key in KNOWN_KEYS or _per_listener().fullmatch(key) is not None
 
 
 def unknown_keys(props: Iterable[str] | Mapping[str, str]) -> list[str]:

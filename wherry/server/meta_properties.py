@@ -2,7 +2,8 @@
 
 A log dir that already holds a `meta.properties` of another cluster or broker is refused (the
 broker does not start); one without it gets it written as Kafka's BrokerMetadataCheckpoint
-does: written, fsynced, renamed, the directory fsynced.
+does: written, fsynced, renamed, the directory fsynced (once the listeners are bound, so a first
+start does not wait for the fsyncs before it answers).
 """
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ def read_meta_properties(meta: Path) -> dict[str, str]:
     )
 
 
-def check_meta_properties(log_dirs: Iterable[Path], cluster_id: str, broker_id: int) -> None:
-    """Refuse a log dir that belongs to another cluster or broker; write the file where it
-    is missing."""
+def check_meta_properties(
+    log_dirs: Iterable[Path], cluster_id: str, broker_id: int
+) -> list[Path]:
+    """Refuse a log dir that belongs to another cluster or broker; the dirs without the file
+    (`write_meta_properties` writes it there once the listeners are bound: Kafka checkpoints
+    the broker's metadata after its socket server is up)."""
+    missing: list[Path] = []
     for d in log_dirs:
         meta = Path(d) / "meta.properties"
         if meta.exists():
@@ -40,6 +45,14 @@ def check_meta_properties(log_dirs: Iterable[Path], cluster_id: str, broker_id: 
                     f"stored broker.id {props['broker.id']} in {meta}"
                 )
         else:
-            atomic_write(
-                meta, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n".encode()
-            )
+            missing.append(Path(d))
+    return missing
+
+
+def write_meta_properties(log_dirs: Iterable[Path], cluster_id: str, broker_id: int) -> None:
+    """Write (durably) the meta.properties of each of `log_dirs`."""
+    for d in log_dirs:
+        atomic_write(
+            d / "meta.properties",
+            f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n".encode(),
+        )

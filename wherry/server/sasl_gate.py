@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
-from wherry.protocol.codec import Request, encode_response
 from wherry.server.network import CloseAfterResponse, CloseConnection, ConnectionInfo
 
 if TYPE_CHECKING:
+    from wherry.protocol.codec import Request
     from wherry.security.scram_store import ScramCredentialCache
     from wherry.server.listener_security import BrokerSecurity
     from wherry.server.sasl_authenticator import SaslAuthenticator
@@ -116,4 +116,6 @@ class SaslGate:
 
 
 def _encode(req: Request, body: Any) -> bytes:
+    from wherry.protocol.codec import encode_response  # imported after the bind (Broker.start)
+
     return encode_response(req.api_key, req.api_version, req.correlation_id, body)

@@ -20,6 +20,14 @@ API_VERSIONS_PREFIX: Final = b"\x00\x12"  # a request frame's api_key, ApiVersio
 # turning in between, so ApiVersions is answered meanwhile. The heavier modules of the tree
 # one by one, leaves first, so that each step stays short (a few ms).
 LATE_IMPORTS: Final = (
+    # the kio codec (ApiVersions is answered before it by `handlers.api_versions.early_answer`),
+    # in steps of a few ms
+    "typing_extensions",
+    "kio.serial",
+    "kio.schema.index",
+    "kio.index",
+    "wherry.protocol.codec",
+    "wherry.server.dispatch",
     "wherry.protocol.records",
     "wherry.log.txn_index",
     "wherry.log.loader",
@@ -65,7 +73,11 @@ LATE_IMPORTS: Final = (
 
 
 async def import_late() -> None:
-    """Import `LATE_IMPORTS`, yielding to the event loop after each."""
+    """Import `LATE_IMPORTS`, yielding to the event loop after each (and first a few times
+    before them: a client that connected as the listeners were bound -- accepted, read,
+    answered, written: one turn each -- has its ApiVersions answered before the first step)."""
+    for _ in range(4):
+        await asyncio.sleep(0)
     for name in LATE_IMPORTS:
         importlib.import_module(name)
         await asyncio.sleep(0)

@@ -9,11 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from wherry.share.broker_keys import BROKER_DEFAULTS as _BROKER_DEFAULTS
+from wherry.share.broker_keys import SHARE_BROKER_KEYS
+
 if TYPE_CHECKING:  # the broker reads these keys with its config, long before a share group
     from wherry.share.partition import SharePartitionConfig
 
 __all__ = [
     "GROUP_CONFIG_KEYS",
+    "SHARE_BROKER_KEYS",
     "GroupConfigError",
     "ShareBrokerConfig",
     "ShareGroupSettings",
@@ -80,38 +84,6 @@ GROUP_CONFIG_KEYS: dict[str, _Key] = {
 
 _STRING_DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": READ_UNCOMMITTED}
 
-# broker key -> (default, minimum key or value, maximum key or value)
-_BROKER_DEFAULTS: dict[str, int] = {
-    "group.consumer.session.timeout.ms": 45_000,
-    "group.consumer.min.session.timeout.ms": 45_000,
-    "group.consumer.max.session.timeout.ms": 60_000,
-    "group.consumer.heartbeat.interval.ms": 5_000,
-    "group.consumer.min.heartbeat.interval.ms": 5_000,
-    "group.consumer.max.heartbeat.interval.ms": 15_000,
-    "group.share.session.timeout.ms": 45_000,
-    "group.share.min.session.timeout.ms": 45_000,
-    "group.share.max.session.timeout.ms": 60_000,
-    "group.share.heartbeat.interval.ms": 5_000,
-    "group.share.min.heartbeat.interval.ms": 5_000,
-    "group.share.max.heartbeat.interval.ms": 15_000,
-    "group.share.record.lock.duration.ms": 30_000,
-    "group.share.min.record.lock.duration.ms": 15_000,
-    "group.share.max.record.lock.duration.ms": 60_000,
-    "group.share.delivery.count.limit": 5,
-    "group.share.min.delivery.count.limit": 2,
-    "group.share.max.delivery.count.limit": 10,
-    "group.share.partition.max.record.locks": 2_000,
-    "group.share.min.partition.max.record.locks": 100,
-    "group.share.max.partition.max.record.locks": 10_000,
-    "group.share.max.size": 200,
-    "share.coordinator.state.topic.num.partitions": 50,
-    "share.coordinator.state.topic.replication.factor": 3,
-    "share.coordinator.state.topic.min.isr": 2,
-    "share.coordinator.state.topic.segment.bytes": 104_857_600,
-    "share.coordinator.write.timeout.ms": 5_000,
-}
-
-SHARE_BROKER_KEYS = frozenset(_BROKER_DEFAULTS)
 
 # group key -> (minimum broker key, maximum broker key)
 _BOUNDS = {

@@ -26,7 +26,7 @@ COLUMNS = (
     "leader_epoch", "isr", "controller_epoch", "source",
 )  # fmt: skip
 
-# Java regexes with the pure parser's groups (see state_change_log._LINE and _CHANGE).
+# Java regexes with the pure parser's groups (see state_change_log._line_patterns).
 _LINE = (
     r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ([A-Z]+) "
     r"\[(?:(Controller|Broker) id=(-?\d+)(?: epoch=(-?\d+))?)\] ?(.*)$"

@@ -1,0 +1,154 @@
+"""ApiVersions (key 18) requests read and responses written by hand, sans-I/O, without kio.
+
+A starting broker answers ApiVersions as soon as its listeners are bound, before the kio-based
+codec (`codec.py`) is imported (docs/architecture.md, "Start"). This module reads the
+requests of versions 0-4 (header v1, or v2 with tagged fields for the flexible v3+; the v3+
+body's client software name and version) and writes the same bytes `codec.encode_response`
+writes for the answer; `tests/protocol/test_api_versions_codec.py` compares the two for every
+version. A version it does not serve gets the v0 answer with UNSUPPORTED_VERSION, as Kafka
+does (KIP-511). Whatever it cannot read exactly (a truncated header, a null or non-UTF-8
+string, a malformed tagged field) is left to the kio codec (`read_request` returns None), so
+the broker's answer to bad input is the one it always gives.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from typing import Final, NamedTuple
+
+API_VERSIONS_KEY: Final = 18
+FIRST_FLEXIBLE_VERSION: Final = 3  # header v2 and compact fields from here on
+NONE: Final = 0
+UNSUPPORTED_VERSION: Final = 35
+
+_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_KEY: Final = struct.Struct(">hhh")  # api_key, min_version, max_version
+
+
+class ApiVersionsRequest(NamedTuple):
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    # v3+: what the client says it is (empty before v3)
+    client_software_name: str
+    client_software_version: str
+
+
+class _Short(Exception):
+    """The frame ends, or holds something this reader leaves to the kio codec."""
+
+
+def _uvarint(frame: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(frame) or shift > 28:
+            raise _Short
+        byte = frame[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _take(frame: memoryview, pos: int, n: int) -> tuple[str, int]:
+    end = pos + n
+    if n < 0 or end > len(frame):
+        raise _Short
+    try:
+        return str(frame[pos:end], "utf-8"), end
+    except UnicodeDecodeError:
+        raise _Short from None
+
+
+def _compact_string(frame: memoryview, pos: int) -> tuple[str, int]:
+    n, pos = _uvarint(frame, pos)
+    if n == 0:  # null: not allowed for these fields
+        raise _Short
+    return _take(frame, pos, n - 1)
+
+
+def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
+    count, pos = _uvarint(frame, pos)
+    for _ in range(count):
+        _, pos = _uvarint(frame, pos)  # tag
+        size, pos = _uvarint(frame, pos)
+        pos += size
+        if pos > len(frame):
+            raise _Short
+    return pos
+
+
+def read_request(
+    frame: bytes | memoryview, versions: tuple[int, int]
+) -> ApiVersionsRequest | None:
+    """An ApiVersions request frame (without its size prefix). A version outside `versions`
+    (the broker's min, max) is returned with its header's fixed part only: it is answered with
+    the v0 error. None: not an ApiVersions request, or not one this reader takes exactly."""
+    view = memoryview(frame)
+    if len(view) < _PREFIX.size:
+        return None
+    api_key, version, correlation_id = _PREFIX.unpack_from(view, 0)
+    if api_key != API_VERSIONS_KEY:
+        return None
+    if not versions[0] <= version <= versions[1]:
+        return ApiVersionsRequest(version, correlation_id, None, "", "")
+    try:
+        pos = _PREFIX.size
+        if pos + 2 > len(view):
+            raise _Short
+        (n,) = _I16.unpack_from(view, pos)
+        pos += 2
+        client_id: str | None = None
+        if n >= 0:
+            client_id, pos = _take(view, pos, n)
+        elif n != -1:
+            raise _Short
+        name = software = ""
+        if version >= FIRST_FLEXIBLE_VERSION:
+            pos = _skip_tagged_fields(view, pos)  # header v2
+            name, pos = _compact_string(view, pos)
+            software, pos = _compact_string(view, pos)
+            _skip_tagged_fields(view, pos)
+    except _Short:
+        return None
+    return ApiVersionsRequest(version, correlation_id, client_id, name, software)
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_response(
+    api_version: int,
+    correlation_id: int,
+    error_code: int,
+    api_keys: Iterable[tuple[int, int, int]],
+    throttle_time_ms: int = 0,
+) -> bytes:
+    """The response frame, size prefix included: header v0 (correlation id) for every version,
+    then the body of `api_version` (0-4): the error code, (api_key, min, max) per API, the
+    throttle time from v1, compact arrays and (empty) tagged fields from v3."""
+    keys = list(api_keys)
+    flexible = api_version >= FIRST_FLEXIBLE_VERSION
+    parts = [_I32.pack(correlation_id), _I16.pack(error_code)]
+    if flexible:
+        parts.append(_uvarint_bytes(len(keys) + 1))
+        parts.extend(_KEY.pack(*k) + b"\x00" for k in keys)
+    else:
+        parts.append(_I32.pack(len(keys)))
+        parts.extend(_KEY.pack(*k) for k in keys)
+    if api_version >= 1:
+        parts.append(_I32.pack(throttle_time_ms))
+    if flexible:
+        parts.append(b"\x00")
+    body = b"".join(parts)
+    return _I32.pack(len(body)) + body

@@ -78,6 +78,7 @@ from wherry.controller.request_states import (
 )
 from wherry.controller.store_client import ControllerMovedError, ControllerStoreClient
 from wherry.controller.topic_deletion import TopicDeletionManager
+from wherry.coordination.paths import TopicAssignment
 from wherry.coordination.store import (
     MetadataStore,
     NodeExistsError,
@@ -96,6 +97,8 @@ __all__ = ["Controller", "ControllerMovedError"]
 log = logging.getLogger(__name__)
 
 Event = Callable[[], Awaitable[None]]
+_TopicRead = tuple[TopicAssignment, dict[str, str], dict[TopicPartition, LeaderIsr]]
+TOPICS_READ_AT_ONCE = 100  # topics whose nodes are read concurrently at failover
 T = TypeVar("T")
 
 
@@ -345,8 +348,12 @@ class Controller:
         ctx.live_brokers = await self._zk.live_brokers(
             self._watch("brokers", self._on_broker_change)
         )
-        for t in sorted(await self._zk.topics(self._watch("topics", self._on_topic_change))):
-            await self._load_topic(t)
+        names = sorted(await self._zk.topics(self._watch("topics", self._on_topic_change)))
+        for i in range(0, len(names), TOPICS_READ_AT_ONCE):  # read at once, applied in order
+            chunk = names[i : i + TOPICS_READ_AT_ONCE]
+            reads = await asyncio.gather(*map(self._read_topic, chunk))
+            for t, read in zip(chunk, reads, strict=True):
+                self._apply_topic(t, read)
         queued = await self._zk.deletions(self._watch("deletions", self._on_deletion_change))
         legacy = await self._zk.reassignment_request(
             self._watch("admin:reassign", self._on_reassign_node)
@@ -358,7 +365,9 @@ class Controller:
         await self._init_deletions(queued)
         self.replica_sm.initialize(ctx)
         self.partition_sm.initialize(ctx)
-        await self._send(announcement(self._batch(), ctx, ctx.live_brokers))
+        announced = announcement(self._batch(), ctx, ctx.live_brokers)
+        await self._send(announced)
+        sent = dict(announced.update_metadata_states)  # what the brokers' queues hold already
         batch = self._batch()
         self.replica_sm.to_online(
             ctx,
@@ -373,11 +382,13 @@ class Controller:
         # The elected leaders go out now, as Kafka's partition state machine startup sends its
         # own batch: the ISR writes below (one per partition with a dead replica, thousands
         # when a broker died with the controller) must not hold the new leaders back.
+        batch.drop_metadata_sent(sent, ctx.live_brokers)
         await self._send(batch)
         batch = self._batch()
         # Replicas on brokers that died while no controller watched leave the ISRs.
         await self.replicas_offline(dead_isr_members(ctx), batch, stop_replica=False)
         add_update_metadata(batch, ctx, ctx.live_brokers, ctx.all_partitions())
+        batch.drop_metadata_sent(sent, ctx.live_brokers)
         await self._send(batch)
         self.active = True  # acting (`active`) once the context is loaded and announced
         batch = self._batch()
@@ -410,11 +421,23 @@ class Controller:
         return event
 
     async def _load_topic(self, topic: str) -> bool:
+        return self._apply_topic(topic, await self._read_topic(topic))
+
+    async def _read_topic(self, topic: str) -> _TopicRead | None:
+        """A topic's assignment (watched), config and partition states; None if it is gone."""
         a = await self._zk.topic_assignment(
             topic, self._watch(f"topic:{topic}", self._modifications_event(topic))
         )
         if a is None:
+            return None
+        config = await self._zk.topic_config(topic)
+        states = await self._zk.partition_states([TopicPartition(topic, p) for p in a.partitions])
+        return a, config, states
+
+    def _apply_topic(self, topic: str, read: _TopicRead | None) -> bool:
+        if read is None:
             return False
+        a, config, states = read
         ctx = self.ctx
         if a.topic_id.int != 0:
             ctx.topic_ids[topic] = a.topic_id
@@ -424,10 +447,8 @@ class Controller:
                 TopicPartition(topic, p),
                 Reassignment(tuple(r), tuple(a.adding.get(p, ())), tuple(a.removing.get(p, ()))),
             )
-        ctx.topic_configs[topic] = await self._zk.topic_config(topic)
-        ctx.states.update(
-            await self._zk.partition_states([TopicPartition(topic, p) for p in a.partitions])
-        )
+        ctx.topic_configs[topic] = config
+        ctx.states.update(states)
         return True
 
     async def _reload_state(self, tp: TopicPartition) -> None:

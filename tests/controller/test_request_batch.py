@@ -126,3 +126,7 @@ def test_metadata_already_sent_in_the_event_is_left_out() -> None:
     third.add_update_metadata([1, 4], [um("a", 0, 1)])
     third.drop_metadata_sent(sent, LIVE)
     assert list(third.update_metadata_states) == [("a", 0)]
+    fourth = RequestBatch(1, 7)  # nothing new for anyone: no UpdateMetadata at all
+    fourth.add_update_metadata([1, 2, 3], [um("a", 0, 1), um("a", 2, 3)])
+    fourth.drop_metadata_sent(sent, LIVE)
+    assert fourth.is_empty() and fourth.build(LIVE, ENDPOINTS) == []

@@ -114,12 +114,15 @@ class RequestBatch:
         """Leave out the UpdateMetadata partition states equal to the ones in `sent`, which
         every broker this batch's UpdateMetadata goes to (all of them in `sent_to`) was sent
         earlier in the same event: their queues deliver in order, so the brokers have them
-        (a controller failover would send every partition three times). What remains is
-        added to `sent`, for the next batch of the event."""
+        (a controller failover would send every partition three times); with no state left
+        the UpdateMetadata is not sent at all. What remains is added to `sent`, for the next
+        batch of the event."""
         if self._update_metadata_brokers.issubset(sent_to):
             for key, st in list(self._update_metadata_states.items()):
                 if sent.get(key) == st:
                     del self._update_metadata_states[key]
+            if not self._update_metadata_states:  # nothing new: they know the live brokers
+                self._update_metadata_brokers.clear()
         sent.update(self._update_metadata_states)
 
     def _ids_for(self, topics: Iterable[str]) -> dict[str, uuid.UUID]:

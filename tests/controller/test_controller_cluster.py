@@ -494,3 +494,47 @@ async def test_a_new_controller_sends_every_partition_before_any_leader_and_isr(
                 ("x", 1),
                 ("y", 0),
             }
+
+
+@async_test
+async def test_at_failover_the_elected_leaders_go_out_before_the_dead_replicas_isr_writes(
+    new_backend: NewBackend,
+) -> None:
+    """The controller died with its broker: the new controller announces every partition,
+    then sends the leaders it elected (LeaderAndIsr, then their metadata) BEFORE it writes the
+    dead broker out of the ISRs of the partitions it followed (thousands of writes at 10,000
+    partitions), then those. No partition state is sent to a broker twice in the event."""
+    async with Cluster(new_backend()) as c:
+        await c.start_all(1, 2, 3)
+        old = await c.wait_for_controller()
+        dead = old.broker_id
+        live = sorted({1, 2, 3} - {dead})
+        rotations = [[dead, *live], [live[0], dead, live[1]], [live[1], live[0], dead]]
+        await c.create_topic("x", {p: rotations[p % 3] for p in range(6)})
+        await wait_for_states(c, "x", 6, lambda s: all(len(st.isr) == 3 for st in s.values()))
+        led = {p for p in range(6) if rotations[p % 3][0] == dead}
+        await c.kill(dead)
+        new = await c.wait_for_controller(other_than=dead)
+        epoch = new.controller.ctx.epoch
+        await wait_for_states(c, "x", 6, lambda s: all(dead not in st.isr for st in s.values()))
+        await c.settle()
+        for b in live:
+            got = [r for r in c.nodes[b].broker.received if r.controller_epoch == epoch]
+            kinds = [type(r).__name__[0] for r in got]  # U(pdateMetadata), L(eaderAndIsr)
+            assert kinds[:5] == ["U", "L", "U", "L", "U"], kinds
+            announce, elected, elected_md, shrunk, shrunk_md = got[:5]
+            assert len(announce.partition_states) == 6
+            first = {s.partition_index: s for s in elected.partition_states}
+            for p in led:
+                assert first[p].leader != dead and dead not in first[p].isr
+            for p in set(range(6)) - led:  # still listed: their ISR write comes later
+                assert dead in first[p].isr
+            assert {s.partition_index for s in elected_md.partition_states} == led
+            assert all(s.leader != dead for s in elected_md.partition_states)
+            later = {s.partition_index for s in shrunk.partition_states}
+            assert later == {p for p in set(range(6)) - led if b in rotations[p % 3]}
+            assert all(dead not in s.isr for s in shrunk.partition_states)
+            assert {s.partition_index for s in shrunk_md.partition_states} == set(range(6)) - led
+            seen = [(s.partition_index, s.leader_epoch) for r in got
+                    if isinstance(r, UpdateMetadataRequest) for s in r.partition_states]
+            assert len(seen) == len(set(seen)), seen

@@ -101,3 +101,32 @@ def test_only_live_brokers_get_requests() -> None:
     um_req = out[1].body
     assert isinstance(um_req, UpdateMetadataRequest)
     assert um_req.partition_states == () and um_req.live_brokers == ENDPOINTS[:1]
+
+
+def test_metadata_already_sent_in_the_event_is_left_out() -> None:
+    """A controller failover announces every partition, then sends the elected leaders, then
+    the ISR changes: each later UpdateMetadata carries only states the brokers were not sent
+    yet in the event (equal states are dropped, changed ones kept, and remembered)."""
+    sent: dict[tuple[str, int], UpdateMetadataPartitionState] = {}
+    first = RequestBatch(1, 7)
+    first.add_update_metadata([1, 2, 3], [um("a", 0, 1), um("a", 1, 2), um("a", 2, 3)])
+    first.drop_metadata_sent(sent, LIVE)
+    assert len(sent) == 3  # nothing sent before: everything goes, and is remembered
+    second = RequestBatch(1, 7)
+    second.add_update_metadata([1, 2, 3], [um("a", 0, 1), um("a", 1, 1), um("a", 2, 3)])
+    second.add_leader_and_isr([1], lai("a", 1, 1, 1))
+    second.drop_metadata_sent(sent, LIVE)
+    out = second.build(LIVE, ENDPOINTS)
+    ums = [r.body for r in out if isinstance(r.body, UpdateMetadataRequest)]
+    assert len(ums) == 3  # every broker still gets one (the live brokers), and the LAI stays
+    assert all([(s.partition_index, s.leader) for s in b.partition_states] == [(1, 1)]
+               for b in ums)
+    assert sent[("a", 1)].leader == 1
+    third = RequestBatch(1, 7)  # to a broker the earlier ones did not reach: all kept
+    third.add_update_metadata([1, 4], [um("a", 0, 1)])
+    third.drop_metadata_sent(sent, LIVE)
+    assert list(third.update_metadata_states) == [("a", 0)]
+    fourth = RequestBatch(1, 7)  # nothing new for anyone: no UpdateMetadata at all
+    fourth.add_update_metadata([1, 2, 3], [um("a", 0, 1), um("a", 2, 3)])
+    fourth.drop_metadata_sent(sent, LIVE)
+    assert fourth.is_empty() and fourth.build(LIVE, ENDPOINTS) == []

@@ -9,12 +9,15 @@ from pathlib import Path
 
 from wherry.runtime.state_change_log import (
     STATE_CHANGE_LOG_FILE,
+    add_state_change_listener,
     attach_state_change_log,
+    batched_lines,
     log_broker_partition_change,
     log_controller_partition_change,
     log_controller_replica_change,
     merge_state_change_logs,
     parse_state_change_line,
+    state_change_line,
     state_change_logger,
 )
 
@@ -117,3 +120,39 @@ def test_merge_orders_out_of_phase_logs() -> None:
     assert [(r.node_kind, r.leader) for r in merged] == [
         ("Controller", 1), ("Broker", 1), ("Controller", 2), ("Broker", 2)]
     assert merged[0].timestamp_ms == 1735689600050
+
+
+def test_batched_lines_are_one_record_but_the_same_lines_in_order(tmp_path: Path) -> None:
+    """`batched_lines`: a LeaderAndIsr of thousands of partitions costs one log record, yet the
+    file holds one parseable line per change, in call order: a record logged inside the block
+    (a warning) first writes what was collected; a listener hears each line."""
+    records: list[logging.LogRecord] = []
+    heard: list[str] = []
+    counter = logging.Handler()
+    counter.emit = records.append  # type: ignore[method-assign]
+    state_change_logger.addHandler(counter)
+    handle = attach_state_change_log(tmp_path, node_id=2)
+    remove = add_state_change_listener(2, heard.append)
+    try:
+        with batched_lines():
+            for p in range(3):
+                log_broker_partition_change(2, "t", p, "Follower", "Leader", leader=2,
+                                            leader_epoch=5, isr=[2], controller_epoch=3)
+            state_change_line(logging.INFO, "[Broker id=2] Leader %s\nstarts", "t-3")
+            state_change_logger.warning("[Broker id=2] something odd")
+            log_broker_partition_change(2, "t", 9, "None", "Follower", leader=1,
+                                        leader_epoch=1, isr=[1], controller_epoch=3)
+        log_broker_partition_change(2, "t", 10, "None", "Follower", leader=1,
+                                    leader_epoch=1, isr=[1], controller_epoch=3)
+    finally:
+        remove()
+        handle.detach()
+        state_change_logger.removeHandler(counter)
+    lines = (tmp_path / STATE_CHANGE_LOG_FILE).read_text().splitlines()
+    assert len(lines) == 7 and all(ISO_MS.match(line) for line in lines)
+    parsed = [parse_state_change_line(line) for line in lines]
+    assert [p.partition for p in parsed if p is not None and p.is_change] == [0, 1, 2, 9, 10]
+    assert lines[3].endswith("INFO [Broker id=2] Leader t-3\\nstarts")  # escaped, one line
+    assert lines[4].endswith("WARNING [Broker id=2] something odd")
+    assert heard == lines
+    assert len(records) == 4  # [0, 1, 2, t-3], the warning, [9], [10]: not one per line

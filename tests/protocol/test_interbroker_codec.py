@@ -6,6 +6,7 @@ the codec, so a codec that only agrees with itself fails them.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import uuid
 from typing import Any
@@ -830,3 +831,34 @@ def test_encode_response_dispatches_interbroker_keys() -> None:
     )
     with pytest.raises(InterbrokerEncodeError):
         encode_response(4, 7, 8, UpdateMetadataResponse(0))
+
+
+def test_big_update_metadata_states_encoded_once_for_every_broker_and_never_confused() -> None:
+    """The controller sends the same states tuple to every broker: the array is encoded once
+    (`_um_states_bytes` keeps it), and a request differing in version, ids or states tuple
+    (even an equal one) is encoded from its own states."""
+    states = tuple(
+        UpdateMetadataPartitionState("big", p, 5, p % 3, 1, (p % 3, 2), 1, (p % 3, 2))
+        for p in range(150)
+    )
+
+    def req(broker_epoch: int, st: tuple[UpdateMetadataPartitionState, ...],
+            ids: dict[str, uuid.UUID]) -> UpdateMetadataRequest:
+        return UpdateMetadataRequest(1, 5, broker_epoch, st, (BrokerEndpoint(1, "h1", 9092),),
+                                     ids)
+
+    for version in (8, 7, 5):
+        a = encode_interbroker_request_body(6, version, req(100, states, {"big": TID}))
+        b = encode_interbroker_request_body(6, version, req(200, states, {"big": TID}))
+        assert a != b  # the broker epochs differ ...
+        back = decode_interbroker_request_body(6, version, b)
+        assert back.partition_states == states and back.broker_epoch == 200
+        assert back.topic_ids == ({"big": TID} if version >= 7 else {})
+        other = tuple(dataclasses.replace(s, leader=9) for s in states)
+        c = decode_interbroker_request_body(6, version, encode_interbroker_request_body(
+            6, version, req(200, other, {"big": TID})))
+        assert c.partition_states == other  # ... and another tuple is not taken for the cached
+        if version >= 7:
+            d = decode_interbroker_request_body(6, version, encode_interbroker_request_body(
+                6, version, req(200, other, {"big": uuid.UUID(int=5)})))
+            assert d.topic_ids == {"big": uuid.UUID(int=5)}

@@ -78,6 +78,7 @@ from wherry.controller.request_states import (
 )
 from wherry.controller.store_client import ControllerMovedError, ControllerStoreClient
 from wherry.controller.topic_deletion import TopicDeletionManager
+from wherry.coordination.paths import TopicAssignment
 from wherry.coordination.store import (
     MetadataStore,
     NodeExistsError,
@@ -88,17 +89,16 @@ from wherry.coordination.store import (
 )
 from wherry.protocol.interbroker import NO_LEADER, StopReplicaRequest, StopReplicaResponse
 from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
-from wherry.runtime.state_change_log import controller_prefix, state_change_logger
+from wherry.runtime.state_change_log import batched_lines, controller_prefix, state_change_logger
 from wherry.runtime.tasks import cancel_and_wait
 
 __all__ = ["Controller", "ControllerMovedError"]
 
 log = logging.getLogger(__name__)
 
-MAX_WRITE_ATTEMPTS = 10
-"""Conditional partition-state writes re-read and re-decided at most this often per event."""
-
 Event = Callable[[], Awaitable[None]]
+_TopicRead = tuple[TopicAssignment, dict[str, str], dict[TopicPartition, LeaderIsr]]
+TOPICS_READ_AT_ONCE = 100  # topics whose nodes are read concurrently at failover
 T = TypeVar("T")
 
 
@@ -348,8 +348,12 @@ class Controller:
         ctx.live_brokers = await self._zk.live_brokers(
             self._watch("brokers", self._on_broker_change)
         )
-        for t in sorted(await self._zk.topics(self._watch("topics", self._on_topic_change))):
-            await self._load_topic(t)
+        names = sorted(await self._zk.topics(self._watch("topics", self._on_topic_change)))
+        for i in range(0, len(names), TOPICS_READ_AT_ONCE):  # read at once, applied in order
+            chunk = names[i : i + TOPICS_READ_AT_ONCE]
+            reads = await asyncio.gather(*map(self._read_topic, chunk))
+            for t, read in zip(chunk, reads, strict=True):
+                self._apply_topic(t, read)
         queued = await self._zk.deletions(self._watch("deletions", self._on_deletion_change))
         legacy = await self._zk.reassignment_request(
             self._watch("admin:reassign", self._on_reassign_node)
@@ -361,7 +365,9 @@ class Controller:
         await self._init_deletions(queued)
         self.replica_sm.initialize(ctx)
         self.partition_sm.initialize(ctx)
-        await self._send(announcement(self._batch(), ctx, ctx.live_brokers))
+        announced = announcement(self._batch(), ctx, ctx.live_brokers)
+        await self._send(announced)
+        sent = dict(announced.update_metadata_states)  # what the brokers' queues hold already
         batch = self._batch()
         self.replica_sm.to_online(
             ctx,
@@ -373,9 +379,16 @@ class Controller:
             batch,
         )
         await self._trigger_online(batch)
+        # The elected leaders go out now, as Kafka's partition state machine startup sends its
+        # own batch: the ISR writes below (one per partition with a dead replica, thousands
+        # when a broker died with the controller) must not hold the new leaders back.
+        batch.drop_metadata_sent(sent, ctx.live_brokers)
+        await self._send(batch)
+        batch = self._batch()
         # Replicas on brokers that died while no controller watched leave the ISRs.
         await self.replicas_offline(dead_isr_members(ctx), batch, stop_replica=False)
         add_update_metadata(batch, ctx, ctx.live_brokers, ctx.all_partitions())
+        batch.drop_metadata_sent(sent, ctx.live_brokers)
         await self._send(batch)
         self.active = True  # acting (`active`) once the context is loaded and announced
         batch = self._batch()
@@ -408,11 +421,23 @@ class Controller:
         return event
 
     async def _load_topic(self, topic: str) -> bool:
+        return self._apply_topic(topic, await self._read_topic(topic))
+
+    async def _read_topic(self, topic: str) -> _TopicRead | None:
+        """A topic's assignment (watched), config and partition states; None if it is gone."""
         a = await self._zk.topic_assignment(
             topic, self._watch(f"topic:{topic}", self._modifications_event(topic))
         )
         if a is None:
+            return None
+        config = await self._zk.topic_config(topic)
+        states = await self._zk.partition_states([TopicPartition(topic, p) for p in a.partitions])
+        return a, config, states
+
+    def _apply_topic(self, topic: str, read: _TopicRead | None) -> bool:
+        if read is None:
             return False
+        a, config, states = read
         ctx = self.ctx
         if a.topic_id.int != 0:
             ctx.topic_ids[topic] = a.topic_id
@@ -422,10 +447,8 @@ class Controller:
                 TopicPartition(topic, p),
                 Reassignment(tuple(r), tuple(a.adding.get(p, ())), tuple(a.removing.get(p, ()))),
             )
-        ctx.topic_configs[topic] = await self._zk.topic_config(topic)
-        ctx.states.update(
-            await self._zk.partition_states([TopicPartition(topic, p) for p in a.partitions])
-        )
+        ctx.topic_configs[topic] = config
+        ctx.states.update(states)
         return True
 
     async def _reload_state(self, tp: TopicPartition) -> None:
@@ -457,38 +480,7 @@ class Controller:
         """Write each partition's new state (decided from its current one) conditionally; a
         partition whose state node changed meanwhile is re-read and decided again (Kafka's
         retry loop). Returns what was written (also put in `ctx.states`)."""
-        ctx = self.ctx
-        done: dict[TopicPartition, LeaderIsr] = {}
-        pending = list(dict.fromkeys(tps))
-        for _ in range(MAX_WRITE_ATTEMPTS):
-            planned: list[tuple[TopicPartition, LeaderIsr]] = []
-            for tp in pending:
-                cur = ctx.states.get(tp)
-                if cur is None:
-                    continue
-                new = decide(tp, cur)
-                if new is not None:
-                    planned.append((tp, replace(new, zk_version=cur.zk_version)))
-            if not planned:
-                return done
-            written, conflicts = await self._zk.update_partition_states(
-                planned, ctx.epoch_zk_version
-            )
-            for tp, new in planned:
-                if tp in written:
-                    ctx.states[tp] = done[tp] = replace(new, zk_version=written[tp])
-            if not conflicts:
-                return done
-            for tp in conflicts:
-                await self._reload_state(tp)
-            pending = conflicts
-        state_change_logger.error(
-            "%s Gave up writing the states of %s after %d conflicting attempts",
-            self.prefix,
-            [str(tp) for tp in pending],
-            MAX_WRITE_ATTEMPTS,
-        )
-        return done
+        return await self._zk.write_leader_isr(self.ctx, tps, decide, self.prefix)
 
     async def _unclean_settings(self, tps: Iterable[TopicPartition]) -> dict[str, bool]:
         """`unclean.leader.election.enable` per topic, read from the store for topics that have
@@ -521,14 +513,17 @@ class Controller:
             if st is not None:
                 initial.append((tp, st))
         versions = await self._zk.create_partition_states(initial, ctx.epoch_zk_version)
-        for (tp, st), version in zip(initial, versions, strict=True):
-            if version is None:  # initialized meanwhile (by an earlier controller): elect
-                await self._reload_state(tp)
-                if tp in ctx.states:
-                    elect.append(tp)
-                continue
-            ctx.states[tp] = replace(st, zk_version=version)
-            psm.complete_online(ctx, tp, batch, is_new=True)
+        pairs = list(zip(initial, versions, strict=True))
+        existing = [tp for (tp, _), version in pairs if version is None]
+        with batched_lines():
+            for (tp, st), version in pairs:
+                if version is not None:
+                    ctx.states[tp] = replace(st, zk_version=version)
+                    psm.complete_online(ctx, tp, batch, is_new=True)
+        for tp in existing:  # initialized meanwhile (by an earlier controller): elect
+            await self._reload_state(tp)
+            if tp in ctx.states:
+                elect.append(tp)
         if elect:
             await self._elect_leaders(elect, batch)
 
@@ -566,14 +561,15 @@ class Controller:
             return o.leader_isr
 
         written = await self.update_leader_isr(tps, decide)
-        for tp in tps:
-            if tp in written:
-                outcomes[tp] = replace(outcomes[tp], written=True)
-                psm.complete_online(ctx, tp, batch, unclean=outcomes[tp].unclean)
-            else:
-                o = outcomes.get(tp)
-                if o is not None and o.error is not None:
-                    psm.fail_online(ctx, tp, o.error)
+        with batched_lines():  # thousands of elections at a failover: one log record
+            for tp in tps:
+                if tp in written:
+                    outcomes[tp] = replace(outcomes[tp], written=True)
+                    psm.complete_online(ctx, tp, batch, unclean=outcomes[tp].unclean)
+                else:
+                    o = outcomes.get(tp)
+                    if o is not None and o.error is not None:
+                        psm.fail_online(ctx, tp, o.error)
         return outcomes
 
     async def _trigger_online(self, batch: RequestBatch) -> None:

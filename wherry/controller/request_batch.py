@@ -22,7 +22,7 @@ since the batch does not know the offline replicas the metadata state carries.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from wherry.protocol.interbroker import (
@@ -101,6 +101,29 @@ class RequestBatch:
             self._update_metadata_states[(st.topic_name, st.partition_index)] = st
         for topic, tid in (topic_ids or {}).items():
             self._add_topic_id(topic, tid)
+
+    @property
+    def update_metadata_states(self) -> Mapping[PartitionKey, UpdateMetadataPartitionState]:
+        return self._update_metadata_states
+
+    def drop_metadata_sent(
+        self,
+        sent: dict[PartitionKey, UpdateMetadataPartitionState],
+        sent_to: Collection[int],
+    ) -> None:
+        """Leave out the UpdateMetadata partition states equal to the ones in `sent`, which
+        every broker this batch's UpdateMetadata goes to (all of them in `sent_to`) was sent
+        earlier in the same event: their queues deliver in order, so the brokers have them
+        (a controller failover would send every partition three times); with no state left
+        the UpdateMetadata is not sent at all. What remains is added to `sent`, for the next
+        batch of the event."""
+        if self._update_metadata_brokers.issubset(sent_to):
+            for key, st in list(self._update_metadata_states.items()):
+                if sent.get(key) == st:
+                    del self._update_metadata_states[key]
+            if not self._update_metadata_states:  # nothing new: they know the live brokers
+                self._update_metadata_brokers.clear()
+        sent.update(self._update_metadata_states)
 
     def _ids_for(self, topics: Iterable[str]) -> dict[str, uuid.UUID]:
         return {t: self._topic_ids[t] for t in dict.fromkeys(topics) if t in self._topic_ids}

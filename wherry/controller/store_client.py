@@ -17,15 +17,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.controller.context import LeaderIsr
+from wherry.controller.context import ControllerContext, LeaderIsr
 from wherry.coordination import paths
 from wherry.coordination.store import (
     BadVersionError,
+    BatchReader,
     CheckOp,
     ConnectionLossError,
     CreateOp,
@@ -43,6 +44,7 @@ from wherry.coordination.store import (
     StoreError,
     WatchCallback,
 )
+from wherry.runtime.state_change_log import state_change_logger
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,13 @@ T = TypeVar("T")
 INITIAL_CONTROLLER_EPOCH = 0  # written when /controller_epoch does not exist yet (Kafka's)
 PIPELINE_DEPTH = 500  # store requests of one batch in flight at once
 MULTI_GROUP = 100  # partition-state writes per ZooKeeper transaction (~20 KB of a 1 MB request)
+MAX_WRITE_ATTEMPTS = 10
+"""Conditional partition-state writes re-read and re-decided at most this often per event."""
+
+
+def _leader_isr(data: bytes, stat: Stat) -> LeaderIsr:
+    s = paths.PartitionState.from_json(data)
+    return LeaderIsr(s.leader, s.leader_epoch, tuple(s.isr), s.controller_epoch, stat.version)
 
 
 class ControllerMovedError(Exception):
@@ -341,8 +350,7 @@ class ControllerStoreClient:
             data, stat = await self.get(paths.partition_state_path(tp.topic, tp.partition))
         except NoNodeError:
             return None
-        s = paths.PartitionState.from_json(data)
-        return LeaderIsr(s.leader, s.leader_epoch, tuple(s.isr), s.controller_epoch, stat.version)
+        return _leader_isr(data, stat)
 
     async def _fenced(self, epoch_zk_version: int, ops: Sequence[MultiOp]) -> list[MultiResult]:
         try:
@@ -452,11 +460,67 @@ class ControllerStoreClient:
                     raise r
         return written, conflicts
 
+    async def write_leader_isr(
+        self,
+        ctx: ControllerContext,
+        tps: Iterable[TopicPartition],
+        decide: Callable[[TopicPartition, LeaderIsr], LeaderIsr | None],
+        prefix: str,
+    ) -> dict[TopicPartition, LeaderIsr]:
+        """Write each partition's new state (decided from its current one in `ctx.states`)
+        conditionally and fenced; a partition whose state node changed meanwhile is re-read
+        and decided again (Kafka's retry loop). Returns what was written (also put in
+        `ctx.states`)."""
+        done: dict[TopicPartition, LeaderIsr] = {}
+        pending = list(dict.fromkeys(tps))
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            planned: list[tuple[TopicPartition, LeaderIsr]] = []
+            for tp in pending:
+                cur = ctx.states.get(tp)
+                if cur is None:
+                    continue
+                new = decide(tp, cur)
+                if new is not None:
+                    planned.append((tp, dataclasses.replace(new, zk_version=cur.zk_version)))
+            if not planned:
+                return done
+            written, conflicts = await self.update_partition_states(
+                planned, ctx.epoch_zk_version
+            )
+            for tp, new in planned:
+                if tp in written:
+                    ctx.states[tp] = done[tp] = dataclasses.replace(new, zk_version=written[tp])
+            if not conflicts:
+                return done
+            for tp in conflicts:
+                st = await self.partition_state(tp)
+                if st is None:
+                    ctx.states.pop(tp, None)
+                else:
+                    ctx.states[tp] = st
+            pending = conflicts
+        state_change_logger.error(
+            "%s Gave up writing the states of %s after %d conflicting attempts",
+            prefix,
+            [str(tp) for tp in pending],
+            MAX_WRITE_ATTEMPTS,
+        )
+        return done
+
     async def partition_states(
         self, tps: Sequence[TopicPartition]
     ) -> dict[TopicPartition, LeaderIsr]:
-        """`partition_state` of many partitions, read pipelined; missing ones are left out."""
+        """`partition_state` of many partitions, missing ones left out: in a few batch reads
+        when the store has them (`BatchReader`, ZooKeeper's multiRead), else read pipelined."""
         out: dict[TopicPartition, LeaderIsr] = {}
+        store = self.store
+        if isinstance(store, BatchReader):
+            paths_ = [paths.partition_state_path(tp.topic, tp.partition) for tp in tps]
+            reads = await self._retry(lambda: store.get_many(paths_))
+            for tp, read in zip(tps, reads, strict=True):
+                if read is not None:
+                    out[tp] = _leader_isr(*read)
+            return out
         for start in range(0, len(tps), PIPELINE_DEPTH):
             chunk = tps[start : start + PIPELINE_DEPTH]
             results = await asyncio.gather(*(self.partition_state(tp) for tp in chunk))

@@ -51,6 +51,7 @@ from typing import Protocol, runtime_checkable
 __all__ = [
     "ANY_VERSION",
     "BadVersionError",
+    "BatchReader",
     "CheckOp",
     "ConnectionLossError",
     "CreateOp",
@@ -308,6 +309,18 @@ class MetadataStore(Protocol):
     async def close(self) -> None:
         """End the session: its ephemeral nodes are deleted (firing other sessions' watches),
         its own watches are dropped, listeners see `SessionState.CLOSED`. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class BatchReader(Protocol):
+    """A store that reads many nodes in one round trip (ZooKeeper's multiRead); callers that
+    read thousands of nodes at once (the controller at failover) use it when the store has it
+    and fall back to one `MetadataStore.get` per node otherwise."""
+
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        """Each node's data and stat, in order; None for a node that does not exist. No
+        watches are set. Raises as `MetadataStore.get` does for anything but a missing node."""
         ...
 
 

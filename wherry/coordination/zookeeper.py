@@ -43,6 +43,7 @@ from typing import Any, Final, Literal
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient
+from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import CheckVersion, Create, Delete, SetData
 from kazoo.protocol.states import EventType as KzEventType
 from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
@@ -65,6 +66,7 @@ from wherry.coordination.store import (
     validate_path,
 )
 from wherry.coordination.zk_acl import ZkSecurity
+from wherry.coordination.zk_multi_read import MultiRead
 
 __all__ = [
     "MAX_ATOMIC_DELETE",
@@ -78,6 +80,9 @@ logger = logging.getLogger(__name__)
 MAX_ATOMIC_DELETE: Final = 1000
 """Subtrees up to this many nodes are deleted in a single multi-op (ZooKeeper caps a request
 at ``jute.maxbuffer``, 1 MiB by default)."""
+
+MULTI_READ_CHUNK: Final = 1000
+"""Nodes read per multiRead request (a partition state answer is ~170 bytes: ~170 KB)."""
 
 _TREE_RETRIES: Final = 10
 _STOP_JOIN_TIMEOUT_S: Final = 30.0
@@ -201,6 +206,7 @@ class ZooKeeperStore(StoreSession):
         self._closing = False
         self._expired = threading.Event()
         self._stopper: threading.Thread | None = None
+        self._multi_read: bool | None = None  # whether the server has multiRead (None: unknown)
         client.add_listener(self._on_kazoo_state)
 
     def __repr__(self) -> str:
@@ -506,6 +512,57 @@ class ZooKeeperStore(StoreSession):
             raise
         self._watch_done(w, zstat.pzxid)
         return sorted(children)
+
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        """`store.BatchReader`: ZooKeeper's multiRead, `MULTI_READ_CHUNK` nodes a request, the
+        requests in flight at once (one request instead of one per node: a controller reading
+        10,000 partition states at failover waits for a few round trips, not 10,000). A
+        server without multiRead (before 3.6) gets one getData per node."""
+        for p in paths:
+            validate_path(p)
+        self._bind_loop()
+        self._check_usable()
+        if not paths:
+            return []
+        if self._multi_read is False:
+            return await self._get_each(paths)
+        chunks = [paths[i : i + MULTI_READ_CHUNK] for i in range(0, len(paths), MULTI_READ_CHUNK)]
+        try:
+            answers = await asyncio.gather(*(self._multi_read_chunk(c) for c in chunks))
+        except kz.UnimplementedError:
+            self._multi_read = False
+            return await self._get_each(paths)
+        self._multi_read = True
+        return [r for answer in answers for r in answer]
+
+    async def _multi_read_chunk(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        client = self._client
+        result = client.handler.async_result()
+        client._call(MultiRead([_prefix_root(client.chroot, p) for p in paths]), result)
+        try:
+            raw = await self._call(result)
+        except kz.UnimplementedError:
+            raise
+        except kz.KazooException as e:
+            raise self._translate(e, paths[0]) from e
+        out: list[tuple[bytes, Stat] | None] = []
+        for path, r in zip(paths, raw, strict=True):
+            if isinstance(r, kz.NoNodeError):
+                out.append(None)
+            elif isinstance(r, BaseException):
+                raise self._translate(r, path)
+            else:
+                out.append((r[0], _stat(r[1])))
+        return out
+
+    async def _get_each(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        async def one(path: str) -> tuple[bytes, Stat] | None:
+            try:
+                return await self.get(path)
+            except store.NoNodeError:
+                return None
+
+        return list(await asyncio.gather(*(one(p) for p in paths)))
 
     # ---------------------------------------------------------------------------- writes
 

@@ -832,13 +832,42 @@ def _read_um_broker(r: _Reader, v: int) -> list[BrokerEndpoint]:
     return [BrokerEndpoint(broker_id, h, p, lst, sp, rack) for h, p, lst, sp in raw]
 
 
+_UM_STATES_CACHED_FROM: Final = 100
+"""UpdateMetadata partition-state arrays this long or longer are kept, encoded, for the next
+request carrying the same states (`_um_states_bytes`)."""
+
+_um_states_encoded: list[tuple[object, int, dict[str, uuid.UUID] | None, bytes]] = []
+
+
+def _um_states_bytes(
+    v: int, states: tuple[UpdateMetadataPartitionState, ...], ids: Mapping[str, uuid.UUID] | None
+) -> bytes:
+    """The encoded partition states of an UpdateMetadata. The controller sends the SAME states
+    tuple to every live broker (only the broker epoch differs): with thousands of partitions
+    the array is encoded once, not once per broker. The last two arrays are kept, with the
+    tuple itself, so identity cannot be mistaken for another tuple's."""
+    flex = v >= 6
+    big = len(states) >= _UM_STATES_CACHED_FROM
+    if big:
+        for cached, cv, cids, data in _um_states_encoded:
+            if cached is states and cv == v and cids == ids:
+                return data
+    sub = _Writer()
+    _write_partition_states(
+        sub, v, states, _write_um_partition, grouped=v >= 5, topic_ids=ids, flex=flex
+    )
+    data = bytes(sub.out)
+    if big:
+        _um_states_encoded.insert(0, (states, v, None if ids is None else dict(ids), data))
+        del _um_states_encoded[2:]
+    return data
+
+
 def _write_update_metadata_request(w: _Writer, v: int, req: UpdateMetadataRequest) -> None:
     flex = v >= 6
     _write_header(w, v, req, "UpdateMetadata", kraft_from=8, epoch_from=5)
     ids = req.topic_ids if v >= 7 else None
-    _write_partition_states(
-        w, v, req.partition_states, _write_um_partition, grouped=v >= 5, topic_ids=ids, flex=flex
-    )
+    w.out += _um_states_bytes(v, req.partition_states, ids)
     brokers = _group(req.live_brokers, lambda b: b.broker_id)
     w.array_length(len(brokers), flex)
     for broker_id, endpoints in brokers:

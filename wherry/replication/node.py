@@ -81,6 +81,7 @@ from wherry.replication.replica_manager import (
 from wherry.runtime.clock import Clock
 from wherry.runtime.parking import answer_future, answer_of
 from wherry.runtime.scheduler import Scheduler
+from wherry.runtime.state_change_log import batched_lines, state_change_line
 from wherry.runtime.ticker import PurgatoryTicker
 
 log = logging.getLogger(__name__)
@@ -285,6 +286,27 @@ class ReplicaNode:
             await self._load_topic_configs({s.topic_name for s in req.partition_states})
         errors: dict[tuple[str, int], int] = {}
         to_apply: list[LeaderAndIsrPartitionState] = []
+        with batched_lines():  # a new controller's resend: one line per unchanged partition
+            self._judge_leader_and_isr(req, errors, to_apply)
+        for ep in req.live_leaders:
+            self._leader_endpoints[ep.broker_id] = LeaderAddress(ep.broker_id, ep.host, ep.port)
+        if to_apply:
+            self.replica_manager.become_leader_or_follower(
+                dataclasses.replace(req, partition_states=tuple(to_apply)), self.clock.now_ms()
+            )
+        return LeaderAndIsrResponse(
+            int(ErrorCode.none),
+            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
+        )
+
+    def _judge_leader_and_isr(
+        self,
+        req: LeaderAndIsrRequest,
+        errors: dict[tuple[str, int], int],
+        to_apply: list[LeaderAndIsrPartitionState],
+    ) -> None:
+        """Each partition's verdict (`controller_requests.leader_and_isr_verdict`): its error
+        code into `errors`, the states to apply into `to_apply`."""
         for st in req.partition_states:
             key = (st.topic_name, st.partition_index)
             part = self.replica_manager.get_partition(TopicPartition(*key))
@@ -303,16 +325,6 @@ class ReplicaNode:
                 part.topic_id = tid
             elif verdict.error != ErrorCode.none:
                 self._log_ignored_leader_and_isr(req, st, verdict.error, part)
-        for ep in req.live_leaders:
-            self._leader_endpoints[ep.broker_id] = LeaderAddress(ep.broker_id, ep.host, ep.port)
-        if to_apply:
-            self.replica_manager.become_leader_or_follower(
-                dataclasses.replace(req, partition_states=tuple(to_apply)), self.clock.now_ms()
-            )
-        return LeaderAndIsrResponse(
-            int(ErrorCode.none),
-            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
-        )
 
     def _log_ignored_leader_and_isr(
         self,
@@ -340,7 +352,7 @@ class ReplicaNode:
             # Kafka logs this case (e.g. a new controller re-sending every partition's state)
             # at info, the others at warning.
             level = logging.INFO
-        state_change_log.log(
+        state_change_line(
             level,
             "%s Ignoring LeaderAndIsr request from controller %d epoch %d for partition %s-%d "
             "as %s (%s)",

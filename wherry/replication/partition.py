@@ -45,7 +45,7 @@ from wherry.runtime.state_change_log import (
     broker_prefix,
     log_change,
     partition_subject,
-    state_change_logger,
+    state_change_line,
 )
 
 __all__ = [
@@ -165,7 +165,8 @@ class Partition:
             if r != self.local_broker_id
         }
         self.maybe_increment_high_watermark(now_ms)
-        state_change_logger.info(
+        state_change_line(
+            logging.INFO,
             "[Broker id=%d] Leader %s with topic id %s starts at leader epoch %d from offset %d "
             "with partition epoch %d, high watermark %d, ISR %s, replicas %s",
             self.local_broker_id,
@@ -190,7 +191,8 @@ class Partition:
         self.leader_epoch = st.leader_epoch
         self.leader_id = st.leader
         self.remote_replicas = {}
-        state_change_logger.info(
+        state_change_line(
+            logging.INFO,
             "[Broker id=%d] Follower %s starts at leader epoch %d from offset %d with partition "
             "epoch %d and high watermark %d. Current leader is %d.",
             self.local_broker_id,

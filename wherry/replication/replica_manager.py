@@ -19,7 +19,11 @@ from wherry.log.errors import OffsetOutOfRangeError
 from wherry.log.file_region import FileRegion
 from wherry.log.log import Log
 from wherry.log.manager import LogManager
-from wherry.protocol.interbroker import LeaderAndIsrRequest, StopReplicaRequest
+from wherry.protocol.interbroker import (
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    StopReplicaRequest,
+)
 from wherry.protocol.records import RecordError, iter_batches, validate_batch
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.replication.alter_partition import (
@@ -38,7 +42,7 @@ from wherry.replication.partition import (
 )
 from wherry.replication.quota import ReplicationQuotaManager
 from wherry.replication.topic_stats import BrokerTopicStats
-from wherry.runtime.state_change_log import log_broker_partition_change
+from wherry.runtime.state_change_log import batched_lines, log_broker_partition_change
 
 log = logging.getLogger(__name__)
 
@@ -200,35 +204,45 @@ class ReplicaManager:
         the epoch and replica-list rules): lead or follow each, and re-check parked requests."""
         became_leader: list[tuple[TopicPartition, int]] = []
         became_follower: list[TopicPartition] = []
-        for st in req.partition_states:
-            tp = TopicPartition(st.topic_name, st.partition_index)
-            current = self.partitions.get(tp)
-            part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
-            old_role = _role(current)
-            if st.leader == self.broker_id:
-                part.make_leader(st, self._monotonic_ms())  # follower lag: monotonic
-                became_leader.append((tp, st.leader_epoch))
-            else:
-                part.make_follower(st)
-                became_follower.append(tp)
-            log_broker_partition_change(
-                self.broker_id,
-                tp.topic,
-                tp.partition,
-                old_role,
-                _role(part),
-                leader=st.leader,
-                leader_epoch=st.leader_epoch,
-                isr=st.isr,
-                controller_epoch=req.controller_epoch,
-                high_watermark=part.high_watermark,
-                log_end_offset=part.log.log_end_offset,
-            )
-            self._note_isr(part)
-            # Parked requests re-check under the new leadership.
-            self._try_complete_delayed(tp)
+        with batched_lines():  # two state-change lines per partition, written as one record
+            for st in req.partition_states:
+                self._apply_partition_state(req, st, became_leader, became_follower)
         if self.on_leadership_change is not None and (became_leader or became_follower):
             self.on_leadership_change(became_leader, became_follower)
+
+    def _apply_partition_state(
+        self,
+        req: LeaderAndIsrRequest,
+        st: LeaderAndIsrPartitionState,
+        became_leader: list[tuple[TopicPartition, int]],
+        became_follower: list[TopicPartition],
+    ) -> None:
+        tp = TopicPartition(st.topic_name, st.partition_index)
+        current = self.partitions.get(tp)
+        part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
+        old_role = _role(current)
+        if st.leader == self.broker_id:
+            part.make_leader(st, self._monotonic_ms())  # follower lag: monotonic
+            became_leader.append((tp, st.leader_epoch))
+        else:
+            part.make_follower(st)
+            became_follower.append(tp)
+        log_broker_partition_change(
+            self.broker_id,
+            tp.topic,
+            tp.partition,
+            old_role,
+            _role(part),
+            leader=st.leader,
+            leader_epoch=st.leader_epoch,
+            isr=st.isr,
+            controller_epoch=req.controller_epoch,
+            high_watermark=part.high_watermark,
+            log_end_offset=part.log.log_end_offset,
+        )
+        self._note_isr(part)
+        # Parked requests re-check under the new leadership.
+        self._try_complete_delayed(tp)
 
     def _create_partition(self, tp: TopicPartition, topic_id: object) -> Partition:
         plog = self.log_manager.get_or_create_log(tp, self._config_for(tp.topic))

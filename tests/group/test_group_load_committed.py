@@ -27,7 +27,8 @@ from wherry.protocol.interbroker import LeaderAndIsrPartitionState, LeaderAndIsr
 from wherry.purgatory import DelayedOperationPurgatory, Timer
 from wherry.replication.alter_partition import AlterPartitionManager
 from wherry.replication.coordinator_log import CoordinatorPartitionLoader, ReplicaCoordinatorStorage
-from wherry.replication.replica_manager import FetchPartition, FetchResult, ReplicaManager
+from wherry.replication.fetch_reads import FetchPartition, FetchResult
+from wherry.replication.replica_manager import ReplicaManager
 
 OFFSETS_TP = TopicPartition(OFFSETS_TOPIC, 0)
 TP = TopicPartition("t", 0)

@@ -18,8 +18,9 @@ from wherry.protocol.records import build_batch
 from wherry.purgatory import DelayedOperationPurgatory, Timer
 from wherry.replication.alter_partition import AlterPartitionManager, parse_response
 from wherry.replication.delayed import ProducePartitionStatus
+from wherry.replication.fetch_reads import FetchPartition, FetchResult
 from wherry.replication.isr import CommittedPartitionState, PendingExpandIsr, PendingShrinkIsr
-from wherry.replication.replica_manager import FetchPartition, FetchResult, ReplicaManager
+from wherry.replication.replica_manager import ReplicaManager
 
 TP = TopicPartition("t", 0)
 TOPIC_ID = uuid.uuid4()

@@ -62,6 +62,7 @@ from wherry.replication.controller_requests import (
     stop_replica_error,
     stop_replica_error_response,
 )
+from wherry.replication.fetch_reads import FetchPartition, FetchResult
 from wherry.replication.fetch_session import FetchSession, FetchSessionCache
 from wherry.replication.fetcher import (
     EndpointFactory,
@@ -72,12 +73,7 @@ from wherry.replication.fetcher import (
 from wherry.replication.metadata_cache import MetadataCache, StaleControllerEpoch
 from wherry.replication.partition import DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
 from wherry.replication.quota import ReplicationQuotaManager
-from wherry.replication.replica_manager import (
-    FetchPartition,
-    FetchResult,
-    ProduceResult,
-    ReplicaManager,
-)
+from wherry.replication.replica_manager import ProduceResult, ReplicaManager
 from wherry.runtime.clock import Clock
 from wherry.runtime.parking import answer_future, answer_of
 from wherry.runtime.scheduler import Scheduler

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -32,6 +31,16 @@ from wherry.replication.alter_partition import (
     AlterPartitionResult,
 )
 from wherry.replication.delayed import DelayedFetch, DelayedProduce, ProducePartitionStatus
+from wherry.replication.fetch_reads import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchPartition,
+    FetchPartitionResult,
+    FetchResult,
+    has_news,
+    select_for_session,
+    session_partitions,
+)
 from wherry.replication.fetch_session import FetchSession, FetchSessionCache
 from wherry.replication.isr import AlterOutcome, CommittedPartitionState, PendingIsrState
 from wherry.replication.partition import (
@@ -57,89 +66,9 @@ LeadershipListener = Callable[[list[tuple[TopicPartition, int]], list[TopicParti
 or hosting). Called after LeaderAndIsr and StopReplica, on the event loop."""
 
 
-@dataclass(frozen=True, slots=True)
-class FetchPartition:
-    tp: TopicPartition
-    fetch_offset: int
-    max_bytes: int
-    current_leader_epoch: int = -1
-    log_start_offset: int = -1  # a follower's log start offset (-1 from consumers)
-
-
-READ_UNCOMMITTED = 0
-READ_COMMITTED = 1
-
-
-@dataclass(slots=True)
-class FetchPartitionResult:
-    error_code: ErrorCode
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    # bytes, or (a consumer's or follower's fetch with `zero_copy`) a region of the segment
-    # file the network layer sends from the file
-    records: bytes | FileRegion = b""
-    # read_committed: (producer id, first offset) of the aborted transactions overlapping the
-    # records returned; None for read_uncommitted and followers.
-    aborted_transactions: list[tuple[int, int]] | None = None
-
-
-FetchResult = dict[TopicPartition, FetchPartitionResult]
-
 SESSION_WATCH_KEY = "fetch-session"
 """Parked incremental fetches are watched under (SESSION_WATCH_KEY, session id): one key per
 fetch however many partitions its session holds."""
-
-
-def session_partitions(
-    session: FetchSession, tps: Iterable[TopicPartition]
-) -> list[FetchPartition]:
-    """What to read for `tps` of `session`, from its cached request data."""
-    out: list[FetchPartition] = []
-    cached = session.partitions
-    for tp in tps:
-        c = cached.get(tp)
-        if c is not None:
-            out.append(
-                FetchPartition(
-                    tp, c.fetch_offset, c.max_bytes, c.current_leader_epoch, c.log_start_offset
-                )
-            )
-    return out
-
-
-def _has_news(session: FetchSession, tp: TopicPartition, r: FetchPartitionResult | None) -> bool:
-    c = session.partitions.get(tp)
-    if c is None or r is None:
-        return True
-    return c.has_news(
-        error_code=int(r.error_code),
-        has_records=bool(r.records),
-        high_watermark=r.high_watermark,
-        last_stable_offset=r.last_stable_offset,
-        log_start_offset=r.log_start_offset,
-    )
-
-
-def select_for_session(session: FetchSession, result: FetchResult, *, full: bool) -> FetchResult:
-    """Record each answer in the session's cache (Kafka's maybeUpdateResponseData); for an
-    incremental fetch keep only the partitions with something to say."""
-    out: FetchResult = {}
-    cached = session.partitions
-    for tp, r in result.items():
-        c = cached.get(tp)
-        must = True
-        if c is not None:
-            must = c.must_respond(
-                error_code=int(r.error_code),
-                has_records=bool(r.records),
-                high_watermark=r.high_watermark,
-                last_stable_offset=r.last_stable_offset,
-                log_start_offset=r.log_start_offset,
-            )
-        if full or must:
-            out[tp] = r
-    return out
 
 
 class ReplicaManager:
@@ -482,7 +411,7 @@ class ReplicaManager:
             # Parked, an incremental fetch reads again only what had news in this first
             # read and what changes meanwhile (marked by `_wake_fetches`), not every
             # partition it named.
-            base = [fp for fp in base if _has_news(session, fp.tp, result.get(fp.tp))]
+            base = [fp for fp in base if has_news(session, fp.tp, result.get(fp.tp))]
 
         def candidates() -> list[FetchPartition]:
             if session is None or not incremental or not session.dirty:
@@ -558,9 +487,11 @@ class ReplicaManager:
             for tp, r in result.items():
                 if not r.records and r.error_code == ErrorCode.none:
                     cached = session.partitions.get(tp)
-                    if cached is not None and self._readable_end(
-                        tp, replica_id, isolation_level
-                    ) > cached.fetch_offset:
+                    if (
+                        cached is not None
+                        and self._readable_end(tp, replica_id, isolation_level)
+                        > cached.fetch_offset
+                    ):
                         session.dirty.add(tp)
             respond(select_for_session(session, result, full=full))
 

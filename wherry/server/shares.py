@@ -42,12 +42,8 @@ from wherry.outbound.client import RequestClient, RequestError
 from wherry.outbound.connection import OutboundConnection
 from wherry.outbound.security import ClientSecurity
 from wherry.protocol.records import iter_batches
+from wherry.replication.fetch_reads import READ_COMMITTED, READ_UNCOMMITTED, FetchPartition
 from wherry.replication.node import ReplicaNode
-from wherry.replication.replica_manager import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
-    FetchPartition,
-)
 from wherry.runtime.clock import Clock
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig

@@ -33,6 +33,7 @@ from wherry.protocol.interbroker import BrokerEndpoint, UpdateMetadataRequest
 from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
 from wherry.replication.controlled_shutdown import ControlledShutdown, ControlledShutdownSettings
 from wherry.replication.controller_requests import ControllerFence
+from wherry.replication.fetch_reads import FetchPartition, FetchResult
 from wherry.replication.fetcher import (
     EpochAnswer,
     FetchedPartition,
@@ -44,7 +45,7 @@ from wherry.replication.fetcher import (
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
 from wherry.replication.partition import PartitionError
-from wherry.replication.replica_manager import FetchPartition, FetchResult, ReplicaManager
+from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import FunctionClock
 from wherry.sim.controller import ControllerMessage, UpdateLiveBrokers
 from wherry.sim.network import CONTROLLER_ID, SimNetwork

@@ -44,7 +44,7 @@ from wherry.replication.coordinator_log import (
     CoordinatorPartitionLoader,
     ReplicaCoordinatorStorage,
 )
-from wherry.replication.replica_manager import READ_COMMITTED, FetchPartition, FetchResult
+from wherry.replication.fetch_reads import READ_COMMITTED, FetchPartition, FetchResult
 from wherry.replication.txn_markers import (
     WRITE_TXN_MARKERS_KEY,
     TxnMarkerChannelManager,

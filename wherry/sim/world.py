@@ -25,9 +25,9 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
 from wherry.log.config import LogConfig
 from wherry.protocol.records import build_batch, parse_header
+from wherry.replication.fetch_reads import READ_COMMITTED, FetchPartition
 from wherry.replication.fetcher import FetcherConfig
 from wherry.replication.partition import Partition
-from wherry.replication.replica_manager import READ_COMMITTED, FetchPartition
 from wherry.sim import consumer_groups as cg
 from wherry.sim import world_shares as ws
 from wherry.sim.controller import ControllerMessage, SimController, SimStore

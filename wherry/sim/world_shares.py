@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.file_region import FileRegion
-from wherry.replication.replica_manager import READ_UNCOMMITTED, FetchPartition
+from wherry.replication.fetch_reads import READ_UNCOMMITTED, FetchPartition
 from wherry.share.fetched import fetched_batches
 from wherry.share.partition import (
     AckBatch,

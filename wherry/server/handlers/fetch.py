@@ -17,17 +17,13 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
+from wherry.replication.fetch_reads import FetchPartition, FetchResult, session_partitions
 from wherry.replication.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
     CachedPartition,
     ContextKind,
     FetchContext,
-)
-from wherry.replication.replica_manager import (
-    FetchPartition,
-    FetchResult,
-    session_partitions,
 )
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize_cluster, authorized_names

@@ -1,0 +1,99 @@
+"""What a fetch reads and answers, partition by partition, and a fetch session's share of it.
+
+`FetchPartition` (what to read), `FetchPartitionResult` / `FetchResult` (what was read, bytes or a
+file region), the isolation levels, and the KIP-227 selection over a `FetchSession`: which cached
+partitions to read (`session_partitions`), which have news (`has_news`), and which answers an
+incremental fetch carries (`select_for_session`). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from wherry.common.topic_partition import TopicPartition
+from wherry.log.file_region import FileRegion
+from wherry.replication.fetch_session import FetchSession
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    tp: TopicPartition
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    log_start_offset: int = -1  # a follower's log start offset (-1 from consumers)
+
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class FetchPartitionResult:
+    error_code: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    # bytes, or (a consumer's or follower's fetch with `zero_copy`) a region of the segment
+    # file the network layer sends from the file
+    records: bytes | FileRegion = b""
+    # read_committed: (producer id, first offset) of the aborted transactions overlapping the
+    # records returned; None for read_uncommitted and followers.
+    aborted_transactions: list[tuple[int, int]] | None = None
+
+
+FetchResult = dict[TopicPartition, FetchPartitionResult]
+
+
+def session_partitions(
+    session: FetchSession, tps: Iterable[TopicPartition]
+) -> list[FetchPartition]:
+    """What to read for `tps` of `session`, from its cached request data."""
+    out: list[FetchPartition] = []
+    cached = session.partitions
+    for tp in tps:
+        c = cached.get(tp)
+        if c is not None:
+            out.append(
+                FetchPartition(
+                    tp, c.fetch_offset, c.max_bytes, c.current_leader_epoch, c.log_start_offset
+                )
+            )
+    return out
+
+
+def has_news(session: FetchSession, tp: TopicPartition, r: FetchPartitionResult | None) -> bool:
+    c = session.partitions.get(tp)
+    if c is None or r is None:
+        return True
+    return c.has_news(
+        error_code=int(r.error_code),
+        has_records=bool(r.records),
+        high_watermark=r.high_watermark,
+        last_stable_offset=r.last_stable_offset,
+        log_start_offset=r.log_start_offset,
+    )
+
+
+def select_for_session(session: FetchSession, result: FetchResult, *, full: bool) -> FetchResult:
+    """Record each answer in the session's cache (Kafka's maybeUpdateResponseData); for an
+    incremental fetch keep only the partitions with something to say."""
+    out: FetchResult = {}
+    cached = session.partitions
+    for tp, r in result.items():
+        c = cached.get(tp)
+        must = True
+        if c is not None:
+            must = c.must_respond(
+                error_code=int(r.error_code),
+                has_records=bool(r.records),
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+            )
+        if full or must:
+            out[tp] = r
+    return out

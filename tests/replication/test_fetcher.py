@@ -28,8 +28,10 @@ from wherry.replication.fetcher import (
     FetchPosition,
     FetchStateKind,
     FetchStates,
+    LeaderAddress,
     LogOffsets,
     ReplicaFetcher,
+    ReplicaFetcherManager,
 )
 from wherry.replication.partition import Partition, epoch_end_offset
 from wherry.replication.truncation import (
@@ -490,3 +492,41 @@ def test_errors_back_off_and_fence(tmp_path: Path) -> None:
         assert st is not None and st.delayed_until_ms == clock.ms + 1000
 
     asyncio.run(go())
+
+
+def test_the_fetcher_manager_logs_one_line_per_fetcher_not_per_partition(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Thousands of partitions moving at a failover: one "Added fetcher" / "Removed fetcher"
+    line per source broker, naming every partition (Kafka's ReplicaFetcherManager lines), and
+    nothing for a partition already followed at that epoch."""
+    leader = LocalLeader(leader_partition(new_log(tmp_path, "leader"), 1))
+    tps = [TopicPartition("t", p) for p in range(50)]
+    a, b = LeaderAddress(1, "127.0.0.1", 1), LeaderAddress(2, "127.0.0.1", 2)
+
+    async def go() -> list[str]:
+        m = ReplicaFetcherManager(
+            FOLLOWER,
+            log_for=lambda tp: None,
+            endpoint_factory=lambda _: leader,
+            monotonic_ms=Clock(),
+            config=FetcherConfig(backoff_ms=1000),
+        )
+        with caplog.at_level("INFO", logger="wherry.replication.fetcher"):
+            m.add_partitions({tp: (a, 3) for tp in tps})
+            m.add_partitions({tp: (a, 3) for tp in tps})  # already followed: no line
+            m.add_partitions({tp: (b, 4) for tp in tps[:20]})
+            m.remove_partitions(tps)
+        await m.shutdown()
+        return [r.getMessage() for r in caplog.records if "ReplicaFetcherManager" in r.getMessage()]
+
+    lines = asyncio.run(go())
+    assert [line.split("]")[1].split(":")[0].strip() for line in lines] == [
+        "Added fetcher to broker 1 for 50 partitions",
+        "Removed fetcher from broker 1 for 20 partitions",
+        "Added fetcher to broker 2 for 20 partitions",
+        "Removed fetcher from broker 2 for 20 partitions",
+        "Removed fetcher from broker 1 for 30 partitions",
+    ]
+    assert "t-49 (leader epoch 3, log end offset 0)" in lines[0]
+

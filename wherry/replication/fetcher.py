@@ -338,24 +338,19 @@ class ReplicaFetcher:
         ) = None
 
     # -- partitions -------------------------------------------------------------------------
-    def add_partition(self, tp: TopicPartition, leader_epoch: int) -> None:
+    def add_partition(self, tp: TopicPartition, leader_epoch: int) -> int | None:
+        """Follow `tp` from `leader_epoch`; its log end offset if it was not followed at that
+        epoch already, else None. The manager logs what its fetchers added, one line each."""
         plog = self._log_for(tp)
         leo = plog.log_end_offset if plog is not None else 0
-        if self.states.add(tp, leader_epoch, leo):
-            log.info(
-                "%s Added %s-%d at leader epoch %d, log end offset %d",
-                self._prefix,
-                tp.topic,
-                tp.partition,
-                leader_epoch,
-                leo,
-            )
+        added = self.states.add(tp, leader_epoch, leo)
         self._wakeup.set()
+        return leo if added else None
 
-    def remove_partition(self, tp: TopicPartition) -> None:
-        if self.states.remove(tp) is not None:
-            log.info("%s Removed %s-%d", self._prefix, tp.topic, tp.partition)
+    def remove_partition(self, tp: TopicPartition) -> bool:
+        removed = self.states.remove(tp) is not None
         self._wakeup.set()
+        return removed
 
     @property
     def partition_count(self) -> int:
@@ -728,11 +723,15 @@ class ReplicaFetcherManager:
     def add_partitions(
         self, partitions: Mapping[TopicPartition, tuple[LeaderAddress, int]]
     ) -> None:
-        """Follow each partition from its leader at its leader epoch (must run on the loop)."""
+        """Follow each partition from its leader at its leader epoch (must run on the loop).
+        What changed is logged once per fetcher, as Kafka's ReplicaFetcherManager does."""
+        added: dict[int, list[str]] = {}
+        removed: dict[int, list[str]] = {}
         for tp, (leader, epoch) in partitions.items():
             source = self._partition_source.get(tp)
             if source is not None and source != leader.broker_id:
-                self.fetchers[source][1].remove_partition(tp)
+                if self.fetchers[source][1].remove_partition(tp):
+                    removed.setdefault(source, []).append(f"{tp.topic}-{tp.partition}")
                 del self._partition_source[tp]
             entry = self.fetchers.get(leader.broker_id)
             if entry is not None and entry[0] != leader:
@@ -752,16 +751,36 @@ class ReplicaFetcherManager:
                 entry = (leader, fetcher)
                 self.fetchers[leader.broker_id] = entry
                 fetcher.start()
-            entry[1].add_partition(tp, epoch)
+            leo = entry[1].add_partition(tp, epoch)
+            if leo is not None:
+                added.setdefault(leader.broker_id, []).append(
+                    f"{tp.topic}-{tp.partition} (leader epoch {epoch}, log end offset {leo})"
+                )
             self._partition_source[tp] = leader.broker_id
+        self._log_changes(removed, added)
         self.shutdown_idle_fetchers()
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
+        removed: dict[int, list[str]] = {}
         for tp in tps:
             source = self._partition_source.pop(tp, None)
-            if source is not None and source in self.fetchers:
-                self.fetchers[source][1].remove_partition(tp)
+            if (
+                source is not None
+                and source in self.fetchers
+                and self.fetchers[source][1].remove_partition(tp)
+            ):
+                removed.setdefault(source, []).append(f"{tp.topic}-{tp.partition}")
+        self._log_changes(removed, {})
         self.shutdown_idle_fetchers()
+
+    def _log_changes(self, removed: dict[int, list[str]], added: dict[int, list[str]]) -> None:
+        prefix = f"[ReplicaFetcherManager on broker {self.broker_id}]"
+        for source, names in removed.items():
+            log.info("%s Removed fetcher from broker %d for %d partitions: %s",
+                     prefix, source, len(names), ", ".join(names))
+        for source, names in added.items():
+            log.info("%s Added fetcher to broker %d for %d partitions: %s",
+                     prefix, source, len(names), ", ".join(names))
 
     def shutdown_idle_fetchers(self) -> None:
         for source, (_, fetcher) in list(self.fetchers.items()):

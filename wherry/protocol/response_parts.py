@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sized
 from typing import Any, Final
 
 from wherry.protocol.codec import encode_response, response_class
+from wherry.protocol.fetch_response import encode_fetch_v12_parts
 
 __all__ = ["ResponsePart", "encode_response_parts"]
 
@@ -52,6 +53,10 @@ def encode_response_parts(
     frame: the answer is then [bytes, region, bytes, region, ..., bytes] (the first chunk
     starts with the size prefix of the whole response). `data`'s regions are replaced by
     placeholders in place."""
+    if api_key == FETCH_KEY and api_version == 12 and isinstance(data, Mapping):
+        lean = encode_fetch_v12_parts(correlation_id, data)  # None: kio's path below
+        if lean is not None:
+            return lean
     regions: list[Sized] = []
     if api_key == FETCH_KEY and isinstance(data, Mapping):
         for topic in data.get("responses", ()):

@@ -50,8 +50,6 @@ from kio.serial.errors import BufferUnderflow
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
-from wherry.protocol.fetch_request import decode_fetch_v12
-
 if TYPE_CHECKING:
     from wherry.protocol.interbroker import ControlledShutdownRequest
     from wherry.protocol.interbroker_codec import InterbrokerRequestBody
@@ -66,8 +64,6 @@ API_VERSIONS_KEY: Final = 18
 # LeaderAndIsr, StopReplica, UpdateMetadata (`interbroker_codec`) and ControlledShutdown
 # (`controlled_shutdown_codec`): kio lacks them; their codecs are imported on first use.
 _INTERBROKER_KEYS: Final = frozenset((4, 5, 6))
-_FETCH_KEY: Final = 1
-_LEAN_FETCH_VERSION: Final = 12  # what our followers send: `fetch_request.decode_fetch_v12`
 _CONTROLLED_SHUTDOWN_KEY: Final = 7
 _PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _SIZE = struct.Struct(">i")
@@ -165,10 +161,6 @@ def decode_request(
         )
     if api_key in _INTERBROKER_KEYS or api_key == _CONTROLLED_SHUTDOWN_KEY:
         return _decode_interbroker(frame, api_key)
-    if api_key == _FETCH_KEY and api_version == _LEAN_FETCH_VERSION:
-        lean = decode_fetch_v12(frame)  # a follower's round; None: kio's reader decides
-        if lean is not None:
-            return Request(api_key, api_version, correlation_id, lean[0], lean[1], len(frame))
     try:
         body_cls = load_request_schema(api_key, api_version)
     except UnknownEntity as e:

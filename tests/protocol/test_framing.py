@@ -44,3 +44,23 @@ def test_any_chunking_yields_the_same_frames(frames: list[bytes], chunk: int) ->
     for i in range(0, len(data), chunk):
         out += dec.feed(data[i : i + chunk])
     assert out == frames
+
+
+def test_large_frame_buffers_reused_only_once_released() -> None:
+    """A held frame is never overwritten by later ones; a released buffer serves again."""
+    dec = FrameDecoder()
+    payloads = [bytes([i]) * (100_000 - i) for i in range(4)]
+    (v1,) = dec.feed(encode_frame(payloads[0]))
+    (v2,) = dec.feed(encode_frame(payloads[1]))
+    assert v2.obj is not v1.obj  # v1 still held
+    assert bytes(v1) == payloads[0] and bytes(v2) == payloads[1]
+    buf2 = v2.obj
+    del v2
+    # in one feed: frame 3 reuses frame 2's buffer, frame 4 cannot (frame 3 is out)
+    v3, v4 = dec.feed(encode_frame(payloads[2]) + encode_frame(payloads[3]))
+    assert v3.obj is buf2 and v4.obj is not buf2
+    assert [bytes(v) for v in (v1, v3, v4)] == [payloads[0], payloads[2], payloads[3]]
+    assert len(v3) == len(payloads[2]) and v3.readonly
+    # small frames get their own buffers
+    (s1,) = dec.feed(encode_frame(b"abc"))
+    assert bytes(s1) == b"abc"

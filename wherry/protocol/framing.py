@@ -11,6 +11,8 @@ import struct
 _SIZE = struct.Struct(">i")
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
+_REUSE_MIN = 64 * 1024  # frames whose buffers are kept for reuse (one per connection)
+_REUSE_MAX = 4 * 1024 * 1024
 
 
 class FrameError(Exception):
@@ -29,15 +31,37 @@ class FrameDecoder:
 
     Each frame is received straight into a buffer of its final size and handed out as a
     read-only memoryview, so a 1 MiB produce request is copied once, not once per read.
+
+    A large frame's buffer is used again for a later frame once nothing holds a view of it
+    any more (a bytearray with live views refuses to be resized: that is the test), so a
+    stream of produce requests does not get fresh, zero-filled, page-faulting memory for
+    each one.
     """
 
-    __slots__ = ("_filled", "_frame", "_prefix", "max_frame_bytes")
+    __slots__ = ("_filled", "_frame", "_prefix", "_size", "_spare", "max_frame_bytes")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._prefix = bytearray()
         self._frame: bytearray | None = None  # the frame being filled, once its size is known
+        self._size = 0  # its size (the buffer may be longer: a reused one)
         self._filled = 0
+        self._spare: bytearray | None = None  # the last large frame's buffer
+
+    def _buffer(self, size: int) -> bytearray:
+        spare = self._spare
+        if spare is not None and size <= len(spare) and size * 2 >= len(spare):
+            try:
+                spare.append(0)  # raises BufferError while any view of it lives
+            except BufferError:
+                pass
+            else:
+                del spare[-1]
+                return spare
+        buf = bytearray(size)
+        if _REUSE_MIN <= size <= _REUSE_MAX:
+            self._spare = buf
+        return buf
 
     @property
     def buffered_bytes(self) -> int:
@@ -62,14 +86,18 @@ class FrameDecoder:
                     raise FrameError(f"negative frame size {size}")
                 if size > self.max_frame_bytes:
                     raise FrameTooLarge(size, self.max_frame_bytes)
-                frame = self._frame = bytearray(size)
+                frame = self._frame = self._buffer(size)
+                self._size = size
                 self._filled = 0
-            take = min(len(frame) - self._filled, n - i)
+            take = min(self._size - self._filled, n - i)
             frame[self._filled : self._filled + take] = mv[i : i + take]
             self._filled += take
             i += take
-            if self._filled == len(frame):
-                frames.append(memoryview(frame).toreadonly())
+            if self._filled == self._size:
+                view = memoryview(frame)
+                frames.append(
+                    (view if len(frame) == self._size else view[: self._size]).toreadonly()
+                )
                 self._frame = None
                 self._filled = 0
         return frames

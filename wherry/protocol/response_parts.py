@@ -54,6 +54,12 @@ def encode_response_parts(
     # for `ResponsePart`, is up before it (docs/architecture.md, "Start").
     import wherry.protocol.codec as codec
 
+    if api_key == FETCH_KEY and api_version == 12 and isinstance(data, Mapping):
+        from wherry.protocol.fetch_response import encode_fetch_v12_parts
+
+        lean = encode_fetch_v12_parts(correlation_id, data)  # None: kio's path below
+        if lean is not None:
+            return lean
     regions: list[Sized] = []
     if api_key == FETCH_KEY and isinstance(data, Mapping):
         for topic in data.get("responses", ()):

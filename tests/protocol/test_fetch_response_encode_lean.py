@@ -13,20 +13,17 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from wherry.log.file_region import FileRegion
-from wherry.protocol import response_parts
 from wherry.protocol.codec import encode_response
 from wherry.protocol.fetch_response import encode_fetch_v12_parts
-from wherry.protocol.response_parts import encode_response_parts
+from wherry.protocol.response_parts import (
+    encode_response_parts,
+    encode_response_parts_with_kio,
+)
 
 
 def kio_parts(corr: int, data: Any) -> Any:
-    """`encode_response_parts` through kio (the lean path switched off)."""
-    saved = response_parts.encode_fetch_v12_parts
-    response_parts.encode_fetch_v12_parts = lambda *_a: None  # type: ignore[assignment]
-    try:
-        return encode_response_parts(1, 12, corr, copy.copy(data))
-    finally:
-        response_parts.encode_fetch_v12_parts = saved  # type: ignore[assignment]
+    """`encode_response_parts` through kio (the lean path left out)."""
+    return encode_response_parts_with_kio(1, 12, corr, copy.copy(data))
 
 
 def flat(parts: Any) -> list[Any]:

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Mapping, Sized
 from typing import Any, Final
 
-__all__ = ["ResponsePart", "encode_response_parts"]
+__all__ = ["ResponsePart", "encode_response_parts", "encode_response_parts_with_kio"]
 
 FETCH_KEY: Final = 1
 ResponsePart = bytes | Sized  # bytes, or a region of a file (see the module docstring)
@@ -49,17 +49,26 @@ def encode_response_parts(
     """`encode_response`, except that a Fetch response's region `records` stay out of the
     frame: the answer is then [bytes, region, bytes, region, ..., bytes] (the first chunk
     starts with the size prefix of the whole response). `data`'s regions are replaced by
-    placeholders in place."""
-    # The kio codec is not imported with this module: the network layer, which imports it
-    # for `ResponsePart`, is up before it (docs/architecture.md, "Start").
-    import wherry.protocol.codec as codec
-
+    placeholders in place. Fetch v12 answers (what followers ask) are written by
+    `fetch_response.encode_fetch_v12_parts`; what it does not write goes through kio."""
     if api_key == FETCH_KEY and api_version == 12 and isinstance(data, Mapping):
         from wherry.protocol.fetch_response import encode_fetch_v12_parts
 
         lean = encode_fetch_v12_parts(correlation_id, data)  # None: kio's path below
         if lean is not None:
             return lean
+    return encode_response_parts_with_kio(api_key, api_version, correlation_id, data)
+
+
+def encode_response_parts_with_kio(
+    api_key: int, api_version: int, correlation_id: int, data: Mapping[str, Any] | Any
+) -> bytes | list[ResponsePart]:
+    """`encode_response_parts` through kio's encoder for every API and version (the reference
+    the lean Fetch v12 writer is tested against)."""
+    # The kio codec is not imported with this module: the network layer, which imports it
+    # for `ResponsePart`, is up before it (docs/architecture.md, "Start").
+    import wherry.protocol.codec as codec
+
     regions: list[Sized] = []
     if api_key == FETCH_KEY and isinstance(data, Mapping):
         for topic in data.get("responses", ()):

@@ -10,6 +10,9 @@ temporary data dirs, every process stopped by its PID):
   r2  the same with 1 KiB records
   x1, x2  the ratios r1/s1 and r2/s2 (records/s); the runs of s and r alternate, both
       targets up at once, so the two sides of a ratio see the same machine load
+      Before each s, r and p run the bench writes and deletes as much page cache as the run
+      will write (`--no-pretouch` skips it): on this VM, memory the host has not backed yet
+      costs 5-15x to write into (see `pretouch_page_cache`).
   p1  raw ceiling of an acks=1 produce's byte path, no broker code: loopback socket →
       recv_into → pwrite, 1 MiB chunks (MiB/s, CPU ms per MiB)
   p3  the same plus RF 3's: os.sendfile of each written range to two follower sockets, each
@@ -87,6 +90,7 @@ class Plan:
     idle_seconds: float = 30
     idle_session_timeout_ms: int = 6_000  # zookeeper.session.timeout.ms of the idle cluster
     raw_mib: int = 300  # bytes of each raw-path run (rows p1, p3)
+    pretouch: bool = True  # see `pretouch_page_cache`
 
 
 FULL = Plan(
@@ -240,11 +244,38 @@ class Row:
     raw: Params
 
 
+def pretouch_page_cache(directory: Path, mib: int) -> float:
+    """Write `mib` MiB to a file in `directory` (page cache only, no fsync) and delete it; the
+    seconds it took. On a VM whose memory the host backs on first touch and takes back soon
+    after the guest frees it (Firecracker with a free-page-reporting balloon, as here), the
+    first write into fresh guest memory costs 5-15x a write into pages just freed (1.5 GB:
+    1.5-4 s against 0.27 s of system CPU, measured with dd). A produce run right after this
+    gets recycled pages, so what a row measures is the broker, not how much NEW memory its
+    run happens to touch (an RF 3 run touches three times as much as an acks=1 one)."""
+    path = directory / "pretouch.bin"
+    chunk = b"\0" * 2**20
+    t0 = time.monotonic()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for _ in range(mib):
+            os.write(fd, chunk)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return time.monotonic() - t0
+
+
 class Bench:
-    def __init__(self, plan: Plan, log: Callable[[str], None]) -> None:
+    def __init__(self, plan: Plan, log: Callable[[str], None], scratch: Path | None = None) -> None:
         self.plan = plan
         self.log = log
         self.rows: dict[str, Row] = {}
+        self.scratch = scratch  # where `pretouch_page_cache` writes (None: never)
+
+    def _pretouch(self, mib: int) -> None:
+        if self.plan.pretouch and self.scratch is not None:
+            took = pretouch_page_cache(self.scratch, mib)
+            self.log(f"    pre-touched {mib:,} MiB of page cache in {took:.2f} s")
 
     def add(self, row: Row) -> None:
         self.rows[row.id] = row
@@ -265,6 +296,8 @@ class Bench:
                 for prefix, target in (("s", single), ("r", cluster)):
                     rid = f"{prefix}{n}"
                     self.log(f"({rid}) {target.name}: produce {count} x {size} B, run {rep + 1}")
+                    # what the run writes on all its replicas, and a quarter more
+                    self._pretouch(count * size * target.replication_factor * 5 // 4 // 2**20)
                     runs[prefix].append(self._produce_run(target, topics[prefix], size, count))
             for prefix, target in (("s", single), ("r", cluster)):
                 self._throughput_row(f"{prefix}{n}", target, size, count, runs[prefix])
@@ -315,6 +348,7 @@ class Bench:
         for rep in range(self.plan.repeats):
             for followers in runs:
                 self.log(f"(p) raw byte path, {followers} followers, run {rep + 1}")
+                self._pretouch(self.plan.raw_mib * (1 + followers) * 5 // 4)
                 r = run_cluster_worker(
                     "raw_path", {"total_mib": self.plan.raw_mib, "followers": followers}, 120
                 )
@@ -694,6 +728,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-partitions", type=int, help="partitions of rows i1, i2, f1")
     ap.add_argument("--idle-seconds", type=float, help="idle measurement time of row i2")
     ap.add_argument(
+        "--broker-tree",
+        type=Path,
+        metavar="DIR",
+        help="run the brokers from this source tree (e.g. another worktree, for a before/after);"
+        " clients and this script stay on this one",
+    )
+    ap.add_argument(
+        "--no-pretouch",
+        action="store_true",
+        help="do not write and delete the page cache a throughput run will use just before it "
+        "(see pretouch_page_cache)",
+    )
+    ap.add_argument(
         "--rows",
         choices=("all", "throughput", "idle"),
         default="all",
@@ -705,12 +752,26 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, idle_partitions=args.idle_partitions)
     if args.idle_seconds:
         plan = replace(plan, idle_seconds=args.idle_seconds)
+    if args.no_pretouch:
+        plan = replace(plan, pretouch=False)
+    if args.json:
+        args.json = args.json.resolve()
+    if args.broker_tree:
+        # The single broker runs in BROKER_RUNTIME.tree; ZkCluster's `python -m wherry`
+        # processes inherit the working directory and PYTHONPATH. Workers run in REPO_ROOT.
+        from bench.common import BROKER_RUNTIME
+
+        tree = args.broker_tree.resolve()
+        BROKER_RUNTIME.tree = tree
+        os.environ["PYTHONPATH"] = str(tree)
+        os.chdir(tree)
     env = environment()
     bench = Bench(plan, log)
     mode = "`wherry dev --brokers 3` (one process)" if args.dev else "3 processes + ZooKeeper"
     t0 = time.monotonic()
     order: tuple[str, ...] = ()
     with temp_dir("wherry-bench-cluster-", args.tmp_dir) as base:
+        bench.scratch = base
         if args.rows in ("all", "throughput"):
             with (
                 single_broker(base) as single,

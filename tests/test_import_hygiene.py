@@ -15,7 +15,6 @@ import importlib
 import inspect
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from wherry.protocol import codec
 from wherry.protocol.codec import decode_response, encode_request
 from wherry.server.handlers import HANDLERS, SUPPORTED_VERSIONS
+from wherry.testing.cluster import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -137,13 +137,7 @@ def _started_broker_modules(tmp_path: Path, *args: str) -> tuple[set[str], str]:
             time.sleep(0.02)
         return set(json.loads(out.read_text())), bootstrap
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_process(proc, 30.0)
 
 
 def test_a_started_broker_imports_only_what_it_uses(tmp_path: Path) -> None:

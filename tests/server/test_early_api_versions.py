@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -21,6 +20,7 @@ from tests.kafka_wire import recv_exact
 from wherry.protocol.codec import decode_response, encode_request, encode_response
 from wherry.server.handlers import SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import api_keys, unsupported_version_response
+from wherry.testing.cluster import stop_process
 from wherry.testing.zookeeper import find_free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,10 +157,4 @@ def test_real_clients_connecting_during_the_start(tmp_path: Path) -> None:
         stop.set()
         if consumer is not None:
             consumer.close()
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_process(proc, 30.0)

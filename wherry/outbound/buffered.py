@@ -17,9 +17,8 @@ import collections
 import ssl
 import struct
 
-from wherry.outbound.connection import DEFAULT_MAX_RESPONSE_BYTES, OutboundConnection
+from wherry.outbound.connection import OutboundConnection
 from wherry.outbound.sasl_handshake import authenticate
-from wherry.outbound.security import PLAINTEXT, ClientSecurity
 
 __all__ = ["BufferedConnection"]
 
@@ -151,25 +150,7 @@ class BufferedConnection(OutboundConnection):
     each answer straight into its receive buffer; `request` returns a read-only view of it,
     valid as long as it is held (the buffer is reused only once no view of it is left)."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        connect_timeout_s: float = 30.0,
-        request_timeout_s: float = 30.0,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        security: ClientSecurity = PLAINTEXT,
-    ) -> None:
-        super().__init__(
-            host,
-            port,
-            connect_timeout_s=connect_timeout_s,
-            request_timeout_s=request_timeout_s,
-            max_response_bytes=max_response_bytes,
-            security=security,
-        )
-        self._protocol: _FrameProtocol | None = None
+    _protocol: _FrameProtocol | None = None  # set while connected
 
     @property
     def connected(self) -> bool:

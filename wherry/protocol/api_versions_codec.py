@@ -17,6 +17,8 @@ import struct
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+from wherry.protocol.varint import uvarint_bytes
+
 API_VERSIONS_KEY: Final = 18
 FIRST_FLEXIBLE_VERSION: Final = 3  # header v2 and compact fields from here on
 NONE: Final = 0
@@ -118,15 +120,6 @@ def read_request(
     return ApiVersionsRequest(version, correlation_id, client_id, name, software)
 
 
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_response(
     api_version: int,
     correlation_id: int,
@@ -141,7 +134,7 @@ def encode_response(
     flexible = api_version >= FIRST_FLEXIBLE_VERSION
     parts = [_I32.pack(correlation_id), _I16.pack(error_code)]
     if flexible:
-        parts.append(_uvarint_bytes(len(keys) + 1))
+        parts.append(uvarint_bytes(len(keys) + 1))
         parts.extend(_KEY.pack(*k) + b"\x00" for k in keys)
     else:
         parts.append(_I32.pack(len(keys)))

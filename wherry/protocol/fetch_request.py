@@ -12,6 +12,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
+from wherry.protocol.varint import put_uvarint
+
 FETCH_KEY = 1
 VERSION = 12
 
@@ -28,16 +30,9 @@ _INT32 = struct.Struct(">i")
 PartitionFields = tuple[int, int, int, int, int, int]
 
 
-def _uvarint(n: int, out: bytearray) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
 def _compact_str(s: str, out: bytearray) -> None:
     b = s.encode()
-    _uvarint(len(b) + 1, out)
+    put_uvarint(len(b) + 1, out)
     out += b
 
 
@@ -67,19 +62,19 @@ def encode_fetch_v12(
         replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch
     )
     topics = list(topics)
-    _uvarint(len(topics) + 1, out)
+    put_uvarint(len(topics) + 1, out)
     pack = _PARTITION.pack
     for name, parts in topics:
         _compact_str(name, out)
-        _uvarint(len(parts) + 1, out)
+        put_uvarint(len(parts) + 1, out)
         for p in parts:
             out += pack(*p, 0)
         out.append(0)  # topic tagged fields
     forgotten = list(forgotten)
-    _uvarint(len(forgotten) + 1, out)
+    put_uvarint(len(forgotten) + 1, out)
     for name, indexes in forgotten:
         _compact_str(name, out)
-        _uvarint(len(indexes) + 1, out)
+        put_uvarint(len(indexes) + 1, out)
         for i in indexes:
             out += _INT32.pack(i)
         out.append(0)

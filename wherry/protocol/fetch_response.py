@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from wherry.protocol.codec import ResponseDecodeError
+from wherry.protocol.varint import put_uvarint
 
 __all__ = [
     "FetchAnswer",
@@ -202,13 +203,6 @@ class _Unhandled(Exception):
     pass
 
 
-def _put_uvarint(n: int, out: bytearray) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
 def encode_fetch_v12_parts(
     correlation_id: int, data: Mapping[str, Any]
 ) -> bytes | list[bytes | Sized] | None:
@@ -235,7 +229,7 @@ def _encode_v12(correlation_id: int, data: Mapping[str, Any]) -> bytes | list[by
     )
     chunks: list[bytes | Sized] = []
     responses = data["responses"]
-    _put_uvarint(len(responses) + 1, out)
+    put_uvarint(len(responses) + 1, out)
     pack_part = _ENC_PART.pack
     for topic in responses:
         if not _TOPIC_KEYS.issuperset(topic):
@@ -244,10 +238,10 @@ def _encode_v12(correlation_id: int, data: Mapping[str, Any]) -> bytes | list[by
         if not isinstance(name, str):
             raise _Unhandled
         encoded = name.encode()
-        _put_uvarint(len(encoded) + 1, out)
+        put_uvarint(len(encoded) + 1, out)
         out += encoded
         parts = topic["partitions"]
-        _put_uvarint(len(parts) + 1, out)
+        put_uvarint(len(parts) + 1, out)
         for p in parts:
             if not _PART_KEYS.issuperset(p):
                 raise _Unhandled
@@ -262,7 +256,7 @@ def _encode_v12(correlation_id: int, data: Mapping[str, Any]) -> bytes | list[by
             if aborted is None:
                 out.append(0)
             else:
-                _put_uvarint(len(aborted) + 1, out)
+                put_uvarint(len(aborted) + 1, out)
                 for a in aborted:
                     if len(a) != 2:
                         raise _Unhandled
@@ -272,10 +266,10 @@ def _encode_v12(correlation_id: int, data: Mapping[str, Any]) -> bytes | list[by
             if records is None:
                 out.append(0)
             elif isinstance(records, bytes | bytearray | memoryview):
-                _put_uvarint(len(records) + 1, out)
+                put_uvarint(len(records) + 1, out)
                 out += records
             else:
-                _put_uvarint(len(records) + 1, out)
+                put_uvarint(len(records) + 1, out)
                 chunks.append(bytes(out))
                 chunks.append(records)
                 out = bytearray()

@@ -51,6 +51,7 @@ from wherry.protocol.record_walk import (
     _read_varlong,
     _walk_records_checked,
 )
+from wherry.protocol.varint import put_uvarint
 
 __all__ = [
     "ATTR_COMPRESSION_MASK",
@@ -294,16 +295,9 @@ def crc_ok(buf: _Buffer, pos: int, header: BatchHeader) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _write_uvarint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def _write_varint(out: bytearray, value: int) -> None:
     """Zig-zag encode (valid for the int64 range) and append."""
-    _write_uvarint(out, ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+    put_uvarint(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF, out)
 
 
 def _read_nullable_bytes(buf: bytes, pos: int, limit: int, what: str) -> tuple[bytes | None, int]:

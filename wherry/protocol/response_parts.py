@@ -19,6 +19,8 @@ import struct
 from collections.abc import Mapping, Sized
 from typing import Any, Final
 
+from wherry.protocol.varint import uvarint_bytes
+
 __all__ = ["ResponsePart", "encode_response_parts", "encode_response_parts_with_kio"]
 
 FETCH_KEY: Final = 1
@@ -28,15 +30,6 @@ _SIZE: Final = struct.Struct(">i")
 _INDEX: Final = struct.Struct(">I")
 _MARKER: Final = b"\xff\x00wherry-r\x00\xff"  # + a 4-byte index: 16 bytes
 _MARKER_LEN: Final = len(_MARKER) + _INDEX.size
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _is_region(records: object) -> bool:
@@ -82,7 +75,7 @@ def encode_response_parts_with_kio(
         return frame
     flexible = bool(getattr(codec.response_class(api_key, api_version), "__flexible__", False))
     # COMPACT_RECORDS (flexible versions): uvarint(length + 1); RECORDS: int32 length
-    old_prefix = _uvarint(_MARKER_LEN + 1) if flexible else _SIZE.pack(_MARKER_LEN)
+    old_prefix = uvarint_bytes(_MARKER_LEN + 1) if flexible else _SIZE.pack(_MARKER_LEN)
     parts: list[ResponsePart] = []
     prev = _SIZE.size
     for i, region in enumerate(regions):
@@ -90,7 +83,7 @@ def encode_response_parts_with_kio(
         if at < 0:
             raise AssertionError(f"region placeholder {i} not found in the encoded response")
         n = len(region)
-        parts.append(frame[prev:at] + (_uvarint(n + 1) if flexible else _SIZE.pack(n)))
+        parts.append(frame[prev:at] + (uvarint_bytes(n + 1) if flexible else _SIZE.pack(n)))
         parts.append(region)
         prev = at + len(old_prefix) + _MARKER_LEN
     parts.append(frame[prev:])

@@ -456,7 +456,7 @@ class DevCluster(Startable):
 # --------------------------------------------------------------------------- processes
 
 
-def _stop_process(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
     """SIGTERM, wait; SIGKILL when it does not exit in time. Returns the exit status."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -701,7 +701,7 @@ class ZkCluster(Startable):
                     + self.output(broker_id)[-4000:]
                 )
             if time.monotonic() >= deadline:
-                _stop_process(proc, 5.0)
+                stop_process(proc, 5.0)
                 raise TimeoutError(
                     f"broker {broker_id} not ready after {self.start_timeout_s} s:\n"
                     + self.output(broker_id)[-4000:]
@@ -712,7 +712,7 @@ class ZkCluster(Startable):
         """SIGTERM (a controlled, clean shutdown), SIGKILL if it takes longer than
         ``stop_timeout_s``; `kill` is the hard stop."""
         proc = self.procs.pop(broker_id, None)
-        return 0 if proc is None else _stop_process(proc, self.stop_timeout_s)
+        return 0 if proc is None else stop_process(proc, self.stop_timeout_s)
 
     def kill(self, broker_id: int) -> None:
         """SIGKILL a broker (a crash): its session lives on until ZooKeeper expires it."""
@@ -742,7 +742,7 @@ class ZkCluster(Startable):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGTERM)
         for proc in procs:
-            _stop_process(proc, self.stop_timeout_s)
+            stop_process(proc, self.stop_timeout_s)
         if self._zk is not None:
             zk, self._zk = self._zk, None
             with contextlib.suppress(Exception):

@@ -120,7 +120,7 @@ class _PortTaken(RuntimeError):
     """The server could not bind its client port."""
 
 
-def _stop_process(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
@@ -325,14 +325,14 @@ class ZooKeeperServer(Startable):
         try:
             self._wait_ready()
         except BaseException:
-            _stop_process(self._proc, 5.0)
+            stop_process(self._proc, 5.0)
             raise
 
     @staticmethod
     def _kill_at_exit(procs: list[subprocess.Popen[bytes]]) -> None:
         for proc in procs:
             with contextlib.suppress(Exception):
-                _stop_process(proc, 5.0)
+                stop_process(proc, 5.0)
 
     def _wait_ready(self) -> None:
         assert self._proc is not None
@@ -368,7 +368,7 @@ class ZooKeeperServer(Startable):
         proc = self._proc
         if proc is None:
             return
-        _stop_process(proc, timeout_s)
+        stop_process(proc, timeout_s)
         self._paused = False
 
     def kill(self) -> None:

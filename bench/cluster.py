@@ -671,24 +671,7 @@ def rss_mb(pid: int) -> float:
 
 def run_cluster_worker(role: str, params: Params, timeout_s: float) -> Params:
     """`python -m bench.cluster_workers ROLE PARAMS` (bench/cluster_workers.py), its JSON."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.cluster_workers", role, json.dumps(params)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO_ROOT,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        stop_pid(proc, timeout_s=2)
-        out, err = proc.communicate()
-        raise BenchError(f"worker {role} timed out after {timeout_s:.0f}s\n{err[-2000:]}") from None
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise BenchError(f"worker {role} failed (exit {proc.returncode}):\n{err[-3000:]}")
-    result: Params = json.loads(lines[-1])
-    return result
+    return run_worker(role, params, timeout_s, module="bench.cluster_workers")
 
 
 ORDER = (

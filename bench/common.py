@@ -260,14 +260,19 @@ def summarize_profile(raw: Path, top: int = 25) -> str:
     return "\n".join(out) + "\n"
 
 
-def _worker_cmd(role: str, params: dict[str, Any]) -> list[str]:
-    return [sys.executable, "-m", "bench.workers", role, json.dumps(params)]
+def _worker_cmd(
+    role: str, params: dict[str, Any], module: str = "bench.workers"
+) -> list[str]:
+    return [sys.executable, "-m", module, role, json.dumps(params)]
 
 
-def run_worker(role: str, params: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """Run `python -m bench.workers ROLE PARAMS` and return the JSON it prints last."""
+def run_worker(
+    role: str, params: dict[str, Any], timeout_s: float, module: str = "bench.workers"
+) -> dict[str, Any]:
+    """Run `python -m MODULE ROLE PARAMS` (bench/workers.py unless `module` says another) and
+    return the JSON it prints last."""
     proc = subprocess.Popen(
-        _worker_cmd(role, params),
+        _worker_cmd(role, params, module),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -56,11 +56,77 @@ def test_large_frame_buffers_reused_only_once_released() -> None:
     assert bytes(v1) == payloads[0] and bytes(v2) == payloads[1]
     buf2 = v2.obj
     del v2
-    # in one feed: frame 3 reuses frame 2's buffer, frame 4 cannot (frame 3 is out)
+    # in one feed: frame 3 reuses frame 2's buffer, frame 4 cannot (frames 1 and 3 are out)
     v3, v4 = dec.feed(encode_frame(payloads[2]) + encode_frame(payloads[3]))
-    assert v3.obj is buf2 and v4.obj is not buf2
+    assert v3.obj is buf2 and v4.obj is not buf2 and v4.obj is not v1.obj
     assert [bytes(v) for v in (v1, v3, v4)] == [payloads[0], payloads[2], payloads[3]]
-    assert len(v3) == len(payloads[2]) and v3.readonly
+    # writable: the frame's own buffer (the produce path assigns offsets in place)
+    assert len(v3) == len(payloads[2]) and not v3.readonly
     # small frames get their own buffers
     (s1,) = dec.feed(encode_frame(b"abc"))
     assert bytes(s1) == b"abc"
+
+
+def test_several_large_buffers_kept_within_the_limit() -> None:
+    """Requests in flight each hold a buffer; once released, all of them serve again (no new
+    memory), and what is kept stays within 4 MiB."""
+    dec = FrameDecoder()
+    payloads = [bytes([i]) * 900_000 for i in range(3)]
+    held = [v for p in payloads for v in dec.feed(encode_frame(p))]
+    buffers = {id(v.obj) for v in held}
+    assert len(buffers) == 3
+    del held
+    again = [v for p in payloads for v in dec.feed(encode_frame(p))]
+    assert {id(v.obj) for v in again} == buffers
+    assert [bytes(v) for v in again] == payloads
+    del again
+    big = [v for _ in range(6) for v in dec.feed(encode_frame(bytes(1_500_000)))]
+    assert sum(len(b) for b in dec._spares) <= 4 * 1024 * 1024
+    assert all(bytes(v) == bytes(1_500_000) for v in big)
+
+
+def _receive(dec: FrameDecoder, data: bytes, chunk: int) -> list[memoryview]:
+    """What a BufferedProtocol does: recv_into `get_buffer()`, at most `chunk` bytes a read."""
+    out: list[memoryview] = []
+    i = 0
+    while i < len(data):
+        buf = dec.get_buffer()
+        n = min(len(buf), chunk, len(data) - i)
+        buf[:n] = data[i : i + n]
+        i += n
+        out += dec.buffer_updated(n)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=10), st.integers(1, 64))
+def test_receiving_into_the_decoder_yields_the_same_frames(
+    frames: list[bytes], chunk: int
+) -> None:
+    data = b"".join(encode_frame(f) for f in frames)
+    assert _receive(FrameDecoder(), data, chunk) == frames
+
+
+def test_a_large_frame_is_received_into_its_own_buffer() -> None:
+    """After the first read (prefix and start of the frame, into the scratch buffer), the
+    rest of a large frame is received straight into the frame's buffer."""
+    dec = FrameDecoder()
+    payload = bytes(range(256)) * 4000
+    data = encode_frame(payload) + encode_frame(b"next")
+    first = dec.get_buffer()
+    first[:1000] = data[:1000]
+    assert dec.buffer_updated(1000) == []
+    rest = dec.get_buffer()  # the frame's own buffer, from byte 996 of the payload
+    assert len(rest) == len(payload) - 996
+    rest[:] = data[1000 : 4 + len(payload)]
+    (frame,) = dec.buffer_updated(len(rest))
+    assert frame.obj is rest.obj and bytes(frame) == payload
+    assert _receive(dec, data[4 + len(payload) :], 1 << 20) == [b"next"]
+
+
+def test_oversized_frame_rejected_when_receiving_into_the_decoder() -> None:
+    dec = FrameDecoder(max_frame_bytes=1024)
+    buf = dec.get_buffer()
+    buf[:4] = struct.pack(">i", 1025)
+    with pytest.raises(FrameTooLarge):
+        dec.buffer_updated(4)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import google_crc32c
+from crc32c import crc32c
 
 from wherry.log.checkpoint import atomic_write, fsync_dir, read_file
 from wherry.log.config import DEFAULT_PRODUCER_ID_EXPIRATION_MS
@@ -321,7 +321,7 @@ def _encode(entries: Iterable[ProducerStateEntry]) -> bytes:
                 batch.last_offset,
                 batch.timestamp_ms,
             )
-    crc = google_crc32c.value(bytes(body))
+    crc = crc32c(body)
     return _FILE_HEADER.pack(_MAGIC, _VERSION, crc) + bytes(body)
 
 
@@ -332,7 +332,7 @@ def _decode(data: bytes, name: str) -> list[ProducerStateEntry]:
     if magic != _MAGIC or version != _VERSION:
         raise CorruptSnapshotError(f"producer snapshot {name} has bad magic/version")
     body = data[_FILE_HEADER.size :]
-    if google_crc32c.value(body) != crc:
+    if crc32c(body) != crc:
         raise CorruptSnapshotError(f"producer snapshot {name} failed its CRC check")
     try:
         (count,) = _COUNT.unpack_from(body, 0)

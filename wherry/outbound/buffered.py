@@ -15,23 +15,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-import struct
 
 from wherry.outbound.connection import OutboundConnection
 from wherry.outbound.sasl_handshake import authenticate
+from wherry.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 
 __all__ = ["BufferedConnection"]
 
-_SIZE = struct.Struct(">i")
-_SCRATCH_BYTES = 64 * 1024  # where a frame's size prefix (and a small frame) is received
-
-
 class _FrameProtocol(asyncio.BufferedProtocol):
-    """Receives size-prefixed frames: the prefix (with what follows it in the same read) into
-    a scratch buffer, the rest of a frame straight into the frame's own bytearray."""
+    """Receives size-prefixed frames with a `FrameDecoder`: the prefix (with what follows it
+    in the same read) into a scratch buffer, the rest of a frame straight into the frame's
+    own buffer (reused once nothing refers to it any more: a fresh one per frame costs a page
+    fault per 4 KiB, as much as the copy it saves)."""
 
     def __init__(self, max_frame_bytes: int, peer: str) -> None:
-        self.max_frame_bytes = max_frame_bytes
         self.peer = peer
         self.transport: asyncio.Transport | None = None
         self.frames: collections.deque[memoryview] = collections.deque()
@@ -39,81 +36,30 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self.arrived: asyncio.Event = asyncio.Event()
         self.can_write: asyncio.Event = asyncio.Event()
         self.can_write.set()
-        self._scratch = bytearray(_SCRATCH_BYTES)
-        self._head = bytearray()  # bytes of the size prefix read so far
-        self._frame: memoryview | None = None
-        self._filled = 0
-        # The buffer frames are received into, reused once nothing refers to the last frame
-        # any more (a fresh one per frame costs a page fault per 4 KiB, as much as the copy
-        # it saves).
-        self._pool = bytearray()
+        self._decoder = FrameDecoder(max_frame_bytes)
 
     # -- asyncio callbacks ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        frame = self._frame
-        if frame is not None:
-            return frame[self._filled :]
-        return memoryview(self._scratch)
+        return self._decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        frame = self._frame
-        if frame is not None:  # received straight into the frame
-            self._filled += nbytes
-            if self._filled == len(frame):
-                self._complete()
-            return
         try:
-            self._split(memoryview(self._scratch)[:nbytes])
-        except ConnectionError as e:
-            self._fail(e)
+            frames = self._decoder.buffer_updated(nbytes)
+        except FrameError as e:
+            limit = self._decoder.max_frame_bytes
+            size = e.size if isinstance(e, FrameTooLarge) else "a negative number of"
+            self._fail(
+                ConnectionError(f"response of {size} bytes from {self.peer} (limit {limit})")
+            )
             if self.transport is not None:
                 self.transport.abort()
-
-    def _split(self, data: memoryview) -> None:
-        i, n = 0, len(data)
-        while i < n:
-            frame = self._frame
-            if frame is None:
-                take = min(_SIZE.size - len(self._head), n - i)
-                self._head += data[i : i + take]
-                i += take
-                if len(self._head) < _SIZE.size:
-                    return
-                (size,) = _SIZE.unpack(self._head)
-                self._head.clear()
-                if not 0 <= size <= self.max_frame_bytes:
-                    raise ConnectionError(
-                        f"response of {size} bytes from {self.peer} (limit {self.max_frame_bytes})"
-                    )
-                frame = self._frame = self._buffer(size)
-                self._filled = 0
-                if size == 0:
-                    self._complete()
-                    continue
-            take = min(len(frame) - self._filled, n - i)
-            frame[self._filled : self._filled + take] = data[i : i + take]
-            self._filled += take
-            i += take
-            if self._filled == len(frame):
-                self._complete()
-
-    def _buffer(self, size: int) -> memoryview:
-        """`size` bytes to receive a frame into: the pool's, unless a view of the last frame
-        is still held somewhere (then a new pool)."""
-        pool = self._pool
-        if len(pool) < size or not _unexported(pool):
-            pool = self._pool = bytearray(size)
-        return memoryview(pool)[:size]
-
-    def _complete(self) -> None:
-        assert self._frame is not None
-        self.frames.append(self._frame.toreadonly())
-        self._frame = None
-        self._filled = 0
-        self.arrived.set()
+            return
+        if frames:
+            self.frames.extend(frame.toreadonly() for frame in frames)
+            self.arrived.set()
 
     def eof_received(self) -> bool | None:
         self._fail(ConnectionError(f"connection to {self.peer} closed by the peer"))
@@ -133,16 +79,6 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         if self.error is None:
             self.error = exc
         self.arrived.set()
-
-
-def _unexported(buf: bytearray) -> bool:
-    """Whether no memoryview of `buf` is alive (a bytearray with views cannot be resized)."""
-    try:
-        buf.append(0)
-    except BufferError:
-        return False
-    del buf[-1]
-    return True
 
 
 class BufferedConnection(OutboundConnection):

@@ -148,7 +148,12 @@ def decode_request(
     `supported` maps API key → (min, max) version this broker serves. An unsupported
     ApiVersions version is returned as `UnsupportedVersion` (the broker answers it with a v0
     response); any other unknown key or version raises RequestDecodeError.
+
+    A writable frame (the receive buffer's own) is read through a read-only view: kio's
+    readers refuse writable buffers.
     """
+    if type(frame) is memoryview and not frame.readonly:
+        frame = frame.toreadonly()
     api_key, api_version, correlation_id = peek_header(frame)
     rng = supported.get(api_key)
     if rng is None:

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import google_crc32c
+from crc32c import crc32c as _crc32c
 
 from wherry.protocol import compression as _compression
 from wherry.protocol.record_errors import (
@@ -47,6 +47,7 @@ from wherry.protocol.record_errors import (
     RecordTooLargeError,
 )
 from wherry.protocol.record_walk import (
+    WalkBuffer,
     _read_varint,
     _read_varlong,
     _walk_records_checked,
@@ -276,10 +277,9 @@ def iter_batches(buf: _Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeade
 
 
 def _crc_of(buf: _Buffer, start: int, end: int) -> int:
-    chunk = buf[start:end]
-    if type(chunk) is not bytes:
-        chunk = bytes(chunk)
-    return int(google_crc32c.value(chunk))
+    """CRC32C of buf[start:end], read in place (any buffer: bytes, bytearray, a memoryview of
+    a receive buffer), so checking a batch never copies it."""
+    return int(_crc32c(memoryview(buf)[start:end]))
 
 
 def crc_ok(buf: _Buffer, pos: int, header: BatchHeader) -> bool:
@@ -379,8 +379,7 @@ def validate_batch(
         raise RecordTooLargeError(
             f"record batch is {size} bytes, larger than max.message.bytes {max_message_bytes}"
         )
-    raw = data if type(data) is bytes else bytes(data)
-    if _crc_of(raw, _ATTRIBUTES_OFFSET, size) != header.crc:
+    if _crc_of(data, _ATTRIBUTES_OFFSET, size) != header.crc:
         raise CorruptRecordError("record batch CRC mismatch")
     count = header.record_count
     if count <= 0:
@@ -390,7 +389,11 @@ def validate_batch(
             f"inconsistent batch: last offset delta {header.last_offset_delta} but "
             f"record count {count}"
         )
-    payload, start, end = _records_payload(raw, 0, header)
+    payload: WalkBuffer
+    if header.attributes & ATTR_COMPRESSION_MASK:
+        payload, start, end = _records_payload(data, 0, header)
+    else:  # walked where they are (bytes, or a view of the receive buffer): no copy
+        payload, start, end = data, BATCH_HEADER_SIZE, size
     walked = _walk_records_checked(payload, start, end, null_keys)
     if walked != count:
         raise InvalidRecordError(f"batch declares {count} records but contains {walked}")
@@ -590,7 +593,7 @@ def build_batch(
         base_sequence,
         count,
     )
-    crc = google_crc32c.extend(google_crc32c.value(crc_header), payload)
+    crc = _crc32c(payload, _crc32c(crc_header))
     batch_length = BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload)
     prefix = struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, MAGIC, crc)
     return prefix + crc_header + payload
@@ -684,7 +687,7 @@ def build_retained_batch(
         header.base_sequence,
         len(records),
     )
-    crc = google_crc32c.extend(google_crc32c.value(crc_header), payload)
+    crc = _crc32c(payload, _crc32c(crc_header))
     batch_length = BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload)
     prefix = struct.pack(
         ">qiibI", header.base_offset, batch_length, header.partition_leader_epoch, MAGIC, crc

@@ -97,7 +97,11 @@ FrameHandler = Callable[[ConnectionInfo, memoryview], Awaitable[Response | Defer
 CloseListener = Callable[[ConnectionInfo], None]
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection. Requests are received straight into their frame's buffer
+    (`FrameDecoder.get_buffer`): a produce request's records reach the segment file without
+    a copy in Python."""
+
     def __init__(self, server: NetworkServer, listener: str, security_protocol: str) -> None:
         self.server = server
         self.listener = listener
@@ -132,11 +136,14 @@ class _Connection(asyncio.Protocol):
         self.server._connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._run())
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
             return
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.buffer_updated(nbytes)
         except FrameError as e:
             self.close(f"invalid frame: {e}")
             return

@@ -130,3 +130,28 @@ def test_oversized_frame_rejected_when_receiving_into_the_decoder() -> None:
     buf[:4] = struct.pack(">i", 1025)
     with pytest.raises(FrameTooLarge):
         dec.buffer_updated(4)
+
+
+def test_decoders_sharing_one_scratch_buffer() -> None:
+    """A server's connections share one scratch buffer: streams received alternately, a
+    read at a time, each into its own decoder, come out whole and unmixed."""
+    scratch = bytearray(64 * 1024)
+    streams = [
+        [bytes([i]) * n for n in (0, 3, 70_000, 5, 200_000, 1)] for i in (1, 2, 3)
+    ]
+    data = [b"".join(encode_frame(f) for f in frames) for frames in streams]
+    decoders = [FrameDecoder(scratch=scratch) for _ in streams]
+    got: list[list[bytes]] = [[] for _ in streams]
+    pos = [0] * len(streams)
+    chunk = 30_000
+    while any(p < len(d) for p, d in zip(pos, data, strict=True)):
+        for k, dec in enumerate(decoders):
+            if pos[k] >= len(data[k]):
+                continue
+            buf = dec.get_buffer()
+            n = min(len(buf), chunk, len(data[k]) - pos[k])
+            buf[:n] = data[k][pos[k] : pos[k] + n]
+            pos[k] += n
+            got[k] += [bytes(v) for v in dec.buffer_updated(n)]
+    assert got == streams
+    assert all(d._scratch is scratch for d in decoders)

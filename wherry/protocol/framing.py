@@ -48,14 +48,21 @@ class FrameDecoder:
 
     __slots__ = ("_filled", "_frame", "_prefix", "_scratch", "_size", "_spares", "max_frame_bytes")
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    def __init__(
+        self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES, scratch: bytearray | None = None
+    ) -> None:
+        """`scratch`: the buffer `get_buffer` gives between frames, if not one of its own.
+        Decoders may share one as long as each `buffer_updated` follows its own
+        `get_buffer` with no other decoder's in between (what an event loop does: it reads
+        one socket at a time, and `buffer_updated` copies everything out of the scratch),
+        so a server with many idle connections keeps one scratch buffer, not one each."""
         self.max_frame_bytes = max_frame_bytes
         self._prefix = bytearray()
         self._frame: bytearray | None = None  # the frame being filled, once its size is known
         self._size = 0  # its size (the buffer may be longer: a reused one)
         self._filled = 0
         self._spares: list[bytearray] = []  # large frames' buffers, most recent last
-        self._scratch: bytearray | None = None  # for get_buffer between frames
+        self._scratch = scratch  # for get_buffer between frames (made on first use)
 
     def _buffer(self, size: int) -> bytearray:
         spares = self._spares

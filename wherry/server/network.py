@@ -29,6 +29,7 @@ from wherry.security.principal import ANONYMOUS, KafkaPrincipal, user
 log = logging.getLogger(__name__)
 
 _MAX_QUEUED = 64
+_RECEIVE_SCRATCH_BYTES = 64 * 1024
 # Answers a connection may have waiting while it handles further requests (Kafka clients
 # keep at most 5 requests in flight per connection by default)
 _MAX_DEFERRED = 16
@@ -106,7 +107,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener
         self.security_protocol = security_protocol
-        self.decoder = FrameDecoder(server.max_request_bytes)
+        self.decoder = FrameDecoder(server.max_request_bytes, server.receive_scratch)
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[memoryview | None] = collections.deque()
         self.wakeup = asyncio.Event()
@@ -486,6 +487,9 @@ class NetworkServer:
         self.handler = handler
         self.on_close = on_close
         self.max_request_bytes = max_request_bytes
+        # Where every connection's socket reads land between frames (one event loop reads one
+        # socket at a time, and the bytes are copied out at once): see FrameDecoder.
+        self.receive_scratch = bytearray(_RECEIVE_SCRATCH_BYTES)
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[_Connection] = set()
         self._next_id = 0

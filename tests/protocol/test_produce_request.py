@@ -35,7 +35,12 @@ from wherry.protocol.codec import (
     encode_request,
     load_request_schema,
 )
-from wherry.protocol.produce_request import MAX_VERSION, MIN_VERSION, decode_produce_request
+from wherry.protocol.produce_request import (
+    LEAN_MIN_FRAME_BYTES,
+    MAX_VERSION,
+    MIN_VERSION,
+    decode_produce_request,
+)
 from wherry.protocol.records import build_batch, iter_batches, iter_records
 from wherry.server.handlers import SUPPORTED_VERSIONS
 
@@ -84,6 +89,20 @@ def _random_body(rnd: random.Random, version: int) -> dict[str, Any]:
     }
 
 
+BIG_RECORDS = build_batch([(b"big", b"b" * LEAN_MIN_FRAME_BYTES)], timestamp_ms=T0)
+
+
+def _with_big_records(body: dict[str, Any], version: int) -> dict[str, Any]:
+    """`body` with a first topic whose records make the frame one `decode_request` reads
+    with the lean reader."""
+    topic: dict[str, Any] = {"partition_data": [{"index": 0, "records": BIG_RECORDS}]}
+    if version >= 13:
+        topic["topic_id"] = uuid.UUID(int=1)
+    else:
+        topic["name"] = "big"
+    return {**body, "topic_data": [topic, *body["topic_data"]]}
+
+
 def _frame(version: int, body: dict[str, Any], client_id: str | None) -> bytes:
     return encode_request(0, version, 12345, body, client_id=client_id)[4:]
 
@@ -113,8 +132,11 @@ def _plain(value: Any) -> Any:
 @pytest.mark.parametrize("version", SERVED)
 def test_same_entities_as_kio(version: int) -> None:
     rnd = random.Random(version)
-    for _ in range(40):
-        frame = _frame(version, _random_body(rnd, version), rnd.choice([None, "", "client-é"]))
+    for i in range(40):
+        body = _random_body(rnd, version)
+        if i % 4 == 0:
+            body = _with_big_records(body, version)
+        frame = _frame(version, body, rnd.choice([None, "", "client-é"]))
         expected_header, expected_body = _kio(frame)
         for given in (frame, memoryview(bytearray(frame)), memoryview(frame)):
             lean = decode_produce_request(given)
@@ -131,11 +153,11 @@ def test_same_entities_as_kio(version: int) -> None:
 
 
 def test_records_of_a_writable_frame_are_views_of_it() -> None:
-    batch = build_batch([(b"k", b"value" * 50)], timestamp_ms=T0)
-    body = {"acks": 1, "timeout": 100,
-            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]}
+    batch = BIG_RECORDS
     for version in SERVED:
+        body = _with_big_records({"acks": 1, "timeout": 100, "topic_data": []}, version)
         buf = bytearray(_frame(version, body, "c"))
+        assert len(buf) >= LEAN_MIN_FRAME_BYTES
         req = decode_request(memoryview(buf), SUPPORTED_VERSIONS)
         assert isinstance(req, Request)
         records = req.body.topic_data[0].partition_data[0].records
@@ -148,6 +170,14 @@ def test_records_of_a_writable_frame_are_views_of_it() -> None:
         ro = decode_produce_request(bytes(buf))
         assert ro is not None
         assert type(ro[1].topic_data[0].partition_data[0].records) is bytes
+        # a small frame is kio's (cheaper there): its records are bytes
+        small = {"acks": 1, "timeout": 100, "topic_data": [
+            {"name": "t", "topic_id": uuid.UUID(int=1),
+             "partition_data": [{"index": 0, "records": b"r"}]}]}
+        small_req = decode_request(memoryview(bytearray(_frame(version, small, "c"))),
+                                   SUPPORTED_VERSIONS)
+        assert isinstance(small_req, Request)
+        assert type(small_req.body.topic_data[0].partition_data[0].records) is bytes
 
 
 def _outcome(frame: bytes | memoryview) -> Any:
@@ -178,8 +208,13 @@ def test_every_truncation_decodes_as_kio_does(version: int) -> None:
         {"name": "t", "topic_id": uuid.uuid4(),
          "partition_data": [{"index": 1, "records": b"abc"}]}
     ]
-    frame = _frame(version, body, "cid")
-    for cut in range(8, len(frame) + 1):
+    frame = _frame(version, _with_big_records(body, version), "cid")
+    big_at = frame.index(BIG_RECORDS)
+    big_end = big_at + len(BIG_RECORDS)
+    # every cut but those inside the big records, of which every 4096th
+    cuts = [*range(8, big_at + 1), *range(big_at + 1, big_end, 4096),
+            *range(big_end, len(frame) + 1)]
+    for cut in cuts:
         part = frame[:cut]
         expected = _kio_outcome(part)
         assert _outcome(memoryview(bytearray(part))) == expected, cut

@@ -50,7 +50,7 @@ from kio.serial.errors import BufferUnderflow
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
-from wherry.protocol.produce_request import decode_produce_request
+from wherry.protocol.produce_request import LEAN_MIN_FRAME_BYTES, decode_produce_request
 
 if TYPE_CHECKING:
     from wherry.protocol.interbroker import ControlledShutdownRequest
@@ -152,10 +152,11 @@ def decode_request(
     ApiVersions version is returned as `UnsupportedVersion` (the broker answers it with a v0
     response); any other unknown key or version raises RequestDecodeError.
 
-    Produce requests go through `produce_request.decode_produce_request` first, whose
-    `records` are views of a writable frame (no copy); what it does not read exactly goes to
-    kio. A writable frame (the receive buffer's own) is read through a read-only view: kio's
-    readers refuse writable buffers.
+    Produce requests of LEAN_MIN_FRAME_BYTES or more go through
+    `produce_request.decode_produce_request` first, whose `records` are views of a writable
+    frame (no copy); what it does not read exactly goes to kio. A writable frame (the receive
+    buffer's own) is read by kio through a read-only view: kio's readers refuse writable
+    buffers.
     """
     api_key, api_version, correlation_id = peek_header(frame)
     rng = supported.get(api_key)
@@ -167,7 +168,7 @@ def decode_request(
         raise RequestDecodeError(
             f"unsupported version {api_version} of API key {api_key} (supported {rng[0]}-{rng[1]})"
         )
-    if api_key == _PRODUCE_KEY:
+    if api_key == _PRODUCE_KEY and len(frame) >= LEAN_MIN_FRAME_BYTES:
         lean = decode_produce_request(frame)
         if lean is not None:
             header, produce = lean

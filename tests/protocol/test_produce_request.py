@@ -352,15 +352,16 @@ def test_real_clients_records_are_stored_as_sent(broker: BrokerProcess) -> None:
     versions, aiokafka 0.14 a non-flexible one (at most v7)."""
     bs = broker.bootstrap
     rnd = random.Random(7)
-    values = [rnd.randbytes(rnd.randint(0, 3000)) for _ in range(200)]
+    # batches large enough for frames of LEAN_MIN_FRAME_BYTES and more (the lean reader's)
+    values = [rnd.randbytes(rnd.randint(0, 40_000)) for _ in range(80)]
 
     topic = _new_topic(bs)
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 5, "acks": "all"})
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "acks": "all"})
     for i, v in enumerate(values):
         p.produce(topic, key=f"ck{i}".encode(), value=v, partition=i % 2)
     assert p.flush(30) == 0
 
-    kp = KafkaProducer(bootstrap_servers=bs, acks=1, linger_ms=5)
+    kp = KafkaProducer(bootstrap_servers=bs, acks=1, linger_ms=20, batch_size=512 << 10)
     try:
         for i, v in enumerate(values):
             kp.send(topic, key=f"kk{i}".encode(), value=v, partition=i % 2)
@@ -369,7 +370,7 @@ def test_real_clients_records_are_stored_as_sent(broker: BrokerProcess) -> None:
         kp.close(timeout=10)
 
     async def aio() -> None:
-        prod = AIOKafkaProducer(bootstrap_servers=bs, linger_ms=5)
+        prod = AIOKafkaProducer(bootstrap_servers=bs, linger_ms=20, max_batch_size=512 << 10)
         await prod.start()
         try:
             sends = [await prod.send(topic, key=f"ak{i}".encode(), value=v, partition=i % 2)

@@ -298,13 +298,20 @@ class Log:
         message.timestamp.{before,after}.max.ms, stamps LogAppendTime if configured, then runs
         the idempotent-producer checks: a retried batch returns its original offsets with
         `duplicate=True` and writes nothing. Rolls the segment first if needed and fsyncs when
-        flush.messages is reached. `batch` is modified in place when it is a bytearray.
+        flush.messages is reached. `batch` is modified in place when it is a bytearray or a
+        writable memoryview; nothing keeps a view of it once this returns.
 
         `from_coordinator` (Kafka's AppendOrigin.COORDINATOR): the transaction coordinator's
         COMMIT/ABORT markers, which clients may not write; a marker from an older coordinator
         epoch than the producer's last raises TransactionCoordinatorFencedError.
         """
-        buf = batch if isinstance(batch, bytearray) else bytearray(batch)
+        # Patched in place: a bytearray or writable view (a produce request's records, still
+        # in the frame they came in) as is; a copy of anything read-only.
+        buf = (
+            batch
+            if type(batch) is bytearray or (type(batch) is memoryview and not batch.readonly)
+            else bytearray(batch)
+        )
         with self._lock:
             self._check_open()
             now_ms = self._now(now_ms)

@@ -83,7 +83,7 @@ def parse_batches(buf: bytes | bytearray | memoryview) -> list[tuple[int, BatchH
 
 
 def validate_client_batches(
-    buf: bytearray,
+    buf: bytearray | memoryview,
     batches: Sequence[tuple[int, BatchHeader]],
     config: LogConfig,
     *,
@@ -155,7 +155,7 @@ def validate_client_batches(
 
 
 def _timestamp_errors(
-    buf: bytearray, pos: int, config: LogConfig, now_ms: int
+    buf: bytearray | memoryview, pos: int, config: LogConfig, now_ms: int
 ) -> list[tuple[int, str]]:
     """(index, message) of each CreateTime record of the batch at `pos` outside
     message.timestamp.{before,after}.max.ms (or the older difference.max.ms)."""
@@ -186,7 +186,7 @@ def _timestamp_errors(
 
 
 def assign_offsets(
-    buf: bytearray,
+    buf: bytearray | memoryview,
     batches: Sequence[tuple[int, BatchHeader]],
     *,
     first_offset: int,

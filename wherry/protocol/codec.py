@@ -50,6 +50,8 @@ from kio.serial.errors import BufferUnderflow
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
+from wherry.protocol.produce_request import LEAN_MIN_FRAME_BYTES, decode_produce_request
+
 if TYPE_CHECKING:
     from wherry.protocol.interbroker import ControlledShutdownRequest
     from wherry.protocol.interbroker_codec import InterbrokerRequestBody
@@ -61,6 +63,7 @@ load_response_schema = functools.cache(_kio_response_schema)
 
 
 API_VERSIONS_KEY: Final = 18
+_PRODUCE_KEY: Final = 0
 # LeaderAndIsr, StopReplica, UpdateMetadata (`interbroker_codec`) and ControlledShutdown
 # (`controlled_shutdown_codec`): kio lacks them; their codecs are imported on first use.
 _INTERBROKER_KEYS: Final = frozenset((4, 5, 6))
@@ -149,11 +152,12 @@ def decode_request(
     ApiVersions version is returned as `UnsupportedVersion` (the broker answers it with a v0
     response); any other unknown key or version raises RequestDecodeError.
 
-    A writable frame (the receive buffer's own) is read through a read-only view: kio's
-    readers refuse writable buffers.
+    Produce requests of LEAN_MIN_FRAME_BYTES or more go through
+    `produce_request.decode_produce_request` first, whose `records` are views of a writable
+    frame (no copy); what it does not read exactly goes to kio. A writable frame (the receive
+    buffer's own) is read by kio through a read-only view: kio's readers refuse writable
+    buffers.
     """
-    if type(frame) is memoryview and not frame.readonly:
-        frame = frame.toreadonly()
     api_key, api_version, correlation_id = peek_header(frame)
     rng = supported.get(api_key)
     if rng is None:
@@ -164,6 +168,15 @@ def decode_request(
         raise RequestDecodeError(
             f"unsupported version {api_version} of API key {api_key} (supported {rng[0]}-{rng[1]})"
         )
+    if api_key == _PRODUCE_KEY and len(frame) >= LEAN_MIN_FRAME_BYTES:
+        lean = decode_produce_request(frame)
+        if lean is not None:
+            header, produce = lean
+            return Request(
+                api_key, api_version, correlation_id, header.client_id, produce, len(frame)
+            )
+    if type(frame) is memoryview and not frame.readonly:
+        frame = frame.toreadonly()
     if api_key in _INTERBROKER_KEYS or api_key == _CONTROLLED_SHUTDOWN_KEY:
         return _decode_interbroker(frame, api_key)
     try:

@@ -13,15 +13,12 @@ from typing import Final, NamedTuple
 
 from wherry.protocol.record_errors import InvalidRecordError
 
-# What the walks read: bytes (kio's copy), or a receive buffer where the records arrived
-WalkBuffer = bytes | bytearray | memoryview
-
 # --------------------------------------------------------------------------------------------
 # Varints
 # --------------------------------------------------------------------------------------------
 
 
-def _read_uvarint(buf: WalkBuffer, pos: int, limit: int, max_bytes: int = 10) -> tuple[int, int]:
+def _read_uvarint(buf: bytes, pos: int, limit: int, max_bytes: int = 10) -> tuple[int, int]:
     """Decode an unsigned LEB128 varint from ``buf[pos:limit]``; returns (value, new_pos)."""
     result = 0
     shift = 0
@@ -38,7 +35,7 @@ def _read_uvarint(buf: WalkBuffer, pos: int, limit: int, max_bytes: int = 10) ->
     raise InvalidRecordError("varint too long in record")
 
 
-def _read_varint(buf: WalkBuffer, pos: int, limit: int) -> tuple[int, int]:
+def _read_varint(buf: bytes, pos: int, limit: int) -> tuple[int, int]:
     """Zig-zag int32 varint (max 5 bytes)."""
     b = buf[pos] if pos < limit else 0x80  # 0x80 falls through to the slow, checking path
     if b < 0x80:
@@ -52,7 +49,7 @@ def _read_varint(buf: WalkBuffer, pos: int, limit: int) -> tuple[int, int]:
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-def _read_varlong(buf: WalkBuffer, pos: int, limit: int) -> tuple[int, int]:
+def _read_varlong(buf: bytes, pos: int, limit: int) -> tuple[int, int]:
     """Zig-zag int64 varint (max 10 bytes)."""
     b = buf[pos] if pos < limit else 0x80
     if b < 0x80:
@@ -66,7 +63,7 @@ def _read_varlong(buf: WalkBuffer, pos: int, limit: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------------
 
 
-def _walk_records(data: WalkBuffer, pos: int, end: int) -> int:
+def _walk_records(data: bytes, pos: int, end: int) -> int:
     """Structurally walk records in ``data[pos:end]`` without materialising keys/values.
 
     Checks every record's length is consistent with its fields and that offset deltas are
@@ -82,7 +79,7 @@ _NO_LIMIT: Final = 1 << 62
 
 
 def _walk_some(
-    data: WalkBuffer, pos: int, end: int, n: int, stop: int, null_keys: list[int] | None
+    data: bytes, pos: int, end: int, n: int, stop: int, null_keys: list[int] | None
 ) -> tuple[int, int]:
     """Walk records from ``pos`` (record index ``n``) until ``end`` or index ``stop``;
     returns (next record index, position after the last record walked). Indices of records
@@ -215,13 +212,13 @@ class _Layout(NamedTuple):
     key_null: bool
 
 
-def _varint_end(data: WalkBuffer, q: int) -> int:
+def _varint_end(data: bytes, q: int) -> int:
     while data[q] & 0x80:
         q += 1
     return q + 1
 
 
-def _layout(data: WalkBuffer, p: int) -> _Layout | None:
+def _layout(data: bytes, p: int) -> _Layout | None:
     """The layout of the record at ``p``, which `_walk_some` accepted; None if its run
     cannot be checked by columns (headers, or wide timestamp or offset varints)."""
     a = _varint_end(data, p)  # attributes
@@ -243,37 +240,28 @@ def _layout(data: WalkBuffer, p: int) -> _Layout | None:
 
 
 def _run_matches(
-    data: WalkBuffer, template: int, pos: int, size: int, count: int, n: int, lay: _Layout
+    data: bytes, template: int, pos: int, size: int, count: int, n: int, lay: _Layout
 ) -> bool:
     """Whether the `count` records of `size` bytes from `pos` (indices n, n+1, ...) have the
     layout of the record at `template`."""
     stop = pos + count * size
     for c in lay.consts:
-        if _column(data, pos + c, stop, size).count(data[template + c]) != count:
+        if data[pos + c : stop : size].count(data[template + c : template + c + 1]) != count:
             return False
     ts = pos + lay.ts_start
     for j in range(lay.ts_len - 1):
-        if not _column(data, ts + j, stop, size).translate(_FLIP).isascii():
+        if not data[ts + j : stop : size].translate(_FLIP).isascii():
             return False
-    if not _column(data, ts + lay.ts_len - 1, stop, size).isascii():
+    if not data[ts + lay.ts_len - 1 : stop : size].isascii():
         return False
     off = pos + lay.off_start
     for j in range(lay.off_len):
-        if _column(data, off + j, stop, size) != _offset_column(lay.off_len, j)[n : n + count]:
+        if data[off + j : stop : size] != _offset_column(lay.off_len, j)[n : n + count]:
             return False
     return True
 
 
-def _column(data: WalkBuffer, start: int, stop: int, step: int) -> bytes | bytearray:
-    """Every `step`-th byte of data[start:stop]; as bytes for a memoryview (records walked in
-    the receive buffer): a strided view has no count/translate/isascii."""
-    col = data[start:stop:step]
-    return col.tobytes() if type(col) is memoryview else col
-
-
-def _walk_records_fast(
-    data: WalkBuffer, pos: int, end: int, null_keys: list[int] | None = None
-) -> int:
+def _walk_records_fast(data: bytes, pos: int, end: int, null_keys: list[int] | None = None) -> int:
     """`_walk_records` (same checks, same errors), with runs of records of one layout
     checked by columns; indices of records with a null key go to ``null_keys``."""
     n = 0
@@ -303,7 +291,7 @@ def _walk_records_fast(
 
 
 def _walk_records_checked(
-    data: WalkBuffer, pos: int, end: int, null_keys: list[int] | None = None
+    data: bytes, pos: int, end: int, null_keys: list[int] | None = None
 ) -> int:
     try:
         return _walk_records_fast(data, pos, end, null_keys)

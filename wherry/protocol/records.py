@@ -47,7 +47,6 @@ from wherry.protocol.record_errors import (
     RecordTooLargeError,
 )
 from wherry.protocol.record_walk import (
-    WalkBuffer,
     _read_varint,
     _read_varlong,
     _walk_records_checked,
@@ -389,11 +388,9 @@ def validate_batch(
             f"inconsistent batch: last offset delta {header.last_offset_delta} but "
             f"record count {count}"
         )
-    payload: WalkBuffer
-    if header.attributes & ATTR_COMPRESSION_MASK:
-        payload, start, end = _records_payload(data, 0, header)
-    else:  # walked where they are (bytes, or a view of the receive buffer): no copy
-        payload, start, end = data, BATCH_HEADER_SIZE, size
+    # bytes are walked where they are; a view of the receive buffer is copied for the walk
+    # (the walk's C-speed column slices are 3x slower on a memoryview than that copy)
+    payload, start, end = _records_payload(data, 0, header)
     walked = _walk_records_checked(payload, start, end, null_keys)
     if walked != count:
         raise InvalidRecordError(f"batch declares {count} records but contains {walked}")

@@ -237,7 +237,7 @@ class Partition:
     # --- produce -------------------------------------------------------------------------
     def append_records_to_leader(
         self,
-        batch: bytearray | memoryview,
+        batch: bytes | bytearray | memoryview,
         *,
         required_acks: int,
         min_insync_replicas: int,

@@ -286,7 +286,7 @@ class ReplicaManager:
             # (framing, magic, CRC, records, max.message.bytes), so the log need not repeat it.
             validate_batch(data, max_message_bytes=cfg.max_message_bytes)
             info = part.append_records_to_leader(
-                _writable(data),
+                data,
                 required_acks=required_acks,
                 min_insync_replicas=cfg.min_insync_replicas,
                 now_ms=now_ms,
@@ -832,11 +832,3 @@ def _role(part: Partition | None) -> str:
     if part is None:
         return "None"
     return "Leader" if part.is_leader else "Follower"
-
-
-def _writable(data: bytes | bytearray | memoryview) -> bytearray | memoryview:
-    """A buffer the log may patch in place: a produce request's records still in their
-    (writable) receive frame as they are, a copy of read-only bytes."""
-    if type(data) is bytearray or (type(data) is memoryview and not data.readonly):
-        return data
-    return bytearray(data)

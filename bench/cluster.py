@@ -10,16 +10,22 @@ temporary data dirs, every process stopped by its PID):
   r2  the same with 1 KiB records
   x1, x2  the ratios r1/s1 and r2/s2 (records/s); the runs of s and r alternate, both
       targets up at once, so the two sides of a ratio see the same machine load
-      Before each s, r and p run the bench writes and deletes as much page cache as the run
-      will write (`--no-pretouch` skips it): on this VM, memory the host has not backed yet
-      costs 5-15x to write into (see `pretouch_page_cache`).
+      Each s, r and p run's worker, connected and just before its clock starts, writes and
+      deletes as much page cache as the run will write (`--no-pretouch` skips it): on this
+      VM, memory the host has not backed yet (or has taken back, 2 s after the guest freed
+      it) costs 5-15x to write into (see bench.common.pretouch_page_cache).
+      The s and r rows show the brokers' CPU per MB split into user and system time, the
+      client's, and how many of the machine's cores the run kept busy.
   p1  raw ceiling of an acks=1 produce's byte path, no broker code: loopback socket →
-      recv_into → pwrite, 1 MiB chunks (MiB/s, CPU ms per MiB)
+      recv_into → pwrite, 1 MiB chunks (MiB/s, CPU ms per MiB of the receiving side's
+      threads; the sending thread stands for the client and is not counted)
   p3  the same plus RF 3's: os.sendfile of each written range to two follower sockets, each
       recv_into → pwrite to its own file
   px  p3/p1, and the bound it puts on x2: r2 cannot beat 2 cores / (client CPU per MB of r2
       + p3's CPU per MiB), i.e. brokers that did nothing but the raw byte path; in brackets,
-      x2 if the single broker of s2 did nothing but its raw path (p1) either
+      x2 if the single broker of s2 did nothing but its raw path (p1) either; and what
+      x2 >= 0.6x asks of r2's brokers: at most s2's CPU per MB / 0.6 - r2's client's, and
+      how much of that the raw path leaves for the three brokers' own code
   sl1 single broker, acks=1: produce latency p50/p99 at 1000 records/s, linger.ms=0
   rl1 3 brokers, RF 3, acks=all: the same
   sl2, rl2  the same at 100 records/s
@@ -62,6 +68,7 @@ from bench.common import (
     BenchError,
     Broker,
     cpu_seconds,
+    cpu_split,
     create_topic,
     env_line,
     environment,
@@ -74,6 +81,7 @@ from bench.common import (
 )
 
 PARTITIONS = 3  # one leader per broker on the 3-broker cluster
+X2_TARGET = 0.6  # issue 15: RF 3 acks=all / single acks=1 throughput, 1 KiB records
 LAG_MS = 10_000
 Params = dict[str, Any]
 
@@ -91,7 +99,7 @@ class Plan:
     idle_seconds: float = 30
     idle_session_timeout_ms: int = 6_000  # zookeeper.session.timeout.ms of the idle cluster
     raw_mib: int = 300  # bytes of each raw-path run (rows p1, p3)
-    pretouch: bool = True  # see `pretouch_page_cache`
+    pretouch: bool = True  # see bench.common.pretouch_page_cache
 
 
 FULL = Plan(
@@ -126,8 +134,10 @@ class Target:
     acks: str
     replication_factor: int
 
-    def cpu_seconds(self) -> float:
-        return sum(cpu_seconds(pid) for pid in self.pids)
+    def cpu_split(self) -> tuple[float, float]:
+        """(user, system) CPU seconds of all the target's broker processes."""
+        splits = [cpu_split(pid) for pid in self.pids]
+        return sum(u for u, _ in splits), sum(k for _, k in splits)
 
     def create_topic(self, name: str, partitions: int) -> None:
         """CreateTopics v7 (min.insync.replicas=2 when replicated), then wait until every
@@ -245,38 +255,23 @@ class Row:
     raw: Params
 
 
-def pretouch_page_cache(directory: Path, mib: int) -> float:
-    """Write `mib` MiB to a file in `directory` (page cache only, no fsync) and delete it; the
-    seconds it took. On a VM whose memory the host backs on first touch and takes back soon
-    after the guest frees it (Firecracker with a free-page-reporting balloon, as here), the
-    first write into fresh guest memory costs 5-15x a write into pages just freed (1.5 GB:
-    1.5-4 s against 0.27 s of system CPU, measured with dd). A produce run right after this
-    gets recycled pages, so what a row measures is the broker, not how much NEW memory its
-    run happens to touch (an RF 3 run touches three times as much as an acks=1 one)."""
-    path = directory / "pretouch.bin"
-    chunk = b"\0" * 2**20
-    t0 = time.monotonic()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        for _ in range(mib):
-            os.write(fd, chunk)
-    finally:
-        os.close(fd)
-        path.unlink()
-    return time.monotonic() - t0
-
-
 class Bench:
     def __init__(self, plan: Plan, log: Callable[[str], None], scratch: Path | None = None) -> None:
         self.plan = plan
         self.log = log
         self.rows: dict[str, Row] = {}
-        self.scratch = scratch  # where `pretouch_page_cache` writes (None: never)
+        self.scratch = scratch  # where workers pre-touch page cache (None: never)
 
-    def _pretouch(self, mib: int) -> None:
-        if self.plan.pretouch and self.scratch is not None:
-            took = pretouch_page_cache(self.scratch, mib)
-            self.log(f"    pre-touched {mib:,} MiB of page cache in {took:.2f} s")
+    def _pretouch(self, mib: int) -> Params:
+        """Worker params that make the worker pre-touch `mib` MiB of page cache right before
+        its clock starts (see `pretouch_page_cache`); none when pre-touching is off."""
+        if not self.plan.pretouch or self.scratch is None:
+            return {}
+        return {"pretouch": {"dir": str(self.scratch), "mib": mib}}
+
+    def _log_pretouch(self, mib: int, result: Params) -> None:
+        if "pretouch_s" in result:
+            self.log(f"    pre-touched {mib:,} MiB of page cache in {result['pretouch_s']:.2f} s")
 
     def add(self, row: Row) -> None:
         self.rows[row.id] = row
@@ -298,13 +293,17 @@ class Bench:
                     rid = f"{prefix}{n}"
                     self.log(f"({rid}) {target.name}: produce {count} x {size} B, run {rep + 1}")
                     # what the run writes on all its replicas, and a quarter more
-                    self._pretouch(count * size * target.replication_factor * 5 // 4 // 2**20)
-                    runs[prefix].append(self._produce_run(target, topics[prefix], size, count))
+                    mib = count * size * target.replication_factor * 5 // 4 // 2**20
+                    r = self._produce_run(target, topics[prefix], size, count, self._pretouch(mib))
+                    self._log_pretouch(mib, r)
+                    runs[prefix].append(r)
             for prefix, target in (("s", single), ("r", cluster)):
                 self._throughput_row(f"{prefix}{n}", target, size, count, runs[prefix])
 
-    def _produce_run(self, target: Target, topic: str, size: int, count: int) -> Params:
-        cpu0 = target.cpu_seconds()
+    def _produce_run(
+        self, target: Target, topic: str, size: int, count: int, extra: Params
+    ) -> Params:
+        user0, sys0 = target.cpu_split()
         load0 = os.getloadavg()[0]
         r = run_worker(
             "cf_produce",
@@ -315,10 +314,13 @@ class Bench:
                 "record_bytes": size,
                 "count": count,
                 "timeout_s": 300,
+                **extra,
             },
             timeout_s=360,
         )
-        r["broker_cpu_s"] = target.cpu_seconds() - cpu0
+        user1, sys1 = target.cpu_split()
+        r["broker_user_s"], r["broker_sys_s"] = user1 - user0, sys1 - sys0
+        r["broker_cpu_s"] = r["broker_user_s"] + r["broker_sys_s"]
         r["loadavg_1m"] = [load0, os.getloadavg()[0]]
         return r
 
@@ -336,9 +338,13 @@ class Bench:
                 + ", ".join(f"{r['rec_s'] / 1000:,.0f}k" for r in runs)
                 + f" rec/s); best: {best['elapsed_s']:.2f} s, broker CPU "
                 f"{best['broker_cpu_s'] / best['elapsed_s'] * 100:.0f}% (all broker "
-                f"processes, {best['broker_cpu_s'] * 1000 / mib:.1f} ms per MB), client CPU "
-                f"{best['client_cpu_s'] / best['elapsed_s'] * 100:.0f}%; load "
-                f"{best['loadavg_1m'][0]:.1f}",
+                f"processes, {best['broker_cpu_s'] * 1000 / mib:.1f} ms per MB: user "
+                f"{best['broker_user_s'] * 1000 / mib:.1f}, system "
+                f"{best['broker_sys_s'] * 1000 / mib:.1f}), client CPU "
+                f"{best['client_cpu_s'] / best['elapsed_s'] * 100:.0f}% "
+                f"({best['client_cpu_s'] * 1000 / mib:.1f} ms per MB); cores busy "
+                f"{(best['broker_cpu_s'] + best['client_cpu_s']) / best['elapsed_s']:.2f} of "
+                f"{os.cpu_count()}; load {best['loadavg_1m'][0]:.1f}",
                 {**best, "runs": runs},
             )
         )
@@ -349,10 +355,10 @@ class Bench:
         for rep in range(self.plan.repeats):
             for followers in runs:
                 self.log(f"(p) raw byte path, {followers} followers, run {rep + 1}")
-                self._pretouch(self.plan.raw_mib * (1 + followers) * 5 // 4)
-                r = run_cluster_worker(
-                    "raw_path", {"total_mib": self.plan.raw_mib, "followers": followers}, 120
-                )
+                mib = self.plan.raw_mib * (1 + followers) * 5 // 4
+                params = {"total_mib": self.plan.raw_mib, "followers": followers}
+                r = run_cluster_worker("raw_path", {**params, **self._pretouch(mib)}, 120)
+                self._log_pretouch(mib, r)
                 runs[followers].append(r)
         best = {f: max(rs, key=lambda r: r["mib_s"]) for f, rs in runs.items()}
         cpu = {f: min(r["cpu_ms_per_mib"] for r in rs) for f, rs in runs.items()}
@@ -376,28 +382,42 @@ class Bench:
         client = per_mib(r2, "client_cpu_s")
         s2_client = per_mib(s2, "client_cpu_s")
         s2_cpu = s2_client + per_mib(s2, "broker_cpu_s")
+        r2_brokers = per_mib(r2, "broker_cpu_s")
         cores = os.cpu_count() or 1
         bound = cores * 1000 / (client + cpu[2])
         x2_bound = s2_cpu / (client + cpu[2])
         # the same with the single broker reduced to its raw path too: the ratio two brokers
         # that cost nothing beyond their bytes' system calls would give
         x2_raw_bound = (s2_client + cpu[0]) / (client + cpu[2])
+        # what x2 >= 0.6 asks of r2's three brokers, both runs CPU-bound: r2's CPU per MB (its
+        # client's + its brokers') at most s2's / 0.6
+        budget = s2_cpu / X2_TARGET - client
         self.add(
             Row(
                 "px",
                 "raw RF 3 / raw acks=1 path, and the bound on x2 it implies",
                 f"{best[2]['mib_s'] / best[0]['mib_s']:.2f}x  x2 <= {x2_bound:.2f}x "
-                f"({x2_raw_bound:.2f}x)",
-                f"CPU per MB {cpu[2]:.2f} vs {cpu[0]:.2f} ms. CPU-bound, x2 is at most s2's CPU "
-                f"per MB (client + broker: {s2_cpu:.2f} ms) / r2's if its brokers did nothing but "
-                f"the raw RF 3 path (client {client:.2f} + {cpu[2]:.2f} ms); on {cores} cores r2 "
-                f"<= {bound:,.0f} MB/s. If the single broker, too, did nothing but its raw path "
-                f"(client {s2_client:.2f} + {cpu[0]:.2f} ms), x2 would be {x2_raw_bound:.2f}x",
+                f"({x2_raw_bound:.2f}x); x2 {X2_TARGET}x needs r2 brokers <= {budget:.2f} ms "
+                f"per MB (measured {r2_brokers:.2f})",
+                f"CPU per MB of the broker side {cpu[2]:.2f} vs {cpu[0]:.2f} ms (leader and "
+                f"follower threads; the sending thread, the client's part, not counted). "
+                f"CPU-bound, x2 is at most s2's CPU per MB (client + broker: {s2_cpu:.2f} ms) / "
+                f"r2's if its brokers did nothing but the raw RF 3 path (client {client:.2f} + "
+                f"{cpu[2]:.2f} ms); on {cores} cores r2 <= {bound:,.0f} MB/s. If the single "
+                f"broker, too, did nothing but its raw path (client {s2_client:.2f} + "
+                f"{cpu[0]:.2f} ms), x2 would be {x2_raw_bound:.2f}x. x2 >= {X2_TARGET}x needs "
+                f"r2's client + brokers <= {s2_cpu / X2_TARGET:.2f} ms per MB: brokers <= "
+                f"{budget:.2f} ms, of which the raw path takes {cpu[2]:.2f}, leaving "
+                f"{budget - cpu[2]:.2f} ms for all three brokers' code (measured: "
+                f"{r2_brokers - cpu[2]:.2f}; the single broker's beyond its raw path: "
+                f"{per_mib(s2, 'broker_cpu_s') - cpu[0]:.2f})",
                 {
                     "ratio": best[2]["mib_s"] / best[0]["mib_s"],
                     "x2_bound": x2_bound,
                     "x2_raw_bound": x2_raw_bound,
                     "r2_bound_mb_s": bound,
+                    "r2_brokers_budget_ms_per_mb": budget,
+                    "r2_brokers_ms_per_mb": r2_brokers,
                 },
             )
         )
@@ -729,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-pretouch",
         action="store_true",
         help="do not write and delete the page cache a throughput run will use just before it "
-        "(see pretouch_page_cache)",
+        "(see bench.common.pretouch_page_cache)",
     )
     ap.add_argument(
         "--rows",

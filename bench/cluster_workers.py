@@ -9,7 +9,11 @@ thread writes `total_mib` MiB in 1 MiB chunks to a loopback socket; a "leader" t
 `recv_into`s each chunk, `pwrite`s it to a file and, with `followers` > 0, `os.sendfile`s
 that file range to each follower's socket, where a "follower" thread `recv_into`s and
 `pwrite`s it to its own file. Every syscall releases the GIL, so the threads use the cores
-like processes would; the answer is MiB/s and the process's CPU seconds per MiB.
+like processes would; the answer is MiB/s and the CPU seconds per MiB of the leader and
+follower threads (the sender's, the client's part, reported apart).
+
+Both roles pre-touch page cache right before their clock starts when asked (`pretouch`, see
+bench.common.pretouch_page_cache).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from bench.common import pretouch_param
 
 Params = dict[str, Any]
 
@@ -112,12 +118,17 @@ def raw_path(p: Params) -> Params:
                 raise WorkerError("peer closed early")
             got += n
 
-    def guarded(fn: Callable[[], None]) -> Callable[[], None]:
+    thread_cpu: dict[str, float] = {}  # each role's own CPU seconds (time.thread_time)
+
+    def guarded(name: str, fn: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
+            cpu0 = time.thread_time()
             try:
                 fn()
             except BaseException as e:  # reported after the join
                 errors.append(e)
+            finally:
+                thread_cpu[name] = time.thread_time() - cpu0
 
         return run
 
@@ -159,8 +170,10 @@ def raw_path(p: Params) -> Params:
 
             return run
 
-        roles = [sender, leader, *(follower(k) for k in range(followers))]
-        threads = [threading.Thread(target=guarded(f), daemon=True) for f in roles]
+        roles = {"sender": sender, "leader": leader}
+        roles.update({f"follower-{k}": follower(k) for k in range(followers)})
+        threads = [threading.Thread(target=guarded(n, f), daemon=True) for n, f in roles.items()]
+        pretouch_s = pretouch_param(p)
         cpu0, t0 = time.process_time(), time.perf_counter()
         for t in threads:
             t.start()
@@ -171,12 +184,18 @@ def raw_path(p: Params) -> Params:
             s.close()
     if errors or any(t.is_alive() for t in threads):
         raise WorkerError(f"raw path failed: {errors or 'timed out'}")
+    # the broker side: what the leader and follower threads spent; the sender stands for the
+    # producing client, whose CPU the produce rows count as the client's
+    brokers = sum(v for n, v in thread_cpu.items() if n != "sender")
     return {
         "mib": total,
         "elapsed_s": elapsed,
         "mib_s": total / elapsed,
         "cpu_s": cpu,
-        "cpu_ms_per_mib": cpu * 1000 / total,
+        "thread_cpu_s": thread_cpu,
+        "cpu_ms_per_mib": brokers * 1000 / total,
+        "sender_cpu_ms_per_mib": thread_cpu.get("sender", 0.0) * 1000 / total,
+        **({} if pretouch_s is None else {"pretouch_s": pretouch_s}),
     }
 
 

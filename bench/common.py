@@ -70,11 +70,53 @@ def rss_kib(pid: int) -> int:
     raise BenchError(f"no VmRSS for pid {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), from /proc/PID/stat."""
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process (all its threads), from /proc/PID/stat."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), from /proc/PID/stat."""
+    return sum(cpu_split(pid))
+
+
+def pretouch_page_cache(directory: Path, mib: int) -> float:
+    """Write `mib` MiB to a file in `directory` (page cache only, no fsync) and delete it; the
+    seconds it took. On a VM whose memory the host backs on first touch and takes back soon
+    after the guest frees it (Firecracker with a free-page-reporting balloon, as here), the
+    first write into fresh guest memory costs 5-15x a write into pages just freed (1.5 GB:
+    1.5-4 s against 0.27 s of system CPU, measured with dd). A produce run right after this
+    gets recycled pages, so what a row measures is the broker, not how much NEW memory its
+    run happens to touch (an RF 3 run touches three times as much as an acks=1 one).
+
+    "Right after" matters: Linux reports freed pages to the host 2 s after they are freed
+    (page_reporting's delay), and the host takes them back. Measured here, 1.5 GB written
+    again 0.5-1 s after it was freed: 0.19 ms of CPU per MB; 2 s after: 0.48; 4 s: 0.79;
+    8 s: 1.16; fresh memory: 1.75. So workers call this themselves, once connected, just
+    before their clock starts (the `pretouch` param: `pretouch_param`)."""
+    path = directory / "pretouch.bin"
+    chunk = b"\0" * 2**20
+    t0 = time.monotonic()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for _ in range(mib):
+            os.write(fd, chunk)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return time.monotonic() - t0
+
+
+def pretouch_param(params: dict[str, Any]) -> float | None:
+    """In a worker: pre-touch as its params' `pretouch` ({"dir", "mib"}) asks, if they do;
+    the seconds it took (None if not asked)."""
+    ask = params.get("pretouch")
+    if not ask:
+        return None
+    return pretouch_page_cache(Path(ask["dir"]), int(ask["mib"]))
 
 
 def stop_pid(proc: subprocess.Popen[Any], timeout_s: float = 20.0) -> int | None:

@@ -19,7 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import MIB, BenchError, decode_response, encode_request, read_frame
+from bench.common import (
+    MIB,
+    BenchError,
+    decode_response,
+    encode_request,
+    pretouch_param,
+    read_frame,
+)
 
 _SIZE = struct.Struct(">i")
 _TOTAL = struct.Struct(">q")
@@ -480,6 +487,7 @@ def cf_produce(p: Params) -> Params:
     topic = p["topic"]
     value = os.urandom(p["record_bytes"])
     count = p["count"]
+    pretouch_s = pretouch_param(p)
     deadline = time.monotonic() + p["timeout_s"]
     produce = prod.produce
     cpu0 = time.process_time()
@@ -502,7 +510,10 @@ def cf_produce(p: Params) -> Params:
     elapsed = time.perf_counter() - t0
     if failures or remaining:
         raise BenchError(f"produce failed: {remaining} undelivered, errors {failures}")
-    return _client_result(count, count * p["record_bytes"], elapsed, time.process_time() - cpu0)
+    r = _client_result(count, count * p["record_bytes"], elapsed, time.process_time() - cpu0)
+    if pretouch_s is not None:
+        r["pretouch_s"] = pretouch_s
+    return r
 
 
 def cf_txn_produce(p: Params) -> Params:

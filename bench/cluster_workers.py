@@ -12,7 +12,7 @@ that file range to each follower's socket, where a "follower" thread `recv_into`
 like processes would; the answer is MiB/s and the CPU seconds per MiB of the leader and
 follower threads (the sender's, the client's part, reported apart).
 
-Both roles pre-touch page cache right before their clock starts when asked (`pretouch`, see
+`raw_path` pre-touches page cache right before its clock starts when asked (`pretouch`, see
 bench.common.pretouch_page_cache).
 """
 

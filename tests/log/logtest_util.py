@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from wherry.common.topic_partition import TopicPartition
@@ -83,3 +84,18 @@ def read_all(log: Log, start: int | None = None) -> bytes:
 def fill(log: Log, batches: int, *, records: int = 1, ts: int = T0, now_ms: int = T0) -> None:
     for _ in range(batches):
         log.append_as_leader(batch(records, ts=ts), leader_epoch=0, now_ms=now_ms)
+
+
+def open_fds_under(path: Path) -> int:
+    """This process's open file descriptors on files under ``path``. Counting only these keeps
+    a count true while other threads (say a client an earlier test left behind) open and close
+    descriptors of their own."""
+    prefix = str(path.resolve()) + os.sep
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        count += target.startswith(prefix)
+    return count

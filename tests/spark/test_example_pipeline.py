@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_windowed_counts.py"
 

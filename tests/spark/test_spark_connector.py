@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 

@@ -72,7 +72,11 @@ def test_spark_merge_equals_pure_merge_after_failover(
     for row in back:
         rec = pure[row.line]
         assert (row.node_id, row.partition, row.leader, row.leader_epoch, row.new_state) == (
-            rec.node_id, rec.partition, rec.leader, rec.leader_epoch, rec.new_state
+            rec.node_id,
+            rec.partition,
+            rec.leader,
+            rec.leader_epoch,
+            rec.new_state,
         )
         assert (tuple(row.isr) if row.isr is not None else None) == rec.isr
         assert row.timestamp_ms == rec.timestamp_ms
@@ -82,7 +86,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     return subprocess.run(
         [sys.executable, "-m", "wherry", "state-change-log", "merge", *args],
-        capture_output=True, text=True, timeout=180, env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
     )
 
 
@@ -105,13 +112,35 @@ def test_cli_prints_the_pure_merge_and_writes_json(tmp_path: Path) -> None:
     r = _cli("--logs", str(a), "--logs", str(b), "--master", "local[1]")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == _pure(files)
-    r = _cli("--logs", str(a), "--logs", str(b), "--start", "2025-11-22T00:14:03.5Z",
-             "--partitions", "1", "--master", "local[1]")
+    r = _cli(
+        "--logs",
+        str(a),
+        "--logs",
+        str(b),
+        "--start",
+        "2025-11-22T00:14:03.5Z",
+        "--partitions",
+        "1",
+        "--master",
+        "local[1]",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [_pure(files)[2]]
     out = tmp_path / "json"
-    r = _cli("--logs", str(a), "--logs", str(b), "--topic", "ord.*", "--output", str(out),
-             "--format", "json", "--master", "local[1]")
+    r = _cli(
+        "--logs",
+        str(a),
+        "--logs",
+        str(b),
+        "--topic",
+        "ord.*",
+        "--output",
+        str(out),
+        "--format",
+        "json",
+        "--master",
+        "local[1]",
+    )
     assert r.returncode == 0, r.stderr
     assert "Wrote 2 rows" in r.stdout
     assert len([p for p in out.iterdir() if p.suffix == ".json"]) >= 1

@@ -147,6 +147,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.failed and _jvm is not None and "spark" in getattr(item, "fixturenames", ()):
         report.sections.append((f"Spark JVM log {_jvm.log} (tail)", _jvm.tail()))
+        broker = getattr(item, "funcargs", {}).get("broker")
+        lines = getattr(broker, "output", None)
+        if lines:  # the session's `wherry server`, which the Spark tests read and write
+            report.sections.append(("wherry server output (tail)", "".join(lines[-80:])))
     return report
 
 

@@ -1,13 +1,13 @@
 """Copying a partition's current log into its future log (AlterReplicaLogDirs), Kafka's
 ReplicaAlterLogDirsThread without the fetch protocol: both logs are on this broker.
 
-A future log lives in the destination log dir as `<topic>-<partition>.<uuid>-future`. It is
-filled from the current log's end of what it already holds, batch by batch as a follower
-appends them (offsets, leader epochs and producer state follow the batches), while the
-current log keeps serving. Before each step the future is lined up with the current log, as a
-follower is with its leader: below the current log start it starts over there; past the
-current log end, or past where the current log's leader epochs say the two diverge (the
-current log was truncated meanwhile), it is truncated.
+A future log lives in the destination log dir as `<topic>-<partition>.<uuid>-future`
+(`dir_names.future_dir_name`). It is filled from the current log's end of what it already
+holds, batch by batch as a follower appends them (offsets, leader epochs and producer state
+follow the batches), while the current log keeps serving. Before each step the future is
+lined up with the current log, as a follower is with its leader: below the current log start
+it starts over there; past the current log end, or past where the current log's leader epochs
+say the two diverge (the current log was truncated meanwhile), it is truncated.
 
 Blocking file I/O; the caller decides where it runs (an executor). `LogManager` promotes a
 caught-up future log (`promote_future_log`).
@@ -20,25 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from wherry.log.log import Log
 
-__all__ = ["align", "copy_step", "future_dir_name", "parse_future_dir_name"]
-
-FUTURE_DIR_SUFFIX = "-future"
-
-
-def future_dir_name(dir_name: str, unique: str) -> str:
-    """Kafka's `logFutureDirName`: `<topic>-<partition>.<unique id>-future`."""
-    return f"{dir_name}.{unique}{FUTURE_DIR_SUFFIX}"
-
-
-def parse_future_dir_name(name: str) -> str | None:
-    """The `<topic>-<partition>` part of a future log's directory name, or None."""
-    if not name.endswith(FUTURE_DIR_SUFFIX):
-        return None
-    stem = name[: -len(FUTURE_DIR_SUFFIX)]
-    base, dot, unique = stem.rpartition(".")
-    if not dot or not base or not unique:
-        return None
-    return base
+__all__ = ["align", "copy_step"]
 
 
 def align(current: Log, future: Log) -> None:

@@ -18,7 +18,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,13 +37,18 @@ from wherry.log.config import (
     message_format_ignored_warning,
     topic_message_format_warning,
 )
-from wherry.log.errors import LogDirLockedError, LogDirNotFoundError, LogError, StorageError
-from wherry.log.future_log import (
+from wherry.log.dir_deletions import DirDeletions
+from wherry.log.dir_names import (
+    DELETE_DIR_SUFFIX,
     FUTURE_DIR_SUFFIX,
-    copy_step,
+    STRAY_DIR_SUFFIX,
+    delete_dir_name,
     future_dir_name,
+    is_delete_dir,
     parse_future_dir_name,
 )
+from wherry.log.errors import LogDirLockedError, LogDirNotFoundError, LogError, StorageError
+from wherry.log.future_log import copy_step
 
 if TYPE_CHECKING:
     from wherry.log.log import Log
@@ -60,16 +64,6 @@ log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
-DELETE_DIR_SUFFIX = "-delete"
-STRAY_DIR_SUFFIX = "-stray"
-
-
-def _rmtree(path: Path) -> None:
-    """Remove a tree, ignoring errors (`shutil` imported here: a start that deletes nothing does
-    not import it, nor the compression modules it imports)."""
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _wall_clock_ms() -> int:
@@ -103,7 +97,8 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._partitions_in: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
-        self._pending_dir_deletes: list[tuple[int, Path]] = []
+        # Directories of deleted logs: renamed `-delete`, removed, retried on errors.
+        self._deletions = DirDeletions(now_ms_fn)
         self._had_clean_shutdown: dict[Path, bool] = {}
         # AlterReplicaLogDirs: future logs being filled in another dir, and the dir a replica
         # not created yet goes to.
@@ -141,6 +136,7 @@ class LogManager:
                     self._log_starts_found.setdefault(tp, offset)
             for dir in self.log_dirs:
                 self._load_dir(dir)
+            self._deletions.run_due(self.now_ms_fn())  # what earlier runs left to delete
             self._load_future_logs()
             self._started = True
 
@@ -198,16 +194,14 @@ class LogManager:
             if not child.is_dir():
                 continue
             name = child.name
-            if name.endswith(DELETE_DIR_SUFFIX):
+            if is_delete_dir(name):
                 log.info("removing partition directory %s left from a deletion", child)
-                _rmtree(child)
+                self._deletions.schedule_removal(child, 0)
                 continue
             future_of = parse_future_dir_name(name)
             if future_of is not None:
-                with contextlib.suppress(ValueError):
-                    ftp = TopicPartition.parse(future_of)
-                    self._found_futures.setdefault(ftp, []).append((child, dir))
-                    continue
+                self._found_futures.setdefault(future_of, []).append((child, dir))
+                continue
             if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
                 log.warning("ignoring partition directory %s", child)
                 continue
@@ -290,6 +284,7 @@ class LogManager:
                 if config is not None and existing.config != config:
                     existing.update_config(config)
                 return existing
+            self._check_no_deleted_dir(tp)
             counts = self._partitions_in
             dir = self._preferred_dirs.pop(tp, None) or min(
                 self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d))
@@ -313,8 +308,10 @@ class LogManager:
             return created
 
     def delete_log(self, tp: TopicPartition) -> bool:
-        """Close the log, rename its dir to `<tp>.<uuid>-delete` and remove it after
-        file.delete.delay.ms (by `cleanup`); False if there is no such log."""
+        """Close the log, rename its dir to `<tp>.<uuid>-delete` (the topic shortened when the
+        name would not fit) and remove it after file.delete.delay.ms; False if there is no such
+        log. A file system error is not raised: the rename or removal is retried
+        (`dir_deletions`)."""
         self.remove_future_log(tp)
         with self._lock:
             self._check_running()
@@ -326,16 +323,12 @@ class LogManager:
             return False
         delay = existing.config.file_delete_delay_ms
         existing.close()
-        target = dir / f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        existing.rename_dir(target)
-        fsync_dir(dir)
-        if delay <= 0:
-            _rmtree(target)
-        else:
-            with self._lock:
-                self._pending_dir_deletes.append((self.now_ms_fn() + delay, target))
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
+        self._deletions.rename_and_schedule(tp, existing.dir, delay, existing.rename_dir)
+        try:
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+        except (OSError, LogError) as e:  # written again by the periodic checkpoints
+            log.warning("could not write the checkpoints of %s after deleting %s: %s", dir, tp, e)
         log.info("deleted log for %s", tp)
         return True
 
@@ -367,12 +360,12 @@ class LogManager:
         now_ms = self.now_ms_fn()
         for tp, found in sorted(self._found_futures.items()):
             (path, dir), *extra = found
-            for other, other_dir in extra:
+            for other, _other_dir in extra:
                 log.warning("removing duplicate future log %s of %s", other, tp)
-                self._discard_dir(other, other_dir, delay_ms=0)
+                self._discard_dir(tp, other, delay_ms=0)
             if tp in self._logs:
                 if dir == self._dir_of[tp]:  # a future in the current log's own dir: useless
-                    self._discard_dir(path, dir, delay_ms=0)
+                    self._discard_dir(tp, path, delay_ms=0)
                     continue
                 from wherry.log.log import Log
 
@@ -407,17 +400,32 @@ class LogManager:
         self._found_futures.clear()
         self._log_starts_found.clear()
 
-    def _discard_dir(self, path: Path, dir: Path, *, delay_ms: int) -> None:
-        """Rename a partition directory to `<name>.<uuid>-delete`; removed after `delay_ms`."""
-        base = parse_future_dir_name(path.name) or path.name
-        target = dir / f"{base}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        path.rename(target)
-        fsync_dir(dir)
-        if delay_ms <= 0:
-            _rmtree(target)
-        else:
-            with self._lock:
-                self._pending_dir_deletes.append((self.now_ms_fn() + delay_ms, target))
+    def _discard_dir(self, tp: TopicPartition, path: Path, *, delay_ms: int) -> None:
+        """Rename a directory of `tp` to `<tp>.<uuid>-delete`; removed after `delay_ms`."""
+        self._deletions.rename_and_schedule(tp, path, delay_ms, path.rename)
+
+    def _check_no_deleted_dir(self, tp: TopicPartition) -> None:
+        """A log of `tp` deleted earlier whose directory could not be renamed yet still has
+        the live name: try again now; a new log cannot be created while it is there."""
+        for dir in self.log_dirs:
+            path = dir / tp.dir_name
+            if self._deletions.awaiting_rename(path) and not self._deletions.retry_now(path):
+                raise StorageError(
+                    f"the directory {path} of a deleted log of {tp} could not be renamed yet"
+                )
+
+    def delete_due_dirs(self, now_ms: int | None = None) -> int:
+        """Rename and remove the directories of deleted logs that are due (Kafka's
+        kafka-delete-logs task); returns how many were removed."""
+        now = self.now_ms_fn() if now_ms is None else now_ms
+        due = self._deletions.next_due_ms()
+        if due is None or due > now:
+            return 0
+        return self._deletions.run_due(now)
+
+    def pending_dir_deletions(self) -> list[Path]:
+        """Directories of deleted logs still to be renamed or removed."""
+        return self._deletions.pending()
 
     def log_dir_online(self, dir: Path | str) -> Path:
         """The configured log dir `dir` names (absolute); LogDirNotFoundError when it is not one
@@ -460,7 +468,7 @@ class LogManager:
         with self._lock:
             if self._dir_of.get(tp) == dest:
                 return False
-            path = dest / future_dir_name(tp.dir_name, uuid.uuid4().hex)
+            path = dest / future_dir_name(tp)
             from wherry.log.log import Log
 
             future = Log.open(
@@ -486,7 +494,7 @@ class LogManager:
             return False
         with future.lock:
             future.close()
-            self._discard_dir(future.dir, dest, delay_ms=0)
+            self._discard_dir(tp, future.dir, delay_ms=0)
         log.info("removed the future log of %s from %s", tp, dest)
         return True
 
@@ -548,7 +556,7 @@ class LogManager:
                     future.leader_epoch_cache.assign(entry.epoch, entry.start_offset)
             future.flush()
             hook("flushed")
-            old_dir = src / f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            old_dir = src / delete_dir_name(tp)
             current.rename_dir(old_dir)
             fsync_dir(src)
             hook("current-renamed")
@@ -564,8 +572,7 @@ class LogManager:
                 self._partitions_in[dest] += 1
         delay = current.config.file_delete_delay_ms
         future.close()
-        with self._lock:
-            self._pending_dir_deletes.append((self.now_ms_fn() + max(0, delay), old_dir))
+        self._deletions.schedule_removal(old_dir, self.now_ms_fn() + max(0, delay))
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
@@ -641,11 +648,7 @@ class LogManager:
                 lg.remove_expired_producers(now)
             except StorageError:
                 log.exception("retention failed for %s", lg.topic_partition)
-        with self._lock:
-            due = [p for t, p in self._pending_dir_deletes if t <= now]
-            self._pending_dir_deletes = [(t, p) for t, p in self._pending_dir_deletes if t > now]
-        for path in due:
-            _rmtree(path)
+        self.delete_due_dirs(now)
         return deleted
 
     def flush_dirty(self, now_ms: int | None = None) -> int:

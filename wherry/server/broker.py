@@ -99,6 +99,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_CHANGE_NAME_PREFIX = "config_change_"
 SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
+DELETE_LOGS_INTERVAL_MS = 1_000  # how often deleted logs' directories due to go are looked at
 class Broker:
     def __init__(
         self,
@@ -674,6 +675,13 @@ class Broker:
             lambda: lm.cleanup(self.clock.now_ms()),
             period_ms=cfg.log_retention_check_interval_ms,
             delay_ms=initial_task_delay_ms(cfg.log_retention_check_interval_ms),
+            executor=True,
+        )
+        s.schedule(  # directories of deleted logs: removed when due, failed steps retried
+            "kafka-delete-logs",
+            lambda: lm.delete_due_dirs(self.clock.now_ms()),
+            period_ms=DELETE_LOGS_INTERVAL_MS,
+            delay_ms=DELETE_LOGS_INTERVAL_MS,
             executor=True,
         )
         if cfg.log_cleaner_enable:

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.log.dir_names import future_dir_fits
 from wherry.log.errors import LogError
-from wherry.log.future_log import future_dir_name
 from wherry.security.acl import AclOperation
 from wherry.server.authz import authorize_cluster
 
@@ -33,9 +33,6 @@ if TYPE_CHECKING:
     from wherry.log.manager import LogManager
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
-
-MAX_DIR_NAME = 255
-_UNIQUE_ID_LENGTH = 32  # a UUID without dashes, as Kafka's logFutureDirName
 
 
 def _requested(req: Request) -> dict[TopicPartition, str]:
@@ -73,7 +70,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         lm = broker.replica_manager.log_manager
         moves: list[tuple[TopicPartition, Path]] = []
         for tp, path in wanted.items():
-            if len(future_dir_name(tp.dir_name, "x" * _UNIQUE_ID_LENGTH)) > MAX_DIR_NAME:
+            if not future_dir_fits(tp):
                 results[tp] = ErrorCode.invalid_topic_exception
                 continue
             try:

@@ -17,7 +17,7 @@ import click
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from wherry.server.config import parse_properties
+from wherry.server.config import BrokerConfigError, parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_MS = 15_000
@@ -111,9 +111,11 @@ def load_properties_file(path: Path | None) -> dict[str, str]:
     if path is None:
         return {}
     try:
-        return parse_properties(path.read_text(encoding="utf-8"))
+        return parse_properties(path.read_bytes().decode("latin-1"))  # as Java reads it
     except OSError as e:
         raise CommandError(f"Cannot read properties file {path}: {e.strerror or e}") from e
+    except BrokerConfigError as e:
+        raise CommandError(f"Properties file {path}: {e}") from e
 
 
 def parse_kv(items: Iterable[str], what: str) -> dict[str, str]:

@@ -97,9 +97,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument(
-    "properties", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@click.argument("properties", required=False, type=click.Path(path_type=Path))
 @_click_options(SERVER_OPTIONS)
 def server(properties: Path | None, **values: Any) -> None:
     """Run a broker (defaults: id 0, 127.0.0.1:9092, data in ./wherry-data).
@@ -130,9 +128,7 @@ def dev_defaults(brokers: int) -> dict[str, str]:
 
 
 @main.command()
-@click.argument(
-    "properties", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@click.argument("properties", required=False, type=click.Path(path_type=Path))
 @click.option(
     "--brokers",
     default=3,
@@ -233,7 +229,12 @@ async def _serve_dev(cluster: object) -> int:
             flush=True,
         )
 
-    return await serve_until_signal(start, announce, cluster.stop)
+    def describe(e: Exception) -> str:
+        from wherry.cli.start_errors import describe_start_error
+
+        return describe_start_error(e)
+
+    return await serve_until_signal(start, announce, cluster.stop, describe)
 
 
 # The tools' commands: name → "module:attribute", imported when the command is run or listed

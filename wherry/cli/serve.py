@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -104,8 +103,8 @@ def parse_server_args(args: Sequence[str]) -> tuple[Path | None, dict[str, Any]]
         arg = args[i]
         i += 1
         if not arg.startswith("-"):
-            if properties is not None or not os.path.isfile(arg):  # click.Path(exists, file)
-                return None
+            if properties is not None:  # one properties file; whether it can be read, the
+                return None  # config's reading says
             properties = Path(arg)
             continue
         flag, eq, value = arg.partition("=")
@@ -236,9 +235,12 @@ async def serve_until_signal(
     start: Callable[[], Awaitable[T]],
     announce: Callable[[T], None],
     stop: Callable[[], Awaitable[None]],
+    describe_error: Callable[[Exception], str] | None = None,
 ) -> int:
-    """Start, announce what `start` returned, and stop on SIGTERM or SIGINT: exit status 0;
-    a failed start is logged and stopped: exit status 1."""
+    """Start, announce what `start` returned, and stop on SIGTERM or SIGINT: exit status 0.
+    A failed start is stopped: exit status 1, after one `Error: <describe_error(e)>` line on
+    stderr (its traceback logged only when DEBUG is on), or without `describe_error` logged
+    with its traceback."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -246,8 +248,16 @@ async def serve_until_signal(
     try:
         started = await start()
     except Exception as e:
-        logging.getLogger("wherry").exception("startup failed: %s", e)
-        await stop()
+        logger = logging.getLogger("wherry")
+        if describe_error is None or logger.isEnabledFor(logging.DEBUG):
+            logger.exception("startup failed: %s", e)
+        try:
+            await stop()
+        except Exception as stop_error:  # what was started is gone with the process anyway
+            logger.debug("stopping after the failed start failed too: %s", stop_error,
+                         exc_info=True)
+        if describe_error is not None:
+            print(f"Error: {describe_error(e)}", file=sys.stderr, flush=True)
         return 1
     finally:
         if not gc.isenabled():  # the console entry turned it off for the start
@@ -276,4 +286,9 @@ async def _serve(cfg: BrokerConfig) -> int:
             urls = ", ".join(broker.http.urls)
             print(f"wherry broker {cfg.broker_id} metrics and console on {urls}", flush=True)
 
-    return await serve_until_signal(broker.start, announce, broker.stop)
+    def describe(e: Exception) -> str:
+        from wherry.cli.start_errors import describe_start_error
+
+        return describe_start_error(e, cfg, len(broker.bound_ports))
+
+    return await serve_until_signal(broker.start, announce, broker.stop, describe)

@@ -143,15 +143,20 @@ class LogManager:
     def _lock_dir(self, dir: Path) -> None:
         if not self._lock_dirs or fcntl is None:
             return
-        fd = os.open(dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        path = dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise LogDirLockedError(
-                f"failed to acquire lock on {dir / LOCK_FILE}: another process or broker "
-                f"instance is using this directory"
-            ) from None
+            holder = lock_holder(path)
+            who = (f"process {holder} (another broker using this directory)" if holder
+                   else "another process or broker instance")
+            raise LogDirLockedError(f"log dir {dir} is locked by {who}; lock file {path}") from None
+        # The holder's pid, so a second broker on this dir can say which process it is.
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fds[dir] = fd
 
     def _unlock_dirs(self) -> None:
@@ -718,6 +723,23 @@ class LogManager:
         with self._lock:
             self._shut_down = True
             self._unlock_dirs()
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid a log dir's `.lock` file records, if that process is alive."""
+    try:
+        pid = int(path.read_text().strip() or "0")
+    except (OSError, ValueError):
+        return None
+    if pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: is it alive?
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
 
 
 def _warn_message_format(topic: str, config: LogConfig) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wherry.common import java_properties
 from wherry.coordination.zk_acl import ZkAclConfigError, ZkSecurity, zk_security_from_props
 from wherry.log.config import ConfigError, LogConfig
 from wherry.observability.endpoints import HttpEndpoint, parse_http_listeners
@@ -89,28 +90,28 @@ def parse_listeners(value: str) -> list[Endpoint]:
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java-style `.properties` content (`k=v` or `k:v`, `#`/`!` comments)."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        match = re.match(r"^((?:\\.|[^=:\s\\])+)\s*[=:\s]\s*(.*)$", line)
-        if match is None:
-            props[line] = ""
-            continue
-        key = re.sub(r"\\(.)", r"\1", match.group(1))
-        props[key] = match.group(2)
-    return props
+    """Parse `.properties` text as Java does (`common/java_properties.py`), each value trimmed
+    as Kafka's ConfigDef trims the values it parses."""
+    try:
+        return {k: v.strip() for k, v in java_properties.parse_properties(text).items()}
+    except java_properties.PropertiesError as e:
+        raise BrokerConfigError(str(e)) from None
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    return parse_properties(path.read_text(encoding="utf-8"))
+    """A `.properties` file read as Java reads it (Latin-1, `\\uXXXX` escapes). A file that
+    cannot be read raises BrokerConfigError naming the path and why."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        why = "does not exist" if isinstance(e, FileNotFoundError) else (
+            "is a directory" if isinstance(e, IsADirectoryError) else
+            f"cannot be read: {e.strerror or e}")
+        raise BrokerConfigError(f"properties file {path} {why}") from None
+    try:
+        return parse_properties(data.decode("latin-1"))
+    except BrokerConfigError as e:
+        raise BrokerConfigError(f"properties file {path}: {e}") from None
 
 
 def invalid(key: str, value: object, message: str) -> BrokerConfigError:

@@ -43,11 +43,13 @@ _PATH_REASONS: dict[type[OSError], str] = {
 
 def _bind_error(e: OSError, cfg: BrokerConfig | None, bound: int) -> str | None:
     reason = _BIND_REASONS.get(e.errno or 0)
-    if reason is None or cfg is None or e.filename is not None or "bind" not in str(e).lower():
+    if reason is None or e.filename is not None or "bind" not in str(e).lower():
         return None
     host, port = None, None
     if (m := _ADDRESS.search(str(e))) is not None:
         host, port = m.group(1), int(m.group(2))
+    if cfg is None:
+        return f"{host}:{port} {reason}" if port is not None else None
     for ep in cfg.listeners:
         if port is not None and ep.port == port and ep.port != 0:
             return f"listener {ep.listener} ({ep.host}:{ep.port}): port {ep.port} {reason}"

@@ -7,6 +7,7 @@ future directory name cannot fit 255 bytes), while the longest topic that fits m
 from __future__ import annotations
 
 import logging
+import subprocess
 import time
 from pathlib import Path
 
@@ -100,6 +101,49 @@ def test_longest_topic_name_lives_and_dies_on_three_brokers(
     out, err = capfd.readouterr()
     assert "Traceback" not in out + err
     assert "File name too long" not in out + err
+
+
+def test_deletion_on_a_failing_dir_completes_and_the_directory_goes_later(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Broker 0's log dir refuses renames (chattr +i: not even root may rename in it) while
+    the topic is deleted: the deletion completes in the cluster, broker 0 logs one warning per
+    directory and retries, and once the dir works again the directories go."""
+    caplog.set_level(logging.INFO)
+    with DevCluster(tmp_path, brokers=3, timeout_s=60,
+                    overrides={"offsets.topic.replication.factor": "3",
+                               "auto.create.topics.enable": "false"}) as cluster:
+        cluster.wait_for_controller(30)
+        create_topic(cluster.bootstrap, TOPIC, partitions=2, replication_factor=3,
+                     **{"file.delete.delay.ms": "0"})
+        cluster.wait_for_topic(TOPIC, 2, timeout_s=30)
+        b0 = tmp_path / "broker-0"
+        assert wait_until(lambda: len(_dirs_of(b0, TOPIC)) == 2, 15)
+        r = subprocess.run(["chattr", "+i", str(b0)], capture_output=True, timeout=10)
+        if r.returncode != 0:
+            pytest.skip(f"chattr +i not possible here: {r.stderr.decode().strip()}")
+        try:
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+            admin.delete_topics([TOPIC], operation_timeout=30)[TOPIC].result(60)
+            # The cluster is done with it: gone from every broker's metadata, from the other
+            # brokers' disks, and broker 0 holds no log of it any more.
+            assert wait_until(lambda: all(
+                TOPIC not in cluster.metadata(b).topics for b in cluster.broker_ids), 30)
+            assert wait_until(lambda: _dirs_of(tmp_path / "broker-1", TOPIC) == []
+                              and _dirs_of(tmp_path / "broker-2", TOPIC) == [], 30)
+            lm = cluster.broker(0).log_manager
+            assert wait_until(lambda: len(lm.pending_dir_deletions()) == 2, 30)
+            assert all(tp.topic != TOPIC for tp in lm.topic_partitions())
+            assert len(_dirs_of(b0, TOPIC)) == 2
+            time.sleep(2.5)  # a few retries fail meanwhile
+        finally:
+            subprocess.run(["chattr", "-i", str(b0)], check=True, timeout=10)
+        assert wait_until(lambda: _dirs_of(b0, TOPIC) == [], 15), _dirs_of(b0, TOPIC)
+        assert lm.pending_dir_deletions() == []
+    warned = [r.getMessage() for r in caplog.records
+              if r.levelno == logging.WARNING and "could not rename" in r.getMessage()]
+    assert len(warned) == 2, warned  # once per directory, however many retries
+    assert _tracebacks(caplog) == []
 
 
 def test_alter_replica_log_dirs_of_long_topics(tmp_path: Path) -> None:

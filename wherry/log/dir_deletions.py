@@ -42,9 +42,16 @@ class _Pending:
 
 
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    """Make a rename in `path` durable; an error is let go (the removal follows anyway, and a
+    restart removes a `-delete` directory as well)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
     try:
         os.fsync(fd)
+    except OSError:
+        pass
     finally:
         os.close(fd)
 
@@ -76,7 +83,7 @@ class DirDeletions:
     def __init__(self, now_ms_fn: Callable[[], int]) -> None:
         self.now_ms_fn = now_ms_fn
         self._pending: list[_Pending] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def rename_and_schedule(
         self, tp: TopicPartition, path: Path, delay_ms: int, rename: Callable[[Path], object]
@@ -118,11 +125,10 @@ class DirDeletions:
             if entry is None:
                 return True
             self._pending.remove(entry)
-        if self._retry_rename(entry):
-            with self._lock:
+            if self._retry_rename(entry):
                 self._pending.append(entry)  # renamed: removed when due
-            return True
-        return not os.path.lexists(path)
+                return True
+            return not os.path.lexists(path)
 
     def next_due_ms(self) -> int | None:
         with self._lock:
@@ -131,12 +137,15 @@ class DirDeletions:
     def run_due(self, now_ms: int) -> int:
         """Rename and remove what is due; returns how many directories were removed."""
         with self._lock:
-            due = [p for p in self._pending if p.due_ms <= now_ms]
-            self._pending = [p for p in self._pending if p.due_ms > now_ms]
+            # Renames under the lock (quick): `awaiting_rename` never misses one in progress.
+            for entry in [p for p in self._pending if p.tp is not None and p.due_ms <= now_ms]:
+                self._pending.remove(entry)
+                if self._retry_rename(entry):  # a failure puts it back, due later
+                    self._pending.append(entry)
+            due = [p for p in self._pending if p.tp is None and p.due_ms <= now_ms]
+            self._pending = [p for p in self._pending if p.tp is not None or p.due_ms > now_ms]
         removed = 0
         for entry in due:
-            if entry.tp is not None and not self._retry_rename(entry):
-                continue
             error = remove_tree(entry.path)
             if error is not None:
                 self._failed(entry, error, "remove")

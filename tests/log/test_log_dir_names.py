@@ -222,3 +222,31 @@ def test_startup_with_an_undeletable_leftover_starts(
     assert not leftover.exists()
     assert not [r for r in caplog.records if r.exc_info]  # no traceback
     m.shutdown()
+
+
+def test_promotion_refused_by_the_destination_keeps_the_current_log(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    m = manager([a, b])
+    tp = TopicPartition("mv", 0)
+    m.set_preferred_dir(tp, a)
+    current = m.get_or_create_log(tp)
+    fill(current, 30)
+    assert m.create_future_log(tp, b)
+    while m.copy_to_future(tp, 1 << 20):
+        pass
+    with immutable(b), pytest.raises(OSError):
+        m.promote_future_log(tp)
+    # The current log is where it was, under its own name, and keeps working.
+    assert (a / "mv-0").is_dir() and m.log_dir_of(tp) == a
+    assert not [p for p in a.iterdir() if is_delete_dir(p.name)]
+    fill(current, 5)
+    assert current.log_end_offset == 35
+    # Once the destination works again, the move completes.
+    assert m.promote_future_log(tp)
+    assert m.log_dir_of(tp) == b and (b / "mv-0").is_dir() and not (a / "mv-0").exists()
+    assert current.log_end_offset == 35
+    m.shutdown()
+    again = manager([a, b])
+    moved = again.get_log(tp)
+    assert moved is not None and moved.log_end_offset == 35
+    again.shutdown()

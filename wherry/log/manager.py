@@ -565,7 +565,14 @@ class LogManager:
             current.rename_dir(old_dir)
             fsync_dir(src)
             hook("current-renamed")
-            future.rename_dir(dest / tp.dir_name)
+            try:
+                future.rename_dir(dest / tp.dir_name)
+            except OSError:
+                # The destination refuses the rename: the current log goes back under its own
+                # name (a restart would otherwise take its `-delete` name for a deleted log).
+                current.rename_dir(src / tp.dir_name)
+                fsync_dir(src)
+                raise
             fsync_dir(dest)
             hook("future-renamed")
             current.swap_storage(future)  # `future` now holds the old storage

@@ -8,7 +8,7 @@ UpdateMetadata reached it with no brokers and no controller, and librdkafka's ad
 then waited for a controller until its request timed out (30 s).
 
 The number of cluster starts is `WHERRY_START_RUNS` (3 by default; the full check is
-`WHERRY_START_RUNS=50 python -m pytest -q -m slow tests/cluster/test_start_requests.py`).
+`WHERRY_START_RUNS=50 python -m pytest -q tests/cluster/test_start_requests.py`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ watermark. Short timings: lag 2 s, ZooKeeper session 4 s, tickTime 100 ms.
 No send may fail either: a restarting broker must not lead the producer into a fatal state
 (librdkafka's "Unable to reconstruct MessageSet" once failed every send after it). With
 `WHERRY_FAULT_CLIENT_DEBUG=<file>` the producer's librdkafka debug log (msg, protocol, eos,
-topic, metadata) is written to that file."""
+topic, metadata) is written to that file; `WHERRY_FAULT_PRODUCE_INTERVAL_S` sets the pause
+between two sends (0.002 s; 0.0001 drives millions of records through the rounds)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ PAUSE_S = LAG_MS / 1000 + 1.0  # longer than the lag time, shorter than the sess
 LONG_PAUSE_S = SESSION_TIMEOUT_MS / 1000 + 2.0  # the session expires: a zombie leader
 DOWN_S = 1.0  # how long a killed/stopped broker stays down after its leadership moved
 STEP_TIMEOUT_S = 30.0
-PRODUCE_INTERVAL_S = 0.002  # ~500 records/s offered
+# ~500 records/s offered; WHERRY_FAULT_PRODUCE_INTERVAL_S=0.0001 offers as many as it takes
+PRODUCE_INTERVAL_S = float(os.environ.get("WHERRY_FAULT_PRODUCE_INTERVAL_S", "0.002"))
 
 
 @dataclass

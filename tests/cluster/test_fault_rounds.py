@@ -9,11 +9,19 @@ Afterwards (every broker up, every ISR full again) a consumer reads every partit
 beginning to the high watermark, and the check finds no acknowledged record missing or moved,
 no value twice, and — reading each broker's partition directories with wherry's own `Log`
 after the cluster stopped — the same (offset → value) on every replica below the high
-watermark. Short timings: lag 2 s, ZooKeeper session 4 s, tickTime 100 ms."""
+watermark. Short timings: lag 2 s, ZooKeeper session 4 s, tickTime 100 ms.
+
+No send may fail either: a restarting broker must not lead the producer into a fatal state
+(librdkafka's "Unable to reconstruct MessageSet" once failed every send after it). With
+`WHERRY_FAULT_CLIENT_DEBUG=<file>` the producer's librdkafka debug log (msg, protocol, eos,
+topic, metadata) is written to that file; `WHERRY_FAULT_PRODUCE_INTERVAL_S` sets the pause
+between two sends (0.002 s; 0.0001 drives millions of records through the rounds)."""
 
 from __future__ import annotations
 
 import bisect
+import logging
+import os
 import threading
 import time
 import uuid
@@ -47,7 +55,8 @@ PAUSE_S = LAG_MS / 1000 + 1.0  # longer than the lag time, shorter than the sess
 LONG_PAUSE_S = SESSION_TIMEOUT_MS / 1000 + 2.0  # the session expires: a zombie leader
 DOWN_S = 1.0  # how long a killed/stopped broker stays down after its leadership moved
 STEP_TIMEOUT_S = 30.0
-PRODUCE_INTERVAL_S = 0.002  # ~500 records/s offered
+# ~500 records/s offered; WHERRY_FAULT_PRODUCE_INTERVAL_S=0.0001 offers as many as it takes
+PRODUCE_INTERVAL_S = float(os.environ.get("WHERRY_FAULT_PRODUCE_INTERVAL_S", "0.002"))
 
 
 @dataclass
@@ -85,6 +94,7 @@ class SequenceProducer:
                 "topic.metadata.refresh.interval.ms": 1_000,
                 "error_cb": self._on_error,
                 "log_level": 0,
+                **client_debug(),
             }
         )
         self._thread = threading.Thread(target=self._run, name="sequence-producer", daemon=True)
@@ -148,6 +158,20 @@ class SequenceProducer:
             times = self.acks.ack_times.get(partition, [])
             i = bisect.bisect_right(times, t)
             return times[i] if i < len(times) else None
+
+
+def client_debug() -> dict[str, object]:
+    """librdkafka's debug log to the file `WHERRY_FAULT_CLIENT_DEBUG` names, if set."""
+    path = os.environ.get("WHERRY_FAULT_CLIENT_DEBUG")
+    if not path:
+        return {}
+    logger = logging.getLogger("fault-rounds.librdkafka")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+    return {"debug": "msg,protocol,eos,topic,metadata", "logger": logger, "log_level": 7}
 
 
 @dataclass(frozen=True)
@@ -376,6 +400,7 @@ def test_no_acknowledged_write_lost_over_fault_rounds(cluster: ZkCluster) -> Non
         )
     assert not missing, f"{len(missing)} acknowledged records missing, first {missing[:10]}"
     assert duplicates == 0
+    assert not failed, f"{len(failed)} sends failed, first {sorted(failed.items())[:5]}"
     assert not mismatches, mismatches
     assert len(acked) > 1000
 

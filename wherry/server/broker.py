@@ -62,6 +62,7 @@ from wherry.server.handlers.api_versions import (
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.meta_properties import check_meta_properties, write_meta_properties
+from wherry.server.metadata_gate import MetadataGate
 from wherry.server.network import CloseConnection, ConnectionInfo, Deferred, NetworkServer
 from wherry.server.request_session import REQUEST_SESSION
 from wherry.server.sasl_gate import SaslGate
@@ -131,6 +132,11 @@ class Broker:
         # What UpdateMetadata said, and the broker / controller epochs requests are checked
         # against (SPEC H1, H5); both held by the replica node once it starts.
         self.cache = MetadataCache(self.broker_id, config.inter_broker_listener)
+        # Clients are served once the cache has the controller's first metadata (bounded).
+        self._metadata_gate = MetadataGate(
+            self.cache, config.controller_socket_timeout_ms, f"[Broker id={self.broker_id}]"
+        )
+        self.cache.add_listener(self._metadata_gate.on_update)
         self.fence = ControllerFence()
         self.bound_ports: list[int] = []
         self._started = asyncio.Event()
@@ -349,6 +355,7 @@ class Broker:
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
         self.log_dir_mover.kick()  # moves a restart interrupted resume
+        self._metadata_gate.start_holding(loop.time())
         self._started.set()
         log.info(
             "%s started (cluster %s) listening on %s",
@@ -844,6 +851,8 @@ class Broker:
         sasl = self.sasl_gate.authenticator(conn)
         if sasl is not None and sasl.raw_token_mode:
             return self.sasl_gate.raw_token(conn, sasl, frame)
+        if self._metadata_gate.holds(frame):  # a client's request before the first metadata
+            await self._metadata_gate.wait()
         try:
             req = codec.decode_request(frame, SUPPORTED_VERSIONS)
         except codec.RequestDecodeError as e:

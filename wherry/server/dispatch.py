@@ -2,7 +2,9 @@
 
 A handler's `Parked` result (an acks=all Produce appended, its answer waiting for the ISR)
 becomes a `network.Deferred`: the connection handles its next request meanwhile and sends
-this answer in its turn. Errors a handler raises close the connection with a log line."""
+this answer in its turn. Errors a handler raises close the connection with a log line.
+With client quotas, the answer is recorded against them first (`client_quotas.throttle`):
+it carries the throttle time and the connection is muted for it."""
 
 from __future__ import annotations
 
@@ -32,21 +34,34 @@ async def dispatch(
     """`req` through its handler; `stats` observe its time, `prefix` starts log lines."""
     started = time.perf_counter()
     work = handler_for(req.api_key)(broker, req)
-    answer = await _answer(req, work, stats, prefix, started)
+    answer = await _answer(broker, req, work, stats, prefix, started)
     if isinstance(answer, Parked):  # done but for the answer: the connection goes on
-        return Deferred(_parked(req, answer, stats, prefix, started))
+        busy = time.perf_counter() - started
+        return Deferred(_parked(broker, req, answer, stats, prefix, started, busy))
     return answer
 
 
 async def _parked(
-    req: Request, parked: Parked[Any], stats: RequestStats, prefix: str, started: float
+    broker: BrokerServices,
+    req: Request,
+    parked: Parked[Any],
+    stats: RequestStats,
+    prefix: str,
+    started: float,
+    busy: float,
 ) -> Answer:
-    answer = await _answer(req, parked.answer, stats, prefix, started)
+    answer = await _answer(broker, req, parked.answer, stats, prefix, started, busy)
     return None if isinstance(answer, Parked) else answer
 
 
 async def _answer(
-    req: Request, work: Awaitable[Any], stats: RequestStats, prefix: str, started: float
+    broker: BrokerServices,
+    req: Request,
+    work: Awaitable[Any],
+    stats: RequestStats,
+    prefix: str,
+    started: float,
+    busy: float | None = None,
 ) -> Answer | Parked[Any]:
     """`work`'s body (a handler's, or a parked answer's) encoded; a `Parked` as it is. The
     request's time is observed once its answer is there."""
@@ -70,8 +85,18 @@ async def _answer(
                 request_name(req.api_key, follower=_from_follower(req)),
                 (time.perf_counter() - started) * 1000,
             )
-    if body is None or isinstance(body, Parked):
+    if isinstance(body, Parked):
         return body
+    quotas = broker.client_quotas
+    if quotas.enabled:  # `busy`: the handler's time before its answer was parked
+        handler_s = time.perf_counter() - started if busy is None else busy
+        body, encoded = quotas.throttle(
+            req, body, int(handler_s * 1e9), broker.clock.monotonic_ms(), _from_follower(req)
+        )
+        if encoded is not None:
+            return encoded
+    if body is None:
+        return None
     # Fetch records may be file regions: network.py sends them from the files
     return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
 

@@ -1,0 +1,162 @@
+"""The broker's client quotas (Kafka's QuotaManagers): the three managers, fed from the
+metadata store at start and by config-change notifications, and what a request's answer
+does with them (`throttle`, called by `dispatch.py` once the handler is done).
+
+Per request, as Kafka's KafkaApis does: a Produce records its request's bytes, a consumer's
+Fetch the bytes of its answer, and every request its handler time (as a percentage of one
+thread, KIP-124); follower fetches and the inter-broker APIs are exempt. The answer carries
+the largest throttle time in `throttle_time_ms`, is sent at once, and then the connection
+reads nothing for that long (KIP-219). A throttled sessionless Fetch is answered without
+records (Kafka's throttled response; its bytes are taken back), so the consumer fetches them
+again later; within a fetch session the records go out, the session's news being already
+taken.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence, Sized
+from typing import TYPE_CHECKING, Any
+
+from wherry.quotas.entities import QuotaEntity
+from wherry.quotas.manager import ClientQuotaManager, QuotaType
+from wherry.quotas.store import entity_of_path, load_all_quotas, quota_values, read_entity_config
+from wherry.server.request_session import REQUEST_MUTE, current_session
+
+if TYPE_CHECKING:
+    from wherry.coordination.store import MetadataStore
+    from wherry.protocol.codec import Request
+    from wherry.protocol.response_parts import ResponsePart
+
+log = logging.getLogger(__name__)
+
+PRODUCE_KEY, FETCH_KEY = 0, 1
+# Kafka's cluster actions (and the share coordinator's own APIs): never throttled
+EXEMPT_KEYS = frozenset({4, 5, 6, 7, 27, 56, 83, 84, 85, 86, 87})
+_NANOS_TO_PERCENT = 100.0 / 1e9
+
+
+class ClientQuotas:
+    def __init__(self, *, samples: int = 11, window_ms: int = 1000) -> None:
+        self.managers: dict[QuotaType, ClientQuotaManager] = {
+            t: ClientQuotaManager(t, samples=samples, window_ms=window_ms) for t in QuotaType
+        }
+        self.produce = self.managers[QuotaType.PRODUCE]
+        self.fetch = self.managers[QuotaType.FETCH]
+        self.request = self.managers[QuotaType.REQUEST]
+        self.entities: dict[QuotaEntity, dict[str, float]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return any(m.enabled for m in self.managers.values())
+
+    # -- configuration -------------------------------------------------------------------------
+    def set_entity(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+        """An entity's quotas as now stored (empty: none)."""
+        if values:
+            self.entities[entity] = dict(values)
+        else:
+            self.entities.pop(entity, None)
+        for t, manager in self.managers.items():
+            manager.update_quota(entity, values.get(t.value))
+
+    async def load_all(self, store: MetadataStore) -> None:
+        for entity in list(self.entities):
+            self.set_entity(entity, {})
+        for entity, values in (await load_all_quotas(store)).items():
+            self.set_entity(entity, values)
+
+    async def apply_change(self, store: MetadataStore, entity_path: str) -> bool:
+        """A `users/...` or `clients/...` notification: that entity reloaded. False for
+        other entities."""
+        entity = entity_of_path(entity_path)
+        if entity is None:
+            return False
+        config, _ = await read_entity_config(store, entity)
+        values = quota_values(config)
+        self.set_entity(entity, values)
+        log.info("applied client quota change for %s: %s", entity_path, values or "none")
+        return True
+
+    # -- per request ---------------------------------------------------------------------------
+    def fetch_max_bytes(self, req: Request) -> int | None:
+        """What a consumer's Fetch may return at most under its quota (one window's worth);
+        None: no bound."""
+        if not self.fetch.enabled:
+            return None
+        bound = self.fetch.max_value_in_window(_user(), req.client_id or "")
+        return None if bound is None else max(1, int(bound))
+
+    def throttle(
+        self,
+        req: Request,
+        body: Mapping[str, Any] | None,
+        handler_ns: int,
+        now_ms: int,
+        follower: bool,
+    ) -> tuple[Mapping[str, Any] | None, bytes | list[ResponsePart] | None]:
+        """Record the request against its quotas; the body to answer (with its
+        `throttle_time`) and, for a consumer's Fetch, its answer already encoded (None:
+        encode the body). The connection is muted for the throttle time."""
+        if req.api_key in EXEMPT_KEYS or follower:
+            return body, None
+        user, client_id = _user(), req.client_id or ""
+        throttle_ms = self.request.record(user, client_id, handler_ns * _NANOS_TO_PERCENT,
+                                          now_ms)
+        encoded: bytes | list[ResponsePart] | None = None
+        if req.api_key == PRODUCE_KEY:
+            throttle_ms = max(throttle_ms,
+                              self.produce.record(user, client_id, req.size_bytes, now_ms))
+        elif req.api_key == FETCH_KEY and isinstance(body, Mapping) and self.fetch.enabled:
+            from wherry.protocol.response_parts import encode_response_parts
+
+            # Encoding puts placeholders in place of file regions: kept to encode again.
+            records = [(p, p.get("records")) for t in body.get("responses", ())
+                       for p in t.get("partitions", ())]
+            encoded = encode_response_parts(req.api_key, req.api_version, req.correlation_id,
+                                            body)
+            size = _answer_size(encoded)
+            throttle_ms = max(throttle_ms, self.fetch.record(user, client_id, size, now_ms))
+            if throttle_ms > 0:
+                if not body.get("session_id"):  # Kafka's throttled answer: no records
+                    self.fetch.unrecord(user, client_id, size, now_ms)
+                    _close_regions(encoded)
+                    body = {**body, "responses": []}
+                else:
+                    for part, data in records:
+                        part["records"] = data
+                encoded = None  # encoded again with its throttle time
+        if throttle_ms > 0:
+            if isinstance(body, Mapping):
+                body = {**body, "throttle_time": throttle_ms}
+            REQUEST_MUTE.get()(throttle_ms)
+        return body, encoded
+
+    # -- metrics -------------------------------------------------------------------------------
+    def snapshot(self, now_ms: int) -> list[tuple[QuotaType, str, str, float, float]]:
+        """(type, user, client id, rate, average throttle ms) of every client recorded."""
+        out: list[tuple[QuotaType, str, str, float, float]] = []
+        for t, manager in self.managers.items():
+            for (user, client_id), rate, throttle in manager.snapshot(now_ms):
+                out.append((t, user, client_id, rate, throttle))
+        return out
+
+
+def _user() -> str:
+    """The quota user of the request: its principal's name (`ANONYMOUS` unauthenticated)."""
+    return current_session().principal.name
+
+
+def _answer_size(encoded: bytes | Sequence[Sized]) -> int:
+    if isinstance(encoded, bytes):
+        return len(encoded)
+    return sum(len(part) for part in encoded)
+
+
+def _close_regions(encoded: bytes | Sequence[Any]) -> None:
+    if isinstance(encoded, bytes):
+        return
+    for part in encoded:
+        close = getattr(part, "close", None)
+        if close is not None and not isinstance(part, bytes):
+            close()

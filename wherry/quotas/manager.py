@@ -133,6 +133,15 @@ class ClientQuotaManager:
         self._record_throttle(st, throttle_ms, now_ms)
         return throttle_ms
 
+    def over_quota(self, user: str, client_id: str, now_ms: int) -> bool:
+        """Whether the client's rate is above its quota now (before what it asks next)."""
+        if not self.quotas:
+            return False
+        tags = self.tags(user, client_id)
+        bound = quota_for_tags(self.quotas, tags)
+        st = self.stats.get(tags)
+        return bound is not None and st is not None and st.rate.measure(now_ms) > bound
+
     def unrecord(self, user: str, client_id: str, value: float, now_ms: int) -> None:
         """Take back a recorded value (a throttled fetch answers without its records)."""
         if not self.quotas:

@@ -6,10 +6,14 @@ Per request, as Kafka's KafkaApis does: a Produce records its request's bytes, a
 Fetch the bytes of its answer, and every request its handler time (as a percentage of one
 thread, KIP-124); follower fetches and the inter-broker APIs are exempt. The answer carries
 the largest throttle time in `throttle_time_ms`, is sent at once, and then the connection
-reads nothing for that long (KIP-219). A throttled sessionless Fetch is answered without
-records (Kafka's throttled response; its bytes are taken back), so the consumer fetches them
-again later; within a fetch session the records go out, the session's news being already
-taken.
+reads nothing for that long (KIP-219).
+
+A Fetch that finds its client already over a quota is answered without records (Kafka's
+throttled response; its bytes are taken back), so the consumer fetches them again after the
+throttle. One that takes a client within its quota over it is answered with its records and
+throttled for them, as a Produce is: Kafka empties it too, which never delivers a batch larger
+than what the quota's window allows, and costs a client a round trip per window. Within a
+fetch session the records always go out, the session's news being already taken.
 """
 
 from __future__ import annotations
@@ -116,9 +120,10 @@ class ClientQuotas:
             encoded = encode_response_parts(req.api_key, req.api_version, req.correlation_id,
                                             body)
             size = _answer_size(encoded)
+            over = throttle_ms > 0 or self.fetch.over_quota(user, client_id, now_ms)
             throttle_ms = max(throttle_ms, self.fetch.record(user, client_id, size, now_ms))
             if throttle_ms > 0:
-                if not body.get("session_id"):  # Kafka's throttled answer: no records
+                if over and not body.get("session_id"):  # Kafka's throttled answer: no records
                     self.fetch.unrecord(user, client_id, size, now_ms)
                     _close_regions(encoded)
                     body = {**body, "responses": []}

@@ -91,13 +91,15 @@ def _produce(bootstrap: str, topic: str, client_id: str, seconds: float,
 
 def _consume(bootstrap: str, topic: str, client_id: str, seconds: float,
              stats: Throttles | None = None) -> list[tuple[float, int]]:
+    """Consume for `seconds` (in fetches of a CHUNK when `stats` are asked for, else of
+    librdkafka's defaults); (time, bytes) of each message."""
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "client.id": client_id,
                             "group.id": f"g-{client_id}", "enable.auto.commit": False,
-                            "auto.offset.reset": "earliest", "fetch.max.bytes": CHUNK,
-                            "message.max.bytes": CHUNK,
-                            "max.partition.fetch.bytes": CHUNK}
+                            "auto.offset.reset": "earliest"}
     if stats is not None:
-        conf.update({"statistics.interval.ms": 1000, "stats_cb": stats})
+        conf.update({"statistics.interval.ms": 1000, "stats_cb": stats,
+                     "fetch.max.bytes": CHUNK, "message.max.bytes": CHUNK,
+                     "max.partition.fetch.bytes": CHUNK})
     c = Consumer(conf)
     c.assign([TopicPartition(topic, 0, 0)])
     got: list[tuple[float, int]] = []

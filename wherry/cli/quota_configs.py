@@ -114,6 +114,10 @@ def current_keys(bootstrap: str, entity: Entity, timeout_s: float) -> set[str]:
 
 def alter(bootstrap: str, entity: Entity, to_set: dict[str, str], to_delete: Sequence[str],
           timeout_s: float) -> None:
+    scram = sorted(k for k in [*to_set, *to_delete] if k.startswith("SCRAM-"))
+    if scram:
+        raise CommandError(f"{', '.join(scram)}: SCRAM credentials are altered with "
+                           "`wherry users`")
     ops: list[dict[str, Any]] = []
     for key, value in to_set.items():
         try:

@@ -267,3 +267,29 @@ def test_throttled_consumer_gets_records_once_then_none(cluster: DevCluster,
         again = _request(second, 1, 12, kafka_wire.fetch_body(topic), "reader")
         assert again.throttle_time.total_seconds() > 0.5
         assert again.responses == ()
+
+
+def test_quota_metrics(tmp_path: Path) -> None:
+    """`/metrics` has Kafka's per-client quota metrics for a throttled producer."""
+    from tests.observability.scrape import value
+
+    with DevCluster(tmp_path / "m", brokers=1, base_port=0, http_base_port=0) as c:
+        c.wait_for_controller()
+        url = c.http_url(0)
+        assert url is not None
+        _create_topic(c, "quota-metrics")
+        a = KafkaAdminClient(bootstrap_servers=c.address(0), request_timeout_ms=10_000)
+        try:
+            assert alter(a, [("client-id", "metered")],
+                         [("producer_byte_rate", 10_000.0, False)]).error_code == 0
+        finally:
+            a.close()
+        assert wait_until(lambda: c.call(lambda: c.broker(0).client_quotas.produce.enabled))
+        with kafka_wire.connect(c.address(0)) as sock:
+            resp = _request(sock, 0, 9, kafka_wire.produce_body(
+                "quota-metrics", build_batch([(None, b"m" * 20_000)])), "metered")
+        throttle = resp.throttle_time.total_seconds() * 1000
+        assert throttle > 0
+        labels = {"user": "", "client_id": "metered"}
+        assert value(url, "kafka_server_produce_throttle_time", **labels) == throttle
+        assert value(url, "kafka_server_produce_byte_rate", **labels) > 10_000

@@ -293,3 +293,35 @@ def test_quota_metrics(tmp_path: Path) -> None:
         labels = {"user": "", "client_id": "metered"}
         assert value(url, "kafka_server_produce_throttle_time", **labels) == throttle
         assert value(url, "kafka_server_produce_byte_rate", **labels) > 10_000
+
+
+def test_request_percentage_throttles_any_request(cluster: DevCluster,
+                                                  admin: KafkaAdminClient) -> None:
+    """Handler time against a tiny request_percentage: a Metadata request is throttled, at
+    most one quota window (1 s); other client ids are not."""
+    assert alter(admin, [("client-id", "busy")],
+                 [("request_percentage", 0.0001, False)]).error_code == 0
+    assert wait_until(lambda: cluster.call(
+        lambda: cluster.broker(0).client_quotas.request.enabled))
+    body = {"topics": None, "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}
+    with kafka_wire.connect(cluster.address(0)) as busy, \
+            kafka_wire.connect(cluster.address(0)) as idle:
+        resp = _request(busy, 3, 12, body, "busy")
+        assert resp.throttle_time.total_seconds() * 1000 == 1000  # capped at the window
+        assert _request(idle, 3, 12, body, "idle").throttle_time.total_seconds() == 0
+
+
+def test_names_are_sanitized_in_the_store(cluster: DevCluster, admin: KafkaAdminClient) -> None:
+    user, client = "CN=a b,O=x", "c/d*"
+    assert alter(admin, [("user", user), ("client-id", client)],
+                 [("consumer_byte_rate", 7.0, False)]).error_code == 0
+    store = cluster.broker(0).store
+    assert cluster.run(store.get_children("/config/users")) == ["CN%3Da%20b%2CO%3Dx"]
+    assert cluster.run(store.get_children("/config/users/CN%3Da%20b%2CO%3Dx/clients")) == [
+        "c%2Fd%2A"]
+    assert found(describe(admin, [("user", 0, user)])) == {
+        (("client-id", client), ("user", user)): {"consumer_byte_rate": 7.0}}
+    other = cluster.broker(1)
+    assert wait_until(lambda: cluster.call(
+        lambda: other.client_quotas.fetch.bound(user, client)) == 7.0)

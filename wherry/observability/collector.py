@@ -10,7 +10,6 @@ dev`, tests) never share or collide.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import (
@@ -162,7 +161,7 @@ class BrokerCollector(Collector):
         client-id=..`: `byte-rate` / `request-time`, `throttle-time`), for the clients the
         quotas recorded."""
         quotas = self.src.client_quotas()
-        rows = quotas.snapshot(time.monotonic_ns() // 1_000_000) if quotas is not None else []
+        rows = quotas.snapshot() if quotas is not None else []
         labels = ["user", "client_id"]
         fams: dict[str, GaugeMetricFamily] = {}
         for key, group, rate_name, rate_doc in _QUOTA_FAMILIES:

@@ -19,7 +19,7 @@ from wherry.replication.replica_manager import ReplicaManager
 
 
 class QuotaSnapshot(Protocol):
-    def snapshot(self, now_ms: int) -> list[tuple[QuotaType, str, str, float, float]]:
+    def snapshot(self) -> list[tuple[QuotaType, str, str, float, float]]:
         """(type, user, client id, rate, average throttle ms) per client recorded."""
         ...
 

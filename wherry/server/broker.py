@@ -186,7 +186,7 @@ class Broker:
         from wherry.server.client_quotas import ClientQuotas
 
         cfg = self.config
-        return ClientQuotas(samples=cfg.quota_window_num,
+        return ClientQuotas(self.clock.monotonic_ms, samples=cfg.quota_window_num,
                             window_ms=cfg.quota_window_size_seconds * 1000)
 
     @property

@@ -19,7 +19,7 @@ fetch session the records always go out, the session's news being already taken.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 from wherry.quotas.entities import QuotaEntity
@@ -41,7 +41,11 @@ _NANOS_TO_PERCENT = 100.0 / 1e9
 
 
 class ClientQuotas:
-    def __init__(self, *, samples: int = 11, window_ms: int = 1000) -> None:
+    def __init__(
+        self, now_ms: Callable[[], int], *, samples: int = 11, window_ms: int = 1000
+    ) -> None:
+        """`now_ms`: the monotonic clock the rates are measured on (read for metrics)."""
+        self.now_ms = now_ms
         self.managers: dict[QuotaType, ClientQuotaManager] = {
             t: ClientQuotaManager(t, samples=samples, window_ms=window_ms) for t in QuotaType
         }
@@ -138,8 +142,9 @@ class ClientQuotas:
         return body, encoded
 
     # -- metrics -------------------------------------------------------------------------------
-    def snapshot(self, now_ms: int) -> list[tuple[QuotaType, str, str, float, float]]:
+    def snapshot(self) -> list[tuple[QuotaType, str, str, float, float]]:
         """(type, user, client id, rate, average throttle ms) of every client recorded."""
+        now_ms = self.now_ms()
         out: list[tuple[QuotaType, str, str, float, float]] = []
         for t, manager in self.managers.items():
             for (user, client_id), rate, throttle in manager.snapshot(now_ms):

@@ -91,7 +91,7 @@ async def _answer(
     if quotas.enabled:  # `busy`: the handler's time before its answer was parked
         handler_s = time.perf_counter() - started if busy is None else busy
         body, encoded = quotas.throttle(
-            req, body, int(handler_s * 1e9), broker.clock.monotonic_ms(), _from_follower(req)
+            req, body, int(handler_s * 1e9), quotas.now_ms(), _from_follower(req)
         )
         if encoded is not None:
             return encoded

@@ -53,10 +53,8 @@ class ClientQuotas:
         self.fetch = self.managers[QuotaType.FETCH]
         self.request = self.managers[QuotaType.REQUEST]
         self.entities: dict[QuotaEntity, dict[str, float]] = {}
+        self.enabled = False  # any quota at all (read for every request)
 
-    @property
-    def enabled(self) -> bool:
-        return any(m.enabled for m in self.managers.values())
 
     # -- configuration -------------------------------------------------------------------------
     def set_entity(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
@@ -67,6 +65,7 @@ class ClientQuotas:
             self.entities.pop(entity, None)
         for t, manager in self.managers.items():
             manager.update_quota(entity, values.get(t.value))
+        self.enabled = any(m.enabled for m in self.managers.values())
 
     async def load_all(self, store: MetadataStore) -> None:
         for entity in list(self.entities):

@@ -185,9 +185,7 @@ class Broker:
         """Producer/consumer byte rates and request percentages per user and client id."""
         from wherry.server.client_quotas import ClientQuotas
 
-        cfg = self.config
-        return ClientQuotas(self.clock.monotonic_ms, samples=cfg.quota_window_num,
-                            window_ms=cfg.quota_window_size_seconds * 1000)
+        return ClientQuotas.of(self.config, self.clock)
 
     @property
     def replica_manager(self) -> ReplicaManager:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from wherry.coordination.store import MetadataStore
     from wherry.protocol.codec import Request
     from wherry.protocol.response_parts import ResponsePart
+    from wherry.runtime.clock import Clock
+    from wherry.server.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,12 @@ class ClientQuotas:
         self.entities: dict[QuotaEntity, dict[str, float]] = {}
         self.enabled = False  # any quota at all (read for every request)
 
+
+    @classmethod
+    def of(cls, config: BrokerConfig, clock: Clock) -> ClientQuotas:
+        """A broker's: `quota.window.num` samples of `quota.window.size.seconds`."""
+        return cls(clock.monotonic_ms, samples=config.quota_window_num,
+                   window_ms=config.quota_window_size_seconds * 1000)
 
     # -- configuration -------------------------------------------------------------------------
     def set_entity(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:

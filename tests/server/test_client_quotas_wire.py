@@ -325,3 +325,22 @@ def test_names_are_sanitized_in_the_store(cluster: DevCluster, admin: KafkaAdmin
     other = cluster.broker(1)
     assert wait_until(lambda: cluster.call(
         lambda: other.client_quotas.fetch.bound(user, client)) == 7.0)
+
+
+def test_request_time_leaves_out_a_long_poll(cluster: DevCluster,
+                                             admin: KafkaAdminClient) -> None:
+    """A Fetch waiting 500 ms in the purgatory for records that never come is not busy
+    meanwhile: a 5 % request quota does not throttle it."""
+    topic = "quota-poll"
+    _create_topic(cluster, topic)
+    assert alter(admin, [("client-id", "poller")],
+                 [("request_percentage", 5.0, False)]).error_code == 0
+    assert wait_until(lambda: all(cluster.call(
+        lambda b=b: cluster.broker(b).client_quotas.request.enabled) for b in (0, 1)))
+    body = {**kafka_wire.fetch_body(topic), "max_wait": 500, "min_bytes": 1}
+    with kafka_wire.connect(_leader_address(cluster, topic)) as sock:
+        for i in range(3):
+            started = time.monotonic()
+            resp = _request(sock, 1, 12, body, "poller", i)
+            assert time.monotonic() - started >= 0.45  # it did wait
+            assert resp.throttle_time.total_seconds() == 0

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
 from wherry.protocol.response_parts import ResponsePart, encode_response_parts
+from wherry.runtime.busy_time import BusyTimed
 from wherry.runtime.parking import Parked
 from wherry.server.handlers import handler_for
 from wherry.server.network import CloseConnection, Deferred
@@ -34,10 +35,12 @@ async def dispatch(
     """`req` through its handler; `stats` observe its time, `prefix` starts log lines."""
     started = time.perf_counter()
     work = handler_for(req.api_key)(broker, req)
-    answer = await _answer(broker, req, work, stats, prefix, started)
+    timed = None
+    if broker.client_quotas.request.enabled:  # the handler's own time, not its waits
+        work = timed = BusyTimed(work)
+    answer = await _answer(broker, req, work, stats, prefix, started, timed)
     if isinstance(answer, Parked):  # done but for the answer: the connection goes on
-        busy = time.perf_counter() - started
-        return Deferred(_parked(broker, req, answer, stats, prefix, started, busy))
+        return Deferred(_parked(broker, req, answer, stats, prefix, started, timed))
     return answer
 
 
@@ -48,9 +51,9 @@ async def _parked(
     stats: RequestStats,
     prefix: str,
     started: float,
-    busy: float,
+    timed: BusyTimed[Any] | None,
 ) -> Answer:
-    answer = await _answer(broker, req, parked.answer, stats, prefix, started, busy)
+    answer = await _answer(broker, req, parked.answer, stats, prefix, started, timed)
     return None if isinstance(answer, Parked) else answer
 
 
@@ -61,7 +64,7 @@ async def _answer(
     stats: RequestStats,
     prefix: str,
     started: float,
-    busy: float | None = None,
+    timed: BusyTimed[Any] | None,
 ) -> Answer | Parked[Any]:
     """`work`'s body (a handler's, or a parked answer's) encoded; a `Parked` as it is. The
     request's time is observed once its answer is there."""
@@ -88,10 +91,9 @@ async def _answer(
     if isinstance(body, Parked):
         return body
     quotas = broker.client_quotas
-    if quotas.enabled:  # `busy`: the handler's time before its answer was parked
-        handler_s = time.perf_counter() - started if busy is None else busy
+    if quotas.enabled:  # `timed`: the handler's time (before its answer was parked)
         body, encoded = quotas.throttle(
-            req, body, int(handler_s * 1e9), quotas.now_ms(), _from_follower(req)
+            req, body, timed.busy_ns if timed else 0, quotas.now_ms(), _from_follower(req)
         )
         if encoded is not None:
             return encoded

@@ -44,7 +44,7 @@ def failed(result: Result) -> str:
     return result.stderr.strip()
 
 
-def test_quota_session(cluster: DevCluster) -> None:
+def test_quota_session(cluster: DevCluster, tmp_path: Path) -> None:
     assert ok(configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", "app",
                       "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152")
               ) == ["Completed updating config for client app."]
@@ -113,6 +113,13 @@ def test_quota_session(cluster: DevCluster) -> None:
     assert failed(configs(cluster, "--alter", "--entity-type", "users",
                           "--add-config", "producer_byte_rate=1")
                   ) == ERROR_PREFIX + "An entity name must be specified with --alter of users"
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\n")
+    assert failed(configs(cluster, "--describe", "--entity-type", "users",
+                          "--command-config", str(props))
+                  ) == ERROR_PREFIX + ("Quotas are described and altered on a PLAINTEXT "
+                                       "listener: --command-config is not supported with "
+                                       "users and clients")
     assert failed(configs(cluster, "--describe", "--entity-type", "users",
                           "--entity-type", "topics")
                   ) == ERROR_PREFIX + "Only users and clients may be combined as entity types"

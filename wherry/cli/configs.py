@@ -161,6 +161,9 @@ def configs(
     """Describe or alter topic and broker configs, and users' and client ids' quotas (like
     kafka-configs.sh)."""
     if any(t in QUOTA_ENTITY_TYPES for t in entity_types):
+        if command_config is not None:
+            raise CommandError("Quotas are described and altered on a PLAINTEXT listener: "
+                               "--command-config is not supported with users and clients")
         _quotas(bootstrap_server, timeout_ms, describe, alter, entity_types, entity_names,
                 entity_default, add_config, delete_config)
         return

@@ -344,3 +344,24 @@ def test_request_time_leaves_out_a_long_poll(cluster: DevCluster,
             resp = _request(sock, 1, 12, body, "poller", i)
             assert time.monotonic() - started >= 0.45  # it did wait
             assert resp.throttle_time.total_seconds() == 0
+
+
+def test_old_produce_versions_get_their_answer_late(cluster: DevCluster,
+                                                    admin: KafkaAdminClient) -> None:
+    """Produce v5 predates KIP-219 (its client does not throttle itself): Kafka holds the
+    throttled answer back for the throttle time."""
+    topic = "quota-old"
+    _create_topic(cluster, topic)
+    assert alter(admin, [("client-id", "old")],
+                 [("producer_byte_rate", 10_000.0, False)]).error_code == 0
+    assert wait_until(lambda: all(cluster.call(
+        lambda b=b: cluster.broker(b).client_quotas.produce.enabled) for b in (0, 1)))
+    records = build_batch([(None, b"o" * 20_000)])
+    with kafka_wire.connect(_leader_address(cluster, topic)) as sock:
+        started = time.monotonic()
+        resp = _request(sock, 0, 5, kafka_wire.produce_body(topic, records), "old")
+        waited_ms = (time.monotonic() - started) * 1000
+    throttle_ms = resp.throttle_time.total_seconds() * 1000
+    assert resp.responses[0].partition_responses[0].error_code == 0
+    assert throttle_ms >= 500
+    assert waited_ms >= throttle_ms - 50, (waited_ms, throttle_ms)

@@ -6,7 +6,8 @@ Per request, as Kafka's KafkaApis does: a Produce records its request's bytes, a
 Fetch the bytes of its answer, and every request its handler time (as a percentage of one
 thread, KIP-124); follower fetches and the inter-broker APIs are exempt. The answer carries
 the largest throttle time in `throttle_time_ms`, is sent at once, and then the connection
-reads nothing for that long (KIP-219).
+reads nothing for that long (KIP-219); a Produce before v6 or a Fetch before v8, whose client
+does not throttle itself, has its answer held back for that long too, as Kafka does.
 
 A Fetch that finds its client already over a quota is answered without records (Kafka's
 throttled response; its bytes are taken back), so the consumer fetches them again after the
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 PRODUCE_KEY, FETCH_KEY = 0, 1
 # Kafka's cluster actions (and the share coordinator's own APIs): never throttled
 EXEMPT_KEYS = frozenset({4, 5, 6, 7, 27, 56, 83, 84, 85, 86, 87})
+# The first version whose client throttles itself on `throttle_time_ms` (KIP-219)
+PRE_KIP219_VERSIONS = {PRODUCE_KEY: 6, FETCH_KEY: 8}
 _NANOS_TO_PERCENT = 100.0 / 1e9
 
 
@@ -109,12 +112,14 @@ class ClientQuotas:
         handler_ns: int,
         now_ms: int,
         follower: bool,
-    ) -> tuple[Mapping[str, Any] | None, bytes | list[ResponsePart] | None]:
+    ) -> tuple[Mapping[str, Any] | None, bytes | list[ResponsePart] | None, int]:
         """Record the request against its quotas; the body to answer (with its
-        `throttle_time`) and, for a consumer's Fetch, its answer already encoded (None:
-        encode the body). The connection is muted for the throttle time."""
+        `throttle_time`), for a consumer's Fetch its answer already encoded (None: encode the
+        body), and how long to hold the answer back (ms): a Produce before v6 or a Fetch
+        before v8 comes from a client that does not throttle itself, and Kafka delays its
+        answer. The connection is muted for the throttle time."""
         if req.api_key in EXEMPT_KEYS or follower:
-            return body, None
+            return body, None, 0
         user, client_id = _user(), req.client_id or ""
         throttle_ms = self.request.record(user, client_id, handler_ns * _NANOS_TO_PERCENT,
                                           now_ms)
@@ -142,11 +147,13 @@ class ClientQuotas:
                     for part, data in records:
                         part["records"] = data
                 encoded = None  # encoded again with its throttle time
-        if throttle_ms > 0:
-            if isinstance(body, Mapping):
-                body = {**body, "throttle_time": throttle_ms}
-            REQUEST_MUTE.get()(throttle_ms)
-        return body, encoded
+        if throttle_ms <= 0:
+            return body, encoded, 0
+        if isinstance(body, Mapping):
+            body = {**body, "throttle_time": throttle_ms}
+        REQUEST_MUTE.get()(throttle_ms)
+        before_kip219 = PRE_KIP219_VERSIONS.get(req.api_key, -1) > req.api_version
+        return body, encoded, throttle_ms if before_kip219 else 0
 
     # -- metrics -------------------------------------------------------------------------------
     def snapshot(self) -> list[tuple[QuotaType, str, str, float, float]]:

@@ -8,6 +8,7 @@ it carries the throttle time and the connection is muted for it."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable
@@ -92,9 +93,11 @@ async def _answer(
         return body
     quotas = broker.client_quotas
     if quotas.enabled:  # `timed`: the handler's time (before its answer was parked)
-        body, encoded = quotas.throttle(
+        body, encoded, delay_ms = quotas.throttle(
             req, body, timed.busy_ns if timed else 0, quotas.now_ms(), _from_follower(req)
         )
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
         if encoded is not None:
             return encoded
     if body is None:

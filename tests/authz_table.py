@@ -585,6 +585,18 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
             "election_type": 0, "topic_partitions": [{"topic": c.topic, "partitions": [0]}],
             "timeout": 5000},
                  Op.ALTER, RT.CLUSTER, _cluster, _top, CLUSTER_DENIED, NONE),
+        AuthzRow("describe-client-quotas-cluster", 48, 1, lambda c: {
+            "components": [{"entity_type": "client-id", "match_type": 2, "match": None}],
+            "strict": False},
+                 Op.DESCRIBE_CONFIGS, RT.CLUSTER, _cluster, lambda r: int(r.error_code),
+                 CLUSTER_DENIED, NONE),
+        AuthzRow("alter-client-quotas-cluster", 49, 1, lambda c: {
+            "entries": [{"entity": [{"entity_type": "client-id", "entity_name": "authz"}],
+                         "ops": [{"key": "producer_byte_rate", "value": 1e6,
+                                  "remove": False}]}],
+            "validate_only": True},
+                 Op.ALTER_CONFIGS, RT.CLUSTER, _cluster,
+                 lambda r: int(r.entries[0].error_code), CLUSTER_DENIED, NONE),
         AuthzRow("incremental-alter-configs-topic", 44, 1, lambda c: {
             "resources": [_config_resource(2, c.topic, "retention.ms", "100000")],
             "validate_only": True},

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "wherry"
 # Packages that hold the broker's domain logic; they never import the broker's top layers.
 LOWER = (
     "replication", "controller", "group", "txn", "log", "protocol", "outbound", "purgatory",
-    "security", "observability",
+    "security", "observability", "quotas",
 )
 TOP = ("server", "cli")
 MAX_LINES = 900

@@ -18,7 +18,7 @@ from kio.serial import entity_reader
 from wherry.cli.common import CommandError
 from wherry.protocol.codec import encode_request
 
-__all__ = ["WireConfig", "alter_default_broker", "describe_default_broker"]
+__all__ = ["WireConfig", "alter_default_broker", "describe_default_broker", "wire_call"]
 
 BROKER_RESOURCE = 4
 INCREMENTAL_ALTER_CONFIGS = (44, 1)
@@ -38,7 +38,7 @@ class WireConfig:
     synonyms: tuple[tuple[str, str, str | None], ...]  # (source, name, value)
 
 
-def _call(bootstrap: str, api: tuple[int, int], body: dict[str, Any], timeout_s: float) -> Any:
+def wire_call(bootstrap: str, api: tuple[int, int], body: dict[str, Any], timeout_s: float) -> Any:
     host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
     frame = encode_request(api[0], api[1], 1, body, client_id="wherry-configs")
     try:
@@ -75,7 +75,7 @@ def alter_default_broker(bootstrap: str, ops: list[tuple[str, str | None, int]],
         "resource_type": BROKER_RESOURCE, "resource_name": "",
         "configs": [{"name": k, "config_operation": op, "value": v} for k, v, op in ops],
     }]}
-    (res,) = _call(bootstrap, INCREMENTAL_ALTER_CONFIGS, body, timeout_s).responses
+    (res,) = wire_call(bootstrap, INCREMENTAL_ALTER_CONFIGS, body, timeout_s).responses
     _check(res)
 
 
@@ -83,7 +83,7 @@ def describe_default_broker(bootstrap: str, timeout_s: float) -> list[WireConfig
     body = {"resources": [{"resource_type": BROKER_RESOURCE, "resource_name": "",
                            "configuration_keys": None}],
             "include_synonyms": True, "include_documentation": False}
-    (res,) = _call(bootstrap, DESCRIBE_CONFIGS, body, timeout_s).results
+    (res,) = wire_call(bootstrap, DESCRIBE_CONFIGS, body, timeout_s).results
     _check(res)
     return [WireConfig(
         str(c.name), c.value, SOURCE_NAMES.get(int(c.config_source), "UNKNOWN"),

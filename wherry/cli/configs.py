@@ -1,4 +1,5 @@
-"""`wherry configs`: a kafka-configs.sh look-alike for topic and broker configs.
+"""`wherry configs`: a kafka-configs.sh look-alike for topic and broker configs, and for
+users' and client ids' quotas (`--entity-type users|clients`, `cli/quota_configs.py`).
 
 `--describe` prints the dynamic configs of an entity (DescribeConfigs), `--alter` sets
 (`--add-config k=v,k2=[a,b]`) and removes (`--delete-config k,k2`) them with
@@ -29,7 +30,8 @@ from confluent_kafka.admin import (
 from wherry.cli.common import AdminService, CommandError, admin_options, exits_on_error
 from wherry.cli.config_wire import alter_default_broker, describe_default_broker
 
-ENTITY_TYPES = ("topics", "brokers")
+ENTITY_TYPES = ("topics", "brokers", "users", "clients")
+QUOTA_ENTITY_TYPES = ("users", "clients")
 _handle_errors = exits_on_error("Error while executing config command : ")
 _common_options = admin_options("Overall timeout of each request to the cluster (wherry extra).")
 # Kafka's split: a comma or `=` not inside `[...]`.
@@ -139,21 +141,36 @@ def _check_args(describe: bool, alter: bool, entity_type: str, entity_name: str 
 @_common_options
 @click.option("--describe", "describe", is_flag=True, help="List configs for the entity.")
 @click.option("--alter", "alter", is_flag=True, help="Alter the configuration of the entity.")
-@click.option("--entity-type", required=True, type=click.Choice(ENTITY_TYPES),
-              help="Type of entity (topics/brokers).")
-@click.option("--entity-name", help="Name of entity (topic name / broker id).")
+@click.option("--entity-type", "entity_types", required=True, multiple=True,
+              type=click.Choice(ENTITY_TYPES),
+              help="Type of entity (topics/brokers/users/clients); users and clients together "
+                   "name a user's client.")
+@click.option("--entity-name", "entity_names", multiple=True,
+              help="Name of entity (topic name / broker id / user / client id).")
 @click.option("--entity-default", is_flag=True,
-              help="The cluster-wide default broker configs (brokers only).")
+              help="The cluster-wide default broker configs, or the default user or client id.")
 @click.option("--add-config", metavar="K1=V1,K2=[A,B]", help="Configs to add or update.")
 @click.option("--delete-config", "delete_config", multiple=True, metavar="K1,K2",
               help="Config keys to remove (comma-separated, repeatable).")
 @_handle_errors
 def configs(
     bootstrap_server: str, command_config: Path | None, timeout_ms: int, describe: bool,
-    alter: bool, entity_type: str, entity_name: str | None, entity_default: bool,
-    add_config: str | None, delete_config: tuple[str, ...],
+    alter: bool, entity_types: tuple[str, ...], entity_names: tuple[str, ...],
+    entity_default: bool, add_config: str | None, delete_config: tuple[str, ...],
 ) -> None:
-    """Describe or alter topic and broker configs (like kafka-configs.sh)."""
+    """Describe or alter topic and broker configs, and users' and client ids' quotas (like
+    kafka-configs.sh)."""
+    if any(t in QUOTA_ENTITY_TYPES for t in entity_types):
+        if command_config is not None:
+            raise CommandError("Quotas are described and altered on a PLAINTEXT listener: "
+                               "--command-config is not supported with users and clients")
+        _quotas(bootstrap_server, timeout_ms, describe, alter, entity_types, entity_names,
+                entity_default, add_config, delete_config)
+        return
+    if len(entity_types) > 1 or len(entity_names) > 1:
+        raise CommandError("Only users and clients may be combined as entity types")
+    entity_type = entity_types[0]
+    entity_name = entity_names[0] if entity_names else None
     _check_args(describe, alter, entity_type, entity_name, entity_default, add_config,
                 delete_config)
     rtype = ResourceType.TOPIC if entity_type == "topics" else ResourceType.BROKER
@@ -201,3 +218,26 @@ def configs(
         for _, entry in sorted(entries.items()):
             if source_name(entry) == wanted.name:
                 click.echo(entry_line(entry))
+
+
+def _quotas(bootstrap_server: str, timeout_ms: int, describe: bool, alter: bool,
+            types: Sequence[str], names: Sequence[str], default: bool, add: str | None,
+            delete: Sequence[str]) -> None:
+    from wherry.cli import quota_configs
+
+    if any(t not in QUOTA_ENTITY_TYPES for t in types):
+        raise CommandError("Only users and clients may be combined as entity types")
+    if describe == alter:
+        raise CommandError("Command must include exactly one action: --describe, --alter")
+    if alter and add is None and not delete:
+        raise CommandError("At least one of --add-config or --delete-config must be "
+                           "specified with --alter")
+    if describe and (add is not None or delete):
+        raise CommandError("--add-config and --delete-config can only be used with --alter")
+    to_set = parse_add_config(add) if add is not None else {}
+    to_delete = parse_delete_config(delete)
+    both = sorted(set(to_set) & set(to_delete))
+    if both:
+        raise CommandError(f"Invalid config(s): {','.join(both)} are both added and deleted")
+    quota_configs.run(bootstrap_server, timeout_ms / 1000, describe, types, names, default,
+                      to_set, to_delete)

@@ -54,6 +54,7 @@ __all__ = [
     "CONFIG_BROKERS",
     "CONFIG_CHANGES",
     "CONFIG_CHANGE_PREFIX",
+    "CONFIG_CLIENTS",
     "CONFIG_TOPICS",
     "CONFIG_USERS",
     "CONTROLLER",
@@ -111,6 +112,7 @@ CONFIG = "/config"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"  # client-id quotas; a user's are under /config/users/<u>/clients
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "/config/changes/config_change_"
 DEFAULT_ENTITY = "<default>"

@@ -49,6 +49,7 @@ class BrokerCollector(Collector):
         yield from self._topics()
         yield from self._logs()
         yield from self._groups()
+        yield from self._client_quotas()
 
     def _replica_manager(self) -> Iterator[Metric]:
         rm = self.src.replica_manager()
@@ -154,6 +155,35 @@ class BrokerCollector(Collector):
             if row.lag is not None:
                 lag.add_metric([row.group, row.topic, str(row.partition)], row.lag)
         yield lag
+
+    def _client_quotas(self) -> Iterator[Metric]:
+        """Kafka's per-client quota metrics (`kafka.server:type=Produce|Fetch|Request,user=..,
+        client-id=..`: `byte-rate` / `request-time`, `throttle-time`), for the clients the
+        quotas recorded."""
+        quotas = self.src.client_quotas()
+        rows = quotas.snapshot() if quotas is not None else []
+        labels = ["user", "client_id"]
+        fams: dict[str, GaugeMetricFamily] = {}
+        for key, group, rate_name, rate_doc in _QUOTA_FAMILIES:
+            g = group.lower()
+            fams[f"{key}_rate"] = GaugeMetricFamily(
+                f"kafka_server_{g}_{rate_name}", rate_doc, labels=labels)
+            fams[f"{key}_throttle"] = GaugeMetricFamily(
+                f"kafka_server_{g}_throttle_time",
+                f"Average throttle time in ms of {group} requests over the quota window",
+                labels=labels)
+        for qtype, user, client_id, rate, throttle in rows:
+            fams[f"{qtype.value}_rate"].add_metric([user, client_id], rate)
+            fams[f"{qtype.value}_throttle"].add_metric([user, client_id], throttle)
+        yield from fams.values()
+
+
+_QUOTA_FAMILIES = (
+    ("producer_byte_rate", "Produce", "byte_rate", "Bytes per second produced, per client"),
+    ("consumer_byte_rate", "Fetch", "byte_rate", "Bytes per second fetched, per client"),
+    ("request_percentage", "Request", "request_time",
+     "Request handler time, percent of one thread, per client"),
+)
 
 
 def broker_registry(src: BrokerSources) -> CollectorRegistry:

@@ -7,13 +7,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from wherry.controller.controller import Controller
 from wherry.group.coordinator import GroupCoordinator
 from wherry.log.manager import LogManager
 from wherry.observability.request_stats import RequestStats
+from wherry.quotas.manager import QuotaType
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.replica_manager import ReplicaManager
+
+
+class QuotaSnapshot(Protocol):
+    def snapshot(self) -> list[tuple[QuotaType, str, str, float, float]]:
+        """(type, user, client id, rate, average throttle ms) per client recorded."""
+        ...
 
 
 def _none() -> None:
@@ -35,3 +43,5 @@ class BrokerSources:
     # Started (serving requests) and registered (its /brokers/ids node on a live session).
     started: Callable[[], bool] = lambda: False
     registered: Callable[[], bool] = lambda: False
+    # The clients the client quotas recorded (`ClientQuotas`).
+    client_quotas: Callable[[], QuotaSnapshot | None] = _none

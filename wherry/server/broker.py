@@ -64,7 +64,7 @@ from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.meta_properties import check_meta_properties, write_meta_properties
 from wherry.server.metadata_gate import MetadataGate
 from wherry.server.network import CloseConnection, ConnectionInfo, Deferred, NetworkServer
-from wherry.server.request_session import REQUEST_SESSION
+from wherry.server.request_session import REQUEST_MUTE, REQUEST_SESSION
 from wherry.server.sasl_gate import SaslGate
 from wherry.server.startup import (
     API_VERSIONS_PREFIX,
@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from wherry.security.authorizer import Authorizer
     from wherry.security.scram_store import ScramCredentialCache
     from wherry.server.admin import AdminManager
+    from wherry.server.client_quotas import ClientQuotas
     from wherry.server.groups import GroupsRuntime
     from wherry.server.producer_ids import ProducerIdManager
     from wherry.server.shares import ShareRuntime
@@ -186,6 +187,13 @@ class Broker:
 
         return ScramCredentialCache()
 
+    @functools.cached_property
+    def client_quotas(self) -> ClientQuotas:
+        """Producer/consumer byte rates and request percentages per user and client id."""
+        from wherry.server.client_quotas import ClientQuotas
+
+        return ClientQuotas.of(self.config, self.clock)
+
     @property
     def replica_manager(self) -> ReplicaManager:
         return self.node.replica_manager
@@ -262,6 +270,7 @@ class Broker:
                 None, write_meta_properties, missing_meta, self.cluster_id, self.broker_id
             )
         await self.scram_credentials.load_all(self.store)  # before any SASL login
+        await self.client_quotas.load_all(self.store)
         from wherry.replication.alter_partition import ControllerSender
         from wherry.replication.fetch_session import (
             DEFAULT_CACHE_SLOTS,
@@ -392,6 +401,7 @@ class Broker:
             log_manager=lambda: getattr(self, "log_manager", None),
             started=lambda: self._started.is_set() and not self._stopped,
             registered=self._registered,
+            client_quotas=lambda: self.client_quotas,
         )
 
     def _registered(self) -> bool:
@@ -812,6 +822,8 @@ class Broker:
         except ValueError:
             log.warning("%s ignoring unreadable config change %s", self._prefix, path)
             return
+        if entity.startswith(("users/", "clients/")):  # a user's SCRAM credentials: below
+            await self.client_quotas.apply_change(self.store, entity)
         if entity.startswith("topics/"):
             topic = entity.split("/", 1)[1]
             await self._load_topic_overrides([topic])
@@ -870,6 +882,7 @@ class Broker:
         REQUEST_SESSION.set(
             Session(conn.principal, host[1:], conn.listener, conn.security_protocol)
         )
+        REQUEST_MUTE.set(conn.mute)
         return await self._dispatch(req)
 
     def _early_api_versions(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:

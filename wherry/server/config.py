@@ -156,6 +156,8 @@ class BrokerConfig:
     # KIP-73 replication quotas: the rate's samples and their length (Kafka's names/defaults).
     replication_quota_window_num: int = 11
     replication_quota_window_size_seconds: int = 1
+    quota_window_num: int = 11  # client quotas' sampled windows
+    quota_window_size_seconds: int = 1
     # Transaction coordinator (Kafka's names and code defaults; see QUICKSTART_DEFAULTS).
     transactional_id_expiration_ms: int = 604_800_000
     transaction_max_timeout_ms: int = 900_000
@@ -294,6 +296,8 @@ class BrokerConfig:
             "producer.id.expiration.ms",
             "replication.quota.window.num",
             "replication.quota.window.size.seconds",
+            "quota.window.num",
+            "quota.window.size.seconds",
         ):
             take(key, _int)
         take("cluster.id", str)
@@ -361,6 +365,8 @@ class BrokerConfig:
             ("controlled.shutdown.retry.backoff.ms", 0),
             ("replication.quota.window.num", 1),
             ("replication.quota.window.size.seconds", 1),
+            ("quota.window.num", 1),
+            ("quota.window.size.seconds", 1),
             ("num.partitions", 1),
             ("default.replication.factor", 1),
             ("socket.request.max.bytes", 1),

@@ -2,10 +2,13 @@
 
 A handler's `Parked` result (an acks=all Produce appended, its answer waiting for the ISR)
 becomes a `network.Deferred`: the connection handles its next request meanwhile and sends
-this answer in its turn. Errors a handler raises close the connection with a log line."""
+this answer in its turn. Errors a handler raises close the connection with a log line.
+With client quotas, the answer is recorded against them first (`client_quotas.throttle`):
+it carries the throttle time and the connection is muted for it."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
 from wherry.protocol.response_parts import ResponsePart, encode_response_parts
+from wherry.runtime.busy_time import BusyTimed
 from wherry.runtime.parking import Parked
 from wherry.server.handlers import handler_for
 from wherry.server.network import CloseConnection, Deferred
@@ -32,21 +36,36 @@ async def dispatch(
     """`req` through its handler; `stats` observe its time, `prefix` starts log lines."""
     started = time.perf_counter()
     work = handler_for(req.api_key)(broker, req)
-    answer = await _answer(req, work, stats, prefix, started)
+    timed = None
+    if broker.client_quotas.request.enabled:  # the handler's own time, not its waits
+        work = timed = BusyTimed(work)
+    answer = await _answer(broker, req, work, stats, prefix, started, timed)
     if isinstance(answer, Parked):  # done but for the answer: the connection goes on
-        return Deferred(_parked(req, answer, stats, prefix, started))
+        return Deferred(_parked(broker, req, answer, stats, prefix, started, timed))
     return answer
 
 
 async def _parked(
-    req: Request, parked: Parked[Any], stats: RequestStats, prefix: str, started: float
+    broker: BrokerServices,
+    req: Request,
+    parked: Parked[Any],
+    stats: RequestStats,
+    prefix: str,
+    started: float,
+    timed: BusyTimed[Any] | None,
 ) -> Answer:
-    answer = await _answer(req, parked.answer, stats, prefix, started)
+    answer = await _answer(broker, req, parked.answer, stats, prefix, started, timed)
     return None if isinstance(answer, Parked) else answer
 
 
 async def _answer(
-    req: Request, work: Awaitable[Any], stats: RequestStats, prefix: str, started: float
+    broker: BrokerServices,
+    req: Request,
+    work: Awaitable[Any],
+    stats: RequestStats,
+    prefix: str,
+    started: float,
+    timed: BusyTimed[Any] | None,
 ) -> Answer | Parked[Any]:
     """`work`'s body (a handler's, or a parked answer's) encoded; a `Parked` as it is. The
     request's time is observed once its answer is there."""
@@ -70,8 +89,19 @@ async def _answer(
                 request_name(req.api_key, follower=_from_follower(req)),
                 (time.perf_counter() - started) * 1000,
             )
-    if body is None or isinstance(body, Parked):
+    if isinstance(body, Parked):
         return body
+    quotas = broker.client_quotas
+    if quotas.enabled:  # `timed`: the handler's time (before its answer was parked)
+        body, encoded, delay_ms = quotas.throttle(
+            req, body, timed.busy_ns if timed else 0, quotas.now_ms(), _from_follower(req)
+        )
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
+        if encoded is not None:
+            return encoded
+    if body is None:
+        return None
     # Fetch records may be file regions: network.py sends them from the files
     return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
 

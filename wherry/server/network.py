@@ -48,6 +48,10 @@ class CloseAfterResponse(CloseConnection):
         self.response = response
 
 
+def _never_muted(delay_ms: float) -> None:
+    return None
+
+
 @dataclass(slots=True)
 class ConnectionInfo:
     """One client connection: where it comes from, the listener it came in on and its
@@ -60,6 +64,8 @@ class ConnectionInfo:
     attrs: dict[str, object] = field(default_factory=dict)
     security_protocol: str = "PLAINTEXT"
     principal: KafkaPrincipal = ANONYMOUS
+    # Read no further request of this connection for that many ms (a client quota's throttle)
+    mute: Callable[[float], None] = _never_muted
 
 
 def certificate_principal(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> KafkaPrincipal:
@@ -122,6 +128,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.answers: collections.deque[asyncio.Future[Response | None]] = collections.deque()
         self.writer: asyncio.Task[None] | None = None
         self.answer_sent = asyncio.Event()
+        self.muted_until = 0.0  # the loop's time until which no request is read
+        self.unmute: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -133,6 +141,7 @@ class _Connection(asyncio.BufferedProtocol):
             self.server._next_id,
             security_protocol=self.security_protocol,
             principal=certificate_principal(transport.get_extra_info("ssl_object")),
+            mute=self.mute_for,
         )
         self.server._connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -155,6 +164,28 @@ class _Connection(asyncio.BufferedProtocol):
                 self.reading_paused = True
                 self.transport.pause_reading()
 
+    def mute_for(self, delay_ms: float) -> None:
+        """Read no further request for `delay_ms` (a throttled client, as Kafka mutes its
+        channel once the answer carrying the throttle time is sent): the socket is not read
+        and requests already received wait."""
+        if delay_ms <= 0 or self.closing or self.transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + delay_ms / 1000.0
+        if until <= self.muted_until:
+            return
+        self.muted_until = until
+        if self.unmute is not None:
+            self.unmute.cancel()
+        self.unmute = loop.call_at(until, self._unmuted)
+        self.transport.pause_reading()
+
+    def _unmuted(self) -> None:
+        self.unmute = None
+        self.wakeup.set()
+        if self.transport is not None and not self.closing and not self.reading_paused:
+            self.transport.resume_reading()
+
     def eof_received(self) -> bool | None:
         # Answer what was received, then close (a client may half-close after sending).
         # TLS has no half-close: the transport closes whatever is returned.
@@ -164,6 +195,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self.unmute is not None:
+            self.unmute.cancel()
         self.server._connections.discard(self)
         if self.info is not None and self.server.on_close is not None:
             try:
@@ -382,14 +415,15 @@ class _Connection(asyncio.BufferedProtocol):
         assert self.info is not None
         try:
             while not self.closing:
-                if not self.queue:
+                if not self.queue or self.unmute is not None:  # nothing to do, or muted
                     self.wakeup.clear()
                     await self.wakeup.wait()
                     continue
                 frame = self.queue.popleft()
                 if self.reading_paused and len(self.queue) < _MAX_QUEUED // 2 and self.transport:
                     self.reading_paused = False
-                    self.transport.resume_reading()
+                    if self.unmute is None:
+                        self.transport.resume_reading()
                 if frame is None:  # EOF sentinel
                     await self._answers_sent()
                     if self.transport is not None:

@@ -3,6 +3,7 @@ module, so that a start does not import the authorization rules `authz.py` holds
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 
 from wherry.security.principal import Session, anonymous_session
@@ -14,3 +15,12 @@ REQUEST_SESSION: ContextVar[Session] = ContextVar("request_session", default=_NO
 
 def current_session() -> Session:
     return REQUEST_SESSION.get()
+
+
+def _not_muted(delay_ms: float) -> None:
+    return None
+
+
+# Stops reading the request's connection for N ms (a client quota's throttle); set with the
+# session for each request.
+REQUEST_MUTE: ContextVar[Callable[[float], None]] = ContextVar("request_mute", default=_not_muted)

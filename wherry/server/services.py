@@ -18,6 +18,7 @@ from wherry.runtime.clock import Clock
 from wherry.security.authorizer import Authorizer
 from wherry.security.scram_store import ScramCredentialCache
 from wherry.server.admin import AdminManager
+from wherry.server.client_quotas import ClientQuotas
 from wherry.server.config import BrokerConfig
 from wherry.server.groups import GroupsRuntime
 from wherry.server.producer_ids import ProducerIdManager
@@ -77,6 +78,11 @@ class BrokerServices(Protocol):
     @property
     def scram_credentials(self) -> ScramCredentialCache:
         """Every user's SCRAM credentials as this broker last read them (SASL/SCRAM logins)."""
+        ...
+
+    @property
+    def client_quotas(self) -> ClientQuotas:
+        """The client quotas (producer/consumer byte rates, request percentages)."""
         ...
 
     async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:

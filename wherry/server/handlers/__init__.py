@@ -75,6 +75,8 @@ HANDLERS: dict[int, str] = {
     45: "alter_partition_reassignments",
     46: "list_partition_reassignments",
     47: "offset_delete",
+    48: "describe_client_quotas",
+    49: "alter_client_quotas",
     50: "describe_user_scram_credentials",
     51: "alter_user_scram_credentials",
     56: "alter_partition",

@@ -129,14 +129,19 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         wanted += session_partitions(session, [tp for tp in extra if allowed(tp)])
 
     result: FetchResult = {}
+    max_bytes, min_bytes = getattr(body, "max_bytes", 0x7FFFFFFF), body.min_bytes
+    if replica_id < 0 and (quota_bytes := broker.client_quotas.fetch_max_bytes(req)):
+        # A consumer under a byte-rate quota gets at most a window's worth (as Kafka caps it)
+        max_bytes = min(max_bytes, quota_bytes)
+        min_bytes = min(min_bytes, max_bytes)
     if wanted or incremental:
         result = await broker.node.fetch(
             wanted,
             replica_id=replica_id,
             replica_epoch=replica_epoch,
             max_wait_ms=duration_ms(body.max_wait),
-            min_bytes=body.min_bytes,
-            max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
             isolation_level=getattr(body, "isolation_level", 0),
             zero_copy=True,  # records as file regions: network.py sends them from the files
             session=session,

@@ -51,6 +51,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     45: (0, 0),
     46: (0, 0),
     47: (0, 0),
+    48: (0, 1),  # client quotas (wherry/quotas/)
+    49: (0, 1),
     50: (0, 0),
     51: (0, 0),
     56: (2, 3),

@@ -12,7 +12,10 @@ that dir, no checkpoint, no clean-shutdown marker, so the next start recovers it
 controller is told, which moves their leadership to replicas on other brokers.
 
 `io_guarded` wraps a `Log` method: an `OSError` out of it reports the log's parent directory
-to the log's `on_io_error` hook (set by the log manager) and becomes a `StorageError`.
+to the log's `on_io_error` hook (set by the log manager) and becomes a `StorageError`; from
+then on every guarded method of that log fails at once (`io_failed`): a write cut short may
+have left a partial batch and index entries past it, and nothing may be appended after them
+(the next start's recovery truncates the log at the partial batch).
 """
 
 from __future__ import annotations
@@ -33,10 +36,10 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-IoErrorHook = Callable[[Path, str, OSError], None]
+IoErrorHook = Callable[[Path, str, OSError], object]
 """(log dir, what failed, the error): what a log calls when its files fail."""
 
-OfflineListener = Callable[[Path], None]
+OfflineListener = Callable[[Path], object]
 
 
 class _GuardedLog(Protocol):
@@ -44,6 +47,7 @@ class _GuardedLog(Protocol):
     def dir(self) -> Path: ...
 
     on_io_error: IoErrorHook | None
+    io_failed: str | None
 
 
 def storage_error(what: str, dir: Path, exc: OSError) -> StorageError:
@@ -62,12 +66,17 @@ def io_guarded(
     def wrap(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
         @functools.wraps(method)
         def guarded(self: _GuardedLog, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            if self.io_failed is not None:
+                raise StorageError(
+                    f"{what} {self.dir.name} refused: an earlier I/O error ({self.io_failed})"
+                )
             try:
                 return method(self, *args, **kwargs)
             except OSError as e:
                 parent = self.dir.parent
                 hook = self.on_io_error
                 doing = f"{what} {self.dir.name}"
+                self.io_failed = f"{doing}: {e.strerror or e}"
                 if hook is not None:
                     hook(parent, doing, e)
                 raise storage_error(doing, parent, e) from e

@@ -99,6 +99,7 @@ class Log:
     offline through `on_io_error` and is raised as `StorageError` (`dir_failure.py`)."""
 
     on_io_error: IoErrorHook | None = None
+    io_failed: str | None = None  # set by the first I/O error: no write after it
 
     def __init__(self, loaded: LoadedLog, *, now_ms: int) -> None:
         self._segments = loaded.segments

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
@@ -110,6 +111,9 @@ class ReplicaManager:
         self.produce_purgatory = produce_purgatory
         self.fetch_purgatory = fetch_purgatory
         self.partitions: dict[TopicPartition, Partition] = {}
+        # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline):
+        # they answer KAFKA_STORAGE_ERROR until the broker restarts.
+        self.offline_partitions: set[TopicPartition] = set()
         self.on_leadership_change: LeadershipListener | None = None
         # KIP-227 sessions (None: every fetch is sessionless); told of every partition change.
         self.fetch_sessions: FetchSessionCache | None = None
@@ -120,10 +124,17 @@ class ReplicaManager:
     def get_partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
 
+    def missing_partition_error(self, tp: TopicPartition, default: ErrorCode) -> ErrorCode:
+        """The error for a partition not served here: KAFKA_STORAGE_ERROR when its log dir
+        went offline, else `default`."""
+        return ErrorCode.kafka_storage_error if tp in self.offline_partitions else default
+
     def leader_partition(self, tp: TopicPartition, current_leader_epoch: int = -1) -> Partition:
         p = self.partitions.get(tp)
         if p is None:
-            raise PartitionError(ErrorCode.unknown_topic_or_partition)
+            raise PartitionError(
+                self.missing_partition_error(tp, ErrorCode.unknown_topic_or_partition)
+            )
         p.require_leader(current_leader_epoch)
         return p
 
@@ -219,6 +230,20 @@ class ReplicaManager:
             )
         return to_delete
 
+    def mark_offline(self, dir: Path) -> list[TopicPartition]:
+        """Kafka's handleLogDirFailure, the replica manager's part: the partitions whose log
+        is in offline `dir` stop being served (parked requests on them complete, the
+        leadership listener hears of it) and answer KAFKA_STORAGE_ERROR from now on."""
+        gone = [tp for tp, part in self.partitions.items() if part.log.dir.parent == dir]
+        for tp in gone:
+            self.partitions.pop(tp).leader_id = -1
+            self.offline_partitions.add(tp)
+        for tp in gone:
+            self._try_complete_delayed(tp)
+        if self.on_leadership_change is not None and gone:
+            self.on_leadership_change([], gone)
+        return gone
+
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
 
@@ -252,8 +277,8 @@ class ReplicaManager:
 
     def _acks_check(self, tp: TopicPartition, st: ProducePartitionStatus) -> ErrorCode | None:
         part = self.partitions.get(tp)
-        if part is None:  # stopped or deleted meanwhile: leadership lost
-            return ErrorCode.not_leader_or_follower
+        if part is None:  # stopped or deleted meanwhile (or its dir failed): leadership lost
+            return self.missing_partition_error(tp, ErrorCode.not_leader_or_follower)
         return part.acks_all_satisfied(st.required_offset, part.log.config.min_insync_replicas)
 
     def _append_one(
@@ -275,7 +300,7 @@ class ReplicaManager:
 
         part = self.partitions.get(tp)
         if part is None:
-            return failed(ErrorCode.unknown_topic_or_partition)
+            return failed(self.missing_partition_error(tp, ErrorCode.unknown_topic_or_partition))
         if not part.is_leader:
             return failed(ErrorCode.not_leader_or_follower)
         if not data:
@@ -572,7 +597,9 @@ class ReplicaManager:
         for fp in partitions:
             part = self.partitions.get(fp.tp)
             if part is None:
-                out[fp.tp] = FetchPartitionResult(ErrorCode.unknown_topic_or_partition)
+                out[fp.tp] = FetchPartitionResult(
+                    self.missing_partition_error(fp.tp, ErrorCode.unknown_topic_or_partition)
+                )
                 continue
             try:
                 if debugging:

@@ -335,6 +335,11 @@ class Broker:
         self.shares.attach_groups(self.groups)
         self.network.on_close = lambda conn: self.shares.on_connection_closed(conn.id)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
+        from wherry.server.log_dir_failure import LogDirEventReporter, halt
+
+        reporter = LogDirEventReporter(self.broker_id, lambda: self.store)
+        self.node.on_log_dir_failure = reporter.report
+        self.node.on_all_log_dirs_failed = halt
         self.node.start()
         await self.groups.start(self.store)
         await self.transactions.start(self.store)

@@ -15,6 +15,12 @@ count, the root, the purge of those ephemerals) is committed without an fsync of
 each is redone by the next opening if lost, and the first write after it makes it durable
 with its own (the WAL is synced up to that commit).
 
+A full or failing disk. Opening writes (those few rows), so a store whose disk is full cannot
+be opened: `StoreError` says so in one line, naming the file. A write that fails later (the
+disk filled, an I/O error) leaves the store unchanged and raises `StoreError`; the owner's
+`on_write_failure` hook hears of it first (a broker stops: a broker whose metadata cannot be
+written cannot keep its registration or its controller's decisions).
+
 SQLite is called synchronously inside the ``async`` methods: metadata writes are small and local,
 and doing the work in-line keeps each operation atomic with respect to the event loop (no other
 coroutine can observe a half-applied transaction). A `threading.RLock` additionally makes the
@@ -129,6 +135,17 @@ class _Txn:
             self.undo.pop()()
 
 
+def _disk_full(e: sqlite3.Error) -> bool:
+    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+    return code == sqlite3.SQLITE_FULL or "disk is full" in str(e)
+
+
+def _disk_failed(e: sqlite3.Error) -> bool:
+    """A full disk or an I/O error (not a constraint, a lock, a misuse)."""
+    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+    return _disk_full(e) or code == sqlite3.SQLITE_IOERR or "disk I/O error" in str(e)
+
+
 class EmbeddedCoordinator(Closeable):
     """The shared in-process metadata state; open sessions with `session`.
 
@@ -141,8 +158,10 @@ class EmbeddedCoordinator(Closeable):
         data_dir: str | os.PathLike[str] | None,
         *,
         clock_ms: Callable[[], int] = _wall_clock_ms,
+        on_write_failure: Callable[[str], object] | None = None,
     ) -> None:
         self._clock_ms = clock_ms
+        self.on_write_failure = on_write_failure
         self._lock = threading.RLock()
         self._nodes: dict[str, _Node] = {}
         self._zxid = 0
@@ -173,6 +192,11 @@ class EmbeddedCoordinator(Closeable):
             self._conn.close()
             if "locked" in str(e):
                 raise StoreError(f"metadata store {target} is in use by another process") from e
+            if _disk_full(e):
+                raise StoreError(
+                    f"cannot open metadata store {target}: its disk is full ({e}); free space "
+                    "there, or set metadata.log.dir to keep the store on another disk"
+                ) from None
             raise StoreError(f"cannot open metadata store {target}: {e}") from e
         except BaseException:
             self._conn.close()
@@ -488,7 +512,10 @@ class EmbeddedCoordinator(Closeable):
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as e:
-            raise StoreError(f"metadata store write failed: {e}") from e
+            message = f"metadata store {self.db_path or ':memory:'} cannot be written: {e}"
+            if self.on_write_failure is not None and _disk_failed(e):
+                self.on_write_failure(message)
+            raise StoreError(message) from e
         self._zxid = txn.zxid
 
     # ---------------------------------------------------------------------------- node ops

@@ -206,8 +206,11 @@ class Broker:
             await self.http.start()
         if self._coordinator is None and not self.uses_zookeeper:
             from wherry.coordination.embedded import EmbeddedCoordinator
+            from wherry.server.log_dir_failure import halt
 
-            self._coordinator = EmbeddedCoordinator(cfg.data_dir)
+            self._coordinator = EmbeddedCoordinator(
+                cfg.metadata_dir, on_write_failure=lambda m: halt(f"Shutdown broker because {m}")
+            )
         self.store = await self._open_session()
         self._watch_session(self.store)
         # A first start creates its cluster id with the persistent paths (one transaction).

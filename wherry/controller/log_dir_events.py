@@ -129,7 +129,11 @@ class LogDirFailures:
             return
         if resp.error_code:
             return
-        codes = {(e.topic_name, e.partition_index): e.error_code for e in resp.partition_errors}
+        names: dict[object, str] = {tid: name for name, tid in req.topic_ids.items()}
+        codes = {  # v5+ answers name topics by id
+            (e.topic_name or names.get(e.topic_id, ""), e.partition_index): e.error_code
+            for e in resp.partition_errors
+        }
         storage = int(ErrorCode.kafka_storage_error)
         offline = {TopicPartition(*k) for k, c in codes.items() if c == storage}
         online = {TopicPartition(*k) for k, c in codes.items() if c == 0}

@@ -503,13 +503,15 @@ class ZkCluster(Startable):
         listeners: Sequence[str] = ("PLAINTEXT",),
         broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
         http: bool = False,
+        log_dirs: Mapping[int, Sequence[Path]] | None = None,
     ) -> None:
         """`listeners` names each broker's listeners (one free port each, the first is
         `address(b)`); their security comes from `overrides` (listener.security.protocol.map,
         ssl.*, sasl.*, ...). `broker_overrides[b]` goes over `overrides` for broker b only;
         it is a mutable attribute, read at each (re)start, so a test can restart a broker with
         other settings (a wrong password, ...). `http` gives each broker an HTTP listener on a
-        free port (`http_url(b)`); without it the brokers run with none (`http.listeners=`)."""
+        free port (`http_url(b)`); without it the brokers run with none (`http.listeners=`).
+        `log_dirs[b]` gives broker b several log dirs (default: ``<directory>/broker-<b>``)."""
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.listeners = tuple(listeners)
@@ -533,6 +535,7 @@ class ZkCluster(Startable):
         }
         self.ports = {b: ports[self.listeners[0]] for b, ports in self.listener_ports.items()}
         self.http_ports = {b: find_free_port(host) for b in self.broker_ids} if http else {}
+        self.log_dirs = {b: list(d) for b, d in (log_dirs or {}).items()}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._starts: dict[int, int] = {}  # output offset where the current run began
         self._zk: KazooClient | None = None
@@ -648,6 +651,7 @@ class ZkCluster(Startable):
             self.start_broker(broker_id, wait=False)
 
     def command(self, broker_id: int) -> list[str]:
+        b = broker_id
         cmd = [
             sys.executable,
             "-m",
@@ -660,7 +664,7 @@ class ZkCluster(Startable):
             "--listeners",
             ",".join(f"{n}://{self.address(broker_id, n)}" for n in self.listeners),
             "--log-dirs",
-            str(self.directory / f"broker-{broker_id}"),
+            ",".join(map(str, self.log_dirs.get(broker_id, [self.directory / f"broker-{b}"]))),
             "--override",
             f"zookeeper.session.timeout.ms={self.session_timeout_ms}",
         ]

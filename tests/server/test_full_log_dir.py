@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess, wait_until
 from wherry.cli.main import main
-from wherry.testing.tmpfs import TmpfsUnavailable, mount_tmpfs, unmount
+from wherry.testing.tmpfs import TmpfsUnavailable, fill_up, mount_tmpfs, unmount
 from wherry.testing.zookeeper import find_free_port
 
 TOPIC = "fill"
@@ -142,5 +142,55 @@ def test_full_log_dir_goes_offline_other_dir_serves_restart_reads_all(
         assert set(acked0 + acked0b) <= set(got0)
         more, errors_more = produce(broker.bootstrap, 500, partition=1, start=100_000)
         assert errors_more == {} and len(more) == 500
+    finally:
+        broker.kill()
+
+
+@pytest.mark.slow
+def test_every_dir_failed_stops_the_broker_and_a_full_store_disk_is_one_line(
+    tmp_path: Path, tmpfs: Path
+) -> None:
+    """One log dir, on the tmpfs, with the embedded metadata store in it (the default place):
+    filling it stops the broker with one line; it starts again after that kill (recovery cuts
+    the partial batch), and on a disk full to the last byte it starts or says in one `Error:`
+    line that the store's disk is full, and where; with space freed every acknowledged record
+    is there."""
+    broker = BrokerProcess(tmpfs, overrides=["num.partitions=1"])
+    broker.start()
+    try:
+        acked, errors = produce(broker.bootstrap, 12_000, partition=0)
+        assert "UNKNOWN" not in errors and "UNKNOWN_SERVER_ERROR" not in errors, errors
+        assert broker.proc is not None
+        broker.proc.wait(30)
+        assert broker.proc.returncode == 1
+        assert wait_until(lambda: "have failed" in broker.log_text())
+        log = broker.log_text()
+        assert f"Shutdown broker because all log dirs in {tmpfs} have failed" in log
+        assert "Traceback" not in log
+        assert 0 < len(acked) < 12_000
+        # The halt was a kill -9; on the disk as it is (recovery cuts the partial batch) the
+        # broker starts. Filled to the last byte, it still starts where the store's WAL has
+        # room for what opening writes; else it says in one line that the store's disk is
+        # full, and where.
+        broker.proc = None
+        broker.start()
+        broker.kill()
+        filler = fill_up(tmpfs)
+        broker.start_timeout_s = 20
+        try:
+            broker.start()
+            broker.kill()
+        except RuntimeError:
+            out = broker.log_text()
+            errors_lines = [line for line in out.splitlines() if line.startswith("Error:")]
+            assert len(errors_lines) == 1, out
+            assert "its disk is full" in errors_lines[0]
+            assert str(tmpfs / "__meta" / "metadata.db") in errors_lines[0]
+            assert "Traceback" not in out
+        filler.unlink()
+        subprocess.run(["mount", "-o", "remount,size=32m", str(tmpfs)], check=True, timeout=30)
+        broker.start()
+        got = read_keys(broker.bootstrap, 0, len(acked))
+        assert set(acked) <= set(got), f"lost {len(set(acked) - set(got))} acknowledged"
     finally:
         broker.kill()

@@ -246,7 +246,13 @@ async def serve_until_signal(
     try:
         started = await start()
     except Exception as e:
-        logging.getLogger("wherry").exception("startup failed: %s", e)
+        from wherry.coordination.store import StoreError
+
+        if isinstance(e, StoreError):  # e.g. the metadata store's disk is full: one line
+            logging.getLogger("wherry").error("startup failed: %s", e)
+            print(f"Error: {e}", file=sys.stderr, flush=True)
+        else:
+            logging.getLogger("wherry").exception("startup failed: %s", e)
         await stop()
         return 1
     finally:

@@ -86,6 +86,11 @@ def test_full_log_dir_moves_leadership_and_acks_all_carries_on(
         create_topic(cluster.bootstrap, topic, [[0, 1, 2]] * PARTITIONS,
                      **{"min.insync.replicas": "2"})
         assert wait_until(lambda: set(leaders(cluster, 1, topic).values()) == {0}, 30)
+        first = tmp_path / "cluster" / "broker-0"
+        assert wait_until(lambda: all(
+            (first / f"{topic}-{p}").is_dir() or (tmpfs / f"{topic}-{p}").is_dir()
+            for p in range(PARTITIONS)
+        ), 30)
         on_tmpfs = {p for p in range(PARTITIONS) if (tmpfs / f"{topic}-{p}").is_dir()}
         assert on_tmpfs and len(on_tmpfs) < PARTITIONS
         acked: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}

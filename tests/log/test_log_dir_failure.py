@@ -105,3 +105,55 @@ def test_checkpoint_failure_takes_only_that_dir_offline(tmp_path: Path, tmpfs: P
     assert "replication-offset-checkpoint" in m.dir_failure.offline_dirs()[tmpfs]
     m.handle_log_dir_failure(tmpfs)
     m.shutdown()
+
+
+def test_no_write_after_a_failed_one_even_with_space_freed(tmpfs: Path) -> None:
+    m = LogManager([tmpfs], SMALL, lambda: T0)
+    m.startup()
+    lg = m.get_or_create_log(TopicPartition("t", 0))
+    filler = fill_up(tmpfs)
+    with pytest.raises(StorageError):
+        for _ in range(10_000):
+            lg.append_as_leader(batch(2, value=b"x" * 300), leader_epoch=0, now_ms=T0)
+    end = lg.log_end_offset
+    filler.unlink()  # room again, but the log may hold a partial batch: refused
+    with pytest.raises(StorageError, match="earlier I/O error"):
+        lg.append_as_leader(batch(1), leader_epoch=0, now_ms=T0)
+    with pytest.raises(StorageError, match="earlier I/O error"):
+        lg.roll()
+    assert lg.log_end_offset == end
+    m.handle_log_dir_failure(tmpfs)
+    m.shutdown()
+
+
+def test_a_dir_that_fails_to_load_is_offline_the_others_load(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    m = LogManager([good, bad], SMALL, lambda: T0)
+    m.startup()
+    for p in range(2):
+        m.get_or_create_log(TopicPartition("t", p)).append_as_leader(
+            batch(3), leader_epoch=0, now_ms=T0
+        )
+    assert m.log_dir_of(TopicPartition("t", 1)) == bad
+    m.abandon()  # a crash: recovery at the next start
+    # The segment of t-1 cannot be opened (a directory where its file should be).
+    seg = bad / "t-1" / "00000000000000000000.log"
+    seg.unlink()
+    seg.mkdir()
+    again = LogManager([good, bad], SMALL, lambda: T0)
+    again.startup()
+    assert again.is_dir_offline(bad) and again.live_log_dirs == [good]
+    assert again.get_log(TopicPartition("t", 0)) is not None
+    assert again.get_log(TopicPartition("t", 1)) is None
+    # An existing replica (not new) is not created elsewhere while a dir is offline: its log
+    # may be there. A new one goes to the live dir.
+    with pytest.raises(StorageError, match="offline"):
+        again.get_or_create_log(TopicPartition("t", 1), is_new=False)
+    assert again.get_or_create_log(TopicPartition("u", 0)).dir.parent == good
+    again.shutdown()
+    # Every dir failing to load fails the start, in one line.
+    seg2 = good / "t-0" / "00000000000000000000.log"
+    seg2.unlink()
+    seg2.mkdir()
+    with pytest.raises(StorageError, match="Shutdown broker because all log dirs in"):
+        LogManager([good, bad], SMALL, lambda: T0).startup()

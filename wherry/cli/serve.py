@@ -247,8 +247,10 @@ async def serve_until_signal(
         started = await start()
     except Exception as e:
         from wherry.coordination.store import StoreError
+        from wherry.log.errors import StorageError
 
-        if isinstance(e, StoreError):  # e.g. the metadata store's disk is full: one line
+        # The metadata store's disk is full, every log dir failed: one line.
+        if isinstance(e, StoreError | StorageError):
             logging.getLogger("wherry").error("startup failed: %s", e)
             print(f"Error: {e}", file=sys.stderr, flush=True)
         else:

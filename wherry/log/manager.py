@@ -144,7 +144,18 @@ class LogManager:
                 for tp, offset in self._read_checkpoint(dir / LOG_START_OFFSET_CHECKPOINT).items():
                     self._log_starts_found.setdefault(tp, offset)
             for dir in self.log_dirs:
-                self._load_dir(dir)
+                try:
+                    self._load_dir(dir)
+                except OSError as e:  # Kafka: the dir goes offline, the others load
+                    self.dir_failure.maybe_add_offline(dir, "loading logs", e)
+                    self._forget_dir(dir)
+                    for found in self._found_futures.values():
+                        found[:] = [(p, d) for p, d in found if d != dir]
+            if not self.live_log_dirs:
+                raise StorageError(
+                    "Shutdown broker because all log dirs in "
+                    f"{', '.join(str(d) for d in self.log_dirs)} have failed"
+                )
             self._load_future_logs()
             self._started = True
 
@@ -279,6 +290,9 @@ class LogManager:
         offline `dir` and close their files without writing anything; returns the partitions
         whose current log was there. Nothing is written to `dir` again (no checkpoint, no
         clean-shutdown marker: the next start recovers it)."""
+        return self._forget_dir(dir)
+
+    def _forget_dir(self, dir: Path) -> list[TopicPartition]:
         with self._lock:
             gone = [tp for tp, d in self._dir_of.items() if d == dir]
             logs = [self._logs.pop(tp) for tp in gone if tp in self._logs]
@@ -321,10 +335,14 @@ class LogManager:
         if self._shut_down:
             raise StorageError("LogManager has been shut down")
 
-    def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None) -> Log:
+    def get_or_create_log(
+        self, tp: TopicPartition, config: LogConfig | None = None, *, is_new: bool = True
+    ) -> Log:
         """The log of `tp`, created (in the log dir with the fewest partitions) if missing.
 
-        A given `config` becomes the topic's config.
+        A given `config` becomes the topic's config. As Kafka's, a replica that is not new
+        (`is_new` False: the controller says it existed) is not created while a log dir is
+        offline: its log may be in that dir (StorageError).
         """
         with self._lock:
             self._check_running()
@@ -337,6 +355,11 @@ class LogManager:
                     existing.update_config(config)
                 return existing
             counts, live = self._partitions_in, self.live_log_dirs
+            if not is_new and len(live) < len(self.log_dirs):
+                raise StorageError(
+                    f"cannot create the log of {tp}: log dirs "
+                    f"{', '.join(str(d) for d in self.log_dirs if d not in live)} are offline"
+                )
             if not live:
                 raise StorageError(f"no log dir is online to create {tp}: all of {self.log_dirs}")
             dir = self._preferred_dirs.pop(tp, None) or min(
@@ -420,6 +443,8 @@ class LogManager:
         only once the future had caught up and was flushed): the future becomes the log."""
         now_ms = self.now_ms_fn()
         for tp, found in sorted(self._found_futures.items()):
+            if not found:
+                continue
             (path, dir), *extra = found
             for other, other_dir in extra:
                 log.warning("removing duplicate future log %s of %s", other, tp)

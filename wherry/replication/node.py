@@ -322,9 +322,11 @@ class ReplicaNode:
         for ep in req.live_leaders:
             self._leader_endpoints[ep.broker_id] = LeaderAddress(ep.broker_id, ep.host, ep.port)
         if to_apply:
-            self.replica_manager.become_leader_or_follower(
+            offline = self.replica_manager.become_leader_or_follower(
                 dataclasses.replace(req, partition_states=tuple(to_apply)), self.clock.now_ms()
             )
+            for tp in offline:
+                errors[(tp.topic, tp.partition)] = int(ErrorCode.kafka_storage_error)
         return LeaderAndIsrResponse(
             int(ErrorCode.none),
             tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),

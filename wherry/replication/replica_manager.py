@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
-from wherry.log.errors import OffsetOutOfRangeError
+from wherry.log.errors import OffsetOutOfRangeError, StorageError
 from wherry.log.file_region import FileRegion
 from wherry.log.log import Log
 from wherry.log.manager import LogManager
@@ -139,16 +139,29 @@ class ReplicaManager:
         return p
 
     # --- controller requests (SPEC H5) ---------------------------------------------------
-    def become_leader_or_follower(self, req: LeaderAndIsrRequest, now_ms: int) -> None:
+    def become_leader_or_follower(
+        self, req: LeaderAndIsrRequest, now_ms: int
+    ) -> list[TopicPartition]:
         """Apply partition states the replica node has judged (`replication/node.py` owns
-        the epoch and replica-list rules): lead or follow each, and re-check parked requests."""
+        the epoch and replica-list rules): lead or follow each, and re-check parked requests.
+        Returns the partitions whose log could not be opened or created (a failed log dir):
+        they are offline here and answer KAFKA_STORAGE_ERROR."""
         became_leader: list[tuple[TopicPartition, int]] = []
         became_follower: list[TopicPartition] = []
+        failed: list[TopicPartition] = []
         with batched_lines():  # two state-change lines per partition, written as one record
             for st in req.partition_states:
-                self._apply_partition_state(req, st, became_leader, became_follower)
+                try:
+                    self._apply_partition_state(req, st, became_leader, became_follower)
+                except StorageError as e:
+                    tp = TopicPartition(st.topic_name, st.partition_index)
+                    log.error("[ReplicaManager broker=%d] %s is offline: %s",
+                              self.broker_id, tp, e)
+                    self.offline_partitions.add(tp)
+                    failed.append(tp)
         if self.on_leadership_change is not None and (became_leader or became_follower):
             self.on_leadership_change(became_leader, became_follower)
+        return failed
 
     def _apply_partition_state(
         self,
@@ -159,7 +172,7 @@ class ReplicaManager:
     ) -> None:
         tp = TopicPartition(st.topic_name, st.partition_index)
         current = self.partitions.get(tp)
-        part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
+        part = current or self._create_partition(tp, req.topic_ids.get(tp.topic), st.is_new)
         old_role = _role(current)
         if st.leader == self.broker_id:
             part.make_leader(st, self._monotonic_ms())  # follower lag: monotonic
@@ -184,8 +197,10 @@ class ReplicaManager:
         # Parked requests re-check under the new leadership.
         self._try_complete_delayed(tp)
 
-    def _create_partition(self, tp: TopicPartition, topic_id: object) -> Partition:
-        plog = self.log_manager.get_or_create_log(tp, self._config_for(tp.topic))
+    def _create_partition(
+        self, tp: TopicPartition, topic_id: object, is_new: bool = True
+    ) -> Partition:
+        plog = self.log_manager.get_or_create_log(tp, self._config_for(tp.topic), is_new=is_new)
         part = Partition(
             tp=tp,
             local_broker_id=self.broker_id,

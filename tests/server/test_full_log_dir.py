@@ -90,7 +90,6 @@ def describe_log_dirs(bootstrap: str) -> dict[str, str | None]:
     return {d["logDir"]: d["error"] for b in doc["brokers"] for d in b["logDirs"]}
 
 
-@pytest.mark.slow
 def test_full_log_dir_goes_offline_other_dir_serves_restart_reads_all(
     tmp_path: Path, tmpfs: Path
 ) -> None:
@@ -146,7 +145,6 @@ def test_full_log_dir_goes_offline_other_dir_serves_restart_reads_all(
         broker.kill()
 
 
-@pytest.mark.slow
 def test_every_dir_failed_stops_the_broker_and_a_full_store_disk_is_one_line(
     tmp_path: Path, tmpfs: Path
 ) -> None:

@@ -249,7 +249,10 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
             )
         else:
             why = "no eligible replica"
-        return f"{why}; live brokers are {live}"
+        offline = sorted(b for b in assigned if not ctx.is_replica_online(b, tp) and ctx.is_live(b))
+        if offline:  # live brokers whose replica is in a failed log dir
+            why += f"; the replicas on {offline} are in an offline log dir"
+        return f"{why}; live brokers are {sorted(ctx.leader_candidates())}"
 
     def needs_unclean_config(self, ctx: ControllerContext, tp: TopicPartition) -> bool:
         """True when an election of `tp` now would depend on the unclean-election setting."""

@@ -311,8 +311,9 @@ class LogManager:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        log.warning("logs in offline dir %s closed: %d partitions (%d moving there)",
-                    dir, len(gone), len(moving))
+        if logs:
+            log.warning("logs in offline dir %s closed: %d partitions (%d moving there)",
+                        dir, len(gone), len(moving))
         return gone
 
     def get_log(self, tp: TopicPartition) -> Log | None:

@@ -198,9 +198,10 @@ class ReplicaNode:
                 name=f"alter-partition-{self.broker_id}",
             ),
         ]
-        self.log_manager.dir_failure.add_listener(
-            lambda d: loop.call_soon_threadsafe(self.handle_log_dir_failure, d)
-        )
+        failures = self.log_manager.dir_failure
+        failures.add_listener(lambda d: loop.call_soon_threadsafe(self.handle_log_dir_failure, d))
+        for d in failures.offline_dirs():  # failed before the start (loading, say)
+            loop.call_soon(self.handle_log_dir_failure, d)
         cfg = self.config
         self.scheduler.schedule(
             "isr-expiration",

@@ -720,7 +720,7 @@ class LogManager:
         now = self.now_ms_fn() if now_ms is None else now_ms
         deleted = 0
         for lg in self.all_logs():
-            if lg.closed:
+            if lg.closed or lg.io_failed is not None:  # its dir failed: nothing more there
                 continue
             try:
                 deleted += lg.delete_old_segments(now)

@@ -1,7 +1,7 @@
 """The embedded metadata store on a full disk (a small tmpfs): a write that fails leaves the
 store unchanged, raises `StoreError` naming the file and calls the owner's hook once per
-failure; opening a store whose disk is full fails with one line saying so; once space is
-freed it opens with everything written before."""
+failure; a store whose disk is full opens on the space it keeps in reserve, and without one
+fails with one line saying so; once space is freed it opens with everything written before."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wherry.coordination.embedded import METADATA_DIR, EmbeddedCoordinator
+from wherry.coordination.embedded import METADATA_DIR, RESERVE_FILE, EmbeddedCoordinator
 from wherry.coordination.store import NoNodeError, StoreError
 from wherry.testing.tmpfs import TmpfsUnavailable, fill_up, mount_tmpfs, unmount
 
@@ -47,7 +47,19 @@ def test_full_store_disk_is_reported_and_recovers(tmpfs: Path) -> None:
     assert "database or disk is full" in failures[0]
     assert raised.value.__cause__ is not None  # chained to the sqlite error
     coord.close()
-    # The disk is still full: opening says so, in one line, naming the file.
+    reserve = tmpfs / METADATA_DIR / RESERVE_FILE
+    assert reserve.exists()
+    # The disk is still full: the store releases its reserve and opens.
+    with EmbeddedCoordinator(tmpfs) as reopened:
+        assert not reserve.exists()
+
+        async def read_kept(c: EmbeddedCoordinator) -> bytes:
+            data, _ = await c.session().get("/kept")
+            return data
+
+        assert asyncio.run(read_kept(reopened)) == b"v" * 100
+    more = fill_up(tmpfs, name="more.bin")
+    # Full again, no reserve left: opening says so, in one line, naming the file.
     with pytest.raises(StoreError) as opening:
         EmbeddedCoordinator(tmpfs)
     message = str(opening.value)
@@ -55,13 +67,9 @@ def test_full_store_disk_is_reported_and_recovers(tmpfs: Path) -> None:
     assert str(tmpfs / METADATA_DIR / "metadata.db") in message
     assert "metadata.log.dir" in message
     filler.unlink()
+    more.unlink()
     with EmbeddedCoordinator(tmpfs) as again:
-        s = again.session()
-
-        async def read() -> bytes:
-            data, _ = await s.get("/kept")
-            return data
-
-        assert asyncio.run(read()) == b"v" * 100
+        assert reserve.exists()  # allocated again
+        assert asyncio.run(read_kept(again)) == b"v" * 100
         with pytest.raises(NoNodeError):
-            asyncio.run(s.get(f"/big-{i}"))  # the failed write left no trace
+            asyncio.run(again.session().get(f"/big-{i}"))  # the failed write left no trace

@@ -49,10 +49,10 @@ def small_tmpfs(path: Path, size_bytes: int = 8 << 20) -> Iterator[Path]:
         unmount(path)
 
 
-def fill_up(path: Path, leave_bytes: int = 0) -> Path:
-    """Write a filler file in `path` until the disk is full (or `leave_bytes` stay free);
-    removing it frees the space."""
-    filler = path / "filler.bin"
+def fill_up(path: Path, leave_bytes: int = 0, *, name: str = "filler.bin") -> Path:
+    """Write a filler file `name` in `path` until the disk is full (or `leave_bytes` stay
+    free); removing it frees the space."""
+    filler = path / name
     chunk = b"\0" * (64 << 10)
     with open(filler, "wb") as f:
         while True:

@@ -45,6 +45,7 @@ class LogDirEventReporter:
                 paths.LOG_DIR_EVENT_PREFIX,
                 paths.encode_log_dir_event(self.broker_id),
                 sequential=True,
+                make_parents=True,
             )
         except Exception as e:  # the store's own failures are reported where they happen
             log.error("could not tell the controller that log dir %s failed: %s", dir, e)

@@ -19,10 +19,10 @@ dropped.
 
 Session handling. A controller whose session expires (or is closed) resigns: it stops acting,
 forgets its context and state machines and drops its channel queues (`sync_brokers({})`). It
-does nothing more until its owner, having opened a new session (and re-registered the broker on
-it), calls `restart_with(new_store)`, which runs for election again. A controller whose fenced
-write fails (another controller bumped the epoch) resigns, gives up `/controller` if its session
-still holds it, and runs for election again on the same session.
+does nothing more until its owner, having opened a new session (and re-registered the broker
+on it), calls `restart_with(new_store)`, which runs for election again. A controller whose
+fenced write fails (another controller bumped the epoch) resigns, gives up `/controller` if its
+session still holds it, and runs for election again on the same session.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ future directory name cannot fit 255 bytes), while the longest topic that fits m
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -30,7 +31,9 @@ COUNT = 300
 
 def _dirs_of(root: Path, prefix: str) -> list[Path]:
     """Every directory under `root` whose name starts with (a cut of) the topic's name."""
-    return [p for p in root.rglob("*") if p.is_dir() and p.name.startswith(prefix[:40])]
+    # os.walk skips a directory renamed or removed while it is read (the broker is at work).
+    return [Path(top) / name for top, dirs, _files in os.walk(root)
+            for name in dirs if name.startswith(prefix[:40])]
 
 
 def _tracebacks(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -106,9 +109,10 @@ def test_longest_topic_name_lives_and_dies_on_three_brokers(
 def test_deletion_on_a_failing_dir_completes_and_the_directory_goes_later(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Broker 0's log dir refuses renames (chattr +i: not even root may rename in it) while
-    the topic is deleted: the deletion completes in the cluster, broker 0 logs one warning per
-    directory and retries, and once the dir works again the directories go."""
+    """Broker 0's partition directories refuse renames while the topic is deleted (each is a
+    mount point, so renaming it fails with EBUSY, while writes inside it and in the log dir
+    work): the deletion completes in the cluster, broker 0 logs one warning per directory and
+    retries, and once the directories can be renamed again they go."""
     caplog.set_level(logging.INFO)
     with DevCluster(tmp_path, brokers=3, timeout_s=60,
                     overrides={"offsets.topic.replication.factor": "3",
@@ -119,9 +123,12 @@ def test_deletion_on_a_failing_dir_completes_and_the_directory_goes_later(
         cluster.wait_for_topic(TOPIC, 2, timeout_s=30)
         b0 = tmp_path / "broker-0"
         assert wait_until(lambda: len(_dirs_of(b0, TOPIC)) == 2, 15)
-        r = subprocess.run(["chattr", "+i", str(b0)], capture_output=True, timeout=10)
-        if r.returncode != 0:
-            pytest.skip(f"chattr +i not possible here: {r.stderr.decode().strip()}")
+        busy = _dirs_of(b0, TOPIC)
+        for d in busy:
+            r = subprocess.run(["mount", "--bind", str(d), str(d)], capture_output=True,
+                               timeout=10)
+            if r.returncode != 0:
+                pytest.skip(f"bind mounts not possible here: {r.stderr.decode().strip()}")
         try:
             admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
             admin.delete_topics([TOPIC], operation_timeout=30)[TOPIC].result(60)
@@ -137,7 +144,8 @@ def test_deletion_on_a_failing_dir_completes_and_the_directory_goes_later(
             assert len(_dirs_of(b0, TOPIC)) == 2
             time.sleep(2.5)  # a few retries fail meanwhile
         finally:
-            subprocess.run(["chattr", "-i", str(b0)], check=True, timeout=10)
+            for d in busy:
+                subprocess.run(["umount", str(d)], capture_output=True, timeout=10)
         assert wait_until(lambda: _dirs_of(b0, TOPIC) == [], 15), _dirs_of(b0, TOPIC)
         assert lm.pending_dir_deletions() == []
     warned = [r.getMessage() for r in caplog.records

@@ -40,6 +40,12 @@ class ControllerContext:
     legacy_reassignments: set[TopicPartition] = field(default_factory=set)
     # SPEC H11: brokers in controlled shutdown: alive, but neither leaders nor ISR members.
     shutting_down: set[int] = field(default_factory=set)
+    # KIP-112: per broker, the broker epoch and its replicas in a failed log dir then (its
+    # LeaderAndIsr answers said KAFKA_STORAGE_ERROR); they neither lead nor join an ISR until
+    # the broker registers again (a new epoch: its dirs were checked anew at its start).
+    replicas_on_offline_dirs: dict[int, tuple[int, frozenset[TopicPartition]]] = field(
+        default_factory=dict
+    )
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in sorted(self.assignments.get(topic, {}))]
@@ -64,6 +70,23 @@ class ControllerContext:
         liveBrokerIds, which leaves out the shutting-down ones)."""
         return {b for b in self.live_brokers if b not in self.shutting_down}
 
+    def offline_dir_replicas(self, broker_id: int) -> frozenset[TopicPartition]:
+        """The live broker's replicas in failed log dirs (of its current registration)."""
+        reg = self.live_brokers.get(broker_id)
+        found = self.replicas_on_offline_dirs.get(broker_id)
+        if reg is None or found is None or found[0] != reg.epoch:
+            return frozenset()
+        return found[1]
+
+    def is_replica_online(self, broker_id: int, tp: TopicPartition) -> bool:
+        """Kafka's isReplicaOnline: the broker is live and the replica's log dir is not offline."""
+        return broker_id in self.live_brokers and tp not in self.offline_dir_replicas(broker_id)
+
+    def candidates_for(self, tp: TopicPartition) -> set[int]:
+        """The brokers that may lead `tp` or join its ISR: `leader_candidates` less those whose
+        replica of `tp` is in an offline log dir."""
+        return {b for b in self.leader_candidates() if self.is_replica_online(b, tp)}
+
     def reassignment(self, tp: TopicPartition) -> Reassignment:
         """The partition's ongoing reassignment, or its plain replica list."""
         return self.reassigning.get(tp) or Reassignment(self.replicas(tp))
@@ -80,7 +103,7 @@ class ControllerContext:
         return tuple(r for r in self.replicas(tp) if r in self.live_brokers)
 
     def offline_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
-        return tuple(r for r in self.replicas(tp) if r not in self.live_brokers)
+        return tuple(r for r in self.replicas(tp) if not self.is_replica_online(r, tp))
 
     def is_queued_for_deletion(self, topic: str) -> bool:
         return topic in self.topics_to_delete

@@ -54,6 +54,7 @@ from wherry.controller.leader_balance import (
     DEFAULT_IMBALANCE_PERCENTAGE,
 )
 from wherry.controller.leadership import LeadershipMoves
+from wherry.controller.log_dir_events import LogDirFailures
 from wherry.controller.partition_state import (
     ElectionOutcome,
     PartitionState,
@@ -151,6 +152,7 @@ class Controller:
         self._zk = ControllerStoreClient(store, self._on_session_state)
         self.reassignments = ReassignmentProcedure(self)  # SPEC H8
         self.leadership = LeadershipMoves(self)  # SPEC H10, H11
+        self.log_dirs = LogDirFailures(self, self._send, self._watch, self._enqueue, self._batch)
         if isinstance(channel, ResponseListenable):
             channel.add_response_listener(self.on_broker_response)
 
@@ -362,6 +364,7 @@ class Controller:
             self._watch("admin:elect", self._on_preferred_node)
         )
         await self.channel.sync_brokers(broker_addresses(ctx.live_brokers, self.listener))
+        await self.log_dirs.start_watching()
         await self._init_deletions(queued)
         self.replica_sm.initialize(ctx)
         self.partition_sm.initialize(ctx)
@@ -728,7 +731,8 @@ class Controller:
         self, broker_id: int, request: InterbrokerRequestBody, response: InterbrokerResponseBody
     ) -> None:
         """A broker answered (called by a queueing channel, or by `_send` with an in-process
-        broker's answer): StopReplica answers drive topic deletion."""
+        broker's answer): StopReplica answers drive topic deletion; LeaderAndIsr, log dirs."""
+        self.log_dirs.on_response(broker_id, request, response)
         if isinstance(request, StopReplicaRequest) and isinstance(response, StopReplicaResponse):
 
             async def event() -> None:
@@ -892,5 +896,5 @@ class Controller:
             return
         sent = await send_batch(self.channel, build_requests(batch, self.ctx, self.listener))
         for req, resp in sent:
-            if isinstance(resp, StopReplicaResponse):
+            if resp is not None and not isinstance(resp, int):
                 self.on_broker_response(req.broker_id, req.body, resp)

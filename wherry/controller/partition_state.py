@@ -173,7 +173,7 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
         """A new partition's first state: leader = first live assigned replica, ISR = the live
         assigned replicas, leader epoch 0. None (logged) when no replica is alive. Brokers in
         controlled shutdown count as not alive."""
-        candidates = ctx.leader_candidates()
+        candidates = ctx.candidates_for(tp)
         live = tuple(r for r in ctx.replicas(tp) if r in candidates)
         if not live:
             self.fail_online(
@@ -197,7 +197,7 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
         """An election for a partition in the Offline (or Online) state with `strategy`; the
         new state has the next leader epoch. No write when no replica is eligible."""
         assigned = ctx.replicas(tp)
-        live = ctx.leader_candidates()
+        live = ctx.candidates_for(tp)
         e: Election
         if strategy is ElectionStrategy.OFFLINE:
             e = offline_partition_election(
@@ -227,7 +227,7 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
         unclean_allowed: bool,
     ) -> str:
         assigned = ctx.replicas(tp)
-        live = sorted(ctx.leader_candidates())
+        live = sorted(ctx.candidates_for(tp))
         if strategy is ElectionStrategy.PREFERRED:
             why = (
                 f"preferred replica {assigned[0] if assigned else None} is not alive or not in "
@@ -249,12 +249,15 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
             )
         else:
             why = "no eligible replica"
-        return f"{why}; live brokers are {live}"
+        offline = sorted(b for b in assigned if not ctx.is_replica_online(b, tp) and ctx.is_live(b))
+        if offline:  # live brokers whose replica is in a failed log dir
+            why += f"; the replicas on {offline} are in an offline log dir"
+        return f"{why}; live brokers are {sorted(ctx.leader_candidates())}"
 
     def needs_unclean_config(self, ctx: ControllerContext, tp: TopicPartition) -> bool:
         """True when an election of `tp` now would depend on the unclean-election setting."""
         st = ctx.states.get(tp)
-        return st is not None and not live_isr(ctx.replicas(tp), st.isr, ctx.leader_candidates())
+        return st is not None and not live_isr(ctx.replicas(tp), st.isr, ctx.candidates_for(tp))
 
     def complete_online(
         self,

@@ -15,6 +15,14 @@ count, the root, the purge of those ephemerals) is committed without an fsync of
 each is redone by the next opening if lost, and the first write after it makes it durable
 with its own (the WAL is synced up to that commit).
 
+A full or failing disk. Opening writes (those few rows): on a full disk the store releases the
+space it keeps allocated beside its file (`RESERVE_FILE`, allocated again at an opening with
+room) and tries once more; without a reserve `StoreError` says in one line that the disk is
+full, naming the file. A write that fails later (the
+disk filled, an I/O error) leaves the store unchanged and raises `StoreError`; the owner's
+`on_write_failure` hook hears of it first (a broker stops: a broker whose metadata cannot be
+written cannot keep its registration or its controller's decisions).
+
 SQLite is called synchronously inside the ``async`` methods: metadata writes are small and local,
 and doing the work in-line keeps each operation atomic with respect to the event loop (no other
 coroutine can observe a half-applied transaction). A `threading.RLock` additionally makes the
@@ -72,6 +80,10 @@ logger = logging.getLogger(__name__)
 
 METADATA_DIR = "__meta"
 METADATA_FILE = "metadata.db"
+RESERVE_FILE = "reserve"
+RESERVE_BYTES = 1 << 20
+"""Space the store keeps allocated beside its file (`__meta/reserve`): released when its disk
+is too full to open the store, so a broker still starts (after a kill on a full disk)."""
 _SCHEMA_VERSION = 1
 _SESSION_ID_SHIFT = 32  # session id = (boot_count << 32) | n: unique across restarts
 
@@ -129,6 +141,43 @@ class _Txn:
             self.undo.pop()()
 
 
+def _keep_reserve(path: Path) -> None:
+    """Allocate the reserve if missing (no data written: `posix_fallocate`)."""
+    if path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        finally:
+            os.close(fd)
+    except OSError as e:  # no room for it now: the next start tries again
+        logger.warning("could not reserve %d bytes for the metadata store at %s: %s",
+                       RESERVE_BYTES, path, e.strerror or e)
+        path.unlink(missing_ok=True)
+
+
+def _release_reserve(path: Path | None) -> bool:
+    """Free the reserve for the store to open on a full disk; True if there was one."""
+    if path is None or not path.exists():
+        return False
+    path.unlink()
+    logger.warning("the metadata store's disk is full: released its reserve %s (%d bytes) to "
+                   "open it; free space on that disk", path, RESERVE_BYTES)
+    return True
+
+
+def _disk_full(e: sqlite3.Error) -> bool:
+    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+    return code == sqlite3.SQLITE_FULL or "disk is full" in str(e)
+
+
+def _disk_failed(e: sqlite3.Error) -> bool:
+    """A full disk or an I/O error (not a constraint, a lock, a misuse)."""
+    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+    return _disk_full(e) or code == sqlite3.SQLITE_IOERR or "disk I/O error" in str(e)
+
+
 class EmbeddedCoordinator(Closeable):
     """The shared in-process metadata state; open sessions with `session`.
 
@@ -141,8 +190,10 @@ class EmbeddedCoordinator(Closeable):
         data_dir: str | os.PathLike[str] | None,
         *,
         clock_ms: Callable[[], int] = _wall_clock_ms,
+        on_write_failure: Callable[[str], object] | None = None,
     ) -> None:
         self._clock_ms = clock_ms
+        self.on_write_failure = on_write_failure
         self._lock = threading.RLock()
         self._nodes: dict[str, _Node] = {}
         self._zxid = 0
@@ -161,22 +212,37 @@ class EmbeddedCoordinator(Closeable):
             meta_dir.mkdir(parents=True, exist_ok=True)
             self.db_path = meta_dir / METADATA_FILE
             target = str(self.db_path)
-        try:
-            self._conn = sqlite3.connect(
-                target, isolation_level=None, timeout=0, check_same_thread=False
-            )
-        except sqlite3.Error as e:
-            raise StoreError(f"cannot open metadata store {target}: {e}") from e
-        try:
-            self._open_db()
-        except sqlite3.OperationalError as e:
-            self._conn.close()
-            if "locked" in str(e):
-                raise StoreError(f"metadata store {target} is in use by another process") from e
-            raise StoreError(f"cannot open metadata store {target}: {e}") from e
-        except BaseException:
-            self._conn.close()
-            raise
+        reserve = None if self.db_path is None else self.db_path.with_name(RESERVE_FILE)
+        for attempt in (1, 2):
+            try:
+                self._conn = sqlite3.connect(
+                    target, isolation_level=None, timeout=0, check_same_thread=False
+                )
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot open metadata store {target}: {e}") from e
+            try:
+                self._open_db()
+                break
+            except sqlite3.OperationalError as e:
+                self._conn.close()
+                if "locked" in str(e):
+                    raise StoreError(
+                        f"metadata store {target} is in use by another process"
+                    ) from e
+                if _disk_full(e) and attempt == 1 and _release_reserve(reserve):
+                    self._nodes.clear()  # read again on the freed space
+                    continue
+                if _disk_full(e):
+                    raise StoreError(
+                        f"cannot open metadata store {target}: its disk is full ({e}); free "
+                        "space there, or set metadata.log.dir to keep the store on another disk"
+                    ) from None
+                raise StoreError(f"cannot open metadata store {target}: {e}") from e
+            except BaseException:
+                self._conn.close()
+                raise
+        if reserve is not None:
+            _keep_reserve(reserve)
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -488,7 +554,10 @@ class EmbeddedCoordinator(Closeable):
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as e:
-            raise StoreError(f"metadata store write failed: {e}") from e
+            message = f"metadata store {self.db_path or ':memory:'} cannot be written: {e}"
+            if self.on_write_failure is not None and _disk_failed(e):
+                self.on_write_failure(message)
+            raise StoreError(message) from e
         self._zxid = txn.zxid
 
     # ---------------------------------------------------------------------------- node ops

@@ -20,6 +20,9 @@ path                                        content
 ``/admin/reassign_partitions``              `encode_reassignment` (legacy reassignment request)
 ``/admin/preferred_replica_election``       `encode_partition_list` (legacy election request)
 ``/isr_change_notification/isr_change_<seq>``  ISR change notifications (sequential)
+``/log_dir_event_notification/log_dir_event_<seq>``  `encode_log_dir_event` ``{"version":1,
+                                            "broker":..,"event":1}``: a broker's log dir
+                                            failed (sequential)
 ==========================================  ====================================================
 
 A partition state's ZooKeeper data version (`Stat.version`) is Kafka's partition epoch and is
@@ -63,6 +66,8 @@ __all__ = [
     "ISR_CHANGE_NOTIFICATION",
     "ISR_CHANGE_PREFIX",
     "LATEST_PRODUCER_ID_BLOCK",
+    "LOG_DIR_EVENT_NOTIFICATION",
+    "LOG_DIR_EVENT_PREFIX",
     "PERSISTENT_PATHS",
     "ZERO_UUID",
     "BrokerRegistration",
@@ -75,6 +80,7 @@ __all__ = [
     "decode_cluster_id",
     "decode_config",
     "decode_controller_epoch",
+    "decode_log_dir_event",
     "decode_partition_list",
     "decode_reassignment",
     "delete_topic_path",
@@ -82,6 +88,7 @@ __all__ = [
     "encode_cluster_id",
     "encode_config",
     "encode_controller_epoch",
+    "encode_log_dir_event",
     "encode_partition_list",
     "encode_reassignment",
     "ensure_persistent_paths",
@@ -123,6 +130,9 @@ ADMIN_PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "/isr_change_notification/isr_change_"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "/log_dir_event_notification/log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1  # Kafka's LogDirEventNotificationHandler.LogDirFailureEvent
 
 PERSISTENT_PATHS: tuple[str, ...] = (
     BROKER_IDS,
@@ -134,6 +144,7 @@ PERSISTENT_PATHS: tuple[str, ...] = (
     ADMIN_DELETE_TOPICS,
     ISR_CHANGE_NOTIFICATION,
     LATEST_PRODUCER_ID_BLOCK,
+    LOG_DIR_EVENT_NOTIFICATION,
     CLUSTER,
 )
 """Persistent containers every cluster has (Kafka's ``ZkData.PersistentZkPaths``)."""
@@ -578,3 +589,22 @@ def decode_partition_list(data: bytes) -> list[tuple[str, int]]:
         (str(_field(e, "topic", what)), int(_field(e, "partition", what)))
         for e in _partition_entries(data, what)
     ]
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    """A log dir failure notification's data (Kafka's LogDirEventNotificationSequenceZNode)."""
+    return json.dumps(
+        {"version": 1, "broker": int(broker_id), "event": LOG_DIR_FAILURE_EVENT},
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_log_dir_event(data: bytes | None) -> int | None:
+    """The broker of a log dir failure notification; None when it is not one."""
+    try:
+        d = json.loads(data or b"")
+        if int(d.get("event", LOG_DIR_FAILURE_EVENT)) != LOG_DIR_FAILURE_EVENT:
+            return None
+        return int(d["broker"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None

@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
+from wherry.log.dir_failure import IoErrorHook, io_guarded
 from wherry.log.errors import OffsetOutOfRangeError, StorageError
 from wherry.log.file_region import FileRegion
 from wherry.log.loader import LoadedLog, LogLoader, rebuild_producer_state
@@ -94,7 +95,11 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 class Log:
-    """A partition log. Create with `Log.open`."""
+    """A partition log. Create with `Log.open`. An `OSError` of its writes takes its log dir
+    offline through `on_io_error` and is raised as `StorageError` (`dir_failure.py`)."""
+
+    on_io_error: IoErrorHook | None = None
+    io_failed: str | None = None  # set by the first I/O error: no write after it
 
     def __init__(self, loaded: LoadedLog, *, now_ms: int) -> None:
         self._segments = loaded.segments
@@ -281,6 +286,7 @@ class Log:
     # Append
     # ----------------------------------------------------------------------------------
 
+    @io_guarded("appending to")
     def append_as_leader(
         self,
         batch: bytes | bytearray | memoryview,
@@ -363,6 +369,7 @@ class Log:
                 size_in_bytes=len(buf),
             )
 
+    @io_guarded("appending to")
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None
     ) -> AppendInfo:
@@ -431,6 +438,7 @@ class Log:
         if self.unflushed_messages >= self.config.flush_messages:
             self._flush(self._log_end_offset, now_ms)
 
+    @io_guarded("rolling")
     def roll(self, *, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
         with self._lock:
@@ -565,6 +573,7 @@ class Log:
     # Truncation
     # ----------------------------------------------------------------------------------
 
+    @io_guarded("truncating")
     def truncate_to(self, offset: int, *, now_ms: int | None = None) -> bool:
         """Remove everything at or above `offset` (follower truncation); True if anything was.
 
@@ -600,6 +609,7 @@ class Log:
             )
             return True
 
+    @io_guarded("truncating")
     def truncate_fully_and_start_at(self, new_offset: int, *, now_ms: int | None = None) -> None:
         """Delete all data and restart the (empty) log at `new_offset`."""
         if new_offset < 0:
@@ -637,6 +647,7 @@ class Log:
             self._recovery_point = max(self._recovery_point, new_log_start_offset)
             return True
 
+    @io_guarded("deleting segments of")
     def delete_old_segments(self, now_ms: int) -> int:
         """One retention pass (Kafka's deleteOldSegments); returns segments deleted.
 
@@ -734,6 +745,7 @@ class Log:
     # Flush / close / delete
     # ----------------------------------------------------------------------------------
 
+    @io_guarded("flushing")
     def flush(self, up_to: int | None = None, *, now_ms: int | None = None) -> None:
         """fsync everything below `up_to` (default: the log end offset) and move the recovery
         point there. The data fsync runs without holding the log's lock, so appends (e.g. on
@@ -802,6 +814,7 @@ class Log:
         self.flush(target, now_ms=now_ms)
         return True
 
+    @io_guarded("closing")
     def close(self) -> None:
         """Snapshot producer state, close the segments (trimming indexes). Does not fsync the
         data; call flush() first for a clean shutdown."""
@@ -815,6 +828,12 @@ class Log:
             finally:
                 self._segments.close()
                 self._closed = True
+
+    def abandon(self) -> None:
+        """Close without writing anything: its log dir went offline."""
+        with self._lock:
+            self._closed = True
+            self._segments.release()
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""

@@ -38,6 +38,7 @@ from wherry.log.config import (
     topic_message_format_warning,
 )
 from wherry.log.dir_deletions import DirDeletions
+from wherry.log.dir_failure import LogDirFailureChannel, storage_error
 from wherry.log.dir_names import (
     DELETE_DIR_SUFFIX,
     FUTURE_DIR_SUFFIX,
@@ -82,6 +83,7 @@ class LogManager:
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         topic_configs: Mapping[str, LogConfig] | None = None,
         lock_dirs: bool = True,
+        dir_failure: LogDirFailureChannel | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is required")
@@ -111,6 +113,8 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         self._started = False
         self._shut_down = False
+        # KIP-112: log dirs taken offline by an I/O error (`dir_failure.py`).
+        self.dir_failure = dir_failure if dir_failure is not None else LogDirFailureChannel()
 
     # ----------------------------------------------------------------------------------
     # Startup
@@ -135,7 +139,18 @@ class LogManager:
                 for tp, offset in self._read_checkpoint(dir / LOG_START_OFFSET_CHECKPOINT).items():
                     self._log_starts_found.setdefault(tp, offset)
             for dir in self.log_dirs:
-                self._load_dir(dir)
+                try:
+                    self._load_dir(dir)
+                except OSError as e:  # Kafka: the dir goes offline, the others load
+                    self.dir_failure.maybe_add_offline(dir, "loading logs", e)
+                    self._forget_dir(dir)
+                    for found in self._found_futures.values():
+                        found[:] = [(p, d) for p, d in found if d != dir]
+            if not self.live_log_dirs:
+                raise StorageError(
+                    "Shutdown broker because all log dirs in "
+                    f"{', '.join(str(d) for d in self.log_dirs)} have failed"
+                )
             self._deletions.run_due(self.now_ms_fn())  # what earlier runs left to delete
             self._load_future_logs()
             self._started = True
@@ -222,7 +237,7 @@ class LogManager:
                 )
             from wherry.log.log import Log  # imported once there is a partition
 
-            self._logs[tp] = Log.open(
+            self._logs[tp] = self._watched(Log.open(
                 child,
                 self.config_for(tp.topic),
                 topic_partition=tp,
@@ -232,7 +247,7 @@ class LogManager:
                 had_clean_shutdown=clean,
                 high_watermark=high_watermarks.get(tp),
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
-            )
+            ))
             self._dir_of[tp] = dir
             self._partitions_in[dir] += 1
         if clean:
@@ -254,6 +269,52 @@ class LogManager:
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.default_config)
 
+    # --- failed log dirs (KIP-112; the channel is `dir_failure.py`) --------------------------
+
+    def _watched(self, lg: Log) -> Log:
+        """`lg`, its I/O errors reported to the failure channel."""
+        lg.on_io_error = self.dir_failure.maybe_add_offline
+        return lg
+
+    @property
+    def live_log_dirs(self) -> list[Path]:
+        """The log dirs not taken offline by an I/O error, in `log.dirs` order."""
+        return [d for d in self.log_dirs if not self.dir_failure.has_offline(d)]
+
+    def is_dir_offline(self, dir: Path) -> bool:
+        return self.dir_failure.has_offline(dir)
+
+    def handle_log_dir_failure(self, dir: Path) -> list[TopicPartition]:
+        """Kafka's LogManager.handleLogDirFailure: forget the logs (current and future) of
+        offline `dir` and close their files without writing anything; returns the partitions
+        whose current log was there. Nothing is written to `dir` again (no checkpoint, no
+        clean-shutdown marker: the next start recovers it)."""
+        return self._forget_dir(dir)
+
+    def _forget_dir(self, dir: Path) -> list[TopicPartition]:
+        with self._lock:
+            gone = [tp for tp, d in self._dir_of.items() if d == dir]
+            logs = [self._logs.pop(tp) for tp in gone if tp in self._logs]
+            for tp in gone:
+                del self._dir_of[tp]
+            moving = [tp for tp, d in self._future_dir_of.items() if d == dir]
+            logs += [self._futures.pop(tp) for tp in moving]
+            for tp in moving:
+                del self._future_dir_of[tp]
+            self._partitions_in[dir] = 0
+            fd = self._lock_fds.pop(dir, None)
+        for lg in logs:
+            lg.on_io_error = None
+            with contextlib.suppress(Exception):
+                lg.abandon()
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if logs:
+            log.warning("logs in offline dir %s closed: %d partitions (%d moving there)",
+                        dir, len(gone), len(moving))
+        return gone
+
     def get_log(self, tp: TopicPartition) -> Log | None:
         return self._logs.get(tp)
 
@@ -274,10 +335,14 @@ class LogManager:
         if self._shut_down:
             raise StorageError("LogManager has been shut down")
 
-    def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None) -> Log:
+    def get_or_create_log(
+        self, tp: TopicPartition, config: LogConfig | None = None, *, is_new: bool = True
+    ) -> Log:
         """The log of `tp`, created (in the log dir with the fewest partitions) if missing.
 
-        A given `config` becomes the topic's config.
+        A given `config` becomes the topic's config. As Kafka's, a replica that is not new
+        (`is_new` False: the controller says it existed) is not created while a log dir is
+        offline: its log may be in that dir (StorageError).
         """
         with self._lock:
             self._check_running()
@@ -290,22 +355,35 @@ class LogManager:
                     existing.update_config(config)
                 return existing
             self._check_no_deleted_dir(tp)
-            counts = self._partitions_in
+            counts, live = self._partitions_in, self.live_log_dirs
+            if not is_new and len(live) < len(self.log_dirs):
+                raise StorageError(
+                    f"cannot create the log of {tp}: log dirs "
+                    f"{', '.join(str(d) for d in self.log_dirs if d not in live)} are offline"
+                )
+            if not live:
+                raise StorageError(f"no log dir is online to create {tp}: all of {self.log_dirs}")
             dir = self._preferred_dirs.pop(tp, None) or min(
-                self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d))
+                live, key=lambda d: (counts[d], self.log_dirs.index(d))
             )
+            if self.dir_failure.has_offline(dir):
+                raise StorageError(f"cannot create {tp}: log dir {dir} is offline")
             log_dir = dir / tp.dir_name
             from wherry.log.log import Log
 
-            created = Log.open(
-                log_dir,
-                self.config_for(tp.topic),
-                topic_partition=tp,
-                now_ms=self.now_ms_fn(),
-                had_clean_shutdown=True,
-                producer_id_expiration_ms=self.producer_id_expiration_ms,
-            )
-            fsync_dir(dir)
+            try:
+                created = self._watched(Log.open(
+                    log_dir,
+                    self.config_for(tp.topic),
+                    topic_partition=tp,
+                    now_ms=self.now_ms_fn(),
+                    had_clean_shutdown=True,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
+                ))
+                fsync_dir(dir)
+            except OSError as e:
+                self.dir_failure.maybe_add_offline(dir, f"creating {log_dir.name}", e)
+                raise storage_error(f"creating {log_dir.name}", dir, e) from e
             self._logs[tp] = created
             self._dir_of[tp] = dir
             self._partitions_in[dir] += 1
@@ -364,6 +442,8 @@ class LogManager:
         only once the future had caught up and was flushed): the future becomes the log."""
         now_ms = self.now_ms_fn()
         for tp, found in sorted(self._found_futures.items()):
+            if not found:
+                continue
             (path, dir), *extra = found
             for other, _other_dir in extra:
                 log.warning("removing duplicate future log %s of %s", other, tp)
@@ -374,13 +454,13 @@ class LogManager:
                     continue
                 from wherry.log.log import Log
 
-                future = Log.open(
+                future = self._watched(Log.open(
                     path,
                     self.config_for(tp.topic),
                     topic_partition=tp,
                     now_ms=now_ms,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
-                )
+                ))
                 self._futures[tp] = future
                 self._future_dir_of[tp] = dir
                 log.info("resuming the move of %s to %s (future log at offset %d)",
@@ -391,14 +471,14 @@ class LogManager:
             fsync_dir(dir)
             from wherry.log.log import Log
 
-            self._logs[tp] = Log.open(
+            self._logs[tp] = self._watched(Log.open(
                 target,
                 self.config_for(tp.topic),
                 topic_partition=tp,
                 log_start_offset=self._log_starts_found.get(tp, 0),
                 now_ms=now_ms,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
-            )
+            ))
             self._dir_of[tp] = dir
             self._partitions_in[dir] += 1
             log.warning("promoted the future log of %s in %s: its current log was gone", tp, dir)
@@ -438,7 +518,9 @@ class LogManager:
         path = Path(dir)
         if not path.is_absolute() or path not in self.log_dirs:
             raise LogDirNotFoundError(f"Log dir {dir} is not found in the config.")
-        if not (path.is_dir() and os.access(path, os.W_OK | os.X_OK)):
+        if self.dir_failure.has_offline(path) or not (
+            path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+        ):
             raise StorageError(f"Log directory {dir} is offline")
         return path
 
@@ -476,14 +558,14 @@ class LogManager:
             path = dest / future_dir_name(tp)
             from wherry.log.log import Log
 
-            future = Log.open(
+            future = self._watched(Log.open(
                 path,
                 self.config_for(tp.topic),
                 topic_partition=tp,
                 now_ms=self.now_ms_fn(),
                 had_clean_shutdown=True,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
-            )
+            ))
             fsync_dir(dest)
             self._futures[tp] = future
             self._future_dir_of[tp] = dest
@@ -607,9 +689,13 @@ class LogManager:
         # manager lock is only held while collecting offsets.
         with self._checkpoint_lock:
             with self._lock:
-                per_dir = {d: offsets_for(d, self._logs_in(d)) for d in self.log_dirs}
+                per_dir = {d: offsets_for(d, self._logs_in(d)) for d in self.live_log_dirs}
             for dir, offsets in per_dir.items():
-                OffsetCheckpointFile(dir / name).write(offsets)
+                try:
+                    OffsetCheckpointFile(dir / name).write(offsets)
+                except StorageError as e:  # that dir goes offline; the others are written
+                    cause = e.__cause__ if isinstance(e.__cause__, OSError) else e
+                    self.dir_failure.maybe_add_offline(dir, f"writing {name}", cause)
 
     def checkpoint_recovery_points(self) -> None:
         self._write_checkpoints(
@@ -653,7 +739,7 @@ class LogManager:
         now = self.now_ms_fn() if now_ms is None else now_ms
         deleted = 0
         for lg in self.all_logs():
-            if lg.closed:
+            if lg.closed or lg.io_failed is not None:  # its dir failed: nothing more there
                 continue
             try:
                 deleted += lg.delete_old_segments(now)
@@ -672,6 +758,8 @@ class LogManager:
             try:
                 if lg.flush_if_needed(now):
                     flushed += 1
+            except StorageError:
+                pass  # its dir went offline (logged once by the failure channel)
             except OSError:
                 log.exception("flush failed for %s", lg.topic_partition)
         return flushed
@@ -706,6 +794,8 @@ class LogManager:
             try:
                 lg.flush(now_ms=now)
                 lg.close()
+            except StorageError:  # its dir went offline now (logged once by the channel)
+                failed_dirs.add(self._dir_of[tp])
             except (OSError, LogError):
                 log.exception("error closing log %s", tp)
                 failed_dirs.add(self._dir_of[tp])
@@ -717,9 +807,12 @@ class LogManager:
             log.exception("error writing checkpoints at shutdown")
             failed_dirs.update(self.log_dirs)
         marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode()
-        for dir in self.log_dirs:
-            if dir not in failed_dirs:
-                atomic_write(dir / CLEAN_SHUTDOWN_FILE, marker)
+        for dir in self.live_log_dirs:  # an offline dir is recovered at the next start
+            if dir not in failed_dirs and not self.dir_failure.has_offline(dir):
+                try:
+                    atomic_write(dir / CLEAN_SHUTDOWN_FILE, marker)
+                except OSError as e:
+                    self.dir_failure.maybe_add_offline(dir, "writing the clean-shutdown marker", e)
         with self._lock:
             self._unlock_dirs()
         log.info("log manager shut down (%d logs)", len(logs))

@@ -779,6 +779,11 @@ class LogSegment:
             finally:
                 self._release_fd()
 
+    def release(self) -> None:
+        """Release the fd without writing the indexes (its log dir went offline)."""
+        if not self._closed:
+            self._release_fd()
+
     def _release_fd(self) -> None:
         with self._fd_lock:
             self._closed = True

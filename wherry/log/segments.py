@@ -468,6 +468,11 @@ class LogSegments:
         for _, segment in self._pending_deletes:
             segment.close()
 
+    def release(self) -> None:
+        """Release every segment's fd without writing anything (an offline log dir)."""
+        for segment in [*self._segments, *(s for _, s in self._pending_deletes)]:
+            segment.release()
+
     def delete_dir(self, *, close_segments: bool) -> None:
         """Remove the whole partition directory (closing the segments first if asked)."""
         if close_segments:

@@ -61,6 +61,8 @@ class BrokerCollector(Collector):
         yield _gauge(RM + "partitioncount", "Partitions with a replica on this broker",
                      len(parts))
         yield _gauge(RM + "leadercount", "Partitions this broker leads", len(leaders))
+        yield _gauge(RM + "offlinereplicacount", "Replicas here whose log dir is offline",
+                     len(rm.offline_partitions) if rm is not None else 0)
         yield CounterMetricFamily(RM + "isrshrinks", "ISR shrinks this broker made as leader",
                                   value=rm.isr_shrinks if rm is not None else 0)
         yield CounterMetricFamily(RM + "isrexpands", "ISR expands this broker made as leader",
@@ -144,6 +146,16 @@ class BrokerCollector(Collector):
             end.add_metric(labels, plog.log_end_offset)
         yield size
         yield end
+        offline = GaugeMetricFamily(
+            "kafka_log_logmanager_logdirectoryoffline", "1 when the log dir is offline",
+            labels=["logDirectory"])
+        dirs = lm.log_dirs if lm is not None else []
+        for d in dirs:
+            offline.add_metric([str(d)], int(lm is not None and lm.is_dir_offline(d)))
+        yield offline
+        yield _gauge("kafka_log_logmanager_offlinelogdirectorycount",
+                     "Log dirs taken offline by an I/O error",
+                     sum(1 for d in dirs if lm is not None and lm.is_dir_offline(d)))
 
     def _groups(self) -> Iterator[Metric]:
         lag = GaugeMetricFamily(

@@ -30,7 +30,7 @@ from typing import Protocol
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.log.errors import OffsetOutOfRangeError
+from wherry.log.errors import OffsetOutOfRangeError, StorageError
 from wherry.log.log import Log
 from wherry.replication.quota import ReplicationQuotaManager
 from wherry.replication.truncation import (
@@ -618,6 +618,9 @@ class ReplicaFetcher:
                     )
                 except OffsetOutOfRangeError:
                     pass  # above our high watermark for now; the next fetch moves it
+        except StorageError:  # its log dir went offline (logged once); the node stops it
+            self.states.delay(tp, self._ms() + self.config.backoff_ms)
+            return
         except Exception:
             log.exception(
                 "%s Failed to append fetched data of %s-%d at offset %d",

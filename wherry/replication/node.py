@@ -31,6 +31,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -169,6 +170,11 @@ class ReplicaNode:
         self.scheduler = Scheduler(clock)
         self._tasks: list[asyncio.Task[None]] = []
         self.running = False
+        # KIP-112: a log dir gone offline is reported (the broker tells the controller); when
+        # every dir has failed the broker must stop (the message says so).
+        self.on_log_dir_failure: Callable[[Path], None] | None = None
+        self.on_all_log_dirs_failed: Callable[[str], None] | None = None
+        self._failed_dirs: set[Path] = set()
 
     def _purgatory(self, name: str) -> DelayedOperationPurgatory[Any]:
         purgatory: DelayedOperationPurgatory[Any] = DelayedOperationPurgatory(
@@ -192,6 +198,10 @@ class ReplicaNode:
                 name=f"alter-partition-{self.broker_id}",
             ),
         ]
+        failures = self.log_manager.dir_failure
+        failures.add_listener(lambda d: loop.call_soon_threadsafe(self.handle_log_dir_failure, d))
+        for d in failures.offline_dirs():  # failed before the start (loading, say)
+            loop.call_soon(self.handle_log_dir_failure, d)
         cfg = self.config
         self.scheduler.schedule(
             "isr-expiration",
@@ -233,6 +243,32 @@ class ReplicaNode:
             if task is not None:
                 task.cancel()
         self.fetchers.fetchers.clear()
+
+    def handle_log_dir_failure(self, dir: Path) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure, on the loop: the dir's partitions stop
+        being served and fetched (KAFKA_STORAGE_ERROR from now on), its logs are closed, the
+        controller is told (`on_log_dir_failure`), which moves their leadership; with no dir
+        left the broker must stop (`on_all_log_dirs_failed`)."""
+        if not self.running or dir in self._failed_dirs:
+            return
+        self._failed_dirs.add(dir)
+        gone = self.replica_manager.mark_offline(dir)
+        self.fetchers.remove_partitions(gone)
+        self.log_manager.handle_log_dir_failure(dir)
+        log.warning(
+            "%s Stopped serving replicas in dir %s: %s",
+            self._prefix,
+            dir,
+            ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(gone)) or "none",
+        )
+        if not self.log_manager.live_log_dirs:
+            dirs = ", ".join(str(d) for d in self.log_manager.log_dirs)
+            if self.on_all_log_dirs_failed is not None:
+                self.on_all_log_dirs_failed(
+                    f"Shutdown broker because all log dirs in {dirs} have failed"
+                )
+        elif self.on_log_dir_failure is not None:
+            self.on_log_dir_failure(dir)
 
     async def _blocking(self, fn: Callable[[], T]) -> T:
         if self.config.blocking_in_executor:
@@ -287,9 +323,11 @@ class ReplicaNode:
         for ep in req.live_leaders:
             self._leader_endpoints[ep.broker_id] = LeaderAddress(ep.broker_id, ep.host, ep.port)
         if to_apply:
-            self.replica_manager.become_leader_or_follower(
+            offline = self.replica_manager.become_leader_or_follower(
                 dataclasses.replace(req, partition_states=tuple(to_apply)), self.clock.now_ms()
             )
+            for tp in offline:
+                errors[(tp.topic, tp.partition)] = int(ErrorCode.kafka_storage_error)
         return LeaderAndIsrResponse(
             int(ErrorCode.none),
             tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
@@ -303,8 +341,13 @@ class ReplicaNode:
     ) -> None:
         """Each partition's verdict (`controller_requests.leader_and_isr_verdict`): its error
         code into `errors`, the states to apply into `to_apply`."""
+        offline = self.replica_manager.offline_partitions
         for st in req.partition_states:
             key = (st.topic_name, st.partition_index)
+            if TopicPartition(*key) in offline:  # its log dir failed: the controller learns
+                errors[key] = int(ErrorCode.kafka_storage_error)  # it is offline here
+                self._log_ignored_leader_and_isr(req, st, ErrorCode.kafka_storage_error, None)
+                continue
             part = self.replica_manager.get_partition(TopicPartition(*key))
             tid = request_topic_id(req, st.topic_name)
             verdict = leader_and_isr_verdict(
@@ -331,7 +374,9 @@ class ReplicaNode:
     ) -> None:
         current = -1 if part is None else part.leader_epoch
         level = logging.WARNING
-        if error == ErrorCode.unknown_topic_or_partition:
+        if error == ErrorCode.kafka_storage_error:
+            reason = "the replica is in an offline log directory"
+        elif error == ErrorCode.unknown_topic_or_partition:
             reason = f"itself is not in assigned replica list {list(st.replicas)}"
         elif error == ErrorCode.inconsistent_topic_id:
             reason = (
@@ -387,9 +432,13 @@ class ReplicaNode:
             part = self.replica_manager.get_partition(TopicPartition(*key))
             current = None if part is None else part.leader_epoch
             code = stop_replica_error(sp, current)
+            if TopicPartition(*key) in self.replica_manager.offline_partitions:
+                code = ErrorCode.kafka_storage_error  # Kafka: HostedPartition.Offline
             errors[key] = int(code)
             if code == ErrorCode.none:
                 to_stop.append(sp)
+            elif code == ErrorCode.kafka_storage_error:
+                continue
             else:
                 state_change_log.warning(
                     "%s Ignoring StopReplica request (delete=%s) from controller %d epoch %d "

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
-from wherry.log.errors import OffsetOutOfRangeError
+from wherry.log.errors import OffsetOutOfRangeError, StorageError
 from wherry.log.file_region import FileRegion
 from wherry.log.log import Log
 from wherry.log.manager import LogManager
@@ -110,6 +111,9 @@ class ReplicaManager:
         self.produce_purgatory = produce_purgatory
         self.fetch_purgatory = fetch_purgatory
         self.partitions: dict[TopicPartition, Partition] = {}
+        # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline):
+        # they answer KAFKA_STORAGE_ERROR until the broker restarts.
+        self.offline_partitions: set[TopicPartition] = set()
         self.on_leadership_change: LeadershipListener | None = None
         # KIP-227 sessions (None: every fetch is sessionless); told of every partition change.
         self.fetch_sessions: FetchSessionCache | None = None
@@ -120,24 +124,44 @@ class ReplicaManager:
     def get_partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
 
+    def missing_partition_error(self, tp: TopicPartition, default: ErrorCode) -> ErrorCode:
+        """The error for a partition not served here: KAFKA_STORAGE_ERROR when its log dir
+        went offline, else `default`."""
+        return ErrorCode.kafka_storage_error if tp in self.offline_partitions else default
+
     def leader_partition(self, tp: TopicPartition, current_leader_epoch: int = -1) -> Partition:
         p = self.partitions.get(tp)
         if p is None:
-            raise PartitionError(ErrorCode.unknown_topic_or_partition)
+            raise PartitionError(
+                self.missing_partition_error(tp, ErrorCode.unknown_topic_or_partition)
+            )
         p.require_leader(current_leader_epoch)
         return p
 
     # --- controller requests (SPEC H5) ---------------------------------------------------
-    def become_leader_or_follower(self, req: LeaderAndIsrRequest, now_ms: int) -> None:
+    def become_leader_or_follower(
+        self, req: LeaderAndIsrRequest, now_ms: int
+    ) -> list[TopicPartition]:
         """Apply partition states the replica node has judged (`replication/node.py` owns
-        the epoch and replica-list rules): lead or follow each, and re-check parked requests."""
+        the epoch and replica-list rules): lead or follow each, and re-check parked requests.
+        Returns the partitions whose log could not be opened or created (a failed log dir):
+        they are offline here and answer KAFKA_STORAGE_ERROR."""
         became_leader: list[tuple[TopicPartition, int]] = []
         became_follower: list[TopicPartition] = []
+        failed: list[TopicPartition] = []
         with batched_lines():  # two state-change lines per partition, written as one record
             for st in req.partition_states:
-                self._apply_partition_state(req, st, became_leader, became_follower)
+                try:
+                    self._apply_partition_state(req, st, became_leader, became_follower)
+                except StorageError as e:
+                    tp = TopicPartition(st.topic_name, st.partition_index)
+                    log.error("[ReplicaManager broker=%d] %s is offline: %s",
+                              self.broker_id, tp, e)
+                    self.offline_partitions.add(tp)
+                    failed.append(tp)
         if self.on_leadership_change is not None and (became_leader or became_follower):
             self.on_leadership_change(became_leader, became_follower)
+        return failed
 
     def _apply_partition_state(
         self,
@@ -148,7 +172,7 @@ class ReplicaManager:
     ) -> None:
         tp = TopicPartition(st.topic_name, st.partition_index)
         current = self.partitions.get(tp)
-        part = current or self._create_partition(tp, req.topic_ids.get(tp.topic))
+        part = current or self._create_partition(tp, req.topic_ids.get(tp.topic), st.is_new)
         old_role = _role(current)
         if st.leader == self.broker_id:
             part.make_leader(st, self._monotonic_ms())  # follower lag: monotonic
@@ -173,8 +197,10 @@ class ReplicaManager:
         # Parked requests re-check under the new leadership.
         self._try_complete_delayed(tp)
 
-    def _create_partition(self, tp: TopicPartition, topic_id: object) -> Partition:
-        plog = self.log_manager.get_or_create_log(tp, self._config_for(tp.topic))
+    def _create_partition(
+        self, tp: TopicPartition, topic_id: object, is_new: bool = True
+    ) -> Partition:
+        plog = self.log_manager.get_or_create_log(tp, self._config_for(tp.topic), is_new=is_new)
         part = Partition(
             tp=tp,
             local_broker_id=self.broker_id,
@@ -219,6 +245,20 @@ class ReplicaManager:
             )
         return to_delete
 
+    def mark_offline(self, dir: Path) -> list[TopicPartition]:
+        """Kafka's handleLogDirFailure, the replica manager's part: the partitions whose log
+        is in offline `dir` stop being served (parked requests on them complete, the
+        leadership listener hears of it) and answer KAFKA_STORAGE_ERROR from now on."""
+        gone = [tp for tp, part in self.partitions.items() if part.log.dir.parent == dir]
+        for tp in gone:
+            self.partitions.pop(tp).leader_id = -1
+            self.offline_partitions.add(tp)
+        for tp in gone:
+            self._try_complete_delayed(tp)
+        if self.on_leadership_change is not None and gone:
+            self.on_leadership_change([], gone)
+        return gone
+
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
 
@@ -252,8 +292,8 @@ class ReplicaManager:
 
     def _acks_check(self, tp: TopicPartition, st: ProducePartitionStatus) -> ErrorCode | None:
         part = self.partitions.get(tp)
-        if part is None:  # stopped or deleted meanwhile: leadership lost
-            return ErrorCode.not_leader_or_follower
+        if part is None:  # stopped or deleted meanwhile (or its dir failed): leadership lost
+            return self.missing_partition_error(tp, ErrorCode.not_leader_or_follower)
         return part.acks_all_satisfied(st.required_offset, part.log.config.min_insync_replicas)
 
     def _append_one(
@@ -275,7 +315,7 @@ class ReplicaManager:
 
         part = self.partitions.get(tp)
         if part is None:
-            return failed(ErrorCode.unknown_topic_or_partition)
+            return failed(self.missing_partition_error(tp, ErrorCode.unknown_topic_or_partition))
         if not part.is_leader:
             return failed(ErrorCode.not_leader_or_follower)
         if not data:
@@ -572,7 +612,9 @@ class ReplicaManager:
         for fp in partitions:
             part = self.partitions.get(fp.tp)
             if part is None:
-                out[fp.tp] = FetchPartitionResult(ErrorCode.unknown_topic_or_partition)
+                out[fp.tp] = FetchPartitionResult(
+                    self.missing_partition_error(fp.tp, ErrorCode.unknown_topic_or_partition)
+                )
                 continue
             try:
                 if debugging:

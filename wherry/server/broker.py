@@ -178,6 +178,8 @@ class Broker:
         # Per-API request counts and times (read by /metrics); the HTTP listener, if any.
         self.request_stats = RequestStats()
         self.http: ObservabilityServer | None = None
+        # What a broker that must stop now does (every log dir failed): exit the process.
+        self.fatal: Callable[[str], None] = _halt
 
     @functools.cached_property
     def scram_credentials(self) -> ScramCredentialCache:
@@ -222,7 +224,9 @@ class Broker:
         if self._coordinator is None and not self.uses_zookeeper:
             from wherry.coordination.embedded import EmbeddedCoordinator
 
-            self._coordinator = EmbeddedCoordinator(cfg.data_dir)
+            self._coordinator = EmbeddedCoordinator(
+                cfg.metadata_dir, on_write_failure=lambda m: _halt(f"Shutdown broker because {m}")
+            )
         self.store = await self._open_session()
         self._watch_session(self.store)
         # A first start creates its cluster id with the persistent paths (one transaction).
@@ -351,6 +355,11 @@ class Broker:
         self.shares.attach_groups(self.groups)
         self.network.on_close = lambda conn: self.shares.on_connection_closed(conn.id)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
+        from wherry.server.log_dir_failure import LogDirEventReporter
+
+        reporter = LogDirEventReporter(self.broker_id, lambda: self.store)
+        self.node.on_log_dir_failure = reporter.report
+        self.node.on_all_log_dirs_failed = lambda message: self.fatal(message)
         self.node.start()
         await self.groups.start(self.store)
         await self.transactions.start(self.store)
@@ -904,6 +913,12 @@ class Broker:
         import wherry.server.dispatch as dispatch
 
         return await dispatch.dispatch(self, req, self.request_stats, self._prefix)
+
+
+def _halt(message: str) -> None:
+    from wherry.server.log_dir_failure import halt
+
+    halt(message)
 
 
 def _scram_user_of(entity: str) -> str | None:

@@ -137,6 +137,7 @@ class BrokerConfig:
     listeners: tuple[Endpoint, ...] = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
     advertised_listeners: tuple[Endpoint, ...] | None = None
     log_dirs: tuple[Path, ...] = (Path("wherry-data"),)
+    metadata_log_dir: Path | None = None
     num_partitions: int = 1
     default_replication_factor: int = 1
     auto_create_topics_enable: bool = True
@@ -239,8 +240,14 @@ class BrokerConfig:
 
     @property
     def data_dir(self) -> Path:
-        """Where broker-level state (the embedded metadata store, meta.properties) lives."""
+        """Where broker-level state (meta.properties, state-change.log) lives."""
         return self.log_dirs[0]
+
+    @property
+    def metadata_dir(self) -> Path:
+        """Where the embedded metadata store lives (`<dir>/__meta/metadata.db`):
+        `metadata.log.dir` (Kafka's name for the metadata log's dir), else the first log dir."""
+        return self.metadata_log_dir or self.log_dirs[0]
 
     @classmethod
     def from_props(cls, props: Mapping[str, str]) -> BrokerConfig:
@@ -275,6 +282,7 @@ class BrokerConfig:
         take("log.dirs", lambda v: tuple(Path(x.strip()) for x in v.split(",") if x.strip()))
         if "log.dirs" not in p:
             take("log.dir", lambda v: (Path(v.strip()),), "log_dirs")
+        take("metadata.log.dir", lambda v: Path(v.strip()) if v.strip() else None)
         take("num.partitions", _int)
         take("default.replication.factor", _int)
         take("auto.create.topics.enable", _bool)

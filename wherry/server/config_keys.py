@@ -32,6 +32,7 @@ __all__ = [
 # Read by BrokerConfig.from_props (wherry/server/config.py).
 _BROKER_KEYS = frozenset({
     "broker.id", "node.id", "listeners", "advertised.listeners", "log.dirs", "log.dir",
+    "metadata.log.dir",
     "num.partitions", "default.replication.factor", "auto.create.topics.enable",
     "delete.topic.enable", "auto.leader.rebalance.enable",
     "leader.imbalance.check.interval.seconds", "leader.imbalance.per.broker.percentage",

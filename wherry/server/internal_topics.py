@@ -76,5 +76,6 @@ class InternalTopic:
                     e.error_code.name,
                     e.message,
                 )
-        except Exception:
-            log.exception("%s Could not create %s", self._prefix, self.name)
+        except Exception as e:  # one line (e.g. the metadata store failed); retried on demand
+            log.error("%s Could not create %s: %s: %s", self._prefix, self.name,
+                      type(e).__name__, e, exc_info=log.isEnabledFor(logging.DEBUG))

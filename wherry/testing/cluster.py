@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import os
 import signal
 import subprocess
@@ -63,6 +65,8 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
 
 PER_BROKER_KEYS = ("broker.id", "node.id", "listeners", "log.dirs", "log.dir")
 """Settings a cluster sets per broker; given as overrides they would clash."""
@@ -109,6 +113,7 @@ class DevClusterOptions(TypedDict, total=False):
     overrides: Mapping[str, str] | None
     properties_file: Path | None
     http_base_port: int | None
+    log_dirs: Mapping[int, Sequence[Path]] | None
 
 
 class AsyncDevCluster:
@@ -124,10 +129,13 @@ class AsyncDevCluster:
         overrides: Mapping[str, str] | None = None,
         properties_file: Path | None = None,
         http_base_port: int | None = None,
+        log_dirs: Mapping[int, Sequence[Path]] | None = None,
     ) -> None:
         """``http_base_port``: None leaves the brokers without HTTP listener (unless the
         overrides set `http.listeners`); 0 gives each one on a port the OS chooses; N gives
-        broker b port N+b (`http_url`), kept across restarts."""
+        broker b port N+b (`http_url`), kept across restarts. ``log_dirs[b]`` gives broker b
+        several log dirs (default: ``<directory>/broker-<b>``). A broker whose every log dir
+        fails is stopped (hard), not the process."""
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         props = _check_overrides(overrides or {})
@@ -138,9 +146,11 @@ class AsyncDevCluster:
         self.broker_ids = list(range(brokers))
         self.overrides = props
         self.properties_file = properties_file
+        self.log_dirs = {b: list(d) for b, d in (log_dirs or {}).items()}
         self._ports = {b: base_port + b if base_port else 0 for b in self.broker_ids}
         self.coordinator: EmbeddedCoordinator | None = None
         self.brokers: dict[int, Broker] = {}
+        self._failed_stops: set[asyncio.Task[None]] = set()
         self._channel: InProcessChannel | None = None
         # Configuration errors surface before anything starts.
         if any(self.config_for(b).zookeeper_connect for b in self.broker_ids):
@@ -156,7 +166,8 @@ class AsyncDevCluster:
                 props[key] = value
         props["broker.id"] = str(broker_id)
         props["listeners"] = f"PLAINTEXT://{self.host}:{self._ports[broker_id]}"
-        props["log.dirs"] = str(self.directory / f"broker-{broker_id}")
+        own = self.log_dirs.get(broker_id, [self.directory / f"broker-{broker_id}"])
+        props["log.dirs"] = ",".join(map(str, own))
         if self.http_base_port is not None:
             port = self._http_ports.get(broker_id) or (
                 self.http_base_port + broker_id if self.http_base_port else 0
@@ -203,6 +214,7 @@ class AsyncDevCluster:
         broker = Broker(
             self.config_for(broker_id), coordinator=self.coordinator, channel=self._channel
         )
+        broker.fatal = functools.partial(self._broker_failed, broker_id)
         try:
             await broker.start()
         except BaseException:
@@ -214,6 +226,15 @@ class AsyncDevCluster:
         if broker.http is not None and broker.http.bound:
             self._http_ports.setdefault(broker_id, broker.http.bound[0][1])
         return broker
+
+    def _broker_failed(self, broker_id: int, message: str) -> None:
+        """A broker must stop (every log dir failed): a hard stop of that broker alone."""
+        log.error("%s", message)
+        task = asyncio.get_running_loop().create_task(
+            self.stop_broker(broker_id, controlled=False), name=f"stop-failed-{broker_id}"
+        )
+        self._failed_stops.add(task)
+        task.add_done_callback(self._failed_stops.discard)
 
     async def stop_broker(self, broker_id: int, *, controlled: bool = True) -> None:
         """Stop a broker cleanly; its session ends, so its registration disappears.
@@ -503,13 +524,15 @@ class ZkCluster(Startable):
         listeners: Sequence[str] = ("PLAINTEXT",),
         broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
         http: bool = False,
+        log_dirs: Mapping[int, Sequence[Path]] | None = None,
     ) -> None:
         """`listeners` names each broker's listeners (one free port each, the first is
         `address(b)`); their security comes from `overrides` (listener.security.protocol.map,
         ssl.*, sasl.*, ...). `broker_overrides[b]` goes over `overrides` for broker b only;
         it is a mutable attribute, read at each (re)start, so a test can restart a broker with
         other settings (a wrong password, ...). `http` gives each broker an HTTP listener on a
-        free port (`http_url(b)`); without it the brokers run with none (`http.listeners=`)."""
+        free port (`http_url(b)`); without it the brokers run with none (`http.listeners=`).
+        `log_dirs[b]` gives broker b several log dirs (default: ``<directory>/broker-<b>``)."""
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.listeners = tuple(listeners)
@@ -533,6 +556,7 @@ class ZkCluster(Startable):
         }
         self.ports = {b: ports[self.listeners[0]] for b, ports in self.listener_ports.items()}
         self.http_ports = {b: find_free_port(host) for b in self.broker_ids} if http else {}
+        self.log_dirs = {b: list(d) for b, d in (log_dirs or {}).items()}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._starts: dict[int, int] = {}  # output offset where the current run began
         self._zk: KazooClient | None = None
@@ -648,6 +672,7 @@ class ZkCluster(Startable):
             self.start_broker(broker_id, wait=False)
 
     def command(self, broker_id: int) -> list[str]:
+        b = broker_id
         cmd = [
             sys.executable,
             "-m",
@@ -660,7 +685,7 @@ class ZkCluster(Startable):
             "--listeners",
             ",".join(f"{n}://{self.address(broker_id, n)}" for n in self.listeners),
             "--log-dirs",
-            str(self.directory / f"broker-{broker_id}"),
+            ",".join(map(str, self.log_dirs.get(broker_id, [self.directory / f"broker-{b}"]))),
             "--override",
             f"zookeeper.session.timeout.ms={self.session_timeout_ms}",
         ]

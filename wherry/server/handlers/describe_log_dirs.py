@@ -5,8 +5,9 @@ As Kafka's `ReplicaManager.describeLogDirs`: every log directory with the logs i
 (all of them, or those of the requested partitions), each log's size (the bytes of its
 segments) and offset lag `max(0, HW - LEO)`; a future log (a replica being moved there by
 AlterReplicaLogDirs) is listed in its dir with `is_future_key` and the lag
-`max(0, current LEO - future LEO)`. Versions 1-4 (kio has no v0; Kafka 4 dropped it); v4
-adds the volume's total and usable bytes.
+`max(0, current LEO - future LEO)`. A log dir taken offline by an I/O error (KIP-112) is
+listed with KAFKA_STORAGE_ERROR and no partitions, as Kafka lists it. Versions 1-4 (kio has
+no v0; Kafka 4 dropped it); v4 adds the volume's total and usable bytes.
 """
 
 from __future__ import annotations
@@ -91,6 +92,17 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         by_dir[where].setdefault(tp.topic, []).append(_partition(future, current))
     results: list[dict[str, Any]] = []
     for log_dir, topics in by_dir.items():
+        if manager.is_dir_offline(log_dir):
+            results.append(
+                {
+                    "error_code": ErrorCode.kafka_storage_error,
+                    "log_dir": str(log_dir),
+                    "topics": [],
+                    "total_bytes": UNKNOWN_BYTES,
+                    "usable_bytes": UNKNOWN_BYTES,
+                }
+            )
+            continue
         total, usable = _volume(log_dir)
         entries: list[dict[str, Any]] = [
             {"name": name, "partitions": sorted(parts, key=_partition_index)}

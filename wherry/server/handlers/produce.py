@@ -107,8 +107,10 @@ async def handle(
                 errors[(key, p.index)] = ErrorCode.invalid_topic_exception
             elif broker.replica_manager.get_partition(TopicPartition(name, p.index)) is None:
                 # The partition exists but has no replica here: the client's metadata is
-                # stale (Kafka's ReplicaManager.getPartitionOrError).
-                errors[(key, p.index)] = ErrorCode.not_leader_or_follower
+                # stale, or its log dir failed (Kafka's ReplicaManager.getPartitionOrError).
+                errors[(key, p.index)] = broker.replica_manager.missing_partition_error(
+                    TopicPartition(name, p.index), ErrorCode.not_leader_or_follower
+                )
             else:
                 entries[TopicPartition(name, p.index)] = p.records
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import random
 import time
@@ -51,6 +50,7 @@ from wherry.runtime.scheduler import Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
 from wherry.security.principal import Session
+from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.handlers import SUPPORTED_VERSIONS
@@ -811,51 +811,24 @@ class Broker:
             return defaults
 
     async def _load_topic_overrides(self, topics: list[str] | None = None) -> None:
-        if topics is None:
-            try:
-                topics = await self.store.get_children(paths.CONFIG_TOPICS)
-            except NoNodeError:
-                topics = []
-        for t in topics:
-            try:
-                data, _ = await self.store.get(paths.topic_config_path(t))
-                self._topic_overrides[t] = paths.decode_config(data)
-            except NoNodeError:
-                self._topic_overrides.pop(t, None)
-            self.dynamic_config.update_topic(t, self._topic_overrides.get(t))
+        await config_changes.load_topic_overrides(
+            self.store, self.dynamic_config, self._topic_overrides, topics
+        )
+
+    async def reload_topic_overrides(self, topics: list[str]) -> dict[str, str]:
+        await self._load_topic_overrides(topics)
+        return dict(self._topic_overrides.get(topics[0], {})) if topics else {}
+
+    def on_topic_overrides(self, topic: str, overrides: dict[str, str]) -> None:
+        if hasattr(self, "controller") and self.controller.active:
+            self.controller.ctx.topic_configs[topic] = overrides
+
+    @property
+    def log_prefix(self) -> str:
+        return self._prefix
 
     async def _apply_config_change(self, path: str, data: bytes) -> None:
-        """One `/config/changes` notification (Kafka's ZK config-change mechanism)."""
-        try:
-            entity = json.loads(data).get("entity_path", "")
-        except ValueError:
-            log.warning("%s ignoring unreadable config change %s", self._prefix, path)
-            return
-        if entity.startswith(("users/", "clients/")):  # a user's SCRAM credentials: below
-            await self.client_quotas.apply_change(self.store, entity)
-        if entity.startswith("topics/"):
-            topic = entity.split("/", 1)[1]
-            await self._load_topic_overrides([topic])
-            cfg = self.topic_log_config(topic)
-            self.log_manager.update_config(topic, cfg)
-            if hasattr(self, "controller") and self.controller.active:
-                self.controller.ctx.topic_configs[topic] = dict(
-                    self._topic_overrides.get(topic, {})
-                )
-            log.info("%s applied config change for topic %s", self._prefix, topic)
-        elif self.dynamic_config.applies_to(entity):
-            await self.dynamic_config.load(self.store)
-            # Dynamic log defaults apply at once to every topic (under its own overrides).
-            self.log_manager.update_default_config(self.log_defaults())
-            for topic in sorted({tp.topic for tp in self.log_manager.topic_partitions()}):
-                self.log_manager.update_config(topic, self.topic_log_config(topic))
-            log.info("%s applied dynamic broker config change (%s)", self._prefix, entity)
-        elif entity.startswith("groups/"):
-            self.shares.on_group_config_change(paths.desanitize(entity.split("/", 1)[1]))
-            log.info("%s applied config change for group %s", self._prefix, entity[7:])
-        elif (scram_user := _scram_user_of(entity)) is not None:
-            await self.scram_credentials.reload_user(self.store, scram_user)
-            log.info("%s reloaded the SCRAM credentials of user %s", self._prefix, scram_user)
+        await config_changes.apply_config_change(self, path, data)
 
     # --- client requests -----------------------------------------------------------------
     async def handle_frame(
@@ -920,8 +893,3 @@ def _halt(message: str) -> None:
 
     halt(message)
 
-
-def _scram_user_of(entity: str) -> str | None:
-    from wherry.security.scram_store import user_of_entity
-
-    return user_of_entity(entity)

@@ -42,6 +42,7 @@ from wherry.coordination.store import (
 )
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
+from wherry.observability.network_stats import NetworkStats
 from wherry.observability.request_stats import RequestStats, request_name
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.replication.controller_requests import ControllerFence
@@ -169,6 +170,7 @@ class Broker:
         self.sasl_gate: SaslGate
         # Per-API request counts and times (read by /metrics); the HTTP listener, if any.
         self.request_stats = RequestStats()
+        self.network_stats = NetworkStats()
         self.http: ObservabilityServer | None = None
 
     @functools.cached_property
@@ -234,7 +236,11 @@ class Broker:
         # Bound after log recovery, as Kafka binds its acceptors; only ApiVersions is answered
         # before the start completes (`handle_frame`), while the rest is imported and started.
         self.network = NetworkServer(
-            self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
+            self.handle_frame,
+            max_request_bytes=cfg.socket_request_max_bytes,
+            limits=cfg.connection_limits,
+            inter_broker_listener=cfg.inter_broker_listener,
+            stats=self.network_stats,
         )
         self.bound_ports = []
         for ep in cfg.listeners:
@@ -378,6 +384,7 @@ class Broker:
                 self._state_change_log.path if self._state_change_log is not None else None
             ),
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            network_stats=self.network_stats,
             replica_manager=lambda: self.node.replica_manager if hasattr(self, "node") else None,
             controller=lambda: getattr(self, "controller", None),
             groups=lambda: self.groups.coordinator if hasattr(self, "groups") else None,

@@ -8,6 +8,15 @@ acks=all Produce appended and parked until the ISR has it) returns a `Deferred`;
 connection then goes on with its next request while up to `_MAX_DEFERRED` answers wait, and
 a writer sends every answer in request order. A frame the protocol layer rejects closes the
 connection with a log line.
+
+Kafka's limits (`connection_limits.py`, accounted in `connection_quotas.py`): a connection
+over its address's `max.connections.per.ip` is closed at once; one over `max.connections` or
+the connection creation rate waits, unread, until it may be served; a connection with
+nothing received or sent for `connections.max.idle.ms` (a half-received frame included) is
+closed by a sweep that looks at every connection a few times per idle period. Requests are
+received into memory reserved from the `queued.max.request.bytes` pool as their bytes
+arrive; a connection that needs memory the pool refuses pauses its reading until a handled
+request gives some back.
 """
 
 from __future__ import annotations
@@ -22,9 +31,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from wherry.log.file_region import FileRegion, ShortRegionError
+from wherry.observability.network_stats import NetworkStats
 from wherry.protocol.framing import FrameDecoder, FrameError
+from wherry.protocol.memory_pool import MemoryPool
 from wherry.protocol.response_parts import ResponsePart
 from wherry.security.principal import ANONYMOUS, KafkaPrincipal, user
+from wherry.server.connection_limits import ConnectionLimits
+from wherry.server.connection_quotas import ConnectionQuotas
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +46,15 @@ _RECEIVE_SCRATCH_BYTES = 64 * 1024
 # Answers a connection may have waiting while it handles further requests (Kafka clients
 # keep at most 5 requests in flight per connection by default)
 _MAX_DEFERRED = 16
+# Connections that may wait to be served (over max.connections or the creation rate) before
+# further ones are closed at once: Kafka leaves them in the listen backlog, this long
+_MAX_WAITING = 512
+
+# Why a connection's reading is paused (a bit each; reading resumes once none is left)
+PAUSE_QUEUE = 1  # requests received and not yet handled: _MAX_QUEUED
+PAUSE_MEMORY = 2  # the memory pool refused what the next read needs
+PAUSE_ADMISSION = 4  # not served yet: over max.connections or the creation rate
+PAUSE_MUTED = 8  # muted from outside (see `_Connection.mute`)
 
 
 class CloseConnection(Exception):
@@ -107,7 +129,9 @@ class _Connection(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener
         self.security_protocol = security_protocol
-        self.decoder = FrameDecoder(server.max_request_bytes, server.receive_scratch)
+        self.decoder = FrameDecoder(
+            server.max_request_bytes, server.receive_scratch, server.decoder_pool
+        )
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[memoryview | None] = collections.deque()
         self.wakeup = asyncio.Event()
@@ -116,7 +140,13 @@ class _Connection(asyncio.BufferedProtocol):
         self.closing = False
         self.task: asyncio.Task[None] | None = None
         self.info: ConnectionInfo | None = None
-        self.reading_paused = False
+        self.paused = 0  # PAUSE_* bits
+        self.admitted = False  # counted in the quotas and served
+        self.ip = "?"
+        self.ready_at = 0.0  # (waiting for admission) not before this loop time
+        self.close_reason = "client"  # for the metrics: who or what closed it
+        self.handling = False  # a request is being handled
+        self.last_active = server.now()  # loop time of the last byte received or sent
         self.writable: asyncio.Future[None] | None = None  # waiting to sendfile more
         # Answers to send in request order once a request was deferred (see `Deferred`)
         self.answers: collections.deque[asyncio.Future[Response | None]] = collections.deque()
@@ -126,6 +156,7 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
+        self.ip = str(peer[0]) if peer else "?"
         self.server._next_id += 1
         self.info = ConnectionInfo(
             f"{peer[0]}:{peer[1]}" if peer else "?",
@@ -135,7 +166,35 @@ class _Connection(asyncio.BufferedProtocol):
             principal=certificate_principal(transport.get_extra_info("ssl_object")),
         )
         self.server._connections.add(self)
+        self.server._arrived(self)
+
+    def start(self) -> None:
+        """Admitted: served from now on."""
+        self.admitted = True
+        self.last_active = self.server.now()
         self.task = asyncio.get_running_loop().create_task(self._run())
+        self.resume(PAUSE_ADMISSION)
+
+    def pause(self, reason: int) -> None:
+        """Stop reading for `reason` (a PAUSE_* bit) until `resume(reason)`."""
+        if not self.paused and self.transport is not None and not self.closing:
+            self.transport.pause_reading()
+        self.paused |= reason
+
+    def resume(self, reason: int) -> None:
+        if not self.paused & reason:
+            return
+        self.paused &= ~reason
+        if not self.paused and self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    def mute(self) -> None:
+        """Read no further requests until `unmute` (what Kafka does to a throttled client's
+        channel); requests already received are still handled."""
+        self.pause(PAUSE_MUTED)
+
+    def unmute(self) -> None:
+        self.resume(PAUSE_MUTED)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.decoder.get_buffer()
@@ -143,17 +202,42 @@ class _Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
             return
+        self.last_active = self.server.now()
+        decoder = self.decoder
         try:
-            frames = self.decoder.buffer_updated(nbytes)
+            frames = decoder.buffer_updated(nbytes)
         except FrameError as e:
             self.close(f"invalid frame: {e}")
             return
         if frames:
             self.queue.extend(frames)
             self.wakeup.set()
-            if len(self.queue) >= _MAX_QUEUED and self.transport and not self.reading_paused:
-                self.reading_paused = True
-                self.transport.pause_reading()
+            if len(self.queue) >= _MAX_QUEUED:
+                self.pause(PAUSE_QUEUE)
+        if decoder.pool is not None and decoder.needs_memory and not self.paused & PAUSE_MEMORY:
+            self.pause(PAUSE_MEMORY)
+            decoder.pool.wait(self._memory_released)
+
+    def _memory_released(self) -> bool:
+        """The pool has room again: take the next read's window (False: still none)."""
+        if self.closing:
+            return True
+        if not self.decoder.grow():
+            return False
+        self.resume(PAUSE_MEMORY)
+        return True
+
+    def _release_memory(self) -> None:
+        """The connection is gone: what its requests hold of the pool goes back."""
+        pool = self.decoder.pool
+        if pool is None:
+            return
+        pool.cancel(self._memory_released)
+        held = sum(len(f) for f in self.queue if f is not None)
+        self.queue.clear()
+        self.decoder.release()
+        if held:
+            pool.release(held)
 
     def eof_received(self) -> bool | None:
         # Answer what was received, then close (a client may half-close after sending).
@@ -163,8 +247,11 @@ class _Connection(asyncio.BufferedProtocol):
         return self.info is None or self.info.security_protocol not in ("SSL", "SASL_SSL")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closing:
+            self.close_reason = "error" if exc is not None else "client"
         self.closing = True
         self.server._connections.discard(self)
+        self.server._gone(self)
         if self.info is not None and self.server.on_close is not None:
             try:
                 self.server.on_close(self.info)
@@ -174,12 +261,13 @@ class _Connection(asyncio.BufferedProtocol):
         self.can_write.set()
         self._stop_waiting_for_writable()
         self._drop_answers()
-        if self.decoder.buffered_bytes:
+        if self.decoder.buffered_bytes and self.close_reason != "idle":
             log.info(
                 "Connection %s closed with %d bytes of a partial request",
                 self.info.peer if self.info else "?",
                 self.decoder.buffered_bytes,
             )
+        self._release_memory()
 
     def pause_writing(self) -> None:
         self.can_write.clear()
@@ -187,11 +275,14 @@ class _Connection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.can_write.set()
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, *, why: str = "error", level: int = logging.WARNING) -> None:
+        """Close the connection, logging `reason`; `why` is its close reason in the metrics."""
         if self.closing:
             return
         self.closing = True
-        log.warning(
+        self.close_reason = why
+        log.log(
+            level,
             "Closing connection %s (listener %s): %s",
             self.info.peer if self.info else "?",
             self.listener,
@@ -320,6 +411,7 @@ class _Connection(asyncio.BufferedProtocol):
             await self._write_parts(response)
             return
         self.transport.write(response)
+        self.last_active = self.server.now()
         if not self.can_write.is_set():
             await self.can_write.wait()
 
@@ -387,14 +479,14 @@ class _Connection(asyncio.BufferedProtocol):
                     await self.wakeup.wait()
                     continue
                 frame = self.queue.popleft()
-                if self.reading_paused and len(self.queue) < _MAX_QUEUED // 2 and self.transport:
-                    self.reading_paused = False
-                    self.transport.resume_reading()
+                if self.paused & PAUSE_QUEUE and len(self.queue) < _MAX_QUEUED // 2:
+                    self.resume(PAUSE_QUEUE)
                 if frame is None:  # EOF sentinel
                     await self._answers_sent()
                     if self.transport is not None:
                         self.transport.close()
                     return
+                self.handling = True
                 try:
                     response = await handler(self.info, frame)
                 except CloseConnection as e:
@@ -409,6 +501,12 @@ class _Connection(asyncio.BufferedProtocol):
                         self.transport.write(e.response)  # flushed before the close
                     self.close(str(e))
                     return
+                finally:  # the request is handled: its memory goes back to the pool
+                    self.handling = False
+                    self.last_active = self.server.now()
+                    pool = self.decoder.pool
+                    if pool is not None:
+                        pool.release(len(frame))
                 if isinstance(response, Deferred):
                     self._queue_answer(asyncio.ensure_future(response.answer))
                 elif self.answers:
@@ -441,6 +539,28 @@ def _close_regions(fut: asyncio.Future[Response | None]) -> None:
         for part in response:
             if isinstance(part, FileRegion):
                 part.close()
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def _resolve_overrides(limits: ConnectionLimits) -> dict[str, int]:
+    """max.connections.per.ip.overrides by address: a host name counts for the address it
+    resolves to (as Kafka's InetAddress.getByName), an unresolvable one for nothing."""
+    out: dict[str, int] = {}
+    for host, count in limits.max_connections_per_ip_overrides.items():
+        if _ip_literal_family(host) is not None:
+            out[host] = count
+            continue
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError:
+            log.warning("max.connections.per.ip.overrides: cannot resolve %s", host)
+            continue
+        for info in infos:
+            out.setdefault(str(info[4][0]), count)
+    return out
 
 
 def _ip_literal_family(host: str) -> socket.AddressFamily | None:
@@ -483,16 +603,153 @@ class NetworkServer:
         *,
         max_request_bytes: int,
         on_close: CloseListener | None = None,
+        limits: ConnectionLimits | None = None,
+        inter_broker_listener: str | None = None,
+        stats: NetworkStats | None = None,
     ) -> None:
         self.handler = handler
         self.on_close = on_close
         self.max_request_bytes = max_request_bytes
+        self.limits = limits = limits or ConnectionLimits()
         # Where every connection's socket reads land between frames (one event loop reads one
         # socket at a time, and the bytes are copied out at once): see FrameDecoder.
         self.receive_scratch = bytearray(_RECEIVE_SCRATCH_BYTES)
+        self.pool = MemoryPool(limits.pool_capacity)
+        # decoders count in the pool only when it is bounded (Kafka's MemoryPool.NONE counts
+        # nothing): an unbounded one costs the common case nothing
+        self.decoder_pool = self.pool if self.pool.bounded else None
+        self.quotas = ConnectionQuotas(
+            limits, inter_broker_listener, _resolve_overrides(limits)
+        )
+        self.stats = stats if stats is not None else NetworkStats()
+        self.stats.pool = self._pool_numbers
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[_Connection] = set()
         self._next_id = 0
+        # connections waiting to be served, per listener, in arrival order
+        self._waiting: dict[str, collections.deque[_Connection]] = {}
+        self._admit_timer: asyncio.TimerHandle | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.now: Callable[[], float] = _loop_time
+
+    def _pool_numbers(self) -> tuple[int, int]:
+        pool = self.pool
+        return (pool.used, pool.available) if pool.bounded else (0, pool.available)
+
+    # --- admission: Kafka's ConnectionQuotas ---------------------------------------------
+    def _arrived(self, conn: _Connection) -> None:
+        """A new connection: served now, made to wait, or closed (over its address's limit,
+        or too many waiting)."""
+        listener = conn.listener
+        throttle_ms = self.quotas.record_creation(listener, int(self.now() * 1000))
+        waiting = self._waiting.get(listener)
+        if not waiting and throttle_ms <= 0 and self.quotas.slot_available(listener):
+            self._admit(conn)
+            return
+        if sum(len(q) for q in self._waiting.values()) >= _MAX_WAITING:
+            self._reject(conn, "too many connections waiting to be served")
+            return
+        conn.pause(PAUSE_ADMISSION)
+        conn.ready_at = self.now() + throttle_ms / 1000
+        self._waiting.setdefault(listener, collections.deque()).append(conn)
+        self._admit_waiting()
+
+    def _admit(self, conn: _Connection) -> None:
+        limit = self.quotas.ip_limit_reached(conn.ip)
+        if limit is not None:
+            log.info("Rejected connection from /%s, address already has the configured "
+                     "maximum of %d connections.", conn.ip, limit)
+            self._reject(conn, None)
+            return
+        self.quotas.add(conn.listener, conn.ip)
+        self.stats.opened(conn.listener)
+        conn.start()
+
+    def _reject(self, conn: _Connection, reason: str | None) -> None:
+        if reason is not None:
+            log.debug("Closing connection %s (listener %s): %s", conn.ip, conn.listener, reason)
+        conn.closing = True
+        conn.close_reason = "limit"
+        self.stats.closes[conn.listener, "limit"] += 1
+        if conn.transport is not None:
+            conn.transport.abort()
+
+    def _admit_waiting(self) -> None:
+        """Serve the waiting connections that may be served now; come back when the first
+        throttled one may."""
+        if self._admit_timer is not None:
+            self._admit_timer.cancel()
+            self._admit_timer = None
+        now = self.now()
+        next_at: float | None = None
+        for listener, waiting in self._waiting.items():
+            while waiting:
+                conn = waiting[0]
+                if conn.closing:
+                    waiting.popleft()
+                    continue
+                if conn.ready_at > now:
+                    next_at = conn.ready_at if next_at is None else min(next_at, conn.ready_at)
+                    break
+                if not self.quotas.slot_available(listener):
+                    break
+                waiting.popleft()
+                self._admit(conn)
+        if next_at is not None:
+            self._admit_timer = asyncio.get_running_loop().call_at(next_at, self._admit_waiting)
+
+    def _gone(self, conn: _Connection) -> None:
+        if not conn.admitted:
+            waiting = self._waiting.get(conn.listener)
+            if waiting is not None and conn in waiting:
+                waiting.remove(conn)
+            return
+        conn.admitted = False
+        self.quotas.remove(conn.listener, conn.ip)
+        self.stats.closed(conn.listener, conn.close_reason)
+        if any(self._waiting.values()):
+            self._admit_waiting()
+
+    # --- idle connections: connections.max.idle.ms ----------------------------------------
+    def _start_sweeper(self) -> None:
+        idle_ms = self.limits.connections_max_idle_ms
+        if self._sweeper is None and idle_ms >= 0:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle(idle_ms))
+
+    async def _sweep_idle(self, idle_ms: int) -> None:
+        """Close connections idle for `idle_ms`, looking at all of them ten times per idle
+        period (at most once a second): one pass over the set, no timer per read."""
+        idle_s = idle_ms / 1000
+        interval = min(1.0, max(0.05, idle_s / 10))
+        while True:
+            await asyncio.sleep(interval)
+            self.close_idle(self.now() - idle_s)
+
+    def close_idle(self, before: float) -> int:
+        """Close the served connections with no byte received or sent since loop time
+        `before` and no request being handled; how many."""
+        closed = 0
+        for conn in list(self._connections):
+            if (
+                conn.admitted
+                and not conn.closing
+                and conn.last_active <= before
+                and not conn.handling
+                and not conn.queue
+                and not conn.answers
+            ):
+                partial = conn.decoder.buffered_bytes
+                conn.close(
+                    f"idle for connections.max.idle.ms={self.limits.connections_max_idle_ms}"
+                    + (f" with {partial} bytes of a partial request" if partial else ""),
+                    why="idle",
+                    level=logging.DEBUG,
+                )
+                closed += 1
+        if closed:
+            log.info("Closed %d idle connection%s (connections.max.idle.ms=%d)", closed,
+                     "" if closed == 1 else "s", self.limits.connections_max_idle_ms)
+        return closed
 
     async def listen(
         self,
@@ -527,13 +784,24 @@ class NetworkServer:
                 ssl_handshake_timeout=handshake_timeout,
             )
         self._servers.append(srv)
+        self.now = loop.time
+        self._start_sweeper()
         sock = srv.sockets[0]
         return int(sock.getsockname()[1])
 
     async def close(self) -> None:
         for srv in self._servers:
             srv.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        if self._admit_timer is not None:
+            self._admit_timer.cancel()
+            self._admit_timer = None
         for conn in list(self._connections):
+            if not conn.closing:
+                conn.close_reason = "shutdown"
+                conn.closing = True
             if conn.transport is not None:
                 conn.transport.close()
             if conn.task is not None:

@@ -72,8 +72,8 @@ class FrameDecoder:
     """
 
     __slots__ = (
-        "_filled", "_frame", "_prefix", "_reserved", "_scratch", "_size", "_spares",
-        "max_frame_bytes", "pool",
+        "_filled", "_frame", "_overdraft", "_prefix", "_reserved", "_scratch", "_size",
+        "_spares", "max_frame_bytes", "pool",
     )
 
     def __init__(
@@ -95,6 +95,7 @@ class FrameDecoder:
         self._size = 0  # its size (the buffer may be longer: a reused one)
         self._filled = 0
         self._reserved = 0  # bytes of it reserved from the pool (its size without a pool)
+        self._overdraft = False  # it holds the pool's overdraft (see MemoryPool)
         self._spares: list[Buffer] = []  # large frames' buffers, most recent last
         self._scratch = scratch  # for get_buffer between frames (made on first use)
 
@@ -134,15 +135,21 @@ class FrameDecoder:
             return self._filled >= self._reserved
         return pool.exhausted
 
-    def grow(self) -> bool:
+    def grow(self, overdraft: bool = False) -> bool:
         """Try to reserve the next window of the frame being received (or, between frames,
-        see whether the pool has room); whether the next read may go ahead."""
+        see whether the pool has room); whether the next read may go ahead. With
+        `overdraft` (the pool's, see MemoryPool) the whole rest of the frame is taken."""
         pool = self.pool
         if pool is None:
             return True
         if self._frame is None:
-            return not pool.exhausted
+            return overdraft or not pool.exhausted
         if self._filled < self._reserved:
+            return True
+        if overdraft:
+            pool.force_reserve(self._size - self._reserved)
+            self._reserved = self._size
+            self._overdraft = True
             return True
         window = min(self._size - self._reserved, max(_FIRST_WINDOW, min(self._reserved,
                                                                         _MAX_WINDOW)))
@@ -151,11 +158,20 @@ class FrameDecoder:
         self._reserved += window
         return True
 
+    @property
+    def holds_overdraft(self) -> bool:
+        return self._overdraft
+
     def release(self) -> None:
         """Give back what the frame being received holds of the pool (the connection is
         closing): the decoder must not be used again."""
-        if self.pool is not None and self._reserved:
-            self.pool.release(self._reserved)
+        pool = self.pool
+        if pool is not None:
+            if self._reserved and self._frame is not None:
+                pool.release(self._reserved, whole=False)
+            if self._overdraft:
+                self._overdraft = False
+                pool.end_overdraft()
         self._reserved = 0
         self._frame = None
         self._filled = 0
@@ -235,6 +251,12 @@ class FrameDecoder:
         self._frame = None
         self._filled = 0
         self._reserved = 0
+        pool = self.pool
+        if pool is not None:
+            pool.completed(self._size)
+            if self._overdraft:
+                self._overdraft = False
+                pool.end_overdraft()
         return view if len(frame) == self._size else view[: self._size]
 
 

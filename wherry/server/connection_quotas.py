@@ -59,8 +59,8 @@ class SampledRate:
         return max(elapsed, 1)
 
     def rate(self, now_ms: int) -> float:
-        total = sum(c for _, c in self._samples)
-        return total * 1000.0 / self.window_size_ms(now_ms)
+        window = self.window_size_ms(now_ms)  # (samples out of the window dropped first)
+        return sum(c for _, c in self._samples) * 1000.0 / window
 
     def throttle_ms(self, quota: float, now_ms: int) -> int:
         """How long to wait before the rate is back within `quota` (0: it is)."""

@@ -218,14 +218,15 @@ class _Connection(asyncio.BufferedProtocol):
             self.pause(PAUSE_MEMORY)
             decoder.pool.wait(self._memory_released)
 
-    def _memory_released(self) -> bool:
-        """The pool has room again: take the next read's window (False: still none)."""
+    def _memory_released(self, overdraft: bool) -> bool:
+        """The pool's waiter (see memory_pool.Waiter): take the next read's window and read
+        on; whether it got one or, with `overdraft`, holds the overdraft."""
         if self.closing:
-            return True
-        if not self.decoder.grow():
+            return not overdraft
+        if not self.decoder.grow(overdraft):
             return False
         self.resume(PAUSE_MEMORY)
-        return True
+        return self.decoder.holds_overdraft if overdraft else True
 
     def _release_memory(self) -> None:
         """The connection is gone: what its requests hold of the pool goes back."""

@@ -269,3 +269,49 @@ def test_exhausted_pool_pauses_reading_and_loses_nothing(loop_kind: str) -> None
     _run(main, loop_kind)
     assert seen["max_waiting"] > 0  # the pool did run out and readers waited
     assert seen["max_used"] <= capacity + (2 << 20), seen
+
+
+def test_connection_metrics_as_scraped() -> None:
+    """Kafka's socket-server metrics (count, creations, closes, here by reason) and the memory
+    pool's, read by the broker's Prometheus collector from the network layer's numbers."""
+    from prometheus_client import generate_latest
+
+    from wherry.observability.collector import broker_registry
+    from wherry.observability.request_stats import RequestStats
+    from wherry.observability.sources import BrokerSources
+    from wherry.replication.metadata_cache import MetadataCache
+
+    scraped: list[str] = []
+
+    async def main() -> None:
+        server, port = await _serve(ConnectionLimits(
+            max_connections_per_ip=2, connections_max_idle_ms=300,
+            queued_max_request_bytes=200 << 20))
+        src = BrokerSources(0, MetadataCache(0), RequestStats(), network_stats=server.stats)
+        try:
+            a, b = await Client.open(port), await Client.open(port)
+            assert await a.request(b"x") == _digest(b"x")
+            refused = await Client.open(port)
+            assert await refused.closed_by_server()
+            await b.request(b"y")
+            b.close()
+            await asyncio.sleep(0.1)
+            scraped.append(generate_latest(broker_registry(src)).decode())
+            assert await a.closed_by_server(3)  # idle
+            scraped.append(generate_latest(broker_registry(src)).decode())
+        finally:
+            await server.close()
+
+    _run(main)
+    first, second = scraped
+    m = "kafka_server_socket_server_metrics_"
+    assert f'{m}connection_count{{listener="PLAINTEXT"}} 1.0' in first
+    assert f'{m}connection_creation_total{{listener="PLAINTEXT"}} 2.0' in first
+    assert f'{m}connection_close_total{{listener="PLAINTEXT",reason="limit"}} 1.0' in first
+    assert f'{m}connection_close_total{{listener="PLAINTEXT",reason="client"}} 1.0' in first
+    assert f'{m}connection_close_total{{listener="PLAINTEXT",reason="idle"}} 1.0' in second
+    assert f'{m}connection_count{{listener="PLAINTEXT"}} 0.0' in second
+    assert "kafka_network_socketserver_memorypoolused 0.0" in second
+    (available,) = [line.split()[1] for line in second.splitlines()
+                    if line.startswith("kafka_network_socketserver_memorypoolavailable ")]
+    assert float(available) == 200 << 20

@@ -315,3 +315,31 @@ def test_connection_metrics_as_scraped() -> None:
     (available,) = [line.split()[1] for line in second.splitlines()
                     if line.startswith("kafka_network_socketserver_memorypoolavailable ")]
     assert float(available) == 200 << 20
+
+
+def test_inter_broker_listener_goes_over_max_connections_and_another_listener_makes_room(
+) -> None:
+    async def main() -> None:
+        server = NetworkServer(_echo_digest, max_request_bytes=1 << 20,
+                               limits=ConnectionLimits(max_connections=2),
+                               inter_broker_listener="INTERNAL")
+        clients_port = await server.listen("127.0.0.1", 0, "CLIENTS")
+        internal_port = await server.listen("127.0.0.1", 0, "INTERNAL")
+        try:
+            old = await Client.open(clients_port)
+            assert await old.request(b"a") == _digest(b"a")
+            await asyncio.sleep(0.05)
+            recent = await Client.open(clients_port)
+            assert await recent.request(b"b") == _digest(b"b")
+            broker = await Client.open(internal_port)  # served at once, over the limit
+            assert await broker.request(b"c", timeout=2) == _digest(b"c")
+            assert await old.closed_by_server(2)  # the least recently active one went
+            assert await recent.request(b"d") == _digest(b"d")
+            assert server.quotas.total == 2
+            assert server.stats.closes["CLIENTS", "limit"] == 1
+            for c in (recent, broker):
+                c.close()
+        finally:
+            await server.close()
+
+    _run(main)

@@ -6,9 +6,10 @@ What Kafka does with the answers, and so the network layer:
 - over `max.connections.per.ip` (or its override for the address) a new connection is closed
   at once, with `Rejected connection from /ip, address already has the configured maximum
   of N connections.`;
-- at `max.connections` (broker-wide, not counting the inter-broker listener, which may go
-  over) or a listener's `listener.name.<l>.max.connections`, a new connection waits until a
-  slot frees (Kafka's acceptor stops accepting);
+- at `max.connections` (broker-wide) or a listener's `listener.name.<l>.max.connections`, a
+  new connection waits until a slot frees (Kafka's acceptor stops accepting); the
+  inter-broker listener may go over the broker-wide limit, and then the least recently
+  active connection of another listener is closed (`over_broker_limit`);
 - over `max.connection.creation.rate` (broker-wide, the inter-broker listener excepted) or
   a listener's own rate, a new connection waits for the throttle time the rate gives, as
   Kafka's acceptor does: the rate is measured over `quota.window.num` windows of
@@ -110,6 +111,11 @@ class ConnectionQuotas:
         if self.by_listener[listener] >= limit:
             return False
         return self._protected(listener) or self.total < self.limits.max_connections
+
+    def over_broker_limit(self) -> bool:
+        """More connections than `max.connections` (the inter-broker listener went over):
+        one of another listener's must go."""
+        return self.total > self.limits.max_connections
 
     def record_creation(self, listener: str, now_ms: int) -> int:
         """Count a new connection on `listener` in the creation rates; the time it must wait

@@ -665,6 +665,26 @@ class NetworkServer:
         self.quotas.add(conn.listener, conn.ip)
         self.stats.opened(conn.listener)
         conn.start()
+        if self.quotas.over_broker_limit():
+            self._close_least_recently_active()
+
+    def _close_least_recently_active(self) -> None:
+        """The inter-broker listener went over max.connections: the connection of another
+        listener that was active least recently goes, as Kafka's processors close their
+        lowest-priority channel."""
+        protected = self.quotas.inter_broker_listener
+        candidates = [
+            c for c in self._connections
+            if c.admitted and not c.closing and c.listener != protected
+        ]
+        if candidates:
+            victim = min(candidates, key=lambda c: c.last_active)
+            victim.close(
+                f"max.connections={self.limits.max_connections} reached; making room for "
+                f"a connection on the inter-broker listener {protected}",
+                why="limit",
+                level=logging.INFO,
+            )
 
     def _reject(self, conn: _Connection, reason: str | None) -> None:
         if reason is not None:

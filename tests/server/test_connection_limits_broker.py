@@ -200,3 +200,69 @@ def test_max_connections_per_ip_and_an_override(tmp_path: Path) -> None:
         for s in socks:
             s.close()
         broker.stop()
+
+
+def test_small_memory_pool_serves_concurrent_producers_without_loss(tmp_path: Path) -> None:
+    """queued.max.request.bytes of 2 MiB against four producers sending 1 MiB requests at
+    once: connections wait for memory in turn, and every acknowledged record reads back
+    exactly as sent."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    broker = BrokerProcess(tmp_path / "data", overrides=[
+        "socket.request.max.bytes=1100000",
+        "queued.max.request.bytes=2200000",
+        "message.max.bytes=1100000",
+    ]).start()
+    try:
+        create_topic(broker.bootstrap, "pooled", partitions=4)
+        sent: dict[bytes, bytes] = {}
+        acked: list[bytes] = []
+        errors: list[str] = []
+        lock = threading.Lock()
+
+        def produce(worker: int) -> None:
+            p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20,
+                          "batch.size": 1_000_000, "message.max.bytes": 1_000_000,
+                          "acks": "all", "log_level": 0})
+
+            def report(err: object, msg: object) -> None:
+                with lock:
+                    if err is not None:
+                        errors.append(str(err))
+                    else:
+                        acked.append(msg.key())  # type: ignore[attr-defined]
+
+            for i in range(600):
+                key = f"{worker}-{i}".encode()
+                value = os.urandom(8000)
+                with lock:
+                    sent[key] = value
+                while True:
+                    try:
+                        p.produce("pooled", value, key, partition=i % 4, on_delivery=report)
+                        break
+                    except BufferError:
+                        p.poll(0.05)
+                p.poll(0)
+            assert p.flush(60) == 0
+
+        threads = [threading.Thread(target=produce, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        assert not errors and len(acked) == 2400
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g",
+                             "enable.auto.commit": False, "log_level": 0})
+        consumer.assign([TopicPartition("pooled", p, 0) for p in range(4)])
+        got: dict[bytes, bytes] = {}
+        deadline = time.monotonic() + 60
+        while len(got) < 2400 and time.monotonic() < deadline:
+            for m in consumer.consume(500, 1):
+                if m.error() is None:
+                    got[m.key()] = m.value()
+        consumer.close()
+        assert got == sent
+        assert "Traceback" not in broker.log_text()
+    finally:
+        broker.stop()

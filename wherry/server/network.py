@@ -36,8 +36,9 @@ from wherry.protocol.framing import FrameDecoder, FrameError
 from wherry.protocol.memory_pool import MemoryPool
 from wherry.protocol.response_parts import ResponsePart
 from wherry.security.principal import ANONYMOUS, KafkaPrincipal, user
+from wherry.server.connection_gate import ConnectionGate
+from wherry.server.connection_gate import ip_literal_family as _ip_literal_family
 from wherry.server.connection_limits import ConnectionLimits
-from wherry.server.connection_quotas import ConnectionQuotas
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,6 @@ _RECEIVE_SCRATCH_BYTES = 64 * 1024
 # Answers a connection may have waiting while it handles further requests (Kafka clients
 # keep at most 5 requests in flight per connection by default)
 _MAX_DEFERRED = 16
-# Connections that may wait to be served (over max.connections or the creation rate) before
-# further ones are closed at once: Kafka leaves them in the listen backlog, this long
-_MAX_WAITING = 512
-
 # Why a connection's reading is paused (a bit each; reading resumes once none is left)
 PAUSE_QUEUE = 1  # requests received and not yet handled: _MAX_QUEUED
 PAUSE_MEMORY = 2  # the memory pool refused what the next read needs
@@ -166,7 +163,7 @@ class _Connection(asyncio.BufferedProtocol):
             principal=certificate_principal(transport.get_extra_info("ssl_object")),
         )
         self.server._connections.add(self)
-        self.server._arrived(self)
+        self.server.gate.arrived(self)
 
     def start(self) -> None:
         """Admitted: served from now on."""
@@ -174,6 +171,24 @@ class _Connection(asyncio.BufferedProtocol):
         self.last_active = self.server.now()
         self.task = asyncio.get_running_loop().create_task(self._run())
         self.resume(PAUSE_ADMISSION)
+
+    def hold(self) -> None:
+        """Not served yet (over max.connections or the creation rate): read nothing."""
+        self.pause(PAUSE_ADMISSION)
+
+    def refuse(self) -> None:
+        """Closed at once, never served (over a limit)."""
+        self.closing = True
+        self.close_reason = "limit"
+        if self.transport is not None:
+            self.transport.abort()
+
+    def busy(self) -> bool:
+        """A request in hand: received, being handled or with its answer owed."""
+        return self.handling or bool(self.queue) or bool(self.answers)
+
+    def partial_bytes(self) -> int:
+        return self.decoder.buffered_bytes
 
     def pause(self, reason: int) -> None:
         """Stop reading for `reason` (a PAUSE_* bit) until `resume(reason)`."""
@@ -252,7 +267,7 @@ class _Connection(asyncio.BufferedProtocol):
             self.close_reason = "error" if exc is not None else "client"
         self.closing = True
         self.server._connections.discard(self)
-        self.server._gone(self)
+        self.server.gate.gone(self)
         if self.info is not None and self.server.on_close is not None:
             try:
                 self.server.on_close(self.info)
@@ -542,39 +557,6 @@ def _close_regions(fut: asyncio.Future[Response | None]) -> None:
                 part.close()
 
 
-def _loop_time() -> float:
-    return asyncio.get_running_loop().time()
-
-
-def _resolve_overrides(limits: ConnectionLimits) -> dict[str, int]:
-    """max.connections.per.ip.overrides by address: a host name counts for the address it
-    resolves to (as Kafka's InetAddress.getByName), an unresolvable one for nothing."""
-    out: dict[str, int] = {}
-    for host, count in limits.max_connections_per_ip_overrides.items():
-        if _ip_literal_family(host) is not None:
-            out[host] = count
-            continue
-        try:
-            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-        except OSError:
-            log.warning("max.connections.per.ip.overrides: cannot resolve %s", host)
-            continue
-        for info in infos:
-            out.setdefault(str(info[4][0]), count)
-    return out
-
-
-def _ip_literal_family(host: str) -> socket.AddressFamily | None:
-    """AF_INET or AF_INET6 when `host` is an IP address; None for a name or ""."""
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, host)
-        except (OSError, ValueError):
-            continue
-        return family
-    return None
-
-
 def _bound_socket(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
     """A TCP socket bound to an address as the loop's `create_server` binds one (address
     reuse; an IPv6 one for IPv6 only), non-blocking, not yet listening."""
@@ -619,158 +601,24 @@ class NetworkServer:
         # decoders count in the pool only when it is bounded (Kafka's MemoryPool.NONE counts
         # nothing): an unbounded one costs the common case nothing
         self.decoder_pool = self.pool if self.pool.bounded else None
-        self.quotas = ConnectionQuotas(
-            limits, inter_broker_listener, _resolve_overrides(limits)
-        )
         self.stats = stats if stats is not None else NetworkStats()
         self.stats.pool = self._pool_numbers
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[_Connection] = set()
         self._next_id = 0
-        # connections waiting to be served, per listener, in arrival order
-        self._waiting: dict[str, collections.deque[_Connection]] = {}
-        self._admit_timer: asyncio.TimerHandle | None = None
-        self._sweeper: asyncio.Task[None] | None = None
-        self.now: Callable[[], float] = _loop_time
+        # who is served, held or closed; idle connections closed
+        self.gate = ConnectionGate(limits, inter_broker_listener, self.stats, self._connections)
+        self.quotas = self.gate.quotas
+        self.now: Callable[[], float] = self.gate.now
 
     def _pool_numbers(self) -> tuple[int, int]:
         pool = self.pool
         return (pool.used, pool.available) if pool.bounded else (0, pool.available)
 
-    # --- admission: Kafka's ConnectionQuotas ---------------------------------------------
-    def _arrived(self, conn: _Connection) -> None:
-        """A new connection: served now, made to wait, or closed (over its address's limit,
-        or too many waiting)."""
-        listener = conn.listener
-        throttle_ms = self.quotas.record_creation(listener, int(self.now() * 1000))
-        waiting = self._waiting.get(listener)
-        if not waiting and throttle_ms <= 0 and self.quotas.slot_available(listener):
-            self._admit(conn)
-            return
-        if sum(len(q) for q in self._waiting.values()) >= _MAX_WAITING:
-            self._reject(conn, "too many connections waiting to be served")
-            return
-        conn.pause(PAUSE_ADMISSION)
-        conn.ready_at = self.now() + throttle_ms / 1000
-        self._waiting.setdefault(listener, collections.deque()).append(conn)
-        self._admit_waiting()
-
-    def _admit(self, conn: _Connection) -> None:
-        limit = self.quotas.ip_limit_reached(conn.ip)
-        if limit is not None:
-            log.info("Rejected connection from /%s, address already has the configured "
-                     "maximum of %d connections.", conn.ip, limit)
-            self._reject(conn, None)
-            return
-        self.quotas.add(conn.listener, conn.ip)
-        self.stats.opened(conn.listener)
-        conn.start()
-        if self.quotas.over_broker_limit():
-            self._close_least_recently_active()
-
-    def _close_least_recently_active(self) -> None:
-        """The inter-broker listener went over max.connections: the connection of another
-        listener that was active least recently goes, as Kafka's processors close their
-        lowest-priority channel."""
-        protected = self.quotas.inter_broker_listener
-        candidates = [
-            c for c in self._connections
-            if c.admitted and not c.closing and c.listener != protected
-        ]
-        if candidates:
-            victim = min(candidates, key=lambda c: c.last_active)
-            victim.close(
-                f"max.connections={self.limits.max_connections} reached; making room for "
-                f"a connection on the inter-broker listener {protected}",
-                why="limit",
-                level=logging.INFO,
-            )
-
-    def _reject(self, conn: _Connection, reason: str | None) -> None:
-        if reason is not None:
-            log.debug("Closing connection %s (listener %s): %s", conn.ip, conn.listener, reason)
-        conn.closing = True
-        conn.close_reason = "limit"
-        self.stats.closes[conn.listener, "limit"] += 1
-        if conn.transport is not None:
-            conn.transport.abort()
-
-    def _admit_waiting(self) -> None:
-        """Serve the waiting connections that may be served now; come back when the first
-        throttled one may."""
-        if self._admit_timer is not None:
-            self._admit_timer.cancel()
-            self._admit_timer = None
-        now = self.now()
-        next_at: float | None = None
-        for listener, waiting in self._waiting.items():
-            while waiting:
-                conn = waiting[0]
-                if conn.closing:
-                    waiting.popleft()
-                    continue
-                if conn.ready_at > now:
-                    next_at = conn.ready_at if next_at is None else min(next_at, conn.ready_at)
-                    break
-                if not self.quotas.slot_available(listener):
-                    break
-                waiting.popleft()
-                self._admit(conn)
-        if next_at is not None:
-            self._admit_timer = asyncio.get_running_loop().call_at(next_at, self._admit_waiting)
-
-    def _gone(self, conn: _Connection) -> None:
-        if not conn.admitted:
-            waiting = self._waiting.get(conn.listener)
-            if waiting is not None and conn in waiting:
-                waiting.remove(conn)
-            return
-        conn.admitted = False
-        self.quotas.remove(conn.listener, conn.ip)
-        self.stats.closed(conn.listener, conn.close_reason)
-        if any(self._waiting.values()):
-            self._admit_waiting()
-
-    # --- idle connections: connections.max.idle.ms ----------------------------------------
-    def _start_sweeper(self) -> None:
-        idle_ms = self.limits.connections_max_idle_ms
-        if self._sweeper is None and idle_ms >= 0:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle(idle_ms))
-
-    async def _sweep_idle(self, idle_ms: int) -> None:
-        """Close connections idle for `idle_ms`, looking at all of them ten times per idle
-        period (at most once a second): one pass over the set, no timer per read."""
-        idle_s = idle_ms / 1000
-        interval = min(1.0, max(0.05, idle_s / 10))
-        while True:
-            await asyncio.sleep(interval)
-            self.close_idle(self.now() - idle_s)
-
     def close_idle(self, before: float) -> int:
-        """Close the served connections with no byte received or sent since loop time
-        `before` and no request being handled; how many."""
-        closed = 0
-        for conn in list(self._connections):
-            if (
-                conn.admitted
-                and not conn.closing
-                and conn.last_active <= before
-                and not conn.handling
-                and not conn.queue
-                and not conn.answers
-            ):
-                partial = conn.decoder.buffered_bytes
-                conn.close(
-                    f"idle for connections.max.idle.ms={self.limits.connections_max_idle_ms}"
-                    + (f" with {partial} bytes of a partial request" if partial else ""),
-                    why="idle",
-                    level=logging.DEBUG,
-                )
-                closed += 1
-        if closed:
-            log.info("Closed %d idle connection%s (connections.max.idle.ms=%d)", closed,
-                     "" if closed == 1 else "s", self.limits.connections_max_idle_ms)
-        return closed
+        """Close the connections idle since loop time `before` (the sweep does it on its
+        own); how many."""
+        return self.gate.close_idle(before)
 
     async def listen(
         self,
@@ -805,20 +653,15 @@ class NetworkServer:
                 ssl_handshake_timeout=handshake_timeout,
             )
         self._servers.append(srv)
-        self.now = loop.time
-        self._start_sweeper()
+        self.now = self.gate.now = loop.time
+        self.gate.start()
         sock = srv.sockets[0]
         return int(sock.getsockname()[1])
 
     async def close(self) -> None:
         for srv in self._servers:
             srv.close()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        if self._admit_timer is not None:
-            self._admit_timer.cancel()
-            self._admit_timer = None
+        self.gate.stop()
         for conn in list(self._connections):
             if not conn.closing:
                 conn.close_reason = "shutdown"

@@ -255,6 +255,19 @@ def test_max_connections_per_ip_and_an_override(tmp_path: Path) -> None:
         assert ("Rejected connection from /127.0.0.1, address already has the configured "
                 "maximum of 10 connections.") in log
         assert "supplied but are not used" not in log
+        from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+        for s in first:  # the admin client's connections come from 127.0.0.1 too
+            s.close()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+        resource = ConfigResource(ResourceType.BROKER, "0")
+        described = admin.describe_configs([resource])[resource].result(20)
+        assert described["max.connections.per.ip"].value == "10"
+        assert not described["max.connections.per.ip"].is_default
+        assert described["max.connections.per.ip.overrides"].value == "127.0.0.2:20"
+        assert described["connections.max.idle.ms"].value == "600000"
+        assert described["connections.max.idle.ms"].is_default
+        assert described["queued.max.request.bytes"].value == "-1"
     finally:
         for s in socks:
             s.close()

@@ -107,7 +107,10 @@ class FrameDecoder:
             spare = spares[i]
             if size <= len(spare) and size * 2 >= len(spare) and _unexported(spare):
                 return spare
-        buf = mmap.mmap(-1, size, flags=_MAP_FLAGS)
+        try:
+            buf = mmap.mmap(-1, size, flags=_MAP_FLAGS)
+        except OSError as e:  # out of address space or mappings: this connection goes
+            raise FrameError(f"no memory for a frame of {size} bytes: {e}") from e
         if size <= _REUSE_MAX:
             kept = size + sum(len(b) for b in spares)
             while spares and kept > _REUSE_MAX:  # make room: the oldest go first

@@ -9,6 +9,7 @@ import json
 import os
 import queue
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -208,6 +209,7 @@ def test_trickling_100_mib_frames_hold_no_memory_and_are_closed_when_quiet(
 
 def _closed_now(sock: socket.socket) -> bool:
     """Whether the broker has closed `sock` (without waiting)."""
+    sock.setblocking(False)
     try:
         return sock.recv(1, socket.MSG_DONTWAIT) == b""
     except BlockingIOError:
@@ -337,4 +339,30 @@ def test_small_memory_pool_serves_concurrent_producers_without_loss(tmp_path: Pa
         assert got == sent
         assert "Traceback" not in broker.log_text()
     finally:
+        broker.stop()
+
+
+def test_announced_frames_take_no_memory_with_the_default_settings(tmp_path: Path) -> None:
+    """Three connections announcing 100 MiB and sending 64 KiB each (no pool configured):
+    the broker holds what arrived, not 300 MiB; they are answered nothing and stay open."""
+    broker = BrokerProcess(tmp_path / "data").start()
+    socks: list[socket.socket] = []
+    try:
+        time.sleep(0.5)
+        baseline = _rss(broker.pid)
+        host, port = broker.bootstrap.rsplit(":", 1)
+        for _ in range(3):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.sendall(struct.pack(">i", 100 * MiB) + os.urandom(64 * 1024))
+            socks.append(s)
+        time.sleep(1.0)
+        grown = _rss(broker.pid) - baseline
+        assert grown < 16 * MiB, grown / MiB
+        assert not any(_closed_now(s) for s in socks)
+        # the broker still answers others
+        with socket.create_connection((host, int(port)), timeout=10) as other:
+            assert _api_versions(other) == 0
+    finally:
+        for s in socks:
+            s.close()
         broker.stop()

@@ -263,8 +263,8 @@ class _Connection(asyncio.BufferedProtocol):
         return self.info is None or self.info.security_protocol not in ("SSL", "SASL_SSL")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closing:
-            self.close_reason = "error" if exc is not None else "client"
+        if not self.closing:  # the peer closed or reset it (or the network did)
+            self.close_reason = "client"
         self.closing = True
         self.server._connections.discard(self)
         self.server.gate.gone(self)

@@ -15,12 +15,11 @@ from wherry.protocol.memory_pool import MemoryPool
 _SIZE = struct.Struct(">i")
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
-_REUSE_MIN = 64 * 1024  # frames whose buffers are kept for reuse
-_REUSE_MAX = 4 * 1024 * 1024  # bytes of such buffers a decoder (a connection) keeps
+_REUSE_MAX = 4 * 1024 * 1024  # bytes of large frames' buffers a decoder (a connection) keeps
 _SCRATCH_BYTES = 64 * 1024  # get_buffer's between frames: size prefixes and small frames
 # Frames up to this size get a buffer at once; larger ones get memory that is committed page
 # by page as their bytes arrive (an anonymous mapping), so a frame that announces 100 MiB and
-# sends 20 bytes holds a page, not 100 MiB.
+# sends 20 bytes holds a page, not 100 MiB; their buffers are kept for reuse.
 _EAGER_MAX = 64 * 1024
 # With a memory pool, a frame's bytes are reserved a window at a time as they arrive: the first
 # window, then doubling what is reserved, at most _MAX_WINDOW at a time.

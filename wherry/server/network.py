@@ -9,11 +9,11 @@ connection then goes on with its next request while up to `_MAX_DEFERRED` answer
 a writer sends every answer in request order. A frame the protocol layer rejects closes the
 connection with a log line.
 
-Kafka's limits (`connection_limits.py`, accounted in `connection_quotas.py`): a connection
-over its address's `max.connections.per.ip` is closed at once; one over `max.connections` or
-the connection creation rate waits, unread, until it may be served; a connection with
-nothing received or sent for `connections.max.idle.ms` (a half-received frame included) is
-closed by a sweep that looks at every connection a few times per idle period. Requests are
+Kafka's limits (`connection_limits.py`, applied by `connection_gate.py`): a connection over
+its address's `max.connections.per.ip` is closed at once; one over `max.connections` or the
+connection creation rate waits, unread, until it may be served; a connection with nothing
+received or sent for `connections.max.idle.ms` (a half-received frame included) is closed by
+a periodic sweep over all connections. Requests are
 received into memory reserved from the `queued.max.request.bytes` pool as their bytes
 arrive; a connection that needs memory the pool refuses pauses its reading until a handled
 request gives some back.

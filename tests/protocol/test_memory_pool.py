@@ -11,7 +11,7 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wherry.protocol.framing import FrameDecoder, encode_frame
+from wherry.protocol.framing import BufferRecycler, FrameDecoder, encode_frame
 from wherry.protocol.memory_pool import UNBOUNDED_AVAILABLE, MemoryPool
 
 MiB = 1 << 20
@@ -106,7 +106,7 @@ def _rss_bytes() -> int:
 
 def test_an_announced_size_is_not_reserved_up_front() -> None:
     for p in (MemoryPool(None), MemoryPool(200 * MiB)):
-        dec = FrameDecoder(max_frame_bytes=100 * MiB, pool=p)
+        dec = FrameDecoder(max_frame_bytes=100 * MiB, pool=p, lazy=True)
         _announce(dec, 100 * MiB, b"x" * 20)
         assert p.used <= 64 * 1024  # what arrived and one window, not 100 MiB
         assert len(dec.get_buffer()) <= 64 * 1024
@@ -120,7 +120,7 @@ def test_an_announced_size_takes_no_memory_without_a_pool() -> None:
     before = _rss_bytes()
     decoders = []
     for _ in range(5):
-        dec = FrameDecoder(max_frame_bytes=100 * MiB)
+        dec = FrameDecoder(max_frame_bytes=100 * MiB, lazy=True)
         _announce(dec, 100 * MiB, b"x" * 20)
         assert len(dec.get_buffer()) == 100 * MiB - 20
         decoders.append(dec)
@@ -129,7 +129,7 @@ def test_an_announced_size_takes_no_memory_without_a_pool() -> None:
 
 def test_windows_follow_the_bytes_and_the_frame_comes_out_whole() -> None:
     pool = MemoryPool(8 * MiB)
-    dec = FrameDecoder(pool=pool)
+    dec = FrameDecoder(pool=pool, lazy=True)
     payload = os.urandom(3 * MiB + 123)
     data = encode_frame(payload)
     frames: list[memoryview] = []
@@ -154,7 +154,7 @@ def test_windows_follow_the_bytes_and_the_frame_comes_out_whole() -> None:
 def test_exhausted_pool_stops_the_decoder_until_memory_is_released() -> None:
     pool = MemoryPool(1 * MiB)
     assert pool.try_reserve(1 * MiB)  # someone else holds it all
-    dec = FrameDecoder(pool=pool)
+    dec = FrameDecoder(pool=pool, lazy=True)
     payload = os.urandom(300_000)
     data = encode_frame(payload)
     buf = dec.get_buffer()
@@ -181,7 +181,7 @@ def test_exhausted_pool_stops_the_decoder_until_memory_is_released() -> None:
 
 def test_between_frames_an_exhausted_pool_needs_memory() -> None:
     pool = MemoryPool(100)
-    dec = FrameDecoder(pool=pool)
+    dec = FrameDecoder(pool=pool, lazy=True)
     (frame,) = dec.feed(encode_frame(b"y" * 150))
     assert pool.used == 150 and dec.needs_memory and not dec.grow()
     pool.release(len(frame))
@@ -199,7 +199,7 @@ def test_any_pool_and_chunking_yield_the_same_frames(
 ) -> None:
     """Whatever the pool's size, frames come out whole; handled frames give all back."""
     pool = MemoryPool(capacity)
-    dec = FrameDecoder(pool=pool)
+    dec = FrameDecoder(pool=pool, lazy=True)
     data = b"".join(encode_frame(f) for f in frames)
     out: list[bytes] = []
     i = 0
@@ -216,3 +216,23 @@ def test_any_pool_and_chunking_yield_the_same_frames(
         out += [bytes(v) for v in dec.buffer_updated(n)]
     assert out == frames
     assert dec.reserved_bytes == 0
+
+
+def test_buffers_let_go_serve_another_decoder_once_released() -> None:
+    """Buffers a decoder drops from its spares (or leaves behind when its connection closes)
+    go to the server's recycler; another decoder uses one once no view of it lives, instead
+    of a fresh mapping."""
+    recycler = BufferRecycler(limit=8 * MiB)
+    first = FrameDecoder(recycler=recycler, lazy=True)
+    payloads = [bytes([i]) * 1_500_000 for i in range(4)]
+    held = [v for p in payloads for v in first.feed(encode_frame(p))]
+    assert recycler.kept_bytes > 0  # 4 x 1.5 MB do not fit in 4 MiB of spares
+    buffers = {id(v.obj) for v in held}
+    second = FrameDecoder(recycler=recycler, lazy=True)
+    (busy,) = second.feed(encode_frame(bytes(1_400_000)))
+    assert id(busy.obj) not in buffers  # all still held: a fresh one
+    del held
+    (again,) = second.feed(encode_frame(bytes(1_400_000)))
+    assert id(again.obj) in buffers and bytes(again) == bytes(1_400_000)
+    first.release()  # its connection closed: its spares go to the recycler too
+    assert recycler.kept_bytes <= 8 * MiB

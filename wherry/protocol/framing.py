@@ -43,6 +43,41 @@ class FrameTooLarge(FrameError):
         self.limit = limit
 
 
+class BufferRecycler:
+    """Large frames' buffers the decoders of one server have let go (dropped from their own
+    spares, or their connection closed), kept for any decoder to use again once nothing
+    holds a view of them, up to `limit` bytes (the oldest go first). A fresh mapping costs a
+    zero-filled page fault per 4 KiB as its bytes arrive; one used before does not."""
+
+    __slots__ = ("_buffers", "_bytes", "limit")
+
+    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
+        self.limit = limit
+        self._buffers: list[Buffer] = []  # most recent last
+        self._bytes = 0
+
+    @property
+    def kept_bytes(self) -> int:
+        return self._bytes
+
+    def put(self, buf: Buffer) -> None:
+        self._buffers.append(buf)
+        self._bytes += len(buf)
+        while self._bytes > self.limit:
+            self._bytes -= len(self._buffers.pop(0))
+
+    def take(self, size: int) -> Buffer | None:
+        """A kept buffer of `size` to `2 * size` bytes that nothing uses, or None."""
+        buffers = self._buffers
+        for i in range(len(buffers) - 1, -1, -1):
+            buf = buffers[i]
+            if size <= len(buf) and size * 2 >= len(buf) and _unexported(buf):
+                del buffers[i]
+                self._bytes -= len(buf)
+                return buf
+        return None
+
+
 class FrameDecoder:
     """Accumulates bytes and yields complete frames (without their size prefix).
 
@@ -56,23 +91,24 @@ class FrameDecoder:
     else writes while any view of it lives: the produce path assigns offsets in place, kio
     takes a read-only view (`.toreadonly()`).
 
-    A frame's size is a promise, not memory: frames over `_EAGER_MAX` are received into an
-    anonymous mapping whose pages are committed as the bytes arrive. With a `MemoryPool`
-    (`queued.max.request.bytes`), what arrives is also reserved from it a window at a time;
-    when the pool refuses, `needs_memory` is true and the reader should pause until
-    `grow()` succeeds. A completed frame's bytes stay reserved until the owner releases them
-    (`pool.release(len(frame))`) once the request is handled; a half-received frame's with
-    `release()`.
+    A frame's size is a promise, not memory: a `lazy` decoder (a server's) receives frames
+    over `_EAGER_MAX` into an anonymous mapping whose pages are committed as the bytes arrive.
+    With a `MemoryPool` (`queued.max.request.bytes`), what arrives is also reserved from it a
+    window at a time; when the pool refuses, `needs_memory` is true and the reader should
+    pause until `grow()` succeeds. A completed frame's bytes stay reserved until the owner
+    releases them (`pool.release(len(frame))`) once the request is handled; a half-received
+    frame's with `release()`.
 
-    Buffers of large frames are kept (up to `_REUSE_MAX` bytes per decoder) and used again
-    once nothing holds a view of them (a buffer with live views refuses to be resized: that
-    is the test), so a stream of produce requests does not get fresh, zero-filled,
-    page-faulting memory for each one, even with several requests in flight.
+    Buffers of large frames are kept (up to `_REUSE_MAX` bytes per decoder, then in the
+    server's `BufferRecycler`) and used again once nothing holds a view of them (a buffer
+    with live views refuses to be resized: that is the test), so a stream of produce requests
+    does not get fresh, zero-filled, page-faulting memory for each one, even with several
+    requests in flight.
     """
 
     __slots__ = (
-        "_filled", "_frame", "_overdraft", "_prefix", "_reserved", "_scratch", "_size",
-        "_spares", "max_frame_bytes", "pool",
+        "_filled", "_frame", "_lazy", "_overdraft", "_prefix", "_recycler", "_reserved",
+        "_scratch", "_size", "_spares", "max_frame_bytes", "pool",
     )
 
     def __init__(
@@ -80,13 +116,19 @@ class FrameDecoder:
         max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         scratch: bytearray | None = None,
         pool: MemoryPool | None = None,
+        recycler: BufferRecycler | None = None,
+        lazy: bool = False,
     ) -> None:
         """`scratch`: the buffer `get_buffer` gives between frames, if not one of its own.
         Decoders may share one as long as each `buffer_updated` follows its own
         `get_buffer` with no other decoder's in between (what an event loop does: it reads
         one socket at a time, and `buffer_updated` copies everything out of the scratch),
         so a server with many idle connections keeps one scratch buffer, not one each.
-        `pool`: the memory pool received bytes are reserved from (none: nothing counted)."""
+        `pool`: the memory pool received bytes are reserved from (none: nothing counted).
+        `recycler`: where large buffers this decoder lets go are kept for any decoder.
+        `lazy`: frames over `_EAGER_MAX` get memory committed as their bytes arrive (what a
+        server needs against peers that announce more than they send); otherwise a frame's
+        buffer is allocated whole (an answer to our own request, from a trusted peer)."""
         self.max_frame_bytes = max_frame_bytes
         self.pool = pool
         self._prefix = bytearray()
@@ -97,6 +139,8 @@ class FrameDecoder:
         self._overdraft = False  # it holds the pool's overdraft (see MemoryPool)
         self._spares: list[Buffer] = []  # large frames' buffers, most recent last
         self._scratch = scratch  # for get_buffer between frames (made on first use)
+        self._recycler = recycler
+        self._lazy = lazy
 
     def _buffer(self, size: int) -> Buffer:
         if size <= _EAGER_MAX:
@@ -106,14 +150,21 @@ class FrameDecoder:
             spare = spares[i]
             if size <= len(spare) and size * 2 >= len(spare) and _unexported(spare):
                 return spare
-        try:
-            buf = mmap.mmap(-1, size, flags=_MAP_FLAGS)
-        except OSError as e:  # out of address space or mappings: this connection goes
-            raise FrameError(f"no memory for a frame of {size} bytes: {e}") from e
+        recycler = self._recycler
+        buf = recycler.take(size) if recycler is not None else None
+        if buf is None and not self._lazy:
+            buf = bytearray(size)
+        elif buf is None:
+            try:
+                buf = mmap.mmap(-1, size, flags=_MAP_FLAGS)
+            except OSError as e:  # out of address space or mappings: this connection goes
+                raise FrameError(f"no memory for a frame of {size} bytes: {e}") from e
         if size <= _REUSE_MAX:
             kept = size + sum(len(b) for b in spares)
             while spares and kept > _REUSE_MAX:  # make room: the oldest go first
-                kept -= len(spares.pop(0))
+                kept -= len(old := spares.pop(0))
+                if recycler is not None:
+                    recycler.put(old)
             spares.append(buf)
         return buf
 
@@ -177,6 +228,10 @@ class FrameDecoder:
         self._reserved = 0
         self._frame = None
         self._filled = 0
+        if self._recycler is not None:  # the connection's buffers serve others
+            for buf in self._spares:
+                self._recycler.put(buf)
+        self._spares.clear()
 
     def get_buffer(self) -> memoryview:
         """Where the next received bytes go: the rest of the frame being received (with a

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from wherry.log.file_region import FileRegion, ShortRegionError
 from wherry.observability.network_stats import NetworkStats
-from wherry.protocol.framing import FrameDecoder, FrameError
+from wherry.protocol.framing import BufferRecycler, FrameDecoder, FrameError
 from wherry.protocol.memory_pool import MemoryPool
 from wherry.protocol.response_parts import ResponsePart
 from wherry.security.principal import ANONYMOUS, KafkaPrincipal, user
@@ -127,7 +127,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.listener = listener
         self.security_protocol = security_protocol
         self.decoder = FrameDecoder(
-            server.max_request_bytes, server.receive_scratch, server.decoder_pool
+            server.max_request_bytes, server.receive_scratch, server.decoder_pool,
+            server.recycler, lazy=True,
         )
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[memoryview | None] = collections.deque()
@@ -244,16 +245,16 @@ class _Connection(asyncio.BufferedProtocol):
         return self.decoder.holds_overdraft if overdraft else True
 
     def _release_memory(self) -> None:
-        """The connection is gone: what its requests hold of the pool goes back."""
+        """The connection is gone: what its requests hold of the pool goes back, its
+        buffers to the server's recycler."""
         pool = self.decoder.pool
-        if pool is None:
-            return
-        pool.cancel(self._memory_released)
-        held = sum(len(f) for f in self.queue if f is not None)
-        self.queue.clear()
+        if pool is not None:
+            pool.cancel(self._memory_released)
+            held = sum(len(f) for f in self.queue if f is not None)
+            self.queue.clear()
+            if held:
+                pool.release(held)
         self.decoder.release()
-        if held:
-            pool.release(held)
 
     def eof_received(self) -> bool | None:
         # Answer what was received, then close (a client may half-close after sending).
@@ -597,6 +598,8 @@ class NetworkServer:
         # Where every connection's socket reads land between frames (one event loop reads one
         # socket at a time, and the bytes are copied out at once): see FrameDecoder.
         self.receive_scratch = bytearray(_RECEIVE_SCRATCH_BYTES)
+        # large frames' buffers connections let go, for any connection to use again
+        self.recycler = BufferRecycler()
         self.pool = MemoryPool(limits.pool_capacity)
         # decoders count in the pool only when it is bounded (Kafka's MemoryPool.NONE counts
         # nothing): an unbounded one costs the common case nothing

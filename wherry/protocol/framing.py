@@ -51,7 +51,7 @@ class BufferRecycler:
 
     __slots__ = ("_buffers", "_bytes", "limit")
 
-    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, limit: int = 16 * 1024 * 1024) -> None:
         self.limit = limit
         self._buffers: list[Buffer] = []  # most recent last
         self._bytes = 0

@@ -31,6 +31,7 @@ from wherry.observability.sources import BrokerSources
 RM = "kafka_server_replicamanager_"
 CTRL = "kafka_controller_kafkacontroller_"
 TOPIC = "kafka_server_brokertopicmetrics_"
+SOCKET = "kafka_server_socket_server_metrics_"
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -45,6 +46,7 @@ class BrokerCollector(Collector):
         yield from self._replica_manager()
         yield from self._controller()
         yield from self._requests()
+        yield from self._network()
         yield from self._purgatories()
         yield from self._topics()
         yield from self._logs()
@@ -95,6 +97,34 @@ class BrokerCollector(Collector):
             hist.add_metric([name], times.cumulative(), times.sum_ms)
         yield total
         yield hist
+
+    def _network(self) -> Iterator[Metric]:
+        """Kafka's socket-server-metrics per listener (closes also by reason) and the
+        SocketServer's request memory pool."""
+        stats = self.src.network_stats
+        count = GaugeMetricFamily(SOCKET + "connection_count", "Connections open now",
+                                  labels=["listener"])
+        created = CounterMetricFamily(SOCKET + "connection_creation",
+                                      "Connections accepted and served", labels=["listener"])
+        closed = CounterMetricFamily(
+            SOCKET + "connection_close",
+            "Connections closed, by reason: client, idle (connections.max.idle.ms), limit "
+            "(max.connections.per.ip and the like), error, shutdown",
+            labels=["listener", "reason"])
+        used, available = stats.pool() if stats is not None else (0, 2**63 - 1)
+        if stats is not None:
+            for listener in sorted(set(stats.connections) | set(stats.creations)):
+                count.add_metric([listener], stats.connections[listener])
+                created.add_metric([listener], stats.creations[listener])
+            for (listener, reason), n in sorted(stats.closes.items()):
+                closed.add_metric([listener, reason], n)
+        yield count
+        yield created
+        yield closed
+        yield _gauge("kafka_network_socketserver_memorypoolused",
+                     "Bytes of the request memory pool (queued.max.request.bytes) in use", used)
+        yield _gauge("kafka_network_socketserver_memorypoolavailable",
+                     "Bytes of the request memory pool available", available)
 
     def _purgatories(self) -> Iterator[Metric]:
         g = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_purgatorysize",

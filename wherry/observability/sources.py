@@ -12,6 +12,7 @@ from typing import Protocol
 from wherry.controller.controller import Controller
 from wherry.group.coordinator import GroupCoordinator
 from wherry.log.manager import LogManager
+from wherry.observability.network_stats import NetworkStats
 from wherry.observability.request_stats import RequestStats
 from wherry.quotas.manager import QuotaType
 from wherry.replication.metadata_cache import MetadataCache
@@ -36,6 +37,7 @@ class BrokerSources:
     # The broker's state-change log (the console's timeline starts with its tail).
     state_change_log: Path | None = None
     replica_lag_time_max_ms: int = 30_000
+    network_stats: NetworkStats | None = None
     replica_manager: Callable[[], ReplicaManager | None] = _none
     controller: Callable[[], Controller | None] = _none
     groups: Callable[[], GroupCoordinator | None] = _none

@@ -41,6 +41,7 @@ from wherry.coordination.store import (
 )
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
+from wherry.observability.network_stats import NetworkStats
 from wherry.observability.request_stats import RequestStats, request_name
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.replication.controller_requests import ControllerFence
@@ -61,6 +62,7 @@ from wherry.server.handlers.api_versions import (
 )
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
+from wherry.server.log_dir_failure import halt
 from wherry.server.meta_properties import check_meta_properties, write_meta_properties
 from wherry.server.metadata_gate import MetadataGate
 from wherry.server.network import CloseConnection, ConnectionInfo, Deferred, NetworkServer
@@ -177,9 +179,10 @@ class Broker:
         self.sasl_gate: SaslGate
         # Per-API request counts and times (read by /metrics); the HTTP listener, if any.
         self.request_stats = RequestStats()
+        self.network_stats = NetworkStats()
         self.http: ObservabilityServer | None = None
         # What a broker that must stop now does (every log dir failed): exit the process.
-        self.fatal: Callable[[str], None] = _halt
+        self.fatal: Callable[[str], None] = halt
 
     @functools.cached_property
     def scram_credentials(self) -> ScramCredentialCache:
@@ -225,7 +228,7 @@ class Broker:
             from wherry.coordination.embedded import EmbeddedCoordinator
 
             self._coordinator = EmbeddedCoordinator(
-                cfg.metadata_dir, on_write_failure=lambda m: _halt(f"Shutdown broker because {m}")
+                cfg.metadata_dir, on_write_failure=lambda m: halt(f"Shutdown broker because {m}")
             )
         self.store = await self._open_session()
         self._watch_session(self.store)
@@ -253,7 +256,11 @@ class Broker:
         # Bound after log recovery, as Kafka binds its acceptors; only ApiVersions is answered
         # before the start completes (`handle_frame`), while the rest is imported and started.
         self.network = NetworkServer(
-            self.handle_frame, max_request_bytes=cfg.socket_request_max_bytes
+            self.handle_frame,
+            max_request_bytes=cfg.socket_request_max_bytes,
+            limits=cfg.connection_limits,
+            inter_broker_listener=cfg.inter_broker_listener,
+            stats=self.network_stats,
         )
         self.bound_ports = []
         for ep in cfg.listeners:
@@ -404,6 +411,7 @@ class Broker:
                 self._state_change_log.path if self._state_change_log is not None else None
             ),
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            network_stats=self.network_stats,
             replica_manager=lambda: self.node.replica_manager if hasattr(self, "node") else None,
             controller=lambda: getattr(self, "controller", None),
             groups=lambda: self.groups.coordinator if hasattr(self, "groups") else None,
@@ -886,10 +894,4 @@ class Broker:
         import wherry.server.dispatch as dispatch
 
         return await dispatch.dispatch(self, req, self.request_stats, self._prefix)
-
-
-def _halt(message: str) -> None:
-    from wherry.server.log_dir_failure import halt
-
-    halt(message)
 

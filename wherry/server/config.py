@@ -18,6 +18,7 @@ from wherry.coordination.zk_acl import ZkAclConfigError, ZkSecurity, zk_security
 from wherry.log.config import ConfigError, LogConfig
 from wherry.observability.endpoints import HttpEndpoint, parse_http_listeners
 from wherry.server.config_keys import FETCHER_KEYS
+from wherry.server.connection_limits import ConnectionLimits, LimitConfigError, limits_from_props
 from wherry.server.listener_security import SecurityConfigError, check_names
 
 
@@ -212,6 +213,9 @@ class BrokerConfig:
     group_consumer_max_size: int = 2_147_483_647
     # Topic-config defaults derived from broker `log.*` settings.
     log_defaults: LogConfig = field(default_factory=LogConfig)
+    # Connection and request-memory limits (connections.max.idle.ms, max.connections*,
+    # max.connection.creation.rate, queued.max.request.bytes: server/connection_limits.py)
+    connection_limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     # Every setting as given (file + overrides), for DescribeConfigs.
     raw: Mapping[str, str] = field(default_factory=dict)
 
@@ -402,6 +406,12 @@ class BrokerConfig:
         except ConfigError as e:
             raise BrokerConfigError(str(e)) from e
         kw["raw"] = p
+        try:
+            kw["connection_limits"] = limits_from_props(
+                p, kw.get("socket_request_max_bytes", cls.socket_request_max_bytes)
+            )
+        except LimitConfigError as e:
+            raise BrokerConfigError(str(e)) from e
         try:
             kw["zookeeper_security"] = zk_security_from_props(p)
         except ZkAclConfigError as e:

@@ -23,6 +23,8 @@ from wherry.log.config import (
     broker_message_format_warning,
     message_format_ignored_warning,
 )
+from wherry.server.connection_limits import BROKER_KEYS as CONNECTION_LIMIT_KEYS
+from wherry.server.connection_limits import PER_LISTENER_KEYS as CONNECTION_LISTENER_KEYS
 from wherry.share.broker_keys import SHARE_BROKER_KEYS
 
 __all__ = [
@@ -119,17 +121,20 @@ KNOWN_KEYS: frozenset[str] = frozenset(
     | _HTTP_KEYS
     | IGNORED_KEYS
     | SHARE_BROKER_KEYS  # share groups (share/broker_keys.py)
+    | CONNECTION_LIMIT_KEYS  # connection and request-memory limits (connection_limits.py)
     | {name for names in SERVER_CONFIG_SYNONYMS.values() for name in names}
 )
 
-# `listener.name.<listener>.<key>`: per-listener TLS and SASL settings, and each SASL
-# mechanism's JAAS setting (`listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config`).
+# `listener.name.<listener>.<key>`: per-listener TLS and SASL settings, connection limits
+# (`max.connections`, `max.connection.creation.rate`), and each SASL mechanism's JAAS setting
+# (`listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config`).
 # (Compiled when a key is not among KNOWN_KEYS: most starts have none.)
 @functools.cache
 def _per_listener() -> re.Pattern[str]:
     return re.compile(
         r"listener\.name\.[a-z0-9_-]+\.(?:"
-        + "|".join(re.escape(k) for k in (*SSL_KEYS, "sasl.enabled.mechanisms"))
+        + "|".join(re.escape(k) for k in (
+            *SSL_KEYS, "sasl.enabled.mechanisms", *CONNECTION_LISTENER_KEYS))
         + r"|[a-z0-9-]+\.sasl\.jaas\.config)"
     )
 

@@ -8,6 +8,15 @@ acks=all Produce appended and parked until the ISR has it) returns a `Deferred`;
 connection then goes on with its next request while up to `_MAX_DEFERRED` answers wait, and
 a writer sends every answer in request order. A frame the protocol layer rejects closes the
 connection with a log line.
+
+Kafka's limits (`connection_limits.py`, applied by `connection_gate.py`): a connection over
+its address's `max.connections.per.ip` is closed at once; one over `max.connections` or the
+connection creation rate waits, unread, until it may be served; a connection with nothing
+received or sent for `connections.max.idle.ms` (a half-received frame included) is closed by
+a periodic sweep over all connections. Requests are
+received into memory reserved from the `queued.max.request.bytes` pool as their bytes
+arrive; a connection that needs memory the pool refuses pauses its reading until a handled
+request gives some back.
 """
 
 from __future__ import annotations
@@ -22,9 +31,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from wherry.log.file_region import FileRegion, ShortRegionError
-from wherry.protocol.framing import FrameDecoder, FrameError
+from wherry.observability.network_stats import NetworkStats
+from wherry.protocol.framing import BufferRecycler, FrameDecoder, FrameError
+from wherry.protocol.memory_pool import MemoryPool
 from wherry.protocol.response_parts import ResponsePart
 from wherry.security.principal import ANONYMOUS, KafkaPrincipal, user
+from wherry.server.connection_gate import ConnectionGate
+from wherry.server.connection_gate import ip_literal_family as _ip_literal_family
+from wherry.server.connection_limits import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +47,11 @@ _RECEIVE_SCRATCH_BYTES = 64 * 1024
 # Answers a connection may have waiting while it handles further requests (Kafka clients
 # keep at most 5 requests in flight per connection by default)
 _MAX_DEFERRED = 16
+# Why a connection's reading is paused (a bit each; reading resumes once none is left)
+PAUSE_QUEUE = 1  # requests received and not yet handled: _MAX_QUEUED
+PAUSE_MEMORY = 2  # the memory pool refused what the next read needs
+PAUSE_ADMISSION = 4  # not served yet: over max.connections or the creation rate
+PAUSE_MUTED = 8  # muted from outside (see `_Connection.mute`)
 
 
 class CloseConnection(Exception):
@@ -113,7 +132,10 @@ class _Connection(asyncio.BufferedProtocol):
         self.server = server
         self.listener = listener
         self.security_protocol = security_protocol
-        self.decoder = FrameDecoder(server.max_request_bytes, server.receive_scratch)
+        self.decoder = FrameDecoder(
+            server.max_request_bytes, server.receive_scratch, server.decoder_pool,
+            server.recycler, lazy=True,
+        )
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[memoryview | None] = collections.deque()
         self.wakeup = asyncio.Event()
@@ -122,18 +144,25 @@ class _Connection(asyncio.BufferedProtocol):
         self.closing = False
         self.task: asyncio.Task[None] | None = None
         self.info: ConnectionInfo | None = None
-        self.reading_paused = False
+        self.paused = 0  # PAUSE_* bits
+        self.admitted = False  # counted in the quotas and served
+        self.ip = "?"
+        self.ready_at = 0.0  # (waiting for admission) not before this loop time
+        self.close_reason = "client"  # for the metrics: who or what closed it
+        self.handling = False  # a request is being handled
+        self.last_active = server.now()  # loop time of the last byte received or sent
         self.writable: asyncio.Future[None] | None = None  # waiting to sendfile more
         # Answers to send in request order once a request was deferred (see `Deferred`)
         self.answers: collections.deque[asyncio.Future[Response | None]] = collections.deque()
         self.writer: asyncio.Task[None] | None = None
         self.answer_sent = asyncio.Event()
         self.muted_until = 0.0  # the loop's time until which no request is read
-        self.unmute: asyncio.TimerHandle | None = None
+        self.unmute_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
+        self.ip = str(peer[0]) if peer else "?"
         self.server._next_id += 1
         self.info = ConnectionInfo(
             f"{peer[0]}:{peer[1]}" if peer else "?",
@@ -144,7 +173,53 @@ class _Connection(asyncio.BufferedProtocol):
             mute=self.mute_for,
         )
         self.server._connections.add(self)
+        self.server.gate.arrived(self)
+
+    def start(self) -> None:
+        """Admitted: served from now on."""
+        self.admitted = True
+        self.last_active = self.server.now()
         self.task = asyncio.get_running_loop().create_task(self._run())
+        self.resume(PAUSE_ADMISSION)
+
+    def hold(self) -> None:
+        """Not served yet (over max.connections or the creation rate): read nothing."""
+        self.pause(PAUSE_ADMISSION)
+
+    def refuse(self) -> None:
+        """Closed at once, never served (over a limit)."""
+        self.closing = True
+        self.close_reason = "limit"
+        if self.transport is not None:
+            self.transport.abort()
+
+    def busy(self) -> bool:
+        """A request in hand: received, being handled or with its answer owed."""
+        return self.handling or bool(self.queue) or bool(self.answers)
+
+    def partial_bytes(self) -> int:
+        return self.decoder.buffered_bytes
+
+    def pause(self, reason: int) -> None:
+        """Stop reading for `reason` (a PAUSE_* bit) until `resume(reason)`."""
+        if not self.paused and self.transport is not None and not self.closing:
+            self.transport.pause_reading()
+        self.paused |= reason
+
+    def resume(self, reason: int) -> None:
+        if not self.paused & reason:
+            return
+        self.paused &= ~reason
+        if not self.paused and self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    def mute(self) -> None:
+        """Read no further requests until `unmute` (what Kafka does to a throttled client's
+        channel); requests already received are still handled."""
+        self.pause(PAUSE_MUTED)
+
+    def unmute(self) -> None:
+        self.resume(PAUSE_MUTED)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.decoder.get_buffer()
@@ -152,17 +227,43 @@ class _Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
             return
+        self.last_active = self.server.now()
+        decoder = self.decoder
         try:
-            frames = self.decoder.buffer_updated(nbytes)
+            frames = decoder.buffer_updated(nbytes)
         except FrameError as e:
             self.close(f"invalid frame: {e}")
             return
         if frames:
             self.queue.extend(frames)
             self.wakeup.set()
-            if len(self.queue) >= _MAX_QUEUED and self.transport and not self.reading_paused:
-                self.reading_paused = True
-                self.transport.pause_reading()
+            if len(self.queue) >= _MAX_QUEUED:
+                self.pause(PAUSE_QUEUE)
+        if decoder.pool is not None and decoder.needs_memory and not self.paused & PAUSE_MEMORY:
+            self.pause(PAUSE_MEMORY)
+            decoder.pool.wait(self._memory_released)
+
+    def _memory_released(self, overdraft: bool) -> bool:
+        """The pool's waiter (see memory_pool.Waiter): take the next read's window and read
+        on; whether it got one or, with `overdraft`, holds the overdraft."""
+        if self.closing:
+            return not overdraft
+        if not self.decoder.grow(overdraft):
+            return False
+        self.resume(PAUSE_MEMORY)
+        return self.decoder.holds_overdraft if overdraft else True
+
+    def _release_memory(self) -> None:
+        """The connection is gone: what its requests hold of the pool goes back, its
+        buffers to the server's recycler."""
+        pool = self.decoder.pool
+        if pool is not None:
+            pool.cancel(self._memory_released)
+            held = sum(len(f) for f in self.queue if f is not None)
+            self.queue.clear()
+            if held:
+                pool.release(held)
+        self.decoder.release()
 
     def mute_for(self, delay_ms: float) -> None:
         """Read no further request for `delay_ms` (a throttled client, as Kafka mutes its
@@ -175,16 +276,15 @@ class _Connection(asyncio.BufferedProtocol):
         if until <= self.muted_until:
             return
         self.muted_until = until
-        if self.unmute is not None:
-            self.unmute.cancel()
-        self.unmute = loop.call_at(until, self._unmuted)
-        self.transport.pause_reading()
+        if self.unmute_timer is not None:
+            self.unmute_timer.cancel()
+        self.unmute_timer = loop.call_at(until, self._unmuted)
+        self.mute()
 
     def _unmuted(self) -> None:
-        self.unmute = None
+        self.unmute_timer = None
         self.wakeup.set()
-        if self.transport is not None and not self.closing and not self.reading_paused:
-            self.transport.resume_reading()
+        self.unmute()
 
     def eof_received(self) -> bool | None:
         # Answer what was received, then close (a client may half-close after sending).
@@ -194,10 +294,13 @@ class _Connection(asyncio.BufferedProtocol):
         return self.info is None or self.info.security_protocol not in ("SSL", "SASL_SSL")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closing:  # the peer closed or reset it (or the network did)
+            self.close_reason = "client"
         self.closing = True
-        if self.unmute is not None:
-            self.unmute.cancel()
+        if self.unmute_timer is not None:
+            self.unmute_timer.cancel()
         self.server._connections.discard(self)
+        self.server.gate.gone(self)
         if self.info is not None and self.server.on_close is not None:
             try:
                 self.server.on_close(self.info)
@@ -207,12 +310,13 @@ class _Connection(asyncio.BufferedProtocol):
         self.can_write.set()
         self._stop_waiting_for_writable()
         self._drop_answers()
-        if self.decoder.buffered_bytes:
+        if self.decoder.buffered_bytes and self.close_reason != "idle":
             log.info(
                 "Connection %s closed with %d bytes of a partial request",
                 self.info.peer if self.info else "?",
                 self.decoder.buffered_bytes,
             )
+        self._release_memory()
 
     def pause_writing(self) -> None:
         self.can_write.clear()
@@ -220,11 +324,14 @@ class _Connection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.can_write.set()
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, *, why: str = "error", level: int = logging.WARNING) -> None:
+        """Close the connection, logging `reason`; `why` is its close reason in the metrics."""
         if self.closing:
             return
         self.closing = True
-        log.warning(
+        self.close_reason = why
+        log.log(
+            level,
             "Closing connection %s (listener %s): %s",
             self.info.peer if self.info else "?",
             self.listener,
@@ -353,6 +460,7 @@ class _Connection(asyncio.BufferedProtocol):
             await self._write_parts(response)
             return
         self.transport.write(response)
+        self.last_active = self.server.now()
         if not self.can_write.is_set():
             await self.can_write.wait()
 
@@ -415,20 +523,19 @@ class _Connection(asyncio.BufferedProtocol):
         assert self.info is not None
         try:
             while not self.closing:
-                if not self.queue or self.unmute is not None:  # nothing to do, or muted
+                if not self.queue or self.unmute_timer is not None:  # nothing to do, or muted
                     self.wakeup.clear()
                     await self.wakeup.wait()
                     continue
                 frame = self.queue.popleft()
-                if self.reading_paused and len(self.queue) < _MAX_QUEUED // 2 and self.transport:
-                    self.reading_paused = False
-                    if self.unmute is None:
-                        self.transport.resume_reading()
+                if self.paused & PAUSE_QUEUE and len(self.queue) < _MAX_QUEUED // 2:
+                    self.resume(PAUSE_QUEUE)
                 if frame is None:  # EOF sentinel
                     await self._answers_sent()
                     if self.transport is not None:
                         self.transport.close()
                     return
+                self.handling = True
                 try:
                     response = await handler(self.info, frame)
                 except CloseConnection as e:
@@ -443,6 +550,12 @@ class _Connection(asyncio.BufferedProtocol):
                         self.transport.write(e.response)  # flushed before the close
                     self.close(str(e))
                     return
+                finally:  # the request is handled: its memory goes back to the pool
+                    self.handling = False
+                    self.last_active = self.server.now()
+                    pool = self.decoder.pool
+                    if pool is not None:
+                        pool.release(len(frame))
                 if isinstance(response, Deferred):
                     self._queue_answer(asyncio.ensure_future(response.answer))
                 elif self.answers:
@@ -477,17 +590,6 @@ def _close_regions(fut: asyncio.Future[Response | None]) -> None:
                 part.close()
 
 
-def _ip_literal_family(host: str) -> socket.AddressFamily | None:
-    """AF_INET or AF_INET6 when `host` is an IP address; None for a name or ""."""
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, host)
-        except (OSError, ValueError):
-            continue
-        return family
-    return None
-
-
 def _bound_socket(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
     """A TCP socket bound to an address as the loop's `create_server` binds one (address
     reuse; an IPv6 one for IPv6 only), non-blocking, not yet listening."""
@@ -517,16 +619,41 @@ class NetworkServer:
         *,
         max_request_bytes: int,
         on_close: CloseListener | None = None,
+        limits: ConnectionLimits | None = None,
+        inter_broker_listener: str | None = None,
+        stats: NetworkStats | None = None,
     ) -> None:
         self.handler = handler
         self.on_close = on_close
         self.max_request_bytes = max_request_bytes
+        self.limits = limits = limits or ConnectionLimits()
         # Where every connection's socket reads land between frames (one event loop reads one
         # socket at a time, and the bytes are copied out at once): see FrameDecoder.
         self.receive_scratch = bytearray(_RECEIVE_SCRATCH_BYTES)
+        # large frames' buffers connections let go, for any connection to use again
+        self.recycler = BufferRecycler()
+        self.pool = MemoryPool(limits.pool_capacity)
+        # decoders count in the pool only when it is bounded (Kafka's MemoryPool.NONE counts
+        # nothing): an unbounded one costs the common case nothing
+        self.decoder_pool = self.pool if self.pool.bounded else None
+        self.stats = stats if stats is not None else NetworkStats()
+        self.stats.pool = self._pool_numbers
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[_Connection] = set()
         self._next_id = 0
+        # who is served, held or closed; idle connections closed
+        self.gate = ConnectionGate(limits, inter_broker_listener, self.stats, self._connections)
+        self.quotas = self.gate.quotas
+        self.now: Callable[[], float] = self.gate.now
+
+    def _pool_numbers(self) -> tuple[int, int]:
+        pool = self.pool
+        return (pool.used, pool.available) if pool.bounded else (0, pool.available)
+
+    def close_idle(self, before: float) -> int:
+        """Close the connections idle since loop time `before` (the sweep does it on its
+        own); how many."""
+        return self.gate.close_idle(before)
 
     async def listen(
         self,
@@ -561,13 +688,19 @@ class NetworkServer:
                 ssl_handshake_timeout=handshake_timeout,
             )
         self._servers.append(srv)
+        self.now = self.gate.now = loop.time
+        self.gate.start()
         sock = srv.sockets[0]
         return int(sock.getsockname()[1])
 
     async def close(self) -> None:
         for srv in self._servers:
             srv.close()
+        self.gate.stop()
         for conn in list(self._connections):
+            if not conn.closing:
+                conn.close_reason = "shutdown"
+                conn.closing = True
             if conn.transport is not None:
                 conn.transport.close()
             if conn.task is not None:

@@ -13,6 +13,7 @@ from wherry.log.config import SERVER_CONFIG_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigT
 from wherry.security.acl import AclOperation
 from wherry.server import broker_configs
 from wherry.server.authz import AUTHORIZATION_MESSAGES, config_resource_denied
+from wherry.server.connection_limits import ConnectionLimits
 from wherry.share.config import GROUP_CONFIG_KEYS
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ def broker_config_entries(
             ConfigType.LONG,
             STATIC_BROKER_CONFIG,
         ),
+        **connection_limit_entries(cfg.connection_limits),
     }
     for name, key in TOPIC_CONFIG_KEYS.items():
         if key.server_name is not None:
@@ -165,6 +167,23 @@ def broker_config_entries(
             }
         )
     return out
+
+
+def connection_limit_entries(limits: ConnectionLimits) -> dict[str, tuple[str, int, int]]:
+    """The connection and request-memory limits, as Kafka describes them."""
+    overrides = ",".join(f"{h}:{n}" for h, n in limits.max_connections_per_ip_overrides.items())
+    return {
+        "connections.max.idle.ms": (
+            str(limits.connections_max_idle_ms), ConfigType.LONG, STATIC_BROKER_CONFIG),
+        "max.connections": (str(limits.max_connections), ConfigType.INT, STATIC_BROKER_CONFIG),
+        "max.connections.per.ip": (
+            str(limits.max_connections_per_ip), ConfigType.INT, STATIC_BROKER_CONFIG),
+        "max.connections.per.ip.overrides": (overrides, ConfigType.STRING, STATIC_BROKER_CONFIG),
+        "max.connection.creation.rate": (
+            str(limits.max_connection_creation_rate), ConfigType.INT, STATIC_BROKER_CONFIG),
+        "queued.max.request.bytes": (
+            str(limits.queued_max_request_bytes), ConfigType.LONG, STATIC_BROKER_CONFIG),
+    }
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:

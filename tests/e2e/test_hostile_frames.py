@@ -1,0 +1,95 @@
+"""Hostile request frames against a real `wherry server`: each is refused (the connection closed
+with one log line), the broker lives, and a confluent-kafka producer and consumer on the same
+listener are served right afterwards."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer
+
+from tests.broker_process import BrokerProcess
+from tests.kafka_wire import connect, encode_request, is_closed
+from tests.protocol.test_decode_guard import DESCRIBE_LOG_DIRS_79, METADATA_17
+
+
+def _send_frame(bootstrap: str, frame: bytes) -> socket.socket:
+    s = connect(bootstrap)
+    s.sendall(struct.pack(">i", len(frame)) + frame)
+    return s
+
+
+def _hostile_frames() -> dict[str, bytes]:
+    metadata = encode_request(3, 12, {"topics": [{"name": "a"}, {"name": "b"}]})[4:]
+    produce = encode_request(
+        0,
+        9,
+        {
+            "acks": -1,
+            "timeout": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"x" * 8}]}],
+        },
+    )[4:]
+    return {
+        "metadata-17": METADATA_17,
+        "describe-log-dirs-79": DESCRIBE_LOG_DIRS_79,
+        # Metadata v12 with its topic count patched to 2**31 - 2 (compact) / a truncated body
+        "metadata-count": metadata[:20] + b"\xff\xff\xff\xff\x07" + metadata[21:],
+        "metadata-truncated": metadata[:-3],
+        # Produce v9: a client id whose length is negative, or 32000 bytes
+        "negative-client-id": produce[:8] + struct.pack(">h", -7) + produce[10:],
+        "huge-client-id": produce[:8] + struct.pack(">h", 32000) + produce[10:],
+        # ApiVersions v3 whose software name claims 2**31 bytes
+        "api-versions-name": struct.pack(">hhih", 18, 3, 1, -1)
+        + b"\x00\xff\xff\xff\xff\x07abc\x01\x00",
+    }
+
+
+def test_hostile_frames_then_real_clients(fresh_broker: BrokerProcess) -> None:
+    broker = fresh_broker.start()
+    bs = broker.bootstrap
+    for name, frame in _hostile_frames().items():
+        s = _send_frame(bs, frame)
+        assert is_closed(s, timeout_s=10.0), name
+        s.close()
+        assert broker.proc is not None and broker.proc.poll() is None, (
+            name + ":\n" + broker.log_text()[-3000:]
+        )
+    log = broker.log_text()
+    assert "Traceback" not in log
+    assert "memory allocation" not in log
+    refused = [line for line in log.splitlines() if "cannot parse request" in line]
+    assert any("30360681639 items" in line for line in refused), log[-3000:]
+    assert any("34359738366 items" in line for line in refused), log[-3000:]
+
+    # the acceptance: a normal client on the same listener right afterwards
+    topic = f"after-hostile-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": bs, "acks": "all", "message.timeout.ms": 20000})
+    delivered: list[object] = []
+    for i in range(10):
+        producer.produce(topic, value=b"v%d" % i, on_delivery=lambda err, _m: delivered.append(err))
+    assert producer.flush(30) == 0
+    assert delivered == [None] * 10
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 45
+        while len(got) < 10 and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        assert got == [b"v%d" % i for i in range(10)]
+    finally:
+        consumer.close()
+    assert broker.proc is not None and broker.proc.poll() is None

@@ -10,10 +10,13 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, Producer
+from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess
-from tests.kafka_wire import connect, encode_request, is_closed
+from tests.kafka_wire import call, connect, encode_request, is_closed, produce_body
 from tests.protocol.test_decode_guard import DESCRIBE_LOG_DIRS_79, METADATA_17
+from wherry.protocol.compression import ZSTD
+from wherry.protocol.records import build_batch
 
 
 def _send_frame(bootstrap: str, frame: bytes) -> socket.socket:
@@ -65,8 +68,24 @@ def test_hostile_frames_then_real_clients(fresh_broker: BrokerProcess) -> None:
     assert any("30360681639 items" in line for line in refused), log[-3000:]
     assert any("34359738366 items" in line for line in refused), log[-3000:]
 
-    # the acceptance: a normal client on the same listener right afterwards
+    # a zstd batch of a few KiB whose record decompresses to 64 MiB: CORRUPT_MESSAGE
     topic = f"after-hostile-{uuid.uuid4().hex[:8]}"
+    created = call(
+        bs,
+        19,
+        7,
+        {
+            "topics": [{"name": topic, "num_partitions": 1, "replication_factor": 1}],
+            "timeout": 10_000,
+        },
+    )
+    assert created.topics[0].error_code == ErrorCode.none
+    bomb = build_batch([(b"k", bytes(64 * 1024 * 1024))], compression=ZSTD)
+    assert len(bomb) < 64 * 1024
+    answer = call(bs, 0, 9, produce_body(topic, bomb))
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
+
+    # the acceptance: a normal client on the same listener right afterwards
     producer = Producer({"bootstrap.servers": bs, "acks": "all", "message.timeout.ms": 20000})
     delivered: list[object] = []
     for i in range(10):

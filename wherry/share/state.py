@@ -18,6 +18,7 @@ int16 delivery count.
 
 from __future__ import annotations
 
+import logging
 import struct
 import uuid
 from collections.abc import Iterable, Sequence
@@ -27,6 +28,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.group.records import partition_for
 from wherry.share.partition import StateBatch
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "SHARE_STATE_TOPIC",
@@ -145,7 +148,8 @@ class ShareStateStore:
                 continue
             try:
                 key = decode_key(k)
-            except (ValueError, struct.error, UnicodeDecodeError):
+            except (ValueError, struct.error, UnicodeDecodeError) as e:
+                log.error("Skipping unreadable share state key in partition %d: %s", partition, e)
                 continue
             if v is None:
                 self.states.pop(key, None)
@@ -153,7 +157,8 @@ class ShareStateStore:
                 continue
             try:
                 self.states[key] = decode_value(v)
-            except (ValueError, struct.error):
+            except (ValueError, struct.error) as e:
+                log.error("Skipping unreadable share state of %s: %s", key, e)
                 continue
             self.partition_of[key] = partition
         return sum(1 for p in self.partition_of.values() if p == partition)

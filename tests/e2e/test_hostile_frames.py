@@ -85,6 +85,28 @@ def test_hostile_frames_then_real_clients(fresh_broker: BrokerProcess) -> None:
     answer = call(bs, 0, 9, produce_body(topic, bomb))
     assert answer.responses[0].partition_responses[0].error_code == ErrorCode.corrupt_message
 
+    # valid requests that ask for billions of partitions: refused at once, nothing assigned
+    for name, count in ((f"{topic}-huge", 2**31 - 1), (f"{topic}-10k", 10_000)):
+        started = time.monotonic()
+        huge = call(
+            bs,
+            19,
+            7,
+            {
+                "topics": [{"name": name, "num_partitions": count, "replication_factor": 1}],
+                "timeout": 10_000,
+            },
+        )
+        assert huge.topics[0].error_code == ErrorCode.policy_violation, huge
+        assert time.monotonic() - started < 5
+    grow = call(
+        bs,
+        37,
+        1,
+        {"topics": [{"name": topic, "count": 2**31 - 1}], "timeout_ms": 10_000},
+    )
+    assert grow.results[0].error_code == ErrorCode.policy_violation, grow
+
     # the acceptance: a normal client on the same listener right afterwards
     producer = Producer({"bootstrap.servers": bs, "acks": "all", "message.timeout.ms": 20000})
     delivered: list[object] = []

@@ -88,7 +88,7 @@ def random_entity(cls: type, rnd: random.Random, depth: int = 0) -> Any:
             continue  # left at its default (not written)
         optional = is_optional(f)
         kind = classify_field(f)
-        n = rnd.choice((0, 1, 2, 3, 40)) if depth < 3 else rnd.choice((0, 1))
+        n = rnd.choice(((0, 1, 3, 40), (0, 1, 2), (0, 1))[min(depth, 2)])
         match kind:
             case PrimitiveField():
                 values[f.name] = _primitive(get_schema_field_type(f), rnd, optional)

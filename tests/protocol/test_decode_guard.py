@@ -248,7 +248,7 @@ _HOSTILE_TABLE = """
         if kind != "request" or key in (4, 5, 6, 7):
             continue
         raw = codec.encode_request(key, version, 9, random_entity(cls, random.Random(key)))[4:]
-        step = max(1, len(raw) // 60)
+        step = max(1, len(raw) // 24)
         frames = [raw[:cut] for cut in range(0, len(raw), step)]
         for at in range(8, len(raw), step):
             for p in patches:

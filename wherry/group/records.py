@@ -425,7 +425,7 @@ def parse_subscription_topics(metadata: bytes) -> list[str]:
     if version < 0:
         raise RecordFormatError(f"invalid consumer protocol version {version}")
     n = r.i32()
-    if n < 0:
+    if n < 0 or 2 * n > len(r.data) - r.pos:  # a topic name takes 2 bytes at least
         raise RecordFormatError(f"invalid topic count {n}")
     return [r.string() for _ in range(n)]
 

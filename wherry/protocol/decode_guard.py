@@ -245,6 +245,9 @@ def _length_code(op_kind: int, legacy_bytes: int, out: list[str], ind: str) -> N
         out.append(f"{ind}n = buf[pos]")
         out.append(f"{ind}if n < 0x80:")
         out.append(f"{ind}    pos += 1")
+        out.append(f"{ind}elif buf[pos + 1] < 0x80:")  # two bytes: lengths below 16 KiB
+        out.append(f"{ind}    n = (n & 0x7F) | (buf[pos + 1] << 7)")
+        out.append(f"{ind}    pos += 2")
         out.append(f"{ind}else:")
         out.append(f"{ind}    n, pos = _uvarint(buf, pos)")
         out.append(f"{ind}n -= 1")

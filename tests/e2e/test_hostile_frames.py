@@ -8,6 +8,7 @@ import socket
 import struct
 import time
 import uuid
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from kio.schema.errors import ErrorCode
@@ -51,16 +52,38 @@ def _hostile_frames() -> dict[str, bytes]:
     }
 
 
-def test_hostile_frames_then_real_clients(fresh_broker: BrokerProcess) -> None:
-    broker = fresh_broker.start()
-    bs = broker.bootstrap
+PLAIN_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" user_alice="alice-secret";'
+)
+
+
+def test_hostile_frames_then_real_clients(tmp_path: Path) -> None:
+    broker = BrokerProcess(
+        tmp_path / "data",
+        listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        overrides=[
+            "sasl.enabled.mechanisms=PLAIN",
+            f"listener.name.sasl_plaintext.plain.sasl.jaas.config={PLAIN_JAAS}",
+        ],
+    )
+    try:
+        _hostile_frames_then_real_clients(broker.start())
+    finally:
+        broker.kill()
+
+
+def _hostile_frames_then_real_clients(broker: BrokerProcess) -> None:
+    bs, sasl_bs = broker.addresses
+    # each frame on the PLAINTEXT listener and, unauthenticated, on the SASL one
     for name, frame in _hostile_frames().items():
-        s = _send_frame(bs, frame)
-        assert is_closed(s, timeout_s=10.0), name
-        s.close()
-        assert broker.proc is not None and broker.proc.poll() is None, (
-            name + ":\n" + broker.log_text()[-3000:]
-        )
+        for address in (bs, sasl_bs):
+            s = _send_frame(address, frame)
+            assert is_closed(s, timeout_s=10.0), (name, address)
+            s.close()
+            assert broker.proc is not None and broker.proc.poll() is None, (
+                name + ":\n" + broker.log_text()[-3000:]
+            )
     log = broker.log_text()
     assert "Traceback" not in log
     assert "memory allocation" not in log
@@ -133,4 +156,18 @@ def test_hostile_frames_then_real_clients(fresh_broker: BrokerProcess) -> None:
         assert got == [b"v%d" % i for i in range(10)]
     finally:
         consumer.close()
+
+    # and an authenticated client on the SASL listener
+    sasl = {
+        "bootstrap.servers": sasl_bs,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "alice-secret",
+    }
+    producer = Producer({**sasl, "acks": "all", "message.timeout.ms": 20000})
+    delivered.clear()
+    producer.produce(topic, value=b"over-sasl", on_delivery=lambda err, _m: delivered.append(err))
+    assert producer.flush(30) == 0
+    assert delivered == [None]
     assert broker.proc is not None and broker.proc.poll() is None

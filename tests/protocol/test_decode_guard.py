@@ -270,3 +270,26 @@ def test_hostile_table_over_every_api_and_version() -> None:
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
     answered, refused = (int(x) for x in child.stdout.split()[1::2])
     assert refused > 10_000 and answered > 0, child.stdout
+
+
+def test_null_only_for_nullable_arrays() -> None:
+    """kio reads a null array as None even where the schema forbids it (a handler then fails
+    on None); the guard refuses it there, as Kafka does, and lets it through where allowed."""
+    from kio.schema.fetch.v12.request import FetchRequest  # topics: not nullable
+    from kio.schema.metadata.v12.request import MetadataRequest  # topics: nullable
+
+    fetch = codec.encode_request(1, 12, 1, {"topics": [], "forgotten_topics_data": []})[4:]
+    header = check_entity(FetchRequest.__header_schema__, fetch)
+    topics_at = header + 4 + 4 + 4 + 4 + 1 + 4 + 4  # replica, wait, min, max, isolation, session
+    assert fetch[topics_at] == 1  # an empty compact array
+    null_topics = fetch[:topics_at] + b"\x00" + fetch[topics_at + 1 :]
+    assert entity_reader(FetchRequest)(null_topics, header)[0].topics is None  # kio's leniency
+    with pytest.raises(GuardError, match="null for a non-nullable array"):
+        check_entity(FetchRequest, null_topics, header)
+    with pytest.raises(codec.RequestDecodeError, match="null for a non-nullable array"):
+        codec.decode_request(null_topics, {1: (0, 12)})
+    metadata = codec.encode_request(3, 12, 1, {"topics": None})[4:]
+    assert check_entity(
+        MetadataRequest, metadata, check_entity(MetadataRequest.__header_schema__, metadata)
+    ) == len(metadata)
+    assert codec.decode_request(metadata, {3: (0, 12)}).body.topics is None  # type: ignore[union-attr]

@@ -11,8 +11,9 @@ field metadata describes it: fixed-size primitives, legacy (int16/int32) and com
 (unsigned varint) lengths, nullable entities, arrays, flexible versions' tagged fields -- and
 refuses, before anything is allocated, any array whose count could not fit in the bytes left
 (each item takes at least its minimum encoded size), any negative length other than a
-nullable field's null, any length past the end and any varint longer than five bytes. It
-allocates nothing in proportion to what the input claims, so it is safe on any input.
+nullable field's null (kio itself reads a null array as None where the schema forbids it,
+which handlers never expect), any length past the end and any varint longer than five bytes.
+It allocates nothing in proportion to what the input claims, so it is safe on any input.
 
 Strings, byte fields and record sets are skipped by their length, never read: the cost is a
 few Python operations per field, and runs of fixed-size fields, and arrays of fixed-size
@@ -66,7 +67,7 @@ _LEGACY_LENGTH: Final = {"string": 2, "bytes": 4, "records": 4}
 _FIXED: Final = 0  # (_FIXED, size)
 _LEGACY: Final = 1  # (_LEGACY, length bytes (2 or 4), nullable)
 _COMPACT: Final = 2  # (_COMPACT, nullable)
-_ARRAY: Final = 3  # (_ARRAY, flexible, item op, item min size, item fixed size or 0)
+_ARRAY: Final = 3  # (_ARRAY, flexible, item op, item min size, item fixed size or 0, nullable)
 _ENTITY: Final = 4  # (_ENTITY, plan, nullable)
 _TAGS: Final = 5  # (_TAGS, {tag: op})
 
@@ -142,7 +143,9 @@ def _field_op(field: Field[Any], *, flexible: bool, is_request_header: bool, is_
     fixed = item[1] if item[0] == _FIXED else 0
     if item[0] == _ENTITY and item[1].fixed:
         fixed = item[1].fixed
-    return (_ARRAY, flexible, item, max(1, _op_min_size(item)), fixed)
+    # kio reads a null array as None even where the schema does not allow it (Kafka refuses
+    # it as malformed): only an optional field may be null.
+    return (_ARRAY, flexible, item, max(1, _op_min_size(item)), fixed, is_optional(field))
 
 
 def _compile(cls: type, plan: _Plan) -> None:
@@ -193,6 +196,8 @@ def _bad_length(n: int, pos: int, end: int, what: str) -> GuardError:
 
 
 def _bad_count(n: int, pos: int, end: int) -> GuardError:
+    if n == -1:
+        return GuardError(f"null for a non-nullable array at offset {pos}")
     if n < 0:
         return GuardError(f"array count {n} at offset {pos}")
     return GuardError(f"array of {n} items at offset {pos} but only {end - pos} bytes left")
@@ -272,11 +277,14 @@ def _op_code(op: _Op, out: list[str], ind: str, consts: dict[str, Any]) -> None:
         out.append(f"{ind}else:")
         out.append(f"{ind}    pos += n")
     elif kind == _ARRAY:
-        _, flexible, item, item_min, item_fixed = op
+        _, flexible, item, item_min, item_fixed, nullable = op
         _length_code(_COMPACT if flexible else _LEGACY, 4, out, ind)
         out.append(f"{ind}if n < 0:")
-        out.append(f"{ind}    if n != -1:")  # null; kio refuses it where not nullable
-        out.append(f"{ind}        raise _bad_count(n, pos, end)")
+        if nullable:
+            out.append(f"{ind}    if n != -1:")
+            out.append(f"{ind}        raise _bad_count(n, pos, end)")
+        else:
+            out.append(f"{ind}    raise _bad_count(n, pos, end)")
         out.append(f"{ind}elif n * {item_min} > end - pos:")
         out.append(f"{ind}    raise _bad_count(n, pos, end)")
         if item_fixed:

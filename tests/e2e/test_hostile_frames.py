@@ -14,7 +14,14 @@ from confluent_kafka import Consumer, Producer
 from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess
-from tests.kafka_wire import call, connect, encode_request, is_closed, produce_body
+from tests.kafka_wire import (
+    call,
+    connect,
+    encode_request,
+    fetch_body,
+    is_closed,
+    produce_body,
+)
 from tests.protocol.test_decode_guard import DESCRIBE_LOG_DIRS_79, METADATA_17
 from wherry.protocol.compression import ZSTD
 from wherry.protocol.records import build_batch
@@ -156,6 +163,32 @@ def _hostile_frames_then_real_clients(broker: BrokerProcess) -> None:
         assert got == [b"v%d" % i for i in range(10)]
     finally:
         consumer.close()
+
+    # valid requests with values a handler must not trip over (each found by the fuzzer)
+    fetch = fetch_body(topic)
+    fetch.update(min_bytes=1_000_000, max_wait=200)
+    fetch["topics"][0]["partitions"][0]["partition_max_bytes"] = -65536
+    answer = call(bs, 1, 12, fetch).responses[0].partitions[0]
+    assert answer.error_code == ErrorCode.none and answer.records  # min one message
+    for name in ("", "a/b", ".."):
+        grown = call(bs, 37, 1, {"topics": [{"name": name, "count": 3}], "timeout_ms": 1000})
+        assert grown.results[0].error_code == ErrorCode.unknown_topic_or_partition, name
+        gone = call(bs, 20, 4, {"topic_names": [name], "timeout": 1000})
+        assert gone.responses[0].error_code == ErrorCode.unknown_topic_or_partition, name
+    heartbeat = call(
+        bs,
+        68,
+        0,
+        {
+            "group_id": "g-v0",
+            "member_id": "",
+            "member_epoch": 0,
+            "rebalance_timeout": 30_000,
+            "subscribed_topic_names": [topic],
+            "topic_partitions": [],
+        },
+    )
+    assert heartbeat.error_code in (ErrorCode.none, ErrorCode.unsupported_version), heartbeat
 
     # and an authenticated client on the SASL listener
     sasl = {

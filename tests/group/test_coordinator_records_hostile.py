@@ -169,3 +169,13 @@ def test_huge_counts_are_refused_at_once(caplog: pytest.LogCaptureFixture) -> No
         snap = read_group_partition(_batches([(key, huge)]))  # type: ignore[arg-type]
     assert snap.skipped == 1
     assert any("Skipping unreadable record" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00", b"\x00\x00\x00", b"\x00\x00\x00\x05ab"])
+def test_short_share_state_records_are_value_errors(data: bytes) -> None:
+    from wherry.share.state import decode_key, decode_value
+
+    with pytest.raises(ValueError):
+        decode_key(data)
+    with pytest.raises(ValueError):
+        decode_value(data)

@@ -441,8 +441,10 @@ class ReplicaManager:
                 if end > fp.fetch_offset:
                     if min_bytes <= 1:
                         return True
-                    acc += len(
-                        part.log.read(fp.fetch_offset, max_bytes=fp.max_bytes, max_offset=end)
+                    acc += len(  # a client's negative max bytes counts nothing
+                        part.log.read(
+                            fp.fetch_offset, max_bytes=max(0, fp.max_bytes), max_offset=end
+                        )
                     )
                     if acc >= min_bytes:
                         return True

@@ -46,6 +46,15 @@ def _check_operation_size(records: int) -> None:
         )
 
 
+def _storable(name: str) -> bool:
+    """Whether `name` can name a node of the store (a client may send any string)."""
+    try:
+        paths.topic_path(name)
+    except ValueError:
+        return False
+    return True
+
+
 def validate_topic_name(name: str) -> None:
     if not name:
         raise AdminError(
@@ -95,6 +104,8 @@ class AdminManager:
             raise AdminError(ErrorCode.invalid_config, str(e)) from e
 
     async def topic_exists(self, name: str) -> bool:
+        if not _storable(name):
+            return False  # "", "a/b", "..": no topic can have such a name
         return await self.store.exists(paths.topic_path(name)) is not None
 
     async def _existing_topics(self) -> list[str]:
@@ -246,6 +257,8 @@ class AdminManager:
     ) -> int:
         """Returns the number of partitions added."""
         try:
+            if not _storable(name):
+                raise NoNodeError(name)
             data, stat = await self.store.get(paths.topic_path(name))
         except NoNodeError as e:
             raise AdminError(
@@ -322,6 +335,8 @@ class AdminManager:
 
     # --- configs -------------------------------------------------------------------------
     async def topic_overrides(self, name: str) -> dict[str, str]:
+        if not _storable(name):
+            return {}
         try:
             data, _ = await self.store.get(paths.topic_config_path(name))
         except NoNodeError:

@@ -80,6 +80,8 @@ def encode_key(key: ShareKey) -> bytes:
 
 
 def decode_key(data: bytes) -> ShareKey:
+    if len(data) < 4:
+        raise ValueError("not a share state key")
     version, n = struct.unpack_from(">hh", data, 0)
     if version != 0 or n < 0 or len(data) != 4 + n + 16 + 4:
         raise ValueError("not a share state key")
@@ -99,6 +101,8 @@ def encode_value(state: ShareState) -> bytes:
 
 
 def decode_value(data: bytes) -> ShareState:
+    if len(data) < _HEAD.size:
+        raise ValueError("not a share state value")
     version, se, le, start, n = _HEAD.unpack_from(data, 0)
     if version != 0 or n < 0 or len(data) != _HEAD.size + n * _BATCH.size:
         raise ValueError("not a share state value")

@@ -21,6 +21,7 @@ from tests.kafka_wire import (
     fetch_body,
     is_closed,
     produce_body,
+    read_response,
 )
 from tests.protocol.test_decode_guard import DESCRIBE_LOG_DIRS_79, METADATA_17
 from wherry.protocol.compression import ZSTD
@@ -170,6 +171,7 @@ def _hostile_frames_then_real_clients(broker: BrokerProcess) -> None:
     fetch["topics"][0]["partitions"][0]["partition_max_bytes"] = -65536
     answer = call(bs, 1, 12, fetch).responses[0].partitions[0]
     assert answer.error_code == ErrorCode.none and answer.records  # min one message
+    _parked_fetch_of_a_bad_offset_is_answered(bs, topic)
     for name in ("", "a/b", ".."):
         grown = call(bs, 37, 1, {"topics": [{"name": name, "count": 3}], "timeout_ms": 1000})
         assert grown.results[0].error_code == ErrorCode.unknown_topic_or_partition, name
@@ -204,3 +206,31 @@ def _hostile_frames_then_real_clients(broker: BrokerProcess) -> None:
     assert producer.flush(30) == 0
     assert delivered == [None]
     assert broker.proc is not None and broker.proc.poll() is None
+    assert "Traceback" not in broker.log_text()
+
+
+def _parked_fetch_of_a_bad_offset_is_answered(bs: str, topic: str) -> None:
+    """A fetch session that holds a negative fetch offset, then an incremental fetch parked
+    for bytes: a produce wakes it and it is answered OFFSET_OUT_OF_RANGE at once."""
+    full = fetch_body(topic, offset=-(2**58))
+    full["session_epoch"] = 0
+    first = call(bs, 1, 12, full)
+    assert first.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
+    incremental = fetch_body(topic)
+    incremental.update(
+        session_id=first.session_id, session_epoch=1, topics=[], min_bytes=10**6, max_wait=8000
+    )
+    s = connect(bs)
+    try:
+        s.sendall(encode_request(1, 12, incremental))
+        time.sleep(0.3)
+        started = time.monotonic()
+        produced = call(bs, 0, 9, produce_body(topic, build_batch([(b"k", b"wake")])))
+        assert produced.responses[0].partition_responses[0].error_code == ErrorCode.none
+        s.settimeout(10)
+        answer = read_response(s, 1, 12)
+        assert time.monotonic() - started < 5  # not at the end of its 8 s wait
+        parts = [p for t in answer.responses for p in t.partitions]
+        assert [p.error_code for p in parts] == [ErrorCode.offset_out_of_range]
+    finally:
+        s.close()

@@ -106,6 +106,9 @@ def compress(codec: int, data: bytes) -> bytes:
             raise UnsupportedCompressionError(f"unsupported compression codec {codec}")
 
 
+_MODULES: Final[dict[int, object]] = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
+
+
 class _Scratch(threading.local):
     area: mmap.mmap | None = None
 
@@ -139,9 +142,7 @@ def decompress(
     try:
         if codec == 2:
             return _snappy_decompress(payload, max_size)
-        module = (cramjam.gzip, None, cramjam.lz4, cramjam.zstd)[codec - 1]
-        assert module is not None
-        return _decompress_bounded(module, payload, max_size, name)
+        return _decompress_bounded(_MODULES[codec], payload, max_size, name)
     except CompressionError:
         raise
     except Exception as exc:  # cramjam raises its own DecompressionError / ValueError / etc.

@@ -184,17 +184,27 @@ def _file_crash(artifact: Path, crashes: Path, tail: list[str]) -> str:
     return name
 
 
-def replay(paths: list[Path]) -> int:
-    """Every input under `paths` through the decoders and an in-process broker; 1 if any
-    errs (a native abort ends this process)."""
+def input_files(paths: list[Path]) -> list[Path]:
+    return sorted(f for p in paths for f in (p.iterdir() if p.is_dir() else [p])
+                  if f.is_file() and not f.name.endswith((".log", ".md")))
+
+
+def replay(paths: list[Path], *, broker: bool = True) -> int:
+    """Every input under `paths` through the decoders and (with `broker`) an in-process
+    broker; 1 if any errs or hangs (a native abort ends this process)."""
     import tempfile
 
     from tests.fuzz.inproc import start_broker, stop_broker
     from tests.fuzz.targets import run_input
 
-    files = sorted(f for p in paths for f in (p.iterdir() if p.is_dir() else [p])
-                   if f.is_file() and not f.name.endswith(".log"))
+    files = input_files(paths)
     bad = 0
+    if not broker:
+        for f in files:
+            out = run_input(f.read_bytes(), None)
+            print(f"{f.name}: {out.kind} {out.detail[:120]}", flush=True)
+            bad += out.kind in ("error", "hang")
+        return 1 if bad else 0
     with tempfile.TemporaryDirectory() as tmp:
         broker, loop, targets = start_broker(Path(tmp) / "logs")
         try:
@@ -226,10 +236,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="mutation seed (--socket)")
     parser.add_argument("--replay", type=Path, nargs="*",
                         help="run these inputs (files or directories) once and stop")
+    parser.add_argument("--no-broker", action="store_true",
+                        help="--replay through the decoders alone")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args()
     if args.replay is not None:
-        sys.exit(replay(args.replay or [REGRESSIONS]))
+        sys.exit(replay(args.replay or [REGRESSIONS], broker=not args.no_broker))
     if args.socket:
         from tests.fuzz.socket_mode import fuzz_over_sockets
 

@@ -42,6 +42,7 @@ SELECTORS = ("request", "sasl", "records", "response", "sasl-tokens", "coordinat
 # max wait, a Produce waiting for the ISR, a rebalance, an admin request's `timeout_ms` for
 # the controller's work; a time-out there is no hang.
 WAITING_KEYS = frozenset({0, 1, 11, 14, 19, 20, 21, 25, 26, 37, 43, 45, 68, 76, 78, 79})
+WAITING_DEADLINE_S = 0.05
 _U16 = struct.Struct(">H")
 
 
@@ -336,8 +337,12 @@ class BrokerTargets:
         key = struct.unpack_from(">h", frame)[0] if len(frame) >= 2 else -1
         if key in _PARTITION_KEYS and _asks_many_partitions(frame):
             return Outcome(target, "ok", "decoded; too many partitions to create")
+        # An API that may wait is given a short while: what it waits for (a Fetch's max wait,
+        # the ISR, a rebalance) is no hang, and waiting it out would spend the fuzzer's time.
+        deadline_s = min(self.deadline_s, WAITING_DEADLINE_S) if key in WAITING_KEYS else (
+            self.deadline_s)
         try:
-            async with asyncio.timeout(self.deadline_s):
+            async with asyncio.timeout(deadline_s):
                 answer = await self.broker.handle_frame(conn, memoryview(bytearray(frame)))
                 if isinstance(answer, Deferred):
                     await answer.answer

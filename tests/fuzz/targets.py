@@ -287,7 +287,9 @@ def run_coordinator(payload: bytes) -> Outcome:
     try:
         try:
             decode(payload[1:])
-        except ValueError:  # every records module's RecordFormatError is one
+        # Every records module's RecordFormatError is a ValueError; the share-state loader
+        # also takes struct.error for a damaged record (it skips it with a log line).
+        except (ValueError, struct.error):
             pass
     except Exception as e:
         return _error("coordinator", e)

@@ -153,3 +153,19 @@ def test_the_harness_sees_a_hang() -> None:
         listener.close()
         for c in conns:
             c.close()
+
+
+def test_seed_corpus_holds_every_served_version_with_both_headers() -> None:
+    """One seed per API key x version the broker serves, with the request header its version
+    uses and with the other one (`python -m tests.fuzz.seed` rebuilds them)."""
+    from wherry.server.handlers.versions import SUPPORTED_VERSIONS
+
+    names = {p.name for p in (HERE / "corpus").iterdir()}
+    missing = [
+        f"k{key}v{version}{suffix}"
+        for key, (lo, hi) in SUPPORTED_VERSIONS.items()
+        for version in range(lo, hi + 1)
+        for suffix in ("-", "-hdr-")
+        if not any(n.startswith(f"request-k{key}v{version}{suffix}") for n in names)
+    ]
+    assert not missing

@@ -186,7 +186,7 @@ def _file_crash(artifact: Path, crashes: Path, tail: list[str]) -> str:
 
 def input_files(paths: list[Path]) -> list[Path]:
     return sorted(f for p in paths for f in (p.iterdir() if p.is_dir() else [p])
-                  if f.is_file() and not f.name.endswith((".log", ".md")))
+                  if f.is_file() and not f.name.endswith((".log", ".md", ".json")))
 
 
 def replay(paths: list[Path], *, broker: bool = True) -> int:
@@ -217,6 +217,37 @@ def replay(paths: list[Path], *, broker: bool = True) -> int:
     return 1 if bad else 0
 
 
+FINDINGS = HERE / "findings"
+
+
+def collect(workdirs: list[Path]) -> None:
+    """A run's crashes into `regressions/` and its findings (one per cause, across runs) into
+    `findings/`, each named `<target>-<hash>`; `findings/README.md` lists their causes."""
+    REGRESSIONS.mkdir(exist_ok=True)
+    FINDINGS.mkdir(exist_ok=True)
+    for workdir in workdirs:
+        for d in (workdir / "crashes", workdir / "socket-crashes"):
+            for f in input_files([d]) if d.is_dir() else []:
+                data = f.read_bytes()
+                (REGRESSIONS / f"{target_of(data)}-{short_hash(data)}").write_bytes(data)
+                print(f"regression {target_of(data)}-{short_hash(data)} ({f.name})")
+    index = FINDINGS / "index.json"
+    known: dict[str, dict[str, str]] = json.loads(index.read_text()) if index.exists() else {}
+    for workdir in workdirs:
+        journal = workdir / "findings.jsonl"
+        for line in journal.read_text().splitlines() if journal.exists() else []:
+            finding = json.loads(line)
+            if finding["signature"] in known:
+                continue
+            data = (workdir / "findings" / finding["file"]).read_bytes()
+            name = f"{target_of(data)}-{short_hash(data)}"
+            (FINDINGS / name).write_bytes(data)
+            known[finding["signature"]] = {"file": name, "kind": finding["kind"],
+                                           "detail": finding["detail"][:200]}
+    index.write_text(json.dumps(dict(sorted(known.items())), indent=1) + "\n")
+    print(f"{len(known)} findings in {FINDINGS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m tests.fuzz.run",
@@ -238,8 +269,13 @@ def main() -> None:
                         help="run these inputs (files or directories) once and stop")
     parser.add_argument("--no-broker", action="store_true",
                         help="--replay through the decoders alone")
+    parser.add_argument("--collect", type=Path, nargs="+",
+                        help="file these workdirs' crashes and findings under tests/fuzz")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args()
+    if args.collect:
+        collect(args.collect)
+        return
     if args.replay is not None:
         sys.exit(replay(args.replay or [REGRESSIONS], broker=not args.no_broker))
     if args.socket:

@@ -21,11 +21,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.fuzz.targets import short_hash, target_of
 
@@ -34,6 +37,7 @@ SEEDS = HERE / "corpus"
 REGRESSIONS = HERE / "regressions"
 _STATS = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+).*?exec/s: (\d+)(?:.*rss: (\d+)Mb)?")
 _DONE = re.compile(r"^Done (\d+) runs in (\d+) second")
+_UNITS = re.compile(r"^stat::number_of_executed_units: (\d+)")
 # What says why a worker died: kio's Rust panics and allocation failures, Python's fatal errors.
 _NOTE = re.compile(
     r"memory allocation of|panicked at|Fatal Python|ALARM|ERROR: libFuzzer|_kio_native::"
@@ -91,7 +95,8 @@ def fuzz_in_process(
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(HERE.parent.parent), env.get("PYTHONPATH", "")) if p
     )
-    while summary.inputs < inputs:
+    stop = _Stop()
+    while summary.inputs < inputs and not stop.asked:
         left_s = seconds - (time.monotonic() - started)
         if left_s < 5:
             break
@@ -103,14 +108,14 @@ def fuzz_in_process(
             "-report_slow_units=1000000",
         ]
         summary.workers += 1
-        runs, inited, tail = _run_worker(cmd, env, summary, left_s + 120, echo)
+        runs, inited, tail = _run_worker(cmd, env, summary, left_s + 120, echo, stop)
         summary.inputs += runs
         for artifact in sorted(artifacts.iterdir()):
             name = _file_crash(artifact, crashes, tail)
             summary.crashes.append(name)
             if echo:
                 print(f"CRASH {name}", flush=True)
-        early_deaths = 0 if inited else early_deaths + 1
+        early_deaths = 0 if inited or stop.asked else early_deaths + 1
         if early_deaths >= 3:
             print("the worker died three times before fuzzing; last output:\n" + "\n".join(tail),
                   file=sys.stderr)
@@ -118,6 +123,7 @@ def fuzz_in_process(
             break
         for stale in workdir.glob("broker-*"):
             shutil.rmtree(stale, ignore_errors=True)
+    stop.restore()
     summary.seconds = time.monotonic() - started
     journal = workdir / "findings.jsonl"
     if journal.exists():
@@ -125,12 +131,36 @@ def fuzz_in_process(
     return summary
 
 
+class _Stop:
+    """SIGINT / SIGTERM to the supervisor: the worker is interrupted (libFuzzer prints its
+    final statistics), and the summary follows."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.worker: subprocess.Popen[str] | None = None
+        self._old: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.asked = True
+        if self.worker is not None and self.worker.poll() is None:
+            self.worker.send_signal(signal.SIGINT)
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
 def _run_worker(
-    cmd: list[str], env: dict[str, str], summary: Summary, timeout_s: float, echo: bool
+    cmd: list[str], env: dict[str, str], summary: Summary, timeout_s: float, echo: bool,
+    stop: _Stop,
 ) -> tuple[int, bool, list[str]]:
     """(inputs the worker ran, whether it got to fuzzing, its last output lines)."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace")
+    stop.worker = proc
     runs, inited, tail, notes = 0, False, [], []
     killer = _Deadline(proc, timeout_s)
     assert proc.stdout is not None
@@ -149,7 +179,7 @@ def _run_worker(
                     summary.max_rss_mb = max(summary.max_rss_mb, int(m.group(5)))
                 if echo and ("pulse" in line or "INITED" in line):
                     print(line.rstrip(), flush=True)
-            elif m := _DONE.match(line):
+            elif m := _DONE.match(line) or _UNITS.match(line):
                 runs = int(m.group(1))
             elif echo and (line.startswith(("FINDING", "==")) or "written to" in line):
                 print(line.rstrip(), flush=True)

@@ -33,6 +33,7 @@ from typing import Any
 from tests.fuzz.targets import short_hash, target_of
 
 HERE = Path(__file__).parent
+MIB = 1024 * 1024
 SEEDS = HERE / "corpus"
 REGRESSIONS = HERE / "regressions"
 _STATS = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+).*?exec/s: (\d+)(?:.*rss: (\d+)Mb)?")
@@ -80,7 +81,7 @@ def fuzz_in_process(
     deadline_s: float = 1.0,
     seeds: Path = SEEDS,
     max_len: int = 16384,
-    rss_limit_mb: int = 3072,
+    queued_max_request_bytes: int = 100 * 1024 * 1024,
     echo: bool = True,
 ) -> Summary:
     """Supervise workers until `inputs` inputs ran or `seconds` passed."""
@@ -91,7 +92,8 @@ def fuzz_in_process(
     started = time.monotonic()
     early_deaths = 0
     env = {**os.environ, "WHERRY_FUZZ_DIR": str(workdir),
-           "WHERRY_FUZZ_DEADLINE": str(deadline_s), "PYTHONUNBUFFERED": "1"}
+           "WHERRY_FUZZ_DEADLINE": str(deadline_s), "PYTHONUNBUFFERED": "1",
+           "WHERRY_FUZZ_RSS_SLACK_MB": str(max(queued_max_request_bytes, 0) // MIB + 64)}
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(HERE.parent.parent), env.get("PYTHONPATH", "")) if p
     )
@@ -103,7 +105,7 @@ def fuzz_in_process(
         cmd = [
             sys.executable, "-m", "tests.fuzz.worker", str(corpus), str(seeds),
             f"-runs={inputs - summary.inputs}", f"-max_total_time={int(left_s)}",
-            f"-timeout={max(10, int(deadline_s * 10))}", f"-rss_limit_mb={rss_limit_mb}",
+            f"-timeout={max(10, int(deadline_s * 10))}", "-rss_limit_mb=4096",
             f"-max_len={max_len}", f"-artifact_prefix={artifacts}/", "-print_final_stats=1",
             "-report_slow_units=1000000",
         ]
@@ -293,7 +295,7 @@ def main() -> None:
     parser.add_argument("--socket", action="store_true",
                         help="send the inputs to a `wherry server` process over sockets")
     parser.add_argument("--queued-max-request-bytes", type=int, default=100 * 1024 * 1024,
-                        help="the broker's request memory pool, for the RSS bound (--socket)")
+                        help="the request memory pool: the RSS may grow by it + 64 MiB")
     parser.add_argument("--seed", type=int, default=0, help="mutation seed (--socket)")
     parser.add_argument("--replay", type=Path, nargs="*",
                         help="run these inputs (files or directories) once and stop")
@@ -318,7 +320,8 @@ def main() -> None:
         print(json.dumps(asdict(result)) if args.json else result.line(), flush=True)
         sys.exit(1 if result.failures else 0)
     summary = fuzz_in_process(args.workdir, inputs=args.inputs, seconds=args.time,
-                              deadline_s=args.deadline)
+                              deadline_s=args.deadline,
+                              queued_max_request_bytes=args.queued_max_request_bytes)
     print(json.dumps(asdict(summary)) if args.json else summary.line(), flush=True)
     sys.exit(1 if summary.crashes or summary.hangs else 0)
 

@@ -4,9 +4,9 @@ Inputs: the seed corpus, the in-process fuzzer's corpus (`<workdir>/corpus`), th
 regression inputs, then mutations of them (bit flips, interesting integers, insertions,
 deletions, splices), until `inputs` were sent or `seconds` passed. Per target:
 
-``request``      on a PLAINTEXT connection, its correlation id replaced by a counter, then an
-                 ApiVersions probe: the connection answers in order, so the probe's answer
-                 means the input was dealt with (answered, or -- acks=0 -- not)
+``request``      on a PLAINTEXT connection (``lean`` too), its correlation id replaced by a
+                 counter, then an ApiVersions probe: the connection answers in order, so the
+                 probe's answer means the input was dealt with (answered, or -- acks=0 -- not)
 ``sasl``         its frames one at a time on a fresh SASL_PLAINTEXT connection, each answered
                  or the connection closed
 ``sasl-tokens``  as SaslHandshake v1 for the token's mechanism + one SaslAuthenticate v2 each
@@ -49,6 +49,8 @@ from tests.fuzz.targets import (
 )
 
 HERE = Path(__file__).parent
+# What a client can send (`response` and `coordinator` inputs are read from peers and logs).
+SENDABLE = ("request", "sasl", "sasl-tokens", "records", "lean")
 SLACK_BYTES = 64 * 1024 * 1024
 TOPIC = "fuzz"
 _READY = re.compile(r"ready on (\S+)")
@@ -225,7 +227,7 @@ class Driver:
         """(outcome, detail): outcome is answered / closed / waiting / hang / skipped."""
         target = target_of(data)
         payload = data[1:]
-        if target == "request":
+        if target in ("request", "lean"):
             return self._request(payload)
         if target == "records":
             return self._request(_produce_frame(payload[1:] if payload else b""))
@@ -367,7 +369,7 @@ def inputs_of(workdir: Path, rng: random.Random) -> tuple[list[bytes], Iterator[
     """(the first pass: seeds, corpus, regressions; an endless stream of their mutations)."""
     seeds = _files(HERE / "corpus")
     first = seeds + _files(workdir / "corpus", HERE / "regressions")
-    sendable = [d for d in first if target_of(d) in ("request", "sasl", "sasl-tokens", "records")]
+    sendable = [d for d in first if target_of(d) in SENDABLE]
 
     def stream() -> Iterator[bytes]:
         while True:
@@ -472,4 +474,4 @@ def _file(crashes: Path, kind: str, data: bytes, log: list[str]) -> str:
     return name
 
 
-assert set(SELECTORS) >= {"request", "sasl", "sasl-tokens", "records"}
+assert set(SELECTORS) >= set(SENDABLE)

@@ -18,6 +18,9 @@ names the target:
 ``sasl-tokens``  the payload is a sequence of tokens straight to a PLAIN or SCRAM server
 ``coordinator``  the payload is a key or value of the group, consumer-group, share-group,
                  transaction or share-state records read back from the internal topics
+``lean``         the payload is a request frame for the hand-written readers, whatever its
+                 size: the lean Produce reader (which the broker uses for frames of 128 KiB
+                 or more) and the ApiVersions reader of the start
 
 `Outcome` says what happened. A native abort or a hang kills or stalls the process; the
 supervisor (`run.py`) records those. Python exceptions are caught here: an exception type the
@@ -37,7 +40,7 @@ from typing import Any
 
 import crc32c
 
-SELECTORS = ("request", "sasl", "records", "response", "sasl-tokens", "coordinator")
+SELECTORS = ("request", "sasl", "records", "response", "sasl-tokens", "coordinator", "lean")
 # APIs whose answer may legitimately wait longer than the deadline, as Kafka's do: a Fetch's
 # max wait, a Produce waiting for the ISR, a rebalance, an admin request's `timeout_ms` for
 # the controller's work; a time-out there is no hang.
@@ -391,7 +394,20 @@ def _asks_many_partitions(frame: bytes) -> bool:
     return total > MAX_PARTITIONS
 
 
+def run_lean(payload: bytes) -> Outcome:
+    from wherry.protocol.produce_request import decode_produce_request
+    from wherry.server.handlers.api_versions import early_answer
+
+    try:
+        decode_produce_request(memoryview(bytearray(payload)))
+        early_answer(memoryview(payload))
+    except Exception as e:
+        return _error("lean", e)
+    return Outcome("lean", "ok")
+
+
 PURE: dict[str, Callable[[bytes], Outcome]] = {
+    "lean": run_lean,
     "records": run_records,
     "response": run_response,
     "sasl-tokens": run_sasl_tokens,

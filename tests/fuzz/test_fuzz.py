@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 from tests.fuzz.run import REGRESSIONS, fuzz_in_process, input_files
-from tests.fuzz.socket_mode import Driver, ServerProcess, _prepare, fuzz_over_sockets
+from tests.fuzz.socket_mode import (
+    SENDABLE,
+    Driver,
+    ServerProcess,
+    _prepare,
+    fuzz_over_sockets,
+)
 from tests.fuzz.targets import target_of
 
 HERE = Path(__file__).parent
@@ -28,8 +34,6 @@ ROOT = HERE.parent.parent
 FINDINGS = HERE / "findings"
 REGRESSION_FILES = input_files([REGRESSIONS]) if REGRESSIONS.is_dir() else []
 FINDING_FILES = input_files([FINDINGS]) if FINDINGS.is_dir() else []
-# What a client can send (`response` and `coordinator` inputs are read from peers and logs).
-SENDABLE = ("request", "sasl", "sasl-tokens", "records")
 SENT_FILES = [f for f in REGRESSION_FILES + FINDING_FILES
               if target_of(f.read_bytes()) in SENDABLE]
 

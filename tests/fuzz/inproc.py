@@ -50,6 +50,7 @@ def start_broker(log_dir: Path, deadline_s: float = 1.0, *, quiet: bool = True) 
     broker = Broker(cfg)
     loop.run_until_complete(asyncio.wait_for(broker.start(), 60))
     loop.run_until_complete(_add_scram_user(broker))
+    loop.run_until_complete(asyncio.wait_for(_load_coordinators(broker), 60))
     if quiet:
         logging.disable(logging.ERROR)
     return broker, loop, BrokerTargets(broker, loop, deadline_s)
@@ -77,6 +78,22 @@ async def _add_scram_user(broker: Any) -> None:
     decode_request(frame, SUPPORTED_VERSIONS)  # it must read back
     conn = ConnectionInfo("127.0.0.1:40000", "PLAINTEXT", 1)
     await broker.handle_frame(conn, memoryview(bytearray(frame)))
+
+
+async def _load_coordinators(broker: Any) -> None:
+    """FindCoordinator for a group and a transactional id until both answer: the internal
+    topics exist and are loaded before the first input."""
+    from wherry.protocol.codec import decode_response, encode_request
+    from wherry.server.network import ConnectionInfo
+
+    conn = ConnectionInfo("127.0.0.1:40000", "PLAINTEXT", 2)
+    for key_type in (0, 1):
+        while True:
+            frame = encode_request(10, 3, 2, {"key": "fuzz", "key_type": key_type})[4:]
+            answer = await broker.handle_frame(conn, memoryview(bytearray(frame)))
+            if decode_response(10, 3, answer[4:])[1].error_code == 0:
+                break
+            await asyncio.sleep(0.1)
 
 
 def stop_broker(broker: Any, loop: asyncio.AbstractEventLoop) -> None:

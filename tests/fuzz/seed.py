@@ -354,6 +354,15 @@ def _tokens_of(corpus: Corpus, frames: list[bytes], mech: str) -> None:
         corpus.add("sasl-tokens", f"client-{mech}", bytes([which]) + join_frames(tokens))
 
 
+def lean_from_requests(corpus: Corpus) -> None:
+    """The Produce and ApiVersions requests of the corpus again, for the hand-written readers."""
+    for path in sorted(corpus.out.iterdir()):
+        data = path.read_bytes()
+        if data[:1] == b"\x00" and data[1:3] in (b"\x00\x00", b"\x00\x12"):
+            what = "produce" if data[1:3] == b"\x00\x00" else "api-versions"
+            corpus.add("lean", what, data[1:], cap=12)
+
+
 def build(out: Path, *, capture: bool = True, log: Callable[[str], None] = print) -> int:
     out.mkdir(parents=True, exist_ok=True)
     corpus = Corpus(out)
@@ -367,6 +376,7 @@ def build(out: Path, *, capture: bool = True, log: Callable[[str], None] = print
         before = corpus.added
         captured(corpus, log)
         log(f"captured: {corpus.added - before} inputs")
+    lean_from_requests(corpus)
     return corpus.added
 
 

@@ -4,8 +4,10 @@
     python -m tests.fuzz.worker WORK_CORPUS SEED_CORPUS [libFuzzer flags]
 
 Started by `run.py`, which reads its output and restarts it after a crash. The environment
-gives `WHERRY_FUZZ_DIR` (where the broker's log dir and the findings go) and
-`WHERRY_FUZZ_DEADLINE` (seconds an input may take before it counts as a hang). A Python
+gives `WHERRY_FUZZ_DIR` (where the broker's log dir and the findings go),
+`WHERRY_FUZZ_DEADLINE` (seconds an input may take before it counts as a hang) and
+`WHERRY_FUZZ_RSS_SLACK_MB` (how far the RSS may grow past what it is once the seeds ran:
+libFuzzer's `-rss_limit_mb`, set once the seeds ran, is that much over it). A Python
 exception an input causes that its path does not document, or an in-process hang, is written
 once per signature to `<dir>/findings/` and to `<dir>/findings.jsonl`; the process goes on.
 A native abort, a libFuzzer time-out or out-of-memory ends the process; libFuzzer writes the
@@ -61,8 +63,21 @@ def main() -> None:
         if out.kind in ("error", "hang"):
             record(out, data)
 
-    atheris.Setup(sys.argv, one)
+    # RSS bound: what the process holds once the seeds ran, + the slack the supervisor gives
+    # (the request memory pool + 64 MiB); libFuzzer ends the process past it (out-of-memory).
+    slack_mb = int(os.environ.get("WHERRY_FUZZ_RSS_SLACK_MB", "0"))
+    argv = list(sys.argv)
+    if slack_mb > 0:
+        argv.append(f"-rss_limit_mb={_rss_mb() + slack_mb}")
+    atheris.Setup(argv, one)
     atheris.Fuzz()
+
+
+def _rss_mb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+    return 0
 
 
 if __name__ == "__main__":

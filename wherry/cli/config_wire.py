@@ -12,11 +12,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_response_schema
-from kio.serial import entity_reader
-
 from wherry.cli.common import CommandError
-from wherry.protocol.codec import encode_request
+from wherry.protocol.codec import ResponseDecodeError, decode_response, encode_request
 
 __all__ = ["WireConfig", "alter_default_broker", "describe_default_broker", "wire_call"]
 
@@ -49,8 +46,10 @@ def wire_call(bootstrap: str, api: tuple[int, int], body: dict[str, Any], timeou
             raw = _recv(s, size)
     except (OSError, ValueError) as e:
         raise CommandError(f"Cannot reach the cluster at {bootstrap}: {e}") from e
-    # Response header v1: correlation id, then an empty tagged-field section.
-    return entity_reader(load_response_schema(*api))(raw, 5)[0]
+    try:
+        return decode_response(api[0], api[1], raw, expect_correlation_id=1)[1]
+    except ResponseDecodeError as e:
+        raise CommandError(f"Unreadable answer from {bootstrap}: {e}") from e
 
 
 def _recv(sock: socket.socket, n: int) -> bytes:

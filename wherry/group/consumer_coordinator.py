@@ -21,10 +21,9 @@ Members are fenced (removed, group epoch bumped) when their session
 (`group.consumer.session.timeout.ms` from the last heartbeat) or, while they still hold
 partitions to revoke, their rebalance timeout expires.
 
-Regular expressions (`subscribed_topic_regex`) use Kafka's RE2/J syntax; Python's `re` is
-used here, which agrees on the common subset (classes, alternation, repetition, anchors) and
-is matched against the whole topic name as RE2/J's `matches()` does; internal topics (`__`)
-never match.
+Regular expressions (`subscribed_topic_regex`) use Kafka's RE2/J syntax and are compiled by
+RE2 (`common/linear_regex.py`: linear-time matching, so no pattern can stall the broker), matched
+against the whole topic name as RE2/J's `matches()` does; internal topics (`__`) never match.
 
 Pure and single-threaded: time comes in as `now_ms`; writes go to `OffsetsStorage`.
 """
@@ -32,7 +31,6 @@ Pure and single-threaded: time comes in as `now_ms`; writes go to `OffsetsStorag
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -40,6 +38,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.linear_regex import InvalidPattern, LinearPattern, compile_linear
 from wherry.group import consumer_group_records as cgr
 from wherry.group.assignors import ASSIGNORS, MemberSpec, assign
 from wherry.group.config import ConsumerGroupConfig
@@ -160,7 +159,7 @@ class ConsumerGroupManager:
         self._partition_for = partition_for
         self._is_owned = is_partition_owned
         self._groups: dict[str, ConsumerGroup] = {}
-        self._regex_cache: dict[str, re.Pattern[str] | None] = {}
+        self._regex_cache: dict[str, LinearPattern | None] = {}
         self._prefix = log_prefix
         # Told of every write of a group (its state then) and, through the callable it
         # returns, of the write's outcome: the simulation's ledger.
@@ -311,11 +310,11 @@ class ConsumerGroupManager:
             return "regex"
         return None
 
-    def _pattern(self, regex: str) -> re.Pattern[str] | None:
+    def _pattern(self, regex: str) -> LinearPattern | None:
         if regex not in self._regex_cache:
             try:
-                self._regex_cache[regex] = re.compile(regex)
-            except re.error:
+                self._regex_cache[regex] = compile_linear(regex)
+            except InvalidPattern:
                 self._regex_cache[regex] = None
             if len(self._regex_cache) > 1024:
                 self._regex_cache.pop(next(iter(self._regex_cache)))

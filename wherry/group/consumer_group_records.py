@@ -189,10 +189,17 @@ class _R:
         n = self.uvarint() - 1
         if n < -1:
             raise RecordFormatError(f"invalid array length {n}")
+        if n > len(self.data) - self.pos:  # every item takes a byte at least
+            raise RecordFormatError(
+                f"array of {n} items but only {len(self.data) - self.pos} bytes left"
+            )
         return max(n, 0)
 
     def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
+        count = self.uvarint()
+        if 2 * count > len(self.data) - self.pos:  # a tag and a size byte each at least
+            raise RecordFormatError(f"{count} tagged fields in {len(self.data) - self.pos} bytes")
+        for _ in range(count):
             self.uvarint()
             self.take(self.uvarint())
 

@@ -195,12 +195,19 @@ class _Reader:
         n = self._length(True)
         if n < -1:
             raise RecordFormatError(f"invalid array length {n}")
+        if n > len(self.data) - self.pos:  # every item takes a byte at least
+            raise RecordFormatError(
+                f"array of {n} items but only {len(self.data) - self.pos} bytes left"
+            )
         return max(n, 0)
 
     def tagged_fields(self) -> None:
         if not self.flexible:
             return
-        for _ in range(self.uvarint()):
+        count = self.uvarint()
+        if 2 * count > len(self.data) - self.pos:  # a tag and a size byte each at least
+            raise RecordFormatError(f"{count} tagged fields in {len(self.data) - self.pos} bytes")
+        for _ in range(count):
             self.uvarint()  # tag
             self._take(self.uvarint())
 
@@ -418,7 +425,7 @@ def parse_subscription_topics(metadata: bytes) -> list[str]:
     if version < 0:
         raise RecordFormatError(f"invalid consumer protocol version {version}")
     n = r.i32()
-    if n < 0:
+    if n < 0 or 2 * n > len(r.data) - r.pos:  # a topic name takes 2 bytes at least
         raise RecordFormatError(f"invalid topic count {n}")
     return [r.string() for _ in range(n)]
 

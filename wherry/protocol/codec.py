@@ -50,6 +50,7 @@ from kio.serial.errors import BufferUnderflow
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
+from wherry.protocol.decode_guard import GuardError, check_entity
 from wherry.protocol.produce_request import LEAN_MIN_FRAME_BYTES, decode_produce_request
 
 if TYPE_CHECKING:
@@ -120,6 +121,12 @@ def _read(
     offset: int,
     error: type[Exception] = RequestDecodeError,
 ) -> tuple[Any, int]:
+    # kio's native reader reserves an array's room from its count before reading an item:
+    # a count the bytes left cannot hold must never reach it (see `decode_guard`).
+    try:
+        check_entity(cls, frame, offset)
+    except GuardError as e:
+        raise error(f"malformed {cls.__name__}: {e}") from e
     try:
         return entity_reader(cls)(frame, offset)
     except KeyError as e:

@@ -11,17 +11,25 @@ Kafka specifics:
   snappy blocks.
 * lz4: the LZ4 *frame* format with independent blocks (KIP-57; what KafkaLZ4BlockOutputStream
   writes).
+
+Decompression is bounded: a payload is decompressed into a scratch area of at most `max_size`
+bytes (anonymous memory whose pages exist only once written, one per thread), so a few
+kilobytes that claim gigabytes (a "zip bomb") cost at most `max_size` bytes and end in
+`CompressionError`, never in a process that balloons.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
+import threading
 from typing import Final
 
 import cramjam
 
 __all__ = [
     "CODEC_NAMES",
+    "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "GZIP",
     "LZ4",
     "NONE",
@@ -56,6 +64,12 @@ _XERIAL_COMPAT_VERSION: Final = 1
 # snappy-java's SnappyOutputStream default block size.
 _XERIAL_BLOCK_SIZE: Final = 32 * 1024
 _INT32: Final = struct.Struct(">i")
+
+# What a batch may decompress to when the caller names no bound.
+DEFAULT_MAX_DECOMPRESSED_BYTES: Final = 256 * 1024 * 1024
+# Scratch pages up to this size stay resident between calls; past it they are given back.
+_KEEP_SCRATCH_BYTES: Final = 8 * 1024 * 1024
+_PAGE: Final = mmap.PAGESIZE
 
 
 class UnsupportedCompressionError(ValueError):
@@ -92,29 +106,76 @@ def compress(codec: int, data: bytes) -> bytes:
             raise UnsupportedCompressionError(f"unsupported compression codec {codec}")
 
 
-def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
-    """Decompress ``data``; raises :class:`CompressionError` on corrupt input and
-    :class:`UnsupportedCompressionError` on an unknown codec."""
+_MODULES: Final[dict[int, object]] = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
+
+
+class _Scratch(threading.local):
+    area: mmap.mmap | None = None
+
+
+_SCRATCH = _Scratch()
+
+
+def _scratch(size: int) -> mmap.mmap:
+    area = _SCRATCH.area
+    if area is None or len(area) < size:
+        if area is not None:
+            area.close()
+        area = _SCRATCH.area = mmap.mmap(-1, size)
+    return area
+
+
+def decompress(
+    codec: int,
+    data: bytes | bytearray | memoryview,
+    max_size: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> bytes:
+    """Decompress ``data`` to at most ``max_size`` bytes; raises :class:`CompressionError` on
+    corrupt input or a larger result and :class:`UnsupportedCompressionError` on an unknown
+    codec."""
     if codec == 0:
         return bytes(data)
     if codec not in (1, 2, 3, 4):
         raise UnsupportedCompressionError(f"unsupported compression codec {codec}")
     payload = bytes(data)
+    name = CODEC_NAMES[codec]
     try:
-        match codec:
-            case 1:
-                return bytes(cramjam.gzip.decompress(payload))
-            case 2:
-                return _snappy_decompress(payload)
-            case 3:
-                return bytes(cramjam.lz4.decompress(payload))
-            case _:
-                return bytes(cramjam.zstd.decompress(payload))
+        if codec == 2:
+            return _snappy_decompress(payload, max_size)
+        return _decompress_bounded(_MODULES[codec], payload, max_size, name)
     except CompressionError:
         raise
     except Exception as exc:  # cramjam raises its own DecompressionError / ValueError / etc.
-        name = CODEC_NAMES[codec]
         raise CompressionError(f"corrupt {name} payload: {exc}") from exc
+
+
+def _decompress_bounded(module: object, payload: bytes, max_size: int, name: str) -> bytes:
+    """`module`'s decompression into the thread's scratch area: one byte more than allowed
+    means too large (cramjam stops once the area is full)."""
+    limit = max_size + 1
+    area = _scratch(limit)
+    view = memoryview(area)[:limit]
+    used = limit
+    try:
+        used = int(module.decompress_into(payload, view))  # type: ignore[attr-defined]
+        if used > max_size:
+            raise CompressionError(f"{name} payload decompresses to more than {max_size} bytes")
+        return bytes(view[:used])
+    except CompressionError:
+        raise
+    except Exception as exc:
+        if "whole buffer" in str(exc):  # cramjam: the output area is full
+            raise CompressionError(
+                f"{name} payload decompresses to more than {max_size} bytes"
+            ) from exc
+        raise
+    finally:
+        view.release()
+        if used > _KEEP_SCRATCH_BYTES:
+            start = _KEEP_SCRATCH_BYTES
+            area.madvise(
+                mmap.MADV_DONTNEED, start, min(len(area), -(-used // _PAGE) * _PAGE) - start
+            )
 
 
 def _lz4_compress(data: bytes) -> bytes:
@@ -137,12 +198,21 @@ def _xerial_compress(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decompress(data: bytes) -> bytes:
+def _snappy_block(block: bytes | memoryview, room: int) -> bytes:
+    """One raw snappy block, whose header states its decompressed size: checked first."""
+    size = int(cramjam.snappy.decompress_raw_len(block))
+    if size > room:
+        raise CompressionError(f"snappy block of {size} bytes exceeds the {room} bytes allowed")
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _snappy_decompress(data: bytes, max_size: int) -> bytes:
     if not data.startswith(XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return _snappy_block(data, max_size)
     if len(data) < _XERIAL_HEADER_SIZE:
         raise CompressionError("truncated xerial snappy header")
     out: list[bytes] = []
+    total = 0
     pos = _XERIAL_HEADER_SIZE
     end = len(data)
     while pos < end:
@@ -158,6 +228,8 @@ def _snappy_decompress(data: bytes) -> bytes:
         pos += 4
         if length < 0 or pos + length > end:
             raise CompressionError(f"bad xerial snappy block length {length}")
-        out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + length])))
+        block = _snappy_block(data[pos : pos + length], max_size - total)
+        total += len(block)
+        out.append(block)
         pos += length
     return b"".join(out)

@@ -78,6 +78,7 @@ __all__ = [
     "build_control_batch",
     "build_retained_batch",
     "crc_ok",
+    "decompressed_limit",
     "increment_sequence",
     "iter_batches",
     "iter_records",
@@ -104,6 +105,7 @@ _CRC_OFFSET: Final = 17
 _ATTRIBUTES_OFFSET: Final = 21
 _MAX_TIMESTAMP_OFFSET: Final = 35
 _PARTITION_LEADER_EPOCH_OFFSET: Final = 12
+_MIN_DECOMPRESSED_LIMIT: Final = 16 * 1024 * 1024
 
 ATTR_COMPRESSION_MASK: Final[int] = 0x07
 ATTR_TIMESTAMP_TYPE: Final[int] = 0x08
@@ -303,6 +305,8 @@ def _read_nullable_bytes(buf: bytes, pos: int, limit: int, what: str) -> tuple[b
     """A varint length (-1: null) and that many bytes; returns (bytes or None, new_pos)."""
     n, pos = _read_varint(buf, pos, limit)
     if n >= 0:
+        if n > limit - pos:
+            raise InvalidRecordError(f"{what} of {n} bytes past the end of its record")
         return buf[pos : pos + n], pos + n
     if n == -1:
         return None, pos
@@ -323,10 +327,22 @@ def _write_nullable_bytes(out: bytearray, data: bytes | None) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _records_payload(buf: _Buffer, pos: int, header: BatchHeader) -> tuple[bytes, int, int]:
+def decompressed_limit(max_message_bytes: int) -> int:
+    """The most a produced batch may decompress to: 16 times `max.message.bytes`, at least
+    16 MiB (a client's own batch and request size limits keep real batches far below it)."""
+    return max(_MIN_DECOMPRESSED_LIMIT, 16 * max_message_bytes)
+
+
+def _records_payload(
+    buf: _Buffer,
+    pos: int,
+    header: BatchHeader,
+    max_size: int = _compression.DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> tuple[bytes, int, int]:
     """Return ``(data, start, end)``: the (decompressed) records section is ``data[start:end]``.
 
-    Uncompressed records in a ``bytes`` buffer are returned without copying.
+    Uncompressed records in a ``bytes`` buffer are returned without copying; compressed ones
+    decompress to at most `max_size` bytes (more is a `CorruptRecordError`).
     """
     start = pos + BATCH_HEADER_SIZE
     end = pos + header.size_in_bytes
@@ -336,7 +352,7 @@ def _records_payload(buf: _Buffer, pos: int, header: BatchHeader) -> tuple[bytes
             return buf, start, end
         return bytes(buf[start:end]), 0, end - start
     try:
-        data = _compression.decompress(codec, buf[start:end])
+        data = _compression.decompress(codec, buf[start:end], max_size)
     except _compression.UnsupportedCompressionError as exc:
         raise InvalidRecordError(str(exc)) from exc
     except _compression.CompressionError as exc:
@@ -390,7 +406,7 @@ def validate_batch(
         )
     # bytes are walked where they are; a view of the receive buffer is copied for the walk
     # (the walk's C-speed column slices are 3x slower on a memoryview than that copy)
-    payload, start, end = _records_payload(data, 0, header)
+    payload, start, end = _records_payload(data, 0, header, decompressed_limit(max_message_bytes))
     walked = _walk_records_checked(payload, start, end, null_keys)
     if walked != count:
         raise InvalidRecordError(f"batch declares {count} records but contains {walked}")
@@ -483,7 +499,7 @@ def iter_records(batch: _Buffer, pos: int = 0) -> Iterator[Record]:
                 if p >= rec_end:
                     raise InvalidRecordError("header count exceeds record size")
                 hklen, p = _read_varint(data, p, rec_end)
-                if hklen < 0:
+                if hklen < 0 or hklen > rec_end - p:
                     raise InvalidRecordError(f"invalid header key length {hklen}")
                 hkey = data[p : p + hklen].decode("utf-8", "surrogateescape")
                 p += hklen

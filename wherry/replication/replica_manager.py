@@ -481,9 +481,14 @@ class ReplicaManager:
                 if end > fp.fetch_offset:
                     if min_bytes <= 1:
                         return True
-                    acc += len(
-                        part.log.read(fp.fetch_offset, max_bytes=fp.max_bytes, max_offset=end)
-                    )
+                    try:
+                        acc += len(  # a client's negative max bytes counts nothing
+                            part.log.read(
+                                fp.fetch_offset, max_bytes=max(0, fp.max_bytes), max_offset=end
+                            )
+                        )
+                    except OffsetOutOfRangeError:
+                        return True  # answered now, with OFFSET_OUT_OF_RANGE
                     if acc >= min_bytes:
                         return True
             return False

@@ -26,6 +26,10 @@ from wherry.server.config import BrokerConfig
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
+# Kafka's controller writes at most this many records for one operation (a topic record, one
+# per partition, one per config); a larger CreateTopics or CreatePartitions is refused before
+# anything is assigned, so no request can make the broker build millions of partitions.
+MAX_RECORDS_PER_OPERATION = 10_000
 
 
 class AdminError(Exception):
@@ -33,6 +37,22 @@ class AdminError(Exception):
         super().__init__(message)
         self.error_code = error_code
         self.message = message
+
+
+def _check_operation_size(records: int) -> None:
+    if records > MAX_RECORDS_PER_OPERATION:
+        raise AdminError(
+            ErrorCode.policy_violation, "Unable to perform excessively large batch operation."
+        )
+
+
+def _storable(name: str) -> bool:
+    """Whether `name` can name a node of the store (a client may send any string)."""
+    try:
+        paths.topic_path(name)
+    except ValueError:
+        return False
+    return True
 
 
 def validate_topic_name(name: str) -> None:
@@ -84,6 +104,8 @@ class AdminManager:
             raise AdminError(ErrorCode.invalid_config, str(e)) from e
 
     async def topic_exists(self, name: str) -> bool:
+        if not _storable(name):
+            return False  # "", "a/b", "..": no topic can have such a name
         return await self.store.exists(paths.topic_path(name)) is not None
 
     async def _existing_topics(self) -> list[str]:
@@ -126,9 +148,11 @@ class AdminManager:
                     "Both numPartitions or replicationFactor and replicasAssignments "
                     "were set. Both cannot be used at the same time.",
                 )
+            _check_operation_size(1 + len(assignments) + len(configs))
             assignment = self._validate_manual(assignments, brokers, start=0)
         else:
             n = self.config.num_partitions if num_partitions == -1 else num_partitions
+            _check_operation_size(1 + n + len(configs))
             rf = (
                 self.config.default_replication_factor
                 if replication_factor == -1
@@ -233,6 +257,8 @@ class AdminManager:
     ) -> int:
         """Returns the number of partitions added."""
         try:
+            if not _storable(name):
+                raise NoNodeError(name)
             data, stat = await self.store.get(paths.topic_path(name))
         except NoNodeError as e:
             raise AdminError(
@@ -260,6 +286,7 @@ class AdminManager:
                 f"A partition reassignment is in progress for the topic '{name}'.",
             )
         added = count - existing
+        _check_operation_size(added)
         brokers = sorted(b.broker_id for b in self.cache.alive_brokers())
         rf = len(current.partitions[0])
         if assignments:
@@ -308,6 +335,8 @@ class AdminManager:
 
     # --- configs -------------------------------------------------------------------------
     async def topic_overrides(self, name: str) -> dict[str, str]:
+        if not _storable(name):
+            return {}
         try:
             data, _ = await self.store.get(paths.topic_config_path(name))
         except NoNodeError:

@@ -18,6 +18,7 @@ int16 delivery count.
 
 from __future__ import annotations
 
+import logging
 import struct
 import uuid
 from collections.abc import Iterable, Sequence
@@ -27,6 +28,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.group.records import partition_for
 from wherry.share.partition import StateBatch
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "SHARE_STATE_TOPIC",
@@ -77,6 +80,8 @@ def encode_key(key: ShareKey) -> bytes:
 
 
 def decode_key(data: bytes) -> ShareKey:
+    if len(data) < 4:
+        raise ValueError("not a share state key")
     version, n = struct.unpack_from(">hh", data, 0)
     if version != 0 or n < 0 or len(data) != 4 + n + 16 + 4:
         raise ValueError("not a share state key")
@@ -96,6 +101,8 @@ def encode_value(state: ShareState) -> bytes:
 
 
 def decode_value(data: bytes) -> ShareState:
+    if len(data) < _HEAD.size:
+        raise ValueError("not a share state value")
     version, se, le, start, n = _HEAD.unpack_from(data, 0)
     if version != 0 or n < 0 or len(data) != _HEAD.size + n * _BATCH.size:
         raise ValueError("not a share state value")
@@ -145,7 +152,8 @@ class ShareStateStore:
                 continue
             try:
                 key = decode_key(k)
-            except (ValueError, struct.error, UnicodeDecodeError):
+            except (ValueError, struct.error, UnicodeDecodeError) as e:
+                log.error("Skipping unreadable share state key in partition %d: %s", partition, e)
                 continue
             if v is None:
                 self.states.pop(key, None)
@@ -153,7 +161,8 @@ class ShareStateStore:
                 continue
             try:
                 self.states[key] = decode_value(v)
-            except (ValueError, struct.error):
+            except (ValueError, struct.error) as e:
+                log.error("Skipping unreadable share state of %s: %s", key, e)
                 continue
             self.partition_of[key] = partition
         return sum(1 for p in self.partition_of.values() if p == partition)

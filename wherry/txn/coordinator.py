@@ -23,12 +23,12 @@ channel are injected (`storage.py`), time is passed in, answers go through callb
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.linear_regex import InvalidPattern, compile_linear
 from wherry.common.topic_partition import TopicPartition
 from wherry.txn.loader import read_partition
 from wherry.txn.metadata import (
@@ -545,8 +545,8 @@ class TransactionCoordinator:
         pids = set(producer_ids)
         states_given = bool(wanted or unknown)
         try:
-            regex = re.compile(pattern) if pattern else None
-        except re.error:
+            regex = compile_linear(pattern) if pattern else None
+        except InvalidPattern:
             return E.invalid_regular_expression, [], []
         out: list[TransactionMetadata] = []
         for txns in self._txns.values():

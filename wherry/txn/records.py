@@ -175,9 +175,23 @@ class _Reader:
         except UnicodeDecodeError as e:
             raise RecordFormatError(f"string is not UTF-8: {e}") from e
 
+    def array_length(self) -> int:
+        """An array's item count (a null array: none), at most the bytes left."""
+        n = self.length(True)
+        if n > len(self.data) - self.pos:  # every item takes a byte at least
+            raise RecordFormatError(
+                f"array of {n} items but only {len(self.data) - self.pos} bytes left"
+            )
+        return max(n, 0)
+
     def tagged_fields(self) -> None:
         if self.flexible:
-            for _ in range(self.uvarint()):
+            count = self.uvarint()
+            if 2 * count > len(self.data) - self.pos:  # a tag and a size byte each at least
+                raise RecordFormatError(
+                    f"{count} tagged fields in {len(self.data) - self.pos} bytes"
+                )
+            for _ in range(count):
                 self.uvarint()
                 self.take(self.uvarint())
 
@@ -208,9 +222,9 @@ def decode_value(data: bytes) -> TransactionLogValue:
     timeout = r.unpack(_I32)
     state_id = r.unpack(_I8)
     partitions: set[TopicPartition] = set()
-    for _ in range(max(r.length(True), 0)):
+    for _ in range(r.array_length()):
         topic = r.string()
-        for _ in range(max(r.length(True), 0)):
+        for _ in range(r.array_length()):
             partitions.add(TopicPartition(topic, r.unpack(_I32)))
         r.tagged_fields()
     last_update = r.unpack(_I64)

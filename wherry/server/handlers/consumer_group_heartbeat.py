@@ -80,7 +80,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         rack_id=body.rack_id,
         rebalance_timeout_ms=duration_ms(body.rebalance_timeout),
         subscribed_topic_names=None if names is None else tuple(names),
-        subscribed_topic_regex=body.subscribed_topic_regex,
+        subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),  # v1+
         server_assignor=body.server_assignor,
         owned=owned,
         client_id=req.client_id or "",

@@ -208,7 +208,10 @@ def test_any_pool_and_chunking_yield_the_same_frames(
             # handle (release) what came out so far, as a connection's requests are handled
             assert out or pool.used > 0
             pool.release(pool.used - dec.reserved_bytes)  # whole frames only
-            assert dec.grow()
+            if not dec.grow():
+                # The frame being received alone fills the pool: only the overdraft (which
+                # the network gives the oldest waiter) lets it finish.
+                assert pool.used == dec.reserved_bytes and dec.grow(overdraft=True)
         buf = dec.get_buffer()
         n = min(len(buf), chunk, len(data) - i)
         buf[:n] = data[i : i + n]

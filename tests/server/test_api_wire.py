@@ -410,3 +410,28 @@ def test_topic_deletion_disabled(fresh_broker: BrokerProcess, deletion: bool) ->
     r = call(b.bootstrap, 20, 6, {"topics": [{"name": t, "topic_id": uuid.UUID(int=0)}],
                                   "timeout": 5000})
     assert r.responses[0].error_code == ErrorCode.topic_deletion_disabled
+
+
+def test_requests_the_fuzzer_found_get_answers(broker: BrokerProcess) -> None:
+    """Three requests that made handlers fail (the connection closed with a traceback) get
+    answers with error codes, and the connection stays open."""
+    bs = broker.bootstrap
+    with connect(bs) as sock:
+        # DeleteTopics v6 naming a topic by neither name nor id.
+        r = call(sock, 20, 6, {"topics": [{"name": None, "topic_id": uuid.UUID(int=0)}],
+                               "timeout_ms": 5_000})
+        assert [t.error_code for t in r.responses] == [ErrorCode.invalid_request]
+        # DescribeConfigs of the group "".
+        r = call(sock, 32, 4, {"resources": [{"resource_type": 32, "resource_name": "",
+                                              "configuration_keys": None}],
+                               "include_synonyms": False, "include_documentation": False})
+        assert [x.error_code for x in r.results] == [ErrorCode.invalid_request]
+        # Metadata v10 asking for a topic by an unknown id: the name in the answer is not
+        # nullable before v12.
+        tid = uuid.uuid4()
+        r = call(sock, 3, 10, {"topics": [{"topic_id": tid, "name": None}],
+                               "allow_auto_topic_creation": False,
+                               "include_cluster_authorized_operations": False,
+                               "include_topic_authorized_operations": False})
+        assert [(t.name, t.error_code) for t in r.topics] == [("", ErrorCode.unknown_topic_id)]
+        assert not is_closed(sock, 0.2)

@@ -46,6 +46,16 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     results: list[dict[str, Any]] = []
     pending: list[str] = []
     for (given, tid), (name, _) in zip(wanted, resolved, strict=True):
+        if given is None and tid is None:  # v6+: a null name and the zero id
+            results.append(
+                {
+                    "name": None,
+                    "topic_id": _ZERO_UUID,
+                    "error_code": ErrorCode.invalid_request,
+                    "error_message": "Neither a topic name nor a topic id was given.",
+                }
+            )
+            continue
         if given is None and tid is not None and name is None:
             results.append(
                 {

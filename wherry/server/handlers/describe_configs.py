@@ -262,6 +262,11 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             base["configs"] = [
                 e for e in broker_config_entries(broker, keys) if e["name"] not in set_live
             ] + dynamic
+        elif r.resource_type == GROUP and not r.resource_name:
+            base.update(
+                error_code=ErrorCode.invalid_request,
+                error_message="Group name must not be empty",
+            )
         elif r.resource_type == GROUP:
             base["configs"] = await group_config_entries(
                 broker, r.resource_name, keys, include_synonyms, include_doc

@@ -140,6 +140,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             answer["topic_authorized_operations"] = authorized_operations(
                 broker, ResourceType.TOPIC, answer["name"]
             )
+    if v < 12:  # a topic's name is not nullable in these answers: a topic asked by id gets ""
+        for answer in topics:
+            if answer["name"] is None:
+                answer["name"] = ""
     brokers = [
         {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
         for b in cache.alive_brokers(current_session().listener)

@@ -4,13 +4,14 @@ line groups the skipped tests by what they need."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.broker_process import BrokerProcess
 from tests.helpers import running_zookeeper
+from wherry.testing.tmpfs import TmpfsUnavailable, mount_tmpfs, unmount
 from wherry.testing.zookeeper import ZooKeeperServer
 
 
@@ -39,6 +40,26 @@ def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield b
     finally:
         b.kill()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """`small_disk(size_bytes)`: a tmpfs of that size mounted under the test's directory (a
+    disk that fills), unmounted after the test; the test is skipped where mounting is refused."""
+    mounted: list[Path] = []
+
+    def mount(size_bytes: int) -> Path:
+        path = tmp_path / f"small-{len(mounted)}"
+        try:
+            mount_tmpfs(path, size_bytes)
+        except TmpfsUnavailable as e:
+            pytest.skip(str(e))
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        unmount(path)
 
 
 @pytest.fixture(scope="session")

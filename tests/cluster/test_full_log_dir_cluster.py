@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,6 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from tests.helpers import create_topic
 from wherry.cli.main import main
 from wherry.testing.cluster import ZkCluster, wait_until
-from wherry.testing.tmpfs import TmpfsUnavailable, mount_tmpfs, unmount
 from wherry.testing.zookeeper import ZooKeeperServer
 
 PARTITIONS = 4
@@ -33,16 +32,8 @@ RECORDS = 24_000  # 1 KiB each: ~12 MiB for the two partitions on the 8 MiB tmpf
 
 
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "small"
-    try:
-        mount_tmpfs(path, 8 << 20)
-    except TmpfsUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield path
-    finally:
-        unmount(path)
+def tmpfs(small_disk: Callable[[int], Path]) -> Path:
+    return small_disk(8 << 20)
 
 
 def leaders(cluster: ZkCluster, broker: int, topic: str) -> dict[int, int]:

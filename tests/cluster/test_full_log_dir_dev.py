@@ -9,7 +9,7 @@ alone stops (not the process), the others keep serving."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,22 +17,13 @@ from confluent_kafka import KafkaError, Producer
 
 from tests.helpers import create_topic
 from wherry.testing.cluster import DevCluster, wait_until
-from wherry.testing.tmpfs import TmpfsUnavailable, mount_tmpfs, unmount
 
 PARTITIONS = 4
 
 
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "small"
-    try:
-        mount_tmpfs(path, 8 << 20)
-    except TmpfsUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield path
-    finally:
-        unmount(path)
+def tmpfs(small_disk: Callable[[int], Path]) -> Path:
+    return small_disk(8 << 20)
 
 
 def produce(bootstrap: str, topic: str, count: int) -> tuple[int, list[str]]:

@@ -6,27 +6,19 @@ fails with one line saying so; once space is freed it opens with everything writ
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from wherry.coordination.embedded import METADATA_DIR, RESERVE_FILE, EmbeddedCoordinator
 from wherry.coordination.store import NoNodeError, StoreError
-from wherry.testing.tmpfs import TmpfsUnavailable, fill_up, mount_tmpfs, unmount
+from wherry.testing.tmpfs import fill_up
 
 
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "small"
-    try:
-        mount_tmpfs(path, 2 << 20)
-    except TmpfsUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield path
-    finally:
-        unmount(path)
+def tmpfs(small_disk: Callable[[int], Path]) -> Path:
+    return small_disk(2 << 20)
 
 
 def test_full_store_disk_is_reported_and_recovers(tmpfs: Path) -> None:

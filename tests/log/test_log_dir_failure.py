@@ -5,7 +5,7 @@ recovers every record appended before the failure. Real files on a small tmpfs."
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,20 +16,12 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.dir_failure import LogDirFailureChannel
 from wherry.log.errors import StorageError
 from wherry.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from wherry.testing.tmpfs import TmpfsUnavailable, fill_up, mount_tmpfs, unmount
+from wherry.testing.tmpfs import fill_up
 
 
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "small"
-    try:
-        mount_tmpfs(path, 2 << 20)
-    except TmpfsUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield path
-    finally:
-        unmount(path)
+def tmpfs(small_disk: Callable[[int], Path]) -> Path:
+    return small_disk(2 << 20)
 
 
 def test_channel_reports_a_dir_once(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,23 +23,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess, wait_until
 from wherry.cli.main import main
-from wherry.testing.tmpfs import TmpfsUnavailable, fill_up, mount_tmpfs, unmount
+from wherry.testing.tmpfs import fill_up
 from wherry.testing.zookeeper import find_free_port
 
 TOPIC = "fill"
 
 
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "small"
-    try:
-        mount_tmpfs(path, 8 << 20)
-    except TmpfsUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield path
-    finally:
-        unmount(path)
+def tmpfs(small_disk: Callable[[int], Path]) -> Path:
+    return small_disk(8 << 20)
 
 
 def produce(bootstrap: str, count: int, partition: int, start: int = 0) -> tuple[list[int], dict]:

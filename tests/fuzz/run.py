@@ -317,6 +317,8 @@ def main() -> None:
             args.workdir, inputs=args.inputs, seconds=args.time, deadline_s=args.deadline,
             queued_max_request_bytes=args.queued_max_request_bytes, seed=args.seed,
         )
+        for kind, n in sorted(result.traceback_kinds.items(), key=lambda kv: -kv[1]):
+            print(f"traceback x{n}: {kind}", flush=True)
         print(json.dumps(asdict(result)) if args.json else result.line(), flush=True)
         sys.exit(1 if result.failures else 0)
     summary = fuzz_in_process(args.workdir, inputs=args.inputs, seconds=args.time,

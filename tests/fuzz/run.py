@@ -253,31 +253,27 @@ FINDINGS = HERE / "findings"
 
 
 def collect(workdirs: list[Path]) -> None:
-    """A run's crashes into `regressions/` and its findings (one per cause, across runs) into
-    `findings/`, each named `<target>-<hash>`; `findings/README.md` lists their causes."""
+    """A run's crashes into `regressions/` (`<target>-<hash>`) and its findings into
+    `findings/` under the worker's names (`<kind>-<target>-<hash of the cause>`, so one per
+    cause across runs); prints what is new, for the READMEs there."""
     REGRESSIONS.mkdir(exist_ok=True)
     FINDINGS.mkdir(exist_ok=True)
     for workdir in workdirs:
         for d in (workdir / "crashes", workdir / "socket-crashes"):
             for f in input_files([d]) if d.is_dir() else []:
                 data = f.read_bytes()
-                (REGRESSIONS / f"{target_of(data)}-{short_hash(data)}").write_bytes(data)
-                print(f"regression {target_of(data)}-{short_hash(data)} ({f.name})")
-    index = FINDINGS / "index.json"
-    known: dict[str, dict[str, str]] = json.loads(index.read_text()) if index.exists() else {}
-    for workdir in workdirs:
+                name = f"{target_of(data)}-{short_hash(data)}"
+                if not (REGRESSIONS / name).exists():
+                    (REGRESSIONS / name).write_bytes(data)
+                    print(f"new regression {name} ({f.name})")
         journal = workdir / "findings.jsonl"
         for line in journal.read_text().splitlines() if journal.exists() else []:
             finding = json.loads(line)
-            if finding["signature"] in known:
-                continue
-            data = (workdir / "findings" / finding["file"]).read_bytes()
-            name = f"{target_of(data)}-{short_hash(data)}"
-            (FINDINGS / name).write_bytes(data)
-            known[finding["signature"]] = {"file": name, "kind": finding["kind"],
-                                           "detail": finding["detail"][:200]}
-    index.write_text(json.dumps(dict(sorted(known.items())), indent=1) + "\n")
-    print(f"{len(known)} findings in {FINDINGS}")
+            target = FINDINGS / finding["file"]
+            if not target.exists():
+                target.write_bytes((workdir / "findings" / finding["file"]).read_bytes())
+                print(f"new finding {finding['file']}: {finding['signature']} "
+                      f"{finding['detail'][:160]}")
 
 
 def main() -> None:
@@ -317,6 +313,8 @@ def main() -> None:
             args.workdir, inputs=args.inputs, seconds=args.time, deadline_s=args.deadline,
             queued_max_request_bytes=args.queued_max_request_bytes, seed=args.seed,
         )
+        for kind, n in sorted(result.traceback_kinds.items(), key=lambda kv: -kv[1]):
+            print(f"traceback x{n}: {kind}", flush=True)
         print(json.dumps(asdict(result)) if args.json else result.line(), flush=True)
         sys.exit(1 if result.failures else 0)
     summary = fuzz_in_process(args.workdir, inputs=args.inputs, seconds=args.time,

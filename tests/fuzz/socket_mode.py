@@ -42,6 +42,7 @@ from pathlib import Path
 from tests.fuzz.inproc import broker_overrides
 from tests.fuzz.targets import (
     SELECTORS,
+    WAITING_DEADLINE_S,
     WAITING_KEYS,
     short_hash,
     split_frames,
@@ -72,6 +73,7 @@ class SocketResult:
     rss_bound: int = 0
     restarts: int = 0
     tracebacks: int = 0
+    traceback_kinds: dict[str, int] = field(default_factory=dict)
     hangs: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
     rss_over: list[str] = field(default_factory=list)
@@ -108,6 +110,7 @@ class ServerProcess:
             cmd += ["--override", f"{k}={v}"]
         self.lines: collections.deque[str] = collections.deque(maxlen=400)
         self.tracebacks = 0
+        self.traceback_kinds: collections.Counter[str] = collections.Counter()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, errors="replace",
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -116,10 +119,15 @@ class ServerProcess:
 
         def pump() -> None:
             assert self.proc.stdout is not None
+            in_traceback = False
             for line in self.proc.stdout:
                 self.lines.append(line)
                 if line.startswith("Traceback"):
                     self.tracebacks += 1
+                    in_traceback = True
+                elif in_traceback and not line.startswith((" ", "\t")):
+                    in_traceback = False  # the exception's own line: what the traceback was
+                    self.traceback_kinds[line.strip()[:160]] += 1
                 if not ready.is_set() and (m := _READY.search(line)):
                     self.addresses = m.group(1).split(",")
                     ready.set()
@@ -246,7 +254,10 @@ class Driver:
         if not (_send(sock, frame) and _send(sock, self.probe)):
             self.close()
             return "closed", f"key {key}: send failed"
-        until = time.monotonic() + self.deadline_s
+        # An API that may wait by design is given a short while, then its connection closed.
+        wait_s = min(self.deadline_s, WAITING_DEADLINE_S) if key in WAITING_KEYS else (
+            self.deadline_s)
+        until = time.monotonic() + wait_s
         try:
             while True:
                 answer = _recv_frame(sock, until)
@@ -421,7 +432,7 @@ def fuzz_over_sockets(
                     result.crashes.append(name)
                     if echo:
                         print(f"CRASH {name}", flush=True)
-                    result.tracebacks += server.tracebacks
+                    _count_tracebacks(result, server)
                     driver.close()
                     server.stop()
                     result.restarts += 1
@@ -438,11 +449,17 @@ def fuzz_over_sockets(
                     print(f"#{n} {result.line()}", flush=True)
             _check_rss(server, result, b"", crashes)
         finally:
-            result.tracebacks += server.tracebacks
+            _count_tracebacks(result, server)
             driver.close()
             server.stop()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _count_tracebacks(result: SocketResult, server: ServerProcess) -> None:
+    result.tracebacks += server.tracebacks
+    for kind, n in server.traceback_kinds.items():
+        result.traceback_kinds[kind] = result.traceback_kinds.get(kind, 0) + n
 
 
 def _chain(first: list[bytes], rest: Iterator[bytes]) -> Iterator[bytes]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 from pathlib import Path
 
@@ -68,9 +69,16 @@ def main() -> None:
     slack_mb = int(os.environ.get("WHERRY_FUZZ_RSS_SLACK_MB", "0"))
     argv = list(sys.argv)
     if slack_mb > 0:
-        argv.append(f"-rss_limit_mb={_rss_mb() + slack_mb}")
+        # libFuzzer checks the peak RSS (ru_maxrss), and a child's peak starts at its
+        # parent's: started from a large process (a long pytest run), the worker's peak is
+        # the parent's size before it runs one input. The bound is counted from that peak.
+        argv.append(f"-rss_limit_mb={max(_rss_mb(), _peak_rss_mb()) + slack_mb}")
     atheris.Setup(argv, one)
     atheris.Fuzz()
+
+
+def _peak_rss_mb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
 
 def _rss_mb() -> int:

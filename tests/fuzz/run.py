@@ -1,10 +1,12 @@
 """Run the fuzzer: coverage-guided in process (atheris/libFuzzer), or over real sockets.
 
     python -m tests.fuzz.run --inputs 10000000            # in process, one core
+    python -m tests.fuzz.run --inputs 10000000 --jobs 2   # two workers, one corpus
     python -m tests.fuzz.run --socket --inputs 1000000    # against a `wherry server`
     python -m tests.fuzz.run --replay tests/fuzz/regressions
 
-In process, one worker (`worker.py`) runs at a time under this supervisor: a native abort
+In process, each of `--jobs` workers (`worker.py`, one at a time per job) runs under this
+supervisor; the jobs share one corpus. A native abort
 (kio's reader allocating what a count claims), a libFuzzer time-out or out-of-memory ends the
 worker; the supervisor files the input under `<workdir>/crashes/<kind>-<target>-<hash>`
 (with the worker's last output beside it) and starts a new worker on the corpus so far, until
@@ -83,14 +85,15 @@ def fuzz_in_process(
     max_len: int = 16384,
     queued_max_request_bytes: int = 100 * 1024 * 1024,
     echo: bool = True,
+    jobs: int = 1,
 ) -> Summary:
-    """Supervise workers until `inputs` inputs ran or `seconds` passed."""
-    corpus, artifacts, crashes = workdir / "corpus", workdir / "artifacts", workdir / "crashes"
-    for d in (corpus, artifacts, crashes):
+    """Supervise `jobs` workers side by side (one per core), sharing one corpus, until
+    `inputs` inputs ran in all or `seconds` passed."""
+    corpus, crashes = workdir / "corpus", workdir / "crashes"
+    for d in (corpus, crashes):
         d.mkdir(parents=True, exist_ok=True)
     summary = Summary()
     started = time.monotonic()
-    early_deaths = 0
     env = {**os.environ, "WHERRY_FUZZ_DIR": str(workdir),
            "WHERRY_FUZZ_DEADLINE": str(deadline_s), "PYTHONUNBUFFERED": "1",
            "WHERRY_FUZZ_RSS_SLACK_MB": str(max(queued_max_request_bytes, 0) // MIB + 64)}
@@ -98,33 +101,58 @@ def fuzz_in_process(
         p for p in (str(HERE.parent.parent), env.get("PYTHONPATH", "")) if p
     )
     stop = _Stop()
-    while summary.inputs < inputs and not stop.asked:
-        left_s = seconds - (time.monotonic() - started)
-        if left_s < 5:
-            break
-        cmd = [
-            sys.executable, "-m", "tests.fuzz.worker", str(corpus), str(seeds),
-            f"-runs={inputs - summary.inputs}", f"-max_total_time={int(left_s)}",
-            f"-timeout={max(10, int(deadline_s * 10))}", "-rss_limit_mb=4096",
-            f"-max_len={max_len}", f"-artifact_prefix={artifacts}/", "-print_final_stats=1",
-            "-report_slow_units=1000000",
-        ]
-        summary.workers += 1
-        runs, inited, tail = _run_worker(cmd, env, summary, left_s + 120, echo, stop)
-        summary.inputs += runs
-        for artifact in sorted(artifacts.iterdir()):
-            name = _file_crash(artifact, crashes, tail)
-            summary.crashes.append(name)
-            if echo:
-                print(f"CRASH {name}", flush=True)
-        early_deaths = 0 if inited or stop.asked else early_deaths + 1
-        if early_deaths >= 3:
-            print("the worker died three times before fuzzing; last output:\n" + "\n".join(tail),
-                  file=sys.stderr)
-            summary.crashes.append("worker-start")
-            break
-        for stale in workdir.glob("broker-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+    lock = threading.Lock()
+    jobs = max(1, jobs)
+
+    def supervise(job: int) -> None:
+        # Each job has its own artifacts directory (a crash is filed with its own worker's
+        # output) and its own share of the inputs; the corpus is shared (libFuzzer reloads
+        # what the other jobs added).
+        artifacts = workdir / ("artifacts" if jobs == 1 else f"artifacts-{job}")
+        artifacts.mkdir(parents=True, exist_ok=True)
+        share = inputs // jobs + (1 if job < inputs % jobs else 0)
+        done = early_deaths = 0
+        while done < share and not stop.asked:
+            left_s = seconds - (time.monotonic() - started)
+            if left_s < 5:
+                break
+            cmd = [
+                sys.executable, "-m", "tests.fuzz.worker", str(corpus), str(seeds),
+                f"-runs={share - done}", f"-max_total_time={int(left_s)}",
+                f"-timeout={max(10, int(deadline_s * 10))}", "-rss_limit_mb=4096",
+                f"-max_len={max_len}", f"-artifact_prefix={artifacts}/", "-print_final_stats=1",
+                "-report_slow_units=1000000",
+            ]
+            if jobs > 1:
+                cmd.append("-reload=1")
+            with lock:
+                summary.workers += 1
+            runs, inited, tail = _run_worker(cmd, env, summary, left_s + 120,
+                                             echo and job == 0, stop, lock)
+            done += runs
+            with lock:
+                summary.inputs += runs
+                for artifact in sorted(artifacts.iterdir()):
+                    name = _file_crash(artifact, crashes, tail)
+                    summary.crashes.append(name)
+                    if echo:
+                        print(f"CRASH {name}", flush=True)
+            early_deaths = 0 if inited or stop.asked else early_deaths + 1
+            if early_deaths >= 3:
+                print("the worker died three times before fuzzing; last output:\n"
+                      + "\n".join(tail), file=sys.stderr)
+                with lock:
+                    summary.crashes.append("worker-start")
+                break
+
+    threads = [threading.Thread(target=supervise, args=(job,), name=f"fuzz-job-{job}")
+               for job in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for stale in workdir.glob("broker-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     stop.restore()
     summary.seconds = time.monotonic() - started
     journal = workdir / "findings.jsonl"
@@ -139,7 +167,7 @@ class _Stop:
 
     def __init__(self) -> None:
         self.asked = False
-        self.worker: subprocess.Popen[str] | None = None
+        self.workers: set[subprocess.Popen[str]] = set()
         self._old: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -147,8 +175,9 @@ class _Stop:
 
     def _handle(self, signum: int, frame: object) -> None:
         self.asked = True
-        if self.worker is not None and self.worker.poll() is None:
-            self.worker.send_signal(signal.SIGINT)
+        for worker in list(self.workers):
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGINT)
 
     def restore(self) -> None:
         for sig, old in self._old.items():
@@ -157,13 +186,15 @@ class _Stop:
 
 def _run_worker(
     cmd: list[str], env: dict[str, str], summary: Summary, timeout_s: float, echo: bool,
-    stop: _Stop,
+    stop: _Stop, lock: threading.Lock,
 ) -> tuple[int, bool, list[str]]:
     """(inputs the worker ran, whether it got to fuzzing, its last output lines)."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace")
-    stop.worker = proc
-    runs, inited, tail, notes = 0, False, [], []
+    stop.workers.add(proc)
+    runs, inited = 0, False
+    tail: list[str] = []
+    notes: list[str] = []
     killer = _Deadline(proc, timeout_s)
     assert proc.stdout is not None
     try:
@@ -175,10 +206,11 @@ def _run_worker(
                 inited = True
             if m := _STATS.match(line):
                 runs = int(m.group(1))
-                summary.cov = max(summary.cov, int(m.group(2)))
-                summary.ft = max(summary.ft, int(m.group(3)))
-                if m.group(5):
-                    summary.max_rss_mb = max(summary.max_rss_mb, int(m.group(5)))
+                with lock:
+                    summary.cov = max(summary.cov, int(m.group(2)))
+                    summary.ft = max(summary.ft, int(m.group(3)))
+                    if m.group(5):
+                        summary.max_rss_mb = max(summary.max_rss_mb, int(m.group(5)))
                 if echo and ("pulse" in line or "INITED" in line):
                     print(line.rstrip(), flush=True)
             elif m := _DONE.match(line) or _UNITS.match(line):
@@ -188,6 +220,7 @@ def _run_worker(
     finally:
         proc.wait()
         killer.cancel()
+        stop.workers.discard(proc)
     return runs, inited, [*notes[-20:], "--- last output:", *tail]
 
 
@@ -299,6 +332,8 @@ def main() -> None:
                         help="--replay through the decoders alone")
     parser.add_argument("--collect", type=Path, nargs="+",
                         help="file these workdirs' crashes and findings under tests/fuzz")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="in-process workers side by side, one per core (default 1)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args()
     if args.collect:
@@ -319,7 +354,8 @@ def main() -> None:
         sys.exit(1 if result.failures else 0)
     summary = fuzz_in_process(args.workdir, inputs=args.inputs, seconds=args.time,
                               deadline_s=args.deadline,
-                              queued_max_request_bytes=args.queued_max_request_bytes)
+                              queued_max_request_bytes=args.queued_max_request_bytes,
+                              jobs=args.jobs)
     print(json.dumps(asdict(summary)) if args.json else summary.line(), flush=True)
     sys.exit(1 if summary.crashes or summary.hangs else 0)
 

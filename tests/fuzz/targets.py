@@ -45,7 +45,7 @@ SELECTORS = ("request", "sasl", "records", "response", "sasl-tokens", "coordinat
 # max wait, a Produce waiting for the ISR, a rebalance, an admin request's `timeout_ms` for
 # the controller's work; a time-out there is no hang.
 WAITING_KEYS = frozenset({0, 1, 11, 14, 19, 20, 21, 25, 26, 37, 43, 45, 68, 76, 78, 79})
-WAITING_DEADLINE_S = 0.05
+WAITING_DEADLINE_S = 0.02
 _U16 = struct.Struct(">H")
 
 

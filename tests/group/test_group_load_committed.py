@@ -17,6 +17,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.coordinator.partition_log import CoordinatorPartitionLoader, ReplicaCoordinatorStorage
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.group import OffsetAndMetadata
@@ -26,7 +27,6 @@ from wherry.log.manager import LogManager
 from wherry.protocol.interbroker import LeaderAndIsrPartitionState, LeaderAndIsrRequest
 from wherry.purgatory import DelayedOperationPurgatory, Timer
 from wherry.replication.alter_partition import AlterPartitionManager
-from wherry.replication.coordinator_log import CoordinatorPartitionLoader, ReplicaCoordinatorStorage
 from wherry.replication.fetch_reads import FetchPartition, FetchResult
 from wherry.replication.replica_manager import ReplicaManager
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import wherry.replication.txn_markers as txn_markers_module
+import wherry.coordinator.txn_markers as txn_markers_module
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.log import Log
 from wherry.protocol.records import build_batch, build_control_batch

@@ -18,8 +18,8 @@ from typing import Any, cast
 
 from tests.txn.test_txn_coordinator import T0, T1, Harness, MemMarkers, MemStorage
 from wherry.common.topic_partition import TopicPartition
+from wherry.coordinator.partition_log import CoordinatorPartitionLoader
 from wherry.protocol.records import build_batch
-from wherry.replication.coordinator_log import CoordinatorPartitionLoader
 from wherry.replication.replica_manager import ReplicaManager
 from wherry.txn.coordinator import TransactionCoordinator, TxnCoordinatorConfig
 from wherry.txn.metadata import TxnState

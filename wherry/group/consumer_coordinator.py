@@ -50,7 +50,7 @@ from wherry.group.consumer_group import (
     TopicMeta,
 )
 from wherry.group.reconciliation import MemberAssignment, MemberState, reconcile
-from wherry.group.storage import OffsetsStorage, Record
+from wherry.group.storage import APPEND_ERRORS, OffsetsStorage, Record
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +120,6 @@ HeartbeatCallback = Callable[[HeartbeatResult], None]
 _TOMBSTONE_ORDER = {8: 0, 7: 1, 5: 2, 6: 3, 4: 4, 3: 5}
 _UPSERT_ORDER = {5: 0, 4: 1, 3: 2, 7: 3, 6: 4, 8: 5}
 
-_APPEND_ERRORS: Mapping[ErrorCode, ErrorCode] = {
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-}
 
 
 def _subset(a: Parts, b: Parts) -> bool:
@@ -246,7 +238,7 @@ class ConsumerGroupManager:
                 # What the log holds is unknown now: rewrite these records next time.
                 for k in set(new) | set(old):
                     group.persisted[k] = b""
-            done(_APPEND_ERRORS.get(error, error))
+            done(APPEND_ERRORS.get(error, error))
 
         self._storage.append(p, records, appended)
 

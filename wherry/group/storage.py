@@ -7,15 +7,26 @@ partitions); tests implement it in memory. `done(error, base_offset)` may be cal
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["AppendDone", "OffsetsStorage", "Record"]
+__all__ = ["APPEND_ERRORS", "AppendDone", "OffsetsStorage", "Record"]
 
 Record = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
 AppendDone = Callable[[ErrorCode, int], None]  # (error, base offset of the appended batch)
+
+# A failed append as a consumer or share group heartbeat answers it (Kafka's
+# GroupCoordinatorService error mapping)
+APPEND_ERRORS: Mapping[ErrorCode, ErrorCode] = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
 
 
 class OffsetsStorage(Protocol):

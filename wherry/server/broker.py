@@ -343,12 +343,11 @@ class Broker:
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
+        # each coordinator's runtime listens to the node's leadership changes by itself
         self.groups = GroupsRuntime(cfg, self.clock, self.node, lambda: self.admin)
-        self.node.leadership_listeners.append(self.groups.on_leadership_change)
         self.transactions = TransactionsRuntime(
             cfg, self.clock, self.node, lambda: self.admin, lambda: self.client_security
         )
-        self.node.leadership_listeners.append(self.transactions.on_leadership_change)
         self.shares = ShareRuntime(
             cfg,
             self.clock,

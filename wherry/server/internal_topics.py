@@ -1,7 +1,9 @@
 """Creating a coordinator's internal topic on first use (`__consumer_offsets` for groups,
-`__transaction_state` for transactions), as Kafka's FindCoordinator does: one creation at a
-time, in the background, and nothing if the topic exists; meanwhile clients are told
-COORDINATOR_NOT_AVAILABLE and retry."""
+`__transaction_state` for transactions, `__share_group_state` for share-partition states), as
+Kafka's FindCoordinator does: one creation at a time, in the background, and nothing if the
+topic exists; meanwhile clients are told COORDINATOR_NOT_AVAILABLE and retry. A coordinator
+places its keys on the topic's actual partition count once it exists
+(`stored_partition_count`)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,21 @@ from collections.abc import Callable, Mapping
 
 from kio.schema.errors import ErrorCode
 
+from wherry.coordination import paths
+from wherry.coordination.store import MetadataStore, NoNodeError
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.server.admin import AdminError, AdminManager
 
 log = logging.getLogger(__name__)
+
+
+async def stored_partition_count(store: MetadataStore, topic: str) -> int | None:
+    """How many partitions the stored assignment of `topic` has (None: no such topic)."""
+    try:
+        data, _ = await store.get(paths.topic_path(topic))
+    except NoNodeError:
+        return None
+    return len(paths.TopicAssignment.from_json(data).partitions)
 
 
 class InternalTopic:

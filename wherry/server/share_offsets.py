@@ -2,7 +2,7 @@
 AlterShareGroupOffsets (91), DeleteShareGroupOffsets (92), on the group coordinator.
 
 A share group's "offset" on a partition is its share-partition start offset (SPSO), which the
-share coordinator holds (`server/share_coordinator.py`). Describe reads it
+share coordinator holds (`coordinator/share_state.py`). Describe reads it
 (ReadShareGroupStateSummary); alter starts the share-partition afresh at the given offset
 with the next state epoch (InitializeShareGroupState: a leader still holding the old one is
 fenced) and adds it to the group's initialized topics; delete deletes the states of whole

@@ -1,6 +1,6 @@
 """Share groups in the broker (KIP-932): membership on the group coordinator, share-partitions
 on the partition leaders, and the persister that keeps their state with the share
-coordinator (`server/share_coordinator.py`).
+coordinator (`coordinator/share_state.py`, on the coordinator runtime).
 
 * Membership: the leader of a group's `__consumer_offsets` partition (the group coordinator,
   found with FindCoordinator as for any group) answers ShareGroupHeartbeat and
@@ -35,8 +35,11 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
+from wherry.coordinator.partition_log import in_executor
+from wherry.coordinator.share_state import ShareStateCoordinator
 from wherry.group.records import OFFSETS_TOPIC, partition_for
 from wherry.group.share_group_records import ShareGroupReplay
+from wherry.group.storage import APPEND_ERRORS
 from wherry.log.file_region import FileRegion
 from wherry.outbound.client import RequestClient, RequestError
 from wherry.outbound.connection import OutboundConnection
@@ -48,7 +51,7 @@ from wherry.runtime.clock import Clock
 from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
 from wherry.server.groups import GroupsRuntime
-from wherry.server.share_coordinator import ShareCoordinatorRuntime
+from wherry.server.internal_topics import InternalTopic
 from wherry.share.config import (
     GroupConfigError,
     ShareBrokerConfig,
@@ -75,16 +78,6 @@ _RETRIABLE = (
 
 READ_CAP_BYTES = 1 << 20
 
-# An append to `__consumer_offsets` that failed, as a heartbeat answers it (Kafka's
-# GroupCoordinatorService error mapping)
-_APPEND_ERRORS = {
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-}
 
 
 def _overlapping(data: bytes | memoryview, acquired: Sequence[AcquiredRange]) -> bytes:
@@ -143,8 +136,27 @@ class ShareRuntime:
         self._store = store
         self._security = security
         self._timeout_s = config.controller_socket_timeout_ms / 1000
-        self.coordinator = ShareCoordinatorRuntime(
-            config.broker_id, self.config, clock, node, admin
+        cfg = self.config
+        self.coordinator = ShareStateCoordinator(
+            config.broker_id,
+            node,
+            clock.now_ms,
+            partitions=cfg["share.coordinator.state.topic.num.partitions"],
+            timeout_ms=cfg["share.coordinator.write.timeout.ms"],
+            blocking=in_executor,
+        )
+        self.state_topic = InternalTopic(
+            SHARE_STATE_TOPIC,
+            node.cache,
+            admin,
+            partitions=cfg["share.coordinator.state.topic.num.partitions"],
+            replication_factor=cfg["share.coordinator.state.topic.replication.factor"],
+            configs={
+                "cleanup.policy": "compact",
+                "min.insync.replicas": str(cfg["share.coordinator.state.topic.min.isr"]),
+                "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"]),
+            },
+            prefix=f"[ShareCoordinator id={config.broker_id}]",
         )
         self.groups = ShareGroups()
         self.sessions = ShareSessionCache()
@@ -212,7 +224,7 @@ class ShareRuntime:
         if err != ErrorCode.none:
             log.warning("%s writing share group %s failed: %s", self._prefix, group_id, err.name)
             on_error()
-            return _APPEND_ERRORS.get(err, err)
+            return APPEND_ERRORS.get(err, err)
         return ErrorCode.none
 
     def _persist_group_later(self, group_id: str) -> None:
@@ -233,6 +245,7 @@ class ShareRuntime:
                 pass
         for t in list(self._bg):
             t.cancel()
+        self.state_topic.cancel()
         await self.coordinator.stop()
         for c in self._clients.values():
             c.close()
@@ -284,7 +297,6 @@ class ShareRuntime:
                 if self.coordinator_error(g) == ErrorCode.not_coordinator
             ]:
                 del self.groups.groups[g]
-        self.coordinator.on_leadership_change(became_leader, lost)
 
     # --- group configs ----------------------------------------------------------------------
     async def group_config(self, group: str) -> dict[str, str]:
@@ -791,7 +803,7 @@ class ShareRuntime:
         err: ErrorCode = ErrorCode.coordinator_not_available
         while True:
             if not cache.contains_topic(SHARE_STATE_TOPIC):
-                self.coordinator.topic.ensure()
+                self.state_topic.ensure()
                 err = ErrorCode.coordinator_not_available
             else:
                 p = state_partition_for(key, self.coordinator.partition_count())

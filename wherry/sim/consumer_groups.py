@@ -1,10 +1,11 @@
 """KIP-848 consumer groups in the simulation (issue 16): the real group coordinator on every
 simulated broker, members heartbeating through `SimNetwork`, and coordinator crashes.
 
-Each broker runs what `server/groups.py` wires up, from the same modules: the pure
-`group.GroupCoordinator` on `__consumer_offsets` (acks=all appends through the broker's real
-replica manager; the partition loaded from its log when this broker becomes its leader and
-unloaded when it stops), its session and rebalance deadlines on the replica node's ticker.
+Each broker runs the group coordinator the broker runs (`coordinator/groups.py`, on the
+coordinator runtime): the pure `group.GroupCoordinator` on `__consumer_offsets` (acks=all
+appends through the broker's real replica manager; the partition loaded from its log when
+this broker becomes its leader and unloaded when it stops), its session and rebalance
+deadlines on the replica node's ticker, which a parked heartbeat or join wakes.
 `SimMember`s are KIP-848 consumers of the simulation's topic: ConsumerGroupHeartbeat to the
 leader of `__consumer_offsets-0` over the simulated network, owning what the last answer
 assigned, rejoining at epoch 0 when fenced, sometimes leaving and coming back, sometimes
@@ -34,12 +35,12 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
+from wherry.coordinator.groups import GroupCoordinatorHost
 from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult, TopicsImage
 from wherry.group.consumer_group import ConsumerGroup, TopicMeta
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
-from wherry.replication.coordinator_log import CoordinatorPartitionLoader, ReplicaCoordinatorStorage
 from wherry.runtime.parking import answer_of
 from wherry.sim.invariants import InvariantViolation
 from wherry.sim.network import CLIENT_ID, SimNetwork
@@ -123,18 +124,14 @@ class GroupLedger:
 # --- one broker's coordinator ------------------------------------------------------------------
 
 
-class GroupHost:
-    """One broker process's group coordinator and its edges (what `GroupsRuntime` holds in
-    `wherry server`)."""
+class GroupHost(GroupCoordinatorHost):
+    """One broker process's group coordinator, as `wherry server` runs it (its log read
+    inline), every reload checked against the ledger."""
 
     def __init__(
         self, world: World, node: SimBroker, config: GroupSimConfig, ledger: GroupLedger
     ) -> None:
-        self.world = world
-        self.node = node
-        self.ledger = ledger
-        now_ms = world.now_ms
-        self.coordinator = GroupCoordinator(
+        super().__init__(
             node.broker_id,
             GroupCoordinatorConfig(
                 offsets_topic_num_partitions=1,
@@ -143,31 +140,18 @@ class GroupHost:
                     heartbeat_interval_ms=config.heartbeat_interval_ms,
                 ),
             ),
-            ReplicaCoordinatorStorage(
-                node.replica_manager, OFFSETS_TOPIC, now_ms, timeout_ms=config.request_timeout_ms
-            ),
-            now_ms=now_ms(),
-        )
-        self.coordinator.consumer_groups.write_observer = ledger.observe
-        self.coordinator.startup()
-        self.loader = CoordinatorPartitionLoader(
-            OFFSETS_TOPIC,
-            self.coordinator,
-            node.replica_manager,
-            now_ms,
+            node.replica,
+            world.now_ms,
+            timeout_ms=config.request_timeout_ms,
             buffer_bytes=1 << 20,
             on_loaded=lambda _p: ledger.check_reload(node.broker_id, self.coordinator),
         )
-        node.replica.ticker.add(self.coordinator, now_ms)
-        node.replica.leadership_listeners.append(self.loader.on_leadership_change)
+        self.world = world
+        self.node = node
+        self.ledger = ledger
+        self.coordinator.consumer_groups.write_observer = ledger.observe
+        self.coordinator.startup()
         node.services.append(self)
-
-    def abandon(self) -> None:
-        self.loader.cancel()
-
-    async def stop(self) -> None:
-        self.abandon()
-        self.coordinator.shutdown()
 
 
 def _host(world: World, b: int) -> GroupHost:

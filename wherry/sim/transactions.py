@@ -1,16 +1,17 @@
 """Transactions in the simulation (issue 14): the real transaction coordinator on every
 simulated broker, transactional producers, and coordinator crashes mid-EndTxn.
 
-Each broker process runs what `server/transactions.py` wires up, from the same modules: the
-pure `txn.TransactionCoordinator` on `__transaction_state` (`replication/coordinator_log.py`:
-acks=all appends through the broker's real replica manager; partitions loaded and unloaded
-as their leadership moves, so the coordinator fails over with the partition's leader), its
-timers on the replica node's ticker (timed-out transactions aborted with an epoch bump), and
-the real marker sender (`replication/txn_markers.py`), whose `RequestClient`s talk to the
-partition leaders over `SimMarkerConnection`: WriteTxnMarkers is encoded and decoded with the
-protocol codec and carried over `SimNetwork` (delays, drops, cuts, crashes) into
-`write_txn_marker` on the leader, as the broker's handler does. A crash abandons all of it
-(`TxnHost.abandon`); the restarted broker starts a fresh coordinator.
+Each broker process runs the transaction coordinator the broker runs
+(`coordinator/transactions.py`, on the coordinator runtime): the pure
+`txn.TransactionCoordinator` on `__transaction_state` (acks=all appends through the broker's
+real replica manager; partitions loaded and unloaded as their leadership moves, so the
+coordinator fails over with the partition's leader), its timers on the replica node's ticker
+(timed-out transactions aborted with an epoch bump), and the real marker sender
+(`coordinator/txn_markers.py`), whose `RequestClient`s talk to the partition leaders over
+`SimMarkerConnection`: WriteTxnMarkers is encoded and decoded with the protocol codec and
+carried over `SimNetwork` (delays, drops, cuts, crashes) into `write_txn_marker` on the
+leader and answered with `marker_answer`, as the broker's handler does. A crash abandons all
+of it (`TxnHost.abandon`); the restarted broker starts a fresh coordinator.
 
 `TxnProducer` is a transactional producer: InitProducerId on the coordinator its metadata
 names (the stored leader of its `__transaction_state` partition), then transactions:
@@ -37,19 +38,16 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
+from wherry.coordinator.transactions import TxnCoordinatorHost
+from wherry.coordinator.txn_markers import (
+    WRITE_TXN_MARKERS_KEY,
+    marker_answer,
+    write_txn_marker,
+)
 from wherry.outbound.connection import Connect, FrameTransport
 from wherry.protocol.codec import Request, decode_request, encode_response
 from wherry.protocol.records import build_batch, iter_batches
-from wherry.replication.coordinator_log import (
-    CoordinatorPartitionLoader,
-    ReplicaCoordinatorStorage,
-)
 from wherry.replication.fetch_reads import READ_COMMITTED, FetchPartition, FetchResult
-from wherry.replication.txn_markers import (
-    WRITE_TXN_MARKERS_KEY,
-    TxnMarkerChannelManager,
-    write_txn_marker,
-)
 from wherry.runtime.clock import FunctionClock
 from wherry.runtime.parking import answer_of
 from wherry.sim.invariants import (
@@ -61,7 +59,7 @@ from wherry.sim.invariants import (
 )
 from wherry.sim.network import CLIENT_ID, SimNetwork
 from wherry.sim.node import SimBroker
-from wherry.txn.coordinator import InitResult, TransactionCoordinator, TxnCoordinatorConfig
+from wherry.txn.coordinator import InitResult, TxnCoordinatorConfig
 from wherry.txn.metadata import TxnState
 from wherry.txn.records import TRANSACTION_STATE_TOPIC, partition_for
 
@@ -116,59 +114,35 @@ class World(Protocol):
 
 
 # --- the broker side -----------------------------------------------------------------------------
-class TxnHost:
-    """One broker process's transaction coordinator and its edges (what `TransactionsRuntime`
-    holds in `wherry server`)."""
+class TxnHost(TxnCoordinatorHost):
+    """One broker process's transaction coordinator, as `wherry server` runs it (its log read
+    inline), its markers sent over the simulated network."""
 
     def __init__(self, world: World, node: SimBroker, config: TxnSimConfig) -> None:
         self.world = world
         self.node = node
         self.incarnation = node.incarnation
-        now_ms = world.now_ms
-        rm = node.replica_manager
-        self.markers = TxnMarkerChannelManager(
-            node.broker_id, node.cache, FunctionClock(now_ms), self._connect_to
-        )
-        self.coordinator = TransactionCoordinator(
+        self.request_timeout_ms = config.request_timeout_ms
+        super().__init__(
             node.broker_id,
             TxnCoordinatorConfig(
                 abort_timed_out_transaction_cleanup_interval_ms=config.abort_check_interval_ms,
                 transaction_state_log_num_partitions=config.state_partitions,
             ),
-            ReplicaCoordinatorStorage(
-                rm, TRANSACTION_STATE_TOPIC, now_ms, timeout_ms=config.request_timeout_ms
-            ),
-            self.markers,
-            now_ms=now_ms(),
+            node.replica,
+            FunctionClock(world.now_ms),
+            self._connect_to,
+            timeout_ms=config.request_timeout_ms,
+            buffer_bytes=1 << 20,
         )
-        self.markers.coordinator = self.coordinator
-        self.loader = CoordinatorPartitionLoader(
-            TRANSACTION_STATE_TOPIC, self.coordinator, rm, now_ms, buffer_bytes=1 << 20
-        )
-        self.request_timeout_ms = config.request_timeout_ms
-        node.replica.ticker.add(self.coordinator, now_ms)
-        node.replica.leadership_listeners.append(self.loader.on_leadership_change)
         node.services.append(self)
-        self.markers.start()
+        self.start_markers()
 
     def _connect_to(self, broker_id: int, _host: str, _port: int) -> Connect:
         async def connect() -> FrameTransport:
             return SimMarkerConnection(self, broker_id)
 
         return connect
-
-    def abandon(self) -> None:
-        self.markers.abandon()
-        self.loader.cancel()
-
-    async def stop(self) -> None:
-        for t in self.loader.cancel():
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
-        await self.markers.stop()
-        self.coordinator.shutdown()
 
 
 class SimMarkerConnection:
@@ -213,7 +187,7 @@ class SimMarkerConnection:
             )
             return {
                 "markers": [
-                    _marker_response(m.producer_id, r)
+                    marker_answer(m.producer_id, r)
                     for m, r in zip(req.body.markers, results, strict=True)
                 ]
             }
@@ -224,18 +198,6 @@ class SimMarkerConnection:
             self.closed = True
             raise
         return encode_response(req.api_key, req.api_version, req.correlation_id, body)[4:]
-
-
-def _marker_response(producer_id: int, errors: dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for tp, code in errors.items():
-        topics.setdefault(tp.topic, []).append(
-            {"partition_index": tp.partition, "error_code": code}
-        )
-    return {
-        "producer_id": producer_id,
-        "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()],
-    }
 
 
 # --- reading as a read_committed consumer --------------------------------------------------------

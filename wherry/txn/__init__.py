@@ -1,6 +1,6 @@
 """The transaction coordinator (Kafka's TransactionCoordinator / TransactionStateManager):
-pure, time passed in; `server/transactions.py` wires it to `__transaction_state` and sends
-the markers."""
+pure, time passed in; `coordinator/transactions.py` runs it on `__transaction_state` and
+sends the markers."""
 
 from __future__ import annotations
 

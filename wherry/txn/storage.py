@@ -1,8 +1,8 @@
 """What the transaction coordinator needs from the broker: appends to
 `__transaction_state-<p>` and a way to send transaction markers.
 
-`replication/coordinator_log.py` (acks=-1 appends through the replica manager) and
-`replication/txn_markers.py` (WriteTxnMarkers to partition leaders) implement them for the
+`coordinator/partition_log.py` (acks=-1 appends through the replica manager) and
+`coordinator/txn_markers.py` (WriteTxnMarkers to partition leaders) implement them for the
 broker and the simulation; tests implement them in memory. `done(error,
 base_offset)` may be called before `append` returns or later, on the same thread.
 """

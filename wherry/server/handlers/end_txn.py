@@ -1,7 +1,7 @@
 """EndTxn (key 26): commit or abort a transaction (Kafka: WRITE on the transactional id).
 
 The coordinator writes PrepareCommit/PrepareAbort, answers, then sends the markers and writes
-CompleteCommit/CompleteAbort (`wherry/txn/coordinator.py`, `replication/txn_markers.py`).
+CompleteCommit/CompleteAbort (`wherry/txn/coordinator.py`, `coordinator/txn_markers.py`).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def _find(broker: BrokerServices, key_type: int, key: str) -> dict[str, Any]:
             partition = broker.groups.coordinator.partition_for(key)
         elif key_type == SHARE_KEY_TYPE:
             share = broker.shares.coordinator
-            topic, ensure = SHARE_STATE_TOPIC, share.topic.ensure
+            topic, ensure = SHARE_STATE_TOPIC, broker.shares.state_topic.ensure
             partition = state_partition_for(key, share.partition_count())
         else:
             topic, ensure = TRANSACTION_STATE_TOPIC, broker.transactions.ensure_topic

@@ -1,7 +1,7 @@
 """What the share-coordinator APIs (InitializeShareGroupState 83, ReadShareGroupState 84,
 WriteShareGroupState 85, DeleteShareGroupState 86, ReadShareGroupStateSummary 87) share:
 broker-to-broker requests needing CLUSTER_ACTION on the cluster, answered per partition by
-this broker's share coordinator (`server/share_coordinator.py`)."""
+this broker's share coordinator (`coordinator/share_state.py`)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ the partition leaders (Kafka's KafkaApis.handleWriteTxnMarkersRequest).
 
 * CLUSTER_ACTION on the cluster, else every partition of every marker gets
   CLUSTER_AUTHORIZATION_FAILED.
-* Per marker (`replication/txn_markers.write_txn_marker`, which the simulation runs too), a
+* Per marker (`coordinator/txn_markers.write_txn_marker`, which the simulation runs too), a
   partition without a local replica gets UNKNOWN_TOPIC_OR_PARTITION; the others
   get one control batch (`build_control_batch`: producer id/epoch, coordinator epoch) appended
   as the leader with acks=all semantics (`min.insync.replicas` checked, answer once the ISR has
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.coordinator.txn_markers import marker_answer, write_txn_marker
 from wherry.group.records import OFFSETS_TOPIC
-from wherry.replication.txn_markers import write_txn_marker
 from wherry.security.acl import AclOperation
 from wherry.server.authz import authorize_cluster
 
@@ -37,18 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
-
-
-def _response(producer_id: int, errors: Mapping[TopicPartition, ErrorCode]) -> dict[str, Any]:
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for tp, code in errors.items():
-        topics.setdefault(tp.topic, []).append(
-            {"partition_index": tp.partition, "error_code": code}
-        )
-    return {
-        "producer_id": producer_id,
-        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
-    }
 
 
 async def _write_marker(
@@ -80,7 +68,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
         return {
             "markers": [
-                _response(
+                marker_answer(
                     m.producer_id,
                     {
                         TopicPartition(t.name, p): ErrorCode.cluster_authorization_failed
@@ -95,7 +83,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     results = await asyncio.gather(*(_write_marker(broker, m, timeout_ms) for m in body.markers))
     return {
         "markers": [
-            _response(m.producer_id, errors)
+            marker_answer(m.producer_id, errors)
             for m, errors in zip(body.markers, results, strict=True)
         ]
     }

@@ -18,7 +18,9 @@ until every partition is written:
   abortSending).
 
 `write_txn_marker` is the receiving side (the partition leader's part of KafkaApis'
-handleWriteTxnMarkersRequest): one control batch per partition, appended as the leader.
+handleWriteTxnMarkersRequest): one control batch per partition, appended as the leader;
+`marker_answer` is one marker's entry of the WriteTxnMarkers answer (the broker's handler and
+the simulation's marker connection both answer with it).
 
 When a transaction's partitions are all done the coordinator writes its Complete* record
 (`TransactionCoordinator.markers_written`). Markers of a `__transaction_state` partition this
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -47,7 +49,13 @@ from wherry.txn.storage import PendingMarkers
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WRITE_TXN_MARKERS_KEY", "ConnectTo", "TxnMarkerChannelManager", "write_txn_marker"]
+__all__ = [
+    "WRITE_TXN_MARKERS_KEY",
+    "ConnectTo",
+    "TxnMarkerChannelManager",
+    "marker_answer",
+    "write_txn_marker",
+]
 
 ConnectTo = Callable[[int, str, int], Connect]
 """(broker id, host, port) -> how to open a connection to that broker."""
@@ -284,3 +292,16 @@ async def write_txn_marker(
             st = statuses.get(tp)
             errors[tp] = ErrorCode.unknown_server_error if st is None else st.error_code
     return {tp: errors[tp] for tp in tps}
+
+
+def marker_answer(producer_id: int, errors: Mapping[TopicPartition, ErrorCode]) -> dict[str, Any]:
+    """One marker's entry of a WriteTxnMarkers answer: each partition's error, by topic."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, code in errors.items():
+        topics.setdefault(tp.topic, []).append(
+            {"partition_index": tp.partition, "error_code": code}
+        )
+    return {
+        "producer_id": producer_id,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+    }

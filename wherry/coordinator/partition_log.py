@@ -1,8 +1,8 @@
 """A coordinator's internal topic on a replica node (`__consumer_offsets` for the group
-coordinator, `__transaction_state` for the transaction coordinator): its storage and the
-loading of the partitions it leads. The broker (`server/groups.py`,
-`server/transactions.py`) and the simulation (`sim/consumer_groups.py`,
-`sim/transactions.py`) run the same classes, each with its own executor policy.
+coordinator, `__transaction_state` for the transaction coordinator, `__share_group_state` for
+the share coordinator): its storage and the loading of the partitions it leads. The runtime
+(`coordinator/runtime.py`) holds one of each per coordinator, in the broker and in the
+simulation alike, each with its own executor policy.
 
 * `ReplicaCoordinatorStorage`: one acks=-1 batch per coordinator append, through the replica
   manager, as the coordinator (Kafka's AppendOrigin.COORDINATOR); with a producer id, a
@@ -28,6 +28,7 @@ from typing import Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.group.storage import AppendDone, Record
 from wherry.protocol.records import build_batch, iter_batches
 from wherry.replication.replica_manager import ProduceResult, ReplicaManager
 
@@ -38,14 +39,13 @@ __all__ = [
     "PartitionCoordinator",
     "ReplicaCoordinatorStorage",
     "in_executor",
+    "inline",
     "read_partition_log",
 ]
 
 T = TypeVar("T")
 COMMIT_POLL_S = 0.05
 Blocking = Callable[[Callable[[], T]], Awaitable[T]]
-Record = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
-AppendDone = Callable[[ErrorCode, int], None]  # (error, base offset of the appended batch)
 
 
 def read_partition_log(
@@ -134,7 +134,8 @@ class ReplicaCoordinatorStorage:
 
 
 class PartitionCoordinator(Protocol):
-    """What the loader needs of a coordinator (`GroupCoordinator`, `TransactionCoordinator`)."""
+    """What the loader needs of a coordinator (`GroupCoordinator`, `TransactionCoordinator`,
+    `ShareStateCoordinator`)."""
 
     def begin_loading(self, partition: int, epoch: int, /) -> bool:
         """Mark `partition` loading at leader epoch `epoch`; False if already done."""
@@ -150,7 +151,7 @@ class PartitionCoordinator(Protocol):
     def unload_partition(self, partition: int, /) -> None: ...
 
 
-async def _inline(fn: Callable[[], T]) -> T:
+async def inline(fn: Callable[[], T]) -> T:
     return fn()
 
 
@@ -172,7 +173,7 @@ class CoordinatorPartitionLoader:
         now_ms: Callable[[], int],
         *,
         buffer_bytes: int,
-        blocking: Blocking[list[bytes]] = _inline,
+        blocking: Blocking[list[bytes]] = inline,
         on_loaded: Callable[[int], None] | None = None,
         prefix: str = "",
     ) -> None:

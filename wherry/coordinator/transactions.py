@@ -1,0 +1,69 @@
+"""The transaction coordinator on the coordinator runtime: `txn.TransactionCoordinator` on
+`__transaction_state`, with its marker sender (`coordinator/txn_markers.py`).
+
+Transaction state records are appended (acks=-1) to `__transaction_state-<p>`; a partition
+is loaded when this broker becomes its leader (once its high watermark reaches its log end)
+and unloaded when it stops leading it, so the coordinator follows the partition's leadership
+and its new leader finishes what the old one left (markers, Complete* records). Timeouts and
+expiry run on the coordinator's clock on the node's ticker. `connect_to` opens the marker
+sender's connections (the broker's to the inter-broker listener; the simulation's over its
+network).
+"""
+
+from __future__ import annotations
+
+from wherry.coordinator.partition_log import Blocking, inline
+from wherry.coordinator.runtime import CoordinatorRuntime
+from wherry.coordinator.txn_markers import ConnectTo, TxnMarkerChannelManager
+from wherry.replication.node import ReplicaNode
+from wherry.runtime.clock import Clock
+from wherry.txn.coordinator import TransactionCoordinator, TxnCoordinatorConfig
+from wherry.txn.records import TRANSACTION_STATE_TOPIC
+
+__all__ = ["TxnCoordinatorHost"]
+
+
+class TxnCoordinatorHost:
+    """A replica node's transaction coordinator, its marker sender and its runtime."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        config: TxnCoordinatorConfig,
+        node: ReplicaNode,
+        clock: Clock,
+        connect_to: ConnectTo,
+        *,
+        timeout_ms: int,
+        buffer_bytes: int,
+        blocking: Blocking[list[bytes]] = inline,
+    ) -> None:
+        self.runtime = CoordinatorRuntime(
+            TRANSACTION_STATE_TOPIC,
+            node,
+            clock.now_ms,
+            timeout_ms=timeout_ms,
+            buffer_bytes=buffer_bytes,
+            blocking=blocking,
+            prefix=f"[TransactionCoordinator id={broker_id}]",
+        )
+        self.markers = TxnMarkerChannelManager(broker_id, node.cache, clock, connect_to)
+        self.coordinator = TransactionCoordinator(
+            broker_id, config, self.runtime.storage, self.markers, now_ms=clock.now_ms()
+        )
+        self.markers.coordinator = self.coordinator
+        self.runtime.serve(self.coordinator, clocked=self.coordinator)
+
+    def start_markers(self) -> None:
+        """Start the marker sender (on the running loop)."""
+        self.markers.start()
+
+    def abandon(self) -> None:
+        """The process dies: nothing more is sent or loaded."""
+        self.markers.abandon()
+        self.runtime.abandon()
+
+    async def stop(self) -> None:
+        await self.runtime.stop()
+        await self.markers.stop()
+        self.coordinator.shutdown()

@@ -30,6 +30,7 @@ broker no longer leads are dropped (`remove_partition`); its new leader resends 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -43,7 +44,7 @@ from wherry.protocol.records import build_control_batch
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode
 from wherry.runtime.clock import Clock
-from wherry.runtime.tasks import wait_event
+from wherry.runtime.tasks import cancel_and_wait, wait_event
 from wherry.txn.coordinator import TransactionCoordinator
 from wherry.txn.storage import PendingMarkers
 
@@ -109,11 +110,8 @@ class TxnMarkerChannelManager:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(self._task)
             self._task = None
         for c in self._clients.values():
             c.close()

@@ -294,6 +294,7 @@ class Broker:
         from wherry.replication.network_endpoint import NetworkLeaderEndpoint
         from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
         from wherry.server.admin import AdminManager
+        from wherry.server.coordinator_edges import CoordinatorEdges
         from wherry.server.groups import GroupsRuntime
         from wherry.server.producer_ids import ProducerIdManager
         from wherry.server.shares import ShareRuntime
@@ -344,19 +345,13 @@ class Broker:
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
         # each coordinator's runtime listens to the node's leadership changes by itself
-        self.groups = GroupsRuntime(cfg, self.clock, self.node, lambda: self.admin)
-        self.transactions = TransactionsRuntime(
-            cfg, self.clock, self.node, lambda: self.admin, lambda: self.client_security
-        )
-        self.shares = ShareRuntime(
-            cfg,
-            self.clock,
-            self.node,
-            lambda: self.admin,
+        edges = CoordinatorEdges(
+            cfg, self.clock, self.node, lambda: self.admin, lambda: self.client_security,
             lambda: self.store,
-            lambda: self.client_security,
-            lambda g: self.groups.coordinator.partition_for(g),
         )
+        self.groups = GroupsRuntime(edges)
+        self.transactions = TransactionsRuntime(edges)
+        self.shares = ShareRuntime(edges, lambda g: self.groups.coordinator.partition_for(g))
         self.node.leadership_listeners.append(self.shares.on_leadership_change)
         self.shares.attach_groups(self.groups)
         self.network.on_close = lambda conn: self.shares.on_connection_closed(conn.id)

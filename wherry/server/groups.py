@@ -11,7 +11,6 @@ coordinator runtime) configured from the broker's config, with the broker's own 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.coordination.store import MetadataStore
@@ -19,11 +18,9 @@ from wherry.coordinator.groups import GroupCoordinatorHost
 from wherry.coordinator.partition_log import in_executor
 from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.records import OFFSETS_TOPIC
-from wherry.replication.node import ReplicaNode
-from wherry.runtime.clock import Clock
-from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
-from wherry.server.internal_topics import InternalTopic, stored_partition_count
+from wherry.server.coordinator_edges import CoordinatorEdges
+from wherry.server.internal_topics import stored_partition_count
 
 log = logging.getLogger(__name__)
 
@@ -61,32 +58,24 @@ def group_coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
 class GroupsRuntime(GroupCoordinatorHost):
     """The broker's group coordinator: the topic's creation, its partition count, expiry."""
 
-    def __init__(
-        self,
-        config: BrokerConfig,
-        clock: Clock,
-        node: ReplicaNode,
-        admin: Callable[[], AdminManager],
-    ) -> None:
+    def __init__(self, edges: CoordinatorEdges) -> None:
+        config = edges.config
         super().__init__(
             config.broker_id,
             group_coordinator_config(config),
-            node,
-            clock.now_ms,
+            edges.node,
+            edges.clock.now_ms,
             timeout_ms=config.offsets_commit_timeout_ms,
             buffer_bytes=config.offsets_load_buffer_size,
             blocking=in_executor,
         )
-        self.clock = clock
+        self.clock = edges.clock
         self._prefix = self.runtime.prefix
-        self.offsets_topic = InternalTopic(
-            OFFSETS_TOPIC,
-            node.cache,
-            admin,
+        self.offsets_topic = edges.internal_topic(
+            self.runtime,
             partitions=config.offsets_topic_num_partitions,
             replication_factor=config.offsets_topic_replication_factor,
             configs=offsets_topic_configs(config),
-            prefix=self._prefix,
         )
 
     async def start(self, store: MetadataStore) -> None:

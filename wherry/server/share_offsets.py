@@ -62,7 +62,9 @@ async def _summary(rt: ShareRuntime, key: ShareKey) -> tuple[ErrorCode, ShareSta
             return ErrorCode.none, None
         return ErrorCode.none, ShareState(p.state_epoch, p.leader_epoch, p.start_offset, ())
 
-    result: tuple[ErrorCode, ShareState | None] = await rt.with_coordinator(key, local, remote)
+    result: tuple[ErrorCode, ShareState | None] = await rt.persister.with_coordinator(
+        key, local, remote
+    )
     return result
 
 
@@ -77,7 +79,7 @@ async def _initialize(rt: ShareRuntime, key: ShareKey, state_epoch: int, start: 
                  "start_offset": start}]}]})
         return ErrorCode(r.results[0].partitions[0].error_code), None
 
-    err, _ = await rt.with_coordinator(key, local, remote)
+    err, _ = await rt.persister.with_coordinator(key, local, remote)
     return ErrorCode(err)
 
 
@@ -140,7 +142,7 @@ async def delete_offsets(
     """Delete the group's share-partition states of one topic (the group is empty)."""
     _name, parts = group.state_topics.get(topic_id, ("", frozenset()))
     for p in sorted(parts):
-        err = await rt.call_delete(ShareKey(group.group_id, topic_id, p))
+        err = await rt.persister.delete(ShareKey(group.group_id, topic_id, p))
         if err != ErrorCode.none:
             return err
     if topic_id in group.state_topics:

@@ -70,6 +70,8 @@ LATE_IMPORTS: Final = (
     "wherry.server.transactions",
     "wherry.share.partition",
     "wherry.coordinator.share_state",
+    "wherry.coordinator.share_persister",
+    "wherry.coordinator.shares",
     "wherry.server.shares",
     "wherry.replication.log_dir_mover",
 )

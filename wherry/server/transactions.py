@@ -12,18 +12,13 @@ on the coordinator runtime) configured from the broker's config, with the broker
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from wherry.coordination.store import MetadataStore
 from wherry.coordinator.partition_log import in_executor
 from wherry.coordinator.transactions import TxnCoordinatorHost
 from wherry.outbound.connection import Connect, OutboundConnection
-from wherry.outbound.security import ClientSecurity
-from wherry.replication.node import ReplicaNode
-from wherry.runtime.clock import Clock
-from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
-from wherry.server.internal_topics import InternalTopic, stored_partition_count
+from wherry.server.coordinator_edges import CoordinatorEdges
+from wherry.server.internal_topics import stored_partition_count
 from wherry.txn.coordinator import TxnCoordinatorConfig
 from wherry.txn.records import TRANSACTION_STATE_TOPIC
 
@@ -59,14 +54,8 @@ class TransactionsRuntime(TxnCoordinatorHost):
     """The broker's transaction coordinator: the topic's creation and partition count, the
     marker sender's connections."""
 
-    def __init__(
-        self,
-        config: BrokerConfig,
-        clock: Clock,
-        node: ReplicaNode,
-        admin: Callable[[], AdminManager],
-        security: Callable[[], ClientSecurity],
-    ) -> None:
+    def __init__(self, edges: CoordinatorEdges) -> None:
+        config, security = edges.config, edges.security
         timeout_s = config.controller_socket_timeout_ms / 1000
 
         def connect_to(_broker_id: int, host: str, port: int) -> Connect:
@@ -81,21 +70,18 @@ class TransactionsRuntime(TxnCoordinatorHost):
         super().__init__(
             config.broker_id,
             txn_coordinator_config(config),
-            node,
-            clock,
+            edges.node,
+            edges.clock,
             connect_to,
             timeout_ms=config.controller_socket_timeout_ms,
             buffer_bytes=config.transaction_state_log_load_buffer_size,
             blocking=in_executor,
         )
-        self.topic = InternalTopic(
-            TRANSACTION_STATE_TOPIC,
-            node.cache,
-            admin,
+        self.topic = edges.internal_topic(
+            self.runtime,
             partitions=config.transaction_state_log_num_partitions,
             replication_factor=config.transaction_state_log_replication_factor,
             configs=transaction_topic_configs(config),
-            prefix=self.runtime.prefix,
         )
 
     async def start(self, store: MetadataStore) -> None:

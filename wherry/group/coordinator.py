@@ -155,7 +155,7 @@ class GroupCoordinator:
             config, self._manager, self._consumer, storage, log_prefix=prefix
         )
         # Told of each loaded partition's share groups (records 9-15): the share runtime
-        # rebuilds them (server/shares.py)
+        # rebuilds them (coordinator/shares.py)
         self.share_groups_loaded: Callable[[int, ShareGroupReplay], None] | None = None
 
     @property

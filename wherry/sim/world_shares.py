@@ -2,7 +2,7 @@
 fetches and acknowledgements against the simulated brokers, through leader failovers,
 crashes and partitions of the real controller's world.
 
-Each broker process runs a `ShareHost`, the share-partition side of `server/shares.py`: for
+Each broker process runs a `ShareHost`, the share-partition side of `coordinator/shares.py`: for
 each partition of the simulation's topic it leads, one `share.partition.SharePartition` of
 the group, loaded from the share coordinator's state when first fetched at its leader epoch
 (ReadShareGroupState: a read at a newer leader epoch fences the older leaders), records read

@@ -3,7 +3,7 @@
 READ on the group (else the whole request fails with GROUP_AUTHORIZATION_FAILED), READ on
 each topic. The share session (`share_session_epoch`: 0 opens one, -1 closes it, otherwise the
 next epoch) says which partitions the member fetches; the acknowledgements ride along and are
-applied (and persisted) first, then `server/shares.py` acquires records for the member,
+applied (and persisted) first, then `coordinator/shares.py` acquires records for the member,
 waiting up to `max_wait` for some. Each partition answers the batches it read plus the
 offset ranges acquired (with their delivery counts): the client delivers only those.
 """

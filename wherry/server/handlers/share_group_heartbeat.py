@@ -2,7 +2,7 @@
 
 Kafka's checks first: READ on the group, then DESCRIBE on each subscribed topic; the group's
 coordinator (the leader of its `__consumer_offsets` partition) answers from
-`share.group.ShareGroups` (`server/shares.py`) with the member's epoch, the heartbeat interval
+`share.group.ShareGroups` (`coordinator/shares.py`) with the member's epoch, the heartbeat interval
 and, when it changed, its assignment.
 """
 

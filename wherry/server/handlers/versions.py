@@ -63,7 +63,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     69: (0, 1),
     74: (0, 1),  # v0 was ListClientMetricsResources
     75: (0, 0),
-    # KIP-932 share groups (server/shares.py); 83-87 are the share coordinator's.
+    # KIP-932 share groups (coordinator/shares.py); 83-87 are the share coordinator's.
     76: (1, 1),
     77: (1, 1),
     78: (1, 2),

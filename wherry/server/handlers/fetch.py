@@ -64,8 +64,10 @@ class _Requested:
 
 @dataclass
 class _SessionExtras:
-    """The session's partitions an incremental request did not name but that changed."""
+    """An incremental request's session, and its partitions the request did not name but
+    that changed (their topic keys), with who may read them."""
 
+    session: FetchSession
     keys: dict[TopicPartition, TopicKey]
     allowed: Callable[[TopicPartition], bool]
 
@@ -89,9 +91,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         )
         if ctx.kind is ContextKind.ERROR:
             return _session_error(ctx.error)
-    session = ctx.session if ctx.kind is ContextKind.INCREMENTAL else None
-    extras = _session_extras(broker, asked, session) if session is not None else None
     incremental = ctx.kind is ContextKind.INCREMENTAL
+    extras = None
+    if incremental and ctx.session is not None:
+        extras = _session_extras(broker, asked, ctx.session)
     result: FetchResult = {}
     if asked.wanted or incremental:
         max_bytes, min_bytes = _byte_limits(broker, req, asked)
@@ -108,8 +111,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             incremental=incremental,
             allowed=extras.allowed if extras is not None else None,
         )
-    if session is not None and extras is not None:
-        _add_session_answers(asked, session, extras, result)
+    if extras is not None:
+        _add_session_answers(asked, extras, result)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
@@ -186,7 +189,7 @@ def _session_extras(
     extra = [tp for tp in dict.fromkeys(changed) if tp not in named]
     allowed = _allowed(broker, asked.follower_ok, asked.follower)
     asked.wanted += session_partitions(session, [tp for tp in extra if allowed(tp)])
-    return _SessionExtras({tp: session.partitions[tp].key for tp in extra}, allowed)
+    return _SessionExtras(session, {tp: session.partitions[tp].key for tp in extra}, allowed)
 
 
 def _byte_limits(broker: BrokerServices, req: Request, asked: _Requested) -> tuple[int, int]:
@@ -200,15 +203,13 @@ def _byte_limits(broker: BrokerServices, req: Request, asked: _Requested) -> tup
     return max_bytes, min_bytes
 
 
-def _add_session_answers(
-    asked: _Requested, session: FetchSession, extras: _SessionExtras, result: FetchResult
-) -> None:
+def _add_session_answers(asked: _Requested, extras: _SessionExtras, result: FetchResult) -> None:
     """An incremental answer: the session's changed partitions follow the request's, under
     the topic key the client used for them; those it may not read are refused."""
     listed = {TopicPartition(name, index) for _, name, index in asked.order if name is not None}
     for tp in result:
         if tp not in listed:
-            cached = session.partitions.get(tp)
+            cached = extras.session.partitions.get(tp)
             key = cached.key if cached is not None else tp.topic
             asked.order.append((key, tp.topic, tp.partition))
     for tp, key in extras.keys.items():

@@ -139,6 +139,7 @@ class ReplicaNode:
         self.alter_partition_manager = AlterPartitionManager(
             broker_id, lambda: self.fence.broker_epoch
         )
+        self.leadership_listeners: list[LeadershipListener] = []
         self.replica_manager = ReplicaManager(
             broker_id,
             log_manager,
@@ -151,10 +152,10 @@ class ReplicaNode:
             is_broker_alive=lambda b: b in self.cache.brokers,  # per follower fetch: O(1)
             broker_epoch=lambda: self.fence.broker_epoch,
             leader_quota=leader_quota,
+            # KIP-227 fetch sessions, kept for Fetch requests that come over the wire.
+            fetch_sessions=fetch_sessions,
+            on_leadership_change=self._on_leadership_change,
         )
-        # KIP-227 fetch sessions, kept for Fetch requests that come over the wire.
-        self.replica_manager.fetch_sessions = fetch_sessions
-        self.replica_manager.on_leadership_change = self._on_leadership_change
         self.fetchers = ReplicaFetcherManager(
             broker_id,
             log_for=self._follower_log,
@@ -163,7 +164,6 @@ class ReplicaNode:
             config=config.fetcher,
             quota=follower_quota,
         )
-        self.leadership_listeners: list[LeadershipListener] = []
         self.deletion_listeners: list[DeletionListener] = []
         # Leader endpoints from the controller's LeaderAndIsr (live_leaders), newest first.
         self._leader_endpoints: dict[int, LeaderAddress] = {}

@@ -87,6 +87,8 @@ class ReplicaManager:
         is_broker_alive: Callable[[int], bool] | None = None,
         broker_epoch: Callable[[], int] | None = None,
         leader_quota: ReplicationQuotaManager | None = None,
+        fetch_sessions: FetchSessionCache | None = None,
+        on_leadership_change: LeadershipListener | None = None,
     ) -> None:
         self._monotonic_ms = monotonic_ms
         # KIP-73: bytes sent to followers of throttled partitions (None: never throttled).
@@ -114,9 +116,10 @@ class ReplicaManager:
         # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline):
         # they answer KAFKA_STORAGE_ERROR until the broker restarts.
         self.offline_partitions: set[TopicPartition] = set()
-        self.on_leadership_change: LeadershipListener | None = None
+        # Told of the partitions this broker starts or stops leading (`LeadershipListener`).
+        self._on_leadership_change = on_leadership_change
         # KIP-227 sessions (None: every fetch is sessionless); told of every partition change.
-        self.fetch_sessions: FetchSessionCache | None = None
+        self.fetch_sessions = fetch_sessions
         # Follower id → led partitions it is not (committed) in the ISR of: its incremental
         # fetches read them every time, so their follower state moves and they can rejoin.
         self._lagging: dict[int, set[TopicPartition]] = {}
@@ -159,8 +162,8 @@ class ReplicaManager:
                               self.broker_id, tp, e)
                     self.offline_partitions.add(tp)
                     failed.append(tp)
-        if self.on_leadership_change is not None and (became_leader or became_follower):
-            self.on_leadership_change(became_leader, became_follower)
+        if self._on_leadership_change is not None and (became_leader or became_follower):
+            self._on_leadership_change(became_leader, became_follower)
         return failed
 
     def _apply_partition_state(
@@ -239,8 +242,8 @@ class ReplicaManager:
                 controller_epoch=req.controller_epoch,
             )
             self._try_complete_delayed(tp)
-        if self.on_leadership_change is not None and req.partitions:
-            self.on_leadership_change(
+        if self._on_leadership_change is not None and req.partitions:
+            self._on_leadership_change(
                 [], [TopicPartition(sp.topic_name, sp.partition_index) for sp in req.partitions]
             )
         return to_delete
@@ -255,8 +258,8 @@ class ReplicaManager:
             self.offline_partitions.add(tp)
         for tp in gone:
             self._try_complete_delayed(tp)
-        if self.on_leadership_change is not None and gone:
-            self.on_leadership_change([], gone)
+        if self._on_leadership_change is not None and gone:
+            self._on_leadership_change([], gone)
         return gone
 
     def update_config(self, topic: str, config: LogConfig) -> None:

@@ -275,9 +275,10 @@ class ReplicaManager:
         respond: Callable[[ProduceResult], None],
         now_ms: int,
         from_coordinator: bool = False,
-    ) -> None:
+    ) -> DelayedProduce | None:
         """Append each partition's batch as its leader; `from_coordinator` for the transaction
-        coordinator's markers (WriteTxnMarkers), which clients may not write."""
+        coordinator's markers (WriteTxnMarkers), which clients may not write. Returns the
+        operation parked until the ISR has the records (acks=all), if any."""
         statuses: dict[TopicPartition, ProducePartitionStatus] = {}
         for tp, data in entries.items():
             statuses[tp] = self._append_one(tp, data, required_acks, now_ms, from_coordinator)
@@ -285,13 +286,14 @@ class ReplicaManager:
             for s in statuses.values():
                 s.acks_pending = False
             respond(statuses)
-            return
+            return None
         for s in statuses.values():
             s.acks_pending = s.error_code == ErrorCode.none
         op = DelayedProduce(timeout_ms, statuses, self._acks_check, respond)
         self.produce_purgatory.try_complete_else_watch(
             op, [tp for tp, s in statuses.items() if s.acks_pending], now_ms=self._monotonic_ms()
         )
+        return op
 
     def _acks_check(self, tp: TopicPartition, st: ProducePartitionStatus) -> ErrorCode | None:
         part = self.partitions.get(tp)
@@ -408,8 +410,9 @@ class ReplicaManager:
         session: FetchSession | None = None,
         incremental: bool = False,
         allowed: Callable[[TopicPartition], bool] | None = None,
-    ) -> None:
-        """Serve a Fetch; `replica_id` >= 0 marks a follower (its broker epoch, Fetch v15+'s
+    ) -> DelayedFetch | None:
+        """Serve a Fetch (the operation it parked, if it waits for `min_bytes`); `replica_id`
+        >= 0 marks a follower (its broker epoch, Fetch v15+'s
         `replica_state.replica_epoch`, in `replica_epoch`; -1 when not sent). A consumer
         with `isolation_level` READ_COMMITTED reads below the LSO only. With `zero_copy` the
         records are `FileRegion`s (read_committed reads excepted).
@@ -447,7 +450,7 @@ class ReplicaManager:
         nothing_asked = not partitions and session is None
         if max_wait_ms <= 0 or nothing_asked or total >= min_bytes or errored:
             respond(result)
-            return
+            return None
         may_read = allowed or (lambda _tp: True)
         base = list(partitions)
         if session is not None and incremental:
@@ -518,6 +521,7 @@ class ReplicaManager:
         if not incremental:
             keys.extend(fp.tp for fp in partitions)
         self.fetch_purgatory.try_complete_else_watch(op, keys, now_ms=self._monotonic_ms())
+        return op
 
     def _answering_for_session(
         self,

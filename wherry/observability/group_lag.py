@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from wherry.group.group import GroupMetadata
+from wherry.log.manager import LogManager
 from wherry.observability.sources import BrokerSources
 
 
@@ -35,13 +37,18 @@ def group_lags(src: BrokerSources) -> Iterator[GroupLag]:
         return
     lm = src.log_manager()
     for group in sorted(coordinator.local_groups(), key=lambda g: g.group_id):
-        for tp, offset in sorted(group.all_offsets().items()):
-            plog = lm.get_log(tp) if lm is not None else None
-            yield GroupLag(
-                group.group_id,
-                str(group.state),
-                tp.topic,
-                tp.partition,
-                offset.committed_offset,
-                plog.high_watermark if plog is not None else None,
-            )
+        yield from lags_of(group, lm)
+
+
+def lags_of(group: GroupMetadata, lm: LogManager | None) -> Iterator[GroupLag]:
+    """One group's committed partitions, by topic and partition."""
+    for tp, offset in sorted(group.all_offsets().items()):
+        plog = lm.get_log(tp) if lm is not None else None
+        yield GroupLag(
+            group.group_id,
+            str(group.state),
+            tp.topic,
+            tp.partition,
+            offset.committed_offset,
+            plog.high_watermark if plog is not None else None,
+        )

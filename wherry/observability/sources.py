@@ -4,8 +4,8 @@ imports nothing of the server and holds no reference that outlives a part."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -37,6 +37,8 @@ class BrokerSources:
     # The broker's state-change log (the console's timeline starts with its tail).
     state_change_log: Path | None = None
     replica_lag_time_max_ms: int = 30_000
+    # The settings the broker was started with (its properties and overrides), for the console.
+    config: Mapping[str, str] = field(default_factory=dict)
     network_stats: NetworkStats | None = None
     replica_manager: Callable[[], ReplicaManager | None] = _none
     controller: Callable[[], Controller | None] = _none

@@ -1,7 +1,8 @@
 """The console's first screen in a real headless Chromium (1400x900, no scrolling), on a
 3-broker dev cluster with 50 offsets partitions and a consumer group of two real consumers
-(confluent-kafka) that has committed and then fallen behind: the user's topics and the
-group, with its members and its lag, are on the first screen; the internal topics are one
+(confluent-kafka) that has committed and then fallen behind: every broker's console lists the
+group; on the page of a broker that does not coordinate it, the user's topics and the group,
+with its members, coordinator and lag, are on the first screen; the internal topics are one
 folded row; opening the group shows its lag per partition, opening the fold shows
 `__consumer_offsets` with its 50 partitions, a topic link leads to the topic's partitions;
 the scrollbars are dark. Screenshots are test artifacts: `<tmp>/console-first-screen.png`
@@ -82,25 +83,21 @@ def _consume_and_commit(bootstrap: str, topic: str, expected: int) -> list[Consu
     return consumers
 
 
-def _coordinator_view(c: DevCluster, lag: int) -> tuple[int, dict[str, Any]]:
-    """The broker whose console lists GROUP with 2 members and `lag`, and that view."""
-    found: dict[int, dict[str, Any]] = {}
+def _group_in_view(url: str, lag: int) -> dict[str, Any]:
+    """The console's view (`/api/cluster`) once it shows GROUP with 2 members and `lag`."""
+    found: list[dict[str, Any]] = []
 
     def look() -> bool:
-        for b in c.broker_ids:
-            url = c.http_url(b)
-            assert url is not None
-            status, body = get(url + "/api/cluster")
-            view = json.loads(body) if status == 200 else {}
-            for g in view.get("groups", []):
-                if g["group"] == GROUP and len(g["members"]) == 2 and g["lag"] == lag:
-                    found[b] = view
-                    return True
+        status, body = get(url + "/api/cluster", timeout_s=15)
+        view = json.loads(body) if status == 200 else {}
+        for g in view.get("groups", []):
+            if g["group"] == GROUP and len(g["members"]) == 2 and g["lag"] == lag:
+                found.append(view)
+                return True
         return False
 
-    assert wait_until(look, 30), "no console shows the group with its lag"
-    ((b, view),) = found.items()
-    return b, view
+    assert wait_until(look, 30), f"{url} does not show the group with its lag"
+    return found[0]
 
 
 @pytest.mark.slow
@@ -132,10 +129,18 @@ def test_first_screen_shows_topics_and_group_lag_with_internal_topics_folded(
             for i in range(25):  # the group falls 25 behind
                 p.produce(orders, f"late-{i}".encode(), partition=i % ORDERS_PARTITIONS)
             assert p.flush(30) == 0
-            coordinator, view = _coordinator_view(c, 25)
-            internal = {t["name"]: t for t in view["topics"] if t["internal"]}
-            assert len(internal["__consumer_offsets"]["partitions"]) == 50
-            url = c.http_url(coordinator)
+            # Every broker's console lists the group, whichever broker coordinates it.
+            coordinators = set()
+            for b in c.broker_ids:
+                url = c.http_url(b)
+                assert url is not None
+                view = _group_in_view(url, 25)
+                coordinators |= {g["coordinator"] for g in view["groups"] if g["group"] == GROUP}
+                internal = {t["name"]: t for t in view["topics"] if t["internal"]}
+                assert len(internal["__consumer_offsets"]["partitions"]) == 50
+            (coordinator,) = coordinators
+            # The page of a broker that does not coordinate it.
+            url = c.http_url(next(b for b in c.broker_ids if b != coordinator))
             assert url is not None
 
             with Chromium(CHROMIUM, tmp_path / "chromium") as browser:
@@ -151,6 +156,8 @@ def test_first_screen_shows_topics_and_group_lag_with_internal_topics_folded(
                     assert browser.evaluate(_on_screen(sel)), sel
                 assert browser.evaluate(_text(f'[data-group="{GROUP}"] .group-members')) == "2"
                 assert browser.evaluate(_text(f'[data-group="{GROUP}"] .group-state')) == "Stable"
+                assert browser.evaluate(
+                    _text(f'[data-group="{GROUP}"] .group-coordinator')) == str(coordinator)
                 assert browser.evaluate(_text(f'[data-topic="{orders}"] td:nth-child(2)')) == "4"
                 assert browser.evaluate(_text(f'[data-topic="{orders}"] td:nth-child(3)')) == "3"
                 # Internal topics: one folded row, none of their rows shown.

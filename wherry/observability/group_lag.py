@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from wherry.group.group import GroupMetadata
 from wherry.log.manager import LogManager
@@ -52,3 +53,28 @@ def lags_of(group: GroupMetadata, lm: LogManager | None) -> Iterator[GroupLag]:
             offset.committed_offset,
             plog.high_watermark if plog is not None else None,
         )
+
+
+def group_entry(
+    group: str,
+    coordinator: int,
+    state: str,
+    protocol_type: str,
+    members: list[dict[str, Any]],
+    offsets: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One group as the console shows it: `offsets` are {topic, partition, committed, end,
+    lag}; its lag is their sum (`lag_complete` false when some partition's end is unknown)."""
+    known = [o["lag"] for o in offsets if o["lag"] is not None]
+    return {
+        "group": group,
+        "coordinator": coordinator,
+        "state": state,
+        "protocol_type": protocol_type,
+        "members": members,
+        "lag": sum(known) if known or not offsets else None,
+        "lag_complete": len(known) == len(offsets),
+        "topics": sorted({o["topic"] for o in offsets}),
+        "offsets": offsets,
+        "stale": False,
+    }

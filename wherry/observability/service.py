@@ -97,6 +97,7 @@ class ObservabilityServer:
         return EventStream(self.hub.subscribe())
 
     async def _api_cluster(self, _: HttpRequest) -> HttpResponse:
+        await self.hub.remote.refresh()
         return _json(self.hub.view())
 
     async def _api_timeline(self, _: HttpRequest) -> HttpResponse:

@@ -14,6 +14,7 @@ from wherry.group.coordinator import GroupCoordinator
 from wherry.log.manager import LogManager
 from wherry.observability.network_stats import NetworkStats
 from wherry.observability.request_stats import RequestStats
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.quotas.manager import QuotaType
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.replica_manager import ReplicaManager
@@ -47,5 +48,7 @@ class BrokerSources:
     # Started (serving requests) and registered (its /brokers/ids node on a live session).
     started: Callable[[], bool] = lambda: False
     registered: Callable[[], bool] = lambda: False
+    # How this broker connects to the others (the console asks them for their groups).
+    client_security: Callable[[], ClientSecurity] = lambda: PLAINTEXT
     # The clients the client quotas recorded (`ClientQuotas`).
     client_quotas: Callable[[], QuotaSnapshot | None] = _none

@@ -1,7 +1,8 @@
 """The console's picture of the cluster, as this broker's metadata cache holds it (every broker
 has one, filled by the controller's UpdateMetadata): brokers, the controller, topics and their
 partitions with leader / replicas / ISR, under-replicated and offline partitions, the bytes of
-each topic on this broker, the consumer groups this broker coordinates with their members and
+each topic on this broker, the consumer groups (those this broker coordinates and, asked
+over the wire, the other brokers', `remote_groups.py`) with their coordinator, members and
 lag, and this broker's settings and log dirs (`broker_detail.py`). Plain JSON-ready data."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from wherry.observability.broker_detail import broker_detail
-from wherry.observability.group_lag import lags_of
+from wherry.observability.group_lag import group_entry, lags_of
 from wherry.observability.sources import BrokerSources
 
 
@@ -40,7 +41,9 @@ class BrokerDirectory:
         return out
 
 
-def cluster_view(src: BrokerSources, directory: BrokerDirectory) -> dict[str, Any]:
+def cluster_view(
+    src: BrokerSources, directory: BrokerDirectory, remote_groups: list[dict[str, Any]]
+) -> dict[str, Any]:
     cache = src.cache
     alive = set(cache.brokers)
     lm = src.log_manager()
@@ -95,7 +98,7 @@ def cluster_view(src: BrokerSources, directory: BrokerDirectory) -> dict[str, An
         "controller_epoch": cache.controller_epoch,
         "brokers": directory.brokers(src, referenced),
         "topics": topics,
-        "groups": groups_view(src),
+        "groups": groups_view(src, remote_groups),
         "self": broker_detail(src),
         "summary": {
             "topics": sum(not t["internal"] for t in topics),
@@ -108,34 +111,25 @@ def cluster_view(src: BrokerSources, directory: BrokerDirectory) -> dict[str, An
     }
 
 
-def groups_view(src: BrokerSources) -> list[dict[str, Any]]:
-    """The groups this broker coordinates: state, members, total lag and lag per partition
-    (groups without a commit yet too)."""
+def groups_view(src: BrokerSources, remote: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The groups this broker coordinates (groups without a commit yet too), then those of
+    the other brokers (`remote_groups.py`), each once, by name."""
     coordinator = src.groups()
-    if coordinator is None:
-        return []
     lm = src.log_manager()
     out = []
-    for group in sorted(coordinator.local_groups(), key=lambda g: g.group_id):
+    for group in sorted(coordinator.local_groups() if coordinator is not None else [],
+                        key=lambda g: g.group_id):
         offsets: list[dict[str, Any]] = [
             {"topic": r.topic, "partition": r.partition, "committed": r.committed,
              "end": r.end, "lag": r.lag}
             for r in lags_of(group, lm)
         ]
-        known = [o["lag"] for o in offsets if o["lag"] is not None]
-        out.append(
-            {
-                "group": group.group_id,
-                "state": str(group.state),
-                "protocol_type": group.protocol_type or "",
-                "members": [
-                    {"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host}
-                    for m in sorted(group.all_member_metadata(), key=lambda m: m.member_id)
-                ],
-                "lag": sum(known) if known or not offsets else None,
-                "lag_complete": len(known) == len(offsets),
-                "topics": sorted({o["topic"] for o in offsets}),
-                "offsets": offsets,
-            }
-        )
-    return out
+        members = [
+            {"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host}
+            for m in sorted(group.all_member_metadata(), key=lambda m: m.member_id)
+        ]
+        out.append(group_entry(group.group_id, src.broker_id, str(group.state),
+                               group.protocol_type or "", members, offsets))
+    local = {g["group"] for g in out}
+    out += [g for g in remote if g["group"] not in local]
+    return sorted(out, key=lambda g: str(g["group"]))

@@ -420,6 +420,7 @@ class Broker:
             started=lambda: self._started.is_set() and not self._stopped,
             registered=self._registered,
             client_quotas=lambda: self.client_quotas,
+            client_security=lambda: self.client_security,
         )
 
     def _registered(self) -> bool:

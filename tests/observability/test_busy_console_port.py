@@ -11,13 +11,12 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.helpers import create_topic, running_zookeeper
+from tests.helpers import create_topic
 from tests.observability.scrape import get, metrics
 from wherry.testing.cluster import DevCluster, ZkCluster
 from wherry.testing.metadata_probe import fetch_metadata
@@ -25,12 +24,6 @@ from wherry.testing.zookeeper import ZooKeeperServer, find_free_port
 
 CONSOLE_AT = re.compile(r"wherry broker \d+ metrics and console on (http://\S+)")
 MOVED = "is in use; metrics and console on"
-
-
-@pytest.fixture
-def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    with running_zookeeper(tmp_path / "zookeeper") as zk:
-        yield zk
 
 
 def test_three_brokers_wanting_one_console_port_all_start_and_say_where_it_is(

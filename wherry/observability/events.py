@@ -130,7 +130,7 @@ class ConsoleHub:
         self._dirty.set()
 
     def view(self) -> dict[str, Any]:
-        return cluster_view(self.src, self.directory, self.remote.view())
+        return cluster_view(self.src, self.directory, self.remote.view(), self.remote.far_ends)
 
     # --- listeners -----------------------------------------------------------------------------
     def _broadcast(self, chunk: bytes) -> None:

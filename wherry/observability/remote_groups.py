@@ -3,7 +3,8 @@
 with the broker's own client security, ListGroups (the groups it coordinates), then
 DescribeGroups (state, members) and OffsetFetch (committed offsets) of those; the end of
 each partition is this broker's replica's high watermark, or, without one here, ListOffsets
-(latest) to the partition's leader.
+(latest) to the partition's leader (asked too for the partitions of this broker's own groups
+that it holds no replica of, `far_ends`).
 
 Only while a console is open (`ConsoleHub` runs `refresh` every few seconds); every request
 is bounded (`TIMEOUT_S`). A broker that does not answer keeps its groups of the last answer
@@ -37,6 +38,8 @@ class RemoteGroups:
     def __init__(self, src: BrokerSources) -> None:
         self.src = src
         self.groups: dict[int, list[dict[str, Any]]] = {}  # coordinator -> its groups
+        # The ends of partitions this broker's own groups committed but holds no replica of.
+        self.far_ends: dict[TopicPartition, int] = {}
         self._clients: dict[int, tuple[str, OutboundConnection, RequestClient]] = {}
         self._failing: set[int] = set()
 
@@ -82,6 +85,13 @@ class RemoteGroups:
             else:
                 self._failing.discard(b)
                 self.groups[b] = result
+        self.far_ends = await self._ends(self._local_partitions())
+
+    def _local_partitions(self) -> set[TopicPartition]:
+        coordinator = self.src.groups()
+        if coordinator is None:
+            return set()
+        return {tp for g in coordinator.local_groups() for tp in g.all_offsets()}
 
     async def _of(self, broker_id: int) -> list[dict[str, Any]]:
         client = self._client(broker_id)

@@ -7,8 +7,10 @@ lag, and this broker's settings and log dirs (`broker_detail.py`). Plain JSON-re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.observability.broker_detail import broker_detail
 from wherry.observability.group_lag import group_entry, lags_of
 from wherry.observability.sources import BrokerSources
@@ -42,7 +44,10 @@ class BrokerDirectory:
 
 
 def cluster_view(
-    src: BrokerSources, directory: BrokerDirectory, remote_groups: list[dict[str, Any]]
+    src: BrokerSources,
+    directory: BrokerDirectory,
+    remote_groups: list[dict[str, Any]] | None = None,
+    far_ends: Mapping[TopicPartition, int] | None = None,
 ) -> dict[str, Any]:
     cache = src.cache
     alive = set(cache.brokers)
@@ -98,7 +103,7 @@ def cluster_view(
         "controller_epoch": cache.controller_epoch,
         "brokers": directory.brokers(src, referenced),
         "topics": topics,
-        "groups": groups_view(src, remote_groups),
+        "groups": groups_view(src, remote_groups or [], far_ends or {}),
         "self": broker_detail(src),
         "summary": {
             "topics": sum(not t["internal"] for t in topics),
@@ -111,7 +116,11 @@ def cluster_view(
     }
 
 
-def groups_view(src: BrokerSources, remote: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def groups_view(
+    src: BrokerSources,
+    remote: list[dict[str, Any]],
+    far_ends: Mapping[TopicPartition, int],
+) -> list[dict[str, Any]]:
     """The groups this broker coordinates (groups without a commit yet too), then those of
     the other brokers (`remote_groups.py`), each once, by name."""
     coordinator = src.groups()
@@ -119,11 +128,11 @@ def groups_view(src: BrokerSources, remote: list[dict[str, Any]]) -> list[dict[s
     out = []
     for group in sorted(coordinator.local_groups() if coordinator is not None else [],
                         key=lambda g: g.group_id):
-        offsets: list[dict[str, Any]] = [
-            {"topic": r.topic, "partition": r.partition, "committed": r.committed,
-             "end": r.end, "lag": r.lag}
-            for r in lags_of(group, lm)
-        ]
+        offsets: list[dict[str, Any]] = []
+        for r in lags_of(group, lm):
+            end = r.end if r.end is not None else far_ends.get(TopicPartition(r.topic, r.partition))
+            offsets.append({"topic": r.topic, "partition": r.partition, "committed": r.committed,
+                            "end": end, "lag": None if end is None else max(0, end - r.committed)})
         members = [
             {"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host}
             for m in sorted(group.all_member_metadata(), key=lambda m: m.member_id)

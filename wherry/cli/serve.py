@@ -282,7 +282,7 @@ async def _serve(cfg: BrokerConfig) -> int:
             f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}{where}",
             flush=True,
         )
-        if broker.http is not None:
+        if broker.http is not None and broker.http.urls:
             urls = ", ".join(broker.http.urls)
             print(f"wherry broker {cfg.broker_id} metrics and console on {urls}", flush=True)
 

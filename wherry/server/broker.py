@@ -411,6 +411,7 @@ class Broker:
                 self._state_change_log.path if self._state_change_log is not None else None
             ),
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            config=self.config.raw,
             network_stats=self.network_stats,
             replica_manager=lambda: self.node.replica_manager if hasattr(self, "node") else None,
             controller=lambda: getattr(self, "controller", None),
@@ -419,6 +420,7 @@ class Broker:
             started=lambda: self._started.is_set() and not self._stopped,
             registered=self._registered,
             client_quotas=lambda: self.client_quotas,
+            client_security=lambda: self.client_security,
         )
 
     def _registered(self) -> bool:

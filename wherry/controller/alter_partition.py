@@ -1,4 +1,4 @@
-"""AlterPartition (API 56) on the controller (SPEC R6, R7, I3; Kafka 3.9's
+"""AlterPartition (API 56) on the controller (Kafka 3.9's
 KafkaController.processAlterPartition in ZooKeeper mode, with KIP-903's broker epochs).
 
 * `parse_request`: the wire request (v2/v3) as plain values.
@@ -150,7 +150,7 @@ def validate(
     return Verdict(write=new)
 
 
-# --- propagation (SPEC R7) ----------------------------------------------------------------
+# --- propagation --------------------------------------------------------------------------
 @dataclass(slots=True)
 class IsrChangePropagation:
     blackout_ms: int = DEFAULT_ISR_CHANGE_BLACKOUT_MS

@@ -201,6 +201,16 @@ def error_response(code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "topics": []}
 
 
+def unanswered_response(still_active: bool) -> dict[str, Any]:
+    """The answer to a request whose event ended without one. A controller that resigned on
+    the way (its session ended, a fenced write failed) answers NOT_CONTROLLER, as Kafka does,
+    and the leader retries with the controller its metadata names next; an active one that
+    failed answers UNKNOWN_SERVER_ERROR."""
+    return error_response(
+        ErrorCode.unknown_server_error if still_active else ErrorCode.not_controller
+    )
+
+
 def _partition_answer(
     partition: int, error: ErrorCode, st: LeaderIsr | None = None
 ) -> dict[str, Any]:

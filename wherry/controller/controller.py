@@ -1,6 +1,5 @@
-"""The controller (Kafka 3.9's ZooKeeper-mode KafkaController): elected through
-`/controller`, it decides leadership and tells brokers with LeaderAndIsr / UpdateMetadata /
-StopReplica.
+"""The controller (Kafka 3.9's ZooKeeper-mode KafkaController): elected through `/controller`,
+it decides leadership and tells brokers with LeaderAndIsr / UpdateMetadata / StopReplica.
 
 This module orchestrates; the decisions are pure and live elsewhere:
 
@@ -44,6 +43,7 @@ from wherry.controller.alter_partition import (
     error_response,
     parse_request,
     process_alter_partition,
+    unanswered_response,
 )
 from wherry.controller.channel import ControllerChannel, ResponseListenable
 from wherry.controller.channel_manager import send_batch
@@ -783,8 +783,8 @@ class Controller:
                 await self._send(batch)
 
         await self.submit(event)
-        if not answer:  # the event failed (logged by the queue)
-            return error_response(ErrorCode.unknown_server_error)
+        if not answer:  # the event failed (logged by the queue), perhaps resigning
+            return unanswered_response(still_active=self.active)
         return answer
 
     async def propagate_isr_changes(self) -> None:

@@ -400,6 +400,12 @@ class BrokerConfig:
                         raise BrokerConfigError("Value must be at least 0")
                 except BrokerConfigError as e:
                     raise invalid(key, p[key], str(e)) from e
+        # Kafka's KafkaConfig requirement: a fetch's long poll fits in its request timeout.
+        socket_ms = p.get("replica.socket.timeout.ms", "30000")
+        if _int(socket_ms) < _int(p.get("replica.fetch.wait.max.ms", "500")):
+            raise invalid("replica.socket.timeout.ms", socket_ms,
+                          "replica.socket.timeout.ms should always be at least "
+                          "replica.fetch.wait.max.ms to prevent unnecessary socket timeouts")
 
         try:
             kw["log_defaults"] = LogConfig.from_server_props(p)

@@ -34,6 +34,14 @@ class _Pair:
         self.silent = False
         self.dropped = 0  # bytes received while silent
 
+    def close(self) -> None:
+        for s in (self.client, self.upstream):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
 
 class SilentProxy:
     """Forwards each connection to `target`; `silence()` makes the connections open at that
@@ -79,12 +87,7 @@ class SilentProxy:
                     dst.sendall(data)
         except OSError:
             pass
-        for s in (pair.client, pair.upstream):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        pair.close()
 
     def silence(self) -> list[_Pair]:
         with self._lock:
@@ -99,12 +102,7 @@ class SilentProxy:
             pairs = list(self.pairs)
         self.listener.close()
         for p in pairs:
-            for s in (p.client, p.upstream):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            p.close()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from wherry.cli.common import CommandError
 from wherry.cli.main import main
 from wherry.cli.serve import LogLevelError, log_level_number
-from wherry.cli.state_change_log import resolve_logs
+from wherry.cli.state_change_log import parse_time, resolve_logs
 from wherry.runtime.state_change_log import STATE_CHANGE_LOG_FILE, merge_state_change_logs
 
 ROOT = Path(__file__).parents[2]
@@ -178,6 +178,11 @@ def test_logs_take_comma_lists_repeats_and_regexes(tmp_path: Path, monkeypatch: 
         resolve_logs((f"{a},{tmp_path / 'missing'}",))
     with pytest.raises(CommandError, match="Missing required option"):
         resolve_logs((), ())
+
+
+def test_times_in_kafkas_form_too() -> None:
+    iso = parse_time("2025-11-22T00:14:03.123Z", "start")
+    assert parse_time("2025-11-22 00:14:03,123", "start") == iso == 1763770443123
 
 
 def _broker_log(data: Path) -> Path:

@@ -2,7 +2,7 @@
 
 Admin requests only *write intent* into the metadata store — the topic's configs and replica
 assignment, a deletion marker, a config-change notification. The controller reacts to those
-nodes (SPEC H4) and pushes the result to every broker; the handler then waits until this
+nodes and pushes the result to every broker; the handler then waits until this
 broker's metadata cache shows it.
 """
 

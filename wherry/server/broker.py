@@ -1,4 +1,4 @@
-"""A broker: wiring and startup order (SPEC R2, H2, H6).
+"""A broker: wiring and startup order.
 
 Start: metadata-store session → log manager (recovery) → listeners bound (ApiVersions
 answered from now on, every other request held until started) → the rest imported
@@ -133,7 +133,7 @@ class Broker:
         self.session_renewals = 0
         self.cluster_id = ""
         # What UpdateMetadata said, and the broker / controller epochs requests are checked
-        # against (SPEC H1, H5); both held by the replica node once it starts.
+        # against; both held by the replica node once it starts.
         self.cache = MetadataCache(self.broker_id, config.inter_broker_listener)
         # Clients are served once the cache has the controller's first metadata (bounded).
         self._metadata_gate = MetadataGate(
@@ -217,7 +217,7 @@ class Broker:
         raise_open_files_limit()
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        # SPEC H12: this broker's (and its controller's) state changes, one parseable line each.
+        # This broker's (and its controller's) state changes, one parseable line each.
         self._state_change_log = attach_state_change_log(cfg.data_dir, node_id=cfg.broker_id)
         if cfg.http_listeners:  # up first: /healthz answers, /readyz says why not yet
             from wherry.observability.service import ObservabilityServer
@@ -432,7 +432,7 @@ class Broker:
         )
 
     async def stop(self, *, controlled: bool = True) -> None:
-        """Graceful shutdown: leaderships moved away (SPEC H11, unless `controlled` is False),
+        """Graceful shutdown: leaderships moved away (unless `controlled` is False),
         stop serving, flush, checkpoint, leave the clean marker."""
         if self._stopped:
             return
@@ -801,7 +801,7 @@ class Broker:
 
     def log_defaults(self) -> LogConfig:
         """The static log defaults under the dynamic ones (`log.retention.ms`, ... set per
-        broker or for the cluster; SPEC T1, kafka-configs)."""
+        broker or for the cluster, as with kafka-configs)."""
         try:
             return self.config.log_defaults.with_props(self.dynamic_config.log_overrides())
         except ConfigError:

@@ -1,4 +1,4 @@
-"""Fetch (key 1) for consumers and followers (SPEC H9, R11).
+"""Fetch (key 1) for consumers and followers.
 
 Fetch sessions (KIP-227, v7+; `replication/fetch_session.py`): a request with session epoch 0
 gets a new session id (when the cache has room), later requests name only the partitions that

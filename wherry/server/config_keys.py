@@ -89,6 +89,8 @@ _SECURITY_KEYS = frozenset({
     "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found",
     # ZooKeeper ACLs on the nodes the broker creates (coordination/zk_acl.py).
     "zookeeper.set.acl", "zookeeper.digest.username", "zookeeper.digest.password",
+    # the key dynamic password configs are stored under (broker_configs.py)
+    "password.encoder.secret",
     *SSL_KEYS,
 })
 

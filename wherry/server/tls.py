@@ -194,6 +194,13 @@ def client_auth(props: Mapping[str, str], listener: str) -> str:
     return value
 
 
+def reload_stores(ctx: ssl.SSLContext, props: Mapping[str, str], listener: str) -> None:
+    """Load a listener's key store (and trust store, whose certificates are added) into its
+    context again (KIP-226): new connections are served with them, open ones keep theirs."""
+    _load_key_store(ctx, props, listener)
+    _load_trust_store(ctx, props, listener)
+
+
 def server_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:
     """The context of an SSL or SASL_SSL listener."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -1,0 +1,151 @@
+"""Dynamic broker configs applied to a running broker (Kafka's reconfigurables).
+
+Applied at once, at start and at every change of ``/config/brokers/<id>`` or ``<default>``:
+the replication throttles (`broker_configs.py`), the log defaults (`config_changes.py`), the
+log cleaner's threads and back-off (`cleaner_threads.py`), the connection limits
+(`max.connections`, `max.connections.per.ip`, `max.connections.per.ip.overrides`,
+`max.connection.creation.rate`, also per listener), the copy rate of replicas moving between
+log dirs, and each TLS listener's key and trust stores (KIP-226: a client connecting after
+the change is served with the new certificate; open connections keep theirs). The other
+dynamic keys are stored and described only.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from wherry.server import tls
+from wherry.server.connection_gate import resolve_overrides
+from wherry.server.connection_limits import ConnectionLimits, LimitConfigError, limits_from_props
+from wherry.server.listener_security import protocol_map
+
+if TYPE_CHECKING:
+    from wherry.log.cleaner import LogCleaner
+    from wherry.replication.log_dir_mover import LogDirMover
+    from wherry.runtime.clock import Clock
+    from wherry.runtime.scheduler import Scheduler
+    from wherry.server.broker_configs import DynamicBrokerConfig
+    from wherry.server.config import BrokerConfig
+    from wherry.server.listener_security import BrokerSecurity
+    from wherry.server.network import NetworkServer
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Reconfigurable", "apply_dynamic", "tls_problem"]
+
+_TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+_STORE_KEYS = (
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.password",
+    "ssl.key.password",
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.password",
+    "ssl.truststore.certificates",
+)
+IO_RATE_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
+
+
+class Reconfigurable(Protocol):
+    """What of a broker the dynamic configs reach."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def dynamic_config(self) -> DynamicBrokerConfig: ...
+    @property
+    def network(self) -> NetworkServer: ...
+    @property
+    def security(self) -> BrokerSecurity: ...
+    @property
+    def scheduler(self) -> Scheduler: ...
+    @property
+    def log_cleaner(self) -> LogCleaner | None: ...
+    @property
+    def log_dir_mover(self) -> LogDirMover: ...
+    @property
+    def clock(self) -> Clock: ...
+
+
+def _store_settings(props: Mapping[str, str], listener: str) -> tuple[str | None, ...]:
+    return tuple(tls.listener_value(props, listener, k) for k in _STORE_KEYS)
+
+
+def _tls_listeners(props: Mapping[str, str]) -> list[str]:
+    try:
+        protocols = protocol_map(props)
+    except ValueError:
+        return []
+    return [name for name, protocol in protocols.items() if protocol in _TLS_PROTOCOLS]
+
+
+def tls_problem(old: Mapping[str, str], new: Mapping[str, str]) -> str | None:
+    """Kafka's SslFactory check of an alter: a TLS listener whose stores change must load
+    them (None: fine)."""
+    for listener in _tls_listeners(new):
+        if _store_settings(old, listener) == _store_settings(new, listener):
+            continue
+        try:
+            tls.server_context(new, listener)
+        except (tls.TlsConfigError, ssl.SSLError, OSError) as e:
+            return f"Validation of dynamic config update of SSLFactory failed: {e}"
+    return None
+
+
+def _reload_stores(broker: Reconfigurable, props: Mapping[str, str]) -> None:
+    for name, ls in broker.security.listeners.items():
+        ctx = ls.ssl_context
+        if ctx is None:
+            continue
+        try:
+            tls.reload_stores(ctx, props, name)
+        except (tls.TlsConfigError, ssl.SSLError, OSError) as e:
+            log.error("Failed to reload the TLS stores of listener %s: %s", name, e)
+
+
+def _apply_limits(broker: Reconfigurable, limits: ConnectionLimits) -> None:
+    network = broker.network
+    if network.limits == limits:
+        return
+    network.limits = network.gate.limits = network.quotas.limits = limits
+    network.quotas.overrides = resolve_overrides(limits)
+    log.info(
+        "%s connection limits: max.connections=%d, max.connections.per.ip=%d, "
+        "max.connection.creation.rate=%d",
+        broker.dynamic_config.log_prefix,
+        limits.max_connections,
+        limits.max_connections_per_ip,
+        limits.max_connection_creation_rate,
+    )
+
+
+async def apply_dynamic(broker: Reconfigurable, *, stores: bool = True) -> None:
+    """Apply the dynamic configs in force (`broker.dynamic_config`, just loaded);
+    `stores`: reload the listeners' TLS stores too (their files may have changed even when
+    their settings did not)."""
+    from wherry.server import cleaner_threads
+
+    props = broker.dynamic_config.effective(broker.config.raw)
+    try:
+        _apply_limits(
+            broker, limits_from_props(props, broker.config.socket_request_max_bytes)
+        )
+    except LimitConfigError as e:
+        log.error("Dynamic connection limits not applied: %s", e)
+    if hasattr(broker, "scheduler"):  # not before the broker's background tasks start
+        await cleaner_threads.reconfigure(
+            broker.scheduler, broker.log_cleaner, props, broker.clock.now_ms
+        )
+    if IO_RATE_KEY in props:
+        try:
+            broker.log_dir_mover.set_rate(int(props[IO_RATE_KEY]))
+        except ValueError:
+            log.error("Ignoring %s=%s", IO_RATE_KEY, props[IO_RATE_KEY])
+    if stores:
+        _reload_stores(broker, props)

@@ -1,0 +1,203 @@
+"""What Kafka refuses in an alter of dynamic broker configs, with its answers (its
+DynamicBrokerConfig.validateConfigs, then each reconfigurable part's own check).
+
+In order: keys the broker knows but cannot change at run time ("Cannot update these configs
+dynamically"), key-store settings without a listener prefix, values that do not parse (a
+listener-prefixed key is checked as its base key), per-broker keys at the cluster-default
+level; then the checks of the new configuration as a whole: thread pools may at most double
+or halve at once, the connection limits must be usable, a listener's new key store must load.
+Keys the broker does not know are custom configs: stored as they are. Refusals are
+INVALID_REQUEST (Kafka's request pre-processing answers so) with Kafka's message. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.log.config import ConfigError, LogConfig
+from wherry.server import dynamic_keys as dk
+from wherry.server.connection_limits import LimitConfigError, limits_from_props
+
+__all__ = [
+    "APPEND",
+    "DELETE",
+    "SET",
+    "SUBTRACT",
+    "DynamicConfigError",
+    "apply_incremental",
+    "effective_props",
+    "validate",
+]
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_INVALID_DYNAMIC = "Invalid dynamic configuration"
+
+
+class DynamicConfigError(Exception):
+    """A refused broker config alter; `error_code` is the answer."""
+
+    def __init__(self, error_code: ErrorCode, message: str | None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+def _refuse(message: str) -> DynamicConfigError:
+    return DynamicConfigError(ErrorCode.invalid_request, message)
+
+
+def _check_value(name: str, value: str) -> None:
+    base = dk.base_name(name) or name
+    key = dk.key_of(name)
+    if key is not None:
+        dk.parse_value(base if base in dk.DYNAMIC_KEYS else key.name, key, value)
+    elif base in dk.LOG_KEYS:
+        try:
+            LogConfig().with_props({dk.LOG_KEYS[base]: value})
+        except ConfigError as e:
+            message = f"Invalid value {value} for configuration {base}: {e.message}"
+            raise ValueError(message) from None
+
+
+def effective_props(
+    static: Mapping[str, str], defaults: Mapping[str, str], per_broker: Mapping[str, str]
+) -> dict[str, str]:
+    """The broker's configuration in force: static, overridden by the cluster default, then by
+    this broker's own (a dynamic value hides the static synonyms of its key, e.g.
+    `log.retention.ms` the static `log.retention.hours`)."""
+    out = dict(static)
+    for layer in (defaults, per_broker):
+        for name, value in layer.items():
+            for synonym in dk.broker_synonyms(name):
+                if synonym != name and dk.base_name(name) is None:
+                    out.pop(synonym, None)
+            out[name] = value
+    return out
+
+
+def _int_value(props: Mapping[str, str], name: str) -> int:
+    key = dk.DYNAMIC_KEYS[name]
+    try:
+        return int(dk.parse_value(name, key, props[name])) if name in props else int(
+            key.default or 0
+        )
+    except ValueError:
+        return int(key.default or 0)
+
+
+def _reconfiguration_problem(
+    old: Mapping[str, str], new: Mapping[str, str], socket_request_max_bytes: int
+) -> str | None:
+    for name in sorted(dk.THREAD_POOL_KEYS):
+        before, after = _int_value(old, name), _int_value(new, name)
+        if before == after:
+            continue
+        what = f"Dynamic thread count update validation failed for {name}={after}"
+        if after <= 0:
+            return f"{what}, value should be at least 1"
+        if after < before // 2:
+            return f"{what}, value should be at least half the current value {before}"
+        if after > before * 2:
+            return f"{what}, value should not be greater than double the current value {before}"
+    try:
+        limits_from_props(new, socket_request_max_bytes)
+    except LimitConfigError as e:
+        return str(e)
+    return None
+
+
+def validate(
+    props: Mapping[str, str],
+    *,
+    per_broker: bool,
+    known: Callable[[str], bool],
+    current: tuple[Mapping[str, str], Mapping[str, str], Mapping[str, str]],
+    socket_request_max_bytes: int,
+    check_listeners: Callable[[Mapping[str, str], Mapping[str, str]], str | None] | None = None,
+) -> None:
+    """Kafka's validation of a broker entity's new configs `props` (the whole entity).
+    `current`: (static, cluster default, this broker's) configs in force; `known` tells the
+    broker's own keys; `check_listeners(old, new)` may refuse a listener's new TLS settings."""
+    fixed = [k for k in props if k not in dk.ALL_DYNAMIC and known(k)]
+    if fixed:
+        raise _refuse(f"Cannot update these configs dynamically: {dk.scala_set(fixed)}")
+    unprefixed = [k for k in props if k in dk.LISTENER_ONLY_KEYS]
+    if unprefixed:
+        raise _refuse(
+            "These security configs can be dynamically updated only per-listener using the "
+            f"listener prefix: {dk.scala_set(unprefixed)}"
+        )
+    for name, value in props.items():
+        try:
+            _check_value(name, value)
+        except ValueError as e:
+            raise _refuse(str(e)) from None
+    if not per_broker:
+        only = [k for k in props if dk.is_per_broker(k)]
+        if only:
+            raise _refuse(
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: {dk.scala_set(only)}"
+            )
+    static, defaults, mine = current
+    old = effective_props(static, defaults, mine)
+    new = (
+        effective_props(static, defaults, props)
+        if per_broker
+        else effective_props(static, props, mine)
+    )
+    problem = _reconfiguration_problem(old, new, socket_request_max_bytes)
+    if problem is None and check_listeners is not None:
+        problem = check_listeners(old, new)
+    if problem is not None:
+        raise _refuse(
+            f"Invalid value org.apache.kafka.common.config.ConfigException: {problem} "
+            f"for configuration {_INVALID_DYNAMIC}"
+        )
+
+
+def _list_default(name: str) -> str | None:
+    key = dk.key_of(name)
+    if key is not None and key.type == dk.T.LIST:
+        return key.default or ""
+    base = dk.base_name(name) or name
+    if base == "log.cleanup.policy":
+        return "delete"
+    return None
+
+
+def apply_incremental(current: Mapping[str, str], ops: Iterable[Any]) -> dict[str, str]:
+    """IncrementalAlterConfigs' operations on a broker entity's stored configs (Kafka's
+    prepareIncrementalConfigs; the result is validated afterwards)."""
+    new = dict(current)
+    for op in ops:
+        match op.config_operation:
+            case 0:
+                new[op.name] = op.value
+            case 1:
+                new.pop(op.name, None)
+            case 2 | 3:
+                what = "append" if op.config_operation == APPEND else "subtract"
+                default = _list_default(op.name)
+                if default is None:
+                    if dk.key_of(op.name) is None and op.name not in dk.LOG_KEYS:
+                        # Kafka looks the key up and fails outright on a name it lacks
+                        raise DynamicConfigError(ErrorCode.unknown_server_error, None)
+                    raise DynamicConfigError(
+                        ErrorCode.invalid_config,
+                        f"Config value {what} is not allowed for config key: {op.name}",
+                    )
+                base = new.get(op.name, default)
+                items = [v for v in base.split(",") if v]
+                given = (op.value or "").split(",")
+                if op.config_operation == APPEND:
+                    items += [v for v in given if v not in items]
+                else:
+                    items = [v for v in items if v not in given]
+                new[op.name] = ",".join(items)
+            case other:
+                raise _refuse(f"Unknown operations type {other}")
+    return new

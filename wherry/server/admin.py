@@ -382,7 +382,7 @@ class AdminManager:
         """Replace the dynamic configs of this broker (`resource_name` its id) or of the
         cluster default (empty name), and notify every broker (Kafka's changeBrokerConfig)."""
         from wherry.server import dynamic_apply, dynamic_validation
-        from wherry.server.config_keys import is_known
+        from wherry.server.config_keys import KNOWN_KEYS
 
         static = self.config.raw
         try:
@@ -390,7 +390,7 @@ class AdminManager:
             dynamic_validation.validate(
                 config,
                 per_broker=broker_id is not None,
-                known=is_known,
+                known=KNOWN_KEYS.__contains__,  # exact names: prefixed keys are custom
                 current=(
                     static,
                     await self.broker_config(None),

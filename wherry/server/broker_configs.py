@@ -94,9 +94,12 @@ broker synonym, e.g. `log.retention.ms` -> `retention.ms`, `message.max.bytes` -
 `max.message.bytes`): server name -> topic config name. Set per broker or as the cluster
 default, they apply at once to every topic that has no override of its own."""
 
-# Built-in defaults of the dynamic keys, as DescribeConfigs reports them.
+# Built-in defaults of the dynamic keys, as DescribeConfigs reports them among the synonyms
+# (the throttles are no broker properties in Kafka: no default synonym).
 _BUILT_IN: Mapping[str, str] = {
-    k.name: k.default for k in dk.DYNAMIC_KEYS.values() if k.default is not None
+    k.name: k.default
+    for k in dk.DYNAMIC_KEYS.values()
+    if k.default is not None and k.name not in dk.QUOTA_KEYS
 }
 
 
@@ -184,7 +187,7 @@ def describe_entries(
     built-in default); for the cluster default (`per_broker` None) only the keys set at the
     default level, as Kafka lists them. Passwords and keys of unknown type are sensitive:
     no value."""
-    out = _log_entries(per_broker, defaults, keys, include_synonyms, include_documentation)
+    out = _log_entries(per_broker, defaults, static, keys, include_synonyms, include_documentation)
     listed = set(dk.LOG_KEYS)
     if per_broker is None:
         names = [n for n in defaults if n not in listed]
@@ -200,7 +203,7 @@ def describe_entries(
         chain = synonym_chain(name, per_broker, defaults, static, sensitive=sensitive)
         if per_broker is None:
             chain = [s for s in chain if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
-        value = chain[0]["value"] if chain else None
+        value = chain[0]["value"] if chain else (key.default if key is not None else None)
         doc = DYNAMIC_BROKER_KEYS[name].doc if name in DYNAMIC_BROKER_KEYS else None
         out.append(
             config_entry(
@@ -262,6 +265,7 @@ def dynamic_synonyms(
 def _log_entries(
     per_broker: Mapping[str, str] | None,
     defaults: Mapping[str, str],
+    static: Mapping[str, str],
     keys: Iterable[str] | None,
     include_synonyms: bool,
     include_documentation: bool,
@@ -272,9 +276,11 @@ def _log_entries(
     for name, topic_name in DYNAMIC_LOG_KEYS.items():
         if keys is not None and name not in keys:
             continue
-        synonyms = dynamic_synonyms(name, per_broker, defaults)
-        if not synonyms:
+        if not dynamic_synonyms(name, per_broker, defaults):
             continue
+        synonyms = synonym_chain(name, per_broker, defaults, static)
+        if per_broker is None:
+            synonyms = [s for s in synonyms if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
         key = TOPIC_CONFIG_KEYS[topic_name]
         out.append(
             config_entry(

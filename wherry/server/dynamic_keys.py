@@ -27,6 +27,7 @@ __all__ = [
     "DYNAMIC_KEYS",
     "LISTENER_ONLY_KEYS",
     "PER_BROKER_KEYS",
+    "QUOTA_KEYS",
     "THREAD_POOL_KEYS",
     "DynamicKey",
     "base_name",
@@ -191,6 +192,12 @@ PER_BROKER_KEYS = (
     frozenset(k.name for k in (*_SSL_KEYSTORE, *_LISTENER)) - CLUSTER_LEVEL_LISTENER_KEYS
 )
 THREAD_POOL_KEYS = frozenset(k.name for k in _THREAD_POOLS)
+# The replication throttles: Kafka's broker quota configs, no broker properties of its own
+QUOTA_KEYS = frozenset({
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+})
 CLEANER_KEYS = frozenset({*(k.name for k in _CLEANER), "message.max.bytes"})
 _PASSWORDS = tuple(k.name for k in DYNAMIC_KEYS.values() if k.type == T.PASSWORD)
 
@@ -291,7 +298,7 @@ def parse_value(name: str, key: DynamicKey, value: str) -> float | str | bool:
         return text
     problem = key.check(number) if key.check is not None else None
     if problem is not None:
-        raise _invalid(name, text, problem)
+        raise _invalid(name, str(number), problem)  # the parsed value, as Kafka prints it
     return number
 
 

@@ -47,12 +47,12 @@ async def reconfigure(
     now_ms: Callable[[], int],
 ) -> None:
     """Apply `log.cleaner.threads` / `log.cleaner.backoff.ms` of the configuration in force
-    (`props`): the threads restarted when either changed."""
+    (`props`, static ones included): the threads restarted when either changed."""
     if cleaner is None or scheduler.is_shut_down:
         return
     try:
-        threads = int(props.get(_THREADS, cleaner.config.threads))
-        backoff = int(props.get(_BACKOFF, cleaner.config.backoff_ms))
+        threads = int(props.get(_THREADS, "1"))  # Kafka's defaults when none is set
+        backoff = int(props.get(_BACKOFF, "15000"))
     except ValueError:
         log.error("Ignoring log cleaner settings %s=%s, %s=%s",
                   _THREADS, props.get(_THREADS), _BACKOFF, props.get(_BACKOFF))

@@ -58,8 +58,7 @@ def test_log_cleaner_threads_and_backoff_change_live(wherry_broker: DevCluster) 
             b.log_cleaner.config.backoff_ms
         )
 
-    names, threads, backoff = c.call(cleaner)
-    assert (len(names), threads) == (1, 1)
+    assert c.call(cleaner) == (["kafka-log-cleaner-thread-0"], 1, 15000)
     # Cluster-wide three threads, then this broker two, with a short back-off.
     assert _alter(bs, "", {"log.cleaner.threads": "3"}).error_code == ErrorCode.none
     assert wait_until(lambda: len(c.call(cleaner)[0]) == 3, 15), c.call(cleaner)

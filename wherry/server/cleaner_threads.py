@@ -1,7 +1,8 @@
 """The log cleaner's scheduled threads, `kafka-log-cleaner-thread-<n>` (Kafka's
 CleanerThread): `log.cleaner.threads` of them, each running a cleaning round every
 `log.cleaner.backoff.ms`. Changed live as Kafka does: all stopped, then the new number started
-with the new settings (a round in progress finishes; the cleaner cleans one log at a time)."""
+with the new settings (a round in progress finishes; the cleaner cleans one log at a time).
+`log.cleaner.dedupe.buffer.size` applies from the next cleaning on."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ __all__ = ["THREAD_NAME", "reconfigure", "running", "start"]
 
 THREAD_NAME = "kafka-log-cleaner-thread-"
 _THREADS, _BACKOFF = "log.cleaner.threads", "log.cleaner.backoff.ms"
+_DEDUPE = "log.cleaner.dedupe.buffer.size"
 
 
 def running(scheduler: Scheduler) -> list[str]:
@@ -53,10 +55,13 @@ async def reconfigure(
     try:
         threads = int(props.get(_THREADS, "1"))  # Kafka's defaults when none is set
         backoff = int(props.get(_BACKOFF, "15000"))
+        dedupe = int(props.get(_DEDUPE, str(128 * 1024 * 1024)))
     except ValueError:
         log.error("Ignoring log cleaner settings %s=%s, %s=%s",
                   _THREADS, props.get(_THREADS), _BACKOFF, props.get(_BACKOFF))
         return
+    if dedupe != cleaner.config.dedupe_buffer_size:  # from the next cleaning on
+        cleaner.config = replace(cleaner.config, dedupe_buffer_size=dedupe)
     if (threads, backoff) == (cleaner.config.threads, cleaner.config.backoff_ms):
         return
     for name in running(scheduler):

@@ -2,7 +2,7 @@
 
 Applied at once, at start and at every change of ``/config/brokers/<id>`` or ``<default>``:
 the replication throttles (`broker_configs.py`), the log defaults (`config_changes.py`), the
-log cleaner's threads and back-off (`cleaner_threads.py`), the connection limits
+log cleaner's threads, back-off and dedupe buffer (`cleaner_threads.py`), the connection limits
 (`max.connections`, `max.connections.per.ip`, `max.connections.per.ip.overrides`,
 `max.connection.creation.rate`, also per listener), the copy rate of replicas moving between
 log dirs, and each TLS listener's key and trust stores (KIP-226: a client connecting after

@@ -8,7 +8,6 @@ import socket
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trustme
@@ -18,33 +17,12 @@ from kio.schema.errors import ErrorCode
 from tests import kafka_wire
 from tests.broker_process import BrokerProcess, wait_until
 from tests.security.tls_material import TlsMaterial, make_tls_material
+from tests.server.test_dynamic_config_table import _incremental
 from wherry.server import cleaner_threads
 from wherry.testing.cluster import DevCluster
 
-BROKER, API_VERSIONS, INCREMENTAL_ALTER_CONFIGS = 4, 18, 44
+API_VERSIONS = 18
 SET, DELETE = 0, 1
-
-
-def _body(name: str, configs: dict[str, str | None], op: int) -> dict[str, Any]:
-    return {
-        "validate_only": False,
-        "resources": [
-            {
-                "resource_type": BROKER,
-                "resource_name": name,
-                "configs": [
-                    {"name": k, "config_operation": op, "value": v} for k, v in configs.items()
-                ],
-            }
-        ],
-    }
-
-
-def _alter(
-    to: str | socket.socket, name: str, configs: dict[str, str | None], op: int = SET
-) -> Any:
-    (res,) = kafka_wire.call(to, INCREMENTAL_ALTER_CONFIGS, 1, _body(name, configs, op)).responses
-    return res
 
 
 def test_log_cleaner_threads_and_backoff_change_live(wherry_broker: DevCluster) -> None:
@@ -60,10 +38,10 @@ def test_log_cleaner_threads_and_backoff_change_live(wherry_broker: DevCluster) 
 
     assert c.call(cleaner) == (["kafka-log-cleaner-thread-0"], 1, 15000)
     # Cluster-wide three threads, then this broker two, with a short back-off.
-    assert _alter(bs, "", {"log.cleaner.threads": "3"}).error_code == ErrorCode.none
+    assert _incremental(bs, "", {"log.cleaner.threads": "3"}).error_code == ErrorCode.none
     assert wait_until(lambda: len(c.call(cleaner)[0]) == 3, 15), c.call(cleaner)
     assert c.call(cleaner)[0] == [f"kafka-log-cleaner-thread-{i}" for i in range(3)]
-    res = _alter(bs, "0", {"log.cleaner.threads": "2", "log.cleaner.backoff.ms": "50"})
+    res = _incremental(bs, "0", {"log.cleaner.threads": "2", "log.cleaner.backoff.ms": "50"})
     assert res.error_code == ErrorCode.none, res.error_message
     expected = ([f"kafka-log-cleaner-thread-{i}" for i in range(2)], 2, 50)
     assert wait_until(lambda: c.call(cleaner) == expected, 15), c.call(cleaner)
@@ -74,9 +52,9 @@ def test_log_cleaner_threads_and_backoff_change_live(wherry_broker: DevCluster) 
 
     assert wait_until(lambda: c.call(runs) >= 3, 15)  # every 50 ms now, not every 15 s
     # Unset: back to the cluster default's three, then to the built-in one.
-    _alter(bs, "0", {"log.cleaner.threads": None, "log.cleaner.backoff.ms": None}, DELETE)
+    _incremental(bs, "0", {"log.cleaner.threads": None, "log.cleaner.backoff.ms": None}, DELETE)
     assert wait_until(lambda: c.call(cleaner)[1:] == (3, 15000), 15), c.call(cleaner)
-    _alter(bs, "", {"log.cleaner.threads": None}, DELETE)
+    _incremental(bs, "", {"log.cleaner.threads": None}, DELETE)
     assert wait_until(lambda: len(c.call(cleaner)[0]) == 1, 15), c.call(cleaner)
 
 
@@ -91,7 +69,7 @@ def test_a_connection_limit_takes_effect(wherry_broker: DevCluster) -> None:
             return c.broker(0).network.quotas.by_ip.get("127.0.0.1", 0)
 
         open_now = c.call(from_loopback)
-        res = _alter(held, "0", {"max.connections.per.ip": str(open_now)})
+        res = _incremental(held, "0", {"max.connections.per.ip": str(open_now)})
         assert res.error_code == ErrorCode.none, res.error_message
         assert wait_until(
             lambda: c.call(lambda: c.broker(0).network.quotas.max_for_ip("127.0.0.1"))
@@ -102,7 +80,7 @@ def test_a_connection_limit_takes_effect(wherry_broker: DevCluster) -> None:
         with kafka_wire.connect(bs) as refused:
             assert kafka_wire.is_closed(refused, 10)
         # Raised again through the held connection: new connections are served.
-        res = _alter(held, "0", {"max.connections.per.ip": None}, DELETE)
+        res = _incremental(held, "0", {"max.connections.per.ip": None}, DELETE)
         assert res.error_code == ErrorCode.none
         assert wait_until(
             lambda: c.call(lambda: c.broker(0).network.quotas.max_for_ip("127.0.0.1"))
@@ -170,10 +148,10 @@ def test_tls_key_store_swapped_without_restart(
     assert _served_certificate(secure, ca2) is None
 
     # A key store that cannot be loaded is refused, and nothing changes.
-    bad = _alter(plain, "0", {"listener.name.ssl.ssl.keystore.location": "/nonexistent.pem"})
+    bad = _incremental(plain, "0", {"listener.name.ssl.ssl.keystore.location": "/nonexistent.pem"})
     assert bad.error_code == ErrorCode.invalid_request
     assert "Validation of dynamic config update of SSLFactory failed" in bad.error_message
-    res = _alter(plain, "0", {"listener.name.ssl.ssl.keystore.location": str(keystore)})
+    res = _incremental(plain, "0", {"listener.name.ssl.ssl.keystore.location": str(keystore)})
     assert res.error_code == ErrorCode.none, res.error_message
     assert wait_until(lambda: _served_certificate(secure, ca2) == der2, 15)
     assert _served_certificate(secure, tls.ca_pem) is None
@@ -186,7 +164,7 @@ def test_tls_key_store_swapped_without_restart(
     # reloads key stores whose files changed).
     third, ca3, der3 = _new_keystore(tmp_path, "third")
     keystore.write_bytes(third.read_bytes())
-    res = _alter(plain, "0", {"listener.name.ssl.ssl.keystore.location": str(keystore)})
+    res = _incremental(plain, "0", {"listener.name.ssl.ssl.keystore.location": str(keystore)})
     assert res.error_code == ErrorCode.none, res.error_message
     assert wait_until(lambda: _served_certificate(secure, ca3) == der3, 15)
 

@@ -9,6 +9,7 @@ AlterConfigs of `sasl.kerberos.min.time.before.relogin`)."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -87,7 +88,9 @@ def test_the_set_is_kafkas() -> None:
     assert "log.message.format.version" not in ALL
 
 
-def _incremental(bs: str, name: str, configs: dict[str, str | None], op: int = 0) -> Any:
+def _incremental(
+    bs: str | socket.socket, name: str, configs: dict[str, str | None], op: int = 0
+) -> Any:
     body = {
         "validate_only": False,
         "resources": [

@@ -29,6 +29,7 @@ __all__ = [
     "DynamicConfigError",
     "apply_incremental",
     "effective_props",
+    "list_operation",
     "validate",
 ]
 
@@ -169,6 +170,17 @@ def _list_default(name: str) -> str | None:
     return None
 
 
+def list_operation(base: str, value: str | None, *, append: bool) -> str:
+    """APPEND or SUBTRACT of a LIST config's comma-separated items (each item once)."""
+    items = [v for v in base.split(",") if v]
+    given = [v for v in (value or "").split(",") if v]
+    if append:
+        items += [v for v in given if v not in items]
+    else:
+        items = [v for v in items if v not in given]
+    return ",".join(items)
+
+
 def apply_incremental(current: Mapping[str, str], ops: Iterable[Any]) -> dict[str, str]:
     """IncrementalAlterConfigs' operations on a broker entity's stored configs (Kafka's
     prepareIncrementalConfigs; the result is validated afterwards)."""
@@ -190,14 +202,9 @@ def apply_incremental(current: Mapping[str, str], ops: Iterable[Any]) -> dict[st
                         ErrorCode.invalid_config,
                         f"Config value {what} is not allowed for config key: {op.name}",
                     )
-                base = new.get(op.name, default)
-                items = [v for v in base.split(",") if v]
-                given = (op.value or "").split(",")
-                if op.config_operation == APPEND:
-                    items += [v for v in given if v not in items]
-                else:
-                    items = [v for v in items if v not in given]
-                new[op.name] = ",".join(items)
+                new[op.name] = list_operation(
+                    new.get(op.name, default), op.value, append=op.config_operation == APPEND
+                )
             case other:
                 raise _refuse(f"Unknown operations type {other}")
     return new

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
 from wherry.server import broker_configs
 from wherry.server.admin import AdminError
-from wherry.server.dynamic_validation import apply_incremental
+from wherry.server.dynamic_validation import apply_incremental, list_operation
 from wherry.server.handlers.alter_configs import alter_resources, set_group_config
 from wherry.server.handlers.describe_configs import BROKER, BROKER_LOGGER, GROUP, TOPIC
 from wherry.share.config import GROUP_CONFIG_KEYS
@@ -44,14 +44,11 @@ def apply_ops(current: dict[str, str], ops: Any, defaults: Any) -> dict[str, str
                         ErrorCode.invalid_config,
                         f"Config value append is not allowed for config key: {c.name}",
                     )
-                base = new.get(c.name, defaults.value_of(c.name))
-                items = [v for v in base.split(",") if v]
-                given = [v for v in (c.value or "").split(",") if v]
-                if c.config_operation == APPEND:
-                    items += [v for v in given if v not in items]
-                else:
-                    items = [v for v in items if v not in given]
-                new[c.name] = ",".join(items)
+                new[c.name] = list_operation(
+                    new.get(c.name, defaults.value_of(c.name)),
+                    c.value,
+                    append=c.config_operation == APPEND,
+                )
             case op:
                 raise AdminError(ErrorCode.invalid_request, f"Unknown config operation {op}")
     return new

@@ -287,6 +287,15 @@ def test_what_kafka_refuses(wherry_broker: DevCluster) -> None:
         "value should be at least half the current value 8 for configuration Invalid dynamic "
         "configuration"
     )
+    listeners = "Advertised listeners 'OTHER://127.0.0.1:9" + "' must be a subset of listeners"
+    code, message = refused("0", {"advertised.listeners": "OTHER://127.0.0.1:9"})
+    assert code == req and message.startswith(
+        "Invalid value org.apache.kafka.common.config.ConfigException: " + listeners
+    )
+    assert refused("0", {"listener.security.protocol.map": "PLAINTEXT:SSL"})[1].endswith(
+        "Security protocol cannot be updated for existing listener PLAINTEXT for configuration "
+        "Invalid dynamic configuration"
+    )
     # Passwords need the broker's password.encoder.secret to be stored (Kafka's second
     # check, as it stores: INVALID_CONFIG).
     res = _incremental(bs, "0", {"listener.name.plaintext.ssl.key.password": "pw"})

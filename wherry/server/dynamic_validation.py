@@ -5,7 +5,9 @@ In order: keys the broker knows but cannot change at run time ("Cannot update th
 dynamically"), key-store settings without a listener prefix, values that do not parse (a
 listener-prefixed key is checked as its base key), per-broker keys at the cluster-default
 level; then the checks of the new configuration as a whole: thread pools may at most double
-or halve at once, the connection limits must be usable, a listener's new key store must load.
+or halve at once, the connection limits must be usable, listeners must stay consistent (the
+advertised ones among them, each in the protocol map, the inter-broker one advertised, no
+listener changing its protocol), a listener's new key store must load.
 Keys the broker does not know are custom configs: stored as they are. Refusals are
 INVALID_REQUEST (Kafka's request pre-processing answers so) with Kafka's message. Pure.
 """
@@ -107,6 +109,46 @@ def _reconfiguration_problem(
         limits_from_props(new, socket_request_max_bytes)
     except LimitConfigError as e:
         return str(e)
+    return _listener_problem(old, new)
+
+
+_LISTENER_KEYS = ("listeners", "advertised.listeners", "listener.security.protocol.map")
+
+
+def _listener_problem(old: Mapping[str, str], new: Mapping[str, str]) -> str | None:
+    """Kafka's DynamicListenerConfig check of changed listener settings (wherry stores them;
+    its listeners change at the next start)."""
+    if all(old.get(k) == new.get(k) for k in _LISTENER_KEYS):
+        return None
+    from wherry.server.config import BrokerConfigError, parse_listeners
+    from wherry.server.listener_security import inter_broker_listener, protocol_map
+
+    def names(props: Mapping[str, str], key: str) -> list[str]:
+        value = props.get(key) or props.get("listeners") or "PLAINTEXT://:9092"
+        return [e.listener for e in parse_listeners(value)]
+
+    try:
+        listeners, advertised = names(new, "listeners"), names(new, "advertised.listeners")
+        protocols, old_protocols = protocol_map(new), protocol_map(old)
+        before = names(old, "listeners")
+        inter_broker = inter_broker_listener(new, protocols)
+    except (BrokerConfigError, ValueError) as e:
+        return str(e)
+    if not set(advertised) <= set(listeners):
+        return (
+            f"Advertised listeners '{new.get('advertised.listeners')}' must be a subset of "
+            f"listeners '{new.get('listeners')}'"
+        )
+    if not set(listeners) <= set(protocols):
+        return (
+            f"Listeners '{new.get('listeners')}' must be subset of listener map "
+            f"'{new.get('listener.security.protocol.map')}'"
+        )
+    for name in sorted(set(listeners) & set(before)):
+        if old_protocols.get(name) != protocols.get(name):
+            return f"Security protocol cannot be updated for existing listener {name}"
+    if inter_broker not in advertised:
+        return f"Advertised listener must be specified for inter-broker listener {inter_broker}"
     return None
 
 

@@ -296,6 +296,14 @@ def test_what_kafka_refuses(wherry_broker: DevCluster) -> None:
         "Security protocol cannot be updated for existing listener PLAINTEXT for configuration "
         "Invalid dynamic configuration"
     )
+    assert refused("", {"max.connections": "0"})[1] == (
+        "Invalid value org.apache.kafka.common.config.ConfigException: Invalid "
+        "max.connections 0 for configuration Invalid dynamic configuration"
+    )
+    assert refused("", {"num.network.threads": "7"})[1].endswith(
+        "num.network.threads=7, value should not be greater than double the current value 3 "
+        "for configuration Invalid dynamic configuration"
+    )
     # Passwords need the broker's password.encoder.secret to be stored (Kafka's second
     # check, as it stores: INVALID_CONFIG).
     res = _incremental(bs, "0", {"listener.name.plaintext.ssl.key.password": "pw"})

@@ -14,6 +14,7 @@ INVALID_REQUEST (Kafka's request pre-processing answers so) with Kafka's message
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _INVALID_DYNAMIC = "Invalid dynamic configuration"
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
 class DynamicConfigError(Exception):
@@ -94,7 +96,7 @@ def _int_value(props: Mapping[str, str], name: str) -> int:
 def _reconfiguration_problem(
     old: Mapping[str, str], new: Mapping[str, str], socket_request_max_bytes: int
 ) -> str | None:
-    for name in sorted(dk.THREAD_POOL_KEYS):
+    for name in sorted(dk.THREAD_POOL_KEYS | {"num.network.threads"}):
         before, after = _int_value(old, name), _int_value(new, name)
         if before == after:
             continue
@@ -109,7 +111,27 @@ def _reconfiguration_problem(
         limits_from_props(new, socket_request_max_bytes)
     except LimitConfigError as e:
         return str(e)
-    return _listener_problem(old, new)
+    return _listener_limit_problem(old, new) or _listener_problem(old, new)
+
+
+def _listener_limit_problem(old: Mapping[str, str], new: Mapping[str, str]) -> str | None:
+    """Kafka's per-listener connection quota check: a listener's `max.connections` and
+    `max.connection.creation.rate` in force (its own, else the broker's) must stay positive."""
+    from wherry.server.config import BrokerConfigError, parse_listeners
+
+    try:
+        listeners = parse_listeners(new.get("listeners") or "PLAINTEXT://:9092")
+    except BrokerConfigError:
+        return None  # refused by the listener check
+    for endpoint in listeners:
+        for key in ("max.connections", "max.connection.creation.rate"):
+            prefixed = f"listener.name.{endpoint.listener.lower()}.{key}"
+            value, before = new.get(prefixed, new.get(key)), old.get(prefixed, old.get(key))
+            if value is None or value == before or not _INT.fullmatch(value.strip()):
+                continue
+            if int(value) <= 0:
+                return f"Invalid {key} {int(value)}"
+    return None
 
 
 _LISTENER_KEYS = ("listeners", "advertised.listeners", "listener.security.protocol.map")

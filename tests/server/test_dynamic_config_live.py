@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from tests import kafka_wire
 from tests.broker_process import BrokerProcess, wait_until
+from tests.helpers import create_topic
 from tests.security.tls_material import TlsMaterial, make_tls_material
 from tests.server.test_dynamic_config_table import _incremental
 from wherry.server import cleaner_threads
@@ -56,6 +57,23 @@ def test_log_cleaner_threads_and_backoff_change_live(wherry_broker: DevCluster) 
     assert wait_until(lambda: c.call(cleaner)[1:] == (3, 15000), 15), c.call(cleaner)
     _incremental(bs, "", {"log.cleaner.threads": None}, DELETE)
     assert wait_until(lambda: len(c.call(cleaner)[0]) == 1, 15), c.call(cleaner)
+
+
+def test_producer_id_expiration_changes_for_every_log(wherry_broker: DevCluster) -> None:
+    c = wherry_broker
+    create_topic(c.bootstrap, "pid-expiry", partitions=2)
+    c.wait_for_topic("pid-expiry", 2, timeout_s=30)
+
+    def expirations() -> set[int]:
+        lm = c.broker(0).log_manager
+        return {lm.producer_id_expiration_ms} | {
+            lg.producer_state.producer_id_expiration_ms for lg in lm.all_logs()
+        }
+
+    assert c.call(expirations) == {86_400_000}
+    res = _incremental(c.bootstrap, "", {"producer.id.expiration.ms": "60000"})
+    assert res.error_code == ErrorCode.none, res.error_message
+    assert wait_until(lambda: c.call(expirations) == {60_000}, 15), c.call(expirations)
 
 
 def test_a_connection_limit_takes_effect(wherry_broker: DevCluster) -> None:

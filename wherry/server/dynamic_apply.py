@@ -5,9 +5,9 @@ the replication throttles (`broker_configs.py`), the log defaults (`config_chang
 log cleaner's threads, back-off and dedupe buffer (`cleaner_threads.py`), the connection limits
 (`max.connections`, `max.connections.per.ip`, `max.connections.per.ip.overrides`,
 `max.connection.creation.rate`, also per listener), the copy rate of replicas moving between
-log dirs, and each TLS listener's key and trust stores (KIP-226: a client connecting after
-the change is served with the new certificate; open connections keep theirs). The other
-dynamic keys are stored and described only.
+log dirs, `producer.id.expiration.ms` of every log, and each TLS listener's key and trust
+stores (KIP-226: a client connecting after the change is served with the new certificate;
+open connections keep theirs). The other dynamic keys are stored and described only.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from wherry.server.listener_security import protocol_map
 
 if TYPE_CHECKING:
     from wherry.log.cleaner import LogCleaner
+    from wherry.log.manager import LogManager
     from wherry.replication.log_dir_mover import LogDirMover
     from wherry.runtime.clock import Clock
     from wherry.runtime.scheduler import Scheduler
@@ -50,6 +51,7 @@ _STORE_KEYS = (
     "ssl.truststore.certificates",
 )
 IO_RATE_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
+PRODUCER_EXPIRATION_KEY = "producer.id.expiration.ms"
 
 
 class Reconfigurable(Protocol):
@@ -69,6 +71,8 @@ class Reconfigurable(Protocol):
     def log_cleaner(self) -> LogCleaner | None: ...
     @property
     def log_dir_mover(self) -> LogDirMover: ...
+    @property
+    def log_manager(self) -> LogManager: ...
     @property
     def clock(self) -> Clock: ...
 
@@ -147,5 +151,22 @@ async def apply_dynamic(broker: Reconfigurable, *, stores: bool = True) -> None:
             broker.log_dir_mover.set_rate(int(props[IO_RATE_KEY]))
         except ValueError:
             log.error("Ignoring %s=%s", IO_RATE_KEY, props[IO_RATE_KEY])
+    _apply_producer_expiration(broker.log_manager, props)
     if stores:
         _reload_stores(broker, props)
+
+
+def _apply_producer_expiration(lm: LogManager, props: Mapping[str, str]) -> None:
+    """`producer.id.expiration.ms` for every log, present and future (Kafka's shared
+    producer state config)."""
+    try:
+        expiration = int(props.get(PRODUCER_EXPIRATION_KEY, "86400000"))
+    except ValueError:
+        log.error("Ignoring %s=%s", PRODUCER_EXPIRATION_KEY, props[PRODUCER_EXPIRATION_KEY])
+        return
+    if expiration == lm.producer_id_expiration_ms:
+        return
+    lm.producer_id_expiration_ms = expiration
+    for lg in lm.all_logs():
+        lg.producer_state.producer_id_expiration_ms = expiration
+    log.info("Reconfigured %s to %d", PRODUCER_EXPIRATION_KEY, expiration)

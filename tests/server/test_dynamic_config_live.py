@@ -17,7 +17,6 @@ from kio.schema.errors import ErrorCode
 from tests import kafka_wire
 from tests.broker_process import BrokerProcess, wait_until
 from tests.helpers import create_topic
-from tests.security.tls_material import TlsMaterial, make_tls_material
 from tests.server.test_dynamic_config_table import _incremental
 from wherry.server import cleaner_threads
 from wherry.testing.cluster import DevCluster
@@ -113,34 +112,41 @@ def test_a_connection_limit_takes_effect(wherry_broker: DevCluster) -> None:
 # --- TLS key store swapped at run time (KIP-226) --------------------------------------------
 
 
-@pytest.fixture
-def tls(tmp_path: Path) -> TlsMaterial:
-    return make_tls_material(tmp_path / "tls")
+def _keystore(directory: Path, name: str, common_name: str = "broker") -> tuple[Path, Path, bytes]:
+    """A broker key store from a CA of its own, its subject and names always the same but
+    for `common_name`: (key store, CA file, the certificate's DER)."""
+    ca = trustme.CA(organization_name=f"wherry {name}")
+    ca_pem = directory / f"{name}-ca.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    issued = ca.issue_cert(
+        "127.0.0.1",
+        "localhost",
+        common_name=common_name,
+        organization_name="wherry",
+        organization_unit_name="brokers",
+    )
+    keystore = directory / f"{name}.pem"
+    issued.private_key_and_cert_chain_pem.write_to_path(str(keystore))
+    der = ssl.PEM_cert_to_DER_cert(issued.cert_chain_pems[0].bytes().decode())
+    return keystore, ca_pem, der
 
 
 @pytest.fixture
-def ssl_broker(tmp_path: Path, tls: TlsMaterial) -> Iterator[BrokerProcess]:
+def first(tmp_path: Path) -> tuple[Path, Path, bytes]:
+    return _keystore(tmp_path, "first")
+
+
+@pytest.fixture
+def ssl_broker(tmp_path: Path, first: tuple[Path, Path, bytes]) -> Iterator[BrokerProcess]:
     b = BrokerProcess(
         tmp_path / "broker",
         listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-        overrides=tls.broker_overrides(),
+        overrides=["ssl.keystore.type=PEM", f"ssl.keystore.location={first[0]}"],
     ).start()
     try:
         yield b
     finally:
         b.stop()
-
-
-def _new_keystore(directory: Path, name: str) -> tuple[Path, Path, bytes]:
-    """A broker key store from a CA of its own: (key store, CA file, the certificate's DER)."""
-    ca = trustme.CA(organization_name=f"wherry {name}")
-    ca_pem = directory / f"{name}-ca.pem"
-    ca.cert_pem.write_to_path(str(ca_pem))
-    issued = ca.issue_cert("127.0.0.1", "localhost", common_name="broker")
-    keystore = directory / f"{name}.pem"
-    issued.private_key_and_cert_chain_pem.write_to_path(str(keystore))
-    der = ssl.PEM_cert_to_DER_cert(issued.cert_chain_pems[0].bytes().decode())
-    return keystore, ca_pem, der
 
 
 def _served_certificate(address: str, ca: Path) -> bytes | None:
@@ -158,21 +164,28 @@ def _served_certificate(address: str, ca: Path) -> bytes | None:
 
 
 def test_tls_key_store_swapped_without_restart(
-    ssl_broker: BrokerProcess, tls: TlsMaterial, tmp_path: Path
+    ssl_broker: BrokerProcess, first: tuple[Path, Path, bytes], tmp_path: Path
 ) -> None:
     plain, secure = ssl_broker.addresses
-    assert _served_certificate(secure, tls.ca_pem) is not None
-    keystore, ca2, der2 = _new_keystore(tmp_path, "second")
+    assert _served_certificate(secure, first[1]) == first[2]
+    keystore, ca2, der2 = _keystore(tmp_path, "second")
     assert _served_certificate(secure, ca2) is None
 
-    # A key store that cannot be loaded is refused, and nothing changes.
-    bad = _incremental(plain, "0", {"listener.name.ssl.ssl.keystore.location": "/nonexistent.pem"})
+    # What Kafka refuses: a store that cannot be loaded, a certificate of another subject.
+    location = "listener.name.ssl.ssl.keystore.location"
+    other, _, _ = _keystore(tmp_path, "other", common_name="someone-else")
+    res = _incremental(plain, "0", {location: str(other)})
+    assert res.error_code == ErrorCode.invalid_request
+    assert "Keystore DistinguishedName does not match" in res.error_message
+    bad = _incremental(plain, "0", {location: "/nonexistent.pem"})
     assert bad.error_code == ErrorCode.invalid_request
     assert "Validation of dynamic config update of SSLFactory failed" in bad.error_message
-    res = _incremental(plain, "0", {"listener.name.ssl.ssl.keystore.location": str(keystore)})
+    assert _served_certificate(secure, first[1]) == first[2]  # nothing changed
+    # A new key store of the same subject from another CA: new clients get it at once.
+    res = _incremental(plain, "0", {location: str(keystore)})
     assert res.error_code == ErrorCode.none, res.error_message
     assert wait_until(lambda: _served_certificate(secure, ca2) == der2, 15)
-    assert _served_certificate(secure, tls.ca_pem) is None
+    assert _served_certificate(secure, first[1]) is None
     # A real client trusting only the new CA connects.
     admin = AdminClient({"bootstrap.servers": secure, "security.protocol": "SSL",
                          "ssl.ca.location": str(ca2), "log_level": 0})
@@ -180,9 +193,9 @@ def test_tls_key_store_swapped_without_restart(
 
     # The same location with new contents: altering it again reloads the file (as Kafka
     # reloads key stores whose files changed).
-    third, ca3, der3 = _new_keystore(tmp_path, "third")
+    third, ca3, der3 = _keystore(tmp_path, "third")
     keystore.write_bytes(third.read_bytes())
-    res = _incremental(plain, "0", {"listener.name.ssl.ssl.keystore.location": str(keystore)})
+    res = _incremental(plain, "0", {location: str(keystore)})
     assert res.error_code == ErrorCode.none, res.error_message
     assert wait_until(lambda: _served_certificate(secure, ca3) == der3, 15)
 

@@ -79,6 +79,8 @@ SSL_KEYS = (
     "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
     "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols",
     "ssl.endpoint.identification.algorithm",
+    # whether a key store swapped at run time may change its certificate's subject / names
+    "ssl.allow.dn.changes", "ssl.allow.san.changes",
 )
 
 # Listener, SASL and authorization settings (listener_security.py, security/).

@@ -50,6 +50,7 @@ _STORE_KEYS = (
     "ssl.truststore.password",
     "ssl.truststore.certificates",
 )
+_ALIAS = "kafka"  # the alias Kafka gives a PEM key store's entry
 IO_RATE_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
 PRODUCER_EXPIRATION_KEY = "producer.id.expiration.ms"
 
@@ -97,8 +98,62 @@ def tls_problem(old: Mapping[str, str], new: Mapping[str, str]) -> str | None:
             continue
         try:
             tls.server_context(new, listener)
+            problem = _certificate_change_problem(old, new, listener)
         except (tls.TlsConfigError, ssl.SSLError, OSError) as e:
-            return f"Validation of dynamic config update of SSLFactory failed: {e}"
+            problem = str(e)
+        if problem is not None:
+            return (
+                "Validation of dynamic config update of SSLFactory failed: "
+                f"org.apache.kafka.common.config.ConfigException: {problem}"
+            )
+    return None
+
+
+def _allowed(props: Mapping[str, str], listener: str, key: str) -> bool:
+    return (tls.listener_value(props, listener, key) or "false").strip().lower() == "true"
+
+
+def _certificate_change_problem(
+    old: Mapping[str, str], new: Mapping[str, str], listener: str
+) -> str | None:
+    """Kafka's rule for a new key store: the same subject and at least the same subject
+    alternative names as the certificate it replaces, unless `ssl.allow.dn.changes` /
+    `ssl.allow.san.changes` say otherwise."""
+    from cryptography import x509
+
+    before = tls.key_store_certificate(old, listener)
+    after = tls.key_store_certificate(new, listener)
+    if before is None:
+        return None if after is None else (
+            "Cannot add SSL keystore to an existing listener for which no keystore was "
+            "configured."
+        )
+    if after is None:
+        return (
+            "Cannot remove the SSL keystore from an existing listener for which a keystore "
+            "was configured."
+        )
+    dn_before, dn_after = before.subject.rfc4514_string(), after.subject.rfc4514_string()
+    dn_fixed = not _allowed(new, listener, "ssl.allow.dn.changes")
+    if dn_fixed and dn_before.lower() != dn_after.lower():
+        return (
+            f"Keystore DistinguishedName does not match:  existing={{alias={_ALIAS}, "
+            f"DN={dn_before}}}, new={{alias={_ALIAS}, DN={dn_after}}}"
+        )
+
+    def names(cert: x509.Certificate) -> set[str]:
+        try:
+            ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        except x509.ExtensionNotFound:
+            return set()
+        return {str(n.value) for n in ext.value}
+
+    san_before, san_after = names(before), names(after)
+    if not _allowed(new, listener, "ssl.allow.san.changes") and not san_before <= san_after:
+        return (
+            f"Keystore SubjectAltNames do not match:  existing={{alias={_ALIAS}, "
+            f"SAN={sorted(san_before)}}}, new={{alias={_ALIAS}, SAN={sorted(san_after)}}}"
+        )
     return None
 
 

@@ -75,6 +75,14 @@ def test_producer_id_expiration_changes_for_every_log(wherry_broker: DevCluster)
     assert wait_until(lambda: c.call(expirations) == {60_000}, 15), c.call(expirations)
 
 
+def test_alter_log_dirs_copy_rate_changes(wherry_broker: DevCluster) -> None:
+    c = wherry_broker
+    key = "replica.alter.log.dirs.io.max.bytes.per.second"
+    assert _incremental(c.bootstrap, "0", {key: "1000000"}).error_code == ErrorCode.none
+    assert wait_until(lambda: c.call(lambda: c.broker(0).log_dir_mover.rate) == 1_000_000, 15)
+    assert c.call(lambda: c.broker(0).log_dir_mover.chunk_bytes) <= 1_000_000
+
+
 def test_a_connection_limit_takes_effect(wherry_broker: DevCluster) -> None:
     c = wherry_broker
     bs = c.bootstrap

@@ -54,6 +54,7 @@ from wherry.security.principal import Session
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
+from wherry.server.dynamic_apply import apply_dynamic
 from wherry.server.handlers import SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import (
     API_VERSIONS_KEY,
@@ -151,6 +152,7 @@ class Broker:
             self.broker_id,
             quota_window_num=config.replication_quota_window_num,
             quota_window_ms=config.replication_quota_window_size_seconds * 1000,
+            static=config.raw,
         )
         self._prefix = f"[Broker id={self.broker_id}]"
         # set in start()
@@ -379,6 +381,7 @@ class Broker:
         await self._start_controller()
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
+        await apply_dynamic(self)  # the stored dynamic configs: limits, cleaner, TLS stores
         self.log_dir_mover.kick()  # moves a restart interrupted resume
         self._metadata_gate.start_holding(loop.time())
         self._started.set()
@@ -722,6 +725,7 @@ class Broker:
         )
         if cfg.log_cleaner_enable:
             from wherry.log.cleaner import CleanerConfig, LogCleaner
+            from wherry.server.cleaner_threads import start as start_cleaner
 
             self.log_cleaner = LogCleaner(
                 lm.log_dirs,
@@ -730,16 +734,10 @@ class Broker:
                 CleanerConfig(
                     backoff_ms=cfg.log_cleaner_backoff_ms,
                     dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
+                    threads=cfg.log_cleaner_threads,
                 ),
             )
-            cleaner = self.log_cleaner
-            s.schedule(
-                "kafka-log-cleaner",
-                lambda: cleaner.clean_all(self.clock.now_ms(), max_rounds=10),
-                period_ms=cfg.log_cleaner_backoff_ms,
-                delay_ms=cfg.log_cleaner_backoff_ms,
-                executor=True,
-            )
+            start_cleaner(s, self.log_cleaner, self.clock.now_ms)
         s.schedule(
             "kafka-log-flusher",
             lambda: lm.flush_dirty(self.clock.now_ms()),

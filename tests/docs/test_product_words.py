@@ -26,13 +26,7 @@ ID_SUFFIXES = {".py", ".md", ".txt", ".rst"}
 # Files other work was reshaping when this test was written, to be worded the same way when
 # that work lands; the test fails once one of them is clean, so that it leaves this list.
 PENDING = frozenset({
-    "wherry/replication/node.py",
-    "wherry/replication/replica_manager.py",
-    "wherry/sim/__init__.py",
     "wherry/sim/consumer_groups.py",
-    "wherry/sim/controller.py",
-    "wherry/sim/invariants.py",
-    "wherry/sim/operations.py",
     "wherry/sim/transactions.py",
 })
 

@@ -1,4 +1,4 @@
-"""The replica manager (SPEC R1–R3, R9–R11, P1–P3, H5, H9): every partition on this broker.
+"""The replica manager: every partition on this broker.
 
 It applies the controller's LeaderAndIsr/StopReplica, appends produced batches, serves fetches,
 and parks acks=all produces and waiting fetches in purgatories keyed by partition. It is free
@@ -94,10 +94,10 @@ class ReplicaManager:
         # KIP-73: bytes sent to followers of throttled partitions (None: never throttled).
         self.leader_quota = leader_quota
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
-        # Where proposed ISR changes go (SPEC R6); None: they stay pending (a single broker
+        # Where proposed ISR changes go; None: they stay pending (a single broker
         # never proposes any: it has no followers).
         self.alter_partition_manager = alter_partition_manager
-        # SPEC R5/I3: a replica may join the ISR only while its broker is alive (ZooKeeper
+        # A replica may join the ISR only while its broker is alive (ZooKeeper
         # mode: registered, as the metadata cache knows it).
         self.is_broker_alive: Callable[[int], bool] = is_broker_alive or (lambda _: True)
         self.broker_epoch: Callable[[], int] = broker_epoch or (lambda: -1)
@@ -141,7 +141,7 @@ class ReplicaManager:
         p.require_leader(current_leader_epoch)
         return p
 
-    # --- controller requests (SPEC H5) ---------------------------------------------------
+    # --- controller requests -------------------------------------------------------------
     def become_leader_or_follower(
         self, req: LeaderAndIsrRequest, now_ms: int
     ) -> list[TopicPartition]:
@@ -265,7 +265,7 @@ class ReplicaManager:
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
 
-    # --- produce (SPEC P1) -----------------------------------------------------------------
+    # --- produce -------------------------------------------------------------------------
     def append_records(
         self,
         *,
@@ -394,7 +394,7 @@ class ReplicaManager:
             known_partition=known_partition,
         )
 
-    # --- fetch (SPEC H9, R11) ----------------------------------------------------------------
+    # --- fetch -----------------------------------------------------------------------------
     def fetch_messages(
         self,
         *,
@@ -611,7 +611,7 @@ class ReplicaManager:
     ) -> FetchResult:
         """Read for a consumer (below the HW; read_committed: below the LSO, with the aborted
         transactions of the range) or a follower (`replica_id` >= 0: up to the LEO,
-        recording its position, SPEC R9). `current_leader_epoch` fences both (KIP-320)."""
+        recording its position). `current_leader_epoch` fences both (KIP-320)."""
         out: FetchResult = {}
         remaining = max_bytes
         min_one = True
@@ -723,7 +723,7 @@ class ReplicaManager:
 
         return recorded
 
-    # --- followers and the ISR (SPEC R4–R6, R9, R10) ----------------------------------------
+    # --- followers and the ISR -------------------------------------------------------------
     def _counting_bytes_out(
         self, respond: Callable[[FetchResult], None]
     ) -> Callable[[FetchResult], None]:
@@ -789,7 +789,7 @@ class ReplicaManager:
                 self._try_complete_delayed(tp)
 
     def maybe_shrink_isr(self, now_ms: int | None = None) -> int:
-        """The `isr-expiration` task (SPEC R4; run every `replica.lag.time.max.ms / 2`):
+        """The `isr-expiration` task (run every `replica.lag.time.max.ms / 2`):
         every led partition proposes dropping followers that lag. Returns how many did.
         `now_ms` is the monotonic clock's (the one follower fetch times are recorded on)."""
         now = self._monotonic_ms() if now_ms is None else now_ms

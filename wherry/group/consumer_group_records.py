@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from wherry.group.records import RecordFormatError
+from wherry.protocol.wire import Reader, Writer
 
 __all__ = [
     "CONSUMER_GROUP_RECORD_TYPES",
@@ -63,184 +64,63 @@ TARGET_METADATA = 6
 TARGET_MEMBER = 7
 CURRENT_ASSIGNMENT = 8
 CONSUMER_GROUP_RECORD_TYPES = frozenset(range(3, 9))
+_MEMBER_TYPES = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
 
 # topic id -> partitions
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 
 _I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I8 = struct.Struct(">b")
-
-
-# --- primitives ----------------------------------------------------------------------------------
-
-
-class _W:
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i8(self, v: int) -> None:
-        self.buf += _I8.pack(v)
-
-    def i16(self, v: int) -> None:
-        self.buf += _I16.pack(v)
-
-    def i32(self, v: int) -> None:
-        self.buf += _I32.pack(v)
-
-    def uvarint(self, v: int) -> None:
-        while v >= 0x80:
-            self.buf.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.buf.append(v)
-
-    def string(self, v: str) -> None:  # non-flexible (keys)
-        b = v.encode("utf-8")
-        if len(b) > 0x7FFF:
-            raise RecordFormatError(f"string of {len(b)} bytes is too long")
-        self.i16(len(b))
-        self.buf += b
-
-    def cstring(self, v: str | None) -> None:  # compact, nullable
-        if v is None:
-            self.uvarint(0)
-            return
-        b = v.encode("utf-8")
-        self.uvarint(len(b) + 1)
-        self.buf += b
-
-    def uuid(self, v: uuid.UUID) -> None:
-        self.buf += v.bytes
-
-    def array_len(self, n: int) -> None:
-        self.uvarint(n + 1)
-
-    def no_tags(self) -> None:
-        self.uvarint(0)
-
-
-class _R:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise RecordFormatError(
-                f"need {n} bytes at {self.pos}, have {len(self.data) - self.pos}"
-            )
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def i8(self) -> int:
-        return int(_I8.unpack(self.take(1))[0])
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self.take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self.take(4))[0])
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            if shift > 28:
-                raise RecordFormatError("unsigned varint is too long")
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    def string(self) -> str:
-        n = self.i16()
-        if n < 0:
-            raise RecordFormatError("null key string")
-        return self._utf8(self.take(n))
-
-    def cstring(self) -> str | None:
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        return self._utf8(self.take(n))
-
-    def cstring_nn(self) -> str:
-        s = self.cstring()
-        if s is None:
-            raise RecordFormatError("null value for a non-nullable string")
-        return s
-
-    @staticmethod
-    def _utf8(b: bytes) -> str:
-        try:
-            return b.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RecordFormatError(f"string is not UTF-8: {e}") from e
-
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(bytes=self.take(16))
-
-    def array_len(self) -> int:
-        n = self.uvarint() - 1
-        if n < -1:
-            raise RecordFormatError(f"invalid array length {n}")
-        if n > len(self.data) - self.pos:  # every item takes a byte at least
-            raise RecordFormatError(
-                f"array of {n} items but only {len(self.data) - self.pos} bytes left"
-            )
-        return max(n, 0)
-
-    def skip_tags(self) -> None:
-        count = self.uvarint()
-        if 2 * count > len(self.data) - self.pos:  # a tag and a size byte each at least
-            raise RecordFormatError(f"{count} tagged fields in {len(self.data) - self.pos} bytes")
-        for _ in range(count):
-            self.uvarint()
-            self.take(self.uvarint())
-
-    def done(self) -> None:
-        if self.pos != len(self.data):
-            raise RecordFormatError(f"{len(self.data) - self.pos} trailing bytes")
 
 
 # --- keys ----------------------------------------------------------------------------------------
 
 
-def _key(record_type: int, *fields: str) -> bytes:
-    w = _W()
-    w.i16(record_type)
+def record_key(record_type: int, *fields: str) -> bytes:
+    """A key: its record type, then its strings (not flexible)."""
+    w = Writer()
+    w.int16(record_type)
     for f in fields:
         w.string(f)
-    return bytes(w.buf)
+    return bytes(w.out)
+
+
+def decode_record_key(
+    key: bytes, types: frozenset[int], member_types: tuple[int, ...], kind: str
+) -> tuple[int, str, str | None]:
+    """(record type, group id, member id or None) of a key of one of `types`; the types of
+    `member_types` carry a member id."""
+    r = Reader(key)
+    t = r.int16()
+    if t not in types:
+        raise RecordFormatError(f"not a {kind} record type: {t}")
+    group_id = r.string()
+    member_id = r.string() if t in member_types else None
+    r.expect_end()
+    return t, group_id, member_id
 
 
 def group_metadata_key(group_id: str) -> bytes:
-    return _key(GROUP_METADATA, group_id)
+    return record_key(GROUP_METADATA, group_id)
 
 
 def partition_metadata_key(group_id: str) -> bytes:
-    return _key(PARTITION_METADATA, group_id)
+    return record_key(PARTITION_METADATA, group_id)
 
 
 def member_metadata_key(group_id: str, member_id: str) -> bytes:
-    return _key(MEMBER_METADATA, group_id, member_id)
+    return record_key(MEMBER_METADATA, group_id, member_id)
 
 
 def target_metadata_key(group_id: str) -> bytes:
-    return _key(TARGET_METADATA, group_id)
+    return record_key(TARGET_METADATA, group_id)
 
 
 def target_member_key(group_id: str, member_id: str) -> bytes:
-    return _key(TARGET_MEMBER, group_id, member_id)
+    return record_key(TARGET_MEMBER, group_id, member_id)
 
 
 def current_assignment_key(group_id: str, member_id: str) -> bytes:
-    return _key(CURRENT_ASSIGNMENT, group_id, member_id)
+    return record_key(CURRENT_ASSIGNMENT, group_id, member_id)
 
 
 def record_type(key: bytes) -> int:
@@ -252,50 +132,52 @@ def record_type(key: bytes) -> int:
 
 def decode_consumer_group_key(key: bytes) -> tuple[int, str, str | None]:
     """(record type, group id, member id or None) of a key of types 3-8."""
-    r = _R(bytes(key))
-    t = r.i16()
-    if t not in CONSUMER_GROUP_RECORD_TYPES:
-        raise RecordFormatError(f"not a consumer-group record type: {t}")
-    group_id = r.string()
-    member_id = r.string() if t in (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT) else None
-    r.done()
-    return t, group_id, member_id
+    return decode_record_key(key, CONSUMER_GROUP_RECORD_TYPES, _MEMBER_TYPES, "consumer-group")
 
 
 # --- values --------------------------------------------------------------------------------------
 
 
-def _value(w: _W) -> bytes:
-    return bytes(w.buf)
-
-
-def _start() -> _W:
-    w = _W()
-    w.i16(0)
+def start_value() -> Writer:
+    """A writer holding a value's version (0); the flexible message follows."""
+    w = Writer()
+    w.int16(0)
     return w
+
+
+def end_value(w: Writer) -> bytes:
+    """The value's bytes, once its top-level (empty) tagged fields are written."""
+    w.no_tagged_fields()
+    return bytes(w.out)
+
+
+def open_value(data: bytes) -> Reader:
+    """A reader past a value's version, which must be 0."""
+    r = Reader(data)
+    v = r.int16()
+    if v != 0:
+        raise RecordFormatError(f"unknown value version {v}")
+    return r
+
+
+def close_value(r: Reader) -> None:
+    """A value's top-level tagged fields (skipped), then its end."""
+    r.tagged_fields()
+    r.expect_end()
 
 
 def encode_epoch_value(epoch: int) -> bytes:
     """ConsumerGroupMetadataValue / ConsumerGroupTargetAssignmentMetadataValue."""
-    w = _start()
-    w.i32(epoch)
-    w.no_tags()
-    return _value(w)
+    w = start_value()
+    w.int32(epoch)
+    return end_value(w)
 
 
 def decode_epoch_value(data: bytes) -> int:
-    r = _R(bytes(data))
-    _version(r)
-    epoch = r.i32()
-    r.skip_tags()
-    r.done()
+    r = open_value(data)
+    epoch = r.int32()
+    close_value(r)
     return epoch
-
-
-def _version(r: _R) -> None:
-    v = r.i16()
-    if v != 0:
-        raise RecordFormatError(f"unknown value version {v}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,37 +188,34 @@ class TopicMetadataValue:
 
 
 def encode_partition_metadata(epoch: int, topics: Sequence[TopicMetadataValue]) -> bytes:
-    w = _start()
-    w.i32(epoch)
-    w.array_len(len(topics))
+    w = start_value()
+    w.int32(epoch)
+    w.array_length(len(topics), True)
     for t in topics:
         w.uuid(t.topic_id)
-        w.cstring(t.name)
-        w.i32(t.num_partitions)
-        w.array_len(0)  # PartitionRacks: no rack-aware assignment
-        w.no_tags()
-    w.no_tags()
-    return _value(w)
+        w.nullable_string(t.name, True)
+        w.int32(t.num_partitions)
+        w.array_length(0, True)  # PartitionRacks: no rack-aware assignment
+        w.no_tagged_fields()
+    return end_value(w)
 
 
 def decode_partition_metadata(data: bytes) -> tuple[int, tuple[TopicMetadataValue, ...]]:
-    r = _R(bytes(data))
-    _version(r)
-    epoch = r.i32()
+    r = open_value(data)
+    epoch = r.int32()
     topics = []
-    for _ in range(r.array_len()):
+    for _ in range(r.array_length(True)):
         tid = r.uuid()
-        name = r.cstring_nn()
-        n = r.i32()
-        for _ in range(r.array_len()):
-            r.i32()
-            for _ in range(r.array_len()):
-                r.cstring()
-            r.skip_tags()
-        r.skip_tags()
+        name = r.string(True)
+        n = r.int32()
+        for _ in range(r.array_length(True)):
+            r.int32()
+            for _ in range(r.array_length(True)):
+                r.nullable_string(True)
+            r.tagged_fields()
+        r.tagged_fields()
         topics.append(TopicMetadataValue(tid, name, n))
-    r.skip_tags()
-    r.done()
+    close_value(r)
     return epoch, tuple(topics)
 
 
@@ -353,74 +232,68 @@ class MemberMetadataValue:
 
 
 def encode_member_metadata(v: MemberMetadataValue) -> bytes:
-    w = _start()
-    w.cstring(v.instance_id)
-    w.cstring(v.rack_id)
-    w.cstring(v.client_id)
-    w.cstring(v.client_host)
-    w.array_len(len(v.subscribed_topic_names))
+    w = start_value()
+    w.nullable_string(v.instance_id, True)
+    w.nullable_string(v.rack_id, True)
+    w.nullable_string(v.client_id, True)
+    w.nullable_string(v.client_host, True)
+    w.array_length(len(v.subscribed_topic_names), True)
     for name in v.subscribed_topic_names:
-        w.cstring(name)
-    w.cstring(v.subscribed_topic_regex)
-    w.i32(v.rebalance_timeout_ms)
-    w.cstring(v.server_assignor)
-    w.no_tags()
-    return _value(w)
+        w.nullable_string(name, True)
+    w.nullable_string(v.subscribed_topic_regex, True)
+    w.int32(v.rebalance_timeout_ms)
+    w.nullable_string(v.server_assignor, True)
+    return end_value(w)
 
 
 def decode_member_metadata(data: bytes) -> MemberMetadataValue:
-    r = _R(bytes(data))
-    _version(r)
-    instance_id = r.cstring()
-    rack_id = r.cstring()
-    client_id = r.cstring_nn()
-    client_host = r.cstring_nn()
-    names = tuple(r.cstring_nn() for _ in range(r.array_len()))
-    regex = r.cstring()
-    rebalance_timeout = r.i32()
-    assignor = r.cstring()
-    r.skip_tags()
-    r.done()
+    r = open_value(data)
+    instance_id = r.nullable_string(True)
+    rack_id = r.nullable_string(True)
+    client_id = r.string(True)
+    client_host = r.string(True)
+    names = tuple(r.string(True) for _ in range(r.array_length(True)))
+    regex = r.nullable_string(True)
+    rebalance_timeout = r.int32()
+    assignor = r.nullable_string(True)
+    close_value(r)
     return MemberMetadataValue(
         instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor
     )
 
 
-def _write_partitions(w: _W, a: Assignment) -> None:
+def write_partitions(w: Writer, a: Assignment) -> None:
+    """An assignment: [TopicId, Partitions [int32]], topics and partitions in order."""
     items = sorted((t, p) for t, p in a.items() if p)
-    w.array_len(len(items))
+    w.array_length(len(items), True)
     for tid, parts in items:
         w.uuid(tid)
-        w.array_len(len(parts))
-        for p in sorted(parts):
-            w.i32(p)
-        w.no_tags()
+        w.int32_array(sorted(parts), True)
+        w.no_tagged_fields()
 
 
-def _read_partitions(r: _R) -> dict[uuid.UUID, frozenset[int]]:
+def read_partitions(r: Reader) -> dict[uuid.UUID, frozenset[int]]:
+    """What `write_partitions` writes (a topic's partitions without any: left out)."""
     out: dict[uuid.UUID, frozenset[int]] = {}
-    for _ in range(r.array_len()):
+    for _ in range(r.array_length(True)):
         tid = r.uuid()
-        parts = frozenset(r.i32() for _ in range(r.array_len()))
-        r.skip_tags()
+        parts = frozenset(r.int32_array(True))
+        r.tagged_fields()
         if parts:
             out[tid] = out.get(tid, frozenset()) | parts
     return out
 
 
 def encode_target_member(a: Assignment) -> bytes:
-    w = _start()
-    _write_partitions(w, a)
-    w.no_tags()
-    return _value(w)
+    w = start_value()
+    write_partitions(w, a)
+    return end_value(w)
 
 
 def decode_target_member(data: bytes) -> dict[uuid.UUID, frozenset[int]]:
-    r = _R(bytes(data))
-    _version(r)
-    out = _read_partitions(r)
-    r.skip_tags()
-    r.done()
+    r = open_value(data)
+    out = read_partitions(r)
+    close_value(r)
     return out
 
 
@@ -434,26 +307,23 @@ class CurrentAssignmentValue:
 
 
 def encode_current_assignment(v: CurrentAssignmentValue) -> bytes:
-    w = _start()
-    w.i32(v.member_epoch)
-    w.i32(v.previous_member_epoch)
-    w.i8(v.state)
-    _write_partitions(w, v.assigned)
-    _write_partitions(w, v.pending_revocation)
-    w.no_tags()
-    return _value(w)
+    w = start_value()
+    w.int32(v.member_epoch)
+    w.int32(v.previous_member_epoch)
+    w.int8(v.state)
+    write_partitions(w, v.assigned)
+    write_partitions(w, v.pending_revocation)
+    return end_value(w)
 
 
 def decode_current_assignment(data: bytes) -> CurrentAssignmentValue:
-    r = _R(bytes(data))
-    _version(r)
-    epoch = r.i32()
-    previous = r.i32()
-    state = r.i8()
-    assigned = _read_partitions(r)
-    pending = _read_partitions(r)
-    r.skip_tags()
-    r.done()
+    r = open_value(data)
+    epoch = r.int32()
+    previous = r.int32()
+    state = r.int8()
+    assigned = read_partitions(r)
+    pending = read_partitions(r)
+    close_value(r)
     return CurrentAssignmentValue(epoch, previous, state, assigned, pending)
 
 

@@ -84,6 +84,16 @@ def record_key(record_type: int, *fields: str) -> bytes:
     return bytes(w.out)
 
 
+def group_key(record_type: int) -> Callable[[str], bytes]:
+    """The key builder of a group's record type: (group id) -> key."""
+    return lambda group_id: record_key(record_type, group_id)
+
+
+def member_key(record_type: int) -> Callable[[str, str], bytes]:
+    """The key builder of a member's record type: (group id, member id) -> key."""
+    return lambda group_id, member_id: record_key(record_type, group_id, member_id)
+
+
 def decode_record_key(
     key: bytes, types: frozenset[int], member_types: tuple[int, ...], kind: str
 ) -> tuple[int, str, str | None]:
@@ -99,28 +109,12 @@ def decode_record_key(
     return t, group_id, member_id
 
 
-def group_metadata_key(group_id: str) -> bytes:
-    return record_key(GROUP_METADATA, group_id)
-
-
-def partition_metadata_key(group_id: str) -> bytes:
-    return record_key(PARTITION_METADATA, group_id)
-
-
-def member_metadata_key(group_id: str, member_id: str) -> bytes:
-    return record_key(MEMBER_METADATA, group_id, member_id)
-
-
-def target_metadata_key(group_id: str) -> bytes:
-    return record_key(TARGET_METADATA, group_id)
-
-
-def target_member_key(group_id: str, member_id: str) -> bytes:
-    return record_key(TARGET_MEMBER, group_id, member_id)
-
-
-def current_assignment_key(group_id: str, member_id: str) -> bytes:
-    return record_key(CURRENT_ASSIGNMENT, group_id, member_id)
+group_metadata_key = group_key(GROUP_METADATA)
+partition_metadata_key = group_key(PARTITION_METADATA)
+member_metadata_key = member_key(MEMBER_METADATA)
+target_metadata_key = group_key(TARGET_METADATA)
+target_member_key = member_key(TARGET_MEMBER)
+current_assignment_key = member_key(CURRENT_ASSIGNMENT)
 
 
 def record_type(key: bytes) -> int:
@@ -306,24 +300,40 @@ class CurrentAssignmentValue:
     pending_revocation: Mapping[uuid.UUID, frozenset[int]]
 
 
-def encode_current_assignment(v: CurrentAssignmentValue) -> bytes:
+_EPOCHS_AND_STATE = struct.Struct(">iib")
+
+
+def encode_member_assignment(
+    member_epoch: int, previous_member_epoch: int, state: int, *assignments: Assignment
+) -> bytes:
+    """A current member assignment value (consumer and share groups): MemberEpoch,
+    PreviousMemberEpoch, State, then the assignments (assigned; pending revocation)."""
     w = start_value()
-    w.int32(v.member_epoch)
-    w.int32(v.previous_member_epoch)
-    w.int8(v.state)
-    write_partitions(w, v.assigned)
-    write_partitions(w, v.pending_revocation)
+    w.pack(_EPOCHS_AND_STATE, member_epoch, previous_member_epoch, state)
+    for a in assignments:
+        write_partitions(w, a)
     return end_value(w)
 
 
-def decode_current_assignment(data: bytes) -> CurrentAssignmentValue:
+def decode_member_assignment(
+    data: bytes, assignments: int
+) -> tuple[int, int, int, list[dict[uuid.UUID, frozenset[int]]]]:
+    """What `encode_member_assignment` writes with `assignments` assignments."""
     r = open_value(data)
-    epoch = r.int32()
-    previous = r.int32()
-    state = r.int8()
-    assigned = read_partitions(r)
-    pending = read_partitions(r)
+    member_epoch, previous_member_epoch, state = r.unpack(_EPOCHS_AND_STATE)
+    parts = [read_partitions(r) for _ in range(assignments)]
     close_value(r)
+    return member_epoch, previous_member_epoch, state, parts
+
+
+def encode_current_assignment(v: CurrentAssignmentValue) -> bytes:
+    return encode_member_assignment(
+        v.member_epoch, v.previous_member_epoch, v.state, v.assigned, v.pending_revocation
+    )
+
+
+def decode_current_assignment(data: bytes) -> CurrentAssignmentValue:
+    epoch, previous, state, (assigned, pending) = decode_member_assignment(data, 2)
     return CurrentAssignmentValue(epoch, previous, state, assigned, pending)
 
 

@@ -31,13 +31,14 @@ from dataclasses import dataclass, field
 from wherry.group import consumer_group_records as cgr
 from wherry.group.consumer_group_records import (
     close_value,
+    decode_member_assignment,
     decode_record_key,
+    encode_member_assignment,
     end_value,
+    group_key,
+    member_key,
     open_value,
-    read_partitions,
-    record_key,
     start_value,
-    write_partitions,
 )
 from wherry.protocol.wire import Reader, Writer
 
@@ -93,32 +94,13 @@ def upsert_order(key: bytes) -> int:
 # --- keys ----------------------------------------------------------------------------------------
 
 
-def partition_metadata_key(group_id: str) -> bytes:
-    return record_key(PARTITION_METADATA, group_id)
-
-
-def member_metadata_key(group_id: str, member_id: str) -> bytes:
-    return record_key(MEMBER_METADATA, group_id, member_id)
-
-
-def group_metadata_key(group_id: str) -> bytes:
-    return record_key(GROUP_METADATA, group_id)
-
-
-def target_metadata_key(group_id: str) -> bytes:
-    return record_key(TARGET_METADATA, group_id)
-
-
-def target_member_key(group_id: str, member_id: str) -> bytes:
-    return record_key(TARGET_MEMBER, group_id, member_id)
-
-
-def current_assignment_key(group_id: str, member_id: str) -> bytes:
-    return record_key(CURRENT_ASSIGNMENT, group_id, member_id)
-
-
-def state_metadata_key(group_id: str) -> bytes:
-    return record_key(STATE_METADATA, group_id)
+partition_metadata_key = group_key(PARTITION_METADATA)
+member_metadata_key = member_key(MEMBER_METADATA)
+group_metadata_key = group_key(GROUP_METADATA)
+target_metadata_key = group_key(TARGET_METADATA)
+target_member_key = member_key(TARGET_MEMBER)
+current_assignment_key = member_key(CURRENT_ASSIGNMENT)
+state_metadata_key = group_key(STATE_METADATA)
 
 
 def decode_share_group_key(key: bytes) -> tuple[int, str, str | None]:
@@ -182,21 +164,11 @@ class ShareCurrentAssignment:
 
 
 def encode_current_assignment(v: ShareCurrentAssignment) -> bytes:
-    w = start_value()
-    w.int32(v.member_epoch)
-    w.int32(v.previous_member_epoch)
-    w.int8(v.state)
-    write_partitions(w, v.assigned)
-    return end_value(w)
+    return encode_member_assignment(v.member_epoch, v.previous_member_epoch, v.state, v.assigned)
 
 
 def decode_current_assignment(data: bytes) -> ShareCurrentAssignment:
-    r = open_value(data)
-    epoch = r.int32()
-    previous = r.int32()
-    state = r.int8()
-    assigned = read_partitions(r)
-    close_value(r)
+    epoch, previous, state, (assigned,) = decode_member_assignment(data, 1)
     return ShareCurrentAssignment(epoch, previous, state, assigned)
 
 

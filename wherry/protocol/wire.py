@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from kio.serial import errors as kio_errors
 
@@ -55,6 +55,34 @@ class DecodeError(ValueError, kio_errors.DecodeError):
 
 class EncodeError(ValueError):
     """A value the wire cannot carry (or that the requested version cannot)."""
+
+
+def _int_reader(fmt: struct.Struct) -> Callable[[Reader], int]:
+    """A `Reader` method reading one integer of the one-field `fmt`."""
+    size = fmt.size
+    unpack_from = fmt.unpack_from
+
+    def read(r: Reader) -> int:
+        start = r.pos
+        if r._end - start < size:
+            raise r._short(size)
+        r.pos = start + size
+        return unpack_from(r._buf, start)[0]
+
+    return read
+
+
+def _int_writer(fmt: struct.Struct) -> Callable[[Writer, int], None]:
+    """A `Writer` method writing one integer of the one-field `fmt`."""
+    pack = fmt.pack
+
+    def write(w: Writer, v: int) -> None:
+        try:
+            w.out += pack(v)
+        except struct.error as e:
+            raise EncodeError(f"{v!r} does not fit the wire type {fmt.format!r}: {e}") from e
+
+    return write
 
 
 class Reader:
@@ -101,7 +129,7 @@ class Reader:
         start = self.skip(n)
         return memoryview(self._buf)[start : start + n]
 
-    def unpack(self, fmt: struct.Struct) -> tuple[int, ...]:
+    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
         """The fields of one fixed-size `struct.Struct` (several integers in one read)."""
         start = self.pos
         if fmt.size > self._end - start:
@@ -109,73 +137,21 @@ class Reader:
         self.pos = start + fmt.size
         return fmt.unpack_from(self._buf, start)
 
-    # Each fixed-size read is written out: one call per value on the hot paths.
-
-    def int8(self) -> int:
-        start = self.pos
-        if start >= self._end:
-            raise self._short(1)
-        self.pos = start + 1
-        v: int = _I8.unpack_from(self._buf, start)[0]
-        return v
-
-    def uint8(self) -> int:
-        start = self.pos
-        if start >= self._end:
-            raise self._short(1)
-        self.pos = start + 1
-        return self._buf[start]
-
-    def int16(self) -> int:
-        start = self.pos
-        if self._end - start < 2:
-            raise self._short(2)
-        self.pos = start + 2
-        v: int = _I16.unpack_from(self._buf, start)[0]
-        return v
-
-    def uint16(self) -> int:
-        start = self.pos
-        if self._end - start < 2:
-            raise self._short(2)
-        self.pos = start + 2
-        v: int = _U16.unpack_from(self._buf, start)[0]
-        return v
-
-    def int32(self) -> int:
-        start = self.pos
-        if self._end - start < 4:
-            raise self._short(4)
-        self.pos = start + 4
-        v: int = _I32.unpack_from(self._buf, start)[0]
-        return v
-
-    def uint32(self) -> int:
-        start = self.pos
-        if self._end - start < 4:
-            raise self._short(4)
-        self.pos = start + 4
-        v: int = _U32.unpack_from(self._buf, start)[0]
-        return v
-
-    def int64(self) -> int:
-        start = self.pos
-        if self._end - start < 8:
-            raise self._short(8)
-        self.pos = start + 8
-        v: int = _I64.unpack_from(self._buf, start)[0]
-        return v
+    # One call per value on the hot paths: each fixed-size read is a closure over its format.
+    int8 = _int_reader(_I8)
+    uint8 = _int_reader(_U8)
+    int16 = _int_reader(_I16)
+    uint16 = _int_reader(_U16)
+    int32 = _int_reader(_I32)
+    uint32 = _int_reader(_U32)
+    int64 = _int_reader(_I64)
 
     def float64(self) -> float:
-        start = self.pos
-        if self._end - start < 8:
-            raise self._short(8)
-        self.pos = start + 8
-        v: float = _F64.unpack_from(self._buf, start)[0]
-        return v
+        value: float = self.unpack(_F64)[0]
+        return value
 
     def boolean(self) -> bool:
-        return self.uint8() != 0  # like Kafka: any non-zero byte is true
+        return self.int8() != 0  # like Kafka: any non-zero byte is true
 
     def uuid(self) -> uuid.UUID:
         start = self.skip(16)
@@ -346,12 +322,6 @@ class Writer:
     def getvalue(self) -> bytes:
         return bytes(self.out)
 
-    def _pack(self, fmt: struct.Struct, v: float) -> None:
-        try:
-            self.out += fmt.pack(v)
-        except struct.error as e:
-            raise EncodeError(f"{v!r} does not fit the wire type: {e}") from e
-
     def raw(self, data: Buffer) -> None:
         self.out += data
 
@@ -362,29 +332,16 @@ class Writer:
         except struct.error as e:
             raise EncodeError(f"{values!r} do not fit the wire types: {e}") from e
 
-    def int8(self, v: int) -> None:
-        self._pack(_I8, v)
-
-    def uint8(self, v: int) -> None:
-        self._pack(_U8, v)
-
-    def int16(self, v: int) -> None:
-        self._pack(_I16, v)
-
-    def uint16(self, v: int) -> None:
-        self._pack(_U16, v)
-
-    def int32(self, v: int) -> None:
-        self._pack(_I32, v)
-
-    def uint32(self, v: int) -> None:
-        self._pack(_U32, v)
-
-    def int64(self, v: int) -> None:
-        self._pack(_I64, v)
+    int8 = _int_writer(_I8)
+    uint8 = _int_writer(_U8)
+    int16 = _int_writer(_I16)
+    uint16 = _int_writer(_U16)
+    int32 = _int_writer(_I32)
+    uint32 = _int_writer(_U32)
+    int64 = _int_writer(_I64)
 
     def float64(self, v: float) -> None:
-        self._pack(_F64, v)
+        self.out += _F64.pack(v)
 
     def boolean(self, v: bool) -> None:
         self.out.append(1 if v else 0)

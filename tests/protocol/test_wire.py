@@ -192,7 +192,7 @@ def test_tagged_fields_known_handed_over_unknown_skipped() -> None:
         (b"\xff\xfe", Reader.nullable_string, "negative string length"),
         (b"\xff\xff", Reader.string, "null in a non-nullable string"),
         (b"\x00\x02\xc3\x28", Reader.string, "invalid UTF-8"),
-        (b"\xff\xff\xff\xfe", Reader.nullable_bytes, "negative bytes length"),
+        (b"\xff\xff\xff\xfe", Reader.nullable_bytes, "negative length"),
         (b"\xff\xff\xff\xff", Reader.bytes_, "null in a non-nullable bytes"),
         (b"\x7f\xff\xff\xff", Reader.bytes_, "truncated"),
         (b"\xff\xff\xff\xfe", Reader.nullable_array_length, "negative array length"),

@@ -29,6 +29,7 @@ import struct
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from wherry.group.records import RecordFormatError
 from wherry.protocol.wire import Reader, Writer
@@ -38,6 +39,7 @@ __all__ = [
     "Assignment",
     "ConsumerGroupReplay",
     "CurrentAssignmentValue",
+    "MemberAssignment",
     "MemberMetadataValue",
     "ReplayedGroup",
     "TopicMetadataValue",
@@ -194,9 +196,9 @@ def encode_partition_metadata(epoch: int, topics: Sequence[TopicMetadataValue]) 
     return end_value(w)
 
 
-def decode_partition_metadata(data: bytes) -> tuple[int, tuple[TopicMetadataValue, ...]]:
-    r = open_value(data)
-    epoch = r.int32()
+def read_topics_metadata(r: Reader) -> tuple[TopicMetadataValue, ...]:
+    """Topics [TopicId, TopicName, NumPartitions, PartitionRacks (skipped)] (consumer and
+    share groups' partition metadata)."""
     topics = []
     for _ in range(r.array_length(True)):
         tid = r.uuid()
@@ -209,8 +211,15 @@ def decode_partition_metadata(data: bytes) -> tuple[int, tuple[TopicMetadataValu
             r.tagged_fields()
         r.tagged_fields()
         topics.append(TopicMetadataValue(tid, name, n))
+    return tuple(topics)
+
+
+def decode_partition_metadata(data: bytes) -> tuple[int, tuple[TopicMetadataValue, ...]]:
+    r = open_value(data)
+    epoch = r.int32()
+    topics = read_topics_metadata(r)
     close_value(r)
-    return epoch, tuple(topics)
+    return epoch, topics
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,15 +234,33 @@ class MemberMetadataValue:
     server_assignor: str | None
 
 
+MemberClient = tuple[str | None, str, str, tuple[str, ...]]
+"""RackId, ClientId, ClientHost, SubscribedTopicNames: what a consumer- and a share-group
+member's metadata value both hold, in that order."""
+
+
+def write_member_client(w: Writer, client: MemberClient) -> None:
+    rack_id, client_id, client_host, names = client
+    w.nullable_string(rack_id, True)
+    w.string(client_id, True)
+    w.string(client_host, True)
+    w.array_length(len(names), True)
+    for name in names:
+        w.string(name, True)
+
+
+def read_member_client(r: Reader) -> MemberClient:
+    rack_id = r.nullable_string(True)
+    client_id = r.string(True)
+    client_host = r.string(True)
+    names = tuple(r.string(True) for _ in range(r.array_length(True)))
+    return rack_id, client_id, client_host, names
+
+
 def encode_member_metadata(v: MemberMetadataValue) -> bytes:
     w = start_value()
     w.nullable_string(v.instance_id, True)
-    w.nullable_string(v.rack_id, True)
-    w.nullable_string(v.client_id, True)
-    w.nullable_string(v.client_host, True)
-    w.array_length(len(v.subscribed_topic_names), True)
-    for name in v.subscribed_topic_names:
-        w.nullable_string(name, True)
+    write_member_client(w, (v.rack_id, v.client_id, v.client_host, v.subscribed_topic_names))
     w.nullable_string(v.subscribed_topic_regex, True)
     w.int32(v.rebalance_timeout_ms)
     w.nullable_string(v.server_assignor, True)
@@ -243,10 +270,7 @@ def encode_member_metadata(v: MemberMetadataValue) -> bytes:
 def decode_member_metadata(data: bytes) -> MemberMetadataValue:
     r = open_value(data)
     instance_id = r.nullable_string(True)
-    rack_id = r.nullable_string(True)
-    client_id = r.string(True)
-    client_host = r.string(True)
-    names = tuple(r.string(True) for _ in range(r.array_length(True)))
+    rack_id, client_id, client_host, names = read_member_client(r)
     regex = r.nullable_string(True)
     rebalance_timeout = r.int32()
     assignor = r.nullable_string(True)
@@ -292,11 +316,18 @@ def decode_target_member(data: bytes) -> dict[uuid.UUID, frozenset[int]]:
 
 
 @dataclass(frozen=True, slots=True)
-class CurrentAssignmentValue:
+class MemberAssignment:
+    """A member's current assignment: a share-group member's value, and the start of a
+    consumer-group member's."""
+
     member_epoch: int
     previous_member_epoch: int
     state: int
     assigned: Mapping[uuid.UUID, frozenset[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignmentValue(MemberAssignment):
     pending_revocation: Mapping[uuid.UUID, frozenset[int]]
 
 
@@ -354,6 +385,29 @@ def record_diff(
 
 # --- replay --------------------------------------------------------------------------------------
 
+G = TypeVar("G")
+V = TypeVar("V")
+
+
+def replayed_group(
+    groups: dict[str, G], group_id: str, tombstone: bool, new: Callable[[], G]
+) -> G | None:
+    """The group a record replays into, made on its first record; None for the tombstone of a
+    group never seen (consumer and share groups)."""
+    g = groups.get(group_id)
+    if g is None and not tombstone:
+        g = groups[group_id] = new()
+    return g
+
+
+def replay_member(table: dict[str, V], member_id: str | None, decoded: V | None) -> None:
+    """A member's record replayed into its table: set, or (a tombstone, None) removed."""
+    assert member_id is not None
+    if decoded is None:
+        table.pop(member_id, None)
+    else:
+        table[member_id] = decoded
+
 
 @dataclass(slots=True)
 class ReplayedGroup:
@@ -387,33 +441,24 @@ class ConsumerGroupReplay:
     def apply(self, key: bytes, value: bytes | None) -> None:
         """Replay one record (raises RecordFormatError on bytes that do not parse)."""
         t, group_id, member_id = decode_consumer_group_key(key)
-        g = self.groups.get(group_id)
+        g = replayed_group(self.groups, group_id, value is None, ReplayedGroup)
         if g is None:
-            if value is None:
-                return
-            g = self.groups[group_id] = ReplayedGroup()
+            return
         if t == GROUP_METADATA:
             g.group_epoch = None if value is None else decode_epoch_value(value)
         elif t == PARTITION_METADATA:
             g.topics = None if value is None else decode_partition_metadata(value)[1]
         elif t == TARGET_METADATA:
             g.assignment_epoch = None if value is None else decode_epoch_value(value)
+        elif t == MEMBER_METADATA:
+            member = None if value is None else decode_member_metadata(value)
+            replay_member(g.members, member_id, member)
+        elif t == TARGET_MEMBER:
+            target = None if value is None else decode_target_member(value)
+            replay_member(g.targets, member_id, target)
         else:
-            assert member_id is not None
-            table: dict[str, object]
-            if t == MEMBER_METADATA:
-                table = g.members  # type: ignore[assignment]
-                decoded: object = None if value is None else decode_member_metadata(value)
-            elif t == TARGET_MEMBER:
-                table = g.targets  # type: ignore[assignment]
-                decoded = None if value is None else decode_target_member(value)
-            else:
-                table = g.current  # type: ignore[assignment]
-                decoded = None if value is None else decode_current_assignment(value)
-            if decoded is None:
-                table.pop(member_id, None)
-            else:
-                table[member_id] = decoded
+            current = None if value is None else decode_current_assignment(value)
+            replay_member(g.current, member_id, current)
         if g.is_empty_record_set:
             del self.groups[group_id]
 

@@ -25,11 +25,12 @@ A null value is a tombstone. `ShareGroupReplay` replays them in log order. Pure:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from wherry.group import consumer_group_records as cgr
 from wherry.group.consumer_group_records import (
+    MemberAssignment,
     close_value,
     decode_member_assignment,
     decode_record_key,
@@ -38,7 +39,12 @@ from wherry.group.consumer_group_records import (
     group_key,
     member_key,
     open_value,
+    read_member_client,
+    read_topics_metadata,
+    replay_member,
+    replayed_group,
     start_value,
+    write_member_client,
 )
 from wherry.protocol.wire import Reader, Writer
 
@@ -136,31 +142,18 @@ class ShareMemberValue:
 
 def encode_member_metadata(v: ShareMemberValue) -> bytes:
     w = start_value()
-    w.nullable_string(v.rack_id, True)
-    w.nullable_string(v.client_id, True)
-    w.nullable_string(v.client_host, True)
-    w.array_length(len(v.subscribed_topic_names), True)
-    for name in v.subscribed_topic_names:
-        w.string(name, True)
+    write_member_client(w, (v.rack_id, v.client_id, v.client_host, v.subscribed_topic_names))
     return end_value(w)
 
 
 def decode_member_metadata(data: bytes) -> ShareMemberValue:
     r = open_value(data)
-    rack = r.nullable_string(True)
-    client_id = r.string(True)
-    client_host = r.string(True)
-    names = tuple(r.string(True) for _ in range(r.array_length(True)))
+    value = ShareMemberValue(*read_member_client(r))
     close_value(r)
-    return ShareMemberValue(rack, client_id, client_host, names)
+    return value
 
 
-@dataclass(frozen=True, slots=True)
-class ShareCurrentAssignment:
-    member_epoch: int
-    previous_member_epoch: int
-    state: int
-    assigned: Mapping[uuid.UUID, frozenset[int]]
+ShareCurrentAssignment = MemberAssignment
 
 
 def encode_current_assignment(v: ShareCurrentAssignment) -> bytes:
@@ -238,16 +231,7 @@ def decode_state_metadata(data: bytes) -> tuple[StateTopic, ...]:
 
 def _skip_partition_metadata(data: bytes) -> None:
     r = open_value(data)
-    for _ in range(r.array_length(True)):
-        r.uuid()
-        r.string(True)
-        r.int32()
-        for _ in range(r.array_length(True)):
-            r.int32()
-            for _ in range(r.array_length(True)):
-                r.nullable_string(True)
-            r.tagged_fields()
-        r.tagged_fields()
+    read_topics_metadata(r)
     close_value(r)
 
 
@@ -293,11 +277,9 @@ class ShareGroupReplay:
         decoded: object = None
         if value is not None:
             decoded = _DECODERS[t](value)
-        g = self.groups.get(group_id)
+        g = replayed_group(self.groups, group_id, value is None, ReplayedShareGroup)
         if g is None:
-            if value is None:
-                return
-            g = self.groups[group_id] = ReplayedShareGroup()
+            return
         if t == GROUP_METADATA:
             g.group_epoch, g.metadata_hash = (None, 0) if decoded is None else decoded  # type: ignore[misc]
         elif t == TARGET_METADATA:
@@ -307,16 +289,12 @@ class ShareGroupReplay:
         elif t == PARTITION_METADATA:
             g.has_partition_metadata = value is not None
         else:
-            assert member_id is not None
             table: dict[str, object] = (
                 g.members if t == MEMBER_METADATA  # type: ignore[assignment]
                 else g.targets if t == TARGET_MEMBER
                 else g.current
             )
-            if decoded is None:
-                table.pop(member_id, None)
-            else:
-                table[member_id] = decoded
+            replay_member(table, member_id, decoded)
         if g.is_empty_record_set:
             del self.groups[group_id]
 

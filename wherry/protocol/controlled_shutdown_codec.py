@@ -29,11 +29,11 @@ from wherry.protocol.interbroker import (
     RemainingPartition,
 )
 from wherry.protocol.interbroker_parts import (
+    BodyCodec,
     InterbrokerEncodeError,
     finish_frame,
     start_request_frame,
     start_response_frame,
-    write_body,
 )
 from wherry.protocol.wire import DecodeError, Reader, Writer
 
@@ -126,21 +126,17 @@ def _read_response(r: Reader, v: int) -> ControlledShutdownResponse:
     return ControlledShutdownResponse(error_code, tuple(remaining))
 
 
-def _encode(write: Any, version: int, body: object, cls: type) -> bytes:
-    w = Writer()
-    write_body(w, write, version, body, cls, "ControlledShutdown")
-    return bytes(w.out)
-
-
-def _decode_body(read: Any, version: int, r: Reader, cls: type) -> Any:
-    body = read(r, version)
-    r.expect_end(f"{cls.__name__} v{version}")
-    return body
+_REQUEST: Final = BodyCodec(
+    ControlledShutdownRequest, _write_request, _read_request, "ControlledShutdown"
+)
+_RESPONSE: Final = BodyCodec(
+    ControlledShutdownResponse, _write_response, _read_response, "ControlledShutdown"
+)
 
 
 def encode_controlled_shutdown_request_body(version: int, body: ControlledShutdownRequest) -> bytes:
     _check_version(version, InterbrokerEncodeError)
-    return _encode(_write_request, version, body, ControlledShutdownRequest)
+    return _REQUEST.encode(version, body)
 
 
 def decode_controlled_shutdown_request_body(
@@ -148,17 +144,14 @@ def decode_controlled_shutdown_request_body(
 ) -> ControlledShutdownRequest:
     """Parse a request body that fills `buf[offset:]` exactly."""
     _check_version(version, DecodeError)
-    body: ControlledShutdownRequest = _decode_body(
-        _read_request, version, Reader(buf, offset), ControlledShutdownRequest
-    )
-    return body
+    return _REQUEST.decode(version, buf, offset)
 
 
 def encode_controlled_shutdown_response_body(
     version: int, body: ControlledShutdownResponse
 ) -> bytes:
     _check_version(version, InterbrokerEncodeError)
-    return _encode(_write_response, version, body, ControlledShutdownResponse)
+    return _RESPONSE.encode(version, body)
 
 
 def decode_controlled_shutdown_response_body(
@@ -166,10 +159,7 @@ def decode_controlled_shutdown_response_body(
 ) -> ControlledShutdownResponse:
     """Parse a response body that fills `buf[offset:]` exactly."""
     _check_version(version, DecodeError)
-    body: ControlledShutdownResponse = _decode_body(
-        _read_response, version, Reader(buf, offset), ControlledShutdownResponse
-    )
-    return body
+    return _RESPONSE.decode(version, buf, offset)
 
 
 # --- whole frames ---------------------------------------------------------------------------
@@ -183,7 +173,7 @@ def encode_controlled_shutdown_request(
     w = start_request_frame(
         CONTROLLED_SHUTDOWN_KEY, version, correlation_id, client_id, request_header_version(version)
     )
-    write_body(w, _write_request, version, body, ControlledShutdownRequest, "ControlledShutdown")
+    _REQUEST.write_into(w, version, body)
     return finish_frame(w)
 
 
@@ -211,9 +201,7 @@ def decode_controlled_shutdown_request(frame: _Bytes) -> ControlledShutdownFrame
     client_id = r.nullable_string(False) if header >= 1 else None
     if header >= 2:
         r.tagged_fields()
-    body: ControlledShutdownRequest = _decode_body(
-        _read_request, version, r, ControlledShutdownRequest
-    )
+    body = _REQUEST.read_whole(r, version)
     return ControlledShutdownFrame(version, correlation_id, client_id, body)
 
 
@@ -243,9 +231,7 @@ def encode_controlled_shutdown_response(
         coerced = _coerce_response(body)
     except (TypeError, ValueError, KeyError) as e:
         raise InterbrokerEncodeError(f"cannot build a ControlledShutdownResponse: {e}") from e
-    write_body(
-        w, _write_response, version, coerced, ControlledShutdownResponse, "ControlledShutdown"
-    )
+    _RESPONSE.write_into(w, version, coerced)
     return finish_frame(w)
 
 
@@ -258,7 +244,4 @@ def decode_controlled_shutdown_response(
     correlation_id = r.int32()
     if response_header_version(version) >= 1:
         r.tagged_fields()
-    body: ControlledShutdownResponse = _decode_body(
-        _read_response, version, r, ControlledShutdownResponse
-    )
-    return correlation_id, body
+    return correlation_id, _RESPONSE.read_whole(r, version)

@@ -61,11 +61,11 @@ from wherry.protocol.interbroker import (
     UpdateMetadataResponse,
 )
 from wherry.protocol.interbroker_parts import (
+    BodyCodec,
     InterbrokerEncodeError,
     finish_frame,
     start_request_frame,
     start_response_frame,
-    write_body,
 )
 from wherry.protocol.leader_and_isr_codec import (
     read_leader_and_isr_request,
@@ -85,7 +85,7 @@ from wherry.protocol.update_metadata_codec import (
     write_update_metadata_request,
     write_update_metadata_response,
 )
-from wherry.protocol.wire import DecodeError, Reader, Writer
+from wherry.protocol.wire import DecodeError, Reader
 
 __all__ = [
     "DEFAULT_INTERBROKER_VERSIONS",
@@ -159,45 +159,31 @@ def _check_version(api_key: int, version: int, error: type[Exception]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Codec:
-    body_type: type
-    write: Callable[[Writer, int, Any], None]
-    read: Callable[[Reader, int], Any]
+_Codec: TypeAlias = BodyCodec[Any]
 
 
-_REQUESTS: Final[dict[int, _Codec]] = {
-    LEADER_AND_ISR_KEY: _Codec(
-        LeaderAndIsrRequest, write_leader_and_isr_request, read_leader_and_isr_request
-    ),
-    STOP_REPLICA_KEY: _Codec(
-        StopReplicaRequest, write_stop_replica_request, read_stop_replica_request
-    ),
-    UPDATE_METADATA_KEY: _Codec(
-        UpdateMetadataRequest, write_update_metadata_request, read_update_metadata_request
-    ),
-}
-_RESPONSES: Final[dict[int, _Codec]] = {
-    LEADER_AND_ISR_KEY: _Codec(
-        LeaderAndIsrResponse, write_leader_and_isr_response, read_leader_and_isr_response
-    ),
-    STOP_REPLICA_KEY: _Codec(
-        StopReplicaResponse, write_stop_replica_response, read_stop_replica_response
-    ),
-    UPDATE_METADATA_KEY: _Codec(
-        UpdateMetadataResponse, write_update_metadata_response, read_update_metadata_response
-    ),
-}
+def _by_key(
+    *codecs: tuple[int, type, Callable[..., None], Callable[..., Any]],
+) -> dict[int, _Codec]:
+    """API key -> the codec of its body (class, writer, reader)."""
+    return {key: BodyCodec(cls, w, r, f"API key {key}") for key, cls, w, r in codecs}
 
 
-def _encode_with(codec: _Codec, api_key: int, version: int, body: object, w: Writer) -> None:
-    write_body(w, codec.write, version, body, codec.body_type, f"API key {api_key}")
-
-
-def _decode_with(codec: _Codec, version: int, r: Reader) -> Any:
-    body = codec.read(r, version)
-    r.expect_end(f"{codec.body_type.__name__} v{version}")
-    return body
+_REQUESTS: Final = _by_key(
+    (LEADER_AND_ISR_KEY, LeaderAndIsrRequest, write_leader_and_isr_request,
+     read_leader_and_isr_request),
+    (STOP_REPLICA_KEY, StopReplicaRequest, write_stop_replica_request, read_stop_replica_request),
+    (UPDATE_METADATA_KEY, UpdateMetadataRequest, write_update_metadata_request,
+     read_update_metadata_request),
+)
+_RESPONSES: Final = _by_key(
+    (LEADER_AND_ISR_KEY, LeaderAndIsrResponse, write_leader_and_isr_response,
+     read_leader_and_isr_response),
+    (STOP_REPLICA_KEY, StopReplicaResponse, write_stop_replica_response,
+     read_stop_replica_response),
+    (UPDATE_METADATA_KEY, UpdateMetadataResponse, write_update_metadata_response,
+     read_update_metadata_response),
+)
 
 
 _Body = TypeVar("_Body", InterbrokerRequestBody, InterbrokerResponseBody)
@@ -214,14 +200,12 @@ class _Bodies(Generic[_Body]):
     def encode(self, api_key: int, version: int, body: _Body) -> bytes:
         """The body's bytes."""
         _check_version(api_key, version, InterbrokerEncodeError)
-        w = Writer()
-        _encode_with(self._codecs[api_key], api_key, version, body, w)
-        return bytes(w.out)
+        return self._codecs[api_key].encode(version, body)
 
     def decode(self, api_key: int, version: int, buf: _Bytes, offset: int = 0) -> _Body:
         """Parse a body that fills `buf[offset:]` exactly."""
         _check_version(api_key, version, DecodeError)
-        body: _Body = _decode_with(self._codecs[api_key], version, Reader(buf, offset))
+        body: _Body = self._codecs[api_key].decode(version, buf, offset)
         return body
 
 
@@ -244,7 +228,7 @@ def encode_interbroker_request(
     _check_version(api_key, version, InterbrokerEncodeError)
     header = request_header_version(api_key, version)
     w = start_request_frame(api_key, version, correlation_id, client_id, header)
-    _encode_with(_REQUESTS[api_key], api_key, version, body, w)
+    _REQUESTS[api_key].write_into(w, version, body)
     return finish_frame(w)
 
 
@@ -267,7 +251,7 @@ def decode_interbroker_request(frame: bytes | bytearray | memoryview) -> Interbr
     client_id = r.nullable_string(False)
     if is_flexible(api_key, version):
         r.tagged_fields()
-    body: InterbrokerRequestBody = _decode_with(_REQUESTS[api_key], version, r)
+    body: InterbrokerRequestBody = _REQUESTS[api_key].read_whole(r, version)
     return InterbrokerRequest(api_key, version, correlation_id, client_id, body)
 
 
@@ -311,7 +295,7 @@ def encode_interbroker_response(
         coerced = _coerce_response(api_key, body)
     except (TypeError, ValueError, AttributeError) as e:
         raise InterbrokerEncodeError(f"cannot build a response for API key {api_key}: {e}") from e
-    _encode_with(_RESPONSES[api_key], api_key, version, coerced, w)
+    _RESPONSES[api_key].write_into(w, version, coerced)
     return finish_frame(w)
 
 
@@ -324,7 +308,7 @@ def decode_interbroker_response(
     correlation_id = r.int32()
     if is_flexible(api_key, version):
         r.tagged_fields()
-    body: InterbrokerResponseBody = _decode_with(_RESPONSES[api_key], version, r)
+    body: InterbrokerResponseBody = _RESPONSES[api_key].read_whole(r, version)
     return correlation_id, body
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any, Final, TypeAlias, TypedDict, TypeVar
+from dataclasses import dataclass
+from typing import Final, Generic, TypeAlias, TypedDict, TypeVar
 
 from wherry.protocol.interbroker import (
     LeaderAndIsrPartitionError,
@@ -25,12 +26,13 @@ from wherry.protocol.interbroker import (
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
-from wherry.protocol.wire import EncodeError, Reader, Writer
+from wherry.protocol.wire import Buffer, EncodeError, Reader, Writer
 
 __all__ = [
     "TYPE_FULL",
     "TYPE_UNKNOWN",
     "ZERO_UUID",
+    "BodyCodec",
     "ControllerHeader",
     "InterbrokerEncodeError",
     "finish_frame",
@@ -42,7 +44,6 @@ __all__ = [
     "require",
     "start_request_frame",
     "start_response_frame",
-    "write_body",
     "write_controller_header",
     "write_leadership",
     "write_partition_error",
@@ -62,6 +63,7 @@ _FOUR_INT32: Final = struct.Struct(">iiii")
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
+B = TypeVar("B")
 
 
 def group_by(items: Iterable[T], key: Callable[[T], K]) -> list[tuple[K, list[T]]]:
@@ -115,21 +117,43 @@ def finish_frame(w: Writer) -> bytes:
     return bytes(w.out)
 
 
-def write_body(
-    w: Writer,
-    write: Callable[[Writer, int, Any], None],
-    version: int,
-    body: object,
-    cls: type,
-    what: str,
-) -> None:
-    """`write(w, version, body)` once `body` is checked to be a `cls` (`what` needs one)."""
-    if not isinstance(body, cls):
-        raise InterbrokerEncodeError(f"{what} needs a {cls.__name__}, got {type(body).__name__}")
-    try:
-        write(w, version, body)
-    except struct.error as e:  # an integer outside its wire type's range
-        raise InterbrokerEncodeError(f"cannot encode {cls.__name__} v{version}: {e}") from e
+@dataclass(frozen=True, slots=True)
+class BodyCodec(Generic[B]):
+    """One request's or response's body: its class, writer and reader (`what` names it in
+    errors)."""
+
+    body_type: type[B]
+    write: Callable[[Writer, int, B], None]
+    read: Callable[[Reader, int], B]
+    what: str
+
+    def write_into(self, w: Writer, version: int, body: object) -> None:
+        """The body, once checked to be a `body_type`."""
+        if not isinstance(body, self.body_type):
+            raise InterbrokerEncodeError(
+                f"{self.what} needs a {self.body_type.__name__}, got {type(body).__name__}"
+            )
+        try:
+            self.write(w, version, body)
+        except struct.error as e:  # an integer outside its wire type's range
+            raise InterbrokerEncodeError(
+                f"cannot encode {self.body_type.__name__} v{version}: {e}"
+            ) from e
+
+    def encode(self, version: int, body: object) -> bytes:
+        w = Writer()
+        self.write_into(w, version, body)
+        return bytes(w.out)
+
+    def read_whole(self, r: Reader, version: int) -> B:
+        """The body, which must end where `r` does."""
+        body = self.read(r, version)
+        r.expect_end(f"{self.body_type.__name__} v{version}")
+        return body
+
+    def decode(self, version: int, buf: Buffer, offset: int = 0) -> B:
+        """A body that fills `buf[offset:]` exactly."""
+        return self.read_whole(Reader(buf, offset), version)
 
 
 # --- what the three controller requests start with -----------------------------------------

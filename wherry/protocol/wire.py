@@ -203,6 +203,8 @@ class Reader:
     # --- strings and bytes ----------------------------------------------------------------
 
     def _text(self, n: int) -> str:
+        if n < 0:
+            raise DecodeError(f"negative string length {n}")
         if n > MAX_STRING_BYTES:
             raise DecodeError(f"string of {n} bytes exceeds the maximum of {MAX_STRING_BYTES}")
         start = self.pos
@@ -217,29 +219,19 @@ class Reader:
     def nullable_string(self, flexible: bool = False) -> str | None:
         """A string, compact when `flexible`; None for null."""
         n = self.uvarint() - 1 if flexible else self.int16()
-        if n < 0:
-            if n == -1:
-                return None
-            raise DecodeError(f"negative string length {n}")
-        return self._text(n)
+        return None if n == -1 else self._text(n)
 
     def string(self, flexible: bool = False) -> str:
         """A non-nullable string, compact when `flexible`."""
         n = self.uvarint() - 1 if flexible else self.int16()
-        if n < 0:
-            if n == -1:
-                raise DecodeError(f"null in a non-nullable string at offset {self.pos}")
-            raise DecodeError(f"negative string length {n}")
+        if n == -1:
+            raise DecodeError(f"null in a non-nullable string at offset {self.pos}")
         return self._text(n)
 
     def nullable_bytes(self, flexible: bool = False) -> bytes | None:
         """Bytes (int32 length, or compact when `flexible`); None for null."""
         n = self.uvarint() - 1 if flexible else self.int32()
-        if n < 0:
-            if n == -1:
-                return None
-            raise DecodeError(f"negative bytes length {n}")
-        return self.raw(n)
+        return None if n == -1 else self.raw(n)
 
     def bytes_(self, flexible: bool = False) -> bytes:
         """Non-nullable bytes, compact when `flexible`."""

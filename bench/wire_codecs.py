@@ -1,6 +1,7 @@
 """Time the hand-written binary codecs: encode + decode of a LeaderAndIsr v7 and an
-UpdateMetadata v8 request with 10,000 partitions, and decoding 100,000 `__consumer_offsets`
-offset-commit values.
+UpdateMetadata v8 request with 10,000 partitions, decoding 100,000 `__consumer_offsets`
+offset-commit values, and the follower's lean decoder on 1,000 Fetch v12 answers of 20
+partitions.
 
     python -m bench.wire_codecs [--rounds N]
 
@@ -20,6 +21,8 @@ from wherry.group.records import (
     decode_offset_commit_value,
     encode_offset_commit_value,
 )
+from wherry.protocol.codec import encode_response
+from wherry.protocol.fetch_response import decode_fetch_v12_response
 from wherry.protocol.interbroker import (
     LEADER_AND_ISR_KEY,
     UPDATE_METADATA_KEY,
@@ -102,10 +105,24 @@ def main() -> None:
         for v in values:
             decode_offset_commit_value(v)
 
+    fetch = encode_response(1, 12, 7, {
+        "throttle_time": 0, "error_code": 0, "session_id": 1,
+        "responses": [{"topic": f"topic-{t}", "partitions": [{
+            "partition_index": p, "error_code": 0, "high_watermark": 100, "last_stable_offset": 100,
+            "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+            "records": bytes(1000),
+        } for p in range(5)]} for t in range(4)],
+    })[4:]
+
+    def fetch_round() -> None:
+        for _ in range(1000):
+            decode_fetch_v12_response(fetch, expect_correlation_id=7)
+
     for name, fn in (
         ("LeaderAndIsr v7 encode+decode, 10k partitions", lai_round),
         ("UpdateMetadata v8 encode+decode, 10k partitions", um_round),
         ("OffsetCommitValue decode x100k", offsets_round),
+        ("Fetch v12 answer decode x1000 (20 partitions)", fetch_round),
     ):
         print(f"{name:52s} {_best(args.rounds, fn) * 1000:8.1f} ms")
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from wherry.group.records import RecordFormatError
+from wherry.group.records import RecordFormatError, open_versioned
 from wherry.protocol.wire import Reader, Writer
 
 __all__ = [
@@ -149,11 +149,7 @@ def end_value(w: Writer) -> bytes:
 
 def open_value(data: bytes) -> Reader:
     """A reader past a value's version, which must be 0."""
-    r = Reader(data)
-    v = r.int16()
-    if v != 0:
-        raise RecordFormatError(f"unknown value version {v}")
-    return r
+    return open_versioned(data, 0, "unknown value version")[0]
 
 
 def close_value(r: Reader) -> None:

@@ -84,6 +84,16 @@ def partition_for(group_id: str, partitions: int) -> int:
     return (0 if h == -0x8000_0000 else abs(h)) % partitions
 
 
+def open_versioned(data: bytes, max_version: int, unknown: str) -> tuple[Reader, int]:
+    """A reader past a record's 2-byte version, and that version, which must be 0 to
+    `max_version` (else RecordFormatError "`unknown`: version")."""
+    r = Reader(data)
+    version = r.int16()
+    if not 0 <= version <= max_version:
+        raise RecordFormatError(f"{unknown}: {version}")
+    return r, version
+
+
 # --- keys --------------------------------------------------------------------------------------
 
 
@@ -172,10 +182,9 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = N
 
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
-    r = Reader(data)
-    version = r.int16()
-    if not 0 <= version <= MAX_OFFSET_COMMIT_VALUE_VERSION:
-        raise RecordFormatError(f"Unknown offset message version: {version}")
+    r, version = open_versioned(
+        data, MAX_OFFSET_COMMIT_VALUE_VERSION, "Unknown offset message version"
+    )
     flex = version >= 4
     offset = r.int64()
     leader_epoch = r.int32() if version >= 3 else -1
@@ -241,10 +250,9 @@ def encode_group_metadata_value(value: GroupMetadataValue, version: int | None =
 
 
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
-    r = Reader(data)
-    version = r.int16()
-    if not 0 <= version <= MAX_GROUP_METADATA_VALUE_VERSION:
-        raise RecordFormatError(f"Unknown group metadata message version: {version}")
+    r, version = open_versioned(
+        data, MAX_GROUP_METADATA_VALUE_VERSION, "Unknown group metadata message version"
+    )
     flex = version >= 4
     protocol_type = r.string(flex)
     generation = r.int32()

@@ -78,12 +78,6 @@ def response_header_version(version: int) -> int:
     return 1 if _flexible(version) else 0
 
 
-def _check_version(version: int, error: type[Exception]) -> None:
-    lo, hi = CONTROLLED_SHUTDOWN_VERSIONS
-    if not lo <= version <= hi:
-        raise error(f"version {version} of ControlledShutdown is not supported ({lo}-{hi})")
-
-
 # --- bodies ---------------------------------------------------------------------------------
 
 
@@ -127,39 +121,25 @@ def _read_response(r: Reader, v: int) -> ControlledShutdownResponse:
 
 
 _REQUEST: Final = BodyCodec(
-    ControlledShutdownRequest, _write_request, _read_request, "ControlledShutdown"
+    ControlledShutdownRequest,
+    _write_request,
+    _read_request,
+    "ControlledShutdown",
+    CONTROLLED_SHUTDOWN_VERSIONS,
 )
 _RESPONSE: Final = BodyCodec(
-    ControlledShutdownResponse, _write_response, _read_response, "ControlledShutdown"
+    ControlledShutdownResponse,
+    _write_response,
+    _read_response,
+    "ControlledShutdown",
+    CONTROLLED_SHUTDOWN_VERSIONS,
 )
-
-
-def encode_controlled_shutdown_request_body(version: int, body: ControlledShutdownRequest) -> bytes:
-    _check_version(version, InterbrokerEncodeError)
-    return _REQUEST.encode(version, body)
-
-
-def decode_controlled_shutdown_request_body(
-    version: int, buf: _Bytes, offset: int = 0
-) -> ControlledShutdownRequest:
-    """Parse a request body that fills `buf[offset:]` exactly."""
-    _check_version(version, DecodeError)
-    return _REQUEST.decode(version, buf, offset)
-
-
-def encode_controlled_shutdown_response_body(
-    version: int, body: ControlledShutdownResponse
-) -> bytes:
-    _check_version(version, InterbrokerEncodeError)
-    return _RESPONSE.encode(version, body)
-
-
-def decode_controlled_shutdown_response_body(
-    version: int, buf: _Bytes, offset: int = 0
-) -> ControlledShutdownResponse:
-    """Parse a response body that fills `buf[offset:]` exactly."""
-    _check_version(version, DecodeError)
-    return _RESPONSE.decode(version, buf, offset)
+# Bodies alone (no header, no size prefix); decoding parses a body that fills
+# `buf[offset:]` exactly.
+encode_controlled_shutdown_request_body = _REQUEST.encode
+decode_controlled_shutdown_request_body = _REQUEST.decode
+encode_controlled_shutdown_response_body = _RESPONSE.encode
+decode_controlled_shutdown_response_body = _RESPONSE.decode
 
 
 # --- whole frames ---------------------------------------------------------------------------
@@ -169,7 +149,7 @@ def encode_controlled_shutdown_request(
     version: int, correlation_id: int, client_id: str | None, body: ControlledShutdownRequest
 ) -> bytes:
     """A whole request frame: size prefix, header (v0 without ClientId), body."""
-    _check_version(version, InterbrokerEncodeError)
+    _REQUEST.check_version(version, InterbrokerEncodeError)
     w = start_request_frame(
         CONTROLLED_SHUTDOWN_KEY, version, correlation_id, client_id, request_header_version(version)
     )
@@ -196,7 +176,7 @@ def decode_controlled_shutdown_request(frame: _Bytes) -> ControlledShutdownFrame
     correlation_id = r.int32()
     if api_key != CONTROLLED_SHUTDOWN_KEY:
         raise DecodeError(f"API key {api_key} is not ControlledShutdown")
-    _check_version(version, DecodeError)
+    _REQUEST.check_version(version, DecodeError)
     header = request_header_version(version)
     client_id = r.nullable_string(False) if header >= 1 else None
     if header >= 2:
@@ -225,7 +205,7 @@ def encode_controlled_shutdown_response(
     body: ControlledShutdownResponse | Mapping[str, Any],
 ) -> bytes:
     """A whole response frame: size prefix, header v0 (v1 from v3), body."""
-    _check_version(version, InterbrokerEncodeError)
+    _REQUEST.check_version(version, InterbrokerEncodeError)
     w = start_response_frame(correlation_id, response_header_version(version) >= 1)
     try:
         coerced = _coerce_response(body)
@@ -239,7 +219,7 @@ def decode_controlled_shutdown_response(
     version: int, frame: _Bytes
 ) -> tuple[int, ControlledShutdownResponse]:
     """Parse a whole response frame (without its size prefix): (correlation id, body)."""
-    _check_version(version, DecodeError)
+    _REQUEST.check_version(version, DecodeError)
     r = Reader(frame)
     correlation_id = r.int32()
     if response_header_version(version) >= 1:

@@ -26,7 +26,7 @@ from wherry.protocol.interbroker import (
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
-from wherry.protocol.wire import Buffer, EncodeError, Reader, Writer
+from wherry.protocol.wire import Buffer, DecodeError, EncodeError, Reader, Writer
 
 __all__ = [
     "TYPE_FULL",
@@ -120,12 +120,19 @@ def finish_frame(w: Writer) -> bytes:
 @dataclass(frozen=True, slots=True)
 class BodyCodec(Generic[B]):
     """One request's or response's body: its class, writer and reader (`what` names it in
-    errors)."""
+    errors); with `versions` (min, max), `encode` and `decode` refuse other versions."""
 
     body_type: type[B]
     write: Callable[[Writer, int, B], None]
     read: Callable[[Reader, int], B]
     what: str
+    versions: tuple[int, int] | None = None
+
+    def check_version(self, version: int, error: type[Exception]) -> None:
+        if self.versions is not None:
+            lo, hi = self.versions
+            if not lo <= version <= hi:
+                raise error(f"version {version} of {self.what} is not supported ({lo}-{hi})")
 
     def write_into(self, w: Writer, version: int, body: object) -> None:
         """The body, once checked to be a `body_type`."""
@@ -140,7 +147,9 @@ class BodyCodec(Generic[B]):
                 f"cannot encode {self.body_type.__name__} v{version}: {e}"
             ) from e
 
-    def encode(self, version: int, body: object) -> bytes:
+    def encode(self, version: int, body: B) -> bytes:
+        """The body alone (no header, no size prefix)."""
+        self.check_version(version, InterbrokerEncodeError)
         w = Writer()
         self.write_into(w, version, body)
         return bytes(w.out)
@@ -153,6 +162,7 @@ class BodyCodec(Generic[B]):
 
     def decode(self, version: int, buf: Buffer, offset: int = 0) -> B:
         """A body that fills `buf[offset:]` exactly."""
+        self.check_version(version, DecodeError)
         return self.read_whole(Reader(buf, offset), version)
 
 

@@ -370,44 +370,35 @@ class Writer:
         self._varint((v << 1) ^ (v >> 63), 64)
 
     def nullable_string(self, v: str | None, flexible: bool = False) -> None:
-        """A string, compact when `flexible`; None as null."""
+        """A string, compact when `flexible` (else an int16 length); None as null."""
         if v is None:
-            if flexible:
-                self.out.append(0)
-            else:
-                self.out += b"\xff\xff"
+            self.out += b"\x00" if flexible else b"\xff\xff"
             return
         data = v.encode("utf-8")
-        n = len(data)
-        if n > MAX_STRING_BYTES:
-            raise EncodeError(f"string of {n} bytes exceeds the maximum of {MAX_STRING_BYTES}")
+        if len(data) > MAX_STRING_BYTES:
+            raise EncodeError(
+                f"string of {len(data)} bytes exceeds the maximum of {MAX_STRING_BYTES}"
+            )
         if flexible:
-            self.uvarint(n + 1)
+            self.uvarint(len(data) + 1)
         else:
-            self.out += _I16.pack(n)
+            self.out += _I16.pack(len(data))
         self.out += data
 
     string = nullable_string
     """A non-nullable string (the same bytes; the type says it is never None)."""
 
     def nullable_bytes(self, v: Buffer | None, flexible: bool = False) -> None:
-        """Bytes (int32 length, or compact when `flexible`); None as null."""
-        if v is None:
-            if flexible:
-                self.out.append(0)
-            else:
-                self.out += b"\xff\xff\xff\xff"
-            return
-        if flexible:
-            self.uvarint(len(v) + 1)
-        else:
-            self.int32(len(v))
-        self.out += v
+        """Bytes (an int32 length, or compact when `flexible`); None as null."""
+        self.array_length(-1 if v is None else len(v), flexible)
+        if v is not None:
+            self.out += v
 
     bytes_ = nullable_bytes
 
     def array_length(self, n: int, flexible: bool = False) -> None:
-        """An array's item count (-1 for null), compact when `flexible`."""
+        """An array's item count, or a bytes length (-1 for null): an int32, or compact
+        (unsigned varint of n + 1) when `flexible`."""
         if flexible:
             self.uvarint(n + 1)
         else:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.group.records import open_versioned
 from wherry.group.records import partition_for as _java_partition_for
 from wherry.protocol.wire import DecodeError, Reader, Writer
 
@@ -112,10 +113,7 @@ def decode_key(data: bytes) -> str | None:
 
 
 def decode_value(data: bytes) -> TransactionLogValue:
-    r = Reader(data)
-    version = r.int16()
-    if not 0 <= version <= MAX_VALUE_VERSION:
-        raise RecordFormatError(f"unknown TransactionLogValue version {version}")
+    r, version = open_versioned(data, MAX_VALUE_VERSION, "unknown TransactionLogValue version")
     flex = version >= 1
     producer_id = r.int64()
     epoch = r.int16()

@@ -50,7 +50,11 @@ _ZERO_UUID: Final = uuid.UUID(int=0)
 
 
 class DecodeError(ValueError, kio_errors.DecodeError):
-    """Malformed (truncated, inconsistent, invalid) input for the requested entity type."""
+    """Malformed (truncated, inconsistent, invalid) input for the requested entity type.
+
+    Also kio's DecodeError (the tolerant kio reader, `tolerant.py`, raises this one too).
+    `kio.serial.errors` imports kio's serial package: modules a broker imports before its
+    listeners are bound (tests/test_import_hygiene.py) do not import this one."""
 
 
 class EncodeError(ValueError):

@@ -31,6 +31,8 @@ from typing import Any, Final, TypeAlias
 
 from kio.serial import errors as kio_errors
 
+from wherry.protocol.varint import put_uvarint
+
 __all__ = ["MAX_STRING_BYTES", "Buffer", "DecodeError", "EncodeError", "Reader", "Writer"]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
@@ -348,11 +350,7 @@ class Writer:
     def _varint(self, v: int, bits: int) -> None:
         if v < 0 or v >> bits:
             raise EncodeError(f"{v} does not fit in an unsigned {bits}-bit varint")
-        out = self.out
-        while v > 0x7F:
-            out.append((v & 0x7F) | 0x80)
-            v >>= 7
-        out.append(v)
+        put_uvarint(v, self.out)
 
     def uvarint(self, v: int) -> None:
         if 0 <= v < 0x80:

@@ -1,6 +1,6 @@
 """Kafka's wire primitives, read and written: the one reader and writer every hand-written
 binary codec uses (the controller's requests, ControlledShutdown, the `__consumer_offsets`,
-`__transaction_state` and `__share_group_state` records).
+`__transaction_state` and `__share_group_state` records, the follower's Fetch answer).
 
 `Reader` reads from `buf[pos:end]` of bytes, a bytearray or a memoryview: fixed-size integers
 (int8/16/32/64, uint16/32, float64, bool, uuid), unsigned varints and varlongs, zigzag
@@ -18,8 +18,8 @@ the schema has none, counts past the end and trailing bytes. A value the wire ca
 (a string over 32,767 bytes, an integer outside its type) raises `EncodeError`, a
 `ValueError` too.
 
-The lean hot-path readers (`record_walk.py`, `produce_request.py`, `fetch_response.py`,
-`api_versions_codec.py`, `decode_guard.py`) keep their own inner loops; see theirs.
+The lean per-request and per-record readers (`record_walk.py`, `produce_request.py`,
+`decode_guard.py`, `api_versions_codec.py`) keep their own inner loops; each says why.
 """
 
 from __future__ import annotations

@@ -42,9 +42,16 @@ import crc32c
 
 SELECTORS = ("request", "sasl", "records", "response", "sasl-tokens", "coordinator", "lean")
 # APIs whose answer may legitimately wait longer than the deadline, as Kafka's do: a Fetch's
-# max wait, a Produce waiting for the ISR, a rebalance, an admin request's `timeout_ms` for
-# the controller's work; a time-out there is no hang.
-WAITING_KEYS = frozenset({0, 1, 11, 14, 19, 20, 21, 25, 26, 37, 43, 45, 68, 76, 78, 79})
+# max wait, a rebalance, an admin request's `timeout_ms` for the controller's work, and every
+# API that appends with acks=all semantics -- Produce, the coordinators' writes to
+# `__consumer_offsets`, `__transaction_state` and `__share_group_state` (OffsetCommit,
+# LeaveGroup, InitProducerId, AddPartitionsToTxn, EndTxn, TxnOffsetCommit, DeleteGroups,
+# OffsetDelete, the share-state and share-offset writes) and WriteTxnMarkers -- which waits
+# for the ISR up to its timeout. An input may make the broker lead a partition with a broker
+# that does not exist in its ISR (a LeaderAndIsr from a "controller"), and then such a write
+# waits, by design; a time-out there is no hang.
+WAITING_KEYS = frozenset({0, 1, 8, 11, 13, 14, 19, 20, 21, 22, 24, 25, 26, 27, 28, 37, 42, 43,
+                          45, 47, 68, 76, 78, 79, 83, 85, 86, 91, 92})
 WAITING_DEADLINE_S = 0.02
 _U16 = struct.Struct(">H")
 

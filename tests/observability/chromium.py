@@ -163,7 +163,18 @@ class Chromium:
             time.sleep(0.1)
         raise TimeoutError(f"{expression!r} still {last!r} after {timeout_s} s")
 
-    def screenshot(self, path: Path) -> Path:
-        data = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    def set_viewport(self, width: int, height: int) -> None:
+        """The page's viewport (`innerWidth` x `innerHeight`), whatever the window's size."""
+        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+
+    def screenshot(self, path: Path, *, viewport_only: bool = False) -> Path:
+        """The whole page, or with `viewport_only` what a user sees without scrolling."""
+        params: dict[str, Any] = {"format": "png", "captureBeyondViewport": not viewport_only}
+        if not viewport_only:
+            size = self.send("Page.getLayoutMetrics")["cssContentSize"]
+            params["clip"] = {"x": 0, "y": 0, "width": size["width"],
+                              "height": size["height"], "scale": 1}
+        data = self.send("Page.captureScreenshot", **params)
         path.write_bytes(base64.b64decode(data["data"]))
         return path

@@ -8,24 +8,15 @@ CI, which installs it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Producer
 
-from tests.helpers import running_zookeeper
 from tests.observability.scrape import get, value
 from wherry.testing.cluster import ZkCluster, wait_until
 from wherry.testing.zookeeper import ZooKeeperServer
 
 RM = "kafka_server_replicamanager_"
-
-
-@pytest.fixture
-def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    with running_zookeeper(tmp_path / "zookeeper") as zk:
-        yield zk
 
 
 def test_a_stopped_follower_shows_as_isr_shrink_and_under_replication_then_recovers(

@@ -76,12 +76,23 @@ def exits_on_error(
 # Options
 
 
-def bootstrap_option(fn: Callable[P, R]) -> Callable[P, R]:
-    """`--bootstrap-server HOST:PORT`, every tool's."""
+def bootstrap_option(*aliases: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`--bootstrap-server HOST:PORT[,HOST:PORT...]` (also under a tool's older spellings,
+    `aliases`), every client tool's, passed as `bootstrap_server`."""
     return click.option(
-        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, show_default=True, metavar="HOST:PORT",
-        help="The Kafka server(s) to connect to.",
-    )(fn)
+        "--bootstrap-server", *aliases, "bootstrap_server", default=DEFAULT_BOOTSTRAP,
+        show_default=True, metavar="HOST:PORT", help="The Kafka server(s) to connect to.",
+    )
+
+
+def command_config_option(help_text: str, *aliases: str
+                          ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`--command-config FILE` (also under `aliases`): a Java `.properties` file of client
+    settings, passed as `command_config`."""
+    return click.option(
+        "--command-config", *aliases, "command_config",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path), help=help_text,
+    )
 
 
 def admin_options(timeout_help: str, *timeout_aliases: str
@@ -94,11 +105,8 @@ def admin_options(timeout_help: str, *timeout_aliases: str
             "--timeout-ms", *timeout_aliases, "timeout_ms", type=click.IntRange(min=100),
             default=DEFAULT_TIMEOUT_MS, show_default=True, help=timeout_help,
         )(fn)
-        fn = click.option(
-            "--command-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            help="Property file with configs passed to the admin client.",
-        )(fn)
-        return bootstrap_option(fn)
+        fn = command_config_option("Property file with configs passed to the admin client.")(fn)
+        return bootstrap_option()(fn)
 
     return decorate
 

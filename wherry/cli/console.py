@@ -34,6 +34,7 @@ from confluent_kafka import (
 from wherry.cli.common import (
     CommandError,
     bootstrap_option,
+    command_config_option,
     exits_on_error,
     kafka_error_message,
     load_properties_file,
@@ -206,7 +207,7 @@ _COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 @click.command()
-@bootstrap_option
+@bootstrap_option("--broker-list")
 @click.option("--topic", required=True, help="The topic to produce to.")
 @click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
               help="Line reader property: parse.key, key.separator, parse.headers, "
@@ -220,11 +221,10 @@ _COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
               help="Send every record to this partition (wherry extra).")
 @click.option("--header", "headers", multiple=True, metavar="KEY=VALUE",
               help="A header added to every record (repeatable).")
-@click.option("--producer-property", "producer_properties", multiple=True, metavar="KEY=VALUE",
-              help="A producer (librdkafka) config (repeatable).")
-@click.option("--producer.config", "--producer-config", "producer_config",
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Producer config properties file.")
+@click.option("--producer-property", "--command-property", "producer_properties", multiple=True,
+              metavar="KEY=VALUE", help="A producer (librdkafka) config (repeatable).")
+@command_config_option("Producer config properties file.", "--producer.config",
+                       "--producer-config")
 @click.option("--delivery-timeout-ms", type=click.IntRange(min=100),
               default=DEFAULT_DELIVERY_TIMEOUT_MS, show_default=True,
               help="Give up on a record not acknowledged within this time.")
@@ -232,7 +232,7 @@ _COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 def produce(
     bootstrap_server: str, topic: str, properties: tuple[str, ...], compression: str,
     acks: str, partition: int | None, headers: tuple[str, ...],
-    producer_properties: tuple[str, ...], producer_config: Path | None,
+    producer_properties: tuple[str, ...], command_config: Path | None,
     delivery_timeout_ms: int,
 ) -> None:
     """Read records from stdin, one per line, and send them to a topic."""
@@ -252,7 +252,7 @@ def produce(
         # Same key → partition mapping as the Java client.
         "partitioner": "murmur2_random",
     }
-    conf.update(_base_config(bootstrap_server, producer_config, producer_properties,
+    conf.update(_base_config(bootstrap_server, command_config, producer_properties,
                              "producer property"))
     producer = new_client(Producer, conf, "producer")
     tracker = DeliveryTracker(topic)
@@ -393,7 +393,7 @@ class _Stop:
 
 
 @click.command()
-@bootstrap_option
+@bootstrap_option()
 @click.option("--topic", required=True, help="The topic to consume from.")
 @click.option("--partition", type=click.IntRange(min=0),
               help="Only this partition (default: all partitions of the topic).")
@@ -410,20 +410,19 @@ class _Stop:
                    "line.separator, headers.separator, headers.key.separator, null.literal.")
 @click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]),
               default="read_uncommitted", show_default=True)
-@click.option("--consumer-property", "consumer_properties", multiple=True, metavar="KEY=VALUE",
-              help="A consumer (librdkafka) config (repeatable).")
+@click.option("--consumer-property", "--command-property", "consumer_properties", multiple=True,
+              metavar="KEY=VALUE", help="A consumer (librdkafka) config (repeatable).")
 @click.option("--group", default=None,
               help="Join this consumer group (subscribe) and commit the offsets of the records "
                    "printed; a later run with the same group continues after them.")
-@click.option("--consumer.config", "--consumer-config", "consumer_config",
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Consumer config properties file.")
+@command_config_option("Consumer config properties file.", "--consumer.config",
+                       "--consumer-config")
 @_handle_errors
 def consume(
     bootstrap_server: str, topic: str, partition: int | None, offset_text: str | None,
     from_beginning: bool, max_messages: int | None, timeout_ms: int | None,
     properties: tuple[str, ...], isolation_level: str, consumer_properties: tuple[str, ...],
-    consumer_config: Path | None, group: str | None,
+    command_config: Path | None, group: str | None,
 ) -> None:
     """Print records of a topic to stdout (partitions are assigned unless --group is given)."""
     if group is not None and partition is not None:
@@ -445,7 +444,7 @@ def consume(
         "auto.offset.reset": "earliest" if start == OFFSET_BEGINNING else "latest",
         "isolation.level": isolation_level,
     }
-    conf.update(_base_config(bootstrap_server, consumer_config, consumer_properties,
+    conf.update(_base_config(bootstrap_server, command_config, consumer_properties,
                              "consumer property"))
     if group is not None:
         conf["group.id"] = group

@@ -16,9 +16,11 @@ from wherry.cli.serve import (
     DEFAULT_HTTP_PORT,
     LOG_OPTIONS,
     SERVER_OPTIONS,
+    LogLevelError,
     Option,
     OverrideError,
     default_http_listener,
+    log_level_number,
     parse_overrides,
     run,
     serve_server,
@@ -110,7 +112,7 @@ def server(properties: Path | None, **values: Any) -> None:
         cfg = server_config(properties, values)
     except OverrideError as e:
         raise click.BadParameter(str(e), param_hint="--override") from e
-    except (BrokerConfigError, SecurityConfigError) as e:
+    except (LogLevelError, BrokerConfigError, SecurityConfigError) as e:
         raise click.ClickException(str(e)) from e
     sys.exit(serve_server(cfg, values["log_level"], values["log_format"]))
 
@@ -185,6 +187,10 @@ def dev(
         http_base_port = DEFAULT_HTTP_PORT if base_port else 0
     if http_base_port and http_base_port + brokers - 1 > 65535:
         raise click.BadParameter("ports beyond 65535", param_hint="--http-base-port")
+    try:
+        log_level_number(log_level)
+    except LogLevelError as e:
+        raise click.ClickException(str(e)) from e
     props = _parse_overrides(overrides)
     try:
         given = read_properties(properties) if properties is not None else {}

@@ -8,7 +8,9 @@ Differences, on purpose: `generate` plans with `reassign_plan` (balanced, fewest
 Kafka's random placement; errors go to stderr as `Error: ...` with exit status 1; `verify --wait`
 (wherry's) polls until the partitions are done, printing progress on stderr; moving replicas
 between log directories (`log_dirs` other than "any", `--replica-alter-log-dirs-throttle`) is
-refused, as wherry has no AlterReplicaLogDirs.
+refused by this tool: the brokers do move replicas between their log directories, asked with
+AlterReplicaLogDirs by an admin client, at most `replica.alter.log.dirs.io.max.bytes.per.second`
+(a broker config read at start).
 """
 
 from __future__ import annotations
@@ -139,7 +141,10 @@ def generate(bootstrap_server: str, command_config: Path | None, timeout_ms: int
 @click.option("--throttle", type=click.IntRange(min=-1), default=-1, metavar="BYTES_PER_SEC",
               help="Replication throttle of the brokers involved while moving (B/s).")
 @click.option("--replica-alter-log-dirs-throttle", type=int, default=-1,
-              metavar="BYTES_PER_SEC", help="Not supported (wherry has no log-dir moves).")
+              metavar="BYTES_PER_SEC",
+              help="Refused: this tool does not move replicas between log dirs (the brokers "
+                   "do, on AlterReplicaLogDirs, at most their replica.alter.log.dirs.io.max."
+                   "bytes.per.second).")
 @click.option("--additional", is_flag=True,
               help="Start even though other reassignments are running (or change a throttle).")
 @_handle_errors
@@ -149,8 +154,10 @@ def execute(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
     """Start a reassignment (AlterPartitionReassignments), throttled if asked."""
     proposed = parse_reassignment(_read(json_file))
     if replica_alter_log_dirs_throttle >= 0:
-        raise CommandError("--replica-alter-log-dirs-throttle is not supported: wherry does "
-                           "not move replicas between log directories")
+        raise CommandError("--replica-alter-log-dirs-throttle is not supported: this tool "
+                           "does not move replicas between log directories (an admin client's "
+                           "AlterReplicaLogDirs does, at the rate the brokers' "
+                           "replica.alter.log.dirs.io.max.bytes.per.second allows)")
     with _service(bootstrap_server, command_config, timeout_ms) as svc:
         live = svc.brokers()
         for b in sorted({b for r in proposed.values() for b in r}):

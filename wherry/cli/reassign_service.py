@@ -26,7 +26,8 @@ from wherry.cli.common import AdminService, CommandError, load_properties_file
 from wherry.cli.reassign_json import TP
 
 BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-# Kafka also clears replica.alter.log.dirs.io.max.bytes.per.second; wherry has no log-dir moves.
+# Kafka also clears replica.alter.log.dirs.io.max.bytes.per.second, which this tool never sets
+# (it moves no replica between log dirs; the brokers read that key at start).
 TOPIC_THROTTLES = ("leader.replication.throttled.replicas",
                    "follower.replication.throttled.replicas")
 

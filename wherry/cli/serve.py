@@ -48,8 +48,41 @@ LOG_OPTIONS: tuple[Option, ...] = (
         choices=("text", "json"),
         default="text",
     ),
-    Option("--log-level", "log_level", "", default="INFO"),
+    Option(
+        "--log-level",
+        "log_level",
+        "Console log level: TRACE, DEBUG, INFO, WARN, ERROR, FATAL or OFF (any case).",
+        default="INFO",
+    ),
 )
+
+# Log4j's level names (and Python's WARNING, CRITICAL) → Python's levels.
+LOG_LEVELS: dict[str, int] = {
+    "TRACE": logging.DEBUG,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+    "CRITICAL": logging.CRITICAL,
+    "OFF": logging.CRITICAL + 10,
+}
+
+
+class LogLevelError(ValueError):
+    """A `--log-level` that names no level."""
+
+
+def log_level_number(level: str) -> int:
+    """The Python level of a `--log-level` value; LogLevelError (one line) for any other."""
+    try:
+        return LOG_LEVELS[level.strip().upper()]
+    except KeyError:
+        raise LogLevelError(
+            f"Invalid value {level} for --log-level: expected one of TRACE, DEBUG, INFO, WARN, "
+            "ERROR, FATAL, OFF"
+        ) from None
 
 # `wherry server [PROPERTIES] OPTIONS`, in the order `--help` lists them.
 SERVER_OPTIONS: tuple[Option, ...] = (
@@ -149,10 +182,11 @@ def default_http_listener(kafka_port: int) -> str:
 
 def server_config(properties: Path | None, values: dict[str, Any]) -> BrokerConfig:
     """The broker's config from `wherry server`'s arguments. Raises OverrideError,
-    BrokerConfigError or SecurityConfigError."""
+    LogLevelError, BrokerConfigError or SecurityConfigError."""
     from wherry.server.config import load_config
     from wherry.server.listener_security import broker_security
 
+    log_level_number(values["log_level"])
     props = parse_overrides(values["overrides"])
     for key, dest in _CONFIG_KEYS:
         if values[dest] is not None:
@@ -186,7 +220,7 @@ def run_server_fast(args: Sequence[str]) -> None:
     properties, values = parsed
     try:
         cfg = server_config(properties, values)
-    except (OverrideError, BrokerConfigError, SecurityConfigError):
+    except (OverrideError, LogLevelError, BrokerConfigError, SecurityConfigError):
         return  # click reports it
     sys.exit(serve_server(cfg, values["log_level"], values["log_format"]))
 
@@ -204,8 +238,8 @@ class _ConsoleFilter(logging.Filter):
 
 
 def setup_logging(level: str, log_format: str = "text") -> None:
-    # The state-change log (SPEC H12) gets its own file from each broker (Broker.start).
-    numeric = getattr(logging, level.upper(), logging.INFO)
+    # The state-change log gets its own file from each broker (Broker.start).
+    numeric = log_level_number(level)
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         from wherry.cli.json_log import JsonFormatter
@@ -282,7 +316,7 @@ async def _serve(cfg: BrokerConfig) -> int:
             f"{','.join(f'{ep.host}:{port}' for ep, port in bound)}{where}",
             flush=True,
         )
-        if broker.http is not None:
+        if broker.http is not None and broker.http.urls:
             urls = ", ".join(broker.http.urls)
             print(f"wherry broker {cfg.broker_id} metrics and console on {urls}", flush=True)
 

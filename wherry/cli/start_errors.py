@@ -53,9 +53,6 @@ def _bind_error(e: OSError, cfg: BrokerConfig | None, bound: int) -> str | None:
     for ep in cfg.listeners:
         if port is not None and ep.port == port and ep.port != 0:
             return f"listener {ep.listener} ({ep.host}:{ep.port}): port {ep.port} {reason}"
-    for http in cfg.http_listeners:
-        if port is not None and http.port == port:
-            return f"HTTP listener {http.host}:{http.port}: port {http.port} {reason}"
     if port is None and bound < len(cfg.listeners):  # the next listener to bind failed
         ep = cfg.listeners[bound]
         return f"listener {ep.listener} ({ep.host}:{ep.port}): port {ep.port} {reason}"

@@ -1,14 +1,20 @@
 """`wherry state-change-log merge`: the brokers' and the controller's state-change logs
-(SPEC H12, T5) merged in time order by a Spark job (`wherry.spark.state_change.merged`).
+merged in time order by a Spark job (`wherry.spark.state_change.merged`); Kafka's
+StateChangeLogMerger's options.
 
-    wherry state-change-log merge --logs d0/state-change.log --logs d1 --logs d2 \
+    wherry state-change-log merge --logs d0/state-change.log,d1,d2 \
+        [--logs-regex 'wherry-dev/broker-.*'] \
         [--start TIME] [--end TIME] [--topic REGEX] [--partitions 0,1] \
         [--output DIR --format parquet|json] [--master local[*]]
 
-A `--logs` directory stands for its `state-change.log`. TIME is ISO-8601 (UTC unless it has an
-offset) or epoch milliseconds. Without `--output` the merged lines are printed, the same lines as
-the pure merge (`merge_state_change_logs`) prints for the same filters; with it the rows
-(`wherry.spark.state_change.COLUMNS`) are written as Parquet or JSON. Needs `wherry[spark]`.
+`--logs` takes a comma-separated list and may be repeated; a `--logs` directory stands for its
+`state-change.log`. `--logs-regex DIR/REGEX` adds the files (or data dirs holding a
+`state-change.log`) in DIR whose whole name matches REGEX (DIR defaults to the current
+directory), as Kafka's `--logs-regex` does. TIME is ISO-8601 (UTC unless it has an offset;
+Kafka's `2025-11-22 00:14:03,123` form too) or epoch milliseconds. Without `--output` the
+merged lines are printed, the same lines as the pure merge (`merge_state_change_logs`) prints
+for the same filters; with it the rows (`wherry.spark.state_change.COLUMNS`) are written as
+Parquet or JSON. Needs `wherry[spark]`.
 """
 
 from __future__ import annotations
@@ -53,16 +59,49 @@ def parse_partitions(text: str) -> list[int]:
     return parts
 
 
-def resolve_logs(paths: tuple[Path, ...]) -> list[Path]:
-    if not paths:
-        raise CommandError("Missing required option(s): logs")
-    out = []
-    for p in paths:
-        f = p / STATE_CHANGE_LOG_FILE if p.is_dir() else p
-        if not f.is_file():
-            raise CommandError(f"No state-change log at {f}")
+def _log_file(p: Path) -> Path | None:
+    f = p / STATE_CHANGE_LOG_FILE if p.is_dir() else p
+    return f if f.is_file() else None
+
+
+def logs_matching(regex: str) -> list[Path]:
+    """Kafka's `--logs-regex DIR/REGEX`: the entries of DIR (the current directory when the
+    value has no `/`) whose whole name matches REGEX, sorted; a directory counts when it
+    holds a `state-change.log`."""
+    cut = regex.rfind("/") + 1
+    directory = Path(regex[: cut - 1] or "/") if cut else Path(".")
+    try:
+        pattern = re.compile(regex[cut:])
+    except re.error as e:
+        raise CommandError(f"Invalid --logs-regex '{regex}': {e}") from None
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError as e:
+        raise CommandError(f"Cannot list {directory} for --logs-regex: "
+                           f"{e.strerror or e}") from None
+    found = [f for e in entries
+             if pattern.fullmatch(e.name) and (f := _log_file(e)) is not None]
+    if not found:
+        raise CommandError(f"No state-change log matches --logs-regex '{regex}'")
+    return found
+
+
+def resolve_logs(paths: tuple[str, ...], regexes: tuple[str, ...] = ()) -> list[Path]:
+    """The log files of the `--logs` values (comma-separated lists, repeatable) and the
+    `--logs-regex` values, each file once, in the order given."""
+    given = [Path(item.strip()) for value in paths for item in value.split(",") if item.strip()]
+    if not given and not regexes:
+        raise CommandError("Missing required option(s): logs or logs-regex")
+    out: list[Path] = []
+    for p in given:
+        f = _log_file(p)
+        if f is None:
+            where = p / STATE_CHANGE_LOG_FILE if p.is_dir() else p
+            raise CommandError(f"No state-change log at {where}")
         out.append(f.resolve())
-    return out
+    for regex in regexes:
+        out.extend(f.resolve() for f in logs_matching(regex))
+    return list(dict.fromkeys(out))
 
 
 @click.group("state-change-log")
@@ -71,10 +110,13 @@ def state_change_log() -> None:
 
 
 @state_change_log.command("merge")
-@click.option("--logs", "logs", multiple=True, type=click.Path(path_type=Path),
-              help="A state-change.log (or a data dir holding one); repeat for each broker.")
-@click.option("--start", default=None, help="Keep lines at or after TIME (ISO-8601 or epoch ms).")
-@click.option("--end", default=None, help="Keep lines at or before TIME.")
+@click.option("--logs", "logs", multiple=True, metavar="PATH[,PATH...]",
+              help="State-change logs (or data dirs holding one), comma-separated; repeatable.")
+@click.option("--logs-regex", "logs_regex", multiple=True, metavar="DIR/REGEX",
+              help="The logs (or data dirs) in DIR whose whole name matches REGEX.")
+@click.option("--start", "--start-time", "start", default=None,
+              help="Keep lines at or after TIME (ISO-8601 or epoch ms).")
+@click.option("--end", "--end-time", "end", default=None, help="Keep lines at or before TIME.")
 @click.option("--topic", default=None, help="Keep changes of topics matching this regex.")
 @click.option("--partitions", default=None, help="Keep changes of these partitions: 0,1,2.")
 @click.option("--output", default=None, type=click.Path(path_type=Path),
@@ -83,10 +125,11 @@ def state_change_log() -> None:
               show_default=True, help="The format of --output.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
 @_handle_errors
-def merge(logs: tuple[Path, ...], start: str | None, end: str | None, topic: str | None,
-          partitions: str | None, output: Path | None, fmt: str, master: str) -> None:
+def merge(logs: tuple[str, ...], logs_regex: tuple[str, ...], start: str | None,
+          end: str | None, topic: str | None, partitions: str | None, output: Path | None,
+          fmt: str, master: str) -> None:
     """Merge state-change logs in time order (a Spark job)."""
-    files = resolve_logs(logs)
+    files = resolve_logs(logs, logs_regex)
     start_ms = parse_time(start, "start") if start is not None else None
     end_ms = parse_time(end, "end") if end is not None else None
     if start_ms is not None and end_ms is not None and end_ms < start_ms:

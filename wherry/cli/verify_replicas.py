@@ -23,12 +23,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
 from kio.schema.errors import ErrorCode
 
-from wherry.cli.common import DEFAULT_BOOTSTRAP, CommandError, ErrorsReported, exits_on_error
+from wherry.cli.client_security import client_security
+from wherry.cli.common import (
+    CommandError,
+    ErrorsReported,
+    bootstrap_option,
+    command_config_option,
+    exits_on_error,
+    load_properties_file,
+)
 from wherry.cli.replica_compare import (
     PartitionCheck,
     compare_partition,
@@ -37,6 +46,7 @@ from wherry.cli.replica_compare import (
 )
 from wherry.outbound.client import RequestClient, RequestError
 from wherry.outbound.connection import OutboundConnection
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.records import Record
 
 DEBUGGING_CONSUMER_ID = -2
@@ -69,8 +79,11 @@ def _host_port(address: str) -> tuple[str, int]:
 class _Clients:
     """One `RequestClient` per broker, opened on first use."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, security: ClientSecurity = PLAINTEXT,
+                 client_id: str = _CLIENT_ID) -> None:
         self.timeout_s = timeout_s
+        self.security = security
+        self.client_id = client_id
         self._conns: dict[str, OutboundConnection] = {}
         self._clients: dict[str, RequestClient] = {}
 
@@ -78,9 +91,10 @@ class _Clients:
         peer = f"{host}:{port}"
         if peer not in self._clients:
             conn = OutboundConnection(host, port, connect_timeout_s=self.timeout_s,
-                                      request_timeout_s=self.timeout_s)
+                                      request_timeout_s=self.timeout_s, security=self.security)
             self._conns[peer] = conn
-            self._clients[peer] = RequestClient(conn.connect, client_id=_CLIENT_ID, peer=peer)
+            self._clients[peer] = RequestClient(conn.connect, client_id=self.client_id,
+                                                peer=peer)
         return self._clients[peer]
 
     async def close(self) -> None:
@@ -161,10 +175,9 @@ async def _read_replica(client: RequestClient, part: _Partition, replica: int,
         offset = got[-1].offset + 1
 
 
-async def _verify(bootstrap: str, pattern: re.Pattern[str], fetch_size: int, max_wait_ms: int,
-                  report_interval_ms: int, timeout_s: float,
+async def _verify(clients: _Clients, bootstrap: str, pattern: re.Pattern[str], fetch_size: int,
+                  max_wait_ms: int, report_interval_ms: int,
                   echo: Callable[[str], None]) -> list[PartitionCheck]:
-    clients = _Clients(timeout_s)
     try:
         echo(f"{_now()}: Getting topic metadata...")
         brokers, parts = await _bootstrap_metadata(clients, bootstrap, pattern)
@@ -194,9 +207,9 @@ async def _verify(bootstrap: str, pattern: re.Pattern[str], fetch_size: int, max
 
 
 @click.command("verify-replicas")
-@click.option("--bootstrap-server", "--broker-list", "bootstrap_server",
-              default=DEFAULT_BOOTSTRAP, show_default=True,
-              help="Brokers to get the topic metadata from (host:port[,host:port...]).")
+@bootstrap_option("--broker-list")
+@command_config_option("Property file of client settings (security.protocol, ssl.*, "
+                       "sasl.mechanism, sasl.jaas.config, client.id).")
 @click.option("--topics-include", default=".*", show_default=True,
               help="Verify the topics whose whole name matches this regular expression.")
 @click.option("--fetch-size", type=click.IntRange(min=1), default=1024 * 1024,
@@ -208,17 +221,21 @@ async def _verify(bootstrap: str, pattern: re.Pattern[str], fetch_size: int, max
 @click.option("--timeout-ms", type=click.IntRange(min=1), default=15_000, show_default=True,
               help="Timeout of each request (and connection), in ms.")
 @_handle_errors
-def verify_replicas(bootstrap_server: str, topics_include: str, fetch_size: int,
-                    max_wait_ms: int, report_interval_ms: int, timeout_ms: int) -> None:
+def verify_replicas(bootstrap_server: str, command_config: Path | None, topics_include: str,
+                    fetch_size: int, max_wait_ms: int, report_interval_ms: int,
+                    timeout_ms: int) -> None:
     """Check that every replica of the matching topics holds the same records."""
+    props = load_properties_file(command_config)
+    clients = _Clients(timeout_ms / 1000, client_security(props),
+                       props.get("client.id", _CLIENT_ID))
     try:
         pattern = re.compile(topics_include)
     except re.error as e:
         raise CommandError(f"Invalid --topics-include regular expression "
                            f"{topics_include!r}: {e}") from e
     _addresses(bootstrap_server)
-    checks = asyncio.run(_verify(bootstrap_server, pattern, fetch_size, max_wait_ms,
-                                 report_interval_ms, timeout_ms / 1000, click.echo))
+    checks = asyncio.run(_verify(clients, bootstrap_server, pattern, fetch_size, max_wait_ms,
+                                 report_interval_ms, click.echo))
     click.echo(max_lag_line(checks, _now()))
     diverged = [c.divergence for c in checks if c.divergence is not None]
     for d in diverged:

@@ -1,4 +1,4 @@
-"""AlterPartition (API 56) on the controller (SPEC R6, R7, I3; Kafka 3.9's
+"""AlterPartition (API 56) on the controller (Kafka 3.9's
 KafkaController.processAlterPartition in ZooKeeper mode, with KIP-903's broker epochs).
 
 * `parse_request`: the wire request (v2/v3) as plain values.
@@ -150,7 +150,7 @@ def validate(
     return Verdict(write=new)
 
 
-# --- propagation (SPEC R7) ----------------------------------------------------------------
+# --- propagation --------------------------------------------------------------------------
 @dataclass(slots=True)
 class IsrChangePropagation:
     blackout_ms: int = DEFAULT_ISR_CHANGE_BLACKOUT_MS
@@ -199,6 +199,16 @@ def add_due_isr_changes(
 # --- on the controller's queue ------------------------------------------------------------
 def error_response(code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "topics": []}
+
+
+def unanswered_response(still_active: bool) -> dict[str, Any]:
+    """The answer to a request whose event ended without one. A controller that resigned on
+    the way (its session ended, a fenced write failed) answers NOT_CONTROLLER, as Kafka does,
+    and the leader retries with the controller its metadata names next; an active one that
+    failed answers UNKNOWN_SERVER_ERROR."""
+    return error_response(
+        ErrorCode.unknown_server_error if still_active else ErrorCode.not_controller
+    )
 
 
 def _partition_answer(

@@ -1,4 +1,4 @@
-"""Replica assignment for new topics and partitions (SPEC H4), pure.
+"""Replica assignment for new topics and partitions, pure.
 
 Kafka's rack-unaware algorithm: the first replica of partition p goes to broker
 (start + p) mod n, the others follow with a shift that grows every n partitions, so

@@ -1,4 +1,4 @@
-"""What the active controller knows (SPEC H7): loaded from the store at failover, kept current
+"""What the active controller knows: loaded from the store at failover, kept current
 by the controller's own writes and by watches."""
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ class ControllerContext:
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topics_to_delete: set[str] = field(default_factory=set)
     topics_ineligible_for_deletion: set[str] = field(default_factory=set)
-    # SPEC H8: ongoing reassignments (`assignments` holds their full replica lists) and the
+    # Ongoing reassignments (`assignments` holds their full replica lists) and the
     # ones that came through the legacy `/admin/reassign_partitions` node.
     reassigning: dict[TopicPartition, Reassignment] = field(default_factory=dict)
     legacy_reassignments: set[TopicPartition] = field(default_factory=set)
-    # SPEC H11: brokers in controlled shutdown: alive, but neither leaders nor ISR members.
+    # Brokers in controlled shutdown: alive, but neither leaders nor ISR members.
     shutting_down: set[int] = field(default_factory=set)
     # KIP-112: per broker, the broker epoch and its replicas in a failed log dir then (its
     # LeaderAndIsr answers said KAFKA_STORAGE_ERROR); they neither lead nor join an ISR until

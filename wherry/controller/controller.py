@@ -1,6 +1,5 @@
-"""The controller (SPEC H1–H7; Kafka 3.9's ZooKeeper-mode KafkaController): elected through
-`/controller`, it decides leadership and tells brokers with LeaderAndIsr / UpdateMetadata /
-StopReplica.
+"""The controller (Kafka 3.9's ZooKeeper-mode KafkaController): elected through `/controller`,
+it decides leadership and tells brokers with LeaderAndIsr / UpdateMetadata / StopReplica.
 
 This module orchestrates; the decisions are pure and live elsewhere:
 
@@ -44,6 +43,7 @@ from wherry.controller.alter_partition import (
     error_response,
     parse_request,
     process_alter_partition,
+    unanswered_response,
 )
 from wherry.controller.channel import ControllerChannel, ResponseListenable
 from wherry.controller.channel_manager import send_batch
@@ -145,13 +145,13 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self._generation = 0
         self._watchers: dict[str, WatchCallback] = {}
-        # SPEC R7: committed ISR changes (AlterPartition) wait here for a batched push.
+        # Committed ISR changes (AlterPartition) wait here for a batched push.
         self.isr_propagation = isr_propagation or IsrChangePropagation()
         self._isr_task: asyncio.Task[None] | None = None
         self._rebalance_task: asyncio.Task[None] | None = None
         self._zk = ControllerStoreClient(store, self._on_session_state)
-        self.reassignments = ReassignmentProcedure(self)  # SPEC H8
-        self.leadership = LeadershipMoves(self)  # SPEC H10, H11
+        self.reassignments = ReassignmentProcedure(self)
+        self.leadership = LeadershipMoves(self)
         self.log_dirs = LogDirFailures(self, self._send, self._watch, self._enqueue, self._batch)
         if isinstance(channel, ResponseListenable):
             channel.add_response_listener(self.on_broker_response)
@@ -287,7 +287,7 @@ class Controller:
         await self._resign("session expired")
         self.active_controller_id = -1
 
-    # --- election and resignation (SPEC H1, H7) ----------------------------------------------
+    # --- election and resignation ------------------------------------------------------------
     async def _elect(self) -> None:
         if self._zk.session_dead:
             return
@@ -338,7 +338,7 @@ class Controller:
             log.exception("%s could not clear the channel's brokers", prefix)
 
     async def _on_controller_failover(self, epoch: int, epoch_zk_version: int) -> None:
-        """SPEC H7 (Kafka's onControllerFailover)."""
+        """Kafka's onControllerFailover."""
         self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=epoch_zk_version)
         self.active_controller_id = self.broker_id
         self.isr_propagation.last_propagation_ms = self._now_ms()  # full metadata goes out
@@ -395,7 +395,7 @@ class Controller:
         await self._send(batch)
         self.active = True  # acting (`active`) once the context is loaded and announced
         batch = self._batch()
-        await self.reassignments.resume(legacy, batch)  # SPEC H8, H7
+        await self.reassignments.resume(legacy, batch)
         if preferred is not None:
             await self.leadership.preferred_node_election(preferred, batch)
         await self._try_deletions(batch)
@@ -587,7 +587,7 @@ class Controller:
             await self._to_online(tps, batch)
 
     async def _on_new_partitions(self, tps: list[TopicPartition]) -> None:
-        """Kafka's onNewPartitionCreation (SPEC H4)."""
+        """Kafka's onNewPartitionCreation."""
         ctx, batch = self.ctx, self._batch()
         replicas = replicas_of(ctx, tps)
         self.partition_sm.to_new(ctx, tps)
@@ -597,7 +597,7 @@ class Controller:
         add_update_metadata(batch, ctx, ctx.live_brokers, tps)
         await self._send(batch)
 
-    # --- broker changes (SPEC H3, H6) --------------------------------------------------------
+    # --- broker changes ----------------------------------------------------------------------
     async def _on_broker_change(self) -> None:
         if not self.active:
             return
@@ -662,7 +662,7 @@ class Controller:
         if deleting:
             self.deletion.resume_for(ctx, deleting)
 
-    # --- topics (SPEC H4) --------------------------------------------------------------------
+    # --- topics ------------------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
         if not self.active:
             return
@@ -760,7 +760,7 @@ class Controller:
         await self._try_deletions(batch)
         await self._send(batch)
 
-    # --- AlterPartition (SPEC R6, R7; controller/alter_partition.py) ----------------------
+    # --- AlterPartition (controller/alter_partition.py) -----------------------------------
     async def alter_partition(self, body: Any) -> dict[str, Any]:
         """A partition leader's AlterPartition request (kio v2/v3 body), processed on the
         event queue; returns the response as a version-neutral mapping."""
@@ -783,8 +783,8 @@ class Controller:
                 await self._send(batch)
 
         await self.submit(event)
-        if not answer:  # the event failed (logged by the queue)
-            return error_response(ErrorCode.unknown_server_error)
+        if not answer:  # the event failed (logged by the queue), perhaps resigning
+            return unanswered_response(still_active=self.active)
         return answer
 
     async def propagate_isr_changes(self) -> None:
@@ -804,7 +804,7 @@ class Controller:
             if self.isr_propagation.changed:
                 self._enqueue(self.propagate_isr_changes, self._generation)
 
-    # --- cluster operations (SPEC H8, H10, H11; reassign_procedure.py, leadership.py) ---------
+    # --- cluster operations (reassign_procedure.py, leadership.py) ----------------------------
     async def _acting(self, work: Callable[[RequestBatch], Awaitable[T]]) -> T | None:
         """Run `work` as an event with a batch that is sent after it; None when this
         controller is not acting (the caller answers NOT_CONTROLLER)."""

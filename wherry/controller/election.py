@@ -1,4 +1,4 @@
-"""Leader election rules (SPEC H3, H10), pure functions of the partition's state.
+"""Leader election rules, pure functions of the partition's state.
 
 Kafka's `PartitionLeaderElectionAlgorithms` (ZooKeeper mode): the offline election (new and
 offline partitions), the reassignment election (a leader from the target replicas), the

@@ -1,4 +1,4 @@
-"""Leader imbalance (SPEC H10; Kafka's checkAndTriggerAutoLeaderRebalance), pure.
+"""Leader imbalance (Kafka's checkAndTriggerAutoLeaderRebalance), pure.
 
 A broker's imbalance is the share of the partitions whose preferred replica (first assigned)
 it is that some other broker leads. When it exceeds `leader.imbalance.per.broker.percentage`,

@@ -1,4 +1,4 @@
-"""Moving leadership on request (SPEC H10, H11): preferred and unclean elections (ElectLeaders,
+"""Moving leadership on request: preferred and unclean elections (ElectLeaders,
 the legacy `/admin/preferred_replica_election` node, auto leader rebalance) and controlled
 shutdown. Kafka's onReplicaElection / processReplicaLeaderElection and doControlledShutdown
 (ZooKeeper mode), run with the controller's primitives (`ControllerCore`) inside one event.
@@ -124,7 +124,7 @@ class LeadershipMoves:
         results = await self.elect(PREFERRED, candidates, batch, trigger="auto rebalance")
         return [tp for tp, r in results.items() if r == OK]
 
-    # --- controlled shutdown (SPEC H11) -------------------------------------------------------
+    # --- controlled shutdown ------------------------------------------------------------------
     async def controlled_shutdown(
         self, broker_id: int, broker_epoch: int, batch: RequestBatch
     ) -> tuple[ErrorCode, list[TopicPartition]]:

@@ -1,4 +1,4 @@
-"""Running partition reassignments on the controller (SPEC H8, H7; Kafka's
+"""Running partition reassignments on the controller (Kafka's
 onPartitionReassignment and its ZooKeeper-mode entry points). The rules and values are in
 `controller/reassignment.py`; this module does the steps with the controller's primitives
 (`ControllerCore`), inside one controller event at a time, adding requests to the event's batch.

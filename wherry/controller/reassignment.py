@@ -1,4 +1,4 @@
-"""Partition reassignment values and rules (SPEC H8; KIP-455), pure.
+"""Partition reassignment values and rules (KIP-455), pure.
 
 A partition being reassigned has one *full* replica list, AR = the target replicas (RAR) plus
 the original ones (OAR) not in the target, kept both in the controller's context and in the

@@ -4,7 +4,7 @@ Kafka's `addLeaderAndIsrRequestForBrokers` / `addUpdateMetadataRequestForBrokers
 LeaderAndIsr partition also goes, as UpdateMetadata, to every live broker; an UpdateMetadata
 state names the partition's offline replicas (assigned replicas on brokers that are not live),
 and a partition of a topic queued for deletion is sent with leader -2 (LeaderDuringDelete), so
-brokers drop it from their metadata caches (SPEC M2).
+brokers drop it from their metadata caches.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Topic deletion (SPEC H4; Kafka's TopicDeletionManager), pure: decides which replicas to
+"""Topic deletion (Kafka's TopicDeletionManager), pure: decides which replicas to
 stop and delete and when a topic is gone; the controller sends the requests, hears the
 StopReplica answers and deletes the topic's nodes.
 

@@ -251,7 +251,7 @@ class EmbeddedCoordinator(Closeable):
         conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         # Only a new file is switched to WAL (an existing one is in WAL mode already: no write);
         # it holds nothing yet, so the switch is not synced (a first start's fsyncs would come
-        # before the listeners are bound: issue 15).
+        # before the listeners are bound).
         conn.execute("PRAGMA synchronous=OFF")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")  # FULL once opened (see the module doc)

@@ -29,14 +29,17 @@ import struct
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from wherry.group.records import RecordFormatError
+from wherry.group.records import RecordFormatError, open_versioned
+from wherry.protocol.wire import Reader, Writer
 
 __all__ = [
     "CONSUMER_GROUP_RECORD_TYPES",
     "Assignment",
     "ConsumerGroupReplay",
     "CurrentAssignmentValue",
+    "MemberAssignment",
     "MemberMetadataValue",
     "ReplayedGroup",
     "TopicMetadataValue",
@@ -63,184 +66,57 @@ TARGET_METADATA = 6
 TARGET_MEMBER = 7
 CURRENT_ASSIGNMENT = 8
 CONSUMER_GROUP_RECORD_TYPES = frozenset(range(3, 9))
+_MEMBER_TYPES = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
 
 # topic id -> partitions
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 
 _I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I8 = struct.Struct(">b")
-
-
-# --- primitives ----------------------------------------------------------------------------------
-
-
-class _W:
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i8(self, v: int) -> None:
-        self.buf += _I8.pack(v)
-
-    def i16(self, v: int) -> None:
-        self.buf += _I16.pack(v)
-
-    def i32(self, v: int) -> None:
-        self.buf += _I32.pack(v)
-
-    def uvarint(self, v: int) -> None:
-        while v >= 0x80:
-            self.buf.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.buf.append(v)
-
-    def string(self, v: str) -> None:  # non-flexible (keys)
-        b = v.encode("utf-8")
-        if len(b) > 0x7FFF:
-            raise RecordFormatError(f"string of {len(b)} bytes is too long")
-        self.i16(len(b))
-        self.buf += b
-
-    def cstring(self, v: str | None) -> None:  # compact, nullable
-        if v is None:
-            self.uvarint(0)
-            return
-        b = v.encode("utf-8")
-        self.uvarint(len(b) + 1)
-        self.buf += b
-
-    def uuid(self, v: uuid.UUID) -> None:
-        self.buf += v.bytes
-
-    def array_len(self, n: int) -> None:
-        self.uvarint(n + 1)
-
-    def no_tags(self) -> None:
-        self.uvarint(0)
-
-
-class _R:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise RecordFormatError(
-                f"need {n} bytes at {self.pos}, have {len(self.data) - self.pos}"
-            )
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def i8(self) -> int:
-        return int(_I8.unpack(self.take(1))[0])
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self.take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self.take(4))[0])
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            if shift > 28:
-                raise RecordFormatError("unsigned varint is too long")
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    def string(self) -> str:
-        n = self.i16()
-        if n < 0:
-            raise RecordFormatError("null key string")
-        return self._utf8(self.take(n))
-
-    def cstring(self) -> str | None:
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        return self._utf8(self.take(n))
-
-    def cstring_nn(self) -> str:
-        s = self.cstring()
-        if s is None:
-            raise RecordFormatError("null value for a non-nullable string")
-        return s
-
-    @staticmethod
-    def _utf8(b: bytes) -> str:
-        try:
-            return b.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RecordFormatError(f"string is not UTF-8: {e}") from e
-
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(bytes=self.take(16))
-
-    def array_len(self) -> int:
-        n = self.uvarint() - 1
-        if n < -1:
-            raise RecordFormatError(f"invalid array length {n}")
-        if n > len(self.data) - self.pos:  # every item takes a byte at least
-            raise RecordFormatError(
-                f"array of {n} items but only {len(self.data) - self.pos} bytes left"
-            )
-        return max(n, 0)
-
-    def skip_tags(self) -> None:
-        count = self.uvarint()
-        if 2 * count > len(self.data) - self.pos:  # a tag and a size byte each at least
-            raise RecordFormatError(f"{count} tagged fields in {len(self.data) - self.pos} bytes")
-        for _ in range(count):
-            self.uvarint()
-            self.take(self.uvarint())
-
-    def done(self) -> None:
-        if self.pos != len(self.data):
-            raise RecordFormatError(f"{len(self.data) - self.pos} trailing bytes")
 
 
 # --- keys ----------------------------------------------------------------------------------------
 
 
-def _key(record_type: int, *fields: str) -> bytes:
-    w = _W()
-    w.i16(record_type)
+def record_key(record_type: int, *fields: str) -> bytes:
+    """A key: its record type, then its strings (not flexible)."""
+    w = Writer()
+    w.int16(record_type)
     for f in fields:
         w.string(f)
-    return bytes(w.buf)
+    return bytes(w.out)
 
 
-def group_metadata_key(group_id: str) -> bytes:
-    return _key(GROUP_METADATA, group_id)
+def group_key(record_type: int) -> Callable[[str], bytes]:
+    """The key builder of a group's record type: (group id) -> key."""
+    return lambda group_id: record_key(record_type, group_id)
 
 
-def partition_metadata_key(group_id: str) -> bytes:
-    return _key(PARTITION_METADATA, group_id)
+def member_key(record_type: int) -> Callable[[str, str], bytes]:
+    """The key builder of a member's record type: (group id, member id) -> key."""
+    return lambda group_id, member_id: record_key(record_type, group_id, member_id)
 
 
-def member_metadata_key(group_id: str, member_id: str) -> bytes:
-    return _key(MEMBER_METADATA, group_id, member_id)
+def decode_record_key(
+    key: bytes, types: frozenset[int], member_types: tuple[int, ...], kind: str
+) -> tuple[int, str, str | None]:
+    """(record type, group id, member id or None) of a key of one of `types`; the types of
+    `member_types` carry a member id."""
+    r = Reader(key)
+    t = r.int16()
+    if t not in types:
+        raise RecordFormatError(f"not a {kind} record type: {t}")
+    group_id = r.string()
+    member_id = r.string() if t in member_types else None
+    r.expect_end()
+    return t, group_id, member_id
 
 
-def target_metadata_key(group_id: str) -> bytes:
-    return _key(TARGET_METADATA, group_id)
-
-
-def target_member_key(group_id: str, member_id: str) -> bytes:
-    return _key(TARGET_MEMBER, group_id, member_id)
-
-
-def current_assignment_key(group_id: str, member_id: str) -> bytes:
-    return _key(CURRENT_ASSIGNMENT, group_id, member_id)
+group_metadata_key = group_key(GROUP_METADATA)
+partition_metadata_key = group_key(PARTITION_METADATA)
+member_metadata_key = member_key(MEMBER_METADATA)
+target_metadata_key = group_key(TARGET_METADATA)
+target_member_key = member_key(TARGET_MEMBER)
+current_assignment_key = member_key(CURRENT_ASSIGNMENT)
 
 
 def record_type(key: bytes) -> int:
@@ -252,50 +128,48 @@ def record_type(key: bytes) -> int:
 
 def decode_consumer_group_key(key: bytes) -> tuple[int, str, str | None]:
     """(record type, group id, member id or None) of a key of types 3-8."""
-    r = _R(bytes(key))
-    t = r.i16()
-    if t not in CONSUMER_GROUP_RECORD_TYPES:
-        raise RecordFormatError(f"not a consumer-group record type: {t}")
-    group_id = r.string()
-    member_id = r.string() if t in (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT) else None
-    r.done()
-    return t, group_id, member_id
+    return decode_record_key(key, CONSUMER_GROUP_RECORD_TYPES, _MEMBER_TYPES, "consumer-group")
 
 
 # --- values --------------------------------------------------------------------------------------
 
 
-def _value(w: _W) -> bytes:
-    return bytes(w.buf)
-
-
-def _start() -> _W:
-    w = _W()
-    w.i16(0)
+def start_value() -> Writer:
+    """A writer holding a value's version (0); the flexible message follows."""
+    w = Writer()
+    w.int16(0)
     return w
+
+
+def end_value(w: Writer) -> bytes:
+    """The value's bytes, once its top-level (empty) tagged fields are written."""
+    w.no_tagged_fields()
+    return bytes(w.out)
+
+
+def open_value(data: bytes) -> Reader:
+    """A reader past a value's version, which must be 0."""
+    return open_versioned(data, 0, "unknown value version")[0]
+
+
+def close_value(r: Reader) -> None:
+    """A value's top-level tagged fields (skipped), then its end."""
+    r.tagged_fields()
+    r.expect_end()
 
 
 def encode_epoch_value(epoch: int) -> bytes:
     """ConsumerGroupMetadataValue / ConsumerGroupTargetAssignmentMetadataValue."""
-    w = _start()
-    w.i32(epoch)
-    w.no_tags()
-    return _value(w)
+    w = start_value()
+    w.int32(epoch)
+    return end_value(w)
 
 
 def decode_epoch_value(data: bytes) -> int:
-    r = _R(bytes(data))
-    _version(r)
-    epoch = r.i32()
-    r.skip_tags()
-    r.done()
+    r = open_value(data)
+    epoch = r.int32()
+    close_value(r)
     return epoch
-
-
-def _version(r: _R) -> None:
-    v = r.i16()
-    if v != 0:
-        raise RecordFormatError(f"unknown value version {v}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,38 +180,42 @@ class TopicMetadataValue:
 
 
 def encode_partition_metadata(epoch: int, topics: Sequence[TopicMetadataValue]) -> bytes:
-    w = _start()
-    w.i32(epoch)
-    w.array_len(len(topics))
+    w = start_value()
+    w.int32(epoch)
+    w.array_length(len(topics), True)
     for t in topics:
         w.uuid(t.topic_id)
-        w.cstring(t.name)
-        w.i32(t.num_partitions)
-        w.array_len(0)  # PartitionRacks: no rack-aware assignment
-        w.no_tags()
-    w.no_tags()
-    return _value(w)
+        w.nullable_string(t.name, True)
+        w.int32(t.num_partitions)
+        w.array_length(0, True)  # PartitionRacks: no rack-aware assignment
+        w.no_tagged_fields()
+    return end_value(w)
+
+
+def read_topics_metadata(r: Reader) -> tuple[TopicMetadataValue, ...]:
+    """Topics [TopicId, TopicName, NumPartitions, PartitionRacks (skipped)] (consumer and
+    share groups' partition metadata)."""
+    topics = []
+    for _ in range(r.array_length(True)):
+        tid = r.uuid()
+        name = r.string(True)
+        n = r.int32()
+        for _ in range(r.array_length(True)):
+            r.int32()
+            for _ in range(r.array_length(True)):
+                r.nullable_string(True)
+            r.tagged_fields()
+        r.tagged_fields()
+        topics.append(TopicMetadataValue(tid, name, n))
+    return tuple(topics)
 
 
 def decode_partition_metadata(data: bytes) -> tuple[int, tuple[TopicMetadataValue, ...]]:
-    r = _R(bytes(data))
-    _version(r)
-    epoch = r.i32()
-    topics = []
-    for _ in range(r.array_len()):
-        tid = r.uuid()
-        name = r.cstring_nn()
-        n = r.i32()
-        for _ in range(r.array_len()):
-            r.i32()
-            for _ in range(r.array_len()):
-                r.cstring()
-            r.skip_tags()
-        r.skip_tags()
-        topics.append(TopicMetadataValue(tid, name, n))
-    r.skip_tags()
-    r.done()
-    return epoch, tuple(topics)
+    r = open_value(data)
+    epoch = r.int32()
+    topics = read_topics_metadata(r)
+    close_value(r)
+    return epoch, topics
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,108 +230,137 @@ class MemberMetadataValue:
     server_assignor: str | None
 
 
+MemberClient = tuple[str | None, str, str, tuple[str, ...]]
+"""RackId, ClientId, ClientHost, SubscribedTopicNames: what a consumer- and a share-group
+member's metadata value both hold, in that order."""
+
+
+def write_member_client(w: Writer, client: MemberClient) -> None:
+    rack_id, client_id, client_host, names = client
+    w.nullable_string(rack_id, True)
+    w.string(client_id, True)
+    w.string(client_host, True)
+    w.array_length(len(names), True)
+    for name in names:
+        w.string(name, True)
+
+
+def read_member_client(r: Reader) -> MemberClient:
+    rack_id = r.nullable_string(True)
+    client_id = r.string(True)
+    client_host = r.string(True)
+    names = tuple(r.string(True) for _ in range(r.array_length(True)))
+    return rack_id, client_id, client_host, names
+
+
 def encode_member_metadata(v: MemberMetadataValue) -> bytes:
-    w = _start()
-    w.cstring(v.instance_id)
-    w.cstring(v.rack_id)
-    w.cstring(v.client_id)
-    w.cstring(v.client_host)
-    w.array_len(len(v.subscribed_topic_names))
-    for name in v.subscribed_topic_names:
-        w.cstring(name)
-    w.cstring(v.subscribed_topic_regex)
-    w.i32(v.rebalance_timeout_ms)
-    w.cstring(v.server_assignor)
-    w.no_tags()
-    return _value(w)
+    w = start_value()
+    w.nullable_string(v.instance_id, True)
+    write_member_client(w, (v.rack_id, v.client_id, v.client_host, v.subscribed_topic_names))
+    w.nullable_string(v.subscribed_topic_regex, True)
+    w.int32(v.rebalance_timeout_ms)
+    w.nullable_string(v.server_assignor, True)
+    return end_value(w)
 
 
 def decode_member_metadata(data: bytes) -> MemberMetadataValue:
-    r = _R(bytes(data))
-    _version(r)
-    instance_id = r.cstring()
-    rack_id = r.cstring()
-    client_id = r.cstring_nn()
-    client_host = r.cstring_nn()
-    names = tuple(r.cstring_nn() for _ in range(r.array_len()))
-    regex = r.cstring()
-    rebalance_timeout = r.i32()
-    assignor = r.cstring()
-    r.skip_tags()
-    r.done()
+    r = open_value(data)
+    instance_id = r.nullable_string(True)
+    rack_id, client_id, client_host, names = read_member_client(r)
+    regex = r.nullable_string(True)
+    rebalance_timeout = r.int32()
+    assignor = r.nullable_string(True)
+    close_value(r)
     return MemberMetadataValue(
         instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor
     )
 
 
-def _write_partitions(w: _W, a: Assignment) -> None:
+def write_partitions(w: Writer, a: Assignment) -> None:
+    """An assignment: [TopicId, Partitions [int32]], topics and partitions in order."""
     items = sorted((t, p) for t, p in a.items() if p)
-    w.array_len(len(items))
+    w.array_length(len(items), True)
     for tid, parts in items:
         w.uuid(tid)
-        w.array_len(len(parts))
-        for p in sorted(parts):
-            w.i32(p)
-        w.no_tags()
+        w.int32_array(sorted(parts), True)
+        w.no_tagged_fields()
 
 
-def _read_partitions(r: _R) -> dict[uuid.UUID, frozenset[int]]:
+def read_partitions(r: Reader) -> dict[uuid.UUID, frozenset[int]]:
+    """What `write_partitions` writes (a topic's partitions without any: left out)."""
     out: dict[uuid.UUID, frozenset[int]] = {}
-    for _ in range(r.array_len()):
+    for _ in range(r.array_length(True)):
         tid = r.uuid()
-        parts = frozenset(r.i32() for _ in range(r.array_len()))
-        r.skip_tags()
+        parts = frozenset(r.int32_array(True))
+        r.tagged_fields()
         if parts:
             out[tid] = out.get(tid, frozenset()) | parts
     return out
 
 
 def encode_target_member(a: Assignment) -> bytes:
-    w = _start()
-    _write_partitions(w, a)
-    w.no_tags()
-    return _value(w)
+    w = start_value()
+    write_partitions(w, a)
+    return end_value(w)
 
 
 def decode_target_member(data: bytes) -> dict[uuid.UUID, frozenset[int]]:
-    r = _R(bytes(data))
-    _version(r)
-    out = _read_partitions(r)
-    r.skip_tags()
-    r.done()
+    r = open_value(data)
+    out = read_partitions(r)
+    close_value(r)
     return out
 
 
 @dataclass(frozen=True, slots=True)
-class CurrentAssignmentValue:
+class MemberAssignment:
+    """A member's current assignment: a share-group member's value, and the start of a
+    consumer-group member's."""
+
     member_epoch: int
     previous_member_epoch: int
     state: int
     assigned: Mapping[uuid.UUID, frozenset[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignmentValue(MemberAssignment):
     pending_revocation: Mapping[uuid.UUID, frozenset[int]]
 
 
+_EPOCHS_AND_STATE = struct.Struct(">iib")
+
+
+def encode_member_assignment(
+    member_epoch: int, previous_member_epoch: int, state: int, *assignments: Assignment
+) -> bytes:
+    """A current member assignment value (consumer and share groups): MemberEpoch,
+    PreviousMemberEpoch, State, then the assignments (assigned; pending revocation)."""
+    w = start_value()
+    w.pack(_EPOCHS_AND_STATE, member_epoch, previous_member_epoch, state)
+    for a in assignments:
+        write_partitions(w, a)
+    return end_value(w)
+
+
+def decode_member_assignment(
+    data: bytes, assignments: int
+) -> tuple[int, int, int, list[dict[uuid.UUID, frozenset[int]]]]:
+    """What `encode_member_assignment` writes with `assignments` assignments."""
+    r = open_value(data)
+    member_epoch, previous_member_epoch, state = r.unpack(_EPOCHS_AND_STATE)
+    parts = [read_partitions(r) for _ in range(assignments)]
+    close_value(r)
+    return member_epoch, previous_member_epoch, state, parts
+
+
 def encode_current_assignment(v: CurrentAssignmentValue) -> bytes:
-    w = _start()
-    w.i32(v.member_epoch)
-    w.i32(v.previous_member_epoch)
-    w.i8(v.state)
-    _write_partitions(w, v.assigned)
-    _write_partitions(w, v.pending_revocation)
-    w.no_tags()
-    return _value(w)
+    return encode_member_assignment(
+        v.member_epoch, v.previous_member_epoch, v.state, v.assigned, v.pending_revocation
+    )
 
 
 def decode_current_assignment(data: bytes) -> CurrentAssignmentValue:
-    r = _R(bytes(data))
-    _version(r)
-    epoch = r.i32()
-    previous = r.i32()
-    state = r.i8()
-    assigned = _read_partitions(r)
-    pending = _read_partitions(r)
-    r.skip_tags()
-    r.done()
+    epoch, previous, state, (assigned, pending) = decode_member_assignment(data, 2)
     return CurrentAssignmentValue(epoch, previous, state, assigned, pending)
 
 
@@ -473,6 +380,29 @@ def record_diff(
 
 
 # --- replay --------------------------------------------------------------------------------------
+
+G = TypeVar("G")
+V = TypeVar("V")
+
+
+def replayed_group(
+    groups: dict[str, G], group_id: str, tombstone: bool, new: Callable[[], G]
+) -> G | None:
+    """The group a record replays into, made on its first record; None for the tombstone of a
+    group never seen (consumer and share groups)."""
+    g = groups.get(group_id)
+    if g is None and not tombstone:
+        g = groups[group_id] = new()
+    return g
+
+
+def replay_member(table: dict[str, V], member_id: str | None, decoded: V | None) -> None:
+    """A member's record replayed into its table: set, or (a tombstone, None) removed."""
+    assert member_id is not None
+    if decoded is None:
+        table.pop(member_id, None)
+    else:
+        table[member_id] = decoded
 
 
 @dataclass(slots=True)
@@ -507,33 +437,24 @@ class ConsumerGroupReplay:
     def apply(self, key: bytes, value: bytes | None) -> None:
         """Replay one record (raises RecordFormatError on bytes that do not parse)."""
         t, group_id, member_id = decode_consumer_group_key(key)
-        g = self.groups.get(group_id)
+        g = replayed_group(self.groups, group_id, value is None, ReplayedGroup)
         if g is None:
-            if value is None:
-                return
-            g = self.groups[group_id] = ReplayedGroup()
+            return
         if t == GROUP_METADATA:
             g.group_epoch = None if value is None else decode_epoch_value(value)
         elif t == PARTITION_METADATA:
             g.topics = None if value is None else decode_partition_metadata(value)[1]
         elif t == TARGET_METADATA:
             g.assignment_epoch = None if value is None else decode_epoch_value(value)
+        elif t == MEMBER_METADATA:
+            member = None if value is None else decode_member_metadata(value)
+            replay_member(g.members, member_id, member)
+        elif t == TARGET_MEMBER:
+            target = None if value is None else decode_target_member(value)
+            replay_member(g.targets, member_id, target)
         else:
-            assert member_id is not None
-            table: dict[str, object]
-            if t == MEMBER_METADATA:
-                table = g.members  # type: ignore[assignment]
-                decoded: object = None if value is None else decode_member_metadata(value)
-            elif t == TARGET_MEMBER:
-                table = g.targets  # type: ignore[assignment]
-                decoded = None if value is None else decode_target_member(value)
-            else:
-                table = g.current  # type: ignore[assignment]
-                decoded = None if value is None else decode_current_assignment(value)
-            if decoded is None:
-                table.pop(member_id, None)
-            else:
-                table[member_id] = decoded
+            current = None if value is None else decode_current_assignment(value)
+            replay_member(g.current, member_id, current)
         if g.is_empty_record_set:
             del self.groups[group_id]
 

@@ -23,9 +23,10 @@ exactly where Kafka does: `Utils.abs(groupId.hashCode()) % partitions` with Java
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from wherry.protocol.wire import DecodeError, Reader, Writer
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION",
@@ -60,13 +61,9 @@ OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRE = 1
 MAX_OFFSET_COMMIT_VALUE_VERSION = 4
 MAX_GROUP_METADATA_VALUE_VERSION = 4
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-
-
-class RecordFormatError(ValueError):
-    """Bytes that are not a valid record of the expected type and version."""
+RecordFormatError = DecodeError
+"""Bytes that are not a valid record of the expected type and version: the wire reader's one
+error, a ValueError (the loaders skip such a record with a log line)."""
 
 
 # --- hashing -----------------------------------------------------------------------------------
@@ -87,133 +84,14 @@ def partition_for(group_id: str, partitions: int) -> int:
     return (0 if h == -0x8000_0000 else abs(h)) % partitions
 
 
-# --- primitive reading / writing ---------------------------------------------------------------
-
-
-class _Writer:
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i16(self, v: int) -> None:
-        self.buf += _I16.pack(v)
-
-    def i32(self, v: int) -> None:
-        self.buf += _I32.pack(v)
-
-    def i64(self, v: int) -> None:
-        self.buf += _I64.pack(v)
-
-    def string(self, v: str | None) -> None:
-        if v is None:
-            self.i16(-1)
-            return
-        b = v.encode("utf-8")
-        if len(b) > 0x7FFF:
-            raise RecordFormatError(f"string of {len(b)} bytes is too long")
-        self.i16(len(b))
-        self.buf += b
-
-    def bytes_(self, v: bytes | None) -> None:
-        if v is None:
-            self.i32(-1)
-            return
-        self.i32(len(v))
-        self.buf += v
-
-
-class _Reader:
-    __slots__ = ("data", "flexible", "pos")
-
-    def __init__(self, data: bytes, pos: int = 0, *, flexible: bool = False) -> None:
-        self.data = data
-        self.pos = pos
-        self.flexible = flexible
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise RecordFormatError(
-                f"need {n} bytes at position {self.pos}, have {len(self.data) - self.pos}"
-            )
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def i64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def uvarint(self) -> int:
-        shift = 0
-        value = 0
-        while True:
-            if shift > 28:
-                raise RecordFormatError("unsigned varint is too long")
-            b = self._take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    def _length(self, wide: bool) -> int:
-        if self.flexible:
-            return self.uvarint() - 1
-        return self.i32() if wide else self.i16()
-
-    def nullable_string(self) -> str | None:
-        n = self._length(False)
-        if n < 0:
-            if n == -1:
-                return None
-            raise RecordFormatError(f"invalid string length {n}")
-        try:
-            return self._take(n).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RecordFormatError(f"string is not UTF-8: {e}") from e
-
-    def string(self) -> str:
-        s = self.nullable_string()
-        if s is None:
-            raise RecordFormatError("null value for a non-nullable string")
-        return s
-
-    def bytes_(self) -> bytes:
-        n = self._length(True)
-        if n < 0:
-            if n == -1:
-                return b""
-            raise RecordFormatError(f"invalid bytes length {n}")
-        return bytes(self._take(n))
-
-    def array_length(self) -> int:
-        n = self._length(True)
-        if n < -1:
-            raise RecordFormatError(f"invalid array length {n}")
-        if n > len(self.data) - self.pos:  # every item takes a byte at least
-            raise RecordFormatError(
-                f"array of {n} items but only {len(self.data) - self.pos} bytes left"
-            )
-        return max(n, 0)
-
-    def tagged_fields(self) -> None:
-        if not self.flexible:
-            return
-        count = self.uvarint()
-        if 2 * count > len(self.data) - self.pos:  # a tag and a size byte each at least
-            raise RecordFormatError(f"{count} tagged fields in {len(self.data) - self.pos} bytes")
-        for _ in range(count):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
-
-    def done(self) -> None:
-        if self.pos != len(self.data):
-            raise RecordFormatError(f"{len(self.data) - self.pos} trailing bytes")
+def open_versioned(data: bytes, max_version: int, unknown: str) -> tuple[Reader, int]:
+    """A reader past a record's 2-byte version, and that version, which must be 0 to
+    `max_version` (else RecordFormatError "`unknown`: version")."""
+    r = Reader(data)
+    version = r.int16()
+    if not 0 <= version <= max_version:
+        raise RecordFormatError(f"{unknown}: {version}")
+    return r, version
 
 
 # --- keys --------------------------------------------------------------------------------------
@@ -239,31 +117,33 @@ class UnknownKey:
 
 
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    w = _Writer()
-    w.i16(OFFSET_COMMIT_KEY_VERSION)
+    w = Writer()
+    w.int16(OFFSET_COMMIT_KEY_VERSION)
     w.string(group)
     w.string(topic)
-    w.i32(partition)
-    return bytes(w.buf)
+    w.int32(partition)
+    return bytes(w.out)
 
 
 def group_metadata_key(group: str) -> bytes:
-    w = _Writer()
-    w.i16(GROUP_METADATA_KEY_VERSION)
+    w = Writer()
+    w.int16(GROUP_METADATA_KEY_VERSION)
     w.string(group)
-    return bytes(w.buf)
+    return bytes(w.out)
 
 
 def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
-    r = _Reader(bytes(data))
-    version = r.i16()
+    r = Reader(data)
+    version = r.int16()
     if version in (0, 1):
-        key: OffsetCommitKey | GroupMetadataKey = OffsetCommitKey(r.string(), r.string(), r.i32())
+        key: OffsetCommitKey | GroupMetadataKey = OffsetCommitKey(
+            r.string(), r.string(), r.int32()
+        )
     elif version == 2:
         key = GroupMetadataKey(r.string())
     else:
         return UnknownKey(version)
-    r.done()
+    r.expect_end()
     return key
 
 
@@ -289,32 +169,30 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = N
         )
     if not 0 <= version <= 3:
         raise RecordFormatError(f"cannot write OffsetCommitValue version {version}")
-    w = _Writer()
-    w.i16(version)
-    w.i64(value.offset)
+    w = Writer()
+    w.int16(version)
+    w.int64(value.offset)
     if version >= 3:
-        w.i32(value.leader_epoch)
+        w.int32(value.leader_epoch)
     w.string(value.metadata)
-    w.i64(value.commit_timestamp_ms)
+    w.int64(value.commit_timestamp_ms)
     if version == 1:
-        w.i64(value.expire_timestamp_ms)
-    return bytes(w.buf)
+        w.int64(value.expire_timestamp_ms)
+    return bytes(w.out)
 
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
-    raw = bytes(data)
-    r = _Reader(raw)
-    version = r.i16()
-    if not 0 <= version <= MAX_OFFSET_COMMIT_VALUE_VERSION:
-        raise RecordFormatError(f"Unknown offset message version: {version}")
-    r.flexible = version >= 4
-    offset = r.i64()
-    leader_epoch = r.i32() if version >= 3 else -1
-    metadata = r.nullable_string() or ""
-    commit_ts = r.i64()
-    expire_ts = r.i64() if version == 1 else -1
-    r.tagged_fields()
-    r.done()
+    r, version = open_versioned(
+        data, MAX_OFFSET_COMMIT_VALUE_VERSION, "Unknown offset message version"
+    )
+    flex = version >= 4
+    offset = r.int64()
+    leader_epoch = r.int32() if version >= 3 else -1
+    metadata = r.nullable_string(flex) or ""
+    commit_ts = r.int64()
+    expire_ts = r.int64() if version == 1 else -1
+    r.end_struct(flex)
+    r.expect_end()
     return OffsetCommitValue(offset, leader_epoch, metadata, commit_ts, expire_ts)
 
 
@@ -348,53 +226,52 @@ def encode_group_metadata_value(value: GroupMetadataValue, version: int | None =
     v = GROUP_METADATA_VALUE_VERSION if version is None else version
     if not 0 <= v <= 3:
         raise RecordFormatError(f"cannot write GroupMetadataValue version {v}")
-    w = _Writer()
-    w.i16(v)
+    w = Writer()
+    w.int16(v)
     w.string(value.protocol_type)
-    w.i32(value.generation)
-    w.string(value.protocol)
-    w.string(value.leader)
+    w.int32(value.generation)
+    w.nullable_string(value.protocol)
+    w.nullable_string(value.leader)
     if v >= 2:
-        w.i64(value.current_state_timestamp_ms)
-    w.i32(len(value.members))
+        w.int64(value.current_state_timestamp_ms)
+    w.array_length(len(value.members))
     for m in value.members:
         w.string(m.member_id)
         if v >= 3:
-            w.string(m.group_instance_id)
+            w.nullable_string(m.group_instance_id)
         w.string(m.client_id)
         w.string(m.client_host)
         if v >= 1:
-            w.i32(m.rebalance_timeout_ms)
-        w.i32(m.session_timeout_ms)
+            w.int32(m.rebalance_timeout_ms)
+        w.int32(m.session_timeout_ms)
         w.bytes_(m.subscription)
         w.bytes_(m.assignment)
-    return bytes(w.buf)
+    return bytes(w.out)
 
 
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
-    r = _Reader(bytes(data))
-    version = r.i16()
-    if not 0 <= version <= MAX_GROUP_METADATA_VALUE_VERSION:
-        raise RecordFormatError(f"Unknown group metadata message version: {version}")
-    r.flexible = version >= 4
-    protocol_type = r.string()
-    generation = r.i32()
-    protocol = r.nullable_string()
-    leader = r.nullable_string()
-    state_ts = r.i64() if version >= 2 else -1
+    r, version = open_versioned(
+        data, MAX_GROUP_METADATA_VALUE_VERSION, "Unknown group metadata message version"
+    )
+    flex = version >= 4
+    protocol_type = r.string(flex)
+    generation = r.int32()
+    protocol = r.nullable_string(flex)
+    leader = r.nullable_string(flex)
+    state_ts = r.int64() if version >= 2 else -1
     members: list[MemberMetadataValue] = []
-    for _ in range(r.array_length()):
-        member_id = r.string()
-        instance_id = r.nullable_string() if version >= 3 else None
-        client_id = r.string()
-        client_host = r.string()
-        rebalance_timeout = r.i32() if version >= 1 else -1
-        session_timeout = r.i32()
+    for _ in range(max(r.nullable_array_length(flex), 0)):
+        member_id = r.string(flex)
+        instance_id = r.nullable_string(flex) if version >= 3 else None
+        client_id = r.string(flex)
+        client_host = r.string(flex)
+        rebalance_timeout = r.int32() if version >= 1 else -1
+        session_timeout = r.int32()
         if version == 0:
             rebalance_timeout = session_timeout  # v0 had one timeout for both
-        subscription = r.bytes_()
-        assignment = r.bytes_()
-        r.tagged_fields()
+        subscription = r.nullable_bytes(flex) or b""
+        assignment = r.nullable_bytes(flex) or b""
+        r.end_struct(flex)
         members.append(
             MemberMetadataValue(
                 member_id,
@@ -407,8 +284,8 @@ def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
                 assignment,
             )
         )
-    r.tagged_fields()
-    r.done()
+    r.end_struct(flex)
+    r.expect_end()
     return GroupMetadataValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))
 
 
@@ -420,22 +297,20 @@ def parse_subscription_topics(metadata: bytes) -> list[str]:
 
     Raises RecordFormatError (a ValueError) when the bytes do not parse.
     """
-    r = _Reader(bytes(metadata))
-    version = r.i16()
+    r = Reader(metadata)
+    version = r.int16()
     if version < 0:
         raise RecordFormatError(f"invalid consumer protocol version {version}")
-    n = r.i32()
-    if n < 0 or 2 * n > len(r.data) - r.pos:  # a topic name takes 2 bytes at least
-        raise RecordFormatError(f"invalid topic count {n}")
+    n = r.array_length(False, 2)  # a topic name takes 2 bytes at least
     return [r.string() for _ in range(n)]
 
 
 def encode_subscription(topics: Sequence[str], user_data: bytes | None = None) -> bytes:
     """A ConsumerProtocolSubscription v0 (for tests and tools)."""
-    w = _Writer()
-    w.i16(0)
-    w.i32(len(topics))
+    w = Writer()
+    w.int16(0)
+    w.array_length(len(topics))
     for t in topics:
         w.string(t)
-    w.bytes_(user_data)
-    return bytes(w.buf)
+    w.nullable_bytes(user_data)
+    return bytes(w.out)

@@ -24,13 +24,29 @@ A null value is a tombstone. `ShareGroupReplay` replays them in log order. Pure:
 
 from __future__ import annotations
 
-import struct
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from wherry.group import consumer_group_records as cgr
-from wherry.group.records import RecordFormatError
+from wherry.group.consumer_group_records import (
+    MemberAssignment,
+    close_value,
+    decode_member_assignment,
+    decode_record_key,
+    encode_member_assignment,
+    end_value,
+    group_key,
+    member_key,
+    open_value,
+    read_member_client,
+    read_topics_metadata,
+    replay_member,
+    replayed_group,
+    start_value,
+    write_member_client,
+)
+from wherry.protocol.wire import Reader, Writer
 
 __all__ = [
     "SHARE_GROUP_RECORD_TYPES",
@@ -81,95 +97,38 @@ def upsert_order(key: bytes) -> int:
     return _UPSERT[cgr.record_type(key)]
 
 
-_I64 = struct.Struct(">q")
-
-
 # --- keys ----------------------------------------------------------------------------------------
 
 
-def _key(record_type: int, *fields: str) -> bytes:
-    w = cgr._W()
-    w.i16(record_type)
-    for f in fields:
-        w.string(f)
-    return bytes(w.buf)
-
-
-def partition_metadata_key(group_id: str) -> bytes:
-    return _key(PARTITION_METADATA, group_id)
-
-
-def member_metadata_key(group_id: str, member_id: str) -> bytes:
-    return _key(MEMBER_METADATA, group_id, member_id)
-
-
-def group_metadata_key(group_id: str) -> bytes:
-    return _key(GROUP_METADATA, group_id)
-
-
-def target_metadata_key(group_id: str) -> bytes:
-    return _key(TARGET_METADATA, group_id)
-
-
-def target_member_key(group_id: str, member_id: str) -> bytes:
-    return _key(TARGET_MEMBER, group_id, member_id)
-
-
-def current_assignment_key(group_id: str, member_id: str) -> bytes:
-    return _key(CURRENT_ASSIGNMENT, group_id, member_id)
-
-
-def state_metadata_key(group_id: str) -> bytes:
-    return _key(STATE_METADATA, group_id)
+partition_metadata_key = group_key(PARTITION_METADATA)
+member_metadata_key = member_key(MEMBER_METADATA)
+group_metadata_key = group_key(GROUP_METADATA)
+target_metadata_key = group_key(TARGET_METADATA)
+target_member_key = member_key(TARGET_MEMBER)
+current_assignment_key = member_key(CURRENT_ASSIGNMENT)
+state_metadata_key = group_key(STATE_METADATA)
 
 
 def decode_share_group_key(key: bytes) -> tuple[int, str, str | None]:
     """(record type, group id, member id or None) of a key of types 9-15."""
-    r = cgr._R(bytes(key))
-    t = r.i16()
-    if t not in SHARE_GROUP_RECORD_TYPES:
-        raise RecordFormatError(f"not a share-group record type: {t}")
-    group_id = r.string()
-    member_id = r.string() if t in _MEMBER_TYPES else None
-    r.done()
-    return t, group_id, member_id
+    return decode_record_key(key, SHARE_GROUP_RECORD_TYPES, _MEMBER_TYPES, "share-group")
 
 
 # --- values --------------------------------------------------------------------------------------
 
 
-def _start() -> cgr._W:
-    w = cgr._W()
-    w.i16(0)
-    return w
-
-
-def _open(data: bytes) -> cgr._R:
-    r = cgr._R(bytes(data))
-    v = r.i16()
-    if v != 0:
-        raise RecordFormatError(f"unknown value version {v}")
-    return r
-
-
-def _end(r: cgr._R) -> None:
-    r.skip_tags()
-    r.done()
-
-
 def encode_group_metadata(epoch: int, metadata_hash: int) -> bytes:
-    w = _start()
-    w.i32(epoch)
-    w.buf += _I64.pack(metadata_hash)
-    w.no_tags()
-    return bytes(w.buf)
+    w = start_value()
+    w.int32(epoch)
+    w.int64(metadata_hash)
+    return end_value(w)
 
 
 def decode_group_metadata(data: bytes) -> tuple[int, int]:
-    r = _open(data)
-    epoch = r.i32()
-    h = int(_I64.unpack(r.take(8))[0])
-    _end(r)
+    r = open_value(data)
+    epoch = r.int32()
+    h = r.int64()
+    close_value(r)
     return epoch, h
 
 
@@ -182,52 +141,27 @@ class ShareMemberValue:
 
 
 def encode_member_metadata(v: ShareMemberValue) -> bytes:
-    w = _start()
-    w.cstring(v.rack_id)
-    w.cstring(v.client_id)
-    w.cstring(v.client_host)
-    w.array_len(len(v.subscribed_topic_names))
-    for name in v.subscribed_topic_names:
-        w.cstring(name)
-    w.no_tags()
-    return bytes(w.buf)
+    w = start_value()
+    write_member_client(w, (v.rack_id, v.client_id, v.client_host, v.subscribed_topic_names))
+    return end_value(w)
 
 
 def decode_member_metadata(data: bytes) -> ShareMemberValue:
-    r = _open(data)
-    rack = r.cstring()
-    client_id = r.cstring_nn()
-    client_host = r.cstring_nn()
-    names = tuple(r.cstring_nn() for _ in range(r.array_len()))
-    _end(r)
-    return ShareMemberValue(rack, client_id, client_host, names)
+    r = open_value(data)
+    value = ShareMemberValue(*read_member_client(r))
+    close_value(r)
+    return value
 
 
-@dataclass(frozen=True, slots=True)
-class ShareCurrentAssignment:
-    member_epoch: int
-    previous_member_epoch: int
-    state: int
-    assigned: Mapping[uuid.UUID, frozenset[int]]
+ShareCurrentAssignment = MemberAssignment
 
 
 def encode_current_assignment(v: ShareCurrentAssignment) -> bytes:
-    w = _start()
-    w.i32(v.member_epoch)
-    w.i32(v.previous_member_epoch)
-    w.i8(v.state)
-    cgr._write_partitions(w, v.assigned)
-    w.no_tags()
-    return bytes(w.buf)
+    return encode_member_assignment(v.member_epoch, v.previous_member_epoch, v.state, v.assigned)
 
 
 def decode_current_assignment(data: bytes) -> ShareCurrentAssignment:
-    r = _open(data)
-    epoch = r.i32()
-    previous = r.i32()
-    state = r.i8()
-    assigned = cgr._read_partitions(r)
-    _end(r)
+    epoch, previous, state, (assigned,) = decode_member_assignment(data, 1)
     return ShareCurrentAssignment(epoch, previous, state, assigned)
 
 
@@ -242,27 +176,25 @@ class StateTopic:
     create_timestamp_ms: int = -1
 
 
-def _write_state_topics(w: cgr._W, topics: Iterable[StateTopic]) -> None:
+def _write_state_topics(w: Writer, topics: Iterable[StateTopic]) -> None:
     items = sorted(topics, key=lambda t: str(t.topic_id))
-    w.array_len(len(items))
+    w.array_length(len(items), True)
     for t in items:
         w.uuid(t.topic_id)
-        w.cstring(t.name)
-        w.array_len(len(t.partitions))
-        for p in sorted(t.partitions):
-            w.i32(p)
-        w.buf += _I64.pack(t.create_timestamp_ms)
-        w.no_tags()
+        w.nullable_string(t.name, True)
+        w.int32_array(sorted(t.partitions), True)
+        w.int64(t.create_timestamp_ms)
+        w.no_tagged_fields()
 
 
-def _read_state_topics(r: cgr._R) -> tuple[StateTopic, ...]:
+def _read_state_topics(r: Reader) -> tuple[StateTopic, ...]:
     out = []
-    for _ in range(r.array_len()):
+    for _ in range(r.array_length(True)):
         tid = r.uuid()
-        name = r.cstring_nn()
-        parts = frozenset(r.i32() for _ in range(r.array_len()))
-        ts = int(_I64.unpack(r.take(8))[0])
-        r.skip_tags()
+        name = r.string(True)
+        parts = frozenset(r.int32_array(True))
+        ts = r.int64()
+        r.tagged_fields()
         out.append(StateTopic(tid, name, parts, ts))
     return tuple(out)
 
@@ -272,45 +204,35 @@ def encode_state_metadata(
     initializing: Iterable[StateTopic] = (),
     deleting: Iterable[tuple[uuid.UUID, str]] = (),
 ) -> bytes:
-    w = _start()
+    w = start_value()
     _write_state_topics(w, initializing)
     _write_state_topics(w, initialized)
     items = sorted(deleting, key=lambda t: str(t[0]))
-    w.array_len(len(items))
+    w.array_length(len(items), True)
     for tid, name in items:
         w.uuid(tid)
-        w.cstring(name)
-        w.no_tags()
-    w.no_tags()
-    return bytes(w.buf)
+        w.string(name, True)
+        w.no_tagged_fields()
+    return end_value(w)
 
 
 def decode_state_metadata(data: bytes) -> tuple[StateTopic, ...]:
     """The initialized (and initializing) topics: those whose state may exist."""
-    r = _open(data)
+    r = open_value(data)
     initializing = _read_state_topics(r)
     initialized = _read_state_topics(r)
-    for _ in range(r.array_len()):
+    for _ in range(r.array_length(True)):
         r.uuid()
-        r.cstring_nn()
-        r.skip_tags()
-    _end(r)
+        r.string(True)
+        r.tagged_fields()
+    close_value(r)
     return initializing + initialized
 
 
 def _skip_partition_metadata(data: bytes) -> None:
-    r = _open(data)
-    for _ in range(r.array_len()):
-        r.uuid()
-        r.cstring_nn()
-        r.i32()
-        for _ in range(r.array_len()):
-            r.i32()
-            for _ in range(r.array_len()):
-                r.cstring()
-            r.skip_tags()
-        r.skip_tags()
-    _end(r)
+    r = open_value(data)
+    read_topics_metadata(r)
+    close_value(r)
 
 
 # --- replay --------------------------------------------------------------------------------------
@@ -355,11 +277,9 @@ class ShareGroupReplay:
         decoded: object = None
         if value is not None:
             decoded = _DECODERS[t](value)
-        g = self.groups.get(group_id)
+        g = replayed_group(self.groups, group_id, value is None, ReplayedShareGroup)
         if g is None:
-            if value is None:
-                return
-            g = self.groups[group_id] = ReplayedShareGroup()
+            return
         if t == GROUP_METADATA:
             g.group_epoch, g.metadata_hash = (None, 0) if decoded is None else decoded  # type: ignore[misc]
         elif t == TARGET_METADATA:
@@ -369,16 +289,12 @@ class ShareGroupReplay:
         elif t == PARTITION_METADATA:
             g.has_partition_metadata = value is not None
         else:
-            assert member_id is not None
             table: dict[str, object] = (
                 g.members if t == MEMBER_METADATA  # type: ignore[assignment]
                 else g.targets if t == TARGET_MEMBER
                 else g.current
             )
-            if decoded is None:
-                table.pop(member_id, None)
-            else:
-                table[member_id] = decoded
+            replay_member(table, member_id, decoded)
         if g.is_empty_record_set:
             del self.groups[group_id]
 

@@ -5,13 +5,15 @@ Kafka's MBean names as the JMX exporter's usual rules map them
 `kafka_server_replicamanager_underreplicatedpartitions`; a Meter's count → `..._total`).
 
 One `CollectorRegistry` per broker (`broker_registry`), so brokers of one process (`wherry
-dev`, tests) never share or collide.
+dev`, tests) never share or collide; each also carries prometheus_client's process, platform
+and GC collectors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
@@ -229,6 +231,12 @@ _QUOTA_FAMILIES = (
 
 
 def broker_registry(src: BrokerSources) -> CollectorRegistry:
+    """The broker's metrics and the process's own (`process_cpu_seconds_total`,
+    `process_resident_memory_bytes`, `process_open_fds`, `process_start_time_seconds`, ...;
+    `python_gc_*`, `python_info`): brokers sharing a process report the same process figures."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(src))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return registry

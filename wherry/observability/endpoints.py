@@ -12,7 +12,8 @@ CONFIG_KEY = "http.listeners"
 
 
 class HttpListenerError(ValueError):
-    pass
+    """Why a value of `http.listeners` is refused (the reason only: the config's reader
+    prefixes Kafka's `Invalid value V for configuration K: `)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +34,16 @@ def parse_http_listeners(value: str) -> tuple[HttpEndpoint, ...]:
             continue
         scheme, sep, rest = item.partition("://")
         if not sep or scheme.lower() != "http":
-            raise HttpListenerError(
-                f"Invalid value {item} for configuration {CONFIG_KEY}: "
-                "expected http://HOST:PORT (only http is supported)"
-            )
+            raise HttpListenerError(_reason(value, item, "expected http://HOST:PORT (only http "
+                                                          "is supported)"))
         host, colon, port = rest.rstrip("/").rpartition(":")
         if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise HttpListenerError(
-                f"Invalid value {item} for configuration {CONFIG_KEY}: "
-                "the port must be a number from 0 to 65535"
-            )
+            raise HttpListenerError(_reason(value, item, "the port must be a number from 0 to "
+                                                          "65535"))
         out.append(HttpEndpoint(host.strip("[]") or "127.0.0.1", int(port)))
     return tuple(out)
+
+
+def _reason(value: str, item: str, why: str) -> str:
+    """`why`, naming the bad listener when the value holds several."""
+    return why if item == value.strip() else f"{item}: {why}"

@@ -4,8 +4,9 @@
   it changes. The metadata cache's listener (every UpdateMetadata: a broker died, an ISR
   shrank, a leader moved) and every state-change line mark it dirty; a refresher rebuilds it
   after a short debounce and sends it if it differs from the last one sent; it also looks
-  every `REFRESH_S` (group lag moves without metadata changes). It runs only while someone
-  listens.
+  every `REFRESH_S` (group lag moves without metadata changes), and after each answer of the
+  other brokers about their groups (`remote_groups.py`, asked every `REFRESH_S`). It runs
+  only while someone listens.
 * `timeline`: state-change lines of this broker and its controller, parsed, as they are
   written; a new listener first gets the tail of the state-change log (`timeline-init`).
 
@@ -23,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from wherry.observability.remote_groups import RemoteGroups
 from wherry.observability.sources import BrokerSources
 from wherry.observability.view import BrokerDirectory, cluster_view
 from wherry.runtime.state_change_log import add_state_change_listener, parse_state_change_line
@@ -73,11 +75,13 @@ class ConsoleHub:
     def __init__(self, src: BrokerSources) -> None:
         self.src = src
         self.directory = BrokerDirectory()
+        self.remote = RemoteGroups(src)
         self.timeline: collections.deque[dict[str, Any]] = collections.deque(maxlen=TIMELINE_KEEP)
         self._subscribers: set[asyncio.Queue[bytes | None]] = set()
         self._dirty = asyncio.Event()
         self._last: bytes = b""
         self._task: asyncio.Task[None] | None = None
+        self._remote_task: asyncio.Task[None] | None = None
         self._remove_listener: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -98,10 +102,12 @@ class ConsoleHub:
             with contextlib.suppress(asyncio.QueueFull):
                 q.put_nowait(None)
         self._subscribers.clear()
-        task, self._task = self._task, None
-        if task is not None:
+        tasks = [t for t in (self._task, self._remote_task) if t is not None]
+        self._task = self._remote_task = None
+        for task in tasks:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.remote.close()
 
     # --- sources -------------------------------------------------------------------------------
     def _on_line(self, line: str) -> None:
@@ -124,7 +130,7 @@ class ConsoleHub:
         self._dirty.set()
 
     def view(self) -> dict[str, Any]:
-        return cluster_view(self.src, self.directory)
+        return cluster_view(self.src, self.directory, self.remote.view(), self.remote.far_ends)
 
     # --- listeners -----------------------------------------------------------------------------
     def _broadcast(self, chunk: bytes) -> None:
@@ -146,6 +152,14 @@ class ConsoleHub:
             self._publish()
         self._task = None
 
+    async def _remote_refresher(self) -> None:
+        """The other brokers' groups, asked again every `REFRESH_S` while someone listens."""
+        while self._subscribers:
+            await self.remote.refresh()
+            self._dirty.set()
+            await asyncio.sleep(REFRESH_S)
+        self._remote_task = None
+
     def _publish(self) -> None:
         chunk = sse("cluster", self.view())
         if chunk != self._last:
@@ -158,6 +172,10 @@ class ConsoleHub:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._refresher(), name=f"console-refresher-{self.src.broker_id}"
+            )
+        if self._remote_task is None:
+            self._remote_task = asyncio.get_running_loop().create_task(
+                self._remote_refresher(), name=f"console-remote-groups-{self.src.broker_id}"
             )
         try:
             yield b"retry: 2000\n\n"

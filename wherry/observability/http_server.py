@@ -54,23 +54,24 @@ class HttpServer:
     def __init__(self, routes: Mapping[str, Handler], *, name: str = "http") -> None:
         self.routes = dict(routes)
         self.name = name
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
 
     async def listen(self, host: str, port: int) -> int:
         """Start listening; returns the bound port (port 0: chosen by the OS)."""
-        self._server = await asyncio.start_server(self._on_connection, host, port)
-        return int(self._server.sockets[0].getsockname()[1])
+        server = await asyncio.start_server(self._on_connection, host, port)
+        self._servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
+        servers, self._servers = self._servers, []
+        for server in servers:
             server.close()
         tasks = list(self._connections)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if server is not None:
+        for server in servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5.0)
 

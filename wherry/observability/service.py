@@ -13,17 +13,21 @@
 from __future__ import annotations
 
 import json
+import logging
 from importlib import resources
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from wherry.observability.bind import bind_endpoint
 from wherry.observability.collector import broker_registry
 from wherry.observability.endpoints import HttpEndpoint
 from wherry.observability.events import ConsoleHub
 from wherry.observability.http_server import EventStream, HttpRequest, HttpResponse, HttpServer
 from wherry.observability.readiness import readiness
 from wherry.observability.sources import BrokerSources
+
+log = logging.getLogger(__name__)
 
 
 def console_page() -> bytes:
@@ -54,13 +58,18 @@ class ObservabilityServer:
 
     @property
     def urls(self) -> list[str]:
+        """Where the listener is (a busy port moves it, `bind.py`); empty: nowhere."""
         return [ep.url(port) for ep, port in self.bound]
 
     async def start(self) -> None:
         self.hub.start()
         try:
             for ep in self.endpoints:
-                self.bound.append((ep, await self._http.listen(ep.host, ep.port)))
+                port = await bind_endpoint(
+                    self._http.listen, ep, log, f"[Broker id={self.src.broker_id}]"
+                )
+                if port is not None:
+                    self.bound.append((ep, port))
         except BaseException:
             await self.stop()
             raise
@@ -88,6 +97,7 @@ class ObservabilityServer:
         return EventStream(self.hub.subscribe())
 
     async def _api_cluster(self, _: HttpRequest) -> HttpResponse:
+        await self.hub.remote.refresh()
         return _json(self.hub.view())
 
     async def _api_timeline(self, _: HttpRequest) -> HttpResponse:

@@ -4,8 +4,8 @@ imports nothing of the server and holds no reference that outlives a part."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -14,6 +14,7 @@ from wherry.group.coordinator import GroupCoordinator
 from wherry.log.manager import LogManager
 from wherry.observability.network_stats import NetworkStats
 from wherry.observability.request_stats import RequestStats
+from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.quotas.manager import QuotaType
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.replica_manager import ReplicaManager
@@ -37,6 +38,8 @@ class BrokerSources:
     # The broker's state-change log (the console's timeline starts with its tail).
     state_change_log: Path | None = None
     replica_lag_time_max_ms: int = 30_000
+    # The settings the broker was started with (its properties and overrides), for the console.
+    config: Mapping[str, str] = field(default_factory=dict)
     network_stats: NetworkStats | None = None
     replica_manager: Callable[[], ReplicaManager | None] = _none
     controller: Callable[[], Controller | None] = _none
@@ -45,5 +48,7 @@ class BrokerSources:
     # Started (serving requests) and registered (its /brokers/ids node on a live session).
     started: Callable[[], bool] = lambda: False
     registered: Callable[[], bool] = lambda: False
+    # How this broker connects to the others (the console asks them for their groups).
+    client_security: Callable[[], ClientSecurity] = lambda: PLAINTEXT
     # The clients the client quotas recorded (`ClientQuotas`).
     client_quotas: Callable[[], QuotaSnapshot | None] = _none

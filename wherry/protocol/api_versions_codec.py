@@ -43,6 +43,9 @@ class _Short(Exception):
     """The frame ends, or holds something this reader leaves to the kio codec."""
 
 
+# Not `wire.Reader`: this module is imported before the listeners are bound, when kio's
+# serial package may not be (tests/test_import_hygiene.py), and `wire` builds its error on
+# kio's; and what it cannot read it leaves to kio (`_Short`) rather than refusing.
 def _uvarint(frame: memoryview, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:

@@ -10,15 +10,14 @@ Kafka 3.9's `ControlledShutdownRequest.json` / `ControlledShutdownResponse.json`
   version, correlation id); v1–v2 use request header v1; responses below v3 use header v0.
 
 The values are `wherry.protocol.interbroker`'s `ControlledShutdownRequest` /
-`ControlledShutdownResponse`. The primitives are `interbroker_codec`'s reader and writer, so
-malformed input (truncated, negative or absurd lengths, over-long varints, bad UTF-8, trailing
-bytes) raises `wherry.protocol.tolerant.DecodeError` the same way, and a value the wire cannot
-carry raises `InterbrokerEncodeError`.
+`ControlledShutdownResponse`. The primitives are `wire.py`'s reader and writer and the frames
+`interbroker_parts.py`'s, so malformed input (truncated, negative or absurd lengths, over-long
+varints, bad UTF-8, trailing bytes) raises `wherry.protocol.wire.DecodeError` as the other
+controller codecs do, and a value the wire cannot carry raises `InterbrokerEncodeError`.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
@@ -29,8 +28,14 @@ from wherry.protocol.interbroker import (
     ControlledShutdownResponse,
     RemainingPartition,
 )
-from wherry.protocol.interbroker_codec import InterbrokerEncodeError, _Reader, _Writer
-from wherry.protocol.tolerant import DecodeError
+from wherry.protocol.interbroker_parts import (
+    BodyCodec,
+    InterbrokerEncodeError,
+    finish_frame,
+    start_request_frame,
+    start_response_frame,
+)
+from wherry.protocol.wire import DecodeError, Reader, Writer
 
 __all__ = [
     "CONTROLLED_SHUTDOWN_KEY",
@@ -56,8 +61,6 @@ DEFAULT_CONTROLLED_SHUTDOWN_VERSION: Final = 3  # what our brokers send
 _FIRST_FLEXIBLE: Final = 3
 _FIRST_WITH_EPOCH: Final = 2
 _UNKNOWN_BROKER_EPOCH: Final = -1
-_SIZE: Final = struct.Struct(">i")
-_REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
 
 def _flexible(version: int) -> bool:
@@ -75,30 +78,24 @@ def response_header_version(version: int) -> int:
     return 1 if _flexible(version) else 0
 
 
-def _check_version(version: int, error: type[Exception]) -> None:
-    lo, hi = CONTROLLED_SHUTDOWN_VERSIONS
-    if not lo <= version <= hi:
-        raise error(f"version {version} of ControlledShutdown is not supported ({lo}-{hi})")
-
-
 # --- bodies ---------------------------------------------------------------------------------
 
 
-def _write_request(w: _Writer, v: int, req: ControlledShutdownRequest) -> None:
+def _write_request(w: Writer, v: int, req: ControlledShutdownRequest) -> None:
     w.int32(req.broker_id)
     if v >= _FIRST_WITH_EPOCH:
         w.int64(req.broker_epoch)
     w.end_struct(_flexible(v))
 
 
-def _read_request(r: _Reader, v: int) -> ControlledShutdownRequest:
+def _read_request(r: Reader, v: int) -> ControlledShutdownRequest:
     broker_id = r.int32()
     epoch = r.int64() if v >= _FIRST_WITH_EPOCH else _UNKNOWN_BROKER_EPOCH
     r.end_struct(_flexible(v))
     return ControlledShutdownRequest(broker_id, epoch)
 
 
-def _write_response(w: _Writer, v: int, resp: ControlledShutdownResponse) -> None:
+def _write_response(w: Writer, v: int, resp: ControlledShutdownResponse) -> None:
     flex = _flexible(v)
     w.int16(resp.error_code)
     w.array_length(len(resp.remaining_partitions), flex)
@@ -109,7 +106,7 @@ def _write_response(w: _Writer, v: int, resp: ControlledShutdownResponse) -> Non
     w.end_struct(flex)
 
 
-def _read_response(r: _Reader, v: int) -> ControlledShutdownResponse:
+def _read_response(r: Reader, v: int) -> ControlledShutdownResponse:
     flex = _flexible(v)
     error_code = r.int16()
     # Each entry takes at least a string length (1 or 2 bytes) and a 4-byte index.
@@ -123,83 +120,41 @@ def _read_response(r: _Reader, v: int) -> ControlledShutdownResponse:
     return ControlledShutdownResponse(error_code, tuple(remaining))
 
 
-def _encode(write: Any, version: int, body: object, cls: type) -> bytes:
-    w = _Writer()
-    _write_into(w, write, version, body, cls)
-    return bytes(w.out)
-
-
-def _write_into(w: _Writer, write: Any, version: int, body: object, cls: type) -> None:
-    if not isinstance(body, cls):
-        raise InterbrokerEncodeError(
-            f"ControlledShutdown needs a {cls.__name__}, got {type(body).__name__}"
-        )
-    try:
-        write(w, version, body)
-    except struct.error as e:  # an integer outside its wire type's range
-        raise InterbrokerEncodeError(f"cannot encode {cls.__name__} v{version}: {e}") from e
-
-
-def encode_controlled_shutdown_request_body(version: int, body: ControlledShutdownRequest) -> bytes:
-    _check_version(version, InterbrokerEncodeError)
-    return _encode(_write_request, version, body, ControlledShutdownRequest)
-
-
-def decode_controlled_shutdown_request_body(
-    version: int, buf: _Bytes, offset: int = 0
-) -> ControlledShutdownRequest:
-    """Parse a request body that fills `buf[offset:]` exactly."""
-    _check_version(version, DecodeError)
-    r = _Reader(buf, offset)
-    body = _read_request(r, version)
-    r.expect_end(f"ControlledShutdownRequest v{version}")
-    return body
-
-
-def encode_controlled_shutdown_response_body(
-    version: int, body: ControlledShutdownResponse
-) -> bytes:
-    _check_version(version, InterbrokerEncodeError)
-    return _encode(_write_response, version, body, ControlledShutdownResponse)
-
-
-def decode_controlled_shutdown_response_body(
-    version: int, buf: _Bytes, offset: int = 0
-) -> ControlledShutdownResponse:
-    """Parse a response body that fills `buf[offset:]` exactly."""
-    _check_version(version, DecodeError)
-    r = _Reader(buf, offset)
-    body = _read_response(r, version)
-    r.expect_end(f"ControlledShutdownResponse v{version}")
-    return body
+_REQUEST: Final = BodyCodec(
+    ControlledShutdownRequest,
+    _write_request,
+    _read_request,
+    "ControlledShutdown",
+    CONTROLLED_SHUTDOWN_VERSIONS,
+)
+_RESPONSE: Final = BodyCodec(
+    ControlledShutdownResponse,
+    _write_response,
+    _read_response,
+    "ControlledShutdown",
+    CONTROLLED_SHUTDOWN_VERSIONS,
+)
+# Bodies alone (no header, no size prefix); decoding parses a body that fills
+# `buf[offset:]` exactly.
+encode_controlled_shutdown_request_body = _REQUEST.encode
+decode_controlled_shutdown_request_body = _REQUEST.decode
+encode_controlled_shutdown_response_body = _RESPONSE.encode
+decode_controlled_shutdown_response_body = _RESPONSE.decode
 
 
 # --- whole frames ---------------------------------------------------------------------------
-
-
-def _finish_frame(w: _Writer) -> bytes:
-    _SIZE.pack_into(w.out, 0, len(w.out) - 4)
-    return bytes(w.out)
 
 
 def encode_controlled_shutdown_request(
     version: int, correlation_id: int, client_id: str | None, body: ControlledShutdownRequest
 ) -> bytes:
     """A whole request frame: size prefix, header (v0 without ClientId), body."""
-    _check_version(version, InterbrokerEncodeError)
-    w = _Writer()
-    w.int32(0)  # size, patched below
-    try:
-        w.out += _REQUEST_PREFIX.pack(CONTROLLED_SHUTDOWN_KEY, version, correlation_id)
-    except struct.error as e:
-        raise InterbrokerEncodeError(f"bad correlation id {correlation_id}: {e}") from e
-    header = request_header_version(version)
-    if header >= 1:
-        w.nullable_string(client_id, False)  # ClientId is never a compact string
-    if header >= 2:
-        w.no_tagged_fields()
-    _write_into(w, _write_request, version, body, ControlledShutdownRequest)
-    return _finish_frame(w)
+    _REQUEST.check_version(version, InterbrokerEncodeError)
+    w = start_request_frame(
+        CONTROLLED_SHUTDOWN_KEY, version, correlation_id, client_id, request_header_version(version)
+    )
+    _REQUEST.write_into(w, version, body)
+    return finish_frame(w)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,19 +170,18 @@ class ControlledShutdownFrame:
 
 def decode_controlled_shutdown_request(frame: _Bytes) -> ControlledShutdownFrame:
     """Parse a whole request frame (without its size prefix): header and body."""
-    r = _Reader(frame)
+    r = Reader(frame)
     api_key = r.int16()
     version = r.int16()
     correlation_id = r.int32()
     if api_key != CONTROLLED_SHUTDOWN_KEY:
         raise DecodeError(f"API key {api_key} is not ControlledShutdown")
-    _check_version(version, DecodeError)
+    _REQUEST.check_version(version, DecodeError)
     header = request_header_version(version)
     client_id = r.nullable_string(False) if header >= 1 else None
     if header >= 2:
         r.tagged_fields()
-    body = _read_request(r, version)
-    r.expect_end(f"ControlledShutdownRequest v{version}")
+    body = _REQUEST.read_whole(r, version)
     return ControlledShutdownFrame(version, correlation_id, client_id, body)
 
 
@@ -251,32 +205,23 @@ def encode_controlled_shutdown_response(
     body: ControlledShutdownResponse | Mapping[str, Any],
 ) -> bytes:
     """A whole response frame: size prefix, header v0 (v1 from v3), body."""
-    _check_version(version, InterbrokerEncodeError)
-    w = _Writer()
-    w.int32(0)  # size, patched below
-    try:
-        w.int32(correlation_id)
-    except struct.error as e:
-        raise InterbrokerEncodeError(f"bad correlation id {correlation_id}: {e}") from e
-    if response_header_version(version) >= 1:
-        w.no_tagged_fields()
+    _REQUEST.check_version(version, InterbrokerEncodeError)
+    w = start_response_frame(correlation_id, response_header_version(version) >= 1)
     try:
         coerced = _coerce_response(body)
     except (TypeError, ValueError, KeyError) as e:
         raise InterbrokerEncodeError(f"cannot build a ControlledShutdownResponse: {e}") from e
-    _write_into(w, _write_response, version, coerced, ControlledShutdownResponse)
-    return _finish_frame(w)
+    _RESPONSE.write_into(w, version, coerced)
+    return finish_frame(w)
 
 
 def decode_controlled_shutdown_response(
     version: int, frame: _Bytes
 ) -> tuple[int, ControlledShutdownResponse]:
     """Parse a whole response frame (without its size prefix): (correlation id, body)."""
-    _check_version(version, DecodeError)
-    r = _Reader(frame)
+    _REQUEST.check_version(version, DecodeError)
+    r = Reader(frame)
     correlation_id = r.int32()
     if response_header_version(version) >= 1:
         r.tagged_fields()
-    body = _read_response(r, version)
-    r.expect_end(f"ControlledShutdownResponse v{version}")
-    return correlation_id, body
+    return correlation_id, _RESPONSE.read_whole(r, version)

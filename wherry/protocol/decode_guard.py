@@ -174,6 +174,9 @@ def _compile(cls: type, plan: _Plan) -> None:
         plan.fixed = 0  # an empty non-flexible entity takes no bytes; never an array's item
 
 
+# Not `wire.Reader`: every request's header and body passes the generated walkers, which
+# keep positions in locals (an IndexError past the end is the cheap bounds check) and raise
+# GuardError; a Reader object per request would cost more than the walk itself.
 def _uvarint(buf: _Buf, pos: int) -> tuple[int, int]:
     """(value, position after) of an unsigned varint of at most 5 bytes; IndexError past the
     end of `buf`."""

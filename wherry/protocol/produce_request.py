@@ -72,6 +72,9 @@ def _schema(version: int) -> _Schema:
     return schema
 
 
+# Not `wire.Reader`: this reader hands anything it does not read exactly to kio (`_Unread`,
+# IndexError past the end) rather than refusing it, so kio's answer to bad input stays the
+# broker's; positions in and out, no object per field, on the largest frames a broker reads.
 def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """(value, position after) of an unsigned varint of at most 5 bytes (an int32's)."""
     value = shift = 0

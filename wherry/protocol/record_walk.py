@@ -18,6 +18,11 @@ from wherry.protocol.record_errors import InvalidRecordError
 # --------------------------------------------------------------------------------------------
 
 
+# These stay apart from `wire.Reader`: they run once per record field on the produce path,
+# position in and position out with no object, raise the record errors of `record_errors.py`
+# (INVALID_RECORD / CORRUPT_MESSAGE), and `_read_varint` unrolls its first two bytes.
+
+
 def _read_uvarint(buf: bytes, pos: int, limit: int, max_bytes: int = 10) -> tuple[int, int]:
     """Decode an unsigned LEB128 varint from ``buf[pos:limit]``; returns (value, new_pos)."""
     result = 0

@@ -9,8 +9,8 @@ It reuses kio's native primitive readers, so values are bit-for-bit the ones the
 produces.  It is slower than the native reader and meant to be used only when the native reader
 rejects an unknown tag.
 
-Any malformed input raises :class:`DecodeError` (a ``ValueError`` that is also a
-``kio.serial.errors.DecodeError``).
+Any malformed input raises :class:`DecodeError` (`wherry.protocol.wire`'s: a ``ValueError``
+that is also a ``kio.serial.errors.DecodeError``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from kio.serial.readers import (
     read_unsigned_varint,
 )
 
+from wherry.protocol.wire import DecodeError
+
 __all__ = ["DecodeError", "read_entity_tolerant"]
 
 E = TypeVar("E")
@@ -50,10 +52,6 @@ _Buf: TypeAlias = bytes | bytearray | memoryview
 _Reader: TypeAlias = Callable[[_Buf, int], tuple[Any, int]]
 
 _NULL_MARKER: Final = int(NullableEntityMarker.null.value)
-
-
-class DecodeError(ValueError, kio_errors.DecodeError):
-    """Malformed (truncated, inconsistent, invalid) input for the requested entity type."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Kafka's unsigned varints (UNSIGNED_VARINT: 7 bits a byte, low group first) written by the
 lean codecs that do not go through kio: Fetch v12 requests and answers, ApiVersions during
-the start, the length prefixes around a Fetch answer's file regions, record batches."""
+the start, the length prefixes around a Fetch answer's file regions, record batches; and by
+`wire.Writer`. Free of kio, so the start can use it before kio is imported."""
 
 from __future__ import annotations
 

@@ -51,6 +51,12 @@ class DelayedOperation(TimerTask):
         self.on_complete()
         return True
 
+    def abandon(self) -> bool:
+        """Complete now without :meth:`on_complete`: nobody waits for the answer any more (the
+        request's connection closed). The timeout is unscheduled, and the watcher lists drop the
+        operation at their next purge. Returns True only if this call completed it."""
+        return self._claim()
+
     @abstractmethod
     def try_complete(self) -> bool:
         """Check the completion condition; if satisfied, ``return self.force_complete()``.

@@ -24,11 +24,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from wherry.coordination import paths
+from wherry.coordination import config_nodes, paths
 from wherry.coordination.store import (
-    BadVersionError,
     MetadataStore,
-    NodeExistsError,
     NoNodeError,
 )
 from wherry.quotas.entities import DEFAULT, Name, QuotaEntity
@@ -46,7 +44,6 @@ QUOTA_KEYS: dict[str, bool] = {
     "controller_mutation_rate": False,
 }
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
-_WRITE_ATTEMPTS = 20
 
 
 class QuotaRequestError(Exception):
@@ -117,15 +114,7 @@ async def read_entity_config(
     store: MetadataStore, entity: QuotaEntity
 ) -> tuple[dict[str, str], int | None]:
     """An entity's stored config and its node version (None: no node)."""
-    try:
-        data, stat = await store.get(node_path(entity))
-    except NoNodeError:
-        return {}, None
-    try:
-        return paths.decode_config(data), stat.version
-    except ValueError:
-        log.warning("ignoring the unreadable config of %s", entity_path(entity))
-        return {}, stat.version
+    return await config_nodes.read_config(store, node_path(entity), entity_path(entity))
 
 
 async def _children(store: MetadataStore, path: str) -> list[str]:
@@ -161,24 +150,8 @@ async def load_all_quotas(store: MetadataStore) -> dict[QuotaEntity, dict[str, f
 async def write_entity_config(
     store: MetadataStore, entity: QuotaEntity, mutate: Callable[[dict[str, str]], None]
 ) -> None:
-    """Read-modify-write of an entity's config (conditional on its version, retried on a
-    race), then the change notification."""
-    path = node_path(entity)
-    for _ in range(_WRITE_ATTEMPTS):
-        config, version = await read_entity_config(store, entity)
-        mutate(config)
-        data = paths.encode_config(config)
-        try:
-            if version is None:
-                await store.create(path, data, make_parents=True)
-            else:
-                await store.set(path, data, version=version)
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            continue
-        await paths.notify_config_change(store, entity_path(entity))
-        return
-    raise RuntimeError(f"{entity_path(entity)} config changed concurrently "
-                       f"{_WRITE_ATTEMPTS} times")
+    """Read-modify-write of an entity's config, then the change notification."""
+    await config_nodes.update_config(store, node_path(entity), entity_path(entity), mutate)
 
 
 # --------------------------------------------------------------------------------------------

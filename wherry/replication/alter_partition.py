@@ -1,4 +1,4 @@
-"""Sending ISR changes to the controller (SPEC R6; Kafka 3.9's DefaultAlterPartitionManager).
+"""Sending ISR changes to the controller (Kafka 3.9's DefaultAlterPartitionManager).
 
 `AlterPartitionManager` is the I/O-free core: partitions `submit` their proposed ISR change
 (at most one queued per partition); `next_request` batches everything queued into one

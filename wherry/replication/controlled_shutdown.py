@@ -1,4 +1,4 @@
-"""A broker's controlled shutdown attempts (SPEC H11; Kafka's KafkaServer.controlledShutdown),
+"""A broker's controlled shutdown attempts (Kafka's KafkaServer.controlledShutdown),
 shared by `wherry server` (`server/controlled_shutdown.py`) and the simulated brokers
 (`sim/node.py`); each brings its own way of asking the controller.
 

@@ -1,4 +1,4 @@
-"""How a broker judges the controller's requests (SPEC H1, H5), sans I/O.
+"""How a broker judges the controller's requests, sans I/O.
 
 The rules are Kafka 3.9's in ZooKeeper mode (KafkaApis, then ReplicaManager):
 

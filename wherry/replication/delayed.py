@@ -1,4 +1,4 @@
-"""DelayedProduce and DelayedFetch (SPEC P1–P3, H9): parked requests completed by the purgatory."""
+"""DelayedProduce and DelayedFetch: parked requests completed by the purgatory."""
 
 from __future__ import annotations
 

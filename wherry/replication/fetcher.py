@@ -1,4 +1,4 @@
-"""Follower replication (SPEC R8, H5; Kafka 3.9's ReplicaFetcherManager / ReplicaFetcherThread).
+"""Follower replication (Kafka 3.9's ReplicaFetcherManager / ReplicaFetcherThread).
 
 One `ReplicaFetcher` per source (leader) broker fetches every partition this broker follows
 from that leader in one Fetch request carrying this broker's replica id; `ReplicaFetcherManager`
@@ -696,7 +696,7 @@ EndpointFactory = Callable[[LeaderAddress], LeaderEndpoint]
 
 
 class ReplicaFetcherManager:
-    """Fetchers by source broker (SPEC R8): partitions move between them on leadership
+    """Fetchers by source broker: partitions move between them on leadership
     changes; a fetcher left without partitions is shut down."""
 
     def __init__(

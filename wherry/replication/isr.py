@@ -1,14 +1,14 @@
-"""The leader's ISR state machine (SPEC R4–R6, R9, R10, I1, I3; Kafka 3.9's Partition.scala).
+"""The leader's ISR state machine (Kafka 3.9's Partition.scala).
 
 Everything here is pure: immutable values and functions of them, time passed in.
 
-* A partition's ISR state is one of a closed family (SPEC I1): `CommittedPartitionState` (the
+* A partition's ISR state is one of a closed family: `CommittedPartitionState` (the
   ISR the controller last confirmed), `PendingExpandIsr` / `PendingShrinkIsr` (a change
   proposed to the controller with AlterPartition and not answered yet). `isr` is always the
   last committed set; `maximal_isr` (the larger of old and new) is what the high watermark and
   acks=all use, so neither can overtake a replica the controller may still count as in sync.
   At most one change is in flight per partition (`is_inflight`).
-* `FollowerState` is what the leader knows of one follower (SPEC R9): its LEO, log start,
+* `FollowerState` is what the leader knows of one follower: its LEO, log start,
   fetch time, `last_caught_up_time_ms`, broker epoch.
 * The rules: when a follower is caught up (`is_caught_up`), in sync for expansion
   (`needs_expand`), out of sync (`out_of_sync_replicas`), the high-watermark candidate
@@ -91,7 +91,7 @@ PartitionState = CommittedPartitionState | PendingExpandIsr | PendingShrinkIsr
 PendingIsrState = PendingExpandIsr | PendingShrinkIsr
 
 
-# --- followers (SPEC R9) ----------------------------------------------------------------------
+# --- followers --------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class FollowerState:
     broker_id: int
@@ -161,7 +161,7 @@ def reset_follower(
     )
 
 
-# --- expansion and shrinking (SPEC R4, R5) ----------------------------------------------------
+# --- expansion and shrinking ------------------------------------------------------------------
 def can_add_to_isr(state: PartitionState, replica_id: int, eligible: bool) -> bool:
     return not state.is_inflight and replica_id not in state.isr and eligible
 
@@ -254,7 +254,7 @@ def prepare_shrink(
     return PendingShrinkIsr(state.isr, out_of_sync, p, state, state.leader_recovery_state)
 
 
-# --- high watermark (SPEC R10) ----------------------------------------------------------------
+# --- high watermark ---------------------------------------------------------------------------
 def high_watermark_candidate(
     leader_end_offset: int,
     followers: Mapping[int, FollowerState],
@@ -279,7 +279,7 @@ def high_watermark_candidate(
     return hw
 
 
-# --- AlterPartition answers (SPEC R6) ---------------------------------------------------------
+# --- AlterPartition answers -------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class CommittedLeaderAndIsr:
     """The controller's answer for one partition: what is now stored."""

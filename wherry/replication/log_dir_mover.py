@@ -42,13 +42,18 @@ class LogDirMover:
         chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         self.log_manager = log_manager
-        self.rate = io_max_bytes_per_second if io_max_bytes_per_second > 0 else UNLIMITED
-        # A step copies at most a second's worth under a rate limit (at least one batch).
-        self.chunk_bytes = max(1, min(chunk_bytes, self.rate))
+        self._max_chunk_bytes = chunk_bytes
+        self.set_rate(io_max_bytes_per_second)
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._stopping = False
         self.moves_completed = 0
+
+    def set_rate(self, io_max_bytes_per_second: int) -> None:
+        """Bound the copy rate (bytes/s; 0 or less: unbounded), from the next step on."""
+        self.rate = io_max_bytes_per_second if io_max_bytes_per_second > 0 else UNLIMITED
+        # A step copies at most a second's worth under a rate limit (at least one batch).
+        self.chunk_bytes = max(1, min(self._max_chunk_bytes, self.rate))
 
     @property
     def running(self) -> bool:

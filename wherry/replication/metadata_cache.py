@@ -1,4 +1,4 @@
-"""The broker's view of cluster metadata (SPEC M1–M3), updated only by UpdateMetadata."""
+"""The broker's view of cluster metadata, updated only by UpdateMetadata."""
 
 from __future__ import annotations
 

@@ -87,7 +87,13 @@ class FollowerFetchSession:
 
 class NetworkLeaderEndpoint:
     """`LeaderEndpoint` over the Kafka wire protocol (Fetch v12, OffsetForLeaderEpoch v4,
-    ListOffsets v4), one connection, reconnected on the next request after a failure."""
+    ListOffsets v4), one connection, reconnected on the next request after a failure.
+
+    As Kafka's fetcher does, every request (a Fetch's long poll included) is bounded by
+    `replica.socket.timeout.ms`, which must be at least `replica.fetch.wait.max.ms`: a
+    connection gone silent (a network cut, a peer that stopped reading) fails its request
+    within that time and is dropped, and the next request opens a new one, instead of waiting
+    for TCP to give up on the old one."""
 
     def __init__(
         self,
@@ -106,7 +112,7 @@ class NetworkLeaderEndpoint:
                 host,
                 port,
                 connect_timeout_s=config.socket_timeout_ms / 1000,
-                request_timeout_s=(config.socket_timeout_ms + config.max_wait_ms) / 1000,
+                request_timeout_s=config.socket_timeout_ms / 1000,
                 max_response_bytes=max(config.response_max_bytes * 2, 100 * 1024 * 1024),
                 security=security,
             ).connect,

@@ -19,7 +19,7 @@ Every state change happens on the event loop: the controller's requests are judg
 applied there, and parked produce and fetch requests complete there (a purgatory refuses
 calls from other threads). Only file deletion leaves the loop.
 
-Admission (SPEC H1, H5) is judged here once, by `controller_requests`: the broker and
+Admission is judged here once, by `controller_requests`: the broker and
 controller epochs of the whole request (`ControllerFence`, the only holder of the newest
 controller epoch), then each partition's leader epoch, topic id and replica list; the replica
 manager applies what passed.
@@ -128,17 +128,18 @@ class ReplicaNode:
         self._send_alter_partition = send_alter_partition
         self._load_topic_configs = load_topic_configs
         self._prefix = f"[Broker id={broker_id}]"
-        # Broker epoch (set at registration) and newest controller epoch seen (SPEC H1, H5).
+        # Broker epoch (set at registration) and newest controller epoch seen.
         self.fence = fence if fence is not None else ControllerFence()
         # What the controller's UpdateMetadata said: live brokers, partitions, the controller.
         self.cache = cache if cache is not None else MetadataCache(broker_id)
         self.ticker = PurgatoryTicker()
         self.produce_purgatory: DelayedOperationPurgatory[Any] = self._purgatory("Produce")
         self.fetch_purgatory: DelayedOperationPurgatory[Any] = self._purgatory("Fetch")
-        # ISR changes go to the controller as AlterPartition (SPEC R4-R6), batched.
+        # ISR changes go to the controller as AlterPartition, batched.
         self.alter_partition_manager = AlterPartitionManager(
             broker_id, lambda: self.fence.broker_epoch
         )
+        self.leadership_listeners: list[LeadershipListener] = []
         self.replica_manager = ReplicaManager(
             broker_id,
             log_manager,
@@ -151,10 +152,10 @@ class ReplicaNode:
             is_broker_alive=lambda b: b in self.cache.brokers,  # per follower fetch: O(1)
             broker_epoch=lambda: self.fence.broker_epoch,
             leader_quota=leader_quota,
+            # KIP-227 fetch sessions, kept for Fetch requests that come over the wire.
+            fetch_sessions=fetch_sessions,
+            on_leadership_change=self._on_leadership_change,
         )
-        # KIP-227 fetch sessions, kept for Fetch requests that come over the wire.
-        self.replica_manager.fetch_sessions = fetch_sessions
-        self.replica_manager.on_leadership_change = self._on_leadership_change
         self.fetchers = ReplicaFetcherManager(
             broker_id,
             log_for=self._follower_log,
@@ -163,7 +164,6 @@ class ReplicaNode:
             config=config.fetcher,
             quota=follower_quota,
         )
-        self.leadership_listeners: list[LeadershipListener] = []
         self.deletion_listeners: list[DeletionListener] = []
         # Leader endpoints from the controller's LeaderAndIsr (live_leaders), newest first.
         self._leader_endpoints: dict[int, LeaderAddress] = {}
@@ -275,7 +275,7 @@ class ReplicaNode:
             return await asyncio.get_running_loop().run_in_executor(None, fn)
         return fn()
 
-    # --- controller requests (SPEC H1, H5, M1) ---------------------------------------------
+    # --- controller requests -------------------------------------------------------------
     async def handle_interbroker(self, body: InterbrokerRequest) -> InterbrokerResponse:
         if isinstance(body, LeaderAndIsrRequest):
             return await self.handle_leader_and_isr(body)
@@ -471,7 +471,7 @@ class ReplicaNode:
         for tp in tps:
             self.log_manager.delete_log(tp)
 
-    # --- followers (SPEC R8, H5) -----------------------------------------------------------
+    # --- followers -------------------------------------------------------------------------
     def _on_leadership_change(
         self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
     ) -> None:

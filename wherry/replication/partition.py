@@ -1,6 +1,6 @@
-"""One partition hosted on this broker (SPEC R1, R9–R11): leadership, ISR, high watermark.
+"""One partition hosted on this broker: leadership, ISR, high watermark.
 
-The ISR is held as a closed family of immutable states (SPEC I1, `isr.py`): the partition only
+The ISR is held as a closed family of immutable states (`isr.py`): the partition only
 stores the current state and applies the pure rules of `isr.py` to it. A change is *proposed*
 (the state becomes PendingExpandIsr / PendingShrinkIsr) and returned to the replica manager,
 which sends it to the controller with AlterPartition; the answer comes back through
@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 
-ReplicaState = FollowerState  # what the leader knows of a follower (SPEC R9)
+ReplicaState = FollowerState  # what the leader knows of a follower
 _Pending = TypeVar("_Pending", PendingExpandIsr, PendingShrinkIsr)
 
 
@@ -102,14 +102,14 @@ class Partition:
     remote_replicas: dict[int, FollowerState] = field(default_factory=dict)
     leader_epoch_start_offset: int = 0
     replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS
-    # Leader side (SPEC R5, I3): may this replica join the ISR (its broker alive, not fenced)?
+    # Leader side: may this replica join the ISR (its broker alive, not fenced)?
     is_replica_isr_eligible: Callable[[int], bool] = _always_eligible
     # This broker's epoch, sent with its own ISR entry (-1: unknown).
     local_broker_epoch: Callable[[], int] = lambda: -1
 
     @property
     def high_watermark(self) -> int:
-        """Kept by the log (retention must not delete above it); see SPEC R10."""
+        """Kept by the log (retention must not delete above it)."""
         return self.log.high_watermark
 
     @property
@@ -125,12 +125,12 @@ class Partition:
     def isr(self) -> frozenset[int]:
         return self.state.isr
 
-    # --- leadership (SPEC H5, I2) --------------------------------------------------------
+    # --- leadership ----------------------------------------------------------------------
     def make_leader(self, st: LeaderAndIsrPartitionState, now_ms: int) -> bool:
         """Become leader; returns True if this broker was not leader for this epoch before.
 
         The request's ISR replaces whatever state was pending: a proposal in flight is
-        superseded and its answer will be ignored (SPEC R6)."""
+        superseded and its answer will be ignored."""
         # Follower positions learnt in an earlier epoch hold only if no other broker led in
         # between: when this leader missed epochs (it was cut off while others led and its
         # followers truncated), they are forgotten, as for a new leader -- else a stale
@@ -267,7 +267,7 @@ class Partition:
         self.maybe_increment_high_watermark(now_ms if lag_clock_ms is None else lag_clock_ms)
         return info
 
-    # --- followers (SPEC R9) ---------------------------------------------------------------
+    # --- followers -------------------------------------------------------------------------
     def update_follower_fetch_state(
         self,
         replica_id: int,
@@ -311,7 +311,7 @@ class Partition:
             if not self.is_replica_isr_eligible(rid):
                 self.remote_replicas[rid] = replace(f, last_caught_up_time_ms=NEVER)
 
-    # --- ISR changes (SPEC R4–R6) -----------------------------------------------------------
+    # --- ISR changes ------------------------------------------------------------------------
     def maybe_expand_isr(self, replica_id: int, now_ms: int) -> PendingExpandIsr | None:
         state = self.state
         f = self.remote_replicas.get(replica_id)
@@ -331,7 +331,7 @@ class Partition:
         return self._propose(prepare_expand(state, replica_id, self._proposer()))
 
     def maybe_shrink_isr(self, now_ms: int) -> PendingShrinkIsr | None:
-        """The expiry task's step (SPEC R4): propose removing the followers that have not
+        """The expiry task's step: propose removing the followers that have not
         caught up within `replica_lag_time_max_ms`."""
         state = self.state
         if not self.is_leader or not isinstance(state, CommittedPartitionState):
@@ -445,7 +445,7 @@ class Partition:
             fields=fields,
         )
 
-    # --- high watermark (SPEC R10) ---------------------------------------------------------
+    # --- high watermark --------------------------------------------------------------------
     def maybe_increment_high_watermark(self, now_ms: int) -> bool:
         """HW = min LEO over the maximal ISR plus replicas caught up recently; monotonic."""
         if not self.is_leader:

@@ -1,4 +1,4 @@
-"""The replica manager (SPEC R1–R3, R9–R11, P1–P3, H5, H9): every partition on this broker.
+"""The replica manager: every partition on this broker.
 
 It applies the controller's LeaderAndIsr/StopReplica, appends produced batches, serves fetches,
 and parks acks=all produces and waiting fetches in purgatories keyed by partition. It is free
@@ -87,15 +87,17 @@ class ReplicaManager:
         is_broker_alive: Callable[[int], bool] | None = None,
         broker_epoch: Callable[[], int] | None = None,
         leader_quota: ReplicationQuotaManager | None = None,
+        fetch_sessions: FetchSessionCache | None = None,
+        on_leadership_change: LeadershipListener | None = None,
     ) -> None:
         self._monotonic_ms = monotonic_ms
         # KIP-73: bytes sent to followers of throttled partitions (None: never throttled).
         self.leader_quota = leader_quota
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
-        # Where proposed ISR changes go (SPEC R6); None: they stay pending (a single broker
+        # Where proposed ISR changes go; None: they stay pending (a single broker
         # never proposes any: it has no followers).
         self.alter_partition_manager = alter_partition_manager
-        # SPEC R5/I3: a replica may join the ISR only while its broker is alive (ZooKeeper
+        # A replica may join the ISR only while its broker is alive (ZooKeeper
         # mode: registered, as the metadata cache knows it).
         self.is_broker_alive: Callable[[int], bool] = is_broker_alive or (lambda _: True)
         self.broker_epoch: Callable[[], int] = broker_epoch or (lambda: -1)
@@ -114,9 +116,10 @@ class ReplicaManager:
         # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline):
         # they answer KAFKA_STORAGE_ERROR until the broker restarts.
         self.offline_partitions: set[TopicPartition] = set()
-        self.on_leadership_change: LeadershipListener | None = None
+        # Told of the partitions this broker starts or stops leading (`LeadershipListener`).
+        self._on_leadership_change = on_leadership_change
         # KIP-227 sessions (None: every fetch is sessionless); told of every partition change.
-        self.fetch_sessions: FetchSessionCache | None = None
+        self.fetch_sessions = fetch_sessions
         # Follower id → led partitions it is not (committed) in the ISR of: its incremental
         # fetches read them every time, so their follower state moves and they can rejoin.
         self._lagging: dict[int, set[TopicPartition]] = {}
@@ -138,7 +141,7 @@ class ReplicaManager:
         p.require_leader(current_leader_epoch)
         return p
 
-    # --- controller requests (SPEC H5) ---------------------------------------------------
+    # --- controller requests -------------------------------------------------------------
     def become_leader_or_follower(
         self, req: LeaderAndIsrRequest, now_ms: int
     ) -> list[TopicPartition]:
@@ -159,8 +162,8 @@ class ReplicaManager:
                               self.broker_id, tp, e)
                     self.offline_partitions.add(tp)
                     failed.append(tp)
-        if self.on_leadership_change is not None and (became_leader or became_follower):
-            self.on_leadership_change(became_leader, became_follower)
+        if self._on_leadership_change is not None and (became_leader or became_follower):
+            self._on_leadership_change(became_leader, became_follower)
         return failed
 
     def _apply_partition_state(
@@ -239,8 +242,8 @@ class ReplicaManager:
                 controller_epoch=req.controller_epoch,
             )
             self._try_complete_delayed(tp)
-        if self.on_leadership_change is not None and req.partitions:
-            self.on_leadership_change(
+        if self._on_leadership_change is not None and req.partitions:
+            self._on_leadership_change(
                 [], [TopicPartition(sp.topic_name, sp.partition_index) for sp in req.partitions]
             )
         return to_delete
@@ -255,14 +258,14 @@ class ReplicaManager:
             self.offline_partitions.add(tp)
         for tp in gone:
             self._try_complete_delayed(tp)
-        if self.on_leadership_change is not None and gone:
-            self.on_leadership_change([], gone)
+        if self._on_leadership_change is not None and gone:
+            self._on_leadership_change([], gone)
         return gone
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
 
-    # --- produce (SPEC P1) -----------------------------------------------------------------
+    # --- produce -------------------------------------------------------------------------
     def append_records(
         self,
         *,
@@ -272,9 +275,10 @@ class ReplicaManager:
         respond: Callable[[ProduceResult], None],
         now_ms: int,
         from_coordinator: bool = False,
-    ) -> None:
+    ) -> DelayedProduce | None:
         """Append each partition's batch as its leader; `from_coordinator` for the transaction
-        coordinator's markers (WriteTxnMarkers), which clients may not write."""
+        coordinator's markers (WriteTxnMarkers), which clients may not write. Returns the
+        operation parked until the ISR has the records (acks=all), if any."""
         statuses: dict[TopicPartition, ProducePartitionStatus] = {}
         for tp, data in entries.items():
             statuses[tp] = self._append_one(tp, data, required_acks, now_ms, from_coordinator)
@@ -282,13 +286,14 @@ class ReplicaManager:
             for s in statuses.values():
                 s.acks_pending = False
             respond(statuses)
-            return
+            return None
         for s in statuses.values():
             s.acks_pending = s.error_code == ErrorCode.none
         op = DelayedProduce(timeout_ms, statuses, self._acks_check, respond)
         self.produce_purgatory.try_complete_else_watch(
             op, [tp for tp, s in statuses.items() if s.acks_pending], now_ms=self._monotonic_ms()
         )
+        return op
 
     def _acks_check(self, tp: TopicPartition, st: ProducePartitionStatus) -> ErrorCode | None:
         part = self.partitions.get(tp)
@@ -389,7 +394,7 @@ class ReplicaManager:
             known_partition=known_partition,
         )
 
-    # --- fetch (SPEC H9, R11) ----------------------------------------------------------------
+    # --- fetch -----------------------------------------------------------------------------
     def fetch_messages(
         self,
         *,
@@ -405,8 +410,9 @@ class ReplicaManager:
         session: FetchSession | None = None,
         incremental: bool = False,
         allowed: Callable[[TopicPartition], bool] | None = None,
-    ) -> None:
-        """Serve a Fetch; `replica_id` >= 0 marks a follower (its broker epoch, Fetch v15+'s
+    ) -> DelayedFetch | None:
+        """Serve a Fetch (the operation it parked, if it waits for `min_bytes`); `replica_id`
+        >= 0 marks a follower (its broker epoch, Fetch v15+'s
         `replica_state.replica_epoch`, in `replica_epoch`; -1 when not sent). A consumer
         with `isolation_level` READ_COMMITTED reads below the LSO only. With `zero_copy` the
         records are `FileRegion`s (read_committed reads excepted).
@@ -444,7 +450,7 @@ class ReplicaManager:
         nothing_asked = not partitions and session is None
         if max_wait_ms <= 0 or nothing_asked or total >= min_bytes or errored:
             respond(result)
-            return
+            return None
         may_read = allowed or (lambda _tp: True)
         base = list(partitions)
         if session is not None and incremental:
@@ -515,6 +521,7 @@ class ReplicaManager:
         if not incremental:
             keys.extend(fp.tp for fp in partitions)
         self.fetch_purgatory.try_complete_else_watch(op, keys, now_ms=self._monotonic_ms())
+        return op
 
     def _answering_for_session(
         self,
@@ -604,7 +611,7 @@ class ReplicaManager:
     ) -> FetchResult:
         """Read for a consumer (below the HW; read_committed: below the LSO, with the aborted
         transactions of the range) or a follower (`replica_id` >= 0: up to the LEO,
-        recording its position, SPEC R9). `current_leader_epoch` fences both (KIP-320)."""
+        recording its position). `current_leader_epoch` fences both (KIP-320)."""
         out: FetchResult = {}
         remaining = max_bytes
         min_one = True
@@ -716,7 +723,7 @@ class ReplicaManager:
 
         return recorded
 
-    # --- followers and the ISR (SPEC R4–R6, R9, R10) ----------------------------------------
+    # --- followers and the ISR -------------------------------------------------------------
     def _counting_bytes_out(
         self, respond: Callable[[FetchResult], None]
     ) -> Callable[[FetchResult], None]:
@@ -782,7 +789,7 @@ class ReplicaManager:
                 self._try_complete_delayed(tp)
 
     def maybe_shrink_isr(self, now_ms: int | None = None) -> int:
-        """The `isr-expiration` task (SPEC R4; run every `replica.lag.time.max.ms / 2`):
+        """The `isr-expiration` task (run every `replica.lag.time.max.ms / 2`):
         every led partition proposes dropping followers that lag. Returns how many did.
         `now_ms` is the monotonic clock's (the one follower fetch times are recorded on)."""
         now = self._monotonic_ms() if now_ms is None else now_ms

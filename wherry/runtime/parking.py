@@ -9,24 +9,40 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Parked", "answer_future", "answer_of"]
+__all__ = ["Abandonable", "Parked", "answer_future", "answer_of"]
 
 T = TypeVar("T")
+
+
+class Abandonable(Protocol):
+    """What `start` may return: the parked operation, given up when its waiter is."""
+
+    def abandon(self) -> bool: ...
 
 
 def answer_future(start: Callable[[Callable[[T], None]], Any]) -> asyncio.Future[T]:
     """Call `start(respond)`; the future holds the first value `respond` is called with
     (done already when `start` answered at once). `respond` must be called on the event
-    loop's thread (purgatories complete operations there)."""
+    loop's thread (purgatories complete operations there). When `start` returns the operation
+    it parked (anything with `abandon()`), cancelling the future -- its waiter is gone: the
+    request's connection closed -- abandons the operation, so it does not stay parked."""
     fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
 
     def respond(value: T) -> None:
         if not fut.done():
             fut.set_result(value)
 
-    start(respond)
+    parked = start(respond)
+    if not fut.done() and callable(getattr(parked, "abandon", None)):
+        op: Abandonable = parked
+
+        def given_up(f: asyncio.Future[T]) -> None:
+            if f.cancelled():
+                op.abandon()
+
+        fut.add_done_callback(given_up)
     return fut
 
 

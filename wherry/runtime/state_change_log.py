@@ -1,4 +1,4 @@
-"""The state-change log (SPEC H12, T5): one line per leader/ISR/replica state change, written by
+"""The state-change log: one line per leader/ISR/replica state change, written by
 the controller and by every broker to `<data dir>/state-change.log`, in a format the merge tool
 parses back.
 

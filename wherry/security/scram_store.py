@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from wherry.coordination import paths
+from wherry.coordination import config_nodes, paths
 from wherry.coordination.store import (
-    BadVersionError,
     MetadataStore,
-    NodeExistsError,
     NoNodeError,
 )
 from wherry.security.scram import (
@@ -39,7 +37,6 @@ log = logging.getLogger(__name__)
 
 USER_ENTITY_PREFIX = "users/"
 MAX_ITERATIONS = 16384
-_WRITE_ATTEMPTS = 20
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,15 +112,7 @@ def user_of_entity(entity_path: str) -> str | None:
 
 async def read_user_config(store: MetadataStore, user: str) -> tuple[dict[str, str], int | None]:
     """A user's stored config and its node version (None: no node)."""
-    try:
-        data, stat = await store.get(paths.user_config_path(user))
-    except NoNodeError:
-        return {}, None
-    try:
-        return paths.decode_config(data), stat.version
-    except ValueError:
-        log.warning("ignoring the unreadable config of user %s", user)
-        return {}, stat.version
+    return await config_nodes.read_config(store, paths.user_config_path(user), f"user {user}")
 
 
 async def _list_users(store: MetadataStore) -> list[str]:
@@ -137,23 +126,10 @@ async def _list_users(store: MetadataStore) -> list[str]:
 async def _write_user_config(
     store: MetadataStore, user: str, mutate: Callable[[dict[str, str]], None]
 ) -> None:
-    """Read-modify-write of a user's config (conditional on its version, retried on a race),
-    then the change notification."""
-    path = paths.user_config_path(user)
-    for _ in range(_WRITE_ATTEMPTS):
-        config, version = await read_user_config(store, user)
-        mutate(config)
-        data = paths.encode_config(config)
-        try:
-            if version is None:
-                await store.create(path, data, make_parents=True)
-            else:
-                await store.set(path, data, version=version)
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            continue
-        await paths.notify_config_change(store, paths.user_config_entity(user))
-        return
-    raise RuntimeError(f"user {user} config changed concurrently {_WRITE_ATTEMPTS} times")
+    """Read-modify-write of a user's config, then the change notification."""
+    await config_nodes.update_config(
+        store, paths.user_config_path(user), paths.user_config_entity(user), mutate
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Admin requests only *write intent* into the metadata store — the topic's configs and replica
 assignment, a deletion marker, a config-change notification. The controller reacts to those
-nodes (SPEC H4) and pushes the result to every broker; the handler then waits until this
+nodes and pushes the result to every broker; the handler then waits until this
 broker's metadata cache shows it.
 """
 
@@ -33,7 +33,7 @@ MAX_RECORDS_PER_OPERATION = 10_000
 
 
 class AdminError(Exception):
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
+    def __init__(self, error_code: ErrorCode, message: str | None) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
@@ -371,23 +371,49 @@ class AdminManager:
 
     # --- dynamic broker configs (`/config/brokers/<id>`, `<default>`) -------------------------
     async def broker_config(self, broker_id: int | None) -> dict[str, str]:
-        """The dynamic configs stored for a broker (None: the cluster-wide default)."""
-        return await broker_configs.read_entity(self.store, broker_id)
+        """The dynamic configs stored for a broker (None: the cluster-wide default), its
+        passwords decoded."""
+        stored = await broker_configs.read_entity(self.store, broker_id)
+        return broker_configs.decode_passwords(stored, self.config.raw)
 
     async def set_broker_config(
         self, resource_name: str, config: Mapping[str, str], *, validate_only: bool
     ) -> None:
         """Replace the dynamic configs of this broker (`resource_name` its id) or of the
         cluster default (empty name), and notify every broker (Kafka's changeBrokerConfig)."""
+        from wherry.server import dynamic_apply, dynamic_validation
+        from wherry.server.config_keys import KNOWN_KEYS
+
+        static = self.config.raw
         try:
             broker_id = broker_configs.resource_broker_id(resource_name, self.config.broker_id)
-            broker_configs.validate_dynamic(config, resource_name)
+            dynamic_validation.validate(
+                config,
+                per_broker=broker_id is not None,
+                known=KNOWN_KEYS.__contains__,  # exact names: prefixed keys are custom
+                current=(
+                    static,
+                    await self.broker_config(None),
+                    await self.broker_config(self.config.broker_id),
+                ),
+                socket_request_max_bytes=self.config.socket_request_max_bytes,
+                check_listeners=dynamic_apply.tls_problem,
+            )
+            stored = broker_configs.encode_passwords(
+                config, static, per_broker=broker_id is not None
+            )
         except broker_configs.DynamicConfigError as e:
             raise AdminError(e.error_code, e.message) from e
+        except ValueError as e:  # Kafka's second check, as it stores: INVALID_CONFIG
+            raise AdminError(
+                ErrorCode.invalid_config,
+                f"Invalid config value for resource {broker_configs.resource(resource_name)}: "
+                f"{e}",
+            ) from e
         if not validate_only:
             await self._write_entity(
                 paths.broker_config_path(broker_id),
                 paths.broker_config_entity(broker_id),
-                config,
+                stored,
                 notify=True,
             )

@@ -1,4 +1,4 @@
-"""A broker: wiring and startup order (SPEC R2, H2, H6).
+"""A broker: wiring and startup order.
 
 Start: metadata-store session → log manager (recovery) → listeners bound (ApiVersions
 answered from now on, every other request held until started) → the rest imported
@@ -54,6 +54,7 @@ from wherry.security.principal import Session
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.config import BrokerConfig, new_cluster_id
+from wherry.server.dynamic_apply import apply_dynamic
 from wherry.server.handlers import SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import (
     API_VERSIONS_KEY,
@@ -133,7 +134,7 @@ class Broker:
         self.session_renewals = 0
         self.cluster_id = ""
         # What UpdateMetadata said, and the broker / controller epochs requests are checked
-        # against (SPEC H1, H5); both held by the replica node once it starts.
+        # against; both held by the replica node once it starts.
         self.cache = MetadataCache(self.broker_id, config.inter_broker_listener)
         # Clients are served once the cache has the controller's first metadata (bounded).
         self._metadata_gate = MetadataGate(
@@ -151,6 +152,7 @@ class Broker:
             self.broker_id,
             quota_window_num=config.replication_quota_window_num,
             quota_window_ms=config.replication_quota_window_size_seconds * 1000,
+            static=config.raw,
         )
         self._prefix = f"[Broker id={self.broker_id}]"
         # set in start()
@@ -217,7 +219,7 @@ class Broker:
         raise_open_files_limit()
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        # SPEC H12: this broker's (and its controller's) state changes, one parseable line each.
+        # This broker's (and its controller's) state changes, one parseable line each.
         self._state_change_log = attach_state_change_log(cfg.data_dir, node_id=cfg.broker_id)
         if cfg.http_listeners:  # up first: /healthz answers, /readyz says why not yet
             from wherry.observability.service import ObservabilityServer
@@ -373,6 +375,7 @@ class Broker:
         await self._start_controller()
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
+        await apply_dynamic(self)  # the stored dynamic configs: limits, cleaner, TLS stores
         self.log_dir_mover.kick()  # moves a restart interrupted resume
         self._metadata_gate.start_holding(loop.time())
         self._started.set()
@@ -405,6 +408,7 @@ class Broker:
                 self._state_change_log.path if self._state_change_log is not None else None
             ),
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            config=self.config.raw,
             network_stats=self.network_stats,
             replica_manager=lambda: self.node.replica_manager if hasattr(self, "node") else None,
             controller=lambda: getattr(self, "controller", None),
@@ -413,6 +417,7 @@ class Broker:
             started=lambda: self._started.is_set() and not self._stopped,
             registered=self._registered,
             client_quotas=lambda: self.client_quotas,
+            client_security=lambda: self.client_security,
         )
 
     def _registered(self) -> bool:
@@ -424,7 +429,7 @@ class Broker:
         )
 
     async def stop(self, *, controlled: bool = True) -> None:
-        """Graceful shutdown: leaderships moved away (SPEC H11, unless `controlled` is False),
+        """Graceful shutdown: leaderships moved away (unless `controlled` is False),
         stop serving, flush, checkpoint, leave the clean marker."""
         if self._stopped:
             return
@@ -714,6 +719,7 @@ class Broker:
         )
         if cfg.log_cleaner_enable:
             from wherry.log.cleaner import CleanerConfig, LogCleaner
+            from wherry.server.cleaner_threads import start as start_cleaner
 
             self.log_cleaner = LogCleaner(
                 lm.log_dirs,
@@ -722,16 +728,10 @@ class Broker:
                 CleanerConfig(
                     backoff_ms=cfg.log_cleaner_backoff_ms,
                     dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
+                    threads=cfg.log_cleaner_threads,
                 ),
             )
-            cleaner = self.log_cleaner
-            s.schedule(
-                "kafka-log-cleaner",
-                lambda: cleaner.clean_all(self.clock.now_ms(), max_rounds=10),
-                period_ms=cfg.log_cleaner_backoff_ms,
-                delay_ms=cfg.log_cleaner_backoff_ms,
-                executor=True,
-            )
+            start_cleaner(s, self.log_cleaner, self.clock.now_ms)
         s.schedule(
             "kafka-log-flusher",
             lambda: lm.flush_dirty(self.clock.now_ms()),
@@ -793,7 +793,7 @@ class Broker:
 
     def log_defaults(self) -> LogConfig:
         """The static log defaults under the dynamic ones (`log.retention.ms`, ... set per
-        broker or for the cluster; SPEC T1, kafka-configs)."""
+        broker or for the cluster, as with kafka-configs)."""
         try:
             return self.config.log_defaults.with_props(self.dynamic_config.log_overrides())
         except ConfigError:

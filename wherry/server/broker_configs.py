@@ -1,23 +1,24 @@
-"""Dynamic broker configs (Kafka's `DynamicConfig.Broker`, ZooKeeper mode).
+"""Dynamic broker configs (Kafka's `DynamicBrokerConfig`, ZooKeeper mode).
 
 A broker's dynamic configs live at ``/config/brokers/<id>``, the cluster-wide defaults at
 ``/config/brokers/<default>``; a per-broker value wins over the default, which wins over the
-built-in default. Writers (`AdminManager.set_broker_config`) add a ``/config/changes``
-notification with ``entity_path`` ``brokers/<id>`` or ``brokers/<default>``; every broker's
-config-change listener then reloads (`DynamicBrokerConfig.load`).
+static one (the broker's properties), which wins over the built-in default. Writers
+(`AdminManager.set_broker_config`) add a ``/config/changes`` notification with
+``entity_path`` ``brokers/<id>`` or ``brokers/<default>``; every broker's config-change
+listener then reloads (`DynamicBrokerConfig.load`) and applies what it can at once
+(`dynamic_apply.py`).
 
-The dynamic keys supported are the KIP-73 replication throttles,
-`leader.replication.throttled.rate` and `follower.replication.throttled.rate` (bytes/s, LONG,
-at least 0, default Long.MAX_VALUE: unlimited); they set the bounds of this broker's
-`ReplicationQuotaManager`s. The topics' `*.replication.throttled.replicas` say which
-partitions those quotas throttle (`update_topic`). Any other key in an alter is refused as
-Kafka refuses a config it cannot update dynamically (INVALID_REQUEST).
+Which keys are dynamic, and where, is Kafka's set (`dynamic_keys.py`); what an alter may not
+do is checked by `dynamic_validation.py`. This module holds what is stored and describes it,
+and the KIP-73 replication throttles, `leader.replication.throttled.rate` and
+`follower.replication.throttled.rate`, which bound this broker's `ReplicationQuotaManager`s;
+the topics' `*.replication.throttled.replicas` say which partitions those quotas throttle
+(`update_topic`).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +27,14 @@ from kio.schema.errors import ErrorCode
 
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
-from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigError, ConfigType, LogConfig
+from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
 from wherry.replication.quota import (
     UNLIMITED_RATE,
     ReplicationQuotaManager,
     throttled_partitions,
 )
+from wherry.server import dynamic_keys as dk
+from wherry.server.dynamic_validation import DynamicConfigError, effective_props
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +45,8 @@ __all__ = [
     "LEADER_REPLICATION_THROTTLED_RATE",
     "DynamicBrokerConfig",
     "DynamicConfigError",
-    "apply_incremental",
     "describe_entries",
     "resource_broker_id",
-    "validate_dynamic",
 ]
 
 LEADER_REPLICATION_THROTTLED_RATE = "leader.replication.throttled.rate"
@@ -56,30 +57,27 @@ FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
 # DescribeConfigs config sources (Kafka's ConfigSource ids)
 DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
-
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
-class DynamicKey:
+class ThrottleKey:
     name: str
     doc: str
-    type: ConfigType = ConfigType.LONG
-    default: int = UNLIMITED_RATE
 
 
-DYNAMIC_BROKER_KEYS: Mapping[str, DynamicKey] = {
+DYNAMIC_BROKER_KEYS: Mapping[str, ThrottleKey] = {
     k.name: k
     for k in (
-        DynamicKey(
+        ThrottleKey(
             FOLLOWER_REPLICATION_THROTTLED_RATE,
             "A long representing the upper bound (bytes/sec) on replication traffic for "
             "followers enumerated in the property follower.replication.throttled.replicas "
             "(for each topic). It is suggested that the limit be kept above 1MB/s for accurate "
             "behaviour.",
         ),
-        DynamicKey(
+        ThrottleKey(
             LEADER_REPLICATION_THROTTLED_RATE,
             "A long representing the upper bound (bytes/sec) on replication traffic for "
             "leaders enumerated in the property leader.replication.throttled.replicas (for "
@@ -88,37 +86,66 @@ DYNAMIC_BROKER_KEYS: Mapping[str, DynamicKey] = {
         ),
     )
 }
-"""The broker configs that can be altered at run time, by name."""
+"""The replication throttles, by name (with their documentation)."""
 
-_LONG_RE = re.compile(r"[+-]?[0-9]+")
-
-
-# Kafka's DynamicLogConfig.ExcludedConfigs: the message format version cannot change live.
-_NOT_DYNAMIC_LOG_KEYS = frozenset({"log.message.format.version"})
-
-DYNAMIC_LOG_KEYS: Mapping[str, str] = {
-    key.server_name: key.name
-    for key in TOPIC_CONFIG_KEYS.values()
-    if key.server_name and key.server_name not in _NOT_DYNAMIC_LOG_KEYS
-}
+DYNAMIC_LOG_KEYS: Mapping[str, str] = dk.LOG_KEYS
 """The broker's log defaults Kafka lets change live (its DynamicLogConfig: every topic config's
 broker synonym, e.g. `log.retention.ms` -> `retention.ms`, `message.max.bytes` ->
 `max.message.bytes`): server name -> topic config name. Set per broker or as the cluster
 default, they apply at once to every topic that has no override of its own."""
 
-
-class DynamicConfigError(Exception):
-    """A refused broker config alter; `error_code` is the answer (Kafka wraps its
-    ConfigException in an InvalidRequestException: INVALID_REQUEST)."""
-
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
+# Built-in defaults of the dynamic keys, as DescribeConfigs reports them among the synonyms
+# (the throttles are no broker properties in Kafka: no default synonym).
+_BUILT_IN: Mapping[str, str] = {
+    k.name: k.default
+    for k in dk.DYNAMIC_KEYS.values()
+    if k.default is not None and k.name not in dk.QUOTA_KEYS
+}
 
 
-def _resource(name: str) -> str:
+def resource(name: str) -> str:
+    """A BROKER resource as Kafka's messages name it."""
     return f"ConfigResource(type=BROKER, name='{name}')"
+
+
+PASSWORD_ENCODER_SECRET = "password.encoder.secret"
+
+
+def encode_passwords(
+    props: Mapping[str, str], static: Mapping[str, str], *, per_broker: bool
+) -> dict[str, str]:
+    """Kafka's toPersistentProps: the password configs encoded with the broker's
+    `password.encoder.secret` (raises ValueError with Kafka's message when they cannot be)."""
+    from wherry.security import password_encoder
+
+    out = dict(props)
+    for name, value in props.items():
+        if not dk.is_password(name):
+            continue
+        if not per_broker:
+            raise ValueError("Password config can be defined only at broker level")
+        secret = static.get(PASSWORD_ENCODER_SECRET)
+        if secret is None:
+            raise ValueError("Password encoder secret not configured")
+        out[name] = password_encoder.encode(secret, value)
+    return out
+
+
+def decode_passwords(stored: Mapping[str, str], static: Mapping[str, str]) -> dict[str, str]:
+    """Kafka's fromPersistentProps for the passwords: decoded, or dropped (with an error
+    logged) when this broker's secret cannot decode them."""
+    from wherry.security import password_encoder
+
+    out = dict(stored)
+    for name, value in stored.items():
+        if not dk.is_password(name):
+            continue
+        try:
+            out[name] = password_encoder.decode(static.get(PASSWORD_ENCODER_SECRET, ""), value)
+        except password_encoder.PasswordDecodeError:
+            log.error("Dynamic password config %s could not be decoded, ignoring.", name)
+            del out[name]
+    return out
 
 
 def resource_broker_id(name: str, broker_id: int) -> int | None:
@@ -142,103 +169,83 @@ def resource_broker_id(name: str, broker_id: int) -> int | None:
 
 def parse_rate(name: str, value: str) -> int:
     """A throttle rate: a LONG of at least 0 (raises ValueError with Kafka's wording)."""
-    text = value.strip()
-    if not _LONG_RE.fullmatch(text) or not -(2**63) <= int(text) <= UNLIMITED_RATE:
-        raise ValueError(
-            f"Invalid value {value} for configuration {name}: Not a number of type LONG"
-        )
-    rate = int(text)
-    if rate < 0:
-        raise ValueError(f"Invalid value {rate} for configuration {name}: Value must be at least 0")
-    return rate
-
-
-def validate_dynamic(props: Mapping[str, str], resource_name: str) -> None:
-    """Kafka's DynamicBrokerConfig.validate for the keys wherry supports."""
-    fixed = sorted(k for k in props if k not in DYNAMIC_BROKER_KEYS and k not in DYNAMIC_LOG_KEYS)
-    try:
-        if fixed:
-            raise ValueError(f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
-        for name, value in props.items():
-            if name in DYNAMIC_LOG_KEYS:
-                topic_name = DYNAMIC_LOG_KEYS[name]
-                try:
-                    LogConfig().with_props({topic_name: value})
-                except ConfigError as e:
-                    raise ValueError(
-                        f"Invalid value {value} for configuration {name}: {e.message}"
-                    ) from None
-            else:
-                parse_rate(name, value)
-    except ValueError as e:
-        raise DynamicConfigError(
-            ErrorCode.invalid_request,
-            f"Invalid config value for resource {_resource(resource_name)}: {e}",
-        ) from None
-
-
-def apply_incremental(current: Mapping[str, str], ops: Iterable[Any]) -> dict[str, str]:
-    """IncrementalAlterConfigs' operations on a broker entity's stored configs (validated
-    afterwards by `validate_dynamic`)."""
-    new = dict(current)
-    for op in ops:
-        match op.config_operation:
-            case 0:
-                if op.value is None:
-                    raise DynamicConfigError(
-                        ErrorCode.invalid_request,
-                        f"Null value not supported for : SET:{op.name}",
-                    )
-                new[op.name] = op.value
-            case 1:
-                new.pop(op.name, None)
-            case 2 | 3 if op.name in DYNAMIC_BROKER_KEYS:  # no LIST keys among them
-                what = "append" if op.config_operation == APPEND else "subtract"
-                raise DynamicConfigError(
-                    ErrorCode.invalid_request,
-                    f"Config value {what} is not allowed for config key: {op.name}",
-                )
-            case 2 | 3:
-                new[op.name] = op.value or ""  # refused by validation: not dynamic
-            case other:
-                raise DynamicConfigError(
-                    ErrorCode.invalid_request, f"Unknown config operation {other}"
-                )
-    return new
+    return int(dk.parse_value(name, dk.DYNAMIC_KEYS[name], value))
 
 
 def describe_entries(
     per_broker: Mapping[str, str] | None,
     defaults: Mapping[str, str],
+    static: Mapping[str, str],
     keys: Iterable[str] | None,
     *,
     include_synonyms: bool = False,
     include_documentation: bool = False,
 ) -> list[dict[str, Any]]:
-    """DescribeConfigs entries of the dynamic keys. For a broker (`per_broker` given) every
-    dynamic key, with its source; for the cluster default (`per_broker` None) only the keys
-    set at the default level, as Kafka lists them."""
-    wanted = list(DYNAMIC_BROKER_KEYS) if keys is None else list(keys)
-    out = _log_entries(per_broker, defaults, keys, include_synonyms, include_documentation)
-    for name in wanted:
-        key = DYNAMIC_BROKER_KEYS.get(name)
-        if key is None or (per_broker is None and name not in defaults):
+    """DescribeConfigs entries of the dynamic configs. For a broker (`per_broker` given)
+    every dynamic key, the log defaults set dynamically and any other key stored for it,
+    each with its source (this broker's value, the cluster default's, the static one, the
+    built-in default); for the cluster default (`per_broker` None) only the keys set at the
+    default level, as Kafka lists them. Passwords and keys of unknown type are sensitive:
+    no value."""
+    out = _log_entries(per_broker, defaults, static, keys, include_synonyms, include_documentation)
+    listed = set(dk.LOG_KEYS)
+    if per_broker is None:
+        names = [n for n in defaults if n not in listed]
+    else:
+        names = list(dk.DYNAMIC_KEYS) + sorted(
+            n for n in {*per_broker, *defaults} if n not in dk.DYNAMIC_KEYS and n not in listed
+        )
+    for name in names:
+        if keys is not None and name not in keys:
             continue
-        synonyms = dynamic_synonyms(name, per_broker, defaults)
-        if synonyms:
-            value, source = synonyms[0]["value"], synonyms[0]["source"]
-        else:
-            value, source = str(key.default), DEFAULT_CONFIG
+        key = dk.key_of(name)
+        sensitive = key is None or key.type == ConfigType.PASSWORD
+        chain = synonym_chain(name, per_broker, defaults, static, sensitive=sensitive)
+        if per_broker is None:
+            chain = [s for s in chain if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+        value = chain[0]["value"] if chain else (key.default if key is not None else None)
+        doc = DYNAMIC_BROKER_KEYS[name].doc if name in DYNAMIC_BROKER_KEYS else None
         out.append(
             config_entry(
                 name,
-                value,
-                source,
-                synonyms if include_synonyms else [],
-                config_type=key.type,
-                documentation=key.doc if include_documentation else None,
+                None if sensitive else value,
+                chain[0]["source"] if chain else DEFAULT_CONFIG,
+                chain if include_synonyms else [],
+                config_type=ConfigType.UNKNOWN if key is None else key.type,
+                documentation=doc if include_documentation else None,
+                read_only=name not in dk.ALL_DYNAMIC,
+                sensitive=sensitive,
             )
         )
+    return out
+
+
+def synonym_chain(
+    name: str,
+    per_broker: Mapping[str, str] | None,
+    defaults: Mapping[str, str],
+    static: Mapping[str, str],
+    *,
+    sensitive: bool = False,
+) -> list[dict[str, Any]]:
+    """Kafka's DescribeConfigs synonyms of a broker config: each synonym name's value set for
+    this broker, then at the cluster default, then statically, then its built-in default
+    (the first one is in force); a listener override's chain goes on to its base key."""
+    names = dk.broker_synonyms(name)
+    layers: list[tuple[Mapping[str, str], int]] = [
+        (per_broker or {}, DYNAMIC_BROKER_CONFIG),
+        (defaults, DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (static, STATIC_BROKER_CONFIG),
+        (_BUILT_IN, DEFAULT_CONFIG),
+    ]
+    out = [
+        {"name": n, "value": None if sensitive else layer[n], "source": source}
+        for layer, source in layers
+        for n in names
+        if n in layer
+    ]
+    while out and out[0]["name"] != name:
+        out.pop(0)
     return out
 
 
@@ -258,6 +265,7 @@ def dynamic_synonyms(
 def _log_entries(
     per_broker: Mapping[str, str] | None,
     defaults: Mapping[str, str],
+    static: Mapping[str, str],
     keys: Iterable[str] | None,
     include_synonyms: bool,
     include_documentation: bool,
@@ -268,9 +276,11 @@ def _log_entries(
     for name, topic_name in DYNAMIC_LOG_KEYS.items():
         if keys is not None and name not in keys:
             continue
-        synonyms = dynamic_synonyms(name, per_broker, defaults)
-        if not synonyms:
+        if not dynamic_synonyms(name, per_broker, defaults):
             continue
+        synonyms = synonym_chain(name, per_broker, defaults, static)
+        if per_broker is None:
+            synonyms = [s for s in synonyms if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
         key = TOPIC_CONFIG_KEYS[topic_name]
         out.append(
             config_entry(
@@ -293,15 +303,18 @@ def config_entry(
     *,
     config_type: ConfigType,
     documentation: str | None,
+    read_only: bool = False,
+    sensitive: bool = False,
 ) -> dict[str, Any]:
-    """One DescribeConfigs result entry (a config that can be altered, not sensitive)."""
+    """One DescribeConfigs result entry (by default a config that can be altered, not
+    sensitive)."""
     return {
         "name": name,
         "value": value,
-        "read_only": False,
+        "read_only": read_only,
         "is_default": source == DEFAULT_CONFIG,
         "config_source": source,
-        "is_sensitive": False,
+        "is_sensitive": sensitive,
         "synonyms": synonyms,
         "config_type": int(config_type),
         "documentation": documentation,
@@ -320,8 +333,17 @@ async def read_entity(store: MetadataStore, broker_id: int | None) -> dict[str, 
 class DynamicBrokerConfig:
     """This broker's dynamic configs and the replication quotas they drive."""
 
-    def __init__(self, broker_id: int, *, quota_window_num: int, quota_window_ms: int) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        *,
+        quota_window_num: int,
+        quota_window_ms: int,
+        static: Mapping[str, str] | None = None,
+    ) -> None:
         self.broker_id = broker_id
+        self.log_prefix = f"[Broker id={broker_id}]"
+        self.static: Mapping[str, str] = static or {}
         self.leader_quota = ReplicationQuotaManager(
             samples=quota_window_num, window_ms=quota_window_ms
         )
@@ -333,8 +355,8 @@ class DynamicBrokerConfig:
 
     async def load(self, store: MetadataStore) -> None:
         """(Re)read ``/config/brokers/<id>`` and ``<default>`` and apply them."""
-        self.per_broker = await read_entity(store, self.broker_id)
-        self.defaults = await read_entity(store, None)
+        self.per_broker = decode_passwords(await read_entity(store, self.broker_id), self.static)
+        self.defaults = decode_passwords(await read_entity(store, None), self.static)
         self.leader_quota.update_quota(self.rate(LEADER_REPLICATION_THROTTLED_RATE))
         self.follower_quota.update_quota(self.rate(FOLLOWER_REPLICATION_THROTTLED_RATE))
         log.info(
@@ -352,7 +374,11 @@ class DynamicBrokerConfig:
                     return parse_rate(name, source[name])
                 except ValueError:
                     log.warning("[Broker id=%d] ignoring stored %s", self.broker_id, name)
-        return DYNAMIC_BROKER_KEYS[name].default
+        return UNLIMITED_RATE
+
+    def effective(self, static: Mapping[str, str]) -> dict[str, str]:
+        """The broker's configuration in force: `static` under the dynamic configs."""
+        return effective_props(static, self.defaults, self.per_broker)
 
     def log_overrides(self) -> dict[str, str]:
         """The dynamic log defaults in force, as topic configs (per broker > cluster default)."""

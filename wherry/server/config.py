@@ -183,11 +183,11 @@ class BrokerConfig:
     zookeeper_security: ZkSecurity | None = None
     # The controller's connections to brokers (Kafka's controller.socket.timeout.ms).
     controller_socket_timeout_ms: int = 30_000
-    # Auto leader rebalance (SPEC H10; Kafka's names and defaults).
+    # Auto leader rebalance (Kafka's names and defaults).
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
-    # Controlled shutdown (SPEC H11, Kafka's names and defaults): leaderships moved away by
+    # Controlled shutdown (Kafka's names and defaults): leaderships moved away by
     # the controller before the broker stops; max.retries is the number of attempts.
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
@@ -400,6 +400,12 @@ class BrokerConfig:
                         raise BrokerConfigError("Value must be at least 0")
                 except BrokerConfigError as e:
                     raise invalid(key, p[key], str(e)) from e
+        # Kafka's KafkaConfig requirement: a fetch's long poll fits in its request timeout.
+        socket_ms = p.get("replica.socket.timeout.ms", "30000")
+        if _int(socket_ms) < _int(p.get("replica.fetch.wait.max.ms", "500")):
+            raise invalid("replica.socket.timeout.ms", socket_ms,
+                          "replica.socket.timeout.ms should always be at least "
+                          "replica.fetch.wait.max.ms to prevent unnecessary socket timeouts")
 
         try:
             kw["log_defaults"] = LogConfig.from_server_props(p)

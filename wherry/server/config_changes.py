@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from wherry.coordination import paths
 from wherry.coordination.store import NoNodeError
+from wherry.server.dynamic_apply import Reconfigurable, apply_dynamic
 
 if TYPE_CHECKING:
     from wherry.coordination.store import MetadataStore
@@ -21,15 +22,13 @@ if TYPE_CHECKING:
     from wherry.server.shares import ShareRuntime
 
 
-class ConfigChangeTarget(Protocol):
+class ConfigChangeTarget(Reconfigurable, Protocol):
     """What of a broker a config change reaches."""
 
     @property
     def store(self) -> MetadataStore: ...
     @property
     def log_manager(self) -> LogManager: ...
-    @property
-    def dynamic_config(self) -> DynamicBrokerConfig: ...
     @property
     def client_quotas(self) -> ClientQuotas: ...
     @property
@@ -90,6 +89,7 @@ async def apply_config_change(broker: ConfigChangeTarget, path: str, data: bytes
         log.info("%s applied config change for topic %s", prefix, topic)
     elif broker.dynamic_config.applies_to(entity):
         await broker.dynamic_config.load(broker.store)
+        await apply_dynamic(broker)
         # Dynamic log defaults apply at once to every topic (under its own overrides).
         lm = broker.log_manager
         lm.update_default_config(broker.log_defaults())

@@ -79,6 +79,8 @@ SSL_KEYS = (
     "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
     "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols",
     "ssl.endpoint.identification.algorithm",
+    # whether a key store swapped at run time may change its certificate's subject / names
+    "ssl.allow.dn.changes", "ssl.allow.san.changes",
 )
 
 # Listener, SASL and authorization settings (listener_security.py, security/).
@@ -89,6 +91,8 @@ _SECURITY_KEYS = frozenset({
     "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found",
     # ZooKeeper ACLs on the nodes the broker creates (coordination/zk_acl.py).
     "zookeeper.set.acl", "zookeeper.digest.username", "zookeeper.digest.password",
+    # the key dynamic password configs are stored under (broker_configs.py)
+    "password.encoder.secret",
     *SSL_KEYS,
 })
 

@@ -1,4 +1,4 @@
-"""The broker side of controlled shutdown (SPEC H11; Kafka's KafkaServer.controlledShutdown).
+"""The broker side of controlled shutdown (Kafka's KafkaServer.controlledShutdown).
 
 When a broker stops with `controlled.shutdown.enable` (the default), before it closes its
 listener and replicas it asks the controller to move its leaderships away: ControlledShutdown

@@ -150,6 +150,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.ready_at = 0.0  # (waiting for admission) not before this loop time
         self.close_reason = "client"  # for the metrics: who or what closed it
         self.handling = False  # a request is being handled
+        self.handling_key = -1  # the API key of the request being handled
         self.last_active = server.now()  # loop time of the last byte received or sent
         self.writable: asyncio.Future[None] | None = None  # waiting to sendfile more
         # Answers to send in request order once a request was deferred (see `Deferred`)
@@ -296,6 +297,7 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closing:  # the peer closed or reset it (or the network did)
             self.close_reason = "client"
+            self._give_up_waiting_read()
         self.closing = True
         if self.unmute_timer is not None:
             self.unmute_timer.cancel()
@@ -342,6 +344,21 @@ class _Connection(asyncio.BufferedProtocol):
         self.wakeup.set()
         self._stop_waiting_for_writable()
         self._drop_answers()
+        self._give_up_waiting_read()
+
+    def _give_up_waiting_read(self) -> None:
+        """A Fetch only waits for records to read: with its connection gone nobody would read
+        the answer, so its parked wait leaves the purgatory now rather than after up to
+        `max_wait_ms` (what the client asked for; days, if it likes). Other requests run to
+        their end, their answers dropped, as in Kafka."""
+        task = self.task
+        if (
+            self.handling
+            and self.handling_key in _GIVEN_UP_WITH_CONNECTION
+            and task is not None
+            and task is not asyncio.current_task()
+        ):
+            task.cancel()
 
     def _drop_answers(self) -> None:
         """The connection is gone: waiting answers are dropped (what their requests did
@@ -536,6 +553,7 @@ class _Connection(asyncio.BufferedProtocol):
                         self.transport.close()
                     return
                 self.handling = True
+                self.handling_key = (frame[0] << 8 | frame[1]) if len(frame) >= 2 else -1
                 try:
                     response = await handler(self.info, frame)
                 except CloseConnection as e:
@@ -571,6 +589,10 @@ class _Connection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("Unexpected error on connection %s", self.info.peer)
             self.close("internal error")
+
+
+# Requests whose handler only waits to read (Fetch): given up when their connection goes.
+_GIVEN_UP_WITH_CONNECTION = frozenset({1})
 
 
 def _consume_exception(fut: asyncio.Future[Response | None]) -> None:

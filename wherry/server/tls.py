@@ -13,6 +13,10 @@ import os
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography.x509 import Certificate
 
 SSL_CLIENT_AUTH = ("required", "requested", "none")
 _PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -192,6 +196,41 @@ def client_auth(props: Mapping[str, str], listener: str) -> str:
             + ", ".join(SSL_CLIENT_AUTH)
         )
     return value
+
+
+def key_store_certificate(props: Mapping[str, str], listener: str) -> Certificate | None:
+    """The certificate of a listener's key store (the chain's first), None without a key
+    store."""
+    from cryptography import x509
+
+    get = lambda k: listener_value(props, listener, k)  # noqa: E731
+    location, inline = get("ssl.keystore.location"), get("ssl.keystore.certificate.chain")
+    if location is None and inline is None:
+        return None
+    if _store_type(props, listener, "ssl.keystore.type") == "PKCS12":
+        chain, _ = _pkcs12_pem(
+            _read(props, listener, "ssl.keystore.location"),
+            get("ssl.keystore.password"),
+            _key_name(props, listener, "ssl.keystore.location"),
+        )
+    else:
+        chain = (
+            _read(props, listener, "ssl.keystore.location")
+            if location is not None
+            else (inline or "").encode()
+        )
+    try:
+        certs = x509.load_pem_x509_certificates(chain)
+    except ValueError as e:
+        raise TlsConfigError(f"no certificate in the key store of listener {listener}") from e
+    return certs[0]
+
+
+def reload_stores(ctx: ssl.SSLContext, props: Mapping[str, str], listener: str) -> None:
+    """Load a listener's key store (and trust store, whose certificates are added) into its
+    context again (KIP-226): new connections are served with them, open ones keep theirs."""
+    _load_key_store(ctx, props, listener)
+    _load_trust_store(ctx, props, listener)
 
 
 def server_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from wherry.group.records import partition_for
+from wherry.protocol.wire import DecodeError, Reader, Writer
 from wherry.share.partition import StateBatch
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ __all__ = [
 
 SHARE_STATE_TOPIC = "__share_group_state"
 
-_HEAD = struct.Struct(">hiiqi")
+_HEAD = struct.Struct(">hiiq")  # version, state epoch, leader epoch, start offset
 _BATCH = struct.Struct(">qqbh")
 
 
@@ -75,40 +76,42 @@ def state_partition_for(key: ShareKey | str, partitions: int) -> int:
 
 
 def encode_key(key: ShareKey) -> bytes:
-    g = key.group_id.encode()
-    return struct.pack(">hh", 0, len(g)) + g + key.topic_id.bytes + struct.pack(">i", key.partition)
+    w = Writer()
+    w.int16(0)
+    w.string(key.group_id)
+    w.uuid(key.topic_id)
+    w.int32(key.partition)
+    return bytes(w.out)
 
 
 def decode_key(data: bytes) -> ShareKey:
-    if len(data) < 4:
-        raise ValueError("not a share state key")
-    version, n = struct.unpack_from(">hh", data, 0)
-    if version != 0 or n < 0 or len(data) != 4 + n + 16 + 4:
-        raise ValueError("not a share state key")
-    group = data[4 : 4 + n].decode()
-    tid = uuid.UUID(bytes=bytes(data[4 + n : 20 + n]))
-    (partition,) = struct.unpack_from(">i", data, 20 + n)
-    return ShareKey(group, tid, partition)
+    """Raises `DecodeError` (a ValueError) on bytes that are not a key."""
+    r = Reader(data)
+    if r.int16() != 0:
+        raise DecodeError("not a share state key")
+    key = ShareKey(r.string(), r.uuid(), r.int32())
+    r.expect_end("a share state key")
+    return key
 
 
 def encode_value(state: ShareState) -> bytes:
-    out = bytearray(
-        _HEAD.pack(0, state.state_epoch, state.leader_epoch, state.start_offset, len(state.batches))
-    )
+    w = Writer()
+    w.pack(_HEAD, 0, state.state_epoch, state.leader_epoch, state.start_offset)
+    w.array_length(len(state.batches))
     for b in state.batches:
-        out += _BATCH.pack(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-    return bytes(out)
+        w.pack(_BATCH, b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+    return bytes(w.out)
 
 
 def decode_value(data: bytes) -> ShareState:
-    if len(data) < _HEAD.size:
-        raise ValueError("not a share state value")
-    version, se, le, start, n = _HEAD.unpack_from(data, 0)
-    if version != 0 or n < 0 or len(data) != _HEAD.size + n * _BATCH.size:
-        raise ValueError("not a share state value")
-    batches = tuple(
-        StateBatch(*_BATCH.unpack_from(data, _HEAD.size + i * _BATCH.size)) for i in range(n)
-    )
+    """Raises `DecodeError` (a ValueError) on bytes that are not a value."""
+    r = Reader(data)
+    version, se, le, start = r.unpack(_HEAD)
+    if version != 0:
+        raise DecodeError("not a share state value")
+    n = r.array_length(False, _BATCH.size)
+    batches = tuple(StateBatch(*r.unpack(_BATCH)) for _ in range(n))
+    r.expect_end("a share state value")
     return ShareState(se, le, start, batches)
 
 
@@ -152,7 +155,7 @@ class ShareStateStore:
                 continue
             try:
                 key = decode_key(k)
-            except (ValueError, struct.error, UnicodeDecodeError) as e:
+            except ValueError as e:
                 log.error("Skipping unreadable share state key in partition %d: %s", partition, e)
                 continue
             if v is None:
@@ -161,7 +164,7 @@ class ShareStateStore:
                 continue
             try:
                 self.states[key] = decode_value(v)
-            except (ValueError, struct.error) as e:
+            except ValueError as e:
                 log.error("Skipping unreadable share state of %s: %s", key, e)
                 continue
             self.partition_of[key] = partition

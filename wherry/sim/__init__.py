@@ -1,4 +1,4 @@
-"""Deterministic simulation of the controller and replication path (issue 6, scope item 7).
+"""Deterministic simulation of the controller and replication path.
 
 The real replica managers, partitions, logs (real files in a temporary directory), purgatories,
 follower fetchers and AlterPartition managers run in one process on a virtual-time event loop

@@ -62,7 +62,7 @@ class SimStore:
 
 @dataclass(frozen=True, slots=True)
 class UpdateLiveBrokers:
-    """The part of UpdateMetadata the replicas use: who is alive (ISR eligibility, R5)."""
+    """The part of UpdateMetadata the replicas use: who is alive (ISR eligibility)."""
 
     controller_epoch: int
     broker_epoch: int
@@ -128,7 +128,7 @@ class SimController:
 
     # --- lifecycle ------------------------------------------------------------------------
     def activate(self) -> None:
-        """Failover (SPEC H7): elect leaderless partitions, send every live broker the full
+        """Failover: elect leaderless partitions, send every live broker the full
         state of its partitions and the live set."""
         if not self.store.states:
             self._create_partitions()
@@ -228,7 +228,7 @@ class SimController:
             changed.add(tp)
         return changed
 
-    # --- AlterPartition (SPEC R6) -------------------------------------------------------------
+    # --- AlterPartition ------------------------------------------------------------------------
     def alter_partition(self, body: Any) -> SimAlterPartitionResponse:
         if not self.alive:
             return SimAlterPartitionResponse(int(ErrorCode.not_controller))

@@ -1,4 +1,4 @@
-"""The safety properties the simulation checks (issue 6, scope item 7).
+"""The safety properties the simulation checks.
 
 Checked after every event-loop step (`check_step`, cheap, from in-memory state):
   * at most one leader per (partition, leader epoch), over the whole run;

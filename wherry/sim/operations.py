@@ -1,4 +1,4 @@
-"""Cluster operations as simulated events (issue 11), with the real controller only.
+"""Cluster operations as simulated events, with the real controller only.
 
 Chosen at random with the seed's own RNG, alongside the faults: partition reassignments to a
 random replica set (random brokers among the live ones, the same or a random replication

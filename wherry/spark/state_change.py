@@ -1,4 +1,4 @@
-"""The state-change log merge (SPEC H12, T5) as a Spark job: the brokers' and the controller's
+"""The state-change log merge as a Spark job: the brokers' and the controller's
 ``state-change.log`` files parsed with Spark SQL regexes (the same patterns as the pure parser in
 `wherry.runtime.state_change_log`), merged in time order and filtered.
 

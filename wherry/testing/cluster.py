@@ -14,7 +14,7 @@
   multi-process fault tests: each process is started with a bounded wait, stopped by its own
   PID (SIGTERM, then SIGKILL), killed with SIGKILL, restarted.
 
-Stopping one broker (`stop_broker`) is a controlled shutdown (SPEC H11) when the broker's
+Stopping one broker (`stop_broker`) is a controlled shutdown when the broker's
 `controlled.shutdown.enable` says so (the default): the controller moves its leaderships away
 before it closes its listener. The dev clusters' ``stop_broker(b, controlled=False)`` skips that
 (a hard stop: logs still closed cleanly, leaderships left to the controller's broker-change

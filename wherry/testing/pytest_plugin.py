@@ -11,7 +11,7 @@ Kafka's own test harness does) and are stopped after the test. The marker
 count and adds broker configs. Disable the plugin with ``-p no:wherry``.
 
 ``cluster.stop_broker(b)`` is `DevCluster.stop_broker`: a controlled shutdown (the controller
-moves the broker's leaderships away first, SPEC H11), or a hard stop with
+moves the broker's leaderships away first), or a hard stop with
 ``stop_broker(b, controlled=False)``; the teardown stops the whole cluster without one.
 """
 

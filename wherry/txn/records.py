@@ -18,12 +18,13 @@ transaction.state.log.num.partitions`, Java's String hash.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.group.records import open_versioned
 from wherry.group.records import partition_for as _java_partition_for
+from wherry.protocol.wire import DecodeError, Reader, Writer
 
 __all__ = [
     "KEY_VERSION",
@@ -43,14 +44,9 @@ KEY_VERSION = 0
 VALUE_VERSION = 0
 MAX_VALUE_VERSION = 1
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-
-
-class RecordFormatError(ValueError):
-    """Bytes that are not a valid `__transaction_state` key or value."""
+RecordFormatError = DecodeError
+"""Bytes that are not a valid `__transaction_state` key or value: the wire reader's one error,
+a ValueError (the loader skips such a record with a log line)."""
 
 
 def partition_for(transactional_id: str, partitions: int) -> int:
@@ -69,35 +65,11 @@ class TransactionLogValue:
     start_timestamp_ms: int
 
 
-def _string(b: bytearray, s: str, flexible: bool) -> None:
-    data = s.encode("utf-8")
-    if flexible:
-        _uvarint(b, len(data) + 1)
-    else:
-        if len(data) > 0x7FFF:
-            raise RecordFormatError(f"string of {len(data)} bytes is too long")
-        b += _I16.pack(len(data))
-    b += data
-
-
-def _uvarint(b: bytearray, v: int) -> None:
-    while v >= 0x80:
-        b.append((v & 0x7F) | 0x80)
-        v >>= 7
-    b.append(v)
-
-
-def _array_length(b: bytearray, n: int, flexible: bool) -> None:
-    if flexible:
-        _uvarint(b, n + 1)
-    else:
-        b += _I32.pack(n)
-
-
 def encode_key(transactional_id: str) -> bytes:
-    b = bytearray(_I16.pack(KEY_VERSION))
-    _string(b, transactional_id, False)
-    return bytes(b)
+    w = Writer()
+    w.int16(KEY_VERSION)
+    w.string(transactional_id)
+    return bytes(w.out)
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
@@ -110,127 +82,53 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]
 def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> bytes:
     if version not in (0, 1):
         raise RecordFormatError(f"unknown TransactionLogValue version {version}")
-    flexible = version >= 1
-    b = bytearray(_I16.pack(version))
-    b += _I64.pack(value.producer_id)
-    b += _I16.pack(value.producer_epoch)
-    b += _I32.pack(value.timeout_ms)
-    b += _I8.pack(value.state_id)
+    flex = version >= 1
+    w = Writer()
+    w.int16(version)
+    w.int64(value.producer_id)
+    w.int16(value.producer_epoch)
+    w.int32(value.timeout_ms)
+    w.int8(value.state_id)
     topics = _by_topic(value.partitions)
-    _array_length(b, len(topics), flexible)
+    w.array_length(len(topics), flex)
     for topic, parts in topics:
-        _string(b, topic, flexible)
-        _array_length(b, len(parts), flexible)
-        for p in parts:
-            b += _I32.pack(p)
-        if flexible:
-            b.append(0)  # no tagged fields
-    b += _I64.pack(value.last_update_timestamp_ms)
-    b += _I64.pack(value.start_timestamp_ms)
-    if flexible:
-        b.append(0)
-    return bytes(b)
-
-
-class _Reader:
-    __slots__ = ("data", "flexible", "pos")
-
-    def __init__(self, data: bytes, flexible: bool = False) -> None:
-        self.data = data
-        self.pos = 0
-        self.flexible = flexible
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise RecordFormatError(f"need {n} bytes at position {self.pos}")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def unpack(self, s: struct.Struct) -> int:
-        return int(s.unpack(self.take(s.size))[0])
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            if shift > 28:
-                raise RecordFormatError("unsigned varint is too long")
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def length(self, wide: bool) -> int:
-        if self.flexible:
-            return self.uvarint() - 1
-        return self.unpack(_I32 if wide else _I16)
-
-    def string(self) -> str:
-        n = self.length(False)
-        if n < 0:
-            raise RecordFormatError("null value for a non-nullable string")
-        try:
-            return self.take(n).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RecordFormatError(f"string is not UTF-8: {e}") from e
-
-    def array_length(self) -> int:
-        """An array's item count (a null array: none), at most the bytes left."""
-        n = self.length(True)
-        if n > len(self.data) - self.pos:  # every item takes a byte at least
-            raise RecordFormatError(
-                f"array of {n} items but only {len(self.data) - self.pos} bytes left"
-            )
-        return max(n, 0)
-
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            count = self.uvarint()
-            if 2 * count > len(self.data) - self.pos:  # a tag and a size byte each at least
-                raise RecordFormatError(
-                    f"{count} tagged fields in {len(self.data) - self.pos} bytes"
-                )
-            for _ in range(count):
-                self.uvarint()
-                self.take(self.uvarint())
-
-    def done(self) -> None:
-        if self.pos != len(self.data):
-            raise RecordFormatError(f"{len(self.data) - self.pos} trailing bytes")
+        w.string(topic, flex)
+        w.int32_array(parts, flex)
+        w.end_struct(flex)
+    w.int64(value.last_update_timestamp_ms)
+    w.int64(value.start_timestamp_ms)
+    w.end_struct(flex)
+    return bytes(w.out)
 
 
 def decode_key(data: bytes) -> str | None:
     """The transactional id of a key; None for a key version this code does not know."""
-    r = _Reader(bytes(data))
-    version = r.unpack(_I16)
+    r = Reader(data)
+    version = r.int16()
     if version != KEY_VERSION:
         return None
     tid = r.string()
-    r.done()
+    r.expect_end()
     return tid
 
 
 def decode_value(data: bytes) -> TransactionLogValue:
-    version = _Reader(bytes(data)).unpack(_I16)
-    if not 0 <= version <= MAX_VALUE_VERSION:
-        raise RecordFormatError(f"unknown TransactionLogValue version {version}")
-    r = _Reader(bytes(data), flexible=version >= 1)
-    r.pos = 2
-    producer_id = r.unpack(_I64)
-    epoch = r.unpack(_I16)
-    timeout = r.unpack(_I32)
-    state_id = r.unpack(_I8)
+    r, version = open_versioned(data, MAX_VALUE_VERSION, "unknown TransactionLogValue version")
+    flex = version >= 1
+    producer_id = r.int64()
+    epoch = r.int16()
+    timeout = r.int32()
+    state_id = r.int8()
     partitions: set[TopicPartition] = set()
-    for _ in range(r.array_length()):
-        topic = r.string()
-        for _ in range(r.array_length()):
-            partitions.add(TopicPartition(topic, r.unpack(_I32)))
-        r.tagged_fields()
-    last_update = r.unpack(_I64)
-    start = r.unpack(_I64)
-    r.tagged_fields()
-    r.done()
+    for _ in range(max(r.nullable_array_length(flex), 0)):  # a null array: none
+        topic = r.string(flex)
+        for p in r.int32_array(flex):
+            partitions.add(TopicPartition(topic, p))
+        r.end_struct(flex)
+    last_update = r.int64()
+    start = r.int64()
+    r.end_struct(flex)
+    r.expect_end()
     return TransactionLogValue(
         producer_id, epoch, timeout, state_id, frozenset(partitions), last_update, start
     )

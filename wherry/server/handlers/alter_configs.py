@@ -32,10 +32,13 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         )
 
     async def alter_broker(r: Any) -> None:
+        names = [c.name for c in r.configs]
+        if len(set(names)) != len(names):
+            raise AdminError(ErrorCode.invalid_request, "Error due to duplicate config keys")
         nulls = [c.name for c in r.configs if c.value is None]
         if nulls:
             raise AdminError(
-                ErrorCode.invalid_request, f"Null value not supported for : {','.join(nulls)}"
+                ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}"
             )
         await broker.admin.set_broker_config(
             r.resource_name, _given(r), validate_only=body.validate_only

@@ -1,4 +1,4 @@
-"""AlterPartition (key 56, v2–v3): a partition leader proposes an ISR change (SPEC R6).
+"""AlterPartition (key 56, v2–v3): a partition leader proposes an ISR change.
 
 Only the broker whose controller instance is active answers; it hands the request to its
 controller's event queue (`Controller.alter_partition`). Any other broker answers

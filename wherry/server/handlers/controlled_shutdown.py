@@ -1,5 +1,5 @@
 """ControlledShutdown (key 7, v0–v3): a broker about to stop asks the controller to move its
-leaderships away first (SPEC H11).
+leaderships away first.
 
 Only the broker whose controller instance is active answers, with what
 `Controller.controlled_shutdown` says: an error (STALE_BROKER_EPOCH, BROKER_NOT_AVAILABLE, ...)

@@ -235,6 +235,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             base["configs"] = broker_configs.describe_entries(
                 None,
                 await broker.admin.broker_config(None),
+                broker.config.raw,
                 keys,
                 include_synonyms=include_synonyms,
                 include_documentation=include_doc,
@@ -254,6 +255,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             dynamic = broker_configs.describe_entries(
                 await broker.admin.broker_config(broker.broker_id),
                 await broker.admin.broker_config(None),
+                broker.config.raw,
                 keys,
                 include_synonyms=include_synonyms,
                 include_documentation=include_doc,

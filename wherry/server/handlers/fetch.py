@@ -1,4 +1,4 @@
-"""Fetch (key 1) for consumers and followers (SPEC H9, R11).
+"""Fetch (key 1) for consumers and followers.
 
 Fetch sessions (KIP-227, v7+; `replication/fetch_session.py`): a request with session epoch 0
 gets a new session id (when the cache has room), later requests name only the partitions that
@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
-from wherry.replication.fetch_reads import FetchPartition, FetchResult, session_partitions
+from wherry.replication.fetch_reads import (
+    FetchPartition,
+    FetchPartitionResult,
+    FetchResult,
+    session_partitions,
+)
 from wherry.replication.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
@@ -31,31 +37,106 @@ from wherry.server.handlers.topic_keys import TopicKey, resolve_topic, topic_res
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
+    from wherry.replication.fetch_session import FetchSession
     from wherry.server.services import BrokerServices
 
 _ZERO_UUID = uuid.UUID(int=0)
 _SESSIONLESS = FetchContext(ContextKind.SESSIONLESS)
 
 
+@dataclass
+class _Requested:
+    """What a Fetch request asks, checked against the ACLs."""
+
+    replica_id: int  # >= 0 for a follower; -1 for a consumer, -2 for the debugging one
+    replica_epoch: int
+    follower_ok: bool  # a follower with CLUSTER_ACTION (always True for a consumer)
+    wanted: list[FetchPartition] = field(default_factory=list)
+    fetch_data: dict[TopicPartition, CachedPartition] = field(default_factory=dict)
+    # The answer's skeleton in request order: (topic key, name or None, partition)
+    order: list[tuple[TopicKey, str | None, int]] = field(default_factory=list)
+    denied: set[tuple[TopicKey, int]] = field(default_factory=set)
+
+    @property
+    def follower(self) -> bool:
+        return self.replica_id >= 0
+
+
+@dataclass
+class _SessionExtras:
+    """An incremental request's session, and its partitions the request did not name but
+    that changed (their topic keys), with who may read them."""
+
+    session: FetchSession
+    keys: dict[TopicPartition, TopicKey]
+    allowed: Callable[[TopicPartition], bool]
+
+
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     session_id = getattr(body, "session_id", INVALID_SESSION_ID)
-    session_epoch = getattr(body, "session_epoch", FINAL_EPOCH)
-    sessions = broker.node.replica_manager.fetch_sessions
+    sessions = broker.replica_manager.fetch_sessions
     if sessions is None and session_id != INVALID_SESSION_ID:
         return _session_error(ErrorCode.fetch_session_id_not_found)
+    asked = _requested(broker, body)
+    ctx = _SESSIONLESS
+    if sessions is not None and req.api_version >= 7:
+        ctx = sessions.new_context(
+            session_id=session_id,
+            epoch=getattr(body, "session_epoch", FINAL_EPOCH),
+            fetch_data=asked.fetch_data,
+            forgotten=_forgotten(broker, body),
+            privileged=asked.follower,
+            now_ms=broker.clock.monotonic_ms(),
+        )
+        if ctx.kind is ContextKind.ERROR:
+            return _session_error(ctx.error)
+    incremental = ctx.kind is ContextKind.INCREMENTAL
+    extras = None
+    if incremental and ctx.session is not None:
+        extras = _session_extras(broker, asked, ctx.session)
+    result: FetchResult = {}
+    if asked.wanted or incremental:
+        max_bytes, min_bytes = _byte_limits(broker, req, asked)
+        result = await broker.node.fetch(
+            asked.wanted,
+            replica_id=asked.replica_id,
+            replica_epoch=asked.replica_epoch,
+            max_wait_ms=duration_ms(body.max_wait),
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=getattr(body, "isolation_level", 0),
+            zero_copy=True,  # records as file regions: network.py sends them from the files
+            session=ctx.session,
+            incremental=incremental,
+            allowed=extras.allowed if extras is not None else None,
+        )
+    if extras is not None:
+        _add_session_answers(asked, extras, result)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "session_id": ctx.session_id,
+        "responses": topic_responses(
+            _answers(broker, asked, result, incremental),
+            name_field="topic",
+            partitions_field="partitions",
+            no_topic_id=_ZERO_UUID,
+        ),
+    }
+
+
+def _requested(broker: BrokerServices, body: Any) -> _Requested:
+    """Who fetches, and the request's partitions: those it may read (`wanted`, and the
+    session's view of them, `fetch_data`), those refused (`denied`), all in `order`."""
     replica_state = getattr(body, "replica_state", None)
-    replica_id = (
-        replica_state.replica_id if replica_state is not None else getattr(body, "replica_id", -1)
-    )
-    replica_epoch = (
-        replica_state.replica_epoch
-        if replica_state is not None
-        else getattr(body, "replica_epoch", -1)
-    )
-    cache = broker.cache
+    if replica_state is not None:
+        replica_id, replica_epoch = replica_state.replica_id, replica_state.replica_epoch
+    else:
+        replica_id = getattr(body, "replica_id", -1)
+        replica_epoch = getattr(body, "replica_epoch", -1)
     resolved = [
-        (t, *resolve_topic(cache, getattr(t, "topic", None), getattr(t, "topic_id", None)))
+        (t, *resolve_topic(broker.cache, getattr(t, "topic", None), getattr(t, "topic_id", None)))
         for t in body.topics
     ]
     # Kafka: a follower (replica id >= 0) needs CLUSTER_ACTION on the cluster, else every
@@ -68,16 +149,12 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         readable = authorized_names(
             broker, AclOperation.READ, ResourceType.TOPIC, (n for _, _, n in resolved if n)
         )
-    wanted: list[FetchPartition] = []
-    fetch_data: dict[TopicPartition, CachedPartition] = {}
-    # Response skeleton in request order: (topic key, name or None, partition)
-    order: list[tuple[TopicKey, str | None, int]] = []
-    denied: set[tuple[TopicKey, int]] = set()
+    asked = _Requested(replica_id, replica_epoch, follower_ok)
     for t, key, name in resolved:
         for p in t.partitions:
-            order.append((key, name, p.partition))
+            asked.order.append((key, name, p.partition))
             if not follower_ok or (name is not None and name not in readable):
-                denied.add((key, p.partition))
+                asked.denied.add((key, p.partition))
             elif name is not None:
                 fp = FetchPartition(
                     TopicPartition(name, p.partition),
@@ -86,86 +163,70 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     getattr(p, "current_leader_epoch", -1),
                     getattr(p, "log_start_offset", -1),
                 )
-                wanted.append(fp)
-                fetch_data[fp.tp] = CachedPartition(
+                asked.wanted.append(fp)
+                asked.fetch_data[fp.tp] = CachedPartition(
                     fp.fetch_offset, fp.max_bytes, fp.current_leader_epoch, fp.log_start_offset, key
                 )
+    return asked
 
-    ctx = _SESSIONLESS
-    if sessions is not None and req.api_version >= 7:
-        ctx = sessions.new_context(
-            session_id=session_id,
-            epoch=session_epoch,
-            fetch_data=fetch_data,
-            forgotten=_forgotten(broker, body),
-            privileged=replica_id >= 0,
-            now_ms=broker.node.clock.monotonic_ms(),
-        )
-        if ctx.kind is ContextKind.ERROR:
-            return _session_error(ctx.error)
-    incremental = ctx.kind is ContextKind.INCREMENTAL
-    session = ctx.session
-    extra_keys: dict[TopicPartition, TopicKey] = {}
-    allowed = None
-    if incremental and session is not None:
-        # The session's partitions that changed since its last answer (and now and then
-        # those drifted from it), checked against the ACLs as the request's own are.
-        named = {fp.tp for fp in wanted}
-        now = broker.node.clock.monotonic_ms()
-        changed = session.take_dirty()
-        if replica_id >= 0:
-            # A follower outside the ISR: its partitions are read (its fetch state moves)
-            # every time, as Kafka reads every partition of the session, so it can rejoin.
-            held = session.partitions
-            changed += [
-                tp for tp in broker.node.replica_manager.lagging(replica_id) if tp in held
-            ]
-        if session.rescan_due(now):
-            changed = list(dict.fromkeys(changed + broker.node.replica_manager.drifted(session)))
-        extra = [tp for tp in dict.fromkeys(changed) if tp not in named]
-        allowed = _allowed(broker, follower_ok, replica_id >= 0)
-        for tp in extra:
-            extra_keys[tp] = session.partitions[tp].key
-        wanted += session_partitions(session, [tp for tp in extra if allowed(tp)])
 
-    result: FetchResult = {}
+def _session_extras(
+    broker: BrokerServices, asked: _Requested, session: FetchSession
+) -> _SessionExtras:
+    """The session's partitions that changed since its last answer (and now and then those
+    drifted from it) but that the request did not name, checked against the ACLs as the
+    request's own are; those allowed join `asked.wanted`."""
+    manager = broker.replica_manager
+    named = {fp.tp for fp in asked.wanted}
+    changed = session.take_dirty()
+    if asked.follower:
+        # A follower outside the ISR: its partitions are read (its fetch state moves)
+        # every time, as Kafka reads every partition of the session, so it can rejoin.
+        held = session.partitions
+        changed += [tp for tp in manager.lagging(asked.replica_id) if tp in held]
+    if session.rescan_due(broker.clock.monotonic_ms()):
+        changed = list(dict.fromkeys(changed + manager.drifted(session)))
+    extra = [tp for tp in dict.fromkeys(changed) if tp not in named]
+    allowed = _allowed(broker, asked.follower_ok, asked.follower)
+    asked.wanted += session_partitions(session, [tp for tp in extra if allowed(tp)])
+    return _SessionExtras(session, {tp: session.partitions[tp].key for tp in extra}, allowed)
+
+
+def _byte_limits(broker: BrokerServices, req: Request, asked: _Requested) -> tuple[int, int]:
+    """The answer's (max_bytes, min_bytes): a consumer under a byte-rate quota gets at most a
+    window's worth (as Kafka caps it)."""
+    body = req.body
     max_bytes, min_bytes = getattr(body, "max_bytes", 0x7FFFFFFF), body.min_bytes
-    if replica_id < 0 and (quota_bytes := broker.client_quotas.fetch_max_bytes(req)):
-        # A consumer under a byte-rate quota gets at most a window's worth (as Kafka caps it)
+    if not asked.follower and (quota_bytes := broker.client_quotas.fetch_max_bytes(req)):
         max_bytes = min(max_bytes, quota_bytes)
         min_bytes = min(min_bytes, max_bytes)
-    if wanted or incremental:
-        result = await broker.node.fetch(
-            wanted,
-            replica_id=replica_id,
-            replica_epoch=replica_epoch,
-            max_wait_ms=duration_ms(body.max_wait),
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-            isolation_level=getattr(body, "isolation_level", 0),
-            zero_copy=True,  # records as file regions: network.py sends them from the files
-            session=session,
-            incremental=incremental,
-            allowed=allowed,
-        )
-    if incremental and session is not None:
-        # Named partitions without news are left out; changed ones of the session follow
-        # the request's, under the topic key the client used for them.
-        listed = {TopicPartition(name, index) for _, name, index in order if name is not None}
-        for tp in result:
-            if tp not in listed:
-                cached = session.partitions.get(tp)
-                key = cached.key if cached is not None else tp.topic
-                order.append((key, tp.topic, tp.partition))
-        for tp, key in extra_keys.items():
-            if tp not in result and allowed is not None and not allowed(tp):
-                order.append((key, tp.topic, tp.partition))
-                denied.add((key, tp.partition))
+    return max_bytes, min_bytes
 
+
+def _add_session_answers(asked: _Requested, extras: _SessionExtras, result: FetchResult) -> None:
+    """An incremental answer: the session's changed partitions follow the request's, under
+    the topic key the client used for them; those it may not read are refused."""
+    listed = {TopicPartition(name, index) for _, name, index in asked.order if name is not None}
+    for tp in result:
+        if tp not in listed:
+            cached = extras.session.partitions.get(tp)
+            key = cached.key if cached is not None else tp.topic
+            asked.order.append((key, tp.topic, tp.partition))
+    for tp, key in extras.keys.items():
+        if tp not in result and not extras.allowed(tp):
+            asked.order.append((key, tp.topic, tp.partition))
+            asked.denied.add((key, tp.partition))
+
+
+def _answers(
+    broker: BrokerServices, asked: _Requested, result: FetchResult, incremental: bool
+) -> dict[TopicKey, list[dict[str, Any]]]:
+    """Each partition's answer, by topic key in `asked.order`; an incremental answer leaves
+    out the named partitions without news."""
     topics: dict[TopicKey, list[dict[str, Any]]] = {}
-    for key, name, index in order:
+    for key, name, index in asked.order:
         r = None
-        if name is not None and (key, index) not in denied:
+        if name is not None and (key, index) not in asked.denied:
             r = result.get(TopicPartition(name, index))
             if r is None and incremental:
                 continue  # nothing new for it
@@ -173,53 +234,52 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             r is not None
             and r.error_code == ErrorCode.unknown_topic_or_partition
             and name is not None
-            and cache.partition(name, index) is not None
+            and broker.cache.partition(name, index) is not None
         ):
             # The partition exists but has no replica here: the client's metadata is stale
             # (Kafka's ReplicaManager.getPartitionOrError).
             r.error_code = ErrorCode.not_leader_or_follower
-        if r is None:
-            if (key, index) in denied:
-                code = ErrorCode.topic_authorization_failed
-            elif name is None:
-                code = ErrorCode.unknown_topic_id
-            else:
-                code = ErrorCode.unknown_topic_or_partition
-            part: dict[str, Any] = {
-                "partition_index": index,
-                "error_code": code,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                "preferred_read_replica": -1,
-                "records": None,
-            }
+        if r is not None:
+            part = _read_answer(index, r)
+        elif (key, index) in asked.denied:
+            part = _error_answer(index, ErrorCode.topic_authorization_failed)
+        elif name is None:
+            part = _error_answer(index, ErrorCode.unknown_topic_id)
         else:
-            part = {
-                "partition_index": index,
-                "error_code": r.error_code,
-                "high_watermark": r.high_watermark,
-                "last_stable_offset": r.last_stable_offset,
-                "log_start_offset": r.log_start_offset,
-                "aborted_transactions": (
-                    None
-                    if r.aborted_transactions is None
-                    else [
-                        {"producer_id": pid, "first_offset": first}
-                        for pid, first in r.aborted_transactions
-                    ]
-                ),
-                "preferred_read_replica": -1,
-                "records": r.records,
-            }
+            part = _error_answer(index, ErrorCode.unknown_topic_or_partition)
         topics.setdefault(key, []).append(part)
+    return topics
+
+
+def _read_answer(index: int, r: FetchPartitionResult) -> dict[str, Any]:
     return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.none,
-        "session_id": ctx.session_id,
-        "responses": topic_responses(
-            topics, name_field="topic", partitions_field="partitions", no_topic_id=_ZERO_UUID
+        "partition_index": index,
+        "error_code": r.error_code,
+        "high_watermark": r.high_watermark,
+        "last_stable_offset": r.last_stable_offset,
+        "log_start_offset": r.log_start_offset,
+        "aborted_transactions": (
+            None
+            if r.aborted_transactions is None
+            else [
+                {"producer_id": pid, "first_offset": first}
+                for pid, first in r.aborted_transactions
+            ]
         ),
+        "preferred_read_replica": -1,
+        "records": r.records,
+    }
+
+
+def _error_answer(index: int, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "preferred_read_replica": -1,
+        "records": None,
     }
 
 

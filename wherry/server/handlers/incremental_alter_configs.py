@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
 from wherry.server import broker_configs
 from wherry.server.admin import AdminError
+from wherry.server.dynamic_validation import apply_incremental, list_operation
 from wherry.server.handlers.alter_configs import alter_resources, set_group_config
 from wherry.server.handlers.describe_configs import BROKER, BROKER_LOGGER, GROUP, TOPIC
 from wherry.share.config import GROUP_CONFIG_KEYS
@@ -43,14 +44,11 @@ def apply_ops(current: dict[str, str], ops: Any, defaults: Any) -> dict[str, str
                         ErrorCode.invalid_config,
                         f"Config value append is not allowed for config key: {c.name}",
                     )
-                base = new.get(c.name, defaults.value_of(c.name))
-                items = [v for v in base.split(",") if v]
-                given = [v for v in (c.value or "").split(",") if v]
-                if c.config_operation == APPEND:
-                    items += [v for v in given if v not in items]
-                else:
-                    items = [v for v in items if v not in given]
-                new[c.name] = ",".join(items)
+                new[c.name] = list_operation(
+                    new.get(c.name, defaults.value_of(c.name)),
+                    c.value,
+                    append=c.config_operation == APPEND,
+                )
             case op:
                 raise AdminError(ErrorCode.invalid_request, f"Unknown config operation {op}")
     return new
@@ -68,16 +66,17 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
 
     async def alter_broker(r: Any) -> None:
         names = [c.name for c in r.configs]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
+        if len(set(names)) != len(names):
+            raise AdminError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+        nulls = [c.name for c in r.configs if c.config_operation != DELETE and c.value is None]
+        if nulls:
             raise AdminError(
-                ErrorCode.invalid_request,
-                f"Error due to duplicate config keys : {','.join(duplicates)}",
+                ErrorCode.invalid_request, f"Null value not supported for : {', '.join(nulls)}"
             )
         try:
             broker_id = broker_configs.resource_broker_id(r.resource_name, broker.broker_id)
             current = await broker.admin.broker_config(broker_id)
-            new = broker_configs.apply_incremental(current, r.configs)
+            new = apply_incremental(current, r.configs)
         except broker_configs.DynamicConfigError as e:
             raise AdminError(e.error_code, e.message) from e
         await broker.admin.set_broker_config(r.resource_name, new, validate_only=body.validate_only)

@@ -1,4 +1,4 @@
-"""Metadata (key 3), answered from the metadata cache (SPEC M1–M3, M5).
+"""Metadata (key 3), answered from the metadata cache.
 
 Every broker answers alike: the cache holds what the controller's UpdateMetadata requests
 said (live brokers with their advertised endpoints, and per partition the leader, leader
@@ -95,7 +95,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     cache = broker.cache
     requested = body.topics
     v = req.api_version
-    # v0: an empty list means all topics; v1+: null means all, empty means none (SPEC M3).
+    # v0: an empty list means all topics; v1+: null means all, empty means none.
     all_topics = requested is None or (v == 0 and not requested)
     allow_auto = getattr(body, "allow_auto_topic_creation", True)
     strict = v == 0

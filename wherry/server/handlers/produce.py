@@ -1,4 +1,4 @@
-"""Produce (key 0): validate, append through the replica manager, answer per acks (SPEC P1)."""
+"""Produce (key 0): validate, append through the replica manager, answer per acks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""UpdateMetadata (key 6, v0–v8): the controller's view of the cluster for the metadata cache
-(SPEC M1). The rules live in the replica node (`replication/node.py`), shared with the
+"""UpdateMetadata (key 6, v0–v8): the controller's view of the cluster for the metadata cache.
+The rules live in the replica node (`replication/node.py`), shared with the
 in-process channel and the simulator."""
 
 from __future__ import annotations

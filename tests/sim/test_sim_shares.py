@@ -8,6 +8,8 @@ their epochs across failovers, a dropped session's records available at once).""
 
 from __future__ import annotations
 
+from typing import Any
+
 from wherry.sim.runner import main
 from wherry.sim.shares import run_share_seed
 
@@ -51,16 +53,15 @@ def test_world_share_ledger_catches_a_leader_that_forgets_the_state() -> None:
     from wherry.share.state import ShareStateStore
     from wherry.sim.world import SimOptions, run_seed
 
-    original = ws.ShareHost._part
+    original = ws.LedgerPersister.read
 
-    def forgetful(self: ws.ShareHost, tp: object) -> object:
-        if tp not in self.parts:
-            self.ledger.store = ShareStateStore()
-        return original(self, tp)  # type: ignore[arg-type]
+    async def forgetful(self: ws.LedgerPersister, key: Any, leader_epoch: int) -> Any:
+        self.ledger.store = ShareStateStore()  # a share-partition loaded: its state forgotten
+        return await original(self, key, leader_epoch)
 
-    ws.ShareHost._part = forgetful  # type: ignore[assignment,method-assign]
+    ws.LedgerPersister.read = forgetful  # type: ignore[method-assign]
     try:
         r = run_seed(0, replace(SimOptions(), share_consumers=True))
     finally:
-        ws.ShareHost._part = original  # type: ignore[method-assign]
+        ws.LedgerPersister.read = original  # type: ignore[method-assign]
     assert r.violation is not None and "delivered again" in r.violation

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -25,7 +25,7 @@ from wherry.share.state import SHARE_STATE_TOPIC, ShareKey, ShareState, state_pa
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RETRIABLE", "SharePersister"]
+__all__ = ["RETRIABLE", "SharePersister", "StatePersister"]
 
 RETRIABLE = (
     ErrorCode.not_coordinator,
@@ -33,6 +33,20 @@ RETRIABLE = (
     ErrorCode.coordinator_load_in_progress,
     ErrorCode.unknown_topic_or_partition,
 )
+
+
+class StatePersister(Protocol):
+    """What a share-partition leader needs of its persister."""
+
+    async def read(
+        self, key: ShareKey, leader_epoch: int
+    ) -> tuple[ErrorCode, ShareState | None]: ...
+
+    async def write(self, key: ShareKey, state: ShareState) -> ErrorCode: ...
+
+    async def delete(self, key: ShareKey) -> ErrorCode: ...
+
+    def close(self) -> None: ...
 
 
 class SharePersister:

@@ -37,7 +37,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
 from wherry.coordinator.groups import GroupCoordinatorHost
-from wherry.coordinator.share_persister import RETRIABLE, SharePersister
+from wherry.coordinator.share_persister import RETRIABLE, StatePersister
 from wherry.group.records import OFFSETS_TOPIC, partition_for
 from wherry.group.share_group_records import ShareGroupReplay
 from wherry.group.storage import APPEND_ERRORS
@@ -112,7 +112,7 @@ class ShareGroupsRuntime:
         clock: Clock,
         node: ReplicaNode,
         store: Callable[[], MetadataStore],
-        persister: SharePersister,
+        persister: StatePersister,
         offsets_partition_for: Callable[[str], int] | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -199,6 +199,14 @@ class ShareGroupsRuntime:
     # --- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._tick(), name="share-ticker")
+
+    def abandon(self) -> None:
+        """The process dies: its background work stops at once, its share-partitions go."""
+        if self._task is not None:
+            self._task.cancel()
+        for t in list(self._bg):
+            t.cancel()
+        self.parts.clear()
 
     async def stop(self) -> None:
         if self._task is not None:

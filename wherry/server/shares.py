@@ -19,6 +19,8 @@ __all__ = ["ShareRuntime"]
 
 
 class ShareRuntime(ShareGroupsRuntime):
+    persister: SharePersister
+
     def __init__(
         self, edges: CoordinatorEdges, offsets_partition_for: Callable[[str], int] | None = None
     ) -> None:

@@ -2,15 +2,17 @@
 fetches and acknowledgements against the simulated brokers, through leader failovers,
 crashes and partitions of the real controller's world.
 
-Each broker process runs a `ShareHost`, the share-partition side of `coordinator/shares.py`: for
-each partition of the simulation's topic it leads, one `share.partition.SharePartition` of
-the group, loaded from the share coordinator's state when first fetched at its leader epoch
-(ReadShareGroupState: a read at a newer leader epoch fences the older leaders), records read
-from its real replica manager below the high watermark, acknowledgements applied and
-written (WriteShareGroupState) before they are answered. The share coordinator is modelled as
-one store (`share.state.ShareStateStore`, the real fencing rules) that is always reachable:
-the share coordinator's own failovers are `sim/shares.py`'s subject. A crashed broker loses
-its share-partitions; a zombie (a deposed leader that has not heard yet) may still answer.
+Each broker process runs a `ShareHost`: the share groups the broker runs
+(`coordinator/shares.py`) on its replica node. For each partition of the simulation's topic
+it leads, one `share.partition.SharePartition` of the group, loaded from the share
+coordinator's state when first fetched at its leader epoch (ReadShareGroupState: a read at a
+newer leader epoch fences the older leaders), records read from its real replica manager
+below the high watermark, acknowledgements applied and written (WriteShareGroupState) before
+they are answered, lock expiries on its background ticker. Only the persister is the
+simulation's (`LedgerPersister`): the share coordinator as one store
+(`share.state.ShareStateStore`, the real fencing rules) that is always reachable; the share
+coordinator's own failovers are `sim/shares.py`'s subject. A crashed broker loses its
+share-partitions; a zombie (a deposed leader that has not heard yet) may still answer.
 
 `ShareMember`s fetch from whichever broker claims to lead a partition, over the simulated
 network, and acknowledge what they got (mostly ACCEPT, some RELEASE, a few never: their
@@ -32,15 +34,14 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.log.file_region import FileRegion
-from wherry.replication.fetch_reads import READ_UNCOMMITTED, FetchPartition
-from wherry.share.fetched import fetched_batches
+from wherry.coordination.store import MetadataStore
+from wherry.coordinator.shares import ShareGroupsRuntime
+from wherry.runtime.clock import FunctionClock
+from wherry.share.config import ShareBrokerConfig
 from wherry.share.partition import (
     AckBatch,
     AckType,
     AcquiredRange,
-    SharePartition,
-    SharePartitionConfig,
 )
 from wherry.share.state import ShareKey, ShareState, ShareStateStore
 from wherry.sim.invariants import InvariantViolation
@@ -105,114 +106,96 @@ class ShareLedger:
                 self.deliveries += 1
 
 
-@dataclass(slots=True)
-class _Part:
-    leader_epoch: int
-    sp: SharePartition
+class LedgerPersister:
+    """The share coordinator as one always-reachable store (`ShareLedger.store`) with the real
+    fencing rules: a read at a newer leader epoch fences the older leaders, a stale write is
+    refused."""
+
+    def __init__(self, ledger: ShareLedger) -> None:
+        self.ledger = ledger
+
+    async def read(self, key: ShareKey, leader_epoch: int) -> tuple[ErrorCode, ShareState | None]:
+        store = self.ledger.store
+        fenced = store.fence_read(key, leader_epoch)
+        if fenced is not None:
+            store.apply(key, 0, fenced)
+        self.ledger.loads += 1
+        return store.read(key, leader_epoch)
+
+    async def write(self, key: ShareKey, state: ShareState) -> ErrorCode:
+        store = self.ledger.store
+        err = store.check_write(key, state)
+        if err != E.none:
+            self.ledger.fenced_writes += 1
+            return err
+        store.apply(key, 0, state)
+        return E.none
+
+    async def delete(self, key: ShareKey) -> ErrorCode:
+        return E.none  # groups are not deleted here
+
+    def close(self) -> None:
+        pass
 
 
-class ShareHost:
-    """One broker process's share-partitions of the group."""
+class ShareHost(ShareGroupsRuntime):
+    """One broker process's share groups, as `wherry server` runs them
+    (`coordinator/shares.py`), on its replica node; the group's configs fixed (the simulation
+    has no metadata store)."""
 
     def __init__(self, world: World, node: SimBroker, config: ShareWorldConfig,
                  ledger: ShareLedger, topic_id: uuid.UUID) -> None:
+        broker = ShareBrokerConfig.from_props({
+            "group.share.record.lock.duration.ms": str(config.lock_ms),
+            "group.share.delivery.count.limit": str(config.delivery_limit),
+            "group.share.partition.max.record.locks": "200",
+        })
+        super().__init__(node.broker_id, broker, FunctionClock(world.now_ms), node.replica,
+                         self._no_store, LedgerPersister(ledger), lambda _g: 0)
         self.world = world
-        self.node = node
-        self.config = config
         self.ledger = ledger
+        self.share_config = config
         self.topic_id = topic_id
-        self.parts: dict[TopicPartition, _Part] = {}
         node.replica.leadership_listeners.append(self.on_leadership_change)
         node.services.append(self)
         node.share_host = self  # type: ignore[attr-defined]
+        self.start()
 
-    def on_leadership_change(
-        self, became_leader: list[tuple[TopicPartition, int]], lost: list[TopicPartition]
-    ) -> None:
-        for tp in [*lost, *(tp for tp, _ in became_leader)]:
-            self.parts.pop(tp, None)
+    @staticmethod
+    def _no_store() -> MetadataStore:
+        raise RuntimeError("the simulation has no metadata store")
 
-    def abandon(self) -> None:
-        self.parts.clear()
+    async def group_config(self, group: str) -> dict[str, str]:
+        return {"share.auto.offset.reset": "earliest"}
 
-    async def stop(self) -> None:
-        self.parts.clear()
-
-    def _part(self, tp: TopicPartition) -> tuple[ErrorCode, _Part | None]:
+    async def fetch_for(self, member: str, tp: TopicPartition, max_records: int
+                        ) -> tuple[ErrorCode, int, list[AcquiredRange]]:
+        """A ShareFetch of one partition, answered at once: (error, the leader epoch of the
+        share-partition that acquired the records, the acquired ranges)."""
+        out = await self.fetch(GROUP, member, [(tp, self.topic_id)], max_wait_ms=0,
+                               max_bytes=1 << 20, max_records=max_records)
+        pf = out[tp]
+        entry = self.parts.get((GROUP, tp))
+        if pf.error_code != E.none or entry is None:
+            return pf.error_code, -1, []
+        got = pf.acquired
         part = self.node.replica_manager.get_partition(tp)
-        if part is None or not part.is_leader:
-            return E.not_leader_or_follower, None
-        entry = self.parts.get(tp)
-        if entry is not None and entry.leader_epoch == part.leader_epoch:
-            return E.none, entry
-        key = ShareKey(GROUP, self.topic_id, tp.partition)
-        store = self.ledger.store
-        fenced = store.fence_read(key, part.leader_epoch)
-        if fenced is not None:
-            store.apply(key, 0, fenced)
-        err, st = store.read(key, part.leader_epoch)
-        if err != E.none:
-            return err, None  # a deposed leader reading after the new one
-        cfg = SharePartitionConfig(self.config.lock_ms, self.config.delivery_limit, 200)
-        if st is None:
-            sp = SharePartition(part.log.log_start_offset, cfg)
-            store.apply(key, 0, ShareState(0, part.leader_epoch, sp.start_offset, ()))
-        else:
-            sp = SharePartition.from_state(st.start_offset, st.batches, cfg,
-                                           state_epoch=st.state_epoch)
-        sp.reset_start(part.log.log_start_offset)
-        self.ledger.loads += 1
-        entry = self.parts[tp] = _Part(part.leader_epoch, sp)
-        return E.none, entry
-
-    def fetch(self, member: str, tp: TopicPartition, max_records: int
-              ) -> tuple[ErrorCode, int, list[AcquiredRange]]:
-        err, entry = self._part(tp)
-        if entry is None:
-            return err, -1, []
-        now = self.world.now_ms()
-        sp = entry.sp
-        sp.expire_locks(now)
-        if not sp.can_acquire():
-            return E.none, entry.leader_epoch, []
-        rm = self.node.replica_manager
-        res = rm.read_from_local_log(
-            -1, 1 << 20, [FetchPartition(tp, sp.fetch_offset(), 1 << 20)],
-            isolation_level=READ_UNCOMMITTED,
-        ).get(tp)
-        if res is None or res.error_code != E.none or not res.records:
-            return E.none, entry.leader_epoch, []
-        records = res.records.read() if isinstance(res.records, FileRegion) else res.records
-        got = sp.acquire(member, fetched_batches(records, None), max_records, now)
-        part = rm.get_partition(tp)
         hw = part.high_watermark if part is not None else -1
         for r in got:
             if r.last_offset >= hw:
                 self.ledger.fail(f"share: {tp} offsets {r.first_offset}-{r.last_offset} "
                                  f"delivered at or above the leader's high watermark {hw}")
-        self.ledger.delivered(tp.partition, entry.leader_epoch, got, self.config.delivery_limit)
+        limit = self.share_config.delivery_limit
+        self.ledger.delivered(tp.partition, entry.leader_epoch, got, limit)
         return E.none, entry.leader_epoch, got
 
-    def acknowledge(self, member: str, tp: TopicPartition, leader_epoch: int,
-                    batches: list[AckBatch]) -> ErrorCode:
-        entry = self.parts.get(tp)
+    async def acknowledge_at(self, member: str, tp: TopicPartition, leader_epoch: int,
+                             batches: list[AckBatch]) -> ErrorCode:
+        """A ShareAcknowledge of records acquired from the share-partition at `leader_epoch`."""
+        entry = self.parts.get((GROUP, tp))
         if entry is None or entry.leader_epoch != leader_epoch:
             return E.not_leader_or_follower
-        sp = entry.sp
-        err = sp.acknowledge(member, batches, self.world.now_ms())
-        if err != E.none:
-            return err
-        key = ShareKey(GROUP, self.topic_id, tp.partition)
-        state = ShareState(sp.state_epoch, leader_epoch, sp.start_offset,
-                           tuple(sp.state_batches()))
-        store = self.ledger.store
-        err = store.check_write(key, state)
-        if err != E.none:
-            self.ledger.fenced_writes += 1
-            self.parts.pop(tp, None)  # deposed: what it holds is stale
-            return err
-        store.apply(key, 0, state)
-        return E.none
+        return await self.acknowledge(GROUP, member, tp, self.topic_id, batches)
 
 
 class ShareMember:
@@ -233,7 +216,7 @@ class ShareMember:
             host = None if node is None else getattr(node, "share_host", None)
             if host is None:
                 raise ConnectionError("down")
-            return fn(host)
+            return await fn(host)
 
         return await self.world.network.call(CLIENT_ID, b, handler, timeout_ms=1000)
 
@@ -251,7 +234,7 @@ class ShareMember:
             b = rng.choice(leaders)
             try:
                 err, epoch, got = await self._call(
-                    b, lambda h, tp=tp: h.fetch(self.member, tp, self.config.max_records))
+                    b, lambda h, tp=tp: h.fetch_for(self.member, tp, self.config.max_records))
             except (ConnectionError, TimeoutError):
                 continue
             if err != E.none or not got or rng.random() < 0.1:
@@ -262,7 +245,9 @@ class ShareMember:
             batches = [AckBatch(o, o, (t,)) for o, t in sorted(types.items())]
             try:
                 code = await self._call(
-                    b, lambda h, tp=tp, e=epoch, bs=batches: h.acknowledge(self.member, tp, e, bs))
+                    b,
+                    lambda h, tp=tp, e=epoch, bs=batches: h.acknowledge_at(self.member, tp, e, bs),
+                )
             except (ConnectionError, TimeoutError):
                 continue  # unknown outcome: not counted as accepted
             if code == E.none:

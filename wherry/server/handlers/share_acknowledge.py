@@ -19,6 +19,7 @@ from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.server.handlers.share_common import (
     MOVED,
     ack_batches,
+    answer,
     leader_of,
     node_endpoints,
     request_error,
@@ -30,23 +31,12 @@ if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
 
 
-def _top(code: ErrorCode, message: str | None) -> dict[str, Any]:
-    return {
-        "throttle_time": 0,
-        "error_code": code,
-        "error_message": message,
-        "acquisition_lock_timeout": 0,
-        "responses": [],
-        "node_endpoints": [],
-    }
-
-
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     group, member, epoch = body.group_id, body.member_id, body.share_session_epoch
     refused = request_error(broker, group, member)
     if refused is not None:
-        return _top(*refused)
+        return answer(*refused)
     shares = broker.shares
     settings = await shares.settings(group)
     session = shares.session_for(
@@ -54,7 +44,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         connection_id=CONNECTION_ID.get(),
     )
     if isinstance(session, ErrorCode):
-        return _top(session, None)
+        return answer(session)
     topics = resolve(broker, [t.topic_id for t in body.topics])
     by_topic: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
     moved: list[int] = []
@@ -82,11 +72,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             )
     if session is None:
         shares.close_session(group, member)
-    return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "acquisition_lock_timeout": settings.record_lock_duration_ms,
-        "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()],
-        "node_endpoints": node_endpoints(broker, moved),
-    }
+    return answer(
+        ErrorCode.none,
+        lock_ms=settings.record_lock_duration_ms,
+        by_topic=by_topic,
+        endpoints=node_endpoints(broker, moved),
+    )

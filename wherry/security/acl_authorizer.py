@@ -155,36 +155,31 @@ class AclAuthorizer:
     def authorize(
         self, session: Session, operation: AclOperation, resource_type: ResourceType, name: str
     ) -> bool:
-        principal = str(session.principal)
-        decision = authorize(
-            self.cache,
-            self.super_users,
-            self.allow_everyone_if_no_acl_found,
-            principal,
-            session.client_address,
-            operation,
-            resource_type,
-            name,
-        )
-        self._audit(principal, session.client_address, operation, resource_type, "LITERAL", name,
-                    decision.allowed)
-        return decision.allowed
+        return self._decide(session, operation, resource_type, name)
 
     def authorize_by_resource_type(
         self, session: Session, operation: AclOperation, resource_type: ResourceType
     ) -> bool:
-        principal = str(session.principal)
-        allowed = authorize_by_resource_type(
-            self.cache,
-            self.super_users,
-            self.allow_everyone_if_no_acl_found,
-            principal,
-            session.client_address,
-            operation,
-            resource_type,
-        )
-        self._audit(principal, session.client_address, operation, resource_type, "UNKNOWN",
-                    "NONE", allowed)
+        return self._decide(session, operation, resource_type, None)
+
+    def _decide(
+        self,
+        session: Session,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str | None,
+    ) -> bool:
+        """The decision on the literal resource `name`, or on some resource of the type (None),
+        audited."""
+        principal, host = str(session.principal), session.client_address
+        rules = (self.cache, self.super_users, self.allow_everyone_if_no_acl_found, principal, host)
+        if name is None:
+            allowed = authorize_by_resource_type(*rules, operation, resource_type)
+            pattern, shown = "UNKNOWN", "NONE"
+        else:
+            allowed = authorize(*rules, operation, resource_type, name).allowed
+            pattern, shown = "LITERAL", name
+        self._audit(principal, host, operation, resource_type, pattern, shown, allowed)
         return allowed
 
     @staticmethod

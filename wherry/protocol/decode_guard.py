@@ -27,16 +27,9 @@ from collections.abc import Callable
 from dataclasses import Field, fields
 from typing import Any, Final, TypeAlias
 
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveField,
-    PrimitiveTupleField,
-    classify_field,
-    get_field_tag,
-    get_schema_field_type,
-    is_optional,
-)
+from kio.serial._introspect import is_optional
+
+from wherry.protocol.kio_fields import field_layout, get_field_tag
 
 __all__ = ["GuardError", "check_entity", "min_size"]
 
@@ -126,20 +119,14 @@ def _op_min_size(op: _Op) -> int:
 def _field_op(field: Field[Any], *, flexible: bool, is_request_header: bool, is_tag: bool) -> _Op:
     if is_request_header and field.name == "client_id":
         return (_LEGACY, 2, True)  # a legacy nullable string in every header version
-    optional = False if is_tag else is_optional(field)
-    kind = classify_field(field)
+    layout = field_layout(field, is_tag=is_tag)
     item: _Op
-    match kind:
-        case PrimitiveField():
-            return _primitive_op(get_schema_field_type(field), flexible, optional)
-        case PrimitiveTupleField():
-            item = _primitive_op(get_schema_field_type(field), flexible, False)
-        case EntityField(entity_type):
-            return (_ENTITY, _plan(entity_type), optional)
-        case EntityTupleField(entity_type):
-            item = (_ENTITY, _plan(entity_type), False)
-        case _:  # pragma: no cover - classify_field is exhaustive
-            raise TypeError(f"unsupported field {field.name}: {kind!r}")
+    if isinstance(layout.item, str):
+        item = _primitive_op(layout.item, flexible, layout.nullable)
+    else:
+        item = (_ENTITY, _plan(layout.item), layout.nullable)
+    if not layout.array:
+        return item
     fixed = item[1] if item[0] == _FIXED else 0
     if item[0] == _ENTITY and item[1].fixed:
         fixed = item[1].fixed

@@ -39,11 +39,15 @@ from typing import TYPE_CHECKING, Final
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from wherry.protocol.interbroker import (
+        LeaderAndIsrPartitionError,
         LeaderAndIsrPartitionState,
         LeaderAndIsrRequest,
         LeaderAndIsrResponse,
         StopReplicaPartition,
+        StopReplicaRequest,
         StopReplicaResponse,
     )
 
@@ -139,23 +143,31 @@ def stop_replica_error(
     return ErrorCode.fenced_leader_epoch
 
 
+def _partition_errors(
+    partitions: Iterable[LeaderAndIsrPartitionState | StopReplicaPartition], error: ErrorCode
+) -> tuple[LeaderAndIsrPartitionError, ...]:
+    from wherry.protocol.interbroker import LeaderAndIsrPartitionError
+
+    return tuple(
+        LeaderAndIsrPartitionError(p.topic_name, p.partition_index, int(error)) for p in partitions
+    )
+
+
 def leader_and_isr_error_response(
     req: LeaderAndIsrRequest, error: ErrorCode
 ) -> LeaderAndIsrResponse:
     """A whole-request error: the error at the top and for every partition (Kafka's
     `LeaderAndIsrRequest.getErrorResponse`)."""
-    from wherry.protocol.interbroker import LeaderAndIsrPartitionError, LeaderAndIsrResponse
+    from wherry.protocol.interbroker import LeaderAndIsrResponse
 
-    return LeaderAndIsrResponse(
-        int(error),
-        tuple(
-            LeaderAndIsrPartitionError(s.topic_name, s.partition_index, int(error))
-            for s in req.partition_states
-        ),
-    )
+    return LeaderAndIsrResponse(int(error), _partition_errors(req.partition_states, error))
 
 
-def stop_replica_error_response(error: ErrorCode) -> StopReplicaResponse:
+def stop_replica_error_response(
+    error: ErrorCode, req: StopReplicaRequest | None = None
+) -> StopReplicaResponse:
+    """A whole-request error at the top, and for every partition of `req` when given (Kafka's
+    `StopReplicaRequest.getErrorResponse`)."""
     from wherry.protocol.interbroker import StopReplicaResponse
 
-    return StopReplicaResponse(int(error))
+    return StopReplicaResponse(int(error), _partition_errors(req.partitions if req else (), error))

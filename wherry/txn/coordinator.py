@@ -324,6 +324,8 @@ class TransactionCoordinator:
         now_ms: int,
         respond: Respond,
     ) -> None:
+        """AddPartitionsToTxn / AddOffsetsToTxn (Kafka's handleAddPartitionsToTransaction): the
+        partitions join the transaction (written), which is Ongoing from then on."""
         err, partition, epoch, txn = self._producer_txn(tid, producer_id)
         if err != E.none or txn is None:
             return respond(err)
@@ -383,6 +385,8 @@ class TransactionCoordinator:
         now_ms: int,
         respond: Respond,
     ) -> None:
+        """EndTxn from the client, or an abort the coordinator starts itself (Kafka's
+        endTransaction): PrepareCommit/PrepareAbort written, then the markers."""
         err, partition, epoch, txn = self._producer_txn(tid, producer_id)
         if err != E.none or txn is None:
             return respond(err)

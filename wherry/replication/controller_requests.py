@@ -42,12 +42,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from wherry.protocol.interbroker import (
-        LeaderAndIsrPartitionError,
         LeaderAndIsrPartitionState,
         LeaderAndIsrRequest,
         LeaderAndIsrResponse,
         StopReplicaPartition,
-        StopReplicaRequest,
         StopReplicaResponse,
     )
 
@@ -143,31 +141,21 @@ def stop_replica_error(
     return ErrorCode.fenced_leader_epoch
 
 
-def _partition_errors(
-    partitions: Iterable[LeaderAndIsrPartitionState | StopReplicaPartition], error: ErrorCode
-) -> tuple[LeaderAndIsrPartitionError, ...]:
-    from wherry.protocol.interbroker import LeaderAndIsrPartitionError
-
-    return tuple(
-        LeaderAndIsrPartitionError(p.topic_name, p.partition_index, int(error)) for p in partitions
-    )
-
-
 def leader_and_isr_error_response(
     req: LeaderAndIsrRequest, error: ErrorCode
 ) -> LeaderAndIsrResponse:
     """A whole-request error: the error at the top and for every partition (Kafka's
     `LeaderAndIsrRequest.getErrorResponse`)."""
-    from wherry.protocol.interbroker import LeaderAndIsrResponse
+    from wherry.protocol.interbroker import LeaderAndIsrResponse, partition_errors
 
-    return LeaderAndIsrResponse(int(error), _partition_errors(req.partition_states, error))
+    return LeaderAndIsrResponse(int(error), partition_errors(req.partition_states, int(error)))
 
 
 def stop_replica_error_response(
-    error: ErrorCode, req: StopReplicaRequest | None = None
+    error: ErrorCode, partitions: Iterable[StopReplicaPartition] = ()
 ) -> StopReplicaResponse:
-    """A whole-request error at the top, and for every partition of `req` when given (Kafka's
-    `StopReplicaRequest.getErrorResponse`)."""
-    from wherry.protocol.interbroker import StopReplicaResponse
+    """A whole-request error at the top, and for every one of `partitions` (Kafka's
+    `StopReplicaRequest.getErrorResponse` gives it to all the request's partitions)."""
+    from wherry.protocol.interbroker import StopReplicaResponse, partition_errors
 
-    return StopReplicaResponse(int(error), _partition_errors(req.partitions if req else (), error))
+    return StopReplicaResponse(int(error), partition_errors(partitions, int(error)))

@@ -25,5 +25,5 @@ async def handle(broker: BrokerServices, req: Request) -> StopReplicaResponse:
         raise CloseConnection(f"API key 5 decoded as {type(body).__name__}")
     if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
         # Kafka: CLUSTER_ACTION on the cluster, before any replica is stopped.
-        return stop_replica_error_response(ErrorCode.cluster_authorization_failed, body)
+        return stop_replica_error_response(ErrorCode.cluster_authorization_failed, body.partitions)
     return await broker.node.handle_stop_replica(body)

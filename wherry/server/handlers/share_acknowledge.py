@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.server.handlers.share_common import (
     MOVED,
     ack_batches,
     answer,
     leader_of,
     node_endpoints,
-    request_error,
+    open_session,
     resolve,
 )
 
@@ -33,18 +32,11 @@ if TYPE_CHECKING:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
-    group, member, epoch = body.group_id, body.member_id, body.share_session_epoch
-    refused = request_error(broker, group, member)
-    if refused is not None:
-        return answer(*refused)
-    shares = broker.shares
-    settings = await shares.settings(group)
-    session = shares.session_for(
-        group, member, epoch, broker.clock.now_ms(), fetch=False,
-        connection_id=CONNECTION_ID.get(),
-    )
-    if isinstance(session, ErrorCode):
-        return answer(session)
+    opened = await open_session(broker, body, fetch=False)
+    if isinstance(opened, dict):
+        return opened
+    settings, session = opened
+    group, member, shares = body.group_id, body.member_id, broker.shares
     topics = resolve(broker, [t.topic_id for t in body.topics])
     by_topic: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
     moved: list[int] = []

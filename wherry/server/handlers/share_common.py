@@ -1,7 +1,9 @@
-"""What the share-group handlers share. ShareFetch and ShareAcknowledge: topic resolution by
-id with READ checks, acknowledgement batches, the current leader and node endpoints of answers,
-the answer's top level. AlterShareGroupOffsets and DeleteShareGroupOffsets: the answer, and the
-refusal of a request without a group id or the right on the group."""
+"""What the share-group handlers share.
+
+ShareFetch and ShareAcknowledge: the share session's opening, topic resolution by id with READ
+checks, acknowledgement batches, the current leader and node endpoints of answers, the answer's
+top level. AlterShareGroupOffsets and DeleteShareGroupOffsets: the answer, and the refusal of a
+request without a group id or the right on the group."""
 
 from __future__ import annotations
 
@@ -19,10 +21,13 @@ from wherry.server.authz import (
     authorized_names,
     current_session,
 )
+from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.share.partition import AckBatch
 
 if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
+    from wherry.share.config import ShareGroupSettings
+    from wherry.share.sessions import ShareSession
 
 
 def request_error(
@@ -131,3 +136,28 @@ def offsets_refusal(
     if not authorize(broker, operation, ResourceType.GROUP, group_id):
         return offsets_answer(ErrorCode.group_authorization_failed)
     return None
+
+
+async def open_session(
+    broker: BrokerServices, body: Any, *, fetch: bool
+) -> tuple[ShareGroupSettings, ShareSession | None] | dict[str, Any]:
+    """The group's settings and the share session a ShareFetch / ShareAcknowledge goes on
+    with (None: its final epoch, after which the session closes); or the answer refusing the
+    whole request."""
+    group, member = body.group_id, body.member_id
+    refused = request_error(broker, group, member)
+    if refused is not None:
+        return answer(*refused)
+    shares = broker.shares
+    settings = await shares.settings(group)
+    session = shares.session_for(
+        group,
+        member,
+        body.share_session_epoch,
+        broker.clock.now_ms(),
+        fetch=fetch,
+        connection_id=CONNECTION_ID.get(),
+    )
+    if isinstance(session, ErrorCode):
+        return answer(session)
+    return settings, session

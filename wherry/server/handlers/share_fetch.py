@@ -18,14 +18,13 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
-from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.server.handlers.share_common import (
     MOVED,
     ack_batches,
     answer,
     leader_of,
     node_endpoints,
-    request_error,
+    open_session,
     resolve,
 )
 
@@ -49,18 +48,11 @@ def _part(index: int, **kw: Any) -> dict[str, Any]:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
-    group, member, epoch = body.group_id, body.member_id, body.share_session_epoch
-    refused = request_error(broker, group, member)
-    if refused is not None:
-        return answer(*refused)
-    shares = broker.shares
-    settings = await shares.settings(group)
-    now = broker.clock.now_ms()
-    session = shares.session_for(
-        group, member, epoch, now, fetch=True, connection_id=CONNECTION_ID.get()
-    )
-    if isinstance(session, ErrorCode):
-        return answer(session)
+    opened = await open_session(broker, body, fetch=True)
+    if isinstance(opened, dict):
+        return opened
+    settings, session = opened
+    group, member, shares = body.group_id, body.member_id, broker.shares
     topics = resolve(
         broker,
         [t.topic_id for t in body.topics] + [t.topic_id for t in body.forgotten_topics_data],

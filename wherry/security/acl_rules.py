@@ -306,14 +306,24 @@ def exact_patterns(f: AclBindingFilter) -> list[ResourcePattern]:
     return []
 
 
+def _has_unknown(
+    resource_type: ResourceType,
+    pattern_type: PatternType,
+    operation: AclOperation,
+    permission_type: AclPermissionType,
+) -> bool:
+    """Whether an element is UNKNOWN (a code this broker does not know)."""
+    return (
+        resource_type == ResourceType.UNKNOWN
+        or pattern_type == PatternType.UNKNOWN
+        or operation == AclOperation.UNKNOWN
+        or permission_type == AclPermissionType.UNKNOWN
+    )
+
+
 def filter_error(f: AclBindingFilter) -> str | None:
     """Why a Describe/DeleteAcls filter is refused (UNKNOWN elements), else None."""
-    if (
-        f.resource_type == ResourceType.UNKNOWN
-        or f.pattern_type == PatternType.UNKNOWN
-        or f.operation == AclOperation.UNKNOWN
-        or f.permission_type == AclPermissionType.UNKNOWN
-    ):
+    if _has_unknown(f.resource_type, f.pattern_type, f.operation, f.permission_type):
         return "Filter contain UNKNOWN elements"
     return None
 
@@ -334,12 +344,7 @@ def binding_error(binding: AclBinding) -> str | None:
         return "operation must not be ANY"
     if e.permission_type == AclPermissionType.ANY:
         return "permissionType must not be ANY"
-    if (
-        p.resource_type == ResourceType.UNKNOWN
-        or p.pattern_type == PatternType.UNKNOWN
-        or e.operation == AclOperation.UNKNOWN
-        or e.permission_type == AclPermissionType.UNKNOWN
-    ):
+    if _has_unknown(p.resource_type, p.pattern_type, e.operation, e.permission_type):
         return "Creations contain unknown elements"
     if p.resource_type == ResourceType.CLUSTER and p.name != CLUSTER_NAME:
         return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"

@@ -248,6 +248,19 @@ def _length_code(op_kind: int, legacy_bytes: int, out: list[str], ind: str) -> N
         out.append(f"{ind}n -= 1")
 
 
+def _refusal_code(nullable: bool, size: str, refuse: str, out: list[str], ind: str) -> None:
+    """`if`/`elif` branches that run `refuse` on a negative length or count `n` (but a null's
+    -1 where `nullable`) and on one whose `size` in bytes passes the end."""
+    out.append(f"{ind}if n < 0:")
+    if nullable:
+        out.append(f"{ind}    if n != -1:")
+        out.append(f"{ind}        {refuse}")
+    else:
+        out.append(f"{ind}    {refuse}")
+    out.append(f"{ind}elif {size} > end - pos:")
+    out.append(f"{ind}    {refuse}")
+
+
 def _op_code(op: _Op, out: list[str], ind: str, consts: dict[str, Any]) -> None:
     kind = op[0]
     if kind == _FIXED:
@@ -256,27 +269,13 @@ def _op_code(op: _Op, out: list[str], ind: str, consts: dict[str, Any]) -> None:
         nullable = op[2] if kind == _LEGACY else op[1]
         _length_code(kind, op[1] if kind == _LEGACY else 0, out, ind)
         what = repr("string or bytes length")
-        out.append(f"{ind}if n < 0:")
-        if nullable:
-            out.append(f"{ind}    if n != -1:")
-            out.append(f"{ind}        raise _bad_length(n, pos, end, {what})")
-        else:
-            out.append(f"{ind}    raise _bad_length(n, pos, end, {what})")
-        out.append(f"{ind}elif n > end - pos:")
-        out.append(f"{ind}    raise _bad_length(n, pos, end, {what})")
+        _refusal_code(nullable, "n", f"raise _bad_length(n, pos, end, {what})", out, ind)
         out.append(f"{ind}else:")
         out.append(f"{ind}    pos += n")
     elif kind == _ARRAY:
         _, flexible, item, item_min, item_fixed, nullable = op
         _length_code(_COMPACT if flexible else _LEGACY, 4, out, ind)
-        out.append(f"{ind}if n < 0:")
-        if nullable:
-            out.append(f"{ind}    if n != -1:")
-            out.append(f"{ind}        raise _bad_count(n, pos, end)")
-        else:
-            out.append(f"{ind}    raise _bad_count(n, pos, end)")
-        out.append(f"{ind}elif n * {item_min} > end - pos:")
-        out.append(f"{ind}    raise _bad_count(n, pos, end)")
+        _refusal_code(nullable, f"n * {item_min}", "raise _bad_count(n, pos, end)", out, ind)
         if item_fixed:
             out.append(f"{ind}else:")
             out.append(f"{ind}    pos += n * {item_fixed}")

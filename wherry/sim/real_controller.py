@@ -150,19 +150,10 @@ class CrashingSession:
             raise asyncio.CancelledError
         self.writes_left -= 1
 
-    async def create(
-        self,
-        path: str,
-        data: bytes = b"",
-        *,
-        ephemeral: bool = False,
-        sequential: bool = False,
-        make_parents: bool = False,
-    ) -> str:
+    async def create(self, path: str, data: bytes = b"", **flags: bool) -> str:
+        """`MetadataStore.create`, its flags (ephemeral, sequential, make_parents) passed on."""
         self._write()
-        return await self.inner.create(
-            path, data, ephemeral=ephemeral, sequential=sequential, make_parents=make_parents
-        )
+        return await self.inner.create(path, data, **flags)
 
     async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]:
         self._alive()

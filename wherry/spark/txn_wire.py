@@ -1,0 +1,161 @@
+"""Transaction requests the Kafka clients do not expose, sent by the Spark driver over the wire.
+
+The exactly-once sink's tasks leave their transactions open and hand (transactional id,
+producer id, epoch) to the driver, which ends them with EndTxn once Spark commits the batch
+(librdkafka cannot end a transaction another process began). ListTransactions shows what is
+still open. Blocking calls on short-lived PLAINTEXT connections, each bounded in time.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.protocol.codec import decode_response, encode_request
+
+FIND_COORDINATOR, END_TXN, LIST_TRANSACTIONS = 10, 26, 66
+_TRANSACTION_KEY_TYPE = 1
+# Answers worth asking again (the coordinator is loading, moving, or still writing markers).
+_RETRIABLE = {
+    ErrorCode.concurrent_transactions,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator,
+    ErrorCode.request_timed_out,
+}
+
+
+class TxnRequestError(RuntimeError):
+    """A transaction request got an answer that is final (fenced, wrong state, ...), or no
+    usable answer in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTransaction:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.strip().rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def call(address: str, api_key: int, version: int, body: dict[str, Any], timeout_s: float) -> Any:
+    """One request on a fresh connection to ``host:port``; the decoded answer."""
+    with socket.create_connection(_split(address), timeout=timeout_s) as sock:
+        sock.sendall(encode_request(api_key, version, 1, body, client_id="wherry-spark"))
+        (size,) = struct.unpack(">i", _recv(sock, 4))
+        _, response = decode_response(api_key, version, _recv(sock, size), expect_correlation_id=1)
+        return response
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        out += chunk
+    return bytes(out)
+
+
+def _coordinator(bootstrap: Iterable[str], transactional_id: str, timeout_s: float) -> str:
+    last: Exception | None = None
+    for address in bootstrap:
+        try:
+            r = call(
+                address,
+                FIND_COORDINATOR,
+                3,
+                {"key": transactional_id, "key_type": _TRANSACTION_KEY_TYPE},
+                timeout_s,
+            )
+        except OSError as e:
+            last = e
+            continue
+        if r.error_code == ErrorCode.none:
+            return f"{r.host}:{r.port}"
+        last = TxnRequestError(f"FindCoordinator({transactional_id}): {r.error_code.name}")
+    raise TxnRequestError(f"no transaction coordinator found for {transactional_id}: {last}")
+
+
+def end_txn(
+    bootstrap: str,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    commit: bool,
+    timeout_s: float,
+) -> None:
+    """Commit (or abort) the open transaction of ``transactional_id`` begun by the producer
+    ``producer_id``/``producer_epoch``, waiting out retriable answers. Committing again a
+    transaction that is already committed succeeds, as in Kafka; a fenced producer (a later
+    attempt took the id over) or a timed-out transaction raises TxnRequestError."""
+    servers = [s for s in bootstrap.split(",") if s.strip()]
+    deadline = time.monotonic() + timeout_s
+    delay = 0.02
+    while True:
+        left = deadline - time.monotonic()
+        error: Exception | str
+        try:
+            coordinator = _coordinator(servers, transactional_id, max(left, 0.5))
+            r = call(
+                coordinator,
+                END_TXN,
+                3,
+                {
+                    "transactional_id": transactional_id,
+                    "producer_id": producer_id,
+                    "producer_epoch": producer_epoch,
+                    "committed": commit,
+                },
+                max(left, 0.5),
+            )
+        except (OSError, TxnRequestError) as e:
+            error = e
+        else:
+            if r.error_code == ErrorCode.none:
+                return
+            if r.error_code not in _RETRIABLE:
+                raise TxnRequestError(
+                    f"EndTxn({'commit' if commit else 'abort'}) of {transactional_id} "
+                    f"(producer {producer_id}, epoch {producer_epoch}): {r.error_code.name}"
+                )
+            error = r.error_code.name
+        if time.monotonic() + delay > deadline:
+            raise TxnRequestError(
+                f"EndTxn of {transactional_id} not answered within {timeout_s:.0f} s: {error}"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def list_transactions(
+    brokers: Iterable[str], *, states: Iterable[str] = (), timeout_s: float = 10.0
+) -> list[OpenTransaction]:
+    """Every broker's ListTransactions, filtered by state (all states when none given)."""
+    out: list[OpenTransaction] = []
+    for address in brokers:
+        r = call(
+            address,
+            LIST_TRANSACTIONS,
+            0,
+            {"state_filters": list(states), "producer_id_filters": []},
+            timeout_s,
+        )
+        if r.error_code != ErrorCode.none:
+            raise TxnRequestError(f"ListTransactions on {address}: {r.error_code.name}")
+        out.extend(
+            OpenTransaction(t.transactional_id, int(t.producer_id), t.transaction_state)
+            for t in r.transaction_states
+        )
+    return out

@@ -14,7 +14,6 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from wherry.spark.exactly_once import transactional_id
 from wherry.spark.txn_wire import list_transactions
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -79,6 +78,8 @@ def test_a_killed_and_restarted_copy_writes_every_record_exactly_once(
     spark: Any, broker_bootstrap: str, tmp_path: Path
 ) -> None:
     from pyspark.sql.functions import udf
+
+    from wherry.spark.exactly_once import transactional_id
 
     bs = broker_bootstrap
     src, dst = new_topic(bs, 3), new_topic(bs, 2)

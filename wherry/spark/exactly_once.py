@@ -89,7 +89,9 @@ def _marker(opts: SinkOptions, group: str) -> tuple[Consumer, int]:
     return consumer, max(tp.offset, 0)
 
 
-def _producer_id(producer: RowProducer, stats: list[str], timeout_s: float) -> tuple[int, int]:
+def producer_id_and_epoch(
+    producer: RowProducer, stats: list[str], timeout_s: float
+) -> tuple[int, int]:
     """The producer id and epoch of ``producer``'s open transaction, from the statistics
     librdkafka reports (it has no other way to tell them)."""
     stats.clear()
@@ -142,7 +144,7 @@ def write_transaction(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> T
                 raise
         finally:
             consumer.close()
-        pid, epoch = _producer_id(producer, stats, timeout_s)
+        pid, epoch = producer_id_and_epoch(producer, stats, timeout_s)
     except KafkaException as e:
         raise ConnectorError(f"transaction {txn_id}: {e.args[0]}") from e
     # Dropped without close(): close() would abort the open transaction, destruction does not.

@@ -85,3 +85,33 @@ def test_an_open_transaction_is_committed_by_id_and_epoch_and_a_fenced_one_refus
             end_txn(bs, "t-fenced", old_pid, old_epoch, commit=True, timeout_s=20)
         assert committed_values(bs, topic) == ["a", "b"]
         assert states(bs, "t-fenced") == ["Empty"]  # aborted, then taken over by the new epoch
+
+
+def test_the_querys_stray_open_transactions_are_aborted_and_its_own_kept(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from wherry.spark.exactly_once import TxnResult, fence_strays, transactional_id
+
+    with DevCluster(tmp_path / "cluster", brokers=1) as c:
+        bs = c.bootstrap
+        topic = f"wire-{uuid.uuid4().hex[:8]}"
+        create_topic(bs, topic)
+        mine, stray = transactional_id("q1", 0), transactional_id("q1", 7)
+        other = transactional_id("q2", 7)  # another query's: not touched
+        pid, epoch = open_transaction(bs, topic, mine, ["kept"])
+        open_transaction(bs, topic, stray, ["stray"])
+        open_transaction(bs, topic, other, ["other"])
+        opts = SinkOptions.parse({"kafka.bootstrap.servers": bs, "exactlyOnce": "true"})
+        owned = [TxnResult("q1", mine, pid, epoch, 3, 1)]
+        assert fence_strays(opts, owned) == [stray]
+        assert states(bs, stray) == ["Empty"]
+        assert states(bs, mine) == ["Ongoing"] and states(bs, other) == ["Ongoing"]
+        end_txn(bs, mine, pid, epoch, commit=True, timeout_s=20)
+        end_txn(bs, other, *_ids(bs, other), commit=False, timeout_s=20)
+        assert committed_values(bs, topic) == ["kept"]
+
+
+def _ids(bs: str, txn_id: str) -> tuple[int, int]:
+    from tests.kafka_wire import call
+
+    [t] = call(bs, 65, 0, {"transactional_ids": [txn_id]}).transaction_states
+    return int(t.producer_id), int(t.producer_epoch)

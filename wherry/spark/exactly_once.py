@@ -15,8 +15,10 @@ A task (query Q, micro-batch N, Spark partition p) on an executor:
    returns (transactional id, producer id, epoch) to the driver, leaving the transaction open.
 
 The driver's ``commit(messages, N)``, called when every task succeeded, ends each transaction
-with EndTxn(commit); ``abort`` ends them with EndTxn(abort). A transaction fenced or timed out
-before the driver commits it fails the commit, so the batch fails and is run again.
+with EndTxn(commit), then aborts the query's open transactions that no task of the batch owns
+(`fence_strays`); ``abort`` ends the batch's transactions with EndTxn(abort). A transaction
+fenced or timed out before the driver commits it fails the commit, so the batch fails and is
+run again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -35,7 +38,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 
 from wherry.spark.kafka_access import ConnectorError, RowProducer, _client_conf, send_rows
 from wherry.spark.options import SinkOptions
-from wherry.spark.txn_wire import end_txn
+from wherry.spark.txn_wire import end_txn, fence, list_transactions
 
 log = logging.getLogger("wherry.spark")
 
@@ -56,6 +59,7 @@ class TxnResult(WriterCommitMessage):
     """A task's open transaction (``producer_id`` -1: the task found its output of this batch
     already committed and wrote nothing)."""
 
+    query_id: str
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -129,7 +133,7 @@ def write_transaction(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> T
                 log.info("%s: batch %d was committed before; nothing to write", txn_id, batch_id)
                 for _ in batches:  # Spark's input still has to be read
                     pass
-                return TxnResult(txn_id, -1, -1, batch_id, 0)
+                return TxnResult(query_id, txn_id, -1, -1, batch_id, 0)
             kp.begin_transaction()
             try:
                 send_rows(producer, opts, batches)
@@ -149,7 +153,7 @@ def write_transaction(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> T
         raise ConnectorError(f"transaction {txn_id}: {e.args[0]}") from e
     # Dropped without close(): close() would abort the open transaction, destruction does not.
     del kp, producer
-    return TxnResult(txn_id, pid, epoch, batch_id, records)
+    return TxnResult(query_id, txn_id, pid, epoch, batch_id, records)
 
 
 def _abort_quietly(producer: RowProducer, txn_id: str) -> None:
@@ -161,11 +165,18 @@ def _abort_quietly(producer: RowProducer, txn_id: str) -> None:
         log.warning("%s: could not abort the failed task's transaction: %s", txn_id, e)
 
 
+def _metadata(opts: SinkOptions) -> tuple[AdminClient, Any]:
+    admin = AdminClient(_client_conf(opts.bootstrap_servers, opts.kafka, opts.flush_timeout_ms))
+    try:
+        return admin, admin.list_topics(timeout=opts.flush_timeout_ms / 1000)
+    except KafkaException as e:
+        raise ConnectorError(f"no cluster metadata: {e.args[0]}") from e
+
+
 def ensure_state_topic(opts: SinkOptions) -> None:
     """Create the state topic (one partition, no records) when it does not exist yet."""
-    admin = AdminClient(_client_conf(opts.bootstrap_servers, opts.kafka, opts.flush_timeout_ms))
+    admin, metadata = _metadata(opts)
     timeout_s = opts.flush_timeout_ms / 1000
-    metadata = admin.list_topics(timeout=timeout_s)
     if opts.state_topic in metadata.topics:
         return
     rf = min(3, len(metadata.brokers))
@@ -198,6 +209,28 @@ def _end_all(opts: SinkOptions, results: list[TxnResult], *, commit: bool) -> No
             future.result()
 
 
+def fence_strays(opts: SinkOptions, results: list[TxnResult]) -> list[str]:
+    """Abort the query's open transactions that no task of this batch owns (left by an earlier
+    run whose batch had more Spark partitions, which no later task would fence). Nothing of the
+    query writes now: the batch's tasks are done and the next batch has not begun. Their ids."""
+    if not results:
+        return []
+    prefix = transactional_id(results[0].query_id, 0)[:-1]
+    ours = {r.transactional_id for r in results}
+    _, metadata = _metadata(opts)
+    brokers = [f"{b.host}:{b.port}" for b in metadata.brokers.values()]
+    timeout_s = opts.flush_timeout_ms / 1000
+    strays = sorted(
+        t.transactional_id
+        for t in list_transactions(brokers, states=("Ongoing",), timeout_s=timeout_s)
+        if t.transactional_id.startswith(prefix) and t.transactional_id not in ours
+    )
+    for txn_id in strays:
+        log.warning("aborting %s, an open transaction of an earlier run of the query", txn_id)
+        fence(opts.bootstrap_servers, txn_id, timeout_s=timeout_s)
+    return strays
+
+
 class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
@@ -210,6 +243,7 @@ class ExactlyOnceStreamWriter(DataSourceStreamArrowWriter):
         if len(results) != len(messages):
             raise ConnectorError(f"micro-batch {batchId}: a task returned no transaction")
         _end_all(self.opts, results, commit=True)
+        fence_strays(self.opts, results)
         log.info(
             "micro-batch %d: committed %d transaction(s), %d records",
             batchId,

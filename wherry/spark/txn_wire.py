@@ -3,7 +3,8 @@
 The exactly-once sink's tasks leave their transactions open and hand (transactional id,
 producer id, epoch) to the driver, which ends them with EndTxn once Spark commits the batch
 (librdkafka cannot end a transaction another process began). ListTransactions shows what is
-still open. Blocking calls on short-lived PLAINTEXT connections, each bounded in time.
+still open; InitProducerId on an id aborts its open transaction (the fencing a new producer
+does). Blocking calls on short-lived PLAINTEXT connections, each bounded in time.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.protocol.codec import decode_response, encode_request
 
-FIND_COORDINATOR, END_TXN, LIST_TRANSACTIONS = 10, 26, 66
+FIND_COORDINATOR, INIT_PRODUCER_ID, END_TXN, LIST_TRANSACTIONS = 10, 22, 26, 66
 _TRANSACTION_KEY_TYPE = 1
 # Answers worth asking again (the coordinator is loading, moving, or still writing markers).
 _RETRIABLE = {
@@ -87,6 +88,48 @@ def _coordinator(bootstrap: Iterable[str], transactional_id: str, timeout_s: flo
     raise TxnRequestError(f"no transaction coordinator found for {transactional_id}: {last}")
 
 
+def _until_done(what: str, timeout_s: float, attempt: Any) -> None:
+    """Run ``attempt(seconds left)`` until it returns None (done), retrying while it returns a
+    retriable error code or raises OSError / TxnRequestError(retriable), within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.02
+    while True:
+        left = max(deadline - time.monotonic(), 0.5)
+        error: Exception | str
+        try:
+            code = attempt(left)
+        except (OSError, TxnRequestError) as e:
+            error = e
+        else:
+            if code is None or code == ErrorCode.none:
+                return
+            if code not in _RETRIABLE:
+                raise TxnRequestError(f"{what}: {code.name}")
+            error = code.name
+        if time.monotonic() + delay > deadline:
+            raise TxnRequestError(f"{what} not answered within {timeout_s:.0f} s: {error}")
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def fence(bootstrap: str, transactional_id: str, *, timeout_s: float) -> None:
+    """Abort the open transaction of ``transactional_id`` (if any) and fence its producer, as a
+    new producer's InitProducerId does; the id is left with no transaction."""
+    servers = [s for s in bootstrap.split(",") if s.strip()]
+
+    def attempt(left: float) -> Any:
+        coordinator = _coordinator(servers, transactional_id, left)
+        body = {
+            "transactional_id": transactional_id,
+            "transaction_timeout": 60_000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+        return call(coordinator, INIT_PRODUCER_ID, 3, body, left).error_code
+
+    _until_done(f"InitProducerId({transactional_id})", timeout_s, attempt)
+
+
 def end_txn(
     bootstrap: str,
     transactional_id: str,
@@ -101,42 +144,22 @@ def end_txn(
     transaction that is already committed succeeds, as in Kafka; a fenced producer (a later
     attempt took the id over) or a timed-out transaction raises TxnRequestError."""
     servers = [s for s in bootstrap.split(",") if s.strip()]
-    deadline = time.monotonic() + timeout_s
-    delay = 0.02
-    while True:
-        left = deadline - time.monotonic()
-        error: Exception | str
-        try:
-            coordinator = _coordinator(servers, transactional_id, max(left, 0.5))
-            r = call(
-                coordinator,
-                END_TXN,
-                3,
-                {
-                    "transactional_id": transactional_id,
-                    "producer_id": producer_id,
-                    "producer_epoch": producer_epoch,
-                    "committed": commit,
-                },
-                max(left, 0.5),
-            )
-        except (OSError, TxnRequestError) as e:
-            error = e
-        else:
-            if r.error_code == ErrorCode.none:
-                return
-            if r.error_code not in _RETRIABLE:
-                raise TxnRequestError(
-                    f"EndTxn({'commit' if commit else 'abort'}) of {transactional_id} "
-                    f"(producer {producer_id}, epoch {producer_epoch}): {r.error_code.name}"
-                )
-            error = r.error_code.name
-        if time.monotonic() + delay > deadline:
-            raise TxnRequestError(
-                f"EndTxn of {transactional_id} not answered within {timeout_s:.0f} s: {error}"
-            )
-        time.sleep(delay)
-        delay = min(delay * 2, 1.0)
+    body = {
+        "transactional_id": transactional_id,
+        "producer_id": producer_id,
+        "producer_epoch": producer_epoch,
+        "committed": commit,
+    }
+
+    def attempt(left: float) -> Any:
+        coordinator = _coordinator(servers, transactional_id, left)
+        return call(coordinator, END_TXN, 3, body, left).error_code
+
+    what = (
+        f"EndTxn({'commit' if commit else 'abort'}) of {transactional_id} "
+        f"(producer {producer_id}, epoch {producer_epoch})"
+    )
+    _until_done(what, timeout_s, attempt)
 
 
 def list_transactions(

@@ -19,9 +19,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from wherry.protocol.codec import decode_response, encode_request
+from wherry.testing.sockets import recv_exact
 
 FIND_COORDINATOR, INIT_PRODUCER_ID, END_TXN, LIST_TRANSACTIONS = 10, 22, 26, 66
 _TRANSACTION_KEY_TYPE = 1
+_CLOSED = "connection closed by the broker"
 # Answers worth asking again (the coordinator is loading, moving, or still writing markers).
 _RETRIABLE = {
     ErrorCode.concurrent_transactions,
@@ -53,19 +55,10 @@ def call(address: str, api_key: int, version: int, body: dict[str, Any], timeout
     """One request on a fresh connection to ``host:port``; the decoded answer."""
     with socket.create_connection(_split(address), timeout=timeout_s) as sock:
         sock.sendall(encode_request(api_key, version, 1, body, client_id="wherry-spark"))
-        (size,) = struct.unpack(">i", _recv(sock, 4))
-        _, response = decode_response(api_key, version, _recv(sock, size), expect_correlation_id=1)
+        (size,) = struct.unpack(">i", recv_exact(sock, 4, closed=_CLOSED))
+        frame = recv_exact(sock, size, closed=_CLOSED)
+        _, response = decode_response(api_key, version, frame, expect_correlation_id=1)
         return response
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("connection closed by the broker")
-        out += chunk
-    return bytes(out)
 
 
 def _coordinator(bootstrap: Iterable[str], transactional_id: str, timeout_s: float) -> str:

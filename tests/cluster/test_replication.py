@@ -15,7 +15,7 @@ from tests.helpers import create_topic
 from tests.log.logtest_util import read_all
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.records import build_batch, iter_batches
-from wherry.replication.fetcher import EpochAnswer, FetcherConfig, FetchPosition
+from wherry.replication.fetcher import EpochAnswer, FetcherConfig, FetchLimits, FetchPosition
 from wherry.replication.network_endpoint import NetworkLeaderEndpoint
 from wherry.replication.partition import Partition
 from wherry.testing.cluster import DevCluster, wait_until
@@ -215,11 +215,7 @@ def test_follower_fetch_answers_over_the_wire_are_the_leader_log(
         try:
             while got < len(want):
                 answers = await ep.fetch(
-                    {tp: FetchPosition(offset, epoch, -1, 0)},
-                    max_wait_ms=0,
-                    min_bytes=0,
-                    max_bytes=1 << 20,
-                    partition_max_bytes=700_000,
+                    {tp: FetchPosition(offset, epoch, -1, 0)}, FetchLimits(0, 0, 1 << 20, 700_000)
                 )
                 a = answers[tp]
                 assert a.error_code == ErrorCode.none and a.records

@@ -13,18 +13,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_writer
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveField,
-    PrimitiveTupleField,
-    classify_field,
-    get_field_tag,
-    get_schema_field_type,
-    is_optional,
-)
 
 from wherry.protocol.codec import load_request_schema, load_response_schema
+from wherry.protocol.kio_fields import field_layout, get_field_tag
 
 _ERRORS = list(ErrorCode)
 _UTC = datetime.UTC
@@ -79,6 +70,13 @@ def _primitive(kafka_type: str, rnd: random.Random, optional: bool) -> Any:
     raise AssertionError(kafka_type)
 
 
+def _random_item(item: str | type, rnd: random.Random, depth: int) -> Any:
+    """An array's item: never null."""
+    if isinstance(item, str):
+        return _primitive(item, rnd, False)
+    return random_entity(item, rnd, depth + 1)
+
+
 def random_entity(cls: type, rnd: random.Random, depth: int = 0) -> Any:
     values: dict[str, Any] = {}
     for f in fields(cls):
@@ -86,22 +84,17 @@ def random_entity(cls: type, rnd: random.Random, depth: int = 0) -> Any:
         has_default = f.default is not MISSING or f.default_factory is not MISSING
         if tagged and has_default and rnd.random() < 0.5:
             continue  # left at its default (not written)
-        optional = is_optional(f)
-        kind = classify_field(f)
+        # nullable as the field's type says, tagged or not
+        item, array, optional = field_layout(f, is_tag=False)
         n = rnd.choice(((0, 1, 3, 40), (0, 1, 2), (0, 1))[min(depth, 2)])
-        match kind:
-            case PrimitiveField():
-                values[f.name] = _primitive(get_schema_field_type(f), rnd, optional)
-            case PrimitiveTupleField():
-                values[f.name] = tuple(
-                    _primitive(get_schema_field_type(f), rnd, False) for _ in range(n)
-                )
-            case EntityField(sub):
-                values[f.name] = (
-                    None if optional and rnd.random() < 0.2 else random_entity(sub, rnd, depth + 1)
-                )
-            case EntityTupleField(sub):
-                values[f.name] = tuple(random_entity(sub, rnd, depth + 1) for _ in range(n))
+        if array:
+            values[f.name] = tuple(_random_item(item, rnd, depth) for _ in range(n))
+        elif isinstance(item, str):
+            values[f.name] = _primitive(item, rnd, optional)
+        else:
+            values[f.name] = (
+                None if optional and rnd.random() < 0.2 else random_entity(item, rnd, depth + 1)
+            )
     return cls(**values)
 
 

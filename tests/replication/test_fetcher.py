@@ -25,6 +25,7 @@ from wherry.replication.fetcher import (
     EpochAnswer,
     FetchedPartition,
     FetcherConfig,
+    FetchLimits,
     FetchPosition,
     FetchStateKind,
     FetchStates,
@@ -179,11 +180,7 @@ class LocalLeader:
     async def fetch(
         self,
         partitions: Mapping[TopicPartition, FetchPosition],
-        *,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        partition_max_bytes: int,
+        limits: FetchLimits,
     ) -> dict[TopicPartition, FetchedPartition]:
         self._check()
         out: dict[TopicPartition, FetchedPartition] = {}
@@ -209,7 +206,7 @@ class LocalLeader:
                     )
                     continue
             try:
-                data = plog.read(pos.fetch_offset, max_bytes=partition_max_bytes)
+                data = plog.read(pos.fetch_offset, max_bytes=limits.partition_max_bytes)
             except OffsetOutOfRangeError:
                 out[tp] = FetchedPartition(ErrorCode.offset_out_of_range)
                 continue

@@ -17,8 +17,7 @@ from wherry.security.acl import (
 )
 from wherry.security.acl_rules import (
     AclCache,
-    authorize,
-    authorize_by_resource_type,
+    AclPolicy,
     binding_error,
     exact_patterns,
     filter_error,
@@ -119,23 +118,22 @@ CASES = [
                          CASES, ids=[c[0] for c in CASES])
 def test_authorize(what: str, bindings: list[AclBinding], principal: str, host: str,
                    op: AclOperation, name: str, expected: bool) -> None:
-    decision = authorize(cache_of(*bindings), frozenset(), False, principal, host, op, T, name)
+    decision = AclPolicy(cache_of(*bindings)).authorize(principal, host, op, T, name)
     assert decision.allowed is expected, (what, decision)
 
 
 @pytest.mark.parametrize("allow_if_none", [False, True])
 def test_no_acl_found(allow_if_none: bool) -> None:
-    c = cache_of(acl(T, "other", ALICE, Op.READ))
-    assert authorize(c, frozenset(), allow_if_none, BOB, HOST, Op.READ, T, "orders").allowed \
-        is allow_if_none
+    policy = AclPolicy(cache_of(acl(T, "other", ALICE, Op.READ)), frozenset(), allow_if_none)
+    assert policy.authorize(BOB, HOST, Op.READ, T, "orders").allowed is allow_if_none
     # Any ACL on the resource (even for someone else) makes it "found": denied.
-    c = cache_of(acl(T, "orders", ALICE, Op.READ))
-    assert not authorize(c, frozenset(), allow_if_none, BOB, HOST, Op.READ, T, "orders").allowed
+    policy = AclPolicy(cache_of(acl(T, "orders", ALICE, Op.READ)), frozenset(), allow_if_none)
+    assert not policy.authorize(BOB, HOST, Op.READ, T, "orders").allowed
 
 
 def test_super_user_beats_deny() -> None:
     c = cache_of(acl(T, "orders", ALICE, Op.ALL, D))
-    assert authorize(c, frozenset({ALICE}), False, ALICE, HOST, Op.READ, T, "orders").allowed
+    assert AclPolicy(c, frozenset({ALICE})).authorize(ALICE, HOST, Op.READ, T, "orders").allowed
     assert parse_super_users("User:a; User:b") == {"User:a", "User:b"}
     assert parse_super_users("") == frozenset()
     with pytest.raises(ValueError, match="principalType:principalName but got bob"):
@@ -154,8 +152,8 @@ def test_cache_index_follows_updates() -> None:
 
 def by_type(bindings: list[AclBinding], op: AclOperation = Op.WRITE, principal: str = ALICE,
             allow_if_none: bool = False, supers: frozenset[str] = frozenset()) -> bool:
-    return authorize_by_resource_type(cache_of(*bindings), supers, allow_if_none, principal,
-                                      HOST, op, T)
+    policy = AclPolicy(cache_of(*bindings), supers, allow_if_none)
+    return policy.authorize_by_resource_type(principal, HOST, op, T)
 
 
 def test_authorize_by_resource_type() -> None:

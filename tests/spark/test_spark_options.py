@@ -118,8 +118,15 @@ def test_sink_options() -> None:
     assert s.topic == "out" and s.kafka["linger.ms"] == "20"
     with pytest.raises(OptionError, match="idempotent"):
         SinkOptions.parse({**BS, "kafka.enable.idempotence": "false"})
-    with pytest.raises(OptionError, match="transactions"):
+    with pytest.raises(OptionError, match="exactlyOnce"):
         SinkOptions.parse({**BS, "kafka.transactional.id": "x"})
+    assert not s.exactly_once and s.state_topic == "wherry-spark-sink-state"
+    e = SinkOptions.parse({**BS, "exactlyOnce": "TRUE", "exactlyOnceStateTopic": "st"})
+    assert e.exactly_once and e.state_topic == "st"
+    with pytest.raises(OptionError, match="exactlyOnce"):
+        SinkOptions.parse({**BS, "exactlyOnce": "maybe"})
+    with pytest.raises(OptionError, match="PLAINTEXT"):
+        SinkOptions.parse({**BS, "exactlyOnce": "true", "kafka.security.protocol": "SSL"})
     with pytest.raises(OptionError, match=r"kafka\.bootstrap\.servers"):
         SinkOptions.parse({"topic": "x"})
 

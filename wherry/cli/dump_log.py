@@ -105,14 +105,19 @@ def _sanity(path: Path, data: bytes, entry_size: int, keys: list[int], base: int
     return None
 
 
+def _sane(path: Path, data: bytes, entry_size: int, keys: list[int], base: int) -> bool:
+    """`--index-sanity-check`: says whether the index passed (its problem on stderr)."""
+    problem = _sanity(path, data, entry_size, keys, base)
+    click.echo(problem or f"{path} passed sanity check.", err=problem is not None)
+    return problem is None
+
+
 def _dump_index(path: Path, report: _Report, *, verify_only: bool, sanity_only: bool) -> bool:
     base = _base_offset(path)
     data = _read(path)
     entries = offset_index_entries(data, base)
     if sanity_only:
-        problem = _sanity(path, data, OFFSET_ENTRY.size, [o for o, _ in entries], base)
-        click.echo(problem or f"{path} passed sanity check.", err=problem is not None)
-        return problem is None
+        return _sane(path, data, OFFSET_ENTRY.size, [o for o, _ in entries], base)
     log = _read(path.with_suffix(".log"))
     mismatches = offset_index_mismatches(entries, log)
     if mismatches:
@@ -130,9 +135,7 @@ def _dump_time_index(
     data = _read(path)
     entries = time_index_entries(data, base)
     if sanity_only:
-        problem = _sanity(path, data, TIME_ENTRY.size, [o for _, o in entries], base)
-        click.echo(problem or f"{path} passed sanity check.", err=problem is not None)
-        return problem is None
+        return _sane(path, data, TIME_ENTRY.size, [o for _, o in entries], base)
     log = _read(path.with_suffix(".log"))
     index_path = path.with_suffix(".index")
     offsets = offset_index_entries(_read(index_path), base) if index_path.exists() else []

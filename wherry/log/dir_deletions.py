@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.log.checkpoint import fsync_dir
 from wherry.log.dir_names import delete_dir_name
 
 __all__ = ["MAX_RETRY_BACKOFF_MS", "RETRY_BACKOFF_MS", "DirDeletions"]
@@ -39,21 +40,6 @@ class _Pending:
     due_ms: int
     tp: TopicPartition | None = None  # set while the directory still has to be renamed
     failures: int = 0
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename in `path` durable; an error is let go (the removal follows anyway, and a
-    restart removes a `-delete` directory as well)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def remove_tree(path: Path) -> OSError | None:
@@ -94,7 +80,7 @@ class DirDeletions:
         target = path.parent / delete_dir_name(tp)
         try:
             rename(target)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)  # an error is let go: the removal follows anyway
         except OSError as e:
             self._failed(_Pending(path, 0, tp), e, "rename")
             return None
@@ -160,7 +146,7 @@ class DirDeletions:
         target = entry.path.parent / delete_dir_name(entry.tp)
         try:
             entry.path.rename(target)
-            _fsync_dir(entry.path.parent)
+            fsync_dir(entry.path.parent)
         except FileNotFoundError:
             return False  # gone meanwhile: nothing left to do
         except OSError as e:

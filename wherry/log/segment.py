@@ -493,22 +493,16 @@ class LogSegment:
 
         None if the segment has no batch with an offset >= `start_offset`.
         """
-        if max_size < 0:
-            raise ValueError(f"invalid max size {max_size}")
-        start = self.translate_offset(start_offset)
-        if start is None:
-            return None
-        limit = self._size if max_position is None else min(max_position, self._size)
-        wanted = max(max_size, start.size) if min_one_message else max_size
-        fetch_size = min(limit - start.position, wanted)
-        if fetch_size <= 0:
-            return b""
-        data = self._pread(start.position, fetch_size)
-        if start.position + fetch_size == limit:
+        span = self._read_span(start_offset, max_size, max_position, min_one_message)
+        if span is None or span[1] <= 0:
+            return None if span is None else b""
+        position, fetch_size, limit = span
+        data = self._pread(position, fetch_size)
+        if position + fetch_size == limit:
             return data  # the segment end and max_position are batch boundaries
         # Cut after the last whole batch; start scanning at an indexed batch near the end.
-        hint = self.offset_index.lookup_position(start.position + fetch_size)
-        first = hint - start.position if hint is not None and hint > start.position else 0
+        hint = self.offset_index.lookup_position(position + fetch_size)
+        first = hint - position if hint is not None and hint > position else 0
         end = _whole_batches_end(data, first)
         return data if end == len(data) else data[:end]
 
@@ -521,6 +515,19 @@ class LogSegment:
     ) -> FileRegion | bytes | None:
         """`read`, as a `FileRegion` of the same bytes (b"" when there are none): only the
         batch headers near the cut are read, the records stay in the file."""
+        span = self._read_span(start_offset, max_size, max_position, min_one_message)
+        if span is None or span[1] <= 0:
+            return None if span is None else b""
+        if self._active:
+            return self._region(self._fd, *span)
+        with self._fd_lock:
+            return self._region(self._acquire_fd_locked(), *span)
+
+    def _read_span(
+        self, start_offset: int, max_size: int, max_position: int | None, min_one_message: bool
+    ) -> tuple[int, int, int] | None:
+        """(position, size, limit) of the bytes a read of `start_offset` covers before the cut
+        after the last whole batch (size <= 0: none); None if no batch has an offset >= it."""
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size}")
         start = self.translate_offset(start_offset)
@@ -528,13 +535,7 @@ class LogSegment:
             return None
         limit = self._size if max_position is None else min(max_position, self._size)
         wanted = max(max_size, start.size) if min_one_message else max_size
-        fetch_size = min(limit - start.position, wanted)
-        if fetch_size <= 0:
-            return b""
-        if self._active:
-            return self._region(self._fd, start.position, fetch_size, limit)
-        with self._fd_lock:
-            return self._region(self._acquire_fd_locked(), start.position, fetch_size, limit)
+        return start.position, min(limit - start.position, wanted), limit
 
     def _region(self, fd: int, position: int, size: int, limit: int) -> FileRegion | bytes:
         end = position + size

@@ -27,16 +27,9 @@ from collections.abc import Callable
 from dataclasses import Field, fields
 from typing import Any, Final, TypeAlias
 
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveField,
-    PrimitiveTupleField,
-    classify_field,
-    get_field_tag,
-    get_schema_field_type,
-    is_optional,
-)
+from kio.serial._introspect import is_optional
+
+from wherry.protocol.kio_fields import field_layout, get_field_tag
 
 __all__ = ["GuardError", "check_entity", "min_size"]
 
@@ -126,20 +119,14 @@ def _op_min_size(op: _Op) -> int:
 def _field_op(field: Field[Any], *, flexible: bool, is_request_header: bool, is_tag: bool) -> _Op:
     if is_request_header and field.name == "client_id":
         return (_LEGACY, 2, True)  # a legacy nullable string in every header version
-    optional = False if is_tag else is_optional(field)
-    kind = classify_field(field)
+    layout = field_layout(field, is_tag=is_tag)
     item: _Op
-    match kind:
-        case PrimitiveField():
-            return _primitive_op(get_schema_field_type(field), flexible, optional)
-        case PrimitiveTupleField():
-            item = _primitive_op(get_schema_field_type(field), flexible, False)
-        case EntityField(entity_type):
-            return (_ENTITY, _plan(entity_type), optional)
-        case EntityTupleField(entity_type):
-            item = (_ENTITY, _plan(entity_type), False)
-        case _:  # pragma: no cover - classify_field is exhaustive
-            raise TypeError(f"unsupported field {field.name}: {kind!r}")
+    if isinstance(layout.item, str):
+        item = _primitive_op(layout.item, flexible, layout.nullable)
+    else:
+        item = (_ENTITY, _plan(layout.item), layout.nullable)
+    if not layout.array:
+        return item
     fixed = item[1] if item[0] == _FIXED else 0
     if item[0] == _ENTITY and item[1].fixed:
         fixed = item[1].fixed
@@ -261,6 +248,19 @@ def _length_code(op_kind: int, legacy_bytes: int, out: list[str], ind: str) -> N
         out.append(f"{ind}n -= 1")
 
 
+def _refusal_code(nullable: bool, size: str, refuse: str, out: list[str], ind: str) -> None:
+    """`if`/`elif` branches that run `refuse` on a negative length or count `n` (but a null's
+    -1 where `nullable`) and on one whose `size` in bytes passes the end."""
+    out.append(f"{ind}if n < 0:")
+    if nullable:
+        out.append(f"{ind}    if n != -1:")
+        out.append(f"{ind}        {refuse}")
+    else:
+        out.append(f"{ind}    {refuse}")
+    out.append(f"{ind}elif {size} > end - pos:")
+    out.append(f"{ind}    {refuse}")
+
+
 def _op_code(op: _Op, out: list[str], ind: str, consts: dict[str, Any]) -> None:
     kind = op[0]
     if kind == _FIXED:
@@ -269,27 +269,13 @@ def _op_code(op: _Op, out: list[str], ind: str, consts: dict[str, Any]) -> None:
         nullable = op[2] if kind == _LEGACY else op[1]
         _length_code(kind, op[1] if kind == _LEGACY else 0, out, ind)
         what = repr("string or bytes length")
-        out.append(f"{ind}if n < 0:")
-        if nullable:
-            out.append(f"{ind}    if n != -1:")
-            out.append(f"{ind}        raise _bad_length(n, pos, end, {what})")
-        else:
-            out.append(f"{ind}    raise _bad_length(n, pos, end, {what})")
-        out.append(f"{ind}elif n > end - pos:")
-        out.append(f"{ind}    raise _bad_length(n, pos, end, {what})")
+        _refusal_code(nullable, "n", f"raise _bad_length(n, pos, end, {what})", out, ind)
         out.append(f"{ind}else:")
         out.append(f"{ind}    pos += n")
     elif kind == _ARRAY:
         _, flexible, item, item_min, item_fixed, nullable = op
         _length_code(_COMPACT if flexible else _LEGACY, 4, out, ind)
-        out.append(f"{ind}if n < 0:")
-        if nullable:
-            out.append(f"{ind}    if n != -1:")
-            out.append(f"{ind}        raise _bad_count(n, pos, end)")
-        else:
-            out.append(f"{ind}    raise _bad_count(n, pos, end)")
-        out.append(f"{ind}elif n * {item_min} > end - pos:")
-        out.append(f"{ind}    raise _bad_count(n, pos, end)")
+        _refusal_code(nullable, f"n * {item_min}", "raise _bad_count(n, pos, end)", out, ind)
         if item_fixed:
             out.append(f"{ind}else:")
             out.append(f"{ind}    pos += n * {item_fixed}")

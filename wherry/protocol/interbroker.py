@@ -11,7 +11,9 @@ ZooKeeper-mode controller sends) and `wherry.protocol.controlled_shutdown_codec`
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from wherry.protocol.security_protocols import LEADER_DURING_DELETE as LEADER_DURING_DELETE
 from wherry.protocol.security_protocols import SECURITY_PROTOCOL_IDS as SECURITY_PROTOCOL_IDS
@@ -95,6 +97,23 @@ class PartitionErrorsResponse:
 
     error_code: int
     partition_errors: tuple[LeaderAndIsrPartitionError, ...] = ()
+
+
+class _Partition(Protocol):
+    @property
+    def topic_name(self) -> str: ...
+
+    @property
+    def partition_index(self) -> int: ...
+
+
+def partition_errors(
+    partitions: Iterable[_Partition], error_code: int
+) -> tuple[LeaderAndIsrPartitionError, ...]:
+    """The same error for every partition of a LeaderAndIsr or StopReplica request."""
+    return tuple(
+        LeaderAndIsrPartitionError(p.topic_name, p.partition_index, error_code) for p in partitions
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,16 +21,6 @@ from typing import Any, Final, TypeAlias, TypeVar
 
 from kio.serial import errors as kio_errors
 from kio.serial._implicit_defaults import get_tagged_field_default
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveField,
-    PrimitiveTupleField,
-    classify_field,
-    get_field_tag,
-    get_schema_field_type,
-    is_optional,
-)
 from kio.serial._parse import get_reader
 from kio.serial._shared import NullableEntityMarker
 from kio.serial.readers import (
@@ -41,6 +31,7 @@ from kio.serial.readers import (
     read_unsigned_varint,
 )
 
+from wherry.protocol.kio_fields import field_layout, get_field_tag
 from wherry.protocol.wire import DecodeError
 
 __all__ = ["DecodeError", "read_entity_tolerant"]
@@ -112,23 +103,13 @@ def _field_reader(
     if is_request_header and field.name == "client_id":
         return read_nullable_legacy_string
     # Tagged fields are "optional" by presence of the tag, so never nullable-encoded.
-    optional = False if is_tag else is_optional(field)
-    field_class = classify_field(field)
+    layout = field_layout(field, is_tag=is_tag)
     inner: _Reader
-    match field_class:
-        case PrimitiveField():
-            inner = get_reader(get_schema_field_type(field), flexible, optional)
-        case PrimitiveTupleField():
-            inner = get_reader(get_schema_field_type(field), flexible, False)
-        case EntityField(field_type):
-            inner = _entity_reader(field_type, optional)
-        case EntityTupleField(field_type):
-            inner = _entity_reader(field_type, False)
-        case _:  # pragma: no cover - classify_field is exhaustive
-            raise TypeError(f"unsupported field classification {field_class!r}")
-    if field_class.is_array:
-        return _array_reader(inner, flexible=flexible)
-    return inner
+    if isinstance(layout.item, str):
+        inner = get_reader(layout.item, flexible, layout.nullable)
+    else:
+        inner = _entity_reader(layout.item, layout.nullable)
+    return _array_reader(inner, flexible=flexible) if layout.array else inner
 
 
 _PLANS: dict[type[Any], _EntityPlan] = {}

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Final
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from wherry.protocol.interbroker import (
         LeaderAndIsrPartitionState,
         LeaderAndIsrRequest,
@@ -144,18 +146,16 @@ def leader_and_isr_error_response(
 ) -> LeaderAndIsrResponse:
     """A whole-request error: the error at the top and for every partition (Kafka's
     `LeaderAndIsrRequest.getErrorResponse`)."""
-    from wherry.protocol.interbroker import LeaderAndIsrPartitionError, LeaderAndIsrResponse
+    from wherry.protocol.interbroker import LeaderAndIsrResponse, partition_errors
 
-    return LeaderAndIsrResponse(
-        int(error),
-        tuple(
-            LeaderAndIsrPartitionError(s.topic_name, s.partition_index, int(error))
-            for s in req.partition_states
-        ),
-    )
+    return LeaderAndIsrResponse(int(error), partition_errors(req.partition_states, int(error)))
 
 
-def stop_replica_error_response(error: ErrorCode) -> StopReplicaResponse:
-    from wherry.protocol.interbroker import StopReplicaResponse
+def stop_replica_error_response(
+    error: ErrorCode, partitions: Iterable[StopReplicaPartition] = ()
+) -> StopReplicaResponse:
+    """A whole-request error at the top, and for every one of `partitions` (Kafka's
+    `StopReplicaRequest.getErrorResponse` gives it to all the request's partitions)."""
+    from wherry.protocol.interbroker import StopReplicaResponse, partition_errors
 
-    return StopReplicaResponse(int(error))
+    return StopReplicaResponse(int(error), partition_errors(partitions, int(error)))

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.file_region import FileRegion
-from wherry.replication.fetch_session import FetchSession
+from wherry.replication.fetch_session import CachedPartition, FetchSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +65,21 @@ def session_partitions(
     return out
 
 
-def has_news(session: FetchSession, tp: TopicPartition, r: FetchPartitionResult | None) -> bool:
-    c = session.partitions.get(tp)
-    if c is None or r is None:
-        return True
-    return c.has_news(
+def _must_respond(c: CachedPartition, r: FetchPartitionResult, *, record: bool) -> bool:
+    return c.must_respond(
         error_code=int(r.error_code),
         has_records=bool(r.records),
         high_watermark=r.high_watermark,
         last_stable_offset=r.last_stable_offset,
         log_start_offset=r.log_start_offset,
+        record=record,
     )
+
+
+def has_news(session: FetchSession, tp: TopicPartition, r: FetchPartitionResult | None) -> bool:
+    """Whether the answer `r` says something new about `tp` (recording nothing)."""
+    c = session.partitions.get(tp)
+    return c is None or r is None or _must_respond(c, r, record=False)
 
 
 def select_for_session(session: FetchSession, result: FetchResult, *, full: bool) -> FetchResult:
@@ -85,15 +89,7 @@ def select_for_session(session: FetchSession, result: FetchResult, *, full: bool
     cached = session.partitions
     for tp, r in result.items():
         c = cached.get(tp)
-        must = True
-        if c is not None:
-            must = c.must_respond(
-                error_code=int(r.error_code),
-                has_records=bool(r.records),
-                high_watermark=r.high_watermark,
-                last_stable_offset=r.last_stable_offset,
-                log_start_offset=r.log_start_offset,
-            )
+        must = True if c is None else _must_respond(c, r, record=True)
         if full or must:
             out[tp] = r
     return out

@@ -68,24 +68,6 @@ class CachedPartition:
     last_stable_offset: int = -1
     leader_log_start_offset: int = -1
 
-    def has_news(
-        self,
-        *,
-        error_code: int,
-        has_records: bool,
-        high_watermark: int,
-        last_stable_offset: int,
-        log_start_offset: int,
-    ) -> bool:
-        """`must_respond` without recording anything."""
-        return (
-            has_records
-            or error_code != 0
-            or high_watermark != self.high_watermark
-            or last_stable_offset != self.last_stable_offset
-            or log_start_offset != self.leader_log_start_offset
-        )
-
     def must_respond(
         self,
         *,
@@ -94,23 +76,23 @@ class CachedPartition:
         high_watermark: int,
         last_stable_offset: int,
         log_start_offset: int,
+        record: bool = True,
     ) -> bool:
-        """Kafka's CachedPartition.maybeUpdateResponseData (updating the cache): whether an
-        incremental answer must carry this partition."""
-        must = has_records or error_code != 0
-        if high_watermark != self.high_watermark:
-            must = True
-            self.high_watermark = high_watermark
-        if last_stable_offset != self.last_stable_offset:
-            must = True
-            self.last_stable_offset = last_stable_offset
-        if log_start_offset != self.leader_log_start_offset:
-            must = True
-            self.leader_log_start_offset = log_start_offset
-        if error_code != 0:
+        """Kafka's CachedPartition.maybeUpdateResponseData: whether an incremental answer must
+        carry this partition; with `record`, the answer's offsets are kept for the next one."""
+        must = (
+            has_records
+            or error_code != 0
+            or high_watermark != self.high_watermark
+            or last_stable_offset != self.last_stable_offset
+            or log_start_offset != self.leader_log_start_offset
+        )
+        if record:
             # Kafka forgets the cached high watermark on an error so the partition is
             # answered again once it recovers.
-            self.high_watermark = -1
+            self.high_watermark = high_watermark if error_code == 0 else -1
+            self.last_stable_offset = last_stable_offset
+            self.leader_log_start_offset = log_start_offset
         return must
 
 

@@ -56,6 +56,16 @@ LATEST_TIMESTAMP = -1
 
 # --- configuration ------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
+class FetchLimits:
+    """How long a follower's fetch may wait at the leader and how much it may bring back."""
+
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int  # the whole answer
+    partition_max_bytes: int  # each partition
+
+
+@dataclass(frozen=True, slots=True)
 class FetcherConfig:
     """Kafka's `replica.fetch.*` settings (names and defaults of Kafka 3.9)."""
 
@@ -80,6 +90,12 @@ class FetcherConfig:
             response_max_bytes=get("replica.fetch.response.max.bytes", d.response_max_bytes),
             backoff_ms=get("replica.fetch.backoff.ms", d.backoff_ms),
             socket_timeout_ms=get("replica.socket.timeout.ms", d.socket_timeout_ms),
+        )
+
+    @property
+    def limits(self) -> FetchLimits:
+        return FetchLimits(
+            self.max_wait_ms, self.min_bytes, self.response_max_bytes, self.partition_max_bytes
         )
 
 
@@ -282,11 +298,7 @@ class LeaderEndpoint(Protocol):
     async def fetch(
         self,
         partitions: Mapping[TopicPartition, FetchPosition],
-        *,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        partition_max_bytes: int,
+        limits: FetchLimits,
     ) -> dict[TopicPartition, FetchedPartition]: ...
 
     async def end_offsets_for_epochs(
@@ -546,15 +558,8 @@ class ReplicaFetcher:
 
     async def fetch(self, sent: Mapping[TopicPartition, PartitionFetchState]) -> None:
         positions = self._positions_of(sent)
-        cfg = self.config
         try:
-            answers = await self.endpoint.fetch(
-                positions,
-                max_wait_ms=cfg.max_wait_ms,
-                min_bytes=cfg.min_bytes,
-                max_bytes=cfg.response_max_bytes,
-                partition_max_bytes=cfg.partition_max_bytes,
-            )
+            answers = await self.endpoint.fetch(positions, self.config.limits)
         except (ConnectionError, OSError, TimeoutError) as e:
             self._on_connection_error(list(sent), e)
             return

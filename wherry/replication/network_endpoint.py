@@ -28,6 +28,7 @@ from wherry.replication.fetcher import (
     EpochAnswer,
     FetchedPartition,
     FetcherConfig,
+    FetchLimits,
     FetchPosition,
     LogOffsets,
 )
@@ -123,11 +124,7 @@ class NetworkLeaderEndpoint:
     async def fetch(
         self,
         partitions: Mapping[TopicPartition, FetchPosition],
-        *,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        partition_max_bytes: int,
+        limits: FetchLimits,
     ) -> dict[TopicPartition, FetchedPartition]:
         session = self.session
         send, forgotten = session.build(partitions)
@@ -140,7 +137,7 @@ class NetworkLeaderEndpoint:
                     pos.fetch_offset,
                     pos.last_fetched_epoch,
                     pos.log_start_offset,
-                    partition_max_bytes,
+                    limits.partition_max_bytes,
                 )
             )
         gone: dict[str, list[int]] = {}
@@ -153,9 +150,9 @@ class NetworkLeaderEndpoint:
                 correlation_id,
                 client_id,
                 replica_id=self.broker_id,
-                max_wait_ms=max_wait_ms,
-                min_bytes=min_bytes,
-                max_bytes=max_bytes,
+                max_wait_ms=limits.max_wait_ms,
+                min_bytes=limits.min_bytes,
+                max_bytes=limits.max_bytes,
                 isolation_level=0,
                 session_id=session_id,
                 session_epoch=epoch,

@@ -18,9 +18,9 @@ the next move, so a move may overshoot by one fetch, as in Kafka.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.quotas.rate import SampledRate
 
 __all__ = [
     "ALL_REPLICAS",
@@ -65,12 +65,6 @@ def throttled_partitions(replicas: Iterable[str], broker_id: int) -> Throttled:
     return frozenset(out)
 
 
-@dataclass(slots=True)
-class _Sample:
-    start_ms: int
-    value: float = 0.0
-
-
 class ReplicationQuotaManager:
     """One replication quota: a byte rate, its upper bound and the throttled partitions."""
 
@@ -81,13 +75,8 @@ class ReplicationQuotaManager:
         window_ms: int = DEFAULT_QUOTA_WINDOW_SIZE_SECONDS * 1000,
         bound: int = UNLIMITED_RATE,
     ) -> None:
-        if samples < 1 or window_ms < 1:
-            raise ValueError("a quota needs at least one sample of at least 1 ms")
-        self.samples = samples
-        self.window_ms = window_ms
+        self._rate = SampledRate(samples, window_ms)
         self.bound = bound
-        self._samples: list[_Sample] = []
-        self._current = 0
         self._throttled: dict[str, Throttled] = {}
 
     # -- the bound ---------------------------------------------------------------------------
@@ -119,31 +108,11 @@ class ReplicationQuotaManager:
     # -- the rate ------------------------------------------------------------------------------
     def record(self, num_bytes: int, now_ms: int) -> None:
         """Bytes moved for throttled partitions (Kafka records after the move)."""
-        if not self._samples:
-            self._samples.append(_Sample(now_ms))
-            self._current = 0
-        sample = self._samples[self._current]
-        if now_ms - sample.start_ms >= self.window_ms:
-            self._current = (self._current + 1) % self.samples
-            if self._current >= len(self._samples):
-                self._samples.append(_Sample(now_ms))
-            else:
-                self._samples[self._current] = _Sample(now_ms)
-            sample = self._samples[self._current]
-        sample.value += num_bytes
+        self._rate.record(num_bytes, now_ms)
 
     def rate(self, now_ms: int) -> float:
         """Bytes per second over the sampled window (Kafka's SimpleRate)."""
-        expire_ms = self.samples * self.window_ms
-        for i, s in enumerate(self._samples):
-            if now_ms - s.start_ms >= expire_ms:
-                self._samples[i] = _Sample(now_ms)
-        if not self._samples:
-            return 0.0
-        total = sum(s.value for s in self._samples)
-        oldest = min(s.start_ms for s in self._samples)
-        elapsed_ms = max(now_ms - oldest, self.window_ms)
-        return total * 1000.0 / elapsed_ms
+        return self._rate.measure(now_ms)
 
     def is_quota_exceeded(self, now_ms: int) -> bool:
         """Whether the measured rate is above the bound (never, while unlimited)."""

@@ -31,8 +31,7 @@ from wherry.security.acl import (
 )
 from wherry.security.acl_rules import (
     AclCache,
-    authorize,
-    authorize_by_resource_type,
+    AclPolicy,
     binding_error,
     entry_matches,
     exact_patterns,
@@ -96,10 +95,9 @@ class AclAuthorizer:
         *,
         retry_backoff_ms: tuple[int, int] | None = None,
     ) -> None:
-        self.super_users = frozenset(super_users)
-        self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+        self.policy = AclPolicy(AclCache(), frozenset(super_users), allow_everyone_if_no_acl_found)
+        self.cache = self.policy.cache
         self.now_ms = now_ms
-        self.cache = AclCache()
         self._retry_backoff_ms = retry_backoff_ms
         self._store: AclStore | None = None
         self._listeners: list[AclChangeListener] = []
@@ -107,6 +105,14 @@ class AclAuthorizer:
 
     def __repr__(self) -> str:
         return f"AclAuthorizer(super_users={sorted(self.super_users)})"
+
+    @property
+    def super_users(self) -> frozenset[str]:
+        return self.policy.super_users
+
+    @property
+    def allow_everyone_if_no_acl_found(self) -> bool:
+        return self.policy.allow_everyone_if_no_acl_found
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self, store: MetadataStore) -> None:
@@ -155,36 +161,30 @@ class AclAuthorizer:
     def authorize(
         self, session: Session, operation: AclOperation, resource_type: ResourceType, name: str
     ) -> bool:
-        principal = str(session.principal)
-        decision = authorize(
-            self.cache,
-            self.super_users,
-            self.allow_everyone_if_no_acl_found,
-            principal,
-            session.client_address,
-            operation,
-            resource_type,
-            name,
-        )
-        self._audit(principal, session.client_address, operation, resource_type, "LITERAL", name,
-                    decision.allowed)
-        return decision.allowed
+        return self._decide(session, operation, resource_type, name)
 
     def authorize_by_resource_type(
         self, session: Session, operation: AclOperation, resource_type: ResourceType
     ) -> bool:
-        principal = str(session.principal)
-        allowed = authorize_by_resource_type(
-            self.cache,
-            self.super_users,
-            self.allow_everyone_if_no_acl_found,
-            principal,
-            session.client_address,
-            operation,
-            resource_type,
-        )
-        self._audit(principal, session.client_address, operation, resource_type, "UNKNOWN",
-                    "NONE", allowed)
+        return self._decide(session, operation, resource_type, None)
+
+    def _decide(
+        self,
+        session: Session,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str | None,
+    ) -> bool:
+        """The decision on the literal resource `name`, or on some resource of the type (None),
+        audited."""
+        principal, host, policy = str(session.principal), session.client_address, self.policy
+        if name is None:
+            allowed = policy.authorize_by_resource_type(principal, host, operation, resource_type)
+            pattern, shown = "UNKNOWN", "NONE"
+        else:
+            allowed = policy.authorize(principal, host, operation, resource_type, name).allowed
+            pattern, shown = "LITERAL", name
+        self._audit(principal, host, operation, resource_type, pattern, shown, allowed)
         return allowed
 
     @staticmethod

@@ -152,35 +152,6 @@ class Decision:
     acl: AccessControlEntry | None = None
 
 
-def authorize(
-    cache: AclCache,
-    super_users: frozenset[str],
-    allow_everyone_if_no_acl_found: bool,
-    principal: str,
-    host: str,
-    operation: AclOperation,
-    resource_type: ResourceType,
-    name: str,
-) -> Decision:
-    """Kafka's AclAuthorizer.authorizeAction for one literal resource."""
-    if principal in super_users:
-        return Decision(True, "super user")
-    acls = cache.matching_acls(resource_type, name)
-    if not acls:
-        return Decision(allow_everyone_if_no_acl_found, "no acls")
-    for ace in acls:
-        if _applies(ace, principal, host, AclPermissionType.DENY) and ace.operation in (
-            operation,
-            AclOperation.ALL,
-        ):
-            return Decision(False, "deny", ace)
-    allowing = allowing_operations(operation)
-    for ace in acls:
-        if _applies(ace, principal, host, AclPermissionType.ALLOW) and ace.operation in allowing:
-            return Decision(True, "allow", ace)
-    return Decision(False, "no allow")
-
-
 def _names(
     cache: AclCache,
     principal: str,
@@ -207,49 +178,87 @@ def _dominant_prefixed_deny(name: str, deny_prefixes: list[set[str]]) -> bool:
     return any(name[:end] in s for end in range(1, len(name) + 1) for s in deny_prefixes)
 
 
-def authorize_by_resource_type(
-    cache: AclCache,
-    super_users: frozenset[str],
-    allow_everyone_if_no_acl_found: bool,
-    principal: str,
-    host: str,
-    operation: AclOperation,
-    resource_type: ResourceType,
-) -> bool:
-    """Kafka's AclAuthorizer.authorizeByResourceType (KIP-679): is some ALLOW of `operation`
-    (or ALL) for the principal and host, on a resource of this type, not wholly shadowed by
-    DENYs? A literal DENY on `*` denies; `allow.everyone.if.no.acl.found` allows otherwise."""
-    if operation in (AclOperation.ANY, AclOperation.UNKNOWN):
-        raise ValueError(f"Must specify a concrete operation, got {operation.name}")
-    if resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
-        raise ValueError(f"Must specify a concrete resource type, got {resource_type.name}")
-    if principal in super_users:
-        return True
-    deny, allow = AclPermissionType.DENY, AclPermissionType.ALLOW
-    lit, pre = PatternType.LITERAL, PatternType.PREFIXED
-    deny_literals = _names(cache, principal, host, operation, deny, resource_type, lit)
-    if any(WILDCARD_RESOURCE in s for s in deny_literals):
-        return False
-    if allow_everyone_if_no_acl_found:
-        return True
-    deny_prefixes = _names(cache, principal, host, operation, deny, resource_type, pre)
-    allow_literals = _names(cache, principal, host, operation, allow, resource_type, lit)
-    allow_prefixes = _names(cache, principal, host, operation, allow, resource_type, pre)
-    if not deny_literals and not deny_prefixes:
-        return bool(allow_literals or allow_prefixes)
-    if any(
-        not _dominant_prefixed_deny(prefix, deny_prefixes) for s in allow_prefixes for prefix in s
-    ):
-        return True
-    for s in allow_literals:
-        for literal in s:
-            if literal == WILDCARD_RESOURCE:
-                return True
-            if not any(literal in d for d in deny_literals) and not _dominant_prefixed_deny(
-                literal, deny_prefixes
+@dataclass(frozen=True, slots=True)
+class AclPolicy:
+    """The ACLs and the settings that decide with them: `super.users` and
+    `allow.everyone.if.no.acl.found`."""
+
+    cache: AclCache
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
+
+    def authorize(
+        self,
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> Decision:
+        """Kafka's AclAuthorizer.authorizeAction for one literal resource."""
+        if principal in self.super_users:
+            return Decision(True, "super user")
+        acls = self.cache.matching_acls(resource_type, name)
+        if not acls:
+            return Decision(self.allow_everyone_if_no_acl_found, "no acls")
+        for ace in acls:
+            if _applies(ace, principal, host, AclPermissionType.DENY) and ace.operation in (
+                operation,
+                AclOperation.ALL,
             ):
-                return True
-    return False
+                return Decision(False, "deny", ace)
+        allowing = allowing_operations(operation)
+        for ace in acls:
+            allows = _applies(ace, principal, host, AclPermissionType.ALLOW)
+            if allows and ace.operation in allowing:
+                return Decision(True, "allow", ace)
+        return Decision(False, "no allow")
+
+    def authorize_by_resource_type(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Kafka's AclAuthorizer.authorizeByResourceType (KIP-679): is some ALLOW of `operation`
+        (or ALL) for the principal and host, on a resource of this type, not wholly shadowed by
+        DENYs? A literal DENY on `*` denies; `allow.everyone.if.no.acl.found` allows otherwise."""
+        if operation in (AclOperation.ANY, AclOperation.UNKNOWN):
+            raise ValueError(f"Must specify a concrete operation, got {operation.name}")
+        if resource_type in (ResourceType.ANY, ResourceType.UNKNOWN):
+            raise ValueError(f"Must specify a concrete resource type, got {resource_type.name}")
+        if principal in self.super_users:
+            return True
+        deny, allow = AclPermissionType.DENY, AclPermissionType.ALLOW
+        lit, pre = PatternType.LITERAL, PatternType.PREFIXED
+
+        def names(permission: AclPermissionType, pattern_type: PatternType) -> list[set[str]]:
+            return _names(
+                self.cache, principal, host, operation, permission, resource_type, pattern_type
+            )
+
+        deny_literals = names(deny, lit)
+        if any(WILDCARD_RESOURCE in s for s in deny_literals):
+            return False
+        if self.allow_everyone_if_no_acl_found:
+            return True
+        deny_prefixes = names(deny, pre)
+        allow_literals = names(allow, lit)
+        allow_prefixes = names(allow, pre)
+        if not deny_literals and not deny_prefixes:
+            return bool(allow_literals or allow_prefixes)
+        if any(
+            not _dominant_prefixed_deny(prefix, deny_prefixes)
+            for s in allow_prefixes
+            for prefix in s
+        ):
+            return True
+        for s in allow_literals:
+            for literal in s:
+                if literal == WILDCARD_RESOURCE:
+                    return True
+                if not any(literal in d for d in deny_literals) and not _dominant_prefixed_deny(
+                    literal, deny_prefixes
+                ):
+                    return True
+        return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,14 +306,24 @@ def exact_patterns(f: AclBindingFilter) -> list[ResourcePattern]:
     return []
 
 
+def _has_unknown(
+    resource_type: ResourceType,
+    pattern_type: PatternType,
+    operation: AclOperation,
+    permission_type: AclPermissionType,
+) -> bool:
+    """Whether an element is UNKNOWN (a code this broker does not know)."""
+    return (
+        resource_type == ResourceType.UNKNOWN
+        or pattern_type == PatternType.UNKNOWN
+        or operation == AclOperation.UNKNOWN
+        or permission_type == AclPermissionType.UNKNOWN
+    )
+
+
 def filter_error(f: AclBindingFilter) -> str | None:
     """Why a Describe/DeleteAcls filter is refused (UNKNOWN elements), else None."""
-    if (
-        f.resource_type == ResourceType.UNKNOWN
-        or f.pattern_type == PatternType.UNKNOWN
-        or f.operation == AclOperation.UNKNOWN
-        or f.permission_type == AclPermissionType.UNKNOWN
-    ):
+    if _has_unknown(f.resource_type, f.pattern_type, f.operation, f.permission_type):
         return "Filter contain UNKNOWN elements"
     return None
 
@@ -325,12 +344,7 @@ def binding_error(binding: AclBinding) -> str | None:
         return "operation must not be ANY"
     if e.permission_type == AclPermissionType.ANY:
         return "permissionType must not be ANY"
-    if (
-        p.resource_type == ResourceType.UNKNOWN
-        or p.pattern_type == PatternType.UNKNOWN
-        or e.operation == AclOperation.UNKNOWN
-        or e.permission_type == AclPermissionType.UNKNOWN
-    ):
+    if _has_unknown(p.resource_type, p.pattern_type, e.operation, e.permission_type):
         return "Creations contain unknown elements"
     if p.resource_type == ResourceType.CLUSTER and p.name != CLUSTER_NAME:
         return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"

@@ -19,6 +19,7 @@ from typing import Protocol
 from wherry.security.plain import PLAIN
 from wherry.security.sasl_mechanism import SaslClientError
 from wherry.security.scram import (
+    ScramExchange,
     ScramMechanism,
     client_proof,
     escape_username,
@@ -77,7 +78,7 @@ class PlainClient:
         return None
 
 
-class ScramClient:
+class ScramClient(ScramExchange):
     """SCRAM-SHA-256/512 (RFC 5802), without channel binding (gs2 header `n,,`)."""
 
     def __init__(self, mechanism: str, username: str, password: str, *,
@@ -93,14 +94,6 @@ class ScramClient:
         self._client_first_bare = ""
         self._client_nonce = ""
         self._expected_signature = b""
-
-    @property
-    def mechanism(self) -> str:
-        return self._mech.mechanism_name
-
-    @property
-    def complete(self) -> bool:
-        return self._state == "complete"
 
     def initial_response(self) -> bytes:
         if self._state != "initial":

@@ -246,7 +246,22 @@ def failure_message(mechanism: ScramMechanism) -> str:
             f"mechanism {mechanism.mechanism_name}")
 
 
-class ScramServer:
+class ScramExchange:
+    """One side of a SCRAM exchange: its mechanism and how far it went."""
+
+    _mech: ScramMechanism
+    _state: str
+
+    @property
+    def mechanism(self) -> str:
+        return self._mech.mechanism_name
+
+    @property
+    def complete(self) -> bool:
+        return self._state == "complete"
+
+
+class ScramServer(ScramExchange):
     """One SCRAM exchange on the server: client-first → server-first, client-final →
     server-final (or failure). Any malformed or unexpected token fails it cleanly."""
 
@@ -263,14 +278,6 @@ class ScramServer:
         self._client_first_bare = ""
         self._server_first = ""
         self._combined_nonce = ""
-
-    @property
-    def mechanism(self) -> str:
-        return self._mech.mechanism_name
-
-    @property
-    def complete(self) -> bool:
-        return self._state == "complete"
 
     @property
     def authorization_id(self) -> str | None:

@@ -47,7 +47,7 @@ from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock, SystemClock
-from wherry.runtime.scheduler import Scheduler
+from wherry.runtime.scheduler import Job, Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.runtime.tasks import wait_event
 from wherry.security.principal import Session
@@ -732,27 +732,26 @@ class Broker:
                 ),
             )
             start_cleaner(s, self.log_cleaner, self.clock.now_ms)
-        s.schedule(
-            "kafka-log-flusher",
-            lambda: lm.flush_dirty(self.clock.now_ms()),
-            period_ms=cfg.log_flush_scheduler_interval_ms,
-            delay_ms=initial_task_delay_ms(cfg.log_flush_scheduler_interval_ms),
-            executor=True,
-        )
-        s.schedule(
-            "kafka-recovery-point-checkpoint",
-            lm.checkpoint_recovery_points,
-            period_ms=cfg.log_flush_offset_checkpoint_interval_ms,
-            delay_ms=initial_task_delay_ms(cfg.log_flush_offset_checkpoint_interval_ms),
-            executor=True,
-        )
-        s.schedule(
-            "kafka-log-start-offset-checkpoint",
-            lm.checkpoint_log_start_offsets,
-            period_ms=cfg.log_flush_start_offset_checkpoint_interval_ms,
-            delay_ms=initial_task_delay_ms(cfg.log_flush_start_offset_checkpoint_interval_ms),
-            executor=True,
-        )
+        file_tasks: list[tuple[str, Job, int]] = [
+            (
+                "kafka-log-flusher",
+                lambda: lm.flush_dirty(self.clock.now_ms()),
+                cfg.log_flush_scheduler_interval_ms,
+            ),
+            (
+                "kafka-recovery-point-checkpoint",
+                lm.checkpoint_recovery_points,
+                cfg.log_flush_offset_checkpoint_interval_ms,
+            ),
+            (
+                "kafka-log-start-offset-checkpoint",
+                lm.checkpoint_log_start_offsets,
+                cfg.log_flush_start_offset_checkpoint_interval_ms,
+            ),
+        ]
+        for name, task, interval_ms in file_tasks:  # file work: on the executor
+            delay_ms = initial_task_delay_ms(interval_ms)
+            s.schedule(name, task, period_ms=interval_ms, delay_ms=delay_ms, executor=True)
         s.schedule(
             "delete-expired-group-metadata",
             self.groups.cleanup_expired_offsets,

@@ -38,6 +38,7 @@ from wherry.replication.fetcher import (
     EpochAnswer,
     FetchedPartition,
     FetcherConfig,
+    FetchLimits,
     FetchPosition,
     LeaderEndpoint,
     LogOffsets,
@@ -291,15 +292,15 @@ class SimLeaderEndpoint(LeaderEndpoint):
     async def fetch(
         self,
         partitions: Mapping[TopicPartition, FetchPosition],
-        *,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        partition_max_bytes: int,
+        limits: FetchLimits,
     ) -> dict[TopicPartition, FetchedPartition]:
         wanted = [
             FetchPartition(
-                tp, p.fetch_offset, partition_max_bytes, p.current_leader_epoch, p.log_start_offset
+                tp,
+                p.fetch_offset,
+                limits.partition_max_bytes,
+                p.current_leader_epoch,
+                p.log_start_offset,
             )
             for tp, p in partitions.items()
         ]
@@ -310,9 +311,9 @@ class SimLeaderEndpoint(LeaderEndpoint):
                 me.broker_id,
                 me.broker_epoch,
                 wanted,
-                max_wait_ms=max_wait_ms,
-                min_bytes=min_bytes,
-                max_bytes=max_bytes,
+                max_wait_ms=limits.max_wait_ms,
+                min_bytes=limits.min_bytes,
+                max_bytes=limits.max_bytes,
             )
 
         result: FetchResult = await self._call(go)

@@ -150,19 +150,10 @@ class CrashingSession:
             raise asyncio.CancelledError
         self.writes_left -= 1
 
-    async def create(
-        self,
-        path: str,
-        data: bytes = b"",
-        *,
-        ephemeral: bool = False,
-        sequential: bool = False,
-        make_parents: bool = False,
-    ) -> str:
+    async def create(self, path: str, data: bytes = b"", **flags: bool) -> str:
+        """`MetadataStore.create`, its flags (ephemeral, sequential, make_parents) passed on."""
         self._write()
-        return await self.inner.create(
-            path, data, ephemeral=ephemeral, sequential=sequential, make_parents=make_parents
-        )
+        return await self.inner.create(path, data, **flags)
 
     async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]:
         self._alive()
@@ -469,13 +460,19 @@ class RealControlPlane:
                 return h
         return None
 
-    # --- AlterPartition -------------------------------------------------------------------------
-    async def alter_partition(self, node: SimBroker, body: Mapping[str, Any]) -> Any:
+    async def _known_controller(self, node: SimBroker) -> ControllerHost:
+        """The controller host `node`'s metadata cache names, if up; else ConnectionError
+        (after a moment, as a failed connection takes)."""
         cid = node.cache.controller_id
         h = None if cid is None else self.hosts.get(cid)
         if h is None or not h.up:
             await asyncio.sleep(0.001)
             raise ConnectionError("no controller known")
+        return h
+
+    # --- AlterPartition -------------------------------------------------------------------------
+    async def alter_partition(self, node: SimBroker, body: Mapping[str, Any]) -> Any:
+        h = await self._known_controller(node)
         inc = h.incarnation
         request = as_attributes(body)
 
@@ -504,11 +501,7 @@ class RealControlPlane:
 
     async def controlled_shutdown(self, node: SimBroker) -> tuple[ErrorCode, list[TopicPartition]]:
         """ControlledShutdown from `node` to the controller its metadata cache names."""
-        cid = node.cache.controller_id
-        h = None if cid is None else self.hosts.get(cid)
-        if h is None or not h.up:
-            await asyncio.sleep(0.001)
-            raise ConnectionError("no controller known")
+        h = await self._known_controller(node)
         epoch = node.broker_epoch
 
         async def work(c: Controller) -> tuple[ErrorCode, list[TopicPartition]]:

@@ -343,11 +343,12 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
 class RowProducer:
     """An idempotent producer for one writer task; `close` flushes and raises on failures."""
 
-    def __init__(self, opts: SinkOptions) -> None:
+    def __init__(self, opts: SinkOptions, extra: Mapping[str, Any] | None = None) -> None:
         conf = _client_conf(opts.bootstrap_servers, {}, 30_000)
         conf.update({"linger.ms": 5, "acks": "all"})
         conf.update(opts.kafka)
         conf["enable.idempotence"] = True
+        conf.update(extra or {})
         self.timeout_ms = opts.flush_timeout_ms
         self.sent = 0
         self.failures: list[str] = []
@@ -355,6 +356,11 @@ class RowProducer:
             self._producer = Producer(conf)
         except KafkaException as e:
             raise OptionError("kafka.*", f"the Kafka producer refused its settings: {e}") from e
+
+    @property
+    def client(self) -> Producer:
+        """The confluent-kafka producer (for the exactly-once sink's transaction calls)."""
+        return self._producer
 
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None and len(self.failures) < 10:
@@ -401,3 +407,39 @@ class RowProducer:
                 "(option 'flushTimeoutMs')"
             )
         return self.sent
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    for i, field in enumerate(batch.schema):
+        if field.name.lower() == name:
+            return batch.column(i).to_pylist()
+    return None
+
+
+def _as_bytes(v: Any) -> bytes | None:
+    return v.encode() if isinstance(v, str) else v
+
+
+def send_rows(producer: RowProducer, opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> None:
+    """Send the rows of Arrow batches (the sink's input columns) with ``producer``."""
+    for batch in batches:
+        n = batch.num_rows
+        values = _column(batch, "value")
+        assert values is not None
+        keys = _column(batch, "key") or [None] * n
+        topics = [opts.topic] * n if opts.topic else _column(batch, "topic")
+        assert topics is not None
+        parts = _column(batch, "partition") or [None] * n
+        headers = _column(batch, "headers") or [None] * n
+        for i in range(n):
+            topic = topics[i]
+            if topic is None:
+                raise OptionError("topic", "null topic present in the data; use the 'topic' option")
+            hs = headers[i]
+            producer.send(
+                topic,
+                _as_bytes(values[i]),
+                _as_bytes(keys[i]),
+                parts[i],
+                [(h["key"], _as_bytes(h["value"])) for h in hs] if hs else None,
+            )

@@ -336,12 +336,19 @@ def _parse_subscription(opts: Mapping[str, str]) -> Subscription:
 # --------------------------------------------------------------------------------------------
 
 
+DEFAULT_STATE_TOPIC = "wherry-spark-sink-state"
+"""Where the exactly-once sink keeps, per query and task, the next batch id to write (as a
+consumer-group offset committed inside each task's transaction; the topic holds no records)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SinkOptions:
     bootstrap_servers: str
     topic: str | None
     kafka: dict[str, str]
     flush_timeout_ms: int
+    exactly_once: bool = False
+    state_topic: str = DEFAULT_STATE_TOPIC
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> SinkOptions:
@@ -352,7 +359,19 @@ class SinkOptions:
             raise OptionError("topic", "empty topic name")
         if "kafka.transactional.id" in opts:
             raise OptionError(
-                "kafka.transactional.id", "transactions are not supported by this sink"
+                "kafka.transactional.id",
+                "the sink chooses its transactional ids itself; set 'exactlyOnce' to 'true' "
+                "for transactional writes",
+            )
+        exactly_once = _bool("exactlyOnce", opts.get("exactlyonce"), False)
+        state_topic = opts.get("exactlyoncestatetopic", DEFAULT_STATE_TOPIC).strip()
+        if not state_topic:
+            raise OptionError("exactlyOnceStateTopic", "empty topic name")
+        protocol = opts.get("kafka.security.protocol", "plaintext").strip().lower()
+        if exactly_once and protocol != "plaintext":
+            raise OptionError(
+                "exactlyOnce",
+                f"the exactly-once sink commits over PLAINTEXT connections only, not {protocol}",
             )
         if opts.get("kafka.enable.idempotence", "true").strip().lower() == "false":
             raise OptionError(
@@ -365,4 +384,6 @@ class SinkOptions:
             kafka=kafka_params(opts),
             flush_timeout_ms=_positive_int("flushTimeoutMs", opts.get("flushtimeoutms"))
             or DEFAULT_POLL_TIMEOUT_MS,
+            exactly_once=exactly_once,
+            state_topic=state_topic,
         )

@@ -47,6 +47,7 @@ from wherry.spark.kafka_access import (
     RowProducer,
     data_loss,
     read_range,
+    send_rows,
 )
 from wherry.spark.options import (
     EARLIEST,
@@ -97,12 +98,22 @@ class WherryDataSource(DataSource):
                 "mode", "save mode 'overwrite' is not allowed for Kafka topics; use 'append'"
             )
         opts = SinkOptions.parse(self.options)
+        if opts.exactly_once:
+            raise OptionError(
+                "exactlyOnce", "applies to streaming writes (writeStream) only; a batch write "
+                "is at least once"
+            )
         check_sink_schema(schema, opts)
         return BatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         opts = SinkOptions.parse(self.options)
         check_sink_schema(schema, opts)
+        if opts.exactly_once:
+            from wherry.spark.exactly_once import ExactlyOnceStreamWriter, ensure_state_topic
+
+            ensure_state_topic(opts)
+            return ExactlyOnceStreamWriter(opts)
         return StreamWriter(opts)
 
 
@@ -390,40 +401,9 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> None:
         )
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
-    for i, field in enumerate(batch.schema):
-        if field.name.lower() == name:
-            return batch.column(i).to_pylist()
-    return None
-
-
-def _as_bytes(v: Any) -> bytes | None:
-    return v.encode() if isinstance(v, str) else v
-
-
 def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteResult:
     producer = RowProducer(opts)
-    for batch in batches:
-        n = batch.num_rows
-        values = _column(batch, "value")
-        assert values is not None
-        keys = _column(batch, "key") or [None] * n
-        topics = [opts.topic] * n if opts.topic else _column(batch, "topic")
-        assert topics is not None
-        parts = _column(batch, "partition") or [None] * n
-        headers = _column(batch, "headers") or [None] * n
-        for i in range(n):
-            topic = topics[i]
-            if topic is None:
-                raise OptionError("topic", "null topic present in the data; use the 'topic' option")
-            hs = headers[i]
-            producer.send(
-                topic,
-                _as_bytes(values[i]),
-                _as_bytes(keys[i]),
-                parts[i],
-                [(h["key"], _as_bytes(h["value"])) for h in hs] if hs else None,
-            )
+    send_rows(producer, opts, batches)
     return WriteResult(producer.close())
 
 

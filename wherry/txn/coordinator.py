@@ -172,6 +172,18 @@ class TransactionCoordinator:
             return E.not_coordinator, p, -1, None
         return E.none, p, epoch, self._txns[p].get(tid)
 
+    def _producer_txn(
+        self, tid: str, producer_id: int
+    ) -> tuple[ErrorCode, int, int, TransactionMetadata | None]:
+        """`_lookup` of a transaction that `producer_id` holds: INVALID_REQUEST without an
+        id, INVALID_PRODUCER_ID_MAPPING when none or another producer's."""
+        if not tid:
+            return E.invalid_request, -1, -1, None
+        err, partition, epoch, txn = self._lookup(tid)
+        if err == E.none and (txn is None or txn.producer_id != producer_id):
+            return E.invalid_producer_id_mapping, partition, epoch, None
+        return err, partition, epoch, txn
+
     def transaction(self, tid: str) -> TransactionMetadata | None:
         err, _, _, txn = self._lookup(tid)
         return txn if err == E.none else None
@@ -312,13 +324,11 @@ class TransactionCoordinator:
         now_ms: int,
         respond: Respond,
     ) -> None:
-        if not tid:
-            return respond(E.invalid_request)
-        err, partition, epoch, txn = self._lookup(tid)
-        if err != E.none:
+        """AddPartitionsToTxn / AddOffsetsToTxn (Kafka's handleAddPartitionsToTransaction): the
+        partitions join the transaction (written), which is Ongoing from then on."""
+        err, partition, epoch, txn = self._producer_txn(tid, producer_id)
+        if err != E.none or txn is None:
             return respond(err)
-        if txn is None or txn.producer_id != producer_id:
-            return respond(E.invalid_producer_id_mapping)
         if txn.producer_epoch != producer_epoch:
             return respond(E.producer_fenced)
         if txn.pending_transition_in_progress or txn.state in (
@@ -375,13 +385,11 @@ class TransactionCoordinator:
         now_ms: int,
         respond: Respond,
     ) -> None:
-        if not tid:
-            return respond(E.invalid_request)
-        err, partition, epoch, txn = self._lookup(tid)
-        if err != E.none:
+        """EndTxn from the client, or an abort the coordinator starts itself (Kafka's
+        endTransaction): PrepareCommit/PrepareAbort written, then the markers."""
+        err, partition, epoch, txn = self._producer_txn(tid, producer_id)
+        if err != E.none or txn is None:
             return respond(err)
-        if txn is None or txn.producer_id != producer_id:
-            return respond(E.invalid_producer_id_mapping)
         if (from_client and producer_epoch != txn.producer_epoch) or (
             producer_epoch < txn.producer_epoch
         ):

@@ -153,14 +153,16 @@ class TransactionMetadata:
     def _prepare(
         self,
         state: TxnState,
-        producer_id: int,
-        epoch: int,
-        last_epoch: int,
-        timeout_ms: int,
-        partitions: Iterable[TopicPartition],
-        start_ms: int,
         now_ms: int,
+        *,
+        producer_id: int | None = None,
+        epoch: int | None = None,
+        last_epoch: int | None = None,
+        timeout_ms: int | None = None,
+        partitions: Iterable[TopicPartition] | None = None,
+        start_ms: int | None = None,
     ) -> TxnTransit:
+        """The transit to `state` (Kafka's prepareTransitionTo); what is not given stays."""
         if self.pending_state is not None:
             raise IllegalTxnTransition(
                 f"{self.transactional_id}: preparing {state} while {self.pending_state} is pending"
@@ -169,14 +171,14 @@ class TransactionMetadata:
             raise IllegalTxnTransition(f"{self.transactional_id}: {self.state} -> {state}")
         self.pending_state = state
         return TxnTransit(
-            producer_id,
+            self.producer_id if producer_id is None else producer_id,
             self.producer_id,
-            epoch,
-            last_epoch,
-            timeout_ms,
+            self.producer_epoch if epoch is None else epoch,
+            self.last_producer_epoch if last_epoch is None else last_epoch,
+            self.timeout_ms if timeout_ms is None else timeout_ms,
             state,
-            frozenset(partitions),
-            start_ms,
+            frozenset(self.partitions if partitions is None else partitions),
+            self.start_timestamp_ms if start_ms is None else start_ms,
             now_ms,
         )
 
@@ -201,13 +203,9 @@ class TransactionMetadata:
         epoch = self.producer_epoch if self.has_failed_epoch_fence else self.producer_epoch + 1
         return self._prepare(
             TxnState.PREPARE_EPOCH_FENCE,
-            self.producer_id,
-            epoch,
-            NO_PRODUCER_EPOCH,
-            self.timeout_ms,
-            self.partitions,
-            self.start_timestamp_ms,
             self.last_update_timestamp_ms,
+            epoch=epoch,
+            last_epoch=NO_PRODUCER_EPOCH,
         )
 
     def prepare_increment_producer_epoch(
@@ -228,7 +226,13 @@ class TransactionMetadata:
         else:
             return None
         return self._prepare(
-            TxnState.EMPTY, self.producer_id, epoch, last, timeout_ms, (), -1, now_ms
+            TxnState.EMPTY,
+            now_ms,
+            epoch=epoch,
+            last_epoch=last,
+            timeout_ms=timeout_ms,
+            partitions=(),
+            start_ms=-1,
         )
 
     def prepare_producer_id_rotation(
@@ -236,7 +240,16 @@ class TransactionMetadata:
     ) -> TxnTransit:
         """An exhausted epoch: a new producer id at epoch 0."""
         last = self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH
-        return self._prepare(TxnState.EMPTY, new_producer_id, 0, last, timeout_ms, (), -1, now_ms)
+        return self._prepare(
+            TxnState.EMPTY,
+            now_ms,
+            producer_id=new_producer_id,
+            epoch=0,
+            last_epoch=last,
+            timeout_ms=timeout_ms,
+            partitions=(),
+            start_ms=-1,
+        )
 
     def prepare_add_partitions(
         self, added: Iterable[TopicPartition], now_ms: int
@@ -244,26 +257,13 @@ class TransactionMetadata:
         starting = self.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
         return self._prepare(
             TxnState.ONGOING,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.timeout_ms,
-            self.partitions | set(added),
-            now_ms if starting else self.start_timestamp_ms,
             now_ms,
+            partitions=self.partitions | set(added),
+            start_ms=now_ms if starting else self.start_timestamp_ms,
         )
 
     def prepare_abort_or_commit(self, state: TxnState, now_ms: int) -> TxnTransit:
-        return self._prepare(
-            state,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.timeout_ms,
-            self.partitions,
-            self.start_timestamp_ms,
-            now_ms,
-        )
+        return self._prepare(state, now_ms)
 
     def prepare_complete(self, now_ms: int) -> TxnTransit:
         state = (
@@ -271,28 +271,10 @@ class TransactionMetadata:
             if self.state is TxnState.PREPARE_COMMIT
             else TxnState.COMPLETE_ABORT
         )
-        return self._prepare(
-            state,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.timeout_ms,
-            (),
-            self.start_timestamp_ms,
-            now_ms,
-        )
+        return self._prepare(state, now_ms, partitions=())
 
     def prepare_dead(self) -> TxnTransit:
-        return self._prepare(
-            TxnState.DEAD,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.timeout_ms,
-            (),
-            self.start_timestamp_ms,
-            self.last_update_timestamp_ms,
-        )
+        return self._prepare(TxnState.DEAD, self.last_update_timestamp_ms, partitions=())
 
     # --- applying them --------------------------------------------------------------------
     def complete_transition(self, t: TxnTransit) -> None:

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
+from wherry.server.handlers.share_common import offsets_answer, offsets_refusal
 from wherry.server.share_offsets import alter_offsets, find_group
 from wherry.share.group import ShareGroup
 
@@ -24,18 +25,12 @@ if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
 
 
-def _top(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": code,
-            "error_message": message or AUTHORIZATION_MESSAGES.get(code), "responses": []}
-
-
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     group_id = body.group_id
-    if not group_id:
-        return _top(ErrorCode.invalid_group_id)
-    if not authorize(broker, AclOperation.READ, ResourceType.GROUP, group_id):
-        return _top(ErrorCode.group_authorization_failed)
+    refused = offsets_refusal(broker, group_id, AclOperation.READ)
+    if refused is not None:
+        return refused
     # Topics first, as KafkaApis: the unauthorized and unknown ones answer whatever happens
     # to the group.
     cache = broker.cache
@@ -85,5 +80,4 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                  for p in t.partitions]
         responses.append({"topic_name": t.topic_name, "topic_id": cache.topic_id(t.topic_name),
                           "partitions": parts})
-    return {"throttle_time": 0, "error_code": top, "error_message": message,
-            "responses": responses}
+    return offsets_answer(top, message, responses)

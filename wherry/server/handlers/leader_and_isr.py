@@ -12,12 +12,9 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from wherry.protocol.interbroker import (
-    LeaderAndIsrPartitionError,
-    LeaderAndIsrRequest,
-    LeaderAndIsrResponse,
-)
+from wherry.protocol.interbroker import LeaderAndIsrRequest, LeaderAndIsrResponse
 from wherry.protocol.interbroker_codec import with_topic_ids
+from wherry.replication.controller_requests import leader_and_isr_error_response
 from wherry.security.acl import AclOperation
 from wherry.server.authz import authorize_cluster
 from wherry.server.network import CloseConnection
@@ -34,14 +31,7 @@ async def handle(broker: BrokerServices, req: Request) -> LeaderAndIsrResponse:
     if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
         # Kafka: CLUSTER_ACTION on the cluster, checked before anything is touched; the
         # error at the top and for every partition of the request.
-        denied = int(ErrorCode.cluster_authorization_failed)
-        resp = LeaderAndIsrResponse(
-            denied,
-            tuple(
-                LeaderAndIsrPartitionError(p.topic_name, p.partition_index, denied)
-                for p in body.partition_states
-            ),
-        )
+        resp = leader_and_isr_error_response(body, ErrorCode.cluster_authorization_failed)
         return with_topic_ids(resp, body.topic_ids)
     resp = await broker.node.handle_leader_and_isr(body)
     return with_topic_ids(resp, body.topic_ids)

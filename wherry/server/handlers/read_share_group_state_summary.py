@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
-from wherry.server.handlers.share_state_common import answer
-from wherry.share.state import ShareKey
+from wherry.server.handlers.share_state_common import answer, read_answer
+from wherry.share.state import ShareKey, ShareState
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -17,17 +15,17 @@ if TYPE_CHECKING:
 _BLANK = {"state_epoch": -1, "leader_epoch": -1, "start_offset": -1}
 
 
+def _fields(st: ShareState) -> dict[str, Any]:
+    return {
+        "state_epoch": st.state_epoch,
+        "leader_epoch": st.leader_epoch,
+        "start_offset": st.start_offset,
+    }
+
+
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     async def one(key: ShareKey, p: Any) -> dict[str, Any]:
         err, st = broker.shares.coordinator.summary(key)
-        if err != ErrorCode.none or st is None:
-            return {**_BLANK, "error_code": err, "error_message": None}
-        return {
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "state_epoch": st.state_epoch,
-            "leader_epoch": st.leader_epoch,
-            "start_offset": st.start_offset,
-        }
+        return read_answer(err, st, _BLANK, _fields)
 
     return await answer(broker, req.body, one, _BLANK)

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.server.handlers.share_common import (
     MOVED,
     ack_batches,
+    answer,
     leader_of,
     node_endpoints,
-    request_error,
+    open_session,
     resolve,
 )
 
@@ -30,31 +30,13 @@ if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
 
 
-def _top(code: ErrorCode, message: str | None) -> dict[str, Any]:
-    return {
-        "throttle_time": 0,
-        "error_code": code,
-        "error_message": message,
-        "acquisition_lock_timeout": 0,
-        "responses": [],
-        "node_endpoints": [],
-    }
-
-
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
-    group, member, epoch = body.group_id, body.member_id, body.share_session_epoch
-    refused = request_error(broker, group, member)
-    if refused is not None:
-        return _top(*refused)
-    shares = broker.shares
-    settings = await shares.settings(group)
-    session = shares.session_for(
-        group, member, epoch, broker.clock.now_ms(), fetch=False,
-        connection_id=CONNECTION_ID.get(),
-    )
-    if isinstance(session, ErrorCode):
-        return _top(session, None)
+    opened = await open_session(broker, body, fetch=False)
+    if isinstance(opened, dict):
+        return opened
+    settings, session = opened
+    group, member, shares = body.group_id, body.member_id, broker.shares
     topics = resolve(broker, [t.topic_id for t in body.topics])
     by_topic: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
     moved: list[int] = []
@@ -82,11 +64,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             )
     if session is None:
         shares.close_session(group, member)
-    return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "acquisition_lock_timeout": settings.record_lock_duration_ms,
-        "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()],
-        "node_endpoints": node_endpoints(broker, moved),
-    }
+    return answer(
+        ErrorCode.none,
+        lock_ms=settings.record_lock_duration_ms,
+        by_topic=by_topic,
+        endpoints=node_endpoints(broker, moved),
+    )

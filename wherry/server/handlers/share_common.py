@@ -1,10 +1,14 @@
-"""What ShareFetch and ShareAcknowledge share: topic resolution by id with READ checks,
-acknowledgement batches, the current leader and node endpoints of answers."""
+"""What the share-group handlers share.
+
+ShareFetch and ShareAcknowledge: the share session's opening, topic resolution by id with READ
+checks, acknowledgement batches, the current leader and node endpoints of answers, the answer's
+top level. AlterShareGroupOffsets and DeleteShareGroupOffsets: the answer, and the refusal of a
+request without a group id or the right on the group."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -17,10 +21,13 @@ from wherry.server.authz import (
     authorized_names,
     current_session,
 )
+from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.share.partition import AckBatch
 
 if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
+    from wherry.share.config import ShareGroupSettings
+    from wherry.share.sessions import ShareSession
 
 
 def request_error(
@@ -82,3 +89,75 @@ def node_endpoints(broker: BrokerServices, leader_ids: Iterable[int]) -> list[di
 
 
 MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+
+
+def answer(
+    code: ErrorCode,
+    message: str | None = None,
+    *,
+    lock_ms: int = 0,
+    by_topic: Mapping[uuid.UUID | None, list[dict[str, Any]]] | None = None,
+    endpoints: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A ShareFetch / ShareAcknowledge answer: the top-level fields and the partitions' answers
+    by topic id."""
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "error_message": message,
+        "acquisition_lock_timeout": lock_ms,
+        "responses": [
+            {"topic_id": tid, "partitions": ps} for tid, ps in (by_topic or {}).items()
+        ],
+        "node_endpoints": endpoints or [],
+    }
+
+
+def offsets_answer(
+    code: ErrorCode, message: str | None = None, responses: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """An AlterShareGroupOffsets / DeleteShareGroupOffsets answer (an authorization error
+    says its usual message)."""
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "error_message": message or AUTHORIZATION_MESSAGES.get(code),
+        "responses": responses or [],
+    }
+
+
+def offsets_refusal(
+    broker: BrokerServices, group_id: str | None, operation: AclOperation
+) -> dict[str, Any] | None:
+    """The whole-request answer of a request on a share group's offsets that names no group
+    (INVALID_GROUP_ID) or whose principal lacks `operation` on it; None if it may go on."""
+    if not group_id:
+        return offsets_answer(ErrorCode.invalid_group_id)
+    if not authorize(broker, operation, ResourceType.GROUP, group_id):
+        return offsets_answer(ErrorCode.group_authorization_failed)
+    return None
+
+
+async def open_session(
+    broker: BrokerServices, body: Any, *, fetch: bool
+) -> tuple[ShareGroupSettings, ShareSession | None] | dict[str, Any]:
+    """The group's settings and the share session a ShareFetch / ShareAcknowledge goes on
+    with (None: its final epoch, after which the session closes); or the answer refusing the
+    whole request."""
+    group, member = body.group_id, body.member_id
+    refused = request_error(broker, group, member)
+    if refused is not None:
+        return answer(*refused)
+    shares = broker.shares
+    settings = await shares.settings(group)
+    session = shares.session_for(
+        group,
+        member,
+        body.share_session_epoch,
+        broker.clock.now_ms(),
+        fetch=fetch,
+        connection_id=CONNECTION_ID.get(),
+    )
+    if isinstance(session, ErrorCode):
+        return answer(session)
+    return settings, session

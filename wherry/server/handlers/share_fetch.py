@@ -18,30 +18,19 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
-from wherry.server.handlers.group_common import CONNECTION_ID
 from wherry.server.handlers.share_common import (
     MOVED,
     ack_batches,
+    answer,
     leader_of,
     node_endpoints,
-    request_error,
+    open_session,
     resolve,
 )
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
-
-
-def _top(code: ErrorCode, message: str | None, lock_ms: int = 0) -> dict[str, Any]:
-    return {
-        "throttle_time": 0,
-        "error_code": code,
-        "error_message": message,
-        "acquisition_lock_timeout": lock_ms,
-        "responses": [],
-        "node_endpoints": [],
-    }
 
 
 def _part(index: int, **kw: Any) -> dict[str, Any]:
@@ -59,18 +48,11 @@ def _part(index: int, **kw: Any) -> dict[str, Any]:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
-    group, member, epoch = body.group_id, body.member_id, body.share_session_epoch
-    refused = request_error(broker, group, member)
-    if refused is not None:
-        return _top(*refused)
-    shares = broker.shares
-    settings = await shares.settings(group)
-    now = broker.clock.now_ms()
-    session = shares.session_for(
-        group, member, epoch, now, fetch=True, connection_id=CONNECTION_ID.get()
-    )
-    if isinstance(session, ErrorCode):
-        return _top(session, None)
+    opened = await open_session(broker, body, fetch=True)
+    if isinstance(opened, dict):
+        return opened
+    settings, session = opened
+    group, member, shares = body.group_id, body.member_id, broker.shares
     topics = resolve(
         broker,
         [t.topic_id for t in body.topics] + [t.topic_id for t in body.forgotten_topics_data],
@@ -147,11 +129,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         if part["error_code"] in MOVED or part["acknowledge_error_code"] in MOVED:
             moved.append(part["current_leader"]["leader_id"])
         by_topic.setdefault(topic_id, []).append(part)
-    return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "acquisition_lock_timeout": settings.record_lock_duration_ms,
-        "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()],
-        "node_endpoints": node_endpoints(broker, moved),
-    }
+    return answer(
+        ErrorCode.none,
+        lock_ms=settings.record_lock_duration_ms,
+        by_topic=by_topic,
+        endpoints=node_endpoints(broker, moved),
+    )

@@ -6,7 +6,7 @@ this broker's share coordinator (`coordinator/share_state.py`)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
 
 PartitionAnswer = Callable[[ShareKey, Any], Awaitable[dict[str, Any]]]
+_S = TypeVar("_S")
 
 
 async def answer(
@@ -40,3 +41,12 @@ async def answer(
             parts.append({"partition": p.partition, **(await per_partition(key, p))})
         results.append({"topic_id": t.topic_id, "partitions": parts})
     return {"throttle_time": 0, "results": results}
+
+
+def read_answer(
+    err: ErrorCode, state: _S | None, blank: dict[str, Any], fields: Callable[[_S], dict[str, Any]]
+) -> dict[str, Any]:
+    """A read partition's answer: the `fields` of its state, or `blank` with the error."""
+    if err != ErrorCode.none or state is None:
+        return {**blank, "error_code": err, "error_message": None}
+    return {"error_code": ErrorCode.none, "error_message": None, **fields(state)}

@@ -8,11 +8,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from wherry.protocol.interbroker import (
-    LeaderAndIsrPartitionError,
-    StopReplicaRequest,
-    StopReplicaResponse,
-)
+from wherry.protocol.interbroker import StopReplicaRequest, StopReplicaResponse
+from wherry.replication.controller_requests import stop_replica_error_response
 from wherry.security.acl import AclOperation
 from wherry.server.authz import authorize_cluster
 from wherry.server.network import CloseConnection
@@ -28,12 +25,5 @@ async def handle(broker: BrokerServices, req: Request) -> StopReplicaResponse:
         raise CloseConnection(f"API key 5 decoded as {type(body).__name__}")
     if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
         # Kafka: CLUSTER_ACTION on the cluster, before any replica is stopped.
-        denied = int(ErrorCode.cluster_authorization_failed)
-        return StopReplicaResponse(
-            denied,
-            tuple(
-                LeaderAndIsrPartitionError(p.topic_name, p.partition_index, denied)
-                for p in body.partitions
-            ),
-        )
+        return stop_replica_error_response(ErrorCode.cluster_authorization_failed, body.partitions)
     return await broker.node.handle_stop_replica(body)

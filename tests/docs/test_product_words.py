@@ -23,12 +23,6 @@ STEERING = re.compile(r"steering repo|\.\./shared\b|/work/shared")
 ID_SUFFIXES = {".py", ".md", ".txt", ".rst"}
 
 
-# Files other work was reshaping when this test was written, to be worded the same way when
-# that work lands; the test fails once one of them is clean, so that it leaves this list.
-PENDING = frozenset({
-    "wherry/sim/consumer_groups.py",
-    "wherry/sim/transactions.py",
-})
 
 
 def _files() -> list[Path]:
@@ -63,13 +57,6 @@ def test_the_patterns_tell_ids_from_kafka_names() -> None:
 
 def test_no_issue_numbers_requirement_ids_or_steering_repo() -> None:
     found: list[str] = []
-    still_pending: set[str] = set()
     for path in _files():
-        hits = offending_lines(path, path.read_text(encoding="utf-8", errors="replace"))
-        name = path.relative_to(ROOT).as_posix()
-        if name in PENDING:
-            still_pending.update([name] if hits else [])
-        else:
-            found.extend(hits)
+        found.extend(offending_lines(path, path.read_text(encoding="utf-8", errors="replace")))
     assert not found, "\n".join(found)
-    assert still_pending == PENDING, f"clean now, take out of PENDING: {PENDING - still_pending}"

@@ -1,4 +1,4 @@
-"""KIP-848 consumer groups in the simulation (issue 16): the real group coordinator on every
+"""KIP-848 consumer groups in the simulation: the real group coordinator on every
 simulated broker, members heartbeating through `SimNetwork`, and coordinator crashes.
 
 Each broker runs the group coordinator the broker runs (`coordinator/groups.py`, on the

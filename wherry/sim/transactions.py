@@ -1,4 +1,4 @@
-"""Transactions in the simulation (issue 14): the real transaction coordinator on every
+"""Transactions in the simulation: the real transaction coordinator on every
 simulated broker, transactional producers, and coordinator crashes mid-EndTxn.
 
 Each broker process runs the transaction coordinator the broker runs

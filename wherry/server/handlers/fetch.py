@@ -272,6 +272,9 @@ def _read_answer(index: int, r: FetchPartitionResult) -> dict[str, Any]:
 
 
 def _error_answer(index: int, code: ErrorCode) -> dict[str, Any]:
+    # Empty records, not null: Kafka answers every partition with a record set (its
+    # `recordsOrFail`), and librdkafka refuses a null one as a malformed response and asks
+    # again at once, forever.
     return {
         "partition_index": index,
         "error_code": code,
@@ -279,7 +282,7 @@ def _error_answer(index: int, code: ErrorCode) -> dict[str, Any]:
         "last_stable_offset": -1,
         "log_start_offset": -1,
         "preferred_read_replica": -1,
-        "records": None,
+        "records": b"",
     }
 
 

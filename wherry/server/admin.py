@@ -8,6 +8,7 @@ broker's metadata cache shows it.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import uuid
@@ -108,6 +109,25 @@ class AdminManager:
             return False  # "", "a/b", "..": no topic can have such a name
         return await self.store.exists(paths.topic_path(name)) is not None
 
+    async def _deleted(self, name: str, wait_ms: int) -> bool:
+        """Whether no deletion of `name` is pending, waiting up to `wait_ms` for one to end
+        (a topic deleted and at once created again: the name is free once the controller
+        removed the old topic, which a client cannot tell from its metadata)."""
+        if not _storable(name):
+            return True
+        marker = paths.delete_topic_path(name)
+        if wait_ms <= 0:
+            return await self.store.exists(marker) is None
+        try:
+            async with asyncio.timeout(wait_ms / 1000):
+                while True:
+                    changed = asyncio.Event()
+                    if await self.store.exists(marker, lambda _e: changed.set()) is None:
+                        return True
+                    await changed.wait()
+        except TimeoutError:
+            return False
+
     async def _existing_topics(self) -> list[str]:
         try:
             return await self.store.get_children(paths.BROKER_TOPICS)
@@ -124,9 +144,16 @@ class AdminManager:
         assignments: Mapping[int, Sequence[int]] | None = None,
         configs: Mapping[str, str] | None = None,
         validate_only: bool = False,
+        deletion_wait_ms: int = 0,
     ) -> CreatedTopic:
+        """`deletion_wait_ms`: how long a topic of that name still being deleted is waited
+        for; after it, TOPIC_ALREADY_EXISTS "is marked for deletion", as Kafka answers."""
         validate_topic_name(name)
         configs = dict(configs or {})
+        if not await self._deleted(name, deletion_wait_ms):
+            raise AdminError(
+                ErrorCode.topic_already_exists, f"Topic '{name}' is marked for deletion."
+            )
         if await self.topic_exists(name):
             raise AdminError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         collides = [

@@ -19,7 +19,13 @@ from kio.schema.errors import ErrorCode
 
 from wherry.controller.assignment import InvalidReplicationFactor, assign_replicas
 from wherry.coordination import paths
-from wherry.coordination.store import BadVersionError, MetadataStore, NodeExistsError, NoNodeError
+from wherry.coordination.store import (
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    WatchCallback,
+)
 from wherry.log.config import ConfigError, LogConfig
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.server import broker_configs
@@ -31,6 +37,10 @@ MAX_TOPIC_NAME_LENGTH = 249
 # per partition, one per config); a larger CreateTopics or CreatePartitions is refused before
 # anything is assigned, so no request can make the broker build millions of partitions.
 MAX_RECORDS_PER_OPERATION = 10_000
+
+
+def _setting(event: asyncio.Event) -> WatchCallback:
+    return lambda _e: event.set()
 
 
 class AdminError(Exception):
@@ -122,7 +132,7 @@ class AdminManager:
             async with asyncio.timeout(wait_ms / 1000):
                 while True:
                     changed = asyncio.Event()
-                    if await self.store.exists(marker, lambda _e: changed.set()) is None:
+                    if await self.store.exists(marker, _setting(changed)) is None:
                         return True
                     await changed.wait()
         except TimeoutError:

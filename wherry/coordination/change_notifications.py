@@ -3,9 +3,9 @@ store (`/config/changes`, `/kafka-acl-changes`, `/kafka-acl-extended-changes`), 
 sequential children (`<prefix><seq>`) each announce one change.
 
 Every notification not seen yet is handed to the handler once, in sequence order (at start:
-every one still there, those announcing the same entity once); those older than the expiration (15 minutes, as in Kafka: every live
-broker has applied them long ago) are deleted. A handler's failure is logged and the listener
-goes on with the next notification.
+every one still there, those announcing the same entity once); those older than the
+expiration (15 minutes, as in Kafka: every live broker has applied them long ago) are
+deleted. A handler's failure is logged and the listener goes on with the next notification.
 """
 
 from __future__ import annotations

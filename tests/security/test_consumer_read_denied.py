@@ -8,21 +8,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    NewTopic,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka import admin as ck
+from confluent_kafka.admin import AclBinding, AclPermissionType, AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess
-from tests.security.wire_principals import PASSWORDS, SECURED_OVERRIDES, override_args
+from tests.security.wire_principals import (
+    PASSWORDS,
+    SECURED_OVERRIDES,
+    Login,
+    WirePrincipals,
+    delete_acls,
+    override_args,
+)
 
 TOPIC, PARTITIONS = "read-denied", 3
 
@@ -55,10 +57,10 @@ def _prepare(address: str) -> None:
         producer.produce(TOPIC, value=b"v%d" % i, partition=i % PARTITIONS)
     assert producer.flush(30) == 0
     bindings = [
-        AclBinding(ResourceType.TOPIC, TOPIC, ResourcePatternType.LITERAL, "User:*", "*",
-                   AclOperation.DESCRIBE, AclPermissionType.ALLOW),
-        AclBinding(ResourceType.TOPIC, TOPIC, ResourcePatternType.LITERAL, "User:*", "*",
-                   AclOperation.READ, AclPermissionType.DENY),
+        AclBinding(ck.ResourceType.TOPIC, TOPIC, ck.ResourcePatternType.LITERAL, "User:*", "*",
+                   ck.AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+        AclBinding(ck.ResourceType.TOPIC, TOPIC, ck.ResourcePatternType.LITERAL, "User:*", "*",
+                   ck.AclOperation.READ, AclPermissionType.DENY),
     ]
     for fut in admin.create_acls(bindings, request_timeout=10).values():
         fut.result(15)
@@ -114,3 +116,43 @@ def test_consumer_denied_read_hears_it_once_per_partition(broker: BrokerProcess)
     # The client backs off (a second and more between fetches of a refused partition), and
     # repeated identical denials are logged once in a while with the number left out.
     assert 1 <= _denials(log) <= 5, _denials(log)
+
+
+def test_a_fetch_session_keeps_answering_the_refusal(broker: BrokerProcess) -> None:
+    """Fetch v12 in a session (as Java-protocol clients fetch): the refused partitions stay
+    in the session and every incremental answer carries TOPIC_AUTHORIZATION_FAILED for
+    them, as Kafka's; once Read is allowed they are read."""
+    address = broker.bootstrap
+    _prepare(address)
+    wire = WirePrincipals()
+    bob = Login.of("bob")
+    try:
+        def fetch(session_id: int, epoch: int, offsets: dict[int, int]) -> Any:
+            return wire.call(address, bob, 1, 12, {
+                "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+                "topics": [{"topic": TOPIC, "partitions": [
+                    {"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20,
+                     "current_leader_epoch": -1, "log_start_offset": -1,
+                     "last_fetched_epoch": -1} for p, o in offsets.items()]}] if offsets else [],
+                "forgotten_topics_data": [], "rack_id": ""})
+
+        def errors(resp: Any) -> dict[int, int]:
+            return {int(p.partition_index): int(p.error_code)
+                    for t in resp.responses for p in t.partitions}
+
+        denied = {p: ErrorCode.topic_authorization_failed for p in range(PARTITIONS)}
+        first = fetch(0, 0, dict.fromkeys(range(PARTITIONS), 0))
+        assert first.error_code == ErrorCode.none and first.session_id != 0
+        assert errors(first) == denied
+        sid = first.session_id
+        for epoch in (1, 2):  # named or not, the refusal is answered again
+            assert errors(fetch(sid, epoch, {0: 0} if epoch == 1 else {})) == denied
+        # Read allowed again (no ACL left on the topic: allowed to everyone): the session's
+        # partitions are read.
+        assert delete_acls(wire, address) == 2
+        got = fetch(sid, 3, {})
+        assert errors(got) == dict.fromkeys(range(PARTITIONS), ErrorCode.none)
+        assert all(p.records for t in got.responses for p in t.partitions)
+    finally:
+        wire.close()

@@ -56,6 +56,7 @@ class _Requested:
     # The answer's skeleton in request order: (topic key, name or None, partition)
     order: list[tuple[TopicKey, str | None, int]] = field(default_factory=list)
     denied: set[tuple[TopicKey, int]] = field(default_factory=set)
+    refused: set[TopicPartition] = field(default_factory=set)  # a consumer's denied ones
 
     @property
     def follower(self) -> bool:
@@ -92,6 +93,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         if ctx.kind is ContextKind.ERROR:
             return _session_error(ctx.error)
     incremental = ctx.kind is ContextKind.INCREMENTAL
+    if ctx.session is not None and not asked.follower:
+        _note_refused(asked, ctx.session, incremental)
     extras = None
     if incremental and ctx.session is not None:
         extras = _session_extras(broker, asked, ctx.session)
@@ -155,6 +158,16 @@ def _requested(broker: BrokerServices, body: Any) -> _Requested:
             asked.order.append((key, name, p.partition))
             if not follower_ok or (name is not None and name not in readable):
                 asked.denied.add((key, p.partition))
+                if name is not None and follower_ok:  # a consumer's: kept in its session
+                    tp = TopicPartition(name, p.partition)
+                    asked.refused.add(tp)
+                    asked.fetch_data[tp] = CachedPartition(
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        getattr(p, "current_leader_epoch", -1),
+                        getattr(p, "log_start_offset", -1),
+                        key,
+                    )
             elif name is not None:
                 fp = FetchPartition(
                     TopicPartition(name, p.partition),
@@ -186,10 +199,28 @@ def _session_extras(
         changed += [tp for tp in manager.lagging(asked.replica_id) if tp in held]
     if session.rescan_due(broker.clock.monotonic_ms()):
         changed = list(dict.fromkeys(changed + manager.drifted(session)))
+    # Kafka answers a session's refused partitions in every answer, and reads them again
+    # once allowed.
+    changed += [tp for tp in session.refused if tp not in asked.refused]
     extra = [tp for tp in dict.fromkeys(changed) if tp not in named]
     allowed = _allowed(broker, asked.follower_ok, asked.follower)
-    asked.wanted += session_partitions(session, [tp for tp in extra if allowed(tp)])
+    readable = [tp for tp in extra if allowed(tp)]
+    session.refused.difference_update(readable)
+    asked.wanted += session_partitions(session, readable)
     return _SessionExtras(session, {tp: session.partitions[tp].key for tp in extra}, allowed)
+
+
+def _note_refused(asked: _Requested, session: FetchSession, incremental: bool) -> None:
+    """The session's partitions its consumer may not read: those this request was refused,
+    and (incremental) those refused before that it did not name again."""
+    if incremental:
+        named = {fp.tp for fp in asked.wanted}
+        session.refused = {
+            tp for tp in session.refused if tp in session.partitions and tp not in named
+        }
+        session.refused |= asked.refused
+    else:
+        session.refused = set(asked.refused)
 
 
 def _byte_limits(broker: BrokerServices, req: Request, asked: _Requested) -> tuple[int, int]:

@@ -5,6 +5,10 @@ gets a new session id (when the cache has room), later requests name only the pa
 changed and `forgotten_topics_data`, and the answer holds only partitions with something new.
 An unknown session id is FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH,
 both with session id 0 and no partitions, as Kafka.
+
+A consumer's partitions of topics it may not Read are answered TOPIC_AUTHORIZATION_FAILED
+(with an empty record set, as Kafka); a session keeps them, as Kafka's does, and answers them
+again in every incremental answer until Read is allowed.
 """
 
 from __future__ import annotations

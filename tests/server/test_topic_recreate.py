@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess, wait_until
@@ -57,3 +57,26 @@ def test_delete_and_create_at_once(broker: BrokerProcess) -> None:
         admin.create_topics([NewTopic(topic, 2, 1)], operation_timeout=20)[topic].result(30)
         assert wait_until(
             lambda t=topic: len(admin.list_topics(timeout=5).topics[t].partitions) == 2, 20)
+
+
+def test_a_creation_that_may_not_wait_gets_kafkas_answer(broker: BrokerProcess) -> None:
+    """With no time to wait (timeout 0), a creation while the old topic is still being
+    deleted is TOPIC_ALREADY_EXISTS "Topic '...' is marked for deletion.", as Kafka answers
+    it; the name is free once the deletion ended."""
+    admin = _admin(broker)
+    seen = []
+    for n in range(5):  # the deletion outrunning the client is possible, if unlikely
+        topic = f"busy-{n}"
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+        admin.delete_topics([topic], operation_timeout=0)[topic].result(20)
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=0)[topic].result(20)
+        except KafkaException as e:
+            err = e.args[0]
+            assert err.code() == KafkaError.TOPIC_ALREADY_EXISTS, err
+            assert err.str() == f"Topic '{topic}' is marked for deletion.", err
+            seen.append(topic)
+            admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=20)[topic].result(30)
+        if seen:
+            break
+    assert seen

@@ -6,11 +6,10 @@ SET / DELETE, including the cluster-level `min.insync.replicas` those Kafka vers
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -22,15 +21,6 @@ from confluent_kafka.admin import (
 )
 
 from tests.broker_process import BrokerProcess
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "b").start()
-    try:
-        yield b
-    finally:
-        assert b.stop() == 0, b.log_text()[-3000:]
 
 
 def _non_default(fs: dict[ConfigResource, Any]) -> dict[str, list[str]]:
@@ -47,7 +37,8 @@ def test_entries_after_incremental_alter_as_the_python_suite_expects(
     broker: BrokerProcess,
 ) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
-    t1, t2 = "test-topic", "test-topic2"
+    tag = uuid.uuid4().hex[:8]
+    t1, t2 = f"test-topic-{tag}", f"test-topic2-{tag}"
     for t in (t1, t2):
         admin.create_topics([NewTopic(t, 2, 1, config={"compression.type": "gzip"})])[t].result(20)
     res1 = ConfigResource(ResourceType.TOPIC, t1, incremental_configs=[

@@ -4,23 +4,12 @@ sees the name gone from its metadata expects."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+import uuid
 
-import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess, wait_until
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "b").start()
-    try:
-        yield b
-    finally:
-        assert b.stop() == 0, b.log_text()[-3000:]
 
 
 def _admin(b: BrokerProcess) -> AdminClient:
@@ -35,7 +24,7 @@ def _fill(b: BrokerProcess, topic: str) -> None:
 
 
 def test_delete_then_create_as_the_python_suite_does(broker: BrokerProcess) -> None:
-    admin, topic = _admin(broker), "recreated"
+    admin, topic = _admin(broker), f"recreated-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(20)
     _fill(broker, topic)
     for f in admin.delete_topics([topic]).values():
@@ -50,7 +39,7 @@ def test_delete_then_create_as_the_python_suite_does(broker: BrokerProcess) -> N
 def test_delete_and_create_at_once(broker: BrokerProcess) -> None:
     admin = _admin(broker)
     for n in range(3):
-        topic = f"again-{n}"
+        topic = f"again-{n}-{uuid.uuid4().hex[:8]}"
         admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(20)
         _fill(broker, topic)
         admin.delete_topics([topic], operation_timeout=0)[topic].result(20)
@@ -66,7 +55,7 @@ def test_a_creation_that_may_not_wait_gets_kafkas_answer(broker: BrokerProcess) 
     admin = _admin(broker)
     seen = []
     for n in range(5):  # the deletion outrunning the client is possible, if unlikely
-        topic = f"busy-{n}"
+        topic = f"busy-{n}-{uuid.uuid4().hex[:8]}"
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
         admin.delete_topics([topic], operation_timeout=0)[topic].result(20)
         try:

@@ -213,8 +213,10 @@ def test_cluster_default_entity_and_broker_ids_on_the_wire(wherry_broker: DevClu
     assert wait_until(lambda: _bounds(c) == (UNLIMITED_RATE, 5000), 10)
     described = _wire_describe(bs, "")
     assert described.error_code == ErrorCode.none
-    assert [(e.name, e.value, e.config_source) for e in described.configs] == [
-        (FOLLOWER, "5000", DYNAMIC_DEFAULT_BROKER_CONFIG)
+    # (with the cluster-level min.insync.replicas every cluster holds from its first start)
+    assert sorted((e.name, e.value, e.config_source) for e in described.configs) == [
+        (FOLLOWER, "5000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("min.insync.replicas", "1", DYNAMIC_DEFAULT_BROKER_CONFIG),
     ]
     assert _wire_alter(bs, "0", [(FOLLOWER, "7000", 0)]).error_code == ErrorCode.none
     assert wait_until(lambda: _bounds(c) == (UNLIMITED_RATE, 7000), 10)

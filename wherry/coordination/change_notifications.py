@@ -3,9 +3,9 @@ store (`/config/changes`, `/kafka-acl-changes`, `/kafka-acl-extended-changes`), 
 sequential children (`<prefix><seq>`) each announce one change.
 
 Every notification not seen yet is handed to the handler once, in sequence order (at start:
-every one still there); those older than the expiration (15 minutes, as in Kafka: every live
-broker has applied them long ago) are deleted. A handler's failure is logged and the listener
-goes on with the next notification.
+every one still there, those announcing the same entity once); those older than the
+expiration (15 minutes, as in Kafka: every live broker has applied them long ago) are
+deleted. A handler's failure is logged and the listener goes on with the next notification.
 """
 
 from __future__ import annotations
@@ -74,8 +74,12 @@ class ChangeNotificationListener:
             await changed.wait()
 
     async def process(self, names: list[str]) -> None:
-        """Hand the new notifications among `names` to the handler, then purge old ones."""
+        """Hand the new notifications among `names` to the handler, then purge old ones.
+        Identical notifications of one batch (an entity changed several times, all found at
+        once, e.g. at start) are handled once, at the place of the last: every handler
+        reloads the entity's current state, so the earlier ones would repeat it."""
         notes = sorted((self._seq(n), n) for n in names if n.startswith(self.prefix))
+        fresh: list[tuple[str, bytes]] = []
         for seq, name in notes:
             if seq <= self.last_seq:
                 continue
@@ -86,6 +90,11 @@ class ChangeNotificationListener:
             except NoNodeError:
                 continue
             self._created[name] = stat.ctime_ms
+            fresh.append((path, data))
+        last = {data: i for i, (_, data) in enumerate(fresh)}
+        for i, (path, data) in enumerate(fresh):
+            if last[data] != i:
+                continue
             try:
                 await self.handler(path, data)
             except Exception:

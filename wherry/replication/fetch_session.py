@@ -106,6 +106,9 @@ class FetchSession:
     epoch: int = 1  # the epoch the next incremental request must carry
     dirty: set[TopicPartition] = field(default_factory=set)
     last_scan_ms: int = 0
+    # Partitions of the session its client may not read (as Kafka keeps them in the session):
+    # answered TOPIC_AUTHORIZATION_FAILED in every incremental answer until allowed.
+    refused: set[TopicPartition] = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.partitions)

@@ -9,7 +9,9 @@ Configuration (`authorizer_from_config`): `authorizer.class.name` =
 `super.users` (`User:a;User:b`), `allow.everyone.if.no.acl.found` (false).
 
 Decisions are logged on `wherry.authorizer` like Kafka's `kafka.authorizer.logger`: denials at
-INFO, grants at DEBUG.
+INFO, grants at DEBUG. Identical denials (same principal, host, operation and resource) are
+logged once per 10 s, the next line counting those left out (`denial_log`), so a client
+re-asking in a loop cannot flood the log.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from wherry.security.acl_store import (
     AclChangeListener,
     AclStore,
 )
+from wherry.security.denial_log import DenialLog
 from wherry.security.principal import Session
 
 log = logging.getLogger(__name__)
@@ -98,6 +101,7 @@ class AclAuthorizer:
         self.policy = AclPolicy(AclCache(), frozenset(super_users), allow_everyone_if_no_acl_found)
         self.cache = self.policy.cache
         self.now_ms = now_ms
+        self.denials = DenialLog(authorizer_log, now_ms)
         self._retry_backoff_ms = retry_backoff_ms
         self._store: AclStore | None = None
         self._listeners: list[AclChangeListener] = []
@@ -187,16 +191,16 @@ class AclAuthorizer:
         self._audit(principal, host, operation, resource_type, pattern, shown, allowed)
         return allowed
 
-    @staticmethod
-    def _audit(principal: str, host: str, op: AclOperation, rtype: ResourceType,
+    def _audit(self, principal: str, host: str, op: AclOperation, rtype: ResourceType,
                pattern_type: str, name: str, allowed: bool) -> None:
-        level = logging.DEBUG if allowed else logging.INFO
-        if authorizer_log.isEnabledFor(level):
-            authorizer_log.log(
-                level,
-                "Principal = %s is %s Operation = %s from host = %s on resource = %s:%s:%s",
-                principal, "Allowed" if allowed else "Denied", op.kafka_name, host,
-                rtype.kafka_name, pattern_type, name,
+        if not allowed:
+            self.denials.denied(
+                (principal, host, op.kafka_name, rtype.kafka_name, pattern_type, name)
+            )
+        elif authorizer_log.isEnabledFor(logging.DEBUG):
+            authorizer_log.debug(
+                "Principal = %s is Allowed Operation = %s from host = %s on resource = %s:%s:%s",
+                principal, op.kafka_name, host, rtype.kafka_name, pattern_type, name,
             )
 
     # --- ACL management --------------------------------------------------------------------

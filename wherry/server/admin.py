@@ -8,6 +8,7 @@ broker's metadata cache shows it.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import uuid
@@ -18,7 +19,13 @@ from kio.schema.errors import ErrorCode
 
 from wherry.controller.assignment import InvalidReplicationFactor, assign_replicas
 from wherry.coordination import paths
-from wherry.coordination.store import BadVersionError, MetadataStore, NodeExistsError, NoNodeError
+from wherry.coordination.store import (
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    WatchCallback,
+)
 from wherry.log.config import ConfigError, LogConfig
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.server import broker_configs
@@ -30,6 +37,10 @@ MAX_TOPIC_NAME_LENGTH = 249
 # per partition, one per config); a larger CreateTopics or CreatePartitions is refused before
 # anything is assigned, so no request can make the broker build millions of partitions.
 MAX_RECORDS_PER_OPERATION = 10_000
+
+
+def _setting(event: asyncio.Event) -> WatchCallback:
+    return lambda _e: event.set()
 
 
 class AdminError(Exception):
@@ -108,6 +119,25 @@ class AdminManager:
             return False  # "", "a/b", "..": no topic can have such a name
         return await self.store.exists(paths.topic_path(name)) is not None
 
+    async def _deleted(self, name: str, wait_ms: int) -> bool:
+        """Whether no deletion of `name` is pending, waiting up to `wait_ms` for one to end
+        (a topic deleted and at once created again: the name is free once the controller
+        removed the old topic, which a client cannot tell from its metadata)."""
+        if not _storable(name):
+            return True
+        marker = paths.delete_topic_path(name)
+        if wait_ms <= 0:
+            return await self.store.exists(marker) is None
+        try:
+            async with asyncio.timeout(wait_ms / 1000):
+                while True:
+                    changed = asyncio.Event()
+                    if await self.store.exists(marker, _setting(changed)) is None:
+                        return True
+                    await changed.wait()
+        except TimeoutError:
+            return False
+
     async def _existing_topics(self) -> list[str]:
         try:
             return await self.store.get_children(paths.BROKER_TOPICS)
@@ -124,9 +154,16 @@ class AdminManager:
         assignments: Mapping[int, Sequence[int]] | None = None,
         configs: Mapping[str, str] | None = None,
         validate_only: bool = False,
+        deletion_wait_ms: int = 0,
     ) -> CreatedTopic:
+        """`deletion_wait_ms`: how long a topic of that name still being deleted is waited
+        for; after it, TOPIC_ALREADY_EXISTS "is marked for deletion", as Kafka answers."""
         validate_topic_name(name)
         configs = dict(configs or {})
+        if not await self._deleted(name, deletion_wait_ms):
+            raise AdminError(
+                ErrorCode.topic_already_exists, f"Topic '{name}' is marked for deletion."
+            )
         if await self.topic_exists(name):
             raise AdminError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         collides = [

@@ -53,6 +53,7 @@ from wherry.runtime.tasks import wait_event
 from wherry.security.principal import Session
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
+from wherry.server.cluster_min_isr import ensure_cluster_min_isr
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.dynamic_apply import apply_dynamic
 from wherry.server.handlers import SUPPORTED_VERSIONS
@@ -245,6 +246,7 @@ class Broker:
             await acl.start(self.store)
 
         loop = asyncio.get_running_loop()
+        await ensure_cluster_min_isr(self.store, cfg.log_defaults.min_insync_replicas)
         await self.dynamic_config.load(self.store)
         await self._load_topic_overrides()
         self.log_manager = LogManager(

@@ -84,6 +84,8 @@ async def apply_config_change(broker: ConfigChangeTarget, path: str, data: bytes
     if entity.startswith("topics/"):
         topic = entity.split("/", 1)[1]
         overrides = await broker.reload_topic_overrides([topic])
+        if await broker.store.exists(paths.topic_path(topic)) is None:
+            return  # deleted since (a notification found at start): nothing to apply
         broker.log_manager.update_config(topic, broker.topic_log_config(topic))
         broker.on_topic_overrides(topic, overrides)
         log.info("%s applied config change for topic %s", prefix, topic)

@@ -91,6 +91,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 assignments={a.partition_index: list(a.broker_ids) for a in t.assignments},
                 configs=configs,
                 validate_only=body.validate_only,
+                deletion_wait_ms=duration_ms(body.timeout),
             )
         except AdminError as e:
             results.append({**base, "error_code": e.error_code, "error_message": e.message})

@@ -5,6 +5,10 @@ gets a new session id (when the cache has room), later requests name only the pa
 changed and `forgotten_topics_data`, and the answer holds only partitions with something new.
 An unknown session id is FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH,
 both with session id 0 and no partitions, as Kafka.
+
+A consumer's partitions of topics it may not Read are answered TOPIC_AUTHORIZATION_FAILED
+(with an empty record set, as Kafka); a session keeps them, as Kafka's does, and answers them
+again in every incremental answer until Read is allowed.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class _Requested:
     # The answer's skeleton in request order: (topic key, name or None, partition)
     order: list[tuple[TopicKey, str | None, int]] = field(default_factory=list)
     denied: set[tuple[TopicKey, int]] = field(default_factory=set)
+    refused: set[TopicPartition] = field(default_factory=set)  # a consumer's denied ones
 
     @property
     def follower(self) -> bool:
@@ -92,6 +97,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         if ctx.kind is ContextKind.ERROR:
             return _session_error(ctx.error)
     incremental = ctx.kind is ContextKind.INCREMENTAL
+    if ctx.session is not None and not asked.follower:
+        _note_refused(asked, ctx.session, incremental)
     extras = None
     if incremental and ctx.session is not None:
         extras = _session_extras(broker, asked, ctx.session)
@@ -155,6 +162,16 @@ def _requested(broker: BrokerServices, body: Any) -> _Requested:
             asked.order.append((key, name, p.partition))
             if not follower_ok or (name is not None and name not in readable):
                 asked.denied.add((key, p.partition))
+                if name is not None and follower_ok:  # a consumer's: kept in its session
+                    tp = TopicPartition(name, p.partition)
+                    asked.refused.add(tp)
+                    asked.fetch_data[tp] = CachedPartition(
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        getattr(p, "current_leader_epoch", -1),
+                        getattr(p, "log_start_offset", -1),
+                        key,
+                    )
             elif name is not None:
                 fp = FetchPartition(
                     TopicPartition(name, p.partition),
@@ -186,10 +203,28 @@ def _session_extras(
         changed += [tp for tp in manager.lagging(asked.replica_id) if tp in held]
     if session.rescan_due(broker.clock.monotonic_ms()):
         changed = list(dict.fromkeys(changed + manager.drifted(session)))
+    # Kafka answers a session's refused partitions in every answer, and reads them again
+    # once allowed.
+    changed += [tp for tp in session.refused if tp not in asked.refused]
     extra = [tp for tp in dict.fromkeys(changed) if tp not in named]
     allowed = _allowed(broker, asked.follower_ok, asked.follower)
-    asked.wanted += session_partitions(session, [tp for tp in extra if allowed(tp)])
+    readable = [tp for tp in extra if allowed(tp)]
+    session.refused.difference_update(readable)
+    asked.wanted += session_partitions(session, readable)
     return _SessionExtras(session, {tp: session.partitions[tp].key for tp in extra}, allowed)
+
+
+def _note_refused(asked: _Requested, session: FetchSession, incremental: bool) -> None:
+    """The session's partitions its consumer may not read: those this request was refused,
+    and (incremental) those refused before that it did not name again."""
+    if incremental:
+        named = {fp.tp for fp in asked.wanted}
+        session.refused = {
+            tp for tp in session.refused if tp in session.partitions and tp not in named
+        }
+        session.refused |= asked.refused
+    else:
+        session.refused = set(asked.refused)
 
 
 def _byte_limits(broker: BrokerServices, req: Request, asked: _Requested) -> tuple[int, int]:
@@ -272,6 +307,9 @@ def _read_answer(index: int, r: FetchPartitionResult) -> dict[str, Any]:
 
 
 def _error_answer(index: int, code: ErrorCode) -> dict[str, Any]:
+    # Empty records, not null: Kafka answers every partition with a record set (its
+    # `recordsOrFail`), and librdkafka refuses a null one as a malformed response and asks
+    # again at once, forever.
     return {
         "partition_index": index,
         "error_code": code,
@@ -279,7 +317,7 @@ def _error_answer(index: int, code: ErrorCode) -> dict[str, Any]:
         "last_stable_offset": -1,
         "log_start_offset": -1,
         "preferred_read_replica": -1,
-        "records": None,
+        "records": b"",
     }
 
 

@@ -529,10 +529,13 @@ def env_line(env: dict[str, Any]) -> str:
     )
 
 
-def print_table(title: str, cells: list[tuple[str, str, str, str]]) -> None:
-    """Print (row, measurement, result, detail) rows as a table: with `rich` when it is
-    installed, in plain text otherwise."""
-    headers = ("row", "measurement", "result", "detail")
+def print_table(
+    title: str,
+    cells: Sequence[tuple[str, ...]],
+    headers: tuple[str, ...] = ("row", "measurement", "result", "detail"),
+) -> None:
+    """Print rows of cells under `headers` (by default row, measurement, result, detail) as a
+    table: with `rich` when it is installed, in plain text otherwise."""
     try:
         from rich.console import Console
         from rich.table import Table

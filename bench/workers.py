@@ -286,16 +286,17 @@ def ingest(p: Params) -> Params:
 
 
 def fetch_frame(
-    topic: str, offsets: dict[int, int], max_bytes: int, correlation_id: int
+    topic: str, offsets: dict[int, int], max_bytes: int, correlation_id: int, max_wait: int = 0
 ) -> bytes:
-    """A size-prefixed FetchRequest v12 (no session: epoch -1), no wait, for the partitions
-    of `offsets` (partition → fetch offset), `max_bytes` each."""
+    """A size-prefixed FetchRequest v12 (no session: epoch -1) for the partitions of
+    `offsets` (partition → fetch offset), `max_bytes` each; no wait unless `max_wait` (ms)
+    says so (a broker with data at hand answers at once either way)."""
     return encode_request(
         1,
         12,
         {
             "replica_id": -1,
-            "max_wait": 0,
+            "max_wait": max_wait,
             "min_bytes": 1,
             "max_bytes": max_bytes * len(offsets),
             "isolation_level": 0,
@@ -325,7 +326,7 @@ def fetch_frame(
 
 
 def _fetch_plan(
-    s: socket.socket, topic: str, partitions: list[int], max_bytes: int
+    s: socket.socket, topic: str, partitions: list[int], max_bytes: int, max_wait: int = 0
 ) -> list[tuple[bytes, int, int]]:
     """Walk partitions from offset 0 (together, one Fetch for all of them) with decoded
     Fetches: (request frame, response frame size, record bytes) of every Fetch it takes to
@@ -335,7 +336,7 @@ def _fetch_plan(
     plan: list[tuple[bytes, int, int]] = []
     offsets = dict.fromkeys(partitions, 0)
     while True:
-        frame = fetch_frame(topic, offsets, max_bytes, correlation_id=len(plan) + 1)
+        frame = fetch_frame(topic, offsets, max_bytes, len(plan) + 1, max_wait)
         s.sendall(frame)
         resp_frame = read_frame(s)
         resp = decode_response(1, 12, resp_frame)
@@ -375,7 +376,7 @@ def fetch_load(p: Params) -> Params:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         socks.append(s)
         mine = [part for part in range(p["partitions"]) if part % conns == c]
-        plans.append(_fetch_plan(s, p["topic"], mine, max_bytes))
+        plans.append(_fetch_plan(s, p["topic"], mine, max_bytes, p.get("max_wait_ms", 0)))
     if not all(plans):
         raise BenchError("a partition of the consume topic is empty")
 

@@ -461,6 +461,30 @@ def api_versions_request() -> bytes:
     )
 
 
+def answer_api_versions(
+    port: int, proc: subprocess.Popen[Any], t0: float, timeout_s: float
+) -> float:
+    """Connect to 127.0.0.1:port in a tight loop (0.5 ms after a refused connect) until an
+    ApiVersions v3 request is answered without error; returns the ms since `t0`
+    (`time.perf_counter()`). Raises BenchError when the process exits or time runs out."""
+    request = api_versions_request()
+    deadline = t0 + timeout_s
+    while True:
+        if time.perf_counter() > deadline or proc.poll() is not None:
+            raise BenchError(f"no ApiVersions answer on port {port} (exit {proc.poll()})")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(request)
+                resp = decode_response(18, 3, read_frame(s))
+                elapsed_ms = (time.perf_counter() - t0) * 1000
+        except (ConnectionRefusedError, ConnectionResetError, ConnectionError):
+            time.sleep(0.0005)
+            continue
+        if int(resp.error_code) != 0:
+            raise BenchError(f"ApiVersions error {resp.error_code}")
+        return elapsed_ms
+
+
 def segment_files(data_dir: Path, topic: str) -> list[Path]:
     """The `.log` segment files of every partition of a topic, in partition/offset order."""
     out: list[Path] = []

@@ -32,6 +32,7 @@ from bench.common import (
     MIB,
     BenchError,
     Broker,
+    answer_api_versions,
     create_topic,
     env_line,
     environment,
@@ -42,7 +43,7 @@ from bench.common import (
     run_worker,
     temp_dir,
 )
-from bench.peer_tansu import Tansu, answer_api_versions, tansu_unavailable_reason, tansu_version
+from bench.peer_tansu import Tansu, tansu_unavailable_reason, tansu_version
 
 PARTITIONS = 4
 

@@ -2,11 +2,13 @@
 process with two log dirs: execute with `--replica-alter-log-dirs-throttle` → the throttle is
 set, the replica's files end in the other dir, verify reports the move in progress and then
 completed and removes the throttle; a dir the broker does not have gets its LOG_DIR_NOT_FOUND
-as an error (exit status 1)."""
+as an error (exit status 1). And, on a two-broker cluster of processes, a replica moved to
+another broker and into a named dir there."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, Res
 
 from tests.broker_process import BrokerProcess
 from tests.helpers import create_topic
+from wherry.cli.common import CommandError
 from wherry.cli.main import main
+from wherry.cli.reassign_log_dirs import start_moves
+from wherry.testing.cluster import ZkCluster
 
 CALL_TIMEOUT_S = 15.0
 THROTTLE_KEY = "replica.alter.log.dirs.io.max.bytes.per.second"
@@ -148,3 +153,54 @@ def test_a_relative_log_dir_is_refused_before_anything_is_sent(broker: BrokerPro
     assert result.exit_code == 1
     assert result.stderr.startswith('Error: Invalid log dir "data/b" for replica 0 of '
                                     "partition mv-rel-0")
+
+
+def test_a_replica_moving_to_another_broker_lands_in_the_named_dir(tmp_path: Path) -> None:
+    """The log-dir move of a replica the reassignment creates on a new broker: asked again
+    until that broker holds it, then it is in the named dir there."""
+    root = tmp_path / "cluster"
+    log_dirs = {b: [root / f"b{b}-x", root / f"b{b}-y"] for b in (0, 1)}
+    with ZkCluster(root, brokers=2, log_dirs=log_dirs) as cluster:
+        topic = "mv-broker"
+        create_topic(cluster.bootstrap, topic, [[0]])
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+        for i in range(100):
+            producer.produce(topic, VALUE, key=str(i).encode())
+        assert producer.flush(CALL_TIMEOUT_S) == 0
+        dest = log_dirs[1][1]
+        # Kafka's retry: a replica its broker does not hold (REPLICA_NOT_AVAILABLE) is asked
+        # for again until the time is up.
+        addresses = {b: (cluster.host, cluster.ports[b]) for b in (0, 1)}
+        asked: list[float] = []
+
+        def sleep(seconds: float) -> None:
+            asked.append(seconds)
+            time.sleep(seconds)
+
+        with pytest.raises(CommandError) as e:
+            start_moves(addresses, {(topic, 0, 1): str(dest)}, CALL_TIMEOUT_S, 1.0,
+                        print, sleep=sleep)
+        assert str(e.value) == ("Timed out before log directory move could be started for: "
+                                f"{topic}-0-1")
+        assert len(asked) >= 3
+        path = tmp_path / "plan.json"
+        path.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic, "partition": 0, "replicas": [1], "log_dirs": [str(dest)]}]}))
+        args = ["--bootstrap-server", cluster.bootstrap, "--reassignment-json-file", str(path)]
+        result = CliRunner().invoke(main, ["reassign", "execute", *args],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        assert result.stdout.endswith(
+            f"Successfully started moving log directory to {dest} for replica {topic}-0 "
+            "with broker 1 \n")
+        result = CliRunner().invoke(main, ["reassign", "verify", *args, "--wait",
+                                           "--wait-timeout-ms", "60000"],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        assert result.stdout.startswith(
+            "Status of partition reassignment:\n"
+            f"Reassignment of partition {topic}-0 is completed.\n"
+            f"Reassignment of replica {topic}-0-1 completed successfully.\n")
+        assert (dest / f"{topic}-0").is_dir()
+        assert not (log_dirs[1][0] / f"{topic}-0").exists()
+        assert sum(f.stat().st_size for f in (dest / f"{topic}-0").glob("*.log")) > 100_000

@@ -1,7 +1,7 @@
 """`wherry reassign` moving replicas between log directories, against a real `wherry server`
 process with two log dirs: execute with `--replica-alter-log-dirs-throttle` → the throttle is
 set, the replica's files end in the other dir, verify reports the move in progress and then
-completed and removes the throttle; a dir the broker does not have gets its LOG_DIR_NOT_FOUND
+completed and removes the throttle, or cancel keeps the replica where it is; a dir the broker does not have gets its LOG_DIR_NOT_FOUND
 as an error (exit status 1). And, on a two-broker cluster of processes, a replica moved to
 another broker and into a named dir there."""
 
@@ -75,14 +75,18 @@ def throttle(broker: BrokerProcess) -> tuple[str | None, bool]:
     return entry.value, entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
 
 
+def fill(bootstrap: str, topic: str, records: int = RECORDS) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(records):
+        producer.produce(topic, VALUE, key=str(i).encode())
+    assert producer.flush(CALL_TIMEOUT_S) == 0
+
+
 def test_move_to_the_other_dir_throttled_then_verify(broker: BrokerProcess,
                                                     tmp_path: Path) -> None:
     topic = "mv-dirs"
     create_topic(broker.bootstrap, topic)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
-    for i in range(RECORDS):
-        producer.produce(topic, VALUE, key=str(i).encode())
-    assert producer.flush(CALL_TIMEOUT_S) == 0
+    fill(broker.bootstrap, topic)
     src = holder(broker, topic)
     dest = next(d for d in dirs(broker) if d != src)
     size = sum(f.stat().st_size for f in (src / f"{topic}-0").glob("*.log"))
@@ -125,6 +129,35 @@ def test_move_to_the_other_dir_throttled_then_verify(broker: BrokerProcess,
     assert out.endswith(f"Reassignment of replica {topic}-0-0 completed successfully.\n")
 
 
+def test_cancel_keeps_the_replica_where_it_is(broker: BrokerProcess, tmp_path: Path) -> None:
+    topic = "mv-cancel"
+    create_topic(broker.bootstrap, topic)
+    fill(broker.bootstrap, topic)
+    src = holder(broker, topic)
+    dest = next(d for d in dirs(broker) if d != src)
+    json_file = plan(tmp_path, topic, str(dest))
+    ok(reassign(broker, "execute", "--reassignment-json-file", json_file,
+                "--replica-alter-log-dirs-throttle", str(RATE)))
+    assert [p for p in dest.iterdir() if p.name.endswith("-future")]
+    out = ok(reassign(broker, "cancel", "--reassignment-json-file", json_file))
+    assert out == ("None of the specified partition reassignments are active.\n"
+                   f"Successfully started moving log directory to {src} for replica {topic}-0 "
+                   "with broker 0 \n"
+                   "Clearing broker-level throttles on broker 0\n"
+                   f"Clearing topic-level throttles on topic {topic}\n")
+    assert throttle(broker)[1] is False
+    out = ok(reassign(broker, "verify", "--reassignment-json-file", json_file,
+                      "--preserve-throttles"))
+    assert out.endswith(f"Partition {topic}-0 on broker 0 is not being moved from log dir "
+                        f"{src} to {dest}.\n")
+    assert holder(broker, topic) == src
+    assert not [p for p in dest.iterdir() if p.name.endswith("-future")]
+    # nothing left to cancel
+    out = ok(reassign(broker, "cancel", "--reassignment-json-file", json_file,
+                      "--preserve-throttles"))
+    assert out.endswith("None of the specified partition moves are active.\n")
+
+
 def test_a_dir_the_broker_does_not_have(broker: BrokerProcess, tmp_path: Path) -> None:
     topic = "mv-nodir"
     create_topic(broker.bootstrap, topic)
@@ -163,10 +196,7 @@ def test_a_replica_moving_to_another_broker_lands_in_the_named_dir(tmp_path: Pat
     with ZkCluster(root, brokers=2, log_dirs=log_dirs) as cluster:
         topic = "mv-broker"
         create_topic(cluster.bootstrap, topic, [[0]])
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
-        for i in range(100):
-            producer.produce(topic, VALUE, key=str(i).encode())
-        assert producer.flush(CALL_TIMEOUT_S) == 0
+        fill(cluster.bootstrap, topic, 100)
         dest = log_dirs[1][1]
         # Kafka's retry: a replica its broker does not hold (REPLICA_NOT_AVAILABLE) is asked
         # for again until the time is up.

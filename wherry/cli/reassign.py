@@ -31,9 +31,9 @@ import click
 from wherry.cli.common import CommandError, ErrorsReported, admin_options, exits_on_error
 from wherry.cli.reassign_json import (
     TP,
+    Replica,
     format_reassignment,
     parse_broker_list,
-    parse_reassignment,
     parse_reassignment_with_dirs,
     parse_topics_to_move,
     tp_str,
@@ -335,6 +335,19 @@ def verify(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 # cancel, list
 
 
+def _cancel_dir_moves(svc: ReassignService, dir_targets: Mapping[Replica, str]) -> None:
+    """Kafka's cancel of log-dir moves: each replica being moved is asked to stay where it
+    is (AlterReplicaLogDirs to its current dir, which drops the future log)."""
+    addresses = svc.broker_addresses()
+    found = describe_replica_dirs(addresses, set(dir_targets), svc.timeout_s)
+    back = {r: d.current for r, d in found.items()
+            if d.future is not None and d.current is not None}
+    if back:
+        start_moves(addresses, back, svc.timeout_s, svc.timeout_s, click.echo)
+    else:
+        click.echo("None of the specified partition moves are active.")
+
+
 @reassign.command()
 @_common_options
 @_json_file_option("--reassignment-json-file", "The reassignment to cancel.")
@@ -342,8 +355,9 @@ def verify(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 @_handle_errors
 def cancel(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
            json_file: Path, preserve_throttles: bool) -> None:
-    """Cancel the reassignment's ongoing partition moves (back to the original replicas)."""
-    targets = parse_reassignment(_read(json_file))
+    """Cancel the reassignment's ongoing partition moves (back to the original replicas) and
+    its moves between log dirs (the replicas stay in their current dirs)."""
+    targets, dir_targets = parse_reassignment_with_dirs(_read(json_file))
     with _service(bootstrap_server, command_config, timeout_ms) as svc:
         active = sorted(svc.list_reassignments(set(targets)))
         if active:
@@ -357,6 +371,8 @@ def cancel(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
                        f"for: {tps_str(active)}")
         else:
             click.echo("None of the specified partition reassignments are active.")
+        if dir_targets:
+            _cancel_dir_moves(svc, dir_targets)
         if not preserve_throttles:
             _clear_throttles(svc, targets)
 

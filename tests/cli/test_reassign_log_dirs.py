@@ -1,9 +1,9 @@
 """`wherry reassign` moving replicas between log directories, against a real `wherry server`
 process with two log dirs: execute with `--replica-alter-log-dirs-throttle` → the throttle is
 set, the replica's files end in the other dir, verify reports the move in progress and then
-completed and removes the throttle, or cancel keeps the replica where it is; a dir the broker does not have gets its LOG_DIR_NOT_FOUND
-as an error (exit status 1). And, on a two-broker cluster of processes, a replica moved to
-another broker and into a named dir there."""
+completed and removes the throttle, or cancel keeps the replica where it is; a dir the broker
+does not have gets its LOG_DIR_NOT_FOUND as an error (exit status 1). And, on a two-broker
+cluster of processes, a replica moved to another broker and into a named dir there."""
 
 from __future__ import annotations
 

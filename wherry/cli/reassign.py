@@ -100,7 +100,8 @@ def _plural(n: int) -> str:
 
 @click.group()
 def reassign() -> None:
-    """Move partition replicas between brokers (like kafka-reassign-partitions)."""
+    """Move partition replicas between brokers and between a broker's log dirs (like
+    kafka-reassign-partitions)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,7 +149,11 @@ def generate(bootstrap_server: str, command_config: Path | None, timeout_ms: int
 
 @reassign.command()
 @_common_options
-@_json_file_option("--reassignment-json-file", "The reassignment to start.")
+@_json_file_option("--reassignment-json-file",
+                   'The reassignment to start: {"version":1,"partitions":[{"topic":"t",'
+                   '"partition":0,"replicas":[1,2],"log_dirs":["any","/data/b"]}]}; '
+                   '"log_dirs" (optional, as long as "replicas") gives each replica "any" or '
+                   "the absolute path of the log dir to move it to on its broker.")
 @click.option("--throttle", type=click.IntRange(min=-1), default=-1, metavar="BYTES_PER_SEC",
               help="Replication throttle of the brokers involved while moving (B/s).")
 @click.option("--replica-alter-log-dirs-throttle", type=click.IntRange(min=-1), default=-1,
@@ -267,7 +272,8 @@ def _clear_throttles(svc: ReassignService, targets: Mapping[TP, Sequence[int]]) 
 @_json_file_option("--reassignment-json-file", "The reassignment to check.")
 @click.option("--preserve-throttles", is_flag=True, help="Leave the throttles in place.")
 @click.option("--wait", is_flag=True,
-              help="Poll until the partitions are done, printing progress (wherry extra).")
+              help="Poll until the partitions and the moves between log dirs are done, "
+                   "printing progress (wherry extra).")
 @click.option("--wait-timeout-ms", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --wait: give up after this long (0: never).")
 @click.option("--poll-interval-ms", type=click.IntRange(min=50), default=1000,

@@ -35,6 +35,15 @@ CLIENT_ID = "reassign-partitions-tool"
 Address = tuple[str, int]
 
 
+# Kafka's exception classes whose names are not the error's name in CamelCase.
+_EXCEPTIONS = {
+    ErrorCode.kafka_storage_error: "KafkaStorageException",
+    ErrorCode.unknown_server_error: "UnknownServerException",
+    ErrorCode.invalid_topic_exception: "InvalidTopicException",
+    ErrorCode.cluster_authorization_failed: "ClusterAuthorizationException",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaDirs:
     """Where a replica is on its broker: its current log dir and the one it moves to."""
@@ -47,9 +56,11 @@ def kafka_error_text(code: int) -> str:
     """Kafka's exception for an error code, as Java prints it, with Kafka's description."""
     from kafka.errors import for_code
 
-    name = "".join(w.capitalize() for w in ErrorCode(code).name.split("_"))
+    error = ErrorCode(code)
+    name = _EXCEPTIONS.get(error) or "".join(
+        w.capitalize() for w in error.name.split("_")) + "Exception"
     description = str(getattr(for_code(code), "description", "") or "")
-    text = f"org.apache.kafka.common.errors.{name}Exception"
+    text = f"org.apache.kafka.common.errors.{name}"
     return f"{text}: {description}" if description else text
 
 
@@ -74,26 +85,28 @@ async def _gather(calls: Mapping[int, Any]) -> dict[int, Any]:
     return dict(zip(calls, answers, strict=True))
 
 
-def _per_broker(addresses: Mapping[int, Address], brokers: set[int]) -> dict[int, Address]:
-    unknown = sorted(b for b in brokers if b not in addresses)
+def _ask_each(addresses: Mapping[int, Address], api: tuple[int, int],
+              bodies: Mapping[int, Any], timeout_s: float, name: str) -> dict[int, Any]:
+    """One request to each broker of `bodies` (broker -> request body), all at once."""
+    unknown = sorted(b for b in bodies if b not in addresses)
     if unknown:
         raise CommandError(f"Unknown broker id{'s' if len(unknown) > 1 else ''} "
                            f"{','.join(map(str, unknown))}")
-    return {b: addresses[b] for b in sorted(brokers)}
+    calls = {b: call_broker(addresses[b], api[0], api[1], body, timeout_s, CLIENT_ID)
+             for b, body in sorted(bodies.items())}
+    try:
+        return asyncio.run(_gather(calls))
+    except RequestError as e:
+        raise CommandError(f"{name} failed: {e}") from e
 
 
 def alter_replica_log_dirs(addresses: Mapping[int, Address], moves: Mapping[Replica, str],
                            timeout_s: float) -> dict[Replica, int]:
     """AlterReplicaLogDirs to each broker of `moves`; replica -> the broker's error code."""
-    targets = _per_broker(addresses, {b for _, _, b in moves})
-    calls = {b: call_broker(a, ALTER_REPLICA_LOG_DIRS, ALTER_VERSION,
-                            _alter_body({r: d for r, d in moves.items() if r[2] == b}),
-                            timeout_s, CLIENT_ID)
-             for b, a in targets.items()}
-    try:
-        answers = asyncio.run(_gather(calls))
-    except RequestError as e:
-        raise CommandError(f"AlterReplicaLogDirs failed: {e}") from e
+    bodies = {b: _alter_body({r: d for r, d in moves.items() if r[2] == b})
+              for b in {b for _, _, b in moves}}
+    answers = _ask_each(addresses, (ALTER_REPLICA_LOG_DIRS, ALTER_VERSION), bodies, timeout_s,
+                        "AlterReplicaLogDirs")
     out: dict[Replica, int] = {}
     for broker, response in answers.items():
         for t in response.results:
@@ -107,14 +120,9 @@ def alter_replica_log_dirs(addresses: Mapping[int, Address], moves: Mapping[Repl
 def describe_replica_dirs(addresses: Mapping[int, Address], replicas: set[Replica],
                           timeout_s: float) -> dict[Replica, ReplicaDirs]:
     """Kafka's describeReplicaLogDirs: each replica the brokers hold (absent: not held)."""
-    targets = _per_broker(addresses, {b for _, _, b in replicas})
-    calls = {b: call_broker(a, DESCRIBE_LOG_DIRS, DESCRIBE_VERSION, {"topics": None},
-                            timeout_s, CLIENT_ID)
-             for b, a in targets.items()}
-    try:
-        answers = asyncio.run(_gather(calls))
-    except RequestError as e:
-        raise CommandError(f"DescribeLogDirs failed: {e}") from e
+    bodies = {b: {"topics": None} for _, _, b in replicas}
+    answers = _ask_each(addresses, (DESCRIBE_LOG_DIRS, DESCRIBE_VERSION), bodies, timeout_s,
+                        "DescribeLogDirs")
     current: dict[Replica, str] = {}
     future: dict[Replica, str] = {}
     for broker, response in answers.items():

@@ -163,9 +163,11 @@ def test_execute_rejects_unknown_topics_bad_json_and_log_dirs(cluster: DevCluste
     bad = write(tmp_path, "bad.json", '{"version":1,"partitions":[')
     assert "The input string is not a valid JSON" in failed(
         reassign(cluster, "execute", "--reassignment-json-file", bad))
-    assert "--replica-alter-log-dirs-throttle is not supported" in failed(reassign(
-        cluster, "execute", "--reassignment-json-file", unknown,
-        "--replica-alter-log-dirs-throttle", "100"))
+    relative = write(tmp_path, "relative.json", {"version": 1, "partitions": [
+        {"topic": "no-such-topic", "partition": 0, "replicas": [0], "log_dirs": ["b"]}]})
+    assert 'Invalid log dir "b" for replica 0 of partition no-such-topic-0' in failed(
+        reassign(cluster, "execute", "--reassignment-json-file", relative,
+                 "--replica-alter-log-dirs-throttle", "100"))
 
 
 def test_unreachable_cluster_is_a_clear_error(tmp_path: Path, unreachable_bootstrap: str

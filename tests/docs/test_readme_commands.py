@@ -131,6 +131,7 @@ def test_every_command_of_using_it_runs(tmp_path: Path) -> None:
         for example in tools:
             command = re.sub(r"127\.0\.0\.1:(\d+)",
                              lambda m: running.get(m.group(1), m.group(0)), example)
+            command = re.sub(r"/tmp/(\w+)", lambda m: str(tmp_path / m.group(1)), command)
             result = subprocess.run(["bash", "-c", command], cwd=work, env=env,
                                     capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
             assert result.returncode == 0, (

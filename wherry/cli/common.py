@@ -226,6 +226,11 @@ class AdminService:
             self._raise_if_transient(e, call)
             raise
 
+    def broker_addresses(self) -> dict[int, tuple[str, int]]:
+        """Each live broker's (host, port), from the cluster's metadata."""
+        md = self.metadata("describeCluster")
+        return {int(b.id): (str(b.host), int(b.port)) for b in md.brokers.values()}
+
     def metadata(self, call: str = "listTopics") -> Any:
         """The cluster's metadata for all topics (a request for all topics creates none)."""
         try:

@@ -37,10 +37,6 @@ _handle_errors = exits_on_error("Error: ")
 class LogDirsService(AdminService):
     CLIENT_ID = "wherry-log-dirs"
 
-    def brokers(self) -> dict[int, tuple[str, int]]:
-        md = self.metadata("describeCluster")
-        return {b.id: (b.host, b.port) for b in md.brokers.values()}
-
 
 def parse_id_list(text: str | None, what: str) -> list[int] | None:
     if text is None:
@@ -77,20 +73,26 @@ def log_dirs_json(answers: Iterable[tuple[int, Any]], topics: set[str]) -> str:
     return json.dumps({"version": 1, "brokers": brokers}, separators=(",", ":"))
 
 
-async def _describe_one(address: tuple[str, int], timeout_s: float) -> Any:
+async def call_broker(address: tuple[str, int], api_key: int, version: int, body: Any,
+                      timeout_s: float, client_id: str) -> Any:
+    """One request to one broker (`address`) on a connection of its own; RequestError if
+    unanswered."""
     conn = OutboundConnection(address[0], address[1], connect_timeout_s=timeout_s,
                               request_timeout_s=timeout_s)
-    client = RequestClient(conn.connect, client_id=LogDirsService.CLIENT_ID,
+    client = RequestClient(conn.connect, client_id=client_id,
                            peer=f"{address[0]}:{address[1]}")
     try:
-        return await client.call(DESCRIBE_LOG_DIRS, REQUEST_VERSION, {"topics": None})
+        return await client.call(api_key, version, body)
     finally:
         await conn.close()
 
 
 async def _describe_all(addresses: Sequence[tuple[int, tuple[str, int]]],
                         timeout_s: float) -> list[tuple[int, Any]]:
-    answers = await asyncio.gather(*(_describe_one(a, timeout_s) for _, a in addresses))
+    answers = await asyncio.gather(*(
+        call_broker(a, DESCRIBE_LOG_DIRS, REQUEST_VERSION, {"topics": None}, timeout_s,
+                    LogDirsService.CLIENT_ID)
+        for _, a in addresses))
     return [(b, r) for (b, _), r in zip(addresses, answers, strict=True)]
 
 
@@ -110,7 +112,7 @@ def log_dirs(bootstrap_server: str, command_config: Path | None, timeout_ms: int
     wanted = parse_id_list(broker_list, "--broker-list")
     topics = {t.strip() for t in (topic_list or "").split(",") if t.strip()}
     service = LogDirsService.connect(bootstrap_server, command_config, timeout_ms)
-    cluster = service.brokers()
+    cluster = service.broker_addresses()
     chosen = sorted(cluster) if wanted is None else wanted
     missing = [b for b in chosen if b not in cluster]
     if missing:

@@ -6,11 +6,16 @@ execute, verify, cancel, list, with Kafka's option names and JSON formats. Every
 
 Differences, on purpose: `generate` plans with `reassign_plan` (balanced, fewest moves) instead of
 Kafka's random placement; errors go to stderr as `Error: ...` with exit status 1; `verify --wait`
-(wherry's) polls until the partitions are done, printing progress on stderr; moving replicas
-between log directories (`log_dirs` other than "any", `--replica-alter-log-dirs-throttle`) is
-refused by this tool: the brokers do move replicas between their log directories, asked with
-AlterReplicaLogDirs by an admin client, at most `replica.alter.log.dirs.io.max.bytes.per.second`
-(a broker config read at start).
+(wherry's) polls until the partitions (and log-dir moves) are done, printing progress on
+stderr; a `log_dirs` entry that is neither "any" nor an absolute path is refused before anything
+is sent (Kafka leaves it to the broker's LOG_DIR_NOT_FOUND).
+
+Moves between log directories, as Kafka's tool: a replica whose `log_dirs` entry names a
+directory is moved there by its broker (AlterReplicaLogDirs, `reassign_log_dirs`), after the
+partition reassignment, which may first have to create the replica on a new broker;
+`--replica-alter-log-dirs-throttle` sets `replica.alter.log.dirs.io.max.bytes.per.second` on
+the brokers concerned; `verify` reports each move and, once every partition and every move is
+done, removes that throttle with the others (unless `--preserve-throttles`).
 """
 
 from __future__ import annotations
@@ -26,12 +31,18 @@ import click
 from wherry.cli.common import CommandError, ErrorsReported, admin_options, exits_on_error
 from wherry.cli.reassign_json import (
     TP,
+    Replica,
     format_reassignment,
     parse_broker_list,
-    parse_reassignment,
+    parse_reassignment_with_dirs,
     parse_topics_to_move,
     tp_str,
     tps_str,
+)
+from wherry.cli.reassign_log_dirs import (
+    describe_replica_dirs,
+    move_status_lines,
+    start_moves,
 )
 from wherry.cli.reassign_plan import (
     follower_throttles,
@@ -89,7 +100,8 @@ def _plural(n: int) -> str:
 
 @click.group()
 def reassign() -> None:
-    """Move partition replicas between brokers (like kafka-reassign-partitions)."""
+    """Move partition replicas between brokers and between a broker's log dirs (like
+    kafka-reassign-partitions)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,27 +149,27 @@ def generate(bootstrap_server: str, command_config: Path | None, timeout_ms: int
 
 @reassign.command()
 @_common_options
-@_json_file_option("--reassignment-json-file", "The reassignment to start.")
+@_json_file_option("--reassignment-json-file",
+                   'The reassignment to start: {"version":1,"partitions":[{"topic":"t",'
+                   '"partition":0,"replicas":[1,2],"log_dirs":["any","/data/b"]}]}; '
+                   '"log_dirs" (optional, as long as "replicas") gives each replica "any" or '
+                   "the absolute path of the log dir to move it to on its broker.")
 @click.option("--throttle", type=click.IntRange(min=-1), default=-1, metavar="BYTES_PER_SEC",
               help="Replication throttle of the brokers involved while moving (B/s).")
-@click.option("--replica-alter-log-dirs-throttle", type=int, default=-1,
+@click.option("--replica-alter-log-dirs-throttle", type=click.IntRange(min=-1), default=-1,
               metavar="BYTES_PER_SEC",
-              help="Refused: this tool does not move replicas between log dirs (the brokers "
-                   "do, on AlterReplicaLogDirs, at most their replica.alter.log.dirs.io.max."
-                   "bytes.per.second).")
+              help="Copy rate of the moves between log dirs on the brokers concerned "
+                   "(replica.alter.log.dirs.io.max.bytes.per.second, B/s).")
 @click.option("--additional", is_flag=True,
               help="Start even though other reassignments are running (or change a throttle).")
 @_handle_errors
 def execute(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
             json_file: Path, throttle: int, replica_alter_log_dirs_throttle: int,
             additional: bool) -> None:
-    """Start a reassignment (AlterPartitionReassignments), throttled if asked."""
-    proposed = parse_reassignment(_read(json_file))
-    if replica_alter_log_dirs_throttle >= 0:
-        raise CommandError("--replica-alter-log-dirs-throttle is not supported: this tool "
-                           "does not move replicas between log directories (an admin client's "
-                           "AlterReplicaLogDirs does, at the rate the brokers' "
-                           "replica.alter.log.dirs.io.max.bytes.per.second allows)")
+    """Start a reassignment (AlterPartitionReassignments), then the moves between log dirs
+    the JSON's log_dirs ask for (AlterReplicaLogDirs, retried until the replica exists on its
+    new broker, within --timeout-ms); throttled if asked."""
+    proposed, dir_moves = parse_reassignment_with_dirs(_read(json_file))
     with _service(bootstrap_server, command_config, timeout_ms) as svc:
         live = svc.brokers()
         for b in sorted({b for r in proposed.values() for b in r}):
@@ -173,19 +185,28 @@ def execute(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
         current = {tp: list(views[tp].replicas) for tp in proposed}
         click.echo(f"Current partition replica assignment\n\n{format_reassignment(current)}\n\n"
                    "Save this to use as the --reassignment-json-file option during rollback")
-        if throttle >= 0:
+        if throttle >= 0 or replica_alter_log_dirs_throttle >= 0:
             click.echo(RUN_VERIFY)
+        if throttle >= 0:
             moves = move_map({tp: (o.replicas, o.adding) for tp, o in ongoing.items()},
                              proposed, current)
             svc.set_topic_throttles(leader_throttles(moves), follower_throttles(moves))
             svc.set_broker_throttles(reassigning_brokers(moves), throttle)
             click.echo(f"The inter-broker throttle limit was set to {throttle} B/s")
+        if replica_alter_log_dirs_throttle >= 0:
+            svc.set_log_dir_throttle({b for _, _, b in dir_moves},
+                                     replica_alter_log_dirs_throttle)
+            click.echo("The replica-alter-dir throttle limit was set to "
+                       f"{replica_alter_log_dirs_throttle} B/s")
         errors = {tp: e for tp, e in svc.alter_reassignments(proposed).items() if e}
-    if errors:
-        raise CommandError("Error reassigning partition(s):\n" + "\n".join(
-            f"{tp_str(tp)}: {errors[tp]}" for tp in sorted(errors)))
-    click.echo(f"Successfully started partition reassignment{_plural(len(proposed))} for "
-               f"{tps_str(proposed)}")
+        if errors:
+            raise CommandError("Error reassigning partition(s):\n" + "\n".join(
+                f"{tp_str(tp)}: {errors[tp]}" for tp in sorted(errors)))
+        click.echo(f"Successfully started partition reassignment{_plural(len(proposed))} for "
+                   f"{tps_str(proposed)}")
+        if dir_moves:
+            start_moves(svc.broker_addresses(), dir_moves, svc.timeout_s, svc.timeout_s,
+                        click.echo)
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,7 +272,8 @@ def _clear_throttles(svc: ReassignService, targets: Mapping[TP, Sequence[int]]) 
 @_json_file_option("--reassignment-json-file", "The reassignment to check.")
 @click.option("--preserve-throttles", is_flag=True, help="Leave the throttles in place.")
 @click.option("--wait", is_flag=True,
-              help="Poll until the partitions are done, printing progress (wherry extra).")
+              help="Poll until the partitions and the moves between log dirs are done, "
+                   "printing progress (wherry extra).")
 @click.option("--wait-timeout-ms", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --wait: give up after this long (0: never).")
 @click.option("--poll-interval-ms", type=click.IntRange(min=50), default=1000,
@@ -260,12 +282,21 @@ def _clear_throttles(svc: ReassignService, targets: Mapping[TP, Sequence[int]]) 
 def verify(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
            json_file: Path, preserve_throttles: bool, wait: bool, wait_timeout_ms: int,
            poll_interval_ms: int) -> None:
-    """Show whether the reassignment is done; once nothing moves, remove the throttles."""
-    targets = parse_reassignment(_read(json_file))
+    """Show whether the reassignment (and its moves between log dirs) is done; once nothing
+    moves, remove the throttles."""
+    targets, dir_targets = parse_reassignment_with_dirs(_read(json_file))
     topics = {t for t, _ in targets}
     with _service(bootstrap_server, command_config, timeout_ms) as svc:
         deadline = time.monotonic() + wait_timeout_ms / 1000.0
         settle_by = 0.0
+
+        def dir_states() -> tuple[list[str], bool]:
+            if not dir_targets:
+                return [], True
+            found = describe_replica_dirs(svc.broker_addresses(), set(dir_targets),
+                                          svc.timeout_s)
+            return move_status_lines(dir_targets, found)
+
         while True:
             ongoing = svc.list_reassignments()
             views = svc.partitions(topics)
@@ -276,31 +307,51 @@ def verify(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
             settled = all(
                 tp in views and list(views[tp].replicas) == list(targets[tp]) for tp in targets
             )
-            if not wait or (not moving and settled):
+            dir_lines, dirs_done = dir_states()
+            if not wait or (not moving and settled and dirs_done):
                 break
-            if not moving:
+            if not moving and not dirs_done:
+                settle_by = 0.0  # log-dir moves still under way
+            elif not moving:
                 settle_by = settle_by or time.monotonic() + METADATA_SETTLE_S
                 if time.monotonic() >= settle_by:
                     break  # ended elsewhere than planned: the status below says where
             leos = svc.log_end_offsets(moving)
-            click.echo(_progress_line(targets, ongoing, views, leos), err=True)
+            progress = _progress_line(targets, ongoing, views, leos)
+            busy = sum(1 for line in dir_lines if "is still in progress" in line)
+            if busy:
+                progress += f"; {busy} log-dir move{_plural(busy)} in progress"
+            click.echo(progress, err=True)
             if wait_timeout_ms and time.monotonic() >= deadline:
-                click.echo("\n".join(_status_lines(targets, ongoing, views)[0]))
+                click.echo("\n".join(_status_lines(targets, ongoing, views)[0] + dir_lines))
                 raise CommandError(f"Timed out after {wait_timeout_ms} ms waiting for the "
                                    "reassignment to complete")
             time.sleep(poll_interval_ms / 1000.0)
         if wait:
             click.echo(_progress_line(targets, ongoing, views, {}), err=True)
         lines, all_done = _status_lines(targets, ongoing, views)
-        click.echo("\n".join(lines))
-        if not ongoing and not preserve_throttles:
+        click.echo("\n".join(lines + dir_lines))
+        if not ongoing and dirs_done and not preserve_throttles:
             _clear_throttles(svc, targets)
-    if wait and not all_done:
+    if wait and not (all_done and dirs_done):
         raise ErrorsReported()
 
 
 # --------------------------------------------------------------------------------------------
 # cancel, list
+
+
+def _cancel_dir_moves(svc: ReassignService, dir_targets: Mapping[Replica, str]) -> None:
+    """Kafka's cancel of log-dir moves: each replica being moved is asked to stay where it
+    is (AlterReplicaLogDirs to its current dir, which drops the future log)."""
+    addresses = svc.broker_addresses()
+    found = describe_replica_dirs(addresses, set(dir_targets), svc.timeout_s)
+    back = {r: d.current for r, d in found.items()
+            if d.future is not None and d.current is not None}
+    if back:
+        start_moves(addresses, back, svc.timeout_s, svc.timeout_s, click.echo)
+    else:
+        click.echo("None of the specified partition moves are active.")
 
 
 @reassign.command()
@@ -310,8 +361,9 @@ def verify(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 @_handle_errors
 def cancel(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
            json_file: Path, preserve_throttles: bool) -> None:
-    """Cancel the reassignment's ongoing partition moves (back to the original replicas)."""
-    targets = parse_reassignment(_read(json_file))
+    """Cancel the reassignment's ongoing partition moves (back to the original replicas) and
+    its moves between log dirs (the replicas stay in their current dirs)."""
+    targets, dir_targets = parse_reassignment_with_dirs(_read(json_file))
     with _service(bootstrap_server, command_config, timeout_ms) as svc:
         active = sorted(svc.list_reassignments(set(targets)))
         if active:
@@ -325,6 +377,8 @@ def cancel(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
                        f"for: {tps_str(active)}")
         else:
             click.echo("None of the specified partition reassignments are active.")
+        if dir_targets:
+            _cancel_dir_moves(svc, dir_targets)
         if not preserve_throttles:
             _clear_throttles(svc, targets)
 

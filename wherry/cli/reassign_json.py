@@ -4,7 +4,8 @@
   `{"version":1,"topics":[{"topic":"foo"}]}`
 * a reassignment (`execute`, `verify`, `cancel --reassignment-json-file`, and what `generate`
   prints): `{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],
-  "log_dirs":["any","any"]}]}` (`log_dirs` optional)
+  "log_dirs":["any","any"]}]}` (`log_dirs` optional: "any", or the absolute path of the
+  log directory the replica is to move to on its broker)
 * partitions to elect (`elect --path-to-json-file`): `{"partitions":[{"topic":"t","partition":0}]}`
 
 Parsing checks everything Kafka's tools check, with their messages, and raises CommandError.
@@ -19,12 +20,19 @@ from typing import Any
 from wherry.cli.common import CommandError
 
 TP = tuple[str, int]
+Replica = tuple[str, int, int]
+"""(topic, partition, broker): Kafka's TopicPartitionReplica."""
 ANY_LOG_DIR = "any"
 
 
 def tp_str(tp: TP) -> str:
     """Kafka's TopicPartition.toString(): `topic-partition`."""
     return f"{tp[0]}-{tp[1]}"
+
+
+def replica_str(replica: Replica) -> str:
+    """Kafka's TopicPartitionReplica.toString(): `topic-partition-broker`."""
+    return f"{replica[0]}-{replica[1]}-{replica[2]}"
 
 
 def tps_str(tps: Iterable[TP], sep: str = ",") -> str:
@@ -124,11 +132,18 @@ def parse_broker_list(text: str) -> list[int]:
 
 
 def parse_reassignment(text: str) -> dict[TP, list[int]]:
+    """The partitions and their target replicas (see `parse_reassignment_with_dirs`)."""
+    return parse_reassignment_with_dirs(text)[0]
+
+
+def parse_reassignment_with_dirs(text: str) -> tuple[dict[TP, list[int]], dict[Replica, str]]:
     """The partitions and their target replicas, checked like Kafka's
-    parseExecuteAssignmentArgs (empty list, empty replicas, duplicates)."""
+    parseExecuteAssignmentArgs (empty list, empty replicas, duplicates), and the replicas
+    with a log dir other than "any" (topic, partition, broker) -> absolute path."""
     js = _object(_load(text), "the reassignment")
     _version(js)
     entries: list[tuple[TP, list[int]]] = []
+    dirs: dict[Replica, str] = {}
     for raw in _list(js, "partitions", "the reassignment"):
         tp = _tp(raw, "a partition")
         what = f"partition {tp_str(tp)}"
@@ -136,13 +151,7 @@ def parse_reassignment(text: str) -> dict[TP, list[int]]:
         if not all(isinstance(r, int) and not isinstance(r, bool) for r in replicas):
             raise CommandError(f"Replicas of {what} must be broker ids (integers): "
                                f"{json.dumps(replicas)}")
-        log_dirs = raw.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
-        if not isinstance(log_dirs, list) or len(log_dirs) != len(replicas):
-            raise CommandError(f"Size of replicas list {replicas} is different from size of "
-                               f"log dirs list {log_dirs} for partition {tp_str(tp)}")
-        if any(d != ANY_LOG_DIR for d in log_dirs):
-            raise CommandError(f"Moving replicas between log directories is not supported "
-                               f"(log_dirs of {what} must all be \"any\")")
+        dirs.update(_log_dirs(raw, tp, replicas))
         entries.append((tp, list(replicas)))
     if not entries:
         raise CommandError("Partition reassignment list cannot be empty")
@@ -158,7 +167,36 @@ def parse_reassignment(text: str) -> dict[TP, list[int]]:
     if dup_replicas:
         raise CommandError("Partition replica lists may not contain duplicate entries: "
                            + ". ".join(dup_replicas))
-    return dict(entries)
+    return dict(entries), dirs
+
+
+def _log_dirs(raw: Mapping[str, Any], tp: TP, replicas: list[int]) -> dict[Replica, str]:
+    """A partition's `log_dirs` (default: all "any"): Kafka's size check, then each dir "any"
+    or an absolute path (Kafka's tool leaves that check to the broker's LOG_DIR_NOT_FOUND)."""
+    log_dirs = raw.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
+    if not isinstance(log_dirs, list) or not all(isinstance(d, str) for d in log_dirs):
+        raise CommandError(f"Field `log_dirs` of partition {tp_str(tp)} must be an array of "
+                           f"strings, got {json.dumps(log_dirs)}")
+    if len(log_dirs) != len(replicas):
+        raise CommandError(f"Size of replicas list {_java_list(replicas)} is different from "
+                           f"size of log dirs list {_java_list(log_dirs)} for partition "
+                           f"{tp_str(tp)}")
+    out: dict[Replica, str] = {}
+    for broker, log_dir in zip(replicas, log_dirs, strict=True):
+        if log_dir == ANY_LOG_DIR:
+            continue
+        if not log_dir.startswith("/"):
+            raise CommandError(
+                f"Invalid log dir {json.dumps(log_dir)} for replica {broker} of partition "
+                f"{tp_str(tp)}: a log dir must be either \"any\" or the absolute path of the "
+                "log directory on the broker")
+        out[(tp[0], tp[1], broker)] = log_dir
+    return out
+
+
+def _java_list(items: Sequence[Any]) -> str:
+    """Java's List.toString(): `[1, 2]`, `[/a, any]`."""
+    return "[" + ", ".join(map(str, items)) + "]"
 
 
 def format_reassignment(assignment: Mapping[TP, Sequence[int]]) -> str:

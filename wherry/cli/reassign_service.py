@@ -26,8 +26,7 @@ from wherry.cli.common import AdminService, CommandError, load_properties_file
 from wherry.cli.reassign_json import TP
 
 BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-# Kafka also clears replica.alter.log.dirs.io.max.bytes.per.second, which this tool never sets
-# (it moves no replica between log dirs; the brokers read that key at start).
+LOG_DIR_THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
 TOPIC_THROTTLES = ("leader.replication.throttled.replicas",
                    "follower.replication.throttled.replicas")
 
@@ -233,11 +232,22 @@ class ReassignService(AdminService):
                 for name in BROKER_THROTTLES])
             for b in sorted(brokers)])
 
+    def set_log_dir_throttle(self, brokers: Collection[int], rate: int) -> None:
+        """The copy rate of moves between the brokers' log dirs (Kafka's
+        modifyLogDirThrottle)."""
+        self._alter_configs([
+            ConfigResource(ResourceType.BROKER, str(b), incremental_configs=[
+                ConfigEntry(LOG_DIR_THROTTLE, str(rate),
+                            incremental_operation=AlterConfigOpType.SET)])
+            for b in sorted(brokers)])
+
     def clear_broker_throttles(self, brokers: Collection[int]) -> None:
+        """The replication throttles and the log-dir copy throttle (Kafka's
+        clearBrokerLevelThrottles)."""
         self._alter_configs([
             ConfigResource(ResourceType.BROKER, str(b), incremental_configs=[
                 ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE)
-                for name in BROKER_THROTTLES])
+                for name in (*BROKER_THROTTLES, LOG_DIR_THROTTLE)])
             for b in sorted(brokers)])
 
     def clear_topic_throttles(self, topics: Collection[str]) -> None:

@@ -599,3 +599,18 @@ def test_aiokafka_decodes_our_batches(codec: int) -> None:
         assert (rec.key, rec.value) == (spec.key, spec.value)
         assert list(rec.headers) == list(spec.headers)
         assert rec.timestamp == (TS if spec.timestamp_ms is None else spec.timestamp_ms)
+
+
+@pytest.mark.parametrize("cut", [0, 1, 11, 60, 61, 62, -1, -30])
+def test_batches_next_offset_is_the_last_whole_batch_s_next_offset(cut: int) -> None:
+    from wherry.protocol.records import batches_next_offset
+
+    data = b"".join(
+        build_batch([(b"k", b"v" * i)] * (i + 1), base_offset=base, timestamp_ms=TS)
+        for i, base in enumerate((0, 5, 40, 1000))
+    )
+    data = data[:cut] if cut else data
+    headers = [h for _, h in iter_batches(data)]
+    expected = headers[-1].next_offset if headers else None
+    assert batches_next_offset(data) == expected
+    assert batches_next_offset(memoryview(data)) == expected

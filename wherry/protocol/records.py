@@ -277,6 +277,30 @@ def iter_batches(buf: _Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeade
         pos += size
 
 
+_BASE_AND_LENGTH: Final = struct.Struct(">qi")
+_LAST_OFFSET_DELTA_AT: Final = 23  # after baseOffset, length, epoch, magic, crc, attributes
+
+
+def batches_next_offset(buf: _Buffer, start: int = 0) -> int | None:
+    """The offset after the last complete batch from ``start`` (its base offset + last offset
+    delta + 1), or None when there is none: what `iter_batches` would give as the last
+    header's `next_offset`, read from the framing alone (no header is built per batch), for
+    the aborted transactions of a read_committed fetch."""
+    end, pos, last = len(buf), start, -1
+    unpack_from = _INT32.unpack_from
+    while end - pos >= BATCH_HEADER_SIZE:
+        (length,) = unpack_from(buf, pos + 8)
+        if length < _MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + length > end:
+            break
+        last = pos
+        pos += LOG_OVERHEAD + length
+    if last < 0:
+        return None
+    base, _ = _BASE_AND_LENGTH.unpack_from(buf, last)
+    (delta,) = unpack_from(buf, last + _LAST_OFFSET_DELTA_AT)
+    return int(base + delta + 1)
+
+
 def _crc_of(buf: _Buffer, start: int, end: int) -> int:
     """CRC32C of buf[start:end], read in place (any buffer: bytes, bytearray, a memoryview of
     a receive buffer), so checking a batch never copies it."""

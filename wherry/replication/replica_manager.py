@@ -24,7 +24,7 @@ from wherry.protocol.interbroker import (
     LeaderAndIsrRequest,
     StopReplicaRequest,
 )
-from wherry.protocol.records import RecordError, iter_batches, validate_batch
+from wherry.protocol.records import RecordError, batches_next_offset, validate_batch
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.replication.alter_partition import (
     AlterPartitionItem,
@@ -870,9 +870,7 @@ class ReplicaManager:
 def _aborted_in(plog: Log, fetch_offset: int, data: bytes) -> list[tuple[int, int]]:
     """(producer id, first offset) of the aborted transactions overlapping the fetched
     batches (Kafka's addAbortedTransactions; the upper bound is the end of the data)."""
-    end = None
-    for _, header in iter_batches(data):
-        end = header.next_offset
+    end = batches_next_offset(data)
     if end is None:
         return []
     return [

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.spark_jvm import stop_spark_jvm
 from wherry.cli.common import CommandError
 from wherry.cli.main import main
 from wherry.cli.serve import LogLevelError, log_level_number
@@ -227,11 +228,14 @@ def test_merge_cli_with_a_comma_list_and_a_regex(tmp_path: Path) -> None:
     expected = [r.line for r in merge_state_change_logs(logs, topic="merge-forms")]
     assert expected
     runner = CliRunner()
-    for args in (["--logs", ",".join(map(str, logs))],
-                 ["--logs-regex", f"{tmp_path / 'logs'}/broker-.*"],
-                 ["--logs", str(logs[0]), "--logs", f"{logs[1]},{logs[2]}"]):
-        result = runner.invoke(main, ["state-change-log", "merge", *args, "--topic",
-                                      "merge-forms", "--master", "local[1]"],
-                               catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-        assert result.stdout.splitlines() == expected, args
+    try:
+        for args in (["--logs", ",".join(map(str, logs))],
+                     ["--logs-regex", f"{tmp_path / 'logs'}/broker-.*"],
+                     ["--logs", str(logs[0]), "--logs", f"{logs[1]},{logs[2]}"]):
+            result = runner.invoke(main, ["state-change-log", "merge", *args, "--topic",
+                                          "merge-forms", "--master", "local[1]"],
+                                   catch_exceptions=False)
+            assert result.exit_code == 0, result.output
+            assert result.stdout.splitlines() == expected, args
+    finally:
+        stop_spark_jvm()  # the merge ran in this process; PySpark keeps its JVM for the next

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.spark_jvm import stop_spark_jvm
+
 # How long one Spark test may run before pytest-timeout ends it. Here each takes 1-31 s; a
 # stuck query then fails its test in minutes, not the whole CI run in hours.
 SPARK_TEST_TIMEOUT_S = 240
@@ -174,6 +176,10 @@ def spark(spark_log: Path) -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     traceback_s = os.environ.get("WHERRY_TEST_SPARK_TRACEBACK_S", "60")
+    # A JVM an earlier test of this process started (the state-change merge CLI, run in
+    # process, stops its session but PySpark keeps the JVM for the next one) writes its log
+    # elsewhere: this session gets a JVM of its own, started below with its output in the file.
+    stop_spark_jvm()
     saved = os.dup(1), os.dup(2)
     with open(spark_log, "ab") as f:
         os.dup2(f.fileno(), 1)  # the JVM inherits both: its thread dumps go to stdout
@@ -212,17 +218,7 @@ def spark(spark_log: Path) -> Iterator[Any]:
     finally:
         _jvm = None
         session.stop()
-        if gateway is not None:
-            gateway.shutdown()
-            SparkContext._gateway = None
-            SparkContext._jvm = None
-        if jvm is not None:  # the JVM PySpark started, stopped by its own PID
-            jvm.terminate()
-            try:
-                jvm.wait(timeout=20)
-            except Exception:
-                jvm.kill()
-                jvm.wait(timeout=10)
+        stop_spark_jvm()
 
 
 @pytest.fixture(autouse=True)

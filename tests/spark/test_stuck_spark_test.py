@@ -61,6 +61,9 @@ def test_a_stuck_spark_test_fails_with_stacks_and_the_next_one_runs(tmp_path: Pa
     suite = tmp_path / "suite"
     suite.mkdir()
     shutil.copy(Path(__file__).with_name("conftest.py"), suite / "conftest.py")
+    (suite / "tests").mkdir()  # the conftest's own import
+    (suite / "tests" / "__init__.py").write_text("")
+    shutil.copy(Path(__file__).parents[1] / "spark_jvm.py", suite / "tests" / "spark_jvm.py")
     (suite / "test_stuck.py").write_text(STUCK)
     (suite / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     env = {**os.environ, "WHERRY_TEST_SPARK_TRACEBACK_S": "2"}  # the workers' stacks sooner

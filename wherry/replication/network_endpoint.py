@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.outbound import RequestClient
 from wherry.outbound.buffered import BufferedConnection
+from wherry.outbound.connection import Connect
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.fetch_request import VERSION as FETCH_VERSION
 from wherry.protocol.fetch_request import PartitionFields, encode_fetch_v12
@@ -34,7 +35,22 @@ from wherry.replication.fetcher import (
 )
 from wherry.replication.truncation import EpochEndOffset
 
-__all__ = ["FollowerFetchSession", "NetworkLeaderEndpoint"]
+__all__ = ["FollowerFetchSession", "NetworkLeaderEndpoint", "socket_connect"]
+
+
+def socket_connect(
+    host: str, port: int, config: FetcherConfig, security: ClientSecurity = PLAINTEXT
+) -> Connect:
+    """A follower's connection to its leader at `host:port`: every request bounded by
+    `replica.socket.timeout.ms`, each answer received into one buffer (records not copied)."""
+    return BufferedConnection(
+        host,
+        port,
+        connect_timeout_s=config.socket_timeout_ms / 1000,
+        request_timeout_s=config.socket_timeout_ms / 1000,
+        max_response_bytes=max(config.response_max_bytes * 2, 100 * 1024 * 1024),
+        security=security,
+    ).connect
 
 
 # --- the Kafka-protocol endpoint --------------------------------------------------------------
@@ -105,18 +121,16 @@ class NetworkLeaderEndpoint:
         config: FetcherConfig,
         client_id: str | None = None,
         security: ClientSecurity = PLAINTEXT,
+        connect: Connect | None = None,
     ) -> None:
+        """`connect`, when given, opens the connection to the leader instead of a socket to
+        `host:port` (the simulator's network)."""
         self.broker_id = broker_id
         self.session = FollowerFetchSession()
+        if connect is None:
+            connect = socket_connect(host, port, config, security)
         self._client = RequestClient(
-            BufferedConnection(  # answers received into one buffer each, records not copied
-                host,
-                port,
-                connect_timeout_s=config.socket_timeout_ms / 1000,
-                request_timeout_s=config.socket_timeout_ms / 1000,
-                max_response_bytes=max(config.response_max_bytes * 2, 100 * 1024 * 1024),
-                security=security,
-            ).connect,
+            connect,
             client_id=client_id or f"broker-{broker_id}-fetcher",
             peer=f"{host}:{port}",
         )

@@ -49,26 +49,20 @@ from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.scheduler import Job, Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
-from wherry.runtime.tasks import wait_event
-from wherry.security.principal import Session
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.cluster_min_isr import ensure_cluster_min_isr
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.dynamic_apply import apply_dynamic
-from wherry.server.handlers import SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import (
     API_VERSIONS_KEY,
     early_answer,
-    unsupported_version_response,
 )
-from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.log_dir_failure import halt
 from wherry.server.meta_properties import check_meta_properties, write_meta_properties
 from wherry.server.metadata_gate import MetadataGate
-from wherry.server.network import CloseConnection, ConnectionInfo, Deferred, NetworkServer
-from wherry.server.request_session import REQUEST_MUTE, REQUEST_SESSION
+from wherry.server.network import ConnectionInfo, Deferred, NetworkServer
 from wherry.server.sasl_gate import SaslGate
 from wherry.server.startup import (
     API_VERSIONS_PREFIX,
@@ -85,7 +79,6 @@ if TYPE_CHECKING:
     from wherry.log.cleaner import LogCleaner
     from wherry.observability.service import ObservabilityServer
     from wherry.observability.sources import BrokerSources
-    from wherry.protocol.codec import Request
     from wherry.protocol.response_parts import ResponsePart
     from wherry.replication.alter_partition import ControllerSender
     from wherry.replication.log_dir_mover import LogDirMover
@@ -287,17 +280,12 @@ class Broker:
         await self.scram_credentials.load_all(self.store)  # before any SASL login
         await self.client_quotas.load_all(self.store)
         from wherry.replication.alter_partition import ControllerSender
-        from wherry.replication.fetch_session import (
-            DEFAULT_CACHE_SLOTS,
-            DEFAULT_EVICTION_MS,
-            FetchSessionCache,
-        )
         from wherry.replication.fetcher import FetcherConfig
         from wherry.replication.log_dir_mover import UNLIMITED as UNLIMITED_IO
         from wherry.replication.log_dir_mover import LogDirMover
-        from wherry.replication.network_endpoint import NetworkLeaderEndpoint
-        from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
+        from wherry.replication.network_endpoint import socket_connect
         from wherry.server.admin import AdminManager
+        from wherry.server.assembly import BrokerIO, replica_node
         from wherry.server.coordinator_edges import CoordinatorEdges
         from wherry.server.groups import GroupsRuntime
         from wherry.server.producer_ids import ProducerIdManager
@@ -319,32 +307,22 @@ class Broker:
             request_timeout_s=timeout_s,
             security=self.client_security,
         )
-        self.node = ReplicaNode(
-            self.broker_id,
+        io = BrokerIO(
+            self.clock,
+            self.rng,
+            connect=lambda a: socket_connect(a.host, a.port, fetcher_config, self.client_security),
+            send_to_controller=self._alter_sender,
+        )
+        self.node = replica_node(
+            cfg,
             self.log_manager,
-            config=ReplicaNodeConfig(
-                replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
-                high_watermark_checkpoint_interval_ms=(
-                    cfg.replica_high_watermark_checkpoint_interval_ms
-                ),
-                fetcher=fetcher_config,
-            ),
-            clock=self.clock,
-            topic_config=self.topic_log_config,
-            leader_endpoint=lambda a: NetworkLeaderEndpoint(
-                self.broker_id, a.host, a.port, config=fetcher_config, security=self.client_security
-            ),
-            send_alter_partition=self._alter_sender,
-            load_topic_configs=self._ensure_topic_configs,
-            fence=self.fence,
+            io,
             cache=self.cache,
+            fence=self.fence,
+            topic_config=self.topic_log_config,
+            load_topic_configs=self._ensure_topic_configs,
             leader_quota=self.dynamic_config.leader_quota,
             follower_quota=self.dynamic_config.follower_quota,
-            fetch_sessions=FetchSessionCache(
-                int(cfg.raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
-                int(cfg.raw.get("min.incremental.fetch.session.eviction.ms", DEFAULT_EVICTION_MS)),
-                random_id=lambda: self.rng.randint(1, 0x7FFFFFFF),
-            ),
         )
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
@@ -763,22 +741,9 @@ class Broker:
 
     # --- metadata --------------------------------------------------------------------------
     async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:
-        if predicate():
-            return True
-        changed = asyncio.Event()
-        self.cache.add_listener(changed.set)
-        try:
-            deadline = self.clock.monotonic_ms() + timeout_ms
-            while not predicate():
-                remaining = deadline - self.clock.monotonic_ms()
-                if remaining <= 0:
-                    return False
-                changed.clear()
-                if not await wait_event(changed, remaining / 1000):
-                    return predicate()
-            return True
-        finally:
-            self.cache.remove_listener(changed.set)
+        from wherry.server.assembly import wait_for_metadata
+
+        return await wait_for_metadata(self.cache, self.clock, predicate, timeout_ms)
 
     async def _ensure_topic_configs(self, topics: Collection[str]) -> None:
         """Before LeaderAndIsr creates logs: the stored configs of topics not yet known."""
@@ -842,33 +807,21 @@ class Broker:
                 await self._started.wait()
             elif (early := self._early_api_versions(conn, frame)) is not None:
                 return early
-        # The kio codec is imported once the listeners are bound (`startup.LATE_IMPORTS`).
-        import wherry.protocol.codec as codec
+        # The codecs are imported once the listeners are bound (`startup.LATE_IMPORTS`).
+        import wherry.server.dispatch as dispatch
 
         sasl = self.sasl_gate.authenticator(conn)
         if sasl is not None and sasl.raw_token_mode:
             return self.sasl_gate.raw_token(conn, sasl, frame)
         if self._metadata_gate.holds(frame):  # a client's request before the first metadata
             await self._metadata_gate.wait()
-        try:
-            req = codec.decode_request(frame, SUPPORTED_VERSIONS)
-        except codec.RequestDecodeError as e:
-            raise CloseConnection(f"cannot parse request: {e}") from e
-        if isinstance(req, codec.UnsupportedVersion):
-            return codec.encode_response(
-                req.api_key, 0, req.correlation_id, unsupported_version_response()
-            )
+        req = dispatch.decode_frame(frame)
+        if isinstance(req, bytes):  # an unsupported version's answer
+            return req
         if sasl is not None and self.sasl_gate.in_exchange(sasl, req):
             return self.sasl_gate.sasl_request(conn, sasl, req)
         self.sasl_gate.check_authenticated(sasl, req)
-        host = client_host_of(conn.peer)
-        CLIENT_HOST.set(host)
-        CONNECTION_ID.set(conn.id)
-        REQUEST_SESSION.set(
-            Session(conn.principal, host[1:], conn.listener, conn.security_protocol)
-        )
-        REQUEST_MUTE.set(conn.mute)
-        return await self._dispatch(req)
+        return await dispatch.serve(self, conn, req, self.request_stats, self._prefix)
 
     def _early_api_versions(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
         """ApiVersions while the start goes on, from the hand-written codec (the kio codec is
@@ -884,9 +837,3 @@ class Broker:
                 request_name(API_VERSIONS_KEY), (time.perf_counter() - started) * 1000
             )
         return answer
-
-    async def _dispatch(self, req: Request) -> bytes | list[ResponsePart] | Deferred | None:
-        import wherry.server.dispatch as dispatch
-
-        return await dispatch.dispatch(self, req, self.request_stats, self._prefix)
-

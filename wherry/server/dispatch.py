@@ -1,4 +1,5 @@
-"""A decoded request through its handler to the encoded response (Broker._dispatch).
+"""A request frame decoded, through its handler, to the encoded response: the one request
+path of every broker (`Broker.handle_frame`, and the simulator's brokers).
 
 A handler's `Parked` result (an acks=all Produce appended, its answer waiting for the ISR)
 becomes a `network.Deferred`: the connection handles its next request meanwhile and sends
@@ -14,20 +15,52 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+import wherry.protocol.codec as codec
 from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
+from wherry.protocol.codec import Request
 from wherry.protocol.response_parts import ResponsePart, encode_response_parts
 from wherry.runtime.busy_time import BusyTimed
 from wherry.runtime.parking import Parked
-from wherry.server.handlers import handler_for
-from wherry.server.network import CloseConnection, Deferred
+from wherry.security.principal import Session
+from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
+from wherry.server.handlers.api_versions import unsupported_version_response
+from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
+from wherry.server.network import CloseConnection, ConnectionInfo, Deferred
+from wherry.server.request_session import REQUEST_MUTE, REQUEST_SESSION
 
 if TYPE_CHECKING:
-    from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
 
 log = logging.getLogger("wherry.server.broker")
 
 Answer = bytes | list[ResponsePart] | None
+
+
+def decode_frame(frame: memoryview) -> Request | bytes:
+    """The request a frame holds; for an API version this broker does not serve, the
+    UNSUPPORTED_VERSION answer to send instead. An unreadable frame closes the connection."""
+    try:
+        req = codec.decode_request(frame, SUPPORTED_VERSIONS)
+    except codec.RequestDecodeError as e:
+        raise CloseConnection(f"cannot parse request: {e}") from e
+    if isinstance(req, codec.UnsupportedVersion):
+        return codec.encode_response(
+            req.api_key, 0, req.correlation_id, unsupported_version_response()
+        )
+    return req
+
+
+async def serve(
+    broker: BrokerServices, conn: ConnectionInfo, req: Request, stats: RequestStats, prefix: str
+) -> Answer | Deferred:
+    """A decoded request of `conn` through its handler, with the request's session (who sent
+    it, from where, on which listener) set for the handler and the authorizer."""
+    host = client_host_of(conn.peer)
+    CLIENT_HOST.set(host)
+    CONNECTION_ID.set(conn.id)
+    REQUEST_SESSION.set(Session(conn.principal, host[1:], conn.listener, conn.security_protocol))
+    REQUEST_MUTE.set(conn.mute)
+    return await dispatch(broker, req, stats, prefix)
 
 
 async def dispatch(

@@ -1,7 +1,14 @@
 """A simulated broker process: the real LogManager (files in its own directory) and the real
-`ReplicaNode` that `wherry server` runs (replica manager, purgatories and their ticker,
-fetchers, AlterPartition manager, ISR expiry, HW checkpoints, the controller requests' rules),
-with the network replaced by `SimNetwork` calls and time by the simulated loop's clock.
+`ReplicaNode`, built by the same assembly as `wherry server`'s (`server/assembly.py`: replica
+manager, purgatories and their ticker, fetchers, fetch sessions, AlterPartition manager, ISR
+expiry, HW checkpoints, the controller requests' rules), with the sockets replaced by the
+simulated network (`wire.py`) and time by the simulated loop's clock. Clients' requests and
+the followers' fetches arrive as request frames and go through the broker's real request path
+(`handle_frame`: codecs, handlers, fetch sessions, authorizer).
+
+The simulated broker hosts the replica node and what the simulation adds on it (the
+transaction and group coordinators, `services`); it runs no admin manager, producer id
+blocks or log-dir mover, and a request that needs one closes its connection with a log line.
 
 `crash()` ends the process at once: its tasks are cancelled and its file descriptors closed
 without flushing or writing anything (the page cache survives, so the files keep every byte
@@ -20,36 +27,39 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.manager import LogManager
-from wherry.protocol.interbroker import BrokerEndpoint, UpdateMetadataRequest
+from wherry.observability.request_stats import RequestStats
+from wherry.protocol.interbroker import (
+    BrokerEndpoint,
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+)
 from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
 from wherry.replication.controlled_shutdown import ControlledShutdown, ControlledShutdownSettings
 from wherry.replication.controller_requests import ControllerFence
-from wherry.replication.fetch_reads import FetchPartition, FetchResult
-from wherry.replication.fetcher import (
-    EpochAnswer,
-    FetchedPartition,
-    FetcherConfig,
-    FetchLimits,
-    FetchPosition,
-    LeaderEndpoint,
-    LogOffsets,
-)
 from wherry.replication.metadata_cache import MetadataCache
-from wherry.replication.node import ReplicaNode, ReplicaNodeConfig
-from wherry.replication.partition import PartitionError
+from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ReplicaManager
-from wherry.runtime.clock import FunctionClock
+from wherry.runtime.clock import Clock, FunctionClock
+from wherry.security.authorizer import Authorizer
+from wherry.security.scram_store import ScramCredentialCache
+from wherry.server import dispatch
+from wherry.server.assembly import BrokerIO, replica_node, wait_for_metadata
+from wherry.server.client_quotas import ClientQuotas
+from wherry.server.config import BrokerConfig
+from wherry.server.network import ConnectionInfo, Deferred
 from wherry.sim.controller import ControllerMessage, UpdateLiveBrokers
 from wherry.sim.network import CONTROLLER_ID, SimNetwork
+from wherry.sim.wire import SimClients
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +70,16 @@ class NodeService(Protocol):
     async def stop(self) -> None: ...
 
 
+class NotHostedError(LookupError):
+    """A request needed a part of the broker the simulated one does not run."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeConfig:
     log_config: LogConfig
-    fetcher: FetcherConfig
-    replica_lag_time_max_ms: int
+    # The broker's settings (`replica.*`, fetch sessions), as `wherry server` reads them.
+    broker_props: Mapping[str, str]
     request_timeout_ms: int
-    hw_checkpoint_interval_ms: int = 200
     recovery_checkpoint_interval_ms: int = 300
     controlled_shutdown_max_retries: int = 3  # Kafka's default
     controlled_shutdown_retry_backoff_ms: int = 200  # Kafka's is 5000; simulated runs are short
@@ -84,16 +97,32 @@ class SimBroker:
         now_ms: Callable[[], int],
         send_to_controller: Callable[[int, Mapping[str, Any]], Any],
         node_for: Callable[[int], SimBroker | None],
+        peers: Any,
+        rng: random.Random,
     ) -> None:
+        """`peers` is the world (`wire.Brokers`: the network, who is up); `rng` this process's
+        randomness (fetch session ids)."""
         self.broker_id = broker_id
         self.data_dir = data_dir
         self.incarnation = incarnation
         self.network = network
-        self.config = config
+        self.settings = config
         self.now_ms = now_ms
         self._broker_epoch = broker_epoch
         self._send_to_controller = send_to_controller
         self._node_for = node_for
+        self._peers = peers
+        self._rng = rng
+        self.broker_config = BrokerConfig.from_props(
+            {**config.broker_props, "broker.id": str(broker_id), "log.dirs": str(data_dir)}
+        )
+        self.clock: Clock = FunctionClock(now_ms)
+        self.request_stats = RequestStats()
+        self.client_quotas = ClientQuotas.of(self.broker_config, self.clock)
+        self.scram_credentials = ScramCredentialCache()
+        self.authorizer: Authorizer | None = None
+        self.cluster_id = "sim"
+        self._live: tuple[BrokerEndpoint, ...] = ()  # the model controller's live brokers
         self._tasks: list[asyncio.Task[Any]] = []
         self.up = False
         self.replica: ReplicaNode
@@ -118,30 +147,97 @@ class SimBroker:
     def replica_manager(self) -> ReplicaManager:
         return self.replica.replica_manager
 
+    # --- what the request handlers see of the broker (`server.services.BrokerServices`) -------
+    @property
+    def config(self) -> BrokerConfig:
+        return self.broker_config
+
+    @property
+    def node(self) -> ReplicaNode:
+        return self.replica
+
+    def _not_hosted(self, what: str) -> NoReturn:
+        raise NotHostedError(f"the simulated broker {self.broker_id} runs no {what}")
+
+    @property
+    def groups(self) -> Any:
+        self._not_hosted("group coordinator runtime")
+
+    @property
+    def transactions(self) -> Any:
+        self._not_hosted("transaction coordinator runtime")
+
+    @property
+    def shares(self) -> Any:
+        self._not_hosted("share group runtime")
+
+    @property
+    def admin(self) -> Any:
+        self._not_hosted("admin manager")
+
+    @property
+    def producer_ids(self) -> Any:
+        self._not_hosted("producer id manager")
+
+    @property
+    def log_dir_mover(self) -> Any:
+        self._not_hosted("log-dir mover")
+
+    async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:
+        return await wait_for_metadata(self.cache, self.clock, predicate, timeout_ms)
+
+    async def handle_frame(
+        self, conn: ConnectionInfo, frame: memoryview
+    ) -> bytes | list[Any] | Deferred | None:
+        """A request frame through the broker's request path, as `Broker.handle_frame` (no
+        TLS, SASL or start-up gates: the simulated listeners are plaintext and open once the
+        node runs)."""
+        req = dispatch.decode_frame(frame)
+        if isinstance(req, bytes):
+            return req
+        return await dispatch.serve(
+            self, conn, req, self.request_stats, f"[Broker id={self.broker_id}]"
+        )
+
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        cfg = self.config
+        cfg = self.settings
         self.log_manager = LogManager([self.data_dir], cfg.log_config, self.now_ms)
         self.log_manager.startup()
-        self.replica = ReplicaNode(
+        fetcher_timeout_ms = self.broker_config.raw.get("replica.socket.timeout.ms", "30000")
+        fetchers = SimClients(
+            self._peers,
             self.broker_id,
+            client_id=f"broker-{self.broker_id}-fetcher",
+            timeout_ms=int(fetcher_timeout_ms),
+            alive=self._alive(),
+        )
+        io = BrokerIO(
+            self.clock,
+            self._rng,
+            connect=lambda a: fetchers.connect(a.broker_id),
+            send_to_controller=self._send_alter_partition,
+            blocking_in_executor=False,  # deterministic: no threads
+        )
+        self.replica = replica_node(
+            self.broker_config,
             self.log_manager,
-            config=ReplicaNodeConfig(
-                replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
-                high_watermark_checkpoint_interval_ms=cfg.hw_checkpoint_interval_ms,
-                fetcher=cfg.fetcher,
-                blocking_in_executor=False,  # deterministic: no threads
-            ),
-            clock=FunctionClock(self.now_ms),
-            topic_config=lambda _topic: cfg.log_config,
-            leader_endpoint=lambda a: SimLeaderEndpoint(self, a.broker_id),
-            send_alter_partition=self._send_alter_partition,
+            io,
+            cache=MetadataCache(self.broker_id),
             fence=ControllerFence(broker_epoch=self._broker_epoch),
+            topic_config=lambda _topic: cfg.log_config,
         )
         self.replica.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._checkpoint_recovery_points())]
         self.up = True
+
+    def _alive(self) -> Callable[[], bool]:
+        """True while this incarnation of the process runs (its connections die with it)."""
+        incarnation = self.incarnation
+        return lambda: self.up and self._node_for(self.broker_id) is self and (
+            self.incarnation == incarnation
+        )
 
     def crash(self) -> list[Path]:
         """Kill the process: nothing more runs, nothing is flushed or checkpointed. Returns
@@ -172,7 +268,7 @@ class SimBroker:
         retries `wherry server` makes (`replication/controlled_shutdown.py`); `request` is one
         ControlledShutdown over the simulated network. True when the controller answered with
         nothing left."""
-        cfg = self.config
+        cfg = self.settings
 
         async def ask() -> tuple[ErrorCode, list[TopicPartition]] | None:
             try:
@@ -210,7 +306,7 @@ class SimBroker:
 
     async def _checkpoint_recovery_points(self) -> None:
         while True:
-            await asyncio.sleep(self.config.recovery_checkpoint_interval_ms / 1000)
+            await asyncio.sleep(self.settings.recovery_checkpoint_interval_ms / 1000)
             self.log_manager.checkpoint_recovery_points()
 
     async def _send_alter_partition(self, body: Mapping[str, Any]) -> Any:
@@ -218,149 +314,46 @@ class SimBroker:
 
     # --- controller requests -------------------------------------------------------------------
     async def handle_controller_message(self, msg: ControllerMessage) -> int:
-        """A message from the model controller (`--controller model`)."""
+        """A message from the model controller (`--controller model`). Its LeaderAndIsr is
+        followed by the UpdateMetadata Kafka's controller sends with it (the partitions'
+        leaders and ISRs, for the request handlers)."""
         if isinstance(msg, UpdateLiveBrokers):
+            self._live = tuple(BrokerEndpoint(b, "sim", b) for b in sorted(msg.live))
             return await self.replica.handle_update_metadata(
+                UpdateMetadataRequest(
+                    CONTROLLER_ID, msg.controller_epoch, msg.broker_epoch, (), self._live
+                )
+            )
+        error = (await self.replica.handle_leader_and_isr(msg)).error_code
+        if error == ErrorCode.none:
+            states = tuple(
+                UpdateMetadataPartitionState(
+                    p.topic_name,
+                    p.partition_index,
+                    p.controller_epoch,
+                    p.leader,
+                    p.leader_epoch,
+                    p.isr,
+                    p.partition_epoch,
+                    p.replicas,
+                )
+                for p in msg.partition_states
+            )
+            await self.replica.handle_update_metadata(
                 UpdateMetadataRequest(
                     CONTROLLER_ID,
                     msg.controller_epoch,
                     msg.broker_epoch,
-                    (),
-                    tuple(BrokerEndpoint(b, "sim", b) for b in sorted(msg.live)),
+                    states,
+                    self._live,
+                    topic_ids=dict(msg.topic_ids),
                 )
             )
-        return (await self.replica.handle_leader_and_isr(msg)).error_code
+        return error
 
     async def handle_interbroker(self, body: InterbrokerRequestBody) -> InterbrokerResponseBody:
         """A request from the real controller (decoded off the simulated wire)."""
         return await self.replica.handle_interbroker(body)
 
-    # --- what other processes call ------------------------------------------------------------
-    async def serve_fetch(
-        self,
-        replica_id: int,
-        replica_epoch: int,
-        partitions: list[FetchPartition],
-        *,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-    ) -> FetchResult:
-        return await self.replica.fetch(
-            partitions,
-            replica_id=replica_id,
-            replica_epoch=replica_epoch,
-            max_wait_ms=max_wait_ms,
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-        )
 
-    async def serve_produce(
-        self, tp: TopicPartition, batch: bytes, *, timeout_ms: int
-    ) -> tuple[ErrorCode, int]:
-        """acks=all produce of one batch: (error, base offset)."""
-        result = await self.replica.append({tp: batch}, required_acks=-1, timeout_ms=timeout_ms)
-        st = result[tp]
-        return ErrorCode(st.error_code), st.base_offset
-
-
-class SimLeaderEndpoint(LeaderEndpoint):
-    """`LeaderEndpoint` over the simulated network: the leader's own fetch path and its
-    OffsetForLeaderEpoch answer (the replica manager's, which the broker's handler uses)."""
-
-    def __init__(self, follower: SimBroker, leader_id: int) -> None:
-        self.follower = follower
-        self.leader_id = leader_id
-
-    def _leader(self) -> SimBroker:
-        node = self.follower._node_for(self.leader_id)
-        if node is None or not node.up:
-            raise ConnectionError(f"broker {self.leader_id} is down")
-        return node
-
-    async def _call(self, fn: Callable[[SimBroker], Any]) -> Any:
-        async def handler() -> Any:
-            return await fn(self._leader())
-
-        return await self.follower.network.call(
-            self.follower.broker_id,
-            self.leader_id,
-            handler,
-            timeout_ms=self.follower.config.request_timeout_ms,
-        )
-
-    async def fetch(
-        self,
-        partitions: Mapping[TopicPartition, FetchPosition],
-        limits: FetchLimits,
-    ) -> dict[TopicPartition, FetchedPartition]:
-        wanted = [
-            FetchPartition(
-                tp,
-                p.fetch_offset,
-                limits.partition_max_bytes,
-                p.current_leader_epoch,
-                p.log_start_offset,
-            )
-            for tp, p in partitions.items()
-        ]
-        me = self.follower
-
-        async def go(leader: SimBroker) -> FetchResult:
-            return await leader.serve_fetch(
-                me.broker_id,
-                me.broker_epoch,
-                wanted,
-                max_wait_ms=limits.max_wait_ms,
-                min_bytes=limits.min_bytes,
-                max_bytes=limits.max_bytes,
-            )
-
-        result: FetchResult = await self._call(go)
-        return {
-            tp: FetchedPartition(
-                ErrorCode(r.error_code), r.high_watermark, r.log_start_offset, bytes(r.records)
-            )
-            for tp, r in result.items()
-        }
-
-    async def end_offsets_for_epochs(
-        self, partitions: Mapping[TopicPartition, tuple[int, int]]
-    ) -> dict[TopicPartition, EpochAnswer]:
-        me = self.follower.broker_id
-
-        async def go(leader: SimBroker) -> dict[TopicPartition, EpochAnswer]:
-            out: dict[TopicPartition, EpochAnswer] = {}
-            for tp, (current, epoch) in partitions.items():
-                err, e, end = leader.replica_manager.last_offset_for_leader_epoch(
-                    tp,
-                    current_leader_epoch=current,
-                    leader_epoch=epoch,
-                    replica_id=me,
-                    known_partition=True,
-                )
-                out[tp] = EpochAnswer(err, e, end)
-            return out
-
-        answers: dict[TopicPartition, EpochAnswer] = await self._call(go)
-        return answers
-
-    async def log_offsets(self, tp: TopicPartition, current_leader_epoch: int) -> LogOffsets:
-        async def go(leader: SimBroker) -> LogOffsets:
-            part = leader.replica_manager.get_partition(tp)
-            if part is None:
-                return LogOffsets(ErrorCode.not_leader_or_follower)
-            try:
-                part.require_leader(current_leader_epoch)
-            except PartitionError as e:
-                return LogOffsets(e.error_code)
-            return LogOffsets(ErrorCode.none, part.log.log_start_offset, part.log.log_end_offset)
-
-        offsets: LogOffsets = await self._call(go)
-        return offsets
-
-    async def close(self) -> None:
-        pass
-
-
-__all__ = ["CONTROLLER_ID", "NodeConfig", "SimBroker", "SimLeaderEndpoint"]
+__all__ = ["CONTROLLER_ID", "NodeConfig", "NotHostedError", "SimBroker"]

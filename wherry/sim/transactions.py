@@ -8,20 +8,20 @@ real replica manager; partitions loaded and unloaded as their leadership moves, 
 coordinator fails over with the partition's leader), its timers on the replica node's ticker
 (timed-out transactions aborted with an epoch bump), and the real marker sender
 (`coordinator/txn_markers.py`), whose `RequestClient`s talk to the partition leaders over
-`SimMarkerConnection`: WriteTxnMarkers is encoded and decoded with the protocol codec and
-carried over `SimNetwork` (delays, drops, cuts, crashes) into `write_txn_marker` on the
-leader and answered with `marker_answer`, as the broker's handler does. A crash abandons all
-of it (`TxnHost.abandon`); the restarted broker starts a fresh coordinator.
+`wire.SimConnection`: WriteTxnMarkers frames carried over `SimNetwork` (delays, drops, cuts,
+crashes) into the leader's request path and its WriteTxnMarkers handler. A crash abandons
+all of it (`TxnHost.abandon`); the restarted broker starts a fresh coordinator.
 
 `TxnProducer` is a transactional producer: InitProducerId on the coordinator its metadata
 names (the stored leader of its `__transaction_state` partition), then transactions:
-AddPartitionsToTxn, transactional batches (acks=all, producer id / epoch / sequence) to the
-partitions' leaders, then EndTxn commit or abort at random, each retried on retriable errors
-as a client does. Some stall mid-transaction past their timeout, so the coordinator aborts
-them and the producer is fenced; any failure makes the producer abort and InitProducerId
-again (a new epoch). Before some EndTxns the coordinator's broker is crashed a few ms later
-(with power loss when the run has it), so the crash lands between PrepareCommit/PrepareAbort
-and the markers or Complete*; its new leader loads the partition and finishes them.
+AddPartitionsToTxn, transactional batches (Produce frames, acks=all, producer id / epoch /
+sequence) to the partitions' leaders, then EndTxn commit or abort at random, each retried on
+retriable errors as a client does. Some stall mid-transaction past their timeout, so the
+coordinator aborts them and the producer is fenced; any failure makes the producer abort and
+InitProducerId again (a new epoch). Before some EndTxns the coordinator's broker is crashed
+a few ms later (with power loss when the run has it), so the crash lands between
+PrepareCommit/PrepareAbort and the markers or Complete*; its new leader loads the partition
+and finishes them.
 Everything the producers were told goes into `invariants.TxnLedger`.
 """
 
@@ -39,13 +39,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
 from wherry.coordinator.transactions import TxnCoordinatorHost
-from wherry.coordinator.txn_markers import (
-    WRITE_TXN_MARKERS_KEY,
-    marker_answer,
-    write_txn_marker,
-)
 from wherry.outbound.connection import Connect, FrameTransport
-from wherry.protocol.codec import Request, decode_request, encode_response
 from wherry.protocol.records import build_batch, iter_batches
 from wherry.replication.fetch_reads import READ_COMMITTED, FetchPartition, FetchResult
 from wherry.runtime.clock import FunctionClock
@@ -59,6 +53,7 @@ from wherry.sim.invariants import (
 )
 from wherry.sim.network import CLIENT_ID, SimNetwork
 from wherry.sim.node import SimBroker
+from wherry.sim.wire import SimClients, SimConnection, produce
 from wherry.txn.coordinator import InitResult, TxnCoordinatorConfig
 from wherry.txn.metadata import TxnState
 from wherry.txn.records import TRANSACTION_STATE_TOPIC, partition_for
@@ -139,65 +134,20 @@ class TxnHost(TxnCoordinatorHost):
         self.start_markers()
 
     def _connect_to(self, broker_id: int, _host: str, _port: int) -> Connect:
+        """The marker sender's connection to a broker: WriteTxnMarkers frames through the
+        destination's request path (its real handler), over the simulated network."""
+        node, incarnation = self.node, self.incarnation
+
         async def connect() -> FrameTransport:
-            return SimMarkerConnection(self, broker_id)
+            return SimConnection(
+                self.world,
+                node.broker_id,
+                broker_id,
+                timeout_ms=self.request_timeout_ms + 300,
+                alive=lambda: node.up and node.incarnation == incarnation,
+            )
 
         return connect
-
-
-class SimMarkerConnection:
-    """The marker sender's connection from one broker process to another: the request frame
-    decoded with the protocol codec, carried over the simulated network, written by
-    `write_txn_marker` on the destination, its answer encoded back."""
-
-    def __init__(self, host: TxnHost, broker_id: int) -> None:
-        self.host = host
-        self.broker_id = broker_id
-        self.dst_incarnation = host.world.incarnation(broker_id)
-        self.closed = False
-
-    @property
-    def connected(self) -> bool:
-        return not self.closed
-
-    def abort(self) -> None:
-        self.closed = True
-
-    async def request(self, frame: bytes) -> bytes:
-        world = self.host.world
-        src = self.host.node
-        if not src.up or src.incarnation != self.host.incarnation:
-            raise ConnectionError("the sending broker is gone")
-        req = decode_request(memoryview(frame)[4:], {WRITE_TXN_MARKERS_KEY: (1, 1)})
-        assert isinstance(req, Request)
-        b, inc = self.broker_id, self.dst_incarnation
-        if inc is None or world.incarnation(b) != inc:
-            self.closed = True
-            await asyncio.sleep(0.001)
-            raise ConnectionError(f"broker {b}: connection refused or reset")
-        timeout_ms = self.host.request_timeout_ms
-
-        async def handler() -> dict[str, Any]:
-            node = world.node(b)
-            if node is None or node.incarnation != inc:
-                raise ConnectionError(f"broker {b}: connection reset")
-            now = world.now_ms()
-            results = await asyncio.gather(
-                *(write_txn_marker(node.replica, m, now, timeout_ms) for m in req.body.markers)
-            )
-            return {
-                "markers": [
-                    marker_answer(m.producer_id, r)
-                    for m, r in zip(req.body.markers, results, strict=True)
-                ]
-            }
-
-        try:
-            body = await world.network.call(src.broker_id, b, handler, timeout_ms=timeout_ms + 300)
-        except (ConnectionError, TimeoutError):
-            self.closed = True
-            raise
-        return encode_response(req.api_key, req.api_version, req.correlation_id, body)[4:]
 
 
 # --- reading as a read_committed consumer --------------------------------------------------------
@@ -266,6 +216,10 @@ class TxnProducer:
         self.number = 0
         self.crashes_armed = 0
         self.stalls = 0
+        # its connections to the partitions' leaders (Produce frames)
+        self.clients = SimClients(
+            world, CLIENT_ID, client_id=self.tid, timeout_ms=config.request_timeout_ms + 500
+        )
 
     # --- requests to the coordinator --------------------------------------------------------
     def _coordinator(self) -> int | None:
@@ -416,21 +370,15 @@ class TxnProducer:
             is_transactional=True,
         )
         world.txn_ledger.sent(txn, tp, value)
-        timeout = self.config.request_timeout_ms
-
-        async def handler() -> tuple[ErrorCode, int]:
-            node = world.node(leader)
-            if node is None:
-                raise ConnectionError("down")
-            return await node.serve_produce(tp, batch, timeout_ms=timeout)
-
-        try:
-            err, _offset = await world.network.call(
-                CLIENT_ID, leader, handler, timeout_ms=timeout + 500
-            )
-        except (ConnectionError, TimeoutError):
-            return False
-        if err != E.none:
+        answer = await produce(
+            self.clients,
+            leader,
+            tp,
+            batch,
+            self.config.request_timeout_ms,
+            transactional_id=self.tid,
+        )
+        if answer is None or answer[0] != E.none:
             return False
         self.sequences[tp] = seq + 1
         TxnLedger.acked(txn, tp, value)
@@ -439,7 +387,6 @@ class TxnProducer:
 
 __all__ = [
     "CommittedRead",
-    "SimMarkerConnection",
     "TxnHost",
     "TxnProducer",
     "TxnSimConfig",

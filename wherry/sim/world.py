@@ -25,8 +25,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
 from wherry.log.config import LogConfig
 from wherry.protocol.records import build_batch, parse_header
-from wherry.replication.fetch_reads import READ_COMMITTED, FetchPartition
-from wherry.replication.fetcher import FetcherConfig
+from wherry.replication.fetch_reads import READ_COMMITTED, READ_UNCOMMITTED
 from wherry.replication.partition import Partition
 from wherry.sim import consumer_groups as cg
 from wherry.sim import world_shares as ws
@@ -47,9 +46,10 @@ from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, NetworkConfig, SimNetwo
 from wherry.sim.node import NodeConfig, SimBroker
 from wherry.sim.operations import ClusterOperations, rebalance_config
 from wherry.sim.real_controller import RealControlPlane, RebalanceConfig
-from wherry.sim.transactions import TxnHost, TxnProducer, TxnSimConfig, fetch_now
+from wherry.sim.transactions import TxnHost, TxnProducer, TxnSimConfig
 from wherry.sim.transactions import check_final as check_txn_final
 from wherry.sim.transactions import check_reads as check_txn_reads
+from wherry.sim.wire import SimClients, fetch, produce
 from wherry.txn.records import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -174,10 +174,16 @@ class World:
             log_config = replace(log_config, flush_messages=options.power_loss_flush_messages)
         self.node_config = NodeConfig(
             log_config=log_config,
-            fetcher=FetcherConfig(max_wait_ms=100, backoff_ms=50, socket_timeout_ms=800),
-            replica_lag_time_max_ms=options.replica_lag_time_max_ms,
+            broker_props={
+                "replica.fetch.wait.max.ms": "100",
+                "replica.fetch.backoff.ms": "50",
+                "replica.socket.timeout.ms": "800",
+                "replica.lag.time.max.ms": str(options.replica_lag_time_max_ms),
+                "replica.high.watermark.checkpoint.interval.ms": "200",
+            },
             request_timeout_ms=options.request_timeout_ms,
         )
+
         self.tps = [TopicPartition(TOPIC, p) for p in range(options.partitions)]
         if options.controller not in ("real", "model"):
             raise ValueError(f"controller must be 'real' or 'model', not {options.controller!r}")
@@ -268,6 +274,8 @@ class World:
             self.now_ms,
             self._send_to_controller,
             self.node,
+            self,
+            random.Random(self.rng.getrandbits(64)),
         )
         node.start()
         if self.options.transactions:
@@ -436,9 +444,15 @@ class World:
         )
 
     # --- clients --------------------------------------------------------------------------------
+    def client(self, name: str) -> SimClients:
+        """A client process's connections to the brokers (request frames)."""
+        timeout_ms = self.options.produce_timeout_ms + 500
+        return SimClients(self, CLIENT_ID, client_id=name, timeout_ms=timeout_ms)
+
     async def producer(self, pid: int) -> None:
         rng = random.Random(self.client_rng.random())
         o = self.options
+        clients = self.client(f"producer-{pid}")
         seq = 0
         while True:
             await asyncio.sleep(rng.uniform(*o.produce_interval_ms) / 1000)
@@ -451,26 +465,13 @@ class World:
             value = f"p{pid}-{seq}".encode()
             batch = build_batch([(None, value)], timestamp_ms=self.now_ms())
             self.result.produced += 1
-
-            async def handler(
-                lid: int = leader, data: bytes = batch, tp: TopicPartition = tp
-            ) -> tuple[ErrorCode, int]:
-                node = self.node(lid)
-                if node is None:
-                    raise ConnectionError("down")
-                return await node.serve_produce(tp, data, timeout_ms=o.produce_timeout_ms)
-
-            try:
-                err, offset = await self.network.call(
-                    CLIENT_ID, leader, handler, timeout_ms=o.produce_timeout_ms + 500
-                )
-            except (ConnectionError, TimeoutError):
-                continue
-            if err is ErrorCode.none:
-                self.history.record_ack(tp, offset, parse_header(batch).crc)
+            answer = await produce(clients, leader, tp, batch, o.produce_timeout_ms)
+            if answer is not None and answer[0] is ErrorCode.none:
+                self.history.record_ack(tp, answer[1], parse_header(batch).crc)
 
     async def consumer(self) -> None:
         rng = random.Random(self.client_rng.random())
+        clients = self.client("consumer")
         while True:
             await asyncio.sleep(rng.uniform(20, 120) / 1000)
             tp = rng.choice(self.tps)
@@ -486,25 +487,7 @@ class World:
                 continue
             b = rng.choice(candidates)
             offset = rng.choice([0, rng.randint(0, 50)])
-
-            async def handler(lid: int = b, at: int = offset, tp: TopicPartition = tp) -> Any:
-                node = self.node(lid)
-                if node is None:
-                    raise ConnectionError("down")
-                return await node.serve_fetch(
-                    -1,
-                    -1,
-                    [FetchPartition(tp, at, 1 << 20)],
-                    max_wait_ms=0,
-                    min_bytes=1,
-                    max_bytes=1 << 20,
-                )
-
-            try:
-                result = await self.network.call(CLIENT_ID, b, handler, timeout_ms=1000)
-            except (ConnectionError, TimeoutError):
-                continue
-            r = result.get(tp)
+            r = await fetch(clients, b, tp, offset, READ_UNCOMMITTED)
             if r is None or r.error_code != ErrorCode.none or not r.records:
                 continue
             values = {
@@ -517,11 +500,11 @@ class World:
             if self.options.transactions and rng.random() < 0.5:
                 # The same offset as a read_committed consumer, from the same (maybe stale)
                 # leader: it may show only committed transactions.
-                rc = fetch_now(self.nodes[b], tp, offset, READ_COMMITTED).get(tp)
-                if rc is not None and rc.error_code == ErrorCode.none and self.node(b):
+                rc = await fetch(clients, b, tp, offset, READ_COMMITTED)
+                if rc is not None and rc.error_code == ErrorCode.none:
                     self.txn_ledger.check_read_committed(
                         tp,
-                        read_committed_values(bytes(rc.records), rc.aborted_transactions or []),
+                        read_committed_values(rc.records, rc.aborted_transactions),
                         f"consumer reading broker {b}",
                     )
 

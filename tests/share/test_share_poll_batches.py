@@ -19,21 +19,15 @@ from kio.schema.errors import ErrorCode
 from tests.broker_process import BrokerProcess
 from tests.helpers import create_topic
 from tests.kafka_wire import call, connect
-from tests.share.share_harness import BROKER_OVERRIDES, set_group_configs, share_consumer
+from tests.share.share_harness import set_group_configs, share_consumer, suite_broker
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(
-        tmp_path_factory.mktemp("share-poll"),
-        overrides=[*BROKER_OVERRIDES, "group.share.record.lock.duration.ms=1000"],
-    ).start()
-    try:
+    with suite_broker(tmp_path_factory.mktemp("share-poll")) as b:
         yield b
-    finally:
-        b.stop()
 
 
 def _setup(bs: str) -> tuple[str, str]:

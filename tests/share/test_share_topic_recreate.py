@@ -14,7 +14,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess, wait_until
-from tests.share.share_harness import BROKER_OVERRIDES, set_group_configs, share_consumer
+from tests.share.share_harness import set_group_configs, share_consumer, suite_broker
 
 FAST_METADATA = {"topic.metadata.refresh.interval.ms": "500",
                  "topic.metadata.propagation.max.ms": "0"}
@@ -22,14 +22,8 @@ FAST_METADATA = {"topic.metadata.refresh.interval.ms": "500",
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(
-        tmp_path_factory.mktemp("share-recreate"),
-        overrides=[*BROKER_OVERRIDES, "group.share.record.lock.duration.ms=1000"],
-    ).start()
-    try:
+    with suite_broker(tmp_path_factory.mktemp("share-recreate")) as b:
         yield b
-    finally:
-        b.stop()
 
 
 def _produce(bs: str, topic: str, values: list[bytes]) -> None:

@@ -96,3 +96,19 @@ def test_written_once_from_the_static_value(tmp_path: Path) -> None:
         assert "Set the cluster-level" not in b.log_text()
     finally:
         assert b.stop() == 0, b.log_text()[-3000:]
+
+
+def test_group_entries_after_incremental_alter_as_the_python_suite_expects(
+    broker: BrokerProcess,
+) -> None:
+    """The suite's GROUP step (its `group.protocol=consumer` run): a group config set with
+    IncrementalAlterConfigs is the group's one non-default entry."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    group = f"test-group-{uuid.uuid4().hex[:8]}"
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "50000",
+                    incremental_operation=AlterConfigOpType.SET)])
+    _ok(admin.incremental_alter_configs([res]))
+    time.sleep(1)
+    assert _non_default(admin.describe_configs([res])) == {
+        group: ['consumer.session.timeout.ms="50000"']}

@@ -5,7 +5,9 @@ confluent-kafka's own tests do), producing, and a ShareConsumer loop."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 
 from confluent_kafka import Producer, ShareConsumer
 from confluent_kafka.admin import (
@@ -16,11 +18,26 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from tests.broker_process import BrokerProcess
+
 BROKER_OVERRIDES = [
     "group.share.min.record.lock.duration.ms=1000",
     "group.share.min.heartbeat.interval.ms=500",
     "group.share.heartbeat.interval.ms=1000",
 ]
+# as confluent-kafka-python's suite runs its broker: one-second record locks
+SUITE_OVERRIDES = [*BROKER_OVERRIDES, "group.share.record.lock.duration.ms=1000"]
+
+
+@contextmanager
+def suite_broker(log_dir: Path) -> Iterator[BrokerProcess]:
+    """A `wherry server` with the settings of confluent-kafka-python's share-consumer
+    suite, stopped when the block ends."""
+    b = BrokerProcess(log_dir, overrides=SUITE_OVERRIDES).start()
+    try:
+        yield b
+    finally:
+        b.stop()
 
 
 def set_group_configs(bootstrap: str, group: str, configs: Mapping[str, str]) -> None:

@@ -55,7 +55,13 @@ from wherry.share.config import (
 )
 from wherry.share.fetched import fetched_batches
 from wherry.share.group import ShareGroups, TopicInfo
-from wherry.share.partition import AckBatch, AckType, AcquiredRange, SharePartition
+from wherry.share.partition import (
+    AckBatch,
+    AckType,
+    AcquiredRange,
+    AcquireMode,
+    SharePartition,
+)
 from wherry.share.sessions import ShareSession, ShareSessionCache
 from wherry.share.state import ShareKey, ShareState
 
@@ -581,9 +587,12 @@ class ShareGroupsRuntime:
         max_wait_ms: int,
         max_bytes: int,
         max_records: int,
+        mode: AcquireMode | None = None,
     ) -> dict[TopicPartition, PartitionFetch]:
         """Acquire records for `member` from the share-partitions of `wanted`, waiting up to
-        `max_wait_ms` for some."""
+        `max_wait_ms` for some: `max_records` over all partitions, each partition's
+        acquisition as `mode` bounds it (by default whole batches, so the last partition
+        acquired may pass `max_records`)."""
         settings = await self.settings(group)
         deadline = self.clock.monotonic_ms() + max(0, max_wait_ms)
         out: dict[TopicPartition, PartitionFetch] = {}
@@ -605,7 +614,7 @@ class ShareGroupsRuntime:
                 if budget <= 0 or remaining <= 0:
                     break
                 pf = out[entry.tp]
-                got = self._acquire(entry, member, settings, budget, remaining, pf)
+                got = self._acquire(entry, member, settings, (budget, remaining, mode), pf)
                 budget -= got
                 remaining -= len(pf.records)
             if any(pf.acquired for pf in out.values()) or any(
@@ -622,10 +631,10 @@ class ShareGroupsRuntime:
         entry: _Part,
         member: str,
         settings: ShareGroupSettings,
-        max_records: int,
-        max_bytes: int,
+        limits: tuple[int, int, AcquireMode | None],
         pf: PartitionFetch,
     ) -> int:
+        max_records, max_bytes, mode = limits
         sp = entry.sp
         assert sp is not None
         rm = self.node.replica_manager
@@ -638,7 +647,7 @@ class ShareGroupsRuntime:
             return 0
         committed = settings.isolation_level == "read_committed"
         offset = sp.fetch_offset()
-        # at most max_records are acquired: no need to read megabytes more than that
+        # about max_records are acquired: no need to read megabytes more than that
         read_bytes = max(1, min(max_bytes, READ_CAP_BYTES))
         res = rm.read_from_local_log(
             -1,
@@ -657,7 +666,7 @@ class ShareGroupsRuntime:
         if not records:
             return 0
         batches = fetched_batches(records, res.aborted_transactions if committed else None)
-        acquired = sp.acquire(member, batches, max_records, self.clock.now_ms())
+        acquired = sp.acquire(member, batches, max_records, self.clock.now_ms(), mode)
         if not acquired:
             return 0
         pf.records = _overlapping(records, acquired)

@@ -11,11 +11,15 @@ Acknowledgements: ACCEPT -> ACKNOWLEDGED, RELEASE -> AVAILABLE (ARCHIVED once th
 count reached `delivery_count_limit`), REJECT -> ARCHIVED, RENEW -> the lock restarts, GAP ->
 ARCHIVED. A batch of acknowledgements is checked whole before anything changes, so a bad one
 changes nothing. An expired lock releases its record like RELEASE does.
+
+Acquisition takes whole batches of the log (Kafka's `batch_optimized` mode): a consumer's
+`max.poll.records` and the partition's record locks are met at batch boundaries, never by
+splitting a batch; the `record_limit` mode stops at exactly the records asked for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -24,6 +28,7 @@ from kio.schema.errors import ErrorCode
 __all__ = [
     "AckBatch",
     "AckType",
+    "AcquireMode",
     "AcquiredRange",
     "FetchedBatch",
     "InFlight",
@@ -92,6 +97,17 @@ class SharePartitionConfig:
     record_lock_duration_ms: int = 30_000
     delivery_count_limit: int = 5
     max_record_locks: int = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireMode:
+    """How one ShareFetch bounds what it acquires (Kafka's ShareAcquireMode and the
+    request's BatchSize): `strict` is `record_limit`, else `batch_optimized`; `batch_size`
+    None lists the acquired records in ranges cut only where offsets or delivery counts
+    change."""
+
+    batch_size: int | None = None
+    strict: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,15 +234,26 @@ class SharePartition:
         batches: Sequence[FetchedBatch],
         max_records: int,
         now_ms: int,
+        mode: AcquireMode | None = None,
     ) -> list[AcquiredRange]:
         """Acquire for `member_id` the AVAILABLE records and the never-acquired ones of the
-        batches the log returned, at most `max_records` (and within `max_record_locks`)."""
+        batches the log returned.
+
+        By default (Kafka's `batch_optimized` acquire mode) `max_records` and the record
+        locks are soft limits, met at batch boundaries: a batch is acquired whole, so the
+        records acquired can pass `max_records` by the rest of the last batch, and a batch
+        whose first new offset is within `max_record_locks` is taken whole; the acquired
+        records are listed in ranges cut at a batch boundary once a range holds the mode's
+        `batch_size` records. A `strict` mode (`record_limit`) acquires at most
+        `max_records` records, within `max_record_locks`, in as few ranges as possible."""
+        mode = mode or AcquireMode()
+        strict = mode.strict
         deadline = now_ms + self.config.record_lock_duration_ms
         got: list[tuple[int, int]] = []  # (offset, delivery count)
+        starts: set[int] = set()  # where a batch begins: where a listed range may be cut
         limit = self.start_offset + self.config.max_record_locks
-        full = False  # the record locks ran out: nothing past this point
         for b in batches:
-            if len(got) >= max_records or full:
+            if len(got) >= max_records:
                 break
             if b.last_offset < self.start_offset:
                 continue
@@ -242,31 +269,55 @@ class SharePartition:
                 if first >= limit:
                     break
                 self.next_offset = first
-            for off in range(first, b.last_offset + 1):
-                if len(got) >= max_records:
-                    break
-                if off >= self.next_offset:
-                    if off >= limit:
-                        full = True
-                        break
-                    self.records[off] = InFlight(RecordState.ACQUIRED, 1, member_id, deadline)
-                    self.next_offset = off + 1
-                    got.append((off, 1))
-                    continue
-                r = self.records.get(off)
-                if r is not None and r.state == RecordState.AVAILABLE:
-                    if r.delivery_count >= self.config.delivery_count_limit:
-                        # delivered as often as allowed (its last delivery was lost with a
-                        # leader, or the limit was lowered): archived
-                        r.state = RecordState.ARCHIVED
-                        continue
-                    r.state = RecordState.ACQUIRED
-                    r.delivery_count += 1
-                    r.member_id = member_id
-                    r.deadline_ms = deadline
-                    got.append((off, r.delivery_count))
+            # new offsets below `cap` may be acquired: per record when strict, else the
+            # whole batch if its first new offset is within the record locks
+            new_from = max(first, self.next_offset)
+            cap = limit if strict or new_from >= limit else b.last_offset + 1
+            starts.add(first)
+            if not self._acquire_batch(
+                member_id, first, b.last_offset, cap,
+                max_records if strict else None, deadline, got,
+            ):
+                break  # the record locks ran out: nothing past this point
         self._advance_start()
-        return _ranges(got)
+        return _ranges(got, None if strict else mode.batch_size, starts)
+
+    def _acquire_batch(
+        self,
+        member_id: str,
+        first: int,
+        last: int,
+        cap: int,
+        max_records: int | None,
+        deadline: int,
+        got: list[tuple[int, int]],
+    ) -> bool:
+        """Acquire the acquirable records of `[first, last]` into `got`: new offsets below
+        `cap`, until `got` holds `max_records` (None: no bound). False when a new offset
+        reached `cap` (the record locks are used up)."""
+        for off in range(first, last + 1):
+            if max_records is not None and len(got) >= max_records:
+                return True
+            if off >= self.next_offset:
+                if off >= cap:
+                    return False
+                self.records[off] = InFlight(RecordState.ACQUIRED, 1, member_id, deadline)
+                self.next_offset = off + 1
+                got.append((off, 1))
+                continue
+            r = self.records.get(off)
+            if r is not None and r.state == RecordState.AVAILABLE:
+                if r.delivery_count >= self.config.delivery_count_limit:
+                    # delivered as often as allowed (its last delivery was lost with a
+                    # leader, or the limit was lowered): archived
+                    r.state = RecordState.ARCHIVED
+                    continue
+                r.state = RecordState.ACQUIRED
+                r.delivery_count += 1
+                r.member_id = member_id
+                r.deadline_ms = deadline
+                got.append((off, r.delivery_count))
+        return True
 
     def acknowledge(
         self, member_id: str, batches: Sequence[AckBatch], now_ms: int
@@ -353,11 +404,24 @@ class SharePartition:
         self.start_offset = off
 
 
-def _ranges(got: list[tuple[int, int]]) -> list[AcquiredRange]:
+def _ranges(
+    got: list[tuple[int, int]], batch_size: int | None = None, starts: Set[int] = frozenset()
+) -> list[AcquiredRange]:
+    """`got`'s offsets as runs of one delivery count; with `batch_size`, a run holding that
+    many records ends where a batch begins (an offset of `starts`)."""
     out: list[AcquiredRange] = []
     for off, dc in got:
-        if out and out[-1].last_offset == off - 1 and out[-1].delivery_count == dc:
-            last = out[-1]
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last.last_offset == off - 1
+            and last.delivery_count == dc
+            and not (
+                batch_size is not None
+                and off in starts
+                and last.last_offset - last.first_offset + 1 >= batch_size
+            )
+        ):
             out[-1] = AcquiredRange(last.first_offset, off, dc)
         else:
             out.append(AcquiredRange(off, off, dc))

@@ -6,6 +6,12 @@ next epoch) says which partitions the member fetches; the acknowledgements ride 
 applied (and persisted) first, then `coordinator/shares.py` acquires records for the member,
 waiting up to `max_wait` for some. Each partition answers the batches it read plus the
 offset ranges acquired (with their delivery counts): the client delivers only those.
+
+`max_records` bounds the records acquired as the request's `share_acquire_mode` (v2) says:
+0, `batch_optimized` (and every v1 request), at batch boundaries -- whole batches, so a
+poll may hold more records than the consumer's `max.poll.records` --, listed in ranges of
+about `batch_size` records; 1, `record_limit`, at exactly `max_records`. Another mode is
+INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -27,10 +33,20 @@ from wherry.server.handlers.share_common import (
     open_session,
     resolve,
 )
+from wherry.share.partition import AcquireMode
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
+
+
+def _mode(body: Any) -> AcquireMode | None:
+    """The request's acquire mode; None for a mode Kafka does not know."""
+    code = getattr(body, "share_acquire_mode", 0)
+    if code not in (0, 1):
+        return None
+    size = getattr(body, "batch_size", 0)
+    return AcquireMode(batch_size=size if size > 0 else None, strict=code == 1)
 
 
 def _part(index: int, **kw: Any) -> dict[str, Any]:
@@ -48,6 +64,9 @@ def _part(index: int, **kw: Any) -> dict[str, Any]:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
+    mode = _mode(body)
+    if mode is None:
+        return answer(ErrorCode.invalid_request, "Unknown share acquire mode.")
     opened = await open_session(broker, body, fetch=True)
     if isinstance(opened, dict):
         return opened
@@ -106,6 +125,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             max_wait_ms=0 if acks else duration_ms(body.max_wait),
             max_bytes=getattr(body, "max_bytes", 0x7FFFFFFF),
             max_records=max(1, getattr(body, "max_records", 500)),
+            mode=mode,
         )
     for (tp, tid), pf in ((x, result[x[0]]) for x in wanted if x[0] in result):
         a = answers.setdefault((tid, tp.partition), {})

@@ -256,6 +256,23 @@ def test_upgrade_refused_by_the_policy(policy: str) -> None:
     assert m.coord.group("g").is_(GroupState.STABLE)  # type: ignore[union-attr]
 
 
+def test_empty_groups_convert_whatever_the_policy() -> None:
+    m = Migration(policy="disabled")
+    m.classic_group_of_two()
+    assert _commit(m, m.a, 1, 5) == E.none
+    assert m.leave(m.a) == E.none and m.leave(m.b) == E.none
+    m.advance(1_000)
+    assert m.coord.group("g").is_(GroupState.EMPTY)  # type: ignore[union-attr]
+    assert m.hb("k", 0).error == E.none  # an empty classic group: upgraded
+    assert _offset(m.coord) == 5
+    assert m.hb("k", -1).error == E.none
+    joined = m.join("")
+    m.wait_for(joined)
+    assert joined.join.error == E.none  # an empty consumer group: downgraded
+    assert m.coord.consumer_groups.get("g") is None
+    assert _offset(m.coord) == 5
+
+
 def test_no_upgrade_of_a_group_of_another_protocol_type() -> None:
     m = Migration()
     a = m.join("", protocol_type="connect")

@@ -343,11 +343,12 @@ def test_classic_and_consumer_groups_meet_under_the_migration_policy() -> None:
     assert _classic_join(d, "g") == E.none
     group = d.coord.consumer_groups.get("g")
     assert group is not None and len(group.members) == 2
-    # an empty consumer group stays one for a classic member under this policy
+    # an empty consumer group becomes classic for a classic member, whatever the policy
     d1 = Driver(migration_policy="disabled")
     d1.hb("a", 0)
     d1.hb("a", -1)
-    assert _classic_join(d1, "g") == E.inconsistent_group_protocol
+    assert _classic_join(d1, "g") == E.none
+    assert d1.coord.consumer_groups.get("g") is None
     d2 = Driver()
     d2.hb("a", 0)
     d2.hb("a", -1)
@@ -364,7 +365,7 @@ def test_classic_and_consumer_groups_meet_under_the_migration_policy() -> None:
     assert d3.hb("b", 0).error == E.group_id_not_found
 
 
-def test_migration_policy_disabled_keeps_an_empty_classic_group() -> None:
+def test_an_offsets_only_group_takes_a_consumer_member_whatever_the_policy() -> None:
     d = Driver(migration_policy="disabled")
     call = Call()
     tp = TopicPartition("t", 0)

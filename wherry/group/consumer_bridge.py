@@ -5,12 +5,12 @@ GroupMetadataManager: a group id is one type at a time).
   classic entry of the same id (`offsets_holder`), written and loaded as OffsetCommit records
   like any other: Kafka too keeps offsets apart from the group's own records.
 * A KIP-848 member joining where a classic group is: an empty classic group becomes a
-  consumer group (its GroupMetadata record is deleted, its offsets stay) when
-  `group.consumer.migration.policy` allows upgrades; a classic group with members is
+  consumer group (its GroupMetadata record is deleted, its offsets stay), whatever
+  `group.consumer.migration.policy` says, as Kafka's; a classic group with members is
   converted online (migration.py) when the policy allows upgrades, else refuses with
   GROUP_ID_NOT_FOUND ("not a consumer group").
-* A classic member joining a consumer group: an empty one is deleted (downgrade) when the
-  policy allows downgrades (else INCONSISTENT_GROUP_PROTOCOL); one with members takes it in
+* A classic member joining a consumer group: an empty one is deleted (downgrade), whatever
+  the policy; one with members takes it in
   as a member using the classic protocol (classic_members.py), whose SyncGroup, Heartbeat
   and LeaveGroup the consumer group then serves. When the last member of the consumer
   protocol leaves such a group, it converts back to classic if the policy allows downgrades.
@@ -84,10 +84,9 @@ class ConsumerGroupBridge:
         consumer_group = self._consumer.get(group_id)
         if consumer_group is None:
             return None
-        if consumer_group.members:
+        if consumer_group.members:  # served by it (join_consumer_group)
             return ErrorCode.inconsistent_group_protocol
-        if self.config.consumer.migration_policy not in ("downgrade", "bidirectional"):
-            return ErrorCode.inconsistent_group_protocol
+        # An empty group converts whatever the policy, as Kafka's does.
         log.info("%s Converting empty consumer group %s to classic", self._prefix, group_id)
         self._consumer.delete(group_id)
         return None
@@ -165,8 +164,7 @@ class ConsumerGroupBridge:
                 return ErrorCode.group_id_not_found
             return None
         if group.generation_id > 0 or group.protocol_type is not None:
-            if self.config.consumer.migration_policy not in ("upgrade", "bidirectional"):
-                return ErrorCode.group_id_not_found
+            # An empty group converts whatever the policy, as Kafka's does.
             log.info("%s Converting empty classic group %s to consumer", self._prefix, group_id)
             p = self._manager.partition_for(group_id)
             self._storage.append(p, [(group_metadata_key(group_id), None)], lambda _e, _o: None)

@@ -125,6 +125,8 @@ class ClassicMembers:
             group.set_assignment(member, after)
         member.join_deadline_ms = None
         member.revocation_deadline_ms = None
+        member.session_deadline_ms = now_ms + req.session_timeout_ms
+        member.sync_deadline_ms = now_ms + req.rebalance_timeout_ms
         result = JoinGroupResult(
             (),
             member_id,
@@ -137,12 +139,7 @@ class ClassicMembers:
         )
 
         def written(error: ErrorCode) -> None:
-            if error != ErrorCode.none:
-                callback(_fail_join(member_id, error))
-                return
-            member.session_deadline_ms = now_ms + req.session_timeout_ms
-            member.sync_deadline_ms = now_ms + req.rebalance_timeout_ms
-            callback(result)
+            callback(result if error == ErrorCode.none else _fail_join(member_id, error))
 
         self._consumer.write(group, written, touched)
 

@@ -613,6 +613,7 @@ class ConsumerGroupManager:
                 )
             )
             return
+        result = HeartbeatResult(ErrorCode.none, None, req.member_id, req.member_epoch, 0, None)
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # A static member leaving for now: it keeps its assignment until its session
             # expires or its instance id comes back.
@@ -634,13 +635,11 @@ class ConsumerGroupManager:
                 member.member_id,
                 group.group_id,
             )
-            result = HeartbeatResult(ErrorCode.none, None, req.member_id, req.member_epoch, 0, None)
             if self.downgrade is not None and self.downgrade(group, member.member_id, now_ms):
                 callback(result)
                 return
             group.remove_member(member.member_id)
             group.group_epoch += 1
-        result = HeartbeatResult(ErrorCode.none, None, req.member_id, req.member_epoch, 0, None)
 
         def written(error: ErrorCode) -> None:
             callback(result if error == ErrorCode.none else HeartbeatResult.failed(error))

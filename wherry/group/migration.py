@@ -102,11 +102,7 @@ class GroupMigration:
             classic.maybe_invoke_sync_callback(
                 m, SyncGroupResult.failed(ErrorCode.rebalance_in_progress)
             )
-        members = classic.all_members()
-        classic.transition_to(GroupState.DEAD, now_ms)
-        self._rebalancer.check_join(classic)
-        for mid in members:
-            self._rebalancer.remove_heartbeat_for_leaving_member(classic, mid)
+        self._rebalancer.retire(classic)
         holder = GroupMetadata(classic.group_id, GroupState.EMPTY, now_ms)
         holder.share_offsets_of(classic)
         self._manager.replace_group(holder)

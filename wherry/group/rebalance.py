@@ -196,6 +196,16 @@ class Rebalancer:
                 self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, m.member_id))
         self._remove_sync_expiration(group)
 
+    def retire(self, group: GroupMetadata) -> None:
+        """The group is gone (converted to a consumer group): Dead, its pending join, sync
+        and heartbeat timers completed without effect."""
+        members = group.all_members()
+        group.transition_to(_D, self._now_ms)
+        self.check_join(group)
+        self._remove_sync_expiration(group)
+        for member_id in members:
+            self.remove_heartbeat_for_leaving_member(group, member_id)
+
     # --- preparing a rebalance ------------------------------------------------------------------
     def maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.can_rebalance:

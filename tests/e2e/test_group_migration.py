@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +155,52 @@ def test_classic_and_consumer_members_migrate_both_ways(kbroker: BrokerProcess) 
     finally:
         for m in members:
             m.close()
+
+
+def test_a_restarted_broker_reloads_the_migrated_group(tmp_path: Path) -> None:
+    """The conversions are in `__consumer_offsets`: after a restart the group is still a
+    consumer group with its classic member, and after the downgrade a classic group."""
+    broker = BrokerProcess(tmp_path, overrides=OVERRIDES).start()
+    members: list[Member] = []
+    try:
+        bs = broker.bootstrap
+        admin = AdminClient({"bootstrap.servers": bs})
+        topic = f"mig-r-{uuid.uuid4().hex[:8]}"
+        created = admin.create_topics([NewTopic(topic, PARTITIONS, 1)], operation_timeout=10)
+        created[topic].result(15)
+        group = f"mig-r-{uuid.uuid4().hex[:8]}"
+        log = EventLog()
+        classic = Member(bs, group, topic, "classic", log, "classic")
+        members.append(classic)
+        assert wait_until(lambda: split_complete(members), timeout_s=60)
+        modern = Member(bs, group, topic, "modern", log, "consumer")
+        members.append(modern)
+        assert wait_until(lambda: split_complete(members), timeout_s=90)
+        produce(bs, topic, 0, 120)
+        assert wait_until(lambda: consumed_once(log, 120), timeout_s=60)
+        broker.stop()
+        broker.start()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert wait_until(lambda: group_type(admin, group) == "CONSUMER", timeout_s=60)
+        assert "Loaded 1 consumer groups" in broker.log_text()
+        produce(bs, topic, 120, 60)
+        assert wait_until(lambda: consumed_once(log, 180), timeout_s=90), len(log.values())
+        assert wait_until(lambda: split_complete(members), timeout_s=60)
+        # The KIP-848 member leaves: a classic group, which a restart reloads as one.
+        modern.close()
+        members = [classic]
+        assert wait_until(lambda: group_type(admin, group) == "CLASSIC", timeout_s=30)
+        assert wait_until(lambda: classic.partitions() == list(range(PARTITIONS)), timeout_s=90)
+        broker.stop()
+        broker.start()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert wait_until(lambda: group_type(admin, group) == "CLASSIC", timeout_s=60)
+        produce(bs, topic, 180, 60)
+        assert wait_until(lambda: consumed_once(log, 240), timeout_s=90), len(log.values())
+        time.sleep(1.5)
+        assert_no_record_twice(log)
+        assert committed(admin, group, topic) == [40] * PARTITIONS
+    finally:
+        for m in members:
+            m.close()
+        broker.stop()

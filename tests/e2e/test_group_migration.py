@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.broker_process import BrokerProcess, wait_until
+from tests.e2e.test_kip848_consumer_group import PARTITIONS, new_topic, produce
 from tests.kip848_members import EventLog, Member
 
 OVERRIDES = [
@@ -29,8 +30,6 @@ OVERRIDES = [
     "group.initial.rebalance.delay.ms=500",
     "group.consumer.migration.policy=bidirectional",
 ]
-PARTITIONS = 6
-
 pytestmark = pytest.mark.timeout(240)
 
 
@@ -41,13 +40,6 @@ def kbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
         yield b
     finally:
         b.stop()
-
-
-def produce(bs: str, topic: str, start: int, n: int) -> None:
-    p = Producer({"bootstrap.servers": bs, "linger.ms": 2})
-    for i in range(start, start + n):
-        p.produce(topic, value=str(i).encode(), partition=i % PARTITIONS)
-    assert p.flush(20) == 0
 
 
 def split_complete(members: list[Member]) -> bool:
@@ -88,8 +80,7 @@ def describe(admin: AdminClient, group: str) -> Any:
 def test_classic_and_consumer_members_migrate_both_ways(kbroker: BrokerProcess) -> None:
     bs = kbroker.bootstrap
     admin = AdminClient({"bootstrap.servers": bs})
-    topic = f"mig-{uuid.uuid4().hex[:10]}"
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)], operation_timeout=10)[topic].result(15)
+    topic = new_topic(bs, PARTITIONS)
     group = f"mig-{uuid.uuid4().hex[:8]}"
     log = EventLog()
     members: list[Member] = []
@@ -111,7 +102,7 @@ def test_classic_and_consumer_members_migrate_both_ways(kbroker: BrokerProcess) 
         desc = describe(admin, group)
         assert len(desc.members) == 3
         # 600 records, each consumed once by one of the three, each committed.
-        produce(bs, topic, 0, 600)
+        produce(bs, topic, 600)
         assert wait_until(lambda: consumed_once(log, 600), timeout_s=90), len(log.values())
         time.sleep(1.5)  # anything delivered twice would show up now
         assert_no_record_twice(log)
@@ -126,7 +117,7 @@ def test_classic_and_consumer_members_migrate_both_ways(kbroker: BrokerProcess) 
         assert group_type(admin, group) == "CONSUMER"
         assert len(describe(admin, group).members) == 1
         assert committed(admin, group, topic) == [100] * PARTITIONS  # offsets kept
-        produce(bs, topic, 600, 60)
+        produce(bs, topic, 60, start=600)
         assert wait_until(lambda: consumed_once(log, 660), timeout_s=60), len(log.values())
         # A classic consumer joins it, then the KIP-848 one leaves: back to a classic group.
         late = Member(bs, group, topic, "classic-3", log, "classic")
@@ -146,7 +137,7 @@ def test_classic_and_consumer_members_migrate_both_ways(kbroker: BrokerProcess) 
         desc = describe(admin, group)
         assert len(desc.members) == 1 and str(desc.state).upper().endswith("STABLE")
         assert committed(admin, group, topic) == [110] * PARTITIONS  # offsets kept
-        produce(bs, topic, 660, 60)
+        produce(bs, topic, 60, start=660)
         assert wait_until(lambda: consumed_once(log, 720), timeout_s=60), len(log.values())
         time.sleep(1.5)
         assert_no_record_twice(log)
@@ -165,9 +156,7 @@ def test_a_restarted_broker_reloads_the_migrated_group(tmp_path: Path) -> None:
     try:
         bs = broker.bootstrap
         admin = AdminClient({"bootstrap.servers": bs})
-        topic = f"mig-r-{uuid.uuid4().hex[:8]}"
-        created = admin.create_topics([NewTopic(topic, PARTITIONS, 1)], operation_timeout=10)
-        created[topic].result(15)
+        topic = new_topic(bs, PARTITIONS)
         group = f"mig-r-{uuid.uuid4().hex[:8]}"
         log = EventLog()
         classic = Member(bs, group, topic, "classic", log, "classic")
@@ -176,14 +165,14 @@ def test_a_restarted_broker_reloads_the_migrated_group(tmp_path: Path) -> None:
         modern = Member(bs, group, topic, "modern", log, "consumer")
         members.append(modern)
         assert wait_until(lambda: split_complete(members), timeout_s=90)
-        produce(bs, topic, 0, 120)
+        produce(bs, topic, 120)
         assert wait_until(lambda: consumed_once(log, 120), timeout_s=60)
         broker.stop()
         broker.start()
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         assert wait_until(lambda: group_type(admin, group) == "CONSUMER", timeout_s=60)
         assert "Loaded 1 consumer groups" in broker.log_text()
-        produce(bs, topic, 120, 60)
+        produce(bs, topic, 60, start=120)
         assert wait_until(lambda: consumed_once(log, 180), timeout_s=90), len(log.values())
         assert wait_until(lambda: split_complete(members), timeout_s=60)
         # The KIP-848 member leaves: a classic group, which a restart reloads as one.
@@ -195,7 +184,7 @@ def test_a_restarted_broker_reloads_the_migrated_group(tmp_path: Path) -> None:
         broker.start()
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         assert wait_until(lambda: group_type(admin, group) == "CLASSIC", timeout_s=60)
-        produce(bs, topic, 180, 60)
+        produce(bs, topic, 60, start=180)
         assert wait_until(lambda: consumed_once(log, 240), timeout_s=90), len(log.values())
         time.sleep(1.5)
         assert_no_record_twice(log)

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.group.group_harness import T0, Call, MemoryOffsetsLog
+from tests.group.group_harness import T0, Call, MemoryOffsetsLog, commit_one
 from wherry.common.topic_partition import TopicPartition
 from wherry.group import consumer_group_records as cgr
 from wherry.group import consumer_protocol as cp
@@ -19,7 +19,6 @@ from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult, TopicsImage
 from wherry.group.consumer_group import TopicMeta
 from wherry.group.coordinator import GroupCoordinator, MemberIdentity
-from wherry.group.group import OffsetAndMetadata
 from wherry.group.records import decode_key, group_metadata_key
 from wherry.group.state import GroupState
 from wherry.protocol.wire import Writer
@@ -189,13 +188,7 @@ class Migration:
 
 
 def _commit(m: Migration, member: str, generation: int, offset: int, version: int = 8) -> E:
-    call = Call()
-    tp = TopicPartition("t", 0)
-    m.coord.handle_commit_offsets(
-        "g", member, None, generation, {tp: OffsetAndMetadata(offset, -1, "", m.now, None)},
-        call, m.now, api_version=version,
-    )
-    return call.commit[tp]
+    return commit_one(m.coord, m.now, member, generation, offset, version)
 
 
 def _offset(coord: GroupCoordinator) -> int:
@@ -360,22 +353,19 @@ def test_classic_members_need_the_group_protocols() -> None:
     m.hb("k", 0)
     first = m.join("")
     assert first.join.error == E.none
-    call = Call()
-    m.coord.handle_join_group(
-        "g", "", None, require_known_member_id=True, support_skipping_assignment=False,
-        client_id="c", client_host="/h", rebalance_timeout_ms=10_000, session_timeout_ms=10_000,
-        protocol_type="consumer", protocols=[("roundrobin", subscription(["t"]))],
-        callback=call, now_ms=m.now, topics=m.topics,
-    )
-    assert call.join.error == E.inconsistent_group_protocol
-    call = Call()
-    m.coord.handle_join_group(
-        "g", "", None, require_known_member_id=True, support_skipping_assignment=False,
-        client_id="c", client_host="/h", rebalance_timeout_ms=10_000, session_timeout_ms=10_000,
-        protocol_type="consumer", protocols=[("range", subscription(["t"]))],
-        callback=call, now_ms=m.now, topics=m.topics,
-    )
-    assert call.join.error == E.member_id_required and call.join.member_id
+    answers = []
+    for protocol in ("roundrobin", "range"):
+        call = Call()
+        m.coord.handle_join_group(
+            "g", "", None, require_known_member_id=True, support_skipping_assignment=False,
+            client_id="c", client_host="/h", rebalance_timeout_ms=10_000,
+            session_timeout_ms=10_000, protocol_type="consumer",
+            protocols=[(protocol, subscription(["t"]))], callback=call, now_ms=m.now,
+            topics=m.topics,
+        )
+        answers.append(call.join)
+    assert answers[0].error == E.inconsistent_group_protocol
+    assert answers[1].error == E.member_id_required and answers[1].member_id
 
 
 def test_classic_member_checks_and_timeouts() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.group.group_harness import SUB_T, T0, Call, MemoryOffsetsLog
+from tests.group.group_harness import SUB_T, T0, Call, MemoryOffsetsLog, commit_one
 from wherry.common.topic_partition import TopicPartition
 from wherry.group import consumer_group_records as cgr
 from wherry.group.assignors import MemberSpec, range_assign, uniform_assign
@@ -296,13 +296,7 @@ def test_a_new_coordinator_rebuilds_the_group_from_the_log() -> None:
 
 
 def _commit(d: Driver, member: str, epoch: int, offset: int, version: int = 9) -> ErrorCode:
-    call = Call()
-    tp = TopicPartition("t", 0)
-    d.coord.handle_commit_offsets(
-        "g", member, None, epoch, {tp: OffsetAndMetadata(offset, -1, "", d.now, None)},
-        call, d.now, api_version=version,
-    )
-    return call.commit[tp]
+    return commit_one(d.coord, d.now, member, epoch, offset, version)
 
 
 def test_offset_commit_and_fetch_check_member_epochs() -> None:

@@ -19,9 +19,8 @@ from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult, TopicsImage
 from wherry.group.consumer_group import TopicMeta
 from wherry.group.coordinator import GroupCoordinator, MemberIdentity
-from wherry.group.records import decode_key, group_metadata_key
+from wherry.group.records import decode_key, encode_subscription, group_metadata_key
 from wherry.group.state import GroupState
-from wherry.protocol.wire import Writer
 
 E = ErrorCode
 T1 = uuid.UUID(int=1)
@@ -30,18 +29,7 @@ PARTITIONS = 6
 
 def subscription(topics: list[str], owned: dict[str, list[int]] | None = None) -> bytes:
     """A ConsumerProtocolSubscription v1 (topics, no user data, owned partitions)."""
-    w = Writer()
-    w.int16(1)
-    w.array_length(len(topics))
-    for t in topics:
-        w.string(t)
-    w.nullable_bytes(None)
-    owned = owned or {}
-    w.array_length(len(owned))
-    for t, ps in owned.items():
-        w.string(t)
-        w.int32_array(ps)
-    return bytes(w.out)
+    return encode_subscription(topics, None, owned or {})
 
 
 class Migration:

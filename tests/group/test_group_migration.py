@@ -110,7 +110,7 @@ class Migration:
         return self.coord.handle_heartbeat("g", member, None, self.generation[member], self.now)
 
     def leave(self, member: str) -> ErrorCode:
-        r = self.coord.handle_leave_group("g", [MemberIdentity(member)], self.now)
+        r = self.coord.handle_leave_group("g", [MemberIdentity(member)], self.now, self.topics)
         self.owned.pop(member, None)
         return r.members[0].error if r.error == E.none else r.error
 
@@ -352,6 +352,14 @@ def test_classic_members_need_the_group_protocols() -> None:
             topics=m.topics,
         )
         answers.append(call.join)
+    call = Call()
+    m.coord.handle_join_group(
+        "g", "", None, require_known_member_id=True, support_skipping_assignment=False,
+        client_id="c", client_host="/h", rebalance_timeout_ms=10_000, session_timeout_ms=1_000,
+        protocol_type="consumer", protocols=[("range", subscription(["t"]))], callback=call,
+        now_ms=m.now, topics=m.topics,
+    )
+    assert call.join.error == E.invalid_session_timeout
     assert answers[0].error == E.inconsistent_group_protocol
     assert answers[1].error == E.member_id_required and answers[1].member_id
 

@@ -35,7 +35,7 @@ from wherry.group.consumer_coordinator import (
 )
 from wherry.group.consumer_group import ConsumerGroup
 from wherry.group.group import GroupMetadata
-from wherry.group.member import JoinCallback, SyncCallback
+from wherry.group.member import JoinCallback, JoinGroupResult, SyncCallback
 from wherry.group.metadata_manager import GroupMetadataManager
 from wherry.group.migration import GroupMigration
 from wherry.group.rebalance import Rebalancer
@@ -72,8 +72,6 @@ class ConsumerGroupBridge:
             config, manager, rebalancer, consumer, storage, log_prefix=log_prefix
         )
         consumer.downgrade = self.migration.maybe_downgrade
-        # The topics the last ConsumerGroupHeartbeat saw (a LeaveGroup has none of its own).
-        self._last_topics: TopicsImage | None = None
 
     def offsets_holder(self, group_id: str, now_ms: int) -> GroupMetadata:
         """The Empty classic entry holding a consumer group's offsets."""
@@ -105,6 +103,14 @@ class ConsumerGroupBridge:
         group = self._consumer.get(group_id)
         if group is None or not group.members:
             return False
+        cfg = self.config
+        if not (
+            cfg.group_min_session_timeout_ms
+            <= req.session_timeout_ms
+            <= cfg.group_max_session_timeout_ms
+        ):
+            callback(JoinGroupResult.failed(req.member_id, ErrorCode.invalid_session_timeout))
+            return True
         self.classic.join(group, req, topics or TopicsImage({}), now_ms, callback)
         return True
 
@@ -132,12 +138,15 @@ class ConsumerGroupBridge:
         return self.classic.heartbeat(group, member_id, instance_id, generation, now_ms)
 
     def leave_consumer_group(
-        self, group_id: str, members: list[tuple[str, str | None, str | None]]
+        self,
+        group_id: str,
+        members: list[tuple[str, str | None, str | None]],
+        topics: TopicsImage | None,
     ) -> list[tuple[str, str | None, ErrorCode]] | None:
         group = self._consumer.get(group_id)
         if group is None:
             return None
-        return self.classic.leave(group, members, self._last_topics)
+        return self.classic.leave(group, members, topics)
 
     # --- KIP-848 members ------------------------------------------------------------------------
     def _take_over_classic_group(
@@ -189,7 +198,6 @@ class ConsumerGroupBridge:
         if invalid is not None:
             callback(HeartbeatResult.failed(ErrorCode.invalid_request, invalid))
             return
-        self._last_topics = topics
         if status is None and req.member_epoch == 0:
             refused = self._take_over_classic_group(req.group_id, topics, now_ms)
             if refused is not None:

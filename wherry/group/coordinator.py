@@ -478,13 +478,17 @@ class GroupCoordinator:
 
     # --- LeaveGroup -----------------------------------------------------------------------------
     def handle_leave_group(
-        self, group_id: str, members: Sequence[MemberIdentity], now_ms: int
+        self,
+        group_id: str,
+        members: Sequence[MemberIdentity],
+        now_ms: int,
+        topics: TopicsImage | None = None,
     ) -> LeaveGroupResult:
         err = self._group_status(group_id, Api.LEAVE_GROUP, now_ms)
         if err is not None:
             return LeaveGroupResult(err, ())
         left = self._bridge.leave_consumer_group(
-            group_id, [(m.member_id, m.group_instance_id, m.reason) for m in members]
+            group_id, [(m.member_id, m.group_instance_id, m.reason) for m in members], topics
         )
         if left is not None:
             return LeaveGroupResult(ErrorCode.none, tuple(LeaveMemberResponse(*r) for r in left))

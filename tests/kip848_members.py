@@ -54,6 +54,7 @@ class Member:
         name: str,
         log: EventLog,
         protocol: str = "consumer",
+        **settings: object,
     ) -> None:
         self.name = name
         self.log = log
@@ -68,6 +69,7 @@ class Member:
         }
         if protocol == "classic":
             config.update({"heartbeat.interval.ms": 500, "session.timeout.ms": 10_000})
+        config.update(settings)
         self.consumer = Consumer(config)
         self.consumer.subscribe([topic])
         self.errors: list[str] = []

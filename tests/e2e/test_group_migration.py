@@ -1,11 +1,11 @@
 """Online migration of a consumer group with real confluent-kafka consumers on a real broker:
-two classic consumers (JoinGroup/SyncGroup, eager `range`) form a classic group; a consumer of
-the KIP-848 protocol (`group.protocol=consumer`) joins and the group becomes a consumer group
-with the classic members inside; the three consume 600 records once each, every record
-committed synchronously once processed. The classic consumers leave: the consumer group goes
-on with the offsets kept. A classic consumer joins again and the KIP-848 one leaves: the group
-converts back to a classic group (`group.consumer.migration.policy=bidirectional`, Kafka's
-default) with the offsets kept."""
+two classic consumers (JoinGroup/SyncGroup, eager `range` or `cooperative-sticky`) form a
+classic group; a consumer of the KIP-848 protocol (`group.protocol=consumer`) joins and the
+group becomes a consumer group with the classic members inside; the three consume 600 records
+once each, every record committed synchronously once processed. The classic consumers leave:
+the consumer group goes on with the offsets kept. A classic consumer joins again and the
+KIP-848 one leaves: the group converts back to a classic group
+(`group.consumer.migration.policy=bidirectional`, Kafka's default) with the offsets kept."""
 
 from __future__ import annotations
 
@@ -77,7 +77,10 @@ def describe(admin: AdminClient, group: str) -> Any:
     return admin.describe_consumer_groups([group])[group].result(15)
 
 
-def test_classic_and_consumer_members_migrate_both_ways(kbroker: BrokerProcess) -> None:
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_classic_and_consumer_members_migrate_both_ways(
+    kbroker: BrokerProcess, strategy: str
+) -> None:
     bs = kbroker.bootstrap
     admin = AdminClient({"bootstrap.servers": bs})
     topic = new_topic(bs, PARTITIONS)
@@ -86,7 +89,18 @@ def test_classic_and_consumer_members_migrate_both_ways(kbroker: BrokerProcess) 
     members: list[Member] = []
     try:
         # Two classic consumers: a classic group.
-        members += [Member(bs, group, topic, f"classic-{i}", log, "classic") for i in (1, 2)]
+        members += [
+            Member(
+                bs,
+                group,
+                topic,
+                f"classic-{i}",
+                log,
+                "classic",
+                **{"partition.assignment.strategy": strategy},
+            )
+            for i in (1, 2)
+        ]
         assert wait_until(lambda: split_complete(members), timeout_s=60), [
             (m.name, m.partitions(), m.errors) for m in members
         ]
@@ -120,7 +134,15 @@ def test_classic_and_consumer_members_migrate_both_ways(kbroker: BrokerProcess) 
         produce(bs, topic, 60, start=600)
         assert wait_until(lambda: consumed_once(log, 660), timeout_s=60), len(log.values())
         # A classic consumer joins it, then the KIP-848 one leaves: back to a classic group.
-        late = Member(bs, group, topic, "classic-3", log, "classic")
+        late = Member(
+            bs,
+            group,
+            topic,
+            "classic-3",
+            log,
+            "classic",
+            **{"partition.assignment.strategy": strategy},
+        )
         members.append(late)
         assert wait_until(lambda: split_complete(members), timeout_s=90), [
             (m.name, m.partitions(), m.errors) for m in members

@@ -191,7 +191,7 @@ class ClassicMembers:
             callback(SyncGroupResult.failed(error))
             return
         protocol_type, protocol_name = protocol
-        name, metadata = member.classic.supported_protocols[0]
+        name, metadata = (member.classic.supported_protocols or (("", b""),))[0]
         if (protocol_type is not None and protocol_type != cp.CONSUMER_PROTOCOL_TYPE) or (
             protocol_name is not None and protocol_name != name
         ):

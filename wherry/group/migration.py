@@ -141,7 +141,16 @@ class GroupMigration:
                 why,
             )
             return False
-        classic = _classic_group_of(group, leaving_id, now_ms)
+        try:
+            classic = _classic_group_of(group, leaving_id, now_ms)
+        except ValueError as e:  # members with no protocol in common (read from the log)
+            log.warning(
+                "%s Cannot downgrade consumer group %s to classic group: %s",
+                self._prefix,
+                group.group_id,
+                e,
+            )
+            return False
         holder = self._manager.get_group(group.group_id)
         if holder is not None:
             classic.share_offsets_of(holder)

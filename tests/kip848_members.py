@@ -44,20 +44,33 @@ class EventLog:
 
 
 class Member:
-    def __init__(self, bs: str, group: str, topic: str, name: str, log: EventLog) -> None:
+    """A consumer of `protocol` "consumer" (KIP-848) or "classic" (JoinGroup/SyncGroup)."""
+
+    def __init__(
+        self,
+        bs: str,
+        group: str,
+        topic: str,
+        name: str,
+        log: EventLog,
+        protocol: str = "consumer",
+        **settings: object,
+    ) -> None:
         self.name = name
         self.log = log
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bs,
-                "group.id": group,
-                "group.protocol": "consumer",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "client.id": name,
-                "log_level": 3,
-            }
-        )
+        config: dict[str, object] = {
+            "bootstrap.servers": bs,
+            "group.id": group,
+            "group.protocol": protocol,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "client.id": name,
+            "log_level": 3,
+        }
+        if protocol == "classic":
+            config.update({"heartbeat.interval.ms": 500, "session.timeout.ms": 10_000})
+        config.update(settings)
+        self.consumer = Consumer(config)
         self.consumer.subscribe([topic])
         self.errors: list[str] = []
         self.assignment: list[int] = []

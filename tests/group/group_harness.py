@@ -142,6 +142,19 @@ class Call:
         return self.only(dict)
 
 
+def commit_one(
+    coord: GroupCoordinator, now: int, member: str, epoch: int, offset: int, version: int = 9
+) -> ErrorCode:
+    """OffsetCommit of t-0 by `member` at `epoch` (its member epoch or generation)."""
+    call = Call()
+    tp = TopicPartition("t", 0)
+    coord.handle_commit_offsets(
+        "g", member, None, epoch, {tp: OffsetAndMetadata(offset, -1, "", now, None)},
+        call, now, api_version=version,
+    )
+    return call.commit[tp]
+
+
 def sub(*topics: str) -> bytes:
     return encode_subscription(list(topics))
 

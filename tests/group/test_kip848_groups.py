@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.group.group_harness import SUB_T, T0, Call, MemoryOffsetsLog
+from tests.group.group_harness import SUB_T, T0, Call, MemoryOffsetsLog, commit_one
 from wherry.common.topic_partition import TopicPartition
 from wherry.group import consumer_group_records as cgr
 from wherry.group.assignors import MemberSpec, range_assign, uniform_assign
@@ -296,13 +296,7 @@ def test_a_new_coordinator_rebuilds_the_group_from_the_log() -> None:
 
 
 def _commit(d: Driver, member: str, epoch: int, offset: int, version: int = 9) -> ErrorCode:
-    call = Call()
-    tp = TopicPartition("t", 0)
-    d.coord.handle_commit_offsets(
-        "g", member, None, epoch, {tp: OffsetAndMetadata(offset, -1, "", d.now, None)},
-        call, d.now, api_version=version,
-    )
-    return call.commit[tp]
+    return commit_one(d.coord, d.now, member, epoch, offset, version)
 
 
 def test_offset_commit_and_fetch_check_member_epochs() -> None:
@@ -335,22 +329,37 @@ def _classic_join(d: Driver, group: str) -> ErrorCode:
     return call.join.error if call.done else E.none
 
 
-def test_classic_and_consumer_groups_do_not_mix() -> None:
-    d = Driver()
+def test_classic_and_consumer_groups_meet_under_the_migration_policy() -> None:
+    d = Driver(migration_policy="disabled")
     d.hb("a", 0)
-    assert _classic_join(d, "g") == E.inconsistent_group_protocol
-    d.hb("a", -1)
-    # an empty consumer group becomes classic for a classic member (downgrade)
+    # a classic member joins a consumer group with members as one of them (any policy);
+    # without a member id it is asked to come back with one
     assert _classic_join(d, "g") == E.none
-    assert d.coord.consumer_groups.get("g") is None
-    # and a classic group with members refuses a KIP-848 member
-    d.advance(1)
-    assert d.hb("b", 0).error == E.group_id_not_found
-    listed = d.coord.handle_list_groups(types=["consumer"])[1]
+    group = d.coord.consumer_groups.get("g")
+    assert group is not None and len(group.members) == 2
+    # an empty consumer group becomes classic for a classic member, whatever the policy
+    d1 = Driver(migration_policy="disabled")
+    d1.hb("a", 0)
+    d1.hb("a", -1)
+    assert _classic_join(d1, "g") == E.none
+    assert d1.coord.consumer_groups.get("g") is None
+    d2 = Driver()
+    d2.hb("a", 0)
+    d2.hb("a", -1)
+    # an empty consumer group becomes classic for a classic member (downgrade)
+    assert _classic_join(d2, "g") == E.none
+    assert d2.coord.consumer_groups.get("g") is None
+    d2.advance(1)
+    listed = d2.coord.handle_list_groups(types=["consumer"])[1]
     assert listed == []
+    # and a classic group with members refuses a KIP-848 member when upgrades are disabled
+    d3 = Driver(migration_policy="disabled")
+    assert _classic_join(d3, "g") == E.none
+    d3.advance(1)
+    assert d3.hb("b", 0).error == E.group_id_not_found
 
 
-def test_migration_policy_disabled_keeps_an_empty_classic_group() -> None:
+def test_an_offsets_only_group_takes_a_consumer_member_whatever_the_policy() -> None:
     d = Driver(migration_policy="disabled")
     call = Call()
     tp = TopicPartition("t", 0)

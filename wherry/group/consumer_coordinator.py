@@ -121,7 +121,6 @@ _TOMBSTONE_ORDER = {8: 0, 7: 1, 5: 2, 6: 3, 4: 4, 3: 5}
 _UPSERT_ORDER = {5: 0, 4: 1, 3: 2, 7: 3, 6: 4, 8: 5}
 
 
-
 def _subset(a: Parts, b: Parts) -> bool:
     return all(p <= b.get(t, frozenset()) for t, p in a.items())
 
@@ -156,6 +155,9 @@ class ConsumerGroupManager:
         # Told of every write of a group (its state then) and, through the callable it
         # returns, of the write's outcome: the simulation's ledger.
         self.write_observer: Callable[[ConsumerGroup], Callable[[ErrorCode], None]] | None = None
+        # Called with a group, a member leaving it or fenced and the time: True if the group
+        # was converted to a classic group instead (the online downgrade).
+        self.downgrade: Callable[[ConsumerGroup, str, int], bool] | None = None
 
     # --- registry -----------------------------------------------------------------------------
     def get(self, group_id: str) -> ConsumerGroup | None:
@@ -247,7 +249,7 @@ class ConsumerGroupManager:
         best: int | None = None
         for g in self._groups.values():
             for m in g.members.values():
-                for d in (m.session_deadline_ms, m.revocation_deadline_ms):
+                for d, _ in m.deadlines():
                     if d is not None and (best is None or d < best):
                         best = d
         return best
@@ -256,10 +258,9 @@ class ConsumerGroupManager:
         for g in list(self._groups.values()):
             expired: list[tuple[str, str]] = []
             for m in g.members.values():
-                if m.session_deadline_ms <= now_ms:
-                    expired.append((m.member_id, "session timeout"))
-                elif m.revocation_deadline_ms is not None and m.revocation_deadline_ms <= now_ms:
-                    expired.append((m.member_id, "rebalance timeout (partitions not revoked)"))
+                why = next((w for d, w in m.deadlines() if d is not None and d <= now_ms), None)
+                if why is not None:
+                    expired.append((m.member_id, why))
             if not expired:
                 continue
             for member_id, why in expired:
@@ -270,9 +271,12 @@ class ConsumerGroupManager:
                     g.group_id,
                     why,
                 )
+                if self.downgrade is not None and self.downgrade(g, member_id, now_ms):
+                    break
                 g.remove_member(member_id)
-            g.group_epoch += 1
-            self._write(g, lambda _e: None, [mid for mid, _ in expired])
+            else:
+                g.group_epoch += 1
+                self._write(g, lambda _e: None, [mid for mid, _ in expired])
 
     # --- ConsumerGroupHeartbeat -----------------------------------------------------------------
     def invalid_request(self, req: HeartbeatRequest) -> str | None:
@@ -609,6 +613,7 @@ class ConsumerGroupManager:
                 )
             )
             return
+        result = HeartbeatResult(ErrorCode.none, None, req.member_id, req.member_epoch, 0, None)
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # A static member leaving for now: it keeps its assignment until its session
             # expires or its instance id comes back.
@@ -630,9 +635,11 @@ class ConsumerGroupManager:
                 member.member_id,
                 group.group_id,
             )
+            if self.downgrade is not None and self.downgrade(group, member.member_id, now_ms):
+                callback(result)
+                return
             group.remove_member(member.member_id)
             group.group_epoch += 1
-        result = HeartbeatResult(ErrorCode.none, None, req.member_id, req.member_epoch, 0, None)
 
         def written(error: ErrorCode) -> None:
             callback(result if error == ErrorCode.none else HeartbeatResult.failed(error))
@@ -650,14 +657,16 @@ class ConsumerGroupManager:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id, None
-        if api_version < 9:
+        if api_version < 9 and member.classic is None:
             return (
                 ErrorCode.unsupported_version,
                 "OffsetCommit version 9 or above must be used by members using the consumer "
                 "group protocol",
             )
         if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch, None
+            # A classic member gives its generation, which is its member epoch.
+            stale = ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
+            return stale, None
         return None
 
     @staticmethod
@@ -671,8 +680,48 @@ class ConsumerGroupManager:
         if member is None:
             return ErrorCode.unknown_member_id
         if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+            return ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
         return None
+
+    # --- conversions ------------------------------------------------------------------------
+    def adopt(self, group: ConsumerGroup, now_ms: int) -> None:
+        """Serve `group` (converted from a classic group); its records are written by the
+        next write of it."""
+        self._groups[group.group_id] = group
+        for m in group.members.values():
+            session = self.config.session_timeout_ms
+            if m.classic is not None:
+                session = m.classic.session_timeout_ms
+            m.session_deadline_ms = now_ms + session
+
+    def drop(self, group_id: str, done: Callable[[ErrorCode], None]) -> ConsumerGroup | None:
+        """Stop serving the group (converted to a classic group): tombstones for its records."""
+        group = self._groups.pop(group_id, None)
+        if group is None:
+            return None
+        group.dead = True
+        self._write(group, done)
+        return group
+
+    def write(
+        self,
+        group: ConsumerGroup,
+        done: Callable[[ErrorCode], None],
+        touched: Collection[str] | None = None,
+    ) -> None:
+        """Append what changed in `group` (classic members' requests)."""
+        self._write(group, done, touched)
+
+    def update_subscriptions(self, group: ConsumerGroup, topics: TopicsImage) -> bool:
+        """Recompute the subscribed topics' metadata; True if it changed."""
+        subscribed = self._subscribed_topics(group, topics)
+        if subscribed == group.subscribed_topics:
+            return False
+        group.subscribed_topics = subscribed
+        return True
+
+    def compute_target(self, group: ConsumerGroup, topics: TopicsImage) -> None:
+        self._compute_target(group, topics)
 
     # --- deletion -----------------------------------------------------------------------------
     def delete(self, group_id: str) -> ErrorCode:

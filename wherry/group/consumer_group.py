@@ -51,9 +51,30 @@ class ConsumerMember:
     previous_member_epoch: int = 0
     assigned: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
     pending_revocation: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
+    # a member using the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside the group
+    classic: cgr.ClassicMemberMetadata | None = None
     # deadlines (wall clock ms); not persisted, reset when a group is loaded
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None
+    # a classic member's: to rejoin once asked to, to sync once joined
+    join_deadline_ms: int | None = None
+    sync_deadline_ms: int | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
+
+    def deadlines(self) -> tuple[tuple[int | None, str], ...]:
+        """The member's deadlines and why it is fenced when one passes."""
+        return (
+            (self.session_deadline_ms, "session timeout"),
+            (self.revocation_deadline_ms, "rebalance timeout (partitions not revoked)"),
+            (
+                self.join_deadline_ms,
+                "the classic member failed to join within the rebalance timeout",
+            ),
+            (self.sync_deadline_ms, "the member failed to sync within timeout"),
+        )
 
     @property
     def assignment(self) -> MemberAssignment:
@@ -75,6 +96,7 @@ class ConsumerMember:
             self.subscribed_topic_regex,
             self.rebalance_timeout_ms,
             self.server_assignor,
+            self.classic,
         )
 
 
@@ -105,6 +127,35 @@ class ConsumerGroup:
             if m.member_epoch != self.assignment_epoch or m.state != MemberState.STABLE:
                 return RECONCILING
         return STABLE
+
+    def classic_protocols_supported(self, protocol_type: str, names: Collection[str]) -> bool:
+        """Kafka's supportsClassicProtocols: type "consumer" and a protocol every classic
+        member supports."""
+        if protocol_type != "consumer":
+            return False
+        classic = [m for m in self.members.values() if m.classic is not None]
+        if not classic:
+            return bool(names)
+        return any(
+            all(any(n == p for p, _ in m.classic.supported_protocols) for m in classic if m.classic)
+            for n in names
+        )
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Every member but `member_id` uses the classic protocol, and it does not."""
+        m = self.members.get(member_id)
+        if m is None or m.classic is not None:
+            return False
+        return all(o.classic is not None for mid, o in self.members.items() if mid != member_id)
+
+    def waiting_on_unreleased_partition(self, m: ConsumerMember) -> bool:
+        """Whether a partition of `m`'s target is still owned by another member."""
+        for t, parts in self.target.get(m.member_id, {}).items():
+            for p in parts - m.assigned.get(t, frozenset()):
+                owner = self._owner.get((t, p))
+                if owner is not None and owner != m.member_id:
+                    return True
+        return False
 
     def static_member(self, instance_id: str) -> ConsumerMember | None:
         for m in self.members.values():
@@ -269,7 +320,9 @@ class ConsumerGroup:
                 subscribed_topic_regex=md.subscribed_topic_regex,
                 rebalance_timeout_ms=md.rebalance_timeout_ms,
                 server_assignor=md.server_assignor,
-                session_deadline_ms=now_ms + session_ms,
+                classic=md.classic,
+                session_deadline_ms=now_ms
+                + (session_ms if md.classic is None else md.classic.session_timeout_ms),
             )
             cur = r.current.get(mid)
             if cur is not None:

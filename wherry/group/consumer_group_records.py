@@ -10,7 +10,8 @@ arrays, tagged fields):
   TopicName string, NumPartitions int32, PartitionRacks [Partition int32, Racks [string]]].
 * 5 ConsumerGroupMemberMetadata: key (groupId, memberId); value InstanceId?, RackId?, ClientId,
   ClientHost, SubscribedTopicNames [string], SubscribedTopicRegex?, RebalanceTimeoutMs int32,
-  ServerAssignor? (tag 0, the classic member metadata, is skipped: no online migration).
+  ServerAssignor?; tagged field 0, ClassicMemberMetadata (a member using the classic protocol
+  inside a consumer group): SessionTimeoutMs int32, SupportedProtocols [Name, Metadata bytes].
 * 6 ConsumerGroupTargetAssignmentMetadata: key (groupId); value AssignmentEpoch int32.
 * 7 ConsumerGroupTargetAssignmentMember: key (groupId, memberId); value TopicPartitions
   [TopicId uuid, Partitions [int32]].
@@ -37,6 +38,7 @@ from wherry.protocol.wire import Reader, Writer
 __all__ = [
     "CONSUMER_GROUP_RECORD_TYPES",
     "Assignment",
+    "ClassicMemberMetadata",
     "ConsumerGroupReplay",
     "CurrentAssignmentValue",
     "MemberAssignment",
@@ -219,6 +221,14 @@ def decode_partition_metadata(data: bytes) -> tuple[int, tuple[TopicMetadataValu
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member using the classic protocol inside a consumer group joined with."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -228,6 +238,7 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 MemberClient = tuple[str | None, str, str, tuple[str, ...]]
@@ -260,7 +271,33 @@ def encode_member_metadata(v: MemberMetadataValue) -> bytes:
     w.nullable_string(v.subscribed_topic_regex, True)
     w.int32(v.rebalance_timeout_ms)
     w.nullable_string(v.server_assignor, True)
-    return end_value(w)
+    if v.classic is None:
+        return end_value(w)
+    tag = Writer()
+    tag.int32(v.classic.session_timeout_ms)
+    tag.array_length(len(v.classic.supported_protocols), True)
+    for name, metadata in v.classic.supported_protocols:
+        tag.string(name, True)
+        tag.nullable_bytes(metadata, True)
+        tag.no_tagged_fields()
+    tag.no_tagged_fields()
+    w.uvarint(1)  # one tagged field: 0, the classic member metadata
+    w.uvarint(0)
+    w.uvarint(len(tag.out))
+    w.raw(tag.out)
+    return bytes(w.out)
+
+
+def _read_classic(r: Reader) -> ClassicMemberMetadata:
+    session = r.int32()
+    protocols = []
+    for _ in range(r.array_length(True, 3)):
+        name = r.string(True)
+        metadata = r.bytes_(True)
+        r.tagged_fields()
+        protocols.append((name, metadata))
+    r.tagged_fields()
+    return ClassicMemberMetadata(session, tuple(protocols))
 
 
 def decode_member_metadata(data: bytes) -> MemberMetadataValue:
@@ -270,9 +307,19 @@ def decode_member_metadata(data: bytes) -> MemberMetadataValue:
     regex = r.nullable_string(True)
     rebalance_timeout = r.int32()
     assignor = r.nullable_string(True)
-    close_value(r)
+    classic: list[ClassicMemberMetadata] = []
+    r.tagged_fields({0: lambda sub: classic.append(_read_classic(sub))})
+    r.expect_end()
     return MemberMetadataValue(
-        instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor
+        instance_id,
+        rack_id,
+        client_id,
+        client_host,
+        names,
+        regex,
+        rebalance_timeout,
+        assignor,
+        classic[-1] if classic else None,
     )
 
 

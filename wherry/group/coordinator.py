@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.group.classic_members import ClassicJoin
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.consumer_bridge import ConsumerGroupBridge
 from wherry.group.consumer_coordinator import (
@@ -152,7 +153,7 @@ class GroupCoordinator:
             log_prefix=prefix,
         )
         self._bridge = ConsumerGroupBridge(
-            config, self._manager, self._consumer, storage, log_prefix=prefix
+            config, self._manager, self._consumer, storage, self._rebalancer, log_prefix=prefix
         )
         # Told of each loaded partition's share groups (records 9-15): the share runtime
         # rebuilds them (coordinator/shares.py)
@@ -323,8 +324,24 @@ class GroupCoordinator:
         callback: JoinCallback,
         now_ms: int,
         reason: str | None = None,
+        topics: TopicsImage | None = None,
     ) -> None:
         err = self._group_status(group_id, Api.JOIN_GROUP, now_ms)
+        classic = ClassicJoin(
+            member_id,
+            group_instance_id,
+            require_known_member_id,
+            client_id,
+            client_host,
+            rebalance_timeout_ms,
+            session_timeout_ms,
+            protocol_type,
+            protocols,
+        )
+        if err is None and self._bridge.join_consumer_group(
+            group_id, classic, topics, self.now_ms, callback
+        ):
+            return
         if err is None:
             err = self._bridge.classic_join_refusal(group_id)
         if err is not None:
@@ -367,6 +384,10 @@ class GroupCoordinator:
         if err is not None:
             callback(SyncGroupResult.failed(err))
             return
+        who = (member_id, group_instance_id, generation_id)
+        protocol = (protocol_type, protocol_name)
+        if self._bridge.sync_consumer_group(group_id, who, protocol, self.now_ms, callback):
+            return
         group = self._manager.get_group(group_id)
         if group is None:
             callback(SyncGroupResult.failed(ErrorCode.unknown_member_id))
@@ -394,7 +415,9 @@ class GroupCoordinator:
                 group.get(member_id).awaiting_sync_callback = callback
                 self._rebalancer.remove_pending_sync_member(group, member_id)
                 if group.is_leader(member_id):
-                    self._on_leader_assignment(group, member_id, generation_id, assignments)
+                    self._rebalancer.on_leader_assignment(
+                        group, member_id, generation_id, assignments
+                    )
             case GroupState.STABLE:
                 self._rebalancer.remove_pending_sync_member(group, member_id)
                 member = group.get(member_id)
@@ -410,52 +433,6 @@ class GroupCoordinator:
             case _:
                 raise AssertionError(f"Reached unexpected condition for Dead group {group_id}")
 
-    def _on_leader_assignment(
-        self,
-        group: GroupMetadata,
-        member_id: str,
-        generation_id: int,
-        assignments: Mapping[str, bytes],
-    ) -> None:
-        log.info(
-            "%s Assignment received from leader %s for group %s for generation %d. The group "
-            "has %d members, %d of which are static.",
-            self._prefix,
-            member_id,
-            group.group_id,
-            group.generation_id,
-            group.size,
-            len(group.all_static_members()),
-        )
-        assignment = {mid: bytes(a) for mid, a in assignments.items() if group.has(mid)}
-        missing = [mid for mid in group.all_members() if mid not in assignment]
-        if missing:
-            log.warning(
-                "%s Setting empty assignments for members %s of %s for generation %d",
-                self._prefix,
-                missing,
-                group.group_id,
-                group.generation_id,
-            )
-            for mid in missing:
-                assignment[mid] = b""
-
-        def stored(error: ErrorCode) -> None:
-            # The group may have moved on while the write was in flight.
-            if group.is_(_C) and generation_id == group.generation_id:
-                if error != ErrorCode.none:
-                    self._rebalancer.reset_and_propagate_assignment_error(group, error)
-                    self._rebalancer.maybe_prepare_rebalance(
-                        group,
-                        f"Error {error.name} when storing group assignment during SyncGroup "
-                        f"(member: {member_id})",
-                    )
-                else:
-                    self._rebalancer.set_and_propagate_assignment(group, assignment)
-                    group.transition_to(_S, self.now_ms)
-
-        self._manager.store_group(group, assignment, stored)
-
     # --- Heartbeat ------------------------------------------------------------------------------
     def handle_heartbeat(
         self,
@@ -469,6 +446,11 @@ class GroupCoordinator:
         if err is not None:
             # While loading, answer blindly: the group is not known yet.
             return ErrorCode.none if err == ErrorCode.coordinator_load_in_progress else err
+        err = self._bridge.heartbeat_consumer_group(
+            group_id, member_id, group_instance_id, generation_id, self.now_ms
+        )
+        if err is not None:
+            return err
         group = self._manager.get_group(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -496,11 +478,20 @@ class GroupCoordinator:
 
     # --- LeaveGroup -----------------------------------------------------------------------------
     def handle_leave_group(
-        self, group_id: str, members: Sequence[MemberIdentity], now_ms: int
+        self,
+        group_id: str,
+        members: Sequence[MemberIdentity],
+        now_ms: int,
+        topics: TopicsImage | None = None,
     ) -> LeaveGroupResult:
         err = self._group_status(group_id, Api.LEAVE_GROUP, now_ms)
         if err is not None:
             return LeaveGroupResult(err, ())
+        left = self._bridge.leave_consumer_group(
+            group_id, [(m.member_id, m.group_instance_id, m.reason) for m in members], topics
+        )
+        if left is not None:
+            return LeaveGroupResult(ErrorCode.none, tuple(LeaveMemberResponse(*r) for r in left))
         group = self._manager.get_group(group_id)
         if group is not None and group.is_(_D):
             return LeaveGroupResult(ErrorCode.coordinator_not_available, ())
@@ -640,8 +631,12 @@ class GroupCoordinator:
         if consumer_group is not None:
             # A KIP-848 member's epoch (none for a producer outside the group's management).
             unmanaged = generation_id < 0 and member_id == UNKNOWN_MEMBER_ID
-            refused = None if unmanaged else self._consumer.validate_offset_commit(
-                consumer_group, member_id, generation_id, api_version=9
+            refused = (
+                None
+                if unmanaged
+                else self._consumer.validate_offset_commit(
+                    consumer_group, member_id, generation_id, api_version=9
+                )
             )
             if refused is not None:
                 callback(dict.fromkeys(offsets, refused[0]))

@@ -463,6 +463,13 @@ class GroupMetadata:
     ) -> None:
         self._offsets.update(offsets)
 
+    def share_offsets_of(self, other: GroupMetadata) -> None:
+        """Hold `other`'s offsets, pending commits included, as one (a group converted to or
+        from a consumer group: commits in flight on `other` land here too)."""
+        self._offsets = other._offsets
+        self._pending_offset_commits = other._pending_offset_commits
+        self._pending_txn_offset_commits = other._pending_txn_offset_commits
+
     def prepare_offset_commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         self._pending_offset_commits.update(offsets)
 

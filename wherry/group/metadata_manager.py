@@ -146,6 +146,10 @@ class GroupMetadataManager:
         """Register `group` unless its id is taken; return the registered one."""
         return self._groups.setdefault(group.group_id, group)
 
+    def replace_group(self, group: GroupMetadata) -> None:
+        """Register `group` in place of the one of its id (a group changing type)."""
+        self._groups[group.group_id] = group
+
     def current_groups(self) -> list[GroupMetadata]:
         return list(self._groups.values())
 
@@ -399,8 +403,7 @@ class GroupMetadataManager:
             appended=appended,
             failed=failed,
             what=(
-                f"Transactional offset commit of producer {producer_id} for group "
-                f"{group.group_id}"
+                f"Transactional offset commit of producer {producer_id} for group {group.group_id}"
             ),
             producer_id=producer_id,
             producer_epoch=producer_epoch,

@@ -196,6 +196,16 @@ class Rebalancer:
                 self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, m.member_id))
         self._remove_sync_expiration(group)
 
+    def retire(self, group: GroupMetadata) -> None:
+        """The group is gone (converted to a consumer group): Dead, its pending join, sync
+        and heartbeat timers completed without effect."""
+        members = group.all_members()
+        group.transition_to(_D, self._now_ms)
+        self.check_join(group)
+        self._remove_sync_expiration(group)
+        for member_id in members:
+            self.remove_heartbeat_for_leaving_member(group, member_id)
+
     # --- preparing a rebalance ------------------------------------------------------------------
     def maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.can_rebalance:
@@ -330,6 +340,53 @@ class Rebalancer:
                     m.is_new = False
                     group.add_pending_sync_member(m.member_id)
                 self._schedule_pending_sync(group)
+
+    def on_leader_assignment(
+        self,
+        group: GroupMetadata,
+        member_id: str,
+        generation_id: int,
+        assignments: Mapping[str, bytes],
+    ) -> None:
+        """The leader's SyncGroup: store the assignment, then hand every member its share."""
+        log.info(
+            "%s Assignment received from leader %s for group %s for generation %d. The group "
+            "has %d members, %d of which are static.",
+            self._prefix,
+            member_id,
+            group.group_id,
+            group.generation_id,
+            group.size,
+            len(group.all_static_members()),
+        )
+        assignment = {mid: bytes(a) for mid, a in assignments.items() if group.has(mid)}
+        missing = [mid for mid in group.all_members() if mid not in assignment]
+        if missing:
+            log.warning(
+                "%s Setting empty assignments for members %s of %s for generation %d",
+                self._prefix,
+                missing,
+                group.group_id,
+                group.generation_id,
+            )
+            for mid in missing:
+                assignment[mid] = b""
+
+        def stored(error: ErrorCode) -> None:
+            # The group may have moved on while the write was in flight.
+            if group.is_(_C) and generation_id == group.generation_id:
+                if error != ErrorCode.none:
+                    self.reset_and_propagate_assignment_error(group, error)
+                    self.maybe_prepare_rebalance(
+                        group,
+                        f"Error {error.name} when storing group assignment during SyncGroup "
+                        f"(member: {member_id})",
+                    )
+                else:
+                    self.set_and_propagate_assignment(group, assignment)
+                    group.transition_to(_S, self._now_ms)
+
+        self.manager.store_group(group, assignment, stored)
 
     # --- pending SyncGroups (DelayedSync) -------------------------------------------------------
     def _schedule_pending_sync(self, group: GroupMetadata) -> None:

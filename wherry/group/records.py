@@ -23,7 +23,7 @@ exactly where Kafka does: `Utils.abs(groupId.hashCode()) % partitions` with Java
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from wherry.protocol.wire import DecodeError, Reader, Writer
@@ -305,12 +305,22 @@ def parse_subscription_topics(metadata: bytes) -> list[str]:
     return [r.string() for _ in range(n)]
 
 
-def encode_subscription(topics: Sequence[str], user_data: bytes | None = None) -> bytes:
-    """A ConsumerProtocolSubscription v0 (for tests and tools)."""
+def encode_subscription(
+    topics: Sequence[str],
+    user_data: bytes | None = None,
+    owned: Mapping[str, Sequence[int]] | None = None,
+) -> bytes:
+    """A ConsumerProtocolSubscription v0, or v1 with `owned` partitions (for tests and
+    tools)."""
     w = Writer()
-    w.int16(0)
+    w.int16(0 if owned is None else 1)
     w.array_length(len(topics))
     for t in topics:
         w.string(t)
     w.nullable_bytes(user_data)
+    if owned is not None:
+        w.array_length(len(owned))
+        for t, ps in owned.items():
+            w.string(t)
+            w.int32_array(list(ps))
     return bytes(w.out)

@@ -15,29 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult, TopicsImage
-from wherry.group.consumer_group import TopicMeta
+from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult
 from wherry.protocol.codec import duration_ms
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize, authorized_names
-from wherry.server.handlers.group_common import CLIENT_HOST
+from wherry.server.handlers.group_common import CLIENT_HOST, topics_image
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
-    from wherry.replication.metadata_cache import MetadataCache
     from wherry.server.services import BrokerServices
-
-
-def topics_image(cache: MetadataCache) -> TopicsImage:
-    """The topics with an id, as the consumer-group coordinator sees them."""
-    topics: dict[str, TopicMeta] = {}
-    for name in cache.topics():
-        tid = cache.topic_id(name)
-        if tid is None or tid.int == 0:
-            continue
-        topics[name] = TopicMeta(tid, name, len(cache.partitions(name)))
-    return TopicsImage(topics)
 
 
 def _failed(error: ErrorCode, message: str | None = None) -> dict[str, Any]:

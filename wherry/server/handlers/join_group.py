@@ -12,7 +12,7 @@ from wherry.protocol.codec import duration_ms
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize
-from wherry.server.handlers.group_common import CLIENT_HOST
+from wherry.server.handlers.group_common import CLIENT_HOST, topics_image
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -48,6 +48,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             callback=cb,
             now_ms=broker.clock.now_ms(),
             reason=getattr(body, "reason", None),
+            topics=topics_image(broker.cache),
         ),
     )
     return _response(r, v)

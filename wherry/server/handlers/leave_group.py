@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from wherry.group.coordinator import MemberIdentity
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize
+from wherry.server.handlers.group_common import topics_image
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -28,7 +29,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         ]
     else:
         members = [MemberIdentity(body.member_id)]
-    r = broker.groups.coordinator.handle_leave_group(body.group_id, members, broker.clock.now_ms())
+    r = broker.groups.coordinator.handle_leave_group(
+        body.group_id, members, broker.clock.now_ms(), topics_image(broker.cache)
+    )
     if v >= 3:
         error = r.error
     else:

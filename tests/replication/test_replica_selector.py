@@ -11,7 +11,13 @@ from kio.schema.errors import ErrorCode
 
 from tests.replication.test_replica_manager_isr import TP, Env
 from wherry.protocol.records import build_batch
-from wherry.replication.fetch_reads import FetchPartition, FetchResult
+from wherry.replication.fetch_reads import (
+    FetchPartition,
+    FetchPartitionResult,
+    FetchResult,
+    select_for_session,
+)
+from wherry.replication.fetch_session import CachedPartition, FetchSessionCache
 from wherry.replication.replica_selector import (
     LEADER_SELECTOR,
     RACK_AWARE_SELECTOR,
@@ -161,3 +167,22 @@ def test_parked_consumer_fetch_on_a_follower_wakes_when_its_hw_moves(env: Env) -
     env.part.log.update_high_watermark(5)
     env.rm.follower_high_watermark_moved(TP)
     assert len(out) == 1 and out[0][TP].records and out[0][TP].high_watermark == 5
+
+
+def test_an_incremental_session_answer_always_carries_the_preferred_replica() -> None:
+    cache = FetchSessionCache(10, 1000, random_id=lambda: 7)
+    ctx = cache.new_context(session_id=0, epoch=0,
+                            fetch_data={TP: CachedPartition(0, 1 << 20, -1, -1, TP.topic)},
+                            forgotten=(), privileged=False, now_ms=0)
+    assert ctx.session is not None
+    same = FetchPartitionResult(ErrorCode.none, high_watermark=3, last_stable_offset=3,
+                                log_start_offset=0)
+    select_for_session(ctx.session, {TP: same}, full=True)
+    # nothing new: left out of an incremental answer ...
+    again = FetchPartitionResult(ErrorCode.none, high_watermark=3, last_stable_offset=3,
+                                 log_start_offset=0)
+    assert select_for_session(ctx.session, {TP: again}, full=False) == {}
+    # ... unless the client is sent elsewhere (Kafka's FetchSession answers it always)
+    sent = FetchPartitionResult(ErrorCode.none, high_watermark=3, last_stable_offset=3,
+                                log_start_offset=0, preferred_read_replica=2)
+    assert select_for_session(ctx.session, {TP: sent}, full=False) == {TP: sent}

@@ -107,7 +107,7 @@ def session_partitions(
 
 
 def _must_respond(c: CachedPartition, r: FetchPartitionResult, *, record: bool) -> bool:
-    return c.must_respond(
+    changed = c.must_respond(
         error_code=int(r.error_code),
         has_records=bool(r.records),
         high_watermark=r.high_watermark,
@@ -115,6 +115,8 @@ def _must_respond(c: CachedPartition, r: FetchPartitionResult, *, record: bool) 
         log_start_offset=r.log_start_offset,
         record=record,
     )
+    # A partition whose client is sent to another replica is always answered (Kafka).
+    return changed or r.preferred_read_replica >= 0
 
 
 def has_news(session: FetchSession, tp: TopicPartition, r: FetchPartitionResult | None) -> bool:

@@ -160,6 +160,46 @@ def test_keeps_the_order_of_the_replicas_it_keeps() -> None:
     assert plan_reassignment(current, [0, 1, 2]) == {("t", 0): [2, 0, 1]}
 
 
+def _rack_counts(replicas: Sequence[int], racks: Mapping[int, str]) -> list[int]:
+    names = sorted(set(racks.values()))
+    return [sum(1 for b in replicas if racks[b] == n) for n in names]
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_rack_aware_plan_spreads_every_partition_over_the_racks(seed: int) -> None:
+    rng = random.Random(seed)
+    racks = {b: "abc"[b % 3] for b in range(rng.randint(3, 7))}
+    brokers = sorted(racks)
+    rf = rng.randint(1, 3)
+    # every partition starts in one rack where it can (the worst placement)
+    current = {("t", p): sorted(brokers, key=lambda b: (racks[b], b))[:rf]
+               for p in range(rng.randint(2, 8))}
+    proposed = plan_reassignment(current, brokers, racks)
+    check_valid(current, proposed, brokers)
+    for replicas in proposed.values():
+        per_rack = _rack_counts(replicas, racks)
+        assert max(per_rack) - min(per_rack) <= 1, (replicas, per_rack)
+    # where the racks allow it, balance holds as without racks
+    if all(sum(1 for b in brokers if racks[b] == n) == len(brokers) // 3 for n in "abc"):
+        check_balanced(proposed, brokers, all_leaders=False)
+
+
+def test_rack_aware_plan_keeps_a_rack_spread_assignment() -> None:
+    racks = {1: "a", 2: "b", 3: "c"}
+    current = {("t", p): [1 + p % 3, 1 + (p + 1) % 3] for p in range(6)}
+    assert plan_reassignment(current, [1, 2, 3], racks) == current
+
+
+def test_rack_aware_plan_puts_a_replica_in_each_rack_before_balance() -> None:
+    """Rack a has one broker, rack b three: with RF 2 every partition keeps a replica on the
+    lone rack-a broker (as Kafka's rack-aware placement would), unbalanced as that is."""
+    racks = {1: "a", 2: "b", 3: "b", 4: "b"}
+    current = {("t", p): [2 + p % 3, 2 + (p + 1) % 3] for p in range(6)}
+    proposed = plan_reassignment(current, [1, 2, 3, 4], racks)
+    assert all(1 in r for r in proposed.values())
+    assert plan_reassignment(current, [1, 2, 3, 4]) != proposed  # without racks: balance
+
+
 def test_replication_factor_above_the_broker_count_is_an_error() -> None:
     with pytest.raises(PlanError, match="Replication factor: 3 larger than available brokers: 2"):
         plan_reassignment({("t", 0): [0, 1, 2]}, [0, 1])

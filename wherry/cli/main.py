@@ -21,6 +21,7 @@ from wherry.cli.serve import (
     OverrideError,
     default_http_listener,
     log_level_number,
+    parse_broker_overrides,
     parse_overrides,
     run,
     serve_server,
@@ -162,6 +163,13 @@ def dev_defaults(brokers: int) -> dict[str, str]:
     help="Data: <DIR>/broker-N per broker, the shared store in <DIR>/__meta.",
 )
 @_overrides_option("Any broker config, Kafka name, for every broker (repeatable).")
+@click.option(
+    "--broker-override",
+    "broker_overrides",
+    multiple=True,
+    metavar="ID:KEY=VALUE",
+    help="A broker config for broker ID only, e.g. 1:broker.rack=b (repeatable).",
+)
 @_log_options
 def dev(
     properties: Path | None,
@@ -172,6 +180,7 @@ def dev(
     host: str,
     directory: Path,
     overrides: tuple[str, ...],
+    broker_overrides: tuple[str, ...],
     log_level: str,
     log_format: str,
 ) -> None:
@@ -193,6 +202,10 @@ def dev(
         raise click.ClickException(str(e)) from e
     props = _parse_overrides(overrides)
     try:
+        own = parse_broker_overrides(broker_overrides)
+    except OverrideError as e:
+        raise click.BadParameter(str(e), param_hint="--broker-override") from e
+    try:
         given = read_properties(properties) if properties is not None else {}
         for key, value in dev_defaults(brokers).items():
             if key not in props and key not in given:
@@ -205,6 +218,7 @@ def dev(
             overrides=props,
             properties_file=properties,
             http_base_port=None if no_http else http_base_port,
+            broker_overrides=own,
         )
     except (BrokerConfigError, ValueError) as e:
         raise click.ClickException(str(e)) from e

@@ -138,7 +138,8 @@ def generate(bootstrap_server: str, command_config: Path | None, timeout_ms: int
                            "in command line to make replica assignment without rack "
                            "information.")
     current = {tp: list(view.replicas) for tp, view in parts.items()}
-    proposed = plan_reassignment(current, usable)
+    rack_of = {b: r for b in usable if (r := live[b])} if not disable_rack_aware else {}
+    proposed = plan_reassignment(current, usable, rack_of or None)
     click.echo(f"Current partition replica assignment\n{format_reassignment(current)}\n")
     click.echo(f"Proposed partition reassignment configuration\n{format_reassignment(proposed)}")
 

@@ -11,6 +11,10 @@ replica. This planner instead keeps as many replicas where they are as balance a
   is minimal; then, given the replica sets, so is the number of partitions whose preferred
   leader changes (replica sets and leaders are chosen one after the other, not jointly).
 
+With the brokers' racks (rack-aware, as Kafka's tool is unless told otherwise), a partition's
+replicas also spread over the racks first of all, as Kafka's rack-aware placement spreads them:
+each rack holds floor or ceil of (replication factor / racks) of them, before any balance.
+
 Both choices are min-cost flows (partitions → brokers → sink, the balance bounds as capacities
 whose lower part is rewarded and whose overflow is penalised), solved by successive shortest
 paths. Replicas are planned per topic, so those graphs stay small; 1,000 partitions of RF 3 onto
@@ -30,6 +34,7 @@ Assignment = dict[TP, list[int]]
 
 _BIG = 10**9     # must-have capacity (the lower balance bound): taken before anything else
 _TIER = 10**6    # which brokers get the one extra: outweighs any number of moves in a topic
+_RACK = 10**13   # a partition's replicas spread over the racks: outweighs every balance bound
 
 
 class PlanError(CommandError):
@@ -123,12 +128,14 @@ def _balanced_choice(
     keep: Sequence[Mapping[int, int]],
     brokers: Sequence[int],
     so_far: Mapping[int, tuple[int]],
+    racks: Mapping[int, str] | None = None,
 ) -> list[set[int]]:
     """For each item i, `demands[i]` distinct brokers out of `candidates[i]`, every broker
     chosen floor or ceil of (total / len(brokers)) times (the extras going to `_extras`), with
     as many of `keep[i]` (broker → cost of keeping it, at most 0) kept as that allows, and the
-    cheapest of them where there is a choice. Falls back to the least unbalanced choice where
-    the candidates make the bounds impossible."""
+    cheapest of them where there is a choice. With `racks` (broker → rack), before all that,
+    each item's brokers spread over the racks (floor or ceil of demand / racks in each). Falls
+    back to the least unbalanced choice where the candidates make the bounds impossible."""
     total = sum(demands)
     base, extra = divmod(total, len(brokers))
     here: dict[int, int] = {}
@@ -144,7 +151,8 @@ def _balanced_choice(
     chosen_edges: list[list[tuple[int, int]]] = []
     for i, (demand, cands) in enumerate(zip(demands, candidates, strict=True)):
         g.edge(source, i, demand, 0)
-        chosen_edges.append([(b, g.edge(i, node[b], 1, keep[i].get(b, new_cost)))
+        via = _rack_nodes(g, i, demand, cands, racks) if racks else dict.fromkeys(cands, i)
+        chosen_edges.append([(b, g.edge(via[b], node[b], 1, keep[i].get(b, new_cost)))
                              for b in cands])
     for b in brokers:
         if base:
@@ -155,6 +163,26 @@ def _balanced_choice(
     if g.run(source, sink, total) != total:
         raise PlanError("Cannot place the replicas on the given brokers")
     return [{b for b, e in edges if g.flow_on(e)} for edges in chosen_edges]
+
+
+def _rack_nodes(g: _Flow, item: int, demand: int, cands: Sequence[int],
+                racks: Mapping[int, str]) -> dict[int, int]:
+    """A node per rack of the item's candidates, between the item and the rack's brokers:
+    floor(demand / racks) units through it rewarded, up to ceil free, beyond that penalised.
+    Returns broker → the node its edge leaves from."""
+    names = sorted({racks[b] for b in cands})
+    base, extra = divmod(demand, len(names))
+    via: dict[int, int] = {}
+    for name in names:
+        rack_node = len(g.head)
+        g.head.append([])
+        if base:
+            g.edge(item, rack_node, base, -_RACK)
+        if extra:
+            g.edge(item, rack_node, 1, 0)
+        g.edge(item, rack_node, demand, _RACK)
+        via.update((b, rack_node) for b in cands if racks[b] == name)
+    return via
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,10 +197,12 @@ class PlanStats:
     """Partitions whose preferred leader (first replica) changes."""
 
 
-def plan_reassignment(current: Mapping[TP, Sequence[int]], brokers: Sequence[int]) -> Assignment:
+def plan_reassignment(current: Mapping[TP, Sequence[int]], brokers: Sequence[int],
+                      racks: Mapping[int, str] | None = None) -> Assignment:
     """A new assignment of every partition of `current` onto `brokers`, each partition keeping
-    its replication factor (see the module doc for the rules). An empty broker list, duplicate
-    brokers or a replication factor above the broker count raise PlanError."""
+    its replication factor (see the module doc for the rules); rack-aware with `racks` (every
+    broker's rack). An empty broker list, duplicate brokers or a replication factor above the
+    broker count raise PlanError."""
     if not brokers:
         raise PlanError("The broker list is empty")
     dups = sorted({b for b in brokers if list(brokers).count(b) > 1})
@@ -195,7 +225,7 @@ def plan_reassignment(current: Mapping[TP, Sequence[int]], brokers: Sequence[int
             [len(o) for o in olds], [list(brokers)] * len(tps),
             # keeping a replica is free, keeping the preferred leader's a little better
             [{b: -1 if j == 0 else 0 for j, b in enumerate(o) if b in allowed} for o in olds],
-            brokers, replicas_so_far)
+            brokers, replicas_so_far, racks)
         for tp, replica_set in zip(tps, chosen, strict=True):
             sets[tp] = replica_set
             for b in replica_set:

@@ -174,6 +174,17 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, str]:
     return props
 
 
+def parse_broker_overrides(items: Sequence[str]) -> dict[int, dict[str, str]]:
+    """`ID:KEY=VALUE` items (`1:broker.rack=b`): broker id → its own settings."""
+    out: dict[int, dict[str, str]] = {}
+    for item in items:
+        head, sep, rest = item.partition(":")
+        if not sep or not head.strip().isdigit():
+            raise OverrideError(f"{item!r} is not ID:KEY=VALUE")
+        out.setdefault(int(head), {}).update(parse_overrides([rest]))
+    return out
+
+
 def default_http_listener(kafka_port: int) -> str:
     """`wherry server`'s HTTP listener when `http.listeners` is not set: 127.0.0.1:9644, or a
     port the OS chooses when the Kafka listener's is chosen so too (port 0: tests, scripts)."""

@@ -15,6 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.file_region import FileRegion
+from wherry.log.log import Log
+from wherry.protocol.records import batches_next_offset
 from wherry.replication.fetch_session import CachedPartition, FetchSession
 
 
@@ -43,9 +45,48 @@ class FetchPartitionResult:
     # read_committed: (producer id, first offset) of the aborted transactions overlapping the
     # records returned; None for read_uncommitted and followers.
     aborted_transactions: list[tuple[int, int]] | None = None
+    # KIP-392: the replica the consumer should fetch this partition from (-1: here)
+    preferred_read_replica: int = -1
 
 
 FetchResult = dict[TopicPartition, FetchPartitionResult]
+
+
+def read_log(
+    plog: Log,
+    fp: FetchPartition,
+    *,
+    upper: int,
+    limit: int,
+    min_one: bool,
+    committed: bool,
+    zero_copy: bool,
+) -> tuple[bytes | FileRegion, list[tuple[int, int]] | None]:
+    """Read `fp` from `plog` below `upper`, at most `limit` bytes (at least one batch with
+    `min_one`): the records (a file region with `zero_copy`, except read_committed reads,
+    whose aborted transactions follow from the bytes) and, `committed`, the aborted
+    transactions of the range. A fetch offset past the log raises OffsetOutOfRangeError."""
+    if not (fp.fetch_offset < upper or fp.fetch_offset > plog.log_end_offset):
+        return b"", None
+    if committed:
+        data = plog.read(
+            fp.fetch_offset, max_bytes=limit, max_offset=upper, min_one_message=min_one
+        )
+        return data, aborted_in(plog, fp.fetch_offset, data)
+    read = plog.read_region if zero_copy else plog.read
+    return read(fp.fetch_offset, max_bytes=limit, max_offset=upper, min_one_message=min_one), None
+
+
+def aborted_in(plog: Log, fetch_offset: int, data: bytes) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the aborted transactions overlapping the fetched
+    batches (Kafka's addAbortedTransactions; the upper bound is the end of the data)."""
+    end = batches_next_offset(data)
+    if end is None:
+        return []
+    return [
+        (t.producer_id, t.first_offset)
+        for t in plog.collect_aborted_transactions(fetch_offset, end)
+    ]
 
 
 def session_partitions(
@@ -66,7 +107,7 @@ def session_partitions(
 
 
 def _must_respond(c: CachedPartition, r: FetchPartitionResult, *, record: bool) -> bool:
-    return c.must_respond(
+    changed = c.must_respond(
         error_code=int(r.error_code),
         has_records=bool(r.records),
         high_watermark=r.high_watermark,
@@ -74,6 +115,8 @@ def _must_respond(c: CachedPartition, r: FetchPartitionResult, *, record: bool) 
         log_start_offset=r.log_start_offset,
         record=record,
     )
+    # A partition whose client is sent to another replica is always answered (Kafka).
+    return changed or r.preferred_read_replica >= 0
 
 
 def has_news(session: FetchSession, tp: TopicPartition, r: FetchPartitionResult | None) -> bool:

@@ -329,9 +329,12 @@ class ReplicaFetcher:
         monotonic_ms: Callable[[], int],
         config: FetcherConfig,
         quota: ReplicationQuotaManager | None = None,
+        on_high_watermark: Callable[[TopicPartition], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.source_broker_id = source_broker_id
+        # Told when a followed partition's HW moves: consumers read followers up to it.
+        self._on_high_watermark = on_high_watermark
         self.quota = quota  # KIP-73 follower quota (None: never throttled)
         self.endpoint = endpoint
         self._log_for = log_for
@@ -615,7 +618,10 @@ class ReplicaFetcher:
                 plog.append_as_follower(data.records)
                 if self.quota is not None and self.quota.is_throttled(tp):
                     self.quota.record(len(data.records), self._ms())
+            hw_before = plog.high_watermark
             plog.update_high_watermark(min(data.high_watermark, plog.log_end_offset))
+            if self._on_high_watermark is not None and plog.high_watermark != hw_before:
+                self._on_high_watermark(tp)
             if data.log_start_offset > plog.log_start_offset:
                 try:
                     plog.maybe_increment_log_start_offset(
@@ -713,9 +719,11 @@ class ReplicaFetcherManager:
         monotonic_ms: Callable[[], int],
         config: FetcherConfig | None = None,
         quota: ReplicationQuotaManager | None = None,
+        on_high_watermark: Callable[[TopicPartition], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.quota = quota
+        self._on_high_watermark = on_high_watermark
         self._log_for = log_for
         self._endpoint_factory = endpoint_factory
         self._ms = monotonic_ms
@@ -755,6 +763,7 @@ class ReplicaFetcherManager:
                     monotonic_ms=self._ms,
                     config=self.config,
                     quota=self.quota,
+                    on_high_watermark=self._on_high_watermark,
                 )
                 entry = (leader, fetcher)
                 self.fetchers[leader.broker_id] = entry

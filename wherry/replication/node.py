@@ -75,6 +75,7 @@ from wherry.replication.metadata_cache import MetadataCache, StaleControllerEpoc
 from wherry.replication.partition import DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
 from wherry.replication.quota import ReplicationQuotaManager
 from wherry.replication.replica_manager import ProduceResult, ReplicaManager
+from wherry.replication.replica_selector import ClientMetadata
 from wherry.runtime.clock import Clock
 from wherry.runtime.parking import answer_future, answer_of
 from wherry.runtime.scheduler import Scheduler
@@ -163,6 +164,8 @@ class ReplicaNode:
             monotonic_ms=clock.monotonic_ms,
             config=config.fetcher,
             quota=follower_quota,
+            # Consumers reading this follower (KIP-392) wait for its HW to move.
+            on_high_watermark=self.replica_manager.follower_high_watermark_moved,
         )
         self.deletion_listeners: list[DeletionListener] = []
         # Leader endpoints from the controller's LeaderAndIsr (live_leaders), newest first.
@@ -580,12 +583,13 @@ class ReplicaNode:
         session: FetchSession | None = None,
         incremental: bool = False,
         allowed: Callable[[TopicPartition], bool] | None = None,
+        client: ClientMetadata | None = None,
     ) -> FetchResult:
         """Read from consumers' or followers' positions; wait up to `max_wait_ms` for
         `min_bytes` (a follower's fetch also moves its ISR state and the HW). `zero_copy`:
         records as `FileRegion`s, for a response sent from the files. `session`,
-        `incremental`, `allowed`: a KIP-227 fetch session (see
-        `ReplicaManager.fetch_messages`)."""
+        `incremental`, `allowed`: a KIP-227 fetch session; `client`: a consumer's Fetch
+        v11+ metadata, KIP-392 (see `ReplicaManager.fetch_messages`)."""
         return await answer_of(
             lambda respond: self.replica_manager.fetch_messages(
                 replica_id=replica_id,
@@ -600,5 +604,6 @@ class ReplicaNode:
                 session=session,
                 incremental=incremental,
                 allowed=allowed,
+                client=client,
             )
         )

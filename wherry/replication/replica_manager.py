@@ -17,14 +17,13 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.errors import OffsetOutOfRangeError, StorageError
 from wherry.log.file_region import FileRegion
-from wherry.log.log import Log
 from wherry.log.manager import LogManager
 from wherry.protocol.interbroker import (
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
     StopReplicaRequest,
 )
-from wherry.protocol.records import RecordError, batches_next_offset, validate_batch
+from wherry.protocol.records import RecordError, validate_batch
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.replication.alter_partition import (
     AlterPartitionItem,
@@ -39,6 +38,7 @@ from wherry.replication.fetch_reads import (
     FetchPartitionResult,
     FetchResult,
     has_news,
+    read_log,
     select_for_session,
     session_partitions,
 )
@@ -51,6 +51,7 @@ from wherry.replication.partition import (
     epoch_end_offset,
 )
 from wherry.replication.quota import ReplicationQuotaManager
+from wherry.replication.replica_selector import ClientMetadata, preferred_read_replica
 from wherry.replication.topic_stats import BrokerTopicStats
 from wherry.runtime.state_change_log import batched_lines, log_broker_partition_change
 
@@ -410,6 +411,7 @@ class ReplicaManager:
         session: FetchSession | None = None,
         incremental: bool = False,
         allowed: Callable[[TopicPartition], bool] | None = None,
+        client: ClientMetadata | None = None,
     ) -> DelayedFetch | None:
         """Serve a Fetch (the operation it parked, if it waits for `min_bytes`); `replica_id`
         >= 0 marks a follower (its broker epoch, Fetch v15+'s
@@ -421,7 +423,8 @@ class ReplicaManager:
         fetch reads `partitions` (those the request named plus the session's changed ones,
         chosen by the caller), answers only what has something new, and, parked, waits on
         the session alone: partitions of the session that change meanwhile (and pass
-        `allowed`) are read when it completes."""
+        `allowed`) are read when it completes. `client`: a consumer's Fetch v11+ metadata
+        (KIP-392, see `read_from_local_log`)."""
         quota = self.leader_quota
         if replica_id >= 0 and quota is not None:
             respond = self._recording_throttled_bytes(quota, respond)
@@ -434,9 +437,14 @@ class ReplicaManager:
             replica_epoch=replica_epoch,
             isolation_level=isolation_level,
             zero_copy=zero_copy,
+            client=client,
         )
         total = sum(len(r.records) for r in result.values())
-        errored = any(r.error_code != ErrorCode.none for r in result.values())
+        # An error, or a client sent to another replica, is answered at once (Kafka).
+        errored = any(
+            r.error_code != ErrorCode.none or r.preferred_read_replica >= 0
+            for r in result.values()
+        )
         if session is not None:
             respond = self._answering_for_session(
                 session,
@@ -470,7 +478,7 @@ class ReplicaManager:
             acc = 0
             for fp in candidates():
                 part = self.partitions.get(fp.tp)
-                if part is None or not part.is_leader:
+                if part is None or not (part.is_leader or client is not None):
                     return True
                 if part.check_leader_epoch(fp.current_leader_epoch) != ErrorCode.none:
                     return True
@@ -511,6 +519,7 @@ class ReplicaManager:
                     update_fetch_state=False,
                     isolation_level=isolation_level,
                     zero_copy=zero_copy,
+                    client=client,
                 )
             )
 
@@ -608,10 +617,15 @@ class ReplicaManager:
         replica_epoch: int = -1,
         isolation_level: int = READ_UNCOMMITTED,
         zero_copy: bool = False,
+        client: ClientMetadata | None = None,
     ) -> FetchResult:
         """Read for a consumer (below the HW; read_committed: below the LSO, with the aborted
         transactions of the range) or a follower (`replica_id` >= 0: up to the LEO,
-        recording its position). `current_leader_epoch` fences both (KIP-320)."""
+        recording its position). `current_leader_epoch` fences both (KIP-320).
+
+        A consumer with `client` metadata (Fetch v11+, KIP-392) may read a follower too (up
+        to its HW); a leader whose replica selector sends it to another replica answers
+        that partition with no records and the replica as `preferred_read_replica`."""
         out: FetchResult = {}
         remaining = max_bytes
         min_one = True
@@ -620,6 +634,7 @@ class ReplicaManager:
         # Kafka's debugging consumer (-2, the replica verification tool) reads any replica,
         # leader or follower, up to its log end (FetchIsolation LOG_END).
         debugging = replica_id == DEBUGGING_CONSUMER_ID
+        any_replica = debugging or (client is not None and not follower)
         committed = isolation_level == READ_COMMITTED and not (follower or debugging)
         for fp in partitions:
             part = self.partitions.get(fp.tp)
@@ -629,7 +644,7 @@ class ReplicaManager:
                 )
                 continue
             try:
-                if debugging:
+                if any_replica:
                     err = part.check_leader_epoch(fp.current_leader_epoch)
                     if err is not ErrorCode.none:
                         raise PartitionError(err)
@@ -653,30 +668,23 @@ class ReplicaManager:
                 last_stable_offset=lso,
                 log_start_offset=plog.log_start_offset,
             )
+            preferred = None
+            if client is not None and not follower:
+                preferred = preferred_read_replica(part, client, fp.fetch_offset, now_ms)
             data: bytes | FileRegion = b""
             try:
-                limit = max(0, min(fp.max_bytes, remaining))
-                if self._leader_throttled(part, replica_id, now_ms):
-                    pass  # KIP-73: a throttled partition is answered without records
-                elif fp.fetch_offset < upper or fp.fetch_offset > plog.log_end_offset:
-                    if committed:  # bytes: the aborted transactions follow from them
-                        data = committed_data = plog.read(
-                            fp.fetch_offset,
-                            max_bytes=limit,
-                            max_offset=upper,
-                            min_one_message=min_one,
-                        )
-                        res.aborted_transactions = _aborted_in(
-                            plog, fp.fetch_offset, committed_data
-                        )
-                    else:
-                        read = plog.read_region if zero_copy else plog.read
-                        data = read(
-                            fp.fetch_offset,
-                            max_bytes=limit,
-                            max_offset=upper,
-                            min_one_message=min_one,
-                        )
+                if preferred is not None:
+                    res.preferred_read_replica = preferred  # no read: the client goes there
+                elif not self._leader_throttled(part, replica_id, now_ms):  # else KIP-73
+                    data, res.aborted_transactions = read_log(
+                        plog,
+                        fp,
+                        upper=upper,
+                        limit=max(0, min(fp.max_bytes, remaining)),
+                        min_one=min_one,
+                        committed=committed,
+                        zero_copy=zero_copy,
+                    )
             except OffsetOutOfRangeError:
                 res.error_code = ErrorCode.offset_out_of_range
             if data:
@@ -762,6 +770,11 @@ class ReplicaManager:
     def _try_complete_delayed(self, tp: TopicPartition) -> None:
         """Kafka's tryCompleteDelayedRequests: the HW (or the ISR) moved."""
         self.produce_purgatory.check_and_complete(tp)
+        self._wake_fetches(tp)
+
+    def follower_high_watermark_moved(self, tp: TopicPartition) -> None:
+        """A followed partition's HW moved: consumers reading it here (KIP-392) may have
+        records now."""
         self._wake_fetches(tp)
 
     def _wake_fetches(self, tp: TopicPartition) -> None:
@@ -865,18 +878,6 @@ class ReplicaManager:
     # --- high watermarks -------------------------------------------------------------------
     def checkpoint_high_watermarks(self) -> None:
         self.log_manager.checkpoint_high_watermarks()
-
-
-def _aborted_in(plog: Log, fetch_offset: int, data: bytes) -> list[tuple[int, int]]:
-    """(producer id, first offset) of the aborted transactions overlapping the fetched
-    batches (Kafka's addAbortedTransactions; the upper bound is the end of the data)."""
-    end = batches_next_offset(data)
-    if end is None:
-        return []
-    return [
-        (t.producer_id, t.first_offset)
-        for t in plog.collect_aborted_transactions(fetch_offset, end)
-    ]
 
 
 def _role(part: Partition | None) -> str:

@@ -17,7 +17,11 @@ from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode
 
-from wherry.controller.assignment import InvalidReplicationFactor, assign_replicas
+from wherry.controller.assignment import (
+    InvalidReplicationFactor,
+    MixedRackInformation,
+    assign_replicas,
+)
 from wherry.coordination import paths
 from wherry.coordination.store import (
     BadVersionError,
@@ -207,12 +211,14 @@ class AdminManager:
             if not brokers:
                 raise AdminError(ErrorCode.broker_not_available, "No live brokers")
             try:
-                assignment = assign_replicas(brokers, n, rf, rng=self.rng)
+                assignment = assign_replicas(brokers, n, rf, rng=self.rng, racks=self._racks())
             except InvalidReplicationFactor as e:
                 raise AdminError(
                     ErrorCode.invalid_replication_factor,
                     f"Replication factor: {rf} larger than available brokers: {len(brokers)}.",
                 ) from e
+            except MixedRackInformation as e:
+                raise AdminError(ErrorCode.unknown_server_error, str(e)) from e
         rf_out = len(next(iter(assignment.values())))
         topic_id = uuid.uuid4()
         if not validate_only:
@@ -229,6 +235,10 @@ class AdminManager:
                     ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
                 ) from e
         return CreatedTopic(topic_id, len(assignment), rf_out, log_config)
+
+    def _racks(self) -> dict[int, str | None]:
+        """The live brokers' racks (`broker.rack`), for rack-aware assignment."""
+        return {b.broker_id: b.rack for b in self.cache.alive_brokers()}
 
     def _validate_manual(
         self, assignments: Mapping[int, Sequence[int]], brokers: list[int], *, start: int
@@ -352,9 +362,12 @@ class AdminManager:
                     rng=self.rng,
                     start_partition=existing,
                     fixed_start_index=start,
+                    racks=self._racks(),
                 )
             except InvalidReplicationFactor as e:
                 raise AdminError(ErrorCode.invalid_replication_factor, str(e)) from e
+            except MixedRackInformation as e:
+                raise AdminError(ErrorCode.unknown_server_error, str(e)) from e
         if not validate_only:
             merged = {**current.partitions, **new}
 

@@ -115,6 +115,13 @@ def read_properties(path: Path) -> dict[str, str]:
         raise BrokerConfigError(f"properties file {path}: {e}") from None
 
 
+def _replica_selector_class(value: str) -> str | None:
+    """`replica.selector.class`: one of the selectors wherry has (ValueError otherwise)."""
+    from wherry.replication.replica_selector import replica_selector
+
+    return value.strip() if replica_selector(value) is not None else None
+
+
 def invalid(key: str, value: object, message: str) -> BrokerConfigError:
     """Kafka's ConfigException wording: `Invalid value V for configuration K: M`."""
     return BrokerConfigError(f"Invalid value {str(value).strip()} for configuration {key}: "
@@ -173,6 +180,8 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000
     cluster_id: str | None = None
     rack: str | None = None
+    # KIP-392: the rule that sends consumers to another replica (None: always the leader).
+    replica_selector_class: str | None = None
     # Coordination: the embedded store unless zookeeper.connect is set (Kafka's names and
     # defaults; zookeeper.connection.timeout.ms defaults to the session timeout).
     zookeeper_connect: str | None = None
@@ -315,6 +324,7 @@ class BrokerConfig:
         take("cluster.id", str)
         take_consumer_group_keys(p, take, at_least)
         take("broker.rack", str, "rack")
+        take("replica.selector.class", _replica_selector_class)
         take("zookeeper.connect", lambda v: v.strip() or None)
         take("controlled.shutdown.enable", _bool)
         take("controlled.shutdown.max.retries", _int)

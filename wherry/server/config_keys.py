@@ -45,7 +45,7 @@ _BROKER_KEYS = frozenset({
     "replica.lag.time.max.ms", "producer.id.expiration.ms",
     "replica.alter.log.dirs.io.max.bytes.per.second", "replication.quota.window.num",
     "replication.quota.window.size.seconds", "quota.window.num", "quota.window.size.seconds",
-    "cluster.id", "broker.rack", "zookeeper.connect",
+    "cluster.id", "broker.rack", "replica.selector.class", "zookeeper.connect",
     "controlled.shutdown.enable", "controlled.shutdown.max.retries",
     "controlled.shutdown.retry.backoff.ms", "zookeeper.session.timeout.ms",
     "zookeeper.connection.timeout.ms", "controller.socket.timeout.ms",

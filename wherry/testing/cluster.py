@@ -114,6 +114,7 @@ class DevClusterOptions(TypedDict, total=False):
     properties_file: Path | None
     http_base_port: int | None
     log_dirs: Mapping[int, Sequence[Path]] | None
+    broker_overrides: Mapping[int, Mapping[str, str]] | None
 
 
 class AsyncDevCluster:
@@ -130,12 +131,14 @@ class AsyncDevCluster:
         properties_file: Path | None = None,
         http_base_port: int | None = None,
         log_dirs: Mapping[int, Sequence[Path]] | None = None,
+        broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         """``http_base_port``: None leaves the brokers without HTTP listener (unless the
         overrides set `http.listeners`); 0 gives each one on a port the OS chooses; N gives
         broker b port N+b (`http_url`), kept across restarts. ``log_dirs[b]`` gives broker b
-        several log dirs (default: ``<directory>/broker-<b>``). A broker whose every log dir
-        fails is stopped (hard), not the process."""
+        several log dirs (default: ``<directory>/broker-<b>``). ``broker_overrides[b]`` goes
+        over ``overrides`` for broker b only (its `broker.rack`, ...). A broker whose every
+        log dir fails is stopped (hard), not the process."""
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         props = _check_overrides(overrides or {})
@@ -147,6 +150,9 @@ class AsyncDevCluster:
         self.overrides = props
         self.properties_file = properties_file
         self.log_dirs = {b: list(d) for b, d in (log_dirs or {}).items()}
+        self.broker_overrides = {
+            b: _check_overrides(o) for b, o in (broker_overrides or {}).items()
+        }
         self._ports = {b: base_port + b if base_port else 0 for b in self.broker_ids}
         self.coordinator: EmbeddedCoordinator | None = None
         self.brokers: dict[int, Broker] = {}
@@ -159,7 +165,7 @@ class AsyncDevCluster:
     def config_for(self, broker_id: int) -> BrokerConfig:
         from wherry.server.config import load_config, read_properties
 
-        props = dict(self.overrides)
+        props = {**self.overrides, **self.broker_overrides.get(broker_id, {})}
         given = read_properties(self.properties_file) if self.properties_file else {}
         for key, value in HARNESS_DEFAULTS.items():
             if key not in props and key not in given:

@@ -35,9 +35,11 @@ from wherry.replication.fetch_session import (
     ContextKind,
     FetchContext,
 )
+from wherry.replication.replica_selector import ClientMetadata, replica_selector
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize_cluster, authorized_names
 from wherry.server.handlers.topic_keys import TopicKey, resolve_topic, topic_responses
+from wherry.server.request_session import current_session
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
 
 _ZERO_UUID = uuid.UUID(int=0)
+CONSUMER_REPLICA_ID = -1
 _SESSIONLESS = FetchContext(ContextKind.SESSIONLESS)
 
 
@@ -117,6 +120,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             session=ctx.session,
             incremental=incremental,
             allowed=extras.allowed if extras is not None else None,
+            client=_client_metadata(broker, req, asked),
         )
     if extras is not None:
         _add_session_answers(asked, extras, result)
@@ -227,6 +231,28 @@ def _note_refused(asked: _Requested, session: FetchSession, incremental: bool) -
         session.refused = set(asked.refused)
 
 
+def _client_metadata(
+    broker: BrokerServices, req: Request, asked: _Requested
+) -> ClientMetadata | None:
+    """A consumer's Fetch v11+ carries its rack (KIP-392): it may then read followers, and
+    the leader's `replica.selector.class` may send it to one (Kafka gives followers and
+    older versions no client metadata)."""
+    if req.api_version < 11 or asked.replica_id != CONSUMER_REPLICA_ID:
+        return None
+    listener = current_session().listener
+    cache = broker.cache
+
+    def node_rack(broker_id: int) -> tuple[bool, str | None]:
+        ep = cache.endpoint(broker_id, listener)
+        return (ep is not None, ep.rack if ep is not None else None)
+
+    return ClientMetadata(
+        getattr(req.body, "rack_id", "") or "",
+        replica_selector(broker.config.replica_selector_class),
+        node_rack,
+    )
+
+
 def _byte_limits(broker: BrokerServices, req: Request, asked: _Requested) -> tuple[int, int]:
     """The answer's (max_bytes, min_bytes): a consumer under a byte-rate quota gets at most a
     window's worth (as Kafka caps it)."""
@@ -301,7 +327,7 @@ def _read_answer(index: int, r: FetchPartitionResult) -> dict[str, Any]:
                 for pid, first in r.aborted_transactions
             ]
         ),
-        "preferred_read_replica": -1,
+        "preferred_read_replica": r.preferred_read_replica,
         "records": r.records,
     }
 

@@ -22,8 +22,10 @@ from wherry.protocol.codec import (
 from wherry.protocol.codec import encode_response as kio_encode_response
 from wherry.server.handlers import SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import (
+    answer,
     api_keys,
     early_answer,
+    features_of,
     unsupported_version_response,
 )
 
@@ -88,6 +90,26 @@ def test_responses_are_kios_bytes(version: int, error_code: int) -> None:
 def test_early_answer_is_the_kio_answer(version: int) -> None:
     frame = _request(version, 99)
     assert early_answer(frame) == _kio_answer(frame)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_features_are_written_as_kio_writes_them(version: int, level: int) -> None:
+    features = features_of(level)
+    frame = _request(version, 42)
+    expected = kio_encode_response(18, version, 42, answer(features, version))
+    assert early_answer(frame, features) == expected
+    _, resp = decode_response(18, version, expected[4:], expect_correlation_id=42)
+    if version < 3:
+        return
+    finalized = {
+        f.name: (f.min_version_level, f.max_version_level) for f in resp.finalized_features
+    }
+    assert finalized == ({"transaction.version": (level, level)} if level else {})
+    assert resp.finalized_features_epoch == 0
+    supported = {f.name: (f.min_version, f.max_version) for f in resp.supported_features}
+    # Before v4, a feature whose range starts at 0 is left out, as Kafka does.
+    assert supported == ({"transaction.version": (0, 2)} if version >= 4 else {})
 
 
 @pytest.mark.parametrize("version", [RANGE[1] + 1, 99, 32767, -1])

@@ -228,7 +228,10 @@ class TransactionCoordinator:
                     transit.next_producer_id,
                     transit.client_transaction_version,
                 ),
-                1 if self.config.transaction_version >= 1 else 0,
+                # Kafka: flexible from transaction.version 1 on; also whenever a client used
+                # v2, whose fields a v0 record would lose.
+                1 if max(self.config.transaction_version, transit.client_transaction_version)
+                else 0,
             )
         )
 

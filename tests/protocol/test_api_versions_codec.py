@@ -22,6 +22,7 @@ from wherry.protocol.codec import (
 from wherry.protocol.codec import encode_response as kio_encode_response
 from wherry.server.handlers import SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import (
+    DEFAULT_TRANSACTION_VERSION,
     answer,
     api_keys,
     early_answer,
@@ -52,8 +53,9 @@ def _kio_answer(frame: bytes) -> bytes | None:
     if isinstance(req, UnsupportedVersion):
         return kio_encode_response(18, 0, req.correlation_id, unsupported_version_response())
     assert isinstance(req, Request)
+    features = features_of(DEFAULT_TRANSACTION_VERSION)
     return kio_encode_response(
-        18, req.api_version, req.correlation_id, {"error_code": 0, "api_keys": api_keys()}
+        18, req.api_version, req.correlation_id, answer(features, req.api_version)
     )
 
 
@@ -175,3 +177,9 @@ def test_any_prefix_or_trailing_bytes_agree_with_kio(
         answer = early_answer(frame)
         if answer is not None:
             assert answer == _kio_answer(frame)
+
+
+def test_the_default_level_is_the_configs() -> None:
+    from wherry.server.config import BrokerConfig
+
+    assert BrokerConfig().transaction_version == DEFAULT_TRANSACTION_VERSION

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.protocol import api_versions_codec
-from wherry.protocol.api_versions_codec import NO_FEATURES, Features
+from wherry.protocol.api_versions_codec import Features
 from wherry.server.handlers.versions import SUPPORTED_VERSIONS
 
 API_VERSIONS_KEY = api_versions_codec.API_VERSIONS_KEY
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 SUPPORTED_TRANSACTION_VERSIONS = (0, 2)
+DEFAULT_TRANSACTION_VERSION = 2  # `transaction.version`'s default (server/config.py)
 FINALIZED_FEATURES_EPOCH = 0  # the levels come from the configuration, never change at runtime
 
 
@@ -63,12 +64,15 @@ def unsupported_version_response() -> Mapping[str, Any]:
 
 
 def early_answer(
-    frame: bytes | memoryview, features: Features = NO_FEATURES
+    frame: bytes | memoryview, features: Features | None = None
 ) -> bytes | None:
     """The answer to an ApiVersions request frame from the hand-written codec (no kio: the
     start answers it before the kio codec is imported); None when that codec leaves the frame
     to the kio path (`Broker.handle_frame`), whose answer with the same `features` it
-    otherwise equals byte for byte."""
+    otherwise equals byte for byte. `features` None: those of the default
+    `transaction.version`."""
+    if features is None:
+        features = features_of(DEFAULT_TRANSACTION_VERSION)
     req = api_versions_codec.read_request(frame, SUPPORTED_VERSIONS[API_VERSIONS_KEY])
     if req is None:
         return None

@@ -133,6 +133,20 @@ def test_fence_bumps_once_with_transactions_v2() -> None:
         assert add2(h, 100, 1) == E.producer_fenced  # the fenced producer
 
 
+def test_v1_transaction_fenced_as_v1_on_a_v2_cluster() -> None:
+    h = Harness(transaction_version=2)
+    h.init()
+    assert h.add(100, 0, T0) == E.none
+    h.now += 60_001  # past its timeout: the coordinator aborts it with a fence
+    h.coord.abort_timed_out_transactions(h.now)
+    [pending] = h.markers.sent
+    assert (pending.producer_epoch, pending.commit) == (1, False)
+    h.finish_markers()
+    assert h.txn().client_transaction_version == 0
+    assert h.end(100, 0, True) == E.producer_fenced  # as before transactions v2
+    assert h.end(100, 0, False) == E.producer_fenced
+
+
 def test_failed_fence_write_does_not_leak_an_epoch() -> None:
     h = Harness(transaction_version=2)
     h.init()

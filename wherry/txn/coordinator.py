@@ -72,8 +72,7 @@ class TxnCoordinatorConfig:
     abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transaction_state_log_num_partitions: int = 50
-    # The cluster's `transaction.version` feature level: 1+ writes the flexible records, 2
-    # makes the coordinator's own aborts bump the epoch as transactions v2 do.
+    # The cluster's `transaction.version` feature level: 1+ writes the flexible records.
     transaction_version: int = 0
 
 
@@ -437,10 +436,14 @@ class TransactionCoordinator:
         self, tid: str, fence: TxnTransit, now_ms: int, respond: Respond
     ) -> None:
         """An abort the coordinator starts itself (fencing, a timeout), with its prepared
-        fence and the cluster's transaction version."""
+        fence, at the transaction version the client used: a v1 client's transaction ends
+        as v1 ends it (its late EndTxn is PRODUCER_FENCED as before), a v2 client's with the
+        abort's one epoch bump. (Kafka 4.0 uses the cluster's level here.)"""
+        txn = self.transaction(tid)
+        version = 0 if txn is None else txn.client_transaction_version
         self._end(
             tid, fence.producer_id, fence.producer_epoch, False, False, now_ms,
-            lambda r: respond(r[0]), self.config.transaction_version, None,
+            lambda r: respond(r[0]), version, None,
         )
 
     def _end(

@@ -5,6 +5,7 @@ flexible TransactionLogValue with its tagged fields, and a v1 client unchanged."
 
 from __future__ import annotations
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.txn.test_txn_coordinator import T0, T1, Harness
@@ -198,3 +199,16 @@ def test_value_v1_tagged_fields() -> None:
         h.init()
         _, value = h.storage.log[0][-1]
         assert value is not None and int.from_bytes(value[:2], "big") == version
+
+
+def test_transaction_version_config() -> None:
+    from wherry.server.config import BrokerConfig, BrokerConfigError
+    from wherry.server.transactions import txn_coordinator_config
+
+    assert BrokerConfig.from_props({}).transaction_version == 2
+    cfg = BrokerConfig.from_props({"transaction.version": "0",
+                                   "transaction.partition.verification.enable": "false"})
+    assert cfg.transaction_version == 0 and not cfg.transaction_partition_verification_enable
+    assert txn_coordinator_config(cfg).transaction_version == 0
+    with pytest.raises(BrokerConfigError, match=r"transaction\.version: Value must be between"):
+        BrokerConfig.from_props({"transaction.version": "3"})

@@ -19,6 +19,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorize_cluster
+from wherry.server.handlers.describe_topic_partitions import INTERNAL_TOPICS
 from wherry.server.handlers.txn_common import client_error
 
 if TYPE_CHECKING:
@@ -57,8 +58,10 @@ async def _add(
     failed: dict[TopicPartition, ErrorCode] = {}
     allowed: dict[str, bool] = {}
     for tp in partitions:
-        if tp.topic not in allowed:
-            allowed[tp.topic] = authorize(broker, AclOperation.WRITE, ResourceType.TOPIC, tp.topic)
+        if tp.topic not in allowed:  # Kafka checks no ACL of internal topics here
+            allowed[tp.topic] = tp.topic in INTERNAL_TOPICS or authorize(
+                broker, AclOperation.WRITE, ResourceType.TOPIC, tp.topic
+            )
         if not allowed[tp.topic]:
             failed[tp] = ErrorCode.topic_authorization_failed
         elif broker.cache.partition(tp.topic, tp.partition) is None:

@@ -11,7 +11,6 @@ adds the partition with AddPartitionsToTxn v5 over the inter-broker connection."
 from __future__ import annotations
 
 import socket
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,8 +22,9 @@ from confluent_kafka import TopicPartition as CkPartition
 from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess
-from tests.helpers import poll_messages
+from tests.e2e.test_transactions import _values as read_values
 from tests.kafka_wire import call, connect
+from tests.txn.test_txn_broker import until
 from wherry.protocol.records import build_batch
 from wherry.testing.cluster import DevCluster
 
@@ -43,17 +43,6 @@ RETRIABLE = (
     E.concurrent_transactions,
     E.not_enough_replicas,
 )
-
-
-def until(fn: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -169,17 +158,8 @@ def create_topic(bootstrap: str, name: str, partitions: int,
 
 
 def committed_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
-    """What a read_committed consumer reads: the `expected` records, then 2 s of nothing."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:8]}",
-                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                  "enable.auto.commit": False})
-    try:
-        c.subscribe([topic])
-        got = poll_messages(c, expected, 30)
-        got += poll_messages(c, 1, 2)
-        return sorted(m.value() or b"" for m in got)
-    finally:
-        c.close()
+    """What a read_committed consumer reads: the `expected` records, then nothing."""
+    return read_values(bootstrap, topic, "read_committed", expected)
 
 
 def committed_offset(bootstrap: str, group: str, topic: str) -> int:

@@ -67,9 +67,10 @@ def produce_error(error: ErrorCode) -> ErrorCode:
 def needs_check(node: ReplicaNode, tp: TopicPartition, producer_id: int, epoch: int) -> bool:
     """Whether a transactional batch of (`producer_id`, `epoch`) on `tp` must be checked:
     the producer has no ongoing transaction of that epoch there (Kafka's
-    hasOngoingTransaction). A partition without a local replica is left to the append."""
+    hasOngoingTransaction). A partition this broker does not lead is left to the append,
+    which refuses it."""
     partition = node.replica_manager.get_partition(tp)
-    if partition is None:
+    if partition is None or not partition.is_leader:
         return False
     entry = partition.log.producer_state.last_entry(producer_id)
     return not (
@@ -126,6 +127,43 @@ class TxnPartitionVerifier:
 
     def forget(self) -> None:
         self._clients.forget()
+
+    async def check_append(
+        self,
+        node: ReplicaNode,
+        transactional_id: str,
+        producers: Mapping[tuple[int, int], Iterable[TopicPartition]],
+        *,
+        add: bool,
+        abortable_known: bool,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Before an append of transactional batches to `node`'s partitions, by (producer
+        id, epoch): the partitions that must not be appended to, with the client's error.
+        Only partitions where the producer has no ongoing transaction of that epoch are
+        asked about; one where a marker of the producer was written meanwhile gets
+        INVALID_TXN_STATE. Nothing may be awaited between this and the append."""
+        guards = self.guards
+        failed: dict[TopicPartition, ErrorCode] = {}
+        for (pid, epoch), tps in producers.items():
+            todo = [tp for tp in tps if needs_check(node, tp, pid, epoch)]
+            if not todo:
+                continue
+            tokens = {tp: guards.begin(tp, pid) for tp in todo}
+            try:
+                errors = await self.check(
+                    transactional_id, pid, epoch, todo, add=add, abortable_known=abortable_known
+                )
+            finally:
+                held = {tp for tp, token in tokens.items() if guards.holds(tp, pid, token)}
+                for tp, token in tokens.items():
+                    guards.end(tp, pid, token)
+            for tp in todo:
+                err = errors.get(tp, E.none)
+                if err == E.none and tp not in held:
+                    err = E.invalid_txn_state  # its transaction ended meanwhile
+                if err != E.none:
+                    failed[tp] = err
+        return failed
 
     async def check(
         self,

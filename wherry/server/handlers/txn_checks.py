@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.coordinator.txn_verification import needs_check
 from wherry.protocol.records import RecordError, parse_header
 
 if TYPE_CHECKING:
@@ -61,26 +60,6 @@ async def check_partitions(
     `transaction.partition.verification.enable`."""
     if not add and not broker.config.transaction_partition_verification_enable:
         return {}
-    verifier = broker.transactions.verifier
-    guards = verifier.guards
-    failed: dict[TopicPartition, ErrorCode] = {}
-    for (pid, epoch), tps in producers.items():
-        todo = [tp for tp in tps if needs_check(broker.node, tp, pid, epoch)]
-        if not todo:
-            continue
-        tokens = {tp: guards.begin(tp, pid) for tp in todo}
-        try:
-            errors = await verifier.check(
-                transactional_id, pid, epoch, todo, add=add, abortable_known=abortable_known
-            )
-        finally:
-            held = {tp for tp, token in tokens.items() if guards.holds(tp, pid, token)}
-            for tp, token in tokens.items():
-                guards.end(tp, pid, token)
-        for tp in todo:
-            err = errors.get(tp, ErrorCode.none)
-            if err == ErrorCode.none and tp not in held:
-                err = ErrorCode.invalid_txn_state  # its transaction ended meanwhile
-            if err != ErrorCode.none:
-                failed[tp] = err
-    return failed
+    return await broker.transactions.verifier.check_append(
+        broker.node, transactional_id, producers, add=add, abortable_known=abortable_known
+    )

@@ -212,3 +212,27 @@ def test_transaction_version_config() -> None:
     assert txn_coordinator_config(cfg).transaction_version == 0
     with pytest.raises(BrokerConfigError, match=r"transaction\.version: Value must be between"):
         BrokerConfig.from_props({"transaction.version": "3"})
+
+
+def test_verification_guards_and_produce_errors() -> None:
+    from wherry.coordinator.txn_verification import VerificationGuards, produce_error
+
+    guards = VerificationGuards()
+    first = guards.begin(T0, 7)
+    assert guards.holds(T0, 7, first)
+    guards.marker_written(T0, 7)  # a marker of that producer there: the check is void
+    assert not guards.holds(T0, 7, first)
+    again = guards.begin(T0, 7)
+    other = guards.begin(T1, 7)
+    guards.marker_written(T0, 8)  # another producer's marker changes nothing
+    assert guards.holds(T0, 7, again) and guards.holds(T1, 7, other)
+    guards.end(T0, 7, first)  # an old check ending leaves the newer one
+    assert guards.holds(T0, 7, again)
+    guards.end(T0, 7, again)
+    assert not guards.holds(T0, 7, again)
+    # Retriable refusals reach a producer as NOT_ENOUGH_REPLICAS (it retries), others as such.
+    for retriable in (E.concurrent_transactions, E.coordinator_not_available, E.not_coordinator,
+                      E.coordinator_load_in_progress, E.network_exception):
+        assert produce_error(retriable) == E.not_enough_replicas
+    for final in (E.invalid_producer_epoch, E.invalid_txn_state, E.transaction_abortable):
+        assert produce_error(final) == final

@@ -1,14 +1,20 @@
 """The partition-leader side of transactions over the wire against a real broker: hand-built
 transactional Produce batches, WriteTxnMarkers, read_committed Fetch / ListOffsets, real
-clients reading read_committed, TxnOffsetCommit and the offsets it makes visible."""
+clients reading read_committed, TxnOffsetCommit and the offsets it makes visible.
+
+The batches belong to no transaction a coordinator knows, so the broker runs with
+`transaction.partition.verification.enable=false` (the leader's check of each transaction's
+first batch with its coordinator is tested in tests/txn/test_txn_v2_wire.py)."""
 
 from __future__ import annotations
 
 import random
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kio.schema.errors import ErrorCode
@@ -19,6 +25,18 @@ from wherry.group.records import OFFSETS_TOPIC, partition_for
 from wherry.protocol.records import build_batch, iter_batches, iter_records
 
 NOW = int(time.time() * 1000)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("txn-leader"),
+        overrides=["transaction.partition.verification.enable=false"],
+    ).start()
+    try:
+        yield b
+    finally:
+        b.stop()
 
 
 def create(bs: str, name: str) -> None:

@@ -22,8 +22,11 @@ from wherry.protocol.codec import (
 from wherry.protocol.codec import encode_response as kio_encode_response
 from wherry.server.handlers import SUPPORTED_VERSIONS
 from wherry.server.handlers.api_versions import (
+    DEFAULT_TRANSACTION_VERSION,
+    answer,
     api_keys,
     early_answer,
+    features_of,
     unsupported_version_response,
 )
 
@@ -50,8 +53,9 @@ def _kio_answer(frame: bytes) -> bytes | None:
     if isinstance(req, UnsupportedVersion):
         return kio_encode_response(18, 0, req.correlation_id, unsupported_version_response())
     assert isinstance(req, Request)
+    features = features_of(DEFAULT_TRANSACTION_VERSION)
     return kio_encode_response(
-        18, req.api_version, req.correlation_id, {"error_code": 0, "api_keys": api_keys()}
+        18, req.api_version, req.correlation_id, answer(features, req.api_version)
     )
 
 
@@ -88,6 +92,26 @@ def test_responses_are_kios_bytes(version: int, error_code: int) -> None:
 def test_early_answer_is_the_kio_answer(version: int) -> None:
     frame = _request(version, 99)
     assert early_answer(frame) == _kio_answer(frame)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_features_are_written_as_kio_writes_them(version: int, level: int) -> None:
+    features = features_of(level)
+    frame = _request(version, 42)
+    expected = kio_encode_response(18, version, 42, answer(features, version))
+    assert early_answer(frame, features) == expected
+    _, resp = decode_response(18, version, expected[4:], expect_correlation_id=42)
+    if version < 3:
+        return
+    finalized = {
+        f.name: (f.min_version_level, f.max_version_level) for f in resp.finalized_features
+    }
+    assert finalized == ({"transaction.version": (level, level)} if level else {})
+    assert resp.finalized_features_epoch == 0
+    supported = {f.name: (f.min_version, f.max_version) for f in resp.supported_features}
+    # Before v4, a feature whose range starts at 0 is left out, as Kafka does.
+    assert supported == ({"transaction.version": (0, 2)} if version >= 4 else {})
 
 
 @pytest.mark.parametrize("version", [RANGE[1] + 1, 99, 32767, -1])
@@ -153,3 +177,9 @@ def test_any_prefix_or_trailing_bytes_agree_with_kio(
         answer = early_answer(frame)
         if answer is not None:
             assert answer == _kio_answer(frame)
+
+
+def test_the_default_level_is_the_configs() -> None:
+    from wherry.server.config import BrokerConfig
+
+    assert BrokerConfig().transaction_version == DEFAULT_TRANSACTION_VERSION

@@ -19,7 +19,12 @@ import pytest
 from tests.kafka_wire import recv_exact
 from wherry.protocol.codec import decode_response, encode_request, encode_response
 from wherry.server.handlers import SUPPORTED_VERSIONS
-from wherry.server.handlers.api_versions import api_keys, unsupported_version_response
+from wherry.server.handlers.api_versions import (
+    DEFAULT_TRANSACTION_VERSION,
+    answer,
+    features_of,
+    unsupported_version_response,
+)
 from wherry.testing.cluster import stop_process
 from wherry.testing.zookeeper import find_free_port
 
@@ -33,8 +38,8 @@ def _api_versions(version: int, correlation_id: int) -> bytes:
 
 def _kio_answer(version: int, correlation_id: int) -> bytes:
     lo, hi = SUPPORTED_VERSIONS[18]
-    if lo <= version <= hi:
-        body = {"error_code": 0, "api_keys": api_keys(), "throttle_time": 0}
+    if lo <= version <= hi:  # a broker of the default `transaction.version`
+        body = answer(features_of(DEFAULT_TRANSACTION_VERSION), version)
         return encode_response(18, version, correlation_id, body)
     return encode_response(18, 0, correlation_id, unsupported_version_response())
 

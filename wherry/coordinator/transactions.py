@@ -7,7 +7,9 @@ and unloaded when it stops leading it, so the coordinator follows the partition'
 and its new leader finishes what the old one left (markers, Complete* records). Timeouts and
 expiry run on the coordinator's clock on the node's ticker. `connect_to` opens the marker
 sender's connections (the broker's to the inter-broker listener; the simulation's over its
-network).
+network), and those of the partition leader's questions to the coordinators of other
+brokers (`txn_verification.py`: transactions v2's implicit partition add, the older clients'
+verification).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from wherry.coordinator.partition_log import Blocking, inline
 from wherry.coordinator.runtime import CoordinatorRuntime
 from wherry.coordinator.txn_markers import ConnectTo, TxnMarkerChannelManager
+from wherry.coordinator.txn_verification import TxnPartitionVerifier
 from wherry.replication.node import ReplicaNode
 from wherry.runtime.clock import Clock
 from wherry.txn.coordinator import TransactionCoordinator, TxnCoordinatorConfig
@@ -52,6 +55,9 @@ class TxnCoordinatorHost:
             broker_id, config, self.runtime.storage, self.markers, now_ms=clock.now_ms()
         )
         self.markers.coordinator = self.coordinator
+        self.verifier = TxnPartitionVerifier(
+            broker_id, node.cache, self.coordinator, connect_to, clock.now_ms
+        )
         self.runtime.serve(self.coordinator, clocked=self.coordinator)
 
     def start_markers(self) -> None:
@@ -61,9 +67,11 @@ class TxnCoordinatorHost:
     def abandon(self) -> None:
         """The process dies: nothing more is sent or loaded."""
         self.markers.abandon()
+        self.verifier.forget()
         self.runtime.abandon()
 
     async def stop(self) -> None:
         await self.runtime.stop()
         await self.markers.stop()
+        self.verifier.close()
         self.coordinator.shutdown()

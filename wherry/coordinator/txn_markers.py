@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "WRITE_TXN_MARKERS_KEY",
+    "BrokerClients",
     "ConnectTo",
     "TxnMarkerChannelManager",
     "marker_answer",
@@ -60,6 +61,38 @@ __all__ = [
 
 ConnectTo = Callable[[int, str, int], Connect]
 """(broker id, host, port) -> how to open a connection to that broker."""
+
+
+class BrokerClients:
+    """One `RequestClient` per peer broker at its current address (a moved broker's old
+    client closed), over the connections `connect_to` opens."""
+
+    def __init__(self, connect_to: ConnectTo, client_id: str) -> None:
+        self._connect_to = connect_to
+        self._client_id = client_id
+        self._clients: dict[tuple[int, str, int], RequestClient] = {}
+
+    def get(self, broker_id: int, host: str, port: int) -> RequestClient:
+        key = (broker_id, host, port)
+        client = self._clients.get(key)
+        if client is None:
+            for old in [k for k in self._clients if k[0] == broker_id]:
+                self._clients.pop(old).close()
+            client = self._clients[key] = RequestClient(
+                self._connect_to(broker_id, host, port),
+                client_id=self._client_id,
+                peer=f"broker {broker_id} ({host}:{port})",
+            )
+        return client
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            c.close()
+        self._clients.clear()
+
+    def forget(self) -> None:
+        """The process dies: nothing is closed, nothing more is sent."""
+        self._clients.clear()
 
 WRITE_TXN_MARKERS_KEY = 27
 WRITE_TXN_MARKERS_VERSION = 1
@@ -78,11 +111,10 @@ class TxnMarkerChannelManager:
         self.broker_id = broker_id
         self.cache = cache
         self.clock = clock
-        self._connect_to = connect_to
+        self._clients = BrokerClients(connect_to, f"broker-{broker_id}-txn-marker-sender")
         self.coordinator: TransactionCoordinator  # set by the runtime
         # Each transaction's partitions still without their marker.
         self._pending: dict[PendingMarkers, set[TopicPartition]] = {}
-        self._clients: dict[tuple[int, str, int], RequestClient] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.requests_sent = 0
@@ -113,9 +145,7 @@ class TxnMarkerChannelManager:
             with contextlib.suppress(Exception):
                 await cancel_and_wait(self._task)
             self._task = None
-        for c in self._clients.values():
-            c.close()
-        self._clients.clear()
+        self._clients.close()
         self._pending.clear()
 
     def abandon(self) -> None:
@@ -123,7 +153,7 @@ class TxnMarkerChannelManager:
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        self._clients.clear()
+        self._clients.forget()
         self._pending.clear()
 
     async def _run(self) -> None:
@@ -200,7 +230,7 @@ class TxnMarkerChannelManager:
                     "coordinator_epoch": p.coordinator_epoch,
                 }
             )
-        client = self._client(broker_id, ep.host, ep.port)
+        client = self._clients.get(broker_id, ep.host, ep.port)
         self.requests_sent += 1
         try:
             resp = await client.call(
@@ -244,20 +274,6 @@ class TxnMarkerChannelManager:
                             err.name,
                         )
         return ok
-
-    def _client(self, broker_id: int, host: str, port: int) -> RequestClient:
-        key = (broker_id, host, port)
-        client = self._clients.get(key)
-        if client is None:
-            for old in [k for k in self._clients if k[0] == broker_id]:
-                self._clients.pop(old).close()
-            client = self._clients[key] = RequestClient(
-                self._connect_to(broker_id, host, port),
-                client_id=f"broker-{self.broker_id}-txn-marker-sender",
-                peer=f"broker {broker_id} ({host}:{port})",
-            )
-        return client
-
 
 async def write_txn_marker(
     node: ReplicaNode, marker: Any, now_ms: int, timeout_ms: int

@@ -28,6 +28,27 @@ _PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _KEY: Final = struct.Struct(">hhh")  # api_key, min_version, max_version
+_I64: Final = struct.Struct(">q")
+_LEVELS: Final = struct.Struct(">hh")
+
+
+class Features(NamedTuple):
+    """The feature flags of a v3+ answer (KIP-584): supported (name, min, max) ranges, the
+    finalized features' epoch and their (name, max level, min level)."""
+
+    supported: tuple[tuple[str, int, int], ...] = ()
+    finalized_epoch: int = -1
+    finalized: tuple[tuple[str, int, int], ...] = ()
+
+    def supported_for(self, api_version: int) -> tuple[tuple[str, int, int], ...]:
+        """Before v4, features whose minimum supported version is 0 are left out (old clients
+        refuse a range starting at 0)."""
+        if api_version >= 4:
+            return self.supported
+        return tuple(f for f in self.supported if f[1] > 0)
+
+
+NO_FEATURES: Final = Features()
 
 
 class ApiVersionsRequest(NamedTuple):
@@ -129,10 +150,12 @@ def encode_response(
     error_code: int,
     api_keys: Iterable[tuple[int, int, int]],
     throttle_time_ms: int = 0,
+    features: Features = NO_FEATURES,
 ) -> bytes:
     """The response frame, size prefix included: header v0 (correlation id) for every version,
     then the body of `api_version` (0-4): the error code, (api_key, min, max) per API, the
-    throttle time from v1, compact arrays and (empty) tagged fields from v3."""
+    throttle time from v1, compact arrays and tagged fields from v3 -- the features, each of
+    the three written only when it is not its default (empty, epoch -1), as kio writes them."""
     keys = list(api_keys)
     flexible = api_version >= FIRST_FLEXIBLE_VERSION
     parts = [_I32.pack(correlation_id), _I16.pack(error_code)]
@@ -145,6 +168,32 @@ def encode_response(
     if api_version >= 1:
         parts.append(_I32.pack(throttle_time_ms))
     if flexible:
-        parts.append(b"\x00")
+        parts.append(_feature_tags(features, api_version))
     body = b"".join(parts)
     return _I32.pack(len(body)) + body
+
+
+def _compact_str(text: str) -> bytes:
+    data = text.encode()
+    return uvarint_bytes(len(data) + 1) + data
+
+
+def _feature_array(entries: tuple[tuple[str, int, int], ...]) -> bytes:
+    items = [_compact_str(name) + _LEVELS.pack(a, b) + b"\x00" for name, a, b in entries]
+    return uvarint_bytes(len(items) + 1) + b"".join(items)
+
+
+def _feature_tags(features: Features, api_version: int) -> bytes:
+    """The body's tagged fields: 0 supported features, 1 finalized epoch, 2 finalized."""
+    tags: list[tuple[int, bytes]] = []
+    supported = features.supported_for(api_version)
+    if supported:
+        tags.append((0, _feature_array(supported)))
+    if features.finalized_epoch != -1:
+        tags.append((1, _I64.pack(features.finalized_epoch)))
+    if features.finalized:
+        tags.append((2, _feature_array(features.finalized)))
+    out = [uvarint_bytes(len(tags))]
+    for tag, data in tags:
+        out.append(uvarint_bytes(tag) + uvarint_bytes(len(data)) + data)
+    return b"".join(out)

@@ -177,6 +177,11 @@ class BrokerConfig:
     transaction_state_log_load_buffer_size: int = 5_242_880
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # The cluster's `transaction.version` feature level (Kafka sets it with its features
+    # tool; a new Kafka 4 cluster finalizes 2: transactions v2, KIP-890), and KIP-890's check
+    # that an older client's transactional batch belongs to an ongoing transaction.
+    transaction_version: int = 2
+    transaction_partition_verification_enable: bool = True
     producer_id_expiration_ms: int = 86_400_000
     cluster_id: str | None = None
     rack: str | None = None
@@ -323,6 +328,7 @@ class BrokerConfig:
             take(key, _int)
         take("cluster.id", str)
         take_consumer_group_keys(p, take, at_least)
+        take_transaction_keys(take)
         take("broker.rack", str, "rack")
         take("replica.selector.class", _replica_selector_class)
         take("zookeeper.connect", lambda v: v.strip() or None)
@@ -530,3 +536,20 @@ def take_consumer_group_keys(p: Mapping[str, str], take: Any, at_least: Any) -> 
         at_least(key, 1)
     take("group.consumer.assignors", _assignors)
     take("group.consumer.migration.policy", _migration_policy)
+
+
+TRANSACTION_VERSIONS = (0, 2)  # the `transaction.version` feature levels this broker supports
+
+
+def _transaction_version(value: str) -> int:
+    level = int(value.strip())
+    lo, hi = TRANSACTION_VERSIONS
+    if not lo <= level <= hi:
+        raise ValueError(f"Value must be between {lo} and {hi}")
+    return level
+
+
+def take_transaction_keys(take: Any) -> None:
+    """The transaction version (KIP-890) and the partition verification switch."""
+    take("transaction.version", _transaction_version)
+    take("transaction.partition.verification.enable", _bool)

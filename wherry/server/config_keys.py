@@ -62,6 +62,7 @@ _BROKER_KEYS = frozenset({
     "transaction.state.log.load.buffer.size",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms",
     "transaction.remove.expired.transaction.cleanup.interval.ms",
+    "transaction.version", "transaction.partition.verification.enable",
 })
 
 # Read by the replica fetchers (replication/fetcher.py FetcherConfig).

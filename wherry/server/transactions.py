@@ -47,6 +47,7 @@ def txn_coordinator_config(config: BrokerConfig) -> TxnCoordinatorConfig:
             config.transaction_remove_expired_transaction_cleanup_interval_ms
         ),
         transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,
+        transaction_version=config.transaction_version,
     )
 
 

@@ -5,11 +5,16 @@ One `TransactionCoordinator` per broker holds the transactional ids of the
 channel are injected (`storage.py`), time is passed in, answers go through callbacks.
 
 * Requests: `init_producer_id`, `add_partitions` (AddPartitionsToTxn and AddOffsetsToTxn),
-  `verify_partitions` (AddPartitionsToTxn v4+ verify-only), `end_transaction`, `describe`,
+  `verify_partitions` (AddPartitionsToTxn v4+ verify-only), `end_transaction` (and
+  `end_transaction_result`, EndTxn v5's answer with the producer id and epoch), `describe`,
   `list_transactions`, each with Kafka's errors for every wrong state.
 * EndTxn: PrepareCommit/PrepareAbort is written, the client answered, the markers handed to
   the channel; when they are all written the channel calls `markers_written` and
   CompleteCommit/CompleteAbort is written (retried while COORDINATOR_NOT_AVAILABLE).
+* Transactions v2 (KIP-890, `client_transaction_version` 2): a partition leader adds the
+  partitions of a client's Produce v12+ / TxnOffsetCommit v5+ (`add_partitions` with version
+  2); EndTxn v5 bumps the epoch at every end (its answer carries the new epoch, or a new
+  producer id at epoch 0 once the epoch is exhausted) and only a retry is accepted after it.
 * Partitions are loaded from their log when this broker becomes their leader (answers are
   COORDINATOR_LOAD_IN_PROGRESS meanwhile); transactions found in PrepareCommit/PrepareAbort
   resume their markers, which is how a transaction completes after a coordinator failover.
@@ -32,24 +37,29 @@ from wherry.common.linear_regex import InvalidPattern, compile_linear
 from wherry.common.topic_partition import TopicPartition
 from wherry.txn.loader import read_partition
 from wherry.txn.metadata import (
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     IllegalTxnTransition,
     TransactionMetadata,
     TxnState,
     TxnTransit,
     is_epoch_exhausted,
+    supports_epoch_bump,
 )
 from wherry.txn.records import TransactionLogValue, encode_key, encode_value, partition_for
 from wherry.txn.storage import MarkerChannel, PendingMarkers, TxnStorage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["InitResult", "TransactionCoordinator", "TxnCoordinatorConfig"]
+__all__ = ["EndResult", "InitResult", "TransactionCoordinator", "TxnCoordinatorConfig"]
 
 E = ErrorCode
 S = TxnState
 RETRY_BACKOFF_MS = 100
 
 InitResult = tuple[ErrorCode, int, int]  # (error, producer id, producer epoch)
+EndResult = InitResult  # EndTxn v5 answers the producer id and epoch to go on with
 Respond = Callable[[ErrorCode], None]
 
 
@@ -62,6 +72,8 @@ class TxnCoordinatorConfig:
     abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transaction_state_log_num_partitions: int = 50
+    # The cluster's `transaction.version` feature level: 1+ writes the flexible records.
+    transaction_version: int = 0
 
 
 def _append_error(error: ErrorCode) -> ErrorCode:
@@ -211,7 +223,14 @@ class TransactionCoordinator:
                     transit.partitions,
                     transit.last_update_timestamp_ms,
                     transit.start_timestamp_ms,
-                )
+                    transit.last_producer_id,
+                    transit.next_producer_id,
+                    transit.client_transaction_version,
+                ),
+                # Kafka: flexible from transaction.version 1 on; also whenever a client used
+                # v2, whose fields a v0 record would lose.
+                1 if max(self.config.transaction_version, transit.client_transaction_version)
+                else 0,
             )
         )
 
@@ -286,8 +305,7 @@ class TransactionCoordinator:
             def after_abort(e: ErrorCode) -> None:
                 fail(e if e != E.none else E.concurrent_transactions)
 
-            self._end(tid, transit.producer_id, transit.producer_epoch, False, False, now_ms,
-                      after_abort)
+            self._abort_as_coordinator(tid, transit, now_ms, after_abort)
             return None
         if state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
             return fail(E.concurrent_transactions)  # Dead: being removed
@@ -323,9 +341,12 @@ class TransactionCoordinator:
         partitions: Iterable[TopicPartition],
         now_ms: int,
         respond: Respond,
+        transaction_version: int = 0,
     ) -> None:
         """AddPartitionsToTxn / AddOffsetsToTxn (Kafka's handleAddPartitionsToTransaction): the
-        partitions join the transaction (written), which is Ongoing from then on."""
+        partitions join the transaction (written), which is Ongoing from then on.
+        `transaction_version` 2: a partition leader adds them for a transactions-v2 client's
+        Produce or TxnOffsetCommit (AddPartitionsToTxn v5 without verify-only)."""
         err, partition, epoch, txn = self._producer_txn(tid, producer_id)
         if err != E.none or txn is None:
             return respond(err)
@@ -341,14 +362,20 @@ class TransactionCoordinator:
         added = set(partitions)
         if txn.state is S.ONGOING and added <= txn.partitions:
             return respond(E.none)
-        self._write(partition, epoch, txn, txn.prepare_add_partitions(added, now_ms), respond)
+        transit = txn.prepare_add_partitions(added, now_ms, transaction_version)
+        self._write(partition, epoch, txn, transit, respond)
         return None
 
     def verify_partitions(
         self, tid: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
     ) -> ErrorCode | dict[TopicPartition, ErrorCode]:
-        """AddPartitionsToTxn v4+ verify-only (a partition leader asks): one error for the
-        transaction, or one per partition (INVALID_TXN_STATE when not in the transaction)."""
+        """AddPartitionsToTxn v4+ verify-only (a partition leader asks before it appends an
+        older client's transactional batch): one error for the transaction, or one per
+        partition (TRANSACTION_ABORTABLE when not in the transaction; Kafka's
+        handleVerifyPartitionsInTransaction -- a pending change is not checked, the append
+        checks the epoch again)."""
+        if not tid:
+            return E.invalid_request
         err, _, _, txn = self._lookup(tid)
         if err != E.none:
             return err
@@ -356,14 +383,21 @@ class TransactionCoordinator:
             return E.invalid_producer_id_mapping
         if txn.producer_epoch != producer_epoch:
             return E.producer_fenced
-        if txn.pending_transition_in_progress:
+        if txn.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             return E.concurrent_transactions
         return {
-            tp: E.none if txn.state is S.ONGOING and tp in txn.partitions else E.invalid_txn_state
-            for tp in partitions
+            tp: E.none if tp in txn.partitions else E.transaction_abortable for tp in partitions
         }
 
     # --- EndTxn ---------------------------------------------------------------------------
+    def needs_producer_id_for_end(self, tid: str, transaction_version: int) -> bool:
+        """Whether EndTxn may move `tid` to a new producer id (transactions v2 with an
+        exhausted epoch): the broker claims one first (its allocation is asynchronous)."""
+        if not supports_epoch_bump(transaction_version):
+            return False
+        txn = self.transaction(tid)
+        return txn is not None and txn.state is S.ONGOING and txn.is_producer_epoch_exhausted
+
     def end_transaction(
         self,
         tid: str,
@@ -373,7 +407,44 @@ class TransactionCoordinator:
         now_ms: int,
         respond: Respond,
     ) -> None:
-        self._end(tid, producer_id, producer_epoch, commit, True, now_ms, respond)
+        """EndTxn v0-4 (transactions v1): the error only."""
+        self.end_transaction_result(
+            tid, producer_id, producer_epoch, commit, now_ms, lambda r: respond(r[0])
+        )
+
+    def end_transaction_result(
+        self,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+        respond: Callable[[EndResult], None],
+        *,
+        transaction_version: int = 0,
+        new_producer_id: int | None = None,
+    ) -> None:
+        """EndTxn answered with (error, producer id, producer epoch); `transaction_version` 2
+        for EndTxn v5 (the epoch is bumped; the answer is the id and epoch to go on with),
+        `new_producer_id` an id claimed for an exhausted epoch (`needs_producer_id_for_end`)."""
+        self._end(
+            tid, producer_id, producer_epoch, commit, True, now_ms, respond,
+            transaction_version, new_producer_id,
+        )
+
+    def _abort_as_coordinator(
+        self, tid: str, fence: TxnTransit, now_ms: int, respond: Respond
+    ) -> None:
+        """An abort the coordinator starts itself (fencing, a timeout), with its prepared
+        fence, at the transaction version the client used: a v1 client's transaction ends
+        as v1 ends it (its late EndTxn is PRODUCER_FENCED as before), a v2 client's with the
+        abort's one epoch bump. (Kafka 4.0 uses the cluster's level here.)"""
+        txn = self.transaction(tid)
+        version = 0 if txn is None else txn.client_transaction_version
+        self._end(
+            tid, fence.producer_id, fence.producer_epoch, False, False, now_ms,
+            lambda r: respond(r[0]), version, None,
+        )
 
     def _end(
         self,
@@ -383,59 +454,64 @@ class TransactionCoordinator:
         commit: bool,
         from_client: bool,
         now_ms: int,
-        respond: Respond,
+        respond: Callable[[EndResult], None],
+        transaction_version: int,
+        new_producer_id: int | None,
     ) -> None:
         """EndTxn from the client, or an abort the coordinator starts itself (Kafka's
         endTransaction): PrepareCommit/PrepareAbort written, then the markers."""
-        err, partition, epoch, txn = self._producer_txn(tid, producer_id)
+
+        def fail(error: ErrorCode) -> None:
+            respond((error, -1, -1))
+
+        if not tid:
+            return fail(E.invalid_request)
+        err, partition, epoch, txn = self._lookup(tid)
         if err != E.none or txn is None:
-            return respond(err)
-        if (from_client and producer_epoch != txn.producer_epoch) or (
-            producer_epoch < txn.producer_epoch
-        ):
-            return respond(E.producer_fenced)
+            return fail(err if err != E.none else E.invalid_producer_id_mapping)
+        epoch_error = _end_epoch_error(txn, producer_id, producer_epoch, from_client)
+        if epoch_error is not None:
+            return fail(epoch_error)
         if txn.pending_transition_in_progress and txn.pending_state is not S.PREPARE_EPOCH_FENCE:
-            return respond(E.concurrent_transactions)
+            return fail(E.concurrent_transactions)
         state = txn.state
-        is_fence = False
         if state is S.ONGOING:
-            target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
-            if not commit and txn.pending_state is S.PREPARE_EPOCH_FENCE:
-                is_fence = True
-                txn.pending_state = None
-                txn.producer_epoch = producer_epoch
-                txn.last_producer_epoch = -1
-            elif txn.pending_state is not None:
-                return respond(E.concurrent_transactions)
-            transit = txn.prepare_abort_or_commit(target, now_ms)
-        elif state is S.COMPLETE_COMMIT:
-            return respond(E.none if commit else E.invalid_txn_state)
-        elif state is S.COMPLETE_ABORT:
-            return respond(E.invalid_txn_state if commit else E.none)
-        elif state is S.PREPARE_COMMIT:
-            return respond(E.concurrent_transactions if commit else E.invalid_txn_state)
-        elif state is S.PREPARE_ABORT:
-            return respond(E.invalid_txn_state if commit else E.concurrent_transactions)
+            prepared = _prepare_end(
+                txn, commit, producer_epoch, transaction_version, new_producer_id, now_ms
+            )
+            if isinstance(prepared, ErrorCode):
+                return fail(prepared)
+            transit, is_fence = prepared
+        elif state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            if commit != (state is S.COMPLETE_COMMIT):
+                return fail(E.invalid_txn_state)
+            return respond((E.none, txn.producer_id, txn.producer_epoch))  # a retry
+        elif state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            same = commit == (state is S.PREPARE_COMMIT)
+            return fail(E.concurrent_transactions if same else E.invalid_txn_state)
         else:  # Empty (nothing to end), Dead
             if txn.pending_state is S.PREPARE_EPOCH_FENCE:
                 txn.pending_state = None
-            return respond(E.invalid_txn_state)
+            return fail(E.invalid_txn_state)
 
         def written(e: ErrorCode) -> None:
             if e != E.none:
                 if is_fence:
                     txn.has_failed_epoch_fence = True
-                return respond(e)
+                return fail(e)
             current = self.transaction(tid)
             if (
                 current is not txn
                 or txn.producer_id != producer_id
-                or txn.producer_epoch != producer_epoch
+                or txn.producer_epoch != transit.producer_epoch
                 or txn.state is not transit.state
                 or txn.pending_transition_in_progress
             ):
-                return respond(E.not_coordinator)
-            respond(E.none)
+                return fail(E.not_coordinator)
+            if transit.next_producer_id != NO_PRODUCER_ID:
+                respond((E.none, transit.next_producer_id, 0))
+            else:
+                respond((E.none, txn.producer_id, txn.producer_epoch))
             txn.prepare_complete(now_ms)
             self._send_markers(partition, epoch, txn)
             return None
@@ -485,18 +561,7 @@ class TransactionCoordinator:
             )
             return
         txn = self._txns[pending.txn_partition][pending.transactional_id]
-        transit = txn.prepare_no_transit()
-        complete = TxnTransit(
-            transit.producer_id,
-            transit.last_producer_id,
-            transit.producer_epoch,
-            transit.last_producer_epoch,
-            transit.timeout_ms,
-            S.COMPLETE_COMMIT if pending.commit else S.COMPLETE_ABORT,
-            frozenset(),
-            transit.start_timestamp_ms,
-            now_ms,
-        )
+        complete = txn.complete_transit(now_ms)
         if txn.pending_state is not complete.state:
             return
 
@@ -626,8 +691,7 @@ class TransactionCoordinator:
                     if e != E.none:
                         log.info("%s aborting %s failed: %s", self._prefix, tid, e.name)
 
-                self._end(tid, transit.producer_id, transit.producer_epoch, False, False,
-                          now_ms, done)
+                self._abort_as_coordinator(tid, transit, now_ms, done)
                 started += 1
         return started
 
@@ -655,6 +719,75 @@ class TransactionCoordinator:
         return removed
 
 
+def _end_epoch_error(
+    txn: TransactionMetadata, producer_id: int, producer_epoch: int, from_client: bool
+) -> ErrorCode | None:
+    """EndTxn's producer id and epoch checks (Kafka's endTransaction). Transactions v1: the
+    client's epoch is the current one. v2: each end bumped the epoch, so in Prepare*/Complete*
+    only a retry (epoch + 1 stored, or a retry of an end that moved to a new producer id) is
+    valid, otherwise the epoch is the current one."""
+    v2 = (
+        supports_epoch_bump(txn.client_transaction_version)
+        and txn.pending_state is not S.PREPARE_EPOCH_FENCE
+    )
+    retry_on_overflow = (
+        v2
+        and txn.last_producer_id == producer_id
+        and producer_epoch == MAX_EPOCH - 1
+        and txn.producer_epoch == 0
+    )
+    if v2:
+        retry_on_bump = txn.producer_epoch == producer_epoch + 1
+        if txn.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            valid = retry_on_bump
+        elif txn.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            valid = retry_on_bump or retry_on_overflow
+        else:
+            valid = producer_epoch == txn.producer_epoch
+    else:
+        valid = (
+            not from_client or producer_epoch == txn.producer_epoch
+        ) and producer_epoch >= txn.producer_epoch
+    if txn.producer_id != producer_id and not retry_on_overflow:
+        return E.invalid_producer_id_mapping
+    return None if valid else E.producer_fenced
+
+
+def _prepare_end(
+    txn: TransactionMetadata,
+    commit: bool,
+    producer_epoch: int,
+    transaction_version: int,
+    new_producer_id: int | None,
+    now_ms: int,
+) -> tuple[TxnTransit, bool] | ErrorCode:
+    """PrepareCommit/PrepareAbort of an Ongoing transaction: (the transit, whether it ends
+    a fence), or the error. A fence (the coordinator aborting a fenced or timed-out producer's
+    transaction) carries the fence's epoch; with transactions v2 that is the abort's own
+    bump, never a second one."""
+    target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+    v2 = supports_epoch_bump(transaction_version)
+    fence = not commit and txn.pending_state is S.PREPARE_EPOCH_FENCE
+    if txn.pending_state is not None and not fence:
+        return E.concurrent_transactions
+    next_pid = NO_PRODUCER_ID
+    if v2 and not fence and txn.is_producer_epoch_exhausted:
+        if new_producer_id is None:
+            return E.concurrent_transactions  # the broker claims one and the client retries
+        next_pid = new_producer_id
+    is_fence = False
+    if fence:
+        txn.pending_state = None
+        if not v2:
+            is_fence = True
+            txn.producer_epoch = producer_epoch
+            txn.last_producer_epoch = NO_PRODUCER_EPOCH
+    transit = txn.prepare_abort_or_commit(
+        target, now_ms, transaction_version, next_pid, fence=fence
+    )
+    return transit, is_fence
+
+
 def _valid_producer_id(txn: TransactionMetadata, expected: tuple[int, int]) -> bool:
     """KIP-360: a given producer id/epoch is acceptable when the id is new (no epoch yet), it
     is the current id, or it is the previous id with an exhausted epoch (a retried rotation)."""
@@ -676,4 +809,7 @@ def _from_value(tid: str, v: TransactionLogValue) -> TransactionMetadata:
         partitions=v.partitions,
         start_timestamp_ms=v.start_timestamp_ms,
         last_update_timestamp_ms=v.last_update_timestamp_ms,
+        last_producer_id=v.previous_producer_id,
+        next_producer_id=v.next_producer_id,
+        client_transaction_version=v.client_transaction_version,
     )

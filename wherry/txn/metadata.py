@@ -10,6 +10,12 @@ when it fails). The state table is Kafka's `validPreviousStates`:
 * CompleteCommit / CompleteAbort: every marker written;
 * Dead: the id expired (tombstone written); PrepareEpochFence: only ever pending, while an
   Ongoing transaction of a fenced producer is aborted with a bumped epoch.
+
+Transactions v2 (`client_transaction_version` 2, KIP-890): every commit or abort bumps the
+epoch -- PrepareCommit/PrepareAbort carry epoch + 1, so the markers do too and a zombie of the
+old epoch is fenced on every partition --; when the epoch is exhausted the end also moves to
+`next_producer_id`, which the Complete* record makes current at epoch 0 (the old id stays as
+`last_producer_id`, so a retried EndTxn is recognised).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ __all__ = [
     "TxnState",
     "TxnTransit",
     "is_epoch_exhausted",
+    "supports_epoch_bump",
 ]
 
 NO_PRODUCER_ID = -1
@@ -38,6 +45,11 @@ MAX_EPOCH = 0x7FFF
 def is_epoch_exhausted(epoch: int) -> bool:
     """Kafka keeps the last epoch for fencing: epoch >= Short.MaxValue - 1 is exhausted."""
     return epoch >= MAX_EPOCH - 1
+
+
+def supports_epoch_bump(transaction_version: int) -> bool:
+    """Transactions v2: the epoch is bumped at every commit and abort."""
+    return transaction_version >= 2
 
 
 class TxnState(StateEnum):
@@ -102,6 +114,8 @@ class TxnTransit:
     partitions: frozenset[TopicPartition]
     start_timestamp_ms: int
     last_update_timestamp_ms: int
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
 
 
 class TransactionMetadata:
@@ -118,6 +132,8 @@ class TransactionMetadata:
         partitions: Iterable[TopicPartition] = (),
         start_timestamp_ms: int = -1,
         last_update_timestamp_ms: int,
+        next_producer_id: int = NO_PRODUCER_ID,
+        client_transaction_version: int = 0,
     ) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
@@ -129,6 +145,10 @@ class TransactionMetadata:
         self.partitions: set[TopicPartition] = set(partitions)
         self.start_timestamp_ms = start_timestamp_ms
         self.last_update_timestamp_ms = last_update_timestamp_ms
+        # Transactions v2: the id an exhausted epoch moves to once the markers are written,
+        # and the transaction version the client used at the last change.
+        self.next_producer_id = next_producer_id
+        self.client_transaction_version = client_transaction_version
         self.pending_state: TxnState | None = None
         # A fence whose write failed keeps its bumped epoch next time (Kafka's
         # hasFailedEpochFence): the bumped epoch was never handed to anyone.
@@ -138,7 +158,7 @@ class TransactionMetadata:
         return (
             f"TransactionMetadata({self.transactional_id!r}, pid={self.producer_id}, "
             f"epoch={self.producer_epoch}, state={self.state}, pending={self.pending_state}, "
-            f"partitions={sorted(self.partitions)})"
+            f"partitions={sorted(self.partitions)}, tv={self.client_transaction_version})"
         )
 
     @property
@@ -161,8 +181,11 @@ class TransactionMetadata:
         timeout_ms: int | None = None,
         partitions: Iterable[TopicPartition] | None = None,
         start_ms: int | None = None,
+        next_producer_id: int = NO_PRODUCER_ID,
+        transaction_version: int = 0,
     ) -> TxnTransit:
-        """The transit to `state` (Kafka's prepareTransitionTo); what is not given stays."""
+        """The transit to `state` (Kafka's prepareTransitionTo); what is not given stays,
+        except the next producer id and the client's transaction version (none, 0)."""
         if self.pending_state is not None:
             raise IllegalTxnTransition(
                 f"{self.transactional_id}: preparing {state} while {self.pending_state} is pending"
@@ -180,6 +203,8 @@ class TransactionMetadata:
             frozenset(self.partitions if partitions is None else partitions),
             self.start_timestamp_ms if start_ms is None else start_ms,
             now_ms,
+            next_producer_id,
+            transaction_version,
         )
 
     def prepare_no_transit(self) -> TxnTransit:
@@ -194,6 +219,8 @@ class TransactionMetadata:
             frozenset(self.partitions),
             self.start_timestamp_ms,
             self.last_update_timestamp_ms,
+            self.next_producer_id,
+            self.client_transaction_version,
         )
 
     def prepare_fence_producer_epoch(self) -> TxnTransit:
@@ -252,7 +279,7 @@ class TransactionMetadata:
         )
 
     def prepare_add_partitions(
-        self, added: Iterable[TopicPartition], now_ms: int
+        self, added: Iterable[TopicPartition], now_ms: int, transaction_version: int = 0
     ) -> TxnTransit:
         starting = self.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
         return self._prepare(
@@ -260,18 +287,63 @@ class TransactionMetadata:
             now_ms,
             partitions=self.partitions | set(added),
             start_ms=now_ms if starting else self.start_timestamp_ms,
+            transaction_version=transaction_version,
         )
 
-    def prepare_abort_or_commit(self, state: TxnState, now_ms: int) -> TxnTransit:
-        return self._prepare(state, now_ms)
+    def prepare_abort_or_commit(
+        self,
+        state: TxnState,
+        now_ms: int,
+        transaction_version: int = 0,
+        next_producer_id: int = NO_PRODUCER_ID,
+        *,
+        fence: bool = False,
+    ) -> TxnTransit:
+        """PrepareCommit / PrepareAbort. Transactions v2 bump the epoch (the old one becomes
+        the last epoch, or none for a `fence`: a fenced producer may not come back with it);
+        `next_producer_id` is the id an exhausted epoch moves to."""
+        if not supports_epoch_bump(transaction_version):
+            return self._prepare(state, now_ms, transaction_version=transaction_version)
+        if self.producer_epoch >= MAX_EPOCH:
+            raise IllegalTxnTransition(f"{self.transactional_id}: epoch {self.producer_epoch}")
+        return self._prepare(
+            state,
+            now_ms,
+            epoch=self.producer_epoch + 1,
+            last_epoch=NO_PRODUCER_EPOCH if fence else self.producer_epoch,
+            next_producer_id=next_producer_id,
+            transaction_version=transaction_version,
+        )
 
-    def prepare_complete(self, now_ms: int) -> TxnTransit:
+    def complete_transit(self, now_ms: int) -> TxnTransit:
+        """The CompleteCommit / CompleteAbort that follows this PrepareCommit / PrepareAbort
+        once its markers are written: no partitions; transactions v2 with an exhausted epoch
+        move to the next producer id at epoch 0."""
         state = (
             TxnState.COMPLETE_COMMIT
             if self.state is TxnState.PREPARE_COMMIT
             else TxnState.COMPLETE_ABORT
         )
-        return self._prepare(state, now_ms, partitions=())
+        v2 = supports_epoch_bump(self.client_transaction_version)
+        rotate = v2 and self.next_producer_id != NO_PRODUCER_ID
+        return TxnTransit(
+            self.next_producer_id if rotate else self.producer_id,
+            self.producer_id,
+            0 if rotate else self.producer_epoch,
+            self.producer_epoch if v2 else self.last_producer_epoch,
+            self.timeout_ms,
+            state,
+            frozenset(),
+            self.start_timestamp_ms,
+            now_ms,
+            NO_PRODUCER_ID,
+            self.client_transaction_version,
+        )
+
+    def prepare_complete(self, now_ms: int) -> TxnTransit:
+        transit = self.complete_transit(now_ms)
+        self._prepare(transit.state, now_ms)  # the table's check; sets the pending state
+        return transit
 
     def prepare_dead(self) -> TxnTransit:
         return self._prepare(TxnState.DEAD, self.last_update_timestamp_ms, partitions=())
@@ -284,7 +356,14 @@ class TransactionMetadata:
                 f"{self.transactional_id}: completing {t.state}, pending {self.pending_state}"
             )
         self.producer_id = t.producer_id
-        self.last_producer_id = t.last_producer_id
+        # Kafka's previousProducerId moves only with a new epoch or id of the client's.
+        if t.state is TxnState.EMPTY or (
+            t.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+            and supports_epoch_bump(t.client_transaction_version)
+        ):
+            self.last_producer_id = t.last_producer_id
+        self.next_producer_id = t.next_producer_id
+        self.client_transaction_version = t.client_transaction_version
         self.producer_epoch = t.producer_epoch
         self.last_producer_epoch = t.last_producer_epoch
         self.timeout_ms = t.timeout_ms

@@ -8,8 +8,11 @@ Every key and value is a 2-byte big-endian version followed by the message at th
   (int32), transactionStatus (int8, the state's id), transactionPartitions (nullable array of:
   topic (string), partitionIds (array of int32)), transactionLastUpdateTimestampMs (int64),
   transactionStartTimestampMs (int64). v1 is the same message flexible (compact strings and
-  arrays, tagged fields in each struct). wherry writes v0, which every Kafka reads, and reads
-  both.
+  arrays, tagged fields in each struct) with three tagged fields of the top-level struct:
+  PreviousProducerId (tag 0, int64, default -1), NextProducerId (tag 1, int64, default -1) and
+  ClientTransactionVersion (tag 2, int16, default 0), each written only when not its default.
+  The coordinator writes v0 while the cluster's `transaction.version` is 0 and v1 from 1 on,
+  as Kafka does; it reads both.
 
 A null value is a tombstone: the transactional id expired (Kafka writes it on the move to Dead).
 `partition_for` places a transactional id where Kafka does: `Utils.abs(id.hashCode()) %
@@ -18,7 +21,8 @@ transaction.state.log.num.partitions`, Java's String hash.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from wherry.common.topic_partition import TopicPartition
@@ -43,6 +47,8 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
 VALUE_VERSION = 0
 MAX_VALUE_VERSION = 1
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
 
 RecordFormatError = DecodeError
 """Bytes that are not a valid `__transaction_state` key or value: the wire reader's one error,
@@ -63,6 +69,9 @@ class TransactionLogValue:
     partitions: frozenset[TopicPartition]
     last_update_timestamp_ms: int
     start_timestamp_ms: int
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -97,8 +106,24 @@ def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> by
         w.end_struct(flex)
     w.int64(value.last_update_timestamp_ms)
     w.int64(value.start_timestamp_ms)
-    w.end_struct(flex)
+    if flex:
+        _write_tags(w, value)
     return bytes(w.out)
+
+
+def _write_tags(w: Writer, value: TransactionLogValue) -> None:
+    tags: list[tuple[int, bytes]] = []
+    if value.previous_producer_id != -1:
+        tags.append((0, _I64.pack(value.previous_producer_id)))
+    if value.next_producer_id != -1:
+        tags.append((1, _I64.pack(value.next_producer_id)))
+    if value.client_transaction_version != 0:
+        tags.append((2, _I16.pack(value.client_transaction_version)))
+    w.uvarint(len(tags))
+    for tag, data in tags:
+        w.uvarint(tag)
+        w.uvarint(len(data))
+        w.raw(data)
 
 
 def decode_key(data: bytes) -> str | None:
@@ -127,8 +152,32 @@ def decode_value(data: bytes) -> TransactionLogValue:
         r.end_struct(flex)
     last_update = r.int64()
     start = r.int64()
-    r.end_struct(flex)
+    tagged = {"prev": -1, "next": -1, "tv": 0}
+    if flex:
+
+        def field(name: str, read: Callable[[Reader], int]) -> Callable[[Reader], None]:
+            def take(sub: Reader) -> None:
+                tagged[name] = read(sub)
+
+            return take
+
+        r.tagged_fields(
+            {
+                0: field("prev", Reader.int64),
+                1: field("next", Reader.int64),
+                2: field("tv", Reader.int16),
+            }
+        )
     r.expect_end()
     return TransactionLogValue(
-        producer_id, epoch, timeout, state_id, frozenset(partitions), last_update, start
+        producer_id,
+        epoch,
+        timeout,
+        state_id,
+        frozenset(partitions),
+        last_update,
+        start,
+        tagged["prev"],
+        tagged["next"],
+        tagged["tv"],
     )

@@ -4,7 +4,8 @@ v0-3 (clients): Kafka's KafkaApis checks WRITE on the transactional id (else eve
 gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic (TOPIC_AUTHORIZATION_FAILED)
 and that each partition exists (UNKNOWN_TOPIC_OR_PARTITION); when any partition fails so, the
 others get OPERATION_NOT_ATTEMPTED and nothing is added. v4+ (brokers, KIP-890): batched
-transactions, CLUSTER_ACTION on the cluster; `verify_only` ones are checked, not added.
+transactions, CLUSTER_ACTION on the cluster; `verify_only` ones are checked, not added; the
+others come from a partition leader adding a transactions v2 client's partitions.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorize_cluster
+from wherry.server.handlers.describe_topic_partitions import INTERNAL_TOPICS
 from wherry.server.handlers.txn_common import client_error
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ async def _add(
     version: int,
     *,
     check_txn_id: bool,
+    transaction_version: int = 0,
 ) -> dict[TopicPartition, ErrorCode]:
     if check_txn_id and not authorize(
         broker, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid
@@ -55,8 +58,10 @@ async def _add(
     failed: dict[TopicPartition, ErrorCode] = {}
     allowed: dict[str, bool] = {}
     for tp in partitions:
-        if tp.topic not in allowed:
-            allowed[tp.topic] = authorize(broker, AclOperation.WRITE, ResourceType.TOPIC, tp.topic)
+        if tp.topic not in allowed:  # Kafka checks no ACL of internal topics here
+            allowed[tp.topic] = tp.topic in INTERNAL_TOPICS or authorize(
+                broker, AclOperation.WRITE, ResourceType.TOPIC, tp.topic
+            )
         if not allowed[tp.topic]:
             failed[tp] = ErrorCode.topic_authorization_failed
         elif broker.cache.partition(tp.topic, tp.partition) is None:
@@ -65,7 +70,9 @@ async def _add(
         return {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in partitions}
     coordinator = broker.transactions.coordinator
     def start(respond: Callable[[ErrorCode], None]) -> None:
-        coordinator.add_partitions(tid, pid, epoch, partitions, broker.clock.now_ms(), respond)
+        coordinator.add_partitions(
+            tid, pid, epoch, partitions, broker.clock.now_ms(), respond, transaction_version
+        )
 
     err = client_error(await answer_of(start), version)
     return {tp: err for tp in partitions}
@@ -102,7 +109,14 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             )
         else:
             errors = await _add(
-                broker, txn.transactional_id, pid, epoch, tps, req.api_version, check_txn_id=False
+                broker,
+                txn.transactional_id,
+                pid,
+                epoch,
+                tps,
+                req.api_version,
+                check_txn_id=False,
+                transaction_version=2,  # only a v2 client's partition leader adds
             )
         out.append({"transactional_id": txn.transactional_id, "topic_results": _results(errors)})
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": out}

@@ -1,4 +1,8 @@
-"""Produce (key 0): validate, append through the replica manager, answer per acks."""
+"""Produce (key 0): validate, append through the replica manager, answer per acks.
+
+A transactional request's partitions are first added to its transaction (transactions v2,
+v12+) or verified to be in it (older versions) at the coordinator (`txn_checks.py`); the
+partitions that fail get its error, the others are appended."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.coordinator.txn_verification import produce_error
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.protocol.codec import duration_ms
 from wherry.protocol.records import RecordError, parse_header
@@ -17,6 +22,11 @@ from wherry.runtime.parking import Parked
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorized_names
 from wherry.server.handlers.topic_keys import TopicKey, resolve_topic, topic_responses
+from wherry.server.handlers.txn_checks import (
+    FIRST_V2_PRODUCE_VERSION,
+    check_partitions,
+    transactional_producers,
+)
 from wherry.server.network import CloseConnection
 
 if TYPE_CHECKING:
@@ -70,6 +80,7 @@ async def handle(
     body = req.body
     acks = body.acks
     cache = broker.cache
+    tid: str | None = None
     if _has_transactional_records(body):
         # Kafka: WRITE on the transactional id, else the whole request fails.
         tid = getattr(body, "transactional_id", None)
@@ -114,6 +125,11 @@ async def handle(
             else:
                 entries[TopicPartition(name, p.index)] = p.records
 
+    if tid is not None and entries:
+        keys = {name: key for _, key, name in resolved if name is not None}
+        for tp, err in (await _transaction_checks(broker, tid, entries, req.api_version)).items():
+            del entries[tp]
+            errors[(keys[tp.topic], tp.partition)] = err
     statuses: Mapping[TopicPartition, ProducePartitionStatus] = {}
     if entries:
         appended = broker.node.start_append(
@@ -129,6 +145,23 @@ async def handle(
             raise CloseConnection("acks=0 produce request failed")
         return None
     return _response(order, errors, statuses)
+
+
+async def _transaction_checks(
+    broker: BrokerServices,
+    tid: str,
+    entries: Mapping[TopicPartition, bytes | None],
+    version: int,
+) -> dict[TopicPartition, ErrorCode]:
+    """The partitions the transaction's coordinator refused, with the Produce error."""
+    failed = await check_partitions(
+        broker,
+        tid,
+        transactional_producers(entries),
+        add=version >= FIRST_V2_PRODUCE_VERSION,
+        abortable_known=version >= 11,
+    )
+    return {tp: produce_error(err) for tp, err in failed.items()}
 
 
 async def _answer_when_replicated(

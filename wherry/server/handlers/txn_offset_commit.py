@@ -7,6 +7,10 @@ partition (UNKNOWN_TOPIC_OR_PARTITION). The group coordinator checks the member 
 (generation -1 with no member id: a producer outside the group's management) and writes the
 offsets to `__consumer_offsets` as a transactional batch of the producer; they stay pending,
 invisible to OffsetFetch, until WriteTxnMarkers writes the producer's marker there.
+
+Before that, the group's `__consumer_offsets` partition is added to the transaction at its
+coordinator for a transactions v2 client (v5+: no AddOffsetsToTxn was sent), or verified to be
+in it for an older one (`txn_checks.py`); a refusal is every partition's error.
 """
 
 from __future__ import annotations
@@ -18,9 +22,14 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.group import OffsetAndMetadata
+from wherry.group.records import OFFSETS_TOPIC
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorized_names
+from wherry.server.handlers.txn_checks import (
+    FIRST_V2_TXN_OFFSET_COMMIT_VERSION,
+    check_partitions,
+)
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -41,6 +50,21 @@ def _all(body: Any, code: ErrorCode) -> dict[str, Any]:
             for t in body.topics
         ],
     }
+
+
+async def _transaction_check(broker: BrokerServices, req: Request) -> ErrorCode | None:
+    """The group's offsets partition added to (v5+) or verified in the transaction; the
+    coordinator's refusal, or None."""
+    body = req.body
+    tp = TopicPartition(OFFSETS_TOPIC, broker.groups.coordinator.partition_for(body.group_id))
+    failed = await check_partitions(
+        broker,
+        body.transactional_id,
+        {(int(body.producer_id), int(body.producer_epoch)): [tp]},
+        add=req.api_version >= FIRST_V2_TXN_OFFSET_COMMIT_VERSION,
+        abortable_known=req.api_version >= 4,
+    )
+    return failed.get(tp)
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
@@ -73,6 +97,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     now,
                 )
     results: dict[TopicPartition, ErrorCode] = {}
+    if offsets and (refused := await _transaction_check(broker, req)) is not None:
+        return _all(body, refused)
     if offsets:
         coord = broker.groups.coordinator
         results = await answer_of(

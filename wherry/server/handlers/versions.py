@@ -33,9 +33,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     23: (2, 4),
     24: (0, 5),
     25: (0, 4),
-    26: (0, 4),  # v5 is KIP-890's transaction version 2, not built
+    26: (0, 5),  # v5: transactions v2 (KIP-890)
     27: (1, 2),  # kio has v1+ (Kafka 3.9: 0-1); v2's transaction_version is not used
-    28: (0, 4),  # Kafka 3.9's range
+    28: (0, 5),  # v5: transactions v2 (KIP-890)
     29: (1, 3),  # kio has v1+; librdkafka sends v1
     30: (1, 3),
     31: (1, 3),

@@ -10,6 +10,8 @@ the partition leaders (Kafka's KafkaApis.handleWriteTxnMarkersRequest).
   it, `request.timeout.ms`). Errors are the append's: NOT_LEADER_OR_FOLLOWER (a follower),
   NOT_ENOUGH_REPLICAS, INVALID_PRODUCER_EPOCH (an epoch below the producer's last one),
   TRANSACTION_COORDINATOR_FENCED (a coordinator epoch below the last marker's), REQUEST_TIMED_OUT.
+* A partition leader's check of the producer's transaction in flight on those partitions is
+  void from then on (`coordinator/txn_verification.py`'s guards).
 * Markers on `__consumer_offsets` partitions written without error complete the group
   coordinator's pending transactional offsets of the producer (commit: they become the
   committed offsets; abort: dropped).
@@ -42,6 +44,10 @@ DEFAULT_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
 async def _write_marker(
     broker: BrokerServices, marker: Any, timeout_ms: int
 ) -> dict[TopicPartition, ErrorCode]:
+    guards = broker.transactions.verifier.guards
+    for t in marker.topics:  # a check of this producer in flight there is void from now on
+        for p in t.partition_indexes:
+            guards.marker_written(TopicPartition(t.name, p), marker.producer_id)
     errors = await write_txn_marker(broker.node, marker, broker.clock.now_ms(), timeout_ms)
     offsets_partitions = [
         tp.partition

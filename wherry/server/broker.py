@@ -57,6 +57,7 @@ from wherry.server.dynamic_apply import apply_dynamic
 from wherry.server.handlers.api_versions import (
     API_VERSIONS_KEY,
     early_answer,
+    features_of,
 )
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.log_dir_failure import halt
@@ -831,7 +832,7 @@ class Broker:
         if listener is not None and listener.uses_sasl:
             return None
         started = time.perf_counter()
-        answer = early_answer(frame)
+        answer = early_answer(frame, features_of(self.config.transaction_version))
         if answer is not None:
             self.request_stats.observe(
                 request_name(API_VERSIONS_KEY), (time.perf_counter() - started) * 1000

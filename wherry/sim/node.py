@@ -7,8 +7,9 @@ the followers' fetches arrive as request frames and go through the broker's real
 (`handle_frame`: codecs, handlers, fetch sessions, authorizer).
 
 The simulated broker hosts the replica node and what the simulation adds on it (the
-transaction and group coordinators, `services`); it runs no admin manager, producer id
-blocks or log-dir mover, and a request that needs one closes its connection with a log line.
+transaction and group coordinators, `services`; the handlers reach the transaction
+coordinator); it runs no admin manager, producer id blocks or log-dir mover, and a request
+that needs one closes its connection with a log line.
 
 `crash()` ends the process at once: its tasks are cancelled and its file descriptors closed
 without flushing or writing anything (the page cache survives, so the files keep every byte
@@ -129,6 +130,8 @@ class SimBroker:
         # What else runs in the process on the replica node (the transaction coordinator):
         # abandoned at a crash, stopped first at a clean stop.
         self.services: list[NodeService] = []
+        # The transaction coordinator among them (`sim/transactions.py`), for the handlers.
+        self.transaction_host: Any = None
 
     @property
     def fence(self) -> ControllerFence:
@@ -165,7 +168,10 @@ class SimBroker:
 
     @property
     def transactions(self) -> Any:
-        self._not_hosted("transaction coordinator runtime")
+        """The transaction coordinator the simulation runs here (`--transactions`)."""
+        if self.transaction_host is None:
+            self._not_hosted("transaction coordinator")
+        return self.transaction_host
 
     @property
     def shares(self) -> Any:

@@ -131,6 +131,7 @@ class TxnHost(TxnCoordinatorHost):
             buffer_bytes=1 << 20,
         )
         node.services.append(self)
+        node.transaction_host = self
         self.start_markers()
 
     def _connect_to(self, broker_id: int, _host: str, _port: int) -> Connect:

@@ -21,11 +21,17 @@ from wherry.server.admin import AdminManager
 from wherry.server.client_quotas import ClientQuotas
 from wherry.server.config import BrokerConfig
 from wherry.server.groups import GroupsRuntime
-from wherry.server.producer_ids import ProducerIdManager
 from wherry.server.shares import ShareRuntime
 from wherry.server.transactions import TransactionsRuntime
 
-__all__ = ["BrokerServices"]
+__all__ = ["BrokerServices", "ProducerIds"]
+
+
+class ProducerIds(Protocol):
+    """Where new producer ids come from (`producer_ids.ProducerIdManager`: blocks claimed in
+    the metadata store)."""
+
+    async def next_id(self) -> int: ...
 
 
 class BrokerServices(Protocol):
@@ -68,7 +74,7 @@ class BrokerServices(Protocol):
     def admin(self) -> AdminManager: ...
 
     @property
-    def producer_ids(self) -> ProducerIdManager: ...
+    def producer_ids(self) -> ProducerIds: ...
 
     @property
     def authorizer(self) -> Authorizer | None:

@@ -8,8 +8,8 @@ the followers' fetches arrive as request frames and go through the broker's real
 
 The simulated broker hosts the replica node and what the simulation adds on it (the
 transaction and group coordinators, `services`; the handlers reach the transaction
-coordinator); it runs no admin manager, producer id blocks or log-dir mover, and a request
-that needs one closes its connection with a log line.
+coordinator, and producer ids come from the world's one counter); it runs no admin manager
+or log-dir mover, and a request that needs one closes its connection with a log line.
 
 `crash()` ends the process at once: its tasks are cancelled and its file descriptors closed
 without flushing or writing anything (the page cache survives, so the files keep every byte
@@ -73,6 +73,17 @@ class NodeService(Protocol):
 
 class NotHostedError(LookupError):
     """A request needed a part of the broker the simulated one does not run."""
+
+
+class SimProducerIds:
+    """Producer ids for InitProducerId and EndTxn, from the world's one counter (what the
+    brokers' id blocks in the store give: each id once)."""
+
+    def __init__(self, claim: Callable[[], int]) -> None:
+        self._claim = claim
+
+    async def next_id(self) -> int:
+        return self._claim()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -182,8 +193,8 @@ class SimBroker:
         self._not_hosted("admin manager")
 
     @property
-    def producer_ids(self) -> Any:
-        self._not_hosted("producer id manager")
+    def producer_ids(self) -> SimProducerIds:
+        return SimProducerIds(self._peers.claim_producer_id)
 
     @property
     def log_dir_mover(self) -> Any:

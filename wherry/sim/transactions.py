@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -43,7 +43,6 @@ from wherry.outbound.connection import Connect, FrameTransport
 from wherry.protocol.records import build_batch, iter_batches
 from wherry.replication.fetch_reads import READ_COMMITTED, FetchPartition, FetchResult
 from wherry.runtime.clock import FunctionClock
-from wherry.runtime.parking import answer_of
 from wherry.sim.invariants import (
     TXN_VALUE_PREFIX,
     InvariantViolation,
@@ -54,7 +53,7 @@ from wherry.sim.invariants import (
 from wherry.sim.network import CLIENT_ID, SimNetwork
 from wherry.sim.node import SimBroker
 from wherry.sim.wire import SimClients, SimConnection, produce
-from wherry.txn.coordinator import InitResult, TxnCoordinatorConfig
+from wherry.txn.coordinator import TxnCoordinatorConfig
 from wherry.txn.metadata import TxnState
 from wherry.txn.records import TRANSACTION_STATE_TOPIC, partition_for
 
@@ -62,6 +61,22 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 E = ErrorCode
+
+INIT_PRODUCER_ID_KEY, ADD_PARTITIONS_TO_TXN_KEY, END_TXN_KEY = 22, 24, 26
+TV2_PRODUCE_VERSION = 12
+
+
+def _error_of(resp: Any) -> ErrorCode:
+    """A coordinator answer's error: the top-level one, else AddPartitionsToTxn's first
+    partition error that is not NONE."""
+    if hasattr(resp, "error_code"):
+        return ErrorCode(resp.error_code)
+    for t in resp.results_by_topic_v3_and_below:
+        for p in t.results_by_partition:
+            if p.partition_error_code != ErrorCode.none:
+                return ErrorCode(p.partition_error_code)
+    return ErrorCode.none
+
 
 # Errors after which a client retries the same coordinator request (after finding the
 # coordinator again).
@@ -86,6 +101,7 @@ class TxnSimConfig:
     commit_probability: float = 0.65
     crash_probability: float = 0.2  # the coordinator's broker crashes right after an EndTxn
     request_timeout_ms: int = 800
+    v2_share: float = 0.5  # of the producers, transactions v2 clients
 
 
 class World(Protocol):
@@ -217,7 +233,9 @@ class TxnProducer:
         self.number = 0
         self.crashes_armed = 0
         self.stalls = 0
-        # its connections to the partitions' leaders (Produce frames)
+        # Transactions v2 (KIP-890): no AddPartitionsToTxn, Produce v12, EndTxn v5's new epoch.
+        self.v2 = rng.random() < config.v2_share
+        # its connections to the coordinator and the partitions' leaders (request frames)
         self.clients = SimClients(
             world, CLIENT_ID, client_id=self.tid, timeout_ms=config.request_timeout_ms + 500
         )
@@ -228,76 +246,47 @@ class TxnProducer:
         state = self.world.stored_state(TopicPartition(TRANSACTION_STATE_TOPIC, p))
         return None if state is None or state.leader < 0 else state.leader
 
-    async def _call(self, b: int, fn: Callable[[TxnHost], Any], what: str) -> Any:
-        world = self.world
-
-        async def handler() -> Any:
-            node = world.node(b)
-            host = (
-                None
-                if node is None
-                else next((s for s in node.services if isinstance(s, TxnHost)), None)
-            )
-            if host is None:
-                raise ConnectionError(f"broker {b} is down")
-            return await fn(host)
-
-        return await world.network.call(
-            CLIENT_ID, b, handler, timeout_ms=self.config.request_timeout_ms
-        )
-
     async def _retrying(
-        self, fn: Callable[[TxnHost], Any], what: str, *, attempts: int = 30
-    ) -> ErrorCode | None:
-        """A coordinator request retried as a client does (new coordinator lookup each
-        time); None when it never got an answer that is not retriable."""
+        self, api_key: int, version: int, body: Mapping[str, Any], *, attempts: int = 30
+    ) -> tuple[ErrorCode, Any] | None:
+        """A request to the transaction coordinator (the stored leader of the producer's
+        `__transaction_state` partition), retried as a client does -- a new coordinator
+        lookup each time --; (error, answer), or None when no answer came that is not
+        retriable."""
         for _ in range(attempts):
             b = self._coordinator()
             if b is None:
                 await asyncio.sleep(0.05)
                 continue
             try:
-                err: ErrorCode = await self._call(b, fn, what)
-            except (ConnectionError, TimeoutError):
+                resp = await self.clients.call(b, api_key, version, body)
+            except ConnectionError:
                 await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
                 continue
+            err = _error_of(resp)
             if err in RETRIABLE:
                 await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
                 continue
-            return err
+            return err, resp
         return None
 
     async def init(self) -> bool:
-        world, tid, timeout = self.world, self.tid, self.config.timeout_ms
-        result: list[InitResult] = []
-
-        async def go(host: TxnHost) -> ErrorCode:
-            c = host.coordinator
-            new_pid = world.claim_producer_id() if c.needs_producer_id(tid) else None
-            r: InitResult = await answer_of(
-                lambda respond: c.init_producer_id(
-                    tid, timeout, None, new_pid, world.now_ms(), respond
-                )
-            )
-            result.append(r)
-            return r[0]
-
-        err = await self._retrying(go, "InitProducerId")
-        if err != E.none:
+        body = {
+            "transactional_id": self.tid,
+            "transaction_timeout": self.config.timeout_ms,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+        answer = await self._retrying(INIT_PRODUCER_ID_KEY, 4, body)
+        if answer is None or answer[0] != E.none:
             return False
-        _, self.producer_id, self.epoch = result[-1]
+        resp = answer[1]
+        self.producer_id, self.epoch = int(resp.producer_id), int(resp.producer_epoch)
         self.sequences = {}
         return True
 
     def _reset(self) -> None:
         self.producer_id = self.epoch = -1
-
-    async def _simple(self, call: Callable[[TxnHost, Any], None], what: str) -> ErrorCode | None:
-        async def go(host: TxnHost) -> ErrorCode:
-            e: ErrorCode = await answer_of(lambda respond: call(host, respond))
-            return e
-
-        return await self._retrying(go, what)
 
     # --- the loop -----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -315,17 +304,20 @@ class TxnProducer:
         txn = world.txn_ledger.begin(tid, self.number, pid, epoch, world.now_ms())
         tps = rng.sample(world.tps, rng.randint(1, len(world.tps)))
 
-        def add(host: TxnHost, respond: Callable[[ErrorCode], None]) -> None:
-            # As the AddPartitionsToTxn handler: partitions its metadata cache lacks first.
-            cache = host.node.cache
-            if any(cache.partition(tp.topic, tp.partition) is None for tp in tps):
-                return respond(E.unknown_topic_or_partition)
-            return host.coordinator.add_partitions(tid, pid, epoch, tps, world.now_ms(), respond)
-
-        err = await self._simple(add, "AddPartitionsToTxn")
-        if err != E.none:
-            self._reset()  # fenced, or no answer: start over with a new epoch
-            return
+        if not self.v2:  # a v2 client's partitions are added by their leaders
+            topics: dict[str, list[int]] = {}
+            for tp in tps:
+                topics.setdefault(tp.topic, []).append(tp.partition)
+            body = {
+                "v3_and_below_transactional_id": tid,
+                "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch,
+                "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+            }
+            answer = await self._retrying(ADD_PARTITIONS_TO_TXN_KEY, 3, body)
+            if answer is None or answer[0] != E.none:
+                self._reset()  # fenced, or no answer: start over with a new epoch
+                return
         failed = False
         for i in range(rng.randint(1, 5)):
             if rng.random() < self.config.stall_probability / 3:
@@ -343,14 +335,16 @@ class TxnProducer:
         if b is not None and rng.random() < self.config.crash_probability:
             self.crashes_armed += 1
             world.crash_coordinator(b, f"EndTxn({'commit' if commit else 'abort'}) of {tid}")
-        err = await self._simple(
-            lambda h, respond: h.coordinator.end_transaction(
-                tid, pid, epoch, commit, world.now_ms(), respond
-            ),
-            "EndTxn",
-        )
-        if err == E.none:
+        body = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                "committed": commit}
+        answer = await self._retrying(END_TXN_KEY, 5 if self.v2 else 3, body)
+        err = None if answer is None else answer[0]
+        if answer is not None and err == E.none:
             txn.answer = "committed" if commit else "aborted"
+            if self.v2:  # every commit or abort bumps the epoch (or gives a new id)
+                resp = answer[1]
+                self.producer_id, self.epoch = int(resp.producer_id), int(resp.producer_epoch)
+                self.sequences = {}
         if err != E.none or failed:
             self._reset()
 
@@ -378,6 +372,7 @@ class TxnProducer:
             batch,
             self.config.request_timeout_ms,
             transactional_id=self.tid,
+            version=TV2_PRODUCE_VERSION if self.v2 else None,
         )
         if answer is None or answer[0] != E.none:
             return False

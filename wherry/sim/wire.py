@@ -192,8 +192,10 @@ async def produce(
     timeout_ms: int,
     *,
     transactional_id: str | None = None,
+    version: int | None = None,
 ) -> tuple[ErrorCode, int] | None:
-    """An acks=all Produce of one batch: (error, base offset), None when no answer came."""
+    """An acks=all Produce of one batch: (error, base offset), None when no answer came.
+    `version`: the request's (Produce v12+ is a transactions v2 client's)."""
     body = {
         "transactional_id": transactional_id,
         "acks": -1,
@@ -203,7 +205,7 @@ async def produce(
         ],
     }
     try:
-        resp = await clients.call(leader, PRODUCE_KEY, PRODUCE_VERSION, body)
+        resp = await clients.call(leader, PRODUCE_KEY, version or PRODUCE_VERSION, body)
     except ConnectionError:
         return None
     for t in resp.responses:

@@ -41,15 +41,16 @@ from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult,
 from wherry.group.consumer_group import ConsumerGroup, TopicMeta
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
-from wherry.runtime.parking import answer_of
 from wherry.sim.invariants import InvariantViolation
 from wherry.sim.network import CLIENT_ID, SimNetwork
 from wherry.sim.node import SimBroker
+from wherry.sim.wire import SimClients
 
 log = logging.getLogger(__name__)
 
 E = ErrorCode
 GROUP = "sim-group"
+CONSUMER_GROUP_HEARTBEAT_KEY = 68
 RETRIABLE = frozenset(
     {E.not_coordinator, E.coordinator_not_available, E.coordinator_load_in_progress}
 )
@@ -72,6 +73,8 @@ class World(Protocol):
     def now_ms(self) -> int: ...
 
     def node(self, broker_id: int) -> SimBroker | None: ...
+
+    def incarnation(self, node_id: int) -> int | None: ...
 
     def stored_state(self, tp: TopicPartition) -> LeaderIsr | None: ...
 
@@ -152,6 +155,7 @@ class GroupHost(GroupCoordinatorHost):
         self.coordinator.consumer_groups.write_observer = ledger.observe
         self.coordinator.startup()
         node.services.append(self)
+        node.group_host = self
 
 
 def _host(world: World, b: int) -> GroupHost:
@@ -188,25 +192,51 @@ class SimMember:
         self.owned: dict[uuid.UUID, frozenset[int]] = {}
         self.heartbeats = 0
         self.full = False
+        # its connections to the group coordinator (request frames)
+        self.clients = SimClients(
+            world, CLIENT_ID, client_id=f"member-{index}", timeout_ms=config.request_timeout_ms
+        )
 
     def _coordinator(self) -> int | None:
         state = self.world.stored_state(TopicPartition(OFFSETS_TOPIC, 0))
         return None if state is None or state.leader < 0 else state.leader
 
     async def _heartbeat(self, b: int, req: HeartbeatRequest) -> HeartbeatResult:
-        world = self.world
-
-        async def handler() -> HeartbeatResult:
-            coord = _host(world, b).coordinator
-            r: HeartbeatResult = await answer_of(
-                lambda cb: coord.handle_consumer_group_heartbeat(
-                    req, self.topics, cb, world.now_ms()
-                )
-            )
-            return r
-
-        return await world.network.call(
-            CLIENT_ID, b, handler, timeout_ms=self.config.request_timeout_ms
+        """One ConsumerGroupHeartbeat (v0) to broker `b`, a request frame through its
+        handler; ConnectionError when no answer came."""
+        body = {
+            "group_id": req.group_id,
+            "member_id": req.member_id,
+            "member_epoch": req.member_epoch,
+            "instance_id": req.instance_id,
+            "rack_id": req.rack_id,
+            "rebalance_timeout": req.rebalance_timeout_ms,
+            "subscribed_topic_names": (
+                None if req.subscribed_topic_names is None else list(req.subscribed_topic_names)
+            ),
+            "server_assignor": req.server_assignor,
+            "topic_partitions": (
+                None
+                if req.owned is None
+                else [
+                    {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(req.owned.items())
+                ]
+            ),
+        }
+        resp = await self.clients.call(b, CONSUMER_GROUP_HEARTBEAT_KEY, 0, body)
+        assignment = None
+        if resp.assignment is not None:
+            assignment = {
+                tp.topic_id: frozenset(int(p) for p in tp.partitions)
+                for tp in resp.assignment.topic_partitions
+            }
+        return HeartbeatResult(
+            ErrorCode(resp.error_code),
+            resp.error_message,
+            resp.member_id,
+            int(resp.member_epoch),
+            int(resp.heartbeat_interval.total_seconds() * 1000),
+            assignment,
         )
 
     def _request(self) -> HeartbeatRequest:

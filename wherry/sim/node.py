@@ -7,20 +7,19 @@ the followers' fetches arrive as request frames and go through the broker's real
 (`handle_frame`: codecs, handlers, fetch sessions, authorizer).
 
 The simulated broker hosts the replica node and what the simulation adds on it (the
-transaction and group coordinators, `services`; the handlers reach the transaction
-coordinator, and producer ids come from the world's one counter); it runs no admin manager
+transaction and group coordinators, `services`; the handlers reach the transaction and group
+coordinators, and producer ids come from the world's one counter); it runs no admin manager
 or log-dir mover, and a request that needs one closes its connection with a log line.
-
 `crash()` ends the process at once: its tasks are cancelled and its file descriptors closed
 without flushing or writing anything (the page cache survives, so the files keep every byte
 written); for a power loss the world then cuts what was never fsynced (`disk.py`).
-
 `controlled_shutdown()` then `stop()` is a clean stop, as `wherry server` would do it with
-Kafka's `controlled.shutdown.enable`: ask the controller (ControlledShutdown) until it answers
-with no partitions still led, at most `controlled.shutdown.max.retries` times with
-`controlled.shutdown.retry.backoff.ms` between attempts (Kafka's KafkaServer.controlledShutdown;
-it stops anyway when they all fail); then stop the replica node and close the logs with their
-checkpoints and the clean-shutdown marker (as `Broker.stop`).
+Kafka's `controlled.shutdown.enable`: ask the controller (ControlledShutdown) until it
+answers with no partitions still led, at most `controlled.shutdown.max.retries` times with
+`controlled.shutdown.retry.backoff.ms` between attempts (Kafka's
+KafkaServer.controlledShutdown; it stops anyway when they all fail); then stop the replica
+node and close the logs with their checkpoints and the clean-shutdown marker (as
+`Broker.stop`).
 """
 
 from __future__ import annotations
@@ -143,6 +142,7 @@ class SimBroker:
         self.services: list[NodeService] = []
         # The transaction coordinator among them (`sim/transactions.py`), for the handlers.
         self.transaction_host: Any = None
+        self.group_host: Any = None  # and the group coordinator (`sim/consumer_groups.py`)
 
     @property
     def fence(self) -> ControllerFence:
@@ -175,7 +175,10 @@ class SimBroker:
 
     @property
     def groups(self) -> Any:
-        self._not_hosted("group coordinator runtime")
+        """The group coordinator the simulation runs here (`--consumer-groups`)."""
+        if self.group_host is None:
+            self._not_hosted("group coordinator")
+        return self.group_host
 
     @property
     def transactions(self) -> Any:

@@ -43,7 +43,6 @@ from wherry.protocol.interbroker import (
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
-from wherry.protocol.interbroker_codec import InterbrokerRequestBody, InterbrokerResponseBody
 from wherry.replication.controlled_shutdown import ControlledShutdown, ControlledShutdownSettings
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.metadata_cache import MetadataCache
@@ -370,10 +369,6 @@ class SimBroker:
                 )
             )
         return error
-
-    async def handle_interbroker(self, body: InterbrokerRequestBody) -> InterbrokerResponseBody:
-        """A request from the real controller (decoded off the simulated wire)."""
-        return await self.replica.handle_interbroker(body)
 
 
 __all__ = ["CONTROLLER_ID", "NodeConfig", "NotHostedError", "SimBroker"]

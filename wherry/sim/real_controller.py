@@ -7,9 +7,10 @@ it by `expire_session`. A few *controller hosts* (network addresses `CONTROLLER_
 `CONTROLLER_ID + 1`, ...) each run a real `controller.Controller` candidate on their own
 session; they elect one through ``/controller``. Each candidate talks to brokers with the real
 `NetworkChannelManager` (one queue per broker, resent until answered), whose `Connector` here
-encodes nothing itself: the manager's `RequestClient` encodes each request (interbroker codec),
-`SimConnection` decodes it, carries it over `SimNetwork` (delays, drops, cuts, crashes), hands
-it to the broker and encodes the broker's answer for the manager to decode. AlterPartition goes
+encodes nothing itself: the manager's `RequestClient` encodes each request (interbroker codec)
+and `wire.SimConnection` carries the frame over `SimNetwork` (delays, drops, cuts, crashes)
+into the broker's request path (its LeaderAndIsr, UpdateMetadata and StopReplica handlers)
+and the answer back for the manager to decode. AlterPartition goes
 to the controller the broker's metadata cache names, and into `Controller.alter_partition`.
 
 A controller host crash cancels the candidate's tasks at once (no resignation, nothing sent
@@ -64,13 +65,9 @@ from wherry.coordination.store import (
     Stat,
     WatchCallback,
 )
-from wherry.protocol.interbroker_codec import (
-    InterbrokerResponseBody,
-    decode_interbroker_request,
-    encode_interbroker_response,
-)
 from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, SimNetwork
 from wherry.sim.node import SimBroker
+from wherry.sim.wire import SimConnection
 
 log = logging.getLogger(__name__)
 
@@ -211,53 +208,6 @@ class ControllerHost:
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
-class SimConnection:
-    """One channel-manager connection from a controller host to one broker incarnation."""
-
-    def __init__(self, plane: RealControlPlane, host: ControllerHost, broker_id: int) -> None:
-        self.plane = plane
-        self.host = host
-        self.host_incarnation = host.incarnation
-        self.broker_id = broker_id
-        self.broker_incarnation = plane.world.incarnation(broker_id)
-        self.closed = False
-
-    def _host_alive(self) -> bool:
-        h = self.host
-        return h.up and h.incarnation == self.host_incarnation and not self.closed
-
-    @property
-    def connected(self) -> bool:
-        return not self.closed
-
-    async def request(self, frame: bytes) -> bytes:
-        if not self._host_alive():
-            raise ConnectionError("the controller host is gone")
-        world = self.plane.world
-        req = decode_interbroker_request(memoryview(frame)[4:])
-        b, inc = self.broker_id, self.broker_incarnation
-
-        async def handler() -> InterbrokerResponseBody:
-            node = world.node(b)
-            if node is None or node.incarnation != inc:
-                raise ConnectionError(f"broker {b}: connection reset")
-            return await node.handle_interbroker(req.body)
-
-        if inc is None or world.incarnation(b) != inc:
-            await asyncio.sleep(0.001)
-            raise ConnectionError(f"broker {b}: connection refused or reset")
-        body = await world.network.call(
-            self.host.net_id, b, handler, timeout_ms=self.plane.request_timeout_ms
-        )
-        if not self._host_alive():
-            raise ConnectionError("the controller host is gone")
-        frame = encode_interbroker_response(req.api_key, req.api_version, req.correlation_id, body)
-        return frame[4:]  # without its size prefix, as `BrokerConnection.request` returns it
-
-    def abort(self) -> None:
-        self.closed = True
-
-
 class RealControlPlane:
     def __init__(
         self,
@@ -364,8 +314,16 @@ class RealControlPlane:
         return h.incarnation if h is not None and h.up else None
 
     def _connector(self, host: ControllerHost) -> Connector:
+        incarnation = host.incarnation
+
         async def connect(broker_id: int, address: BrokerAddress) -> BrokerConnection:
-            return SimConnection(self, host, broker_id)
+            return SimConnection(
+                self.world,
+                host.net_id,
+                broker_id,
+                timeout_ms=self.request_timeout_ms,
+                alive=lambda: host.up and host.incarnation == incarnation,
+            )
 
         return connect
 

@@ -123,6 +123,9 @@ class SimConnection:
         except (ConnectionError, TimeoutError):
             self.closed = True
             raise
+        if not self._alive():  # the answer came back to a process that is gone
+            self.closed = True
+            raise ConnectionError("the sending process is gone")
         if answer is None:
             self.closed = True
             raise ConnectionError(f"broker {dst} sent no answer")

@@ -117,7 +117,9 @@ def test_transactional_world_commits_aborts_times_out_and_crashes_coordinators(
     tmp_path: Path,
 ) -> None:
     transactions = committed = stalls = crashes = timed_out = reads = 0
-    for seed in range(6):
+    # 10 short seeds: every partition leader checks a transaction's first batch with the
+    # coordinator (as Kafka's), so fewer of them commit than without that check
+    for seed in range(10):
         world = World(seed, CI, tmp_path / str(seed))
         r = world.run()
         assert r.ok, _describe(r)

@@ -63,6 +63,13 @@ T = TypeVar("T")
 E = ErrorCode
 
 INIT_PRODUCER_ID_KEY, ADD_PARTITIONS_TO_TXN_KEY, END_TXN_KEY = 22, 24, 26
+# A transactional batch is sent again (same sequence: the leader keeps it once) after these,
+# as a producer retries within its delivery timeout; any other error or a lost answer fails
+# the transaction.
+PRODUCE_ATTEMPTS = 3
+RETRIABLE_PRODUCE = frozenset(
+    {E.not_enough_replicas, E.not_enough_replicas_after_append, E.request_timed_out}
+)
 TV2_PRODUCE_VERSION = 12
 
 
@@ -365,15 +372,20 @@ class TxnProducer:
             is_transactional=True,
         )
         world.txn_ledger.sent(txn, tp, value)
-        answer = await produce(
-            self.clients,
-            leader,
-            tp,
-            batch,
-            self.config.request_timeout_ms,
-            transactional_id=self.tid,
-            version=TV2_PRODUCE_VERSION if self.v2 else None,
-        )
+        for attempt in range(PRODUCE_ATTEMPTS):  # the same batch again, as clients retry
+            if attempt:
+                await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
+            answer = await produce(
+                self.clients,
+                leader,
+                tp,
+                batch,
+                self.config.request_timeout_ms,
+                transactional_id=self.tid,
+                version=TV2_PRODUCE_VERSION if self.v2 else None,
+            )
+            if answer is None or answer[0] not in RETRIABLE_PRODUCE:
+                break
         if answer is None or answer[0] != E.none:
             return False
         self.sequences[tp] = seq + 1

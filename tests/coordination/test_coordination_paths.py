@@ -188,3 +188,11 @@ async def test_ensure_persistent_paths_with_a_first_cluster_id(
     await paths.ensure_persistent_paths(other, {paths.CLUSTER_ID: paths.encode_cluster_id("c-3")})
     data, _ = await s.get(paths.CLUSTER_ID)
     assert paths.decode_cluster_id(data) == "c-3"
+
+
+def test_dot_names_are_sanitized_into_node_names() -> None:
+    for name in (".", ".."):
+        node = paths.sanitize(name)
+        assert node not in (".", "..") and "/" not in node
+        assert paths.desanitize(node) == name
+    assert paths.sanitize("a.b") == "a.b"

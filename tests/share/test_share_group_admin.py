@@ -184,3 +184,13 @@ def test_share_group_offsets_describe_alter_delete(broker: BrokerProcess) -> Non
     assert _take(bs, fresh, topic, 2) == {(0, 10): 1, (0, 11): 1}
     assert call(bs, 92, 0, {"group_id": "no-such-group", "topics": []}
                 ).error_code == E.group_id_not_found
+
+
+@pytest.mark.parametrize("group", [".", ".."])
+def test_a_group_named_with_dots_has_configs(broker: BrokerProcess, group: str) -> None:
+    """`.` and `..` are group ids like any other (a fuzzed DescribeConfigs of the group `.`
+    once failed in the metadata store)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert _group_config(admin, group)["share.delivery.count.limit"] == "5"
+    set_group_configs(broker.bootstrap, group, {"share.delivery.count.limit": "4"})
+    assert _group_config(admin, group)["share.delivery.count.limit"] == "4"

@@ -194,8 +194,12 @@ def broker_config_entity(broker_id: int | None) -> str:
 def sanitize(name: str) -> str:
     """Kafka's Sanitizer.sanitize: a user (or client id) as a node name, URL-encoded as Java's
     URLEncoder does (letters, digits, `.`, `-`, `_` kept), with `%20` for a space and `%2A`
-    for `*`."""
-    return quote(name, safe="").replace("~", "%7E")
+    for `*`. The names `.` and `..` are no node's names: their dots are encoded too (`%2E`),
+    which `desanitize` reads back."""
+    sanitized = quote(name, safe="").replace("~", "%7E")
+    if sanitized in (".", ".."):
+        return sanitized.replace(".", "%2E")
+    return sanitized
 
 
 def desanitize(name: str) -> str:

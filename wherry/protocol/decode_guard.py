@@ -266,11 +266,10 @@ def _op_code(op: _Op, out: list[str], ind: str, consts: dict[str, Any]) -> None:
         _, flexible, item, item_min, item_fixed, nullable = op
         _length_code(_COMPACT if flexible else _LEGACY, 4, out, ind)
         _refusal_code(nullable, f"n * {item_min}", "raise _bad_count(n, pos, end)", out, ind)
+        out.append(f"{ind}else:")
         if item_fixed:
-            out.append(f"{ind}else:")
             out.append(f"{ind}    pos += n * {item_fixed}")
         else:
-            out.append(f"{ind}else:")
             out.append(f"{ind}    for _ in range(n):")
             _op_code(item, out, ind + "        ", consts)
     elif kind == _ENTITY:

@@ -89,7 +89,9 @@ class Harness:
 
     def end(self, pid: int, epoch: int, commit: bool, tid: str = "tx") -> ErrorCode:
         out: list[ErrorCode] = []
-        self.coord.end_transaction(tid, pid, epoch, commit, self.now, out.append)
+        self.coord.end_transaction_result(
+            tid, pid, epoch, commit, self.now, lambda r: out.append(r[0])
+        )
         return out[0]
 
     def txn(self, tid: str = "tx") -> TransactionMetadata:

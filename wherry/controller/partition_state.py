@@ -146,26 +146,27 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
         self._record(tp, target)
 
     def to_new(self, ctx: ControllerContext, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
-        done = self.valid(ctx, tps, PartitionState.NEW)
-        for tp in done:
-            self._set(ctx, tp, PartitionState.NEW)
-        return done
+        return self._move(ctx, tps, PartitionState.NEW)
 
     def to_offline(
         self, ctx: ControllerContext, tps: Iterable[TopicPartition]
     ) -> list[TopicPartition]:
-        done = self.valid(ctx, tps, PartitionState.OFFLINE)
-        for tp in done:
-            if self.state(tp) is not PartitionState.OFFLINE:
-                self._set(ctx, tp, PartitionState.OFFLINE)
-        return done
+        return self._move(ctx, tps, PartitionState.OFFLINE)
 
     def to_non_existent(
         self, ctx: ControllerContext, tps: Iterable[TopicPartition]
     ) -> list[TopicPartition]:
-        done = self.valid(ctx, tps, PartitionState.NON_EXISTENT)
+        return self._move(ctx, tps, PartitionState.NON_EXISTENT)
+
+    def _move(
+        self, ctx: ControllerContext, tps: Iterable[TopicPartition], target: PartitionState
+    ) -> list[TopicPartition]:
+        """The partitions of `tps` that may go to `target`, now in it (one already there, an
+        offline partition going offline again, is left as it is)."""
+        done = self.valid(ctx, tps, target)
         for tp in done:
-            self._set(ctx, tp, PartitionState.NON_EXISTENT)
+            if self.state(tp) is not target:
+                self._set(ctx, tp, target)
         return done
 
     # --- going online (the controller writes between deciding and completing) ---------------

@@ -34,14 +34,15 @@ __all__ = [
     "connect_zookeeper",
 ]
 
-# name → (submodule, attribute), imported on first access (PEP 562): importing one
-# submodule of this package does not import all the others.
-_LAZY: dict[str, tuple[str, str]] = {
-    "EmbeddedCoordinator": ("wherry.coordination.embedded", "EmbeddedCoordinator"),
-    "EmbeddedSession": ("wherry.coordination.embedded", "EmbeddedSession"),
-    "ZooKeeperStore": ("wherry.coordination.zookeeper", "ZooKeeperStore"),
-    "ZooKeeperUnavailableError": ("wherry.coordination.zookeeper", "ZooKeeperUnavailableError"),
-    "connect_zookeeper": ("wherry.coordination.zookeeper", "connect_zookeeper"),
+# submodule → the names it gives this package, imported on first access (PEP 562):
+# importing one submodule of this package does not import all the others.
+_LAZY: dict[str, tuple[str, ...]] = {
+    "wherry.coordination.embedded": ("EmbeddedCoordinator", "EmbeddedSession"),
+    "wherry.coordination.zookeeper": (
+        "ZooKeeperStore",
+        "ZooKeeperUnavailableError",
+        "connect_zookeeper",
+    ),
 }
 
 

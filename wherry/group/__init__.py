@@ -41,23 +41,21 @@ __all__ = [
     "partition_for",
 ]
 
-# name → (submodule, attribute), imported on first access (PEP 562): importing one
-# submodule of this package does not import all the others.
-_LAZY: dict[str, tuple[str, str]] = {
-    "GroupCoordinator": ("wherry.group.coordinator", "GroupCoordinator"),
-    "GroupCoordinatorConfig": ("wherry.group.config", "GroupCoordinatorConfig"),
-    "GroupMetadata": ("wherry.group.group", "GroupMetadata"),
-    "GroupState": ("wherry.group.state", "GroupState"),
-    "JoinGroupResult": ("wherry.group.member", "JoinGroupResult"),
-    "LeaveGroupResult": ("wherry.group.coordinator", "LeaveGroupResult"),
-    "MemberIdentity": ("wherry.group.coordinator", "MemberIdentity"),
-    "MemberMetadata": ("wherry.group.member", "MemberMetadata"),
-    "OFFSETS_TOPIC": ("wherry.group.records", "OFFSETS_TOPIC"),
-    "OffsetAndMetadata": ("wherry.group.group", "OffsetAndMetadata"),
-    "OffsetFetchPartition": ("wherry.group.coordinator", "OffsetFetchPartition"),
-    "OffsetsStorage": ("wherry.group.storage", "OffsetsStorage"),
-    "SyncGroupResult": ("wherry.group.member", "SyncGroupResult"),
-    "partition_for": ("wherry.group.records", "partition_for"),
+# submodule → the names it gives this package, imported on first access (PEP 562):
+# importing one submodule of this package does not import all the others.
+_LAZY: dict[str, tuple[str, ...]] = {
+    "wherry.group.config": ("GroupCoordinatorConfig",),
+    "wherry.group.coordinator": (
+        "GroupCoordinator",
+        "LeaveGroupResult",
+        "MemberIdentity",
+        "OffsetFetchPartition",
+    ),
+    "wherry.group.group": ("GroupMetadata", "OffsetAndMetadata"),
+    "wherry.group.member": ("JoinGroupResult", "MemberMetadata", "SyncGroupResult"),
+    "wherry.group.records": ("OFFSETS_TOPIC", "partition_for"),
+    "wherry.group.state": ("GroupState",),
+    "wherry.group.storage": ("OffsetsStorage",),
 }
 
 

@@ -186,13 +186,14 @@ class ConsumerGroupManager:
         return len(gone)
 
     # --- writing ------------------------------------------------------------------------------
-    def _write(
+    def write(
         self,
         group: ConsumerGroup,
         done: Callable[[ErrorCode], None],
         touched: Collection[str] | None = None,
     ) -> None:
-        """Append what changed in `group` since the last write; `done(error)` once acked.
+        """Append what changed in `group` since the last write (this coordinator's requests
+        and classic members' alike); `done(error)` once acked.
         With `touched`, only these members (and the group's own records) may have changed --
         unless an earlier write failed: what the log holds of its records is unknown then
         (marked b""), so a write that has something to append appends the whole group's
@@ -276,7 +277,7 @@ class ConsumerGroupManager:
                 g.remove_member(member_id)
             else:
                 g.group_epoch += 1
-                self._write(g, lambda _e: None, [mid for mid, _ in expired])
+                self.write(g, lambda _e: None, [mid for mid, _ in expired])
 
     # --- ConsumerGroupHeartbeat -----------------------------------------------------------------
     def invalid_request(self, req: HeartbeatRequest) -> str | None:
@@ -459,7 +460,7 @@ class ConsumerGroupManager:
         def written(error: ErrorCode) -> None:
             callback(result if error == ErrorCode.none else HeartbeatResult.failed(error))
 
-        self._write(group, written, touched)
+        self.write(group, written, touched)
 
     def _joining_member(
         self, group: ConsumerGroup, req: HeartbeatRequest
@@ -644,7 +645,7 @@ class ConsumerGroupManager:
         def written(error: ErrorCode) -> None:
             callback(result if error == ErrorCode.none else HeartbeatResult.failed(error))
 
-        self._write(group, written, [req.member_id])
+        self.write(group, written, [req.member_id])
 
     # --- offsets ------------------------------------------------------------------------------
     @staticmethod
@@ -700,17 +701,8 @@ class ConsumerGroupManager:
         if group is None:
             return None
         group.dead = True
-        self._write(group, done)
+        self.write(group, done)
         return group
-
-    def write(
-        self,
-        group: ConsumerGroup,
-        done: Callable[[ErrorCode], None],
-        touched: Collection[str] | None = None,
-    ) -> None:
-        """Append what changed in `group` (classic members' requests)."""
-        self._write(group, done, touched)
 
     def update_subscriptions(self, group: ConsumerGroup, topics: TopicsImage) -> bool:
         """Recompute the subscribed topics' metadata; True if it changed."""
@@ -733,5 +725,5 @@ class ConsumerGroupManager:
             return ErrorCode.non_empty_group
         group.dead = True
         del self._groups[group_id]
-        self._write(group, lambda _e: None)
+        self.write(group, lambda _e: None)
         return ErrorCode.none

@@ -59,34 +59,42 @@ __all__ = [
     "configure_caches",
 ]
 
-# name → (submodule, attribute), imported on first access (PEP 562): importing one
-# submodule of this package does not import all the others.
-_LAZY: dict[str, tuple[str, str]] = {
-    "AppendInfo": ("wherry.log.log", "AppendInfo"),
-    "CLEAN_SHUTDOWN_FILE": ("wherry.log.manager", "CLEAN_SHUTDOWN_FILE"),
-    "ConfigError": ("wherry.log.config", "ConfigError"),
-    "ConfigKey": ("wherry.log.config", "ConfigKey"),
-    "ConfigType": ("wherry.log.config", "ConfigType"),
-    "CorruptIndexError": ("wherry.log.errors", "CorruptIndexError"),
-    "DuplicateBatch": ("wherry.log.producer_state", "DuplicateBatch"),
-    "InvalidProducerEpochError": ("wherry.log.errors", "InvalidProducerEpochError"),
-    "InvalidTimestampError": ("wherry.log.log", "InvalidTimestampError"),
-    "Log": ("wherry.log.log", "Log"),
-    "LogConfig": ("wherry.log.config", "LogConfig"),
-    "LogDirLockedError": ("wherry.log.errors", "LogDirLockedError"),
-    "LogError": ("wherry.log.errors", "LogError"),
-    "LogManager": ("wherry.log.manager", "LogManager"),
-    "LogOffsetError": ("wherry.log.errors", "LogOffsetError"),
-    "OffsetAndTimestamp": ("wherry.log.log", "OffsetAndTimestamp"),
-    "OffsetCheckpointFile": ("wherry.log.checkpoint", "OffsetCheckpointFile"),
-    "OffsetOutOfRangeError": ("wherry.log.errors", "OffsetOutOfRangeError"),
-    "OutOfOrderSequenceError": ("wherry.log.errors", "OutOfOrderSequenceError"),
-    "ProducerStateManager": ("wherry.log.producer_state", "ProducerStateManager"),
-    "RecordBatchTooLargeError": ("wherry.log.log", "RecordBatchTooLargeError"),
-    "StorageError": ("wherry.log.errors", "StorageError"),
-    "TOPIC_CONFIG_KEYS": ("wherry.log.config", "TOPIC_CONFIG_KEYS"),
-    "configure_caches": ("wherry.log.cache", "configure"),
+# submodule → the names it gives this package, imported on first access (PEP 562):
+# importing one submodule of this package does not import all the others.
+_LAZY: dict[str, tuple[str, ...]] = {
+    "wherry.log.checkpoint": ("OffsetCheckpointFile",),
+    "wherry.log.config": (
+        "ConfigError",
+        "ConfigKey",
+        "ConfigType",
+        "LogConfig",
+        "TOPIC_CONFIG_KEYS",
+    ),
+    "wherry.log.errors": (
+        "CorruptIndexError",
+        "InvalidProducerEpochError",
+        "LogDirLockedError",
+        "LogError",
+        "LogOffsetError",
+        "OffsetOutOfRangeError",
+        "OutOfOrderSequenceError",
+        "StorageError",
+    ),
+    "wherry.log.log": (
+        "AppendInfo",
+        "InvalidTimestampError",
+        "Log",
+        "OffsetAndTimestamp",
+        "RecordBatchTooLargeError",
+    ),
+    "wherry.log.manager": ("CLEAN_SHUTDOWN_FILE", "LogManager"),
+    "wherry.log.producer_state": ("DuplicateBatch", "ProducerStateManager"),
 }
 
 
-__getattr__ = lazy_attributes(__name__, globals(), _LAZY)
+__getattr__ = lazy_attributes(
+    __name__,
+    globals(),
+    _LAZY,
+    renamed={"configure_caches": ("wherry.log.cache", "configure")},
+)

@@ -235,19 +235,15 @@ class LogManager:
                 raise StorageError(
                     f"duplicate log directories for {tp}: {self._dir_of[tp]} and {dir}"
                 )
-            from wherry.log.log import Log  # imported once there is a partition
-
-            self._logs[tp] = self._watched(Log.open(
+            self._logs[tp] = self._open(
                 child,
-                self.config_for(tp.topic),
-                topic_partition=tp,
+                tp,
+                now_ms,
                 recovery_point=recovery_points.get(tp, 0),
                 log_start_offset=log_starts.get(tp, self._log_starts_found.get(tp, 0)),
-                now_ms=now_ms,
                 had_clean_shutdown=clean,
                 high_watermark=high_watermarks.get(tp),
-                producer_id_expiration_ms=self.producer_id_expiration_ms,
-            ))
+            )
             self._dir_of[tp] = dir
             self._partitions_in[dir] += 1
         if clean:
@@ -271,8 +267,32 @@ class LogManager:
 
     # --- failed log dirs (KIP-112; the channel is `dir_failure.py`) --------------------------
 
-    def _watched(self, lg: Log) -> Log:
-        """`lg`, its I/O errors reported to the failure channel."""
+    def _open(
+        self,
+        path: Path,
+        tp: TopicPartition,
+        now_ms: int,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool = False,
+        high_watermark: int | None = None,
+    ) -> Log:
+        """`Log.open` of `tp`'s log in `path` with its topic's config, its I/O errors reported
+        to the failure channel."""
+        from wherry.log.log import Log  # imported once there is a partition
+
+        lg = Log.open(
+            path,
+            self.config_for(tp.topic),
+            topic_partition=tp,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            now_ms=now_ms,
+            had_clean_shutdown=had_clean_shutdown,
+            high_watermark=high_watermark,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
+        )
         lg.on_io_error = self.dir_failure.maybe_add_offline
         return lg
 
@@ -369,17 +389,8 @@ class LogManager:
             if self.dir_failure.has_offline(dir):
                 raise StorageError(f"cannot create {tp}: log dir {dir} is offline")
             log_dir = dir / tp.dir_name
-            from wherry.log.log import Log
-
             try:
-                created = self._watched(Log.open(
-                    log_dir,
-                    self.config_for(tp.topic),
-                    topic_partition=tp,
-                    now_ms=self.now_ms_fn(),
-                    had_clean_shutdown=True,
-                    producer_id_expiration_ms=self.producer_id_expiration_ms,
-                ))
+                created = self._open(log_dir, tp, self.now_ms_fn(), had_clean_shutdown=True)
                 fsync_dir(dir)
             except OSError as e:
                 self.dir_failure.maybe_add_offline(dir, f"creating {log_dir.name}", e)
@@ -452,15 +463,7 @@ class LogManager:
                 if dir == self._dir_of[tp]:  # a future in the current log's own dir: useless
                     self._discard_dir(tp, path, delay_ms=0)
                     continue
-                from wherry.log.log import Log
-
-                future = self._watched(Log.open(
-                    path,
-                    self.config_for(tp.topic),
-                    topic_partition=tp,
-                    now_ms=now_ms,
-                    producer_id_expiration_ms=self.producer_id_expiration_ms,
-                ))
+                future = self._open(path, tp, now_ms)
                 self._futures[tp] = future
                 self._future_dir_of[tp] = dir
                 log.info("resuming the move of %s to %s (future log at offset %d)",
@@ -469,16 +472,9 @@ class LogManager:
             target = dir / tp.dir_name
             path.rename(target)
             fsync_dir(dir)
-            from wherry.log.log import Log
-
-            self._logs[tp] = self._watched(Log.open(
-                target,
-                self.config_for(tp.topic),
-                topic_partition=tp,
-                log_start_offset=self._log_starts_found.get(tp, 0),
-                now_ms=now_ms,
-                producer_id_expiration_ms=self.producer_id_expiration_ms,
-            ))
+            self._logs[tp] = self._open(
+                target, tp, now_ms, log_start_offset=self._log_starts_found.get(tp, 0)
+            )
             self._dir_of[tp] = dir
             self._partitions_in[dir] += 1
             log.warning("promoted the future log of %s in %s: its current log was gone", tp, dir)
@@ -556,16 +552,7 @@ class LogManager:
             if self._dir_of.get(tp) == dest:
                 return False
             path = dest / future_dir_name(tp)
-            from wherry.log.log import Log
-
-            future = self._watched(Log.open(
-                path,
-                self.config_for(tp.topic),
-                topic_partition=tp,
-                now_ms=self.now_ms_fn(),
-                had_clean_shutdown=True,
-                producer_id_expiration_ms=self.producer_id_expiration_ms,
-            ))
+            future = self._open(path, tp, self.now_ms_fn(), had_clean_shutdown=True)
             fsync_dir(dest)
             self._futures[tp] = future
             self._future_dir_of[tp] = dest

@@ -23,14 +23,11 @@ __all__ = [
     "RequestError",
 ]
 
-# name → (submodule, attribute), imported on first access (PEP 562): importing one
-# submodule of this package does not import all the others.
-_LAZY: dict[str, tuple[str, str]] = {
-    "Connect": ("wherry.outbound.connection", "Connect"),
-    "FrameTransport": ("wherry.outbound.connection", "FrameTransport"),
-    "OutboundConnection": ("wherry.outbound.connection", "OutboundConnection"),
-    "RequestClient": ("wherry.outbound.client", "RequestClient"),
-    "RequestError": ("wherry.outbound.client", "RequestError"),
+# submodule → the names it gives this package, imported on first access (PEP 562):
+# importing one submodule of this package does not import all the others.
+_LAZY: dict[str, tuple[str, ...]] = {
+    "wherry.outbound.client": ("RequestClient", "RequestError"),
+    "wherry.outbound.connection": ("Connect", "FrameTransport", "OutboundConnection"),
 }
 
 

@@ -17,7 +17,6 @@ import collections
 import ssl
 
 from wherry.outbound.connection import OutboundConnection
-from wherry.outbound.sasl_handshake import authenticate
 from wherry.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 
 __all__ = ["BufferedConnection"]
@@ -98,31 +97,16 @@ class BufferedConnection(OutboundConnection):
             and not p.transport.is_closing()
         )
 
-    async def connect(self) -> BufferedConnection:
-        if not self.connected:
-            self.abort()
-            ctx = self.security.ssl_context
-            peer = f"{self.host}:{self.port}"
-            loop = asyncio.get_running_loop()
-            try:
-                async with asyncio.timeout(self.connect_timeout_s):
-                    _, protocol = await loop.create_connection(
-                        lambda: _FrameProtocol(self.max_response_bytes, peer),
-                        self.host,
-                        self.port,
-                        ssl=ctx,
-                        server_hostname=self.host if ctx is not None else None,
-                    )
-                    self._protocol = protocol
-                    if self.security.sasl_mechanism is not None:
-                        await authenticate(self, self.security)
-            except ssl.SSLError as e:
-                self.abort()
-                raise ConnectionError(f"TLS with {peer} failed: {e}") from e
-            except BaseException:
-                self.abort()
-                raise
-        return self
+    async def _open(self, ctx: ssl.SSLContext | None) -> None:
+        self.abort()  # the protocol of a connection that broke, if any
+        peer = f"{self.host}:{self.port}"
+        _, self._protocol = await asyncio.get_running_loop().create_connection(
+            lambda: _FrameProtocol(self.max_response_bytes, peer),
+            self.host,
+            self.port,
+            ssl=ctx,
+            server_hostname=self.host if ctx is not None else None,
+        )
 
     async def request(self, frame: bytes) -> memoryview:  # type: ignore[override]
         """Send one whole frame (size prefix included); return the answer frame without its

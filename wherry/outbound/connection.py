@@ -8,7 +8,7 @@ import asyncio
 import ssl
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, Self
 
 from wherry.outbound.sasl_handshake import authenticate
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
@@ -74,20 +74,14 @@ class OutboundConnection:
     def connected(self) -> bool:
         return self._writer is not None and not self._writer.is_closing()
 
-    async def connect(self) -> OutboundConnection:
+    async def connect(self) -> Self:
         """Open the connection unless it is open, and return it (so `conn.connect` is a
         `Connect` for a `RequestClient`, re-opening it after a failure); raises OSError or
         TimeoutError."""
         if not self.connected:
-            ctx = self.security.ssl_context
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    self._reader, self._writer = await asyncio.open_connection(
-                        self.host,
-                        self.port,
-                        ssl=ctx,
-                        server_hostname=self.host if ctx is not None else None,
-                    )
+                    await self._open(self.security.ssl_context)
                     if self.security.sasl_mechanism is not None:
                         await authenticate(self, self.security)
             except ssl.SSLError as e:
@@ -97,6 +91,15 @@ class OutboundConnection:
                 self.abort()
                 raise
         return self
+
+    async def _open(self, ctx: ssl.SSLContext | None) -> None:
+        """Open the socket (TLS with `ctx`, if any)."""
+        self._reader, self._writer = await asyncio.open_connection(
+            self.host,
+            self.port,
+            ssl=ctx,
+            server_hostname=self.host if ctx is not None else None,
+        )
 
     async def request(self, frame: bytes) -> bytes:
         """Send one whole frame (size prefix included); return the response frame without its

@@ -17,7 +17,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from wherry.protocol.varint import uvarint_bytes
+from wherry.protocol.varint import VarintTooLongError, uvarint_at, uvarint_bytes
 
 API_VERSIONS_KEY: Final = 18
 FIRST_FLEXIBLE_VERSION: Final = 3  # header v2 and compact fields from here on
@@ -66,18 +66,9 @@ class _Short(Exception):
 
 # Not `wire.Reader`: this module is imported before the listeners are bound, when kio's
 # serial package may not be (tests/test_import_hygiene.py), and `wire` builds its error on
-# kio's; and what it cannot read it leaves to kio (`_Short`) rather than refusing.
-def _uvarint(frame: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(frame) or shift > 28:
-            raise _Short
-        byte = frame[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
+# kio's; and what it cannot read it leaves to kio (`_Short`, and `uvarint_at`'s IndexError
+# past the end or varint too long) rather than refusing.
+_uvarint = uvarint_at
 
 
 def _take(frame: memoryview, pos: int, n: int) -> tuple[str, int]:
@@ -139,7 +130,7 @@ def read_request(
             name, pos = _compact_string(view, pos)
             software, pos = _compact_string(view, pos)
             _skip_tagged_fields(view, pos)
-    except _Short:
+    except (_Short, IndexError, VarintTooLongError):
         return None
     return ApiVersionsRequest(version, correlation_id, client_id, name, software)
 

@@ -30,6 +30,7 @@ from typing import Any, Final, TypeAlias
 from kio.serial._introspect import is_optional
 
 from wherry.protocol.kio_fields import field_layout, get_field_tag
+from wherry.protocol.varint import VarintTooLongError, uvarint_at
 
 __all__ = ["GuardError", "check_entity", "min_size"]
 
@@ -162,21 +163,10 @@ def _compile(cls: type, plan: _Plan) -> None:
 
 
 # Not `wire.Reader`: every request's header and body passes the generated walkers, which
-# keep positions in locals (an IndexError past the end is the cheap bounds check) and raise
-# GuardError; a Reader object per request would cost more than the walk itself.
-def _uvarint(buf: _Buf, pos: int) -> tuple[int, int]:
-    """(value, position after) of an unsigned varint of at most 5 bytes; IndexError past the
-    end of `buf`."""
-    value = 0
-    shift = 0
-    for _ in range(5):
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    raise GuardError(f"varint longer than 5 bytes at offset {pos - 5}")
+# keep positions in locals (an IndexError past the end is the cheap bounds check; varints are
+# `uvarint_at`'s) and raise GuardError; a Reader object per request would cost more than the
+# walk itself.
+_uvarint = uvarint_at
 
 
 def _bad_length(n: int, pos: int, end: int, what: str) -> GuardError:
@@ -276,11 +266,10 @@ def _op_code(op: _Op, out: list[str], ind: str, consts: dict[str, Any]) -> None:
         _, flexible, item, item_min, item_fixed, nullable = op
         _length_code(_COMPACT if flexible else _LEGACY, 4, out, ind)
         _refusal_code(nullable, f"n * {item_min}", "raise _bad_count(n, pos, end)", out, ind)
+        out.append(f"{ind}else:")
         if item_fixed:
-            out.append(f"{ind}else:")
             out.append(f"{ind}    pos += n * {item_fixed}")
         else:
-            out.append(f"{ind}else:")
             out.append(f"{ind}    for _ in range(n):")
             _op_code(item, out, ind + "        ", consts)
     elif kind == _ENTITY:
@@ -345,6 +334,8 @@ def check_entity(cls: type, buf: _Buf, offset: int = 0, end: int | None = None) 
         pos = walker(buf, offset, size)
     except (IndexError, struct.error):
         raise GuardError(f"{cls.__name__} truncated ({size - offset} bytes)") from None
+    except VarintTooLongError as e:
+        raise GuardError(str(e)) from None
     if pos > size:
         raise GuardError(f"{cls.__name__} truncated: {pos - size} bytes missing")
     return pos

@@ -25,6 +25,8 @@ from typing import Any, Final, NamedTuple
 
 from kio.index import load_request_schema
 
+from wherry.protocol.varint import VarintTooLongError, uvarint_at
+
 API_KEY: Final = 0
 MIN_VERSION: Final = 3
 MAX_VERSION: Final = 13
@@ -39,7 +41,6 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _ACKS_TIMEOUT = struct.Struct(">hi")
-_MAX_VARINT_BYTES: Final = 5
 
 
 class _Unread(Exception):
@@ -73,19 +74,10 @@ def _schema(version: int) -> _Schema:
 
 
 # Not `wire.Reader`: this reader hands anything it does not read exactly to kio (`_Unread`,
-# IndexError past the end) rather than refusing it, so kio's answer to bad input stays the
-# broker's; positions in and out, no object per field, on the largest frames a broker reads.
-def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """(value, position after) of an unsigned varint of at most 5 bytes (an int32's)."""
-    value = shift = 0
-    for _ in range(_MAX_VARINT_BYTES):
-        b = buf[pos]  # IndexError past the end
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    raise _Unread  # longer than an int32 varint: left to kio
+# IndexError past the end, a varint longer than an int32's) rather than refusing it, so kio's
+# answer to bad input stays the broker's; positions in and out, no object per field, on the
+# largest frames a broker reads.
+_uvarint = uvarint_at
 
 
 def _string(
@@ -138,7 +130,8 @@ def decode_produce_request(frame: bytes | memoryview) -> tuple[Any, Any] | None:
         return None
     try:
         return _decode(frame, version, correlation_id)
-    except (_Unread, struct.error, IndexError):  # struct.error, IndexError: past the end
+    # struct.error, IndexError: past the end
+    except (_Unread, struct.error, IndexError, VarintTooLongError):
         return None
 
 

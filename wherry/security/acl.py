@@ -16,7 +16,15 @@ WILDCARD_PRINCIPAL = "User:*"
 CLUSTER_NAME = "kafka-cluster"
 
 
-class ResourceType(IntEnum):
+class _KafkaNamed(IntEnum):
+    @property
+    def kafka_name(self) -> str:
+        """The name as Kafka writes it (its ZooKeeper paths, JSON and tools): `Topic`,
+        `TransactionalId`, `Read`, `ClusterAction`, `Allow`, ..."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+class ResourceType(_KafkaNamed):
     UNKNOWN = 0
     ANY = 1
     TOPIC = 2
@@ -26,13 +34,8 @@ class ResourceType(IntEnum):
     DELEGATION_TOKEN = 6
     USER = 7
 
-    @property
-    def kafka_name(self) -> str:
-        """`Topic`, `Group`, `Cluster`, `TransactionalId`, ... (Kafka's ZooKeeper path names)."""
-        return "".join(part.capitalize() for part in self.name.split("_"))
 
-
-class AclOperation(IntEnum):
+class AclOperation(_KafkaNamed):
     UNKNOWN = 0
     ANY = 1
     ALL = 2
@@ -49,11 +52,6 @@ class AclOperation(IntEnum):
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
 
-    @property
-    def kafka_name(self) -> str:
-        """`Read`, `ClusterAction`, `DescribeConfigs`, ... as Kafka's JSON and tools write it."""
-        return "".join(part.capitalize() for part in self.name.split("_"))
-
 
 class PatternType(IntEnum):
     UNKNOWN = 0
@@ -63,15 +61,11 @@ class PatternType(IntEnum):
     PREFIXED = 4
 
 
-class AclPermissionType(IntEnum):
+class AclPermissionType(_KafkaNamed):
     UNKNOWN = 0
     ANY = 1
     DENY = 2
     ALLOW = 3
-
-    @property
-    def kafka_name(self) -> str:
-        return self.name.capitalize()
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ __all__ = [
     "LEADER_REPLICATION_THROTTLED_RATE",
     "DynamicBrokerConfig",
     "DynamicConfigError",
+    "EntryDetail",
     "describe_entries",
     "resource_broker_id",
 ]
@@ -177,9 +178,7 @@ def describe_entries(
     defaults: Mapping[str, str],
     static: Mapping[str, str],
     keys: Iterable[str] | None,
-    *,
-    include_synonyms: bool = False,
-    include_documentation: bool = False,
+    detail: EntryDetail,
 ) -> list[dict[str, Any]]:
     """DescribeConfigs entries of the dynamic configs. For a broker (`per_broker` given)
     every dynamic key, the log defaults set dynamically and any other key stored for it,
@@ -187,7 +186,20 @@ def describe_entries(
     built-in default); for the cluster default (`per_broker` None) only the keys set at the
     default level, as Kafka lists them. Passwords and keys of unknown type are sensitive:
     no value."""
-    out = _log_entries(per_broker, defaults, static, keys, include_synonyms, include_documentation)
+    out = []
+    # The dynamic log defaults that are set (the unset ones are the broker's static configs,
+    # which DescribeConfigs lists apart).
+    for name, topic_name in DYNAMIC_LOG_KEYS.items():
+        if keys is not None and name not in keys:
+            continue
+        if not dynamic_synonyms(name, per_broker, defaults):
+            continue
+        synonyms = synonym_chain(name, per_broker, defaults, static)
+        if per_broker is None:
+            synonyms = [s for s in synonyms if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+        log_key = TOPIC_CONFIG_KEYS[topic_name]
+        value, source = synonyms[0]["value"], synonyms[0]["source"]
+        out.append(detail.entry(name, value, source, synonyms, log_key.type, log_key.doc))
     listed = set(dk.LOG_KEYS)
     if per_broker is None:
         names = [n for n in defaults if n not in listed]
@@ -206,13 +218,13 @@ def describe_entries(
         value = chain[0]["value"] if chain else (key.default if key is not None else None)
         doc = DYNAMIC_BROKER_KEYS[name].doc if name in DYNAMIC_BROKER_KEYS else None
         out.append(
-            config_entry(
+            detail.entry(
                 name,
                 None if sensitive else value,
                 chain[0]["source"] if chain else DEFAULT_CONFIG,
-                chain if include_synonyms else [],
+                chain,
                 config_type=ConfigType.UNKNOWN if key is None else key.type,
-                documentation=doc if include_documentation else None,
+                documentation=doc,
                 read_only=name not in dk.ALL_DYNAMIC,
                 sensitive=sensitive,
             )
@@ -262,63 +274,39 @@ def dynamic_synonyms(
     return out
 
 
-def _log_entries(
-    per_broker: Mapping[str, str] | None,
-    defaults: Mapping[str, str],
-    static: Mapping[str, str],
-    keys: Iterable[str] | None,
-    include_synonyms: bool,
-    include_documentation: bool,
-) -> list[dict[str, Any]]:
-    """Entries of the dynamic log defaults that are set (the unset ones are the broker's
-    static configs, which DescribeConfigs lists apart)."""
-    out = []
-    for name, topic_name in DYNAMIC_LOG_KEYS.items():
-        if keys is not None and name not in keys:
-            continue
-        if not dynamic_synonyms(name, per_broker, defaults):
-            continue
-        synonyms = synonym_chain(name, per_broker, defaults, static)
-        if per_broker is None:
-            synonyms = [s for s in synonyms if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
-        key = TOPIC_CONFIG_KEYS[topic_name]
-        out.append(
-            config_entry(
-                name,
-                synonyms[0]["value"],
-                synonyms[0]["source"],
-                synonyms if include_synonyms else [],
-                config_type=key.type,
-                documentation=key.doc if include_documentation else None,
-            )
-        )
-    return out
+@dataclass(frozen=True, slots=True)
+class EntryDetail:
+    """What a DescribeConfigs request asks to see of each entry beyond its value: the
+    synonyms (`include_synonyms`) and the documentation (`include_documentation`)."""
 
+    synonyms: bool = False
+    documentation: bool = False
 
-def config_entry(
-    name: str,
-    value: str | None,
-    source: int,
-    synonyms: list[dict[str, Any]],
-    *,
-    config_type: ConfigType,
-    documentation: str | None,
-    read_only: bool = False,
-    sensitive: bool = False,
-) -> dict[str, Any]:
-    """One DescribeConfigs result entry (by default a config that can be altered, not
-    sensitive)."""
-    return {
-        "name": name,
-        "value": value,
-        "read_only": read_only,
-        "is_default": source == DEFAULT_CONFIG,
-        "config_source": source,
-        "is_sensitive": sensitive,
-        "synonyms": synonyms,
-        "config_type": int(config_type),
-        "documentation": documentation,
-    }
+    def entry(
+        self,
+        name: str,
+        value: str | None,
+        source: int,
+        synonyms: list[dict[str, Any]],
+        config_type: ConfigType,
+        documentation: str | None,
+        *,
+        read_only: bool = False,
+        sensitive: bool = False,
+    ) -> dict[str, Any]:
+        """One DescribeConfigs result entry (by default a config that can be altered, not
+        sensitive), its synonyms and documentation shown only when asked for."""
+        return {
+            "name": name,
+            "value": value,
+            "read_only": read_only,
+            "is_default": source == DEFAULT_CONFIG,
+            "config_source": source,
+            "is_sensitive": sensitive,
+            "synonyms": synonyms if self.synonyms else [],
+            "config_type": int(config_type),
+            "documentation": documentation if self.documentation else None,
+        }
 
 
 async def read_entity(store: MetadataStore, broker_id: int | None) -> dict[str, str]:

@@ -39,6 +39,15 @@ def _key_name(props: Mapping[str, str], listener: str, key: str) -> str:
     return prefixed if prefixed in props else key
 
 
+def _unloadable(
+    store: str, props: Mapping[str, str], listener: str, key: str, e: Exception
+) -> TlsConfigError:
+    """The error of a key or trust store (`store`, located by `key`) ssl could not load."""
+    return TlsConfigError(
+        f"cannot load the {store} of listener {listener} ({_key_name(props, listener, key)}): {e}"
+    )
+
+
 def _store_type(props: Mapping[str, str], listener: str, key: str) -> str:
     value = (listener_value(props, listener, key) or "JKS").strip().upper()
     if value not in ("PEM", "PKCS12"):
@@ -137,10 +146,7 @@ def _load_key_store(ctx: ssl.SSLContext, props: Mapping[str, str], listener: str
         try:
             ctx.load_cert_chain(certfile, keyfile, password=key_password)
         except (ssl.SSLError, OSError) as e:
-            raise TlsConfigError(
-                f"cannot load the key store of listener {listener} "
-                f"({_key_name(props, listener, 'ssl.keystore.location')}): {e}"
-            ) from e
+            raise _unloadable("key store", props, listener, "ssl.keystore.location", e) from e
     return True
 
 
@@ -167,10 +173,7 @@ def _load_trust_store(ctx: ssl.SSLContext, props: Mapping[str, str], listener: s
     except (ssl.SSLError, ValueError, UnicodeDecodeError) as e:
         if isinstance(e, TlsConfigError):
             raise
-        raise TlsConfigError(
-            f"cannot load the trust store of listener {listener} "
-            f"({_key_name(props, listener, 'ssl.truststore.location')}): {e}"
-        ) from e
+        raise _unloadable("trust store", props, listener, "ssl.truststore.location", e) from e
     return True
 
 

@@ -19,7 +19,7 @@ splitting a batch; the `record_limit` mode stops at exactly the records asked fo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -365,20 +365,17 @@ class SharePartition:
 
     def expire_locks(self, now_ms: int) -> int:
         """Release the records whose acquisition lock passed; how many."""
-        n = 0
-        for r in self.records.values():
-            if r.state == RecordState.ACQUIRED and r.deadline_ms <= now_ms:
-                self._release(r)
-                n += 1
-        if n:
-            self._advance_start()
-        return n
+        return self._release_acquired(lambda r: r.deadline_ms <= now_ms)
 
     def release_member(self, member_id: str) -> int:
         """Release every record `member_id` holds (its share session closed); how many."""
+        return self._release_acquired(lambda r: r.member_id == member_id)
+
+    def _release_acquired(self, which: Callable[[InFlight], bool]) -> int:
+        """Release the acquired records `which` picks; how many."""
         n = 0
         for r in self.records.values():
-            if r.state == RecordState.ACQUIRED and r.member_id == member_id:
+            if r.state == RecordState.ACQUIRED and which(r):
                 self._release(r)
                 n += 1
         if n:

@@ -26,18 +26,13 @@ __all__ = [
     "partition_for",
 ]
 
-# name → (submodule, attribute), imported on first access (PEP 562): importing one
-# submodule of this package does not import all the others.
-_LAZY: dict[str, tuple[str, str]] = {
-    "MarkerChannel": ("wherry.txn.storage", "MarkerChannel"),
-    "PendingMarkers": ("wherry.txn.storage", "PendingMarkers"),
-    "TRANSACTION_STATE_TOPIC": ("wherry.txn.records", "TRANSACTION_STATE_TOPIC"),
-    "TransactionCoordinator": ("wherry.txn.coordinator", "TransactionCoordinator"),
-    "TransactionMetadata": ("wherry.txn.metadata", "TransactionMetadata"),
-    "TxnCoordinatorConfig": ("wherry.txn.coordinator", "TxnCoordinatorConfig"),
-    "TxnState": ("wherry.txn.metadata", "TxnState"),
-    "TxnStorage": ("wherry.txn.storage", "TxnStorage"),
-    "partition_for": ("wherry.txn.records", "partition_for"),
+# submodule → the names it gives this package, imported on first access (PEP 562):
+# importing one submodule of this package does not import all the others.
+_LAZY: dict[str, tuple[str, ...]] = {
+    "wherry.txn.coordinator": ("TransactionCoordinator", "TxnCoordinatorConfig"),
+    "wherry.txn.metadata": ("TransactionMetadata", "TxnState"),
+    "wherry.txn.records": ("TRANSACTION_STATE_TOPIC", "partition_for"),
+    "wherry.txn.storage": ("MarkerChannel", "PendingMarkers", "TxnStorage"),
 }
 
 

@@ -5,8 +5,8 @@ One `TransactionCoordinator` per broker holds the transactional ids of the
 channel are injected (`storage.py`), time is passed in, answers go through callbacks.
 
 * Requests: `init_producer_id`, `add_partitions` (AddPartitionsToTxn and AddOffsetsToTxn),
-  `verify_partitions` (AddPartitionsToTxn v4+ verify-only), `end_transaction` (and
-  `end_transaction_result`, EndTxn v5's answer with the producer id and epoch), `describe`,
+  `verify_partitions` (AddPartitionsToTxn v4+ verify-only), `end_transaction_result` (EndTxn;
+  v5's answer carries the producer id and epoch, older versions answer its error), `describe`,
   `list_transactions`, each with Kafka's errors for every wrong state.
 * EndTxn: PrepareCommit/PrepareAbort is written, the client answered, the markers handed to
   the channel; when they are all written the channel calls `markers_written` and
@@ -397,20 +397,6 @@ class TransactionCoordinator:
             return False
         txn = self.transaction(tid)
         return txn is not None and txn.state is S.ONGOING and txn.is_producer_epoch_exhausted
-
-    def end_transaction(
-        self,
-        tid: str,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        now_ms: int,
-        respond: Respond,
-    ) -> None:
-        """EndTxn v0-4 (transactions v1): the error only."""
-        self.end_transaction_result(
-            tid, producer_id, producer_epoch, commit, now_ms, lambda r: respond(r[0])
-        )
 
     def end_transaction_result(
         self,

@@ -1,11 +1,13 @@
 """What the ACL handlers (Describe/Create/DeleteAcls) share: the broker's `AclAuthorizer`
-(if any), wire codes to Kafka's ACL vocabulary (an unknown code is UNKNOWN), and entries
-back to the wire."""
+behind the request's cluster permission, wire codes to Kafka's ACL vocabulary (an unknown
+code is UNKNOWN), and entries back to the wire."""
 
 from __future__ import annotations
 
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from kio.schema.errors import ErrorCode
 
 from wherry.security.acl import (
     AccessControlEntry,
@@ -16,6 +18,7 @@ from wherry.security.acl import (
     ResourceType,
 )
 from wherry.security.acl_authorizer import AclAuthorizer
+from wherry.server.authz import authorize_cluster
 
 if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
@@ -24,10 +27,18 @@ NO_AUTHORIZER = "No Authorizer is configured."
 E = TypeVar("E", bound=IntEnum)
 
 
-def acl_authorizer(broker: BrokerServices) -> AclAuthorizer | None:
-    """The broker's ACL authorizer; None without one (the APIs answer SECURITY_DISABLED)."""
+def acl_authorizer(
+    broker: BrokerServices, operation: AclOperation
+) -> AclAuthorizer | tuple[ErrorCode, str | None]:
+    """The broker's ACL authorizer for a request that needs `operation` on the cluster, or
+    the error and message that answer it: CLUSTER_AUTHORIZATION_FAILED without that
+    permission, SECURITY_DISABLED without an ACL authorizer."""
+    if not authorize_cluster(broker, operation):
+        return ErrorCode.cluster_authorization_failed, None
     authorizer = broker.authorizer
-    return authorizer if isinstance(authorizer, AclAuthorizer) else None
+    if not isinstance(authorizer, AclAuthorizer):
+        return ErrorCode.security_disabled, NO_AUTHORIZER
+    return authorizer
 
 
 def code(enum: type[E], value: int) -> E:

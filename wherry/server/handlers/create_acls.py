@@ -18,8 +18,7 @@ from wherry.security.acl import (
     ResourcePattern,
     ResourceType,
 )
-from wherry.server.authz import authorize_cluster
-from wherry.server.handlers.acl_common import NO_AUTHORIZER, acl_authorizer, code
+from wherry.server.handlers.acl_common import acl_authorizer, code
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -51,11 +50,9 @@ def _all(n: int, error: ErrorCode, message: str | None) -> Mapping[str, Any]:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     creations = list(req.body.creations)
-    if not authorize_cluster(broker, AclOperation.ALTER):
-        return _all(len(creations), ErrorCode.cluster_authorization_failed, None)
-    authorizer = acl_authorizer(broker)
-    if authorizer is None:
-        return _all(len(creations), ErrorCode.security_disabled, NO_AUTHORIZER)
+    authorizer = acl_authorizer(broker, AclOperation.ALTER)
+    if isinstance(authorizer, tuple):
+        return _all(len(creations), *authorizer)
     errors = await authorizer.create_acls([_binding(c) for c in creations])
     return {
         "throttle_time": 0,

@@ -11,8 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.security.acl import AclBinding, AclOperation
 from wherry.security.acl_authorizer import AclDeleteResult, AclError
-from wherry.server.authz import authorize_cluster
-from wherry.server.handlers.acl_common import NO_AUTHORIZER, acl_authorizer, wire_entry, wire_filter
+from wherry.server.handlers.acl_common import acl_authorizer, wire_entry, wire_filter
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -51,10 +50,8 @@ def _result(r: AclDeleteResult) -> dict[str, Any]:
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     filters = list(req.body.filters)
-    if not authorize_cluster(broker, AclOperation.ALTER):
-        return _all(len(filters), ErrorCode.cluster_authorization_failed, None)
-    authorizer = acl_authorizer(broker)
-    if authorizer is None:
-        return _all(len(filters), ErrorCode.security_disabled, NO_AUTHORIZER)
+    authorizer = acl_authorizer(broker, AclOperation.ALTER)
+    if isinstance(authorizer, tuple):
+        return _all(len(filters), *authorizer)
     results = await authorizer.delete_acls([wire_filter(f) for f in filters])
     return {"throttle_time": 0, "filter_results": [_result(r) for r in results]}

@@ -10,8 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.security.acl import AccessControlEntry, AclOperation, ResourcePattern
 from wherry.security.acl_rules import filter_error
-from wherry.server.authz import authorize_cluster
-from wherry.server.handlers.acl_common import NO_AUTHORIZER, acl_authorizer, wire_entry, wire_filter
+from wherry.server.handlers.acl_common import acl_authorizer, wire_entry, wire_filter
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -23,11 +22,9 @@ def _error(error: ErrorCode, message: str | None) -> Mapping[str, Any]:
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
-    if not authorize_cluster(broker, AclOperation.DESCRIBE):
-        return _error(ErrorCode.cluster_authorization_failed, None)
-    authorizer = acl_authorizer(broker)
-    if authorizer is None:
-        return _error(ErrorCode.security_disabled, NO_AUTHORIZER)
+    authorizer = acl_authorizer(broker, AclOperation.DESCRIBE)
+    if isinstance(authorizer, tuple):
+        return _error(*authorizer)
     f = wire_filter(req.body)
     message = filter_error(f)
     if message is not None:

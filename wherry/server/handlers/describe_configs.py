@@ -31,14 +31,15 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 DYNAMIC_GROUP_CONFIG = 8
 
+_VALUES_ONLY = broker_configs.EntryDetail()  # no synonyms, no documentation
+
 
 def topic_config_entries(
     broker: BrokerServices,
     overrides: Mapping[str, str],
     keys: Iterable[str] | None = None,
     *,
-    include_synonyms: bool = False,
-    include_documentation: bool = False,
+    detail: broker_configs.EntryDetail = _VALUES_ONLY,
     dynamic: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {}),
 ) -> list[dict[str, Any]]:
     """`dynamic`: this broker's and the cluster default's dynamic broker configs, whose log
@@ -78,16 +79,7 @@ def topic_config_entries(
                     "source": DEFAULT_CONFIG,
                 }
             )
-        out.append(
-            broker_configs.config_entry(
-                name,
-                value,
-                source,
-                synonyms if include_synonyms else [],
-                config_type=key.type,
-                documentation=key.doc if include_documentation else None,
-            )
-        )
+        out.append(detail.entry(name, value, source, synonyms, key.type, key.doc))
     return out
 
 
@@ -188,8 +180,10 @@ def connection_limit_entries(limits: ConnectionLimits) -> dict[str, tuple[str, i
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
-    include_synonyms = getattr(body, "include_synonyms", False)
-    include_doc = getattr(body, "include_documentation", False)
+    detail = broker_configs.EntryDetail(
+        synonyms=getattr(body, "include_synonyms", False),
+        documentation=getattr(body, "include_documentation", False),
+    )
     results = []
     for r in body.resources:
         base = {
@@ -224,8 +218,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 broker,
                 overrides,
                 keys,
-                include_synonyms=include_synonyms,
-                include_documentation=include_doc,
+                detail=detail,
                 dynamic=(
                     await broker.admin.broker_config(broker.broker_id),
                     await broker.admin.broker_config(None),
@@ -237,8 +230,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 await broker.admin.broker_config(None),
                 broker.config.raw,
                 keys,
-                include_synonyms=include_synonyms,
-                include_documentation=include_doc,
+                detail,
             )
         elif r.resource_type == BROKER:
             if r.resource_name != str(broker.broker_id):
@@ -257,8 +249,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 await broker.admin.broker_config(None),
                 broker.config.raw,
                 keys,
-                include_synonyms=include_synonyms,
-                include_documentation=include_doc,
+                detail,
             )
             set_live = {e["name"] for e in dynamic}  # a dynamic value replaces the static one
             base["configs"] = [
@@ -270,9 +261,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 error_message="Group name must not be empty",
             )
         elif r.resource_type == GROUP:
-            base["configs"] = await group_config_entries(
-                broker, r.resource_name, keys, include_synonyms, include_doc
-            )
+            base["configs"] = await group_config_entries(broker, r.resource_name, keys, detail)
         else:
             base.update(
                 error_code=ErrorCode.invalid_request,
@@ -286,8 +275,7 @@ async def group_config_entries(
     broker: BrokerServices,
     group: str,
     keys: Iterable[str] | None,
-    include_synonyms: bool,
-    include_doc: bool,
+    detail: broker_configs.EntryDetail,
 ) -> list[dict[str, Any]]:
     """A GROUP resource (type 32): every group config (Kafka 4.1's GroupConfig), the group's
     own value or the broker's default."""
@@ -308,14 +296,6 @@ async def group_config_entries(
             synonyms.append(
                 {"name": key.broker_default, "value": default, "source": DEFAULT_CONFIG}
             )
-        out.append(
-            broker_configs.config_entry(
-                name,
-                value,
-                source,
-                synonyms if include_synonyms else [],
-                config_type=ConfigType.INT if key.type == "int" else ConfigType.STRING,
-                documentation=key.doc if include_doc else None,
-            )
-        )
+        config_type = ConfigType.INT if key.type == "int" else ConfigType.STRING
+        out.append(detail.entry(name, value, source, synonyms, config_type, key.doc))
     return out

@@ -15,9 +15,7 @@ from kio.schema.errors import ErrorCode
 from wherry.protocol.interbroker import LeaderAndIsrRequest, LeaderAndIsrResponse
 from wherry.protocol.interbroker_codec import with_topic_ids
 from wherry.replication.controller_requests import leader_and_isr_error_response
-from wherry.security.acl import AclOperation
-from wherry.server.authz import authorize_cluster
-from wherry.server.network import CloseConnection
+from wherry.server.handlers.controller_common import controller_request
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -25,12 +23,9 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: BrokerServices, req: Request) -> LeaderAndIsrResponse:
-    body = req.body
-    if not isinstance(body, LeaderAndIsrRequest):
-        raise CloseConnection(f"API key 4 decoded as {type(body).__name__}")
-    if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
-        # Kafka: CLUSTER_ACTION on the cluster, checked before anything is touched; the
-        # error at the top and for every partition of the request.
+    body, allowed = controller_request(broker, req, LeaderAndIsrRequest)
+    if not allowed:
+        # The error at the top and for every partition of the request.
         resp = leader_and_isr_error_response(body, ErrorCode.cluster_authorization_failed)
         return with_topic_ids(resp, body.topic_ids)
     resp = await broker.node.handle_leader_and_isr(body)

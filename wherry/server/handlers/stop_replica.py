@@ -10,9 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.protocol.interbroker import StopReplicaRequest, StopReplicaResponse
 from wherry.replication.controller_requests import stop_replica_error_response
-from wherry.security.acl import AclOperation
-from wherry.server.authz import authorize_cluster
-from wherry.server.network import CloseConnection
+from wherry.server.handlers.controller_common import controller_request
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -20,10 +18,7 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: BrokerServices, req: Request) -> StopReplicaResponse:
-    body = req.body
-    if not isinstance(body, StopReplicaRequest):
-        raise CloseConnection(f"API key 5 decoded as {type(body).__name__}")
-    if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
-        # Kafka: CLUSTER_ACTION on the cluster, before any replica is stopped.
+    body, allowed = controller_request(broker, req, StopReplicaRequest)
+    if not allowed:
         return stop_replica_error_response(ErrorCode.cluster_authorization_failed, body.partitions)
     return await broker.node.handle_stop_replica(body)

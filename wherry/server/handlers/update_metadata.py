@@ -9,9 +9,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from wherry.protocol.interbroker import UpdateMetadataRequest, UpdateMetadataResponse
-from wherry.security.acl import AclOperation
-from wherry.server.authz import authorize_cluster
-from wherry.server.network import CloseConnection
+from wherry.server.handlers.controller_common import controller_request
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -19,10 +17,7 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: BrokerServices, req: Request) -> UpdateMetadataResponse:
-    body = req.body
-    if not isinstance(body, UpdateMetadataRequest):
-        raise CloseConnection(f"API key 6 decoded as {type(body).__name__}")
-    if not authorize_cluster(broker, AclOperation.CLUSTER_ACTION):
-        # Kafka: CLUSTER_ACTION on the cluster, before the metadata cache is touched.
+    body, allowed = controller_request(broker, req, UpdateMetadataRequest)
+    if not allowed:
         return UpdateMetadataResponse(int(ErrorCode.cluster_authorization_failed))
     return UpdateMetadataResponse(await broker.node.handle_update_metadata(body))

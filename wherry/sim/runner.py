@@ -20,33 +20,42 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from multiprocessing import Pool
+from typing import Any
 
 from wherry.sim.world import SimOptions, SimResult, run_seed
 
+# The command line's switches: (option name, `SimOptions` field, the value it sets).
+SWITCHES: tuple[tuple[str, str, bool], ...] = (
+    ("--power-loss", "power_loss", True),
+    ("--no-faults", "faults", False),
+    ("--unclean-election", "unclean_election", True),
+    ("--no-operations", "operations", False),
+    ("--careless-reassign", "reassign_keep_in_sync", False),
+    ("--transactions", "transactions", True),
+    ("--consumer-groups", "consumer_groups", True),
+    ("--share-consumers", "share_consumers", True),
+)
+# Its options with a value: (option name, `SimOptions` field).
+VALUES: tuple[tuple[str, str], ...] = (
+    ("--duration-ms", "duration_ms"),
+    ("--brokers", "brokers"),
+    ("--controller", "controller"),
+)
+
+
+def _dest(option: str) -> str:
+    return option[2:].replace("-", "_")
+
 
 def _options(args: argparse.Namespace) -> SimOptions:
-    o = SimOptions(power_loss=args.power_loss)
-    if args.controller is not None:
-        o = replace(o, controller=args.controller)
-    if args.duration_ms is not None:
-        o = replace(o, duration_ms=args.duration_ms)
-    if args.brokers is not None:
-        o = replace(o, brokers=args.brokers)
-    if args.no_faults:
-        o = replace(o, faults=False)
-    if args.unclean_election:
-        o = replace(o, unclean_election=True)
-    if args.no_operations:
-        o = replace(o, operations=False)
-    if args.careless_reassign:
-        o = replace(o, reassign_keep_in_sync=False)
-    if args.transactions:
-        o = replace(o, transactions=True)
-    if args.consumer_groups:
-        o = replace(o, consumer_groups=True)
-    if args.share_consumers:
-        o = replace(o, share_consumers=True)
-    return o
+    changes: dict[str, Any] = {
+        name: value for option, name, value in SWITCHES if getattr(args, _dest(option))
+    }
+    for option, name in VALUES:
+        given = getattr(args, _dest(option))
+        if given is not None:
+            changes[name] = given
+    return replace(SimOptions(), **changes)
 
 
 def _run(job: tuple[int, SimOptions]) -> SimResult:
@@ -55,25 +64,11 @@ def _run(job: tuple[int, SimOptions]) -> SimResult:
 
 
 def _replay_command(seed: int, args: argparse.Namespace) -> str:
-    extra = " --power-loss" if args.power_loss else ""
-    if args.duration_ms is not None:
-        extra += f" --duration-ms {args.duration_ms}"
-    if args.brokers is not None:
-        extra += f" --brokers {args.brokers}"
-    if args.unclean_election:
-        extra += " --unclean-election"
-    if args.controller is not None:
-        extra += f" --controller {args.controller}"
-    if args.no_operations:
-        extra += " --no-operations"
-    if args.careless_reassign:
-        extra += " --careless-reassign"
-    if args.transactions:
-        extra += " --transactions"
-    if args.consumer_groups:
-        extra += " --consumer-groups"
-    if args.share_consumers:
-        extra += " --share-consumers"
+    extra = "".join(f" {option}" for option, _, _ in SWITCHES if getattr(args, _dest(option)))
+    for option, _ in VALUES:
+        given = getattr(args, _dest(option))
+        if given is not None:
+            extra += f" {option} {given}"
     return f"python -m wherry.sim --seed {seed}{extra} -v"
 
 
@@ -180,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.share_consumers
             else ""
         )
-        + f", {took:.1f} s"
+        + f", {took:.1f} s ({len(seeds) / took:.2f} seeds/s)"
     )
     return 1 if failed else 0
 

@@ -49,9 +49,12 @@ SELECTORS = ("request", "sasl", "records", "response", "sasl-tokens", "coordinat
 # OffsetDelete, the share-state and share-offset writes) and WriteTxnMarkers -- which waits
 # for the ISR up to its timeout. An input may make the broker lead a partition with a broker
 # that does not exist in its ISR (a LeaderAndIsr from a "controller"), and then such a write
-# waits, by design; a time-out there is no hang.
+# waits, by design; a time-out there is no hang. DescribeShareGroupOffsets reads the share
+# state through the persister, which retries while the share coordinator is unavailable or
+# loading (its topic being created, its leader a broker an input invented) up to
+# `share.coordinator.write.timeout.ms`, as Kafka's persister does.
 WAITING_KEYS = frozenset({0, 1, 8, 11, 13, 14, 19, 20, 21, 22, 24, 25, 26, 27, 28, 37, 42, 43,
-                          45, 47, 68, 76, 78, 79, 83, 85, 86, 91, 92})
+                          45, 47, 68, 76, 78, 79, 83, 85, 86, 90, 91, 92})
 WAITING_DEADLINE_S = 0.02
 _U16 = struct.Struct(">H")
 

@@ -54,6 +54,7 @@ class BrokerCollector(Collector):
         yield from self._logs()
         yield from self._groups()
         yield from self._client_quotas()
+        yield from self._loop_lag()
 
     def _replica_manager(self) -> Iterator[Metric]:
         rm = self.src.replica_manager()
@@ -99,6 +100,21 @@ class BrokerCollector(Collector):
             hist.add_metric([name], times.cumulative(), times.sum_ms)
         yield total
         yield hist
+
+    def _loop_lag(self) -> Iterator[Metric]:
+        """How late the event loop woke a task due every 100 ms: what every request waited
+        behind (a blocking call, a long handler, a GC pass)."""
+        lag = self.src.loop_lag
+        if lag is None:
+            return
+        hist = HistogramMetricFamily(
+            "wherry_event_loop_lag_ms",
+            "How late the event loop woke a task due every 100 ms, in milliseconds")
+        hist.add_metric([], lag.cumulative(), lag.sum_ms)
+        yield hist
+        yield _gauge("wherry_event_loop_lag_max_ms",
+                     "The largest event loop lag of the last minute, in milliseconds",
+                     lag.recent_max_ms())
 
     def _network(self) -> Iterator[Metric]:
         """Kafka's socket-server-metrics per listener (closes also by reason) and the

@@ -18,6 +18,7 @@ from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.quotas.manager import QuotaType
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.replica_manager import ReplicaManager
+from wherry.runtime.loop_lag import LoopLag
 
 
 class QuotaSnapshot(Protocol):
@@ -52,3 +53,5 @@ class BrokerSources:
     client_security: Callable[[], ClientSecurity] = lambda: PLAINTEXT
     # The clients the client quotas recorded (`ClientQuotas`).
     client_quotas: Callable[[], QuotaSnapshot | None] = _none
+    # How late the event loop runs what is due (`runtime/loop_lag.py`).
+    loop_lag: LoopLag | None = None

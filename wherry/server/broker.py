@@ -47,6 +47,7 @@ from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.replication.controller_requests import ControllerFence
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock, SystemClock
+from wherry.runtime.loop_lag import LoopLag, monitor
 from wherry.runtime.scheduler import Job, Scheduler
 from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.server import config_changes
@@ -99,6 +100,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_CHANGE_NAME_PREFIX = "config_change_"
 SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
+LOOP_LAG_INTERVAL_MS = 100  # how often the loop-lag monitor asks to be woken
 DELETE_LOGS_INTERVAL_MS = 1_000  # how often deleted logs' directories due to go are looked at
 class Broker:
     def __init__(
@@ -177,6 +179,9 @@ class Broker:
         # Per-API request counts and times (read by /metrics); the HTTP listener, if any.
         self.request_stats = RequestStats()
         self.network_stats = NetworkStats()
+        # How late the event loop wakes a task due every LOOP_LAG_INTERVAL_MS (/metrics).
+        self.loop_lag = LoopLag(self.clock.monotonic_ms)
+        self._loop_lag_task: asyncio.Task[None] | None = None
         self.http: ObservabilityServer | None = None
         # What a broker that must stop now does (every log dir failed): exit the process.
         self.fatal: Callable[[str], None] = halt
@@ -273,6 +278,10 @@ class Broker:
                 )
             )
         log_bound(self.bound_ports)
+        self._loop_lag_task = loop.create_task(
+            monitor(self.loop_lag, LOOP_LAG_INTERVAL_MS),
+            name=f"loop-lag-{self.broker_id}",
+        )
         await import_late()
         if missing_meta:  # a first start: written (and fsynced) once the listeners are up
             await loop.run_in_executor(
@@ -399,6 +408,7 @@ class Broker:
             registered=self._registered,
             client_quotas=lambda: self.client_quotas,
             client_security=lambda: self.client_security,
+            loop_lag=self.loop_lag,
         )
 
     def _registered(self) -> bool:
@@ -453,6 +463,8 @@ class Broker:
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         if hasattr(self, "store"):
             await self.store.close()
+        if self._loop_lag_task is not None:
+            self._loop_lag_task.cancel()
         if self._own_coordinator and self._coordinator is not None:
             self._coordinator.close()
         log.info("%s shut down completed", self._prefix)

@@ -12,24 +12,27 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from importlib import resources
-from typing import Any
-
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from typing import TYPE_CHECKING, Any
 
 from wherry.observability.bind import bind_endpoint
-from wherry.observability.collector import broker_registry
 from wherry.observability.endpoints import HttpEndpoint
-from wherry.observability.events import ConsoleHub
 from wherry.observability.http_server import EventStream, HttpRequest, HttpResponse, HttpServer
 from wherry.observability.readiness import readiness
 from wherry.observability.sources import BrokerSources
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from wherry.observability.events import ConsoleHub
+
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def console_page() -> bytes:
     return resources.files("wherry.observability").joinpath("static/console.html").read_bytes()
 
@@ -38,10 +41,11 @@ class ObservabilityServer:
     def __init__(self, src: BrokerSources, endpoints: tuple[HttpEndpoint, ...]) -> None:
         self.src = src
         self.endpoints = endpoints
-        self.registry = broker_registry(src)
-        self.hub = ConsoleHub(src)
         self.bound: list[tuple[HttpEndpoint, int]] = []
-        self._page = console_page()
+        # The metrics registry and the console's hub: built by `complete` (once the broker's
+        # Kafka listener is up, so that their imports never delay it) or on first use.
+        self._registry: CollectorRegistry | None = None
+        self._hub: ConsoleHub | None = None
         self._http = HttpServer(
             {
                 "/": self._console,
@@ -61,8 +65,31 @@ class ObservabilityServer:
         """Where the listener is (a busy port moves it, `bind.py`); empty: nowhere."""
         return [ep.url(port) for ep, port in self.bound]
 
+    @property
+    def registry(self) -> CollectorRegistry:
+        if self._registry is None:
+            from wherry.observability.collector import broker_registry
+
+            self._registry = broker_registry(self.src)
+        return self._registry
+
+    @property
+    def hub(self) -> ConsoleHub:
+        if self._hub is None:
+            from wherry.observability.events import ConsoleHub
+
+            self._hub = ConsoleHub(self.src)
+            self._hub.start()
+        return self._hub
+
+    def complete(self) -> None:
+        """Build the metrics registry and the console's hub now (the broker calls it once its
+        Kafka listener is up); until then only a first request to them builds them."""
+        _ = self.registry, self.hub
+
     async def start(self) -> None:
-        self.hub.start()
+        """Bind the listener(s): `/healthz` and `/readyz` answer from now on, during the
+        broker's log recovery too."""
         try:
             for ep in self.endpoints:
                 port = await bind_endpoint(
@@ -75,15 +102,18 @@ class ObservabilityServer:
             raise
 
     async def stop(self) -> None:
-        await self.hub.stop()
+        if self._hub is not None:
+            await self._hub.stop()
         await self._http.close()
 
     # --- routes --------------------------------------------------------------------------------
     async def _console(self, _: HttpRequest) -> HttpResponse:
-        return HttpResponse(200, self._page, "text/html; charset=utf-8",
+        return HttpResponse(200, console_page(), "text/html; charset=utf-8",
                             {"Cache-Control": "no-cache"})
 
     async def _metrics(self, _: HttpRequest) -> HttpResponse:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
         return HttpResponse(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
 
     async def _healthz(self, _: HttpRequest) -> HttpResponse:

@@ -7,18 +7,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from wherry.controller.controller import Controller
-from wherry.group.coordinator import GroupCoordinator
-from wherry.log.manager import LogManager
 from wherry.observability.network_stats import NetworkStats
 from wherry.observability.request_stats import RequestStats
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
-from wherry.quotas.manager import QuotaType
-from wherry.replication.metadata_cache import MetadataCache
-from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.loop_lag import LoopLag
+
+if TYPE_CHECKING:  # (what the start imports is kept small: these come after the bind)
+    from wherry.controller.controller import Controller
+    from wherry.group.coordinator import GroupCoordinator
+    from wherry.log.manager import LogManager
+    from wherry.quotas.manager import QuotaType
+    from wherry.replication.metadata_cache import MetadataCache
+    from wherry.replication.replica_manager import ReplicaManager
 
 
 class QuotaSnapshot(Protocol):

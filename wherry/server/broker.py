@@ -283,6 +283,8 @@ class Broker:
             name=f"loop-lag-{self.broker_id}",
         )
         await import_late()
+        if self.http is not None:  # the metrics registry and the console, after the bind
+            self.http.complete()
         if missing_meta:  # a first start: written (and fsynced) once the listeners are up
             await loop.run_in_executor(
                 None, write_meta_properties, missing_meta, self.cluster_id, self.broker_id

@@ -34,7 +34,7 @@ def test_the_spark_tests_pass_on_the_standalone_cluster(
     standalone: SparkStandalone, tmp_path: Path, children: list[Child]
 ) -> None:
     env = {**os.environ, CLUSTER_ENV: standalone.for_tests().to_env()}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"]
     cmd += ["--basetemp", str(tmp_path / "inner"), *SPARK_TESTS]
     run = Child(cmd, tmp_path / "pytest.log", env, cwd=REPO)
     children.append(run)
@@ -43,7 +43,8 @@ def test_the_spark_tests_pass_on_the_standalone_cluster(
     print(out[-3000:])
     assert rc == 0, out
     passed = re.search(r"(\d+) passed", out)
-    assert passed is not None and int(passed.group(1)) >= 8, out[-3000:]
+    # (the kcat test is skipped where kcat is not installed)
+    assert passed is not None and int(passed.group(1)) >= 9, out[-3000:]
 
     apps = [a for a in standalone.master_state()["completedapps"] if a["name"] == APP_NAME]
     assert apps, "the master ran the run's application"

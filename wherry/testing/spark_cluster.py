@@ -154,7 +154,7 @@ class SparkStandalone:
 
     def _env(self) -> dict[str, str]:
         root = str(_wherry_root())
-        path = os.environ.get("PYTHONPATH", "")
+        rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
         return {
             **os.environ,
             "SPARK_HOME": str(spark_home()),
@@ -162,7 +162,7 @@ class SparkStandalone:
             "SPARK_LOCAL_IP": HOST,
             "SPARK_DAEMON_MEMORY": self.daemon_memory,
             "PYSPARK_PYTHON": self.python,
-            "PYTHONPATH": root + (os.pathsep + path if path else ""),
+            "PYTHONPATH": os.pathsep.join([root, *rest]),
         }
 
     def _launch(self, name: str, args: list[str]) -> Daemon:

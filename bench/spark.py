@@ -12,7 +12,13 @@ time) produces the same number of rows per micro-batch. Time is from ``start()``
 query's end; rows/s of both and their ratio are printed. A third query reads a Python data
 source that yields pre-built Arrow batches of the same shape with no Kafka behind it: the cost
 of Spark's Python-source path alone, so the gap between the connector and ``rate`` can be split
-into Spark's share and the connector's. Needs ``wherry[spark]`` and Java 17.
+into Spark's share and the connector's. Before timing, each of the three is run once on a few
+rows (Spark's Python workers start and import their modules; the connector's Kafka clients,
+which Spark's reused workers keep, connect).
+
+The sink rows: ``--sink-records`` records (default 200,000) of another topic are copied by a
+streaming query into a new topic, once with the default (at-least-once) sink and once with
+``exactlyOnce=true``, in the same number of micro-batches; rows/s of both and their ratio.
 """
 
 from __future__ import annotations
@@ -126,6 +132,37 @@ def floor_source(records: int, per_batch: int, partitions: int) -> type:
     return FloorSource
 
 
+def timed_copy(
+    spark: Any, bootstrap: str, source: str, target: str, per_batch: int, exactly_once: bool
+) -> tuple[float, int, int]:
+    """A streaming copy of ``source`` into ``target`` with the wherry sink; (seconds, rows,
+    micro-batches)."""
+    with tempfile.TemporaryDirectory() as ck:
+        w = (
+            spark.readStream.format("wherry")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", per_batch)
+            .load()
+            .select("key", "value")
+            .writeStream.format("wherry")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", target)
+            .option("checkpointLocation", ck)
+        )
+        if exactly_once:
+            w = w.option("exactlyOnce", "true")
+        t0 = time.perf_counter()
+        q = w.trigger(availableNow=True).start()
+        q.awaitTermination()
+        elapsed = time.perf_counter() - t0
+        if q.exception() is not None:
+            raise RuntimeError(str(q.exception()))
+        progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+        return elapsed, sum(int(p["numInputRows"]) for p in progress), len(progress)
+
+
 def timed_rate_query(spark: Any, rows_per_batch: int, batches: int) -> tuple[float, int, int]:
     df = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch).load()
     t0 = time.perf_counter()
@@ -147,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--sink-records", type=int, default=200_000)
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -161,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         topic = "bench-spark"
         fill_s = fill_topic(broker.bootstrap, topic, args.records, args.size)
         print(f"filled {args.records} records in {fill_s:.1f} s", file=sys.stderr)
+        fill_topic(broker.bootstrap, "bench-spark-warm", 2000, args.size)
+        fill_topic(broker.bootstrap, "bench-spark-copy", args.sink_records, args.size)
+        for name in ("bench-spark-alo", "bench-spark-eos"):
+            fill_topic(broker.bootstrap, name, 0, args.size)
         spark = (
             SparkSession.builder.master("local[2]")
             .config("spark.ui.enabled", "false")
@@ -176,6 +218,14 @@ def main(argv: list[str] | None = None) -> int:
             timed_rate_query(spark, 1000, 2)
             spark.dataSource.register(floor_source(2000, 1000, 4))
             timed_query(spark.readStream.format("wherry_bench_floor").load())
+            timed_query(
+                spark.readStream.format("wherry")
+                .option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", "bench-spark-warm")
+                .option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", 1000)
+                .load()
+            )
             source = (
                 spark.readStream.format("wherry")
                 .option("kafka.bootstrap.servers", broker.bootstrap)
@@ -189,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
             spark.dataSource.register(floor_source(args.records, per_batch, 4))  # re-registers
             floor = spark.readStream.format("wherry_bench_floor").load()
             f_s, f_rows, f_batches = timed_query(floor)
+            sink_batch = -(-args.sink_records // args.batches)
+            copy = (broker.bootstrap, "bench-spark-copy")
+            a_s, a_rows, a_batches = timed_copy(spark, *copy, "bench-spark-alo", sink_batch, False)
+            e_s, e_rows, e_batches = timed_copy(spark, *copy, "bench-spark-eos", sink_batch, True)
         finally:
             spark.stop()
     results = {
@@ -214,6 +268,18 @@ def main(argv: list[str] | None = None) -> int:
         "micro_batches": f_batches,
         "rows_per_s": f_rows / f_s,
     }
+    results["sink_at_least_once"] = {
+        "seconds": a_s,
+        "rows": a_rows,
+        "micro_batches": a_batches,
+        "rows_per_s": a_rows / a_s,
+    }
+    results["sink_exactly_once"] = {
+        "seconds": e_s,
+        "rows": e_rows,
+        "micro_batches": e_batches,
+        "rows_per_s": e_rows / e_s,
+    }
     ratio = results["wherry"]["rows_per_s"] / results["rate"]["rows_per_s"]
     results["ratio"] = ratio
     print(
@@ -231,6 +297,17 @@ def main(argv: list[str] | None = None) -> int:
     to_floor = (w_rows / w_s) / (f_rows / f_s)
     results["ratio_to_floor"] = to_floor
     print(f"ratio wherry/rate: {ratio:.2f}x; wherry/floor: {to_floor:.2f}x")
+    print(
+        f"sink, at least once: {a_rows:,} rows in {a_batches} micro-batches, {a_s:.2f} s, "
+        f"{a_rows / a_s:,.0f} rows/s"
+    )
+    print(
+        f"sink, exactly once:  {e_rows:,} rows in {e_batches} micro-batches, {e_s:.2f} s, "
+        f"{e_rows / e_s:,.0f} rows/s"
+    )
+    eos_ratio = (e_rows / e_s) / (a_rows / a_s)
+    results["sink_ratio_exactly_once_to_at_least_once"] = eos_ratio
+    print(f"ratio exactly once/at least once: {eos_ratio:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

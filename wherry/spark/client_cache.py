@@ -66,6 +66,12 @@ def take_consumer(key_conf: Mapping[str, Any], create: Callable[[], Consumer]) -
     return create()
 
 
+def kept() -> tuple[int, int]:
+    """How many AdminClients and idle consumers this process keeps."""
+    with _lock:
+        return len(_admins), sum(len(v) for v in _consumers.values())
+
+
 def give_back(key_conf: Mapping[str, Any], consumer: Consumer) -> None:
     """Keep ``consumer`` (unassigned here) for the next reader of ``key_conf``."""
     consumer.unassign()

@@ -287,16 +287,34 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
             consumer.close()
 
 
+def _watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float
+) -> tuple[int, int]:
+    """The partition's low and high watermarks. A kept consumer (`client_cache`) may know the
+    cluster from before the partition was added: it then learns the topic afresh and asks
+    again."""
+    tp = TopicPartition(topic, partition)
+    try:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=timeout_s)
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            unknown = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
+            if not isinstance(err, KafkaError) or err.code() not in unknown:
+                raise
+            consumer.list_topics(topic, timeout=timeout_s)  # a metadata request for the topic
+            return consumer.get_watermark_offsets(tp, timeout=timeout_s)
+    except KafkaException as e:
+        raise ConnectorError(
+            f"cannot look up the offsets of {topic}-{partition}: {e.args[0]}"
+        ) from e
+
+
 def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     topic, partition = rng.topic, rng.partition
     timeout_s = opts.poll_timeout_ms / 1000
     name = f"{topic}-{partition}"
-    try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout_s
-        )
-    except KafkaException as e:
-        raise ConnectorError(f"cannot look up the offsets of {name}: {e.args[0]}") from e
+    low, high = _watermarks(consumer, topic, partition, timeout_s)
     start, end = rng.start, rng.end
     if start < low:
         data_loss(

@@ -234,80 +234,49 @@ def main(argv: list[str] | None = None) -> int:
                 .option("maxOffsetsPerTrigger", per_batch)
                 .load()
             )
-            w_s, w_rows, w_batches = timed_query(source)
-            r_s, r_rows, r_batches = timed_rate_query(spark, per_batch, w_batches)
+            wherry = timed_query(source)
+            rate = timed_rate_query(spark, per_batch, wherry[2])
             spark.dataSource.register(floor_source(args.records, per_batch, 4))  # re-registers
-            floor = spark.readStream.format("wherry_bench_floor").load()
-            f_s, f_rows, f_batches = timed_query(floor)
+            floor = timed_query(spark.readStream.format("wherry_bench_floor").load())
             sink_batch = -(-args.sink_records // args.batches)
             copy = (broker.bootstrap, "bench-spark-copy")
-            a_s, a_rows, a_batches = timed_copy(spark, *copy, "bench-spark-alo", sink_batch, False)
-            e_s, e_rows, e_batches = timed_copy(spark, *copy, "bench-spark-eos", sink_batch, True)
+            alo = timed_copy(spark, *copy, "bench-spark-alo", sink_batch, False)
+            eos = timed_copy(spark, *copy, "bench-spark-eos", sink_batch, True)
         finally:
             spark.stop()
-    results = {
-        "env": env,
-        "records": args.records,
-        "record_bytes": args.size,
-        "wherry": {
-            "seconds": w_s,
-            "rows": w_rows,
-            "micro_batches": w_batches,
-            "rows_per_s": w_rows / w_s,
-        },
-        "rate": {
-            "seconds": r_s,
-            "rows": r_rows,
-            "micro_batches": r_batches,
-            "rows_per_s": r_rows / r_s,
-        },
-    }
-    results["python_floor"] = {
-        "seconds": f_s,
-        "rows": f_rows,
-        "micro_batches": f_batches,
-        "rows_per_s": f_rows / f_s,
-    }
-    results["sink_at_least_once"] = {
-        "seconds": a_s,
-        "rows": a_rows,
-        "micro_batches": a_batches,
-        "rows_per_s": a_rows / a_s,
-    }
-    results["sink_exactly_once"] = {
-        "seconds": e_s,
-        "rows": e_rows,
-        "micro_batches": e_batches,
-        "rows_per_s": e_rows / e_s,
-    }
-    ratio = results["wherry"]["rows_per_s"] / results["rate"]["rows_per_s"]
-    results["ratio"] = ratio
-    print(
-        f"wherry source: {w_rows:,} rows in {w_batches} micro-batches, {w_s:.2f} s, "
-        f"{w_rows / w_s:,.0f} rows/s"
+    results: dict[str, Any] = {"env": env, "records": args.records, "record_bytes": args.size}
+    rows = (
+        ("wherry", "wherry source:", wherry),
+        ("rate", "rate source:  ", rate),
+        ("python_floor", "Python source floor (pre-built batches, no Kafka):", floor),
+        ("sink_at_least_once", "sink, at least once:", alo),
+        ("sink_exactly_once", "sink, exactly once: ", eos),
+    )
+    for key, label, (seconds, n, batches) in rows:
+        results[key] = {
+            "seconds": seconds,
+            "rows": n,
+            "micro_batches": batches,
+            "rows_per_s": n / seconds,
+        }
+        print(
+            f"{label} {n:,} rows in {batches} micro-batches, {seconds:.2f} s, "
+            f"{n / seconds:,.0f} rows/s"
+        )
+
+    def rps(key: str) -> float:
+        return float(results[key]["rows_per_s"])
+
+    results["ratio"] = rps("wherry") / rps("rate")
+    results["ratio_to_floor"] = rps("wherry") / rps("python_floor")
+    results["sink_ratio_exactly_once_to_at_least_once"] = rps("sink_exactly_once") / rps(
+        "sink_at_least_once"
     )
     print(
-        f"rate source:   {r_rows:,} rows in {r_batches} micro-batches, {r_s:.2f} s, "
-        f"{r_rows / r_s:,.0f} rows/s"
+        f"ratio wherry/rate: {results['ratio']:.2f}x; "
+        f"wherry/floor: {results['ratio_to_floor']:.2f}x; sink exactly once/at least once: "
+        f"{results['sink_ratio_exactly_once_to_at_least_once']:.2f}x"
     )
-    print(
-        f"Python source floor (pre-built batches, no Kafka): {f_rows:,} rows in {f_batches} "
-        f"micro-batches, {f_s:.2f} s, {f_rows / f_s:,.0f} rows/s"
-    )
-    to_floor = (w_rows / w_s) / (f_rows / f_s)
-    results["ratio_to_floor"] = to_floor
-    print(f"ratio wherry/rate: {ratio:.2f}x; wherry/floor: {to_floor:.2f}x")
-    print(
-        f"sink, at least once: {a_rows:,} rows in {a_batches} micro-batches, {a_s:.2f} s, "
-        f"{a_rows / a_s:,.0f} rows/s"
-    )
-    print(
-        f"sink, exactly once:  {e_rows:,} rows in {e_batches} micro-batches, {e_s:.2f} s, "
-        f"{e_rows / e_s:,.0f} rows/s"
-    )
-    eos_ratio = (e_rows / e_s) / (a_rows / a_s)
-    results["sink_ratio_exactly_once_to_at_least_once"] = eos_ratio
-    print(f"ratio exactly once/at least once: {eos_ratio:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

@@ -59,8 +59,13 @@ def fill_topic(bootstrap: str, topic: str, records: int, size: int) -> float:
 
 
 def timed_query(df: Any) -> tuple[float, int, int]:
+    return timed_writer(df.writeStream.format("noop"))
+
+
+def timed_writer(writer: Any) -> tuple[float, int, int]:
+    """Run a streaming writer's query with ``availableNow``; (seconds, rows, micro-batches)."""
     t0 = time.perf_counter()
-    q = df.writeStream.format("noop").trigger(availableNow=True).start()
+    q = writer.trigger(availableNow=True).start()
     q.awaitTermination()
     elapsed = time.perf_counter() - t0
     if q.exception() is not None:
@@ -153,14 +158,7 @@ def timed_copy(
         )
         if exactly_once:
             w = w.option("exactlyOnce", "true")
-        t0 = time.perf_counter()
-        q = w.trigger(availableNow=True).start()
-        q.awaitTermination()
-        elapsed = time.perf_counter() - t0
-        if q.exception() is not None:
-            raise RuntimeError(str(q.exception()))
-        progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
-        return elapsed, sum(int(p["numInputRows"]) for p in progress), len(progress)
+        return timed_writer(w)
 
 
 def timed_rate_query(spark: Any, rows_per_batch: int, batches: int) -> tuple[float, int, int]:

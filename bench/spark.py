@@ -12,7 +12,13 @@ time) produces the same number of rows per micro-batch. Time is from ``start()``
 query's end; rows/s of both and their ratio are printed. A third query reads a Python data
 source that yields pre-built Arrow batches of the same shape with no Kafka behind it: the cost
 of Spark's Python-source path alone, so the gap between the connector and ``rate`` can be split
-into Spark's share and the connector's. Needs ``wherry[spark]`` and Java 17.
+into Spark's share and the connector's. Before timing, each of the three is run once on a few
+rows (Spark's Python workers start and import their modules; the connector's Kafka clients,
+which Spark's reused workers keep, connect).
+
+The sink rows: ``--sink-records`` records (default 200,000) of another topic are copied by a
+streaming query into a new topic, once with the default (at-least-once) sink and once with
+``exactlyOnce=true``, in the same number of micro-batches; rows/s of both and their ratio.
 """
 
 from __future__ import annotations
@@ -53,8 +59,13 @@ def fill_topic(bootstrap: str, topic: str, records: int, size: int) -> float:
 
 
 def timed_query(df: Any) -> tuple[float, int, int]:
+    return timed_writer(df.writeStream.format("noop"))
+
+
+def timed_writer(writer: Any) -> tuple[float, int, int]:
+    """Run a streaming writer's query with ``availableNow``; (seconds, rows, micro-batches)."""
     t0 = time.perf_counter()
-    q = df.writeStream.format("noop").trigger(availableNow=True).start()
+    q = writer.trigger(availableNow=True).start()
     q.awaitTermination()
     elapsed = time.perf_counter() - t0
     if q.exception() is not None:
@@ -126,6 +137,30 @@ def floor_source(records: int, per_batch: int, partitions: int) -> type:
     return FloorSource
 
 
+def timed_copy(
+    spark: Any, bootstrap: str, source: str, target: str, per_batch: int, exactly_once: bool
+) -> tuple[float, int, int]:
+    """A streaming copy of ``source`` into ``target`` with the wherry sink; (seconds, rows,
+    micro-batches)."""
+    with tempfile.TemporaryDirectory() as ck:
+        w = (
+            spark.readStream.format("wherry")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", per_batch)
+            .load()
+            .select("key", "value")
+            .writeStream.format("wherry")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", target)
+            .option("checkpointLocation", ck)
+        )
+        if exactly_once:
+            w = w.option("exactlyOnce", "true")
+        return timed_writer(w)
+
+
 def timed_rate_query(spark: Any, rows_per_batch: int, batches: int) -> tuple[float, int, int]:
     df = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch).load()
     t0 = time.perf_counter()
@@ -147,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--sink-records", type=int, default=200_000)
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -161,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         topic = "bench-spark"
         fill_s = fill_topic(broker.bootstrap, topic, args.records, args.size)
         print(f"filled {args.records} records in {fill_s:.1f} s", file=sys.stderr)
+        fill_topic(broker.bootstrap, "bench-spark-warm", 2000, args.size)
+        fill_topic(broker.bootstrap, "bench-spark-copy", args.sink_records, args.size)
+        for name in ("bench-spark-alo", "bench-spark-eos"):
+            fill_topic(broker.bootstrap, name, 0, args.size)
         spark = (
             SparkSession.builder.master("local[2]")
             .config("spark.ui.enabled", "false")
@@ -176,6 +216,14 @@ def main(argv: list[str] | None = None) -> int:
             timed_rate_query(spark, 1000, 2)
             spark.dataSource.register(floor_source(2000, 1000, 4))
             timed_query(spark.readStream.format("wherry_bench_floor").load())
+            timed_query(
+                spark.readStream.format("wherry")
+                .option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", "bench-spark-warm")
+                .option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", 1000)
+                .load()
+            )
             source = (
                 spark.readStream.format("wherry")
                 .option("kafka.bootstrap.servers", broker.bootstrap)
@@ -184,53 +232,49 @@ def main(argv: list[str] | None = None) -> int:
                 .option("maxOffsetsPerTrigger", per_batch)
                 .load()
             )
-            w_s, w_rows, w_batches = timed_query(source)
-            r_s, r_rows, r_batches = timed_rate_query(spark, per_batch, w_batches)
+            wherry = timed_query(source)
+            rate = timed_rate_query(spark, per_batch, wherry[2])
             spark.dataSource.register(floor_source(args.records, per_batch, 4))  # re-registers
-            floor = spark.readStream.format("wherry_bench_floor").load()
-            f_s, f_rows, f_batches = timed_query(floor)
+            floor = timed_query(spark.readStream.format("wherry_bench_floor").load())
+            sink_batch = -(-args.sink_records // args.batches)
+            copy = (broker.bootstrap, "bench-spark-copy")
+            alo = timed_copy(spark, *copy, "bench-spark-alo", sink_batch, False)
+            eos = timed_copy(spark, *copy, "bench-spark-eos", sink_batch, True)
         finally:
             spark.stop()
-    results = {
-        "env": env,
-        "records": args.records,
-        "record_bytes": args.size,
-        "wherry": {
-            "seconds": w_s,
-            "rows": w_rows,
-            "micro_batches": w_batches,
-            "rows_per_s": w_rows / w_s,
-        },
-        "rate": {
-            "seconds": r_s,
-            "rows": r_rows,
-            "micro_batches": r_batches,
-            "rows_per_s": r_rows / r_s,
-        },
-    }
-    results["python_floor"] = {
-        "seconds": f_s,
-        "rows": f_rows,
-        "micro_batches": f_batches,
-        "rows_per_s": f_rows / f_s,
-    }
-    ratio = results["wherry"]["rows_per_s"] / results["rate"]["rows_per_s"]
-    results["ratio"] = ratio
-    print(
-        f"wherry source: {w_rows:,} rows in {w_batches} micro-batches, {w_s:.2f} s, "
-        f"{w_rows / w_s:,.0f} rows/s"
+    results: dict[str, Any] = {"env": env, "records": args.records, "record_bytes": args.size}
+    rows = (
+        ("wherry", "wherry source:", wherry),
+        ("rate", "rate source:  ", rate),
+        ("python_floor", "Python source floor (pre-built batches, no Kafka):", floor),
+        ("sink_at_least_once", "sink, at least once:", alo),
+        ("sink_exactly_once", "sink, exactly once: ", eos),
+    )
+    for key, label, (seconds, n, batches) in rows:
+        results[key] = {
+            "seconds": seconds,
+            "rows": n,
+            "micro_batches": batches,
+            "rows_per_s": n / seconds,
+        }
+        print(
+            f"{label} {n:,} rows in {batches} micro-batches, {seconds:.2f} s, "
+            f"{n / seconds:,.0f} rows/s"
+        )
+
+    def rps(key: str) -> float:
+        return float(results[key]["rows_per_s"])
+
+    results["ratio"] = rps("wherry") / rps("rate")
+    results["ratio_to_floor"] = rps("wherry") / rps("python_floor")
+    results["sink_ratio_exactly_once_to_at_least_once"] = rps("sink_exactly_once") / rps(
+        "sink_at_least_once"
     )
     print(
-        f"rate source:   {r_rows:,} rows in {r_batches} micro-batches, {r_s:.2f} s, "
-        f"{r_rows / r_s:,.0f} rows/s"
+        f"ratio wherry/rate: {results['ratio']:.2f}x; "
+        f"wherry/floor: {results['ratio_to_floor']:.2f}x; sink exactly once/at least once: "
+        f"{results['sink_ratio_exactly_once_to_at_least_once']:.2f}x"
     )
-    print(
-        f"Python source floor (pre-built batches, no Kafka): {f_rows:,} rows in {f_batches} "
-        f"micro-batches, {f_s:.2f} s, {f_rows / f_s:,.0f} rows/s"
-    )
-    to_floor = (w_rows / w_s) / (f_rows / f_s)
-    results["ratio_to_floor"] = to_floor
-    print(f"ratio wherry/rate: {ratio:.2f}x; wherry/floor: {to_floor:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

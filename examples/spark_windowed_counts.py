@@ -11,6 +11,8 @@ Run it against a broker (``wherry server`` in another terminal)::
 
     pip install -e '.[spark]'   # from a checkout
     PYSPARK_PYTHON=$(which python) python examples/spark_windowed_counts.py
+
+``--master spark://HOST:PORT`` runs the job on a Spark standalone cluster (docs/spark.md).
 """
 
 from __future__ import annotations
@@ -144,6 +146,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument(
+        "--master", default="local[2]", help="Spark master, e.g. spark://127.0.0.1:7077"
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -158,7 +163,7 @@ def main() -> None:
     expected = produce_events(args.bootstrap, source, args.events, start_ms)
     print(f"produced {args.events} events into {source}")
 
-    spark = SparkSession.builder.master("local[2]").appName("wherry-example").getOrCreate()
+    spark = SparkSession.builder.master(args.master).appName("wherry-example").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
     with tempfile.TemporaryDirectory() as checkpoint:

@@ -1,6 +1,11 @@
 """A real local Spark (``local[2]``) for the connector tests, with the ``wherry`` source
 registered. Without PySpark the tests are skipped, except in CI, where a missing PySpark fails.
 
+With ``WHERRY_SPARK_CLUSTER`` set (by `wherry.testing.spark_cluster`, which starts a Spark
+standalone cluster and runs these tests against it) the session's executors run in that
+cluster's workers instead: the fixture checks that the tasks run in executor JVMs other than
+the driver's before any test, and `spark_output` adds the executors' logs.
+
 The JVM's stdout and stderr (and so the Python workers' stderr) go to a file. A Python worker
 busy in one call for a minute writes its stack there. A Spark test that times out first has
 the JVM write a thread dump there and drops its connection to the JVM; a failing Spark test's
@@ -16,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.spark_jvm import stop_spark_jvm
+from wherry.testing.spark_cluster import ClusterForTests, executor_jvm_pids
 
 # How long one Spark test may run before pytest-timeout ends it. Here each takes 1-31 s; a
 # stuck query then fails its test in minutes, not the whole CI run in hours.
@@ -162,10 +168,40 @@ def spark_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark(spark_log: Path) -> Iterator[Any]:
+def spark_cluster() -> ClusterForTests | None:
+    """The standalone cluster the tests run on, or None for ``local[2]``."""
+    return ClusterForTests.from_env()
+
+
+@pytest.fixture(scope="session")
+def spark_output(spark_log: Path, spark_cluster: ClusterForTests | None) -> Callable[[], str]:
+    """What Spark has logged so far: the driver JVM's output, and the executors' on a
+    cluster (there the executors, not the driver's JVM, run the Python workers)."""
+
+    def read() -> str:
+        text = spark_log.read_text(errors="replace") if spark_log.exists() else ""
+        if spark_cluster is not None:
+            text += spark_cluster.executor_logs()
+        return text
+
+    return read
+
+
+def _builder(cluster: ClusterForTests | None) -> Any:
+    from pyspark.sql import SparkSession
+
+    if cluster is None:
+        return SparkSession.builder.master("local[2]")
+    # As in local mode, a failed task fails its job (the tests kill tasks on purpose).
+    conf: dict[str, Any] = {**cluster.conf, "spark.task.maxFailures": "1"}
+    return SparkSession.builder.config(map=conf)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_log: Path, spark_cluster: ClusterForTests | None) -> Iterator[Any]:
     global _jvm
     try:
-        from pyspark.sql import SparkSession
+        import pyspark  # noqa: F401
     except ImportError:
         if os.environ.get("CI") == "true":
             pytest.fail("pyspark is not installed (pip install -e '.[spark]')")
@@ -186,7 +222,7 @@ def spark(spark_log: Path) -> Iterator[Any]:
         os.dup2(f.fileno(), 2)
         try:
             session = (
-                SparkSession.builder.master("local[2]")
+                _builder(spark_cluster)
                 .appName("wherry-tests")
                 .config("spark.ui.enabled", "false")
                 .config("spark.ui.showConsoleProgress", "false")
@@ -213,6 +249,15 @@ def spark(spark_log: Path) -> Iterator[Any]:
     gateway = SparkContext._gateway
     jvm = getattr(gateway, "proc", None)
     _jvm = SparkJvm(spark_log, jvm.pid if jvm is not None else None)
+    if spark_cluster is not None:
+        pids = executor_jvm_pids(session, spark_cluster.executors)
+        if 0 in pids or _jvm.pid in pids or len(pids) != spark_cluster.executors:
+            session.stop()
+            stop_spark_jvm()
+            pytest.fail(
+                f"tasks ran in JVMs {sorted(pids)} (driver {_jvm.pid}), not in "
+                f"{spark_cluster.executors} executors of the cluster"
+            )
     try:
         yield session
     finally:

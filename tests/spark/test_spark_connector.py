@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,7 @@ def test_max_offsets_per_trigger_and_starting_offsets_json(
 
 
 def test_deleted_data_fails_the_query_or_is_skipped_with_a_warning(
-    spark: Any, broker_bootstrap: str, tmp_path: Path, spark_log: Path
+    spark: Any, broker_bootstrap: str, tmp_path: Path, spark_output: Callable[[], str]
 ) -> None:
     bs = broker_bootstrap
     t = new_topic(bs, 1)
@@ -176,7 +177,7 @@ def test_deleted_data_fails_the_query_or_is_skipped_with_a_warning(
     assert q.exception() is None
     values = sorted(int(r.v) for r in spark.read.parquet(str(out)).collect())
     assert values == list(range(50)) + list(range(80, 100))
-    assert "Cannot fetch offset 50" in spark_log.read_text(errors="replace")
+    assert "Cannot fetch offset 50" in spark_output()
 
 
 def test_batch_read_by_offsets_and_timestamps(spark: Any, broker_bootstrap: str) -> None:

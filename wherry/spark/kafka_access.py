@@ -1,9 +1,10 @@
 """What the connector asks of a Kafka cluster, through confluent-kafka (librdkafka).
 
 Driver side: `ClusterView` lists partitions and looks up offsets (earliest, latest, by
-timestamp) with one short-lived AdminClient per call. Executor side: `read_range` reads one
-offset range with an assigned Consumer and yields Arrow record batches; `RowProducer` writes
-rows with an idempotent producer. Clients are created where they are used, never pickled.
+timestamp) with the AdminClient `client_cache` keeps for the options. Executor side:
+`read_range` reads one offset range with an assigned Consumer (kept for the process's next
+range) and yields Arrow record batches; `RowProducer` writes rows with an idempotent producer.
+Clients are created where they are used, never pickled.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from wherry.spark import client_cache
 from wherry.spark.options import OptionError, SinkOptions, SourceOptions, Subscription
 from wherry.spark.planning import OffsetRange, PartitionOffsets
 from wherry.spark.planning import TopicPartition as TP
@@ -94,18 +96,22 @@ def _unreachable(servers: str, timeout_ms: int, err: object) -> OptionError:
 
 
 class ClusterView:
-    """Metadata and offset lookups for the planner (driver). Each call opens and closes its
-    own AdminClient, so the object itself stays a plain, picklable value."""
+    """Metadata and offset lookups for the planner (driver), with the AdminClient the process
+    keeps for these options (`client_cache`); the object itself stays a plain, picklable
+    value."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
 
-    def _admin(self) -> AdminClient:
-        conf = _client_conf(
+    def _conf(self) -> dict[str, Any]:
+        return _client_conf(
             self.opts.bootstrap_servers, self._admin_params(), self.opts.metadata_timeout_ms
         )
+
+    def _admin(self) -> AdminClient:
+        """The AdminClient kept for these options in this process (`client_cache`)."""
         try:
-            return AdminClient(conf)
+            return client_cache.admin(self._conf())
         except KafkaException as e:
             raise OptionError("kafka.*", f"the Kafka client refused its settings: {e}") from e
 
@@ -121,6 +127,7 @@ class ClusterView:
         try:
             md = admin.list_topics(timeout=timeout_s)
         except KafkaException as e:
+            client_cache.forget_admin(self._conf())
             timeout_ms = self.opts.metadata_timeout_ms
             raise _unreachable(self.opts.bootstrap_servers, timeout_ms, e) from e
         existing = {
@@ -163,6 +170,7 @@ class ClusterView:
                 out[(tp.topic, tp.partition)] = int(info.offset)
             return out
         except KafkaException as e:
+            client_cache.forget_admin(self._conf())
             err = e.args[0] if e.args else e
             if isinstance(err, KafkaError) and err.code() in (
                 KafkaError._TRANSPORT,
@@ -172,6 +180,7 @@ class ClusterView:
                 raise _unreachable(self.opts.bootstrap_servers, timeout_ms, err) from e
             raise ConnectorError(f"ListOffsets failed: {err}") from e
         except TimeoutError as e:
+            client_cache.forget_admin(self._conf())
             raise _unreachable(self.opts.bootstrap_servers, timeout_ms, "timed out") from e
 
     def earliest(self, tps: Sequence[TP]) -> PartitionOffsets:
@@ -190,23 +199,37 @@ class ClusterView:
 # --------------------------------------------------------------------------------------------
 
 
-def _consumer(opts: SourceOptions) -> Consumer:
+def _consumer_conf(opts: SourceOptions) -> dict[str, Any]:
+    """A range reader's consumer settings, but its group id (each consumer has its own)."""
     conf = _client_conf(opts.bootstrap_servers, {}, opts.metadata_timeout_ms)
     conf.update(
         {
-            "group.id": f"wherry-spark-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "error",
             "isolation.level": "read_uncommitted",
+            # A range reader asks only for offsets that exist, and its consumer is kept for
+            # the next range (`client_cache`). librdkafka's defaults would make that next range
+            # wait: a broker's long poll at the end of the log (500 ms), and the fetch backoff
+            # (1000 ms) its prefetch of 100000 records past a short range sets off. A smaller
+            # prefetch also fetches and decodes fewer records the range does not need.
+            "fetch.wait.max.ms": 10,
+            "fetch.queue.backoff.ms": 10,
+            "queued.min.messages": 10_000,
         }
     )
     conf.update(opts.kafka)
     conf["enable.partition.eof"] = True
     conf["enable.auto.commit"] = False
+    return conf
+
+
+def _new_consumer(conf: Mapping[str, Any]) -> Consumer:
+    # A group of its own: nothing is committed, and no other reader shares its state.
+    group = {"group.id": f"wherry-spark-{uuid.uuid4().hex}"}
     try:
-        return Consumer(conf)
+        return Consumer({**group, **conf})
     except KafkaException as e:
         raise OptionError("kafka.*", f"the Kafka consumer refused its settings: {e}") from e
 
@@ -251,23 +274,47 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     """
     if rng.end <= rng.start:
         return
-    consumer = _consumer(opts)
+    conf = _consumer_conf(opts)
+    consumer = client_cache.take_consumer(conf, lambda: _new_consumer(conf))
+    done = False
     try:
         yield from _read(consumer, opts, rng)
+        done = True
     finally:
-        consumer.close()
+        if done:  # kept for the next range this process reads
+            client_cache.give_back(conf, consumer)
+        else:
+            consumer.close()
+
+
+def _watermarks(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float
+) -> tuple[int, int]:
+    """The partition's low and high watermarks. A kept consumer (`client_cache`) may know the
+    cluster from before the partition was added: it then learns the topic afresh and asks
+    again."""
+    tp = TopicPartition(topic, partition)
+    try:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=timeout_s)
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            unknown = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
+            if not isinstance(err, KafkaError) or err.code() not in unknown:
+                raise
+            consumer.list_topics(topic, timeout=timeout_s)  # a metadata request for the topic
+            return consumer.get_watermark_offsets(tp, timeout=timeout_s)
+    except KafkaException as e:
+        raise ConnectorError(
+            f"cannot look up the offsets of {topic}-{partition}: {e.args[0]}"
+        ) from e
 
 
 def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     topic, partition = rng.topic, rng.partition
     timeout_s = opts.poll_timeout_ms / 1000
     name = f"{topic}-{partition}"
-    try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout_s
-        )
-    except KafkaException as e:
-        raise ConnectorError(f"cannot look up the offsets of {name}: {e.args[0]}") from e
+    low, high = _watermarks(consumer, topic, partition, timeout_s)
     start, end = rng.start, rng.end
     if start < low:
         data_loss(

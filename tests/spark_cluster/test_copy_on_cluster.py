@@ -128,7 +128,14 @@ def committed_after(checkpoint: Path, after: int) -> Callable[[], bool]:
 
 
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("sink", ["exactly-once", "default"])
+# The default (at-least-once) sink's run of the same scenario loses nothing either and shows
+# duplicates; it is left out here for the suite's time (about 2-4 minutes on 2 cores): run it
+# with WHERRY_SPARK_CLUSTER_BOTH_SINKS=1.
+@pytest.mark.parametrize(
+    "sink",
+    ["exactly-once", "default"] if os.environ.get("WHERRY_SPARK_CLUSTER_BOTH_SINKS") else
+    ["exactly-once"],
+)
 def test_a_copy_survives_killed_workers_and_a_restarted_query(
     standalone: SparkStandalone,
     broker_bootstrap: str,

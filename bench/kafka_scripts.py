@@ -3,8 +3,8 @@
 Test suites written for Apache Kafka (librdkafka's among them) call `$KAFKA_PATH/bin/kafka-acls.sh`,
 `kafka-configs.sh` and `kafka-topics.sh`. `write_scripts(bin_dir)` puts three small shell scripts
 with those names in `bin_dir`; each runs `python -m bench.kafka_scripts TOOL ARGS...`, which
-translates Kafka's arguments to the matching `wherry` command and runs it (exit status passed
-through):
+translates Kafka's arguments to the matching `wherry` command and runs it in the same process
+(exit status passed through):
 
 * `kafka-acls.sh ARGS` -> `wherry acls ARGS` (same options);
 * `kafka-configs.sh ARGS` -> `wherry configs ARGS`, with Kafka's shortcuts `--topic T`,
@@ -15,9 +15,7 @@ through):
 
 from __future__ import annotations
 
-import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -101,8 +99,16 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cmd = [sys.executable, "-m", "wherry", *wherry_args]
-    return subprocess.run(cmd, env=os.environ.copy(), timeout=120, check=False).returncode
+    # wherry's command line in this process: one interpreter start per call, as the suites
+    # time these calls against their test timeouts.
+    from wherry.cli.entry import main as wherry_main
+
+    sys.argv = ["wherry", *wherry_args]
+    try:
+        wherry_main()
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
 
 
 if __name__ == "__main__":

@@ -195,7 +195,10 @@ def _python_env() -> dict[str, str]:
 def run_one(number: str, tests_dir: Path, env: dict[str, str], cap_s: float,
             runner_args: list[str], log_path: Path) -> tuple[str, int, bool]:
     """Run test-runner for one test number; (output, exit status, timed out)."""
-    cmd = ["./test-runner", "-p1", *runner_args, number]
+    # The number goes in TESTS: test-runner frees a test list given as an argument, which
+    # crashes it at exit.
+    cmd = ["./test-runner", "-p1", *runner_args]
+    env = {**env, "TESTS": number}
     with log_path.open("wb") as out:
         # Own process group, so that a timed-out run's kafka-*.sh children go with it.
         proc = subprocess.Popen(cmd, cwd=tests_dir, env=env, stdout=out,
@@ -291,7 +294,6 @@ def main(argv: list[str] | None = None) -> int:
                      *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
                 "TEST_LEVEL": "2",
             })
-            env.pop("TESTS", None)
             t0 = time.monotonic()
             output, rc, timed_out = run_one(number, tests_dir, env, args.cap,
                                             ["-Q"] if args.quick else [],

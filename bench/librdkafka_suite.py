@@ -244,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="numbers left out (default: 0097,0098)")
     ap.add_argument("--cap", type=float, default=600.0, help="seconds per test number")
     ap.add_argument("--kafka-version", default="4.0.0", help="TEST_KAFKA_VERSION")
-    ap.add_argument("--timeout-multiplier", type=float, default=1.0,
-                    help="the suite's test.timeout.multiplier (slow or loaded hosts)")
+    ap.add_argument("--timeout-multiplier", type=float, default=2.0,
+                    help="the suite's test.timeout.multiplier (2, as its own cluster runs)")
     ap.add_argument("--quick", action="store_true", help="test-runner -Q (fewer iterations)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra broker config for every broker (repeatable)")
@@ -279,9 +279,12 @@ def main(argv: list[str] | None = None) -> int:
                 bootstrap = cluster.start()
                 note = " (cluster restarted before this test)"
             conf = work / "test.conf"
+            # What the suite's own cluster runs write (its LibrdkafkaTestApp), for PLAINTEXT.
             conf.write_text(
-                f"bootstrap.servers={bootstrap}\n"
+                "broker.address.family=v4\n"
                 f"test.timeout.multiplier={args.timeout_multiplier}\n"
+                f"bootstrap.servers={bootstrap}\n"
+                "security.protocol=PLAINTEXT\n"
             )
             env = _python_env()
             env.update({
@@ -293,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                     [str(root / "src"), str(root / "src-cpp"),
                      *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
                 "TEST_LEVEL": "2",
+                "TEST_SCENARIO": "default",
             })
             t0 = time.monotonic()
             output, rc, timed_out = run_one(number, tests_dir, env, args.cap,

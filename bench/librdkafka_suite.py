@@ -186,6 +186,10 @@ def _python_env() -> dict[str, str]:
     return env
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_one(number: str, tests_dir: Path, env: dict[str, str], cap_s: float,
             runner_args: list[str], log_path: Path) -> tuple[str, int, bool]:
     """Run test-runner for one test number; (output, exit status, timed out)."""
@@ -203,9 +207,11 @@ def run_one(number: str, tests_dir: Path, env: dict[str, str], cap_s: float,
             proc.wait(cap_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        finally:  # cut, or the runner itself stopped (Ctrl-C, SIGTERM)
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
     return log_path.read_text(errors="replace"), proc.returncode, timed_out
 
 
@@ -246,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-dir", type=Path, help="keep per-test output here (default: temp)")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # stop the test and the cluster, print the rows
 
     root = args.librdkafka.resolve()
     tests_dir = root / "tests"

@@ -101,11 +101,18 @@ def parse_summary(output: str) -> dict[str, tuple[str, str]]:
 
 def last_failure(output: str) -> str:
     """The last line of the run that reports a failure (for runs without a summary)."""
-    lines = [_ANSI.sub("", s) for s in output.splitlines()]
+    # librdkafka's own log lines ("%3|...|FAIL|...": a connection that failed) are not it.
+    lines = [s for s in _ANSI.sub("", output).splitlines() if not s.lstrip().startswith("%")]
     for s in reversed(lines):
         if "FAIL" in s or "assert" in s.lower():
             return s.strip()[:300]
     return lines[-1].strip()[:300] if lines else ""
+
+
+def last_subtest(output: str) -> str:
+    """The sub-test a run was in when it was cut (its last '[ name: ... ]' header)."""
+    found = re.findall(r"s\] \[ (do_\w+:\d+[^\]]*)", _ANSI.sub("", output))
+    return found[-1].strip()[:200] if found else ""
 
 
 def overall(number: str, summary: dict[str, tuple[str, str]], rc: int) -> tuple[str, str]:
@@ -306,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             secs = time.monotonic() - t0
             summary = parse_summary(output)
             if timed_out:
-                state, reason = "TIMEOUT", f"cut at {args.cap:.0f} s: {last_failure(output)}"
+                state, reason = "TIMEOUT", f"cut at {args.cap:.0f} s in: {last_subtest(output)}"
             else:
                 state, reason = overall(number, summary, rc)
                 if state == "FAILED" and reason.startswith(("no summary", "test-runner exited")):

@@ -103,6 +103,11 @@ def last_failure(output: str) -> str:
     """The last line of the run that reports a failure (for runs without a summary)."""
     # librdkafka's own log lines ("%3|...|FAIL|...": a connection that failed) are not it.
     lines = [s for s in _ANSI.sub("", output).splitlines() if not s.lstrip().startswith("%")]
+    # The suite's own failure line first (an assertion's text, a test timeout), for the first
+    # failed test; then any failure mark.
+    for s in lines:
+        if s.startswith(("Test assertion failed", "Test ")) and ("failed" in s or "timed out" in s):
+            return s.strip()[:300]
     for s in reversed(lines):
         if "FAIL" in s or "assert" in s.lower():
             return s.strip()[:300]

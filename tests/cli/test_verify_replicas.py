@@ -166,10 +166,11 @@ def test_debugging_consumer_reads_a_follower(cluster: DevCluster) -> None:
     leader = cluster.metadata(cluster.running[0], [topic]).leaders(topic)[0]
     follower = next(b for b in cluster.running if b != leader)
     body = kafka_wire.fetch_body(topic)
-    resp = kafka_wire.call(cluster.address(follower), 1, 12, body)
+    del body["rack_id"]  # Fetch v10: before KIP-392 only the leader serves consumers
+    resp = kafka_wire.call(cluster.address(follower), 1, 10, body)
     assert resp.responses[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
     body["replica_id"] = -2
-    resp = kafka_wire.call(cluster.address(follower), 1, 12, body)
+    resp = kafka_wire.call(cluster.address(follower), 1, 10, body)
     answer = resp.responses[0].partitions[0]
     assert answer.error_code == 0
     assert [r.value for r in decode_records(bytes(answer.records))] == [

@@ -222,8 +222,12 @@ def _produce_wire(address: str, topic: str, partition: int) -> int:
     return int(r.responses[0].partition_responses[0].error_code)
 
 
-def _fetch_wire(address: str, topic: str, partition: int) -> int:
-    r = call(address, 1, 12, fetch_body(topic, partition=partition))
+def _fetch_wire(address: str, topic: str, partition: int, version: int = 10) -> int:
+    """A consumer's Fetch; before v11 (KIP-392) only a partition's leader serves it."""
+    body = fetch_body(topic, partition=partition)
+    if version < 11:
+        del body["rack_id"]
+    r = call(address, 1, version, body)
     return int(r.responses[0].partitions[0].error_code)
 
 
@@ -269,6 +273,11 @@ def test_only_the_leader_serves_produce_fetch_and_list_offsets(
             assert api(c.address(other), single, 0) == not_leader, (api, other)
         # A partition that does not exist at all.
         assert api(c.address(0), single, 5) == ErrorCode.unknown_topic_or_partition, api
+    # Fetch v11+ (KIP-392): followers serve consumers too, up to their high watermark; a
+    # broker with no replica still does not.
+    for follower in (0, 2):
+        assert _fetch_wire(c.address(follower), replicated, 0, 12) == ErrorCode.none
+    assert _fetch_wire(c.address(0), single, 0, 12) == not_leader
 
 
 class BackgroundProducer:

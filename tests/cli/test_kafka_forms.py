@@ -227,6 +227,9 @@ def test_merge_cli_with_a_comma_list_and_a_regex(tmp_path: Path) -> None:
         logs.append(d / STATE_CHANGE_LOG_FILE)
     expected = [r.line for r in merge_state_change_logs(logs, topic="merge-forms")]
     assert expected
+    from pyspark import SparkContext
+
+    jvm_before = SparkContext._gateway  # a JVM the suite's Spark fixture runs is left alone
     runner = CliRunner()
     try:
         for args in (["--logs", ",".join(map(str, logs))],
@@ -238,4 +241,5 @@ def test_merge_cli_with_a_comma_list_and_a_regex(tmp_path: Path) -> None:
             assert result.exit_code == 0, result.output
             assert result.stdout.splitlines() == expected, args
     finally:
-        stop_spark_jvm()  # the merge ran in this process; PySpark keeps its JVM for the next
+        if jvm_before is None:  # the merge started a JVM in this process: PySpark keeps it
+            stop_spark_jvm()

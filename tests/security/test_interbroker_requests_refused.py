@@ -94,7 +94,10 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             [t] = resp.topics
             assert t.error_code == ErrorCode.none, t
             s = Secured(cluster, wire, t.topic_id)
-            assert wait_until(lambda: all(_meta(s, b)[0][3] == (0, 1, 2) for b in range(3)), 20)
+            # CreateTopics answers once the controller wrote the topic; each broker learns it
+            # from the UpdateMetadata that follows, and until then does not know it.
+            assert wait_until(lambda: all(_knows_topic(s, b) and _meta(s, b)[0][3] == (0, 1, 2)
+                                          for b in range(3)), 40)
             _produce(s, 0, 30)
             _wait_replicated(s, 30)
             yield s
@@ -104,6 +107,12 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 
 
 # --- what the brokers and ZooKeeper hold ----------------------------------------------------
+def _knows_topic(s: Secured, b: int) -> bool:
+    m = s.admin_call(b, 3, 12, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})
+    return bool(m.topics[0].error_code == ErrorCode.none and m.topics[0].partitions)
+
+
 def _meta(s: Secured, b: int) -> tuple[tuple[Any, ...], ...]:
     """Broker b's metadata as admin: the partition (leader, epoch, replicas, ISR), the live
     brokers and the controller."""

@@ -57,8 +57,8 @@ def _env() -> dict[str, str]:
 
 @pytest.mark.slow
 def test_fuzz_budget_in_process_finds_no_crash_or_hang(tmp_path: Path) -> None:
-    """70 s of coverage-guided fuzzing of every target through an in-process broker."""
-    summary = fuzz_in_process(tmp_path, inputs=50_000_000, seconds=70, echo=False)
+    """50 s of coverage-guided fuzzing of every target through an in-process broker."""
+    summary = fuzz_in_process(tmp_path, inputs=50_000_000, seconds=50, echo=False)
     print(summary.line())
     assert summary.inputs > 10_000, summary.line()
     assert summary.cov > 1000, summary.line()
@@ -70,9 +70,9 @@ def test_fuzz_budget_in_process_finds_no_crash_or_hang(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_fuzz_budget_over_sockets_answers_every_input(tmp_path: Path) -> None:
-    """30 s of inputs to a `wherry server`: each answered or its connection closed within 1 s,
+    """20 s of inputs to a `wherry server`: each answered or its connection closed within 1 s,
     the process alive, its RSS within the bound."""
-    result = fuzz_over_sockets(tmp_path, inputs=10_000_000, seconds=30, echo=False)
+    result = fuzz_over_sockets(tmp_path, inputs=10_000_000, seconds=20, echo=False)
     print(result.line())
     assert result.inputs > 5_000, result.line()
     assert result.answered > 100 and result.closed > 100, result.line()

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 RECORDS = 1_000_000
 PARTITIONS = 4
-PER_TRIGGER = 50_000
+PER_TRIGGER = 100_000  # ten micro-batches: two worker kills and the driver kill land mid-batch
 JOB = Path(__file__).with_name("copy_job.py")
 FINISHED_STATES = {"CompleteCommit", "CompleteAbort", "Empty", "Dead"}
 

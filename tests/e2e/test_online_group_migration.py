@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.broker_process import BrokerProcess, wait_until
 from tests.e2e.test_kip848_consumer_group import PARTITIONS, new_topic, produce
+from tests.kafka_wire import call
 from tests.kip848_members import EventLog, Member
 
 OVERRIDES = [
@@ -115,6 +116,10 @@ def test_classic_and_consumer_members_migrate_both_ways(
         assert f"Converted classic group {group} " in kbroker.log_text()
         desc = describe(admin, group)
         assert len(desc.members) == 3
+        # ConsumerGroupDescribe v1 tells the two classic members from the consumer one.
+        wire = call(bs, 69, 1, {"group_ids": [group], "include_authorized_operations": False})
+        [g] = wire.groups
+        assert sorted(m.member_type for m in g.members) == [0, 0, 1], g.members
         # 600 records, each consumed once by one of the three, each committed.
         produce(bs, topic, 600)
         assert wait_until(lambda: consumed_once(log, 600), timeout_s=90), len(log.values())

@@ -21,7 +21,11 @@ if TYPE_CHECKING:
     from wherry.replication.metadata_cache import MetadataCache
     from wherry.server.services import BrokerServices
 
-_CONSUMER_MEMBER = 1  # member_type: a member of the consumer protocol
+# member_type (v1): how the member talks to the group -- the classic protocol (JoinGroup,
+# SyncGroup, Heartbeat: a classic consumer inside a consumer group while it migrates) or the
+# consumer protocol (ConsumerGroupHeartbeat), as Kafka's MemberType answers it.
+_CLASSIC_MEMBER = 0
+_CONSUMER_MEMBER = 1
 
 
 def _assignment(cache: MetadataCache, parts: Mapping[uuid.UUID, frozenset[int]]) -> dict[str, Any]:
@@ -75,7 +79,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 "subscribed_topic_regex": m.subscribed_topic_regex,
                 "assignment": _assignment(cache, m.assigned),
                 "target_assignment": _assignment(cache, group.target.get(m.member_id, {})),
-                "member_type": _CONSUMER_MEMBER,
+                "member_type": _CLASSIC_MEMBER if m.uses_classic_protocol else _CONSUMER_MEMBER,
             }
             for m in sorted(group.members.values(), key=lambda m: m.member_id)
         ]

@@ -284,17 +284,22 @@ def test_confluent_kafka_transactions_v1_still_work(broker: BrokerProcess) -> No
     assert committed_offset(b, group, topic) == 2
 
 
+def coordinator_broker(bootstrap: str, tid: str) -> int:
+    """The id of the broker coordinating `tid` (its `__transaction_state` partition created)."""
+    probe = Client(bootstrap, tid)
+    try:
+        probe.find_coordinator(tid, 1)
+        return int(probe.call(10, 4, {"key_type": 1, "coordinator_keys": [tid]})
+                   .coordinators[0].node_id)
+    finally:
+        probe.close()
+
+
 def test_leader_adds_the_partition_at_a_remote_coordinator(tmp_path: Path) -> None:
     with DevCluster(tmp_path, brokers=2, overrides=SMALL) as cluster:
         b = cluster.address(0)
         tid = f"remote-{uuid.uuid4().hex[:8]}"
-        probe = Client(b, tid)
-        try:
-            probe.find_coordinator(tid, 1)
-            coordinator = int(probe.call(10, 4, {"key_type": 1, "coordinator_keys": [tid]})
-                              .coordinators[0].node_id)
-        finally:
-            probe.close()
+        coordinator = coordinator_broker(b, tid)
         leader = 1 - coordinator
         topic = f"rt-{uuid.uuid4().hex[:8]}"
         create_topic(b, topic, 1, {0: [leader]})
@@ -331,13 +336,7 @@ def test_back_to_back_transactions_need_no_retry(tmp_path: Path) -> None:
     with DevCluster(tmp_path, brokers=2, overrides=SMALL) as cluster:
         b = cluster.address(0)
         tid = f"b2b-{uuid.uuid4().hex[:8]}"
-        probe = Client(b, tid)
-        try:
-            probe.find_coordinator(tid, 1)
-            coordinator = int(probe.call(10, 4, {"key_type": 1, "coordinator_keys": [tid]})
-                              .coordinators[0].node_id)
-        finally:
-            probe.close()
+        coordinator = coordinator_broker(b, tid)
         topic = f"b2b-{uuid.uuid4().hex[:8]}"
         create_topic(b, topic, 1, {0: [1 - coordinator]})
         cluster.wait_for_topic(topic, 1)

@@ -41,13 +41,17 @@ DEFAULT_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
 async def _write_marker(
     broker: BrokerServices, marker: Any, timeout_ms: int
 ) -> dict[TopicPartition, ErrorCode]:
+    def on_offsets(producer_id: int, partitions: list[int], commit: bool) -> None:
+        # The group coordinator is looked up only for markers on `__consumer_offsets`.
+        broker.groups.coordinator.on_transaction_completed(producer_id, partitions, commit)
+
     return await write_txn_marker(
         broker.node,
         marker,
         broker.clock.now_ms(),
         timeout_ms,
         on_marker=broker.transactions.verifier.guards.marker_written,
-        on_offsets=broker.groups.coordinator.on_transaction_completed,
+        on_offsets=on_offsets,
     )
 
 

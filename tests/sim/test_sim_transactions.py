@@ -188,7 +188,7 @@ def test_invariant_catches_markers_never_sent(monkeypatch: pytest.MonkeyPatch) -
     coordinator completes them, the partitions' LSO stays behind."""
     monkeypatch.setattr(
         txn_markers_module.TxnMarkerChannelManager,
-        "send_round",
+        "dispatch",
         _skip_all_markers,
     )
     r = _first_violation(CI, range(5))
@@ -196,13 +196,13 @@ def test_invariant_catches_markers_never_sent(monkeypatch: pytest.MonkeyPatch) -
     assert "LSO" in (r.violation or "") or "does not show" in (r.violation or ""), _describe(r)
 
 
-async def _skip_all_markers(self: txn_markers_module.TxnMarkerChannelManager) -> bool:
+def _skip_all_markers(self: txn_markers_module.TxnMarkerChannelManager) -> int | None:
     for p, tps in list(self._pending.items()):
         for tp in list(tps):
             tps.discard(tp)
             self.coordinator.marker_written(p, tp)
     self._finish_done()
-    return False
+    return None
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ PrepareCommit by resending its markers.
 
 WriteTxnMarkers (key 27) is the partition leader's; here a recording stand-in answers it (so
 these tests check the coordinator's side of the wire contract whether or not the real handler
-is present): it answers NOT_ENOUGH_REPLICAS while `refuse` is set, else NONE.
+is present): it answers NOT_ENOUGH_REPLICAS while `refuse` is set, else NONE. The coordinator
+writes its own broker's markers in process; here it sends them all over the wire.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_wire import call
+from wherry.coordinator.txn_markers import LocalMarkers
 from wherry.server.handlers import LOADED, SUPPORTED_VERSIONS
 from wherry.testing.cluster import DevCluster
 
@@ -46,8 +48,9 @@ class FakeMarkers:
 
 
 @pytest.fixture
-def fake_markers() -> Iterator[FakeMarkers]:
+def fake_markers(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMarkers]:
     fake = FakeMarkers()
+    monkeypatch.setattr(LocalMarkers, "takes", lambda self, tp: False)
     saved = LOADED.get(27), SUPPORTED_VERSIONS.get(27)
     LOADED[27] = fake.handle
     SUPPORTED_VERSIONS[27] = (1, 1)

@@ -119,7 +119,7 @@ def test_state_table_refuses_illegal_moves() -> None:
 
 
 def test_commit_flow_writes_prepare_then_markers_then_complete() -> None:
-    h = Harness()
+    h = Harness(concurrent_transactions_wait_ms=0)  # Kafka's answers, at once
     assert h.init() == (E.none, 100, 0)
     assert h.add(100, 0, T0, T1) == E.none
     assert h.txn().state is S.ONGOING

@@ -284,17 +284,22 @@ def test_confluent_kafka_transactions_v1_still_work(broker: BrokerProcess) -> No
     assert committed_offset(b, group, topic) == 2
 
 
+def coordinator_broker(bootstrap: str, tid: str) -> int:
+    """The id of the broker coordinating `tid` (its `__transaction_state` partition created)."""
+    probe = Client(bootstrap, tid)
+    try:
+        probe.find_coordinator(tid, 1)
+        return int(probe.call(10, 4, {"key_type": 1, "coordinator_keys": [tid]})
+                   .coordinators[0].node_id)
+    finally:
+        probe.close()
+
+
 def test_leader_adds_the_partition_at_a_remote_coordinator(tmp_path: Path) -> None:
     with DevCluster(tmp_path, brokers=2, overrides=SMALL) as cluster:
         b = cluster.address(0)
         tid = f"remote-{uuid.uuid4().hex[:8]}"
-        probe = Client(b, tid)
-        try:
-            probe.find_coordinator(tid, 1)
-            coordinator = int(probe.call(10, 4, {"key_type": 1, "coordinator_keys": [tid]})
-                              .coordinators[0].node_id)
-        finally:
-            probe.close()
+        coordinator = coordinator_broker(b, tid)
         leader = 1 - coordinator
         topic = f"rt-{uuid.uuid4().hex[:8]}"
         create_topic(b, topic, 1, {0: [leader]})
@@ -321,3 +326,34 @@ def test_leader_adds_the_partition_at_a_remote_coordinator(tmp_path: Path) -> No
             c.close()
             data.close()
         assert committed_values(cluster.bootstrap, topic, 1) == [b"r1"]
+
+
+def test_back_to_back_transactions_need_no_retry(tmp_path: Path) -> None:
+    """Each transaction's first batch goes out as soon as the previous EndTxn is answered, to
+    a leader on another broker than the coordinator: the leader's add waits at the coordinator
+    for the previous end's markers and Complete record (one of those markers landing on that
+    leader meanwhile), and the batch is appended at the first attempt."""
+    with DevCluster(tmp_path, brokers=2, overrides=SMALL) as cluster:
+        b = cluster.address(0)
+        tid = f"b2b-{uuid.uuid4().hex[:8]}"
+        coordinator = coordinator_broker(b, tid)
+        topic = f"b2b-{uuid.uuid4().hex[:8]}"
+        create_topic(b, topic, 1, {0: [1 - coordinator]})
+        cluster.wait_for_topic(topic, 1)
+        c = Client(cluster.address(coordinator), tid)
+        data = Client(cluster.address(1 - coordinator), tid)
+        try:
+            c.init()
+            data.pid, data.epoch = c.pid, c.epoch
+            assert data.produce(topic, 0, [b"v0"]) == E.none  # (the first may retry)
+            for i in range(1, 20):
+                assert c.end(True).error_code == E.none
+                data.epoch, data.seq = c.epoch, {}
+                assert data.produce(topic, 0, [b"v%d" % i], retry=False) == E.none, i
+            assert c.end(True).error_code == E.none
+            c.wait_state("CompleteCommit")
+        finally:
+            c.close()
+            data.close()
+        values = committed_values(cluster.bootstrap, topic, 20)
+        assert sorted(values) == sorted(b"v%d" % i for i in range(20))

@@ -1,11 +1,13 @@
 """The transaction coordinator on the coordinator runtime: `txn.TransactionCoordinator` on
-`__transaction_state`, with its marker sender (`coordinator/txn_markers.py`).
+`__transaction_state`, with its marker sender (`coordinator/txn_markers.py`), which writes the
+markers of this broker's own partitions in process.
 
 Transaction state records are appended (acks=-1) to `__transaction_state-<p>`; a partition
 is loaded when this broker becomes its leader (once its high watermark reaches its log end)
 and unloaded when it stops leading it, so the coordinator follows the partition's leadership
-and its new leader finishes what the old one left (markers, Complete* records). Timeouts and
-expiry run on the coordinator's clock on the node's ticker. `connect_to` opens the marker
+and its new leader finishes what the old one left (markers, Complete* records). Timeouts,
+expiry and the deadlines of adds waiting for a transaction's change run on the coordinator's
+clock on the node's ticker. `connect_to` opens the marker
 sender's connections (the broker's to the inter-broker listener; the simulation's over its
 network), and those of the partition leader's questions to the coordinators of other
 brokers (`txn_verification.py`: transactions v2's implicit partition add, the older clients'
@@ -16,7 +18,12 @@ from __future__ import annotations
 
 from wherry.coordinator.partition_log import Blocking, inline
 from wherry.coordinator.runtime import CoordinatorRuntime
-from wherry.coordinator.txn_markers import ConnectTo, TxnMarkerChannelManager
+from wherry.coordinator.txn_markers import (
+    ConnectTo,
+    LocalMarkers,
+    OnOffsetsMarkers,
+    TxnMarkerChannelManager,
+)
 from wherry.coordinator.txn_verification import TxnPartitionVerifier
 from wherry.replication.node import ReplicaNode
 from wherry.runtime.clock import Clock
@@ -58,7 +65,16 @@ class TxnCoordinatorHost:
         self.verifier = TxnPartitionVerifier(
             broker_id, node.cache, self.coordinator, connect_to, clock.now_ms
         )
+        self.local_markers = LocalMarkers(node, self.verifier.guards.marker_written, timeout_ms)
+        self.markers.local = self.local_markers
         self.runtime.serve(self.coordinator, clocked=self.coordinator)
+        self.coordinator.waits.on_earlier_deadline = node.ticker.wake
+
+    def attach_groups(self, on_transaction_completed: OnOffsetsMarkers) -> None:
+        """The group coordinator's hook for markers written on `__consumer_offsets`
+        (`GroupCoordinator.on_transaction_completed`): from then on this broker's own
+        `__consumer_offsets` partitions get their markers in process too."""
+        self.local_markers.on_offsets = on_transaction_completed
 
     def start_markers(self) -> None:
         """Start the marker sender (on the running loop)."""

@@ -142,28 +142,55 @@ class TxnPartitionVerifier:
         Only partitions where the producer has no ongoing transaction of that epoch are
         asked about; one where a marker of the producer was written meanwhile gets
         INVALID_TXN_STATE. Nothing may be awaited between this and the append."""
-        guards = self.guards
         failed: dict[TopicPartition, ErrorCode] = {}
         for (pid, epoch), tps in producers.items():
             todo = [tp for tp in tps if needs_check(node, tp, pid, epoch)]
             if not todo:
                 continue
-            tokens = {tp: guards.begin(tp, pid) for tp in todo}
-            try:
-                errors = await self.check(
-                    transactional_id, pid, epoch, todo, add=add, abortable_known=abortable_known
+            errors, voided = await self._guarded_check(
+                transactional_id, pid, epoch, todo, add=add, abortable_known=abortable_known
+            )
+            if add and voided:
+                # A transactions v2 add waits at the coordinator while the previous
+                # transaction ends, and that end's markers land here meanwhile: ask again
+                # (now answered at once, about the transaction after them). A late batch of
+                # an ended transaction is refused then, its epoch being the old one.
+                again, voided = await self._guarded_check(
+                    transactional_id, pid, epoch, sorted(voided), add=add,
+                    abortable_known=abortable_known,
                 )
-            finally:
-                held = {tp for tp, token in tokens.items() if guards.holds(tp, pid, token)}
-                for tp, token in tokens.items():
-                    guards.end(tp, pid, token)
-            for tp in todo:
-                err = errors.get(tp, E.none)
-                if err == E.none and tp not in held:
+                errors.update(again)
+            for tp, err in errors.items():
+                if tp in voided:
                     err = E.invalid_txn_state  # its transaction ended meanwhile
                 if err != E.none:
                     failed[tp] = err
         return failed
+
+    async def _guarded_check(
+        self,
+        transactional_id: str,
+        pid: int,
+        epoch: int,
+        todo: list[TopicPartition],
+        *,
+        add: bool,
+        abortable_known: bool,
+    ) -> tuple[dict[TopicPartition, ErrorCode], set[TopicPartition]]:
+        """`check` of `todo`: each partition's error, and those answered NONE where a marker
+        of the producer was written while they were asked (void)."""
+        guards = self.guards
+        tokens = {tp: guards.begin(tp, pid) for tp in todo}
+        try:
+            errors = await self.check(
+                transactional_id, pid, epoch, todo, add=add, abortable_known=abortable_known
+            )
+        finally:
+            held = {tp for tp, token in tokens.items() if guards.holds(tp, pid, token)}
+            for tp, token in tokens.items():
+                guards.end(tp, pid, token)
+        out = {tp: errors.get(tp, E.none) for tp in todo}
+        return out, {tp for tp, err in out.items() if err == E.none and tp not in held}
 
     async def check(
         self,

@@ -49,6 +49,7 @@ from wherry.txn.metadata import (
 )
 from wherry.txn.records import TransactionLogValue, encode_key, encode_value, partition_for
 from wherry.txn.storage import MarkerChannel, PendingMarkers, TxnStorage
+from wherry.txn.waits import TxnWaits, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,10 @@ class TxnCoordinatorConfig:
     abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transaction_state_log_num_partitions: int = 50
+    # How long an AddPartitionsToTxn / AddOffsetsToTxn waits for the transaction's change in
+    # progress (the previous end's markers and Complete* record) before CONCURRENT_TRANSACTIONS
+    # (Kafka's default add.partitions.to.txn.retry.backoff.max.ms); 0 answers at once.
+    concurrent_transactions_wait_ms: int = 100
     # The cluster's `transaction.version` feature level: 1+ writes the flexible records.
     transaction_version: int = 0
 
@@ -114,6 +119,8 @@ class TransactionCoordinator:
         self._next_expiry_check = now_ms + config.remove_expired_transaction_cleanup_interval_ms
         # Complete* writes that failed retriably: (due time, pending markers).
         self._completion_retries: list[tuple[int, PendingMarkers]] = []
+        # Adds waiting for a transactional id's change in progress to end.
+        self.waits = TxnWaits()
         self._prefix = f"[TransactionCoordinator id={broker_id}]"
 
     # --- placement and loading ------------------------------------------------------------
@@ -169,6 +176,7 @@ class TransactionCoordinator:
                 r for r in self._completion_retries if r[1].txn_partition != partition
             ]
             log.info("%s unloaded partition %d", self._prefix, partition)
+        self.waits.fail(lambda tid: self.partition_for(tid) == partition, E.not_coordinator)
 
     def shutdown(self) -> None:
         for p in list(self._owned) + list(self._loading):
@@ -250,6 +258,7 @@ class TransactionCoordinator:
             elif not retry_on(err):
                 txn.abort_transition()
             respond(err)
+            self.waits.changed(txn.transactional_id, transit.last_update_timestamp_ms)
 
         self.storage.append(partition, [(encode_key(txn.transactional_id), value)], done)
 
@@ -346,7 +355,31 @@ class TransactionCoordinator:
         """AddPartitionsToTxn / AddOffsetsToTxn (Kafka's handleAddPartitionsToTransaction): the
         partitions join the transaction (written), which is Ongoing from then on.
         `transaction_version` 2: a partition leader adds them for a transactions-v2 client's
-        Produce or TxnOffsetCommit (AddPartitionsToTxn v5 without verify-only)."""
+        Produce or TxnOffsetCommit (AddPartitionsToTxn v5 without verify-only).
+
+        While the transaction changes (the previous end's markers and Complete* record, or
+        another write) the add waits for that change to end, up to
+        `concurrent_transactions_wait_ms`, and is then decided; Kafka answers
+        CONCURRENT_TRANSACTIONS at once, and the client retries after a backoff (20 ms in
+        librdkafka and the Java producer) that would otherwise be every back-to-back
+        transaction's cost."""
+        deadline = now_ms + self.config.concurrent_transactions_wait_ms
+        self._add(
+            tid, producer_id, producer_epoch, frozenset(partitions), now_ms, respond,
+            transaction_version, deadline,
+        )
+
+    def _add(
+        self,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        added: frozenset[TopicPartition],
+        now_ms: int,
+        respond: Respond,
+        transaction_version: int,
+        deadline_ms: int,
+    ) -> None:
         err, partition, epoch, txn = self._producer_txn(tid, producer_id)
         if err != E.none or txn is None:
             return respond(err)
@@ -356,10 +389,18 @@ class TransactionCoordinator:
             S.PREPARE_COMMIT,
             S.PREPARE_ABORT,
         ):
-            return respond(E.concurrent_transactions)
+            if now_ms >= deadline_ms:
+                return respond(E.concurrent_transactions)
+
+            def again(now: int) -> None:
+                self._add(
+                    tid, producer_id, producer_epoch, added, max(now, now_ms), respond,
+                    transaction_version, deadline_ms,
+                )
+
+            return self.waits.add(tid, Waiter(deadline_ms, again, respond))
         if txn.state is S.DEAD:
             return respond(E.invalid_producer_id_mapping)
-        added = set(partitions)
         if txn.state is S.ONGOING and added <= txn.partitions:
             return respond(E.none)
         transit = txn.prepare_add_partitions(added, now_ms, transaction_version)
@@ -637,6 +678,7 @@ class TransactionCoordinator:
                 now_ms + self.config.remove_expired_transaction_cleanup_interval_ms
             )
             self.remove_expired_transactional_ids(now_ms)
+        self.waits.expire(now_ms, E.concurrent_transactions)
         due = [r for r in self._completion_retries if r[0] <= now_ms]
         if due:
             self._completion_retries = [r for r in self._completion_retries if r[0] > now_ms]
@@ -646,6 +688,9 @@ class TransactionCoordinator:
     def next_expiration_ms(self) -> int | None:
         times = [self._next_abort_check, self._next_expiry_check]
         times += [r[0] for r in self._completion_retries]
+        earliest = self.waits.earliest_deadline_ms()
+        if earliest is not None:
+            times.append(earliest)
         return min(times)
 
     def abort_timed_out_transactions(self, now_ms: int) -> int:

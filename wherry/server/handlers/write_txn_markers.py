@@ -3,7 +3,8 @@ the partition leaders (Kafka's KafkaApis.handleWriteTxnMarkersRequest).
 
 * CLUSTER_ACTION on the cluster, else every partition of every marker gets
   CLUSTER_AUTHORIZATION_FAILED.
-* Per marker (`coordinator/txn_markers.write_txn_marker`, which the simulation runs too), a
+* Per marker (`coordinator/txn_markers.write_txn_marker`, which the simulation runs too, and
+  which the coordinator runs in process for its own broker's partitions), a
   partition without a local replica gets UNKNOWN_TOPIC_OR_PARTITION; the others
   get one control batch (`build_control_batch`: producer id/epoch, coordinator epoch) appended
   as the leader with acks=all semantics (`min.insync.replicas` checked, answer once the ISR has
@@ -20,7 +21,6 @@ the partition leaders (Kafka's KafkaApis.handleWriteTxnMarkersRequest).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,6 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.coordinator.txn_markers import marker_answer, write_txn_marker
-from wherry.group.records import OFFSETS_TOPIC
 from wherry.security.acl import AclOperation
 from wherry.server.authz import authorize_cluster
 
@@ -36,37 +35,24 @@ if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
 
-log = logging.getLogger(__name__)
-
 DEFAULT_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
 
 
 async def _write_marker(
     broker: BrokerServices, marker: Any, timeout_ms: int
 ) -> dict[TopicPartition, ErrorCode]:
-    guards = broker.transactions.verifier.guards
-    for t in marker.topics:  # a check of this producer in flight there is void from now on
-        for p in t.partition_indexes:
-            guards.marker_written(TopicPartition(t.name, p), marker.producer_id)
-    errors = await write_txn_marker(broker.node, marker, broker.clock.now_ms(), timeout_ms)
-    offsets_partitions = [
-        tp.partition
-        for tp in errors
-        if tp.topic == OFFSETS_TOPIC and errors[tp] == ErrorCode.none
-    ]
-    if offsets_partitions:
-        try:
-            broker.groups.coordinator.on_transaction_completed(
-                marker.producer_id, offsets_partitions, bool(marker.transaction_result)
-            )
-        except Exception:
-            log.exception(
-                "Received an exception while trying to update the offsets cache on "
-                "transaction marker append"
-            )
-            for p in offsets_partitions:
-                errors[TopicPartition(OFFSETS_TOPIC, p)] = ErrorCode.unknown_server_error
-    return errors
+    def on_offsets(producer_id: int, partitions: list[int], commit: bool) -> None:
+        # The group coordinator is looked up only for markers on `__consumer_offsets`.
+        broker.groups.coordinator.on_transaction_completed(producer_id, partitions, commit)
+
+    return await write_txn_marker(
+        broker.node,
+        marker,
+        broker.clock.now_ms(),
+        timeout_ms,
+        on_marker=broker.transactions.verifier.guards.marker_written,
+        on_offsets=on_offsets,
+    )
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:

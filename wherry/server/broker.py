@@ -348,6 +348,8 @@ class Broker:
         self.shares = ShareRuntime(edges, lambda g: self.groups.coordinator.partition_for(g))
         self.node.leadership_listeners.append(self.shares.on_leadership_change)
         self.shares.attach_groups(self.groups)
+        # markers on this broker's own `__consumer_offsets` partitions: written in process
+        self.transactions.attach_groups(self.groups.coordinator.on_transaction_completed)
         self.network.on_close = lambda conn: self.shares.on_connection_closed(conn.id)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
         from wherry.server.log_dir_failure import LogDirEventReporter

@@ -90,3 +90,18 @@ def test_a_produce_handler_that_does_not_append_is_caught(handlers: dict[int, An
     failed = first_failure(50)
     assert failed is not None, "the planted Produce bug went unnoticed for 50 seeds"
     assert failed.violation is not None and "acknowledged" in failed.violation, failed
+
+
+def _trace(seed: int) -> tuple[object, ...]:
+    r = run_seed(seed, SimOptions(duration_ms=1_500, settle_ms=3_000, transactions=True))
+    return (r.ok, r.violation, r.steps, r.sim_ms, r.acks, r.produced, r.consumed,
+            r.transactions, r.committed, tuple(r.faults))
+
+
+def test_a_seed_replays_the_same_after_other_worlds_ran_in_the_process() -> None:
+    """Nothing of a world outlives it: the same seed, run first and again after other seeds
+    in one process, takes the same steps and ends the same."""
+    first = _trace(7)
+    for other in (1, 2):
+        _trace(other)
+    assert _trace(7) == first

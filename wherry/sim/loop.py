@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class SimDeadlock(RuntimeError):
@@ -59,6 +61,19 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def _write_to_self(self) -> None:
         pass
+
+    def run_in_executor(  # type: ignore[override]
+        self, executor: Any, func: Callable[..., T], *args: Any
+    ) -> asyncio.Future[T]:
+        """File work the broker hands to a thread runs here, inline, at once: a thread would
+        finish at a moment of the real clock, and the run would no longer replay (the loop
+        would find nothing ready and no timer while the thread works: a false deadlock)."""
+        fut: asyncio.Future[T] = self.create_future()
+        try:
+            fut.set_result(func(*args))
+        except Exception as e:  # delivered to the awaiting task, as from a thread
+            fut.set_exception(e)
+        return fut
 
     def _run_once(self) -> None:
         super()._run_once()  # type: ignore[misc]

@@ -6,6 +6,7 @@ ends are cut apart or the destination is down. No sockets.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,6 +39,12 @@ class SimNetwork:
         self.cut: set[frozenset[int]] = set()
         self.delivered = 0
         self.dropped = 0
+        # Connection ids of this world's simulated connections: per world, so a seed replays
+        # the same in a process that ran other worlds before it.
+        self._connection_ids = itertools.count(1)
+
+    def next_connection_id(self) -> int:
+        return next(self._connection_ids)
 
     def partition(self, a: int, b: int) -> None:
         self.cut.add(frozenset((a, b)))

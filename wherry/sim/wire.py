@@ -14,7 +14,6 @@ the brokers' own fetchers and marker senders use) on each.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -32,9 +31,6 @@ __all__ = ["FetchedRange", "SimClients", "SimConnection", "fetch", "frame_bytes"
 
 PRODUCE_KEY: Final = 0
 FETCH_KEY: Final = 1
-
-_connection_ids = itertools.count(1)
-
 
 class FrameServer(Protocol):
     """A simulated broker as its connections see it (`node.SimBroker`)."""
@@ -90,7 +86,7 @@ class SimConnection:
         self._alive = alive  # the sending process is still the one that opened it
         self.dst_incarnation = world.incarnation(dst)
         self.closed = self.dst_incarnation is None
-        conn_id = next(_connection_ids)
+        conn_id = world.network.next_connection_id()
         self.info = ConnectionInfo(f"10.0.{src // 250}.{src % 250}:{conn_id}", "PLAINTEXT", conn_id)
 
     @property

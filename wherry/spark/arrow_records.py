@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Sequence
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -190,17 +190,67 @@ class _Bytes:
         )
 
 
+class _Ramp(NamedTuple):
+    """``rows`` int64 values from ``first`` on, rising by one (a run's offsets)."""
+
+    first: int
+    rows: int
+
+
+class _Same(NamedTuple):
+    """One value ``rows`` times (None: nulls)."""
+
+    value: Any
+    rows: int
+
+
+_Piece: TypeAlias = pa.Array | _Ramp | _Same
+
+
+def _merged(pieces: list[_Piece]) -> list[_Piece]:
+    """Neighbouring ramps that go on from each other, and neighbouring repeats of one value,
+    as one piece each."""
+    out: list[_Piece] = []
+    for piece in pieces:
+        last = out[-1] if out else None
+        if isinstance(piece, _Ramp) and isinstance(last, _Ramp):
+            if last.first + last.rows == piece.first:
+                out[-1] = _Ramp(last.first, last.rows + piece.rows)
+                continue
+        elif isinstance(piece, _Same) and isinstance(last, _Same) and last.value == piece.value:
+            out[-1] = _Same(piece.value, last.rows + piece.rows)
+            continue
+        out.append(piece)
+    return out
+
+
+def _column(pieces: list[_Piece], kind: pa.DataType) -> pa.Array:
+    arrays = []
+    for piece in _merged(pieces):
+        if isinstance(piece, _Ramp):
+            ramp = pc.call_function("cast", [_ramp32(piece.rows)], _TO_I64)
+            arrays.append(_call("add", ramp, _i64(piece.first)))
+        elif isinstance(piece, _Same):
+            if piece.value is None:
+                arrays.append(pa.nulls(piece.rows, kind))
+            else:
+                arrays.append(pa.repeat(pa.scalar(piece.value, kind), piece.rows))
+        else:
+            arrays.append(piece)
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
 class _Columns:
-    """The output columns, as lists of arrays (one per segment) concatenated at the end."""
+    """The output columns, as lists of pieces (one per segment) joined at the end."""
 
     def __init__(self, with_headers: bool) -> None:
         self.with_headers = with_headers
-        self.keys: list[pa.Array] = []
-        self.values: list[pa.Array] = []
-        self.offsets: list[pa.Array] = []
-        self.stamps: list[pa.Array] = []
-        self.kinds: list[pa.Array] = []
-        self.headers: list[pa.Array] = []
+        self.keys: list[_Piece] = []
+        self.values: list[_Piece] = []
+        self.offsets: list[_Piece] = []
+        self.stamps: list[_Piece] = []
+        self.kinds: list[_Piece] = []
+        self.headers: list[_Piece] = []
         self.loose = _Loose(with_headers)
         self.rows = 0
 
@@ -229,43 +279,40 @@ class _Columns:
         self.flush()
         size = lay.size
         stop = first + count * size
-        whole = pa.Array.from_buffers(
-            pa.binary(size), count, [None, pa.py_buffer(memoryview(buf)[first:stop])]
-        )
+        whole: pa.Array | None = None
         for out, at, length in (
             (self.keys, lay.key_at, lay.key_len),
             (self.values, lay.value_at, lay.value_len),
         ):
-            if length < 0:
-                out.append(pa.nulls(count, pa.binary()))
-            elif length == 0:
-                out.append(pa.repeat(pa.scalar(b"", pa.binary()), count))
-            else:
-                part = pc.call_function("binary_slice", [whole], pc.SliceOptions(at, at + length))
-                out.append(_fixed_to_binary(part, length))
+            if length <= 0:
+                out.append(_Same(None if length < 0 else b"", count))
+                continue
+            if whole is None:
+                view = pa.py_buffer(memoryview(buf)[first:stop])
+                whole = pa.Array.from_buffers(pa.binary(size), count, [None, view])
+            part = pc.call_function("binary_slice", [whole], pc.SliceOptions(at, at + length))
+            out.append(_fixed_to_binary(part, length))
         off_at = first + lay.off_at
         low, _ = _read_varint(buf, off_at, stop)
         high, _ = _read_varint(buf, stop - size + lay.off_at, stop)
         if high - low == count - 1:
             # Deltas rise within a batch: from low to high in count steps, they are consecutive.
-            ramp = pc.call_function("cast", [_ramp32(count)], _TO_I64)
-            self.offsets.append(_call("add", ramp, _i64(batch.base_offset + low)))
+            self.offsets.append(_Ramp(batch.base_offset + low, count))
         else:  # gaps (a compacted batch)
             deltas = _varint_column(buf, off_at, stop, size, lay.off_width)
             self.offsets.append(_call("add", deltas, _i64(batch.base_offset)))
         ts_at = first + lay.ts_at
         if batch.log_append_time:
-            self.stamps.append(pa.repeat(pa.scalar(batch.max_timestamp, pa.int64()), count))
+            self.stamps.append(_Same(batch.max_timestamp, count))
         elif _same_bytes(buf, ts_at, stop, size, lay.ts_width, count):
             delta, _ = _read_varlong(buf, ts_at, stop)
-            stamp = pa.scalar(batch.base_timestamp + delta, pa.int64())
-            self.stamps.append(pa.repeat(stamp, count))
+            self.stamps.append(_Same(batch.base_timestamp + delta, count))
         else:
             deltas = _varint_column(buf, ts_at, stop, size, lay.ts_width)
             self.stamps.append(_call("add", deltas, _i64(batch.base_timestamp)))
-        self.kinds.append(pa.repeat(pa.scalar(batch.kind, pa.int32()), count))
+        self.kinds.append(_Same(batch.kind, count))
         if self.with_headers:
-            self.headers.append(pa.repeat(pa.scalar([], HEADERS_TYPE), count))
+            self.headers.append(_Same([], count))
         self.rows += count
 
 
@@ -409,6 +456,22 @@ def _run_matches(buf: bytes, template: int, pos: int, count: int, lay: _Layout) 
     )
 
 
+def _run_length(buf: bytes, p: int, most: int, lay: _Layout) -> int:
+    """How many records from ``p`` (at most ``most``) have the layout of the one at ``p``."""
+    if most < _MIN_RUN or not _run_matches(buf, p, p, _MIN_RUN, lay):
+        return 0
+    if _run_matches(buf, p, p, most, lay):
+        return most
+    low, high = _MIN_RUN, most  # low records match, high do not
+    while high - low > 1:
+        mid = (low + high) // 2
+        if _run_matches(buf, p, p, mid, lay):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
 def _walk(buf: bytes, p: int, end: int, count: int, cols: _Columns, batch: _Batch) -> None:
     """Add the ``count`` records of ``buf[p:end]`` to ``cols``, in runs where they fit."""
     i = 0
@@ -416,12 +479,8 @@ def _walk(buf: bytes, p: int, end: int, count: int, cols: _Columns, batch: _Batc
     while i < count:
         lay = _layout(buf, p, end, cols.with_headers)
         if lay is not None:
-            n = min(count - i, (end - p) // lay.size, _MAX_RUN)
-            matched = n > 1 and _run_matches(buf, p, p, n, lay)
-            while not matched and n > _MIN_RUN:
-                n //= 2  # a layout change inside: the run up to it
-                matched = _run_matches(buf, p, p, n, lay)
-            if matched:
+            n = _run_length(buf, p, min(count - i, (end - p) // lay.size, _MAX_RUN), lay)
+            if n >= _MIN_RUN:
                 cols.run(buf, p, n, lay, batch)
                 p += n * lay.size
                 i += n
@@ -525,20 +584,20 @@ def _assemble(
 ) -> pa.RecordBatch | None:
     if not cols.rows:
         return None
-    offsets = pa.concat_arrays(cols.offsets)
+    offsets = _column(cols.offsets, pa.int64())
     n = len(offsets)
-    stamps = _call("multiply", pa.concat_arrays(cols.stamps), _i64(1000)).cast(TIMESTAMP_TYPE)
+    stamps = _call("multiply", _column(cols.stamps, pa.int64()), _i64(1000))
     arrays = [
-        pa.concat_arrays(cols.keys),
-        pa.concat_arrays(cols.values),
+        _column(cols.keys, pa.binary()),
+        _column(cols.values, pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         offsets,
-        stamps,
-        pa.concat_arrays(cols.kinds),
+        stamps.cast(TIMESTAMP_TYPE),
+        _column(cols.kinds, pa.int32()),
     ]
     if cols.with_headers:
-        arrays.append(pa.concat_arrays(cols.headers))
+        arrays.append(_column(cols.headers, HEADERS_TYPE))
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema(cols.with_headers))
     if offsets[0].as_py() >= start and offsets[n - 1].as_py() < end:
         return batch

@@ -85,6 +85,10 @@ class PartitionError(RuntimeError):
         self.code = code
 
 
+class NoSuchPartition(PartitionError):
+    """The cluster's metadata has no such topic or partition (not worth waiting for)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     servers: str
@@ -164,6 +168,9 @@ class PartitionClient:
         self._leaders: dict[tuple[str, int], int] = {}
         self._correlation = 0
         self._checked: set[tuple[str, int]] = set()
+        self.bytes_per_record = 0.0
+        """Record bytes per offset in the last answer read (0: none yet): how much the next
+        range's first Fetch asks for."""
 
     # --- connections ---------------------------------------------------------------------
 
@@ -199,9 +206,7 @@ class PartitionClient:
         try:
             conn.send(frame)
             answer = conn.receive()
-            return decode_response(api_key, version, bytes(answer), expect_correlation_id=cid)[
-                1
-            ]
+            return decode_response(api_key, version, bytes(answer), expect_correlation_id=cid)[1]
         except (OSError, ResponseDecodeError) as e:
             self._drop(address)
             raise FetchUnavailable(f"request to {address[0]}:{address[1]} failed: {e}") from e
@@ -255,7 +260,9 @@ class PartitionClient:
         if node is None or node not in self._brokers:
             self.refresh(topic)
             node = self._leaders.get((topic, partition))
-        if node is None or node < 0 or node not in self._brokers:
+        if node is None:
+            raise NoSuchPartition(3, f"the cluster knows no partition {topic}-{partition}")
+        if node < 0 or node not in self._brokers:
             raise PartitionError(5, f"no leader known for {topic}-{partition}")
         return self._brokers[node]
 

@@ -36,6 +36,7 @@ from wherry.spark.fetch_client import (
     LEADER_ERRORS,
     OFFSET_OUT_OF_RANGE,
     FetchUnavailable,
+    NoSuchPartition,
     PartitionClient,
     PartitionError,
     Settings,
@@ -315,8 +316,8 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
 
 
 FIRST_FETCH_BYTES = 1 << 20
-"""The first Fetch of a range asks for at most this much of the partition; the next ones for
-about what the rest of the range needs, by the record size seen (up to `BATCH_BYTES`)."""
+"""A Fetch asks for about what the rest of the range needs by the record size the client saw
+last (up to `BATCH_BYTES`), and for this much when it has seen none."""
 
 
 def _fetch_range(
@@ -333,15 +334,15 @@ def _fetch_range(
     position, end = rng.start, rng.end
     checked = False  # the range was clamped to the log
     pending: tuple[int, int] | None = None  # (offset, correlation id) of a Fetch sent
-    per_record = 0.0
 
     def ask(offset: int) -> tuple[int, int]:
         if given is not None:
             size = given
-        elif not per_record:
+        elif not client.bytes_per_record:
             size = FIRST_FETCH_BYTES
         else:
-            size = int((end - offset) * per_record * 1.1) + 16384
+            rows = min(end - offset, ROWS_PER_BATCH)
+            size = int(rows * client.bytes_per_record * 1.05) + 16384
             size = max(64 << 10, min(BATCH_BYTES, size))
         return offset, client.send_fetch(topic, partition, offset, size)
 
@@ -368,7 +369,9 @@ def _fetch_range(
                 raise PartitionError(answer.error_code, f"Fetch of {name}")
         except (FetchUnavailable, PartitionError) as e:
             pending = None
-            retry = isinstance(e, FetchUnavailable) or e.code in LEADER_ERRORS
+            retry = isinstance(e, FetchUnavailable) or (
+                e.code in LEADER_ERRORS and not isinstance(e, NoSuchPartition)
+            )
             if not retry:
                 raise ConnectorError(f"reading {name} at offset {position} failed: {e}") from e
             if time.monotonic() > deadline:
@@ -398,7 +401,7 @@ def _fetch_range(
             with_headers=opts.include_headers,
         )
         if after > position:
-            per_record = len(records) / (after - position)
+            client.bytes_per_record = len(records) / (after - position)
             position = after
         elif position >= high:
             return  # the end of the log: a compacted tail may stop short of ``end``

@@ -321,11 +321,7 @@ class _Batch(NamedTuple):
     base_timestamp: int
     max_timestamp: int
     log_append_time: bool
-
-    @property
-    def kind(self) -> int:
-        """Spark's timestampType: 0 CreateTime, 1 LogAppendTime."""
-        return 1 if self.log_append_time else 0
+    kind: int  # Spark's timestampType: 0 CreateTime, 1 LogAppendTime
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,41 +329,60 @@ class _Batch(NamedTuple):
 # --------------------------------------------------------------------------------------------
 
 
-def _nullable(buf: bytes, p: int, limit: int) -> tuple[int, int, int]:
-    """(length or -1, position of the bytes, position after them) of a nullable field."""
-    length, p = _read_varint(buf, p, limit)
-    if length < -1:
-        raise ValueError(f"invalid field length {length}")
-    return length, p, p + max(length, 0)
+def _some(buf: bytes, p: int, end: int, k: int, lo: _Loose, batch: _Batch) -> int:
+    """Walk the ``k`` records from ``p`` into ``lo``, one at a time; returns the position
+    after them. (A per-record cost: locals bound once, one-byte varints read inline.)"""
+    read_varint, read_varlong = _read_varint, _read_varlong
+    offsets, stamps, kinds = lo.offsets, lo.stamps, lo.kinds
+    keys, key_ends, key_valid = lo.keys.data, lo.keys.ends, lo.keys.valid
+    values, value_ends, value_valid = lo.values.data, lo.values.ends, lo.values.valid
+    base_offset, base_ts, kind = batch.base_offset, batch.base_timestamp, batch.kind
+    fixed_ts = batch.max_timestamp if batch.log_append_time else None
+    for _ in range(k):
+        length, p = read_varint(buf, p, end)
+        rec_end = p + length
+        if length < 6 or rec_end > end:
+            raise ValueError(f"invalid record size {length}")
+        ts_delta, q = read_varlong(buf, p + 1, rec_end)
+        off_delta, q = read_varint(buf, q, rec_end)
+        offsets.append(base_offset + off_delta)
+        stamps.append(base_ts + ts_delta if fixed_ts is None else fixed_ts)
+        kinds.append(kind)
+        for data, ends, valid in ((keys, key_ends, key_valid), (values, value_ends, value_valid)):
+            b = buf[q]
+            if b < 0x80:
+                size, q = (b >> 1) ^ -(b & 1), q + 1
+            else:
+                size, q = read_varint(buf, q, rec_end)
+            if size >= 0:
+                data += buf[q : q + size]
+                q += size
+                valid.append(1)
+            elif size == -1:
+                valid.append(0)
+            else:
+                raise ValueError(f"invalid field length {size}")
+            ends.append(len(data))
+        if lo.with_headers:
+            q = _headers(buf, q, rec_end, lo)
+            if q != rec_end:
+                raise ValueError(f"record fields use {q - p} bytes, its length says {length}")
+        p = rec_end
+    return p
 
 
-def _one(buf: bytes, p: int, end: int, lo: _Loose, batch: _Batch) -> int:
-    """Walk the record at ``p`` into ``lo``; returns the position after it."""
-    length, p = _read_varint(buf, p, end)
-    rec_end = p + length
-    if length < 6 or rec_end > end:
-        raise ValueError(f"invalid record size {length}")
-    ts_delta, q = _read_varlong(buf, p + 1, rec_end)
-    off_delta, q = _read_varint(buf, q, rec_end)
-    klen, kat, q = _nullable(buf, q, rec_end)
-    vlen, vat, q = _nullable(buf, q, rec_end)
-    lo.offsets.append(batch.base_offset + off_delta)
-    stamp = batch.max_timestamp if batch.log_append_time else batch.base_timestamp + ts_delta
-    lo.stamps.append(stamp)
-    lo.kinds.append(batch.kind)
-    lo.keys.add(buf, kat, klen)
-    lo.values.add(buf, vat, vlen)
-    if lo.with_headers:
-        count, q = _read_varint(buf, q, rec_end)
-        for _ in range(count):
-            hklen, hkat, q = _nullable(buf, q, rec_end)
-            hvlen, hvat, q = _nullable(buf, q, rec_end)
-            lo.header_keys.add(buf, hkat, max(hklen, 0))
-            lo.header_values.add(buf, hvat, hvlen)
-        lo.header_ends.append(len(lo.header_keys.valid))
-        if q != rec_end:
-            raise ValueError(f"record fields use {q - p} bytes, its length says {length}")
-    return rec_end
+def _headers(buf: bytes, q: int, rec_end: int, lo: _Loose) -> int:
+    """Read a record's headers at ``q`` into ``lo``; returns the position after them."""
+    count, q = _read_varint(buf, q, rec_end)
+    for _ in range(count):
+        for out in (lo.header_keys, lo.header_values):
+            size, q = _read_varint(buf, q, rec_end)
+            if size < -1 or (size == -1 and out is lo.header_keys):
+                raise ValueError(f"invalid header field length {size}")
+            out.add(buf, q, size)
+            q += max(size, 0)
+    lo.header_ends.append(len(lo.header_keys.valid))
+    return q
 
 
 class _Layout(NamedTuple):
@@ -392,7 +407,7 @@ def _varint_end(buf: bytes, q: int) -> int:
 def _layout(buf: bytes, p: int, end: int, with_headers: bool) -> _Layout | None:
     """The layout of the record at ``p``; None when its run cannot be read by columns (wide
     timestamp or offset varints; headers, when they are asked for) or the record is not
-    well formed (`_one` then walks it, and says what is wrong)."""
+    well formed (`_some` then walks it, and says what is wrong)."""
     try:
         a = _varint_end(buf, p)  # attributes
         raw, _ = _read_uvarint(buf, p, a, 5)
@@ -487,9 +502,9 @@ def _walk(buf: bytes, p: int, end: int, count: int, cols: _Columns, batch: _Batc
                 skip = 1
                 continue
         # Not a run: walk a few records one by one (more after each miss) before trying again.
-        for _ in range(min(skip, count - i)):
-            p = _one(buf, p, end, cols.loose, batch)
-            i += 1
+        k = min(skip, count - i)
+        p = _some(buf, p, end, k, cols.loose, batch)
+        i += k
         skip = min(2 * skip, _MAX_SKIP)
     if p != end:
         raise ValueError(f"{end - p} bytes after the last record of the batch")
@@ -570,7 +585,8 @@ def fetched_rows(
         payload = bytes(view[batch_at + BATCH_HEADER_SIZE : batch_at + size])
         if codec:
             payload = compression.decompress(codec, payload)
-        info = _Batch(base, base_ts, max_ts, bool(attrs & ATTR_TIMESTAMP_TYPE))
+        log_append = bool(attrs & ATTR_TIMESTAMP_TYPE)
+        info = _Batch(base, base_ts, max_ts, log_append, 1 if log_append else 0)
         try:
             _walk(payload, 0, len(payload), count, cols, info)
         except IndexError as e:

@@ -379,7 +379,6 @@ def _fetch_range(
             client.forget(topic, partition)
             time.sleep(0.05)
             continue
-        deadline = time.monotonic() + timeout_s
         high = answer.last_stable_offset if read_committed else answer.high_watermark
         if not checked:
             checked = True
@@ -403,12 +402,13 @@ def _fetch_range(
         if after > position:
             client.bytes_per_record = len(records) / (after - position)
             position = after
+            deadline = time.monotonic() + timeout_s
         elif position >= high:
             return  # the end of the log: a compacted tail may stop short of ``end``
+        elif time.monotonic() > deadline:
+            raise _timed_out(opts, name, position, end)
         if rows is not None:
             yield rows
-    if pending is not None:  # an answer nobody will read: the connection goes with it
-        client.forget(topic, partition)
 
 
 def _watermarks(

@@ -13,9 +13,9 @@ import bisect
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -291,33 +291,46 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     if raw_fetch_possible(opts.kafka):
         settings = Settings.of(opts.bootstrap_servers, opts.kafka, opts.poll_timeout_ms)
         key = ("fetch", settings)
-        client = client_cache.take_reader(key, lambda: PartitionClient(settings))
-        finished = False
-        try:
-            yield from _fetch_range(client, opts, rng)
-            finished = True
-        finally:
-            if finished:  # no answer outstanding: kept for the next range
-                client_cache.keep_reader(key, client)
-            else:
-                client.close()
+        yield from _lent(
+            lambda: client_cache.take_reader(key, lambda: PartitionClient(settings)),
+            lambda client: _fetch_range(client, opts, rng),
+            lambda client: client_cache.keep_reader(key, client),
+        )
         return
     conf = _consumer_conf(opts)
-    consumer = client_cache.take_consumer(conf, lambda: _new_consumer(conf))
+    yield from _lent(
+        lambda: client_cache.take_consumer(conf, lambda: _new_consumer(conf)),
+        lambda consumer: _read(consumer, opts, rng),
+        lambda consumer: client_cache.give_back(conf, consumer),
+    )
+
+
+_C = TypeVar("_C", Consumer, PartitionClient)
+
+
+def _lent(
+    take: Callable[[], _C],
+    read: Callable[[_C], Iterator[pa.RecordBatch]],
+    give_back: Callable[[_C], None],
+) -> Iterator[pa.RecordBatch]:
+    """``read`` with a kept client: given back for the next range when the read ends well
+    (no answer outstanding), closed when it fails or is abandoned."""
+    client = take()
     done = False
     try:
-        yield from _read(consumer, opts, rng)
+        yield from read(client)
         done = True
     finally:
-        if done:  # kept for the next range this process reads
-            client_cache.give_back(conf, consumer)
+        if done:
+            give_back(client)
         else:
-            consumer.close()
+            client.close()
 
 
 FIRST_FETCH_BYTES = 1 << 20
-"""A Fetch asks for about what the rest of the range needs by the record size the client saw
-last (up to `BATCH_BYTES`), and for this much when it has seen none."""
+"""A Fetch asks for this much when the client has seen no records yet; after that for what
+the rest of the range needs by the record size it saw last, plus this much (up to
+`BATCH_BYTES`)."""
 
 
 def _fetch_range(
@@ -341,9 +354,11 @@ def _fetch_range(
         elif not client.bytes_per_record:
             size = FIRST_FETCH_BYTES
         else:
+            # An answer ends with the part of a batch that did not fit, which is dropped and
+            # fetched again: room for one more batch saves that second round trip.
             rows = min(end - offset, ROWS_PER_BATCH)
-            size = int(rows * client.bytes_per_record * 1.05) + 16384
-            size = max(64 << 10, min(BATCH_BYTES, size))
+            size = int(rows * client.bytes_per_record * 1.05) + FIRST_FETCH_BYTES
+            size = min(BATCH_BYTES, size)
         return offset, client.send_fetch(topic, partition, offset, size)
 
     while position < end:

@@ -85,7 +85,7 @@ def floor_source(records: int, per_batch: int, partitions: int) -> type:
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-    from wherry.spark.kafka_access import BASE_SCHEMA_DDL
+    from wherry.spark.row_schema import BASE_SCHEMA_DDL
 
     class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def initialOffset(self) -> dict[str, int]:

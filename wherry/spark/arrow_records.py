@@ -38,10 +38,7 @@ from wherry.protocol.records import (
     CONTROL_ABORT,
     LOG_OVERHEAD,
 )
-
-HEADERS_TYPE: Final = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-TIMESTAMP_TYPE: Final = pa.timestamp("us", tz="UTC")
-BASE_NAMES: Final = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+from wherry.spark.row_schema import HEADERS_TYPE, TIMESTAMP_TYPE, schema
 
 _HEADER: Final = struct.Struct(">qiibIhiqqqhii")
 _CONTROL_TYPE: Final = struct.Struct(">hh")  # version, type
@@ -52,22 +49,6 @@ _MAX_SKIP: Final = 64
 
 class UnsupportedRecords(ValueError):
     """Records this decoder does not read (a message format before v2)."""
-
-
-def schema(with_headers: bool) -> pa.Schema:
-    """The source's Arrow schema (what Spark checks every yielded batch against)."""
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", TIMESTAMP_TYPE),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if with_headers:
-        fields.append(pa.field("headers", HEADERS_TYPE))
-    return pa.schema(fields)
 
 
 # --------------------------------------------------------------------------------------------

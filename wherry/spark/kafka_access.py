@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,22 +29,14 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from wherry.protocol.records import batches_next_offset
 from wherry.spark import client_cache
-from wherry.spark.arrow_records import HEADERS_TYPE, TIMESTAMP_TYPE, fetched_rows
-from wherry.spark.fetch_client import (
-    LEADER_ERRORS,
-    OFFSET_OUT_OF_RANGE,
-    FetchUnavailable,
-    NoSuchPartition,
-    PartitionClient,
-    PartitionError,
-    Settings,
-    raw_fetch_possible,
-)
 from wherry.spark.options import OptionError, SinkOptions, SourceOptions, Subscription
 from wherry.spark.planning import OffsetRange, PartitionOffsets
 from wherry.spark.planning import TopicPartition as TP
+from wherry.spark.row_schema import HEADERS_TYPE, TIMESTAMP_TYPE
+
+if TYPE_CHECKING:
+    from wherry.spark.fetch_client import PartitionClient
 
 log = logging.getLogger("wherry.spark")
 
@@ -53,11 +45,6 @@ ROWS_PER_BATCH = 50_000
 BATCH_BYTES = 16 << 20
 """Aim for Arrow batches of about this many key + value bytes (large records: fewer rows)."""
 
-BASE_SCHEMA_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int"
-)
-HEADERS_DDL = ", headers array<struct<key:string,value:binary>>"
 
 
 class DataLossError(RuntimeError):
@@ -288,6 +275,9 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     """
     if rng.end <= rng.start:
         return
+    # The Fetch reader (and the protocol codecs under it) is imported by executors only.
+    from wherry.spark.fetch_client import PartitionClient, Settings, raw_fetch_possible
+
     if raw_fetch_possible(opts.kafka):
         settings = Settings.of(opts.bootstrap_servers, opts.kafka, opts.poll_timeout_ms)
         key = ("fetch", settings)
@@ -305,7 +295,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     )
 
 
-_C = TypeVar("_C", Consumer, PartitionClient)
+_C = TypeVar("_C", Consumer, "PartitionClient")
 
 
 def _lent(
@@ -338,6 +328,16 @@ def _fetch_range(
 ) -> Iterator[pa.RecordBatch]:
     """`read_range` with `fetch_client`: the next Fetch is sent before the answer in hand is
     decoded, so the broker reads while this process builds columns."""
+    from wherry.protocol.records import batches_next_offset
+    from wherry.spark.arrow_records import fetched_rows
+    from wherry.spark.fetch_client import (
+        LEADER_ERRORS,
+        OFFSET_OUT_OF_RANGE,
+        FetchUnavailable,
+        NoSuchPartition,
+        PartitionError,
+    )
+
     topic, partition = rng.topic, rng.partition
     name = f"{topic}-{partition}"
     given = client.settings.partition_max_bytes

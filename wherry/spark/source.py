@@ -41,8 +41,6 @@ from pyspark.sql.types import (
 )
 
 from wherry.spark.kafka_access import (
-    BASE_SCHEMA_DDL,
-    HEADERS_DDL,
     ClusterView,
     RowProducer,
     data_loss,
@@ -71,6 +69,7 @@ from wherry.spark.planning import (
     rate_limit,
     to_json,
 )
+from wherry.spark.row_schema import BASE_SCHEMA_DDL, HEADERS_DDL
 
 log = logging.getLogger("wherry.spark")
 

@@ -1,7 +1,8 @@
 """The Kafka clients the connector keeps between calls in one process (no Spark needed): the
-driver's AdminClient serves every lookup of the same options; a range reader's consumer is
-kept for the next range, reads a partition added after it learned the cluster, and is not kept
-after a failed read."""
+driver's AdminClient serves every lookup of the same options; a range reader's client (its own
+Fetch connections, or a librdkafka consumer when a setting asks for librdkafka) is kept for the
+next range, reads a partition added after it learned the cluster, and is not kept after a
+failed read."""
 
 from __future__ import annotations
 
@@ -28,14 +29,26 @@ def values(opts: SourceOptions, rng: OffsetRange) -> list[bytes]:
     return [v for b in read_range(opts, rng) for v in b.column("value").to_pylist()]
 
 
-def test_kept_clients_serve_the_next_calls_and_learn_new_partitions(broker_bootstrap: str) -> None:
+@pytest.mark.parametrize(
+    "reader",
+    [{}, {"kafka.socket.keepalive.enable": "true"}],  # a setting only librdkafka takes
+    ids=["own-fetch", "librdkafka"],
+)
+def test_kept_clients_serve_the_next_calls_and_learn_new_partitions(
+    broker_bootstrap: str, reader: dict[str, str]
+) -> None:
     bs = broker_bootstrap
     t = f"cache-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bs})
     admin.create_topics([NewTopic(t, 1, 1)])[t].result(30)
     produce(bs, t, 0, 100)
     opts = SourceOptions.parse(
-        {"kafka.bootstrap.servers": bs, "subscribe": t, "kafka.client.id": uuid.uuid4().hex},
+        {
+            "kafka.bootstrap.servers": bs,
+            "subscribe": t,
+            "kafka.client.id": uuid.uuid4().hex,
+            **reader,
+        },
         streaming=False,
     )
     view = ClusterView(opts)

@@ -10,16 +10,17 @@ here serve the calls after the first one. (Spark's own Kafka connector pools its
 the executors for the same reason.)
 
 Clients are keyed by their full configuration; at most `MAX_IDLE` of each kind are kept,
-oldest dropped first. A consumer is lent to one reader at a time and given back unassigned;
-one whose read failed is closed, not kept.
+oldest dropped first. A range reader's client (a librdkafka consumer, or the connections of
+`fetch_client`) is lent to one reader at a time and given back idle; one whose read failed
+is closed, not kept.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
@@ -30,7 +31,14 @@ settings)."""
 
 _lock = threading.Lock()
 _admins: OrderedDict[tuple[tuple[str, str], ...], AdminClient] = OrderedDict()
-_consumers: OrderedDict[tuple[tuple[str, str], ...], list[Consumer]] = OrderedDict()
+_readers: OrderedDict[Hashable, list[Any]] = OrderedDict()
+
+
+class _Closable(Protocol):
+    def close(self) -> Any: ...
+
+
+R = TypeVar("R", bound=_Closable)
 
 
 def _key(conf: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -56,34 +64,43 @@ def forget_admin(conf: Mapping[str, Any]) -> None:
         _admins.pop(_key(conf), None)
 
 
-def take_consumer(key_conf: Mapping[str, Any], create: Callable[[], Consumer]) -> Consumer:
-    """An idle consumer kept for ``key_conf``, else a new one from ``create``."""
-    key = _key(key_conf)
+def take_reader(key: Hashable, create: Callable[[], R]) -> R:
+    """An idle range reader's client kept under ``key``, else a new one from ``create``."""
     with _lock:
-        idle = _consumers.get(key)
+        idle = _readers.get(key)
         if idle:
-            return idle.pop()
+            client: R = idle.pop()
+            return client
     return create()
 
 
-def kept() -> tuple[int, int]:
-    """How many AdminClients and idle consumers this process keeps."""
+def keep_reader(key: Hashable, client: _Closable) -> None:
+    """Keep ``client`` (idle) for the next reader of ``key``."""
+    closing: list[_Closable] = []
     with _lock:
-        return len(_admins), sum(len(v) for v in _consumers.values())
+        idle = _readers.pop(key, [])
+        idle.append(client)
+        _readers[key] = idle
+        if len(idle) > MAX_IDLE:
+            closing.append(idle.pop(0))
+        while len(_readers) > MAX_IDLE:
+            closing.extend(_readers.popitem(last=False)[1])
+    for c in closing:
+        c.close()
+
+
+def take_consumer(key_conf: Mapping[str, Any], create: Callable[[], Consumer]) -> Consumer:
+    """An idle consumer kept for ``key_conf``, else a new one from ``create``."""
+    return take_reader(("consumer", _key(key_conf)), create)
+
+
+def kept() -> tuple[int, int]:
+    """How many AdminClients and idle range readers' clients this process keeps."""
+    with _lock:
+        return len(_admins), sum(len(v) for v in _readers.values())
 
 
 def give_back(key_conf: Mapping[str, Any], consumer: Consumer) -> None:
     """Keep ``consumer`` (unassigned here) for the next reader of ``key_conf``."""
     consumer.unassign()
-    key = _key(key_conf)
-    closing: list[Consumer] = []
-    with _lock:
-        idle = _consumers.pop(key, [])
-        idle.append(consumer)
-        _consumers[key] = idle
-        if len(idle) > MAX_IDLE:
-            closing.append(idle.pop(0))
-        while len(_consumers) > MAX_IDLE:
-            closing.extend(_consumers.popitem(last=False)[1])
-    for c in closing:
-        c.close()
+    keep_reader(("consumer", _key(key_conf)), consumer)

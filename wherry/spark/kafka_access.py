@@ -13,9 +13,9 @@ import bisect
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +33,10 @@ from wherry.spark import client_cache
 from wherry.spark.options import OptionError, SinkOptions, SourceOptions, Subscription
 from wherry.spark.planning import OffsetRange, PartitionOffsets
 from wherry.spark.planning import TopicPartition as TP
+from wherry.spark.row_schema import HEADERS_TYPE, TIMESTAMP_TYPE
+
+if TYPE_CHECKING:
+    from wherry.spark.fetch_client import PartitionClient
 
 log = logging.getLogger("wherry.spark")
 
@@ -41,14 +45,6 @@ ROWS_PER_BATCH = 50_000
 BATCH_BYTES = 16 << 20
 """Aim for Arrow batches of about this many key + value bytes (large records: fewer rows)."""
 
-HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
-
-BASE_SCHEMA_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int"
-)
-HEADERS_DDL = ", headers array<struct<key:string,value:binary>>"
 
 
 class DataLossError(RuntimeError):
@@ -271,20 +267,163 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     Data the range names that is no longer in the log (deleted by retention or DeleteRecords,
     or the topic was re-created) is a data loss: the task fails or, with
     ``failOnDataLoss=false``, skips it with a warning.
+
+    A PLAINTEXT cluster with only the client settings `fetch_client` honours is read with
+    Fetch requests of its own, whose record batches become Arrow columns with no Python
+    object per record (`arrow_records`); else (TLS, SASL, any other librdkafka setting) a
+    librdkafka consumer reads the range.
     """
     if rng.end <= rng.start:
         return
+    # The Fetch reader (and the protocol codecs under it) is imported by executors only.
+    from wherry.spark.fetch_client import PartitionClient, Settings, raw_fetch_possible
+
+    if raw_fetch_possible(opts.kafka):
+        settings = Settings.of(opts.bootstrap_servers, opts.kafka, opts.poll_timeout_ms)
+        key = ("fetch", settings)
+        yield from _lent(
+            lambda: client_cache.take_reader(key, lambda: PartitionClient(settings)),
+            lambda client: _fetch_range(client, opts, rng),
+            lambda client: client_cache.keep_reader(key, client),
+        )
+        return
     conf = _consumer_conf(opts)
-    consumer = client_cache.take_consumer(conf, lambda: _new_consumer(conf))
+    yield from _lent(
+        lambda: client_cache.take_consumer(conf, lambda: _new_consumer(conf)),
+        lambda consumer: _read(consumer, opts, rng),
+        lambda consumer: client_cache.give_back(conf, consumer),
+    )
+
+
+_C = TypeVar("_C", Consumer, "PartitionClient")
+
+
+def _lent(
+    take: Callable[[], _C],
+    read: Callable[[_C], Iterator[pa.RecordBatch]],
+    give_back: Callable[[_C], None],
+) -> Iterator[pa.RecordBatch]:
+    """``read`` with a kept client: given back for the next range when the read ends well
+    (no answer outstanding), closed when it fails or is abandoned."""
+    client = take()
     done = False
     try:
-        yield from _read(consumer, opts, rng)
+        yield from read(client)
         done = True
     finally:
-        if done:  # kept for the next range this process reads
-            client_cache.give_back(conf, consumer)
+        if done:
+            give_back(client)
         else:
-            consumer.close()
+            client.close()
+
+
+FIRST_FETCH_BYTES = 1 << 20
+"""A Fetch asks for this much when the client has seen no records yet; after that for what
+the rest of the range needs by the record size it saw last, plus this much (up to
+`BATCH_BYTES`)."""
+
+
+def _fetch_range(
+    client: PartitionClient, opts: SourceOptions, rng: OffsetRange
+) -> Iterator[pa.RecordBatch]:
+    """`read_range` with `fetch_client`: the next Fetch is sent before the answer in hand is
+    decoded, so the broker reads while this process builds columns."""
+    from wherry.protocol.records import batches_next_offset
+    from wherry.spark.arrow_records import fetched_rows
+    from wherry.spark.fetch_client import (
+        LEADER_ERRORS,
+        OFFSET_OUT_OF_RANGE,
+        FetchUnavailable,
+        NoSuchPartition,
+        PartitionError,
+    )
+
+    topic, partition = rng.topic, rng.partition
+    name = f"{topic}-{partition}"
+    given = client.settings.partition_max_bytes
+    read_committed = client.settings.read_committed
+    timeout_s = opts.poll_timeout_ms / 1000
+    deadline = time.monotonic() + timeout_s
+    position, end = rng.start, rng.end
+    checked = False  # the range was clamped to the log
+    pending: tuple[int, int] | None = None  # (offset, correlation id) of a Fetch sent
+
+    def ask(offset: int) -> tuple[int, int]:
+        if given is not None:
+            size = given
+        elif not client.bytes_per_record:
+            size = FIRST_FETCH_BYTES
+        else:
+            # An answer ends with the part of a batch that did not fit, which is dropped and
+            # fetched again: room for one more batch saves that second round trip.
+            rows = min(end - offset, ROWS_PER_BATCH)
+            size = int(rows * client.bytes_per_record * 1.05) + FIRST_FETCH_BYTES
+            size = min(BATCH_BYTES, size)
+        return offset, client.send_fetch(topic, partition, offset, size)
+
+    while position < end:
+        try:
+            if pending is None or pending[0] != position:
+                pending = ask(position)
+            answer = client.receive_fetch(topic, partition, pending[1])
+            pending = None
+            if answer.error_code == OFFSET_OUT_OF_RANGE:
+                low = client.list_offsets(topic, partition, -2)
+                high = client.list_offsets(topic, partition, -1)
+                if not checked:
+                    checked = True
+                    position, end = _clamp(opts, rng, low, high)
+                elif position < low:
+                    _gone(opts, name, position, low)
+                    position = low
+                else:
+                    _clamp(opts, OffsetRange(topic, partition, position, end), low, high)
+                    return
+                continue
+            if answer.error_code != 0:
+                raise PartitionError(answer.error_code, f"Fetch of {name}")
+        except (FetchUnavailable, PartitionError) as e:
+            pending = None
+            retry = isinstance(e, FetchUnavailable) or (
+                e.code in LEADER_ERRORS and not isinstance(e, NoSuchPartition)
+            )
+            if not retry:
+                raise ConnectorError(f"reading {name} at offset {position} failed: {e}") from e
+            if time.monotonic() > deadline:
+                raise _timed_out(opts, name, position, end) from e
+            client.forget(topic, partition)
+            time.sleep(0.05)
+            continue
+        high = answer.last_stable_offset if read_committed else answer.high_watermark
+        if not checked:
+            checked = True
+            position, end = _clamp(opts, rng, answer.log_start_offset, high)
+            if position >= end:
+                return
+        records = answer.records if answer.records is not None else b""
+        after = batches_next_offset(records)
+        if after is not None and after < end and position < after:
+            pending = ask(after)  # the broker reads on while this answer is decoded
+        rows, after = fetched_rows(
+            records,
+            topic=topic,
+            partition=partition,
+            start=position,
+            end=end,
+            read_committed=read_committed,
+            aborted=answer.aborted_transactions,
+            with_headers=opts.include_headers,
+        )
+        if after > position:
+            client.bytes_per_record = len(records) / (after - position)
+            position = after
+            deadline = time.monotonic() + timeout_s
+        elif position >= high:
+            return  # the end of the log: a compacted tail may stop short of ``end``
+        elif time.monotonic() > deadline:
+            raise _timed_out(opts, name, position, end)
+        if rows is not None:
+            yield rows
 
 
 def _watermarks(
@@ -310,11 +449,10 @@ def _watermarks(
         ) from e
 
 
-def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-    topic, partition = rng.topic, rng.partition
-    timeout_s = opts.poll_timeout_ms / 1000
-    name = f"{topic}-{partition}"
-    low, high = _watermarks(consumer, topic, partition, timeout_s)
+def _clamp(opts: SourceOptions, rng: OffsetRange, low: int, high: int) -> tuple[int, int]:
+    """The part of the range that is in the log (``low`` to ``high``); what is not is a data
+    loss."""
+    name = f"{rng.topic}-{rng.partition}"
     start, end = rng.start, rng.end
     if start < low:
         data_loss(
@@ -329,6 +467,28 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
             f"{name} ends at offset {high} but the query planned to read up to {end - 1}",
         )
         end = high
+    return start, end
+
+
+def _gone(opts: SourceOptions, name: str, position: int, low: int) -> None:
+    message = f"offset {position} of {name} is gone (earliest is now {low})"
+    data_loss(opts.fail_on_data_loss, message)
+
+
+def _timed_out(opts: SourceOptions, name: str, position: int, end: int) -> ConnectorError:
+    return ConnectorError(
+        f"timed out after {opts.poll_timeout_ms} ms reading {name} at offset "
+        f"{position} (the range ends at {end}); raise "
+        "'kafkaConsumer.pollTimeoutMs' if the cluster is slow"
+    )
+
+
+def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    topic, partition = rng.topic, rng.partition
+    timeout_s = opts.poll_timeout_ms / 1000
+    name = f"{topic}-{partition}"
+    low, high = _watermarks(consumer, topic, partition, timeout_s)
+    start, end = _clamp(opts, rng, low, high)
     if start >= end:
         return
     consumer.assign([TopicPartition(topic, partition, start)])
@@ -339,11 +499,7 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
         msgs = consumer.consume(num_messages=min(chunk, end - position), timeout=0.5)
         if not msgs:
             if time.monotonic() > deadline:
-                raise ConnectorError(
-                    f"timed out after {opts.poll_timeout_ms} ms reading {name} at offset "
-                    f"{position} (the range ends at {end}); raise "
-                    "'kafkaConsumer.pollTimeoutMs' if the cluster is slow"
-                )
+                raise _timed_out(opts, name, position, end)
             continue
         deadline = time.monotonic() + timeout_s
         # Records come first; an error (end of partition, offset reset) ends the chunk.
@@ -372,10 +528,7 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
             low, _ = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=timeout_s
             )
-            data_loss(
-                opts.fail_on_data_loss,
-                f"offset {position} of {name} is gone (earliest is now {low})",
-            )
+            _gone(opts, name, position, low)
             position = max(position, low)
             consumer.seek(TopicPartition(topic, partition, position))
             continue

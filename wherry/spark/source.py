@@ -12,9 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -40,15 +39,6 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from wherry.spark.kafka_access import (
-    BASE_SCHEMA_DDL,
-    HEADERS_DDL,
-    ClusterView,
-    RowProducer,
-    data_loss,
-    read_range,
-    send_rows,
-)
 from wherry.spark.options import (
     EARLIEST,
     LATEST,
@@ -71,6 +61,16 @@ from wherry.spark.planning import (
     rate_limit,
     to_json,
 )
+from wherry.spark.row_schema import BASE_SCHEMA_DDL, HEADERS_DDL
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from wherry.spark.kafka_access import ClusterView
+
+# The Kafka side (`kafka_access`: confluent-kafka, pyarrow.compute) is imported where it is
+# used, not here: Spark unpickles the readers and writers in Python processes that only plan
+# (one for each micro-batch's read), where it would cost a few hundred ms each time.
 
 log = logging.getLogger("wherry.spark")
 
@@ -197,6 +197,8 @@ class BatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
+        from wherry.spark.kafka_access import ClusterView
+
         view = ClusterView(self.opts)
         tps = view.partitions(require_topics=True)
         start = resolve(
@@ -213,6 +215,8 @@ class BatchReader(DataSourceReader):
         return [RangePartition(r) for r in ranges(start, end, self.opts.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from wherry.spark.kafka_access import read_range
+
         if isinstance(partition, RangePartition):  # else: Spark's stand-in for "no ranges"
             yield from read_range(self.opts, partition.range)
 
@@ -251,6 +255,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest_seen: PartitionOffsets | None = None
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
+        from wherry.spark.kafka_access import ClusterView
+
         # Spark may ask twice; with "latest" both answers must agree.
         if self._initial is None:
             view = ClusterView(self.opts)
@@ -267,6 +273,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def prepareForTriggerAvailableNow(self) -> None:
+        from wherry.spark.kafka_access import ClusterView
+
         view = ClusterView(self.opts)
         self._target = view.latest(view.partitions(require_topics=False))
         log.info("availableNow: reading up to %s", to_json(self._target))
@@ -276,6 +284,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> PartitionOffsets:
         """Where each current partition starts: from ``start``, or (a partition added since)
         from its earliest offset, which is 0 unless data was already deleted."""
+        from wherry.spark.kafka_access import data_loss
+
         fresh = [tp for tp in tps if tp not in start]
         base = {tp: off for tp, off in start.items() if tp in set(tps)}
         if fresh:
@@ -290,6 +300,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return base
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
+        from wherry.spark.kafka_access import ClusterView, data_loss
+
         view = ClusterView(self.opts)
         start_map = from_json(start)
         tps = view.partitions(require_topics=False)
@@ -328,6 +340,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if self._latest_seen is None else to_json(self._latest_seen)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        from wherry.spark.kafka_access import ClusterView
+
         start_map = from_json(start)
         end_map = from_json(end)
         fresh = [tp for tp in end_map if tp not in start_map]
@@ -337,6 +351,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r) for r in ranges(start_map, end_map, self.opts.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from wherry.spark.kafka_access import read_range
+
         if isinstance(partition, RangePartition):  # else: Spark's stand-in for "no ranges"
             yield from read_range(self.opts, partition.range)
 
@@ -402,6 +418,8 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> None:
 
 
 def write_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteResult:
+    from wherry.spark.kafka_access import RowProducer, send_rows
+
     producer = RowProducer(opts)
     send_rows(producer, opts, batches)
     return WriteResult(producer.close())

@@ -143,8 +143,10 @@ def overall(number: str, summary: dict[str, tuple[str, str]], rc: int) -> tuple[
 class Cluster:
     """`python -m wherry dev`, 3 brokers on free loopback ports, stopped by its PID."""
 
-    def __init__(self, work: Path, python: str, extra: list[str], start_timeout_s: float) -> None:
+    def __init__(self, work: Path, python: str, extra: list[str], start_timeout_s: float,
+                 log_level: str = "WARN") -> None:
         self.work = work
+        self.log_level = log_level
         self.python = python
         self.extra = extra
         self.start_timeout_s = start_timeout_s
@@ -158,7 +160,8 @@ class Cluster:
         data = self.work / f"cluster-{self.starts}"
         out_path = self.work / f"cluster-{self.starts}.log"
         cmd = [self.python, "-m", "wherry", "dev", "--brokers", "3", "--base-port", "0",
-               "--no-http", "--host", "127.0.0.1", "--dir", str(data), "--log-level", "WARN"]
+               "--no-http", "--host", "127.0.0.1", "--dir", str(data),
+               "--log-level", self.log_level]
         for key, value in BROKER_SETTINGS.items():
             cmd += ["--override", f"{key}={value}"]
         for item in self.extra:
@@ -262,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra broker config for every broker (repeatable)")
     ap.add_argument("--log-dir", type=Path, help="keep per-test output here (default: temp)")
+    ap.add_argument("--broker-log-level", default="WARN",
+                    help="the cluster's --log-level (its log is cluster-N.log in the work dir)")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # stop the test and the cluster, print the rows
@@ -280,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     kafka_path = work / "kafka"
     write_scripts(kafka_path / "bin")
-    cluster = Cluster(work, sys.executable, args.override, start_timeout_s=120.0)
+    cluster = Cluster(work, sys.executable, args.override, start_timeout_s=120.0,
+                      log_level=args.broker_log_level)
     rows: list[Row] = []
     os.environ["TEST_KAFKA_VERSION"] = args.kafka_version
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from group_harness import Harness, sub
 from kio.schema.errors import ErrorCode
 
@@ -459,3 +460,27 @@ def test_group_over_capacity_sheds_members_on_rejoin() -> None:
     h.stable_group("g", 1)
     extra = h.join("g", require_known=True)
     assert extra.join.error == E.group_max_size_reached
+
+
+
+@pytest.mark.parametrize("api", ["describe", "list", "delete"])
+def test_admin_requests_see_sessions_ended_before_the_ticker_ran(api: str) -> None:
+    """A request handled after a member's session deadline, before the ticker advanced the
+    coordinator, finds the member gone (Kafka's timers fire at the deadline): DescribeGroups
+    and ListGroups show the group Empty and DeleteGroups deletes it. Before the deadline the
+    group is not empty."""
+    h = Harness()
+    (member,) = h.stable_group("g", 1, session_ms=6000)
+    g = h.coord.group("g")
+    assert g is not None and g.has(member)
+    # Still within the session: NON_EMPTY_GROUP, as Kafka.
+    assert h.coord.handle_delete_groups(["g"], h.now + 5999) == {"g": E.non_empty_group}
+    assert g.has(member)
+    late = h.now + 6001  # the clock is not advanced: only the request carries the time
+    if api == "describe":
+        assert h.coord.handle_describe_group("g", 5, now_ms=late)[2].state == "Empty"
+    elif api == "list":
+        assert [str(o.state) for o in h.coord.handle_list_groups(now_ms=late)[1]] == ["Empty"]
+    else:
+        assert h.coord.handle_delete_groups(["g"], late) == {"g": E.none}
+    assert not g.has(member)

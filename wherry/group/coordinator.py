@@ -276,9 +276,19 @@ class GroupCoordinator:
             self._consumer.unload(partition)
 
     # --- validation -----------------------------------------------------------------------------
+    def catch_up(self, now_ms: int | None) -> None:
+        """Expire every session and rebalance due by ``now_ms`` before a request is answered.
+
+        The ticker runs them at their deadlines, but a request may be handled first when the
+        event loop is busy; Kafka's timers fire at the deadline, so a request arriving later
+        never sees a member whose session has ended (a DeleteGroups right after the session
+        timeout of a closed static member finds the group empty)."""
+        if now_ms is not None:
+            self.advance_clock(now_ms)
+
     def _group_status(self, group_id: str, api: Api, now_ms: int) -> ErrorCode | None:
-        """Advance the clock to ``now_ms``, then `_validate_group_status`."""
-        self._rebalancer.tick(now_ms)
+        """Expire what is due by ``now_ms`` (`catch_up`), then `_validate_group_status`."""
+        self.catch_up(now_ms)
         return self._validate_group_status(group_id, api)
 
     def _validate_group_status(self, group_id: str | None, api: Api) -> ErrorCode | None:
@@ -719,8 +729,9 @@ class GroupCoordinator:
 
     # --- DescribeGroups / ListGroups ----------------------------------------------------------
     def handle_describe_group(
-        self, group_id: str, api_version: int = 0
+        self, group_id: str, api_version: int = 0, now_ms: int | None = None
     ) -> tuple[ErrorCode, str | None, GroupSummary]:
+        self.catch_up(now_ms)
         err = self._validate_group_status(group_id, Api.DESCRIBE_GROUPS)
         if err is not None:
             return err, None, NO_GROUP
@@ -738,8 +749,9 @@ class GroupCoordinator:
         return ErrorCode.none, None, group.summary()
 
     def handle_list_groups(
-        self, states: Collection[str] = (), types: Collection[str] = ()
+        self, states: Collection[str] = (), types: Collection[str] = (), now_ms: int | None = None
     ) -> tuple[ErrorCode, list[GroupOverview]]:
+        self.catch_up(now_ms)
         if not self._active:
             return ErrorCode.coordinator_not_available, []
         err = ErrorCode.coordinator_load_in_progress if self._manager.is_loading else ErrorCode.none
@@ -771,7 +783,7 @@ class GroupCoordinator:
 
     # --- DeleteGroups / OffsetDelete / retention -------------------------------------------
     def handle_delete_groups(self, group_ids: Iterable[str], now_ms: int) -> dict[str, ErrorCode]:
-        self._rebalancer.tick(now_ms)
+        self.catch_up(now_ms)
         errors: dict[str, ErrorCode] = {}
         eligible: list[GroupMetadata] = []
         for group_id in group_ids:
@@ -880,7 +892,8 @@ class GroupCoordinator:
         self._bridge.heartbeat(req, topics, callback, now_ms, status)
 
     def handle_consumer_group_describe(
-        self, group_id: str
+        self, group_id: str, now_ms: int | None = None
     ) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        self.catch_up(now_ms)
         status = self._validate_group_status(group_id, Api.CONSUMER_GROUP_DESCRIBE)
         return self._bridge.describe(group_id, status)

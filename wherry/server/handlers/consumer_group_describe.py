@@ -62,7 +62,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             denied = ErrorCode.group_authorization_failed
             out.append(_empty(group_id, denied, AUTHORIZATION_MESSAGES[denied], ""))
             continue
-        err, message, group = coord.handle_consumer_group_describe(group_id)
+        err, message, group = coord.handle_consumer_group_describe(group_id, broker.clock.now_ms())
         if group is None:
             state = "Dead" if err == ErrorCode.group_id_not_found else ""
             out.append(_empty(group_id, err, message, state))

@@ -41,7 +41,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 }
             )
             continue
-        err, message, s = coord.handle_describe_group(group_id, req.api_version)
+        err, message, s = coord.handle_describe_group(
+            group_id, req.api_version, broker.clock.now_ms()
+        )
         if group_id in broker.shares.groups.groups and s.state == "Dead":  # KIP-932, as Kafka
             err, message = ErrorCode.group_id_not_found, f"Group {group_id} is not a classic group."
         groups.append(

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     err, groups = broker.groups.coordinator.handle_list_groups(
-        getattr(body, "states_filter", ()) or (), getattr(body, "types_filter", ()) or ()
+        getattr(body, "states_filter", ()) or (), getattr(body, "types_filter", ()) or (),
+        broker.clock.now_ms(),
     )
     if not authorize_cluster(broker, AclOperation.DESCRIBE):
         # Kafka: DESCRIBE on the cluster lists every group, else those with DESCRIBE.

@@ -77,6 +77,7 @@ from bench.common import (
     log,
     print_table,
     run_worker,
+    settle_writeback,
     stop_pid,
     temp_dir,
 )
@@ -451,7 +452,9 @@ class Bench:
         target.create_topic(topic, 1)
         for i, rate in enumerate(plan.latency_rates):
             rid = f"{prefix}l{i + 1}"
-            self.log(f"({rid}) {target.name}: latency at {rate}/s")
+            settled_s = settle_writeback()
+            self.log(f"({rid}) {target.name}: latency at {rate}/s "
+                     f"(page cache written back in {settled_s:.1f} s first)")
             r = run_worker(
                 "cf_latency",
                 {
@@ -476,6 +479,7 @@ class Bench:
                 )
             )
         rid = f"{prefix}l{len(plan.latency_rates) + 1}"
+        settle_writeback()
         rate, linger = plan.linger_rate, plan.linger_ms
         self.log(f"({rid}) {target.name}: latency at {rate}/s, linger.ms={linger}")
         r = run_cluster_worker(

@@ -110,6 +110,27 @@ def pretouch_page_cache(directory: Path, mib: int) -> float:
     return time.monotonic() - t0
 
 
+def dirty_mib() -> float:
+    """The page cache's dirty and under-writeback memory, MiB (/proc/meminfo)."""
+    total = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(("Dirty:", "Writeback:")):
+            total += int(line.split()[1])
+    return total / 1024
+
+
+def settle_writeback(max_dirty_mib: float = 32.0, timeout_s: float = 120.0) -> float:
+    """Flush the page cache (sync) and wait until the kernel holds at most `max_dirty_mib`
+    dirty or under writeback, so a row does not measure the writeback of the rows before it
+    (GBs written by a throughput row keep the disk busy for many seconds, and an appender's
+    latency then shows the disk's, not the broker's). Returns the seconds it took."""
+    t0 = time.monotonic()
+    os.sync()
+    while dirty_mib() > max_dirty_mib and time.monotonic() - t0 < timeout_s:
+        time.sleep(0.2)
+    return time.monotonic() - t0
+
+
 def pretouch_param(params: dict[str, Any]) -> float | None:
     """In a worker: pre-touch as its params' `pretouch` ({"dir", "mib"}) asks, if they do;
     the seconds it took (None if not asked)."""

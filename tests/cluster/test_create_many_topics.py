@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -28,12 +26,14 @@ LIMIT_S = 15.0
 DELETION_LIMIT_S = 10.0
 
 
+# The `wherry_cluster` fixture (three brokers), leaders left where they are.
+pytestmark = pytest.mark.wherry(overrides={"auto.leader.rebalance.enable": "false"})
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(tmp_path / "cluster", brokers=3,
-                    overrides={"auto.leader.rebalance.enable": "false"}) as c:
-        c.wait_for_controller()
-        yield c
+def cluster(wherry_cluster: DevCluster) -> DevCluster:
+    wherry_cluster.wait_for_controller()
+    return wherry_cluster
 
 
 def admin(c: DevCluster) -> AdminClient:

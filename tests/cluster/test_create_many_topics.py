@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from wherry.testing.cluster import DevCluster
@@ -118,3 +119,29 @@ def test_create_delete_create_many_topics(cluster: DevCluster) -> None:
     assert took < LIMIT_S, f"CreateTopics right after a delete took {took:.1f}s"
     assert in_every_broker(cluster, third) or time.sleep(5) or in_every_broker(cluster, third)
 
+
+
+@pytest.mark.slow
+def test_waits_for_pending_deletions_share_the_request_timeout(cluster: DevCluster) -> None:
+    """Names whose deletion cannot end (a replica's broker is down) are waited for within the
+    request's one timeout, not a whole timeout each."""
+    a = admin(cluster)
+    topics = [f"stuck-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+    for f in a.create_topics([NewTopic(t, 1, 3) for t in topics]).values():
+        f.result(30)
+    cluster.stop_broker(2, controlled=False)
+    for f in a.delete_topics(topics, operation_timeout=10).values():
+        f.result(30)
+    timeout_s = 3.0
+    start = time.monotonic()
+    futures = a.create_topics([NewTopic(t, 1, 2) for t in topics],
+                              operation_timeout=timeout_s, request_timeout=30)
+    for t, f in futures.items():
+        with pytest.raises(KafkaException) as e:
+            f.result(30)
+        assert e.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, t
+        assert "marked for deletion" in e.value.args[0].str()
+    took = time.monotonic() - start
+    print(f"answered after {took:.1f}s")
+    # 3 names x 3 s when each waited a whole timeout.
+    assert timeout_s - 0.5 < took < timeout_s + 4, took

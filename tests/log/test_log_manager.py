@@ -130,6 +130,27 @@ def test_delete_log(tmp_path: Path) -> None:
     m2.shutdown()
 
 
+def test_delete_logs_at_once(tmp_path: Path) -> None:
+    """Many logs deleted in one call (a StopReplica's): those that existed are returned, each
+    dir's checkpoints are left with only the kept logs."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = manager(dirs)
+    gone = [tp("gone", p) for p in range(6)]
+    for t in [*gone, tp("kept", 0), tp("kept", 1)]:
+        fill(m.get_or_create_log(t), 2)
+    assert m.delete_logs([*gone, tp("never")]) == gone
+    assert m.delete_logs(gone) == []
+    assert m.topic_partitions() == [tp("kept", 0), tp("kept", 1)]
+    listed: set[TopicPartition] = set()
+    for d in dirs:
+        for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint"):
+            offsets_in = OffsetCheckpointFile(d / name).read()
+            assert not set(offsets_in) & set(gone), (d, name)
+            listed |= set(offsets_in)
+    assert listed == {tp("kept", 0), tp("kept", 1)}
+    m.shutdown()
+
+
 def test_update_config_and_cleanup(tmp_path: Path) -> None:
     clock = Clock()
     m = manager([tmp_path / "d"], clock)

@@ -471,8 +471,7 @@ class ReplicaNode:
         )
 
     def _delete_logs(self, tps: Iterable[TopicPartition]) -> None:
-        for tp in tps:
-            self.log_manager.delete_log(tp)
+        self.log_manager.delete_logs(tps)
 
     # --- followers -------------------------------------------------------------------------
     def _on_leadership_change(

@@ -21,13 +21,21 @@ if TYPE_CHECKING:
 
 
 async def wait_for_partitions(
-    broker: BrokerServices, expected: list[tuple[str, int]], timeout: datetime.timedelta | int
+    broker: BrokerServices,
+    expected: list[tuple[str, int]],
+    timeout: datetime.timedelta | int,
+    *,
+    deadline_ms: int | None = None,
 ) -> set[str]:
-    """Wait, up to the request's ``timeout``, until the metadata cache has each topic of
-    ``expected`` with its partition count; returns the topics that did not get there."""
+    """Wait, up to the request's ``timeout`` (or until ``deadline_ms`` on the broker's
+    monotonic clock, when the request already spent part of it), until the metadata cache has
+    each topic of ``expected`` with its partition count; returns the topics that did not get
+    there. A timeout of 0 or less does not wait (nor checks)."""
     timeout_ms = duration_ms(timeout)
     if not expected or timeout_ms <= 0:
         return set()
+    if deadline_ms is not None:
+        timeout_ms = max(0, deadline_ms - broker.clock.monotonic_ms())
     cache = broker.cache
     if await broker.wait_for_metadata(
         lambda: all(cache.has_partitions(n, c) for n, c in expected), timeout_ms
@@ -38,6 +46,8 @@ async def wait_for_partitions(
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
+    # One deadline for the whole request (waits for pending deletions included), as Kafka's.
+    deadline_ms = broker.clock.monotonic_ms() + max(0, duration_ms(body.timeout))
     counts = Counter(t.name for t in body.topics)
     # Kafka: CREATE on the cluster, else on each topic; a created topic's configs and
     # partitioning are shown only with DESCRIBE_CONFIGS on it (else TOPIC_AUTHORIZATION_FAILED
@@ -91,7 +101,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 assignments={a.partition_index: list(a.broker_ids) for a in t.assignments},
                 configs=configs,
                 validate_only=body.validate_only,
-                deletion_wait_ms=duration_ms(body.timeout),
+                deletion_wait_ms=max(0, deadline_ms - broker.clock.monotonic_ms()),
             )
         except AdminError as e:
             results.append({**base, "error_code": e.error_code, "error_message": e.message})
@@ -119,7 +129,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 "configs": topic_config_entries(broker, configs),
             }
         )
-    late = await wait_for_partitions(broker, created, body.timeout)
+    late = await wait_for_partitions(broker, created, body.timeout, deadline_ms=deadline_ms)
     for r in results:
         if r["name"] in late:
             r["error_code"] = ErrorCode.request_timed_out

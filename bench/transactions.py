@@ -51,6 +51,7 @@ class Plan:
     records: int
     per_txn: int
     repeats: int
+    linger_ms: int = 5  # the producers' linger.ms (librdkafka's default)
 
 
 FULL = Plan(records=300_000, per_txn=1000, repeats=3)
@@ -66,7 +67,7 @@ class Row:
     raw: Params
 
 
-def _produce(broker: Broker, topic: str, count: int, per_txn: int) -> Params:
+def _produce(broker: Broker, topic: str, count: int, per_txn: int, linger_ms: int) -> Params:
     cpu0 = broker.cpu_seconds()
     r = run_worker(
         "cf_txn_produce",
@@ -76,6 +77,7 @@ def _produce(broker: Broker, topic: str, count: int, per_txn: int) -> Params:
             "record_bytes": RECORD_BYTES,
             "count": count,
             "per_txn": per_txn,
+            "linger_ms": linger_ms,
             "transactional_id": f"bench-{uuid.uuid4().hex[:8]}",
             "timeout_s": 300,
         },
@@ -115,7 +117,7 @@ def measure(broker: Broker, plan: Plan) -> list[Row]:
             what = "idempotent" if not per_txn else f"transactional, {per_txn} per transaction"
             log(f"({rid}) run {attempt + 1}/{plan.repeats}: {plan.records} x {RECORD_BYTES} B, "
                 f"{what}")
-            runs[rid].append(_produce(broker, topics[rid], plan.records, per_txn))
+            runs[rid].append(_produce(broker, topics[rid], plan.records, per_txn, plan.linger_ms))
     best = {rid: {**max(rs, key=lambda r: r["rec_s"]), "runs": rs} for rid, rs in runs.items()}
     rows: list[Row] = []
     base = best["i1"]
@@ -148,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, help="100 B records per run (default 300,000)")
     ap.add_argument("--per-txn", type=int, help="records a transaction in t1 (default 1,000)")
     ap.add_argument("--repeats", type=int, help="runs per row, the best is kept (default 3)")
+    ap.add_argument("--linger-ms", type=int, default=5,
+                    help="the producers' linger.ms (default 5, librdkafka's)")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
     ap.add_argument("--tmp-dir", type=Path, default=None, help="where the data dir lives")
     args = ap.parse_args(argv)
@@ -157,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         records=args.records or plan.records,
         per_txn=args.per_txn or plan.per_txn,
         repeats=args.repeats or plan.repeats,
+        linger_ms=args.linger_ms,
     )
     env = environment()
     t0 = time.monotonic()
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                     "env": env,
                     "quick": args.quick,
                     "plan": {"records": plan.records, "per_txn": plan.per_txn,
-                             "repeats": plan.repeats},
+                             "repeats": plan.repeats, "linger_ms": plan.linger_ms},
                     "rows": [
                         {"id": r.id, "name": r.name, "metrics": _metrics(r.raw), "raw": r.raw}
                         for r in rows

@@ -287,8 +287,11 @@ class GroupCoordinator:
             self.advance_clock(now_ms)
 
     def _group_status(self, group_id: str, api: Api, now_ms: int) -> ErrorCode | None:
-        """Expire what is due by ``now_ms`` (`catch_up`), then `_validate_group_status`."""
-        self.catch_up(now_ms)
+        """Expire the classic rebalances and sessions due by ``now_ms`` (their purgatories:
+        only what is due is touched), then `_validate_group_status`. The consumer groups'
+        member deadlines are a walk over every member, left to the ticker and to the admin
+        requests (`catch_up`) rather than paid on every heartbeat and commit."""
+        self._rebalancer.advance_clock(now_ms)
         return self._validate_group_status(group_id, api)
 
     def _validate_group_status(self, group_id: str | None, api: Api) -> ErrorCode | None:

@@ -277,12 +277,9 @@ class GroupCoordinator:
 
     # --- validation -----------------------------------------------------------------------------
     def catch_up(self, now_ms: int | None) -> None:
-        """Expire every session and rebalance due by ``now_ms`` before a request is answered.
-
-        The ticker runs them at their deadlines, but a request may be handled first when the
-        event loop is busy; Kafka's timers fire at the deadline, so a request arriving later
-        never sees a member whose session has ended (a DeleteGroups right after the session
-        timeout of a closed static member finds the group empty)."""
+        """Expire every session and rebalance due by ``now_ms`` before a request is answered:
+        as with Kafka's timers, a request arriving after a deadline never sees the member whose
+        session ended there, even when the ticker is late on a busy event loop."""
         if now_ms is not None:
             self.advance_clock(now_ms)
 

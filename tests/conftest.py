@@ -121,8 +121,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         reporter.write_line(line)
 
 
+# The longest files of the run (minutes each: a Spark cluster, the simulator's sweeps).
+LONGEST_FIRST = ("spark_cluster", "sim", "spark")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding a slow test run first: with the run spread over workers (``-n``), the
-    long suites start at once instead of ending the run on one busy worker."""
+    """Files holding a slow test run first, the longest directories before them: with the run
+    spread over workers (``-n``), the long suites start at once instead of ending the run on
+    one busy worker."""
+    here = Path(__file__).parent
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        parts = item.path.relative_to(here).parts if item.path.is_relative_to(here) else ()
+        top = parts[0] if len(parts) > 1 else ""
+        longest = LONGEST_FIRST.index(top) if top in LONGEST_FIRST else len(LONGEST_FIRST)
+        return (item.path not in slow_files, longest)
+
+    items.sort(key=rank)

@@ -298,8 +298,13 @@ async def test_controller_session_expiry_fences_the_old_controller(new_backend: 
         assert old.controller.active_controller_id == new.broker_id
         await wait_for_states(c, "x", 3, lambda s: True)
         await wait_until(lambda: len(old.broker.partitions) == 3)
+        # The new controller's LeaderAndIsr reaches the re-registered broker (it may still hold
+        # the old controller's as its last one for a moment: it kept its replicas meanwhile).
+        await wait_until(
+            lambda: old.broker.requests_of(LeaderAndIsrRequest)[-1].controller_epoch
+            == new.controller.ctx.epoch
+        )
         lai = old.broker.requests_of(LeaderAndIsrRequest)[-1]
-        assert lai.controller_epoch == new.controller.ctx.epoch
         assert lai.broker_epoch == old.broker.fence.broker_epoch
 
 

@@ -640,7 +640,8 @@ def cf_consume(p: Params) -> Params:
 def cf_latency(p: Params) -> Params:
     """Produce `record_bytes` records (100 B by default) at `rate`/s for `duration_s`,
     linger.ms=0, `acks` (all by default); latency = produce() → delivery report. `quiet`
-    turns librdkafka's log off; the final flush waits up to `flush_timeout_s` (10 s)."""
+    turns librdkafka's log off; the final flush waits up to `flush_timeout_s` (10 s); `keys`
+    gives record i the key `i % keys` (no key by default)."""
     from confluent_kafka import KafkaError, Message, Producer
 
     conf: Params = {
@@ -675,14 +676,16 @@ def cf_latency(p: Params) -> Params:
 
     rate = p["rate"]
     count = int(rate * p["duration_s"])
+    keys = p.get("keys")  # keyed records (a compacted topic's load): key i % keys
     interval = 1.0 / rate
     t0 = perf()
     next_at = t0
-    for _ in range(count):
+    for i in range(count):
         while (now := perf()) < next_at:
             prod.poll(next_at - now)
         t = perf()
-        prod.produce(topic, value, on_delivery=callback(t))
+        key = None if keys is None else str(i % keys).encode()
+        prod.produce(topic, value, key=key, on_delivery=callback(t))
         prod.poll(0)
         next_at += interval
     remaining = prod.flush(p.get("flush_timeout_s", 10.0))
@@ -702,6 +705,7 @@ def cf_latency(p: Params) -> Params:
         "rate": count / elapsed,
         "p50_ms": pct(0.50),
         "p99_ms": pct(0.99),
+        "p999_ms": pct(0.999),
         "max_ms": latencies[-1] * 1000,
         "slowest": [[round(t - t0, 3), round(lat * 1000, 2)] for lat, t in slowest],
     }

@@ -1,0 +1,259 @@
+"""Sustained latency benchmark: `python bench/sustained.py [--quick] [--seconds N] [--json PATH]`
+(bench/README.md).
+
+One `wherry server` with its defaults (console and metrics on; a free loopback port, a
+temporary data dir, stopped by PID) whose logs keep changing under a steady load, so that every
+file operation a broker does in the background happens during the measurement:
+
+  u1  acks=1:   produce latency p50 / p99 / p99.9 / max, 1,000 records/s x 100 B, linger.ms=0
+  u2  acks=all: the same
+
+Beside the measured producer, a second one writes 1,000 keyed records/s (100 keys) to a
+compacted topic. Both topics roll a segment every `segment.bytes` (256 KiB: every 1-2 s at this
+rate), the measured topic's `retention.bytes` (2 MiB) has old segments deleted (checked every
+second), and the cleaner (`log.cleaner.backoff.ms=1000`) compacts the other topic. The detail
+gives what happened during the run: segments rolled and deleted, cleaner passes (changes of the
+cleaner's checkpoint), and the event loop's lag from `/metrics` (wake-ups late by more than
+20 ms, and the histogram bucket that bounds the largest lag).
+
+Targets: p99 <= 2 ms, max <= 20 ms, and no event-loop lag over 20 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    Broker,
+    create_topic,
+    env_line,
+    environment,
+    finish,
+    free_port,
+    log,
+    print_table,
+    run_worker,
+    settle_writeback,
+    temp_dir,
+)
+
+Params = dict[str, Any]
+MEASURED = "sustained"
+COMPACTED = "sustained-compacted"
+RATE = 1000
+LAG_TARGET_MS = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    seconds: float = 60.0
+    segment_bytes: int = 256 * 1024
+    retention_bytes: int = 2 * 1024 * 1024
+
+
+FULL = Plan()
+# Short, and small enough files that every kind of background work still happens in it.
+QUICK = Plan(seconds=8.0, segment_bytes=64 * 1024, retention_bytes=256 * 1024)
+
+
+@dataclass
+class FileWatch:
+    """Samples the two partitions' segment files and the cleaner's checkpoint every 100 ms."""
+
+    data_dir: Path
+    segments: dict[str, set[str]] = field(default_factory=dict)
+    cleaner_points: list[str] = field(default_factory=list)
+    at_start: dict[str, set[str]] = field(default_factory=dict)
+    cleaner_at_start: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        for topic in (MEASURED, COMPACTED):
+            names = {p.name for p in (self.data_dir / f"{topic}-0").glob("*.log")}
+            self.segments.setdefault(topic, set()).update(names)
+        checkpoint = self.data_dir / "cleaner-offset-checkpoint"
+        try:
+            text = checkpoint.read_text()
+        except OSError:
+            return
+        point = next((ln for ln in text.splitlines() if ln.startswith(f"{COMPACTED} 0 ")), None)
+        if point is not None and (not self.cleaner_points or self.cleaner_points[-1] != point):
+            self.cleaner_points.append(point)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self._sample()
+
+    def __enter__(self) -> FileWatch:
+        self._sample()
+        self.at_start = {t: set(s) for t, s in self.segments.items()}
+        self.cleaner_at_start = len(self.cleaner_points)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+
+    def report(self) -> Params:
+        now = {t: {p.name for p in (self.data_dir / f"{t}-0").glob("*.log")} for t in self.segments}
+        return {
+            "segments_rolled": {
+                t: len(seen - self.at_start.get(t, set())) for t, seen in self.segments.items()
+            },
+            "segments_deleted": {t: len(seen - now[t]) for t, seen in self.segments.items()},
+            "cleaner_passes": len(self.cleaner_points) - self.cleaner_at_start,
+        }
+
+
+_SAMPLE = re.compile(r'^wherry_event_loop_lag_ms_bucket\{le="([^"]+)"\} ([0-9.e+]+)$', re.M)
+_MAX = re.compile(r"^wherry_event_loop_lag_max_ms ([0-9.e+]+)$", re.M)
+
+
+def loop_lag(metrics_url: str) -> tuple[dict[str, float], float]:
+    """The loop-lag histogram's cumulative buckets and its last-minute maximum."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    buckets = {le: float(n) for le, n in _SAMPLE.findall(text)}
+    found = _MAX.search(text)
+    if not buckets or found is None:
+        raise RuntimeError("the broker's /metrics has no event-loop lag")
+    return buckets, float(found.group(1))
+
+
+def lag_during(before: dict[str, float], after: dict[str, float]) -> Params:
+    """Wake-ups late by more than LAG_TARGET_MS in the run, and the smallest bucket bound that
+    every lag of the run stayed within (`inf` when one went past the last bound)."""
+    total = after["+Inf"] - before["+Inf"]
+    bound = "+Inf"
+    for le in sorted((b for b in after if b != "+Inf"), key=float):
+        if after[le] - before[le] == total:
+            bound = le
+            break
+    within = after.get(str(LAG_TARGET_MS), 0.0) - before.get(str(LAG_TARGET_MS), 0.0)
+    return {"wakeups": total, "over_target": total - within, "max_within_ms": float(bound)}
+
+
+def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -> Params:
+    settled_s = settle_writeback()
+    log(f"({rid}) acks={acks}: {RATE}/s for {plan.seconds:.0f} s beside {RATE} keyed/s to a "
+        f"compacted topic (page cache written back in {settled_s:.1f} s first)")
+    common: Params = {
+        "bootstrap": broker.bootstrap,
+        "rate": RATE,
+        "duration_s": plan.seconds,
+        "flush_timeout_s": max(30.0, plan.seconds),
+        "quiet": True,
+    }
+    lag_before, _ = loop_lag(metrics_url)
+    with FileWatch(broker.data_dir) as watch, ThreadPoolExecutor(2) as pool:
+        background = pool.submit(
+            run_worker, "cf_latency", {**common, "topic": COMPACTED, "acks": "1", "keys": 100},
+            plan.seconds * 10 + 60,
+        )
+        measured = run_worker(
+            "cf_latency", {**common, "topic": MEASURED, "acks": acks}, plan.seconds * 10 + 60
+        )
+        keyed = background.result()
+    lag_after, recent_max = loop_lag(metrics_url)
+    return {
+        **measured,
+        "acks": acks,
+        "files": watch.report(),
+        "loop_lag": {**lag_during(lag_before, lag_after), "last_minute_max_ms": recent_max},
+        "background_p99_ms": keyed["p99_ms"],
+        "background_max_ms": keyed["max_ms"],
+    }
+
+
+def row(rid: str, r: Params) -> tuple[str, str, str, str]:
+    files, lag = r["files"], r["loop_lag"]
+    rolled, deleted = files["segments_rolled"], files["segments_deleted"]
+    return (
+        rid,
+        f"acks={r['acks']}: latency {RATE:,}/s x 100 B, linger 0, logs rolling, retention "
+        "deleting, cleaner compacting",
+        f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  p99.9 {r['p999_ms']:.2f} ms  "
+        f"max {r['max_ms']:.1f} ms",
+        f"{r['records']} records in {r['elapsed_s']:.0f} s; segments rolled "
+        f"{rolled.get(MEASURED, 0)} + {rolled.get(COMPACTED, 0)} (compacted), deleted by "
+        f"retention {deleted.get(MEASURED, 0)}, cleaner passes {files['cleaner_passes']}; "
+        f"event loop: {lag['over_target']:.0f} of {lag['wakeups']:.0f} wake-ups late by more "
+        f"than {LAG_TARGET_MS:.0f} ms, largest <= {lag['max_within_ms']:g} ms "
+        f"(last minute's max {lag['last_minute_max_ms']:.1f} ms); the keyed producer's p99 "
+        f"{r['background_p99_ms']:.2f} ms, max {r['background_max_ms']:.1f} ms",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short run (what the smoke test runs)")
+    ap.add_argument("--seconds", type=float, help="length of each row's run (default 60)")
+    ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
+    ap.add_argument("--tmp-dir", type=Path, default=None, help="where the data dir lives")
+    args = ap.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    if args.seconds:
+        plan = Plan(args.seconds, plan.segment_bytes, plan.retention_bytes)
+    env = environment()
+    t0 = time.monotonic()
+    http_port = free_port()
+    overrides = [
+        f"http.listeners=http://127.0.0.1:{http_port}",  # the defaults: console and /metrics on
+        "log.retention.check.interval.ms=1000",
+        "log.cleaner.backoff.ms=1000",
+    ]
+    results: dict[str, Params] = {}
+    with (
+        temp_dir("wherry-bench-sustained-", args.tmp_dir) as base,
+        Broker(base / "data", overrides) as broker,
+    ):
+        broker.start()
+        segment = {"segment.bytes": str(plan.segment_bytes)}
+        create_topic(broker.bootstrap, MEASURED, 1,
+                     {**segment, "retention.bytes": str(plan.retention_bytes)})
+        create_topic(broker.bootstrap, COMPACTED, 1,
+                     {**segment, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"})
+        url = f"http://127.0.0.1:{http_port}/metrics"
+        for rid, acks in (("u1", "1"), ("u2", "all")):
+            results[rid] = measure(broker, url, plan, acks, rid)
+    finish(env, t0)
+    print(env_line(env))
+    print_table(
+        "wherry sustained latency: one broker (defaults), logs rolling, retention and cleaner "
+        "running",
+        [row(rid, r) for rid, r in results.items()],
+    )
+    if args.json:
+        args.json.write_text(json.dumps(
+            {"env": env, "quick": args.quick, "plan": vars_of(plan),
+             "rows": [{"id": rid, "raw": r} for rid, r in results.items()]},
+            indent=2,
+        ))
+    return 0
+
+
+def vars_of(plan: Plan) -> Params:
+    return {"seconds": plan.seconds, "segment_bytes": plan.segment_bytes,
+            "retention_bytes": plan.retention_bytes}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Smoke test of the sustained-latency benchmark: `python bench/sustained.py --quick` with short
+rows. Besides the rows, it checks that the background work the bench is for really happened
+during each row: segments rolled, retention deleted some, the cleaner ran, and the event loop's
+lag was read from the broker's /metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bench.test_bench_smoke import _processes_mentioning
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_sustained_bench_rolls_deletes_cleans_and_reports_both_rows(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "bench/sustained.py", "--quick", "--seconds", "6",
+           "--json", str(out), "--tmp-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(out.read_text())
+    rows = {r["id"]: r["raw"] for r in report["rows"]}
+    assert tuple(rows) == ("u1", "u2")
+    for rid, raw in rows.items():
+        assert rid in proc.stdout
+        assert raw["records"] == 6000
+        for key in ("p50_ms", "p99_ms", "p999_ms", "max_ms"):
+            assert math.isfinite(raw[key]) and raw[key] > 0, (rid, key)
+        assert raw["p50_ms"] <= raw["p99_ms"] <= raw["p999_ms"] <= raw["max_ms"]
+        files = raw["files"]
+        assert files["segments_rolled"]["sustained"] >= 2, (rid, files)
+        assert files["segments_rolled"]["sustained-compacted"] >= 2, (rid, files)
+        assert files["segments_deleted"]["sustained"] >= 1, (rid, files)
+        assert files["cleaner_passes"] >= 1, (rid, files)
+        lag = raw["loop_lag"]
+        assert lag["wakeups"] > 0 and 0 <= lag["over_target"] <= lag["wakeups"]
+    assert rows["u1"]["acks"] == "1" and rows["u2"]["acks"] == "all"
+    assert not _processes_mentioning(str(tmp_path))

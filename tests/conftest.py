@@ -3,6 +3,7 @@ line groups the skipped tests by what they need."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -119,6 +120,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if line is not None and reporter is not None:
         reporter.write_line(line)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, bounded by a cgroup's CPU quota
+    (a container's `--cpus`), where one is set."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+    except (OSError, ValueError):
+        return cores
+    if quota == "max":
+        return cores
+    return max(1, min(cores, int(int(quota) / int(period))))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker per usable core (not per core the host has)."""
+    return usable_cores()
 
 
 # The longest files of the run (minutes each: a Spark cluster, the simulator's sweeps).

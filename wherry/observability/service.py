@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from wherry.observability.bind import bind_endpoint
@@ -34,6 +33,8 @@ log = logging.getLogger(__name__)
 
 @functools.cache
 def console_page() -> bytes:
+    from importlib import resources  # (tempfile, shutil, zipfile...): on the first page only
+
     return resources.files("wherry.observability").joinpath("static/console.html").read_bytes()
 
 

@@ -43,8 +43,10 @@ class ObservabilityServer:
         self.src = src
         self.endpoints = endpoints
         self.bound: list[tuple[HttpEndpoint, int]] = []
-        # The metrics registry and the console's hub: built by `complete` (once the broker's
-        # Kafka listener is up, so that their imports never delay it) or on first use.
+        # The console's hub: built by `complete` (once the broker's Kafka listener is up, so
+        # that its imports never delay it) or on first use. The metrics registry (and
+        # prometheus_client) on the first scrape: every family is read at scrape time, so it
+        # answers the same, and an idle broker nobody scrapes does not hold it.
         self._registry: CollectorRegistry | None = None
         self._hub: ConsoleHub | None = None
         self._http = HttpServer(
@@ -84,9 +86,10 @@ class ObservabilityServer:
         return self._hub
 
     def complete(self) -> None:
-        """Build the metrics registry and the console's hub now (the broker calls it once its
-        Kafka listener is up); until then only a first request to them builds them."""
-        _ = self.registry, self.hub
+        """Build the console's hub now (the broker calls it once its Kafka listener is up),
+        so that the console's timeline starts with the broker; until then only a first
+        request to it builds it."""
+        _ = self.hub
 
     async def start(self) -> None:
         """Bind the listener(s): `/healthz` and `/readyz` answer from now on, during the

@@ -290,7 +290,7 @@ async def _api_versions_before_start(tmp_path: Path) -> None:
 
 # With the defaults' HTTP listener: not before the Kafka listener is bound (the HTTP listener
 # and the console; the password encoder, only with a password config; importlib.resources, for
-# the console's page), and not in an idle broker (started, asked nothing, never scraped): what
+# the console's page; TLS, only for TLS listeners; what applies dynamic configs), and not in an idle broker (started, asked nothing, never scraped): what
 # the first scrape of /metrics brings, the first compressed batch, the console's page, and what
 # the crc32c package's `__init__` would (importlib.metadata, with email, zipfile, csv,
 # argparse: `common/crc32c.py`).
@@ -304,6 +304,8 @@ HTTP_NOT_BEFORE_BIND = (
     "wherry.observability.events",
     "wherry.security.password_encoder",
     "importlib.resources",
+    "wherry.server.tls",  # TLS listeners only
+    "wherry.server.dynamic_apply",  # the stored dynamic configs, applied once bound
 )
 NOT_WHEN_IDLE = (
     "prometheus_client",

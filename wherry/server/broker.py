@@ -54,7 +54,6 @@ from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.cluster_min_isr import ensure_cluster_min_isr
 from wherry.server.config import BrokerConfig, new_cluster_id
-from wherry.server.dynamic_apply import apply_dynamic
 from wherry.server.handlers.api_versions import (
     API_VERSIONS_KEY,
     early_answer,
@@ -370,6 +369,8 @@ class Broker:
         await self._start_controller()
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
+        from wherry.server.dynamic_apply import apply_dynamic
+
         await apply_dynamic(self)  # the stored dynamic configs: limits, cleaner, TLS stores
         self.log_dir_mover.kick()  # moves a restart interrupted resume
         self._metadata_gate.start_holding(loop.time())

@@ -290,10 +290,10 @@ async def _api_versions_before_start(tmp_path: Path) -> None:
 
 # With the defaults' HTTP listener: not before the Kafka listener is bound (the HTTP listener
 # and the console; the password encoder, only with a password config; importlib.resources, for
-# the console's page; TLS, only for TLS listeners; what applies dynamic configs), and not in an idle broker (started, asked nothing, never scraped): what
-# the first scrape of /metrics brings, the first compressed batch, the console's page, and what
-# the crc32c package's `__init__` would (importlib.metadata, with email, zipfile, csv,
-# argparse: `common/crc32c.py`).
+# the console's page; TLS, only for TLS listeners; what applies dynamic configs), and not in
+# an idle broker (started, asked nothing, never scraped): what the first scrape of /metrics
+# brings, the first compressed batch, the console's page, and what the crc32c package's
+# `__init__` would (importlib.metadata, with email, zipfile, csv, argparse: `common/crc32c.py`).
 HTTP_NOT_BEFORE_BIND = (
     "prometheus_client",
     "wherry.observability.service",

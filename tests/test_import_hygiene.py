@@ -319,6 +319,7 @@ NOT_WHEN_IDLE = (
     "csv",
     "importlib.resources",
     "wherry.security.password_encoder",
+    "encodings.idna",  # a resolver's: listeners on an address are bound without one
 )
 
 

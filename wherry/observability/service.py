@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import importlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -116,6 +118,9 @@ class ObservabilityServer:
                             {"Cache-Control": "no-cache"})
 
     async def _metrics(self, _: HttpRequest) -> HttpResponse:
+        if self._registry is None:  # the first scrape: prometheus_client (~20 ms of imports)
+            # imported by a worker thread, so that the event loop keeps turning meanwhile
+            await asyncio.to_thread(importlib.import_module, "wherry.observability.collector")
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return HttpResponse(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)

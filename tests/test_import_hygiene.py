@@ -19,6 +19,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -93,9 +95,12 @@ main()
 """
 
 
-def _started_broker_modules(tmp_path: Path, *args: str) -> tuple[set[str], str]:
+def _started_broker_modules(
+    tmp_path: Path, *args: str, while_ready: Callable[[list[str]], None] | None = None
+) -> tuple[set[str], str]:
     """Start `wherry server` (console entry) on a free port; once it is ready, its modules
-    (and in `modules.json.bind` those it had when its listeners were bound)."""
+    (and in `modules.json.bind` those it had when its listeners were bound). `while_ready`,
+    given the output lines, runs once they are written, before the broker stops."""
     out = tmp_path / "modules.json"
     cmd = [
         sys.executable,
@@ -135,6 +140,8 @@ def _started_broker_modules(tmp_path: Path, *args: str) -> tuple[set[str], str]:
         while not out.exists():
             assert time.monotonic() < deadline, "no module list:\n" + "".join(lines)
             time.sleep(0.02)
+        if while_ready is not None:
+            while_ready(lines)
         return set(json.loads(out.read_text())), bootstrap
     finally:
         stop_process(proc, 30.0)
@@ -281,23 +288,85 @@ async def _api_versions_before_start(tmp_path: Path) -> None:
         await waiting
 
 
+# With the defaults' HTTP listener: not before the Kafka listener is bound (the HTTP listener
+# and the console; the password encoder, only with a password config; importlib.resources, for
+# the console's page; TLS, only for TLS listeners; what applies dynamic configs), and not in
+# an idle broker (started, asked nothing, never scraped): what the first scrape of /metrics
+# brings, the first compressed batch, the console's page, and what the crc32c package's
+# `__init__` would (importlib.metadata, with email, zipfile, csv, argparse: `common/crc32c.py`).
+HTTP_NOT_BEFORE_BIND = (
+    "prometheus_client",
+    "wherry.observability.service",
+    "wherry.observability.http_server",
+    "wherry.observability.sources",
+    "wherry.observability.readiness",
+    "wherry.observability.collector",
+    "wherry.observability.events",
+    "wherry.security.password_encoder",
+    "importlib.resources",
+    "wherry.server.tls",  # TLS listeners only
+    "wherry.server.dynamic_apply",  # the stored dynamic configs, applied once bound
+)
+NOT_WHEN_IDLE = (
+    "prometheus_client",
+    "wherry.observability.collector",
+    "cramjam",
+    "crc32c._cli",
+    "importlib.metadata",
+    "email",
+    "zipfile",
+    "argparse",
+    "csv",
+    "importlib.resources",
+    "wherry.security.password_encoder",
+    "encodings.idna",  # a resolver's: listeners on an address are bound without one
+)
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.read()
+
+
+def _http_answers(lines: list[str]) -> None:
+    """The HTTP listener answers as ever: /healthz, /metrics (its registry built now), /."""
+    url = next(ln for ln in lines if "console on " in ln).split("console on ")[1].split()[0]
+    assert _get(f"{url}/healthz") == (200, b"ok\n")
+    status, metrics = _get(f"{url}/metrics")
+    assert status == 200
+    assert b"kafka_server_replicamanager_underreplicatedpartitions" in metrics
+    assert b"process_resident_memory_bytes" in metrics
+    status, page = _get(f"{url}/")
+    assert status == 200 and page.lstrip().lower().startswith(b"<!doctype html>")
+
+
 def test_with_the_http_listener_the_kafka_listener_still_comes_first(tmp_path: Path) -> None:
-    """The defaults (an HTTP listener with the console): `/healthz` is bound before the log
-    recovery, but the metrics registry, prometheus_client and the console's hub are imported
-    only once the Kafka listener is bound, so they never delay it."""
+    """The defaults (an HTTP listener with the console): the HTTP listener, the metrics
+    registry, prometheus_client and the console's hub are imported only once the Kafka
+    listener is bound, so they never delay it (a start that takes long before its bind
+    brings the HTTP listener up meanwhile: `startup.HttpStart`); prometheus_client and the
+    registry only with the first scrape of /metrics."""
     from wherry.server.startup import LATE_IMPORTS
 
-    modules, _ = _started_broker_modules(
-        tmp_path, "--override", "http.listeners=http://127.0.0.1:0"
+    snapshots: list[set[str]] = []
+
+    def scrape(lines: list[str]) -> None:  # the idle broker's modules, then scrape
+        snapshots.append(set(json.loads((tmp_path / "modules.json").read_text())))
+        _http_answers(lines)
+
+    _started_broker_modules(
+        tmp_path, "--override", "http.listeners=http://127.0.0.1:0", while_ready=scrape
     )
     at_bind = set(json.loads((tmp_path / "modules.json.bind").read_text()))
-    assert "wherry.observability.service" in at_bind  # the HTTP listener was up first
-    later = ("prometheus_client", "wherry.observability.collector", "wherry.observability.events")
     early = sorted(
         m
         for m in at_bind
-        for p in (*later, *NOT_BEFORE_BIND, *LATE_IMPORTS)
+        for p in (*HTTP_NOT_BEFORE_BIND, *NOT_BEFORE_BIND, *LATE_IMPORTS)
         if m == p or m.startswith(p + ".")
     )
     assert not early, f"imported before the Kafka listener was bound: {early}"
-    assert {"prometheus_client", "wherry.observability.collector"} <= modules  # and then
+    (idle,) = snapshots
+    assert {"wherry.observability.service", "wherry.observability.events"} <= idle  # then
+    assert "crc32c._crc32c" in idle  # the extension, without its package's `__init__`
+    held = sorted(m for m in idle for p in NOT_WHEN_IDLE if m == p or m.startswith(p + "."))
+    assert not held, f"held by an idle broker: {held}"

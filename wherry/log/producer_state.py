@@ -24,8 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crc32c import crc32c
-
+from wherry.common.crc32c import crc32c
 from wherry.log.checkpoint import atomic_write, fsync_dir, read_file
 from wherry.log.config import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from wherry.log.errors import (

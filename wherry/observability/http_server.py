@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
+from wherry.runtime.bound_socket import bound_socket, ip_literal_family
+
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 8192
@@ -59,7 +61,12 @@ class HttpServer:
 
     async def listen(self, host: str, port: int) -> int:
         """Start listening; returns the bound port (port 0: chosen by the OS)."""
-        server = await asyncio.start_server(self._on_connection, host, port)
+        family = ip_literal_family(host)
+        if family is None:  # a name (or "" for every interface): resolved by the loop
+            server = await asyncio.start_server(self._on_connection, host, port)
+        else:  # an address: bound here, with no resolver (nor its threads) in the broker
+            sock = bound_socket(family, host, port)
+            server = await asyncio.start_server(self._on_connection, sock=sock)
         self._servers.append(server)
         return int(server.sockets[0].getsockname()[1])
 

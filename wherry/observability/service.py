@@ -12,10 +12,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import importlib
 import json
 import logging
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from wherry.observability.bind import bind_endpoint
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 @functools.cache
 def console_page() -> bytes:
+    from importlib import resources  # (tempfile, shutil, zipfile...): on the first page only
+
     return resources.files("wherry.observability").joinpath("static/console.html").read_bytes()
 
 
@@ -42,8 +45,10 @@ class ObservabilityServer:
         self.src = src
         self.endpoints = endpoints
         self.bound: list[tuple[HttpEndpoint, int]] = []
-        # The metrics registry and the console's hub: built by `complete` (once the broker's
-        # Kafka listener is up, so that their imports never delay it) or on first use.
+        # The console's hub: built by `complete` (once the broker's Kafka listener is up, so
+        # that its imports never delay it) or on first use. The metrics registry (and
+        # prometheus_client) on the first scrape: every family is read at scrape time, so it
+        # answers the same, and an idle broker nobody scrapes does not hold it.
         self._registry: CollectorRegistry | None = None
         self._hub: ConsoleHub | None = None
         self._http = HttpServer(
@@ -83,9 +88,10 @@ class ObservabilityServer:
         return self._hub
 
     def complete(self) -> None:
-        """Build the metrics registry and the console's hub now (the broker calls it once its
-        Kafka listener is up); until then only a first request to them builds them."""
-        _ = self.registry, self.hub
+        """Build the console's hub now (the broker calls it once its Kafka listener is up),
+        so that the console's timeline starts with the broker; until then only a first
+        request to it builds it."""
+        _ = self.hub
 
     async def start(self) -> None:
         """Bind the listener(s): `/healthz` and `/readyz` answer from now on, during the
@@ -112,6 +118,9 @@ class ObservabilityServer:
                             {"Cache-Control": "no-cache"})
 
     async def _metrics(self, _: HttpRequest) -> HttpResponse:
+        if self._registry is None:  # the first scrape: prometheus_client (~20 ms of imports)
+            # imported by a worker thread, so that the event loop keeps turning meanwhile
+            await asyncio.to_thread(importlib.import_module, "wherry.observability.collector")
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return HttpResponse(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)

@@ -23,9 +23,10 @@ from __future__ import annotations
 import mmap
 import struct
 import threading
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-import cramjam
+if TYPE_CHECKING:
+    import cramjam
 
 __all__ = [
     "CODEC_NAMES",
@@ -106,7 +107,21 @@ def compress(codec: int, data: bytes) -> bytes:
             raise UnsupportedCompressionError(f"unsupported compression codec {codec}")
 
 
-_MODULES: Final[dict[int, object]] = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
+class _LazyCramjam:
+    """cramjam, imported with the first compressed batch (its native module is ~1.5 MB of an
+    idle broker's memory): replaces itself with the module on first use."""
+
+    def __getattr__(self, name: str) -> Any:
+        import cramjam as module
+
+        globals()["cramjam"] = module
+        return getattr(module, name)
+
+
+if not TYPE_CHECKING:
+    cramjam = _LazyCramjam()
+
+_MODULE_NAMES: Final[dict[int, str]] = {GZIP: "gzip", LZ4: "lz4", ZSTD: "zstd"}
 
 
 class _Scratch(threading.local):
@@ -142,7 +157,9 @@ def decompress(
     try:
         if codec == 2:
             return _snappy_decompress(payload, max_size)
-        return _decompress_bounded(_MODULES[codec], payload, max_size, name)
+        return _decompress_bounded(
+            getattr(cramjam, _MODULE_NAMES[codec]), payload, max_size, name
+        )
     except CompressionError:
         raise
     except Exception as exc:  # cramjam raises its own DecompressionError / ValueError / etc.

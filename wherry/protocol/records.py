@@ -37,8 +37,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from crc32c import crc32c as _crc32c
-
+from wherry.common.crc32c import crc32c as _crc32c
 from wherry.protocol import compression as _compression
 from wherry.protocol.record_errors import (
     CorruptRecordError,

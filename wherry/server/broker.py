@@ -54,7 +54,6 @@ from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.cluster_min_isr import ensure_cluster_min_isr
 from wherry.server.config import BrokerConfig, new_cluster_id
-from wherry.server.dynamic_apply import apply_dynamic
 from wherry.server.handlers.api_versions import (
     API_VERSIONS_KEY,
     early_answer,
@@ -68,6 +67,7 @@ from wherry.server.network import ConnectionInfo, Deferred, NetworkServer
 from wherry.server.sasl_gate import SaslGate
 from wherry.server.startup import (
     API_VERSIONS_PREFIX,
+    HttpStart,
     import_late,
     initial_task_delay_ms,
     log_bound,
@@ -183,6 +183,7 @@ class Broker:
         self.loop_lag = LoopLag(self.clock.monotonic_ms)
         self._loop_lag_task: asyncio.Task[None] | None = None
         self.http: ObservabilityServer | None = None
+        self._http_start: HttpStart | None = None
         # What a broker that must stop now does (every log dir failed): exit the process.
         self.fatal: Callable[[str], None] = halt
 
@@ -221,11 +222,8 @@ class Broker:
             d.mkdir(parents=True, exist_ok=True)
         # This broker's (and its controller's) state changes, one parseable line each.
         self._state_change_log = attach_state_change_log(cfg.data_dir, node_id=cfg.broker_id)
-        if cfg.http_listeners:  # up first: /healthz answers, /readyz says why not yet
-            from wherry.observability.service import ObservabilityServer
-
-            self.http = ObservabilityServer(self._observed(), cfg.http_listeners)
-            await self.http.start()
+        if cfg.http_listeners:  # after the Kafka listener, or during a long recovery
+            self._http_start = HttpStart(self._start_http)
         if self._coordinator is None and not self.uses_zookeeper:
             from wherry.coordination.embedded import EmbeddedCoordinator
 
@@ -283,7 +281,9 @@ class Broker:
             name=f"loop-lag-{self.broker_id}",
         )
         await import_late()
-        if self.http is not None:  # the metrics registry and the console, after the bind
+        if self._http_start is not None:  # the metrics registry and the console too
+            await self._http_start.started()
+            assert self.http is not None
             self.http.complete()
         if missing_meta:  # a first start: written (and fsynced) once the listeners are up
             await loop.run_in_executor(
@@ -369,6 +369,8 @@ class Broker:
         await self._start_controller()
         self.scheduler = Scheduler(self.clock)
         self._schedule_background_tasks()
+        from wherry.server.dynamic_apply import apply_dynamic
+
         await apply_dynamic(self)  # the stored dynamic configs: limits, cleaner, TLS stores
         self.log_dir_mover.kick()  # moves a restart interrupted resume
         self._metadata_gate.start_holding(loop.time())
@@ -389,6 +391,12 @@ class Broker:
         from wherry.security.acl_authorizer import AclAuthorizer
 
         return self.authorizer if isinstance(self.authorizer, AclAuthorizer) else None
+
+    async def _start_http(self) -> None:
+        from wherry.observability.service import ObservabilityServer
+
+        self.http = ObservabilityServer(self._observed(), self.config.http_listeners)
+        await self.http.start()
 
     def _observed(self) -> BrokerSources:
         """What the HTTP listener reads of this broker (each part once it exists)."""
@@ -440,6 +448,8 @@ class Broker:
             from wherry.server import controlled_shutdown
 
             await controlled_shutdown.run(self)
+        if self._http_start is not None:
+            self._http_start.cancel()
         if self.http is not None:
             await self.http.stop()
         if hasattr(self, "network"):

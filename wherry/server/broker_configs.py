@@ -135,12 +135,12 @@ def encode_passwords(
 def decode_passwords(stored: Mapping[str, str], static: Mapping[str, str]) -> dict[str, str]:
     """Kafka's fromPersistentProps for the passwords: decoded, or dropped (with an error
     logged) when this broker's secret cannot decode them."""
-    from wherry.security import password_encoder
-
     out = dict(stored)
     for name, value in stored.items():
         if not dk.is_password(name):
             continue
+        from wherry.security import password_encoder  # (hashlib): only with a password
+
         try:
             out[name] = password_encoder.decode(static.get(PASSWORD_ENCODER_SECRET, ""), value)
         except password_encoder.PasswordDecodeError:

@@ -6,46 +6,50 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from wherry.coordination import paths
 from wherry.coordination.store import NoNodeError
-from wherry.server.dynamic_apply import Reconfigurable, apply_dynamic
 
+# What applies a change (TLS stores, limits, the cleaner...) is imported with the first one:
+# a broker's start needs only `load_topic_overrides` of this module, before its bind.
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from wherry.coordination.store import MetadataStore
     from wherry.log.config import LogConfig
     from wherry.log.manager import LogManager
     from wherry.security.scram_store import ScramCredentialCache
     from wherry.server.broker_configs import DynamicBrokerConfig
     from wherry.server.client_quotas import ClientQuotas
+    from wherry.server.dynamic_apply import Reconfigurable
     from wherry.server.shares import ShareRuntime
 
+    class ConfigChangeTarget(Reconfigurable, Protocol):
+        """What of a broker a config change reaches."""
 
-class ConfigChangeTarget(Reconfigurable, Protocol):
-    """What of a broker a config change reaches."""
+        @property
+        def store(self) -> MetadataStore: ...
+        @property
+        def log_manager(self) -> LogManager: ...
+        @property
+        def client_quotas(self) -> ClientQuotas: ...
+        @property
+        def shares(self) -> ShareRuntime: ...
+        @property
+        def scram_credentials(self) -> ScramCredentialCache: ...
+        @property
+        def log_prefix(self) -> str: ...
 
-    @property
-    def store(self) -> MetadataStore: ...
-    @property
-    def log_manager(self) -> LogManager: ...
-    @property
-    def client_quotas(self) -> ClientQuotas: ...
-    @property
-    def shares(self) -> ShareRuntime: ...
-    @property
-    def scram_credentials(self) -> ScramCredentialCache: ...
-    @property
-    def log_prefix(self) -> str: ...
+        def topic_log_config(self, topic: str) -> LogConfig: ...
+        def log_defaults(self) -> LogConfig: ...
+        async def reload_topic_overrides(self, topics: list[str]) -> dict[str, str]:
+            """Reload those topics' stored overrides; the first one's, as now in force."""
+            ...
+        def on_topic_overrides(self, topic: str, overrides: dict[str, str]) -> None:
+            """The active controller's view of a topic's overrides, when this broker hosts it."""
+            ...
 
-    def topic_log_config(self, topic: str) -> LogConfig: ...
-    def log_defaults(self) -> LogConfig: ...
-    async def reload_topic_overrides(self, topics: list[str]) -> dict[str, str]:
-        """Reload those topics' stored overrides; the first one's, as now in force."""
-        ...
-    def on_topic_overrides(self, topic: str, overrides: dict[str, str]) -> None:
-        """The active controller's view of a topic's overrides, when this broker hosts it."""
-        ...
 
 log = logging.getLogger("wherry.server.broker")
 
@@ -90,6 +94,8 @@ async def apply_config_change(broker: ConfigChangeTarget, path: str, data: bytes
         broker.on_topic_overrides(topic, overrides)
         log.info("%s applied config change for topic %s", prefix, topic)
     elif broker.dynamic_config.applies_to(entity):
+        from wherry.server.dynamic_apply import apply_dynamic
+
         await broker.dynamic_config.load(broker.store)
         await apply_dynamic(broker)
         # Dynamic log defaults apply at once to every topic (under its own overrides).

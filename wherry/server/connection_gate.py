@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection
 from typing import Protocol
 
 from wherry.observability.network_stats import NetworkStats
+from wherry.runtime.bound_socket import ip_literal_family
 from wherry.server.connection_limits import ConnectionLimits
 from wherry.server.connection_quotas import ConnectionQuotas
 
@@ -57,17 +58,6 @@ class GatedConnection(Protocol):
 
 def _loop_time() -> float:
     return asyncio.get_running_loop().time()
-
-
-def ip_literal_family(host: str) -> socket.AddressFamily | None:
-    """AF_INET or AF_INET6 when `host` is an IP address; None for a name or ""."""
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, host)
-        except (OSError, ValueError):
-            continue
-        return family
-    return None
 
 
 def resolve_overrides(limits: ConnectionLimits) -> dict[str, int]:

@@ -24,7 +24,6 @@ from typing import Protocol
 
 from wherry.outbound.security import ClientSecurity
 from wherry.protocol.security_protocols import SECURITY_PROTOCOL_IDS
-from wherry.server.tls import TlsConfigError, client_context, server_context
 
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
@@ -166,7 +165,14 @@ def _jaas_key(listener: str, mechanism: str) -> str:
 
 
 def _listener(props: Mapping[str, str], name: str, protocol: str) -> ListenerSecurity:
-    ctx = server_context(props, name) if protocol in TLS_PROTOCOLS else None
+    ctx = None
+    if protocol in TLS_PROTOCOLS:
+        from wherry.server.tls import TlsConfigError, server_context  # TLS listeners only
+
+        try:
+            ctx = server_context(props, name)
+        except TlsConfigError as e:
+            raise SecurityConfigError(str(e)) from e
     if protocol not in SASL_PROTOCOLS:
         return ListenerSecurity(name, protocol, ctx)
     from wherry.security.sasl_config import listener_sasl  # SASL listeners only
@@ -180,7 +186,14 @@ def _listener(props: Mapping[str, str], name: str, protocol: str) -> ListenerSec
 
 def _client(props: Mapping[str, str], listener: ListenerSecurity) -> ClientSecurity:
     protocol = listener.protocol
-    ctx = client_context(props, listener.name) if protocol in TLS_PROTOCOLS else None
+    ctx = None
+    if protocol in TLS_PROTOCOLS:
+        from wherry.server.tls import TlsConfigError, client_context
+
+        try:
+            ctx = client_context(props, listener.name)
+        except TlsConfigError as e:
+            raise SecurityConfigError(str(e)) from e
     if protocol not in SASL_PROTOCOLS:
         return ClientSecurity(protocol, ctx)
     mechanism = props.get("sasl.mechanism.inter.broker.protocol", "GSSAPI").strip().upper()
@@ -215,11 +228,7 @@ def broker_security(
     Raises SecurityConfigError (TLS problems included) with a line naming the key."""
     ib = check_names(props, listeners, advertised)
     protocols = protocol_map(props)
-    try:
-        built = {
-            ep.listener: _listener(props, ep.listener, protocols[ep.listener]) for ep in listeners
-        }
-        client = _client(props, built[ib])
-    except TlsConfigError as e:
-        raise SecurityConfigError(str(e)) from e
+    built = {ep.listener: _listener(props, ep.listener, protocols[ep.listener]) for ep in listeners}
+    client = _client(props, built[ib])
     return BrokerSecurity(built, ib, client)
+

@@ -25,7 +25,6 @@ import asyncio
 import collections
 import logging
 import os
-import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,9 +34,10 @@ from wherry.observability.network_stats import NetworkStats
 from wherry.protocol.framing import BufferRecycler, FrameDecoder, FrameError
 from wherry.protocol.memory_pool import MemoryPool
 from wherry.protocol.response_parts import ResponsePart
+from wherry.runtime.bound_socket import bound_socket
+from wherry.runtime.bound_socket import ip_literal_family as _ip_literal_family
 from wherry.security.principal import ANONYMOUS, KafkaPrincipal, user
 from wherry.server.connection_gate import ConnectionGate
-from wherry.server.connection_gate import ip_literal_family as _ip_literal_family
 from wherry.server.connection_limits import ConnectionLimits
 
 log = logging.getLogger(__name__)
@@ -612,28 +612,6 @@ def _close_regions(fut: asyncio.Future[Response | None]) -> None:
                 part.close()
 
 
-def _bound_socket(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
-    """A TCP socket bound to an address as the loop's `create_server` binds one (address
-    reuse; an IPv6 one for IPv6 only), non-blocking, not yet listening."""
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as e:  # the message create_server gives
-            raise OSError(
-                e.errno, f"error while attempting to bind on address {(host, port)!r}: "
-                f"{(e.strerror or str(e)).lower()}"
-            ) from None
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 class NetworkServer:
     def __init__(
         self,
@@ -704,7 +682,7 @@ class NetworkServer:
         else:  # an address: bound here, with no resolver (nor its IDNA codec) in the start
             srv = await loop.create_server(
                 lambda: _Connection(self, listener, security_protocol),
-                sock=_bound_socket(family, host, port),
+                sock=bound_socket(family, host, port),
                 backlog=512,
                 ssl=ssl_context,
                 ssl_handshake_timeout=handshake_timeout,

@@ -8,7 +8,7 @@ import asyncio
 import importlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,40 @@ async def import_late() -> None:
     for name in LATE_IMPORTS:
         importlib.import_module(name)
         await asyncio.sleep(0)
+
+
+# How long a start may take before its Kafka listener is bound (a log recovery, a store
+# session) until the HTTP listener is brought up meanwhile (`HttpStart`).
+HTTP_GRACE_S: Final = 0.5
+
+
+class HttpStart:
+    """When the HTTP listener (`http.listeners`) starts: once the Kafka listener is bound and
+    the rest imported (`started`), so that it never delays the first answer; or as soon as the
+    start has taken `grace_s` without binding the Kafka listener (a long log recovery), so
+    that `/healthz` answers and `/readyz` says why not ready meanwhile."""
+
+    def __init__(self, start: Callable[[], Awaitable[None]], grace_s: float = HTTP_GRACE_S) -> None:
+        self._start = start
+        self._task: asyncio.Future[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(grace_s, self._begin)
+
+    def _begin(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._start())
+
+    async def started(self) -> None:
+        """Start it now (unless the grace ran out before) and wait until it is."""
+        self._timer.cancel()
+        self._begin()
+        assert self._task is not None
+        await self._task
+
+    def cancel(self) -> None:
+        """A start that failed or is stopped: no HTTP listener after all."""
+        self._timer.cancel()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
 
 
 def log_bound(ports: Sequence[int]) -> None:

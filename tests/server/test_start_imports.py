@@ -1,0 +1,83 @@
+"""The pieces that keep a default start lean (the broker-level checks, what a default start
+imports before its Kafka listener is bound and what an idle broker holds, are in
+tests/test_import_hygiene.py; the speed and memory themselves are the bench's rows f1, f2):
+the crc32c extension loaded without its package's `__init__`, cramjam imported with the first
+compressed batch, and when the HTTP listener starts (`startup.HttpStart`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wherry.server.startup import HttpStart
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# In a fresh interpreter: what it has imported is the point.
+CRC32C_CHECK = (
+    "import sys\n"
+    "from wherry.common.crc32c import crc32c\n"
+    "assert 'crc32c' not in sys.modules and 'importlib.metadata' not in sys.modules\n"
+    "assert crc32c(b'123456789') == 0xE3069283  # the CRC-32C check value\n"
+    "assert crc32c(b'6789', crc32c(b'12345')) == 0xE3069283  # continued\n"
+    "import crc32c as package  # a later import of the package: the same extension\n"
+    "assert package.crc32c is crc32c\n"
+    "assert package.crc32c(b'abc') == crc32c(bytearray(b'abc')) == crc32c(memoryview(b'abc'))\n"
+)
+CRAMJAM_CHECK = (
+    "import sys, gzip\n"
+    "from wherry.protocol import compression, records\n"
+    "assert 'cramjam' not in sys.modules\n"
+    "data = b'wherry ' * 1000\n"
+    "assert compression.decompress(compression.GZIP, gzip.compress(data)) == data\n"
+    "assert 'cramjam' in sys.modules\n"
+    "for codec in (compression.SNAPPY, compression.LZ4, compression.ZSTD):\n"
+    "    packed = compression.compress(codec, data)\n"
+    "    assert compression.decompress(codec, packed) == data, codec\n"
+)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [CRC32C_CHECK, CRAMJAM_CHECK],
+    ids=["crc32c-is-the-packages-without-its-init", "cramjam-with-the-first-compressed-batch"],
+)
+def test_in_a_fresh_interpreter(code: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("recovery_s", [0.0, 0.3, None])
+def test_http_start_waits_for_the_bind_unless_the_start_is_long(recovery_s: float | None) -> None:
+    """A quick start brings the HTTP listener up once asked (after the Kafka bind); one still
+    short of its bind after the grace brings it up meanwhile (a long log recovery); a start
+    that failed first (None: cancelled) never does."""
+
+    async def run() -> list[str]:
+        events: list[str] = []
+
+        async def start_http() -> None:
+            events.append("http")
+
+        http = HttpStart(start_http, grace_s=0.1)
+        if recovery_s is None:
+            http.cancel()
+            await asyncio.sleep(0.2)
+            return events
+        await asyncio.sleep(recovery_s)  # the start before the bind
+        events.append("bind")
+        await http.started()
+        await http.started()  # once only
+        http.cancel()  # stopping after: nothing to undo
+        return events
+
+    expected = {0.0: ["bind", "http"], 0.3: ["http", "bind"], None: []}[recovery_s]
+    assert asyncio.run(run()) == expected

@@ -87,3 +87,31 @@ def test_deleting_many_logs_syncs_each_dir_once(
     again = manager(dirs)
     assert again.topic_partitions() == [TopicPartition("kept", 0)]
     again.shutdown()
+
+
+def test_shutdown_syncs_the_producer_snapshots_at_once(
+    tmp_path: Path, fsyncs: Callable[[], int]
+) -> None:
+    """A clean shutdown writes every log's producer snapshot, made durable by one sync of
+    the file systems (not two fsyncs per log: 2,800 partitions took 25 s); the next start
+    finds them, so an idempotent producer's retry is still known as a duplicate."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = manager(dirs)
+    with m.batched_dir_syncs():
+        for tp in tps(200):
+            m.get_or_create_log(tp)
+    producing = TopicPartition("idempotent", 0)
+    data = batch(2, pid=7, epoch=0, seq=0)
+    m.get_or_create_log(producing).append_as_leader(data, leader_epoch=0, now_ms=T0)
+    start = fsyncs()
+    m.shutdown()
+    # The producing log's flush, three checkpoints and the clean-shutdown marker per dir
+    # (a file and a directory fsync each): about 20; it was 400 more.
+    assert fsyncs() - start <= 30, fsyncs() - start
+    again = manager(dirs)
+    lg = again.get_log(producing)
+    assert lg is not None and lg.log_end_offset == 2
+    assert lg.append_as_leader(data, leader_epoch=0, now_ms=T0).duplicate
+    snapshots = [p for d in dirs for p in d.glob("t*-*/*.snapshot")]
+    assert len(snapshots) == 200
+    again.shutdown()

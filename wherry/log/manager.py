@@ -818,15 +818,21 @@ class LogManager:
                 future.close()
             except (OSError, LogError):
                 log.exception("error closing future log %s", future.dir)
+        # One sync of the file systems for every log's producer snapshot, not two fsyncs
+        # per log (thousands of partitions took minutes); done before the checkpoints and
+        # the clean-shutdown marker.
+        sync_all = getattr(os, "sync", None)
         for tp, lg in logs:
             try:
                 lg.flush(now_ms=now)
-                lg.close()
+                lg.close(fsync=sync_all is None)
             except StorageError:  # its dir went offline now (logged once by the channel)
                 failed_dirs.add(self._dir_of[tp])
             except (OSError, LogError):
                 log.exception("error closing log %s", tp)
                 failed_dirs.add(self._dir_of[tp])
+        if sync_all is not None and logs:
+            sync_all()
         try:
             self.checkpoint_high_watermarks(high_watermarks)
             self.checkpoint_recovery_points()

@@ -437,6 +437,7 @@ class LogManager:
         before this returns: the broker answers the controller only after that."""
         deleted: list[TopicPartition] = []
         parents: dict[Path, None] = {}
+        remove_now = False  # a log with file.delete.delay.ms 0
         for tp in tps:
             self.remove_future_log(tp)
             with self._lock:
@@ -449,6 +450,7 @@ class LogManager:
                 continue
             existing.close(keep_state=False)
             parents[existing.dir.parent] = None
+            remove_now |= existing.config.file_delete_delay_ms <= 0
             self._deletions.rename_and_schedule(
                 tp, existing.dir, existing.config.file_delete_delay_ms, existing.rename_dir,
                 sync=False,
@@ -457,8 +459,8 @@ class LogManager:
             log.info("deleted log for %s", tp)
         for parent in parents:
             fsync_dir(parent)
-        if parents:
-            self._deletions.run_due(self.now_ms_fn())  # those with file.delete.delay.ms 0
+        if remove_now:
+            self._deletions.run_due(self.now_ms_fn())
         if deleted:
             try:
                 self.checkpoint_recovery_points()

@@ -250,8 +250,10 @@ class Cluster:
     async def start(self, broker_id: int) -> Node:
         store = await self.backend.new_session()
         broker = StandInBroker(broker_id, store)
-        await broker.register()
+        # Reachable before it registers, as a broker's listener is up before its registration:
+        # the controller may see the registration (and send) before `register` returns.
         self.channel.register(broker_id, broker)
+        await broker.register()
         channel = RecordingChannel(self.channel)
         controller = Controller(
             broker_id, store, channel, unclean_leader_election_default=self.unclean_default

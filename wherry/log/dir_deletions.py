@@ -72,20 +72,29 @@ class DirDeletions:
         self._lock = threading.RLock()
 
     def rename_and_schedule(
-        self, tp: TopicPartition, path: Path, delay_ms: int, rename: Callable[[Path], object]
+        self,
+        tp: TopicPartition,
+        path: Path,
+        delay_ms: int,
+        rename: Callable[[Path], object],
+        *,
+        sync: bool = True,
     ) -> Path | None:
         """Rename `path` (the directory of `tp`'s deleted log) with `rename(target)` and remove
         it after `delay_ms`. Returns the new path, or None when the rename failed: it is then
-        retried (on the directory itself) by `run_due`."""
+        retried (on the directory itself) by `run_due`. `sync` False leaves the parent
+        directory's fsync, and the removal of a directory due at once, to the caller (who
+        renames many: one fsync per parent, then `run_due`)."""
         target = path.parent / delete_dir_name(tp)
         try:
             rename(target)
-            fsync_dir(path.parent)  # an error is let go: the removal follows anyway
+            if sync:
+                fsync_dir(path.parent)  # an error is let go: the removal follows anyway
         except OSError as e:
             self._failed(_Pending(path, 0, tp), e, "rename")
             return None
         self.schedule_removal(target, self.now_ms_fn() + max(0, delay_ms))
-        if delay_ms <= 0:
+        if delay_ms <= 0 and sync:
             self.run_due(self.now_ms_fn())
         return target
 

@@ -815,16 +815,19 @@ class Log:
         return True
 
     @io_guarded("closing")
-    def close(self) -> None:
+    def close(self, *, keep_state: bool = True, fsync: bool = True) -> None:
         """Snapshot producer state, close the segments (trimming indexes). Does not fsync the
-        data; call flush() first for a clean shutdown."""
+        data; call flush() first for a clean shutdown. `keep_state` False (a log about to be
+        deleted) writes no producer snapshot and no leader epochs: nothing will read them.
+        `fsync` False leaves the snapshot to a sync of the whole file system by the caller."""
         with self._lock:
             if self._closed:
                 return
             try:
-                self.producer_state.update_map_end_offset(self._log_end_offset)
-                self.producer_state.take_snapshot(fsync=True)
-                self.leader_epoch_cache.sync()
+                if keep_state:
+                    self.producer_state.update_map_end_offset(self._log_end_offset)
+                    self.producer_state.take_snapshot(fsync=fsync)
+                    self.leader_epoch_cache.sync()
             finally:
                 self._segments.close()
                 self._closed = True

@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -111,6 +111,7 @@ class LogManager:
         self._log_starts_found: dict[TopicPartition, int] = {}
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
+        self._dir_syncs = threading.local()  # `batched_dir_syncs`: the dirs to fsync at its end
         self._started = False
         self._shut_down = False
         # KIP-112: log dirs taken offline by an I/O error (`dir_failure.py`).
@@ -391,7 +392,10 @@ class LogManager:
             log_dir = dir / tp.dir_name
             try:
                 created = self._open(log_dir, tp, self.now_ms_fn(), had_clean_shutdown=True)
-                fsync_dir(dir)
+                if (batch := getattr(self._dir_syncs, "dirs", None)) is None:
+                    fsync_dir(dir)
+                else:
+                    batch[dir] = None
             except OSError as e:
                 self.dir_failure.maybe_add_offline(dir, f"creating {log_dir.name}", e)
                 raise storage_error(f"creating {log_dir.name}", dir, e) from e
@@ -400,6 +404,23 @@ class LogManager:
             self._partitions_in[dir] += 1
             log.info("created log for %s in %s", tp, dir)
             return created
+
+    @contextlib.contextmanager
+    def batched_dir_syncs(self) -> Iterator[None]:
+        """Logs this thread creates inside are made durable by one fsync of each log dir at
+        the end, not one per log (a LeaderAndIsr of many new partitions); nothing may serve
+        or acknowledge them before it ends (a LeaderAndIsr applies them with no await)."""
+        if getattr(self._dir_syncs, "dirs", None) is not None:
+            yield  # an outer batch syncs
+            return
+        dirs: dict[Path, None] = {}
+        self._dir_syncs.dirs = dirs
+        try:
+            yield
+        finally:
+            self._dir_syncs.dirs = None
+            for d in dirs:
+                fsync_dir(d)
 
     def delete_log(self, tp: TopicPartition) -> bool:
         """Close the log, rename its dir to `<tp>.<uuid>-delete` (the topic shortened when the
@@ -411,8 +432,12 @@ class LogManager:
     def delete_logs(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         """`delete_log` for each of `tps`, with the checkpoints written once at the end (not
         once per log, which made deleting many partitions quadratic); returns those that had a
-        log."""
+        log. A deleted log is closed without a producer snapshot, and the renames are made
+        durable by one fsync of each parent directory once all are done (not one per log),
+        before this returns: the broker answers the controller only after that."""
         deleted: list[TopicPartition] = []
+        parents: dict[Path, None] = {}
+        remove_now = False  # a log with file.delete.delay.ms 0
         for tp in tps:
             self.remove_future_log(tp)
             with self._lock:
@@ -423,12 +448,19 @@ class LogManager:
                     self._partitions_in[dir] -= 1
             if existing is None or dir is None:
                 continue
-            existing.close()
+            existing.close(keep_state=False)
+            parents[existing.dir.parent] = None
+            remove_now |= existing.config.file_delete_delay_ms <= 0
             self._deletions.rename_and_schedule(
-                tp, existing.dir, existing.config.file_delete_delay_ms, existing.rename_dir
+                tp, existing.dir, existing.config.file_delete_delay_ms, existing.rename_dir,
+                sync=False,
             )
             deleted.append(tp)
             log.info("deleted log for %s", tp)
+        for parent in parents:
+            fsync_dir(parent)
+        if remove_now:
+            self._deletions.run_due(self.now_ms_fn())
         if deleted:
             try:
                 self.checkpoint_recovery_points()
@@ -788,15 +820,21 @@ class LogManager:
                 future.close()
             except (OSError, LogError):
                 log.exception("error closing future log %s", future.dir)
+        # One sync of the file systems for every log's producer snapshot, not two fsyncs
+        # per log (thousands of partitions took minutes); done before the checkpoints and
+        # the clean-shutdown marker.
+        sync_all = getattr(os, "sync", None)
         for tp, lg in logs:
             try:
                 lg.flush(now_ms=now)
-                lg.close()
+                lg.close(fsync=sync_all is None)
             except StorageError:  # its dir went offline now (logged once by the channel)
                 failed_dirs.add(self._dir_of[tp])
             except (OSError, LogError):
                 log.exception("error closing log %s", tp)
                 failed_dirs.add(self._dir_of[tp])
+        if sync_all is not None and logs:
+            sync_all()
         try:
             self.checkpoint_high_watermarks(high_watermarks)
             self.checkpoint_recovery_points()

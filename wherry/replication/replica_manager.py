@@ -153,7 +153,9 @@ class ReplicaManager:
         became_leader: list[tuple[TopicPartition, int]] = []
         became_follower: list[TopicPartition] = []
         failed: list[TopicPartition] = []
-        with batched_lines():  # two state-change lines per partition, written as one record
+        # Two state-change lines per partition written as one record; the new logs' dirs
+        # fsynced once at the end, before anything is served or answered (no await here).
+        with batched_lines(), self.log_manager.batched_dir_syncs():
             for st in req.partition_states:
                 try:
                     self._apply_partition_state(req, st, became_leader, became_follower)

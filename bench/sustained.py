@@ -2,19 +2,19 @@
 (bench/README.md).
 
 One `wherry server` with its defaults (console and metrics on; a free loopback port, a
-temporary data dir, stopped by PID) whose logs keep changing under a steady load, so that every
+temporary data dir, stopped by PID) whose log keeps changing under a steady load, so that every
 file operation a broker does in the background happens during the measurement:
 
   u1  acks=1:   produce latency p50 / p99 / p99.9 / max, 1,000 records/s x 100 B, linger.ms=0
   u2  acks=all: the same
 
-Beside the measured producer, a second one writes 1,000 keyed records/s (100 keys) to a
-compacted topic. Both topics roll a segment every `segment.bytes` (256 KiB: every 1-2 s at this
-rate), the measured topic's `retention.bytes` (2 MiB) has old segments deleted (checked every
-second), and the cleaner (`log.cleaner.backoff.ms=1000`) compacts the other topic. The detail
-gives what happened during the run: segments rolled and deleted, cleaner passes (changes of the
-cleaner's checkpoint), and the event loop's lag from `/metrics` (wake-ups late by more than
-20 ms, and the histogram bucket that bounds the largest lag).
+The records are keyed (1,000 keys) and go to one partition of a topic with
+`cleanup.policy=compact,delete`: it rolls a segment every `segment.bytes` (256 KiB: every 1-2 s
+at this rate), retention (`retention.ms` 10 s, checked every second) deletes old segments, and
+the cleaner (`log.cleaner.backoff.ms=1000`) compacts the rest. The detail gives what happened
+during the run: segments rolled and deleted, cleaner passes (changes of the cleaner's
+checkpoint), and the event loop's lag from `/metrics` (wake-ups late by more than 20 ms, and
+the histogram bucket that bounds the largest lag).
 
 Targets: p99 <= 2 ms, max <= 20 ms, and no event-loop lag over 20 ms.
 """
@@ -28,7 +28,6 @@ import sys
 import threading
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,9 +50,9 @@ from bench.common import (
 )
 
 Params = dict[str, Any]
-MEASURED = "sustained"
-COMPACTED = "sustained-compacted"
+TOPIC = "sustained"
 RATE = 1000
+KEYS = 1000
 LAG_TARGET_MS = 20.0
 
 
@@ -61,17 +60,17 @@ LAG_TARGET_MS = 20.0
 class Plan:
     seconds: float = 60.0
     segment_bytes: int = 256 * 1024
-    retention_bytes: int = 2 * 1024 * 1024
+    retention_ms: int = 10_000
 
 
 FULL = Plan()
 # Short, and small enough files that every kind of background work still happens in it.
-QUICK = Plan(seconds=8.0, segment_bytes=64 * 1024, retention_bytes=256 * 1024)
+QUICK = Plan(seconds=8.0, segment_bytes=64 * 1024, retention_ms=2_000)
 
 
 @dataclass
 class FileWatch:
-    """Samples the two partitions' segment files and the cleaner's checkpoint every 100 ms."""
+    """Samples the partition's segment files and the cleaner's checkpoint every 100 ms."""
 
     data_dir: Path
     segments: dict[str, set[str]] = field(default_factory=dict)
@@ -82,15 +81,14 @@ class FileWatch:
     _thread: threading.Thread | None = None
 
     def _sample(self) -> None:
-        for topic in (MEASURED, COMPACTED):
-            names = {p.name for p in (self.data_dir / f"{topic}-0").glob("*.log")}
-            self.segments.setdefault(topic, set()).update(names)
+        names = {p.name for p in (self.data_dir / f"{TOPIC}-0").glob("*.log")}
+        self.segments.setdefault(TOPIC, set()).update(names)
         checkpoint = self.data_dir / "cleaner-offset-checkpoint"
         try:
             text = checkpoint.read_text()
         except OSError:
             return
-        point = next((ln for ln in text.splitlines() if ln.startswith(f"{COMPACTED} 0 ")), None)
+        point = next((ln for ln in text.splitlines() if ln.startswith(f"{TOPIC} 0 ")), None)
         if point is not None and (not self.cleaner_points or self.cleaner_points[-1] != point):
             self.cleaner_points.append(point)
 
@@ -153,52 +151,48 @@ def lag_during(before: dict[str, float], after: dict[str, float]) -> Params:
 
 def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -> Params:
     settled_s = settle_writeback()
-    log(f"({rid}) acks={acks}: {RATE}/s for {plan.seconds:.0f} s beside {RATE} keyed/s to a "
-        f"compacted topic (page cache written back in {settled_s:.1f} s first)")
-    common: Params = {
+    log(f"({rid}) acks={acks}: {RATE}/s for {plan.seconds:.0f} s "
+        f"(page cache written back in {settled_s:.1f} s first)")
+    params: Params = {
         "bootstrap": broker.bootstrap,
+        "topic": TOPIC,
+        "acks": acks,
+        "keys": KEYS,
         "rate": RATE,
         "duration_s": plan.seconds,
         "flush_timeout_s": max(30.0, plan.seconds),
         "quiet": True,
     }
     lag_before, _ = loop_lag(metrics_url)
-    with FileWatch(broker.data_dir) as watch, ThreadPoolExecutor(2) as pool:
-        background = pool.submit(
-            run_worker, "cf_latency", {**common, "topic": COMPACTED, "acks": "1", "keys": 100},
-            plan.seconds * 10 + 60,
-        )
-        measured = run_worker(
-            "cf_latency", {**common, "topic": MEASURED, "acks": acks}, plan.seconds * 10 + 60
-        )
-        keyed = background.result()
+    cpu_before = broker.cpu_seconds()
+    with FileWatch(broker.data_dir) as watch:
+        measured = run_worker("cf_latency", params, plan.seconds * 10 + 60)
     lag_after, recent_max = loop_lag(metrics_url)
     return {
         **measured,
         "acks": acks,
+        "broker_cpu_s": broker.cpu_seconds() - cpu_before,
         "files": watch.report(),
         "loop_lag": {**lag_during(lag_before, lag_after), "last_minute_max_ms": recent_max},
-        "background_p99_ms": keyed["p99_ms"],
-        "background_max_ms": keyed["max_ms"],
     }
 
 
 def row(rid: str, r: Params) -> tuple[str, str, str, str]:
     files, lag = r["files"], r["loop_lag"]
-    rolled, deleted = files["segments_rolled"], files["segments_deleted"]
     return (
         rid,
-        f"acks={r['acks']}: latency {RATE:,}/s x 100 B, linger 0, logs rolling, retention "
-        "deleting, cleaner compacting",
+        f"acks={r['acks']}: latency {RATE:,}/s x 100 B, linger 0, while segments roll, "
+        "retention deletes and the cleaner compacts",
         f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  p99.9 {r['p999_ms']:.2f} ms  "
         f"max {r['max_ms']:.1f} ms",
         f"{r['records']} records in {r['elapsed_s']:.0f} s; segments rolled "
-        f"{rolled.get(MEASURED, 0)} + {rolled.get(COMPACTED, 0)} (compacted), deleted by "
-        f"retention {deleted.get(MEASURED, 0)}, cleaner passes {files['cleaner_passes']}; "
-        f"event loop: {lag['over_target']:.0f} of {lag['wakeups']:.0f} wake-ups late by more "
-        f"than {LAG_TARGET_MS:.0f} ms, largest <= {lag['max_within_ms']:g} ms "
-        f"(last minute's max {lag['last_minute_max_ms']:.1f} ms); the keyed producer's p99 "
-        f"{r['background_p99_ms']:.2f} ms, max {r['background_max_ms']:.1f} ms",
+        f"{files['segments_rolled'].get(TOPIC, 0)}, deleted "
+        f"{files['segments_deleted'].get(TOPIC, 0)}, cleaner passes {files['cleaner_passes']}; "
+        "broker CPU "
+        f"{100 * r['broker_cpu_s'] / r['elapsed_s']:.0f}% of a core; event loop: "
+        f"{lag['over_target']:.0f} of {lag['wakeups']:.0f} wake-ups late by more than "
+        f"{LAG_TARGET_MS:.0f} ms, largest <= {lag['max_within_ms']:g} ms (last minute's max "
+        f"{lag['last_minute_max_ms']:.1f} ms)",
     )
 
 
@@ -211,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.seconds:
-        plan = Plan(args.seconds, plan.segment_bytes, plan.retention_bytes)
+        plan = Plan(args.seconds, plan.segment_bytes, plan.retention_ms)
     env = environment()
     t0 = time.monotonic()
     http_port = free_port()
@@ -226,11 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         Broker(base / "data", overrides) as broker,
     ):
         broker.start()
-        segment = {"segment.bytes": str(plan.segment_bytes)}
-        create_topic(broker.bootstrap, MEASURED, 1,
-                     {**segment, "retention.bytes": str(plan.retention_bytes)})
-        create_topic(broker.bootstrap, COMPACTED, 1,
-                     {**segment, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"})
+        create_topic(broker.bootstrap, TOPIC, 1, {
+            "cleanup.policy": "compact,delete",
+            "segment.bytes": str(plan.segment_bytes),
+            "retention.ms": str(plan.retention_ms),
+            "min.cleanable.dirty.ratio": "0.1",
+        })
         url = f"http://127.0.0.1:{http_port}/metrics"
         for rid, acks in (("u1", "1"), ("u2", "all")):
             results[rid] = measure(broker, url, plan, acks, rid)
@@ -252,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def vars_of(plan: Plan) -> Params:
     return {"seconds": plan.seconds, "segment_bytes": plan.segment_bytes,
-            "retention_bytes": plan.retention_bytes}
+            "retention_ms": plan.retention_ms}
 
 
 if __name__ == "__main__":

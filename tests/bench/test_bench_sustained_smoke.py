@@ -1,7 +1,7 @@
 """Smoke test of the sustained-latency benchmark: `python bench/sustained.py --quick` with short
 rows. Besides the rows, it checks that the background work the bench is for really happened
-during each row: segments rolled, retention deleted some, the cleaner ran, and the event loop's
-lag was read from the broker's /metrics."""
+during each row: segments rolled, some were deleted, the cleaner ran, and the event loop's lag
+was read from the broker's /metrics."""
 
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ def test_sustained_bench_rolls_deletes_cleans_and_reports_both_rows(tmp_path: Pa
         assert raw["p50_ms"] <= raw["p99_ms"] <= raw["p999_ms"] <= raw["max_ms"]
         files = raw["files"]
         assert files["segments_rolled"]["sustained"] >= 2, (rid, files)
-        assert files["segments_rolled"]["sustained-compacted"] >= 2, (rid, files)
         assert files["segments_deleted"]["sustained"] >= 1, (rid, files)
         assert files["cleaner_passes"] >= 1, (rid, files)
         lag = raw["loop_lag"]

@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (
+    BROKER_RUNTIME,
     Broker,
     create_topic,
     env_line,
@@ -202,7 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, help="length of each row's run (default 60)")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
     ap.add_argument("--tmp-dir", type=Path, default=None, help="where the data dir lives")
+    ap.add_argument("--broker-tree", type=Path, metavar="DIR",
+                    help="run the broker from this source tree (another worktree, for a "
+                    "before/after); the client and this script stay on this one")
     args = ap.parse_args(argv)
+    if args.broker_tree:
+        BROKER_RUNTIME.tree = args.broker_tree.resolve()
     plan = QUICK if args.quick else FULL
     if args.seconds:
         plan = Plan(args.seconds, plan.segment_bytes, plan.retention_ms)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.log.checkpoint import fsync_dir
 from wherry.log.config import LogConfig
 from wherry.log.dir_failure import IoErrorHook, io_guarded
 from wherry.log.errors import OffsetOutOfRangeError, StorageError
@@ -44,6 +45,7 @@ from wherry.log.producer_state import (
 )
 from wherry.log.retention import LogRetention, RetentionBounds
 from wherry.log.segment import LogSegment
+from wherry.log.segments import swap_in
 from wherry.log.txn_index import AbortedTxn
 from wherry.log.validator import (
     InvalidTimestampError,
@@ -725,21 +727,9 @@ class Log:
         now_ms: int,
         crash_hook: Callable[[str], None] | None = None,
     ) -> bool:
-        """Swap the cleaned segment `new` (written, fsynced, suffix `.cleaned`) in for `old`
-        (consecutive inactive segments of this log), Kafka's replaceSegments: rename `new` to
-        `.swap`, delete the old segments, rename `.swap` into place. Readers hold the lock, so
-        they see either the old segments or the new one. Returns False (and deletes `new`) if
-        the log changed so that `old` are no longer consecutive inactive segments.
-
-        `crash_hook(step)` is called between steps (tests raise there to simulate a crash).
-        """
-        with self._lock:
-            if self._closed or not self._segments.can_replace(old):
-                new.delete()
-                return False
-            now = self._now(now_ms)
-            self._segments.replace(new, old, now_ms=now, crash_hook=crash_hook)
-            return True
+        """Kafka's replaceSegments: swap the cleaned segment `new` in for `old` (`swap_in`)."""
+        return swap_in(self._segments, self._lock, lambda: self._closed, new, old,
+                       now_ms=self._now(now_ms), crash_hook=crash_hook)
 
     # ----------------------------------------------------------------------------------
     # Flush / close / delete
@@ -748,8 +738,8 @@ class Log:
     @io_guarded("flushing")
     def flush(self, up_to: int | None = None, *, now_ms: int | None = None) -> None:
         """fsync everything below `up_to` (default: the log end offset) and move the recovery
-        point there. The data fsync runs without holding the log's lock, so appends (e.g. on
-        the event loop) are not blocked while a scheduler thread flushes."""
+        point there. The fsyncs (data, snapshots, directory) run without the log's lock: an
+        append (on the event loop) never waits for them."""
         with self._lock:
             self._check_open()
             now = self._now(now_ms)
@@ -768,10 +758,19 @@ class Log:
                     os.close(fd)
                 raise
             generation = self._truncations
+            snapshots = self.producer_state.unsynced_snapshots(end)
+            dir_token = self._segments.dir_to_sync()
+            directory = self._segments.dir
         try:
             for fd in fds:
                 os.fsync(fd)
             self.leader_epoch_cache.sync()  # epochs of the data below the new recovery point
+            synced = self.producer_state.fsync_snapshot_files(snapshots)
+            try:
+                if dir_token is not None:  # the segments a roll added
+                    fsync_dir(directory)
+            except FileNotFoundError:  # renamed meanwhile (deleted, moved): see below
+                dir_token = None
         except BaseException:
             with self._lock:
                 for segment in segments:
@@ -781,13 +780,14 @@ class Log:
             for fd in fds:
                 os.close(fd)
         with self._lock:
+            self.producer_state.snapshots_synced(synced)
             if self._closed or self._truncations != generation:
                 return  # truncated meanwhile: keep the (lowered) recovery point
-            self._mark_flushed(end)
+            self._mark_flushed(end, dir_token)
 
-    def _mark_flushed(self, up_to: int) -> None:
+    def _mark_flushed(self, up_to: int, dir_synced: int | None = None) -> None:
         self.producer_state.flush_snapshots(up_to)
-        self._segments.mark_flushed(up_to)
+        self._segments.mark_flushed(up_to, dir_synced)
         self._recovery_point = max(self._recovery_point, up_to)
 
     def _flush(self, up_to: int, now_ms: int) -> None:

@@ -594,6 +594,37 @@ class ProducerStateManager:
             os.close(fd)
         self._unsynced_snapshots.discard(offset)
 
+    def unsynced_snapshots(self, up_to: int) -> list[int]:
+        """Offsets of the snapshots written without fsync (at roll) at or below `up_to`."""
+        return sorted(o for o in self._unsynced_snapshots if o <= up_to)
+
+    def fsync_snapshot_files(self, offsets: Iterable[int]) -> list[int]:
+        """fsync the snapshot files of `offsets` and their directory, touching no state (a
+        flush runs this without the log's lock); returns the offsets now durable (a snapshot
+        deleted meanwhile counts: nothing is left to sync). See `snapshots_synced`."""
+        done: list[int] = []
+        for offset in offsets:
+            try:
+                fd = os.open(self.snapshot_path(offset), os.O_RDONLY)
+            except FileNotFoundError:
+                done.append(offset)
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            done.append(offset)
+        if done:
+            try:
+                fsync_dir(self.dir)
+            except FileNotFoundError:  # the log's directory was renamed (deleted or moved)
+                return []
+        return done
+
+    def snapshots_synced(self, offsets: Iterable[int]) -> None:
+        for offset in offsets:
+            self._unsynced_snapshots.discard(offset)
+
     def flush_snapshots(self, up_to: int | None = None) -> None:
         """fsync snapshots written without fsync (at roll), those <= `up_to`."""
         pending = sorted(o for o in self._unsynced_snapshots if up_to is None or o <= up_to)

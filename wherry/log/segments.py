@@ -18,8 +18,9 @@ import logging
 import random
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import fsync_dir
@@ -40,7 +41,9 @@ from wherry.log.segment import (
 from wherry.log.txn_index import TXN_INDEX_SUFFIX
 from wherry.protocol.records import BatchHeader, CorruptRecordError, crc_ok
 
-__all__ = ["CLEANED_SUFFIX", "SEGMENT_SUFFIXES", "SWAP_SUFFIX", "LogSegments", "open_segment"]
+__all__ = [
+    "CLEANED_SUFFIX", "SEGMENT_SUFFIXES", "SWAP_SUFFIX", "LogSegments", "open_segment", "swap_in",
+]
 
 # The partition log's parts log under the name the log has always used (wherry.log.log).
 log = logging.getLogger("wherry.log.log")
@@ -106,6 +109,7 @@ class LogSegments:
         self._pending_deletes: list[tuple[int, LogSegment]] = []  # (delete at ms, segment)
         self._pending_flush_offset: int | None = None  # rolled segments not yet fsynced
         self._dir_needs_flush = False
+        self._dir_changes = 0  # segments added to the directory so far (see `dir_to_sync`)
 
     # ----------------------------------------------------------------------------------
     # The list
@@ -304,15 +308,24 @@ class LogSegments:
         self._segments.append(segment)
         self._bases.append(new_offset)
         self._dir_needs_flush = True
+        self._dir_changes += 1
         # Like Kafka's asynchronous flush after a roll: done by the log's next flush_if_needed().
         self._pending_flush_offset = new_offset
         return segment
 
-    def mark_flushed(self, up_to: int) -> None:
+    def dir_to_sync(self) -> int | None:
+        """None when no segment was added since the directory's last fsync; else a token for
+        `mark_flushed`: a flush fsyncs the directory without the log's lock, and the token
+        tells whether a segment was added after it."""
+        return self._dir_changes if self._dir_needs_flush else None
+
+    def mark_flushed(self, up_to: int, dir_synced: int | None = None) -> None:
         """Everything below `up_to` was fsynced: fsync the directory if segments were added
-        since the last time, and forget a roll at or below `up_to`."""
+        since the last time (unless the caller did, at token `dir_synced` from `dir_to_sync`,
+        and none was added since), and forget a roll at or below `up_to`."""
         if self._dir_needs_flush:
-            fsync_dir(self.dir)
+            if dir_synced is None or dir_synced != self._dir_changes:
+                fsync_dir(self.dir)
             self._dir_needs_flush = False
         if self._pending_flush_offset is not None and self._pending_flush_offset <= up_to:
             self._pending_flush_offset = None
@@ -351,6 +364,7 @@ class LogSegments:
         self._bases = [new_offset]
         self._pending_flush_offset = None
         self._dir_needs_flush = True
+        self._dir_changes += 1
         self._read_bound = None
 
     def delete_oldest(self, count: int, now_ms: int, reason: str) -> None:
@@ -422,6 +436,18 @@ class LogSegments:
         """Whether `old` are (still) consecutive inactive segments of the list."""
         return self._index_of_run(old) is not None
 
+    def prepare_swap(
+        self, new: LogSegment, crash_hook: Callable[[str], None] | None = None
+    ) -> None:
+        """The first step of `replace`, run without the log's lock (it touches only `new`,
+        which no reader sees yet): rename the cleaned segment `new` to `.swap` and fsync the
+        directory, so that the swap is durable before any old segment is renamed away."""
+        hook = crash_hook if crash_hook is not None else (lambda _step: None)
+        hook("before-swap")
+        new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+        fsync_dir(self.dir)
+        hook("after-swap-rename")
+
     def replace(
         self,
         new: LogSegment,
@@ -430,18 +456,14 @@ class LogSegments:
         now_ms: int,
         crash_hook: Callable[[str], None] | None = None,
     ) -> None:
-        """Swap the cleaned segment `new` in for `old` (see `can_replace`): rename `new` to
-        `.swap`, rename the old segments' files to `.deleted`, rename `.swap` into place, with
-        the directory fsynced after the first and the last step. `crash_hook(step)` runs
-        between steps."""
+        """Swap `new` (renamed to `.swap` by `prepare_swap`) in for `old` (see `can_replace`):
+        rename the old segments' files to `.deleted` and `.swap` into place. The caller fsyncs
+        the directory afterwards, outside the log's lock: until then a crash leaves `.swap` and
+        `.deleted` names, which recovery completes. `crash_hook(step)` runs between steps."""
         idx = self._index_of_run(old)
         if idx is None:
             raise ValueError(f"{self.topic_partition}: {old} are not replaceable segments")
         hook = crash_hook if crash_hook is not None else (lambda _step: None)
-        hook("before-swap")
-        new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
-        fsync_dir(self.dir)
-        hook("after-swap-rename")
         for i, segment in enumerate(old):
             self._retire(segment, delete_now=False)
             delay = max(self.config.file_delete_delay_ms, 0)
@@ -450,7 +472,6 @@ class LogSegments:
                 hook("after-first-delete")
         hook("after-deletes")
         new.change_file_suffixes(SWAP_SUFFIX, "")
-        fsync_dir(self.dir)
         self.delete_pending_files(now_ms)
         self._segments[idx : idx + len(old)] = [new]
         self._bases = [s.base_offset for s in self._segments]
@@ -501,3 +522,44 @@ class LogSegments:
                 expected = header.next_offset
         if expected != log_end_offset and self._segments[-1].size:
             raise LogOffsetError(f"log end {log_end_offset} != data end {expected}")
+
+
+def swap_in(
+    segments: LogSegments,
+    lock: AbstractContextManager[Any],
+    closed: Callable[[], bool],
+    new: LogSegment,
+    old: Sequence[LogSegment],
+    *,
+    now_ms: int,
+    crash_hook: Callable[[str], None] | None = None,
+) -> bool:
+    """`Log.replace_segments`: swap the cleaned segment `new` in for `old` under the log's
+    `lock`, with the directory fsyncs outside it, so that an append (on the event loop) waits
+    for renames, never for the disk: `.swap` made durable first (`prepare_swap`, touching only
+    `new`), then the old segments renamed away and `.swap` into place (`replace`), then the
+    directory fsynced; a crash before that leaves names recovery completes. Returns False (and
+    deletes `new`) if the log was closed or `old` are no longer replaceable."""
+    with lock:
+        if closed() or not segments.can_replace(old):
+            new.delete()
+            return False
+        directory = segments.dir
+    try:
+        segments.prepare_swap(new, crash_hook)
+    except OSError:
+        if closed():  # deleted or moved meanwhile: nothing to swap into
+            new.delete()
+            return False
+        raise
+    with lock:
+        if closed() or not segments.can_replace(old):
+            new.delete()
+            return False
+        segments.replace(new, old, now_ms=now_ms, crash_hook=crash_hook)
+    try:
+        fsync_dir(directory)
+    except FileNotFoundError:
+        if not closed():
+            raise
+    return True

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -83,7 +83,8 @@ class ShareConsumer:
         self.coordinator_clients = SimClients(world, CLIENT_ID, client_id=name, timeout_ms=timeout)
         self.clients = SimClients(world, CLIENT_ID, client_id=name, timeout_ms=timeout)
 
-    def tasks(self) -> list[Any]:
+    def tasks(self) -> list[Coroutine[Any, Any, None]]:
+        """Its two loops: heartbeats, and fetches with their acknowledgements."""
         return [self.heartbeats(), self.fetches()]
 
     # --- membership ----------------------------------------------------------------------------

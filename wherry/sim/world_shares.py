@@ -26,8 +26,8 @@ the brokers' real handlers. Checked (`ShareLedger`), from what the brokers' runt
   epoch or a later one (only a zombie at an older epoch may, as in Kafka);
 * no delivery count exceeds the delivery limit;
 * after healing and settling, no record is lost: every record below each partition's high
-  watermark was delivered, and the share coordinator's state has moved past all of them
-  (each accepted, or archived at the delivery limit).
+  watermark (control records aside) was handed to a consumer, and the share coordinator's
+  state has moved past all of them (each accepted, or archived at the delivery limit).
 """
 
 from __future__ import annotations
@@ -45,12 +45,13 @@ from wherry.controller.context import LeaderIsr
 from wherry.coordination.store import MetadataStore
 from wherry.coordinator.groups import GroupCoordinatorHost
 from wherry.coordinator.shares import PartitionFetch, ShareGroupsRuntime
-from wherry.protocol.records import iter_batches
+from wherry.protocol.records import ATTR_CONTROL, iter_batches
+from wherry.replication.partition import Partition
 from wherry.runtime.clock import FunctionClock
 from wherry.share.config import ShareBrokerConfig
 from wherry.share.partition import AcquiredRange, AcquireMode
 from wherry.share.state import ShareKey, ShareState, ShareStateStore
-from wherry.sim.invariants import InvariantViolation
+from wherry.sim.invariants import InvariantViolation, headers_below
 from wherry.sim.network import SimNetwork
 from wherry.sim.node import SimBroker
 
@@ -257,12 +258,17 @@ class ShareHost(ShareGroupsRuntime):
         return out
 
 
-def _high_watermark(world: World, tp: TopicPartition) -> int | None:
-    """The high watermark of the partition's leader as stored (None: it has none yet)."""
+def _leader(world: World, tp: TopicPartition) -> Partition | None:
+    """The partition on its leader as stored, if that broker leads it."""
     state = world.stored_state(tp)
     node = None if state is None else world.node(state.leader)
     part = None if node is None else node.replica_manager.get_partition(tp)
-    return part.high_watermark if part is not None and part.is_leader else None
+    return part if part is not None and part.is_leader else None
+
+
+def _high_watermark(world: World, tp: TopicPartition) -> int | None:
+    part = _leader(world, tp)
+    return None if part is None else part.high_watermark
 
 
 def _state_start(ledger: ShareLedger, topic_id: uuid.UUID, p: int) -> int:
@@ -286,10 +292,15 @@ def check_final(world: World, ledger: ShareLedger, topic_id: uuid.UUID) -> None:
     """After healing and settling: every record below each partition's high watermark was
     handed to a consumer, and the share coordinator's state is past it."""
     for tp in world.tps:
-        hw = _high_watermark(world, tp)
-        if hw is None:
+        part = _leader(world, tp)
+        if part is None:
             continue  # the world's own final check reports a partition without a leader
-        missing = [o for o in range(hw) if (tp.partition, o) not in ledger.handed]
+        hw = part.high_watermark
+        records = [
+            o for h in headers_below(part.log, hw) if not h.attributes & ATTR_CONTROL
+            for o in range(h.base_offset, h.last_offset + 1)
+        ]
+        missing = [o for o in records if (tp.partition, o) not in ledger.handed]
         if missing:
             raise InvariantViolation(f"share: {tp} offsets {missing[:10]} below the high "
                                      f"watermark {hw} never delivered")

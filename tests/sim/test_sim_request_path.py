@@ -65,10 +65,10 @@ async def produce_acknowledged_not_appended(
     return {"responses": responses, "throttle_time": 0}
 
 
-def test_the_simulation_runs_the_real_handlers(handlers: dict[int, Any]) -> None:
-    """Every Produce and Fetch of a default seed went through the handler table."""
-    calls = {PRODUCE: 0, FETCH: 0}
-    real = {k: handler_for(k) for k in calls}
+def counted(handlers: dict[int, Any], keys: tuple[int, ...]) -> dict[int, int]:
+    """The real handlers of `keys`, each call counted in the table returned."""
+    calls = dict.fromkeys(keys, 0)
+    real = {k: handler_for(k) for k in keys}
 
     def counting(key: int) -> Any:
         async def handle(broker: BrokerServices, req: Request) -> Any:
@@ -77,8 +77,14 @@ def test_the_simulation_runs_the_real_handlers(handlers: dict[int, Any]) -> None
 
         return handle
 
-    for key in calls:
+    for key in keys:
         handlers[key] = counting(key)
+    return calls
+
+
+def test_the_simulation_runs_the_real_handlers(handlers: dict[int, Any]) -> None:
+    """Every Produce and Fetch of a default seed went through the handler table."""
+    calls = counted(handlers, (PRODUCE, FETCH))
     result = run_seed(0, CI)
     assert result.ok, result.violation or result.error
     assert result.acks > 0
@@ -135,19 +141,7 @@ def fetch_ignoring_acknowledgements(real: Any) -> Any:
 def test_share_consumers_go_through_the_real_handlers(handlers: dict[int, Any]) -> None:
     """The share consumers' heartbeats, fetches and acknowledgements of a seed are request
     frames through the handler table."""
-    keys = (SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE)
-    calls = dict.fromkeys(keys, 0)
-    real = {k: handler_for(k) for k in keys}
-
-    def counting(key: int) -> Any:
-        async def handle(broker: BrokerServices, req: Request) -> Any:
-            calls[key] += 1
-            return await real[key](broker, req)
-
-        return handle
-
-    for key in keys:
-        handlers[key] = counting(key)
+    calls = counted(handlers, (SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE))
     result = run_seed(0, SHARE)
     assert result.ok, result.violation or result.error
     assert result.share_accepts > 0

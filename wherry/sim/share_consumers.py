@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -201,21 +201,24 @@ class ShareConsumer:
 
     def _fetched(self, b: int, r: Any, acks: Acks) -> dict[int, list[int]]:
         got: dict[int, list[int]] = {}
-        for t in r.responses:
-            if t.topic_id != self.topic_id:
+        for part in self._partitions(r):
+            p = int(part.partition_index)
+            if p in acks and part.acknowledge_error_code == E.none:
+                self._accepted(b, p, acks[p])
+            ranges = [(int(a.first_offset), int(a.last_offset), int(a.delivery_count))
+                      for a in part.acquired_records]
+            if part.error_code != E.none or not ranges:
                 continue
-            for part in t.partitions:
-                p = int(part.partition_index)
-                if p in acks and part.acknowledge_error_code == E.none:
-                    self._accepted(b, p, acks[p])
-                ranges = [(int(a.first_offset), int(a.last_offset), int(a.delivery_count))
-                          for a in part.acquired_records]
-                if part.error_code != E.none or not ranges:
-                    continue
-                self.ledger.handed_over(b, self.member_id, p, ranges,
-                                        bytes(part.records or b""), self.config.delivery_limit)
-                got[p] = [o for first, last, _ in ranges for o in range(first, last + 1)]
+            self.ledger.handed_over(b, self.member_id, p, ranges, bytes(part.records or b""),
+                                    self.config.delivery_limit)
+            got[p] = [o for first, last, _ in ranges for o in range(first, last + 1)]
         return got
+
+    def _partitions(self, r: Any) -> Iterator[Any]:
+        """The partitions of the simulation's topic in a ShareFetch / ShareAcknowledge answer."""
+        for t in r.responses:
+            if t.topic_id == self.topic_id:
+                yield from t.partitions
 
     def _accepted(self, b: int, p: int, acks: Mapping[int, int]) -> None:
         offsets = [o for o, t in acks.items() if t == AckType.ACCEPT]
@@ -243,10 +246,7 @@ class ShareConsumer:
             self._lost(b)
             return
         session.epoch += 1
-        for t in r.responses:
-            if t.topic_id != self.topic_id:
-                continue
-            for part in t.partitions:
-                p = int(part.partition_index)
-                if p in acks and part.error_code == E.none:
-                    self._accepted(b, p, acks[p])
+        for part in self._partitions(r):
+            p = int(part.partition_index)
+            if p in acks and part.error_code == E.none:
+                self._accepted(b, p, acks[p])

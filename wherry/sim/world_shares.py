@@ -36,7 +36,7 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -49,7 +49,7 @@ from wherry.protocol.records import ATTR_CONTROL, iter_batches
 from wherry.replication.partition import Partition
 from wherry.runtime.clock import FunctionClock
 from wherry.share.config import ShareBrokerConfig
-from wherry.share.partition import AcquiredRange, AcquireMode
+from wherry.share.partition import AcquiredRange
 from wherry.share.state import ShareKey, ShareState, ShareStateStore
 from wherry.sim.invariants import InvariantViolation, headers_below
 from wherry.sim.network import SimNetwork
@@ -233,20 +233,11 @@ class ShareHost(ShareGroupsRuntime):
         }
 
     async def fetch(
-        self,
-        group: str,
-        member: str,
-        wanted: Sequence[tuple[TopicPartition, uuid.UUID]],
-        *,
-        max_wait_ms: int,
-        max_bytes: int,
-        max_records: int,
-        mode: AcquireMode | None = None,
+        self, group: str, member: str, *args: Any, **kwargs: Any
     ) -> dict[TopicPartition, PartitionFetch]:
         """The runtime's fetch, what it acquired noted in the ledger (with the leader epoch of
         the share-partition that acquired it and the high watermark then)."""
-        out = await super().fetch(group, member, wanted, max_wait_ms=max_wait_ms,
-                                  max_bytes=max_bytes, max_records=max_records, mode=mode)
+        out = await super().fetch(group, member, *args, **kwargs)
         for tp, pf in out.items():
             entry = self.parts.get((group, tp))
             if not pf.acquired or entry is None:

@@ -675,7 +675,8 @@ class World:
         if self.options.consumer_groups:
             cg.check_final(self, self.group_members, self.options.partitions)
         if self.options.share_consumers:
-            ws.check_final(self, self.share_ledger, self.store.topic_id)
+            limit = self.options.share.delivery_limit
+            ws.check_final(self, self.share_ledger, self.store.topic_id, limit)
 
     # --- the run ----------------------------------------------------------------------------------
     async def main(self) -> None:
@@ -756,7 +757,8 @@ class World:
         await asyncio.sleep(o.settle_ms / 1000)
         await self.settle_leaders(2 * o.request_timeout_ms)
         if o.share_consumers:
-            await ws.settle(self, self.share_ledger, self.store.topic_id, o.settle_ms)
+            limit = o.share.delivery_limit
+            await ws.settle(self, self.share_ledger, self.store.topic_id, limit, o.settle_ms)
         self.check_final()
         if ops is not None:
             await ops.check_final()

@@ -49,7 +49,7 @@ from wherry.protocol.records import ATTR_CONTROL, iter_batches
 from wherry.replication.partition import Partition
 from wherry.runtime.clock import FunctionClock
 from wherry.share.config import ShareBrokerConfig
-from wherry.share.partition import AcquiredRange
+from wherry.share.partition import AcquiredRange, RecordState
 from wherry.share.state import ShareKey, ShareState, ShareStateStore
 from wherry.sim.invariants import InvariantViolation, headers_below
 from wherry.sim.network import SimNetwork
@@ -67,7 +67,7 @@ class ShareWorldConfig:
     lock_ms: int = 400
     delivery_limit: int = 4
     max_records: int = 20
-    heartbeat_interval_ms: int = 100
+    heartbeat_interval_ms: int = 250
     session_timeout_ms: int = 1_500
     request_timeout_ms: int = 500
 
@@ -262,26 +262,45 @@ def _high_watermark(world: World, tp: TopicPartition) -> int | None:
     return None if part is None else part.high_watermark
 
 
-def _state_start(ledger: ShareLedger, topic_id: uuid.UUID, p: int) -> int:
-    state = ledger.store.states.get(ShareKey(GROUP, topic_id, p))
-    return -1 if state is None else state.start_offset
+FINISHED = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 
 
-async def settle(world: World, ledger: ShareLedger, topic_id: uuid.UUID, grace_ms: int) -> None:
+def _unfinished(ledger: ShareLedger, key: ShareKey, end: int, limit: int) -> int | None:
+    """The first offset below `end` the share coordinator's state leaves to deliver (None:
+    none): not acknowledged, not archived, and short of the delivery limit (a record at the
+    limit is archived when a leader next reaches it)."""
+    state = ledger.store.states.get(key)
+    if state is None:
+        return 0 if end > 0 else None
+    kept = {o: b for b in state.batches for o in range(b.first_offset, b.last_offset + 1)}
+    for o in range(state.start_offset, end):
+        b = kept.get(o)
+        if b is None or (b.delivery_state not in FINISHED and b.delivery_count < limit):
+            return o
+    return None
+
+
+def _done(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: int) -> bool:
+    return all(
+        (hw := _high_watermark(world, tp)) is not None
+        and _unfinished(ledger, ShareKey(GROUP, topic_id, tp.partition), hw, limit) is None
+        for tp in world.tps
+    )
+
+
+async def settle(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: int,
+                 grace_ms: int) -> None:
     """Give the consumers up to `grace_ms` more to finish the records below the high
     watermarks (the last ones may be on their way to the delivery limit); a seed already done
     waits for nothing."""
     deadline = world.now_ms() + grace_ms
-    while world.now_ms() < deadline and any(
-        (hw := _high_watermark(world, tp)) is None or _state_start(ledger, topic_id, tp.partition)
-        < hw for tp in world.tps
-    ):
+    while world.now_ms() < deadline and not _done(world, ledger, topic_id, limit):
         await asyncio.sleep(0.05)
 
 
-def check_final(world: World, ledger: ShareLedger, topic_id: uuid.UUID) -> None:
+def check_final(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: int) -> None:
     """After healing and settling: every record below each partition's high watermark was
-    handed to a consumer, and the share coordinator's state is past it."""
+    handed to a consumer, and the share coordinator's state has each accepted or archived."""
     for tp in world.tps:
         part = _leader(world, tp)
         if part is None:
@@ -295,7 +314,7 @@ def check_final(world: World, ledger: ShareLedger, topic_id: uuid.UUID) -> None:
         if missing:
             raise InvariantViolation(f"share: {tp} offsets {missing[:10]} below the high "
                                      f"watermark {hw} never delivered")
-        start = _state_start(ledger, topic_id, tp.partition)
-        if start < hw:
-            raise InvariantViolation(f"share: {tp} after settling, the share state starts at "
-                                     f"{start}, below the high watermark {hw}")
+        left = _unfinished(ledger, ShareKey(GROUP, topic_id, tp.partition), hw, limit)
+        if left is not None:
+            raise InvariantViolation(f"share: {tp} after settling, offset {left} below the high "
+                                     f"watermark {hw} is still to deliver in the share state")

@@ -1,9 +1,10 @@
 """The simulation's clients and followers reach the brokers through the broker's real request
-path (frames decoded by the codecs, the handlers, fetch sessions): a bug planted in a request
-handler is one the simulation finds."""
+path (frames decoded by the codecs, the handlers, fetch sessions, share sessions): a bug
+planted in a request handler is one the simulation finds."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -14,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import Request
 from wherry.server.handlers import LOADED, handler_for
+from wherry.server.handlers.share_common import answer, open_session
 from wherry.server.services import BrokerServices
 from wherry.sim.world import SimOptions, SimResult, run_seed
 
@@ -63,10 +65,10 @@ async def produce_acknowledged_not_appended(
     return {"responses": responses, "throttle_time": 0}
 
 
-def test_the_simulation_runs_the_real_handlers(handlers: dict[int, Any]) -> None:
-    """Every Produce and Fetch of a default seed went through the handler table."""
-    calls = {PRODUCE: 0, FETCH: 0}
-    real = {k: handler_for(k) for k in calls}
+def counted(handlers: dict[int, Any], keys: tuple[int, ...]) -> dict[int, int]:
+    """The real handlers of `keys`, each call counted in the table returned."""
+    calls = dict.fromkeys(keys, 0)
+    real = {k: handler_for(k) for k in keys}
 
     def counting(key: int) -> Any:
         async def handle(broker: BrokerServices, req: Request) -> Any:
@@ -75,8 +77,14 @@ def test_the_simulation_runs_the_real_handlers(handlers: dict[int, Any]) -> None
 
         return handle
 
-    for key in calls:
+    for key in keys:
         handlers[key] = counting(key)
+    return calls
+
+
+def test_the_simulation_runs_the_real_handlers(handlers: dict[int, Any]) -> None:
+    """Every Produce and Fetch of a default seed went through the handler table."""
+    calls = counted(handlers, (PRODUCE, FETCH))
     result = run_seed(0, CI)
     assert result.ok, result.violation or result.error
     assert result.acks > 0
@@ -90,6 +98,70 @@ def test_a_produce_handler_that_does_not_append_is_caught(handlers: dict[int, An
     failed = first_failure(50)
     assert failed is not None, "the planted Produce bug went unnoticed for 50 seeds"
     assert failed.violation is not None and "acknowledged" in failed.violation, failed
+
+
+SHARE = dataclasses.replace(CI, share_consumers=True)
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
+
+
+async def acknowledge_not_recorded(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    """A ShareAcknowledge handler with a bug: its session moves on as it should, but it
+    answers NONE for every partition without applying the acknowledgements."""
+    opened = await open_session(broker, req.body, fetch=False)
+    if isinstance(opened, dict):
+        return opened
+    by_topic = {
+        t.topic_id: [
+            {"partition_index": p.partition_index, "error_code": ErrorCode.none,
+             "error_message": None, "current_leader": {"leader_id": -1, "leader_epoch": -1}}
+            for p in t.partitions
+        ]
+        for t in req.body.topics
+    }
+    return answer(ErrorCode.none, lock_ms=opened[0].record_lock_duration_ms, by_topic=by_topic)
+
+
+def fetch_ignoring_acknowledgements(real: Any) -> Any:
+    """A ShareFetch handler with a bug: it drops the acknowledgements a request carries, so
+    it answers their partitions' acknowledge error code NONE without applying them."""
+
+    async def handle(broker: BrokerServices, req: Request) -> Any:
+        topics = tuple(
+            dataclasses.replace(t, partitions=tuple(
+                dataclasses.replace(p, acknowledgement_batches=()) for p in t.partitions
+            ))
+            for t in req.body.topics
+        )
+        body = dataclasses.replace(req.body, topics=topics)
+        return await real(broker, dataclasses.replace(req, body=body))
+
+    return handle
+
+
+def test_share_consumers_go_through_the_real_handlers(handlers: dict[int, Any]) -> None:
+    """The share consumers' heartbeats, fetches and acknowledgements of a seed are request
+    frames through the handler table."""
+    calls = counted(handlers, (SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE))
+    result = run_seed(0, SHARE)
+    assert result.ok, result.violation or result.error
+    assert result.share_accepts > 0
+    assert calls[SHARE_GROUP_HEARTBEAT] > 10
+    assert calls[SHARE_FETCH] > 10
+    assert calls[SHARE_ACKNOWLEDGE] > 0
+
+
+@pytest.mark.parametrize("bug", ["share_acknowledge", "share_fetch"])
+def test_a_share_handler_that_does_not_record_acknowledgements_is_caught(
+    handlers: dict[int, Any], bug: str
+) -> None:
+    assert first_failure(2, SHARE) is None  # the real handlers: no failure
+    if bug == "share_acknowledge":
+        handlers[SHARE_ACKNOWLEDGE] = acknowledge_not_recorded
+    else:
+        handlers[SHARE_FETCH] = fetch_ignoring_acknowledgements(handler_for(SHARE_FETCH))
+    failed = first_failure(50, SHARE)
+    assert failed is not None, f"the planted {bug} bug went unnoticed for 50 seeds"
+    assert failed.violation is not None and "delivered again" in failed.violation, failed
 
 
 def _trace(seed: int) -> tuple[object, ...]:

@@ -29,10 +29,11 @@ def test_share_cli(capsys: object) -> None:
 
 
 def test_share_consumers_in_the_world_hold() -> None:
-    """Share consumers on the world simulation's brokers (sim/world_shares.py): fetches and
-    acknowledgements through crashes, partitions and leader failovers of the real
-    controller; no accepted record delivered again by a leader at or after the epoch that
-    accepted it, none above the high watermark, none past the delivery limit."""
+    """Share consumers on the world simulation's brokers (sim/share_consumers.py, in request
+    frames through the real handlers): heartbeats, fetches and acknowledgements through
+    crashes, partitions and leader failovers of the real controller; no accepted record
+    delivered again by a leader at or after the epoch that accepted it, none acquired above
+    the high watermark, none past the delivery limit, none lost."""
     from dataclasses import replace
 
     from wherry.sim.world import SimOptions, run_seed
@@ -65,3 +66,21 @@ def test_world_share_ledger_catches_a_leader_that_forgets_the_state() -> None:
     finally:
         ws.LedgerPersister.read = original  # type: ignore[method-assign]
     assert r.violation is not None and "delivered again" in r.violation
+
+
+def test_a_share_consumer_seed_replays_the_same() -> None:
+    """Same seed, same run: the share consumers' randomness is the seed's."""
+    from dataclasses import replace
+
+    from wherry.sim.world import SimOptions, run_seed
+
+    options = replace(SimOptions(duration_ms=2_000, settle_ms=2_000), share_consumers=True)
+
+    def trace() -> tuple[object, ...]:
+        r = run_seed(5, options)
+        return (r.ok, r.violation, r.steps, r.sim_ms, r.share_deliveries, r.share_accepts,
+                tuple(r.faults))
+
+    first = trace()
+    assert first[0], first
+    assert trace() == first

@@ -157,6 +157,9 @@ class GroupHost(GroupCoordinatorHost):
         node.services.append(self)
         node.group_host = self
 
+    def ensure_offsets_topic(self) -> None:
+        """The world creates `__consumer_offsets` before any member runs."""
+
 
 def _host(world: World, b: int) -> GroupHost:
     node = world.node(b)

@@ -38,6 +38,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.log import Log
 from wherry.protocol.records import (
     CONTROL_ABORT,
+    BatchHeader,
     iter_batches,
     iter_records,
     parse_control_record,
@@ -48,12 +49,9 @@ class InvariantViolation(AssertionError):
     pass
 
 
-def batches_below(plog: Log, end: int) -> dict[int, int]:
-    """base offset -> CRC of every batch wholly below `end` in a log. A batch is identified
-    by its CRC: it covers the records, producer fields and timestamps, and survives the
-    leader's patching of base offset and partition leader epoch, so a produced batch and its
-    copies on every replica have the same one."""
-    out: dict[int, int] = {}
+def headers_below(plog: Log, end: int) -> list[BatchHeader]:
+    """The header of every batch wholly below `end` in a log, in offset order."""
+    out: list[BatchHeader] = []
     offset = plog.log_start_offset
     while offset < end:
         # A read stops at its segment's end (as Kafka's does): continue from the next batch.
@@ -61,12 +59,20 @@ def batches_below(plog: Log, end: int) -> dict[int, int]:
         nxt = offset
         for _pos, header in iter_batches(data):
             if header.last_offset < end:
-                out[header.base_offset] = header.crc
+                out.append(header)
             nxt = max(nxt, header.last_offset + 1)
         if nxt == offset:
             break
         offset = nxt
     return out
+
+
+def batches_below(plog: Log, end: int) -> dict[int, int]:
+    """base offset -> CRC of every batch wholly below `end` in a log. A batch is identified
+    by its CRC: it covers the records, producer fields and timestamps, and survives the
+    leader's patching of base offset and partition leader epoch, so a produced batch and its
+    copies on every replica have the same one."""
+    return {h.base_offset: h.crc for h in headers_below(plog, end)}
 
 
 def decode_batches(data: bytes) -> dict[int, tuple[int, int]]:

@@ -7,8 +7,8 @@ the followers' fetches arrive as request frames and go through the broker's real
 (`handle_frame`: codecs, handlers, fetch sessions, authorizer).
 
 The simulated broker hosts the replica node and what the simulation adds on it (the
-transaction and group coordinators, `services`; the handlers reach the transaction and group
-coordinators, and producer ids come from the world's one counter); it runs no admin manager
+transaction and group coordinators and the share groups, `services`; the handlers reach them,
+and producer ids come from the world's one counter); it runs no admin manager
 or log-dir mover, and a request that needs one closes its connection with a log line.
 `crash()` ends the process at once: its tasks are cancelled and its file descriptors closed
 without flushing or writing anything (the page cache survives, so the files keep every byte
@@ -142,6 +142,7 @@ class SimBroker:
         # The transaction coordinator among them (`sim/transactions.py`), for the handlers.
         self.transaction_host: Any = None
         self.group_host: Any = None  # and the group coordinator (`sim/consumer_groups.py`)
+        self.share_host: Any = None  # and the share groups (`sim/world_shares.py`)
 
     @property
     def fence(self) -> ControllerFence:
@@ -188,7 +189,10 @@ class SimBroker:
 
     @property
     def shares(self) -> Any:
-        self._not_hosted("share group runtime")
+        """The share groups the simulation runs here (`--share-consumers`)."""
+        if self.share_host is None:
+            self._not_hosted("share group runtime")
+        return self.share_host
 
     @property
     def admin(self) -> Any:

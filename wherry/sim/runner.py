@@ -122,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--share-consumers",
         action="store_true",
-        help="share consumers (KIP-932) fetching and acknowledging through the failovers",
+        help="share consumers (KIP-932) heartbeating, fetching and acknowledging in request "
+        "frames through the failovers",
     )
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("-v", "--verbose", action="store_true", help="print the fault log")

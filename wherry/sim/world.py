@@ -46,6 +46,7 @@ from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, NetworkConfig, SimNetwo
 from wherry.sim.node import NodeConfig, SimBroker
 from wherry.sim.operations import ClusterOperations, rebalance_config
 from wherry.sim.real_controller import RealControlPlane, RebalanceConfig
+from wherry.sim.share_consumers import ShareConsumer
 from wherry.sim.transactions import TxnHost, TxnProducer, TxnSimConfig
 from wherry.sim.transactions import check_final as check_txn_final
 from wherry.sim.transactions import check_reads as check_txn_reads
@@ -99,8 +100,9 @@ class SimOptions:
     # members heartbeating, coordinator crashes (consumer_groups.py), checked by `GroupLedger`.
     consumer_groups: bool = False
     groups: cg.GroupSimConfig = field(default_factory=cg.GroupSimConfig)
-    # Share consumers (KIP-932) fetching and acknowledging through the failovers
-    # (world_shares.py), checked by `ShareLedger`.
+    # Real controller: share consumers (KIP-932) heartbeating, fetching and acknowledging in
+    # request frames through the failovers (share_consumers.py; the share groups on every
+    # broker, world_shares.py), checked by `ShareLedger`.
     share_consumers: bool = False
     share: ws.ShareWorldConfig = field(default_factory=ws.ShareWorldConfig)
 
@@ -187,8 +189,10 @@ class World:
         self.tps = [TopicPartition(TOPIC, p) for p in range(options.partitions)]
         if options.controller not in ("real", "model"):
             raise ValueError(f"controller must be 'real' or 'model', not {options.controller!r}")
-        if (options.transactions or options.consumer_groups) and options.controller != "real":
-            raise ValueError("transactions and consumer groups need the real controller")
+        coordinators = options.transactions or options.consumer_groups or options.share_consumers
+        if coordinators and options.controller != "real":
+            raise ValueError("transactions, consumer groups and share consumers need the real "
+                             "controller")
         self.plane: RealControlPlane | None = None
         self.operations: ClusterOperations | None = None
         if options.controller == "real":
@@ -280,10 +284,10 @@ class World:
         node.start()
         if self.options.transactions:
             TxnHost(self, node, self.options.txn)
-        if self.options.consumer_groups:
-            cg.GroupHost(self, node, self.options.groups, self.group_ledger)
-        if self.options.share_consumers:
-            ws.ShareHost(self, node, self.options.share, self.share_ledger, self.store.topic_id)
+        if self.options.consumer_groups or self.options.share_consumers:
+            groups = cg.GroupHost(self, node, self.options.groups, self.group_ledger)
+            if self.options.share_consumers:
+                ws.ShareHost(self, node, self.options.share, self.share_ledger, groups)
         self.nodes[b] = node
         self.down.discard(b)
         self.removals.broker_away(b, self.now_ms())
@@ -670,6 +674,9 @@ class World:
             check_txn_final(self, self.txn_producers)
         if self.options.consumer_groups:
             cg.check_final(self, self.group_members, self.options.partitions)
+        if self.options.share_consumers:
+            limit = self.options.share.delivery_limit
+            ws.check_final(self, self.share_ledger, self.store.topic_id, limit)
 
     # --- the run ----------------------------------------------------------------------------------
     async def main(self) -> None:
@@ -690,7 +697,7 @@ class World:
                         for p in range(o.txn.state_partitions)
                     },
                 )
-            if o.consumer_groups:
+            if o.consumer_groups or o.share_consumers:
                 n = len(self.broker_ids)
                 self.plane.create_topic(
                     cg.OFFSETS_TOPIC,
@@ -710,9 +717,9 @@ class World:
                 tasks.append(self.loop.create_task(m.run()))
         if o.share_consumers:
             for i in range(o.share.members):
-                sm = ws.ShareMember(self, i, random.Random(self.client_rng.random()), o.share,
-                                    self.share_ledger, self.tps)
-                tasks.append(self.loop.create_task(sm.run()))
+                sc = ShareConsumer(self, i, random.Random(self.client_rng.random()), o.share,
+                                   self.share_ledger, self.store.topic_id)
+                tasks += [self.loop.create_task(t) for t in sc.tasks()]
         tasks.append(self.loop.create_task(self.consumer()))
         txn_tasks = []
         if o.transactions:
@@ -749,6 +756,9 @@ class World:
             t.cancel()  # stop producing, so everything can get committed
         await asyncio.sleep(o.settle_ms / 1000)
         await self.settle_leaders(2 * o.request_timeout_ms)
+        if o.share_consumers:
+            limit = o.share.delivery_limit
+            await ws.settle(self, self.share_ledger, self.store.topic_id, limit, o.settle_ms)
         self.check_final()
         if ops is not None:
             await ops.check_final()

@@ -1,54 +1,61 @@
-"""Share consumers in the world simulation (`python -m wherry.sim --share-consumers`): share
-fetches and acknowledgements against the simulated brokers, through leader failovers,
-crashes and partitions of the real controller's world.
+"""Share groups on the world simulation's brokers (`python -m wherry.sim --share-consumers`):
+the broker's share runtime on every simulated broker, and what the share consumers were told.
 
 Each broker process runs a `ShareHost`: the share groups the broker runs
-(`coordinator/shares.py`) on its replica node. For each partition of the simulation's topic
-it leads, one `share.partition.SharePartition` of the group, loaded from the share
-coordinator's state when first fetched at its leader epoch (ReadShareGroupState: a read at a
-newer leader epoch fences the older leaders), records read from its real replica manager
-below the high watermark, acknowledgements applied and written (WriteShareGroupState) before
-they are answered, lock expiries on its background ticker. Only the persister is the
-simulation's (`LedgerPersister`): the share coordinator as one store
+(`coordinator/shares.py`) on its replica node, attached to its group coordinator
+(`sim/consumer_groups.py`'s `GroupHost`, as `wherry server` attaches them), so a share group's
+membership is written to `__consumer_offsets` and replayed when that partition fails over. For
+each partition of the simulation's topic it leads, one `share.partition.SharePartition` of the
+group, loaded from the share coordinator's state when first fetched at its leader epoch
+(ReadShareGroupState: a read at a newer leader epoch fences the older leaders), records read
+from its real replica manager below the high watermark, acknowledgements applied and written
+(WriteShareGroupState) before they are answered, lock expiries on its background ticker. Only
+the persister is the simulation's (`LedgerPersister`): the share coordinator as one store
 (`share.state.ShareStateStore`, the real fencing rules) that is always reachable; the share
 coordinator's own failovers are `sim/shares.py`'s subject. A crashed broker loses its
-share-partitions; a zombie (a deposed leader that has not heard yet) may still answer.
+share-partitions and share sessions; a zombie (a deposed leader that has not heard yet) may
+still answer.
 
-`ShareMember`s fetch from whichever broker claims to lead a partition, over the simulated
-network, and acknowledge what they got (mostly ACCEPT, some RELEASE, a few never: their
-locks run out). Checked (`ShareLedger`):
-* a record is delivered only below the delivering leader's high watermark;
-* a record whose ACCEPT was answered OK is never delivered again by a leader at that leader
+The share consumers (`sim/share_consumers.py`) reach all of it only by request frames through
+the brokers' real handlers. Checked (`ShareLedger`), from what the brokers' runtimes acquired
+(`ShareHost.fetch`, an observer) and what the consumers' answers said:
+* a record is acquired only below the acquiring leader's high watermark;
+* a record a consumer is handed was acquired for it by that broker's share-partition, and the
+  answer's record batches hold it;
+* a record whose ACCEPT was answered NONE is never delivered again by a leader at that leader
   epoch or a later one (only a zombie at an older epoch may, as in Kafka);
-* no delivery count exceeds the delivery limit.
+* no delivery count exceeds the delivery limit;
+* after healing and settling, no record is lost: every record below each partition's high
+  watermark (control records aside) was handed to a consumer, and the share coordinator's
+  state has moved past all of them (each accepted, or archived at the delivery limit).
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.controller.context import LeaderIsr
 from wherry.coordination.store import MetadataStore
-from wherry.coordinator.shares import ShareGroupsRuntime
+from wherry.coordinator.groups import GroupCoordinatorHost
+from wherry.coordinator.shares import PartitionFetch, ShareGroupsRuntime
+from wherry.protocol.records import ATTR_CONTROL, iter_batches
+from wherry.replication.partition import Partition
 from wherry.runtime.clock import FunctionClock
 from wherry.share.config import ShareBrokerConfig
-from wherry.share.partition import (
-    AckBatch,
-    AckType,
-    AcquiredRange,
-)
+from wherry.share.partition import AcquiredRange, RecordState
 from wherry.share.state import ShareKey, ShareState, ShareStateStore
-from wherry.sim.invariants import InvariantViolation
-from wherry.sim.network import CLIENT_ID, SimNetwork
+from wherry.sim.invariants import InvariantViolation, headers_below
+from wherry.sim.network import SimNetwork
 from wherry.sim.node import SimBroker
 
-__all__ = ["ShareHost", "ShareLedger", "ShareMember", "ShareWorldConfig"]
+__all__ = ["ShareHost", "ShareLedger", "ShareWorldConfig", "check_final", "settle"]
 
 GROUP = "sim-share-group"
 E = ErrorCode
@@ -60,24 +67,37 @@ class ShareWorldConfig:
     lock_ms: int = 400
     delivery_limit: int = 4
     max_records: int = 20
+    heartbeat_interval_ms: int = 250
+    session_timeout_ms: int = 1_500
+    request_timeout_ms: int = 500
 
 
 class World(Protocol):
     network: SimNetwork
     broker_ids: list[int]
+    tps: list[TopicPartition]
 
     def now_ms(self) -> int: ...
 
     def node(self, broker_id: int) -> SimBroker | None: ...
 
+    def incarnation(self, node_id: int) -> int | None: ...
+
+    def stored_state(self, tp: TopicPartition) -> LeaderIsr | None: ...
+
 
 @dataclass(slots=True)
 class ShareLedger:
-    """The share coordinator's store and what the members were answered."""
+    """The share coordinator's store, what the brokers' share-partitions acquired, and what the
+    consumers were answered."""
 
     store: ShareStateStore = field(default_factory=ShareStateStore)
+    # (broker, member, partition, offset) -> the leader epoch of the share-partition that
+    # last acquired the record for the member there
+    acquired: dict[tuple[int, str, int, int], int] = field(default_factory=dict)
     # (partition, offset) -> the leader epoch whose write answered its ACCEPT
     accepted: dict[tuple[int, int], int] = field(default_factory=dict)
+    handed: set[tuple[int, int]] = field(default_factory=set)  # seen by a consumer
     deliveries: int = 0
     accepts: int = 0
     fenced_writes: int = 0
@@ -92,18 +112,56 @@ class ShareLedger:
         if self.violation is not None:
             raise InvariantViolation(self.violation)
 
-    def delivered(self, p: int, leader_epoch: int, ranges: list[AcquiredRange],
-                  limit: int) -> None:
+    def acquired_by(self, broker: int, member: str, p: int, leader_epoch: int,
+                    ranges: Sequence[AcquiredRange], hw: int) -> None:
+        """The broker's share-partition at `leader_epoch` acquired `ranges` for `member`."""
         for r in ranges:
-            if r.delivery_count > limit:
-                self.fail(f"share: partition {p} records {r.first_offset}-{r.last_offset} "
-                          f"delivered {r.delivery_count} times (limit {limit})")
+            if r.last_offset >= hw:
+                self.fail(f"share: partition {p} offsets {r.first_offset}-{r.last_offset} "
+                          f"acquired by broker {broker} at or above its high watermark {hw}")
             for o in range(r.first_offset, r.last_offset + 1):
-                at = self.accepted.get((p, o))
-                if at is not None and leader_epoch >= at:
-                    self.fail(f"share: partition {p} offset {o} accepted at leader epoch {at} "
-                              f"delivered again by the leader at epoch {leader_epoch}")
-                self.deliveries += 1
+                self.acquired[(broker, member, p, o)] = leader_epoch
+
+    def handed_over(self, broker: int, member: str, p: int,
+                    ranges: Sequence[tuple[int, int, int]], records: bytes,
+                    limit: int) -> None:
+        """A ShareFetch answer of `broker` gave `member` the acquired `ranges` (first, last,
+        delivery count) of partition `p`, with `records`."""
+        batches = [(h.base_offset, h.last_offset) for _, h in iter_batches(records)]
+        for first, last, count in ranges:
+            if count > limit:
+                self.fail(f"share: partition {p} records {first}-{last} delivered {count} "
+                          f"times (limit {limit})")
+            for o in range(first, last + 1):
+                self._handed(broker, member, p, o, batches)
+
+    def _handed(self, broker: int, member: str, p: int, o: int,
+                batches: list[tuple[int, int]]) -> None:
+        epoch = self.acquired.get((broker, member, p, o))
+        if epoch is None:
+            self.fail(f"share: broker {broker} handed {member} offset {o} of partition {p}, "
+                      "which its share-partition never acquired for it")
+            return
+        if not any(b <= o <= last for b, last in batches):
+            self.fail(f"share: broker {broker} handed {member} offset {o} of partition {p} "
+                      "without a record batch holding it")
+        at = self.accepted.get((p, o))
+        if at is not None and epoch >= at:
+            self.fail(f"share: partition {p} offset {o} accepted at leader epoch {at} "
+                      f"delivered again by broker {broker}'s leader at epoch {epoch}")
+        self.deliveries += 1
+        self.handed.add((p, o))
+
+    def accepted_by(self, broker: int, member: str, p: int, offsets: Sequence[int]) -> None:
+        """`broker` answered NONE to `member`'s ACCEPT of `offsets` of partition `p`."""
+        for o in offsets:
+            epoch = self.acquired.get((broker, member, p, o))
+            if epoch is None:
+                self.fail(f"share: broker {broker} accepted offset {o} of partition {p} from "
+                          f"{member}, which it never acquired for it")
+                continue
+            self.accepted.setdefault((p, o), epoch)
+            self.accepts += 1
 
 
 class LedgerPersister:
@@ -140,25 +198,26 @@ class LedgerPersister:
 
 class ShareHost(ShareGroupsRuntime):
     """One broker process's share groups, as `wherry server` runs them
-    (`coordinator/shares.py`), on its replica node; the group's configs fixed (the simulation
-    has no metadata store)."""
+    (`coordinator/shares.py`), on its replica node and its group coordinator; the group's
+    configs fixed (the simulation has no metadata store). The handlers reach it as the
+    broker's `shares`."""
 
     def __init__(self, world: World, node: SimBroker, config: ShareWorldConfig,
-                 ledger: ShareLedger, topic_id: uuid.UUID) -> None:
+                 ledger: ShareLedger, groups: GroupCoordinatorHost) -> None:
         broker = ShareBrokerConfig.from_props({
             "group.share.record.lock.duration.ms": str(config.lock_ms),
             "group.share.delivery.count.limit": str(config.delivery_limit),
             "group.share.partition.max.record.locks": "200",
         })
         super().__init__(node.broker_id, broker, FunctionClock(world.now_ms), node.replica,
-                         self._no_store, LedgerPersister(ledger), lambda _g: 0)
-        self.world = world
+                         self._no_store, LedgerPersister(ledger),
+                         groups.coordinator.partition_for)
         self.ledger = ledger
         self.share_config = config
-        self.topic_id = topic_id
+        self.attach_groups(groups)
         node.replica.leadership_listeners.append(self.on_leadership_change)
         node.services.append(self)
-        node.share_host = self  # type: ignore[attr-defined]
+        node.share_host = self
         self.start()
 
     @staticmethod
@@ -166,92 +225,96 @@ class ShareHost(ShareGroupsRuntime):
         raise RuntimeError("the simulation has no metadata store")
 
     async def group_config(self, group: str) -> dict[str, str]:
-        return {"share.auto.offset.reset": "earliest"}
+        c = self.share_config
+        return {
+            "share.auto.offset.reset": "earliest",
+            "share.session.timeout.ms": str(c.session_timeout_ms),
+            "share.heartbeat.interval.ms": str(c.heartbeat_interval_ms),
+        }
 
-    async def fetch_for(self, member: str, tp: TopicPartition, max_records: int
-                        ) -> tuple[ErrorCode, int, list[AcquiredRange]]:
-        """A ShareFetch of one partition, answered at once: (error, the leader epoch of the
-        share-partition that acquired the records, the acquired ranges)."""
-        out = await self.fetch(GROUP, member, [(tp, self.topic_id)], max_wait_ms=0,
-                               max_bytes=1 << 20, max_records=max_records)
-        pf = out[tp]
-        entry = self.parts.get((GROUP, tp))
-        if pf.error_code != E.none or entry is None:
-            return pf.error_code, -1, []
-        got = pf.acquired
-        part = self.node.replica_manager.get_partition(tp)
-        hw = part.high_watermark if part is not None else -1
-        for r in got:
-            if r.last_offset >= hw:
-                self.ledger.fail(f"share: {tp} offsets {r.first_offset}-{r.last_offset} "
-                                 f"delivered at or above the leader's high watermark {hw}")
-        limit = self.share_config.delivery_limit
-        self.ledger.delivered(tp.partition, entry.leader_epoch, got, limit)
-        return E.none, entry.leader_epoch, got
-
-    async def acknowledge_at(self, member: str, tp: TopicPartition, leader_epoch: int,
-                             batches: list[AckBatch]) -> ErrorCode:
-        """A ShareAcknowledge of records acquired from the share-partition at `leader_epoch`."""
-        entry = self.parts.get((GROUP, tp))
-        if entry is None or entry.leader_epoch != leader_epoch:
-            return E.not_leader_or_follower
-        return await self.acknowledge(GROUP, member, tp, self.topic_id, batches)
-
-
-class ShareMember:
-    """A share consumer: fetch from a partition's (claimed) leader, acknowledge."""
-
-    def __init__(self, world: World, index: int, rng: random.Random, config: ShareWorldConfig,
-                 ledger: ShareLedger, tps: list[TopicPartition]) -> None:
-        self.world = world
-        self.member = f"share-member-{index}"
-        self.rng = rng
-        self.config = config
-        self.ledger = ledger
-        self.tps = tps
-
-    async def _call(self, b: int, fn: Any) -> Any:
-        async def handler() -> Any:
-            node = self.world.node(b)
-            host = None if node is None else getattr(node, "share_host", None)
-            if host is None:
-                raise ConnectionError("down")
-            return await fn(host)
-
-        return await self.world.network.call(CLIENT_ID, b, handler, timeout_ms=1000)
-
-    async def run(self) -> None:
-        rng = self.rng
-        while True:
-            await asyncio.sleep(rng.uniform(20, 100) / 1000)
-            tp = rng.choice(self.tps)
-            leaders = [b for b in self.world.broker_ids
-                       if (n := self.world.node(b)) is not None
-                       and (p := n.replica_manager.get_partition(tp)) is not None
-                       and p.is_leader]
-            if not leaders:
+    async def fetch(
+        self, group: str, member: str, *args: Any, **kwargs: Any
+    ) -> dict[TopicPartition, PartitionFetch]:
+        """The runtime's fetch, what it acquired noted in the ledger (with the leader epoch of
+        the share-partition that acquired it and the high watermark then)."""
+        out = await super().fetch(group, member, *args, **kwargs)
+        for tp, pf in out.items():
+            entry = self.parts.get((group, tp))
+            if not pf.acquired or entry is None:
                 continue
-            b = rng.choice(leaders)
-            try:
-                err, epoch, got = await self._call(
-                    b, lambda h, tp=tp: h.fetch_for(self.member, tp, self.config.max_records))
-            except (ConnectionError, TimeoutError):
-                continue
-            if err != E.none or not got or rng.random() < 0.1:
-                continue  # nothing, or never acknowledged: the locks run out
-            await asyncio.sleep(rng.uniform(0, 2 * self.config.lock_ms) / 1000)
-            types = {o: int(AckType.ACCEPT) if rng.random() < 0.85 else int(AckType.RELEASE)
-                     for r in got for o in range(r.first_offset, r.last_offset + 1)}
-            batches = [AckBatch(o, o, (t,)) for o, t in sorted(types.items())]
-            try:
-                code = await self._call(
-                    b,
-                    lambda h, tp=tp, e=epoch, bs=batches: h.acknowledge_at(self.member, tp, e, bs),
-                )
-            except (ConnectionError, TimeoutError):
-                continue  # unknown outcome: not counted as accepted
-            if code == E.none:
-                for o, t in types.items():
-                    if t == AckType.ACCEPT:
-                        self.ledger.accepted.setdefault((tp.partition, o), epoch)
-                        self.ledger.accepts += 1
+            part = self.node.replica_manager.get_partition(tp)
+            hw = part.high_watermark if part is not None else -1
+            self.ledger.acquired_by(self.broker_id, member, tp.partition, entry.leader_epoch,
+                                    pf.acquired, hw)
+        return out
+
+
+def _leader(world: World, tp: TopicPartition) -> Partition | None:
+    """The partition on its leader as stored, if that broker leads it."""
+    state = world.stored_state(tp)
+    node = None if state is None else world.node(state.leader)
+    part = None if node is None else node.replica_manager.get_partition(tp)
+    return part if part is not None and part.is_leader else None
+
+
+def _high_watermark(world: World, tp: TopicPartition) -> int | None:
+    part = _leader(world, tp)
+    return None if part is None else part.high_watermark
+
+
+FINISHED = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+
+
+def _unfinished(ledger: ShareLedger, key: ShareKey, end: int, limit: int) -> int | None:
+    """The first offset below `end` the share coordinator's state leaves to deliver (None:
+    none): not acknowledged, not archived, and short of the delivery limit (a record at the
+    limit is archived when a leader next reaches it)."""
+    state = ledger.store.states.get(key)
+    if state is None:
+        return 0 if end > 0 else None
+    kept = {o: b for b in state.batches for o in range(b.first_offset, b.last_offset + 1)}
+    for o in range(state.start_offset, end):
+        b = kept.get(o)
+        if b is None or (b.delivery_state not in FINISHED and b.delivery_count < limit):
+            return o
+    return None
+
+
+def _done(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: int) -> bool:
+    return all(
+        (hw := _high_watermark(world, tp)) is not None
+        and _unfinished(ledger, ShareKey(GROUP, topic_id, tp.partition), hw, limit) is None
+        for tp in world.tps
+    )
+
+
+async def settle(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: int,
+                 grace_ms: int) -> None:
+    """Give the consumers up to `grace_ms` more to finish the records below the high
+    watermarks (the last ones may be on their way to the delivery limit); a seed already done
+    waits for nothing."""
+    deadline = world.now_ms() + grace_ms
+    while world.now_ms() < deadline and not _done(world, ledger, topic_id, limit):
+        await asyncio.sleep(0.05)
+
+
+def check_final(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: int) -> None:
+    """After healing and settling: every record below each partition's high watermark was
+    handed to a consumer, and the share coordinator's state has each accepted or archived."""
+    for tp in world.tps:
+        part = _leader(world, tp)
+        if part is None:
+            continue  # the world's own final check reports a partition without a leader
+        hw = part.high_watermark
+        records = [
+            o for h in headers_below(part.log, hw) if not h.attributes & ATTR_CONTROL
+            for o in range(h.base_offset, h.last_offset + 1)
+        ]
+        missing = [o for o in records if (tp.partition, o) not in ledger.handed]
+        if missing:
+            raise InvariantViolation(f"share: {tp} offsets {missing[:10]} below the high "
+                                     f"watermark {hw} never delivered")
+        left = _unfinished(ledger, ShareKey(GROUP, topic_id, tp.partition), hw, limit)
+        if left is not None:
+            raise InvariantViolation(f"share: {tp} after settling, offset {left} below the high "
+                                     f"watermark {hw} is still to deliver in the share state")

@@ -268,6 +268,9 @@ def setup_logging(level: str, log_format: str = "text") -> None:
     root.setLevel(numeric)
 
 
+GIL_SWITCH_INTERVAL_S = 0.0005  # see serve_until_signal
+
+
 def run(main_coro: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
@@ -308,6 +311,12 @@ async def serve_until_signal(
         if not gc.isenabled():  # the console entry turned it off for the start
             gc.freeze()
             gc.enable()
+    # The event loop answers requests; the other threads (the log cleaner, flushes, retention)
+    # do background work. Python hands the GIL over every 5 ms by default, so a request that
+    # arrives while a background thread runs Python could wait that long, twice or more:
+    # 0.5 ms bounds that wait (bench/sustained.py: p99 at 1,000 records/s with the cleaner
+    # running, 11-19 ms -> 7-8 ms).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     announce(started)
     await stopping.wait()
     await stop()

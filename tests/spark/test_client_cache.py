@@ -7,6 +7,7 @@ failed read."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
@@ -23,6 +24,15 @@ def produce(bs: str, topic: str, partition: int, n: int) -> None:
     for i in range(n):
         p.produce(topic, str(i).encode(), partition=partition)
     assert p.flush(30) == 0
+
+
+@pytest.fixture(autouse=True)
+def empty_cache() -> Iterator[None]:
+    """Each test starts with no kept client: others of this process (its worker) may have
+    filled the cache up to its bound."""
+    client_cache.close_idle()
+    yield
+    client_cache.close_idle()
 
 
 def values(opts: SourceOptions, rng: OffsetRange) -> list[bytes]:

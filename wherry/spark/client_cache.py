@@ -100,6 +100,16 @@ def kept() -> tuple[int, int]:
         return len(_admins), sum(len(v) for v in _readers.values())
 
 
+def close_idle() -> None:
+    """Close every idle range reader's client and drop the kept AdminClients."""
+    with _lock:
+        closing = [c for idle in _readers.values() for c in idle]
+        _readers.clear()
+        _admins.clear()
+    for c in closing:
+        c.close()
+
+
 def give_back(key_conf: Mapping[str, Any], consumer: Consumer) -> None:
     """Keep ``consumer`` (unassigned here) for the next reader of ``key_conf``."""
     consumer.unassign()

@@ -670,7 +670,8 @@ class ZkCluster(Startable):
                 self.wait_ready(broker_id)
                 return
             except RuntimeError as e:
-                if attempt == attempts - 1 or "address already in use" not in str(e).lower():
+                # `wherry server` says "listener ... port N is already in use"
+                if attempt == attempts - 1 or "already in use" not in str(e).lower():
                     raise
             self.procs.pop(broker_id, None)
             self.listener_ports[broker_id] = {n: find_free_port(self.host) for n in self.listeners}

@@ -583,15 +583,7 @@ class ProducerStateManager:
         return path
 
     def _fsync_snapshot(self, offset: int) -> None:
-        try:
-            fd = os.open(self.snapshot_path(offset), os.O_RDONLY)
-        except FileNotFoundError:
-            self._unsynced_snapshots.discard(offset)
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_if_present(self.snapshot_path(offset))
         self._unsynced_snapshots.discard(offset)
 
     def unsynced_snapshots(self, up_to: int) -> list[int]:
@@ -602,18 +594,9 @@ class ProducerStateManager:
         """fsync the snapshot files of `offsets` and their directory, touching no state (a
         flush runs this without the log's lock); returns the offsets now durable (a snapshot
         deleted meanwhile counts: nothing is left to sync). See `snapshots_synced`."""
-        done: list[int] = []
-        for offset in offsets:
-            try:
-                fd = os.open(self.snapshot_path(offset), os.O_RDONLY)
-            except FileNotFoundError:
-                done.append(offset)
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            done.append(offset)
+        done = list(offsets)
+        for offset in done:
+            _fsync_if_present(self.snapshot_path(offset))
         if done:
             try:
                 fsync_dir(self.dir)
@@ -703,3 +686,15 @@ class ProducerStateManager:
         for snap in list(self._snapshots):
             self._delete_snapshot(snap)
         self._map_end_offset = offset
+
+
+def _fsync_if_present(path: Path) -> None:
+    """fsync the file at `path`; nothing if it was deleted meanwhile."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

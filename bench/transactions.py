@@ -120,8 +120,8 @@ def measure(broker: Broker, plan: Plan, prefix: str = "") -> list[Row]:
     for attempt in range(plan.repeats):
         for rid, per_txn in cases:
             what = "idempotent" if not per_txn else f"transactional, {per_txn} per transaction"
-            log(f"({prefix}{rid}) run {attempt + 1}/{plan.repeats}: {plan.records} x {RECORD_BYTES} B, "
-                f"{what}")
+            log(f"({prefix}{rid}) run {attempt + 1}/{plan.repeats}: "
+                f"{plan.records} x {RECORD_BYTES} B, {what}")
             runs[rid].append(_produce(broker, topics[rid], plan.records, per_txn, plan.linger_ms))
     best = {rid: {**max(rs, key=lambda r: r["rec_s"]), "runs": rs} for rid, rs in runs.items()}
     rows: list[Row] = []

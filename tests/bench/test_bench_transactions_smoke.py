@@ -45,3 +45,27 @@ def test_transactions_bench_reports_every_row(tmp_path: Path) -> None:
     # the broker and the workers are stopped, the temporary directory removed
     assert list(tmp_path.iterdir()) == [out]
     assert not _processes_mentioning(str(tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_peer_rows_run_against_tansu_or_say_why_not(tmp_path: Path) -> None:
+    from bench.peer_tansu import tansu_unavailable_reason
+
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "bench/transactions.py", "--quick", "--records", "2000", "--peer",
+           "--json", str(out), "--tmp-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = {r["id"]: r for r in json.loads(out.read_text())["rows"]}
+    why = tansu_unavailable_reason()
+    if why is not None:
+        assert tuple(rows) == ROWS
+        assert f"peer rows skipped: {why}" in proc.stderr
+        return
+    assert tuple(rows) == ROWS + tuple("p" + r for r in ROWS)
+    assert rows["pt2"]["raw"]["transactions"] == 20
+    assert rows["px1"]["metrics"]["ratio"] == pytest.approx(
+        rows["pt1"]["metrics"]["rec_s"] / rows["pi1"]["metrics"]["rec_s"])
+    assert "(peer)" in rows["pi1"]["name"]
+    assert not _processes_mentioning(str(tmp_path))

@@ -1,9 +1,9 @@
 """What the share-group handlers share.
 
 ShareFetch and ShareAcknowledge: the share session's opening, topic resolution by id with READ
-checks, acknowledgement batches, the current leader and node endpoints of answers, the answer's
-top level. AlterShareGroupOffsets and DeleteShareGroupOffsets: the answer, and the refusal of a
-request without a group id or the right on the group."""
+checks, acknowledgement batches, the current leader and node endpoints of answers, the answer
+(its top level, its partitions by topic). AlterShareGroupOffsets and DeleteShareGroupOffsets:
+the answer, and the refusal of a request without a group id or the right on the group."""
 
 from __future__ import annotations
 
@@ -111,6 +111,25 @@ def answer(
         ],
         "node_endpoints": endpoints or [],
     }
+
+
+def partitions_answer(
+    broker: BrokerServices,
+    lock_ms: int,
+    parts: Iterable[tuple[uuid.UUID | None, dict[str, Any]]],
+) -> dict[str, Any]:
+    """A ShareFetch / ShareAcknowledge answer of the partitions' answers, (topic id, fields) in
+    order; each partition whose error or acknowledgement error says its leader moved brings
+    its current leader's endpoint."""
+    by_topic: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
+    moved: list[int] = []
+    for topic_id, part in parts:
+        if part["error_code"] in MOVED or part.get("acknowledge_error_code") in MOVED:
+            moved.append(part["current_leader"]["leader_id"])
+        by_topic.setdefault(topic_id, []).append(part)
+    return answer(
+        ErrorCode.none, lock_ms=lock_ms, by_topic=by_topic, endpoints=node_endpoints(broker, moved)
+    )
 
 
 def offsets_answer(

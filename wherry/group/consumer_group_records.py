@@ -30,7 +30,7 @@ import struct
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from wherry.group.records import RecordFormatError, open_versioned
 from wherry.protocol.wire import Reader, Writer
@@ -41,8 +41,10 @@ __all__ = [
     "ClassicMemberMetadata",
     "ConsumerGroupReplay",
     "CurrentAssignmentValue",
+    "GroupReplay",
     "MemberAssignment",
     "MemberMetadataValue",
+    "RecordKind",
     "ReplayedGroup",
     "TopicMetadataValue",
     "current_assignment_key",
@@ -428,19 +430,84 @@ def record_diff(
 
 # --- replay --------------------------------------------------------------------------------------
 
-G = TypeVar("G")
 V = TypeVar("V")
 
 
-def replayed_group(
-    groups: dict[str, G], group_id: str, tombstone: bool, new: Callable[[], G]
-) -> G | None:
-    """The group a record replays into, made on its first record; None for the tombstone of a
-    group never seen (consumer and share groups)."""
-    g = groups.get(group_id)
-    if g is None and not tombstone:
-        g = groups[group_id] = new()
-    return g
+class RecordSet(Protocol):
+    """One group's replayed records: its members' three tables by member id, and whether any
+    record of the group is left (each was tombstoned or never written)."""
+
+    members: dict[str, Any]
+    targets: dict[str, Any]
+    current: dict[str, Any]
+
+    @property
+    def is_empty_record_set(self) -> bool: ...
+
+
+RS = TypeVar("RS", bound=RecordSet)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKind:
+    """How one kind of group's records (consumer or share) decode and replay."""
+
+    decode_key: Callable[[bytes], tuple[int, str, str | None]]
+    decoders: Mapping[int, Callable[[bytes], Any]]  # record type -> value decoder
+    member_types: tuple[int, int, int]  # member metadata, target member, current assignment
+    new_group: Callable[[], RecordSet]
+
+
+class GroupReplay(Generic[RS]):
+    """The groups of one kind of one offsets partition, replayed from their records in log
+    order: a group is made on its first record and goes once its records are all tombstoned.
+    A kind (`RecordKind`, given as the subclass's ``kind=``) says how its records decode; its
+    `_replay_group` replays the records of the group itself."""
+
+    __slots__ = ("groups",)
+    _kind: ClassVar[RecordKind]
+
+    def __init__(self) -> None:
+        self.groups: dict[str, RS] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(groups={self.groups!r})"
+
+    def __init_subclass__(cls, kind: RecordKind | None = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if kind is not None:
+            cls._kind = kind
+
+    def apply(self, key: bytes, value: bytes | None) -> None:
+        """Replay one record (raises RecordFormatError on bytes that do not parse, before
+        anything changes)."""
+        kind = self._kind
+        t, group_id, member_id = kind.decode_key(key)
+        decoded = None if value is None else kind.decoders[t](value)
+        g = self.groups.get(group_id)
+        if g is None:
+            if value is None:
+                return  # the tombstone of a group never seen
+            g = self.groups[group_id] = cast(RS, kind.new_group())
+        member, target, current = kind.member_types
+        if t == member:
+            replay_member(g.members, member_id, decoded)
+        elif t == target:
+            replay_member(g.targets, member_id, decoded)
+        elif t == current:
+            replay_member(g.current, member_id, decoded)
+        else:
+            self._replay_group(g, t, decoded, value is None)
+        if g.is_empty_record_set:
+            del self.groups[group_id]
+
+    def apply_all(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        for k, v in records:
+            self.apply(k, v)
+
+    def _replay_group(self, g: RS, t: int, decoded: Any, tombstone: bool) -> None:
+        """A record of the group itself (its value decoded, None for a tombstone)."""
+        raise NotImplementedError
 
 
 def replay_member(table: dict[str, V], member_id: str | None, decoded: V | None) -> None:
@@ -475,36 +542,30 @@ class ReplayedGroup:
         )
 
 
-@dataclass(slots=True)
-class ConsumerGroupReplay:
+_KIND = RecordKind(
+    decode_consumer_group_key,
+    {
+        GROUP_METADATA: decode_epoch_value,
+        PARTITION_METADATA: lambda value: decode_partition_metadata(value)[1],
+        TARGET_METADATA: decode_epoch_value,
+        MEMBER_METADATA: decode_member_metadata,
+        TARGET_MEMBER: decode_target_member,
+        CURRENT_ASSIGNMENT: decode_current_assignment,
+    },
+    (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT),
+    ReplayedGroup,
+)
+
+
+class ConsumerGroupReplay(GroupReplay[ReplayedGroup], kind=_KIND):
     """The consumer groups of one offsets partition, replayed from its records in log order."""
 
-    groups: dict[str, ReplayedGroup] = field(default_factory=dict)
+    __slots__ = ()
 
-    def apply(self, key: bytes, value: bytes | None) -> None:
-        """Replay one record (raises RecordFormatError on bytes that do not parse)."""
-        t, group_id, member_id = decode_consumer_group_key(key)
-        g = replayed_group(self.groups, group_id, value is None, ReplayedGroup)
-        if g is None:
-            return
+    def _replay_group(self, g: ReplayedGroup, t: int, decoded: Any, tombstone: bool) -> None:
         if t == GROUP_METADATA:
-            g.group_epoch = None if value is None else decode_epoch_value(value)
+            g.group_epoch = decoded
         elif t == PARTITION_METADATA:
-            g.topics = None if value is None else decode_partition_metadata(value)[1]
-        elif t == TARGET_METADATA:
-            g.assignment_epoch = None if value is None else decode_epoch_value(value)
-        elif t == MEMBER_METADATA:
-            member = None if value is None else decode_member_metadata(value)
-            replay_member(g.members, member_id, member)
-        elif t == TARGET_MEMBER:
-            target = None if value is None else decode_target_member(value)
-            replay_member(g.targets, member_id, target)
+            g.topics = decoded
         else:
-            current = None if value is None else decode_current_assignment(value)
-            replay_member(g.current, member_id, current)
-        if g.is_empty_record_set:
-            del self.groups[group_id]
-
-    def apply_all(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        for k, v in records:
-            self.apply(k, v)
+            g.assignment_epoch = decoded

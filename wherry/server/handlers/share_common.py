@@ -3,7 +3,8 @@
 ShareFetch and ShareAcknowledge: the share session's opening, topic resolution by id with READ
 checks, acknowledgement batches, the current leader and node endpoints of answers, the answer
 (its top level, its partitions by topic). AlterShareGroupOffsets and DeleteShareGroupOffsets:
-the answer, and the refusal of a request without a group id or the right on the group."""
+the answer, the refusal of a request without a group id or the right on the group, and the
+error of a group that cannot have its offsets changed."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from wherry.share.partition import AckBatch
 if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
     from wherry.share.config import ShareGroupSettings
+    from wherry.share.group import ShareGroup
     from wherry.share.sessions import ShareSession
 
 
@@ -155,6 +157,22 @@ def offsets_refusal(
     if not authorize(broker, operation, ResourceType.GROUP, group_id):
         return offsets_answer(ErrorCode.group_authorization_failed)
     return None
+
+
+def offsets_group_error(
+    broker: BrokerServices, err: ErrorCode, group: ShareGroup | None, verb: str
+) -> tuple[ErrorCode, str | None]:
+    """The request-level error (and message) of a request `verb` ("altered", "deleted") a
+    share group's offsets, from the group's lookup (`find_group`): the lookup's error when there
+    is no group (the offsets topic is created when it is missing), NON_EMPTY_GROUP while the
+    group has members."""
+    if group is None:
+        if err == ErrorCode.coordinator_not_available:
+            broker.groups.ensure_offsets_topic()
+        return err, None
+    if group.members:
+        return ErrorCode.non_empty_group, f"the group must be empty for its offsets to be {verb}"
+    return ErrorCode.none, None
 
 
 async def open_session(

@@ -16,13 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
-from wherry.server.handlers.share_common import (
-    offsets_answer,
-    offsets_group_error,
-    offsets_refusal,
-)
-from wherry.server.share_offsets import alter_offsets, find_group
-from wherry.share.group import ShareGroup
+from wherry.server.handlers.share_common import offsets_answer, offsets_group, offsets_refusal
+from wherry.server.share_offsets import alter_offsets
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -54,14 +49,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         if wanted:
             valid.append((name, tid, wanted))
     shares = broker.shares
-    err, group = find_group(shares, group_id)
-    if err == ErrorCode.group_id_not_found:
-        gc = broker.groups.coordinator
-        if gc.group(group_id) is None and gc.consumer_groups.get(group_id) is None:
-            group = shares.groups.groups[group_id] = ShareGroup(group_id)
-    top, message = offsets_group_error(broker, err, group, "altered")
-    if top == ErrorCode.group_id_not_found:
-        message = f"Group {group_id} is not a share group."
+    top, message, group = offsets_group(broker, group_id, "altered", create=True)
     if top == ErrorCode.none and group is not None:
         for name, tid, wanted in valid:
             answers[name].update(await alter_offsets(shares, group, name, tid, wanted))

@@ -4,7 +4,7 @@ ShareFetch and ShareAcknowledge: the share session's opening, topic resolution b
 checks, acknowledgement batches, the current leader and node endpoints of answers, the answer
 (its top level, its partitions by topic). AlterShareGroupOffsets and DeleteShareGroupOffsets:
 the answer, the refusal of a request without a group id or the right on the group, and the
-error of a group that cannot have its offsets changed."""
+group with the error of one that cannot have its offsets changed."""
 
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ from wherry.server.authz import (
     current_session,
 )
 from wherry.server.handlers.group_common import CONNECTION_ID
+from wherry.server.share_offsets import find_group
+from wherry.share.group import ShareGroup
 from wherry.share.partition import AckBatch
 
 if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
     from wherry.share.config import ShareGroupSettings
-    from wherry.share.group import ShareGroup
     from wherry.share.sessions import ShareSession
 
 
@@ -159,20 +160,28 @@ def offsets_refusal(
     return None
 
 
-def offsets_group_error(
-    broker: BrokerServices, err: ErrorCode, group: ShareGroup | None, verb: str
-) -> tuple[ErrorCode, str | None]:
-    """The request-level error (and message) of a request `verb` ("altered", "deleted") a
-    share group's offsets, from the group's lookup (`find_group`): the lookup's error when there
-    is no group (the offsets topic is created when it is missing), NON_EMPTY_GROUP while the
-    group has members."""
+def offsets_group(
+    broker: BrokerServices, group_id: str, verb: str, *, create: bool = False
+) -> tuple[ErrorCode, str | None, ShareGroup | None]:
+    """The share group of a request `verb` ("altered", "deleted") its offsets, with the
+    request-level error and message: the lookup's error when there is no group (the offsets
+    topic is created when it is missing), NON_EMPTY_GROUP while the group has members. With
+    `create` an unknown group is made (empty) unless another kind of group has the name."""
+    shares = broker.shares
+    err, group = find_group(shares, group_id)
+    if group is None and err == ErrorCode.group_id_not_found and create:
+        gc = broker.groups.coordinator
+        if gc.group(group_id) is not None or gc.consumer_groups.get(group_id) is not None:
+            return err, f"Group {group_id} is not a share group.", None
+        group = shares.groups.groups[group_id] = ShareGroup(group_id)
     if group is None:
         if err == ErrorCode.coordinator_not_available:
             broker.groups.ensure_offsets_topic()
-        return err, None
+        return err, None, None
     if group.members:
-        return ErrorCode.non_empty_group, f"the group must be empty for its offsets to be {verb}"
-    return ErrorCode.none, None
+        message = f"the group must be empty for its offsets to be {verb}"
+        return ErrorCode.non_empty_group, message, group
+    return ErrorCode.none, None, group
 
 
 async def open_session(

@@ -461,8 +461,8 @@ class RecordKind:
 class GroupReplay(Generic[RS]):
     """The groups of one kind of one offsets partition, replayed from their records in log
     order: a group is made on its first record and goes once its records are all tombstoned.
-    A kind (`RecordKind`, given as the subclass's ``kind=``) says how its records decode; its
-    `_replay_group` replays the records of the group itself."""
+    A kind's subclass says how its records decode (its `RecordKind`, ``_kind``) and replays
+    the records of the group itself (`_replay_group`)."""
 
     __slots__ = ("groups",)
     _kind: ClassVar[RecordKind]
@@ -472,11 +472,6 @@ class GroupReplay(Generic[RS]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(groups={self.groups!r})"
-
-    def __init_subclass__(cls, kind: RecordKind | None = None, **kw: Any) -> None:
-        super().__init_subclass__(**kw)
-        if kind is not None:
-            cls._kind = kind
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         """Replay one record (raises RecordFormatError on bytes that do not parse, before
@@ -542,25 +537,23 @@ class ReplayedGroup:
         )
 
 
-_KIND = RecordKind(
-    decode_consumer_group_key,
-    {
-        GROUP_METADATA: decode_epoch_value,
-        PARTITION_METADATA: lambda value: decode_partition_metadata(value)[1],
-        TARGET_METADATA: decode_epoch_value,
-        MEMBER_METADATA: decode_member_metadata,
-        TARGET_MEMBER: decode_target_member,
-        CURRENT_ASSIGNMENT: decode_current_assignment,
-    },
-    (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT),
-    ReplayedGroup,
-)
-
-
-class ConsumerGroupReplay(GroupReplay[ReplayedGroup], kind=_KIND):
+class ConsumerGroupReplay(GroupReplay[ReplayedGroup]):
     """The consumer groups of one offsets partition, replayed from its records in log order."""
 
     __slots__ = ()
+    _kind = RecordKind(
+        decode_consumer_group_key,
+        {
+            GROUP_METADATA: decode_epoch_value,
+            PARTITION_METADATA: lambda value: decode_partition_metadata(value)[1],
+            TARGET_METADATA: decode_epoch_value,
+            MEMBER_METADATA: decode_member_metadata,
+            TARGET_MEMBER: decode_target_member,
+            CURRENT_ASSIGNMENT: decode_current_assignment,
+        },
+        (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT),
+        ReplayedGroup,
+    )
 
     def _replay_group(self, g: ReplayedGroup, t: int, decoded: Any, tombstone: bool) -> None:
         if t == GROUP_METADATA:

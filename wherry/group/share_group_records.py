@@ -267,26 +267,24 @@ class ReplayedShareGroup:
         )
 
 
-_KIND = RecordKind(
-    decode_share_group_key,
-    {
-        PARTITION_METADATA: _check_partition_metadata,
-        MEMBER_METADATA: decode_member_metadata,
-        GROUP_METADATA: decode_group_metadata,
-        TARGET_METADATA: cgr.decode_epoch_value,
-        TARGET_MEMBER: cgr.decode_target_member,
-        CURRENT_ASSIGNMENT: decode_current_assignment,
-        STATE_METADATA: decode_state_metadata,
-    },
-    (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT),
-    ReplayedShareGroup,
-)
-
-
-class ShareGroupReplay(GroupReplay[ReplayedShareGroup], kind=_KIND):
+class ShareGroupReplay(GroupReplay[ReplayedShareGroup]):
     """The share groups of one offsets partition, replayed from its records in log order."""
 
     __slots__ = ()
+    _kind = RecordKind(
+        decode_share_group_key,
+        {
+            PARTITION_METADATA: _check_partition_metadata,
+            MEMBER_METADATA: decode_member_metadata,
+            GROUP_METADATA: decode_group_metadata,
+            TARGET_METADATA: cgr.decode_epoch_value,
+            TARGET_MEMBER: cgr.decode_target_member,
+            CURRENT_ASSIGNMENT: decode_current_assignment,
+            STATE_METADATA: decode_state_metadata,
+        },
+        (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT),
+        ReplayedShareGroup,
+    )
 
     def _replay_group(
         self, g: ReplayedShareGroup, t: int, decoded: Any, tombstone: bool

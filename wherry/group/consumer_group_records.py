@@ -30,7 +30,7 @@ import struct
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from wherry.group.records import RecordFormatError, open_versioned
 from wherry.protocol.wire import Reader, Writer
@@ -46,6 +46,7 @@ __all__ = [
     "MemberMetadataValue",
     "RecordKind",
     "ReplayedGroup",
+    "ReplayedMembers",
     "TopicMetadataValue",
     "current_assignment_key",
     "decode_consumer_group_key",
@@ -433,19 +434,39 @@ def record_diff(
 V = TypeVar("V")
 
 
-class RecordSet(Protocol):
-    """One group's replayed records: its members' three tables by member id, and whether any
-    record of the group is left (each was tombstoned or never written)."""
+M = TypeVar("M")
+C = TypeVar("C")
 
-    members: dict[str, Any]
-    targets: dict[str, Any]
-    current: dict[str, Any]
+
+@dataclass(slots=True)
+class ReplayedMembers(Generic[M, C]):
+    """What the log says of one group that consumer and share groups both have: its epochs and
+    its members' three tables by member id (each part absent until its record is seen)."""
+
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
+    members: dict[str, M] = field(default_factory=dict)
+    targets: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
+    current: dict[str, C] = field(default_factory=dict)
 
     @property
-    def is_empty_record_set(self) -> bool: ...
+    def is_empty_record_set(self) -> bool:
+        """No record of the group is left (each was tombstoned or never written)."""
+        return (
+            self.group_epoch is None
+            and self.assignment_epoch is None
+            and not self.members
+            and not self.targets
+            and not self.current
+            and self._kind_records_gone()
+        )
+
+    def _kind_records_gone(self) -> bool:
+        """The records only this kind of group has are gone too."""
+        return True
 
 
-RS = TypeVar("RS", bound=RecordSet)
+RS = TypeVar("RS", bound="ReplayedMembers[Any, Any]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,7 +476,7 @@ class RecordKind:
     decode_key: Callable[[bytes], tuple[int, str, str | None]]
     decoders: Mapping[int, Callable[[bytes], Any]]  # record type -> value decoder
     member_types: tuple[int, int, int]  # member metadata, target member, current assignment
-    new_group: Callable[[], RecordSet]
+    new_group: Callable[[], ReplayedMembers[Any, Any]]
 
 
 class GroupReplay(Generic[RS]):
@@ -515,26 +536,13 @@ def replay_member(table: dict[str, V], member_id: str | None, decoded: V | None)
 
 
 @dataclass(slots=True)
-class ReplayedGroup:
+class ReplayedGroup(ReplayedMembers[MemberMetadataValue, CurrentAssignmentValue]):
     """What the log says of one consumer group (each part absent until its record is seen)."""
 
-    group_epoch: int | None = None
-    assignment_epoch: int | None = None
     topics: tuple[TopicMetadataValue, ...] | None = None
-    members: dict[str, MemberMetadataValue] = field(default_factory=dict)
-    targets: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
-    current: dict[str, CurrentAssignmentValue] = field(default_factory=dict)
 
-    @property
-    def is_empty_record_set(self) -> bool:
-        return (
-            self.group_epoch is None
-            and self.assignment_epoch is None
-            and self.topics is None
-            and not self.members
-            and not self.targets
-            and not self.current
-        )
+    def _kind_records_gone(self) -> bool:
+        return self.topics is None
 
 
 class ConsumerGroupReplay(GroupReplay[ReplayedGroup]):

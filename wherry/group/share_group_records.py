@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from wherry.group import consumer_group_records as cgr
@@ -34,6 +34,7 @@ from wherry.group.consumer_group_records import (
     GroupReplay,
     MemberAssignment,
     RecordKind,
+    ReplayedMembers,
     close_value,
     decode_member_assignment,
     decode_record_key,
@@ -242,29 +243,15 @@ def _check_partition_metadata(data: bytes) -> bool:
 
 
 @dataclass(slots=True)
-class ReplayedShareGroup:
+class ReplayedShareGroup(ReplayedMembers[ShareMemberValue, ShareCurrentAssignment]):
     """What the log says of one share group (each part absent until its record is seen)."""
 
-    group_epoch: int | None = None
     metadata_hash: int = 0
-    assignment_epoch: int | None = None
-    members: dict[str, ShareMemberValue] = field(default_factory=dict)
-    targets: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
-    current: dict[str, ShareCurrentAssignment] = field(default_factory=dict)
     state_topics: tuple[StateTopic, ...] = ()
     has_partition_metadata: bool = False
 
-    @property
-    def is_empty_record_set(self) -> bool:
-        return (
-            self.group_epoch is None
-            and self.assignment_epoch is None
-            and not self.members
-            and not self.targets
-            and not self.current
-            and not self.state_topics
-            and not self.has_partition_metadata
-        )
+    def _kind_records_gone(self) -> bool:
+        return not self.state_topics and not self.has_partition_metadata
 
 
 class ShareGroupReplay(GroupReplay[ReplayedShareGroup]):

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from wherry.group.records import RecordFormatError, open_versioned
+from wherry.protocol.primitives import INT16
 from wherry.protocol.wire import Reader, Writer
 
 __all__ = [
@@ -76,7 +77,6 @@ _MEMBER_TYPES = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
 # topic id -> partitions
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 
-_I16 = struct.Struct(">h")
 
 
 # --- keys ----------------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def record_type(key: bytes) -> int:
     """The record type of a `__consumer_offsets` key (its version prefix)."""
     if len(key) < 2:
         raise RecordFormatError("key shorter than its type")
-    return int(_I16.unpack_from(key)[0])
+    return int(INT16.unpack_from(key)[0])
 
 
 def decode_consumer_group_key(key: bytes) -> tuple[int, str, str | None]:

@@ -31,7 +31,14 @@ from typing import Any, Final, TypeAlias
 
 from kio.serial import errors as kio_errors
 
-from wherry.protocol.primitives import FLOAT64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32
+from wherry.protocol.primitives import FLOAT64 as _F64
+from wherry.protocol.primitives import INT8 as _I8
+from wherry.protocol.primitives import INT16 as _I16
+from wherry.protocol.primitives import INT32 as _I32
+from wherry.protocol.primitives import INT64 as _I64
+from wherry.protocol.primitives import UINT8 as _U8
+from wherry.protocol.primitives import UINT16 as _U16
+from wherry.protocol.primitives import UINT32 as _U32
 from wherry.protocol.varint import put_uvarint
 
 __all__ = ["MAX_STRING_BYTES", "Buffer", "DecodeError", "EncodeError", "Reader", "Writer"]
@@ -137,16 +144,16 @@ class Reader:
         return fmt.unpack_from(self._buf, start)
 
     # One call per value on the hot paths: each fixed-size read is a closure over its format.
-    int8 = _int_reader(INT8)
-    uint8 = _int_reader(UINT8)
-    int16 = _int_reader(INT16)
-    uint16 = _int_reader(UINT16)
-    int32 = _int_reader(INT32)
-    uint32 = _int_reader(UINT32)
-    int64 = _int_reader(INT64)
+    int8 = _int_reader(_I8)
+    uint8 = _int_reader(_U8)
+    int16 = _int_reader(_I16)
+    uint16 = _int_reader(_U16)
+    int32 = _int_reader(_I32)
+    uint32 = _int_reader(_U32)
+    int64 = _int_reader(_I64)
 
     def float64(self) -> float:
-        value: float = self.unpack(FLOAT64)[0]
+        value: float = self.unpack(_F64)[0]
         return value
 
     def boolean(self) -> bool:
@@ -323,16 +330,16 @@ class Writer:
         except struct.error as e:
             raise EncodeError(f"{values!r} do not fit the wire types: {e}") from e
 
-    int8 = _int_writer(INT8)
-    uint8 = _int_writer(UINT8)
-    int16 = _int_writer(INT16)
-    uint16 = _int_writer(UINT16)
-    int32 = _int_writer(INT32)
-    uint32 = _int_writer(UINT32)
-    int64 = _int_writer(INT64)
+    int8 = _int_writer(_I8)
+    uint8 = _int_writer(_U8)
+    int16 = _int_writer(_I16)
+    uint16 = _int_writer(_U16)
+    int32 = _int_writer(_I32)
+    uint32 = _int_writer(_U32)
+    int64 = _int_writer(_I64)
 
     def float64(self, v: float) -> None:
-        self.out += FLOAT64.pack(v)
+        self.out += _F64.pack(v)
 
     def boolean(self, v: bool) -> None:
         self.out.append(1 if v else 0)
@@ -377,7 +384,7 @@ class Writer:
         if flexible:
             self.uvarint(len(data) + 1)
         else:
-            self.out += INT16.pack(len(data))
+            self.out += _I16.pack(len(data))
         self.out += data
 
     string = nullable_string

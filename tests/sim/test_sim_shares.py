@@ -50,21 +50,22 @@ def test_world_share_ledger_catches_a_leader_that_forgets_the_state() -> None:
     state (starting every share-partition afresh) delivers accepted records again."""
     from dataclasses import replace
 
-    import wherry.sim.world_shares as ws
-    from wherry.share.state import ShareStateStore
+    from kio.schema.errors import ErrorCode
+
+    from wherry.coordinator.share_persister import SharePersister
     from wherry.sim.world import SimOptions, run_seed
 
-    original = ws.LedgerPersister.read
+    original = SharePersister.read
 
-    async def forgetful(self: ws.LedgerPersister, key: Any, leader_epoch: int) -> Any:
-        self.ledger.store = ShareStateStore()  # a share-partition loaded: its state forgotten
-        return await original(self, key, leader_epoch)
+    async def forgetful(self: SharePersister, key: Any, leader_epoch: int) -> Any:
+        await original(self, key, leader_epoch)  # the read fences the older leaders still
+        return ErrorCode.none, None  # and its answer is ignored
 
-    ws.LedgerPersister.read = forgetful  # type: ignore[method-assign]
+    SharePersister.read = forgetful  # type: ignore[method-assign]
     try:
         r = run_seed(0, replace(SimOptions(), share_consumers=True))
     finally:
-        ws.LedgerPersister.read = original  # type: ignore[method-assign]
+        SharePersister.read = original  # type: ignore[method-assign]
     assert r.violation is not None and "delivered again" in r.violation
 
 

@@ -2,8 +2,9 @@
 share-partition's state read from, written to and deleted at its share coordinator -- the
 leader of its `__share_group_state` partition -- locally when that is this broker
 (`coordinator/share_state.py`), else over the wire (Read/Write/DeleteShareGroupState through an
-`outbound.RequestClient`); retried while the coordinator moves or loads, up to the write
-timeout. The topic is created on first use (`ensure_topic`)."""
+`outbound.RequestClient` on a connection `connect_to` opens: the broker's sockets, or the
+simulated network carrying the same frames); retried while the coordinator moves or loads, up
+to the write timeout. The topic is created on first use (`ensure_topic`)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from wherry.coordinator.share_state import ShareStateCoordinator
+from wherry.coordinator.txn_markers import BrokerClients, ConnectTo
 from wherry.outbound.client import RequestClient, RequestError
-from wherry.outbound.connection import OutboundConnection
-from wherry.outbound.security import ClientSecurity
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock
 from wherry.share.partition import StateBatch
@@ -58,8 +58,7 @@ class SharePersister:
         coordinator: ShareStateCoordinator,
         *,
         write_timeout_ms: int,
-        request_timeout_s: float,
-        security: Callable[[], ClientSecurity],
+        connect_to: ConnectTo,
         ensure_topic: Callable[[], None],
     ) -> None:
         self.broker_id = broker_id
@@ -67,16 +66,16 @@ class SharePersister:
         self.clock = clock
         self.coordinator = coordinator
         self._write_timeout_ms = write_timeout_ms
-        self._timeout_s = request_timeout_s
-        self._security = security
         self._ensure_topic = ensure_topic
-        self._clients: dict[int, RequestClient] = {}
+        self._clients = BrokerClients(connect_to, f"share-{broker_id}")
         self._prefix = f"[SharePersister id={broker_id}]"
 
     def close(self) -> None:
-        for c in self._clients.values():
-            c.close()
-        self._clients.clear()
+        self._clients.close()
+
+    def abandon(self) -> None:
+        """The process dies: nothing is closed, nothing more is sent."""
+        self._clients.forget()
 
     async def read(
         self, key: ShareKey, leader_epoch: int
@@ -184,17 +183,6 @@ class SharePersister:
 
     def _client(self, broker_id: int) -> RequestClient:
         ep = self.cache.endpoint(broker_id)
-        c = self._clients.get(broker_id)
         if ep is None:
             raise RequestError(f"broker {broker_id} is not alive")
-        if c is None or c.peer != f"{ep.host}:{ep.port}":
-            if c is not None:
-                c.close()
-            conn = OutboundConnection(
-                ep.host, ep.port, connect_timeout_s=self._timeout_s,
-                request_timeout_s=self._timeout_s, security=self._security(),
-            )
-            c = RequestClient(conn.connect, client_id=f"share-{self.broker_id}",
-                              peer=f"{ep.host}:{ep.port}")
-            self._clients[broker_id] = c
-        return c
+        return self._clients.get(broker_id, ep.host, ep.port)

@@ -575,6 +575,9 @@ class ShareGroupsRuntime:
             self._changed.set()  # released records: waiting fetches may take them
         err = await self._persist(entry)
         if err in RETRIABLE or err == ErrorCode.request_timed_out:
+            # applied here but not written: written in the background, as a lock expiry's
+            # state would be, so the share coordinator does not keep the older state for good
+            self._persist_later(entry)
             return ErrorCode.coordinator_not_available
         return err
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from wherry.coordination.store import MetadataStore
 from wherry.coordinator.runtime import CoordinatorRuntime
+from wherry.outbound.connection import Connect, OutboundConnection
 from wherry.outbound.security import ClientSecurity
 from wherry.replication.node import ReplicaNode
 from wherry.runtime.clock import Clock
@@ -47,3 +48,15 @@ class CoordinatorEdges:
             configs=configs,
             prefix=runtime.prefix,
         )
+
+    def connect_to(self, _broker_id: int, host: str, port: int) -> Connect:
+        """A coordinator's connection to another broker's inter-broker listener, each request
+        bounded by `controller.socket.timeout.ms` (a `txn_markers.ConnectTo`)."""
+        timeout_s = self.config.controller_socket_timeout_ms / 1000
+        return OutboundConnection(
+            host,
+            port,
+            connect_timeout_s=timeout_s,
+            request_timeout_s=timeout_s,
+            security=self.security(),
+        ).connect

@@ -50,8 +50,7 @@ class ShareRuntime(ShareGroupsRuntime):
             clock,
             self.coordinator,
             write_timeout_ms=cfg["share.coordinator.write.timeout.ms"],
-            request_timeout_s=config.controller_socket_timeout_ms / 1000,
-            security=edges.security,
+            connect_to=edges.connect_to,
             ensure_topic=self.state_topic.ensure,
         )
         super().__init__(

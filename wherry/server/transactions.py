@@ -15,7 +15,6 @@ from __future__ import annotations
 from wherry.coordination.store import MetadataStore
 from wherry.coordinator.partition_log import in_executor
 from wherry.coordinator.transactions import TxnCoordinatorHost
-from wherry.outbound.connection import Connect, OutboundConnection
 from wherry.server.config import BrokerConfig
 from wherry.server.coordinator_edges import CoordinatorEdges
 from wherry.server.internal_topics import stored_partition_count
@@ -56,24 +55,13 @@ class TransactionsRuntime(TxnCoordinatorHost):
     marker sender's connections."""
 
     def __init__(self, edges: CoordinatorEdges) -> None:
-        config, security = edges.config, edges.security
-        timeout_s = config.controller_socket_timeout_ms / 1000
-
-        def connect_to(_broker_id: int, host: str, port: int) -> Connect:
-            return OutboundConnection(
-                host,
-                port,
-                connect_timeout_s=timeout_s,
-                request_timeout_s=timeout_s,
-                security=security(),
-            ).connect
-
+        config = edges.config
         super().__init__(
             config.broker_id,
             txn_coordinator_config(config),
             edges.node,
             edges.clock,
-            connect_to,
+            edges.connect_to,
             timeout_ms=config.controller_socket_timeout_ms,
             buffer_bytes=config.transaction_state_log_load_buffer_size,
             blocking=in_executor,

@@ -58,7 +58,7 @@ from wherry.server.config import BrokerConfig
 from wherry.server.network import ConnectionInfo, Deferred
 from wherry.sim.controller import ControllerMessage, UpdateLiveBrokers
 from wherry.sim.network import CONTROLLER_ID, SimNetwork
-from wherry.sim.wire import SimClients
+from wherry.sim.wire import SimClients, frame_bytes
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,7 @@ class SimBroker:
         self.cluster_id = "sim"
         self._live: tuple[BrokerEndpoint, ...] = ()  # the model controller's live brokers
         self._tasks: list[asyncio.Task[Any]] = []
+        self._requests: set[asyncio.Task[bytes | None]] = set()  # requests being handled
         self.up = False
         self.replica: ReplicaNode
         # What else runs in the process on the replica node (the transaction coordinator):
@@ -222,6 +223,31 @@ class SimBroker:
             self, conn, req, self.request_stats, f"[Broker id={self.broker_id}]"
         )
 
+    def serve(self, conn: ConnectionInfo, frame: memoryview) -> asyncio.Task[bytes | None]:
+        """Handle a request frame in this process, its answer's bytes (None: none, acks=0) the
+        task's result. As in `server/network.py`, the request runs to its end whatever its
+        connection does (the connection's `connection_closed` gives up a waiting Fetch only);
+        the process dying ends it."""
+        task = asyncio.get_running_loop().create_task(self._answer(conn, frame))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+        task.add_done_callback(_handled)
+        return task
+
+    async def _answer(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
+        return await frame_bytes(await self.handle_frame(conn, frame))
+
+    def connection_closed(self, conn: ConnectionInfo) -> None:
+        """A client's connection is gone (`Broker`'s close listener): the share sessions it
+        held close."""
+        if self.share_host is not None:
+            self.share_host.on_connection_closed(conn.id)
+
+    def _end_requests(self) -> None:
+        for t in self._requests:
+            t.cancel()
+        self._requests.clear()
+
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.settings
@@ -269,6 +295,7 @@ class SimBroker:
         for t in self._tasks:
             t.cancel()
         self._tasks = []
+        self._end_requests()
         for s in self.services:
             s.abandon()
         self.replica.abandon()
@@ -321,6 +348,7 @@ class SimBroker:
         for t in self._tasks:
             t.cancel()
         self._tasks = []
+        self._end_requests()  # the listener closes with its connections
         for s in self.services:
             await s.stop()
         await self.replica.stop()
@@ -373,6 +401,12 @@ class SimBroker:
                 )
             )
         return error
+
+
+def _handled(task: asyncio.Task[bytes | None]) -> None:
+    """A request whose client stopped waiting: its error is not news (`dispatch` logged it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 __all__ = ["CONTROLLER_ID", "NodeConfig", "NotHostedError", "SimBroker"]

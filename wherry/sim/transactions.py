@@ -39,7 +39,6 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
 from wherry.coordinator.transactions import TxnCoordinatorHost
-from wherry.outbound.connection import Connect, FrameTransport
 from wherry.protocol.records import build_batch, iter_batches
 from wherry.replication.fetch_reads import READ_COMMITTED, FetchPartition, FetchResult
 from wherry.runtime.clock import FunctionClock
@@ -52,7 +51,7 @@ from wherry.sim.invariants import (
 )
 from wherry.sim.network import CLIENT_ID, SimNetwork
 from wherry.sim.node import SimBroker
-from wherry.sim.wire import SimClients, SimConnection, produce
+from wherry.sim.wire import SimClients, broker_connect_to, produce
 from wherry.txn.coordinator import TxnCoordinatorConfig
 from wherry.txn.metadata import TxnState
 from wherry.txn.records import TRANSACTION_STATE_TOPIC, partition_for
@@ -139,8 +138,6 @@ class TxnHost(TxnCoordinatorHost):
     def __init__(self, world: World, node: SimBroker, config: TxnSimConfig) -> None:
         self.world = world
         self.node = node
-        self.incarnation = node.incarnation
-        self.request_timeout_ms = config.request_timeout_ms
         super().__init__(
             node.broker_id,
             TxnCoordinatorConfig(
@@ -149,29 +146,14 @@ class TxnHost(TxnCoordinatorHost):
             ),
             node.replica,
             FunctionClock(world.now_ms),
-            self._connect_to,
+            # the marker sender's WriteTxnMarkers frames, through the leaders' real handler
+            broker_connect_to(world, node, config.request_timeout_ms + 300),
             timeout_ms=config.request_timeout_ms,
             buffer_bytes=1 << 20,
         )
         node.services.append(self)
         node.transaction_host = self
         self.start_markers()
-
-    def _connect_to(self, broker_id: int, _host: str, _port: int) -> Connect:
-        """The marker sender's connection to a broker: WriteTxnMarkers frames through the
-        destination's request path (its real handler), over the simulated network."""
-        node, incarnation = self.node, self.incarnation
-
-        async def connect() -> FrameTransport:
-            return SimConnection(
-                self.world,
-                node.broker_id,
-                broker_id,
-                timeout_ms=self.request_timeout_ms + 300,
-                alive=lambda: node.up and node.incarnation == incarnation,
-            )
-
-        return connect
 
 
 # --- reading as a read_committed consumer --------------------------------------------------------

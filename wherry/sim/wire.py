@@ -6,7 +6,10 @@ the broker's `handle_frame`, which is the real request path (`dispatch.decode_fr
 `dispatch.serve`: the codecs, the handlers, fetch sessions, the authorizer), and the encoded
 answer comes back the same way. A Fetch answer's file regions are read into the frame, as
 the network layer would send them. A connection is bound to the incarnation of the broker it
-reached: once that process is gone it is reset, as a TCP connection would be.
+reached: once that process is gone it is reset, as a TCP connection would be. As in the network
+layer, a request runs to its end in the broker whatever its client does (`SimBroker.serve`),
+and a connection the client closes or gives up on is closed at the broker too
+(`SimBroker.connection_closed`: its share sessions close, a Fetch still waiting is given up).
 
 `SimClients` are one process's connections to the brokers, with a `RequestClient` (the one
 the brokers' own fetchers and marker senders use) on each.
@@ -14,6 +17,7 @@ the brokers' own fetchers and marker senders use) on each.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -24,10 +28,23 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.log.file_region import FileRegion, ShortRegionError
 from wherry.outbound import RequestClient
 from wherry.outbound.connection import Connect, FrameTransport
-from wherry.server.network import CloseConnection, ConnectionInfo, Deferred
+from wherry.server.network import (
+    _GIVEN_UP_WITH_CONNECTION,
+    CloseConnection,
+    ConnectionInfo,
+    Deferred,
+)
 from wherry.sim.network import SimNetwork
 
-__all__ = ["FetchedRange", "SimClients", "SimConnection", "fetch", "frame_bytes", "produce"]
+__all__ = [
+    "FetchedRange",
+    "SimClients",
+    "SimConnection",
+    "broker_connect_to",
+    "fetch",
+    "frame_bytes",
+    "produce",
+]
 
 PRODUCE_KEY: Final = 0
 FETCH_KEY: Final = 1
@@ -38,7 +55,9 @@ class FrameServer(Protocol):
     @property
     def incarnation(self) -> int: ...
 
-    async def handle_frame(self, conn: ConnectionInfo, frame: memoryview) -> Any: ...
+    def serve(self, conn: ConnectionInfo, frame: memoryview) -> asyncio.Task[bytes | None]: ...
+
+    def connection_closed(self, conn: ConnectionInfo) -> None: ...
 
 
 class Brokers(Protocol):
@@ -86,6 +105,8 @@ class SimConnection:
         self._alive = alive  # the sending process is still the one that opened it
         self.dst_incarnation = world.incarnation(dst)
         self.closed = self.dst_incarnation is None
+        self._inflight: asyncio.Task[bytes | None] | None = None
+        self._inflight_key = -1
         conn_id = world.network.next_connection_id()
         self.info = ConnectionInfo(f"10.0.{src // 250}.{src % 250}:{conn_id}", "PLAINTEXT", conn_id)
 
@@ -94,38 +115,91 @@ class SimConnection:
         return not self.closed
 
     def abort(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        """Closed at this end; the broker, if it is the process this connection reached, hears
+        of it (its close listener), and a Fetch of it still waiting is given up."""
+        if self.closed:
+            return
         self.closed = True
+        task, self._inflight = self._inflight, None
+        if task is not None and not task.done() and self._inflight_key in _GIVEN_UP_WITH_CONNECTION:
+            task.cancel()
+        node = self.world.node(self.dst)
+        if node is not None and node.incarnation == self.dst_incarnation:
+            node.connection_closed(self.info)
 
     async def request(self, frame: bytes) -> bytes:
         world, dst, inc = self.world, self.dst, self.dst_incarnation
         if not self._alive():
-            self.closed = True
+            self._close()
             raise ConnectionError("the sending process is gone")
         if self.closed or world.incarnation(dst) != inc:
-            self.closed = True
+            self._close()
             raise ConnectionError(f"broker {dst}: connection refused or reset")
 
         async def handler() -> bytes | None:
             node = world.node(dst)
             if node is None or node.incarnation != inc:
                 raise ConnectionError(f"broker {dst}: connection reset")
+            task = node.serve(self.info, memoryview(frame)[4:])
+            self._inflight, self._inflight_key = task, int.from_bytes(frame[4:6], "big")
             try:
-                return await frame_bytes(await node.handle_frame(self.info, memoryview(frame)[4:]))
+                # the client's timeout does not end the broker's work (`_close` may)
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                me = asyncio.current_task()
+                if me is not None and me.cancelling():
+                    raise  # the client's own timeout
+                # the broker's process ended the request: it died or stopped
+                raise ConnectionError(f"broker {dst}: connection reset") from None
             except CloseConnection as e:
                 raise ConnectionError(f"broker {dst} closed the connection: {e}") from e
 
         try:
             answer = await world.network.call(self.src, dst, handler, timeout_ms=self.timeout_ms)
         except (ConnectionError, TimeoutError):
-            self.closed = True
+            self._close()
             raise
         if not self._alive():  # the answer came back to a process that is gone
-            self.closed = True
+            self._close()
             raise ConnectionError("the sending process is gone")
         if answer is None:
-            self.closed = True
+            self._close()
             raise ConnectionError(f"broker {dst} sent no answer")
         return answer[4:]
+
+
+class Process(Protocol):
+    """A simulated broker process as its outbound connections see it (`node.SimBroker`)."""
+
+    broker_id: int
+    incarnation: int
+    up: bool
+
+
+def broker_connect_to(
+    world: Brokers, node: Process, timeout_ms: int
+) -> Callable[[int, str, int], Connect]:
+    """A broker's coordinators' connections to the other brokers (a `txn_markers.ConnectTo`):
+    request frames into the destination's request path over the simulated network, dead with
+    this incarnation of the process."""
+    incarnation = node.incarnation
+
+    def connect_to(broker_id: int, _host: str, _port: int) -> Connect:
+        async def connect() -> FrameTransport:
+            return SimConnection(
+                world,
+                node.broker_id,
+                broker_id,
+                timeout_ms=timeout_ms,
+                alive=lambda: node.up and node.incarnation == incarnation,
+            )
+
+        return connect
+
+    return connect_to
 
 
 class SimClients:

@@ -27,6 +27,7 @@ from wherry.log.config import LogConfig
 from wherry.protocol.records import build_batch, parse_header
 from wherry.replication.fetch_reads import READ_COMMITTED, READ_UNCOMMITTED
 from wherry.replication.partition import Partition
+from wherry.share.state import SHARE_STATE_TOPIC
 from wherry.sim import consumer_groups as cg
 from wherry.sim import world_shares as ws
 from wherry.sim.controller import ControllerMessage, SimController, SimStore
@@ -675,8 +676,21 @@ class World:
         if self.options.consumer_groups:
             cg.check_final(self, self.group_members, self.options.partitions)
         if self.options.share_consumers:
-            limit = self.options.share.delivery_limit
-            ws.check_final(self, self.share_ledger, self.store.topic_id, limit)
+            ws.check_final(self, self.share_ledger, self.options.share, self.store.topic_id)
+
+    def create_internal_topic(self, topic: str, partitions: int, shift: int) -> None:
+        """A coordinator's internal topic, three replicas (fewer brokers: all), partition p's
+        first on the broker `p + shift` along."""
+        assert self.plane is not None
+        n = len(self.broker_ids)
+        self.plane.create_topic(
+            topic,
+            uuid.UUID(int=self.rng.getrandbits(128)),
+            {
+                p: tuple(self.broker_ids[(p + shift + i) % n] for i in range(min(3, n)))
+                for p in range(partitions)
+            },
+        )
 
     # --- the run ----------------------------------------------------------------------------------
     async def main(self) -> None:
@@ -688,22 +702,11 @@ class World:
                 self.start_controller(host)
             self.plane.create_topic(TOPIC, self.store.topic_id, self.store.assignments)
             if o.transactions:
-                n = len(self.broker_ids)
-                self.plane.create_topic(
-                    TRANSACTION_STATE_TOPIC,
-                    uuid.UUID(int=self.rng.getrandbits(128)),
-                    {
-                        p: tuple(self.broker_ids[(p + 1 + i) % n] for i in range(min(3, n)))
-                        for p in range(o.txn.state_partitions)
-                    },
-                )
+                self.create_internal_topic(TRANSACTION_STATE_TOPIC, o.txn.state_partitions, 1)
             if o.consumer_groups or o.share_consumers:
-                n = len(self.broker_ids)
-                self.plane.create_topic(
-                    cg.OFFSETS_TOPIC,
-                    uuid.UUID(int=self.rng.getrandbits(128)),
-                    {0: tuple(self.broker_ids[(2 + i) % n] for i in range(min(3, n)))},
-                )
+                self.create_internal_topic(cg.OFFSETS_TOPIC, 1, 2)
+            if o.share_consumers:
+                self.create_internal_topic(SHARE_STATE_TOPIC, o.share.state_partitions, 1)
         else:
             self.start_controller()
         tasks = [self.loop.create_task(self.producer(i)) for i in range(o.producers)]
@@ -757,8 +760,7 @@ class World:
         await asyncio.sleep(o.settle_ms / 1000)
         await self.settle_leaders(2 * o.request_timeout_ms)
         if o.share_consumers:
-            limit = o.share.delivery_limit
-            await ws.settle(self, self.share_ledger, self.store.topic_id, limit, o.settle_ms)
+            await ws.settle(self, o.share, self.store.topic_id, o.settle_ms)
         self.check_final()
         if ops is not None:
             await ops.check_final()

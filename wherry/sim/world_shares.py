@@ -9,11 +9,15 @@ each partition of the simulation's topic it leads, one `share.partition.SharePar
 group, loaded from the share coordinator's state when first fetched at its leader epoch
 (ReadShareGroupState: a read at a newer leader epoch fences the older leaders), records read
 from its real replica manager below the high watermark, acknowledgements applied and written
-(WriteShareGroupState) before they are answered, lock expiries on its background ticker. Only
-the persister is the simulation's (`LedgerPersister`): the share coordinator as one store
-(`share.state.ShareStateStore`, the real fencing rules) that is always reachable; the share
-coordinator's own failovers are `sim/shares.py`'s subject. A crashed broker loses its
-share-partitions and share sessions; a zombie (a deposed leader that has not heard yet) may
+(WriteShareGroupState) before they are answered, lock expiries on its background ticker. Each
+broker also runs the share coordinator (`coordinator/share_state.py`) on its replicas of the
+simulated `__share_group_state`, and the broker's persister (`coordinator/share_persister.py`):
+a share-partition leader reads and writes its state at the leader of the key's
+`__share_group_state` partition -- in process when that is itself, else in
+Read/WriteShareGroupState request frames over the simulated network through that broker's real
+handlers, as `wherry server` does -- so the share coordinator loads, fails over with its
+broker and replays its records like the broker's. A crashed broker loses its share-partitions,
+share sessions and share coordinator; a zombie (a deposed leader that has not heard yet) may
 still answer.
 
 The share consumers (`sim/share_consumers.py`) reach all of it only by request frames through
@@ -26,8 +30,9 @@ the brokers' real handlers. Checked (`ShareLedger`), from what the brokers' runt
   epoch or a later one (only a zombie at an older epoch may, as in Kafka);
 * no delivery count exceeds the delivery limit;
 * after healing and settling, no record is lost: every record below each partition's high
-  watermark (control records aside) was handed to a consumer, and the share coordinator's
-  state has moved past all of them (each accepted, or archived at the delivery limit).
+  watermark (control records aside) was handed to a consumer, and the state the share
+  coordinator holds (loaded on the leader of its `__share_group_state` partition) has moved
+  past all of them (each accepted, or archived at the delivery limit).
 """
 
 from __future__ import annotations
@@ -44,18 +49,28 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
 from wherry.coordination.store import MetadataStore
 from wherry.coordinator.groups import GroupCoordinatorHost
+from wherry.coordinator.share_persister import SharePersister
+from wherry.coordinator.share_state import ShareStateCoordinator
 from wherry.coordinator.shares import PartitionFetch, ShareGroupsRuntime
 from wherry.protocol.records import ATTR_CONTROL, iter_batches
 from wherry.replication.partition import Partition
 from wherry.runtime.clock import FunctionClock
 from wherry.share.config import ShareBrokerConfig
 from wherry.share.partition import AcquiredRange, RecordState
-from wherry.share.state import ShareKey, ShareState, ShareStateStore
+from wherry.share.state import SHARE_STATE_TOPIC, ShareKey, ShareState, state_partition_for
 from wherry.sim.invariants import InvariantViolation, headers_below
 from wherry.sim.network import SimNetwork
 from wherry.sim.node import SimBroker
+from wherry.sim.wire import broker_connect_to
 
-__all__ = ["ShareHost", "ShareLedger", "ShareWorldConfig", "check_final", "settle"]
+__all__ = [
+    "ShareHost",
+    "ShareLedger",
+    "ShareWorldConfig",
+    "check_final",
+    "coordinator_state",
+    "settle",
+]
 
 GROUP = "sim-share-group"
 E = ErrorCode
@@ -70,6 +85,8 @@ class ShareWorldConfig:
     heartbeat_interval_ms: int = 250
     session_timeout_ms: int = 1_500
     request_timeout_ms: int = 500
+    state_partitions: int = 2  # of `__share_group_state`
+    write_timeout_ms: int = 1_500  # the persister's retries (`share.coordinator.write.timeout.ms`)
 
 
 class World(Protocol):
@@ -88,10 +105,8 @@ class World(Protocol):
 
 @dataclass(slots=True)
 class ShareLedger:
-    """The share coordinator's store, what the brokers' share-partitions acquired, and what the
-    consumers were answered."""
+    """What the brokers' share-partitions acquired, and what the consumers were answered."""
 
-    store: ShareStateStore = field(default_factory=ShareStateStore)
     # (broker, member, partition, offset) -> the leader epoch of the share-partition that
     # last acquired the record for the member there
     acquired: dict[tuple[int, str, int, int], int] = field(default_factory=dict)
@@ -100,8 +115,6 @@ class ShareLedger:
     handed: set[tuple[int, int]] = field(default_factory=set)  # seen by a consumer
     deliveries: int = 0
     accepts: int = 0
-    fenced_writes: int = 0
-    loads: int = 0
     violation: str | None = None  # the first one seen (raised by the world after the step)
 
     def fail(self, message: str) -> None:
@@ -164,43 +177,13 @@ class ShareLedger:
             self.accepts += 1
 
 
-class LedgerPersister:
-    """The share coordinator as one always-reachable store (`ShareLedger.store`) with the real
-    fencing rules: a read at a newer leader epoch fences the older leaders, a stale write is
-    refused."""
-
-    def __init__(self, ledger: ShareLedger) -> None:
-        self.ledger = ledger
-
-    async def read(self, key: ShareKey, leader_epoch: int) -> tuple[ErrorCode, ShareState | None]:
-        store = self.ledger.store
-        fenced = store.fence_read(key, leader_epoch)
-        if fenced is not None:
-            store.apply(key, 0, fenced)
-        self.ledger.loads += 1
-        return store.read(key, leader_epoch)
-
-    async def write(self, key: ShareKey, state: ShareState) -> ErrorCode:
-        store = self.ledger.store
-        err = store.check_write(key, state)
-        if err != E.none:
-            self.ledger.fenced_writes += 1
-            return err
-        store.apply(key, 0, state)
-        return E.none
-
-    async def delete(self, key: ShareKey) -> ErrorCode:
-        return E.none  # groups are not deleted here
-
-    def close(self) -> None:
-        pass
-
-
 class ShareHost(ShareGroupsRuntime):
-    """One broker process's share groups, as `wherry server` runs them
-    (`coordinator/shares.py`), on its replica node and its group coordinator; the group's
-    configs fixed (the simulation has no metadata store). The handlers reach it as the
-    broker's `shares`."""
+    """One broker process's share groups and share coordinator, as `wherry server` runs them
+    (`coordinator/shares.py`, `coordinator/share_state.py`, the persister between them), on
+    its replica node and its group coordinator; the group's configs fixed (the simulation has
+    no metadata store). The handlers reach it as the broker's `shares`."""
+
+    persister: SharePersister
 
     def __init__(self, world: World, node: SimBroker, config: ShareWorldConfig,
                  ledger: ShareLedger, groups: GroupCoordinatorHost) -> None:
@@ -209,8 +192,25 @@ class ShareHost(ShareGroupsRuntime):
             "group.share.delivery.count.limit": str(config.delivery_limit),
             "group.share.partition.max.record.locks": "200",
         })
-        super().__init__(node.broker_id, broker, FunctionClock(world.now_ms), node.replica,
-                         self._no_store, LedgerPersister(ledger),
+        clock = FunctionClock(world.now_ms)
+        self.coordinator = ShareStateCoordinator(
+            node.broker_id,
+            node.replica,
+            world.now_ms,
+            partitions=config.state_partitions,
+            timeout_ms=config.request_timeout_ms,
+            buffer_bytes=1 << 20,
+        )
+        persister = SharePersister(
+            node.broker_id,
+            node.replica.cache,
+            clock,
+            self.coordinator,
+            write_timeout_ms=config.write_timeout_ms,
+            connect_to=broker_connect_to(world, node, config.request_timeout_ms),
+            ensure_topic=lambda: None,  # the world creates `__share_group_state`
+        )
+        super().__init__(node.broker_id, broker, clock, node.replica, self._no_store, persister,
                          groups.coordinator.partition_for)
         self.ledger = ledger
         self.share_config = config
@@ -219,6 +219,15 @@ class ShareHost(ShareGroupsRuntime):
         node.services.append(self)
         node.share_host = self
         self.start()
+
+    def abandon(self) -> None:
+        super().abandon()
+        self.coordinator.runtime.abandon()
+        self.persister.abandon()
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.coordinator.stop()
 
     @staticmethod
     def _no_store() -> MetadataStore:
@@ -265,11 +274,31 @@ def _high_watermark(world: World, tp: TopicPartition) -> int | None:
 FINISHED = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 
 
-def _unfinished(ledger: ShareLedger, key: ShareKey, end: int, limit: int) -> int | None:
+class _Unavailable:
+    """No share coordinator holds a key's state (its partition has no loaded leader)."""
+
+
+UNAVAILABLE = _Unavailable()
+
+
+def coordinator_state(
+    world: World, key: ShareKey, partitions: int
+) -> ShareState | _Unavailable | None:
+    """The state of `key` the share coordinator holds: the leader of its
+    `__share_group_state` partition, once loaded."""
+    tp = TopicPartition(SHARE_STATE_TOPIC, state_partition_for(key, partitions))
+    stored = world.stored_state(tp)
+    node = None if stored is None else world.node(stored.leader)
+    host = None if node is None else node.share_host
+    if not isinstance(host, ShareHost) or host.coordinator.owner_check(key)[0] != E.none:
+        return UNAVAILABLE
+    return host.coordinator.store.states.get(key)
+
+
+def _unfinished(state: ShareState | None, end: int, limit: int) -> int | None:
     """The first offset below `end` the share coordinator's state leaves to deliver (None:
     none): not acknowledged, not archived, and short of the delivery limit (a record at the
     limit is archived when a leader next reaches it)."""
-    state = ledger.store.states.get(key)
     if state is None:
         return 0 if end > 0 else None
     kept = {o: b for b in state.batches for o in range(b.first_offset, b.last_offset + 1)}
@@ -280,25 +309,30 @@ def _unfinished(ledger: ShareLedger, key: ShareKey, end: int, limit: int) -> int
     return None
 
 
-def _done(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: int) -> bool:
-    return all(
-        (hw := _high_watermark(world, tp)) is not None
-        and _unfinished(ledger, ShareKey(GROUP, topic_id, tp.partition), hw, limit) is None
-        for tp in world.tps
-    )
+def _done(world: World, config: ShareWorldConfig, topic_id: uuid.UUID) -> bool:
+    for tp in world.tps:
+        hw = _high_watermark(world, tp)
+        key = ShareKey(GROUP, topic_id, tp.partition)
+        state = coordinator_state(world, key, config.state_partitions)
+        if hw is None or isinstance(state, _Unavailable):
+            return False
+        if _unfinished(state, hw, config.delivery_limit) is not None:
+            return False
+    return True
 
 
-async def settle(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: int,
+async def settle(world: World, config: ShareWorldConfig, topic_id: uuid.UUID,
                  grace_ms: int) -> None:
     """Give the consumers up to `grace_ms` more to finish the records below the high
     watermarks (the last ones may be on their way to the delivery limit); a seed already done
     waits for nothing."""
     deadline = world.now_ms() + grace_ms
-    while world.now_ms() < deadline and not _done(world, ledger, topic_id, limit):
+    while world.now_ms() < deadline and not _done(world, config, topic_id):
         await asyncio.sleep(0.05)
 
 
-def check_final(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: int) -> None:
+def check_final(world: World, ledger: ShareLedger, config: ShareWorldConfig,
+                topic_id: uuid.UUID) -> None:
     """After healing and settling: every record below each partition's high watermark was
     handed to a consumer, and the share coordinator's state has each accepted or archived."""
     for tp in world.tps:
@@ -314,7 +348,12 @@ def check_final(world: World, ledger: ShareLedger, topic_id: uuid.UUID, limit: i
         if missing:
             raise InvariantViolation(f"share: {tp} offsets {missing[:10]} below the high "
                                      f"watermark {hw} never delivered")
-        left = _unfinished(ledger, ShareKey(GROUP, topic_id, tp.partition), hw, limit)
+        key = ShareKey(GROUP, topic_id, tp.partition)
+        state = coordinator_state(world, key, config.state_partitions)
+        if isinstance(state, _Unavailable):
+            raise InvariantViolation(f"share: {tp} after settling, no share coordinator has "
+                                     f"its state loaded")
+        left = _unfinished(state, hw, config.delivery_limit)
         if left is not None:
             raise InvariantViolation(f"share: {tp} after settling, offset {left} below the high "
                                      f"watermark {hw} is still to deliver in the share state")

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import Request
-from wherry.server.handlers import LOADED, handler_for
+from wherry.server.handlers import LOADED, handler_for, share_state_common
 from wherry.server.handlers.share_common import answer, open_session
 from wherry.server.services import BrokerServices
 from wherry.sim.world import SimOptions, SimResult, run_seed
@@ -162,6 +162,51 @@ def test_a_share_handler_that_does_not_record_acknowledgements_is_caught(
     failed = first_failure(50, SHARE)
     assert failed is not None, f"the planted {bug} bug went unnoticed for 50 seeds"
     assert failed.violation is not None and "delivered again" in failed.violation, failed
+
+
+READ_SHARE_GROUP_STATE, WRITE_SHARE_GROUP_STATE = 84, 85
+
+
+def test_the_share_coordinator_is_reached_through_the_real_handlers(
+    handlers: dict[int, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The share-partition leaders read and write their state at the share coordinator's
+    broker in Read/WriteShareGroupState frames through its handlers (in process only when
+    they are that broker), and a share consumer's closed connection closes its share
+    sessions at the broker."""
+    from wherry.coordinator.shares import ShareGroupsRuntime
+
+    calls = counted(handlers, (READ_SHARE_GROUP_STATE, WRITE_SHARE_GROUP_STATE))
+    closed: list[int] = []
+    real_close = ShareGroupsRuntime.on_connection_closed
+
+    def on_connection_closed(self: ShareGroupsRuntime, connection_id: int) -> None:
+        closed.append(connection_id)
+        real_close(self, connection_id)
+
+    monkeypatch.setattr(ShareGroupsRuntime, "on_connection_closed", on_connection_closed)
+    result = run_seed(0, SHARE)
+    assert result.ok, result.violation or result.error
+    assert calls[READ_SHARE_GROUP_STATE] > 0
+    assert calls[WRITE_SHARE_GROUP_STATE] > 0
+    assert closed  # lost or timed-out requests' connections, closed at the broker too
+
+
+async def write_state_not_written(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    """A WriteShareGroupState handler with a bug: it answers NONE without writing."""
+
+    async def ok(_key: Any, _p: Any) -> dict[str, Any]:
+        return {"error_code": ErrorCode.none, "error_message": None}
+
+    return await share_state_common.answer(broker, req.body, ok, {})
+
+
+def test_a_share_state_write_that_is_not_written_is_caught(handlers: dict[int, Any]) -> None:
+    assert first_failure(2, SHARE) is None  # the real handler: no failure
+    handlers[WRITE_SHARE_GROUP_STATE] = write_state_not_written
+    failed = first_failure(20, SHARE)
+    assert failed is not None, "the planted WriteShareGroupState bug went unnoticed for 20 seeds"
+    assert failed.violation is not None and "share" in failed.violation, failed
 
 
 def _trace(seed: int) -> tuple[object, ...]:

@@ -7,9 +7,9 @@ appends through the broker's real replica manager; the partition loaded from its
 this broker becomes its leader and unloaded when it stops), its session and rebalance
 deadlines on the replica node's ticker, which a parked heartbeat or join wakes.
 `SimMember`s are KIP-848 consumers of the simulation's topic: ConsumerGroupHeartbeat to the
-leader of `__consumer_offsets-0` over the simulated network, owning what the last answer
-assigned, rejoining at epoch 0 when fenced, sometimes leaving and coming back, sometimes
-crashing the coordinator's broker a few ms after a heartbeat.
+group coordinator (found with FindCoordinator, `lookup.py`) over the simulated network,
+owning what the last answer assigned, rejoining at epoch 0 when fenced, sometimes leaving and
+coming back, sometimes crashing the coordinator's broker a few ms after a heartbeat.
 
 Checked (`GroupLedger`):
 * a coordinator never gives a partition to a member while another owns it (the group's own
@@ -42,6 +42,7 @@ from wherry.group.consumer_group import ConsumerGroup, TopicMeta
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.sim.invariants import InvariantViolation
+from wherry.sim.lookup import ClusterView
 from wherry.sim.network import CLIENT_ID, SimNetwork
 from wherry.sim.node import SimBroker
 from wherry.sim.wire import SimClients
@@ -69,6 +70,7 @@ class GroupSimConfig:
 
 class World(Protocol):
     network: SimNetwork
+    broker_ids: list[int]
 
     def now_ms(self) -> int: ...
 
@@ -199,10 +201,7 @@ class SimMember:
         self.clients = SimClients(
             world, CLIENT_ID, client_id=f"member-{index}", timeout_ms=config.request_timeout_ms
         )
-
-    def _coordinator(self) -> int | None:
-        state = self.world.stored_state(TopicPartition(OFFSETS_TOPIC, 0))
-        return None if state is None or state.leader < 0 else state.leader
+        self.view = ClusterView(self.clients, world.broker_ids, rng)
 
     async def _heartbeat(self, b: int, req: HeartbeatRequest) -> HeartbeatResult:
         """One ConsumerGroupHeartbeat (v0) to broker `b`, a request frame through its
@@ -266,18 +265,20 @@ class SimMember:
     async def run(self) -> None:
         interval_s = self.config.heartbeat_interval_ms / 1000
         while True:
-            b = self._coordinator()
+            b = await self.view.coordinator(GROUP)
             if b is None:
                 await asyncio.sleep(0.05)
                 continue
             try:
                 r = await self._heartbeat(b, self._request())
             except (ConnectionError, TimeoutError):
+                self.view.forget_coordinator(GROUP)
                 self.full = True
                 await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
                 continue
             self.heartbeats += 1
             if r.error in RETRIABLE:
+                self.view.forget_coordinator(GROUP)
                 self.full = True
                 await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
                 continue
@@ -311,7 +312,8 @@ class SimMember:
 def check_final(world: World, members: Sequence[SimMember], partitions: int) -> None:
     """After healing and settling: the group is Stable on its coordinator and matches what
     the members own."""
-    b = members[0]._coordinator() if members else None
+    state = world.stored_state(TopicPartition(OFFSETS_TOPIC, 0))
+    b = None if state is None or state.leader < 0 else state.leader
     if b is None:
         raise InvariantViolation("consumer groups: no coordinator after healing")
     group = _host(world, b).coordinator.consumer_groups.get(GROUP)

@@ -2,15 +2,16 @@
 request frames through the real handlers.
 
 A `ShareConsumer` is one member of the share group `world_shares.GROUP`:
-* ShareGroupHeartbeat (v1) to the group coordinator (the stored leader of
-  `__consumer_offsets-0`) every heartbeat interval, its member id one it chose; the answer's
-  assignment says which partitions it fetches; fenced or unknown, it joins again at epoch 0;
-* ShareFetch (v1) to whichever broker claims to lead an assigned partition (possibly a zombie),
-  in a share session per broker as the real client keeps them: epoch 0 opens it with every
-  partition it wants there, later epochs name only the partitions added and the ones to
-  forget; an unknown session, a wrong epoch or a lost answer makes the next request open a
-  new one. Acknowledgements of the previous records ride on the next ShareFetch to the same
-  broker, or go as a ShareAcknowledge (v1) on the session;
+* ShareGroupHeartbeat (v1) to the group coordinator (found with FindCoordinator, `lookup.py`)
+  every heartbeat interval, its member id one it chose; the answer's assignment says which
+  partitions it fetches; fenced or unknown, it joins again at epoch 0;
+* ShareFetch (v1) to an assigned partition's leader as a Metadata answer named it (a broker's
+  cache may be behind: possibly a deposed leader, a zombie), asked again after an error or a
+  lost answer, in a share session per broker as the real client keeps them: epoch 0 opens it
+  with every partition it wants there, later epochs name only the partitions added and the
+  ones to forget; an unknown session, a wrong epoch or a lost answer makes the next request
+  open a new one. Acknowledgements of the previous records ride on the next ShareFetch to the
+  same broker, or go as a ShareAcknowledge (v1) on the session;
 * it acknowledges what it was handed after a while (mostly ACCEPT, some RELEASE) or never
   (its locks run out).
 What the answers say goes to `world_shares.ShareLedger`.
@@ -27,9 +28,8 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from wherry.common.topic_partition import TopicPartition
-from wherry.group.records import OFFSETS_TOPIC
 from wherry.share.partition import AckType
+from wherry.sim.lookup import ClusterView
 from wherry.sim.network import CLIENT_ID
 from wherry.sim.wire import SimClients
 from wherry.sim.world_shares import GROUP, ShareLedger, ShareWorldConfig, World
@@ -82,19 +82,17 @@ class ShareConsumer:
         name = f"share-consumer-{index}"
         self.coordinator_clients = SimClients(world, CLIENT_ID, client_id=name, timeout_ms=timeout)
         self.clients = SimClients(world, CLIENT_ID, client_id=name, timeout_ms=timeout)
+        self.view = ClusterView(self.coordinator_clients, world.broker_ids, rng)
+        self.topic = world.tps[0].topic
 
     def tasks(self) -> list[Coroutine[Any, Any, None]]:
         """Its two loops: heartbeats, and fetches with their acknowledgements."""
         return [self.heartbeats(), self.fetches()]
 
     # --- membership ----------------------------------------------------------------------------
-    def _coordinator(self) -> int | None:
-        state = self.world.stored_state(TopicPartition(OFFSETS_TOPIC, 0))
-        return None if state is None or state.leader < 0 else state.leader
-
     async def heartbeats(self) -> None:
         while True:
-            b = self._coordinator()
+            b = await self.view.coordinator(GROUP)
             if b is None:
                 await asyncio.sleep(0.05)
                 continue
@@ -103,14 +101,16 @@ class ShareConsumer:
                 "member_id": self.member_id,
                 "member_epoch": self.epoch,
                 "rack_id": None,
-                "subscribed_topic_names": [self.world.tps[0].topic] if self.epoch == 0 else None,
+                "subscribed_topic_names": [self.topic] if self.epoch == 0 else None,
             }
             try:
                 r = await self.coordinator_clients.call(b, SHARE_GROUP_HEARTBEAT_KEY, VERSION, body)
             except ConnectionError:
+                self.view.forget_coordinator(GROUP)
                 await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
                 continue
             if r.error_code in RETRIABLE:
+                self.view.forget_coordinator(GROUP)
                 await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
                 continue
             if r.error_code != E.none:  # fenced or unknown: give everything up and join again
@@ -125,11 +125,6 @@ class ShareConsumer:
             await asyncio.sleep(self.config.heartbeat_interval_ms / 1000)
 
     # --- fetching and acknowledging ------------------------------------------------------------
-    def _claims_to_lead(self, b: int, p: int) -> bool:
-        n = self.world.node(b)
-        part = None if n is None else n.replica_manager.get_partition(self.world.tps[p])
-        return part is not None and part.is_leader
-
     async def fetches(self) -> None:
         rng = self.rng
         while True:
@@ -137,11 +132,12 @@ class ShareConsumer:
             if not self.assigned:
                 continue
             p = rng.choice(sorted(self.assigned))
-            leaders = [b for b in self.world.broker_ids if self._claims_to_lead(b, p)]
-            if not leaders:
+            leaders = await self.view.leaders(self.topic)
+            b = leaders.get(p)
+            if b is None:
+                self.view.forget_leaders(self.topic)
                 continue
-            b = rng.choice(leaders)
-            got = await self._share_fetch(b)
+            got = await self._share_fetch(b, {q for q in self.assigned if leaders.get(q) == b})
             if not got or rng.random() < 0.1:
                 continue  # nothing, or never acknowledged: the locks run out
             await asyncio.sleep(rng.uniform(0, 2 * self.config.lock_ms) / 1000)
@@ -156,14 +152,16 @@ class ShareConsumer:
                 self.pending[b] = acks  # carried by the next ShareFetch to `b`
 
     def _lost(self, b: int) -> None:
-        """No usable answer from `b`: its session is given up (the next request opens one)."""
+        """No usable answer from `b`: its session is given up (the next request opens one),
+        and the leaders are asked for again."""
         self.sessions.pop(b, None)
         self.pending.pop(b, None)
+        self.view.forget_leaders(self.topic)
 
-    async def _share_fetch(self, b: int) -> dict[int, list[int]]:
-        """One ShareFetch to `b`: the offsets handed over, by partition."""
+    async def _share_fetch(self, b: int, wanted: set[int]) -> dict[int, list[int]]:
+        """One ShareFetch to `b` for the partitions it leads: the offsets handed over, by
+        partition."""
         session = self.sessions.setdefault(b, _Session())
-        wanted = {p for p in self.assigned if self._claims_to_lead(b, p)}
         acks = {p: a for p, a in self.pending.pop(b, {}).items() if p in wanted}
         if session.epoch == 0:
             acks = {}  # a new session holds nothing to acknowledge
@@ -207,6 +205,8 @@ class ShareConsumer:
                 self._accepted(b, p, acks[p])
             ranges = [(int(a.first_offset), int(a.last_offset), int(a.delivery_count))
                       for a in part.acquired_records]
+            if part.error_code != E.none:
+                self.view.forget_leaders(self.topic)  # not the leader (any more)
             if part.error_code != E.none or not ranges:
                 continue
             self.ledger.handed_over(b, self.member_id, p, ranges, bytes(part.records or b""),

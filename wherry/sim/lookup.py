@@ -16,13 +16,14 @@ from kio.schema.errors import ErrorCode
 
 from wherry.sim.wire import SimClients
 
-__all__ = ["ClusterView"]
+__all__ = ["GROUP_KEY_TYPE", "TRANSACTION_KEY_TYPE", "ClusterView"]
 
 METADATA_KEY: Final = 3
 METADATA_VERSION: Final = 12
 FIND_COORDINATOR_KEY: Final = 10
 FIND_COORDINATOR_VERSION: Final = 4
 GROUP_KEY_TYPE: Final = 0
+TRANSACTION_KEY_TYPE: Final = 1
 
 
 class ClusterView:

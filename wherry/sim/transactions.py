@@ -12,11 +12,11 @@ coordinator fails over with the partition's leader), its timers on the replica n
 crashes) into the leader's request path and its WriteTxnMarkers handler. A crash abandons
 all of it (`TxnHost.abandon`); the restarted broker starts a fresh coordinator.
 
-`TxnProducer` is a transactional producer: InitProducerId on the coordinator its metadata
-names (the stored leader of its `__transaction_state` partition), then transactions:
-AddPartitionsToTxn, transactional batches (Produce frames, acks=all, producer id / epoch /
-sequence) to the partitions' leaders, then EndTxn commit or abort at random, each retried on
-retriable errors as a client does. Some stall mid-transaction past their timeout, so the
+`TxnProducer` is a transactional producer: InitProducerId on the coordinator FindCoordinator
+names (`lookup.py`), then transactions: AddPartitionsToTxn, transactional batches (Produce
+frames, acks=all, producer id / epoch / sequence) to the partitions' leaders as Metadata names
+them, then EndTxn commit or abort at random, each retried on retriable errors as a client
+does. Some stall mid-transaction past their timeout, so the
 coordinator aborts them and the producer is fenced; any failure makes the producer abort and
 InitProducerId again (a new epoch). Before some EndTxns the coordinator's broker is crashed
 a few ms later (with power loss when the run has it), so the crash lands between
@@ -49,6 +49,7 @@ from wherry.sim.invariants import (
     TxnLedger,
     read_committed_values,
 )
+from wherry.sim.lookup import TRANSACTION_KEY_TYPE, ClusterView
 from wherry.sim.network import CLIENT_ID, SimNetwork
 from wherry.sim.node import SimBroker
 from wherry.sim.wire import SimClients, broker_connect_to, produce
@@ -114,6 +115,7 @@ class World(Protocol):
     """What transactions need from `world.World`."""
 
     network: SimNetwork
+    broker_ids: list[int]
     tps: list[TopicPartition]
     txn_ledger: TxnLedger
 
@@ -154,6 +156,9 @@ class TxnHost(TxnCoordinatorHost):
         node.services.append(self)
         node.transaction_host = self
         self.start_markers()
+
+    def ensure_topic(self) -> None:
+        """The world creates `__transaction_state` before any producer runs."""
 
 
 # --- reading as a read_committed consumer --------------------------------------------------------
@@ -228,9 +233,12 @@ class TxnProducer:
         self.clients = SimClients(
             world, CLIENT_ID, client_id=self.tid, timeout_ms=config.request_timeout_ms + 500
         )
+        # the coordinator from FindCoordinator, the leaders from Metadata (lookup.py)
+        self.view = ClusterView(self.clients, world.broker_ids, rng)
 
     # --- requests to the coordinator --------------------------------------------------------
-    def _coordinator(self) -> int | None:
+    def _stored_coordinator(self) -> int | None:
+        """The coordinator as the store has it (where the world's fault lands)."""
         p = partition_for(self.tid, self.config.state_partitions)
         state = self.world.stored_state(TopicPartition(TRANSACTION_STATE_TOPIC, p))
         return None if state is None or state.leader < 0 else state.leader
@@ -238,22 +246,24 @@ class TxnProducer:
     async def _retrying(
         self, api_key: int, version: int, body: Mapping[str, Any], *, attempts: int = 30
     ) -> tuple[ErrorCode, Any] | None:
-        """A request to the transaction coordinator (the stored leader of the producer's
-        `__transaction_state` partition), retried as a client does -- a new coordinator
-        lookup each time --; (error, answer), or None when no answer came that is not
-        retriable."""
+        """A request to the transaction coordinator (FindCoordinator's), retried as a client
+        does -- a new coordinator lookup after an error --; (error, answer), or None when no
+        answer came that is not retriable."""
+        view = self.view
         for _ in range(attempts):
-            b = self._coordinator()
+            b = await view.coordinator(self.tid, TRANSACTION_KEY_TYPE)
             if b is None:
                 await asyncio.sleep(0.05)
                 continue
             try:
                 resp = await self.clients.call(b, api_key, version, body)
             except ConnectionError:
+                view.forget_coordinator(self.tid, TRANSACTION_KEY_TYPE)
                 await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
                 continue
             err = _error_of(resp)
             if err in RETRIABLE:
+                view.forget_coordinator(self.tid, TRANSACTION_KEY_TYPE)
                 await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
                 continue
             return err, resp
@@ -320,7 +330,7 @@ class TxnProducer:
             txn.commit_sent = True
         else:
             txn.abort_sent = True
-        b = self._coordinator()
+        b = self._stored_coordinator()
         if b is not None and rng.random() < self.config.crash_probability:
             self.crashes_armed += 1
             world.crash_coordinator(b, f"EndTxn({'commit' if commit else 'abort'}) of {tid}")
@@ -339,10 +349,6 @@ class TxnProducer:
 
     async def _produce(self, txn: LedgerTxn, tp: TopicPartition, i: int) -> bool:
         world = self.world
-        state = world.stored_state(tp)
-        if state is None or state.leader < 0:
-            return False
-        leader = state.leader
         value = TXN_VALUE_PREFIX + f"{self.tid}:{txn.number}:{i}".encode()
         seq = self.sequences.get(tp, 0)
         batch = build_batch(
@@ -357,6 +363,10 @@ class TxnProducer:
         for attempt in range(PRODUCE_ATTEMPTS):  # the same batch again, as clients retry
             if attempt:
                 await asyncio.sleep(self.rng.uniform(20, 100) / 1000)
+            leader = (await self.view.leaders(tp.topic)).get(tp.partition)
+            if leader is None:
+                answer = None
+                break
             answer = await produce(
                 self.clients,
                 leader,
@@ -369,6 +379,7 @@ class TxnProducer:
             if answer is None or answer[0] not in RETRIABLE_PRODUCE:
                 break
         if answer is None or answer[0] != E.none:
+            self.view.forget_leaders(tp.topic)
             return False
         self.sequences[tp] = seq + 1
         TxnLedger.acked(txn, tp, value)

@@ -42,6 +42,7 @@ from wherry.sim.invariants import (
     decode_batches,
     read_committed_values,
 )
+from wherry.sim.lookup import ClusterView
 from wherry.sim.loop import SimLoop
 from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, NetworkConfig, SimNetwork
 from wherry.sim.node import NodeConfig, SimBroker
@@ -458,14 +459,15 @@ class World:
         rng = random.Random(self.client_rng.random())
         o = self.options
         clients = self.client(f"producer-{pid}")
+        view = ClusterView(clients, self.broker_ids, rng)  # Metadata: possibly stale
         seq = 0
         while True:
             await asyncio.sleep(rng.uniform(*o.produce_interval_ms) / 1000)
             tp = rng.choice(self.tps)
-            state = self.stored_state(tp)  # metadata: possibly stale for the leader
-            if state is None or state.leader < 0:
+            leader = (await view.leaders(tp.topic)).get(tp.partition)
+            if leader is None:
+                view.forget_leaders(tp.topic)
                 continue
-            leader = state.leader
             seq += 1
             value = f"p{pid}-{seq}".encode()
             batch = build_batch([(None, value)], timestamp_ms=self.now_ms())
@@ -473,26 +475,25 @@ class World:
             answer = await produce(clients, leader, tp, batch, o.produce_timeout_ms)
             if answer is not None and answer[0] is ErrorCode.none:
                 self.history.record_ack(tp, answer[1], parse_header(batch).crc)
+            else:
+                view.forget_leaders(tp.topic)
 
     async def consumer(self) -> None:
         rng = random.Random(self.client_rng.random())
         clients = self.client("consumer")
+        view = ClusterView(clients, self.broker_ids, rng)
         while True:
             await asyncio.sleep(rng.uniform(20, 120) / 1000)
             tp = rng.choice(self.tps)
-            # Any broker that claims to lead it; a stale (zombie) leader is allowed to answer.
-            candidates = [
-                b
-                for b in self.broker_ids
-                if (n := self.node(b)) is not None
-                and (p := n.replica_manager.get_partition(tp)) is not None
-                and p.is_leader
-            ]
-            if not candidates:
-                continue
-            b = rng.choice(candidates)
+            # The leader a Metadata answer names, or half the time any broker (a client whose
+            # metadata is wrong): a stale (zombie) leader is allowed to answer, others refuse.
+            b = (await view.leaders(tp.topic)).get(tp.partition)
+            if b is None or rng.random() < 0.5:
+                b = rng.choice(self.broker_ids)
             offset = rng.choice([0, rng.randint(0, 50)])
             r = await fetch(clients, b, tp, offset, READ_UNCOMMITTED)
+            if r is None or r.error_code != ErrorCode.none:
+                view.forget_leaders(tp.topic)
             if r is None or r.error_code != ErrorCode.none or not r.records:
                 continue
             values = {

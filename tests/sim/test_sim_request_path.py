@@ -20,7 +20,7 @@ from wherry.server.services import BrokerServices
 from wherry.sim.world import SimOptions, SimResult, run_seed
 
 CI = SimOptions(duration_ms=3_000, settle_ms=2_500)
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, METADATA, FIND_COORDINATOR = 0, 1, 3, 10
 
 
 @pytest.fixture(autouse=True)
@@ -83,13 +83,15 @@ def counted(handlers: dict[int, Any], keys: tuple[int, ...]) -> dict[int, int]:
 
 
 def test_the_simulation_runs_the_real_handlers(handlers: dict[int, Any]) -> None:
-    """Every Produce and Fetch of a default seed went through the handler table."""
-    calls = counted(handlers, (PRODUCE, FETCH))
+    """Every Produce and Fetch of a default seed went through the handler table, and the
+    clients found the leaders with Metadata requests."""
+    calls = counted(handlers, (PRODUCE, FETCH, METADATA))
     result = run_seed(0, CI)
     assert result.ok, result.violation or result.error
     assert result.acks > 0
     assert calls[PRODUCE] >= result.acks  # clients' Produce requests
     assert calls[FETCH] > calls[PRODUCE]  # followers' fetches and consumers'
+    assert calls[METADATA] > 0
 
 
 def test_a_produce_handler_that_does_not_append_is_caught(handlers: dict[int, Any]) -> None:
@@ -140,14 +142,16 @@ def fetch_ignoring_acknowledgements(real: Any) -> Any:
 
 def test_share_consumers_go_through_the_real_handlers(handlers: dict[int, Any]) -> None:
     """The share consumers' heartbeats, fetches and acknowledgements of a seed are request
-    frames through the handler table."""
-    calls = counted(handlers, (SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE))
+    frames through the handler table, and so are their FindCoordinator and Metadata."""
+    keys = (SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE, FIND_COORDINATOR, METADATA)
+    calls = counted(handlers, keys)
     result = run_seed(0, SHARE)
     assert result.ok, result.violation or result.error
     assert result.share_accepts > 0
     assert calls[SHARE_GROUP_HEARTBEAT] > 10
     assert calls[SHARE_FETCH] > 10
     assert calls[SHARE_ACKNOWLEDGE] > 0
+    assert calls[FIND_COORDINATOR] > 0 and calls[METADATA] > 0
 
 
 @pytest.mark.parametrize("bug", ["share_acknowledge", "share_fetch"])

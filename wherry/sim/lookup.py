@@ -1,7 +1,8 @@
 """What a simulated client knows of the cluster, as a Kafka client learns it: its coordinator
 from FindCoordinator, partition leaders from Metadata, each asked of a broker it picks among
 the bootstrap servers (every broker of the world) in request frames through that broker's real
-handlers, and kept until an error or a lost answer says to ask again. A broker answers from
+handlers (the next one when a broker does not answer, as a client goes through its bootstrap
+list), and kept until an error or a lost answer says to ask again. A broker answers from
 its own metadata cache, which may be behind: a client may go to a deposed leader or
 coordinator, as a real one does, and learns better from the error it gets there.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
@@ -36,8 +37,15 @@ class ClusterView:
         self._coordinators: dict[tuple[int, str], int] = {}
         self._leaders: dict[str, dict[int, int]] = {}
 
-    def _any_broker(self) -> int:
-        return self.rng.choice(self.bootstrap)
+    async def _ask(self, api_key: int, version: int, body: dict[str, Any]) -> Any | None:
+        """The first answer of the bootstrap brokers, in a random order; None when none
+        answered."""
+        for b in self.rng.sample(self.bootstrap, len(self.bootstrap)):
+            try:
+                return await self.clients.call(b, api_key, version, body)
+            except ConnectionError:
+                continue
+        return None
 
     async def coordinator(self, key: str, key_type: int = GROUP_KEY_TYPE) -> int | None:
         """The coordinator of `key` (a group by default); None while no broker names one."""
@@ -45,11 +53,8 @@ class ClusterView:
         if known is not None:
             return known
         body = {"key_type": key_type, "coordinator_keys": [key]}
-        try:
-            r = await self.clients.call(
-                self._any_broker(), FIND_COORDINATOR_KEY, FIND_COORDINATOR_VERSION, body
-            )
-        except ConnectionError:
+        r = await self._ask(FIND_COORDINATOR_KEY, FIND_COORDINATOR_VERSION, body)
+        if r is None:
             return None
         for c in r.coordinators:
             if c.error_code == ErrorCode.none and c.node_id >= 0:
@@ -72,9 +77,8 @@ class ClusterView:
             "allow_auto_topic_creation": False,
             "include_topic_authorized_operations": False,
         }
-        try:
-            r = await self.clients.call(self._any_broker(), METADATA_KEY, METADATA_VERSION, body)
-        except ConnectionError:
+        r = await self._ask(METADATA_KEY, METADATA_VERSION, body)
+        if r is None:
             return {}
         leaders = {
             int(p.partition_index): int(p.leader_id)

@@ -22,7 +22,7 @@ still answer.
 
 The share consumers (`sim/share_consumers.py`) reach all of it only by request frames through
 the brokers' real handlers. Checked (`ShareLedger`), from what the brokers' runtimes acquired
-(`ShareHost.fetch`, an observer) and what the consumers' answers said:
+(`ShareHost._acquire`, an observer) and what the consumers' answers said:
 * a record is acquired only below the acquiring leader's high watermark;
 * a record a consumer is handed was acquired for it by that broker's share-partition, and the
   answer's record batches hold it;
@@ -241,21 +241,18 @@ class ShareHost(ShareGroupsRuntime):
             "share.heartbeat.interval.ms": str(c.heartbeat_interval_ms),
         }
 
-    async def fetch(
-        self, group: str, member: str, *args: Any, **kwargs: Any
-    ) -> dict[TopicPartition, PartitionFetch]:
-        """The runtime's fetch, what it acquired noted in the ledger (with the leader epoch of
-        the share-partition that acquired it and the high watermark then)."""
-        out = await super().fetch(group, member, *args, **kwargs)
-        for tp, pf in out.items():
-            entry = self.parts.get((group, tp))
-            if not pf.acquired or entry is None:
-                continue
-            part = self.node.replica_manager.get_partition(tp)
+    def _acquire(self, entry: Any, member: str, *args: Any) -> int:
+        """The runtime's acquisition for a fetch, what it acquired noted in the ledger at once
+        (with the leader epoch of the share-partition that acquired it and the high watermark
+        then): the share-partition may be gone before the answer leaves."""
+        got = super()._acquire(entry, member, *args)
+        pf: PartitionFetch = args[-1]
+        if got and pf.acquired:
+            part = self.node.replica_manager.get_partition(entry.tp)
             hw = part.high_watermark if part is not None else -1
-            self.ledger.acquired_by(self.broker_id, member, tp.partition, entry.leader_epoch,
-                                    pf.acquired, hw)
-        return out
+            self.ledger.acquired_by(self.broker_id, member, entry.tp.partition,
+                                    entry.leader_epoch, pf.acquired, hw)
+        return got
 
 
 def _leader(world: World, tp: TopicPartition) -> Partition | None:

@@ -4,7 +4,9 @@ manager, purgatories and their ticker, fetchers, fetch sessions, AlterPartition 
 expiry, HW checkpoints, the controller requests' rules), with the sockets replaced by the
 simulated network (`wire.py`) and time by the simulated loop's clock. Clients' requests and
 the followers' fetches arrive as request frames and go through the broker's real request path
-(`handle_frame`: codecs, handlers, fetch sessions, authorizer).
+(`serve`, then `handle_frame`: codecs, handlers, fetch sessions, authorizer), each in a task of
+the process that runs to its end whatever its client does, as in the network layer; a
+connection its client closes is closed here too (`connection_closed`).
 
 The simulated broker hosts the replica node and what the simulation adds on it (the
 transaction and group coordinators and the share groups, `services`; the handlers reach them,

@@ -487,12 +487,12 @@ class World:
             tp = rng.choice(self.tps)
             # The leader a Metadata answer names, or half the time any broker (a client whose
             # metadata is wrong): a stale (zombie) leader is allowed to answer, others refuse.
-            b = (await view.leaders(tp.topic)).get(tp.partition)
+            b = named = (await view.leaders(tp.topic)).get(tp.partition)
             if b is None or rng.random() < 0.5:
                 b = rng.choice(self.broker_ids)
             offset = rng.choice([0, rng.randint(0, 50)])
             r = await fetch(clients, b, tp, offset, READ_UNCOMMITTED)
-            if r is None or r.error_code != ErrorCode.none:
+            if b == named and (r is None or r.error_code != ErrorCode.none):
                 view.forget_leaders(tp.topic)
             if r is None or r.error_code != ErrorCode.none or not r.records:
                 continue

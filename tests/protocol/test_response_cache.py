@@ -4,33 +4,18 @@ that differs in any value is never answered from another's body."""
 from __future__ import annotations
 
 import datetime
-import io
 import uuid
 from typing import Any
 
 import pytest
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
-from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_writer
 
 import wherry.protocol.codec as codec
-from wherry.protocol.codec import build_entity, encode_response
+from tests.protocol.kio_samples import kio_response_frame
+from wherry.protocol.codec import encode_response
 from wherry.protocol.response_cache import CACHED_KEYS, ResponseBodyCache, frozen
 from wherry.server.handlers import SUPPORTED_VERSIONS
-
-
-def kio_frame(api_key: int, version: int, correlation_id: int, data: Any) -> bytes:
-    """The frame as kio writes it, header and all, with nothing kept."""
-    cls = load_response_schema(api_key, version)
-    flexible = cls.__flexible__ and api_key != 18
-    header_cls = ResponseHeaderV1 if flexible else ResponseHeaderV0
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
-    entity_writer(cls)(buf, build_entity(cls, data))
-    body = buf.getvalue()
-    return len(body).to_bytes(4, "big") + body
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +33,7 @@ def test_heartbeat_answers_kept_and_told_apart(version: int) -> None:
     ok = {"throttle_time": 0, "error_code": 0}
     busy = {"throttle_time": 0, "error_code": ErrorCode.rebalance_in_progress}
     for cid, data in enumerate([ok, busy, ok, {**ok, "throttle_time": 7}, busy, ok]):
-        assert encode_response(12, version, cid, data) == kio_frame(12, version, cid, data)
+        assert encode_response(12, version, cid, data) == kio_response_frame(12, version, cid, data)
     assert len(codec.RESPONSE_BODIES) == 3
 
 
@@ -91,18 +76,18 @@ def test_metadata_changes_are_never_answered_from_an_older_body(version: int) ->
         _metadata(1, a, 2),
     ]
     frames = [encode_response(3, version, 5, m) for m in answers]
-    assert frames == [kio_frame(3, version, 5, m) for m in answers]
+    assert frames == [kio_response_frame(3, version, 5, m) for m in answers]
     assert frames[0] == frames[4] and codec.RESPONSE_BODIES.hits >= 1
     changed = _metadata(1, a, 2)
     changed["topics"][0]["partitions"][1]["isr_nodes"] = [1]  # the ISR shrank
-    assert encode_response(3, version, 6, changed) == kio_frame(3, version, 6, changed)
+    assert encode_response(3, version, 6, changed) == kio_response_frame(3, version, 6, changed)
 
 
 def test_versions_and_keys_do_not_share_bodies() -> None:
     data = {"throttle_time": 0, "error_code": 0}
     for api_key in (12, 26, 25):
         for version in _versions(api_key):
-            assert encode_response(api_key, version, 1, data) == kio_frame(
+            assert encode_response(api_key, version, 1, data) == kio_response_frame(
                 api_key, version, 1, data
             )
 
@@ -113,16 +98,16 @@ def test_api_versions_answer_kept_with_header_v0() -> None:
     data = {"error_code": 0, "api_keys": api_keys(), "throttle_time": 0}
     for _ in range(2):
         for version in _versions(18):
-            assert encode_response(18, version, 9, data) == kio_frame(18, version, 9, data)
+            assert encode_response(18, version, 9, data) == kio_response_frame(18, version, 9, data)
 
 
 def test_answers_with_other_values_are_encoded_and_not_kept() -> None:
     entity_cls = load_response_schema(12, 4)
     entity = entity_cls(throttle_time=datetime.timedelta(0), error_code=ErrorCode.none)  # type: ignore[call-arg]
-    assert encode_response(12, 4, 3, entity) == kio_frame(12, 4, 3, entity)
+    assert encode_response(12, 4, 3, entity) == kio_response_frame(12, 4, 3, entity)
     data = {"throttle_time": 0, "error_code": 0, "extra": memoryview(b"x")}
     assert frozen(data) is None
-    assert encode_response(12, 4, 3, data) == kio_frame(12, 4, 3, data)
+    assert encode_response(12, 4, 3, data) == kio_response_frame(12, 4, 3, data)
     assert len(codec.RESPONSE_BODIES) == 0
 
 
@@ -137,7 +122,7 @@ def test_uncached_apis_keep_kio_frames() -> None:
         ]
     }
     for version in _versions(0):
-        assert encode_response(0, version, 2, produce) == kio_frame(0, version, 2, produce)
+        assert encode_response(0, version, 2, produce) == kio_response_frame(0, version, 2, produce)
     assert len(codec.RESPONSE_BODIES) == 0
 
 

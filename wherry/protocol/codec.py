@@ -52,6 +52,7 @@ from kio.static.primitive import i16, i32
 
 from wherry.protocol.decode_guard import GuardError, check_entity
 from wherry.protocol.produce_request import LEAN_MIN_FRAME_BYTES, decode_produce_request
+from wherry.protocol.produce_response import encode_produce_body
 from wherry.protocol.response_cache import CACHED_KEYS, ResponseBodyCache
 
 if TYPE_CHECKING:
@@ -247,6 +248,8 @@ def encode_response(
     cls = load_response_schema(api_key, api_version)
     # the header: v0 the correlation id, v1 that and no tagged fields (`_response_header_class`)
     tagged = b"\0" if _response_header_class(api_key, cls) is ResponseHeaderV1 else b""
+    if api_key == _PRODUCE_KEY and (body := encode_produce_body(api_version, data)) is not None:
+        return _FRAME_START.pack(4 + len(tagged) + len(body), correlation_id) + tagged + body
     if api_key in CACHED_KEYS:
         body = RESPONSE_BODIES.body(
             api_key, api_version, data, lambda: _encode_body(cls, data)

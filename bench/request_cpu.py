@@ -4,7 +4,7 @@
 python bench/request_cpu.py                    # every kind, 5,000 requests each
 python bench/request_cpu.py --requests 500 --kinds produce1,metadata
 python bench/request_cpu.py --calls            # also count calls per request (cProfile)
-python bench/request_cpu.py --broker-tree ../before --json out.json
+python bench/request_cpu.py --broker-tree ../before --json out.json --tmp-dir /mnt/fast
 ```
 
 One `python -m wherry server` with its defaults (the console and metrics listener on, moved to
@@ -18,14 +18,12 @@ function calls and C calls made from Python per request, and the functions that 
 of them (the CPU figures of such a run include the profiler's own cost: take them from a run
 without it). Every kind's first answer is decoded and must carry no error.
 
-| kind | request |
-|---|---|
-| apiversions | ApiVersions v3 |
-| metadata | Metadata v12 for the bench topic (1 partition) |
-| produce1 | Produce v9, acks=1, one batch of one 100 B record to partition 0 |
-| produceall | the same with acks=-1 |
-| heartbeat | Heartbeat v4 of the one member of a consumer group (joined and synced first) |
-| txn | one transaction of a transactional producer: AddPartitionsToTxn v3, Produce v9 acks=-1 of one 100 B record, EndTxn v3 commit (three requests; per-request figures are their mean) |
+Kinds: `apiversions` (ApiVersions v3), `metadata` (Metadata v12 of the bench topic, one
+partition), `produce1` (Produce v9, acks=1, one batch of one 100 B record to partition 0),
+`produceall` (the same, acks=-1), `heartbeat` (Heartbeat v4 of the one member of a consumer
+group, joined and synced first), `txn` (a transactional producer's transaction of one record:
+AddPartitionsToTxn v3, Produce v9 acks=-1, EndTxn v3 commit; per-request figures are the mean
+of the three).
 """
 
 from __future__ import annotations
@@ -135,7 +133,7 @@ Plan = tuple[list[tuple[int, int, bytes]], int]  # frames (key, version, frame) 
 
 
 def plan_kind(kind: str, client: Client) -> Plan:
-    """The frames one round of `kind` sends; set-up requests (a group join, a producer id)
+    """The frames one round of `kind` sends; set-up requests (a group join)
     are made here."""
     if kind == "apiversions":
         body = {"client_software_name": "wherry-bench", "client_software_version": "1"}
@@ -151,9 +149,7 @@ def plan_kind(kind: str, client: Client) -> Plan:
         return [(0, 9, _produce(1 if kind == "produce1" else -1, _batch()))], 1
     if kind == "heartbeat":
         return [(12, 4, encode_request(12, 4, _join_group(client)))], 1
-    if kind == "txn":
-        return _transaction(client), 3
-    raise ValueError(kind)
+    raise ValueError(kind)  # txn: planned a round at a time (`_Transactions`)
 
 
 _COORDINATOR_MOVING = (14, 15, 16)  # load in progress, not available, not coordinator
@@ -225,10 +221,6 @@ class _Transactions:
         batch = _batch(self.pid, self.epoch, self.seq, txn=True)
         self.seq += 1
         return [(24, 3, self.add), (0, 9, _produce(-1, batch, self.tid)), (26, 3, self.end)]
-
-
-def _transaction(client: Client) -> list[tuple[int, int, bytes]]:
-    raise AssertionError("transactions are planned per round")  # see run_kind
 
 
 def run_kind(
@@ -325,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-dir", type=Path, help="keep each kind's cProfile stats here")
     ap.add_argument("--broker-tree", type=Path, help="run the broker from this source tree")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--tmp-dir", type=Path, help="where the broker's data dir lives")
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     for k in kinds:
@@ -334,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         BROKER_RUNTIME.tree = args.broker_tree.resolve()
     load = os.getloadavg()[0]
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="wherry-reqcpu-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="wherry-reqcpu-", dir=args.tmp_dir) as tmp:
         prof_out = str(Path(tmp) / "profile.out")
         broker = Broker(Path(tmp) / "data", [f"http.listeners=http://127.0.0.1:{free_port()}"])
         if args.calls:

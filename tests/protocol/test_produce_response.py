@@ -57,8 +57,12 @@ def _both(version: int, data: dict[str, Any]) -> bytes:
 def test_common_answers_written_without_kio_as_kio_writes_them(version: int) -> None:
     answers = [
         _answer([("t", [_part(0)])], version),
-        _answer([("t", [_part(0), _part(3, base_offset=2**40)]), ("ü-topic", [_part(1)])], version),
-        _answer([("t", [_part(0, log_append_time=1_764_400_000_123, log_start_offset=-1)])], version),
+        _answer(
+            [("t", [_part(0), _part(3, base_offset=2**40)]), ("ü-topic", [_part(1)])], version
+        ),
+        _answer(
+            [("t", [_part(0, log_append_time=1_764_400_000_123, log_start_offset=-1)])], version
+        ),
         _answer([("t", [_part(0, error_code=ErrorCode.not_leader_or_follower, base_offset=-1,
                               error_message="not the leader")])], version),
         _answer([("t", [_part(0, error_code=int(ErrorCode.corrupt_message))])], version),

@@ -30,18 +30,12 @@ _PARTITION_V3: Final = struct.Struct(">ihqq")  # ... no log start offset before 
 # the times kio's datetime fields hold (years 1-9999), in ms from the epoch
 _MIN_TIME_MS: Final = -62135596800000
 _MAX_TIME_MS: Final = 253402300799999
+# the fields of the answer this writer writes (any other is left to kio)
 _TOP_KEYS: Final = frozenset(("responses", "throttle_time"))
 _TOPIC_KEYS: Final = frozenset(("name", "topic_id", "partition_responses"))
 _PART_KEYS: Final = frozenset(
-    (
-        "index",
-        "error_code",
-        "base_offset",
-        "log_append_time",
-        "log_start_offset",
-        "error_message",
-        "record_errors",
-    )
+    ("index", "error_code", "base_offset", "log_append_time", "log_start_offset",
+     "error_message", "record_errors")
 )
 
 

@@ -30,9 +30,10 @@ import struct
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from wherry.group.records import RecordFormatError, open_versioned
+from wherry.protocol.primitives import INT16
 from wherry.protocol.wire import Reader, Writer
 
 __all__ = [
@@ -41,9 +42,12 @@ __all__ = [
     "ClassicMemberMetadata",
     "ConsumerGroupReplay",
     "CurrentAssignmentValue",
+    "GroupReplay",
     "MemberAssignment",
     "MemberMetadataValue",
+    "RecordKind",
     "ReplayedGroup",
+    "ReplayedMembers",
     "TopicMetadataValue",
     "current_assignment_key",
     "decode_consumer_group_key",
@@ -73,7 +77,6 @@ _MEMBER_TYPES = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
 # topic id -> partitions
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 
-_I16 = struct.Struct(">h")
 
 
 # --- keys ----------------------------------------------------------------------------------------
@@ -125,7 +128,7 @@ def record_type(key: bytes) -> int:
     """The record type of a `__consumer_offsets` key (its version prefix)."""
     if len(key) < 2:
         raise RecordFormatError("key shorter than its type")
-    return int(_I16.unpack_from(key)[0])
+    return int(INT16.unpack_from(key)[0])
 
 
 def decode_consumer_group_key(key: bytes) -> tuple[int, str, str | None]:
@@ -428,19 +431,99 @@ def record_diff(
 
 # --- replay --------------------------------------------------------------------------------------
 
-G = TypeVar("G")
 V = TypeVar("V")
 
 
-def replayed_group(
-    groups: dict[str, G], group_id: str, tombstone: bool, new: Callable[[], G]
-) -> G | None:
-    """The group a record replays into, made on its first record; None for the tombstone of a
-    group never seen (consumer and share groups)."""
-    g = groups.get(group_id)
-    if g is None and not tombstone:
-        g = groups[group_id] = new()
-    return g
+M = TypeVar("M")
+C = TypeVar("C")
+
+
+@dataclass(slots=True)
+class ReplayedMembers(Generic[M, C]):
+    """What the log says of one group that consumer and share groups both have: its epochs and
+    its members' three tables by member id (each part absent until its record is seen)."""
+
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
+    members: dict[str, M] = field(default_factory=dict)
+    targets: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
+    current: dict[str, C] = field(default_factory=dict)
+
+    @property
+    def is_empty_record_set(self) -> bool:
+        """No record of the group is left (each was tombstoned or never written)."""
+        return (
+            self.group_epoch is None
+            and self.assignment_epoch is None
+            and not self.members
+            and not self.targets
+            and not self.current
+            and self._kind_records_gone()
+        )
+
+    def _kind_records_gone(self) -> bool:
+        """The records only this kind of group has are gone too."""
+        return True
+
+
+RS = TypeVar("RS", bound="ReplayedMembers[Any, Any]")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKind:
+    """How one kind of group's records (consumer or share) decode and replay."""
+
+    decode_key: Callable[[bytes], tuple[int, str, str | None]]
+    decoders: Mapping[int, Callable[[bytes], Any]]  # record type -> value decoder
+    member_types: tuple[int, int, int]  # member metadata, target member, current assignment
+    new_group: Callable[[], ReplayedMembers[Any, Any]]
+
+
+class GroupReplay(Generic[RS]):
+    """The groups of one kind of one offsets partition, replayed from their records in log
+    order: a group is made on its first record and goes once its records are all tombstoned.
+    A kind's subclass says how its records decode (its `RecordKind`, ``_kind``) and replays
+    the records of the group itself (`_replay_group`)."""
+
+    __slots__ = ("groups",)
+    _kind: ClassVar[RecordKind]
+
+    def __init__(self) -> None:
+        self.groups: dict[str, RS] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(groups={self.groups!r})"
+
+    def apply(self, key: bytes, value: bytes | None) -> None:
+        """Replay one record (raises RecordFormatError on bytes that do not parse, before
+        anything changes)."""
+        kind = self._kind
+        t, group_id, member_id = kind.decode_key(key)
+        decoded = None if value is None else kind.decoders[t](value)
+        g = self.groups.get(group_id)
+        if g is None:
+            if value is None:
+                return  # the tombstone of a group never seen
+            g = self.groups[group_id] = cast(RS, kind.new_group())
+        member, target, current = kind.member_types
+        if t == member:
+            replay_member(g.members, member_id, decoded)
+        elif t == target:
+            replay_member(g.targets, member_id, decoded)
+        elif t == current:
+            replay_member(g.current, member_id, decoded)
+        else:
+            self._replay_group(g, t, decoded, value is None)
+        if g.is_empty_record_set:
+            del self.groups[group_id]
+
+    def apply_all(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        for k, v in records:
+            self.apply(k, v)
+
+    def _replay_group(self, g: RS, t: int, decoded: Any, tombstone: bool) -> None:
+        """A record of the group itself (its value decoded, None for a tombstone)."""
+        raise NotImplementedError
 
 
 def replay_member(table: dict[str, V], member_id: str | None, decoded: V | None) -> None:
@@ -453,58 +536,37 @@ def replay_member(table: dict[str, V], member_id: str | None, decoded: V | None)
 
 
 @dataclass(slots=True)
-class ReplayedGroup:
+class ReplayedGroup(ReplayedMembers[MemberMetadataValue, CurrentAssignmentValue]):
     """What the log says of one consumer group (each part absent until its record is seen)."""
 
-    group_epoch: int | None = None
-    assignment_epoch: int | None = None
     topics: tuple[TopicMetadataValue, ...] | None = None
-    members: dict[str, MemberMetadataValue] = field(default_factory=dict)
-    targets: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
-    current: dict[str, CurrentAssignmentValue] = field(default_factory=dict)
 
-    @property
-    def is_empty_record_set(self) -> bool:
-        return (
-            self.group_epoch is None
-            and self.assignment_epoch is None
-            and self.topics is None
-            and not self.members
-            and not self.targets
-            and not self.current
-        )
+    def _kind_records_gone(self) -> bool:
+        return self.topics is None
 
 
-@dataclass(slots=True)
-class ConsumerGroupReplay:
+class ConsumerGroupReplay(GroupReplay[ReplayedGroup]):
     """The consumer groups of one offsets partition, replayed from its records in log order."""
 
-    groups: dict[str, ReplayedGroup] = field(default_factory=dict)
+    __slots__ = ()
+    _kind = RecordKind(
+        decode_consumer_group_key,
+        {
+            GROUP_METADATA: decode_epoch_value,
+            PARTITION_METADATA: lambda value: decode_partition_metadata(value)[1],
+            TARGET_METADATA: decode_epoch_value,
+            MEMBER_METADATA: decode_member_metadata,
+            TARGET_MEMBER: decode_target_member,
+            CURRENT_ASSIGNMENT: decode_current_assignment,
+        },
+        (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT),
+        ReplayedGroup,
+    )
 
-    def apply(self, key: bytes, value: bytes | None) -> None:
-        """Replay one record (raises RecordFormatError on bytes that do not parse)."""
-        t, group_id, member_id = decode_consumer_group_key(key)
-        g = replayed_group(self.groups, group_id, value is None, ReplayedGroup)
-        if g is None:
-            return
+    def _replay_group(self, g: ReplayedGroup, t: int, decoded: Any, tombstone: bool) -> None:
         if t == GROUP_METADATA:
-            g.group_epoch = None if value is None else decode_epoch_value(value)
+            g.group_epoch = decoded
         elif t == PARTITION_METADATA:
-            g.topics = None if value is None else decode_partition_metadata(value)[1]
-        elif t == TARGET_METADATA:
-            g.assignment_epoch = None if value is None else decode_epoch_value(value)
-        elif t == MEMBER_METADATA:
-            member = None if value is None else decode_member_metadata(value)
-            replay_member(g.members, member_id, member)
-        elif t == TARGET_MEMBER:
-            target = None if value is None else decode_target_member(value)
-            replay_member(g.targets, member_id, target)
+            g.topics = decoded
         else:
-            current = None if value is None else decode_current_assignment(value)
-            replay_member(g.current, member_id, current)
-        if g.is_empty_record_set:
-            del self.groups[group_id]
-
-    def apply_all(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        for k, v in records:
-            self.apply(k, v)
+            g.assignment_epoch = decoded

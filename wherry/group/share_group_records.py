@@ -25,12 +25,16 @@ A null value is a tombstone. `ShareGroupReplay` replays them in log order. Pure:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from wherry.group import consumer_group_records as cgr
 from wherry.group.consumer_group_records import (
+    GroupReplay,
     MemberAssignment,
+    RecordKind,
+    ReplayedMembers,
     close_value,
     decode_member_assignment,
     decode_record_key,
@@ -41,8 +45,6 @@ from wherry.group.consumer_group_records import (
     open_value,
     read_member_client,
     read_topics_metadata,
-    replay_member,
-    replayed_group,
     start_value,
     write_member_client,
 )
@@ -229,82 +231,56 @@ def decode_state_metadata(data: bytes) -> tuple[StateTopic, ...]:
     return initializing + initialized
 
 
-def _skip_partition_metadata(data: bytes) -> None:
+def _check_partition_metadata(data: bytes) -> bool:
+    """Read (and drop) a partition metadata value: True once it parses."""
     r = open_value(data)
     read_topics_metadata(r)
     close_value(r)
+    return True
 
 
 # --- replay --------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
-class ReplayedShareGroup:
+class ReplayedShareGroup(ReplayedMembers[ShareMemberValue, ShareCurrentAssignment]):
     """What the log says of one share group (each part absent until its record is seen)."""
 
-    group_epoch: int | None = None
     metadata_hash: int = 0
-    assignment_epoch: int | None = None
-    members: dict[str, ShareMemberValue] = field(default_factory=dict)
-    targets: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
-    current: dict[str, ShareCurrentAssignment] = field(default_factory=dict)
     state_topics: tuple[StateTopic, ...] = ()
     has_partition_metadata: bool = False
 
-    @property
-    def is_empty_record_set(self) -> bool:
-        return (
-            self.group_epoch is None
-            and self.assignment_epoch is None
-            and not self.members
-            and not self.targets
-            and not self.current
-            and not self.state_topics
-            and not self.has_partition_metadata
-        )
+    def _kind_records_gone(self) -> bool:
+        return not self.state_topics and not self.has_partition_metadata
 
 
-@dataclass(slots=True)
-class ShareGroupReplay:
+class ShareGroupReplay(GroupReplay[ReplayedShareGroup]):
     """The share groups of one offsets partition, replayed from its records in log order."""
 
-    groups: dict[str, ReplayedShareGroup] = field(default_factory=dict)
+    __slots__ = ()
+    _kind = RecordKind(
+        decode_share_group_key,
+        {
+            PARTITION_METADATA: _check_partition_metadata,
+            MEMBER_METADATA: decode_member_metadata,
+            GROUP_METADATA: decode_group_metadata,
+            TARGET_METADATA: cgr.decode_epoch_value,
+            TARGET_MEMBER: cgr.decode_target_member,
+            CURRENT_ASSIGNMENT: decode_current_assignment,
+            STATE_METADATA: decode_state_metadata,
+        },
+        (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT),
+        ReplayedShareGroup,
+    )
 
-    def apply(self, key: bytes, value: bytes | None) -> None:
-        """Replay one record (raises RecordFormatError on bytes that do not parse, before
-        anything changes)."""
-        t, group_id, member_id = decode_share_group_key(key)
-        decoded: object = None
-        if value is not None:
-            decoded = _DECODERS[t](value)
-        g = replayed_group(self.groups, group_id, value is None, ReplayedShareGroup)
-        if g is None:
-            return
+    def _replay_group(
+        self, g: ReplayedShareGroup, t: int, decoded: Any, tombstone: bool
+    ) -> None:
         if t == GROUP_METADATA:
-            g.group_epoch, g.metadata_hash = (None, 0) if decoded is None else decoded  # type: ignore[misc]
+            g.group_epoch, g.metadata_hash = (None, 0) if tombstone else decoded
         elif t == TARGET_METADATA:
-            g.assignment_epoch = decoded  # type: ignore[assignment]
+            g.assignment_epoch = decoded
         elif t == STATE_METADATA:
-            g.state_topics = () if decoded is None else decoded  # type: ignore[assignment]
-        elif t == PARTITION_METADATA:
-            g.has_partition_metadata = value is not None
+            g.state_topics = () if tombstone else decoded
         else:
-            table: dict[str, object] = (
-                g.members if t == MEMBER_METADATA  # type: ignore[assignment]
-                else g.targets if t == TARGET_MEMBER
-                else g.current
-            )
-            replay_member(table, member_id, decoded)
-        if g.is_empty_record_set:
-            del self.groups[group_id]
-
-
-_DECODERS: dict[int, Callable[[bytes], object]] = {
-    PARTITION_METADATA: _skip_partition_metadata,
-    MEMBER_METADATA: decode_member_metadata,
-    GROUP_METADATA: decode_group_metadata,
-    TARGET_METADATA: cgr.decode_epoch_value,
-    TARGET_MEMBER: cgr.decode_target_member,
-    CURRENT_ASSIGNMENT: decode_current_assignment,
-    STATE_METADATA: decode_state_metadata,
-}
+            g.has_partition_metadata = not tombstone

@@ -33,6 +33,7 @@ from wherry.log.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from wherry.protocol.primitives import INT32 as _COUNT
 from wherry.protocol.records import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -70,7 +71,6 @@ _INT32_MAX = 2**31 - 1
 _MAGIC = b"WPSS"
 _VERSION = 1
 _FILE_HEADER = struct.Struct(">4shI")  # magic, version, crc32c of the rest
-_COUNT = struct.Struct(">i")
 _ENTRY = struct.Struct(">qhiqqb")  # pid, epoch, coordinator epoch, last ts, txn first off, n
 _BATCH = struct.Struct(">iiqqq")  # first seq, last seq, first offset, last offset, timestamp
 

@@ -28,6 +28,7 @@ from wherry.log.errors import CorruptIndexError, LogOffsetError, StorageError
 from wherry.log.file_region import FileRegion
 from wherry.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex, TimestampOffset
 from wherry.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
+from wherry.protocol.primitives import INT32
 from wherry.protocol.records import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -64,7 +65,6 @@ DELETED_SUFFIX = ".deleted"
 _INT32_MAX = 2**31 - 1
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
-_INT32 = struct.Struct(">i")
 _SCAN_CHUNK_BYTES = 64 * 1024
 _RECOVER_CHUNK_BYTES = 4 * 1024 * 1024
 
@@ -76,7 +76,7 @@ def _whole_batches_end(data: bytes, start: int = 0) -> int:
     batch starts at `start`."""
     pos, n = start, len(data)
     while n - pos >= LOG_OVERHEAD:
-        (length,) = _INT32.unpack_from(data, pos + 8)
+        (length,) = INT32.unpack_from(data, pos + 8)
         end = pos + LOG_OVERHEAD + length
         if length < _MIN_BATCH_LENGTH or end > n:
             break
@@ -407,7 +407,7 @@ class LogSegment:
                 size = length + LOG_OVERHEAD
                 if pos + rel + size > end:
                     return
-                (delta,) = _INT32.unpack_from(buf, rel + 23)
+                (delta,) = INT32.unpack_from(buf, rel + 23)
                 yield BatchPosition(base, base + delta, pos + rel, size)
                 rel += size
             pos += rel
@@ -552,7 +552,7 @@ class LogSegment:
             head = os.pread(fd, LOG_OVERHEAD, pos)
             if len(head) < LOG_OVERHEAD:
                 break
-            (length,) = _INT32.unpack_from(head, 8)
+            (length,) = INT32.unpack_from(head, 8)
             batch_end = pos + LOG_OVERHEAD + length
             if length < _MIN_BATCH_LENGTH or batch_end > end:
                 break

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import struct
 from collections.abc import Awaitable, Callable
 from typing import Protocol, Self
 
 from wherry.outbound.sasl_handshake import authenticate
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
+from wherry.protocol.primitives import INT32 as _SIZE
 
-_SIZE = struct.Struct(">i")
 DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024
 
 

@@ -17,6 +17,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+from wherry.protocol.primitives import INT16, INT32, INT64, REQUEST_PREFIX
 from wherry.protocol.varint import VarintTooLongError, uvarint_at, uvarint_bytes
 
 API_VERSIONS_KEY: Final = 18
@@ -24,11 +25,7 @@ FIRST_FLEXIBLE_VERSION: Final = 3  # header v2 and compact fields from here on
 NONE: Final = 0
 UNSUPPORTED_VERSION: Final = 35
 
-_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
-_I16: Final = struct.Struct(">h")
-_I32: Final = struct.Struct(">i")
 _KEY: Final = struct.Struct(">hhh")  # api_key, min_version, max_version
-_I64: Final = struct.Struct(">q")
 _LEVELS: Final = struct.Struct(">hh")
 
 
@@ -106,18 +103,18 @@ def read_request(
     (the broker's min, max) is returned with its header's fixed part only: it is answered with
     the v0 error. None: not an ApiVersions request, or not one this reader takes exactly."""
     view = memoryview(frame)
-    if len(view) < _PREFIX.size:
+    if len(view) < REQUEST_PREFIX.size:
         return None
-    api_key, version, correlation_id = _PREFIX.unpack_from(view, 0)
+    api_key, version, correlation_id = REQUEST_PREFIX.unpack_from(view, 0)
     if api_key != API_VERSIONS_KEY:
         return None
     if not versions[0] <= version <= versions[1]:
         return ApiVersionsRequest(version, correlation_id, None, "", "")
     try:
-        pos = _PREFIX.size
+        pos = REQUEST_PREFIX.size
         if pos + 2 > len(view):
             raise _Short
-        (n,) = _I16.unpack_from(view, pos)
+        (n,) = INT16.unpack_from(view, pos)
         pos += 2
         client_id: str | None = None
         if n >= 0:
@@ -149,19 +146,19 @@ def encode_response(
     the three written only when it is not its default (empty, epoch -1), as kio writes them."""
     keys = list(api_keys)
     flexible = api_version >= FIRST_FLEXIBLE_VERSION
-    parts = [_I32.pack(correlation_id), _I16.pack(error_code)]
+    parts = [INT32.pack(correlation_id), INT16.pack(error_code)]
     if flexible:
         parts.append(uvarint_bytes(len(keys) + 1))
         parts.extend(_KEY.pack(*k) + b"\x00" for k in keys)
     else:
-        parts.append(_I32.pack(len(keys)))
+        parts.append(INT32.pack(len(keys)))
         parts.extend(_KEY.pack(*k) for k in keys)
     if api_version >= 1:
-        parts.append(_I32.pack(throttle_time_ms))
+        parts.append(INT32.pack(throttle_time_ms))
     if flexible:
         parts.append(_feature_tags(features, api_version))
     body = b"".join(parts)
-    return _I32.pack(len(body)) + body
+    return INT32.pack(len(body)) + body
 
 
 def _compact_str(text: str) -> bytes:
@@ -181,7 +178,7 @@ def _feature_tags(features: Features, api_version: int) -> bytes:
     if supported:
         tags.append((0, _feature_array(supported)))
     if features.finalized_epoch != -1:
-        tags.append((1, _I64.pack(features.finalized_epoch)))
+        tags.append((1, INT64.pack(features.finalized_epoch)))
     if features.finalized:
         tags.append((2, _feature_array(features.finalized)))
     out = [uvarint_bytes(len(tags))]

@@ -51,6 +51,8 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
 from wherry.protocol.decode_guard import GuardError, check_entity
+from wherry.protocol.primitives import INT32 as _SIZE
+from wherry.protocol.primitives import REQUEST_PREFIX
 from wherry.protocol.produce_request import LEAN_MIN_FRAME_BYTES, decode_produce_request
 from wherry.protocol.produce_response import encode_produce_body
 from wherry.protocol.response_cache import CACHED_KEYS, ResponseBodyCache
@@ -73,9 +75,7 @@ _PRODUCE_KEY: Final = 0
 # (`controlled_shutdown_codec`): kio lacks them; their codecs are imported on first use.
 _INTERBROKER_KEYS: Final = frozenset((4, 5, 6))
 _CONTROLLED_SHUTDOWN_KEY: Final = 7
-_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _FRAME_START = struct.Struct(">ii")  # a response's size and correlation id
-_SIZE = struct.Struct(">i")
 _CORRELATION_ID = _SIZE  # the first field of every response header
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ZERO_UUID = uuid.UUID(int=0)
@@ -149,9 +149,9 @@ def _read(
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the fixed prefix of a request."""
-    if len(frame) < _PREFIX.size:
+    if len(frame) < REQUEST_PREFIX.size:
         raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a header")
-    api_key, api_version, correlation_id = _PREFIX.unpack_from(frame, 0)
+    api_key, api_version, correlation_id = REQUEST_PREFIX.unpack_from(frame, 0)
     return api_key, api_version, correlation_id
 
 

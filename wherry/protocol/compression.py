@@ -25,6 +25,8 @@ import struct
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
+from wherry.protocol.primitives import INT32
+
 if TYPE_CHECKING:
     import cramjam
 
@@ -64,7 +66,6 @@ _XERIAL_VERSION: Final = 1
 _XERIAL_COMPAT_VERSION: Final = 1
 # snappy-java's SnappyOutputStream default block size.
 _XERIAL_BLOCK_SIZE: Final = 32 * 1024
-_INT32: Final = struct.Struct(">i")
 
 # What a batch may decompress to when the caller names no bound.
 DEFAULT_MAX_DECOMPRESSED_BYTES: Final = 256 * 1024 * 1024
@@ -210,7 +211,7 @@ def _xerial_compress(data: bytes) -> bytes:
     # recognise the xerial framing when there is data after the 16-byte header.
     for start in range(0, max(len(view), 1), _XERIAL_BLOCK_SIZE):
         block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK_SIZE]))
-        parts.append(_INT32.pack(len(block)))
+        parts.append(INT32.pack(len(block)))
         parts.append(block)
     return b"".join(parts)
 
@@ -241,7 +242,7 @@ def _snappy_decompress(data: bytes, max_size: int) -> bytes:
             continue
         if pos + 4 > end:
             raise CompressionError("truncated xerial snappy block length")
-        (length,) = _INT32.unpack_from(data, pos)
+        (length,) = INT32.unpack_from(data, pos)
         pos += 4
         if length < 0 or pos + length > end:
             raise CompressionError(f"bad xerial snappy block length {length}")

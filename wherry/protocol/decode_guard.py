@@ -30,6 +30,7 @@ from typing import Any, Final, TypeAlias
 from kio.serial._introspect import is_optional
 
 from wherry.protocol.kio_fields import field_layout, get_field_tag
+from wherry.protocol.primitives import INT16, INT32
 from wherry.protocol.varint import VarintTooLongError, uvarint_at
 
 __all__ = ["GuardError", "check_entity", "min_size"]
@@ -212,8 +213,8 @@ _WALKERS: dict[int, _Walker] = {}  # by id(plan)
 _CLASS_WALKERS: dict[type, _Walker] = {}
 _NAMESPACE: dict[str, Any] = {
     "_uvarint": _uvarint,
-    "_i16": struct.Struct(">h").unpack_from,
-    "_i32": struct.Struct(">i").unpack_from,
+    "_i16": INT16.unpack_from,
+    "_i32": INT32.unpack_from,
     "_bad_length": _bad_length,
     "_bad_count": _bad_count,
     "_tags": _tags,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
+from wherry.protocol.primitives import INT32
 from wherry.protocol.varint import put_uvarint
 
 FETCH_KEY = 1
@@ -22,8 +23,6 @@ _FIXED = struct.Struct(">iiiibii")  # replica, max wait, min bytes, max bytes, i
 # session id, session epoch
 _PARTITION = struct.Struct(">iiqiqiB")  # partition, current leader epoch, fetch offset,
 # last fetched epoch, log start offset, partition max bytes, no tagged fields
-_SIZE = struct.Struct(">i")
-_INT32 = struct.Struct(">i")
 
 # (partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
 #  partition_max_bytes)
@@ -76,10 +75,10 @@ def encode_fetch_v12(
         _compact_str(name, out)
         put_uvarint(len(indexes) + 1, out)
         for i in indexes:
-            out += _INT32.pack(i)
+            out += INT32.pack(i)
         out.append(0)
     _compact_str(rack_id, out)
     out.append(0)  # body tagged fields
-    _SIZE.pack_into(out, 0, len(out) - 4)
+    INT32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from wherry.protocol.codec import ResponseDecodeError
+from wherry.protocol.primitives import INT32
 from wherry.protocol.varint import put_uvarint
 from wherry.protocol.wire import DecodeError, Reader
 
@@ -30,8 +31,6 @@ __all__ = [
     "encode_fetch_v12_parts",
 ]
 
-_I16: Final = struct.Struct(">h")
-_I32: Final = struct.Struct(">i")
 _TOP: Final = struct.Struct(">ihi")  # throttle time, error code, session id
 _PART: Final = struct.Struct(">ihqqq")  # partition, error, HW, LSO, log start offset
 _EPOCH_END: Final = struct.Struct(">iq")  # diverging_epoch: epoch, end offset
@@ -131,7 +130,6 @@ def _read_partition(r: Reader) -> PartitionAnswer:
 _ENC_HEAD: Final = struct.Struct(">iiBihi")  # size, correlation id, header tags, throttle,
 # error code, session id
 _ENC_PART: Final = struct.Struct(">ihqqq")
-_ENC_I32: Final = struct.Struct(">i")
 _ENC_ABORTED: Final = struct.Struct(">qqB")
 _TOP_KEYS: Final = frozenset(("throttle_time", "error_code", "session_id", "responses"))
 _TOPIC_KEYS: Final = frozenset(("topic", "topic_id", "partitions"))
@@ -211,7 +209,7 @@ def _encode_v12(correlation_id: int, data: Mapping[str, Any]) -> bytes | list[by
                     if len(a) != 2:
                         raise _Unhandled
                     out += _ENC_ABORTED.pack(a["producer_id"], a["first_offset"], 0)
-            out += _ENC_I32.pack(p.get("preferred_read_replica", -1))
+            out += INT32.pack(p.get("preferred_read_replica", -1))
             records = p["records"]
             if records is None:
                 out.append(0)
@@ -227,11 +225,11 @@ def _encode_v12(correlation_id: int, data: Mapping[str, Any]) -> bytes | list[by
         out.append(0)  # topic tagged fields
     out.append(0)  # body tagged fields
     if not chunks:
-        _ENC_I32.pack_into(out, 0, len(out) - 4)
+        INT32.pack_into(out, 0, len(out) - 4)
         return bytes(out)
     chunks.append(bytes(out))
     size = sum(len(c) for c in chunks) - 4
     first = bytearray(chunks[0])  # type: ignore[arg-type]
-    _ENC_I32.pack_into(first, 0, size)
+    INT32.pack_into(first, 0, size)
     chunks[0] = bytes(first)
     return chunks

@@ -7,12 +7,10 @@ touches a socket, so it can be tested (and fuzzed) with plain bytes.
 from __future__ import annotations
 
 import mmap
-import struct
 import sys
 
 from wherry.protocol.memory_pool import MemoryPool
-
-_SIZE = struct.Struct(">i")
+from wherry.protocol.primitives import INT32 as _SIZE
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600  # socket.request.max.bytes
 _REUSE_MAX = 4 * 1024 * 1024  # bytes of large frames' buffers a decoder (a connection) keeps

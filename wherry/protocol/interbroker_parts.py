@@ -26,6 +26,8 @@ from wherry.protocol.interbroker import (
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
+from wherry.protocol.primitives import INT32 as _SIZE
+from wherry.protocol.primitives import REQUEST_PREFIX
 from wherry.protocol.wire import Buffer, DecodeError, EncodeError, Reader, Writer
 
 __all__ = [
@@ -57,8 +59,6 @@ ZERO_UUID: Final = uuid.UUID(int=0)
 TYPE_UNKNOWN: Final = 0
 """The request Type (LeaderAndIsr v5+, UpdateMetadata v8+) a ZooKeeper controller sends."""
 TYPE_FULL: Final = 2
-_SIZE: Final = struct.Struct(">i")
-_REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _FOUR_INT32: Final = struct.Struct(">iiii")
 
 K = TypeVar("K", bound=Hashable)
@@ -90,7 +90,7 @@ def start_request_frame(
     w = Writer()
     w.out += b"\0\0\0\0"
     try:
-        w.out += _REQUEST_PREFIX.pack(api_key, version, correlation_id)
+        w.out += REQUEST_PREFIX.pack(api_key, version, correlation_id)
     except struct.error as e:
         raise InterbrokerEncodeError(f"bad correlation id {correlation_id}: {e}") from e
     if header_version >= 1:

@@ -25,6 +25,7 @@ from typing import Any, Final, NamedTuple
 
 from kio.index import load_request_schema
 
+from wherry.protocol.primitives import INT16, INT32, REQUEST_PREFIX
 from wherry.protocol.varint import VarintTooLongError, uvarint_at
 
 API_KEY: Final = 0
@@ -37,9 +38,6 @@ LEAN_MIN_FRAME_BYTES: Final = 128 << 10
 _FIRST_FLEXIBLE: Final = 9
 _FIRST_TOPIC_ID: Final = 13
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
 
@@ -91,7 +89,7 @@ def _string(
             n, pos = _uvarint(buf, pos)
         n -= 1
     else:
-        n = _I16.unpack_from(buf, pos)[0]
+        n = INT16.unpack_from(buf, pos)[0]
         pos += 2
     if n < 0:
         if n == -1 and nullable:
@@ -109,7 +107,7 @@ def _string(
 def _length(buf: bytes | memoryview, pos: int, compact: bool) -> tuple[int, int]:
     """An array's or bytes' length (-1: null) and the position after it."""
     if not compact:
-        return _I32.unpack_from(buf, pos)[0], pos + 4
+        return INT32.unpack_from(buf, pos)[0], pos + 4
     n = buf[pos]
     if n < 0x80:
         return n - 1, pos + 1
@@ -123,9 +121,9 @@ def decode_produce_request(frame: bytes | memoryview) -> tuple[Any, Any] | None:
     doc), which the caller then gives to kio."""
     if type(frame) is memoryview and (frame.ndim != 1 or frame.itemsize != 1):
         return None
-    if len(frame) < _PREFIX.size:
+    if len(frame) < REQUEST_PREFIX.size:
         return None
-    api_key, version, correlation_id = _PREFIX.unpack_from(frame, 0)
+    api_key, version, correlation_id = REQUEST_PREFIX.unpack_from(frame, 0)
     if api_key != API_KEY or not MIN_VERSION <= version <= MAX_VERSION:
         return None
     try:
@@ -143,7 +141,7 @@ def _decode(buf: bytes | memoryview, version: int, correlation_id: int) -> tuple
     # records of a writable frame stay views of it; of anything else, bytes
     copy = type(buf) is not memoryview or buf.readonly
     # The header's client_id is a legacy nullable string in every header version.
-    client_id, pos = _string(buf, _PREFIX.size, False, True)
+    client_id, pos = _string(buf, REQUEST_PREFIX.size, False, True)
     if flexible:
         if buf[pos]:
             raise _Unread  # tagged fields: kio (or its tolerant fallback) reads them
@@ -177,7 +175,7 @@ def _decode(buf: bytes | memoryview, version: int, correlation_id: int) -> tuple
             raise _Unread
         partitions = []
         for _ in range(n_partitions):
-            index = _I32.unpack_from(buf, pos)[0]
+            index = INT32.unpack_from(buf, pos)[0]
             n, pos = _length(buf, pos + 4, flexible)
             records: bytes | memoryview | None
             if n < 0:

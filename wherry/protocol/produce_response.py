@@ -19,12 +19,12 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from wherry.protocol.primitives import INT16 as _INT16
+from wherry.protocol.primitives import INT32 as _INT32
 from wherry.protocol.varint import put_uvarint
 
 __all__ = ["encode_produce_body"]
 
-_INT16: Final = struct.Struct(">h")
-_INT32: Final = struct.Struct(">i")
 _PARTITION: Final = struct.Struct(">ihqqq")  # index, error code, base offset, append time, start
 _PARTITION_V3: Final = struct.Struct(">ihqq")  # ... no log start offset before v5
 # the times kio's datetime fields hold (years 1-9999), in ms from the epoch

@@ -39,6 +39,7 @@ from typing import Final
 
 from wherry.common.crc32c import crc32c as _crc32c
 from wherry.protocol import compression as _compression
+from wherry.protocol.primitives import INT16, INT32, INT64, UINT32
 from wherry.protocol.record_errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -123,10 +124,6 @@ _INT32_MAX: Final = 2**31 - 1
 
 _HEADER: Final = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == BATCH_HEADER_SIZE
-_INT64: Final = struct.Struct(">q")
-_INT32: Final = struct.Struct(">i")
-_UINT32: Final = struct.Struct(">I")
-_INT16: Final = struct.Struct(">h")
 # attributes .. recordCount, i.e. the CRC-covered part of the header.
 _CRC_HEADER: Final = struct.Struct(">hiqqqhii")
 _CONTROL_KEY: Final = struct.Struct(">hh")
@@ -286,7 +283,7 @@ def batches_next_offset(buf: _Buffer, start: int = 0) -> int | None:
     header's `next_offset`, read from the framing alone (no header is built per batch), for
     the aborted transactions of a read_committed fetch."""
     end, pos, last = len(buf), start, -1
-    unpack_from = _INT32.unpack_from
+    unpack_from = INT32.unpack_from
     while end - pos >= BATCH_HEADER_SIZE:
         (length,) = unpack_from(buf, pos + 8)
         if length < _MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + length > end:
@@ -452,9 +449,9 @@ def patch_batch(
 
     Both fields precede the CRC-covered region, so the CRC stays valid.
     """
-    _INT64.pack_into(buf, pos, base_offset)
+    INT64.pack_into(buf, pos, base_offset)
     if partition_leader_epoch is not None:
-        _INT32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+        INT32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
 
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:
@@ -466,9 +463,9 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int
     end = pos + header.size_in_bytes
     if end > len(buf):
         raise CorruptRecordError("truncated record batch")
-    _INT16.pack_into(buf, pos + _ATTRIBUTES_OFFSET, header.attributes | ATTR_TIMESTAMP_TYPE)
-    _INT64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, timestamp_ms)
-    _UINT32.pack_into(buf, pos + _CRC_OFFSET, _crc_of(buf, pos + _ATTRIBUTES_OFFSET, end))
+    INT16.pack_into(buf, pos + _ATTRIBUTES_OFFSET, header.attributes | ATTR_TIMESTAMP_TYPE)
+    INT64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    UINT32.pack_into(buf, pos + _CRC_OFFSET, _crc_of(buf, pos + _ATTRIBUTES_OFFSET, end))
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,10 +15,11 @@ and the other fields (names, messages) are text, which never holds its 0x00/0xFF
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sized
 from typing import Any, Final
 
+from wherry.protocol.primitives import INT32 as _SIZE
+from wherry.protocol.primitives import UINT32 as _INDEX
 from wherry.protocol.varint import uvarint_bytes
 
 __all__ = ["ResponsePart", "encode_response_parts", "encode_response_parts_with_kio"]
@@ -26,8 +27,6 @@ __all__ = ["ResponsePart", "encode_response_parts", "encode_response_parts_with_
 FETCH_KEY: Final = 1
 ResponsePart = bytes | Sized  # bytes, or a region of a file (see the module docstring)
 
-_SIZE: Final = struct.Struct(">i")
-_INDEX: Final = struct.Struct(">I")
 _MARKER: Final = b"\xff\x00wherry-r\x00\xff"  # + a 4-byte index: 16 bytes
 _MARKER_LEN: Final = len(_MARKER) + _INDEX.size
 

@@ -31,6 +31,14 @@ from typing import Any, Final, TypeAlias
 
 from kio.serial import errors as kio_errors
 
+from wherry.protocol.primitives import FLOAT64 as _F64
+from wherry.protocol.primitives import INT8 as _I8
+from wherry.protocol.primitives import INT16 as _I16
+from wherry.protocol.primitives import INT32 as _I32
+from wherry.protocol.primitives import INT64 as _I64
+from wherry.protocol.primitives import UINT8 as _U8
+from wherry.protocol.primitives import UINT16 as _U16
+from wherry.protocol.primitives import UINT32 as _U32
 from wherry.protocol.varint import put_uvarint
 
 __all__ = ["MAX_STRING_BYTES", "Buffer", "DecodeError", "EncodeError", "Reader", "Writer"]
@@ -40,14 +48,6 @@ Buffer: TypeAlias = bytes | bytearray | memoryview
 MAX_STRING_BYTES: Final = 0x7FFF
 """Kafka's limit for a string, classic or compact."""
 
-_I8: Final = struct.Struct(">b")
-_U8: Final = struct.Struct(">B")
-_I16: Final = struct.Struct(">h")
-_U16: Final = struct.Struct(">H")
-_I32: Final = struct.Struct(">i")
-_U32: Final = struct.Struct(">I")
-_I64: Final = struct.Struct(">q")
-_F64: Final = struct.Struct(">d")
 _ZERO_UUID: Final = uuid.UUID(int=0)
 
 

@@ -11,12 +11,12 @@ SaslAuthenticate go to their handlers, which answer ILLEGAL_SASL_STATE as Kafka 
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
+from wherry.protocol.primitives import INT32 as _SIZE
 from wherry.server.network import CloseAfterResponse, CloseConnection, ConnectionInfo
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ API_VERSIONS_KEY = 18
 SASL_AUTHENTICATE_KEY = 36
 SASL_KEYS = (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY)
 _ATTR = "sasl"
-_SIZE = struct.Struct(">i")
 
 
 class SaslGate:

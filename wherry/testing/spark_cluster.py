@@ -28,8 +28,9 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from wherry.common.closeable import Startable
 
 __all__ = [
     "CLUSTER_ENV",
@@ -98,7 +99,7 @@ class Daemon:
 
 
 @dataclass
-class SparkStandalone:
+class SparkStandalone(Startable):
     """A master and ``workers`` workers (``worker_cores`` cores, ``worker_memory`` each) under
     ``work_dir`` (logs, the workers' directories, the executors' logs)."""
 
@@ -140,17 +141,6 @@ class SparkStandalone:
             self.stop()
             raise
         return self
-
-    def __enter__(self) -> SparkStandalone:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _env(self) -> dict[str, str]:
         root = str(_wherry_root())

@@ -16,9 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
-from wherry.server.handlers.share_common import offsets_answer, offsets_refusal
-from wherry.server.share_offsets import alter_offsets, find_group
-from wherry.share.group import ShareGroup
+from wherry.server.handlers.share_common import offsets_answer, offsets_group, offsets_refusal
+from wherry.server.share_offsets import alter_offsets
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -49,23 +48,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                   if 0 <= p.partition_index < count}
         if wanted:
             valid.append((name, tid, wanted))
-    top = ErrorCode.none
-    message: str | None = None
     shares = broker.shares
-    err, group = find_group(shares, group_id)
-    if err == ErrorCode.group_id_not_found:
-        gc = broker.groups.coordinator
-        if gc.group(group_id) is not None or gc.consumer_groups.get(group_id) is not None:
-            top, message = err, f"Group {group_id} is not a share group."
-        else:
-            group = shares.groups.groups[group_id] = ShareGroup(group_id)
-    elif group is None:
-        if err == ErrorCode.coordinator_not_available:
-            broker.groups.ensure_offsets_topic()
-        top = err
-    if group is not None and group.members:
-        top, message = ErrorCode.non_empty_group, (
-            "the group must be empty for its offsets to be altered")
+    top, message, group = offsets_group(broker, group_id, "altered", create=True)
     if top == ErrorCode.none and group is not None:
         for name, tid, wanted in valid:
             answers[name].update(await alter_offsets(shares, group, name, tid, wanted))

@@ -15,8 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import AUTHORIZATION_MESSAGES, authorize
-from wherry.server.handlers.share_common import offsets_answer, offsets_refusal
-from wherry.server.share_offsets import delete_offsets, find_group
+from wherry.server.handlers.share_common import offsets_answer, offsets_group, offsets_refusal
+from wherry.server.share_offsets import delete_offsets
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
@@ -37,16 +37,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             answers[t] = ErrorCode.topic_authorization_failed
         elif broker.cache.topic_id(t) is None:
             answers[t] = ErrorCode.unknown_topic_or_partition
-    top = ErrorCode.none
-    message: str | None = None
-    err, group = find_group(broker.shares, group_id)
-    if group is None:
-        if err == ErrorCode.coordinator_not_available:
-            broker.groups.ensure_offsets_topic()
-        top = err
-    elif group.members:
-        top, message = ErrorCode.non_empty_group, (
-            "the group must be empty for its offsets to be deleted")
+    top, message, group = offsets_group(broker, group_id, "deleted")
     responses = []
     for t in dict.fromkeys(t.topic_name for t in body.topics):
         tid = broker.cache.topic_id(t)

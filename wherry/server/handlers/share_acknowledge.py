@@ -16,12 +16,10 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.server.handlers.share_common import (
-    MOVED,
     ack_batches,
-    answer,
     leader_of,
-    node_endpoints,
     open_session,
+    partitions_answer,
     resolve,
 )
 
@@ -38,8 +36,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     settings, session = opened
     group, member, shares = body.group_id, body.member_id, broker.shares
     topics = resolve(broker, [t.topic_id for t in body.topics])
-    by_topic: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
-    moved: list[int] = []
+    parts: list[tuple[uuid.UUID | None, dict[str, Any]]] = []
     for t in body.topics:
         name, err = topics[t.topic_id]
         for p in t.partitions:
@@ -52,21 +49,13 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 )
             else:
                 code = err
-            if code in MOVED:
-                moved.append(leader["leader_id"])
-            by_topic.setdefault(t.topic_id, []).append(
-                {
-                    "partition_index": p.partition_index,
-                    "error_code": code,
-                    "error_message": None,
-                    "current_leader": leader,
-                }
-            )
+            part = {
+                "partition_index": p.partition_index,
+                "error_code": code,
+                "error_message": None,
+                "current_leader": leader,
+            }
+            parts.append((t.topic_id, part))
     if session is None:
         shares.close_session(group, member)
-    return answer(
-        ErrorCode.none,
-        lock_ms=settings.record_lock_duration_ms,
-        by_topic=by_topic,
-        endpoints=node_endpoints(broker, moved),
-    )
+    return partitions_answer(broker, settings.record_lock_duration_ms, parts)

@@ -1,9 +1,10 @@
 """What the share-group handlers share.
 
 ShareFetch and ShareAcknowledge: the share session's opening, topic resolution by id with READ
-checks, acknowledgement batches, the current leader and node endpoints of answers, the answer's
-top level. AlterShareGroupOffsets and DeleteShareGroupOffsets: the answer, and the refusal of a
-request without a group id or the right on the group."""
+checks, acknowledgement batches, the current leader and node endpoints of answers, the answer
+(its top level, its partitions by topic). AlterShareGroupOffsets and DeleteShareGroupOffsets:
+the answer, the refusal of a request without a group id or the right on the group, and the
+group with the error of one that cannot have its offsets changed."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from wherry.server.authz import (
     current_session,
 )
 from wherry.server.handlers.group_common import CONNECTION_ID
+from wherry.server.share_offsets import find_group
+from wherry.share.group import ShareGroup
 from wherry.share.partition import AckBatch
 
 if TYPE_CHECKING:
@@ -113,6 +116,25 @@ def answer(
     }
 
 
+def partitions_answer(
+    broker: BrokerServices,
+    lock_ms: int,
+    parts: Iterable[tuple[uuid.UUID | None, dict[str, Any]]],
+) -> dict[str, Any]:
+    """A ShareFetch / ShareAcknowledge answer of the partitions' answers, (topic id, fields) in
+    order; each partition whose error or acknowledgement error says its leader moved brings
+    its current leader's endpoint."""
+    by_topic: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
+    moved: list[int] = []
+    for topic_id, part in parts:
+        if part["error_code"] in MOVED or part.get("acknowledge_error_code") in MOVED:
+            moved.append(part["current_leader"]["leader_id"])
+        by_topic.setdefault(topic_id, []).append(part)
+    return answer(
+        ErrorCode.none, lock_ms=lock_ms, by_topic=by_topic, endpoints=node_endpoints(broker, moved)
+    )
+
+
 def offsets_answer(
     code: ErrorCode, message: str | None = None, responses: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -136,6 +158,30 @@ def offsets_refusal(
     if not authorize(broker, operation, ResourceType.GROUP, group_id):
         return offsets_answer(ErrorCode.group_authorization_failed)
     return None
+
+
+def offsets_group(
+    broker: BrokerServices, group_id: str, verb: str, *, create: bool = False
+) -> tuple[ErrorCode, str | None, ShareGroup | None]:
+    """The share group of a request `verb` ("altered", "deleted") its offsets, with the
+    request-level error and message: the lookup's error when there is no group (the offsets
+    topic is created when it is missing), NON_EMPTY_GROUP while the group has members. With
+    `create` an unknown group is made (empty) unless another kind of group has the name."""
+    shares = broker.shares
+    err, group = find_group(shares, group_id)
+    if group is None and err == ErrorCode.group_id_not_found and create:
+        gc = broker.groups.coordinator
+        if gc.group(group_id) is not None or gc.consumer_groups.get(group_id) is not None:
+            return err, f"Group {group_id} is not a share group.", None
+        group = shares.groups.groups[group_id] = ShareGroup(group_id)
+    if group is None:
+        if err == ErrorCode.coordinator_not_available:
+            broker.groups.ensure_offsets_topic()
+        return err, None, None
+    if group.members:
+        message = f"the group must be empty for its offsets to be {verb}"
+        return ErrorCode.non_empty_group, message, group
+    return ErrorCode.none, None, group
 
 
 async def open_session(

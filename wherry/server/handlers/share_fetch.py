@@ -25,12 +25,11 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import duration_ms
 from wherry.server.handlers.share_common import (
-    MOVED,
     ack_batches,
     answer,
     leader_of,
-    node_endpoints,
     open_session,
+    partitions_answer,
     resolve,
 )
 from wherry.share.partition import AcquireMode
@@ -142,16 +141,5 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 }
                 for r in pf.acquired
             ]
-    by_topic: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
-    moved: list[int] = []
-    for (topic_id, pi), a in answers.items():
-        part = _part(pi, **a)
-        if part["error_code"] in MOVED or part["acknowledge_error_code"] in MOVED:
-            moved.append(part["current_leader"]["leader_id"])
-        by_topic.setdefault(topic_id, []).append(part)
-    return answer(
-        ErrorCode.none,
-        lock_ms=settings.record_lock_duration_ms,
-        by_topic=by_topic,
-        endpoints=node_endpoints(broker, moved),
-    )
+    parts = ((topic_id, _part(pi, **a)) for (topic_id, pi), a in answers.items())
+    return partitions_answer(broker, settings.record_lock_duration_ms, parts)

@@ -224,8 +224,10 @@ def _column(pieces: list[_Piece], kind: pa.DataType) -> pa.Array:
 class _Columns:
     """The output columns, as lists of pieces (one per segment) joined at the end."""
 
-    def __init__(self, with_headers: bool) -> None:
+    def __init__(self, with_headers: bool, start: int, end: int) -> None:
         self.with_headers = with_headers
+        self.start = start  # the range's offsets: runs keep only their rows in it
+        self.end = end
         self.keys: list[_Piece] = []
         self.values: list[_Piece] = []
         self.offsets: list[_Piece] = []
@@ -256,10 +258,23 @@ class _Columns:
         self.loose = _Loose(self.with_headers)
 
     def run(self, buf: bytes, first: int, count: int, lay: _Layout, batch: _Batch) -> None:
-        """Add ``count`` records of layout ``lay`` from ``buf[first:]``."""
-        self.flush()
+        """Add those of the ``count`` records of layout ``lay`` from ``buf[first:]`` that are
+        in the range (all of them when their offsets are not consecutive: `_assemble` cuts)."""
         size = lay.size
         stop = first + count * size
+        low, _ = _read_varint(buf, first + lay.off_at, stop)
+        high, _ = _read_varint(buf, stop - size + lay.off_at, stop)
+        consecutive = high - low == count - 1  # deltas rise: low to high in count steps
+        if consecutive:
+            # Offsets first_offset, first_offset + 1, ...: the rows of the range are a slice.
+            first_offset = batch.base_offset + low
+            skip = min(count, max(0, self.start - first_offset))
+            keep = max(0, min(count, self.end - first_offset) - skip)
+            if not keep:
+                return
+            first, count, low = first + skip * size, keep, low + skip
+            stop = first + count * size
+        self.flush()
         whole: pa.Array | None = None
         for out, at, length in (
             (self.keys, lay.key_at, lay.key_len),
@@ -273,14 +288,10 @@ class _Columns:
                 whole = pa.Array.from_buffers(pa.binary(size), count, [None, view])
             part = pc.call_function("binary_slice", [whole], pc.SliceOptions(at, at + length))
             out.append(_fixed_to_binary(part, length))
-        off_at = first + lay.off_at
-        low, _ = _read_varint(buf, off_at, stop)
-        high, _ = _read_varint(buf, stop - size + lay.off_at, stop)
-        if high - low == count - 1:
-            # Deltas rise within a batch: from low to high in count steps, they are consecutive.
+        if consecutive:
             self.offsets.append(_Ramp(batch.base_offset + low, count))
         else:  # gaps (a compacted batch)
-            deltas = _varint_column(buf, off_at, stop, size, lay.off_width)
+            deltas = _varint_column(buf, first + lay.off_at, stop, size, lay.off_width)
             self.offsets.append(_call("add", deltas, _i64(batch.base_offset)))
         ts_at = first + lay.ts_at
         if batch.log_append_time:
@@ -452,6 +463,14 @@ def _run_matches(buf: bytes, template: int, pos: int, count: int, lay: _Layout) 
     )
 
 
+def _width_room(buf: bytes, p: int, lay: _Layout) -> int:
+    """How many records from ``p`` on can have offset deltas as wide as the one at ``p``:
+    deltas rise by at least one a record, and a zig-zag varint of w bytes holds at most
+    2^(7w - 1) - 1, so a run ends there at the latest (found with no search)."""
+    delta, _ = _read_varint(buf, p + lay.off_at, p + lay.size)
+    return (1 << (7 * lay.off_width - 1)) - delta
+
+
 def _run_length(buf: bytes, p: int, most: int, lay: _Layout) -> int:
     """How many records from ``p`` (at most ``most``) have the layout of the one at ``p``."""
     if most < _MIN_RUN or not _run_matches(buf, p, p, _MIN_RUN, lay):
@@ -475,7 +494,8 @@ def _walk(buf: bytes, p: int, end: int, count: int, cols: _Columns, batch: _Batc
     while i < count:
         lay = _layout(buf, p, end, cols.with_headers)
         if lay is not None:
-            n = _run_length(buf, p, min(count - i, (end - p) // lay.size, _MAX_RUN), lay)
+            most = min(count - i, (end - p) // lay.size, _MAX_RUN, _width_room(buf, p, lay))
+            n = _run_length(buf, p, most, lay)
             if n >= _MIN_RUN:
                 cols.run(buf, p, n, lay, batch)
                 p += n * lay.size
@@ -533,7 +553,7 @@ def fetched_rows(
     """
     view = memoryview(data)
     total = len(view)
-    cols = _Columns(with_headers)
+    cols = _Columns(with_headers, start, end)
     pending = sorted(aborted or (), key=lambda t: t[1])
     aborted_producers: set[int] = set()
     next_offset = start

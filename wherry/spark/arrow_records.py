@@ -55,14 +55,20 @@ class UnsupportedRecords(ValueError):
 # Small Arrow helpers
 # --------------------------------------------------------------------------------------------
 
-_ramp: pa.Array = pa.array(range(1 << 12), pa.int32())
+_POOL: Final = pa.system_memory_pool()
+"""Where the columns are allocated: the C library's allocator keeps freed memory for the next
+range, where pyarrow's default (mimalloc) gives it back to the system between a streaming
+query's micro-batches and takes it again, page by page, in each task (the first ranges a
+process reads cost it several times the steady state)."""
+
+_ramp: pa.Array = pa.array(range(1 << 12), pa.int32(), memory_pool=_POOL)
 
 
 def _ramp32(n: int) -> pa.Array:
     """0, 1, ..., n - 1 as int32 (a slice of a kept array)."""
     global _ramp
     if len(_ramp) < n:
-        _ramp = pa.array(range(max(n, 2 * len(_ramp))), pa.int32())
+        _ramp = pa.array(range(max(n, 2 * len(_ramp))), pa.int32(), memory_pool=_POOL)
     return _ramp.slice(0, n)
 
 
@@ -75,13 +81,13 @@ def _validity(flags: bytearray | bytes) -> pa.Buffer | None:
     """A validity bitmap from one byte per row (1 valid, 0 null); None when all are valid."""
     if 0 not in flags:
         return None
-    return _u8(flags).cast(pa.bool_()).buffers()[1]
+    return _u8(flags).cast(pa.bool_(), memory_pool=_POOL).buffers()[1]
 
 
 def _call(name: str, *args: pa.Array | pa.Scalar) -> pa.Array:
     """An Arrow compute function (called by name: the `pyarrow.compute` wrappers cost up to
     100 µs a call when handed a Python int, which matters at a few calls per run)."""
-    return pc.call_function(name, list(args))
+    return pc.call_function(name, list(args), memory_pool=_POOL)
 
 
 def _i64(value: int) -> pa.Scalar:
@@ -112,7 +118,7 @@ def _varint_column(buf: bytes, first: int, stop: int, size: int, width: int) -> 
     ``stop``) as int64."""
     raw: pa.Array | None = None
     for j in range(width):
-        col = pc.call_function("cast", [_u8(buf[first + j : stop : size])], _TO_I64)
+        col = pc.call_function("cast", [_u8(buf[first + j : stop : size])], _TO_I64, _POOL)
         if j < width - 1:
             col = _call("bit_wise_and", col, _LOW7)
         if j:
@@ -209,16 +215,17 @@ def _column(pieces: list[_Piece], kind: pa.DataType) -> pa.Array:
     arrays = []
     for piece in _merged(pieces):
         if isinstance(piece, _Ramp):
-            ramp = pc.call_function("cast", [_ramp32(piece.rows)], _TO_I64)
+            ramp = pc.call_function("cast", [_ramp32(piece.rows)], _TO_I64, _POOL)
             arrays.append(_call("add", ramp, _i64(piece.first)))
         elif isinstance(piece, _Same):
             if piece.value is None:
-                arrays.append(pa.nulls(piece.rows, kind))
+                arrays.append(pa.nulls(piece.rows, kind, memory_pool=_POOL))
             else:
-                arrays.append(pa.repeat(pa.scalar(piece.value, kind), piece.rows))
+                scalar = pa.scalar(piece.value, kind)
+                arrays.append(pa.repeat(scalar, piece.rows, memory_pool=_POOL))
         else:
             arrays.append(piece)
-    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays, memory_pool=_POOL)
 
 
 class _Columns:
@@ -253,7 +260,9 @@ class _Columns:
                 fields=list(HEADERS_TYPE.value_type),
             )
             ends = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(lo.header_ends)])
-            self.headers.append(pa.ListArray.from_arrays(ends, items, type=HEADERS_TYPE))
+            self.headers.append(
+                pa.ListArray.from_arrays(ends, items, type=HEADERS_TYPE, pool=_POOL)
+            )
         self.rows += n
         self.loose = _Loose(self.with_headers)
 
@@ -286,7 +295,8 @@ class _Columns:
             if whole is None:
                 view = pa.py_buffer(memoryview(buf)[first:stop])
                 whole = pa.Array.from_buffers(pa.binary(size), count, [None, view])
-            part = pc.call_function("binary_slice", [whole], pc.SliceOptions(at, at + length))
+            cut = pc.SliceOptions(at, at + length)
+            part = pc.call_function("binary_slice", [whole], cut, _POOL)
             out.append(_fixed_to_binary(part, length))
         if consecutive:
             self.offsets.append(_Ramp(batch.base_offset + low, count))
@@ -607,10 +617,10 @@ def _assemble(
     arrays = [
         _column(cols.keys, pa.binary()),
         _column(cols.values, pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.repeat(pa.scalar(topic, pa.string()), n, memory_pool=_POOL),
+        pa.repeat(pa.scalar(partition, pa.int32()), n, memory_pool=_POOL),
         offsets,
-        stamps.cast(TIMESTAMP_TYPE),
+        stamps.cast(TIMESTAMP_TYPE, memory_pool=_POOL),
         _column(cols.kinds, pa.int32()),
     ]
     if cols.with_headers:

@@ -19,12 +19,15 @@ rows (default 200,000): the JVM compiles its code for Spark's Python-source path
 first large query through it, which would otherwise be charged to whichever query runs
 first (the wherry source).
 
-With ``--rounds N`` (default 3) the wherry source and the floor are each timed N times,
-interleaved and in alternating order (wherry then floor, floor then wherry, ...), each query
-reading from the start again; their medians (by rows/s) are the figures printed and compared,
-with every round's figures printed too. On a shared machine whose load moves by the second,
-one pair of queries can land one in a busy moment and the other in a quiet one; alternating
-rounds put both through the same moments. ``--rounds 1`` times each once (wherry first).
+With ``--rounds N`` (default 4) the wherry source and the floor are each timed N times, in
+rounds of one query each, the order alternating from round to round (wherry then floor, floor
+then wherry, ...), each query reading from the start again. The ratio to the floor is the
+median of the rounds' ratios (each of two queries run one right after the other); the rows/s
+printed for each are the median of its runs; every round is printed too. On a shared machine
+whose load moves by the second, one pair of queries can land one in a busy moment and the
+other in a quiet one, and the second query of a pair has run faster than the first whichever
+source it was (by about 10% on the 2-core VM these figures come from): an even number of
+rounds puts each source first equally often. ``--rounds 1`` times each once (wherry first).
 
 The sink rows: ``--sink-records`` records (default 200,000) of another topic are copied by a
 streaming query into a new topic, once with the default (at-least-once) sink and once with
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -208,9 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds",
         type=int,
-        default=3,
-        help="time the wherry source and the floor this many times each, interleaved; "
-        "their medians are compared (default 3)",
+        default=4,
+        help="time the wherry source and the floor this many times each, in rounds of one "
+        "query each whose order alternates; the median of the rounds' ratios is reported "
+        "(default 4)",
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     args = parser.parse_args(argv)
@@ -282,9 +287,10 @@ def main(argv: list[str] | None = None) -> int:
                     wherry_runs.append(timed_query(source))
                     if rate is None:
                         rate = timed_rate_query(spark, per_batch, wherry_runs[0][2])
+                w_rps, f_rps = rows_per_s(wherry_runs[-1]), rows_per_s(floor_runs[-1])
                 print(
-                    f"round {round_no + 1}: wherry {rows_per_s(wherry_runs[-1]):,.0f} rows/s, "
-                    f"floor {rows_per_s(floor_runs[-1]):,.0f} rows/s, load average "
+                    f"round {round_no + 1} ({' then '.join(order)}): wherry {w_rps:,.0f} rows/s, "
+                    f"floor {f_rps:,.0f} rows/s, ratio {w_rps / f_rps:.2f}x, load average "
                     f"{os.getloadavg()[0]:.2f}"
                 )
             wherry, floor = median_run(wherry_runs), median_run(floor_runs)
@@ -327,10 +333,13 @@ def main(argv: list[str] | None = None) -> int:
         return float(results[key]["rows_per_s"])
 
     results["ratio"] = rps("wherry") / rps("rate")
-    results["ratio_to_floor"] = rps("wherry") / rps("python_floor")
+    results["ratio_to_floor"] = statistics.median(
+        rows_per_s(w) / rows_per_s(f) for w, f in zip(wherry_runs, floor_runs, strict=True)
+    )
     line = (
         f"ratio wherry/rate: {results['ratio']:.2f}x; "
         f"wherry/floor: {results['ratio_to_floor']:.2f}x"
+        + (f" (median of {args.rounds} rounds)" if args.rounds > 1 else "")
     )
     if args.sink_records:
         sink = rps("sink_exactly_once") / rps("sink_at_least_once")

@@ -136,6 +136,16 @@ class Client:
             self.seq.clear()  # a new epoch starts its sequences at 0
         return r
 
+    def add_partition_v3(self, topic: str, partition: int) -> ErrorCode:
+        """AddPartitionsToTxn v3, as a client before transactions v2 sends it."""
+        r = self.call(24, 3, {"v3_and_below_transactional_id": self.tid,
+                              "v3_and_below_producer_id": self.pid,
+                              "v3_and_below_producer_epoch": self.epoch,
+                              "v3_and_below_topics": [{"name": topic, "partitions": [partition]}]})
+        return ErrorCode(
+            r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+        )
+
     def describe(self) -> Any:
         return self.call(65, 0, {"transactional_ids": [self.tid]}).transaction_states[0]
 
@@ -241,12 +251,7 @@ def test_older_request_versions_are_verified(broker: BrokerProcess) -> None:
         c.init()
         assert c.produce(topic, 0, [b"x"], version=11, retry=False) == E.transaction_abortable
         assert c.produce(topic, 0, [b"x"], version=10, retry=False) == E.invalid_txn_state
-        r = c.call(24, 3, {"v3_and_below_transactional_id": c.tid,
-                           "v3_and_below_producer_id": c.pid,
-                           "v3_and_below_producer_epoch": c.epoch,
-                           "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
-        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code \
-            == E.none
+        assert c.add_partition_v3(topic, 0) == E.none
         assert c.produce(topic, 0, [b"v1"], version=11) == E.none
         assert c.end(True, version=4).error_code == E.none
         c.wait_state("CompleteCommit")
@@ -280,12 +285,7 @@ def test_a_batch_is_not_written_ahead_of_one_refused_by_verification(
     try:
         c.init()
         assert produce(0, b"v0") == E.transaction_abortable  # not added yet: refused
-        r = c.call(24, 3, {"v3_and_below_transactional_id": c.tid,
-                           "v3_and_below_producer_id": c.pid,
-                           "v3_and_below_producer_epoch": c.epoch,
-                           "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
-        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code \
-            == E.none
+        assert c.add_partition_v3(topic, 0) == E.none
         assert produce(1, b"v1") == E.out_of_order_sequence_number
         assert produce(0, b"v0") == E.none
         assert produce(1, b"v1") == E.none

@@ -190,6 +190,8 @@ class Broker:
         self.answer_cpu_ms = 0.0  # its CPU time when it answered the first ApiVersions (f1)
         self.ready_at: float | None = None  # perf_counter() when the "ready on" line came
         self.bind_cpu_ms: float | None = None  # its CPU time when its listeners were bound
+        # what runs `wherry server ARGS` instead of `python -m wherry server` (a profiler)
+        self.command_prefix: list[str] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -204,6 +206,8 @@ class Broker:
         """Exec the broker; returns the `time.perf_counter()` taken just before the exec."""
         self.port = port or free_port()
         cmd = broker_command(self.port, self.data_dir, self.overrides)
+        if self.command_prefix is not None:
+            cmd = [*self.command_prefix, *cmd[4:]]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if BROKER_RUNTIME.pycache is not None:
             env.pop("PYTHONDONTWRITEBYTECODE", None)

@@ -377,7 +377,10 @@ def main(argv: list[str] | None = None) -> int:
         help="wherry compiles its modules on every start if the environment says so "
         "(PYTHONDONTWRITEBYTECODE); by default it keeps bytecode in the run's temp dir",
     )
+    ap.add_argument("--broker-tree", type=Path, help="run wherry from this source tree")
     args = ap.parse_args(argv)
+    if args.broker_tree is not None:
+        BROKER_RUNTIME.tree = args.broker_tree.resolve()
     reason = tansu_unavailable_reason()
     if reason is not None:
         print(f"peer rows skipped: {reason}")

@@ -19,6 +19,16 @@ rows (default 200,000): the JVM compiles its code for Spark's Python-source path
 first large query through it, which would otherwise be charged to whichever query runs
 first (the wherry source).
 
+With ``--rounds N`` (default 4) the wherry source and the floor are each timed N times, in
+rounds of one query each, the order alternating from round to round (wherry then floor, floor
+then wherry, ...), each query reading from the start again. The ratio to the floor is the
+median of the rounds' ratios (each of two queries run one right after the other); the rows/s
+printed for each are the median of its runs; every round is printed too. On a shared machine
+whose load moves by the second, one pair of queries can land one in a busy moment and the
+other in a quiet one, and the second query of a pair has run faster than the first whichever
+source it was (by about 10% on the 2-core VM these figures come from): an even number of
+rounds puts each source first equally often. ``--rounds 1`` times each once (wherry first).
+
 The sink rows: ``--sink-records`` records (default 200,000) of another topic are copied by a
 streaming query into a new topic, once with the default (at-least-once) sink and once with
 ``exactlyOnce=true``, in the same number of micro-batches; rows/s of both and their ratio
@@ -30,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -181,6 +192,16 @@ def timed_rate_query(spark: Any, rows_per_batch: int, batches: int) -> tuple[flo
     return elapsed, sum(int(p["numInputRows"]) for p in done[:batches]), batches
 
 
+def rows_per_s(run: tuple[float, int, int]) -> float:
+    return run[1] / run[0]
+
+
+def median_run(runs: list[tuple[float, int, int]]) -> tuple[float, int, int]:
+    """The run of median rows/s (of an even number, the slower of the middle two)."""
+    ordered = sorted(runs, key=rows_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Spark connector benchmark")
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -188,8 +209,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--sink-records", type=int, default=200_000)
     parser.add_argument("--warmup-rows", type=int, default=200_000)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=4,
+        help="time the wherry source and the floor this many times each, in rounds of one "
+        "query each whose order alternates; the median of the rounds' ratios is reported "
+        "(default 4)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     from pyspark.sql import SparkSession
@@ -233,18 +264,36 @@ def main(argv: list[str] | None = None) -> int:
                 .option("maxOffsetsPerTrigger", 1000)
                 .load()
             )
-            source = (
-                spark.readStream.format("wherry")
-                .option("kafka.bootstrap.servers", broker.bootstrap)
-                .option("subscribe", topic)
-                .option("startingOffsets", "earliest")
-                .option("maxOffsetsPerTrigger", per_batch)
-                .load()
-            )
-            wherry = timed_query(source)
-            rate = timed_rate_query(spark, per_batch, wherry[2])
+            wherry_runs: list[tuple[float, int, int]] = []
+            floor_runs: list[tuple[float, int, int]] = []
+            rate = None
             spark.dataSource.register(floor_source(args.records, per_batch, 4))  # re-registers
-            floor = timed_query(spark.readStream.format("wherry_bench_floor").load())
+            for round_no in range(args.rounds):
+                order = ("wherry", "floor") if round_no % 2 == 0 else ("floor", "wherry")
+                for which in order:
+                    if which == "floor":
+                        floor_runs.append(
+                            timed_query(spark.readStream.format("wherry_bench_floor").load())
+                        )
+                        continue
+                    source = (
+                        spark.readStream.format("wherry")
+                        .option("kafka.bootstrap.servers", broker.bootstrap)
+                        .option("subscribe", topic)
+                        .option("startingOffsets", "earliest")
+                        .option("maxOffsetsPerTrigger", per_batch)
+                        .load()
+                    )
+                    wherry_runs.append(timed_query(source))
+                    if rate is None:
+                        rate = timed_rate_query(spark, per_batch, wherry_runs[0][2])
+                w_rps, f_rps = rows_per_s(wherry_runs[-1]), rows_per_s(floor_runs[-1])
+                print(
+                    f"round {round_no + 1} ({' then '.join(order)}): wherry {w_rps:,.0f} rows/s, "
+                    f"floor {f_rps:,.0f} rows/s, ratio {w_rps / f_rps:.2f}x, load average "
+                    f"{os.getloadavg()[0]:.2f}"
+                )
+            wherry, floor = median_run(wherry_runs), median_run(floor_runs)
             sink_batch = -(-args.sink_records // args.batches)
             copy = (broker.bootstrap, "bench-spark-copy")
             alo = eos = None
@@ -254,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spark.stop()
     results: dict[str, Any] = {"env": env, "records": args.records, "record_bytes": args.size}
+    results["rounds"] = [
+        {"wherry_rows_per_s": rows_per_s(w), "python_floor_rows_per_s": rows_per_s(f)}
+        for w, f in zip(wherry_runs, floor_runs, strict=True)
+    ]
     rows = (
         ("wherry", "wherry source:", wherry),
         ("rate", "rate source:  ", rate),
@@ -280,10 +333,13 @@ def main(argv: list[str] | None = None) -> int:
         return float(results[key]["rows_per_s"])
 
     results["ratio"] = rps("wherry") / rps("rate")
-    results["ratio_to_floor"] = rps("wherry") / rps("python_floor")
+    results["ratio_to_floor"] = statistics.median(
+        rows_per_s(w) / rows_per_s(f) for w, f in zip(wherry_runs, floor_runs, strict=True)
+    )
     line = (
         f"ratio wherry/rate: {results['ratio']:.2f}x; "
         f"wherry/floor: {results['ratio_to_floor']:.2f}x"
+        + (f" (median of {args.rounds} rounds)" if args.rounds > 1 else "")
     )
     if args.sink_records:
         sink = rps("sink_exactly_once") / rps("sink_at_least_once")

@@ -11,7 +11,7 @@ from logtest_util import SMALL, T0, batch, open_log, read_all
 from wherry.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from wherry.log.log import AppendInfo, Log
 from wherry.log.producer_state import read_snapshot
-from wherry.protocol.records import patch_batch
+from wherry.protocol.records import build_batch, patch_batch
 
 PID = 4242
 
@@ -196,4 +196,47 @@ def test_duplicate_on_log_append_time_topic(tmp_path: Path) -> None:
     dup = log.append_as_leader(batch(2, pid=PID, epoch=0, seq=0), leader_epoch=0, now_ms=T0 + 999)
     assert dup.duplicate and dup.log_append_time_ms == first.log_append_time_ms == T0
     assert len(read_all(log)) == len(batch(2))
+    log.close()
+
+
+def _txn(log: Log, seq: int, *, epoch: int = 0) -> AppendInfo:
+    data = build_batch([(None, b"v")], timestamp_ms=T0, producer_id=PID, producer_epoch=epoch,
+                       base_sequence=seq, is_transactional=True)
+    return log.append_as_leader(data, leader_epoch=0, now_ms=T0)
+
+
+def test_a_batch_checked_with_the_coordinator_is_not_overtaken(tmp_path: Path) -> None:
+    """While a producer's batch of sequence 0 is checked with its transaction coordinator
+    (and may be refused, then retried), a batch of sequence 1 that passed its own check is
+    refused OUT_OF_ORDER_SEQUENCE_NUMBER rather than written first (Kafka's lowest
+    sequence of a verification); once a transactional batch is written the rule ends."""
+    log = open_log(tmp_path)
+    state = log.producer_state
+    state.start_verification(PID, 0, 1, T0)
+    state.start_verification(PID, 0, 0, T0)  # the lower sequence wins
+    state.start_verification(PID, 0, 3, T0)
+    verification = state.verification(PID)
+    assert verification is not None and verification.lowest_seq == 0
+    with pytest.raises(OutOfOrderSequenceError):
+        _txn(log, 1)
+    assert log.log_end_offset == 0
+    # several batches in one append: the first written ends the rule for the next
+    data = b"".join(
+        build_batch([(None, b"v")], timestamp_ms=T0, producer_id=PID, producer_epoch=0,
+                    base_sequence=s, is_transactional=True)
+        for s in (0, 1)
+    )
+    assert log.append_as_leader(data, leader_epoch=0, now_ms=T0).last_offset == 1
+    assert state.verification(PID) is None
+    assert _txn(log, 2).first_offset == 2
+    # a newer epoch starts over at its own sequence; a stale check expires
+    state.start_verification(PID, 0, 7, T0)
+    state.start_verification(PID, 1, 5, T0)
+    verification = state.verification(PID)
+    assert verification is not None and (verification.epoch, verification.lowest_seq) == (1, 5)
+    state.remove_expired_producers(T0 + state.producer_id_expiration_ms)
+    assert state.verification(PID) is None
+    # idempotent (not transactional) batches are not held back
+    state.start_verification(PID + 1, 0, 0, T0)
+    log.append_as_leader(batch(1, pid=PID + 1, epoch=0, seq=4), leader_epoch=0, now_ms=T0)
     log.close()

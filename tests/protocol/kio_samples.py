@@ -102,3 +102,21 @@ def encode(entity: Any) -> bytes:
     buf = io.BytesIO()
     entity_writer(type(entity))(buf, entity)
     return buf.getvalue()
+
+
+def kio_response_frame(api_key: int, version: int, correlation_id: int, data: Any) -> bytes:
+    """A response frame (size prefix, header, body) written by kio alone, from the mapping
+    `codec.build_entity` reads: what the broker's own writers and kept bodies must equal."""
+    from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+    from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+
+    from wherry.protocol.codec import build_entity
+
+    cls = load_response_schema(api_key, version)
+    flexible = cls.__flexible__ and api_key != 18
+    header_cls = ResponseHeaderV1 if flexible else ResponseHeaderV0
+    buf = io.BytesIO()
+    entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
+    entity_writer(cls)(buf, build_entity(cls, data))
+    body = buf.getvalue()
+    return len(body).to_bytes(4, "big") + body

@@ -53,3 +53,44 @@ def test_a_wake_cuts_the_sleep_short() -> None:
         task.cancel()
 
     asyncio.run(main())
+
+
+def test_an_earlier_deadline_wakes_only_when_it_comes_before_the_sleep_ends() -> None:
+    class Source:
+        def __init__(self) -> None:
+            self.ticks = 0
+            self.nxt: int | None = None
+
+        def advance_clock(self, now_ms: int) -> None:
+            self.ticks += 1
+            if self.nxt is not None and self.nxt <= now_ms:
+                self.nxt = None  # expired
+
+        def next_expiration_ms(self) -> int | None:
+            return self.nxt
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def now_ms() -> int:
+            return int(loop.time() * 1000)
+
+        ticker = PurgatoryTicker()
+        src = Source()
+        ticker.add(src, now_ms)
+        task = asyncio.ensure_future(ticker.run())
+        await asyncio.sleep(0.05)  # asleep for up to 1 s: nothing due
+        before = src.ticks
+        src.nxt = now_ms() + 30_000  # a session expiry far after the sleep ends
+        ticker.earlier_deadline()
+        await asyncio.sleep(0.05)
+        assert src.ticks == before  # not woken for it
+        src.nxt = now_ms() + 100  # due before the sleep ends
+        ticker.earlier_deadline()
+        await asyncio.sleep(0.02)
+        assert src.ticks == before + 1  # woken at once, then asleep until the deadline
+        await asyncio.sleep(0.3)
+        assert src.nxt is None  # advanced on time, not a second later
+        task.cancel()
+
+    asyncio.run(main())

@@ -108,6 +108,18 @@ def test_long_runs_of_one_layout_across_varint_widths() -> None:
     assert rows_of(data, with_headers=True) == expected(data, 0, BIG, True)
 
 
+@pytest.mark.parametrize(
+    "start,end",
+    [(0, 1010), (1030, 1064), (1063, 1065), (1500, 9300), (9191, 9193), (10_999, BIG), (0, 0)],
+)
+def test_a_range_that_cuts_runs_of_one_layout(start: int, end: int) -> None:
+    # 10,000 records of one size: the range starts and ends inside runs, on and next to the
+    # offset deltas where their varints grow (64 and 8192 after the batch's base offset).
+    recs = [RecordSpec(None, b"x" * 100, (), 1_700_000_000_000 + i // 50) for i in range(10_000)]
+    data = build_batch(recs, base_offset=1000)
+    assert rows_of(data, start, end) == expected(data, start, end, False)
+
+
 def test_log_append_time_batches_take_the_batch_timestamp() -> None:
     buf = bytearray(build_batch(specs(30), base_offset=0))
     set_log_append_time(buf, 0, 1_800_000_000_000)

@@ -136,6 +136,16 @@ class Client:
             self.seq.clear()  # a new epoch starts its sequences at 0
         return r
 
+    def add_partition_v3(self, topic: str, partition: int) -> ErrorCode:
+        """AddPartitionsToTxn v3, as a client before transactions v2 sends it."""
+        r = self.call(24, 3, {"v3_and_below_transactional_id": self.tid,
+                              "v3_and_below_producer_id": self.pid,
+                              "v3_and_below_producer_epoch": self.epoch,
+                              "v3_and_below_topics": [{"name": topic, "partitions": [partition]}]})
+        return ErrorCode(
+            r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+        )
+
     def describe(self) -> Any:
         return self.call(65, 0, {"transactional_ids": [self.tid]}).transaction_states[0]
 
@@ -241,12 +251,7 @@ def test_older_request_versions_are_verified(broker: BrokerProcess) -> None:
         c.init()
         assert c.produce(topic, 0, [b"x"], version=11, retry=False) == E.transaction_abortable
         assert c.produce(topic, 0, [b"x"], version=10, retry=False) == E.invalid_txn_state
-        r = c.call(24, 3, {"v3_and_below_transactional_id": c.tid,
-                           "v3_and_below_producer_id": c.pid,
-                           "v3_and_below_producer_epoch": c.epoch,
-                           "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
-        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code \
-            == E.none
+        assert c.add_partition_v3(topic, 0) == E.none
         assert c.produce(topic, 0, [b"v1"], version=11) == E.none
         assert c.end(True, version=4).error_code == E.none
         c.wait_state("CompleteCommit")
@@ -254,6 +259,41 @@ def test_older_request_versions_are_verified(broker: BrokerProcess) -> None:
     finally:
         c.close()
     assert committed_values(b, topic, 1) == [b"v1"]
+
+
+def test_a_batch_is_not_written_ahead_of_one_refused_by_verification(
+    broker: BrokerProcess,
+) -> None:
+    """Two batches of a transaction's first partition (sequences 0 and 1, as a producer with
+    several requests in flight sends them): the first is refused by the leader's check, the
+    second passes it. The second must be refused OUT_OF_ORDER_SEQUENCE_NUMBER, not written
+    at offset 0: the client retries the first, then the second, and the log holds both in
+    order (written ahead, the first's retry would be lost while acknowledged)."""
+    b = broker.bootstrap
+    topic = f"tvo-{uuid.uuid4().hex[:8]}"
+    create_topic(b, topic, 1)
+    c = Client(b, f"tvo-{topic}")
+
+    def produce(seq: int, value: bytes) -> ErrorCode:
+        batch = build_batch([(None, value)], producer_id=c.pid, producer_epoch=c.epoch,
+                            base_sequence=seq, is_transactional=True)
+        body = {"transactional_id": c.tid, "acks": -1, "timeout": 10_000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+        r = c.call(0, 11, body)
+        return ErrorCode(r.responses[0].partition_responses[0].error_code)
+
+    try:
+        c.init()
+        assert produce(0, b"v0") == E.transaction_abortable  # not added yet: refused
+        assert c.add_partition_v3(topic, 0) == E.none
+        assert produce(1, b"v1") == E.out_of_order_sequence_number
+        assert produce(0, b"v0") == E.none
+        assert produce(1, b"v1") == E.none
+        assert c.end(True, version=4).error_code == E.none
+        c.wait_state("CompleteCommit")
+    finally:
+        c.close()
+    assert committed_values(b, topic, 2) == [b"v0", b"v1"]
 
 
 def test_confluent_kafka_transactions_v1_still_work(broker: BrokerProcess) -> None:

@@ -87,7 +87,7 @@ class CoordinatorRuntime:
         )
         ticker = self.node.ticker
         for purgatory in purgatories:
-            purgatory.on_earlier_deadline = ticker.wake
+            purgatory.on_earlier_deadline = ticker.earlier_deadline
         if clocked is not None:
             ticker.add(clocked, self.now_ms)
         self.node.leadership_listeners.append(self.loader.on_leadership_change)

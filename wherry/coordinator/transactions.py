@@ -68,7 +68,7 @@ class TxnCoordinatorHost:
         self.local_markers = LocalMarkers(node, self.verifier.guards.marker_written, timeout_ms)
         self.markers.local = self.local_markers
         self.runtime.serve(self.coordinator, clocked=self.coordinator)
-        self.coordinator.waits.on_earlier_deadline = node.ticker.wake
+        self.coordinator.waits.on_earlier_deadline = node.ticker.earlier_deadline
 
     def attach_groups(self, on_transaction_completed: OnOffsetsMarkers) -> None:
         """The group coordinator's hook for markers written on `__consumer_offsets`

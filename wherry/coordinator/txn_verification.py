@@ -136,17 +136,23 @@ class TxnPartitionVerifier:
         *,
         add: bool,
         abortable_known: bool,
+        sequences: Mapping[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         """Before an append of transactional batches to `node`'s partitions, by (producer
         id, epoch): the partitions that must not be appended to, with the client's error.
         Only partitions where the producer has no ongoing transaction of that epoch are
         asked about; one where a marker of the producer was written meanwhile gets
-        INVALID_TXN_STATE. Nothing may be awaited between this and the append."""
+        INVALID_TXN_STATE. `sequences`: each partition's first batch sequence, which the
+        log keeps while it is asked (`ProducerStateManager.start_verification`), so that a
+        later batch cannot be written ahead of this one if this one is refused. Nothing may
+        be awaited between this and the append."""
         failed: dict[TopicPartition, ErrorCode] = {}
         for (pid, epoch), tps in producers.items():
             todo = [tp for tp in tps if needs_check(node, tp, pid, epoch)]
             if not todo:
                 continue
+            if sequences:
+                self._start_verification(node, pid, epoch, todo, sequences)
             errors, voided = await self._guarded_check(
                 transactional_id, pid, epoch, todo, add=add, abortable_known=abortable_known
             )
@@ -166,6 +172,21 @@ class TxnPartitionVerifier:
                 if err != E.none:
                     failed[tp] = err
         return failed
+
+    def _start_verification(
+        self,
+        node: ReplicaNode,
+        pid: int,
+        epoch: int,
+        todo: Iterable[TopicPartition],
+        sequences: Mapping[TopicPartition, int],
+    ) -> None:
+        now = self._now_ms()
+        for tp in todo:
+            seq = sequences.get(tp)
+            partition = node.replica_manager.get_partition(tp)
+            if seq is not None and seq >= 0 and partition is not None:
+                partition.log.producer_state.start_verification(pid, epoch, seq, now)
 
     async def _guarded_check(
         self,

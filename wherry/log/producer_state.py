@@ -135,6 +135,17 @@ class DuplicateBatch:
     timestamp: int
 
 
+
+@dataclass(slots=True)
+class VerificationState:
+    """A transactional batch of a producer being checked with its coordinator before its
+    append (Kafka's VerificationStateEntry): the lowest sequence of such a batch, at the
+    newest epoch seen. A later batch that overtakes one still unwritten is refused."""
+
+    epoch: int
+    lowest_seq: int
+    started_ms: int
+
 @dataclass(slots=True)
 class ProducerStateEntry:
     """State of one producer id in one partition."""
@@ -235,9 +246,11 @@ def _validate(
     first_offset: int,
     marker: EndTxnMarker | None = None,
     client: bool = True,
+    lowest_seq: int | None = None,
 ) -> DuplicateBatch | None:
     """Kafka's checks for one batch against the producer's current entry: the epoch always,
-    duplicates and sequences for a client's batch only (not the coordinator's)."""
+    duplicates and sequences for a client's batch only (not the coordinator's). `lowest_seq`:
+    the lowest sequence of the producer's batches being checked with the coordinator."""
     pid, epoch = header.producer_id, header.producer_epoch
     if current is not None and client:
         duplicate = None if header.is_control else current.find_duplicate(header)
@@ -273,6 +286,11 @@ def _validate(
     if not client:
         return None
     first_seq = header.base_sequence
+    if lowest_seq is not None and header.is_transactional and first_seq > lowest_seq:
+        raise OutOfOrderSequenceError(
+            f"Out of order sequence number for producer {pid} at offset {first_offset}: "
+            f"{first_seq} (incoming seq. number), {lowest_seq} (earliest seen sequence)"
+        )
     if epoch != current_epoch:
         if first_seq != 0 and current_epoch != NO_PRODUCER_EPOCH:
             raise OutOfOrderSequenceError(
@@ -387,6 +405,7 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its transaction
+        self._verifying: dict[int, VerificationState] = {}
         self._unreplicated: list[CompletedTxn] = []  # markers not yet below the HW
         self._map_end_offset = 0
         self._unsynced_snapshots: set[int] = set()
@@ -433,8 +452,10 @@ class ProducerStateManager:
         """
         if not header.has_producer_id:
             return None
+        pid = header.producer_id
         return _validate(
-            self._producers.get(header.producer_id), header, header.base_offset, marker, client
+            self._producers.get(pid), header, header.base_offset, marker, client,
+            self._lowest_seq(pid),
         )
 
     def check_batches(
@@ -450,12 +471,14 @@ class ProducerStateManager:
         if len(headers) == 1:
             return self.check(headers[0], marks[0], client=client)
         staged: dict[int, ProducerStateEntry] = {}
+        verified: set[int] = set()  # a transactional batch of theirs comes before
         for header, marker in zip(headers, marks, strict=True):
             if not header.has_producer_id:
                 continue
             pid = header.producer_id
             current = staged.get(pid, self._producers.get(pid))
-            duplicate = _validate(current, header, header.base_offset, marker, client)
+            lowest = None if pid in verified else self._lowest_seq(pid)
+            duplicate = _validate(current, header, header.base_offset, marker, client, lowest)
             if duplicate is not None:
                 return duplicate
             entry = current.copy() if current is not None else ProducerStateEntry(pid)
@@ -464,7 +487,30 @@ class ProducerStateManager:
             else:
                 entry.add_batch(header, header.base_offset, header.last_offset)
             staged[pid] = entry
+            if header.is_transactional:
+                verified.add(pid)
         return None
+
+    # -- transaction checks in flight ---------------------------------------------------
+
+    def start_verification(self, producer_id: int, epoch: int, sequence: int, now_ms: int) -> None:
+        """A transactional batch of the producer (`sequence` its first) is being checked
+        with its coordinator before it is appended here. Until a transactional batch of the
+        producer is written, a batch with a higher first sequence is refused
+        OUT_OF_ORDER_SEQUENCE_NUMBER: a later request must not be written ahead of one
+        whose check failed and that its client will retry."""
+        state = self._verifying.get(producer_id)
+        if state is None or epoch > state.epoch:
+            self._verifying[producer_id] = VerificationState(epoch, sequence, now_ms)
+        elif epoch == state.epoch and sequence < state.lowest_seq:
+            state.lowest_seq = sequence
+
+    def verification(self, producer_id: int) -> VerificationState | None:
+        return self._verifying.get(producer_id)
+
+    def _lowest_seq(self, producer_id: int) -> int | None:
+        state = self._verifying.get(producer_id)
+        return None if state is None else state.lowest_seq
 
     def update(
         self,
@@ -482,6 +528,9 @@ class ProducerStateManager:
         first = header.base_offset if first_offset is None else first_offset
         last = header.last_offset if last_offset is None else last_offset
         pid = header.producer_id
+        if header.is_transactional:
+            # written: the transaction is open here, or ended (Kafka clears it either way)
+            self._verifying.pop(pid, None)
         entry = self._producers.get(pid)
         if entry is None:
             entry = self._producers[pid] = ProducerStateEntry(pid)
@@ -548,6 +597,9 @@ class ProducerStateManager:
         expired = [pid for pid, e in self._producers.items() if self._is_expired(e, now_ms)]
         for pid in expired:
             del self._producers[pid]
+        limit = self.producer_id_expiration_ms
+        for pid in [p for p, v in self._verifying.items() if now_ms - v.started_ms >= limit]:
+            del self._verifying[pid]
         return len(expired)
 
     # -- snapshots ----------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime
 import functools
 import io
+import struct
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
@@ -53,6 +54,8 @@ from wherry.protocol.decode_guard import GuardError, check_entity
 from wherry.protocol.primitives import INT32 as _SIZE
 from wherry.protocol.primitives import REQUEST_PREFIX
 from wherry.protocol.produce_request import LEAN_MIN_FRAME_BYTES, decode_produce_request
+from wherry.protocol.produce_response import encode_produce_body
+from wherry.protocol.response_cache import CACHED_KEYS, ResponseBodyCache
 
 if TYPE_CHECKING:
     from wherry.protocol.interbroker import ControlledShutdownRequest
@@ -62,6 +65,8 @@ if TYPE_CHECKING:
 # thousands of times a second.
 load_request_schema = functools.cache(_kio_request_schema)
 load_response_schema = functools.cache(_kio_response_schema)
+# Encoded bodies of the answers that repeat (`response_cache`)
+RESPONSE_BODIES = ResponseBodyCache()
 
 
 API_VERSIONS_KEY: Final = 18
@@ -70,6 +75,7 @@ _PRODUCE_KEY: Final = 0
 # (`controlled_shutdown_codec`): kio lacks them; their codecs are imported on first use.
 _INTERBROKER_KEYS: Final = frozenset((4, 5, 6))
 _CONTROLLED_SHUTDOWN_KEY: Final = 7
+_FRAME_START = struct.Struct(">ii")  # a response's size and correlation id
 _CORRELATION_ID = _SIZE  # the first field of every response header
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ZERO_UUID = uuid.UUID(int=0)
@@ -240,13 +246,26 @@ def encode_response(
 
         return encode_controlled_shutdown_response(api_version, correlation_id, data)
     cls = load_response_schema(api_key, api_version)
-    entity = build_entity(cls, data)
+    # the header: v0 the correlation id, v1 that and no tagged fields (`_response_header_class`)
+    tagged = b"\0" if _response_header_class(api_key, cls) is ResponseHeaderV1 else b""
+    if api_key == _PRODUCE_KEY and (body := encode_produce_body(api_version, data)) is not None:
+        return _FRAME_START.pack(4 + len(tagged) + len(body), correlation_id) + tagged + body
+    if api_key in CACHED_KEYS:
+        body = RESPONSE_BODIES.body(
+            api_key, api_version, data, lambda: _encode_body(cls, data)
+        )
+        return _FRAME_START.pack(4 + len(tagged) + len(body), correlation_id) + tagged + body
     buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
-    header_cls = _response_header_class(api_key, cls)
-    entity_writer(header_cls)(buf, header_cls(correlation_id=i32(correlation_id)))
-    entity_writer(cls)(buf, entity)
+    buf.write(_FRAME_START.pack(0, correlation_id))
+    buf.write(tagged)
+    entity_writer(cls)(buf, build_entity(cls, data))
     return _with_size(buf)
+
+
+def _encode_body(cls: type, data: Mapping[str, Any] | Any) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(cls)(buf, build_entity(cls, data))
+    return buf.getvalue()
 
 
 def _with_size(buf: io.BytesIO) -> bytes:

@@ -183,7 +183,7 @@ class ReplicaNode:
         purgatory: DelayedOperationPurgatory[Any] = DelayedOperationPurgatory(
             name, Timer(start_ms=self.clock.monotonic_ms())
         )
-        purgatory.on_earlier_deadline = self.ticker.wake
+        purgatory.on_earlier_deadline = self.ticker.earlier_deadline
         self.ticker.add(purgatory, self.clock.monotonic_ms)
         return purgatory
 

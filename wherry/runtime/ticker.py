@@ -2,9 +2,12 @@
 
 Kafka gives each purgatory an "expiration reaper" thread; here one asyncio task serves all of a
 broker's purgatories. It sleeps until the earliest deadline any of them reports, or until one
-of them reports a new, earlier deadline (`wake`, which a purgatory calls by itself when an
-operation is parked), and then advances each purgatory on its own clock (produce and fetch
-waits run on the monotonic clock, the group coordinator's on wall-clock time).
+of them reports a new, earlier deadline (`earlier_deadline`, which a purgatory calls by itself
+when a parked operation moves its next deadline earlier), and then advances each purgatory on its
+own clock (produce and fetch waits run on the monotonic clock, the group coordinator's on
+wall-clock time). A deadline that falls after the ticker's sleep ends anyway (a heartbeat's next
+session expiry, tens of seconds away, when the ticker wakes at least every second) does not
+wake it: every heartbeat would otherwise cost a pass over every purgatory.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ class PurgatoryTicker:
     def __init__(self) -> None:
         self._sources: list[tuple[Clocked, Callable[[], int]]] = []
         self._wakeup = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sleep_until: float | None = None  # the loop's time the sleep ends; None: awake
 
     def add(self, source: Clocked, now_ms: Callable[[], int]) -> None:
         """Advance `source` on the clock `now_ms` (the one its deadlines are on)."""
@@ -40,6 +45,20 @@ class PurgatoryTicker:
 
     def wake(self) -> None:
         """A deadline earlier than the ones the ticker sleeps for has appeared."""
+        self._wakeup.set()
+
+    def earlier_deadline(self) -> None:
+        """A source's next deadline moved earlier: wake the ticker if that deadline comes
+        before its sleep ends (asleep, it wakes then anyway and advances every source)."""
+        until, loop = self._sleep_until, self._loop
+        if until is not None and loop is not None and not self._wakeup.is_set():
+            left_ms = (until - loop.time()) * 1000
+            for source, now_ms in self._sources:
+                n = source.next_expiration_ms()
+                if n is not None and n - now_ms() < left_ms:
+                    break
+            else:
+                return
         self._wakeup.set()
 
     def tick(self) -> int | None:
@@ -54,6 +73,7 @@ class PurgatoryTicker:
         return wait
 
     async def run(self) -> None:
+        self._loop = loop = asyncio.get_running_loop()
         while True:
             self._wakeup.clear()
             wait = self.tick()
@@ -61,4 +81,8 @@ class PurgatoryTicker:
             timeout_ms = MAX_SLEEP_MS if wait is None else max(1, min(wait, MAX_SLEEP_MS))
             if self._wakeup.is_set():
                 continue
-            await wait_event(self._wakeup, timeout_ms / 1000)
+            self._sleep_until = loop.time() + timeout_ms / 1000
+            try:
+                await wait_event(self._wakeup, timeout_ms / 1000)
+            finally:
+                self._sleep_until = None

@@ -55,14 +55,20 @@ class UnsupportedRecords(ValueError):
 # Small Arrow helpers
 # --------------------------------------------------------------------------------------------
 
-_ramp: pa.Array = pa.array(range(1 << 12), pa.int32())
+_POOL: Final = pa.system_memory_pool()
+"""Where the columns are allocated: the C library's allocator keeps freed memory for the next
+range, where pyarrow's default (mimalloc) gives it back to the system between a streaming
+query's micro-batches and takes it again, page by page, in each task (the first ranges a
+process reads cost it several times the steady state)."""
+
+_ramp: pa.Array = pa.array(range(1 << 12), pa.int32(), memory_pool=_POOL)
 
 
 def _ramp32(n: int) -> pa.Array:
     """0, 1, ..., n - 1 as int32 (a slice of a kept array)."""
     global _ramp
     if len(_ramp) < n:
-        _ramp = pa.array(range(max(n, 2 * len(_ramp))), pa.int32())
+        _ramp = pa.array(range(max(n, 2 * len(_ramp))), pa.int32(), memory_pool=_POOL)
     return _ramp.slice(0, n)
 
 
@@ -75,13 +81,13 @@ def _validity(flags: bytearray | bytes) -> pa.Buffer | None:
     """A validity bitmap from one byte per row (1 valid, 0 null); None when all are valid."""
     if 0 not in flags:
         return None
-    return _u8(flags).cast(pa.bool_()).buffers()[1]
+    return _u8(flags).cast(pa.bool_(), memory_pool=_POOL).buffers()[1]
 
 
 def _call(name: str, *args: pa.Array | pa.Scalar) -> pa.Array:
     """An Arrow compute function (called by name: the `pyarrow.compute` wrappers cost up to
     100 µs a call when handed a Python int, which matters at a few calls per run)."""
-    return pc.call_function(name, list(args))
+    return pc.call_function(name, list(args), memory_pool=_POOL)
 
 
 def _i64(value: int) -> pa.Scalar:
@@ -112,7 +118,7 @@ def _varint_column(buf: bytes, first: int, stop: int, size: int, width: int) -> 
     ``stop``) as int64."""
     raw: pa.Array | None = None
     for j in range(width):
-        col = pc.call_function("cast", [_u8(buf[first + j : stop : size])], _TO_I64)
+        col = pc.call_function("cast", [_u8(buf[first + j : stop : size])], _TO_I64, _POOL)
         if j < width - 1:
             col = _call("bit_wise_and", col, _LOW7)
         if j:
@@ -209,23 +215,26 @@ def _column(pieces: list[_Piece], kind: pa.DataType) -> pa.Array:
     arrays = []
     for piece in _merged(pieces):
         if isinstance(piece, _Ramp):
-            ramp = pc.call_function("cast", [_ramp32(piece.rows)], _TO_I64)
+            ramp = pc.call_function("cast", [_ramp32(piece.rows)], _TO_I64, _POOL)
             arrays.append(_call("add", ramp, _i64(piece.first)))
         elif isinstance(piece, _Same):
             if piece.value is None:
-                arrays.append(pa.nulls(piece.rows, kind))
+                arrays.append(pa.nulls(piece.rows, kind, memory_pool=_POOL))
             else:
-                arrays.append(pa.repeat(pa.scalar(piece.value, kind), piece.rows))
+                scalar = pa.scalar(piece.value, kind)
+                arrays.append(pa.repeat(scalar, piece.rows, memory_pool=_POOL))
         else:
             arrays.append(piece)
-    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays, memory_pool=_POOL)
 
 
 class _Columns:
     """The output columns, as lists of pieces (one per segment) joined at the end."""
 
-    def __init__(self, with_headers: bool) -> None:
+    def __init__(self, with_headers: bool, start: int, end: int) -> None:
         self.with_headers = with_headers
+        self.start = start  # the range's offsets: runs keep only their rows in it
+        self.end = end
         self.keys: list[_Piece] = []
         self.values: list[_Piece] = []
         self.offsets: list[_Piece] = []
@@ -251,15 +260,30 @@ class _Columns:
                 fields=list(HEADERS_TYPE.value_type),
             )
             ends = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(lo.header_ends)])
-            self.headers.append(pa.ListArray.from_arrays(ends, items, type=HEADERS_TYPE))
+            self.headers.append(
+                pa.ListArray.from_arrays(ends, items, type=HEADERS_TYPE, pool=_POOL)
+            )
         self.rows += n
         self.loose = _Loose(self.with_headers)
 
     def run(self, buf: bytes, first: int, count: int, lay: _Layout, batch: _Batch) -> None:
-        """Add ``count`` records of layout ``lay`` from ``buf[first:]``."""
-        self.flush()
+        """Add those of the ``count`` records of layout ``lay`` from ``buf[first:]`` that are
+        in the range (all of them when their offsets are not consecutive: `_assemble` cuts)."""
         size = lay.size
         stop = first + count * size
+        low, _ = _read_varint(buf, first + lay.off_at, stop)
+        high, _ = _read_varint(buf, stop - size + lay.off_at, stop)
+        consecutive = high - low == count - 1  # deltas rise: low to high in count steps
+        if consecutive:
+            # Offsets first_offset, first_offset + 1, ...: the rows of the range are a slice.
+            first_offset = batch.base_offset + low
+            skip = min(count, max(0, self.start - first_offset))
+            keep = max(0, min(count, self.end - first_offset) - skip)
+            if not keep:
+                return
+            first, count, low = first + skip * size, keep, low + skip
+            stop = first + count * size
+        self.flush()
         whole: pa.Array | None = None
         for out, at, length in (
             (self.keys, lay.key_at, lay.key_len),
@@ -271,16 +295,13 @@ class _Columns:
             if whole is None:
                 view = pa.py_buffer(memoryview(buf)[first:stop])
                 whole = pa.Array.from_buffers(pa.binary(size), count, [None, view])
-            part = pc.call_function("binary_slice", [whole], pc.SliceOptions(at, at + length))
+            cut = pc.SliceOptions(at, at + length)
+            part = pc.call_function("binary_slice", [whole], cut, _POOL)
             out.append(_fixed_to_binary(part, length))
-        off_at = first + lay.off_at
-        low, _ = _read_varint(buf, off_at, stop)
-        high, _ = _read_varint(buf, stop - size + lay.off_at, stop)
-        if high - low == count - 1:
-            # Deltas rise within a batch: from low to high in count steps, they are consecutive.
+        if consecutive:
             self.offsets.append(_Ramp(batch.base_offset + low, count))
         else:  # gaps (a compacted batch)
-            deltas = _varint_column(buf, off_at, stop, size, lay.off_width)
+            deltas = _varint_column(buf, first + lay.off_at, stop, size, lay.off_width)
             self.offsets.append(_call("add", deltas, _i64(batch.base_offset)))
         ts_at = first + lay.ts_at
         if batch.log_append_time:
@@ -452,6 +473,14 @@ def _run_matches(buf: bytes, template: int, pos: int, count: int, lay: _Layout) 
     )
 
 
+def _width_room(buf: bytes, p: int, lay: _Layout) -> int:
+    """How many records from ``p`` on can have offset deltas as wide as the one at ``p``:
+    deltas rise by at least one a record, and a zig-zag varint of w bytes holds at most
+    2^(7w - 1) - 1, so a run ends there at the latest (found with no search)."""
+    delta, _ = _read_varint(buf, p + lay.off_at, p + lay.size)
+    return (1 << (7 * lay.off_width - 1)) - delta
+
+
 def _run_length(buf: bytes, p: int, most: int, lay: _Layout) -> int:
     """How many records from ``p`` (at most ``most``) have the layout of the one at ``p``."""
     if most < _MIN_RUN or not _run_matches(buf, p, p, _MIN_RUN, lay):
@@ -475,7 +504,8 @@ def _walk(buf: bytes, p: int, end: int, count: int, cols: _Columns, batch: _Batc
     while i < count:
         lay = _layout(buf, p, end, cols.with_headers)
         if lay is not None:
-            n = _run_length(buf, p, min(count - i, (end - p) // lay.size, _MAX_RUN), lay)
+            most = min(count - i, (end - p) // lay.size, _MAX_RUN, _width_room(buf, p, lay))
+            n = _run_length(buf, p, most, lay)
             if n >= _MIN_RUN:
                 cols.run(buf, p, n, lay, batch)
                 p += n * lay.size
@@ -533,7 +563,7 @@ def fetched_rows(
     """
     view = memoryview(data)
     total = len(view)
-    cols = _Columns(with_headers)
+    cols = _Columns(with_headers, start, end)
     pending = sorted(aborted or (), key=lambda t: t[1])
     aborted_producers: set[int] = set()
     next_offset = start
@@ -587,10 +617,10 @@ def _assemble(
     arrays = [
         _column(cols.keys, pa.binary()),
         _column(cols.values, pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.repeat(pa.scalar(topic, pa.string()), n, memory_pool=_POOL),
+        pa.repeat(pa.scalar(partition, pa.int32()), n, memory_pool=_POOL),
         offsets,
-        stamps.cast(TIMESTAMP_TYPE),
+        stamps.cast(TIMESTAMP_TYPE, memory_pool=_POOL),
         _column(cols.kinds, pa.int32()),
     ]
     if cols.with_headers:

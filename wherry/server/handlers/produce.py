@@ -154,12 +154,14 @@ async def _transaction_checks(
     version: int,
 ) -> dict[TopicPartition, ErrorCode]:
     """The partitions the transaction's coordinator refused, with the Produce error."""
+    sequences: dict[TopicPartition, int] = {}
     failed = await check_partitions(
         broker,
         tid,
-        transactional_producers(entries),
+        transactional_producers(entries, sequences),
         add=version >= FIRST_V2_PRODUCE_VERSION,
         abortable_known=version >= 11,
+        sequences=sequences,
     )
     return {tp: produce_error(err) for tp, err in failed.items()}
 

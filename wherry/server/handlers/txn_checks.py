@@ -30,9 +30,11 @@ FIRST_V2_TXN_OFFSET_COMMIT_VERSION = 5
 
 def transactional_producers(
     entries: Mapping[TopicPartition, bytes | memoryview | None],
+    sequences: dict[TopicPartition, int] | None = None,
 ) -> dict[tuple[int, int], list[TopicPartition]]:
     """(producer id, epoch) -> the partitions whose records open with a transactional batch
-    of that producer (unreadable records are left to validation)."""
+    of that producer (unreadable records are left to validation); each such partition's
+    first sequence goes into `sequences` when given."""
     out: dict[tuple[int, int], list[TopicPartition]] = {}
     for tp, records in entries.items():
         if not records:
@@ -43,6 +45,8 @@ def transactional_producers(
             continue
         if header.is_transactional:
             out.setdefault((header.producer_id, header.producer_epoch), []).append(tp)
+            if sequences is not None:
+                sequences[tp] = header.base_sequence
     return out
 
 
@@ -53,13 +57,16 @@ async def check_partitions(
     *,
     add: bool,
     abortable_known: bool,
+    sequences: Mapping[TopicPartition, int] | None = None,
 ) -> dict[TopicPartition, ErrorCode]:
     """The partitions that may not be appended to, with the error from the coordinator's
     answer (or INVALID_TXN_STATE when a marker was written there meanwhile). `add`: a
     transactions v2 request (add the partitions); else a verification, skipped unless
-    `transaction.partition.verification.enable`."""
+    `transaction.partition.verification.enable`. `sequences`: the batches' first sequences
+    (Produce), kept by each log while its partition is asked about."""
     if not add and not broker.config.transaction_partition_verification_enable:
         return {}
     return await broker.transactions.verifier.check_append(
-        broker.node, transactional_id, producers, add=add, abortable_known=abortable_known
+        broker.node, transactional_id, producers, add=add, abortable_known=abortable_known,
+        sequences=sequences,
     )

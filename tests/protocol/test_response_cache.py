@@ -1,0 +1,154 @@
+"""Kept response bodies: the frame of a repeated answer is the one kio writes, and an answer
+that differs in any value is never answered from another's body."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+import pytest
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+import wherry.protocol.codec as codec
+from tests.protocol.kio_samples import kio_response_frame
+from wherry.protocol.codec import encode_response
+from wherry.protocol.response_cache import CACHED_KEYS, ResponseBodyCache, frozen
+from wherry.server.handlers import SUPPORTED_VERSIONS
+
+
+@pytest.fixture(autouse=True)
+def empty_cache() -> None:
+    codec.RESPONSE_BODIES.clear()
+
+
+def _versions(api_key: int) -> range:
+    lo, hi = SUPPORTED_VERSIONS[api_key]
+    return range(lo, hi + 1)
+
+
+@pytest.mark.parametrize("version", _versions(12))
+def test_heartbeat_answers_kept_and_told_apart(version: int) -> None:
+    ok = {"throttle_time": 0, "error_code": 0}
+    busy = {"throttle_time": 0, "error_code": ErrorCode.rebalance_in_progress}
+    for cid, data in enumerate([ok, busy, ok, {**ok, "throttle_time": 7}, busy, ok]):
+        assert encode_response(12, version, cid, data) == kio_response_frame(12, version, cid, data)
+    assert len(codec.RESPONSE_BODIES) == 3
+
+
+def _metadata(leader: int, topic_id: uuid.UUID, partitions: int) -> dict[str, Any]:
+    return {
+        "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None}],
+        "cluster_id": "c",
+        "controller_id": 1,
+        "topics": [
+            {
+                "error_code": 0,
+                "name": "t",
+                "topic_id": topic_id,
+                "is_internal": False,
+                "partitions": [
+                    {
+                        "error_code": 0,
+                        "partition_index": i,
+                        "leader_id": leader,
+                        "leader_epoch": 3,
+                        "replica_nodes": [1, 2],
+                        "isr_nodes": [1, 2],
+                        "offline_replicas": [],
+                    }
+                    for i in range(partitions)
+                ],
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize("version", _versions(3))
+def test_metadata_changes_are_never_answered_from_an_older_body(version: int) -> None:
+    a, b = uuid.uuid4(), uuid.uuid4()
+    answers = [
+        _metadata(1, a, 2),
+        _metadata(2, a, 2),  # a leader moved
+        _metadata(1, b, 2),  # the topic was recreated
+        _metadata(1, a, 3),  # a partition was added
+        _metadata(1, a, 2),
+    ]
+    frames = [encode_response(3, version, 5, m) for m in answers]
+    assert frames == [kio_response_frame(3, version, 5, m) for m in answers]
+    assert frames[0] == frames[4] and codec.RESPONSE_BODIES.hits >= 1
+    changed = _metadata(1, a, 2)
+    changed["topics"][0]["partitions"][1]["isr_nodes"] = [1]  # the ISR shrank
+    assert encode_response(3, version, 6, changed) == kio_response_frame(3, version, 6, changed)
+
+
+def test_versions_and_keys_do_not_share_bodies() -> None:
+    data = {"throttle_time": 0, "error_code": 0}
+    for api_key in (12, 26, 25):
+        for version in _versions(api_key):
+            assert encode_response(api_key, version, 1, data) == kio_response_frame(
+                api_key, version, 1, data
+            )
+
+
+def test_api_versions_answer_kept_with_header_v0() -> None:
+    from wherry.server.handlers.api_versions import api_keys
+
+    data = {"error_code": 0, "api_keys": api_keys(), "throttle_time": 0}
+    for _ in range(2):
+        for version in _versions(18):
+            assert encode_response(18, version, 9, data) == kio_response_frame(18, version, 9, data)
+
+
+def test_answers_with_other_values_are_encoded_and_not_kept() -> None:
+    entity_cls = load_response_schema(12, 4)
+    entity = entity_cls(throttle_time=datetime.timedelta(0), error_code=ErrorCode.none)  # type: ignore[call-arg]
+    assert encode_response(12, 4, 3, entity) == kio_response_frame(12, 4, 3, entity)
+    data = {"throttle_time": 0, "error_code": 0, "extra": memoryview(b"x")}
+    assert frozen(data) is None
+    assert encode_response(12, 4, 3, data) == kio_response_frame(12, 4, 3, data)
+    assert len(codec.RESPONSE_BODIES) == 0
+
+
+def test_uncached_apis_keep_kio_frames() -> None:
+    assert 0 not in CACHED_KEYS and 1 not in CACHED_KEYS and 36 not in CACHED_KEYS
+    produce = {
+        "responses": [
+            {
+                "name": "t",
+                "partition_responses": [{"index": 0, "error_code": 0, "base_offset": 41}],
+            }
+        ]
+    }
+    for version in _versions(0):
+        assert encode_response(0, version, 2, produce) == kio_response_frame(0, version, 2, produce)
+    assert len(codec.RESPONSE_BODIES) == 0
+
+
+def test_frozen_tells_values_apart() -> None:
+    assert frozen({"a": [1, 2]}) == frozen({"a": (1, 2)})
+    assert frozen({"a": [1, 2]}) != frozen({"a": [2, 1]})
+    assert frozen({"a": "1"}) != frozen({"a": b"1"}) != frozen({"a": 1})
+    assert frozen({"a": [{"b": 1}]}) != frozen({"a": [{"c": 1}]})
+    assert frozen({"a": None}) != frozen({"a": 0})
+    assert frozen({"a": 1.0}) is None
+    assert frozen({"a": ErrorCode.none}) == frozen({"a": 0})
+
+
+def test_bounded_oldest_first() -> None:
+    cache = ResponseBodyCache(max_entries=2, max_body_bytes=4)
+    calls: list[int] = []
+
+    def enc(n: int, size: int = 2) -> Any:
+        return lambda: (calls.append(n), bytes(size))[1]
+
+    cache.body(1, 0, {"v": 1}, enc(1))
+    cache.body(1, 0, {"v": 2}, enc(2))
+    cache.body(1, 0, {"v": 1}, enc(99))  # kept: not encoded again
+    cache.body(1, 0, {"v": 3}, enc(3))  # the oldest (v=1) goes
+    cache.body(1, 0, {"v": 1}, enc(4))
+    cache.body(1, 0, {"v": 5}, enc(5, size=5))  # too large to keep
+    cache.body(1, 0, {"v": 5}, enc(6, size=5))
+    assert calls == [1, 2, 3, 4, 5, 6]
+    assert len(cache) == 2

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -38,6 +40,12 @@ log = logging.getLogger(__name__)
 __all__ = ["ShareStateCoordinator"]
 
 
+@dataclass(slots=True)
+class _Held:
+    lock: asyncio.Lock
+    users: int = 0
+
+
 class ShareStateCoordinator:
     """A replica node's share coordinator and its runtime."""
 
@@ -56,6 +64,9 @@ class ShareStateCoordinator:
         self.default_partitions = partitions  # until the topic exists
         self.store = ShareStateStore()
         self.loaded: dict[int, int] = {}  # partition -> leader epoch loaded at
+        # one change of a key at a time: a write is checked against the state the one before
+        # it left (a read's fencing write included), not a state still being replicated
+        self._key_locks: dict[ShareKey, _Held] = {}
         self.loading: dict[int, int] = {}
         self._prefix = f"[ShareCoordinator id={broker_id}]"
         self.runtime = CoordinatorRuntime(
@@ -129,26 +140,28 @@ class ShareStateCoordinator:
         """ReadShareGroupState: a read with a newer leader epoch first writes that epoch
         (Kafka's readStateAndMaybeUpdateLeaderEpoch), so the previous leader's writes are
         fenced from then on, across coordinator failovers too."""
-        err, _ = self.owner_check(key)
-        if err != ErrorCode.none:
-            return err, None
-        fenced = self.store.fence_read(key, leader_epoch)
-        if fenced is not None:
-            err = await self.write(key, fenced)
+        async with self._lock(key):
+            err, _ = self.owner_check(key)
             if err != ErrorCode.none:
                 return err, None
-        return self.store.read(key, leader_epoch)
+            fenced = self.store.fence_read(key, leader_epoch)
+            if fenced is not None:
+                err = await self._write(key, fenced, check=True)
+                if err != ErrorCode.none:
+                    return err, None
+            return self.store.read(key, leader_epoch)
 
     async def delete(self, key: ShareKey) -> ErrorCode:
         """DeleteShareGroupState: the state goes, its state epoch moves on (share/state.py's
         deletion marker fences the leaders that still hold the old share-partition)."""
-        err, _ = self.owner_check(key)
-        if err != ErrorCode.none:
-            return err
-        marker = self.store.deletion_marker(key)
-        if marker is None:
-            return ErrorCode.none
-        return await self.write(key, marker, check=False)
+        async with self._lock(key):
+            err, _ = self.owner_check(key)
+            if err != ErrorCode.none:
+                return err
+            marker = self.store.deletion_marker(key)
+            if marker is None:
+                return ErrorCode.none
+            return await self._write(key, marker, check=False)
 
     def summary(self, key: ShareKey) -> tuple[ErrorCode, ShareState | None]:
         err, _ = self.owner_check(key)
@@ -156,18 +169,35 @@ class ShareStateCoordinator:
             return err, None
         return self.store.read(key, -1)
 
-    async def write(
-        self, key: ShareKey, state: ShareState | None, *, check: bool = True
-    ) -> ErrorCode:
-        """Persist a share-partition's state (None: a tombstone), acks=all, then apply it."""
+    async def write(self, key: ShareKey, state: ShareState) -> ErrorCode:
+        """WriteShareGroupState: persist a share-partition's state, acks=all, then apply it."""
+        async with self._lock(key):
+            return await self._write(key, state, check=True)
+
+    @asynccontextmanager
+    async def _lock(self, key: ShareKey) -> AsyncIterator[None]:
+        """Hold `key` (the lock is dropped once nobody holds or waits for it)."""
+        held = self._key_locks.get(key)
+        if held is None:
+            held = self._key_locks[key] = _Held(asyncio.Lock())
+        held.users += 1
+        try:
+            async with held.lock:
+                yield
+        finally:
+            held.users -= 1
+            if held.users == 0:
+                del self._key_locks[key]
+
+    async def _write(self, key: ShareKey, state: ShareState, *, check: bool) -> ErrorCode:
         err, p = self.owner_check(key)
         if err != ErrorCode.none:
             return err
-        if state is not None and check:
+        if check:
             err = self.store.check_write(key, state)
             if err != ErrorCode.none:
                 return err
-        value = None if state is None else encode_value(state)
+        value = encode_value(state)
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
 
         def done(code: ErrorCode, _base_offset: int) -> None:
@@ -185,3 +215,4 @@ class ShareStateCoordinator:
             return ErrorCode.not_coordinator
         self.store.apply(key, p, state)
         return ErrorCode.none
+

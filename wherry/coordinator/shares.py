@@ -93,7 +93,13 @@ class _Part:
     leader_epoch: int
     sp: SharePartition | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    dirty: bool = False
+    changes: int = 0  # changes made to `sp` that the share coordinator must be given
+    written: int = 0  # how many of them the last successful write covered
+    writer: bool = False  # a background write is running
+
+    @property
+    def unwritten(self) -> bool:
+        return self.written < self.changes
 
 
 @dataclass(slots=True)
@@ -315,7 +321,7 @@ class ShareGroupsRuntime:
         state, not from what this leader cached of the old one)."""
         self._group_configs.pop(group, None)
         for k, entry in list(self.parts.items()):
-            if k[0] == group and not entry.dirty and (
+            if k[0] == group and not entry.unwritten and (
                 entry.sp is None or entry.sp.next_deadline() is None
             ):
                 del self.parts[k]
@@ -456,12 +462,13 @@ class ShareGroupsRuntime:
             sp = entry.sp
             if sp is None:
                 return ErrorCode.none
+            covers = entry.changes
             state = ShareState(
                 sp.state_epoch, entry.leader_epoch, sp.start_offset, tuple(sp.state_batches())
             )
             err = await self.persister.write(entry.key, state)
             if err == ErrorCode.none:
-                entry.dirty = False  # the latest state is written: no background write due
+                entry.written = max(entry.written, covers)
             elif (
                 err == ErrorCode.fenced_state_epoch
                 and self.parts.get((entry.key.group_id, entry.tp)) is entry
@@ -472,17 +479,24 @@ class ShareGroupsRuntime:
             return err
 
     def _persist_later(self, entry: _Part) -> None:
-        """Write the state in the background (lock expiries, releases), retried every second
-        while this broker still leads the partition at that epoch."""
-        if entry.dirty:
+        """Write the state in the background (lock expiries, releases, records archived at
+        the delivery limit), retried every second while this broker still leads the
+        partition at that epoch, until a write covers every change made so far (a change
+        made while a write is on its way is written after it)."""
+        entry.changes += 1
+        if entry.writer:
             return
-        entry.dirty = True
+        entry.writer = True
 
         async def write() -> None:
-            while await self._persist(entry) != ErrorCode.none:
-                await asyncio.sleep(1.0)
-                if self.parts.get((entry.key.group_id, entry.tp)) is not entry:
-                    return  # no longer this broker's share-partition (at that epoch)
+            try:
+                while entry.unwritten:
+                    if await self._persist(entry) != ErrorCode.none:
+                        await asyncio.sleep(1.0)
+                    if self.parts.get((entry.key.group_id, entry.tp)) is not entry:
+                        return  # no longer this broker's share-partition (at that epoch)
+            finally:
+                entry.writer = False
 
         task = asyncio.get_running_loop().create_task(write())
         self._bg.add(task)
@@ -573,6 +587,7 @@ class ShareGroupsRuntime:
             return err
         if any(int(AckType.RELEASE) in b.types for b in batches):
             self._changed.set()  # released records: waiting fetches may take them
+        entry.changes += 1
         err = await self._persist(entry)
         if err in RETRIABLE or err == ErrorCode.request_timed_out:
             # applied here but not written: written in the background, as a lock expiry's
@@ -669,7 +684,10 @@ class ShareGroupsRuntime:
         if not records:
             return 0
         batches = fetched_batches(records, res.aborted_transactions if committed else None)
+        archived = sp.archived_at_limit
         acquired = sp.acquire(member, batches, max_records, self.clock.now_ms(), mode)
+        if sp.archived_at_limit != archived:
+            self._persist_later(entry)
         if not acquired:
             return 0
         pf.records = _overlapping(records, acquired)

@@ -138,6 +138,9 @@ class SharePartition:
         self.next_offset = start_offset
         self.state_epoch = state_epoch
         self.records: dict[int, InFlight] = {}
+        # records found at the delivery limit when acquired, and archived (a state change
+        # no acknowledgement or expiry writes: its leader writes it in the background)
+        self.archived_at_limit = 0
 
     # --- state from / to the share coordinator ------------------------------------------------
     @classmethod
@@ -311,6 +314,7 @@ class SharePartition:
                     # delivered as often as allowed (its last delivery was lost with a
                     # leader, or the limit was lowered): archived
                     r.state = RecordState.ARCHIVED
+                    self.archived_at_limit += 1
                     continue
                 r.state = RecordState.ACQUIRED
                 r.delivery_count += 1

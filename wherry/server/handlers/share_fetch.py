@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
 
 
+# the answers to a named partition that still put it in the share session
+IN_SESSION = (ErrorCode.none, ErrorCode.unknown_topic_id)
+
+
 def _mode(body: Any) -> AcquireMode | None:
     """The request's acquire mode; None for a mode Kafka does not know."""
     code = getattr(body, "share_acquire_mode", 0)
@@ -82,13 +86,15 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         name, err = topics[t.topic_id]
         for p in t.partitions:
             key = (t.topic_id, p.partition_index)
+            if session is not None and t.topic_id is not None and err in IN_SESSION:
+                # a topic this broker does not know yet stays in the session, as the client
+                # takes it to: it is fetched once the broker learns of it
+                session.partitions.add(key)
             if err != ErrorCode.none or name is None:
                 answers[key] = {"error_code": err}
                 continue
             tp = TopicPartition(name, p.partition_index)
             answers[key] = {"leader": leader_of(broker, tp)}
-            if session is not None and t.topic_id is not None:
-                session.partitions.add((t.topic_id, p.partition_index))
             if p.acknowledgement_batches and t.topic_id is not None:
                 acks.append((tp, t.topic_id, p.acknowledgement_batches))
     if session is not None:
@@ -107,9 +113,11 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         wanted: list[tuple[TopicPartition, uuid.UUID]] = []
     else:
         wanted = []
+        held = resolve(broker, {tid for tid, _ in session.partitions})
         for tid, pi in sorted(session.partitions, key=lambda x: (str(x[0]), x[1])):
-            name = broker.cache.topic_name(tid)
-            if name is None:
+            name, err = held[tid]
+            if err != ErrorCode.none or name is None:
+                answers.setdefault((tid, pi), {"error_code": err})
                 continue
             a = answers.get((tid, pi))
             if a is not None and a.get("error_code", ErrorCode.none) != ErrorCode.none:

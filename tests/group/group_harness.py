@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator, MemberIdentity
-from wherry.group.group import OffsetAndMetadata
+from wherry.group.group import OffsetAndMetadata, OffsetCommitter
 from wherry.group.member import JoinGroupResult, SyncGroupResult
 from wherry.group.records import encode_subscription
 from wherry.group.state import GroupState
@@ -149,7 +149,7 @@ def commit_one(
     call = Call()
     tp = TopicPartition("t", 0)
     coord.handle_commit_offsets(
-        "g", member, None, epoch, {tp: OffsetAndMetadata(offset, -1, "", now, None)},
+        OffsetCommitter("g", member, None, epoch), {tp: OffsetAndMetadata(offset, -1, "", now)},
         call, now, api_version=version,
     )
     return call.commit[tp]
@@ -276,7 +276,7 @@ class Harness:
             off, meta = v if isinstance(v, tuple) else (v, "")
             oms[tp] = OffsetAndMetadata(off, -1, meta, self.now)
         self.coord.handle_commit_offsets(
-            group, member_id, instance_id, generation, oms, call, self.now
+            OffsetCommitter(group, member_id, instance_id, generation), oms, call, self.now
         )
         return call
 

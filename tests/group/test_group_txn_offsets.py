@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.coordinator import GroupCoordinator
-from wherry.group.group import OffsetAndMetadata
+from wherry.group.group import OffsetAndMetadata, OffsetCommitter
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -25,12 +25,9 @@ def txn_commit(
 ) -> dict[TopicPartition, ErrorCode]:
     got: list[dict[TopicPartition, ErrorCode]] = []
     h.coord.handle_txn_commit_offsets(
-        group,
+        OffsetCommitter(group, member_id, None, generation),
         pid,
         0,
-        member_id,
-        None,
-        generation,
         {tp: OffsetAndMetadata(o, -1, "", h.now) for tp, o in offsets.items()},
         got.append,
         h.now,

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.group import OffsetAndMetadata, OffsetCommitter
+from wherry.group.storage import ProducerIdAndEpoch
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -26,8 +27,7 @@ def txn_commit(
     got: list[dict[TopicPartition, ErrorCode]] = []
     h.coord.handle_txn_commit_offsets(
         OffsetCommitter(group, member_id, None, generation),
-        pid,
-        0,
+        ProducerIdAndEpoch(pid, 0),
         {tp: OffsetAndMetadata(o, -1, "", h.now) for tp, o in offsets.items()},
         got.append,
         h.now,

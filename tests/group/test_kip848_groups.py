@@ -22,6 +22,7 @@ from wherry.group.consumer_group import TopicMeta
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.group import OffsetAndMetadata, OffsetCommitter
 from wherry.group.records import decode_key
+from wherry.group.storage import ProducerIdAndEpoch
 
 E = ErrorCode
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
@@ -414,7 +415,7 @@ def test_transactional_offsets_of_a_consumer_group_member() -> None:
     def txn_commit(member: str, epoch: int) -> ErrorCode:
         call = Call()
         d.coord.handle_txn_commit_offsets(
-            OffsetCommitter("g", member, None, epoch), 7, 0,
+            OffsetCommitter("g", member, None, epoch), ProducerIdAndEpoch(7, 0),
             {tp: OffsetAndMetadata(4, -1, "", d.now, None)}, call, d.now,
         )
         return call.commit[tp]

@@ -64,7 +64,7 @@ from wherry.group.metadata_manager import (
 from wherry.group.rebalance import Rebalancer
 from wherry.group.share_group_records import ShareGroupReplay
 from wherry.group.state import GroupState
-from wherry.group.storage import OffsetsStorage
+from wherry.group.storage import OffsetsStorage, ProducerIdAndEpoch
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 
 log = logging.getLogger(__name__)
@@ -625,8 +625,7 @@ class GroupCoordinator:
     def handle_txn_commit_offsets(
         self,
         committer: OffsetCommitter,
-        producer_id: int,
-        producer_epoch: int,
+        txn: ProducerIdAndEpoch,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
         callback: CommitCallback,
         now_ms: int,
@@ -654,7 +653,7 @@ class GroupCoordinator:
                 callback(dict.fromkeys(offsets, refused[0]))
                 return
             holder = self._bridge.offsets_holder(group_id, self.now_ms)
-            self._manager.store_txn_offsets(holder, producer_id, producer_epoch, offsets, callback)
+            self._manager.store_txn_offsets(holder, txn, offsets, callback)
             return
         group = self._manager.get_group(group_id)
         if group is None:
@@ -663,7 +662,7 @@ class GroupCoordinator:
         if err is not None:
             callback(dict.fromkeys(offsets, err))
             return
-        self._manager.store_txn_offsets(group, producer_id, producer_epoch, offsets, callback)
+        self._manager.store_txn_offsets(group, txn, offsets, callback)
 
     def on_transaction_completed(
         self, producer_id: int, offsets_partitions: Iterable[int], is_commit: bool

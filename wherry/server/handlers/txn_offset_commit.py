@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.group import OffsetAndMetadata, OffsetCommitter
 from wherry.group.records import OFFSETS_TOPIC
+from wherry.group.storage import ProducerIdAndEpoch
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorized_names
@@ -109,8 +110,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     getattr(body, "group_instance_id", None),
                     getattr(body, "generation_id", -1),
                 ),
-                body.producer_id,
-                body.producer_epoch,
+                ProducerIdAndEpoch(body.producer_id, body.producer_epoch),
                 offsets,
                 cb,
                 now,

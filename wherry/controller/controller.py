@@ -545,7 +545,7 @@ class Controller:
         outcomes: dict[TopicPartition, ElectionOutcome] = {}
 
         def decide(tp: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
-            allowed = strategy is ElectionStrategy.UNCLEAN or unclean.get(
+            allowed = unclean.get(
                 tp.topic,
                 unclean_election_enabled(ctx.topic_configs.get(tp.topic, {}), self.unclean_default),
             )

@@ -201,6 +201,7 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
         live = ctx.candidates_for(tp)
         e: Election
         if strategy in (ElectionStrategy.OFFLINE, ElectionStrategy.UNCLEAN):
+            unclean_allowed = unclean_allowed or strategy is ElectionStrategy.UNCLEAN
             e = offline_partition_election(
                 assigned, current.isr, live, unclean_allowed=unclean_allowed
             )

@@ -11,6 +11,7 @@ import pytest
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import ControllerContext, LeaderIsr
+from wherry.controller.election import ElectionStrategy
 from wherry.controller.partition_state import (
     PartitionState,
     PartitionStateMachine,
@@ -166,6 +167,9 @@ def test_offline_election_decides_next_epoch() -> None:
     o = psm.elect(ctx, T0, cur, unclean_allowed=False)
     assert o.leader_isr is None and o.error is not None and "unclean" in o.error
     o = psm.elect(ctx, T0, cur, unclean_allowed=True)
+    assert o.leader_isr == LeaderIsr(2, 5, (2,), 7, 9) and o.unclean
+    # the unclean strategy (ElectLeaders UNCLEAN) allows it whatever the topic says
+    o = psm.elect(ctx, T0, cur, unclean_allowed=False, strategy=ElectionStrategy.UNCLEAN)
     assert o.leader_isr == LeaderIsr(2, 5, (2,), 7, 9) and o.unclean
     ctx.live_brokers.clear()
     o = psm.elect(ctx, T0, cur, unclean_allowed=True)

@@ -96,6 +96,30 @@ async def test_create_existing_raises(store_backend: StoreBackend) -> None:
 
 
 @async_test
+async def test_create_errors_name_no_multi_op(store_backend: StoreBackend) -> None:
+    """A create (with its missing parents) is written as one multi, yet what it raises is the
+    create's own error, with no ``op_index``."""
+    s = await store_backend.new_session()
+    await s.create("/e", b"", ephemeral=True)
+    await s.create("/p/q", b"", make_parents=True)
+    cases: list[tuple[str, bool, type[Exception]]] = [
+        ("/p/q", False, NodeExistsError),
+        ("/p/q", True, NodeExistsError),
+        ("/m/n", False, NoNodeError),
+        ("/e/c", False, NoChildrenForEphemeralsError),
+        ("/e/c/d", True, NoChildrenForEphemeralsError),
+    ]
+    for path, make_parents, error in cases:
+        with pytest.raises(error) as info:
+            await s.create(path, b"x", make_parents=make_parents)
+        assert info.value.op_index is None, (path, make_parents)
+    assert await s.exists("/m") is None and await s.exists("/e/c") is None
+    made = await s.create("/s/t/n-", b"", sequential=True, make_parents=True)
+    assert made.startswith("/s/t/n-") and made[len("/s/t/n-") :].isdigit()
+    assert await s.get_children("/s/t") == [made.rsplit("/", 1)[1]]
+
+
+@async_test
 async def test_invalid_paths_rejected(store_backend: StoreBackend) -> None:
     s = await store_backend.new_session()
     for bad in ("a", "/a/", "//a", "/a//b", "/a/./b", "/a/../b", ""):

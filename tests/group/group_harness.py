@@ -11,11 +11,11 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator, MemberIdentity
-from wherry.group.group import OffsetAndMetadata
+from wherry.group.group import OffsetAndMetadata, OffsetCommitter
 from wherry.group.member import JoinGroupResult, SyncGroupResult
 from wherry.group.records import encode_subscription
 from wherry.group.state import GroupState
-from wherry.group.storage import AppendDone, Record
+from wherry.group.storage import AppendDone, ProducerIdAndEpoch, Record
 from wherry.protocol.records import build_batch, build_control_batch
 
 T0 = 1_700_000_000_000
@@ -33,50 +33,55 @@ class MemoryOffsetsLog:
         self.batches: dict[int, list[bytes]] = {}
         self.next_offset: dict[int, int] = {}
         self.hold = False
-        self.held: list[tuple[int, Sequence[Record], AppendDone, int, int]] = []
+        self.held: list[tuple[int, Sequence[Record], AppendDone, ProducerIdAndEpoch | None]] = []
         self.fail_with: ErrorCode | None = None
         self.appends = 0
 
-    def append(
+    def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
+        self._append(partition, records, done, None)
+
+    def append_transactional(
+        self, partition: int, txn: ProducerIdAndEpoch, records: Sequence[Record], done: AppendDone
+    ) -> None:
+        self._append(partition, records, done, txn)
+
+    def _append(
         self,
         partition: int,
         records: Sequence[Record],
         done: AppendDone,
-        *,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
+        txn: ProducerIdAndEpoch | None,
     ) -> None:
         self.appends += 1
         if self.hold:
-            self.held.append(
-                (partition, list(records), done, producer_id, producer_epoch)
-            )
+            self.held.append((partition, list(records), done, txn))
             return
-        self._write(partition, records, done, producer_id, producer_epoch)
+        self._write(partition, records, done, txn)
 
     def _write(
         self,
         partition: int,
         records: Sequence[Record],
         done: AppendDone,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
+        txn: ProducerIdAndEpoch | None,
     ) -> None:
         if self.fail_with is not None:
             done(self.fail_with, -1)
             return
         base = self.next_offset.get(partition, 0)
-        self.batches.setdefault(partition, []).append(
-            build_batch(
+        if txn is None:
+            batch = build_batch(list(records), base_offset=base, timestamp_ms=T0)
+        else:
+            batch = build_batch(
                 list(records),
                 base_offset=base,
                 timestamp_ms=T0,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                base_sequence=0 if producer_id >= 0 else -1,
-                is_transactional=producer_id >= 0,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                base_sequence=0,
+                is_transactional=True,
             )
-        )
+        self.batches.setdefault(partition, []).append(batch)
         self.next_offset[partition] = base + len(records)
         done(ErrorCode.none, base)
 
@@ -97,8 +102,8 @@ class MemoryOffsetsLog:
 
     def release(self) -> None:
         held, self.held = self.held, []
-        for partition, records, done, producer_id, producer_epoch in held:
-            self._write(partition, records, done, producer_id, producer_epoch)
+        for partition, records, done, txn in held:
+            self._write(partition, records, done, txn)
 
     def records(self, partition: int = 0) -> list[tuple[bytes | None, bytes | None]]:
         from wherry.protocol.records import iter_records
@@ -149,7 +154,7 @@ def commit_one(
     call = Call()
     tp = TopicPartition("t", 0)
     coord.handle_commit_offsets(
-        "g", member, None, epoch, {tp: OffsetAndMetadata(offset, -1, "", now, None)},
+        OffsetCommitter("g", member, None, epoch), {tp: OffsetAndMetadata(offset, -1, "", now)},
         call, now, api_version=version,
     )
     return call.commit[tp]
@@ -276,7 +281,7 @@ class Harness:
             off, meta = v if isinstance(v, tuple) else (v, "")
             oms[tp] = OffsetAndMetadata(off, -1, meta, self.now)
         self.coord.handle_commit_offsets(
-            group, member_id, instance_id, generation, oms, call, self.now
+            OffsetCommitter(group, member_id, instance_id, generation), oms, call, self.now
         )
         return call
 

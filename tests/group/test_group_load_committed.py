@@ -20,7 +20,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.coordinator.partition_log import CoordinatorPartitionLoader, ReplicaCoordinatorStorage
 from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.coordinator import GroupCoordinator
-from wherry.group.group import OffsetAndMetadata
+from wherry.group.group import OffsetAndMetadata, OffsetCommitter
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.log.config import LogConfig
 from wherry.log.manager import LogManager
@@ -77,7 +77,7 @@ def _coordinator(rm: ReplicaManager) -> GroupCoordinator:
 def _commit(coord: GroupCoordinator, offset: int) -> list[object]:
     answers: list[object] = []
     coord.handle_commit_offsets(
-        "g", "", None, -1, {TP: OffsetAndMetadata(offset, -1, "", NOW)}, answers.append, NOW
+        OffsetCommitter("g"), {TP: OffsetAndMetadata(offset, -1, "", NOW)}, answers.append, NOW
     )
     return answers
 

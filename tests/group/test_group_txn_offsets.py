@@ -8,7 +8,8 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.coordinator import GroupCoordinator
-from wherry.group.group import OffsetAndMetadata
+from wherry.group.group import OffsetAndMetadata, OffsetCommitter
+from wherry.group.storage import ProducerIdAndEpoch
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -25,12 +26,8 @@ def txn_commit(
 ) -> dict[TopicPartition, ErrorCode]:
     got: list[dict[TopicPartition, ErrorCode]] = []
     h.coord.handle_txn_commit_offsets(
-        group,
-        pid,
-        0,
-        member_id,
-        None,
-        generation,
+        OffsetCommitter(group, member_id, None, generation),
+        ProducerIdAndEpoch(pid, 0),
         {tp: OffsetAndMetadata(o, -1, "", h.now) for tp, o in offsets.items()},
         got.append,
         h.now,

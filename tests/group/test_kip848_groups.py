@@ -20,8 +20,9 @@ from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult, TopicsImage
 from wherry.group.consumer_group import TopicMeta
 from wherry.group.coordinator import GroupCoordinator
-from wherry.group.group import OffsetAndMetadata
+from wherry.group.group import OffsetAndMetadata, OffsetCommitter
 from wherry.group.records import decode_key
+from wherry.group.storage import ProducerIdAndEpoch
 
 E = ErrorCode
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
@@ -364,7 +365,7 @@ def test_an_offsets_only_group_takes_a_consumer_member_whatever_the_policy() -> 
     call = Call()
     tp = TopicPartition("t", 0)
     d.coord.handle_commit_offsets(
-        "g", "", None, -1, {tp: OffsetAndMetadata(3, -1, "", d.now, None)}, call, d.now
+        OffsetCommitter("g"), {tp: OffsetAndMetadata(3, -1, "", d.now, None)}, call, d.now
     )
     # offsets only (generation 0): nothing to convert, the KIP-848 member may join
     assert d.hb("a", 0).error == E.none
@@ -414,8 +415,8 @@ def test_transactional_offsets_of_a_consumer_group_member() -> None:
     def txn_commit(member: str, epoch: int) -> ErrorCode:
         call = Call()
         d.coord.handle_txn_commit_offsets(
-            "g", 7, 0, member, None, epoch, {tp: OffsetAndMetadata(4, -1, "", d.now, None)},
-            call, d.now,
+            OffsetCommitter("g", member, None, epoch), ProducerIdAndEpoch(7, 0),
+            {tp: OffsetAndMetadata(4, -1, "", d.now, None)}, call, d.now,
         )
         return call.commit[tp]
 

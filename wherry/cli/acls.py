@@ -26,16 +26,7 @@ import click
 from confluent_kafka import admin as ck
 
 from wherry.cli.common import AdminService, admin_options, exits_on_error, fail
-from wherry.security.acl import (
-    CLUSTER_NAME,
-    WILDCARD_HOST,
-    AccessControlEntry,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
+from wherry.security import acl
 from wherry.security.acl_rules import parse_principal
 from wherry.security.acl_store import operation_named
 from wherry.server.authz import SUPPORTED_OPERATIONS
@@ -54,42 +45,42 @@ class UsageProblem(Exception):
 class PatternFilter:
     """Kafka's ResourcePatternFilter (a pattern when its pattern type is specific)."""
 
-    resource_type: ResourceType
+    resource_type: acl.ResourceType
     name: str | None
-    pattern_type: PatternType
+    pattern_type: acl.PatternType
 
     def __str__(self) -> str:
         name = "<any>" if self.name is None else self.name
         return (f"ResourcePatternFilter(resourceType={self.resource_type.name}, name={name}, "
                 f"patternType={self.pattern_type.name})")
 
-    def pattern(self) -> ResourcePattern:
-        return ResourcePattern(self.resource_type, self.name or "", self.pattern_type)
+    def pattern(self) -> acl.ResourcePattern:
+        return acl.ResourcePattern(self.resource_type, self.name or "", self.pattern_type)
 
 
-CLUSTER_FILTER = PatternFilter(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL)
+CLUSTER_FILTER = PatternFilter(acl.ResourceType.CLUSTER, acl.CLUSTER_NAME, acl.PatternType.LITERAL)
 
 
-def pattern_text(p: ResourcePattern) -> str:
+def pattern_text(p: acl.ResourcePattern) -> str:
     return (f"ResourcePattern(resourceType={p.resource_type.name}, name={p.name}, "
             f"patternType={p.pattern_type.name})")
 
 
-def entry_text(e: AccessControlEntry) -> str:
+def entry_text(e: acl.AccessControlEntry) -> str:
     return (f"(principal={e.principal}, host={e.host}, operation={e.operation.name}, "
             f"permissionType={e.permission_type.name})")
 
 
-def _entry_key(e: AccessControlEntry) -> tuple[str, str, int, int]:
+def _entry_key(e: acl.AccessControlEntry) -> tuple[str, str, int, int]:
     return (e.principal, e.host, int(e.operation), int(e.permission_type))
 
 
-def entries_text(entries: Iterable[AccessControlEntry]) -> str:
+def entries_text(entries: Iterable[acl.AccessControlEntry]) -> str:
     """Kafka's `acls.map("\\t" + _).mkString(Newline)` (sorted here, for a stable output)."""
     return NL.join("\t" + entry_text(e) for e in sorted(entries, key=_entry_key))
 
 
-def resource_block(title: str, resource: str, entries: Iterable[AccessControlEntry]) -> str:
+def resource_block(title: str, resource: str, entries: Iterable[acl.AccessControlEntry]) -> str:
     """`<title> `resource`: \\n \\t(...)\\n\\t(...) \\n` (printed with a newline after)."""
     return f"{title} `{resource}`: {NL} {entries_text(entries)} {NL}"
 
@@ -120,8 +111,8 @@ class AclOptions:
     force: bool = False
 
     @property
-    def patterns(self) -> PatternType:
-        return PatternType[self.pattern_type.upper()]
+    def patterns(self) -> acl.PatternType:
+        return acl.PatternType[self.pattern_type.upper()]
 
 
 def check_args(o: AclOptions) -> None:
@@ -158,11 +149,11 @@ def check_args(o: AclOptions) -> None:
 
 def resource_filters(o: AclOptions, die_if_none: bool) -> list[PatternFilter]:
     ptype = o.patterns
-    out = [PatternFilter(ResourceType.TOPIC, t.strip(), ptype) for t in o.topics]
-    if ptype == PatternType.LITERAL and (o.cluster or o.idempotent):
+    out = [PatternFilter(acl.ResourceType.TOPIC, t.strip(), ptype) for t in o.topics]
+    if ptype == acl.PatternType.LITERAL and (o.cluster or o.idempotent):
         out.append(CLUSTER_FILTER)
-    out += [PatternFilter(ResourceType.GROUP, g.strip(), ptype) for g in o.groups]
-    out += [PatternFilter(ResourceType.TRANSACTIONAL_ID, t, ptype) for t in o.transactional_ids]
+    out += [PatternFilter(acl.ResourceType.GROUP, g.strip(), ptype) for g in o.groups]
+    out += [PatternFilter(acl.ResourceType.TRANSACTIONAL_ID, t, ptype) for t in o.transactional_ids]
     if not out and die_if_none:
         raise UsageProblem("You must provide at least one resource: --topic <topic> or --cluster "
                            "or --group <group> or --delegation-token <Delegation Token ID>")
@@ -179,74 +170,79 @@ def _principals(texts: Iterable[str]) -> list[str]:
 def _hosts(hosts: Sequence[str], principals: Sequence[str]) -> list[str]:
     if hosts:
         return [h.strip() for h in hosts]
-    return [WILDCARD_HOST] if principals else []
+    return [acl.WILDCARD_HOST] if principals else []
 
 
-def acl_entries(o: AclOptions, operations: Iterable[AclOperation]) -> set[AccessControlEntry]:
+def acl_entries(
+    o: AclOptions, operations: Iterable[acl.AclOperation]
+) -> set[acl.AccessControlEntry]:
     """Kafka's getAcl: every (principal, operation, host) of the allow and deny options."""
     ops = list(operations)
-    out: set[AccessControlEntry] = set()
+    out: set[acl.AccessControlEntry] = set()
+    allow, deny = acl.AclPermissionType.ALLOW, acl.AclPermissionType.DENY
     for principals, hosts, perm in (
-        (o.allow_principals, _hosts(o.allow_hosts, o.allow_principals), AclPermissionType.ALLOW),
-        (o.deny_principals, _hosts(o.deny_hosts, o.deny_principals), AclPermissionType.DENY),
+        (o.allow_principals, _hosts(o.allow_hosts, o.allow_principals), allow),
+        (o.deny_principals, _hosts(o.deny_hosts, o.deny_principals), deny),
     ):
         for p in _principals(principals):
-            out.update(AccessControlEntry(p, h, op, perm) for op in ops for h in hosts)
+            out.update(acl.AccessControlEntry(p, h, op, perm) for op in ops for h in hosts)
     return out
 
 
-def _operations(o: AclOptions) -> list[AclOperation]:
-    ops: list[AclOperation] = []
+def _operations(o: AclOptions) -> list[acl.AclOperation]:
+    ops: list[acl.AclOperation] = []
     for text in o.operations or ("All",):
         try:
             op = operation_named(text.strip())
         except ValueError:
-            op = AclOperation.UNKNOWN
-        if op in (AclOperation.UNKNOWN, AclOperation.ANY):
+            op = acl.AclOperation.UNKNOWN
+        if op in (acl.AclOperation.UNKNOWN, acl.AclOperation.ANY):
             raise UsageProblem(f"Unknown operation: {text}")
         ops.append(op)
     return ops
 
 
-def filter_to_acls(o: AclOptions) -> dict[PatternFilter, set[AccessControlEntry]]:
+def filter_to_acls(o: AclOptions) -> dict[PatternFilter, set[acl.AccessControlEntry]]:
     """Kafka's getResourceFilterToAcls: the options' ACLs per resource filter."""
-    out: dict[PatternFilter, set[AccessControlEntry]] = {}
+    out: dict[PatternFilter, set[acl.AccessControlEntry]] = {}
     if not o.producer and not o.consumer:
         entries = acl_entries(o, _operations(o))
         out.update({f: set(entries) for f in resource_filters(o, True)})
     if o.producer:
         filters = resource_filters(o, True)
-        write_describe = (AclOperation.WRITE, AclOperation.DESCRIBE)
+        write_describe = (acl.AclOperation.WRITE, acl.AclOperation.DESCRIBE)
         for f in filters:
-            if f.resource_type == ResourceType.TOPIC:
-                out[f] = acl_entries(o, (*write_describe, AclOperation.CREATE))
-            elif f.resource_type == ResourceType.TRANSACTIONAL_ID:
+            if f.resource_type == acl.ResourceType.TOPIC:
+                out[f] = acl_entries(o, (*write_describe, acl.AclOperation.CREATE))
+            elif f.resource_type == acl.ResourceType.TRANSACTIONAL_ID:
                 out[f] = acl_entries(o, write_describe)
         if o.idempotent:
-            out[CLUSTER_FILTER] = acl_entries(o, (AclOperation.IDEMPOTENT_WRITE,))
+            out[CLUSTER_FILTER] = acl_entries(o, (acl.AclOperation.IDEMPOTENT_WRITE,))
     if o.consumer:
         for f in resource_filters(o, True):
-            if f.resource_type == ResourceType.TOPIC:
+            if f.resource_type == acl.ResourceType.TOPIC:
                 out.setdefault(f, set()).update(
-                    acl_entries(o, (AclOperation.READ, AclOperation.DESCRIBE)))
-            elif f.resource_type == ResourceType.GROUP:
-                out.setdefault(f, set()).update(acl_entries(o, (AclOperation.READ,)))
+                    acl_entries(o, (acl.AclOperation.READ, acl.AclOperation.DESCRIBE)))
+            elif f.resource_type == acl.ResourceType.GROUP:
+                out.setdefault(f, set()).update(acl_entries(o, (acl.AclOperation.READ,)))
     _validate_operations(out)
     return out
 
 
-def _validate_operations(resource_to_acls: dict[PatternFilter, set[AccessControlEntry]]) -> None:
+def _validate_operations(
+    resource_to_acls: dict[PatternFilter, set[acl.AccessControlEntry]],
+) -> None:
     for f, entries in resource_to_acls.items():
-        valid = (AclOperation.ALL, *SUPPORTED_OPERATIONS.get(f.resource_type, ()))
+        valid = (acl.AclOperation.ALL, *SUPPORTED_OPERATIONS.get(f.resource_type, ()))
         if any(e.operation not in valid for e in entries):
             names = ", ".join(op.name for op in valid)
             raise UsageProblem(
                 f"ResourceType {f.resource_type.name} only supports operations {names}")
 
 
-def resource_to_acls(o: AclOptions) -> dict[ResourcePattern, set[AccessControlEntry]]:
+def resource_to_acls(o: AclOptions) -> dict[acl.ResourcePattern, set[acl.AccessControlEntry]]:
     """Kafka's getResourceToAcls (for --add): specific patterns, some principal each."""
-    if o.patterns not in (PatternType.LITERAL, PatternType.PREFIXED):
+    if o.patterns not in (acl.PatternType.LITERAL, acl.PatternType.PREFIXED):
         raise UsageProblem(f"A '--resource-pattern-type' value of '{o.patterns.name}' is not "
                            "valid when adding acls.")
     out = {f.pattern(): acls for f, acls in filter_to_acls(o).items()}
@@ -260,14 +256,14 @@ def resource_to_acls(o: AclOptions) -> dict[ResourcePattern, set[AccessControlEn
 # The admin calls
 
 
-def _ck_binding(p: ResourcePattern, e: AccessControlEntry) -> ck.AclBinding:
+def _ck_binding(p: acl.ResourcePattern, e: acl.AccessControlEntry) -> ck.AclBinding:
     return ck.AclBinding(ck.ResourceType(int(p.resource_type)), p.name,
                          ck.ResourcePatternType(int(p.pattern_type)), e.principal, e.host,
                          ck.AclOperation(int(e.operation)),
                          ck.AclPermissionType(int(e.permission_type)))
 
 
-def _ck_filter(f: PatternFilter, e: AccessControlEntry | None) -> ck.AclBindingFilter:
+def _ck_filter(f: PatternFilter, e: acl.AccessControlEntry | None) -> ck.AclBindingFilter:
     # None (any name, principal, host) is what confluent-kafka documents; its stubs say str.
     name: Any = f.name
     principal: Any = None if e is None else e.principal
@@ -275,15 +271,15 @@ def _ck_filter(f: PatternFilter, e: AccessControlEntry | None) -> ck.AclBindingF
     return ck.AclBindingFilter(
         ck.ResourceType(int(f.resource_type)), name, ck.ResourcePatternType(int(f.pattern_type)),
         principal, host,
-        ck.AclOperation(AclOperation.ANY if e is None else int(e.operation)),
-        ck.AclPermissionType(AclPermissionType.ANY if e is None else int(e.permission_type)))
+        ck.AclOperation(acl.AclOperation.ANY if e is None else int(e.operation)),
+        ck.AclPermissionType(acl.AclPermissionType.ANY if e is None else int(e.permission_type)))
 
 
-def _from_ck(b: ck.AclBinding) -> tuple[ResourcePattern, AccessControlEntry]:
-    return (ResourcePattern(ResourceType(int(b.restype_int)), b.name,
-                            PatternType(int(b.resource_pattern_type_int))),
-            AccessControlEntry(b.principal, b.host, AclOperation(int(b.operation_int)),
-                               AclPermissionType(int(b.permission_type_int))))
+def _from_ck(b: ck.AclBinding) -> tuple[acl.ResourcePattern, acl.AccessControlEntry]:
+    return (acl.ResourcePattern(acl.ResourceType(int(b.restype_int)), b.name,
+                            acl.PatternType(int(b.resource_pattern_type_int))),
+            acl.AccessControlEntry(b.principal, b.host, acl.AclOperation(int(b.operation_int)),
+                               acl.AclPermissionType(int(b.permission_type_int))))
 
 
 class AclService(AdminService):
@@ -306,12 +302,12 @@ class AclService(AdminService):
             self._wait(fut, "deleteAcls")
 
 
-ANY_FILTER = PatternFilter(ResourceType.ANY, None, PatternType.ANY)
+ANY_FILTER = PatternFilter(acl.ResourceType.ANY, None, acl.PatternType.ANY)
 
 
 def current_acls(svc: AclService, filters: list[PatternFilter]
-                 ) -> dict[ResourcePattern, set[AccessControlEntry]]:
-    out: dict[ResourcePattern, set[AccessControlEntry]] = {}
+                 ) -> dict[acl.ResourcePattern, set[acl.AccessControlEntry]]:
+    out: dict[acl.ResourcePattern, set[acl.AccessControlEntry]] = {}
     for f in filters or [ANY_FILTER]:
         for b in svc.describe(_ck_filter(f, None)):
             pattern, entry = _from_ck(b)
@@ -319,11 +315,11 @@ def current_acls(svc: AclService, filters: list[PatternFilter]
     return out
 
 
-def _resource_order(p: ResourcePattern) -> tuple[int, str, int]:
+def _resource_order(p: acl.ResourcePattern) -> tuple[int, str, int]:
     return (int(p.resource_type), p.name, int(p.pattern_type))
 
 
-def print_resource_acls(acls: dict[ResourcePattern, set[AccessControlEntry]]) -> None:
+def print_resource_acls(acls: dict[acl.ResourcePattern, set[acl.AccessControlEntry]]) -> None:
     for pattern in sorted(acls, key=_resource_order):
         click.echo(resource_block("Current ACLs for resource", pattern_text(pattern),
                                   acls[pattern]))

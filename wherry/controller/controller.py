@@ -534,32 +534,21 @@ class Controller:
         await self.elect_with(tps, ElectionStrategy.OFFLINE, batch)
 
     async def elect_with(
-        self,
-        tps: list[TopicPartition],
-        strategy: ElectionStrategy,
-        batch: RequestBatch,
-        *,
-        unclean_allowed: bool | None = None,
+        self, tps: list[TopicPartition], strategy: ElectionStrategy, batch: RequestBatch
     ) -> dict[TopicPartition, ElectionOutcome]:
         """Elect, write and announce leaders with `strategy` (the offline election reads each
-        topic's unclean setting unless `unclean_allowed` says)."""
+        topic's unclean setting; the unclean one allows it anyway)."""
         ctx, psm = self.ctx, self.partition_sm
         unclean = (
-            await self._unclean_settings(tps)
-            if strategy is ElectionStrategy.OFFLINE and unclean_allowed is None
-            else {}
+            await self._unclean_settings(tps) if strategy is ElectionStrategy.OFFLINE else {}
         )
         outcomes: dict[TopicPartition, ElectionOutcome] = {}
 
         def decide(tp: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
-            allowed = unclean_allowed
-            if allowed is None:
-                allowed = unclean.get(
-                    tp.topic,
-                    unclean_election_enabled(
-                        ctx.topic_configs.get(tp.topic, {}), self.unclean_default
-                    ),
-                )
+            allowed = unclean.get(
+                tp.topic,
+                unclean_election_enabled(ctx.topic_configs.get(tp.topic, {}), self.unclean_default),
+            )
             outcomes[tp] = o = psm.elect(ctx, tp, cur, unclean_allowed=allowed, strategy=strategy)
             return o.leader_isr
 

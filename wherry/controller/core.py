@@ -44,12 +44,7 @@ class ControllerCore(Protocol):
         ...
 
     async def elect_with(
-        self,
-        tps: list[TopicPartition],
-        strategy: ElectionStrategy,
-        batch: RequestBatch,
-        *,
-        unclean_allowed: bool | None = None,
+        self, tps: list[TopicPartition], strategy: ElectionStrategy, batch: RequestBatch
     ) -> dict[TopicPartition, ElectionOutcome]:
         """Elect leaders with `strategy`, write them and add the requests to `batch`; every
         partition's outcome (`written` tells which were written)."""

@@ -90,7 +90,8 @@ def controlled_shutdown_election(
 
 
 class ElectionStrategy(enum.Enum):
-    OFFLINE = "offline"
+    OFFLINE = "offline"  # unclean only where the topic (or the broker default) allows it
+    UNCLEAN = "unclean"  # the offline election, unclean allowed whatever the topic says
     REASSIGN = "reassign"
     PREFERRED = "preferred"
     CONTROLLED_SHUTDOWN = "controlled shutdown"

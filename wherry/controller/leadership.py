@@ -72,9 +72,7 @@ class LeadershipMoves:
             outcomes = await core.elect_with(electable, ElectionStrategy.PREFERRED, batch)
             failed = ErrorCode.preferred_leader_not_available
         else:
-            outcomes = await core.elect_with(
-                electable, ElectionStrategy.OFFLINE, batch, unclean_allowed=True
-            )
+            outcomes = await core.elect_with(electable, ElectionStrategy.UNCLEAN, batch)
             failed = ErrorCode.eligible_leaders_not_available
         for tp in electable:
             o = outcomes.get(tp)

@@ -200,7 +200,8 @@ class PartitionStateMachine(ControllerStates[TopicPartition, PartitionState]):
         assigned = ctx.replicas(tp)
         live = ctx.candidates_for(tp)
         e: Election
-        if strategy is ElectionStrategy.OFFLINE:
+        if strategy in (ElectionStrategy.OFFLINE, ElectionStrategy.UNCLEAN):
+            unclean_allowed = unclean_allowed or strategy is ElectionStrategy.UNCLEAN
             e = offline_partition_election(
                 assigned, current.isr, live, unclean_allowed=unclean_allowed
             )

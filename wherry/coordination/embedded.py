@@ -759,34 +759,6 @@ class EmbeddedSession(StoreSession):
 
     # ---------------------------------------------------------------------------- writes
 
-    async def create(
-        self,
-        path: str,
-        data: bytes = b"",
-        *,
-        ephemeral: bool = False,
-        sequential: bool = False,
-        make_parents: bool = False,
-    ) -> str:
-        self._bind_loop()
-        coord = self._coord
-        payload = as_bytes(data)
-        owner = self._session_id if ephemeral else 0
-
-        def write(txn: _Txn) -> str:
-            if make_parents:
-                validate_path(path + "0" if sequential else path)
-                ancestors: list[str] = []
-                p = parent_path(path) if path != "/" else "/"
-                while p != "/" and p not in coord._nodes:
-                    ancestors.append(p)
-                    p = parent_path(p)
-                for a in reversed(ancestors):
-                    coord._op_create(txn, a, b"", 0, False)
-            return coord._op_create(txn, path, payload, owner, sequential)
-
-        return coord._session_write(self, write)
-
     async def set(self, path: str, data: bytes, *, version: int = ANY_VERSION) -> Stat:
         self._bind_loop()
         coord = self._coord

@@ -13,6 +13,7 @@ from typing import Any
 from wherry.common.closeable import AsyncCloseable
 from wherry.coordination.store import (
     ConnectionLossError,
+    MetadataStore,
     SessionClosedError,
     SessionExpiredError,
     SessionState,
@@ -41,8 +42,9 @@ def invoke_callback(fn: Callable[[Any], None], arg: object) -> None:
         logger.exception("coordination callback %r failed on %r", fn, arg)
 
 
-class StoreSession(AsyncCloseable):
-    """A session's id, state and state listeners (``async with`` closes it)."""
+class StoreSession(AsyncCloseable, MetadataStore):
+    """A session's id, state and state listeners (``async with`` closes it); `create` as the
+    interface writes it, on the store's `multi`."""
 
     _session_id: int
     _state: SessionState

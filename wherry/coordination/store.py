@@ -240,7 +240,11 @@ set -> the new `Stat` (as in kazoo's ``TransactionRequest.commit``)."""
 
 @runtime_checkable
 class MetadataStore(Protocol):
-    """One session against a ZooKeeper-shaped metadata store. All I/O methods are coroutines."""
+    """One session against a ZooKeeper-shaped metadata store. All I/O methods are coroutines.
+
+    `create` is written here once, as a `multi` of create ops (its missing parents first):
+    the stores that subclass this class inherit it; other implementations may write their own.
+    """
 
     @property
     def session_id(self) -> int:
@@ -263,9 +267,28 @@ class MetadataStore(Protocol):
 
         Raises `NodeExistsError`, `NoNodeError` (parent missing and not ``make_parents``),
         `NoChildrenForEphemeralsError`. Parents made by ``make_parents`` are persistent and
-        empty.
+        empty; they are created with the node in one `multi`, looked for again (up to
+        `_TREE_RETRIES` times) when another session creates or deletes one meanwhile.
         """
-        ...
+        validate_path(path + "0" if sequential else path)
+        if path == "/" and not sequential:
+            raise NodeExistsError(path=path)
+        node = CreateOp(path, data, ephemeral, sequential)
+        try:
+            return await _create_all(self, [node])
+        except NoNodeError:
+            if not make_parents:
+                raise
+        for _ in range(_TREE_RETRIES):
+            missing = await _missing_ancestors(self, path)
+            try:
+                return await _create_all(self, [*map(CreateOp, missing), node])
+            except NodeExistsError as e:
+                if e.path == path:
+                    raise  # the node itself exists
+            except NoNodeError:
+                pass  # a parent was deleted meanwhile: look again
+        raise NoNodeError(f"parents of {path} keep changing; gave up creating them", path=path)
 
     async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]:
         """Return the node's data and stat; raises `NoNodeError`."""
@@ -310,6 +333,32 @@ class MetadataStore(Protocol):
         """End the session: its ephemeral nodes are deleted (firing other sessions' watches),
         its own watches are dropped, listeners see `SessionState.CLOSED`. Idempotent."""
         ...
+
+
+_TREE_RETRIES = 10
+"""How often `MetadataStore.create` looks for missing parents again after a concurrent change."""
+
+
+async def _create_all(store: MetadataStore, ops: list[CreateOp]) -> str:
+    """Create the nodes of `ops` in one `multi`; the last one's actual path. An error is the
+    create's own (no ``op_index``)."""
+    try:
+        results = await store.multi(ops)
+    except StoreError as e:
+        e.op_index = None
+        raise
+    return str(results[-1])
+
+
+async def _missing_ancestors(store: MetadataStore, path: str) -> list[str]:
+    """The ancestors of `path` that do not exist, topmost first."""
+    missing: list[str] = []
+    p = parent_path(path)
+    while p != "/" and await store.exists(p) is None:
+        missing.append(p)
+        p = parent_path(p)
+    missing.reverse()
+    return missing
 
 
 @runtime_checkable

@@ -62,7 +62,6 @@ from wherry.coordination.store import (
     WatchCallback,
     WatchEvent,
     child_path,
-    parent_path,
     validate_path,
 )
 from wherry.coordination.zk_acl import ZkSecurity
@@ -565,59 +564,6 @@ class ZooKeeperStore(StoreSession):
         return list(await asyncio.gather(*(one(p) for p in paths)))
 
     # ---------------------------------------------------------------------------- writes
-
-    async def create(
-        self,
-        path: str,
-        data: bytes = b"",
-        *,
-        ephemeral: bool = False,
-        sequential: bool = False,
-        make_parents: bool = False,
-    ) -> str:
-        validate_path(path + "0" if sequential else path)
-        payload = as_bytes(data)
-        self._bind_loop()
-        self._check_usable()
-        if path == "/" and not sequential:
-            raise store.NodeExistsError(path=path)
-        try:
-            created = await self._request(
-                path,
-                self._client.create_async(
-                    path, payload, acl=self._acls(path), ephemeral=ephemeral, sequence=sequential
-                ),
-            )
-            return str(created)
-        except store.NoNodeError:
-            if not make_parents:
-                raise
-        op = store.CreateOp(path, payload, ephemeral=ephemeral, sequential=sequential)
-        for _ in range(_TREE_RETRIES):
-            missing = await self._missing_ancestors(path)
-            try:
-                results = await self.multi([*(store.CreateOp(p) for p in missing), op])
-            except (store.NodeExistsError, store.NoNodeError) as e:
-                if isinstance(e, store.NodeExistsError) and e.op_index == len(missing):
-                    e.op_index = None
-                    raise  # the node itself exists
-                continue  # a parent was created or deleted meanwhile: look again
-            except store.StoreError as e:
-                e.op_index = None
-                raise
-            return str(results[-1])
-        raise store.NoNodeError(
-            f"parents of {path} keep changing; gave up creating them", path=path
-        )
-
-    async def _missing_ancestors(self, path: str) -> list[str]:
-        missing: list[str] = []
-        p = parent_path(path)
-        while p != "/" and await self.exists(p) is None:
-            missing.append(p)
-            p = parent_path(p)
-        missing.reverse()
-        return missing
 
     async def set(self, path: str, data: bytes, *, version: int = ANY_VERSION) -> Stat:
         validate_path(path)

@@ -28,7 +28,7 @@ from typing import Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.group.storage import AppendDone, Record
+from wherry.group.storage import AppendDone, ProducerIdAndEpoch, Record
 from wherry.protocol.records import build_batch, iter_batches
 from wherry.replication.replica_manager import ProduceResult, ReplicaManager
 
@@ -91,30 +91,28 @@ class ReplicaCoordinatorStorage:
         self._now_ms = now_ms
         self._timeout_ms = timeout_ms
 
-    def append(
-        self,
-        partition: int,
-        records: Sequence[Record],
-        done: AppendDone,
-        *,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-    ) -> None:
-        tp = TopicPartition(self.topic, partition)
+    def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
         now = self._now_ms()
-        if producer_id >= 0:
-            # TxnOffsetCommit: a transactional batch of the producer (Kafka writes sequence 0;
-            # coordinator appends skip the sequence checks, not the epoch check).
-            batch = build_batch(
-                list(records),
-                timestamp_ms=now,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                base_sequence=0,
-                is_transactional=True,
-            )
-        else:
-            batch = build_batch(list(records), timestamp_ms=now)
+        self._append(partition, build_batch(list(records), timestamp_ms=now), done, now)
+
+    def append_transactional(
+        self, partition: int, txn: ProducerIdAndEpoch, records: Sequence[Record], done: AppendDone
+    ) -> None:
+        # TxnOffsetCommit: Kafka writes sequence 0; coordinator appends skip the sequence
+        # checks, not the epoch check.
+        now = self._now_ms()
+        batch = build_batch(
+            list(records),
+            timestamp_ms=now,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        self._append(partition, batch, done, now)
+
+    def _append(self, partition: int, batch: bytes, done: AppendDone, now: int) -> None:
+        tp = TopicPartition(self.topic, partition)
 
         def respond(result: ProduceResult) -> None:
             st = result.get(tp)

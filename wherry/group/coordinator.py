@@ -39,7 +39,13 @@ from wherry.group.consumer_coordinator import (
     TopicsImage,
 )
 from wherry.group.consumer_group import ConsumerGroup
-from wherry.group.group import GroupMetadata, GroupOverview, GroupSummary, OffsetAndMetadata
+from wherry.group.group import (
+    GroupMetadata,
+    GroupOverview,
+    GroupSummary,
+    OffsetAndMetadata,
+    OffsetCommitter,
+)
 from wherry.group.join import JoinGroupHandler, JoinRequest
 from wherry.group.loader import PartitionSnapshot
 from wherry.group.member import (
@@ -58,7 +64,7 @@ from wherry.group.metadata_manager import (
 from wherry.group.rebalance import Rebalancer
 from wherry.group.share_group_records import ShareGroupReplay
 from wherry.group.state import GroupState
-from wherry.group.storage import OffsetsStorage
+from wherry.group.storage import OffsetsStorage, ProducerIdAndEpoch
 from wherry.purgatory.purgatory import DelayedOperationPurgatory
 
 log = logging.getLogger(__name__)
@@ -563,15 +569,13 @@ class GroupCoordinator:
     # --- OffsetCommit ---------------------------------------------------------------------------
     def handle_commit_offsets(
         self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        generation_id: int,
+        committer: OffsetCommitter,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
         callback: CommitCallback,
         now_ms: int,
         api_version: int = 9,
     ) -> None:
+        group_id, member_id = committer.group_id, committer.member_id
         err = self._group_status(group_id, Api.OFFSET_COMMIT, now_ms)
         if err is not None:
             callback(dict.fromkeys(offsets, err))
@@ -579,7 +583,7 @@ class GroupCoordinator:
         consumer_group = self._consumer.get(group_id)
         if consumer_group is not None:
             refused = self._consumer.validate_offset_commit(
-                consumer_group, member_id, generation_id, api_version
+                consumer_group, member_id, committer.generation_id, api_version
             )
             if refused is not None:
                 callback(dict.fromkeys(offsets, refused[0]))
@@ -589,7 +593,7 @@ class GroupCoordinator:
             return
         group = self._manager.get_group(group_id)
         if group is None:
-            if generation_id >= 0:
+            if committer.generation_id >= 0:
                 # A commit from an older generation of a group that no longer exists.
                 callback(dict.fromkeys(offsets, ErrorCode.illegal_generation))
                 return
@@ -600,7 +604,7 @@ class GroupCoordinator:
                 group_id,
             )
             group = self._manager.add_group(GroupMetadata(group_id, _E, self.now_ms))
-        err = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
+        err = self._validate_offset_commit(group, committer)
         if err is not None:
             callback(dict.fromkeys(offsets, err))
             return
@@ -620,12 +624,8 @@ class GroupCoordinator:
 
     def handle_txn_commit_offsets(
         self,
-        group_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        member_id: str,
-        group_instance_id: str | None,
-        generation_id: int,
+        committer: OffsetCommitter,
+        txn: ProducerIdAndEpoch,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
         callback: CommitCallback,
         now_ms: int,
@@ -633,6 +633,7 @@ class GroupCoordinator:
         """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): offsets of a transaction, pending
         until its marker. A producer outside the group's management sends generation -1 and
         no member id, accepted whatever the group's state."""
+        group_id, member_id = committer.group_id, committer.member_id
         err = self._group_status(group_id, Api.TXN_OFFSET_COMMIT, now_ms)
         if err is not None:
             callback(dict.fromkeys(offsets, err))
@@ -640,30 +641,28 @@ class GroupCoordinator:
         consumer_group = self._consumer.get(group_id)
         if consumer_group is not None:
             # A KIP-848 member's epoch (none for a producer outside the group's management).
-            unmanaged = generation_id < 0 and member_id == UNKNOWN_MEMBER_ID
+            unmanaged = committer.generation_id < 0 and member_id == UNKNOWN_MEMBER_ID
             refused = (
                 None
                 if unmanaged
                 else self._consumer.validate_offset_commit(
-                    consumer_group, member_id, generation_id, api_version=9
+                    consumer_group, member_id, committer.generation_id, api_version=9
                 )
             )
             if refused is not None:
                 callback(dict.fromkeys(offsets, refused[0]))
                 return
             holder = self._bridge.offsets_holder(group_id, self.now_ms)
-            self._manager.store_txn_offsets(holder, producer_id, producer_epoch, offsets, callback)
+            self._manager.store_txn_offsets(holder, txn, offsets, callback)
             return
         group = self._manager.get_group(group_id)
         if group is None:
             group = self._manager.add_group(GroupMetadata(group_id, _E, self.now_ms))
-        err = self._validate_offset_commit(
-            group, generation_id, member_id, group_instance_id, transactional=True
-        )
+        err = self._validate_offset_commit(group, committer, transactional=True)
         if err is not None:
             callback(dict.fromkeys(offsets, err))
             return
-        self._manager.store_txn_offsets(group, producer_id, producer_epoch, offsets, callback)
+        self._manager.store_txn_offsets(group, txn, offsets, callback)
 
     def on_transaction_completed(
         self, producer_id: int, offsets_partitions: Iterable[int], is_commit: bool
@@ -673,38 +672,24 @@ class GroupCoordinator:
         self._manager.handle_txn_completion(producer_id, offsets_partitions, is_commit)
 
     def _validate_offset_commit(
-        self,
-        group: GroupMetadata,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        *,
-        transactional: bool = False,
+        self, group: GroupMetadata, committer: OffsetCommitter, *, transactional: bool = False
     ) -> ErrorCode | None:
         if group.is_(_D):
             return ErrorCode.coordinator_not_available
-        if transactional:
-            managed = (
-                generation_id >= 0
-                or member_id != UNKNOWN_MEMBER_ID
-                or group_instance_id is not None
-            )
-            if managed:
-                return self._validate_member_generation(
-                    group, member_id, group_instance_id, generation_id, "txn-offset-commit"
-                )
-            return None
-        if generation_id < 0 and group.is_(_E):
+        if not transactional and committer.generation_id < 0 and group.is_(_E):
             # Admin client or a consumer without group management: fine while the group is empty.
             return None
-        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+        if committer.managed:
             return self._validate_member_generation(
-                group, member_id, group_instance_id, generation_id, "offset-commit"
+                group,
+                committer.member_id,
+                committer.group_instance_id,
+                committer.generation_id,
+                "txn-offset-commit" if transactional else "offset-commit",
             )
-        if not group.is_(_E):
-            # Only members can commit while the group has members.
-            return ErrorCode.unknown_member_id
-        return None
+        if transactional or group.is_(_E):
+            return None  # a producer outside the group's management commits whatever the state
+        return ErrorCode.unknown_member_id  # only members commit while the group has members
 
     # --- OffsetFetch ----------------------------------------------------------------------------
     def handle_fetch_offsets(

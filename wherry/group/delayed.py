@@ -1,14 +1,14 @@
 """The group coordinator's delayed operations (Kafka's DelayedJoin, InitialDelayedJoin,
 DelayedSync and DelayedHeartbeat), parked in the coordinator's purgatories.
 
-They only hold a reference to the group and call back through `RebalanceCallbacks`, which
-owns the logic (the coordinator's rebalance machinery implements it). Watch keys:
+They only hold a reference to the group (and the generation or member they wait for) and call
+back through `RebalanceCallbacks` with themselves; the callbacks own the logic (the
+coordinator's rebalance machinery implements them). Watch keys:
 `join_key(group)`, `sync_key(group)`, `member_key(group, member)`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from wherry.purgatory.operation import DelayedOperation
@@ -48,29 +48,17 @@ class RebalanceCallbacks(Protocol):
         """Park `op` in the rebalance purgatory under `join_key` of its group."""
         ...
 
-    def try_complete_join(
-        self, group: GroupMetadata, force_complete: Callable[[], bool]
-    ) -> bool: ...
+    def try_complete_join(self, op: DelayedJoin) -> bool: ...
 
     def on_complete_join(self, group: GroupMetadata) -> None: ...
 
-    def try_complete_pending_sync(
-        self, group: GroupMetadata, generation_id: int, force_complete: Callable[[], bool]
-    ) -> bool: ...
+    def try_complete_pending_sync(self, op: DelayedSync) -> bool: ...
 
-    def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None: ...
+    def on_expire_pending_sync(self, op: DelayedSync) -> None: ...
 
-    def try_complete_heartbeat(
-        self,
-        group: GroupMetadata,
-        member_id: str,
-        is_pending: bool,
-        force_complete: Callable[[], bool],
-    ) -> bool: ...
+    def try_complete_heartbeat(self, op: DelayedHeartbeat) -> bool: ...
 
-    def on_expire_heartbeat(
-        self, group: GroupMetadata, member_id: str, is_pending: bool
-    ) -> None: ...
+    def on_expire_heartbeat(self, op: DelayedHeartbeat) -> None: ...
 
 
 class GroupOperation(DelayedOperation):
@@ -89,7 +77,7 @@ class DelayedJoin(GroupOperation):
     """Completes when every known member has rejoined, or at the rebalance timeout."""
 
     def try_complete(self) -> bool:
-        return self.callbacks.try_complete_join(self.group, self.force_complete)
+        return self.callbacks.try_complete_join(self)
 
     def on_complete(self) -> None:
         self.callbacks.on_complete_join(self.group)
@@ -144,12 +132,10 @@ class DelayedSync(GroupOperation):
         self.generation_id = generation_id
 
     def try_complete(self) -> bool:
-        return self.callbacks.try_complete_pending_sync(
-            self.group, self.generation_id, self.force_complete
-        )
+        return self.callbacks.try_complete_pending_sync(self)
 
     def on_expiration(self) -> None:
-        self.callbacks.on_expire_pending_sync(self.group, self.generation_id)
+        self.callbacks.on_expire_pending_sync(self)
 
 
 class DelayedHeartbeat(GroupOperation):
@@ -168,9 +154,7 @@ class DelayedHeartbeat(GroupOperation):
         self.is_pending = is_pending
 
     def try_complete(self) -> bool:
-        return self.callbacks.try_complete_heartbeat(
-            self.group, self.member_id, self.is_pending, self.force_complete
-        )
+        return self.callbacks.try_complete_heartbeat(self)
 
     def on_expiration(self) -> None:
-        self.callbacks.on_expire_heartbeat(self.group, self.member_id, self.is_pending)
+        self.callbacks.on_expire_heartbeat(self)

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.group.member import (
+    UNKNOWN_MEMBER_ID,
     JoinCallback,
     JoinGroupResult,
     JoinMember,
@@ -33,6 +34,7 @@ __all__ = [
     "GroupSummary",
     "MemberSummary",
     "OffsetAndMetadata",
+    "OffsetCommitter",
 ]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -45,6 +47,27 @@ class OffsetAndMetadata:
     metadata: str
     commit_timestamp_ms: int
     expire_timestamp_ms: int | None = None  # only from OffsetCommit v2-v4 retention_time
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitter:
+    """Who commits offsets (OffsetCommit, TxnOffsetCommit): the group, and the member with its
+    static instance id and generation (a KIP-848 member's epoch). A client outside the group's
+    management (an admin client, a producer) sends no member id and generation -1."""
+
+    group_id: str
+    member_id: str = UNKNOWN_MEMBER_ID
+    group_instance_id: str | None = None
+    generation_id: int = -1
+
+    @property
+    def managed(self) -> bool:
+        """The commit names a member of the group (its generation, member or instance id)."""
+        return (
+            self.generation_id >= 0
+            or self.member_id != UNKNOWN_MEMBER_ID
+            or self.group_instance_id is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)

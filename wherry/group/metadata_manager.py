@@ -37,7 +37,7 @@ from wherry.group.records import (
     partition_for,
 )
 from wherry.group.state import GroupState
-from wherry.group.storage import OffsetsStorage, Record
+from wherry.group.storage import OffsetsStorage, ProducerIdAndEpoch, Record
 
 log = logging.getLogger(__name__)
 
@@ -373,8 +373,7 @@ class GroupMetadataManager:
     def store_txn_offsets(
         self,
         group: GroupMetadata,
-        producer_id: int,
-        producer_epoch: int,
+        txn: ProducerIdAndEpoch,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
         callback: CommitCallback,
     ) -> None:
@@ -382,18 +381,18 @@ class GroupMetadataManager:
         stay pending (invisible to OffsetFetch) until its marker (`handle_txn_completion`)."""
 
         def prepare(valid: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-            self._producer_groups.setdefault(producer_id, set()).add(group.group_id)
-            group.prepare_txn_offset_commit(producer_id, valid)
+            self._producer_groups.setdefault(txn.producer_id, set()).add(group.group_id)
+            group.prepare_txn_offset_commit(txn.producer_id, valid)
 
         def appended(valid: Mapping[TopicPartition, OffsetAndMetadata], base: int) -> None:
             for tp, om in valid.items():
                 group.on_txn_offset_commit_append(
-                    producer_id, tp, CommitRecordMetadataAndOffset(base, om)
+                    txn.producer_id, tp, CommitRecordMetadataAndOffset(base, om)
                 )
 
         def failed(valid: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
             for tp in valid:
-                group.fail_pending_txn_offset_commit(producer_id, tp)
+                group.fail_pending_txn_offset_commit(txn.producer_id, tp)
 
         self._write_offsets(
             group,
@@ -403,10 +402,10 @@ class GroupMetadataManager:
             appended=appended,
             failed=failed,
             what=(
-                f"Transactional offset commit of producer {producer_id} for group {group.group_id}"
+                f"Transactional offset commit of producer {txn.producer_id} "
+                f"for group {group.group_id}"
             ),
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
+            txn=txn,
         )
 
     def _write_offsets(
@@ -419,12 +418,11 @@ class GroupMetadataManager:
         appended: Callable[[Mapping[TopicPartition, OffsetAndMetadata], int], None],
         failed: Callable[[Mapping[TopicPartition, OffsetAndMetadata]], None],
         what: str,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
+        txn: ProducerIdAndEpoch | None = None,
     ) -> None:
         """The one write path of OffsetCommit and TxnOffsetCommit: partitions whose metadata
-        is too large fail alone; the others are written as one batch (transactional with a
-        `producer_id`), pending in the group until the append answers."""
+        is too large fail alone; the others are written as one batch (a transactional one of
+        the producer `txn`), pending in the group until the append answers."""
         valid = {tp: om for tp, om in offsets.items() if self._metadata_ok(om.metadata)}
         if not valid:
             callback(dict.fromkeys(offsets, ErrorCode.offset_metadata_too_large))
@@ -469,9 +467,10 @@ class GroupMetadataManager:
                 }
             )
 
-        self._storage.append(
-            p, records, done, producer_id=producer_id, producer_epoch=producer_epoch
-        )
+        if txn is None:
+            self._storage.append(p, records, done)
+        else:
+            self._storage.append_transactional(p, txn, records, done)
 
     def handle_txn_completion(
         self, producer_id: int, partitions: Iterable[int], is_commit: bool

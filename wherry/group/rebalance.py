@@ -13,7 +13,7 @@ calls back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
@@ -274,10 +274,8 @@ class Rebalancer:
             self.check_join(group)
 
     # --- DelayedJoin callbacks ------------------------------------------------------------------
-    def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]) -> bool:
-        if group.has_all_members_joined:
-            return force_complete()
-        return False
+    def try_complete_join(self, op: DelayedJoin) -> bool:
+        return op.force_complete() if op.group.has_all_members_joined else False
 
     def on_complete_join(self, group: GroupMetadata) -> None:
         gone = [m for m in group.not_yet_rejoined_members() if not m.is_static_member]
@@ -404,16 +402,16 @@ class Rebalancer:
         group.clear_pending_sync_members()
         self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
 
-    def try_complete_pending_sync(
-        self, group: GroupMetadata, generation_id: int, force_complete: Callable[[], bool]
-    ) -> bool:
-        if generation_id != group.generation_id or group.state in (_D, _E, _P):
-            return force_complete()
+    def try_complete_pending_sync(self, op: DelayedSync) -> bool:
+        group = op.group
+        if op.generation_id != group.generation_id or group.state in (_D, _E, _P):
+            return op.force_complete()
         if group.has_received_sync_from_all_members:
-            return force_complete()
+            return op.force_complete()
         return False
 
-    def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None:
+    def on_expire_pending_sync(self, op: DelayedSync) -> None:
+        group, generation_id = op.group, op.generation_id
         if generation_id != group.generation_id or group.state in (_D, _E, _P):
             log.error(
                 "%s Unexpected sync expiration for %s (generation %d, group at %d in %s)",
@@ -471,22 +469,18 @@ class Rebalancer:
     def remove_heartbeat_for_leaving_member(self, group: GroupMetadata, member_id: str) -> None:
         self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member_id))
 
-    def try_complete_heartbeat(
-        self,
-        group: GroupMetadata,
-        member_id: str,
-        is_pending: bool,
-        force_complete: Callable[[], bool],
-    ) -> bool:
+    def try_complete_heartbeat(self, op: DelayedHeartbeat) -> bool:
+        group, member_id = op.group, op.member_id
         if group.is_(_D):
-            return force_complete()
-        if is_pending:
-            return force_complete() if group.has(member_id) else False
+            return op.force_complete()
+        if op.is_pending:
+            return op.force_complete() if group.has(member_id) else False
         if not group.has(member_id) or group.get(member_id).has_satisfied_heartbeat:
-            return force_complete()
+            return op.force_complete()
         return False
 
-    def on_expire_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool) -> None:
+    def on_expire_heartbeat(self, op: DelayedHeartbeat) -> None:
+        group, member_id = op.group, op.member_id
         if group.is_(_D):
             log.info(
                 "%s Received notification of heartbeat expiration for member %s after group %s "
@@ -495,7 +489,7 @@ class Rebalancer:
                 member_id,
                 group.group_id,
             )
-        elif is_pending:
+        elif op.is_pending:
             if group.is_pending_member(member_id):
                 log.info(
                     "%s Pending member %s in group %s has been removed after session timeout "

@@ -8,11 +8,12 @@ partitions); tests implement it in memory. `done(error, base_offset)` may be cal
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["APPEND_ERRORS", "AppendDone", "OffsetsStorage", "Record"]
+__all__ = ["APPEND_ERRORS", "AppendDone", "OffsetsStorage", "ProducerIdAndEpoch", "Record"]
 
 Record = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
 AppendDone = Callable[[ErrorCode, int], None]  # (error, base offset of the appended batch)
@@ -29,16 +30,22 @@ APPEND_ERRORS: Mapping[ErrorCode, ErrorCode] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    """The producer a transactional batch belongs to (Kafka's ProducerIdAndEpoch)."""
+
+    producer_id: int
+    producer_epoch: int
+
+
 class OffsetsStorage(Protocol):
-    def append(
-        self,
-        partition: int,
-        records: Sequence[Record],
-        done: AppendDone,
-        *,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
+    def append(self, partition: int, records: Sequence[Record], done: AppendDone) -> None:
+        """Append `records` as one batch to the offsets topic's `partition`."""
+        ...
+
+    def append_transactional(
+        self, partition: int, txn: ProducerIdAndEpoch, records: Sequence[Record], done: AppendDone
     ) -> None:
-        """Append `records` as one batch to the offsets topic's `partition`; with a
-        `producer_id`, a transactional batch of that producer (TxnOffsetCommit)."""
+        """Append `records` as one transactional batch of the producer `txn` (TxnOffsetCommit:
+        the offsets stay pending until the producer's marker)."""
         ...

@@ -17,15 +17,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import confluent_kafka as ck
 import pyarrow as pa
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from wherry.spark import client_cache
@@ -107,7 +100,7 @@ class ClusterView:
         """The AdminClient kept for these options in this process (`client_cache`)."""
         try:
             return client_cache.admin(self._conf())
-        except KafkaException as e:
+        except ck.KafkaException as e:
             raise OptionError("kafka.*", f"the Kafka client refused its settings: {e}") from e
 
     def _admin_params(self) -> dict[str, str]:
@@ -121,14 +114,14 @@ class ClusterView:
         admin = self._admin()
         try:
             md = admin.list_topics(timeout=timeout_s)
-        except KafkaException as e:
+        except ck.KafkaException as e:
             client_cache.forget_admin(self._conf())
             timeout_ms = self.opts.metadata_timeout_ms
             raise _unreachable(self.opts.bootstrap_servers, timeout_ms, e) from e
         existing = {
             name: sorted(t.partitions)
             for name, t in md.topics.items()
-            if t.error is None or t.error.code() == KafkaError.NO_ERROR
+            if t.error is None or t.error.code() == ck.KafkaError.NO_ERROR
         }
         sub: Subscription = self.opts.subscription
         if sub.kind == "subscribe":
@@ -154,9 +147,9 @@ class ClusterView:
             return {}
         admin = self._admin()
         timeout_ms = self.opts.metadata_timeout_ms
-        request = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
+        request = {ck.TopicPartition(t, p): spec for (t, p), spec in specs.items()}
         try:
-            futures: dict[TopicPartition, Future[Any]] = admin.list_offsets(
+            futures: dict[ck.TopicPartition, Future[Any]] = admin.list_offsets(
                 request, request_timeout=timeout_ms / 1000
             )
             out: dict[TP, int] = {}
@@ -164,13 +157,13 @@ class ClusterView:
                 info = fut.result(timeout=timeout_ms / 1000 + 5)
                 out[(tp.topic, tp.partition)] = int(info.offset)
             return out
-        except KafkaException as e:
+        except ck.KafkaException as e:
             client_cache.forget_admin(self._conf())
             err = e.args[0] if e.args else e
-            if isinstance(err, KafkaError) and err.code() in (
-                KafkaError._TRANSPORT,
-                KafkaError._TIMED_OUT,
-                KafkaError.REQUEST_TIMED_OUT,
+            if isinstance(err, ck.KafkaError) and err.code() in (
+                ck.KafkaError._TRANSPORT,
+                ck.KafkaError._TIMED_OUT,
+                ck.KafkaError.REQUEST_TIMED_OUT,
             ):
                 raise _unreachable(self.opts.bootstrap_servers, timeout_ms, err) from e
             raise ConnectorError(f"ListOffsets failed: {err}") from e
@@ -220,19 +213,19 @@ def _consumer_conf(opts: SourceOptions) -> dict[str, Any]:
     return conf
 
 
-def _new_consumer(conf: Mapping[str, Any]) -> Consumer:
+def _new_consumer(conf: Mapping[str, Any]) -> ck.Consumer:
     # A group of its own: nothing is committed, and no other reader shares its state.
     group = {"group.id": f"wherry-spark-{uuid.uuid4().hex}"}
     try:
-        return Consumer({**group, **conf})
-    except KafkaException as e:
+        return ck.Consumer({**group, **conf})
+    except ck.KafkaException as e:
         raise OptionError("kafka.*", f"the Kafka consumer refused its settings: {e}") from e
 
 
 def _to_batch(
     topic: str,
     partition: int,
-    records: list[Message],
+    records: list[ck.Message],
     offsets: list[int],
     with_headers: bool,
 ) -> pa.RecordBatch:
@@ -294,7 +287,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     )
 
 
-_C = TypeVar("_C", Consumer, "PartitionClient")
+_C = TypeVar("_C", ck.Consumer, "PartitionClient")
 
 
 def _lent(
@@ -426,23 +419,23 @@ def _fetch_range(
 
 
 def _watermarks(
-    consumer: Consumer, topic: str, partition: int, timeout_s: float
+    consumer: ck.Consumer, topic: str, partition: int, timeout_s: float
 ) -> tuple[int, int]:
     """The partition's low and high watermarks. A kept consumer (`client_cache`) may know the
     cluster from before the partition was added: it then learns the topic afresh and asks
     again."""
-    tp = TopicPartition(topic, partition)
+    tp = ck.TopicPartition(topic, partition)
     try:
         try:
             return consumer.get_watermark_offsets(tp, timeout=timeout_s)
-        except KafkaException as e:
+        except ck.KafkaException as e:
             err = e.args[0] if e.args else None
-            unknown = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
-            if not isinstance(err, KafkaError) or err.code() not in unknown:
+            unknown = (ck.KafkaError._UNKNOWN_PARTITION, ck.KafkaError._UNKNOWN_TOPIC)
+            if not isinstance(err, ck.KafkaError) or err.code() not in unknown:
                 raise
             consumer.list_topics(topic, timeout=timeout_s)  # a metadata request for the topic
             return consumer.get_watermark_offsets(tp, timeout=timeout_s)
-    except KafkaException as e:
+    except ck.KafkaException as e:
         raise ConnectorError(
             f"cannot look up the offsets of {topic}-{partition}: {e.args[0]}"
         ) from e
@@ -482,7 +475,7 @@ def _timed_out(opts: SourceOptions, name: str, position: int, end: int) -> Conne
     )
 
 
-def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+def _read(consumer: ck.Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     topic, partition = rng.topic, rng.partition
     timeout_s = opts.poll_timeout_ms / 1000
     name = f"{topic}-{partition}"
@@ -490,7 +483,7 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
     start, end = _clamp(opts, rng, low, high)
     if start >= end:
         return
-    consumer.assign([TopicPartition(topic, partition, start)])
+    consumer.assign([ck.TopicPartition(topic, partition, start)])
     position = start
     deadline = time.monotonic() + timeout_s
     chunk = 1000  # rows per consume(); adapted to the record size seen
@@ -519,17 +512,17 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
             continue
         err = msgs[failed[0]].error()
         assert err is not None
-        if err.code() == KafkaError._PARTITION_EOF:
+        if err.code() == ck.KafkaError._PARTITION_EOF:
             # The end of the log: a compacted tail may stop short of ``end``.
             return
-        if err.code() == KafkaError._AUTO_OFFSET_RESET:
+        if err.code() == ck.KafkaError._AUTO_OFFSET_RESET:
             # Deleted between the watermark lookup and the fetch.
             low, _ = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s
+                ck.TopicPartition(topic, partition), timeout=timeout_s
             )
             _gone(opts, name, position, low)
             position = max(position, low)
-            consumer.seek(TopicPartition(topic, partition, position))
+            consumer.seek(ck.TopicPartition(topic, partition, position))
             continue
         raise ConnectorError(f"reading {name} at offset {position} failed: {err}")
 
@@ -552,16 +545,16 @@ class RowProducer:
         self.sent = 0
         self.failures: list[str] = []
         try:
-            self._producer = Producer(conf)
-        except KafkaException as e:
+            self._producer = ck.Producer(conf)
+        except ck.KafkaException as e:
             raise OptionError("kafka.*", f"the Kafka producer refused its settings: {e}") from e
 
     @property
-    def client(self) -> Producer:
+    def client(self) -> ck.Producer:
         """The confluent-kafka producer (for the exactly-once sink's transaction calls)."""
         return self._producer
 
-    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+    def _delivered(self, err: ck.KafkaError | None, msg: Any) -> None:
         if err is not None and len(self.failures) < 10:
             self.failures.append(f"{msg.topic()}-{msg.partition()}: {err.str()}")
 
@@ -584,7 +577,7 @@ class RowProducer:
                 break
             except BufferError:
                 self._producer.poll(0.1)
-            except KafkaException as e:
+            except ck.KafkaException as e:
                 raise ConnectorError(f"cannot write to topic {topic!r}: {e.args[0]}") from e
         self.sent += 1
         if self.failures:

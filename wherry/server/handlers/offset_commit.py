@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.group.group import OffsetAndMetadata
+from wherry.group.group import OffsetAndMetadata, OffsetCommitter
 from wherry.protocol.codec import duration_ms
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
@@ -73,10 +73,12 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         coord = broker.groups.coordinator
         results = await answer_of(
             lambda cb: coord.handle_commit_offsets(
-                body.group_id,
-                body.member_id,
-                getattr(body, "group_instance_id", None),
-                body.generation_id_or_member_epoch,
+                OffsetCommitter(
+                    body.group_id,
+                    body.member_id,
+                    getattr(body, "group_instance_id", None),
+                    body.generation_id_or_member_epoch,
+                ),
                 offsets,
                 cb,
                 now,

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.group.group import OffsetAndMetadata
+from wherry.group.group import OffsetAndMetadata, OffsetCommitter
 from wherry.group.records import OFFSETS_TOPIC
+from wherry.group.storage import ProducerIdAndEpoch
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorized_names
@@ -103,12 +104,13 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         coord = broker.groups.coordinator
         results = await answer_of(
             lambda cb: coord.handle_txn_commit_offsets(
-                body.group_id,
-                body.producer_id,
-                body.producer_epoch,
-                getattr(body, "member_id", ""),
-                getattr(body, "group_instance_id", None),
-                getattr(body, "generation_id", -1),
+                OffsetCommitter(
+                    body.group_id,
+                    getattr(body, "member_id", ""),
+                    getattr(body, "group_instance_id", None),
+                    getattr(body, "generation_id", -1),
+                ),
+                ProducerIdAndEpoch(body.producer_id, body.producer_epoch),
                 offsets,
                 cb,
                 now,

@@ -78,9 +78,7 @@ def test_a_partition_named_before_its_topic_is_known_is_fetched_once_it_is(
     tmp_path: Path,
 ) -> None:
     async def main() -> None:
-        cluster = AsyncDevCluster(tmp_path, brokers=1, base_port=0)
-        await cluster.start()
-        try:
+        async with AsyncDevCluster(tmp_path, brokers=1, base_port=0) as cluster:
             b = cluster.brokers[0]
             topic = f"late-{uuid.uuid4().hex[:8]}"
             async with asyncio.timeout(30):
@@ -126,7 +124,5 @@ def test_a_partition_named_before_its_topic_is_known_is_fetched_once_it_is(
             assert part.error_code == ErrorCode.none
             acquired = [(r.first_offset, r.last_offset) for r in part.acquired_records]
             assert acquired == [(0, 4)]
-        finally:
-            await cluster.stop()
 
     asyncio.run(main())

@@ -33,7 +33,7 @@ ACCEPTED = 2  # a persisted state batch's delivery state (ACKNOWLEDGED)
 
 def _run(tmp_path: Path, body: Callable[[AsyncDevCluster], Awaitable[None]]) -> None:
     async def main() -> None:
-        cluster = AsyncDevCluster(
+        async with AsyncDevCluster(
             tmp_path, brokers=3, base_port=0,
             overrides={
                 "group.share.delivery.count.limit": "2",
@@ -41,12 +41,8 @@ def _run(tmp_path: Path, body: Callable[[AsyncDevCluster], Awaitable[None]]) -> 
                 "share.coordinator.state.topic.replication.factor": "3",
                 "share.coordinator.state.topic.min.isr": "2",
             },
-        )
-        await cluster.start()
-        try:
+        ) as cluster:
             await body(cluster)
-        finally:
-            await cluster.stop()
 
     asyncio.run(main())
 

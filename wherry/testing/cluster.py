@@ -197,6 +197,13 @@ class AsyncDevCluster:
             await self.stop()
             raise
 
+    async def __aenter__(self) -> AsyncDevCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
     async def stop(self) -> None:
         """Stop every running broker (the controller last, none controlled: the whole cluster
         goes) and close the store."""

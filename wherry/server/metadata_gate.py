@@ -74,6 +74,10 @@ class MetadataGate:
         self._deadline: float | None = None
 
     @property
+    def cache(self) -> MetadataCache:
+        return self._cache
+
+    @property
     def is_open(self) -> bool:
         return self._open.is_set()
 

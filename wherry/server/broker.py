@@ -178,8 +178,8 @@ class Broker:
         # What a broker that must stop now does (every log dir failed): exit the process.
         self.fatal: Callable[[str], None] = halt
 
-    # Made on first use (after the listeners are bound, unless asked for earlier): what the
-    # start does not need before its bind is not imported before it.
+    # Made on first use (once the listeners are bound, unless asked for before): their
+    # modules are imported then.
     @functools.cached_property
     def rng(self) -> random.Random:
         import random
@@ -187,40 +187,27 @@ class Broker:
         return random.Random()
 
     @functools.cached_property
-    def channel(self) -> InProcessChannel:
-        """The brokers of this process reachable by an in-process controller (embedded mode;
-        `wherry dev` shares one between its brokers)."""
+    def channel(self) -> InProcessChannel:  # brokers reachable by an in-process controller
         from wherry.controller.channel import InProcessChannel
 
         return InProcessChannel()
 
     @property
-    def controller_channel(self) -> ControllerChannel:
-        """The channel of the current controller instance: a NetworkChannelManager per
-        instance with ZooKeeper, `channel` otherwise."""
+    def controller_channel(self) -> ControllerChannel:  # a NetworkChannelManager with ZK
         return self._network_channel if self._network_channel is not None else self.channel
 
     @functools.cached_property
-    def _metadata_gate(self) -> MetadataGate:
-        """Clients are served once the cache has the controller's first metadata (bounded)."""
-        from wherry.replication.metadata_cache import MetadataCache
-        from wherry.server.metadata_gate import MetadataGate
+    def _metadata_gate(self) -> MetadataGate:  # clients wait for the first metadata
+        from wherry.server.metadata_gate import broker_gate
 
-        cache = MetadataCache(self.broker_id, self.config.inter_broker_listener)
-        gate = MetadataGate(
-            cache, self.config.controller_socket_timeout_ms, f"[Broker id={self.broker_id}]"
-        )
-        cache.add_listener(gate.on_update)
-        return gate
+        return broker_gate(self.config, self._prefix)
 
     @property
-    def cache(self) -> MetadataCache:
-        """What UpdateMetadata said (held by the replica node once it starts)."""
+    def cache(self) -> MetadataCache:  # what UpdateMetadata said
         return self._metadata_gate.cache
 
     @functools.cached_property
-    def fence(self) -> ControllerFence:
-        """The broker / controller epochs requests are checked against."""
+    def fence(self) -> ControllerFence:  # the epochs controller requests are checked against
         from wherry.replication.controller_requests import ControllerFence
 
         return ControllerFence()

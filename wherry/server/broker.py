@@ -46,7 +46,7 @@ from wherry.runtime.loop_lag import LoopLag, monitor
 from wherry.runtime.scheduler import Job, Scheduler
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
-from wherry.server.cluster_min_isr import ensure_cluster_min_isr
+from wherry.server.cluster_min_isr import ensure_cluster_min_isr, first_start_nodes
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.handlers.api_versions import (
     API_VERSIONS_KEY,
@@ -256,17 +256,17 @@ class Broker:
         self.store = await self._open_session()
         self._watch_session(self.store)
         # A first start creates its cluster id with the persistent paths (one transaction).
-        first_id = None
+        min_isr, new_id = cfg.log_defaults.min_insync_replicas, None
         if await self.store.exists(paths.CLUSTER_ID) is None:
-            first_id = {paths.CLUSTER_ID: paths.encode_cluster_id(self._new_cluster_id())}
-        await paths.ensure_persistent_paths(self.store, first_id)
+            new_id = self._new_cluster_id()
+        await paths.ensure_persistent_paths(self.store, first_start_nodes(new_id, min_isr))
         self.cluster_id = await self._cluster_id()
         missing_meta = check_meta_properties(self.config.log_dirs, self.cluster_id, self.broker_id)
         if (acl := self._acl_authorizer()) is not None:  # all ACLs cached before any request
             await acl.start(self.store)
 
         loop = asyncio.get_running_loop()
-        await ensure_cluster_min_isr(self.store, cfg.log_defaults.min_insync_replicas)
+        await ensure_cluster_min_isr(self.store, min_isr, created=new_id == self.cluster_id)
         await self.dynamic_config.load(self.store)
         await self._load_topic_overrides()
         self.log_manager = LogManager(

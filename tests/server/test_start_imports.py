@@ -81,3 +81,53 @@ def test_http_start_waits_for_the_bind_unless_the_start_is_long(recovery_s: floa
 
     expected = {0.0: ["bind", "http"], 0.3: ["http", "bind"], None: []}[recovery_s]
     assert asyncio.run(run()) == expected
+
+
+def test_a_first_start_writes_its_store_once_before_the_bind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's first start creates its id, the persistent paths and the cluster-level
+    `min.insync.replicas` in one transaction (one commit, one fsync) before its listeners are
+    bound; a restart writes nothing before them. The cluster-level value is there either way."""
+    import wherry.server.broker as broker_module
+    from wherry.coordination import paths
+    from wherry.coordination.embedded import EmbeddedCoordinator
+    from wherry.server.broker import Broker
+    from wherry.server.config import load_config
+
+    cfg = load_config(
+        None,
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path), "http.listeners": "",
+         "min.insync.replicas": "2"},
+    )
+
+    async def start_once(coordinator: EmbeddedCoordinator) -> tuple[int, int, dict[str, str]]:
+        before = coordinator.last_zxid
+        at_bind: list[int] = []
+        monkeypatch.setattr(broker_module, "log_bound", lambda _: at_bind.append(
+            coordinator.last_zxid))
+        broker = Broker(cfg, coordinator=coordinator)
+        try:
+            await asyncio.wait_for(broker.start(), 60)
+            data, _ = await broker.store.get(paths.broker_config_path(None))
+            return before, at_bind[0], paths.decode_config(data)
+        finally:
+            await broker.stop(controlled=False)
+
+    async def run() -> list[tuple[int, int, dict[str, str]]]:
+        with EmbeddedCoordinator(tmp_path / "meta") as coordinator:
+            return [await start_once(coordinator), await start_once(coordinator)]
+
+    first, restart = asyncio.run(run())
+    assert first[1] - first[0] == 1, first  # the one transaction
+    assert restart[1] == restart[0], restart  # nothing written before the bind
+    assert first[2] == restart[2] == {"min.insync.replicas": "2"}
+
+
+def test_the_console_names_the_state_change_logger_as_its_module_does() -> None:
+    """`cli/serve.py` names the state-change logger without importing its module (imported
+    once the listeners are bound)."""
+    from wherry.cli.serve import STATE_CHANGE_LOGGER
+    from wherry.runtime.state_change_log import LOGGER_NAME
+
+    assert STATE_CHANGE_LOGGER == LOGGER_NAME

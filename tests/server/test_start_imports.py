@@ -11,6 +11,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +132,51 @@ def test_the_console_names_the_state_change_logger_as_its_module_does() -> None:
     from wherry.runtime.state_change_log import LOGGER_NAME
 
     assert STATE_CHANGE_LOGGER == LOGGER_NAME
+
+
+def test_a_frozen_record_behaves_as_the_frozen_dataclass_it_stands_for() -> None:
+    """`common/record.frozen_record` (the start's configuration classes: methods not compiled
+    per class) against `dataclass(frozen=True)` on the same class body."""
+    import dataclasses
+
+    from wherry.common.record import frozen_record
+
+    def body() -> dict[str, Any]:
+        def __post_init__(self: Any) -> None:
+            if self.port < 0:
+                raise ValueError("port")
+
+        return {
+            "__annotations__": {"host": "str", "port": "int", "tags": "list[str]"},
+            "port": 9092,
+            "tags": dataclasses.field(default_factory=list),
+            "__post_init__": __post_init__,
+            "__module__": __name__,
+        }
+
+    for slots in (False, True):
+        Plain = dataclasses.dataclass(frozen=True, slots=slots)(type("Plain", (), body()))
+        Record = frozen_record(slots=slots)(type("Record", (), body()))
+        for cls in (Plain, Record):
+            a, b = cls("h"), cls(host="h", port=9092)
+            assert a == b and a != cls("h", 1) and a != ("h", 9092, [])
+            assert a.tags == [] and a.tags is not b.tags
+            assert repr(a) == f"{cls.__qualname__}(host='h', port=9092, tags=[])"
+            assert cls.__match_args__ == ("host", "port", "tags")  # type: ignore[attr-defined]
+            assert [f.name for f in dataclasses.fields(a)] == ["host", "port", "tags"]
+            assert dataclasses.asdict(a) == {"host": "h", "port": 9092, "tags": []}
+            assert dataclasses.replace(a, port=1) == cls("h", 1)
+            assert dataclasses.is_dataclass(a) and hasattr(a, "__dict__") is not slots
+            for change in (lambda o: setattr(o, "port", 1), lambda o: delattr(o, "port")):
+                with pytest.raises(dataclasses.FrozenInstanceError):
+                    change(a)
+            with pytest.raises(TypeError):
+                hash(a)  # a list field: unhashable, as ever
+            assert hash(cls("h", tags=())) == hash(cls("h", tags=()))
+            for bad_args in ((), ("h", 1, [], 4)):
+                with pytest.raises(TypeError):
+                    cls(*bad_args)
+            with pytest.raises(TypeError):
+                cls("h", nope=1)
+            with pytest.raises(ValueError):
+                cls("h", -1)  # __post_init__ ran

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from wherry.common import java_properties
+from wherry.common.record import frozen_record
 from wherry.coordination.zk_acl import ZkAclConfigError, ZkSecurity, zk_security_from_props
 from wherry.log.config import ConfigError, LogConfig
 from wherry.observability.endpoints import HttpEndpoint, parse_http_listeners
@@ -57,7 +58,7 @@ def _int_or_long(key: str) -> Any:
     return _long if key.endswith((".ms", ".bytes")) and key != "socket.request.max.bytes" else _int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class Endpoint:
     listener: str
     host: str

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -136,12 +136,11 @@ def _bool(v: str) -> bool:
     raise BrokerConfigError("Expected value to be either true or false")
 
 
-@dataclass(frozen=True, init=False, repr=False, eq=False)
+@frozen_record
 class BrokerConfig:
     """The broker's static configuration, Kafka's keys as fields (`from_props`); `raw` keeps
-    every setting as given. Its `__init__`, `__eq__` and `__repr__` are the dataclass's, written
-    once below: the generated ones, for some 70 fields, took milliseconds of every start to
-    compile. (Its docstring also spares the decorator building one from the signature.)"""
+    every setting as given. (A `frozen_record`: a dataclass's methods for its 70-odd fields
+    took milliseconds of every start to compile.)"""
 
     broker_id: int = 0
     listeners: tuple[Endpoint, ...] = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
@@ -242,33 +241,6 @@ class BrokerConfig:
     # The listener brokers reach each other on (inter.broker.listener.name /
     # security.inter.broker.protocol; the only listener when there is one).
     inter_broker_listener: str = "PLAINTEXT"
-
-    def __init__(self, **values: Any) -> None:
-        for f in self.__dataclass_fields__.values():
-            if f.name in values:
-                value = values.pop(f.name)
-            elif f.default_factory is not MISSING:
-                value = f.default_factory()
-            else:
-                value = f.default
-            object.__setattr__(self, f.name, value)
-        if values:
-            raise TypeError(f"BrokerConfig got unexpected keyword arguments: {sorted(values)}")
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self.__dataclass_fields__)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, BrokerConfig)
-        return self._values() == other._values()
-
-    __hash__ = None  # type: ignore[assignment]  # as the dataclass's: `raw` is a dict
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__)
-        return f"BrokerConfig({fields})"
 
     @property
     def advertised(self) -> tuple[Endpoint, ...]:

@@ -2,6 +2,7 @@
 
     python bench/peer.py            # full run, a few minutes on a 2-core machine
     python bench/peer.py --quick    # short smoke run (~1 minute)
+    python bench/peer.py --rows start   # only the start rows s1, s2 (~10 s)
 
 Both brokers run at once on free loopback ports; every row runs the same client against
 each, in alternating order (wherry first on one row, tansu first on the next). wherry runs as
@@ -378,6 +379,12 @@ def main(argv: list[str] | None = None) -> int:
         "(PYTHONDONTWRITEBYTECODE); by default it keeps bytecode in the run's temp dir",
     )
     ap.add_argument("--broker-tree", type=Path, help="run wherry from this source tree")
+    ap.add_argument(
+        "--rows",
+        choices=["all", "start"],
+        default="all",
+        help="start: only the start rows s1 and s2 (exec → first ApiVersions, idle RSS)",
+    )
     args = ap.parse_args(argv)
     if args.broker_tree is not None:
         BROKER_RUNTIME.tree = args.broker_tree.resolve()
@@ -394,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         bench = PeerBench(plan, base)
         try:
             bench.startup()
-            bench.run_rows()
+            if args.rows == "all":
+                bench.run_rows()
         finally:
             bench.stop()
     finish(env, t0)

@@ -185,6 +185,15 @@ NOT_BEFORE_BIND = (
     "wherry.txn",
     "wherry.share.partition",
     "wherry.share.config",
+    # made on first use, once bound: the broker's metadata cache and its gate, the controller
+    # fence, the in-process controller channel, its randomness, the state-change log
+    "wherry.replication.metadata_cache",
+    "wherry.server.metadata_gate",
+    "wherry.replication.controller_requests",
+    "wherry.controller",
+    "random",
+    "wherry.runtime.state_change_log",
+    "wherry.coordination.change_notifications",
 )
 
 

@@ -11,6 +11,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,3 +82,101 @@ def test_http_start_waits_for_the_bind_unless_the_start_is_long(recovery_s: floa
 
     expected = {0.0: ["bind", "http"], 0.3: ["http", "bind"], None: []}[recovery_s]
     assert asyncio.run(run()) == expected
+
+
+def test_a_first_start_writes_its_store_once_before_the_bind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's first start creates its id, the persistent paths and the cluster-level
+    `min.insync.replicas` in one transaction (one commit, one fsync) before its listeners are
+    bound; a restart writes nothing before them. The cluster-level value is there either way."""
+    import wherry.server.broker as broker_module
+    from wherry.coordination import paths
+    from wherry.coordination.embedded import EmbeddedCoordinator
+    from wherry.server.broker import Broker
+    from wherry.server.config import load_config
+
+    cfg = load_config(
+        None,
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path), "http.listeners": "",
+         "min.insync.replicas": "2"},
+    )
+
+    async def start_once(coordinator: EmbeddedCoordinator) -> tuple[int, int, dict[str, str]]:
+        before = coordinator.last_zxid
+        at_bind: list[int] = []
+        monkeypatch.setattr(broker_module, "log_bound", lambda _: at_bind.append(
+            coordinator.last_zxid))
+        broker = Broker(cfg, coordinator=coordinator)
+        try:
+            await asyncio.wait_for(broker.start(), 60)
+            data, _ = await broker.store.get(paths.broker_config_path(None))
+            return before, at_bind[0], paths.decode_config(data)
+        finally:
+            await broker.stop(controlled=False)
+
+    async def run() -> list[tuple[int, int, dict[str, str]]]:
+        with EmbeddedCoordinator(tmp_path / "meta") as coordinator:
+            return [await start_once(coordinator), await start_once(coordinator)]
+
+    first, restart = asyncio.run(run())
+    assert first[1] - first[0] == 1, first  # the one transaction
+    assert restart[1] == restart[0], restart  # nothing written before the bind
+    assert first[2] == restart[2] == {"min.insync.replicas": "2"}
+
+
+def test_the_console_names_the_state_change_logger_as_its_module_does() -> None:
+    """`cli/serve.py` names the state-change logger without importing its module (imported
+    once the listeners are bound)."""
+    from wherry.cli.serve import STATE_CHANGE_LOGGER
+    from wherry.runtime.state_change_log import LOGGER_NAME
+
+    assert STATE_CHANGE_LOGGER == LOGGER_NAME
+
+
+def test_a_frozen_record_behaves_as_the_frozen_dataclass_it_stands_for() -> None:
+    """`common/record.frozen_record` (the start's configuration classes: methods not compiled
+    per class) against `dataclass(frozen=True)` on the same class body."""
+    import dataclasses
+
+    from wherry.common.record import frozen_record
+
+    def body() -> dict[str, Any]:
+        def __post_init__(self: Any) -> None:
+            if self.port < 0:
+                raise ValueError("port")
+
+        return {
+            "__annotations__": {"host": "str", "port": "int", "tags": "list[str]"},
+            "port": 9092,
+            "tags": dataclasses.field(default_factory=list),
+            "__post_init__": __post_init__,
+            "__module__": __name__,
+        }
+
+    for slots in (False, True):
+        Plain = dataclasses.dataclass(frozen=True, slots=slots)(type("Plain", (), body()))
+        Record = frozen_record(slots=slots)(type("Record", (), body()))
+        for cls in (Plain, Record):
+            a, b = cls("h"), cls(host="h", port=9092)
+            assert a == b and a != cls("h", 1) and a != ("h", 9092, [])
+            assert a.tags == [] and a.tags is not b.tags
+            assert repr(a) == f"{cls.__qualname__}(host='h', port=9092, tags=[])"
+            assert cls.__match_args__ == ("host", "port", "tags")  # type: ignore[attr-defined]
+            assert [f.name for f in dataclasses.fields(a)] == ["host", "port", "tags"]
+            assert dataclasses.asdict(a) == {"host": "h", "port": 9092, "tags": []}
+            assert dataclasses.replace(a, port=1) == cls("h", 1)
+            assert dataclasses.is_dataclass(a) and hasattr(a, "__dict__") is not slots
+            for change in (lambda o: setattr(o, "port", 1), lambda o: delattr(o, "port")):
+                with pytest.raises(dataclasses.FrozenInstanceError):
+                    change(a)
+            with pytest.raises(TypeError):
+                hash(a)  # a list field: unhashable, as ever
+            assert hash(cls("h", tags=())) == hash(cls("h", tags=()))
+            for bad_args in ((), ("h", 1, [], 4)):
+                with pytest.raises(TypeError):
+                    cls(*bad_args)
+            with pytest.raises(TypeError):
+                cls("h", nope=1)
+            with pytest.raises(ValueError):
+                cls("h", -1)  # __post_init__ ran

@@ -18,12 +18,14 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from wherry.runtime.state_change_log import LOGGER_NAME as STATE_CHANGE_LOGGER
-
 if TYPE_CHECKING:
     from wherry.server.config import BrokerConfig
 
 T = TypeVar("T")
+
+# The state-change logger's name (`runtime.state_change_log.LOGGER_NAME`; that module is
+# imported once the listeners are bound).
+STATE_CHANGE_LOGGER = "wherry.state_change"
 
 
 class Option(NamedTuple):

@@ -6,7 +6,7 @@ so reading a broker's configuration costs none of that.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from wherry.common.record import frozen_record
 
 CONFIG_KEY = "http.listeners"
 
@@ -16,7 +16,7 @@ class HttpListenerError(ValueError):
     prefixes Kafka's `Invalid value V for configuration K: `)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class HttpEndpoint:
     host: str
     port: int

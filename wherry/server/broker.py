@@ -23,15 +23,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
 import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.controller.channel import ControllerChannel, InProcessChannel
 from wherry.coordination import paths
-from wherry.coordination.change_notifications import ChangeNotificationListener
 from wherry.coordination.store import (
     MetadataStore,
     NodeExistsError,
@@ -44,15 +41,12 @@ from wherry.log.manager import LogManager
 from wherry.observability.network_stats import NetworkStats
 from wherry.observability.request_stats import RequestStats, request_name
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
-from wherry.replication.controller_requests import ControllerFence
-from wherry.replication.metadata_cache import MetadataCache
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.loop_lag import LoopLag, monitor
 from wherry.runtime.scheduler import Job, Scheduler
-from wherry.runtime.state_change_log import StateChangeLogHandle, attach_state_change_log
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
-from wherry.server.cluster_min_isr import ensure_cluster_min_isr
+from wherry.server.cluster_min_isr import ensure_cluster_min_isr, first_start_nodes
 from wherry.server.config import BrokerConfig, new_cluster_id
 from wherry.server.handlers.api_versions import (
     API_VERSIONS_KEY,
@@ -62,7 +56,6 @@ from wherry.server.handlers.api_versions import (
 from wherry.server.listener_security import BrokerSecurity, broker_security
 from wherry.server.log_dir_failure import halt
 from wherry.server.meta_properties import check_meta_properties, write_meta_properties
-from wherry.server.metadata_gate import MetadataGate
 from wherry.server.network import ConnectionInfo, Deferred, NetworkServer
 from wherry.server.sasl_gate import SaslGate
 from wherry.server.startup import (
@@ -75,23 +68,31 @@ from wherry.server.startup import (
 )
 
 if TYPE_CHECKING:
+    import random
+
+    from wherry.controller.channel import ControllerChannel, InProcessChannel
     from wherry.controller.channel_manager import NetworkChannelManager
     from wherry.controller.controller import Controller
+    from wherry.coordination.change_notifications import ChangeNotificationListener
     from wherry.coordination.embedded import EmbeddedCoordinator
     from wherry.log.cleaner import LogCleaner
     from wherry.observability.service import ObservabilityServer
     from wherry.observability.sources import BrokerSources
     from wherry.protocol.response_parts import ResponsePart
     from wherry.replication.alter_partition import ControllerSender
+    from wherry.replication.controller_requests import ControllerFence
     from wherry.replication.log_dir_mover import LogDirMover
+    from wherry.replication.metadata_cache import MetadataCache
     from wherry.replication.node import ReplicaNode
     from wherry.replication.replica_manager import ReplicaManager
+    from wherry.runtime.state_change_log import StateChangeLogHandle
     from wherry.security.acl_authorizer import AclAuthorizer
     from wherry.security.authorizer import Authorizer
     from wherry.security.scram_store import ScramCredentialCache
     from wherry.server.admin import AdminManager
     from wherry.server.client_quotas import ClientQuotas
     from wherry.server.groups import GroupsRuntime
+    from wherry.server.metadata_gate import MetadataGate
     from wherry.server.producer_ids import ProducerIdManager
     from wherry.server.shares import ShareRuntime
     from wherry.server.transactions import TransactionsRuntime
@@ -115,30 +116,20 @@ class Broker:
         self.config = config
         self.broker_id = config.broker_id
         self.clock: Clock = clock or SystemClock()
-        self.rng = rng or random.Random()
+        if rng is not None:
+            self.rng = rng
         if coordinator is not None and config.zookeeper_connect is not None:
             raise ValueError("an embedded coordinator and zookeeper.connect are exclusive")
         self.uses_zookeeper = config.zookeeper_connect is not None
         self._own_coordinator = coordinator is None and not self.uses_zookeeper
         self._coordinator = coordinator
         # Brokers of this process reachable by an in-process controller (embedded mode).
-        self.channel = channel or InProcessChannel()
-        # The channel of the current controller instance (a NetworkChannelManager per
-        # instance with ZooKeeper; `self.channel` otherwise).
-        self.controller_channel: ControllerChannel = self.channel
+        if channel is not None:
+            self.channel = channel
         self._network_channel: NetworkChannelManager | None = None
         self._renew_task: asyncio.Task[None] | None = None
         self.session_renewals = 0
         self.cluster_id = ""
-        # What UpdateMetadata said, and the broker / controller epochs requests are checked
-        # against; both held by the replica node once it starts.
-        self.cache = MetadataCache(self.broker_id, config.inter_broker_listener)
-        # Clients are served once the cache has the controller's first metadata (bounded).
-        self._metadata_gate = MetadataGate(
-            self.cache, config.controller_socket_timeout_ms, f"[Broker id={self.broker_id}]"
-        )
-        self.cache.add_listener(self._metadata_gate.on_update)
-        self.fence = ControllerFence()
         self.bound_ports: list[int] = []
         self._started = asyncio.Event()
         self._stopped = False
@@ -187,6 +178,40 @@ class Broker:
         # What a broker that must stop now does (every log dir failed): exit the process.
         self.fatal: Callable[[str], None] = halt
 
+    # Made on first use (once the listeners are bound, unless asked for before): their
+    # modules are imported then.
+    @functools.cached_property
+    def rng(self) -> random.Random:
+        import random
+
+        return random.Random()
+
+    @functools.cached_property
+    def channel(self) -> InProcessChannel:  # brokers reachable by an in-process controller
+        from wherry.controller.channel import InProcessChannel
+
+        return InProcessChannel()
+
+    @property
+    def controller_channel(self) -> ControllerChannel:  # a NetworkChannelManager with ZK
+        return self._network_channel if self._network_channel is not None else self.channel
+
+    @functools.cached_property
+    def _metadata_gate(self) -> MetadataGate:  # clients wait for the first metadata
+        from wherry.server.metadata_gate import broker_gate
+
+        return broker_gate(self.config, self._prefix)
+
+    @property
+    def cache(self) -> MetadataCache:  # what UpdateMetadata said
+        return self._metadata_gate.cache
+
+    @functools.cached_property
+    def fence(self) -> ControllerFence:  # the epochs controller requests are checked against
+        from wherry.replication.controller_requests import ControllerFence
+
+        return ControllerFence()
+
     @functools.cached_property
     def scram_credentials(self) -> ScramCredentialCache:
         """SCRAM credentials of every user (`/config/users/<u>`), for SASL/SCRAM logins;
@@ -220,8 +245,6 @@ class Broker:
         raise_open_files_limit()
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        # This broker's (and its controller's) state changes, one parseable line each.
-        self._state_change_log = attach_state_change_log(cfg.data_dir, node_id=cfg.broker_id)
         if cfg.http_listeners:  # after the Kafka listener, or during a long recovery
             self._http_start = HttpStart(self._start_http)
         if self._coordinator is None and not self.uses_zookeeper:
@@ -233,17 +256,17 @@ class Broker:
         self.store = await self._open_session()
         self._watch_session(self.store)
         # A first start creates its cluster id with the persistent paths (one transaction).
-        first_id = None
+        min_isr, new_id = cfg.log_defaults.min_insync_replicas, None
         if await self.store.exists(paths.CLUSTER_ID) is None:
-            first_id = {paths.CLUSTER_ID: paths.encode_cluster_id(self._new_cluster_id())}
-        await paths.ensure_persistent_paths(self.store, first_id)
+            new_id = self._new_cluster_id()
+        await paths.ensure_persistent_paths(self.store, first_start_nodes(new_id, min_isr))
         self.cluster_id = await self._cluster_id()
         missing_meta = check_meta_properties(self.config.log_dirs, self.cluster_id, self.broker_id)
         if (acl := self._acl_authorizer()) is not None:  # all ACLs cached before any request
             await acl.start(self.store)
 
         loop = asyncio.get_running_loop()
-        await ensure_cluster_min_isr(self.store, cfg.log_defaults.min_insync_replicas)
+        await ensure_cluster_min_isr(self.store, min_isr, created=new_id == self.cluster_id)
         await self.dynamic_config.load(self.store)
         await self._load_topic_overrides()
         self.log_manager = LogManager(
@@ -276,6 +299,7 @@ class Broker:
                 )
             )
         log_bound(self.bound_ports)
+        self._attach_state_change_log()
         self._loop_lag_task = loop.create_task(
             monitor(self.loop_lag, LOOP_LAG_INTERVAL_MS),
             name=f"loop-lag-{self.broker_id}",
@@ -398,6 +422,17 @@ class Broker:
         self.http = ObservabilityServer(self._observed(), self.config.http_listeners)
         await self.http.start()
 
+    def _attach_state_change_log(self) -> StateChangeLogHandle:
+        """This broker's (and its controller's) state changes, one parseable line each, in
+        its data dir (attached once the listeners are bound: none happens before)."""
+        if self._state_change_log is None:
+            from wherry.runtime.state_change_log import attach_state_change_log
+
+            self._state_change_log = attach_state_change_log(
+                self.config.data_dir, node_id=self.config.broker_id
+            )
+        return self._state_change_log
+
     def _observed(self) -> BrokerSources:
         """What the HTTP listener reads of this broker (each part once it exists)."""
         from wherry.observability.sources import BrokerSources
@@ -406,9 +441,7 @@ class Broker:
             self.broker_id,
             self.cache,
             self.request_stats,
-            state_change_log=(
-                self._state_change_log.path if self._state_change_log is not None else None
-            ),
+            state_change_log=self._attach_state_change_log().path,
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
             config=self.config.raw,
             network_stats=self.network_stats,
@@ -588,6 +621,8 @@ class Broker:
         self._watch_session(store)
 
     def _start_config_listener(self) -> None:
+        from wherry.coordination.change_notifications import ChangeNotificationListener
+
         listener = ChangeNotificationListener(
             self.store,
             paths.CONFIG_CHANGES,
@@ -621,7 +656,6 @@ class Broker:
                     security=self.client_security,
                 ),
             )
-            self.controller_channel = self._network_channel
         from wherry.controller.controller import Controller
 
         self.controller = Controller(
@@ -644,7 +678,6 @@ class Broker:
         manager, self._network_channel = self._network_channel, None
         if manager is not None:
             await manager.close()
-        self.controller_channel = self.channel
 
     def _new_cluster_id(self) -> str:
         return self.config.cluster_id or new_cluster_id()

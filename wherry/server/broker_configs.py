@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.record import frozen_record
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
@@ -62,7 +62,7 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class ThrottleKey:
     name: str
     doc: str
@@ -274,7 +274,7 @@ def dynamic_synonyms(
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class EntryDetail:
     """What a DescribeConfigs request asks to see of each entry beyond its value: the
     synonyms (`include_synonyms`) and the documentation (`include_documentation`)."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from wherry.common.record import frozen_record
 
 INT_MAX = 2**31 - 1
 
@@ -40,7 +42,7 @@ class LimitConfigError(ValueError):
     """A limit the broker cannot start with (Kafka's ConfigException wording)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class ConnectionLimits:
     connections_max_idle_ms: int = 600_000  # negative: never closed for idleness
     max_connections: int = INT_MAX

@@ -54,10 +54,14 @@ class ShuttingDownBroker(Protocol):
 
     broker_id: int
     config: BrokerConfig
-    fence: ControllerFence
     node: ReplicaNode
-    cache: MetadataCache
     client_security: ClientSecurity
+
+    @property
+    def fence(self) -> ControllerFence: ...
+
+    @property
+    def cache(self) -> MetadataCache: ...
 
     async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool: ...
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
+from wherry.common.record import frozen_record
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
 
 __all__ = [
@@ -59,7 +59,7 @@ def between(lo: float, hi: float) -> Check:
     return check
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class DynamicKey:
     name: str
     type: ConfigType

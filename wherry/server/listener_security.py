@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Protocol
 
+from wherry.common.record import frozen_record
 from wherry.outbound.security import ClientSecurity
 from wherry.protocol.security_protocols import SECURITY_PROTOCOL_IDS
 
@@ -130,7 +131,7 @@ def check_names(
     return name
 
 
-@dataclass(frozen=True)
+@frozen_record
 class ListenerSecurity:
     """What one listener needs to accept a connection."""
 
@@ -149,7 +150,7 @@ class ListenerSecurity:
         return SECURITY_PROTOCOL_IDS[self.protocol]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class BrokerSecurity:
     listeners: Mapping[str, ListenerSecurity]
     inter_broker_listener: str

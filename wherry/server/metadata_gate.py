@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from wherry.replication.metadata_cache import MetadataCache
+    from wherry.server.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,10 @@ class MetadataGate:
         self._deadline: float | None = None
 
     @property
+    def cache(self) -> MetadataCache:
+        return self._cache
+
+    @property
     def is_open(self) -> bool:
         return self._open.is_set()
 
@@ -112,3 +117,13 @@ class MetadataGate:
                 self._hold_s,
             )
             self._open.set()
+
+
+def broker_gate(config: BrokerConfig, prefix: str) -> MetadataGate:
+    """A broker's metadata cache (empty) behind its gate, which every cache update checks."""
+    from wherry.replication.metadata_cache import MetadataCache
+
+    cache = MetadataCache(config.broker_id, config.inter_broker_listener)
+    gate = MetadataGate(cache, config.controller_socket_timeout_ms, prefix)
+    cache.add_listener(gate.on_update)
+    return gate

@@ -17,8 +17,9 @@ import bisect
 import logging
 import random
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -110,6 +111,8 @@ class LogSegments:
         self._pending_flush_offset: int | None = None  # rolled segments not yet fsynced
         self._dir_needs_flush = False
         self._dir_changes = 0  # segments added to the directory so far (see `dir_to_sync`)
+        # Held while a cleaner renames the files of segments it swapped (see `swap_in`).
+        self._renaming = threading.Lock()
 
     # ----------------------------------------------------------------------------------
     # The list
@@ -401,11 +404,22 @@ class LogSegments:
 
     def delete_pending_files(self, now_ms: int) -> int:
         """Remove *.deleted files whose delay has passed; returns segments removed."""
-        due = [s for t, s in self._pending_deletes if t <= now_ms]
-        self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now_ms]
+        due = self.take_due_deletes(now_ms)
         for segment in due:
             segment.delete()
         return len(due)
+
+    def take_due_deletes(self, now_ms: int) -> list[LogSegment]:
+        """The retired segments whose file.delete.delay.ms has passed, no longer tracked here:
+        the caller removes their files (`LogSegment.delete`), without the log's lock."""
+        due = [s for t, s in self._pending_deletes if t <= now_ms]
+        self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now_ms]
+        return due
+
+    def await_renames(self) -> None:
+        """Wait until no cleaner is renaming segment files (see `swap_in`)."""
+        with self._renaming:
+            pass
 
     # ----------------------------------------------------------------------------------
     # Replacement by cleaned segments (wherry.log.cleaner)
@@ -448,35 +462,52 @@ class LogSegments:
         fsync_dir(self.dir)
         hook("after-swap-rename")
 
-    def replace(
-        self,
-        new: LogSegment,
-        old: Sequence[LogSegment],
-        *,
-        now_ms: int,
-        crash_hook: Callable[[str], None] | None = None,
-    ) -> None:
-        """Swap `new` (renamed to `.swap` by `prepare_swap`) in for `old` (see `can_replace`):
-        rename the old segments' files to `.deleted` and `.swap` into place. The caller fsyncs
-        the directory afterwards, outside the log's lock: until then a crash leaves `.swap` and
-        `.deleted` names, which recovery completes. `crash_hook(step)` runs between steps."""
+    def replace(self, new: LogSegment, old: Sequence[LogSegment], *, now_ms: int) -> None:
+        """Swap `new` (renamed to `.swap` by `prepare_swap`) in for `old` (see `can_replace`)
+        in the list, under the log's lock: the old segments are closed and left for deletion
+        after file.delete.delay.ms. Their files and `new`'s are renamed by `rename_replaced`,
+        which the caller runs next, without the lock; until it is done, whatever else would
+        read or rename files other than the active segment's waits (`await_renames`)."""
         idx = self._index_of_run(old)
         if idx is None:
             raise ValueError(f"{self.topic_partition}: {old} are not replaceable segments")
-        hook = crash_hook if crash_hook is not None else (lambda _step: None)
-        for i, segment in enumerate(old):
-            self._retire(segment, delete_now=False)
-            delay = max(self.config.file_delete_delay_ms, 0)
+        delay = max(self.config.file_delete_delay_ms, 0)
+        for segment in old:
+            try:
+                segment.close()
+            except OSError as exc:
+                raise StorageError(f"error closing segment {segment.log_path}: {exc}") from exc
             self._pending_deletes.append((now_ms + delay, segment))
-            if i == 0:
-                hook("after-first-delete")
-        hook("after-deletes")
-        new.change_file_suffixes(SWAP_SUFFIX, "")
-        self.delete_pending_files(now_ms)
         self._segments[idx : idx + len(old)] = [new]
         self._bases = [s.base_offset for s in self._segments]
         self._read_bound = None
-        hook("after-swap")
+        self._renaming.acquire()
+
+    def rename_replaced(
+        self,
+        new: LogSegment,
+        old: Sequence[LogSegment],
+        crash_hook: Callable[[str], None] | None = None,
+    ) -> None:
+        """The files of a `replace`: the old segments' renamed to `.deleted`, then `.swap` into
+        place (the order recovery completes after a crash: see `Log.open`). The caller fsyncs
+        the directory afterwards. `crash_hook(step)` runs between steps."""
+        hook = crash_hook if crash_hook is not None else (lambda _step: None)
+        try:
+            for i, segment in enumerate(old):
+                try:
+                    segment.change_file_suffixes("", DELETED_SUFFIX)
+                except OSError as exc:
+                    raise StorageError(
+                        f"error deleting segment {segment.log_path}: {exc}"
+                    ) from exc
+                if i == 0:
+                    hook("after-first-delete")
+            hook("after-deletes")
+            new.change_file_suffixes(SWAP_SUFFIX, "")
+            hook("after-swap")
+        finally:
+            self._renaming.release()
 
     # ----------------------------------------------------------------------------------
     # Close / delete / move
@@ -534,10 +565,12 @@ def swap_in(
     now_ms: int,
     crash_hook: Callable[[str], None] | None = None,
 ) -> bool:
-    """`Log.replace_segments`: swap the cleaned segment `new` in for `old` under the log's
-    `lock`, with the directory fsyncs outside it, so that an append (on the event loop) waits
-    for renames, never for the disk: `.swap` made durable first (`prepare_swap`, touching only
-    `new`), then the old segments renamed away and `.swap` into place (`replace`), then the
+    """`Log.replace_segments`: swap the cleaned segment `new` in for `old`, holding the log's
+    `lock` only to change the list, so that an append (on the event loop) waits neither for
+    the disk nor for renames: `.swap` made durable first (`prepare_swap`, touching only
+    `new`), then, under the lock, the list changed (`replace`), then, without it, the old
+    segments renamed away and `.swap` into place (`rename_replaced`; meanwhile whatever else
+    reads or renames files other than the active segment's waits: `files_locked`), then the
     directory fsynced; a crash before that leaves names recovery completes. Returns False (and
     deletes `new`) if the log was closed or `old` are no longer replaceable."""
     with lock:
@@ -556,10 +589,24 @@ def swap_in(
         if closed() or not segments.can_replace(old):
             new.delete()
             return False
-        segments.replace(new, old, now_ms=now_ms, crash_hook=crash_hook)
+        segments.replace(new, old, now_ms=now_ms)
+    segments.rename_replaced(new, old, crash_hook)
+    with lock:
+        due = segments.take_due_deletes(now_ms)
+    for segment in due:  # file.delete.delay.ms passed (0: the old segments just renamed)
+        segment.delete()
     try:
         fsync_dir(directory)
     except FileNotFoundError:
         if not closed():
             raise
     return True
+
+
+@contextmanager
+def files_locked(lock: AbstractContextManager[Any], segments: LogSegments) -> Iterator[None]:
+    """A log's `lock`, held once no cleaner is renaming files of its `segments` (`swap_in`):
+    for whatever reads, writes or renames files other than the active segment's."""
+    with lock:
+        segments.await_renames()
+        yield

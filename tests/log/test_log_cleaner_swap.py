@@ -1,0 +1,128 @@
+"""The cleaner's swap of cleaned segments and the log's lock: appends go on while the files
+are renamed; reads, flushes and retention wait for the renames to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.log.logtest_util import T0, open_log
+from wherry.log.cleaner import clean_log
+from wherry.log.config import LogConfig
+from wherry.log.log import Log
+from wherry.protocol.records import RecordSpec, build_batch, iter_batches, iter_records
+
+COMPACT = LogConfig(
+    cleanup_policy=("compact",),
+    segment_bytes=1024,
+    index_interval_bytes=128,
+    segment_index_bytes=4096,
+    min_cleanable_dirty_ratio=0.5,
+    delete_retention_ms=10_000,
+    file_delete_delay_ms=0,
+)
+WAIT_S = 30.0  # bounds every wait (a loaded machine); a pass takes milliseconds
+
+
+def put(log: Log, key: bytes, value: bytes) -> None:
+    log.append_as_leader(build_batch([RecordSpec(key, value)], timestamp_ms=T0),
+                         leader_epoch=1, now_ms=T0)
+    log.update_high_watermark(log.log_end_offset)
+
+
+def latest(log: Log) -> dict[bytes | None, bytes | None]:
+    """Every record, read by offset from the log start to the end: key -> last value."""
+    view: dict[bytes | None, bytes | None] = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, max_bytes=1 << 24)
+        for pos, header in iter_batches(data):
+            for r in iter_records(data, pos):
+                view[r.key] = r.value
+            offset = header.next_offset
+    return view
+
+
+class Paused:
+    """A crash hook that holds the cleaner at `step` until released."""
+
+    def __init__(self, step: str) -> None:
+        self.step = step
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, at: str) -> None:
+        if at == self.step:
+            self.reached.set()
+            assert self.release.wait(WAIT_S)
+
+
+def in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as e:  # reported by the test
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_appends_go_on_while_the_cleaner_renames_and_reads_wait(tmp_path: Path) -> None:
+    log = open_log(tmp_path, COMPACT)
+    for r in range(8):
+        for k in range(6):
+            put(log, f"k{k}".encode(), f"v{r}-{k}".encode() * 4)
+    log.roll(now_ms=T0)
+    put(log, b"k0", b"tail")
+    before = latest(log)
+    pause = Paused("after-first-delete")  # old files half renamed, `.swap` not in place yet
+    cleaner, result = in_thread(lambda: clean_log(log, None, T0, crash_hook=pause))
+    assert pause.reached.wait(WAIT_S)
+    # The event loop's work: appends (and the high watermark) need no file but the active one.
+    appender, appended = in_thread(lambda: put(log, b"k1", b"during-the-swap"))
+    appender.join(WAIT_S)
+    assert not appender.is_alive() and appended == [None]
+    # Whatever reads or renames other segments' files waits until the names are final.
+    reader, read = in_thread(lambda: latest(log))
+    flusher, flushed = in_thread(lambda: log.flush(now_ms=T0))
+    retention, retained = in_thread(lambda: log.delete_old_segments(T0))
+    reader.join(0.3)
+    assert reader.is_alive() and flusher.is_alive() and retention.is_alive()
+    pause.release.set()
+    for t in (cleaner, reader, flusher, retention):
+        t.join(WAIT_S)
+        assert not t.is_alive()
+    assert result and not isinstance(result[0], BaseException) and not result[0].aborted
+    assert flushed == [None] and retained == [0]
+    assert read == [{**before, b"k1": b"during-the-swap"}]
+    names = os.listdir(tmp_path / "topic-0")
+    assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))]
+    log.check_integrity()
+    log.close()
+    reopened = open_log(tmp_path, COMPACT)
+    assert latest(reopened) == {**before, b"k1": b"during-the-swap"}
+    reopened.close()
+
+
+def test_old_files_go_after_their_delay_without_the_lock(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(COMPACT, file_delete_delay_ms=60_000)
+    log = open_log(tmp_path, cfg)
+    for r in range(6):
+        for k in range(5):
+            put(log, f"k{k}".encode(), f"v{r}-{k}".encode() * 4)
+    log.roll(now_ms=T0)
+    result = clean_log(log, None, T0)
+    assert result is not None and not result.aborted
+    deleted = [n for n in os.listdir(tmp_path / "topic-0") if n.endswith(".deleted")]
+    assert deleted  # kept for file.delete.delay.ms
+    assert log.delete_pending_files(T0 + 59_999) == 0
+    assert log.delete_pending_files(T0 + 60_000) == result.segments_before
+    assert not [n for n in os.listdir(tmp_path / "topic-0") if n.endswith(".deleted")]
+    log.close()

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.log.logtest_util import T0, open_log
 from wherry.log.cleaner import clean_log
 from wherry.log.config import LogConfig
@@ -126,3 +128,31 @@ def test_old_files_go_after_their_delay_without_the_lock(tmp_path: Path) -> None
     assert log.delete_pending_files(T0 + 60_000) == result.segments_before
     assert not [n for n in os.listdir(tmp_path / "topic-0") if n.endswith(".deleted")]
     log.close()
+
+
+def test_the_cleaners_record_walk_reads_what_iter_records_decodes() -> None:
+    from wherry.log.cleaner import _record_keys
+    from wherry.protocol.records import RecordError, parse_header
+
+    specs = [
+        RecordSpec(b"k1", b"v" * 300, headers=(("h", b"x"), ("n", None))),
+        RecordSpec(None, b"keyless"),
+        RecordSpec(b"k2", None),  # a tombstone
+        RecordSpec(b"", b""),
+        RecordSpec(b"k" * 200, b"long key"),
+    ]
+    for compression in (0, 1, 4):  # none, gzip, zstd
+        data = build_batch(specs, timestamp_ms=T0, compression=compression, base_offset=40)
+        header = parse_header(data, 0)
+        expected = [(r.offset, r.key, r.value is None) for r in iter_records(data)]
+        assert _record_keys(data, header) == expected
+        assert expected[2] == (42, b"k2", True) and expected[1][1] is None
+    data = build_batch(specs, timestamp_ms=T0)
+    header = parse_header(data, 0)
+    cut = data[: header.size_in_bytes - 5]  # the last record torn
+    with pytest.raises(RecordError):
+        _record_keys(cut, header)
+    bad = bytearray(data)
+    bad[61] = 0x7E  # the first record's length: far past the batch
+    with pytest.raises(RecordError):
+        _record_keys(bytes(bad), header)

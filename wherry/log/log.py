@@ -659,7 +659,9 @@ class Log:
         would go, the active segment is rolled first so the log keeps one (empty) segment.
         Also purges files of deleted segments whose file.delete.delay.ms has passed.
         """
-        return self._retain(self._retention.delete_old_segments, now_ms)
+        deleted = self._retain(self._retention.delete_old_segments, now_ms)
+        self.delete_pending_files(self._now(now_ms))
+        return deleted
 
     def delete_log_start_offset_breached_segments(self, now_ms: int) -> int:
         """Delete segments wholly below the log start offset; returns how many."""

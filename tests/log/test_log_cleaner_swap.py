@@ -156,3 +156,35 @@ def test_the_cleaners_record_walk_reads_what_iter_records_decodes() -> None:
     bad[61] = 0x7E  # the first record's length: far past the batch
     with pytest.raises(RecordError):
         _record_keys(bytes(bad), header)
+
+
+def test_retention_renames_the_files_after_releasing_the_lock(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(COMPACT, cleanup_policy=("delete",), retention_ms=10_000,
+                              file_delete_delay_ms=60_000)
+    log = open_log(tmp_path, cfg)
+    for r in range(6):
+        for k in range(5):
+            put(log, f"k{k}".encode(), f"v{r}-{k}".encode() * 4)
+    first = log.segments[0].base_offset
+    segments = log._segments
+    with log.lock:  # what a retention pass does under the lock
+        segments.delete_oldest(1, T0, "test")
+    assert os.path.exists(tmp_path / "topic-0" / f"{first:020d}.log")  # not renamed yet
+    appender, appended = in_thread(lambda: put(log, b"k9", b"appended"))
+    appender.join(WAIT_S)
+    assert not appender.is_alive() and appended == [None]
+    reader, read = in_thread(lambda: log.read(log.segments[0].base_offset, max_bytes=100))
+    reader.join(0.3)
+    assert reader.is_alive()  # reads wait for the renames
+    segments.rename_deleted()
+    reader.join(WAIT_S)
+    assert not reader.is_alive() and read and isinstance(read[0], bytes) and read[0]
+    names = os.listdir(tmp_path / "topic-0")
+    assert f"{first:020d}.log.deleted" in names and f"{first:020d}.log" not in names
+    # a whole pass (retention.ms long past), then the purge once file.delete.delay.ms passed
+    later = T0 + 3_600_000
+    assert log.delete_old_segments(later) > 0
+    assert [n for n in os.listdir(tmp_path / "topic-0") if n.endswith(".deleted")]
+    log.delete_old_segments(later + 60_000)
+    assert not [n for n in os.listdir(tmp_path / "topic-0") if n.endswith(".deleted")]
+    log.close()

@@ -678,23 +678,28 @@ class Log:
     def _retain(
         self, retention_pass: Callable[[int, RetentionBounds], int], now_ms: int
     ) -> int:
-        """Run a retention pass under the lock; after deletions the recovery point and the
-        high watermark reach (at least) the first segment left."""
-        with self._files():
-            self._check_open()
-            now = self._now(now_ms)
-            bounds = RetentionBounds(self._high_watermark, self._log_end_offset)
-            deleted = retention_pass(now, bounds)
-            if deleted:
-                first = self._segments.first.base_offset
-                self._recovery_point = max(self._recovery_point, first)
-                self._high_watermark = max(self._high_watermark, first)
-            return deleted
+        """Run a retention pass under the lock (the files of the segments it removed are
+        renamed after it: `LogSegments.delete_oldest`); after deletions the recovery point and
+        the high watermark reach (at least) the first segment left."""
+        segments = self._segments
+        try:
+            with self._files():
+                self._check_open()
+                now = self._now(now_ms)
+                bounds = RetentionBounds(self._high_watermark, self._log_end_offset)
+                deleted = retention_pass(now, bounds)
+                if deleted:
+                    first = self._segments.first.base_offset
+                    self._recovery_point = max(self._recovery_point, first)
+                    self._high_watermark = max(self._high_watermark, first)
+                return deleted
+        finally:
+            segments.rename_deleted()
 
     def delete_pending_files(self, now_ms: int) -> int:
         """Remove *.deleted files whose delay has passed (without the lock); returns how many
         segments."""
-        with self._lock:
+        with self._files():
             due = self._segments.take_due_deletes(now_ms)
         for segment in due:
             segment.delete()
@@ -725,14 +730,8 @@ class Log:
             self._check_open()
             return self._segments.new_cleaned_segment(base_offset, now_ms)
 
-    def replace_segments(
-        self,
-        new: LogSegment,
-        old: Sequence[LogSegment],
-        *,
-        now_ms: int,
-        crash_hook: Callable[[str], None] | None = None,
-    ) -> bool:
+    def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], *, now_ms: int,
+                         crash_hook: Callable[[str], None] | None = None) -> bool:
         """Kafka's replaceSegments: swap the cleaned segment `new` in for `old` (`swap_in`)."""
         return swap_in(self._segments, self._lock, lambda: self._closed, new, old,
                        now_ms=self._now(now_ms), crash_hook=crash_hook)

@@ -113,6 +113,8 @@ class LogSegments:
         self._dir_changes = 0  # segments added to the directory so far (see `dir_to_sync`)
         # Held while a cleaner renames the files of segments it swapped (see `swap_in`).
         self._renaming = threading.Lock()
+        # removed by retention, files not renamed yet: (segment, delete instead of rename)
+        self._to_rename: list[tuple[LogSegment, bool]] = []
 
     # ----------------------------------------------------------------------------------
     # The list
@@ -371,18 +373,50 @@ class LogSegments:
         self._read_bound = None
 
     def delete_oldest(self, count: int, now_ms: int, reason: str) -> None:
-        """Remove the `count` oldest segments (retention), logging `reason`."""
-        for segment in self._segments[:count]:
+        """Remove the `count` oldest segments (retention), logging `reason`: closed and left
+        for deletion after file.delete.delay.ms. Their files are renamed to *.deleted by
+        `rename_deleted`, which the caller runs next, without the log's lock (as `replace`)."""
+        gone = self._segments[:count]
+        for segment in gone:
             log.info(
                 "%s: deleting segment %d (%s breached)",
                 self.topic_partition,
                 segment.base_offset,
                 reason,
             )
-            self._async_delete(segment, now_ms)
+            try:
+                segment.close()
+            except OSError as exc:
+                raise StorageError(f"error closing segment {segment.log_path}: {exc}") from exc
         del self._segments[:count]
         del self._bases[:count]
         self._read_bound = None
+        if gone and not self._to_rename:
+            self._renaming.acquire()
+        delay = self.config.file_delete_delay_ms
+        self._to_rename.extend((s, delay <= 0) for s in gone)
+        if delay > 0:
+            self._pending_deletes.extend((now_ms + delay, s) for s in gone)
+
+    def rename_deleted(self) -> None:
+        """The files of the segments `delete_oldest` removed: renamed to *.deleted (removed
+        by `delete_pending_files` once due), or removed now with file.delete.delay.ms 0."""
+        if not self._to_rename:
+            return
+        try:
+            for segment, delete_now in self._to_rename:
+                try:
+                    if delete_now:
+                        segment.delete()
+                    else:
+                        segment.change_file_suffixes("", DELETED_SUFFIX)
+                except OSError as exc:
+                    raise StorageError(
+                        f"error deleting segment {segment.log_path}: {exc}"
+                    ) from exc
+        finally:
+            self._to_rename.clear()
+            self._renaming.release()
 
     def _retire(self, segment: LogSegment, *, delete_now: bool) -> None:
         """Close a segment that left the list; delete its files or rename them to *.deleted."""
@@ -591,7 +625,7 @@ def swap_in(
             return False
         segments.replace(new, old, now_ms=now_ms)
     segments.rename_replaced(new, old, crash_hook)
-    with lock:
+    with files_locked(lock, segments):
         due = segments.take_due_deletes(now_ms)
     for segment in due:  # file.delete.delay.ms passed (0: the old segments just renamed)
         segment.delete()

@@ -243,12 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     print(env_line(env))
     print_table(
         "wherry sustained latency: one broker (defaults), logs rolling, retention and cleaner "
-        "running",
+        "running" + (f" (set: {', '.join(args.set)})" if args.set else ""),
         [row(rid, r) for rid, r in results.items()],
     )
     if args.json:
         args.json.write_text(json.dumps(
-            {"env": env, "quick": args.quick, "plan": vars_of(plan),
+            {"env": env, "quick": args.quick, "plan": vars_of(plan), "set": args.set,
              "rows": [{"id": rid, "raw": r} for rid, r in results.items()]},
             indent=2,
         ))

@@ -97,19 +97,23 @@ def test_appends_go_on_while_the_cleaner_renames_and_reads_wait(tmp_path: Path) 
     retention, retained = in_thread(lambda: log.delete_old_segments(T0))
     reader.join(0.3)
     assert reader.is_alive() and flusher.is_alive() and retention.is_alive()
+    # ... without holding the lock while they wait: appends still go on
+    appender, appended = in_thread(lambda: put(log, b"k2", b"while-they-wait"))
+    appender.join(WAIT_S)
+    assert not appender.is_alive() and appended == [None]
     pause.release.set()
     for t in (cleaner, reader, flusher, retention):
         t.join(WAIT_S)
         assert not t.is_alive()
     assert result and not isinstance(result[0], BaseException) and not result[0].aborted
     assert flushed == [None] and retained == [0]
-    assert read == [{**before, b"k1": b"during-the-swap"}]
+    assert read and isinstance(read[0], dict) and read[0][b"k1"] == b"during-the-swap"
     names = os.listdir(tmp_path / "topic-0")
     assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))]
     log.check_integrity()
     log.close()
     reopened = open_log(tmp_path, COMPACT)
-    assert latest(reopened) == {**before, b"k1": b"during-the-swap"}
+    assert latest(reopened) == {**before, b"k1": b"during-the-swap", b"k2": b"while-they-wait"}
     reopened.close()
 
 

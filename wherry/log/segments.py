@@ -451,9 +451,13 @@ class LogSegments:
         return due
 
     def await_renames(self) -> None:
-        """Wait until no cleaner is renaming segment files (see `swap_in`)."""
+        """Wait until no cleaner or retention pass is renaming segment files (`swap_in`)."""
         with self._renaming:
             pass
+
+    @property
+    def renaming(self) -> bool:
+        return self._renaming.locked()
 
     # ----------------------------------------------------------------------------------
     # Replacement by cleaned segments (wherry.log.cleaner)
@@ -619,7 +623,7 @@ def swap_in(
             new.delete()
             return False
         raise
-    with lock:
+    with files_locked(lock, segments):  # the renames gate free: `replace` takes it at once
         if closed() or not segments.can_replace(old):
             new.delete()
             return False
@@ -639,8 +643,14 @@ def swap_in(
 
 @contextmanager
 def files_locked(lock: AbstractContextManager[Any], segments: LogSegments) -> Iterator[None]:
-    """A log's `lock`, held once no cleaner is renaming files of its `segments` (`swap_in`):
-    for whatever reads, writes or renames files other than the active segment's."""
-    with lock:
+    """A log's `lock`, held once no cleaner or retention pass is renaming files of its
+    `segments` (`swap_in`, `LogSegments.delete_oldest`): for whatever reads, writes or renames
+    files other than the active segment's. The wait is done without the lock, so appends go
+    on meanwhile; the renames gate is only taken under the lock, so it stays free while the
+    lock is held."""
+    while True:
         segments.await_renames()
-        yield
+        with lock:
+            if not segments.renaming:
+                yield
+                return

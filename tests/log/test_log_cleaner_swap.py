@@ -12,20 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.log.logtest_util import T0, open_log
+from tests.log.test_log_cleaner import COMPACT as CLEANER_COMPACT
 from wherry.log.cleaner import clean_log
-from wherry.log.config import LogConfig
 from wherry.log.log import Log
 from wherry.protocol.records import RecordSpec, build_batch, iter_batches, iter_records
 
-COMPACT = LogConfig(
-    cleanup_policy=("compact",),
-    segment_bytes=1024,
-    index_interval_bytes=128,
-    segment_index_bytes=4096,
-    min_cleanable_dirty_ratio=0.5,
-    delete_retention_ms=10_000,
-    file_delete_delay_ms=0,
-)
+COMPACT = dataclasses.replace(CLEANER_COMPACT, segment_bytes=1024)
 WAIT_S = 30.0  # bounds every wait (a loaded machine); a pass takes milliseconds
 
 

@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--broker-tree", type=Path, metavar="DIR",
                     help="run the broker from this source tree (another worktree, for a "
                     "before/after); the client and this script stay on this one")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config override on top of the bench's (repeatable), e.g. "
+                    "log.cleaner.enable=false to see what the cleaner costs")
     args = ap.parse_args(argv)
     if args.broker_tree:
         BROKER_RUNTIME.tree = args.broker_tree.resolve()
@@ -219,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         f"http.listeners=http://127.0.0.1:{http_port}",  # the defaults: console and /metrics on
         "log.retention.check.interval.ms=1000",
         "log.cleaner.backoff.ms=1000",
+        *args.set,
     ]
     results: dict[str, Params] = {}
     with (
@@ -239,12 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     print(env_line(env))
     print_table(
         "wherry sustained latency: one broker (defaults), logs rolling, retention and cleaner "
-        "running",
+        "running" + (f" (set: {', '.join(args.set)})" if args.set else ""),
         [row(rid, r) for rid, r in results.items()],
     )
     if args.json:
         args.json.write_text(json.dumps(
-            {"env": env, "quick": args.quick, "plan": vars_of(plan),
+            {"env": env, "quick": args.quick, "plan": vars_of(plan), "set": args.set,
              "rows": [{"id": rid, "raw": r} for rid, r in results.items()]},
             indent=2,
         ))

@@ -43,3 +43,21 @@ def test_sustained_bench_rolls_deletes_cleans_and_reports_both_rows(tmp_path: Pa
         assert lag["wakeups"] > 0 and 0 <= lag["over_target"] <= lag["wakeups"]
     assert rows["u1"]["acks"] == "1" and rows["u2"]["acks"] == "all"
     assert not _processes_mentioning(str(tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_set_config_reaches_the_broker(tmp_path: Path) -> None:
+    """`--set log.cleaner.enable=false`: segments still roll and go, the cleaner never runs."""
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "bench/sustained.py", "--quick", "--seconds", "4",
+           "--set", "log.cleaner.enable=false", "--json", str(out), "--tmp-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "set: log.cleaner.enable=false" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["set"] == ["log.cleaner.enable=false"]
+    for row in report["rows"]:
+        files = row["raw"]["files"]
+        assert files["segments_rolled"]["sustained"] >= 2 and files["cleaner_passes"] == 0, files
+    assert not _processes_mentioning(str(tmp_path))

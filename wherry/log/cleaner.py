@@ -52,11 +52,14 @@ from wherry.log.log import Log
 from wherry.log.producer_state import read_marker
 from wherry.log.segment import LogSegment
 from wherry.log.txn_index import AbortedTxn
+from wherry.protocol.record_walk import _read_varint, _read_varlong
 from wherry.protocol.records import (
     ATTR_DELETE_HORIZON,
     BatchHeader,
-    Record,
+    CorruptRecordError,
+    InvalidRecordError,
     RecordError,
+    _records_payload,
     build_retained_batch,
     iter_batches,
     iter_records,
@@ -226,9 +229,9 @@ def _build_offset_map(
                 if header.is_control:
                     txns.on_control_batch(header, data)
                 elif not txns.on_batch(header):
-                    for record in iter_records(data):
-                        if first_dirty <= record.offset < upper and record.key is not None:
-                            seg_map[record.key] = record.offset
+                    for offset, key, _null_value in _record_keys(data, header):
+                        if first_dirty <= offset < upper and key is not None:
+                            seg_map[key] = offset
         except _SegmentGone:
             return None
         new_keys = sum(1 for k in seg_map if k not in offset_map)
@@ -434,16 +437,11 @@ def _filter_batch(
     if txns is not None and txns.on_batch(header):
         result.records_removed += header.record_count
         return build_retained_batch(header, []) if keep_empty else None
-    kept: list[Record] = []
-    removed = 0
-    tombstones = False
-    for record in iter_records(data):
-        if _retain(record, offset_map, end_offset, horizon, now_ms):
-            kept.append(record)
-            tombstones = tombstones or record.value is None
-        else:
-            removed += 1
-    result.records_kept += len(kept)
+    keys = _record_keys(data, header)
+    verdicts = [_retain(*k, offset_map, end_offset, horizon, now_ms) for k in keys]
+    removed = verdicts.count(False)
+    tombstones = any(k[2] for k, keep in zip(keys, verdicts, strict=True) if keep)
+    result.records_kept += len(keys) - removed
     result.records_removed += removed
     new_horizon = horizon
     if tombstones and horizon is None:
@@ -455,9 +453,41 @@ def _filter_batch(
         new_horizon = None
     if removed == 0 and new_horizon == horizon:
         return data
-    if not kept and not keep_empty:
+    if removed == len(keys) and not keep_empty:
         return None
+    kept = [r for r, keep in zip(iter_records(data), verdicts, strict=True) if keep]
     return build_retained_batch(header, kept, delete_horizon_ms=new_horizon)
+
+
+def _record_keys(data: bytes, header: BatchHeader) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, whether the value is null) of each record of the batch `data`: all
+    compaction looks at, read without decoding values and headers (`iter_records` decodes
+    the records of a batch that must be rebuilt). Malformed records raise as there."""
+    if header.size_in_bytes > len(data):
+        raise CorruptRecordError("truncated record batch")
+    payload, p, end = _records_payload(data, 0, header)
+    base = header.base_offset
+    out: list[tuple[int, bytes | None, bool]] = []
+    try:
+        for _ in range(header.record_count):
+            length, p = _read_varint(payload, p, end)
+            rec_end = p + length
+            if length < 6 or rec_end > end:
+                raise InvalidRecordError(f"invalid record size {length}")
+            _ts_delta, q = _read_varlong(payload, p + 1, rec_end)  # after the attributes
+            offset_delta, q = _read_varint(payload, q, rec_end)
+            key_len, q = _read_varint(payload, q, rec_end)
+            key = None if key_len < 0 else payload[q : q + key_len]
+            if key_len > rec_end - q:
+                raise InvalidRecordError(f"invalid key length {key_len}")
+            value_len, _ = _read_varint(payload, q + max(key_len, 0), rec_end)
+            out.append((base + offset_delta, key, value_len < 0))
+            p = rec_end
+    except IndexError as exc:
+        raise InvalidRecordError("record extends past the end of the batch") from exc
+    if p != end:
+        raise InvalidRecordError("trailing bytes after the last record of the batch")
+    return out
 
 
 class _TxnMetadata:
@@ -511,21 +541,23 @@ class _TxnMetadata:
 
 
 def _retain(
-    record: Record,
+    offset: int,
+    key: bytes | None,
+    null_value: bool,
     offset_map: dict[bytes, int],
     end_offset: int,
     horizon: int | None,
     now_ms: int,
 ) -> bool:
-    if record.offset >= end_offset:
+    if offset >= end_offset:
         return True  # beyond what the offset map covers
-    if record.key is None:
+    if key is None:
         return False  # a compacted topic has no use for keyless records
-    latest = offset_map.get(record.key)
-    if latest is not None and latest > record.offset:
+    latest = offset_map.get(key)
+    if latest is not None and latest > offset:
         return False
     # a tombstone goes once its delete horizon has passed
-    return not (record.value is None and horizon is not None and horizon <= now_ms)
+    return not (null_value and horizon is not None and horizon <= now_ms)
 
 
 class LogCleaner:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -37,15 +38,10 @@ from wherry.log.dir_failure import IoErrorHook, io_guarded
 from wherry.log.errors import OffsetOutOfRangeError, StorageError
 from wherry.log.file_region import FileRegion
 from wherry.log.loader import LoadedLog, LogLoader, rebuild_producer_state
-from wherry.log.producer_state import (
-    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    SNAPSHOT_SUFFIX,
-    EndTxnMarker,
-    read_marker,
-)
+from wherry.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, EndTxnMarker, read_marker
 from wherry.log.retention import LogRetention, RetentionBounds
 from wherry.log.segment import LogSegment
-from wherry.log.segments import swap_in
+from wherry.log.segments import files_locked, swap_in
 from wherry.log.txn_index import AbortedTxn
 from wherry.log.validator import (
     InvalidTimestampError,
@@ -187,6 +183,10 @@ class Log:
     def lock(self) -> threading.RLock:
         """The log's lock (the cleaner takes it to look at the segment list)."""
         return self._lock
+
+    def _files(self) -> AbstractContextManager[None]:
+        """The lock, once no cleaner is renaming segment files (`files_locked`)."""
+        return files_locked(self._lock, self._segments)
 
     @property
     def log_end_offset(self) -> int:
@@ -494,7 +494,7 @@ class Log:
 
         Raises OffsetOutOfRangeError unless log_start_offset <= offset <= log_end_offset.
         """
-        with self._lock:
+        with self._files():
             self._check_open()
             start, end = self.log_start_offset, self._log_end_offset
             if offset < start or offset > end:
@@ -518,7 +518,7 @@ class Log:
 
         A snapshot taken under the lock; for tests and tools, not for hot paths.
         """
-        with self._lock:
+        with self._files():
             start = self.log_start_offset if start_offset is None else start_offset
             items = [
                 (seg.base_offset, h)
@@ -531,7 +531,7 @@ class Log:
         """Aborted transactions overlapping [start_offset, upper_bound), from the txn indexes
         of the segment holding `start_offset` and the later ones (Kafka's
         collectAbortedTransactions)."""
-        with self._lock:
+        with self._files():
             found: list[AbortedTxn] = []
             for segment in self._segments.segments_from(start_offset):
                 result = segment.txn_index.collect(start_offset, upper_bound)
@@ -546,7 +546,7 @@ class Log:
         Special targets: -2 earliest (log start), -1 latest (log end), -3 max timestamp,
         -4 earliest local. The caller bounds results by the high watermark / LSO.
         """
-        with self._lock:
+        with self._files():
             self._check_open()
             match timestamp:
                 case -2 | -4:
@@ -584,7 +584,7 @@ class Log:
         """
         if offset < 0:
             raise ValueError(f"cannot truncate to a negative offset {offset}")
-        with self._lock:
+        with self._files():
             self._check_open()
             now = self._now(now_ms)
             if offset >= self._log_end_offset:
@@ -616,7 +616,7 @@ class Log:
         """Delete all data and restart the (empty) log at `new_offset`."""
         if new_offset < 0:
             raise ValueError(f"cannot start the log at a negative offset {new_offset}")
-        with self._lock:
+        with self._files():
             self._check_open()
             self._truncate_fully(new_offset, self._now(now_ms))
 
@@ -659,7 +659,9 @@ class Log:
         would go, the active segment is rolled first so the log keeps one (empty) segment.
         Also purges files of deleted segments whose file.delete.delay.ms has passed.
         """
-        return self._retain(self._retention.delete_old_segments, now_ms)
+        deleted = self._retain(self._retention.delete_old_segments, now_ms)
+        self.delete_pending_files(self._now(now_ms))
+        return deleted
 
     def delete_log_start_offset_breached_segments(self, now_ms: int) -> int:
         """Delete segments wholly below the log start offset; returns how many."""
@@ -676,23 +678,32 @@ class Log:
     def _retain(
         self, retention_pass: Callable[[int, RetentionBounds], int], now_ms: int
     ) -> int:
-        """Run a retention pass under the lock; after deletions the recovery point and the
-        high watermark reach (at least) the first segment left."""
-        with self._lock:
-            self._check_open()
-            now = self._now(now_ms)
-            bounds = RetentionBounds(self._high_watermark, self._log_end_offset)
-            deleted = retention_pass(now, bounds)
-            if deleted:
-                first = self._segments.first.base_offset
-                self._recovery_point = max(self._recovery_point, first)
-                self._high_watermark = max(self._high_watermark, first)
-            return deleted
+        """Run a retention pass under the lock (the files of the segments it removed are
+        renamed after it: `LogSegments.delete_oldest`); after deletions the recovery point and
+        the high watermark reach (at least) the first segment left."""
+        segments = self._segments
+        try:
+            with self._files():
+                self._check_open()
+                now = self._now(now_ms)
+                bounds = RetentionBounds(self._high_watermark, self._log_end_offset)
+                deleted = retention_pass(now, bounds)
+                if deleted:
+                    first = self._segments.first.base_offset
+                    self._recovery_point = max(self._recovery_point, first)
+                    self._high_watermark = max(self._high_watermark, first)
+                return deleted
+        finally:
+            segments.rename_deleted()
 
     def delete_pending_files(self, now_ms: int) -> int:
-        """Remove *.deleted files whose delay has passed; returns segments removed."""
-        with self._lock:
-            return self._segments.delete_pending_files(now_ms)
+        """Remove *.deleted files whose delay has passed (without the lock); returns how many
+        segments."""
+        with self._files():
+            due = self._segments.take_due_deletes(now_ms)
+        for segment in due:
+            segment.delete()
+        return len(due)
 
     def remove_expired_producers(self, now_ms: int) -> int:
         with self._lock:
@@ -705,7 +716,7 @@ class Log:
     def read_segment_chunk(self, segment: LogSegment, position: int, size: int) -> bytes | None:
         """Bytes of an inactive `segment` under the lock; None if it left the log (retention,
         truncation) or is closed, so the cleaner gives up on this round."""
-        with self._lock:
+        with self._files():
             if self._closed or segment.closed or not self._segments.holds(segment):
                 return None
             size = min(size, segment.size - position)
@@ -719,14 +730,8 @@ class Log:
             self._check_open()
             return self._segments.new_cleaned_segment(base_offset, now_ms)
 
-    def replace_segments(
-        self,
-        new: LogSegment,
-        old: Sequence[LogSegment],
-        *,
-        now_ms: int,
-        crash_hook: Callable[[str], None] | None = None,
-    ) -> bool:
+    def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], *, now_ms: int,
+                         crash_hook: Callable[[str], None] | None = None) -> bool:
         """Kafka's replaceSegments: swap the cleaned segment `new` in for `old` (`swap_in`)."""
         return swap_in(self._segments, self._lock, lambda: self._closed, new, old,
                        now_ms=self._now(now_ms), crash_hook=crash_hook)
@@ -740,7 +745,7 @@ class Log:
         """fsync everything below `up_to` (default: the log end offset) and move the recovery
         point there. The fsyncs (data, snapshots, directory) run without the log's lock: an
         append (on the event loop) never waits for them."""
-        with self._lock:
+        with self._files():
             self._check_open()
             now = self._now(now_ms)
             end = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
@@ -795,6 +800,7 @@ class Log:
         self._last_flush_ms = now_ms
         if up_to <= self._recovery_point:
             return
+        self._segments.await_renames()
         for segment in self._segments.segments_between(self._recovery_point, up_to):
             segment.flush()
         self.leader_epoch_cache.sync()
@@ -820,7 +826,7 @@ class Log:
         data; call flush() first for a clean shutdown. `keep_state` False (a log about to be
         deleted) writes no producer snapshot and no leader epochs: nothing will read them.
         `fsync` False leaves the snapshot to a sync of the whole file system by the caller."""
-        with self._lock:
+        with self._files():
             if self._closed:
                 return
             try:
@@ -840,13 +846,13 @@ class Log:
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
-        with self._lock:
+        with self._files():
             self._segments.delete_dir(close_segments=not self._closed)
             self._closed = True
 
     def rename_dir(self, new_dir: Path) -> None:
         """Move the (closed or open) log directory (used for asynchronous topic deletion)."""
-        with self._lock:
+        with self._files():
             self._segments.relocate(Path(new_dir))
             self.producer_state.dir = self.dir
             if self.leader_epoch_cache.path is not None:
@@ -857,7 +863,7 @@ class Log:
         and end offsets) of two logs of one partition, keeping each object's high watermark:
         AlterReplicaLogDirs promotes a caught-up future log this way, so whoever holds this
         `Log` keeps using it. Both must be open and end at the same offset."""
-        with self._lock, other._lock:
+        with self._files(), other._files():
             self._check_open()
             other._check_open()
             if other.topic_partition != self.topic_partition:
@@ -879,7 +885,7 @@ class Log:
 
     def check_integrity(self) -> None:
         """Raise RecordError/LogOffsetError if any batch is invalid or offsets do not increase."""
-        with self._lock:
+        with self._files():
             self._segments.check_integrity(self._log_end_offset)
 
 
@@ -891,8 +897,3 @@ def _markers(
         read_marker(buf, pos) if header.is_control and header.has_producer_id else None
         for pos, header in batches
     ]
-
-
-def snapshot_files(dir: Path) -> list[Path]:
-    """Producer snapshot files in a partition directory (sorted)."""
-    return sorted(p for p in Path(dir).iterdir() if p.name.endswith(SNAPSHOT_SUFFIX))

@@ -111,12 +111,12 @@ class LogRetention:
     # ----------------------------------------------------------------------------------
 
     def delete_old_segments(self, now_ms: int, bounds: RetentionBounds) -> int:
-        """Every pass the cleanup policy calls for, then the purge of due *.deleted files."""
+        """Every pass the cleanup policy calls for (`Log.delete_old_segments` then purges the
+        due *.deleted files, without the log's lock)."""
         deleted = self.delete_log_start_offset_breached_segments(now_ms, bounds)
         if self._segments.config.delete:
             deleted += self.delete_retention_size_breached_segments(now_ms, bounds)
             deleted += self.delete_retention_ms_breached_segments(now_ms, bounds)
-        self._segments.delete_pending_files(now_ms)
         return deleted
 
     def delete_log_start_offset_breached_segments(

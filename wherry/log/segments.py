@@ -17,8 +17,9 @@ import bisect
 import logging
 import random
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -110,6 +111,10 @@ class LogSegments:
         self._pending_flush_offset: int | None = None  # rolled segments not yet fsynced
         self._dir_needs_flush = False
         self._dir_changes = 0  # segments added to the directory so far (see `dir_to_sync`)
+        # Held while a cleaner renames the files of segments it swapped (see `swap_in`).
+        self._renaming = threading.Lock()
+        # removed by retention, files not renamed yet: (segment, delete instead of rename)
+        self._to_rename: list[tuple[LogSegment, bool]] = []
 
     # ----------------------------------------------------------------------------------
     # The list
@@ -368,18 +373,50 @@ class LogSegments:
         self._read_bound = None
 
     def delete_oldest(self, count: int, now_ms: int, reason: str) -> None:
-        """Remove the `count` oldest segments (retention), logging `reason`."""
-        for segment in self._segments[:count]:
+        """Remove the `count` oldest segments (retention), logging `reason`: closed and left
+        for deletion after file.delete.delay.ms. Their files are renamed to *.deleted by
+        `rename_deleted`, which the caller runs next, without the log's lock (as `replace`)."""
+        gone = self._segments[:count]
+        for segment in gone:
             log.info(
                 "%s: deleting segment %d (%s breached)",
                 self.topic_partition,
                 segment.base_offset,
                 reason,
             )
-            self._async_delete(segment, now_ms)
+            try:
+                segment.close()
+            except OSError as exc:
+                raise StorageError(f"error closing segment {segment.log_path}: {exc}") from exc
         del self._segments[:count]
         del self._bases[:count]
         self._read_bound = None
+        if gone and not self._to_rename:
+            self._renaming.acquire()
+        delay = self.config.file_delete_delay_ms
+        self._to_rename.extend((s, delay <= 0) for s in gone)
+        if delay > 0:
+            self._pending_deletes.extend((now_ms + delay, s) for s in gone)
+
+    def rename_deleted(self) -> None:
+        """The files of the segments `delete_oldest` removed: renamed to *.deleted (removed
+        by `delete_pending_files` once due), or removed now with file.delete.delay.ms 0."""
+        if not self._to_rename:
+            return
+        try:
+            for segment, delete_now in self._to_rename:
+                try:
+                    if delete_now:
+                        segment.delete()
+                    else:
+                        segment.change_file_suffixes("", DELETED_SUFFIX)
+                except OSError as exc:
+                    raise StorageError(
+                        f"error deleting segment {segment.log_path}: {exc}"
+                    ) from exc
+        finally:
+            self._to_rename.clear()
+            self._renaming.release()
 
     def _retire(self, segment: LogSegment, *, delete_now: bool) -> None:
         """Close a segment that left the list; delete its files or rename them to *.deleted."""
@@ -401,11 +438,26 @@ class LogSegments:
 
     def delete_pending_files(self, now_ms: int) -> int:
         """Remove *.deleted files whose delay has passed; returns segments removed."""
-        due = [s for t, s in self._pending_deletes if t <= now_ms]
-        self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now_ms]
+        due = self.take_due_deletes(now_ms)
         for segment in due:
             segment.delete()
         return len(due)
+
+    def take_due_deletes(self, now_ms: int) -> list[LogSegment]:
+        """The retired segments whose file.delete.delay.ms has passed, no longer tracked here:
+        the caller removes their files (`LogSegment.delete`), without the log's lock."""
+        due = [s for t, s in self._pending_deletes if t <= now_ms]
+        self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now_ms]
+        return due
+
+    def await_renames(self) -> None:
+        """Wait until no cleaner or retention pass is renaming segment files (`swap_in`)."""
+        with self._renaming:
+            pass
+
+    @property
+    def renaming(self) -> bool:
+        return self._renaming.locked()
 
     # ----------------------------------------------------------------------------------
     # Replacement by cleaned segments (wherry.log.cleaner)
@@ -448,35 +500,52 @@ class LogSegments:
         fsync_dir(self.dir)
         hook("after-swap-rename")
 
-    def replace(
-        self,
-        new: LogSegment,
-        old: Sequence[LogSegment],
-        *,
-        now_ms: int,
-        crash_hook: Callable[[str], None] | None = None,
-    ) -> None:
-        """Swap `new` (renamed to `.swap` by `prepare_swap`) in for `old` (see `can_replace`):
-        rename the old segments' files to `.deleted` and `.swap` into place. The caller fsyncs
-        the directory afterwards, outside the log's lock: until then a crash leaves `.swap` and
-        `.deleted` names, which recovery completes. `crash_hook(step)` runs between steps."""
+    def replace(self, new: LogSegment, old: Sequence[LogSegment], *, now_ms: int) -> None:
+        """Swap `new` (renamed to `.swap` by `prepare_swap`) in for `old` (see `can_replace`)
+        in the list, under the log's lock: the old segments are closed and left for deletion
+        after file.delete.delay.ms. Their files and `new`'s are renamed by `rename_replaced`,
+        which the caller runs next, without the lock; until it is done, whatever else would
+        read or rename files other than the active segment's waits (`await_renames`)."""
         idx = self._index_of_run(old)
         if idx is None:
             raise ValueError(f"{self.topic_partition}: {old} are not replaceable segments")
-        hook = crash_hook if crash_hook is not None else (lambda _step: None)
-        for i, segment in enumerate(old):
-            self._retire(segment, delete_now=False)
-            delay = max(self.config.file_delete_delay_ms, 0)
+        delay = max(self.config.file_delete_delay_ms, 0)
+        for segment in old:
+            try:
+                segment.close()
+            except OSError as exc:
+                raise StorageError(f"error closing segment {segment.log_path}: {exc}") from exc
             self._pending_deletes.append((now_ms + delay, segment))
-            if i == 0:
-                hook("after-first-delete")
-        hook("after-deletes")
-        new.change_file_suffixes(SWAP_SUFFIX, "")
-        self.delete_pending_files(now_ms)
         self._segments[idx : idx + len(old)] = [new]
         self._bases = [s.base_offset for s in self._segments]
         self._read_bound = None
-        hook("after-swap")
+        self._renaming.acquire()
+
+    def rename_replaced(
+        self,
+        new: LogSegment,
+        old: Sequence[LogSegment],
+        crash_hook: Callable[[str], None] | None = None,
+    ) -> None:
+        """The files of a `replace`: the old segments' renamed to `.deleted`, then `.swap` into
+        place (the order recovery completes after a crash: see `Log.open`). The caller fsyncs
+        the directory afterwards. `crash_hook(step)` runs between steps."""
+        hook = crash_hook if crash_hook is not None else (lambda _step: None)
+        try:
+            for i, segment in enumerate(old):
+                try:
+                    segment.change_file_suffixes("", DELETED_SUFFIX)
+                except OSError as exc:
+                    raise StorageError(
+                        f"error deleting segment {segment.log_path}: {exc}"
+                    ) from exc
+                if i == 0:
+                    hook("after-first-delete")
+            hook("after-deletes")
+            new.change_file_suffixes(SWAP_SUFFIX, "")
+            hook("after-swap")
+        finally:
+            self._renaming.release()
 
     # ----------------------------------------------------------------------------------
     # Close / delete / move
@@ -534,10 +603,12 @@ def swap_in(
     now_ms: int,
     crash_hook: Callable[[str], None] | None = None,
 ) -> bool:
-    """`Log.replace_segments`: swap the cleaned segment `new` in for `old` under the log's
-    `lock`, with the directory fsyncs outside it, so that an append (on the event loop) waits
-    for renames, never for the disk: `.swap` made durable first (`prepare_swap`, touching only
-    `new`), then the old segments renamed away and `.swap` into place (`replace`), then the
+    """`Log.replace_segments`: swap the cleaned segment `new` in for `old`, holding the log's
+    `lock` only to change the list, so that an append (on the event loop) waits neither for
+    the disk nor for renames: `.swap` made durable first (`prepare_swap`, touching only
+    `new`), then, under the lock, the list changed (`replace`), then, without it, the old
+    segments renamed away and `.swap` into place (`rename_replaced`; meanwhile whatever else
+    reads or renames files other than the active segment's waits: `files_locked`), then the
     directory fsynced; a crash before that leaves names recovery completes. Returns False (and
     deletes `new`) if the log was closed or `old` are no longer replaceable."""
     with lock:
@@ -552,14 +623,34 @@ def swap_in(
             new.delete()
             return False
         raise
-    with lock:
+    with files_locked(lock, segments):  # the renames gate free: `replace` takes it at once
         if closed() or not segments.can_replace(old):
             new.delete()
             return False
-        segments.replace(new, old, now_ms=now_ms, crash_hook=crash_hook)
+        segments.replace(new, old, now_ms=now_ms)
+    segments.rename_replaced(new, old, crash_hook)
+    with files_locked(lock, segments):
+        due = segments.take_due_deletes(now_ms)
+    for segment in due:  # file.delete.delay.ms passed (0: the old segments just renamed)
+        segment.delete()
     try:
         fsync_dir(directory)
     except FileNotFoundError:
         if not closed():
             raise
     return True
+
+
+@contextmanager
+def files_locked(lock: AbstractContextManager[Any], segments: LogSegments) -> Iterator[None]:
+    """A log's `lock`, held once no cleaner or retention pass is renaming files of its
+    `segments` (`swap_in`, `LogSegments.delete_oldest`): for whatever reads, writes or renames
+    files other than the active segment's. The wait is done without the lock, so appends go
+    on meanwhile; the renames gate is only taken under the lock, so it stays free while the
+    lock is held."""
+    while True:
+        segments.await_renames()
+        with lock:
+            if not segments.renaming:
+                yield
+                return

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -64,6 +64,8 @@ class World(Protocol):
     async def stop_broker(self, b: int) -> None: ...
 
     async def restart_later(self, b: int, delay_ms: float) -> None: ...
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None: ...
 
 
 def rebalance_config(rng: random.Random) -> RebalanceConfig:
@@ -275,7 +277,7 @@ class ClusterOperations:
             await w.stop_broker(b)
         finally:
             w.stopping.discard(b)
-        asyncio.get_running_loop().create_task(w.restart_later(b, rng.uniform(100, 1500)))
+        w.spawn(w.restart_later(b, rng.uniform(100, 1500)))
 
     # --- controller crashes during reassignments ----------------------------------------------
     def _maybe_crash_controller(self) -> None:

@@ -14,7 +14,7 @@ import random
 import tempfile
 import traceback
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,7 @@ class World:
         self.rng = random.Random(seed)
         self.root = root
         self.loop = SimLoop()
+        self._spawned: set[asyncio.Task[None]] = set()
         self.disk = DurableFiles()
         self.history = History(broken_rule=options.broken_rule)
         self.txn_ledger = TxnLedger()
@@ -323,7 +324,7 @@ class World:
             if reg is not None and reg.epoch == epoch:
                 self.expire_session(b)
 
-        self.loop.create_task(expire())
+        self.spawn(expire())
 
     async def stop_broker(self, b: int) -> None:
         """A clean stop (after a controlled shutdown): the process stops and closes its
@@ -360,7 +361,7 @@ class World:
                 return
             self.result.faults.append(f"{self.now_ms()}: coordinator crash after {why}")
             self.crash_broker(b)
-            self.loop.create_task(self.restart_later(b, rng.uniform(50, 800)))
+            self.spawn(self.restart_later(b, rng.uniform(50, 800)))
 
         self.loop.call_later(rng.uniform(0, 15) / 1000, crash)
 
@@ -424,7 +425,7 @@ class World:
             if c is not None and c.alive:
                 c.on_broker_change()
 
-        self.loop.create_task(fire())
+        self.spawn(fire())
 
     async def _deliver(self, b: int, msg: ControllerMessage) -> int:
         node = self.node(b)
@@ -530,7 +531,7 @@ class World:
             if kind == "crash" and len(self.down | self.stopping) < o.brokers - 1 and stable:
                 b = rng.choice(stable)
                 self.crash_broker(b)
-                self.loop.create_task(self.restart_later(b, rng.uniform(50, 1500)))
+                self.spawn(self.restart_later(b, rng.uniform(50, 1500)))
             elif kind == "expire" and up:
                 b = rng.choice(up)
                 self.result.faults.append(f"{self.now_ms()}: expire session of broker {b}")
@@ -564,6 +565,13 @@ class World:
             self.removals.controller_away(self.now_ms())
             plane.expire_host_session(host)
             self.loop.call_later(rng.uniform(20, 400) / 1000, plane.renew_host_session, host)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in a task of the world's own, kept until it ends (a task nothing refers
+        to may be collected while it waits)."""
+        task = self.loop.create_task(work)
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
 
     async def restart_later(self, b: int, delay_ms: float) -> None:
         await asyncio.sleep(delay_ms / 1000)
@@ -803,7 +811,11 @@ class World:
     def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
         if self._failure is None:
-            self._failure = exc if exc is not None else RuntimeError(context.get("message"))
+            if exc is None:  # e.g. a task destroyed pending: name it, for the replay
+                what = context.get("task") or context.get("future") or context.get("handle")
+                exc = RuntimeError(f"{context.get('message')} {what!r}" if what else
+                                   context.get("message"))
+            self._failure = exc
         loop.stop()
 
     def _shutdown(self) -> None:

@@ -321,11 +321,37 @@ def _done(world: World, config: ShareWorldConfig, topic_id: uuid.UUID) -> bool:
 async def settle(world: World, config: ShareWorldConfig, topic_id: uuid.UUID,
                  grace_ms: int) -> None:
     """Give the consumers up to `grace_ms` more to finish the records below the high
-    watermarks (the last ones may be on their way to the delivery limit); a seed already done
-    waits for nothing."""
-    deadline = world.now_ms() + grace_ms
+    watermarks (the last ones may be on their way to the delivery limit), and `grace_ms` again
+    each time the share state moves on -- a consumer slow to acknowledge, whose records go
+    round to the delivery limit, is progress, not a stall -- up to `SETTLE_ROUNDS` graces in
+    all; a seed already done waits for nothing."""
+    start = world.now_ms()
+    deadline = start + grace_ms
+    last = _finished(world, config, topic_id)
     while world.now_ms() < deadline and not _done(world, config, topic_id):
         await asyncio.sleep(0.05)
+        now = _finished(world, config, topic_id)
+        if now > last:
+            last = now
+            deadline = min(world.now_ms() + grace_ms, start + SETTLE_ROUNDS * grace_ms)
+
+
+SETTLE_ROUNDS = 4
+
+
+def _finished(world: World, config: ShareWorldConfig, topic_id: uuid.UUID) -> int:
+    """How many records the share coordinators' states count as done, over all partitions (a
+    measure of progress only)."""
+    n = 0
+    for tp in world.tps:
+        state = coordinator_state(world, ShareKey(GROUP, topic_id, tp.partition),
+                                  config.state_partitions)
+        if isinstance(state, ShareState):
+            n += state.start_offset + sum(
+                b.last_offset - b.first_offset + 1 for b in state.batches
+                if b.delivery_state in FINISHED or b.delivery_count >= config.delivery_limit
+            )
+    return n
 
 
 def check_final(world: World, ledger: ShareLedger, config: ShareWorldConfig,

@@ -518,6 +518,60 @@ class Bench:
                 )
             )
 
+    def rf3_efficiency(self, cluster: Target) -> None:
+        """r2 and p3 alone (`--rows rf3`), runs alternating, and e3: r2's brokers' CPU per MB
+        over p3's. CPU per MB is the figure, not wall time: each side's best (lowest) run
+        counts."""
+        plan = self.plan
+        size, count = 1024, plan.large_records
+        topic = "bench-r-1024b"
+        cluster.create_topic(topic, PARTITIONS)
+        self.log(f"    broker PIDs {cluster.pids} (attach a profiler to them)")
+        r_runs: list[Params] = []
+        p_runs: list[Params] = []
+        for rep in range(plan.repeats):
+            self.log(f"(r2) {cluster.name}: produce {count} x {size} B, run {rep + 1}")
+            mib = count * size * cluster.replication_factor * 5 // 4 // 2**20
+            r = self._produce_run(cluster, topic, size, count, self._pretouch(mib))
+            self._log_pretouch(mib, r)
+            self.log(f"    {_brokers_ms_per_mb(r):.2f} ms broker CPU per MB")
+            r_runs.append(r)
+            self.log(f"(p3) raw byte path, 2 followers, run {rep + 1}")
+            mib = plan.raw_mib * 3 * 5 // 4
+            params = {"total_mib": plan.raw_mib, "followers": 2}
+            p = run_cluster_worker("raw_path", {**params, **self._pretouch(mib)}, 120)
+            self._log_pretouch(mib, p)
+            self.log(f"    {p['cpu_ms_per_mib']:.2f} ms CPU per MB")
+            p_runs.append(p)
+        self._throughput_row("r2", cluster, size, count, r_runs)
+        best_p = max(p_runs, key=lambda r: r["mib_s"])
+        p3 = min(r["cpu_ms_per_mib"] for r in p_runs)
+        self.add(
+            Row(
+                "p3",
+                "raw byte path of an RF 3 (+2 sendfile followers) produce, no broker code",
+                f"{best_p['mib_s']:,.0f} MB/s  {p3:.2f} ms CPU per MB",
+                f"best of {len(p_runs)} runs of {plan.raw_mib} MiB ("
+                + ", ".join(f"{r['cpu_ms_per_mib']:.2f}" for r in p_runs)
+                + " ms per MB)",
+                {"best": best_p, "cpu_ms_per_mib": p3, "runs": p_runs},
+            )
+        )
+        r2 = min(_brokers_ms_per_mb(r) for r in r_runs)
+        self.add(
+            Row(
+                "e3",
+                "r2's brokers' CPU per MB / p3's",
+                f"{r2 / p3:.2f}x",
+                f"{r2:.2f} / {p3:.2f} ms per MB (lowest run of each; r2 runs: "
+                + ", ".join(f"{_brokers_ms_per_mb(r):.2f}" for r in r_runs)
+                + " ms, load "
+                + ", ".join(f"{r['loadavg_1m'][0]:.1f}" for r in r_runs)
+                + ")",
+                {"ratio": r2 / p3, "r2_brokers_ms_per_mb": r2, "p3_ms_per_mb": p3},
+            )
+        )
+
     # -- idle partitions and failover ------------------------------------------------------
     def idle(self, base: Path) -> None:
         """i1, i2, f1 on a fresh 3-process ZooKeeper cluster (see the module docstring)."""
@@ -724,6 +778,11 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def _brokers_ms_per_mb(r: Params) -> float:
+    """All broker processes' CPU (user + system) per MB a produce run wrote."""
+    return float(r["broker_cpu_s"]) * 1000 / (r["bytes"] / 2**20)
+
+
 def run_cluster_worker(role: str, params: Params, timeout_s: float) -> Params:
     """`python -m bench.cluster_workers ROLE PARAMS` (bench/cluster_workers.py), its JSON."""
     return run_worker(role, params, timeout_s, module="bench.cluster_workers")
@@ -747,6 +806,7 @@ ORDER = (
     "rl3",
 )
 IDLE_ORDER = ("i1", "i2", "f1")
+RF3_ORDER = ("r2", "p3", "e3")
 
 
 def render(env: Params, rows: list[Row], mode: str) -> None:
@@ -780,10 +840,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--rows",
-        choices=("all", "throughput", "idle"),
+        choices=("all", "throughput", "idle", "rf3"),
         default="all",
-        help="throughput: s/r/x/sl/rl rows only; idle: i1, i2, f1 only",
+        help="throughput: s/r/x/sl/rl rows only; idle: i1, i2, f1 only; rf3: r2 and p3 only,"
+        " alternating, and e3, r2's brokers' CPU per MB over p3's",
     )
+    ap.add_argument("--repeats", type=int, help="runs of each throughput row (best counts)")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.idle_partitions:
@@ -792,6 +854,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, idle_seconds=args.idle_seconds)
     if args.no_pretouch:
         plan = replace(plan, pretouch=False)
+    if args.repeats:
+        plan = replace(plan, repeats=args.repeats)
     if args.json:
         args.json = args.json.resolve()
     if args.broker_tree:
@@ -823,6 +887,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base / "zk", ignore_errors=True)
             bench.ratios()
             order += ORDER
+        if args.rows == "rf3":
+            with dev_cluster(base) if args.dev else zk_cluster(base) as cluster:
+                bench.rf3_efficiency(cluster)
+            order += RF3_ORDER
         if args.rows in ("all", "idle"):
             bench.idle(base)
             order += IDLE_ORDER

@@ -846,6 +846,7 @@ def main(argv: list[str] | None = None) -> int:
         " alternating, and e3, r2's brokers' CPU per MB over p3's",
     )
     ap.add_argument("--repeats", type=int, help="runs of each throughput row (best counts)")
+    ap.add_argument("--large-records", type=int, help="1 KiB records of each s2/r2 run")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.idle_partitions:
@@ -856,6 +857,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, pretouch=False)
     if args.repeats:
         plan = replace(plan, repeats=args.repeats)
+    if args.large_records:
+        plan = replace(plan, large_records=args.large_records)
     if args.json:
         args.json = args.json.resolve()
     if args.broker_tree:

@@ -140,6 +140,10 @@ class Target:
         """(user, system) CPU seconds of each of the target's broker processes."""
         return [cpu_split(pid) for pid in self.pids]
 
+    def minor_faults(self) -> int:
+        """Minor page faults of the target's broker processes so far (fresh memory touched)."""
+        return sum(_minor_faults(pid) for pid in self.pids)
+
     def create_topic(self, name: str, partitions: int) -> None:
         """CreateTopics v7 (min.insync.replicas=2 when replicated), then wait until every
         partition has a leader and a full ISR."""
@@ -305,6 +309,7 @@ class Bench:
         self, target: Target, topic: str, size: int, count: int, extra: Params
     ) -> Params:
         before = target.cpu_splits()
+        faults0 = target.minor_faults()
         load0 = os.getloadavg()[0]
         r = run_worker(
             "cf_produce",
@@ -320,6 +325,7 @@ class Bench:
             timeout_s=360,
         )
         after = target.cpu_splits()
+        r["broker_minor_faults"] = target.minor_faults() - faults0
         spent = [(u1 - u0, k1 - k0) for (u0, k0), (u1, k1) in zip(before, after, strict=True)]
         r["broker_user_s"] = sum(u for u, _ in spent)
         r["broker_sys_s"] = sum(k for _, k in spent)
@@ -534,7 +540,10 @@ class Bench:
             mib = count * size * cluster.replication_factor * 5 // 4 // 2**20
             r = self._produce_run(cluster, topic, size, count, self._pretouch(mib))
             self._log_pretouch(mib, r)
-            self.log(f"    {_brokers_ms_per_mb(r):.2f} ms broker CPU per MB")
+            self.log(
+                f"    {_brokers_ms_per_mb(r):.2f} ms broker CPU per MB,"
+                f" {r['broker_minor_faults'] / (r['bytes'] / 2**20):.0f} page faults per MB"
+            )
             r_runs.append(r)
             self.log(f"(p3) raw byte path, 2 followers, run {rep + 1}")
             mib = plan.raw_mib * 3 * 5 // 4
@@ -567,6 +576,10 @@ class Bench:
                 + ", ".join(f"{_brokers_ms_per_mb(r):.2f}" for r in r_runs)
                 + " ms, load "
                 + ", ".join(f"{r['loadavg_1m'][0]:.1f}" for r in r_runs)
+                + "; brokers' minor page faults per MB "
+                + ", ".join(
+                    f"{r['broker_minor_faults'] / (r['bytes'] / 2**20):.0f}" for r in r_runs
+                )
                 + ")",
                 {"ratio": r2 / p3, "r2_brokers_ms_per_mb": r2, "p3_ms_per_mb": p3},
             )
@@ -776,6 +789,15 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _minor_faults(pid: int) -> int:
+    """Field 10 of /proc/PID/stat (minflt); 0 where there is no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[7])
 
 
 def _brokers_ms_per_mb(r: Params) -> float:

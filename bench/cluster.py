@@ -140,6 +140,10 @@ class Target:
         """(user, system) CPU seconds of each of the target's broker processes."""
         return [cpu_split(pid) for pid in self.pids]
 
+    def minor_faults(self) -> int:
+        """Minor page faults of the target's broker processes so far (fresh memory touched)."""
+        return sum(_minor_faults(pid) for pid in self.pids)
+
     def create_topic(self, name: str, partitions: int) -> None:
         """CreateTopics v7 (min.insync.replicas=2 when replicated), then wait until every
         partition has a leader and a full ISR."""
@@ -305,6 +309,7 @@ class Bench:
         self, target: Target, topic: str, size: int, count: int, extra: Params
     ) -> Params:
         before = target.cpu_splits()
+        faults0 = target.minor_faults()
         load0 = os.getloadavg()[0]
         r = run_worker(
             "cf_produce",
@@ -320,6 +325,7 @@ class Bench:
             timeout_s=360,
         )
         after = target.cpu_splits()
+        r["broker_minor_faults"] = target.minor_faults() - faults0
         spent = [(u1 - u0, k1 - k0) for (u0, k0), (u1, k1) in zip(before, after, strict=True)]
         r["broker_user_s"] = sum(u for u, _ in spent)
         r["broker_sys_s"] = sum(k for _, k in spent)
@@ -517,6 +523,67 @@ class Bench:
                     {"ratio": b["rec_s"] / a["rec_s"]},
                 )
             )
+
+    def rf3_efficiency(self, cluster: Target) -> None:
+        """r2 and p3 alone (`--rows rf3`), runs alternating, and e3: r2's brokers' CPU per MB
+        over p3's. CPU per MB is the figure, not wall time: each side's best (lowest) run
+        counts."""
+        plan = self.plan
+        size, count = 1024, plan.large_records
+        topic = "bench-r-1024b"
+        cluster.create_topic(topic, PARTITIONS)
+        self.log(f"    broker PIDs {cluster.pids} (attach a profiler to them)")
+        r_runs: list[Params] = []
+        p_runs: list[Params] = []
+        for rep in range(plan.repeats):
+            self.log(f"(r2) {cluster.name}: produce {count} x {size} B, run {rep + 1}")
+            mib = count * size * cluster.replication_factor * 5 // 4 // 2**20
+            r = self._produce_run(cluster, topic, size, count, self._pretouch(mib))
+            self._log_pretouch(mib, r)
+            self.log(
+                f"    {_brokers_ms_per_mb(r):.2f} ms broker CPU per MB,"
+                f" {r['broker_minor_faults'] / (r['bytes'] / 2**20):.0f} page faults per MB"
+            )
+            r_runs.append(r)
+            self.log(f"(p3) raw byte path, 2 followers, run {rep + 1}")
+            mib = plan.raw_mib * 3 * 5 // 4
+            params = {"total_mib": plan.raw_mib, "followers": 2}
+            p = run_cluster_worker("raw_path", {**params, **self._pretouch(mib)}, 120)
+            self._log_pretouch(mib, p)
+            self.log(f"    {p['cpu_ms_per_mib']:.2f} ms CPU per MB")
+            p_runs.append(p)
+        self._throughput_row("r2", cluster, size, count, r_runs)
+        best_p = max(p_runs, key=lambda r: r["mib_s"])
+        p3 = min(r["cpu_ms_per_mib"] for r in p_runs)
+        self.add(
+            Row(
+                "p3",
+                "raw byte path of an RF 3 (+2 sendfile followers) produce, no broker code",
+                f"{best_p['mib_s']:,.0f} MB/s  {p3:.2f} ms CPU per MB",
+                f"best of {len(p_runs)} runs of {plan.raw_mib} MiB ("
+                + ", ".join(f"{r['cpu_ms_per_mib']:.2f}" for r in p_runs)
+                + " ms per MB)",
+                {"best": best_p, "cpu_ms_per_mib": p3, "runs": p_runs},
+            )
+        )
+        r2 = min(_brokers_ms_per_mb(r) for r in r_runs)
+        self.add(
+            Row(
+                "e3",
+                "r2's brokers' CPU per MB / p3's",
+                f"{r2 / p3:.2f}x",
+                f"{r2:.2f} / {p3:.2f} ms per MB (lowest run of each; r2 runs: "
+                + ", ".join(f"{_brokers_ms_per_mb(r):.2f}" for r in r_runs)
+                + " ms, load "
+                + ", ".join(f"{r['loadavg_1m'][0]:.1f}" for r in r_runs)
+                + "; brokers' minor page faults per MB "
+                + ", ".join(
+                    f"{r['broker_minor_faults'] / (r['bytes'] / 2**20):.0f}" for r in r_runs
+                )
+                + ")",
+                {"ratio": r2 / p3, "r2_brokers_ms_per_mb": r2, "p3_ms_per_mb": p3},
+            )
+        )
 
     # -- idle partitions and failover ------------------------------------------------------
     def idle(self, base: Path) -> None:
@@ -724,6 +791,20 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def _minor_faults(pid: int) -> int:
+    """Field 10 of /proc/PID/stat (minflt); 0 where there is no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[7])
+
+
+def _brokers_ms_per_mb(r: Params) -> float:
+    """All broker processes' CPU (user + system) per MB a produce run wrote."""
+    return float(r["broker_cpu_s"]) * 1000 / (r["bytes"] / 2**20)
+
+
 def run_cluster_worker(role: str, params: Params, timeout_s: float) -> Params:
     """`python -m bench.cluster_workers ROLE PARAMS` (bench/cluster_workers.py), its JSON."""
     return run_worker(role, params, timeout_s, module="bench.cluster_workers")
@@ -747,6 +828,7 @@ ORDER = (
     "rl3",
 )
 IDLE_ORDER = ("i1", "i2", "f1")
+RF3_ORDER = ("r2", "p3", "e3")
 
 
 def render(env: Params, rows: list[Row], mode: str) -> None:
@@ -780,10 +862,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--rows",
-        choices=("all", "throughput", "idle"),
+        choices=("all", "throughput", "idle", "rf3"),
         default="all",
-        help="throughput: s/r/x/sl/rl rows only; idle: i1, i2, f1 only",
+        help="throughput: s/r/x/sl/rl rows only; idle: i1, i2, f1 only; rf3: r2 and p3 only,"
+        " alternating, and e3, r2's brokers' CPU per MB over p3's",
     )
+    ap.add_argument("--repeats", type=int, help="runs of each throughput row (best counts)")
+    ap.add_argument("--large-records", type=int, help="1 KiB records of each s2/r2 run")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.idle_partitions:
@@ -792,6 +877,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, idle_seconds=args.idle_seconds)
     if args.no_pretouch:
         plan = replace(plan, pretouch=False)
+    if args.repeats:
+        plan = replace(plan, repeats=args.repeats)
+    if args.large_records:
+        plan = replace(plan, large_records=args.large_records)
     if args.json:
         args.json = args.json.resolve()
     if args.broker_tree:
@@ -823,6 +912,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base / "zk", ignore_errors=True)
             bench.ratios()
             order += ORDER
+        if args.rows == "rf3":
+            with dev_cluster(base) if args.dev else zk_cluster(base) as cluster:
+                bench.rf3_efficiency(cluster)
+            order += RF3_ORDER
         if args.rows in ("all", "idle"):
             bench.idle(base)
             order += IDLE_ORDER

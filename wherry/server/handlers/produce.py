@@ -135,6 +135,7 @@ async def handle(
         appended = broker.node.start_append(
             entries, required_acks=acks, timeout_ms=duration_ms(body.timeout)
         )
+        _release_records(entries)
         if not appended.done() and acks == -1:
             return Parked(_answer_when_replicated(appended, order, errors))
         statuses = await appended
@@ -145,6 +146,19 @@ async def handle(
             raise CloseConnection("acks=0 produce request failed")
         return None
     return _response(order, errors, statuses)
+
+
+def _release_records(entries: Mapping[TopicPartition, object]) -> None:
+    """The records are in the log: let go of their views of the request's receive buffer
+    (Kafka clears a produce request's records once appended), so the connection reuses that
+    buffer for its next requests while this one's answer waits for the ISR (acks=all), rather
+    than taking fresh memory, a page fault per 4 KiB, for each request."""
+    for records in entries.values():
+        if type(records) is memoryview:
+            try:
+                records.release()
+            except BufferError:  # something still reads it: it goes when that does
+                pass
 
 
 async def _transaction_checks(

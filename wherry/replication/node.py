@@ -170,6 +170,8 @@ class ReplicaNode:
         self.deletion_listeners: list[DeletionListener] = []
         # Leader endpoints from the controller's LeaderAndIsr (live_leaders), newest first.
         self._leader_endpoints: dict[int, LeaderAddress] = {}
+        # followers told of a leader whose endpoint was not known then: partition -> leader
+        self._unreachable: dict[TopicPartition, int] = {}
         self.scheduler = Scheduler(clock)
         self._tasks: list[asyncio.Task[None]] = []
         self.running = False
@@ -325,6 +327,7 @@ class ReplicaNode:
             self._judge_leader_and_isr(req, errors, to_apply)
         for ep in req.live_leaders:
             self._leader_endpoints[ep.broker_id] = LeaderAddress(ep.broker_id, ep.host, ep.port)
+        self._fetch_from_reachable_leaders()
         if to_apply:
             offline = self.replica_manager.become_leader_or_follower(
                 dataclasses.replace(req, partition_states=tuple(to_apply)), self.clock.now_ms()
@@ -422,7 +425,24 @@ class ReplicaNode:
             return int(ErrorCode.stale_controller_epoch)
         if before - {b.broker_id for b in self.cache.alive_brokers()}:
             self.replica_manager.on_brokers_gone()
+        self._fetch_from_reachable_leaders()
         return int(ErrorCode.none)
+
+    def _fetch_from_reachable_leaders(self) -> None:
+        """Followers whose leader had no known endpoint when they were told of it start
+        fetching once the metadata names one. (The leader can come back at the same leader
+        epoch -- the only replica in the ISR, restarted --, and a LeaderAndIsr at that epoch is
+        then ignored as not newer.)"""
+        if not self._unreachable or not self.running:
+            return
+        waiting = [
+            tp for tp, leader in self._unreachable.items()
+            if (part := self.replica_manager.get_partition(tp)) is not None
+            and not part.is_leader and part.leader_id == leader
+        ]
+        self._unreachable.clear()
+        if waiting:
+            self._update_fetchers([], waiting)
 
     async def handle_stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:
         err = self._admit("StopReplica", req.controller_id, req.controller_epoch, req.broker_epoch)
@@ -487,7 +507,10 @@ class ReplicaNode:
     ) -> None:
         remove = [tp for tp, _ in became_leader]
         add: dict[TopicPartition, tuple[LeaderAddress, int]] = {}
+        for tp in remove:
+            self._unreachable.pop(tp, None)
         for tp in lost:
+            self._unreachable.pop(tp, None)
             part = self.replica_manager.get_partition(tp)
             if part is None or part.is_leader or part.leader_id < 0:
                 remove.append(tp)
@@ -495,12 +518,14 @@ class ReplicaNode:
             address = self.leader_address(part.leader_id)
             if address is None:
                 log.warning(
-                    "%s No endpoint known for leader %d of %s-%d; not fetching it",
+                    "%s No endpoint known for leader %d of %s-%d; fetching it once the "
+                    "metadata names one",
                     self._prefix,
                     part.leader_id,
                     tp.topic,
                     tp.partition,
                 )
+                self._unreachable[tp] = part.leader_id
                 remove.append(tp)
                 continue
             add[tp] = (address, part.leader_epoch)

@@ -141,6 +141,7 @@ class ShareGroupsRuntime:
         self._group_configs: dict[str, dict[str, str]] = {}
         self._task: asyncio.Task[None] | None = None
         self._bg: set[asyncio.Task[Any]] = set()
+        self._stopped = False  # stopped or abandoned: no background work starts any more
         self._changed = asyncio.Event()
         self._prefix = f"[ShareRuntime id={broker_id}]"
         self._groups_rt: GroupCoordinatorHost | None = None
@@ -204,6 +205,8 @@ class ShareGroupsRuntime:
         return ErrorCode.none
 
     def _persist_group_later(self, group_id: str) -> None:
+        if self._stopped:
+            return
         task = asyncio.get_running_loop().create_task(self.persist_group(group_id))
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
@@ -214,6 +217,7 @@ class ShareGroupsRuntime:
 
     def abandon(self) -> None:
         """The process dies: its background work stops at once, its share-partitions go."""
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
         for t in list(self._bg):
@@ -221,6 +225,7 @@ class ShareGroupsRuntime:
         self.parts.clear()
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await cancel_and_wait(self._task)
@@ -484,7 +489,7 @@ class ShareGroupsRuntime:
         partition at that epoch, until a write covers every change made so far (a change
         made while a write is on its way is written after it)."""
         entry.changes += 1
-        if entry.writer:
+        if entry.writer or self._stopped:
             return
         entry.writer = True
 

@@ -14,15 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
-
-if TYPE_CHECKING:
-    from typing_extensions import dataclass_transform
-else:  # typing_extensions is not imported at start; the marker only informs type checkers
-
-    def dataclass_transform(**_: Any) -> Callable[[Any], Any]:
-        return lambda f: f
-
+from typing import Any, TypeVar, dataclass_transform, overload
 
 __all__ = ["frozen_record"]
 

@@ -585,11 +585,10 @@ class GroupCoordinator:
             refused = self._consumer.validate_offset_commit(
                 consumer_group, member_id, committer.generation_id, api_version
             )
-            if refused is not None:
-                callback(dict.fromkeys(offsets, refused[0]))
-                return
-            holder = self._bridge.offsets_holder(group_id, self.now_ms)
-            self._manager.store_offsets(holder, member_id, offsets, callback)
+            self._commit_to_consumer_group(
+                group_id, refused, offsets, callback,
+                lambda holder: self._manager.store_offsets(holder, member_id, offsets, callback),
+            )
             return
         group = self._manager.get_group(group_id)
         if group is None:
@@ -649,11 +648,10 @@ class GroupCoordinator:
                     consumer_group, member_id, committer.generation_id, api_version=9
                 )
             )
-            if refused is not None:
-                callback(dict.fromkeys(offsets, refused[0]))
-                return
-            holder = self._bridge.offsets_holder(group_id, self.now_ms)
-            self._manager.store_txn_offsets(holder, txn, offsets, callback)
+            self._commit_to_consumer_group(
+                group_id, refused, offsets, callback,
+                lambda holder: self._manager.store_txn_offsets(holder, txn, offsets, callback),
+            )
             return
         group = self._manager.get_group(group_id)
         if group is None:
@@ -663,6 +661,21 @@ class GroupCoordinator:
             callback(dict.fromkeys(offsets, err))
             return
         self._manager.store_txn_offsets(group, txn, offsets, callback)
+
+    def _commit_to_consumer_group(
+        self,
+        group_id: str,
+        refused: tuple[ErrorCode, str | None] | None,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        callback: CommitCallback,
+        store: Callable[[GroupMetadata], None],
+    ) -> None:
+        """A commit to a KIP-848 group: refused with `refused`'s error, else handed to `store`
+        with the group's classic offsets holder."""
+        if refused is not None:
+            callback(dict.fromkeys(offsets, refused[0]))
+            return
+        store(self._bridge.offsets_holder(group_id, self.now_ms))
 
     def on_transaction_completed(
         self, producer_id: int, offsets_partitions: Iterable[int], is_commit: bool

@@ -18,7 +18,9 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LONG_MAX, LogConfig
 from wherry.log.errors import LogError, LogOffsetError
+from wherry.log.producer_state import EndTxnMarker, read_marker
 from wherry.protocol.records import (
+    ATTR_CONTROL,
     BatchHeader,
     CorruptRecordError,
     InvalidRecordError,
@@ -29,6 +31,7 @@ from wherry.protocol.records import (
     null_key_records,
     parse_header,
     patch_batch,
+    patched_header,
     set_log_append_time,
     validate_batch,
 )
@@ -38,6 +41,7 @@ __all__ = [
     "RecordBatchTooLargeError",
     "RecordValidationError",
     "assign_offsets",
+    "batch_markers",
     "parse_batches",
     "validate_client_batches",
     "validate_replicated_batches",
@@ -192,19 +196,36 @@ def assign_offsets(
     first_offset: int,
     leader_epoch: int,
     log_append_time_ms: int | None,
-) -> list[BatchHeader]:
+) -> list[tuple[int, BatchHeader]]:
     """Patch consecutive offsets from `first_offset`, the leader epoch and (unless None) the
-    LogAppendTime into the batches; returns their new headers."""
+    LogAppendTime into the batches; returns (position, new header) of each."""
     next_offset = first_offset
-    headers: list[BatchHeader] = []
-    for pos, _ in batches:
+    out: list[tuple[int, BatchHeader]] = []
+    for pos, header in batches:
         patch_batch(buf, pos, base_offset=next_offset, partition_leader_epoch=leader_epoch)
         if log_append_time_ms is not None:
             set_log_append_time(buf, pos, log_append_time_ms)
-        patched = parse_header(buf, pos)
-        headers.append(patched)
-        next_offset = patched.next_offset
-    return headers
+            patched = parse_header(buf, pos)
+        else:  # only the two fields outside the CRC changed: no need to read them back
+            patched = patched_header(
+                header, base_offset=next_offset, partition_leader_epoch=leader_epoch
+            )
+        out.append((pos, patched))
+        next_offset = patched.base_offset + patched.last_offset_delta + 1
+    return out
+
+
+def batch_markers(
+    buf: bytes | bytearray | memoryview, batches: Sequence[tuple[int, BatchHeader]]
+) -> list[EndTxnMarker | None]:
+    """The COMMIT/ABORT marker of each control batch with a producer id (None for the
+    others)."""
+    return [
+        read_marker(buf, pos)
+        if header.attributes & ATTR_CONTROL and header.producer_id >= 0
+        else None
+        for pos, header in batches
+    ]
 
 
 def validate_replicated_batches(

@@ -79,6 +79,7 @@ __all__ = [
     "build_retained_batch",
     "crc_ok",
     "decompressed_limit",
+    "first_batch_is_transactional",
     "increment_sequence",
     "iter_batches",
     "iter_records",
@@ -86,6 +87,7 @@ __all__ = [
     "parse_control_record",
     "parse_header",
     "patch_batch",
+    "patched_header",
     "set_log_append_time",
     "validate_batch",
 ]
@@ -238,6 +240,17 @@ def parse_header(buf: _Buffer, pos: int = 0) -> BatchHeader:
             f"minimum {_MIN_BATCH_LENGTH}"
         )
     return header
+
+
+def first_batch_is_transactional(buf: _Buffer) -> bool:
+    """`parse_header(buf).is_transactional`, False where `parse_header` raises, read from the
+    three fields it depends on (magic, attributes, batch length) without building a header."""
+    return (
+        len(buf) >= BATCH_HEADER_SIZE
+        and buf[_MAGIC_OFFSET] == MAGIC
+        and buf[_ATTRIBUTES_OFFSET + 1] & ATTR_TRANSACTIONAL != 0
+        and INT32.unpack_from(buf, 8)[0] >= _MIN_BATCH_LENGTH
+    )
 
 
 def iter_batches(buf: _Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
@@ -452,6 +465,28 @@ def patch_batch(
     INT64.pack_into(buf, pos, base_offset)
     if partition_leader_epoch is not None:
         INT32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+def patched_header(
+    header: BatchHeader, *, base_offset: int, partition_leader_epoch: int
+) -> BatchHeader:
+    """`header` as `parse_header` reads it back after `patch_batch` wrote `base_offset` and
+    `partition_leader_epoch` into its batch (no other field changes), without reading it."""
+    return BatchHeader(
+        base_offset,
+        header.batch_length,
+        partition_leader_epoch,
+        header.magic,
+        header.crc,
+        header.attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.record_count,
+    )
 
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:

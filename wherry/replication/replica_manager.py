@@ -332,7 +332,7 @@ class ReplicaManager:
         try:
             # A produce request carries exactly one batch per partition; validated here once
             # (framing, magic, CRC, records, max.message.bytes), so the log need not repeat it.
-            validate_batch(data, max_message_bytes=cfg.max_message_bytes)
+            header = validate_batch(data, max_message_bytes=cfg.max_message_bytes)
             info = part.append_records_to_leader(
                 data,
                 required_acks=required_acks,
@@ -340,6 +340,7 @@ class ReplicaManager:
                 now_ms=now_ms,
                 lag_clock_ms=self._monotonic_ms(),
                 from_coordinator=from_coordinator,
+                header=header,
             )
         except RecordError as e:
             log.info(

@@ -279,7 +279,7 @@ class Log:
     def maybe_increment_high_watermark(self, offset: int) -> bool:
         """Raise the high watermark to `offset` (clamped); True if it moved."""
         with self._lock:
-            new = min(max(offset, self.log_start_offset), self._log_end_offset)
+            new = min(max(offset, self._retention.log_start_offset), self._log_end_offset)
             if new > self._high_watermark:
                 self._high_watermark = new
                 return True

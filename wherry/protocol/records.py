@@ -409,11 +409,16 @@ def validate_batch(
     n = len(data)
     if n == 0:
         raise InvalidRecordError("produce request partition has no record batch")
-    if n > _MAGIC_OFFSET:
+    if n > _MAGIC_OFFSET and data[_MAGIC_OFFSET] != MAGIC:
         _check_magic(data, 0)
     if n < BATCH_HEADER_SIZE:
         raise CorruptRecordError(f"truncated record batch: {n} bytes")
-    header = parse_header(data, 0)
+    header = BatchHeader(*_HEADER.unpack_from(data, 0))  # `parse_header`'s checks are made here
+    if header.batch_length < _MIN_BATCH_LENGTH:
+        raise CorruptRecordError(
+            f"batch length {header.batch_length} at position 0 is smaller than the "
+            f"minimum {_MIN_BATCH_LENGTH}"
+        )
     size = header.batch_length + LOG_OVERHEAD
     if size > n:
         raise CorruptRecordError(
@@ -439,7 +444,9 @@ def validate_batch(
         )
     # bytes are walked where they are; a view of the receive buffer is copied for the walk
     # (the walk's C-speed column slices are 3x slower on a memoryview than that copy)
-    payload, start, end = _records_payload(data, 0, header, decompressed_limit(max_message_bytes))
+    compressed = header.attributes & ATTR_COMPRESSION_MASK
+    limit = decompressed_limit(max_message_bytes) if compressed else 0  # used if compressed
+    payload, start, end = _records_payload(data, 0, header, limit)
     walked = _walk_records_checked(payload, start, end, null_keys)
     if walked != count:
         raise InvalidRecordError(f"batch declares {count} records but contains {walked}")

@@ -119,7 +119,9 @@ async def _answer(
     finally:
         if not isinstance(body, Parked):
             stats.observe(
-                request_name(req.api_key, follower=_from_follower(req)),
+                request_name(
+                    req.api_key, follower=req.api_key == FETCH_KEY and _from_follower(req)
+                ),
                 (time.perf_counter() - started) * 1000,
             )
     if isinstance(body, Parked):
@@ -135,6 +137,8 @@ async def _answer(
             return encoded
     if body is None:
         return None
+    if req.api_key != FETCH_KEY:  # what `encode_response_parts` does for them, directly
+        return codec.encode_response(req.api_key, req.api_version, req.correlation_id, body)
     # Fetch records may be file regions: network.py sends them from the files
     return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
 

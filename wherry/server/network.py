@@ -509,7 +509,8 @@ class _Connection(asyncio.BufferedProtocol):
                 answer = self.answers[0]
                 try:
                     # shielded: dropping the answers must not cancel the work behind them
-                    response = await asyncio.shield(answer)
+                    # (an answer already there needs no shield, nor a wait)
+                    response = answer.result() if answer.done() else await asyncio.shield(answer)
                 except CloseAfterResponse as e:
                     if self.transport is not None and not self.closing:
                         self.transport.write(e.response)  # flushed before the close

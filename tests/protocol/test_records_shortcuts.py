@@ -29,13 +29,13 @@ def _reference(buf: bytes | bytearray | memoryview) -> bool:
         return False
 
 
-def _batch(transactional: bool, control: bool = False) -> bytes:
+def _batch(transactional: bool, control: bool = False, count: int = 1) -> bytes:
     return build_batch(
-        [(b"k", b"v" * 10)],
+        [(b"k", b"v" * 10)] * count,
         timestamp_ms=1_700_000_000_000,
         producer_id=7 if transactional or control else -1,
         producer_epoch=1,
-        base_sequence=0,
+        base_sequence=5,
         is_transactional=transactional,
         is_control=control,
     )
@@ -96,17 +96,7 @@ def test_transactional_check_matches_parse_header(
 def test_patched_header_is_the_header_read_back(
     offset: int, epoch: int, transactional: bool, control: bool, count: int
 ) -> None:
-    data = bytearray(
-        build_batch(
-            [(b"k", b"v")] * count,
-            timestamp_ms=1_700_000_000_000,
-            producer_id=3 if transactional or control else -1,
-            producer_epoch=2,
-            base_sequence=5,
-            is_transactional=transactional,
-            is_control=control,
-        )
-    )
+    data = bytearray(_batch(transactional, control, count))
     before = parse_header(data)
     patch_batch(data, 0, base_offset=offset, partition_leader_epoch=epoch)
     assert patched_header(before, base_offset=offset, partition_leader_epoch=epoch) == (

@@ -174,9 +174,12 @@ def test_validator_checks_and_offsets() -> None:
     with pytest.raises(CorruptRecordError):
         parse_batches(two[:-5])
     buf = bytearray(two)
-    assigned = assign_offsets(
-        buf, parse_batches(buf), first_offset=100, leader_epoch=4, log_append_time_ms=T0 + 7
-    )
+    assigned = [
+        h
+        for _, h in assign_offsets(
+            buf, parse_batches(buf), first_offset=100, leader_epoch=4, log_append_time_ms=T0 + 7
+        )
+    ]
     assert [(h.base_offset, h.last_offset) for h in assigned] == [(100, 101), (102, 104)]
     assert [h.base_offset for h in headers(bytes(buf))] == [100, 102]
     assert {h.partition_leader_epoch for _, h in iter_batches(buf)} == {4}

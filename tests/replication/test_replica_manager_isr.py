@@ -346,3 +346,35 @@ def test_lagging_followers_are_tracked_for_incremental_fetch_sessions(env: Env) 
     assert TP not in env.rm.lagging(3) and TP not in env.rm.lagging(2)
     env.follow(epoch=2)  # no longer leading: nothing lags behind this broker
     assert TP not in env.rm.lagging(2) and TP not in env.rm.lagging(3)
+
+
+def test_acks_all_parks_only_what_the_hw_does_not_cover(tmp_path: Path) -> None:
+    """An acks=all append the HW already covers (an ISR of the leader alone) is answered at
+    once, nothing parked; in a request with a partition that waits, it waits with it."""
+    e = Env(tmp_path, min_isr=1)
+    tp1 = TopicPartition("t", 1)
+    try:
+        states = (
+            LeaderAndIsrPartitionState("t", 0, 1, 1, 1, (1,), 0, (1,)),
+            LeaderAndIsrPartitionState("t", 1, 1, 1, 1, (1, 2), 0, (1, 2)),
+        )
+        e.rm.become_leader_or_follower(
+            LeaderAndIsrRequest(0, 1, 0, states, {"t": TOPIC_ID}, ()), e.clock.now)
+        alone = e.produce_acks_all(2)
+        assert len(alone) == 1 and alone[0][TP].error_code == ErrorCode.none
+        assert alone[0][TP].base_offset == 0 and e.produce.delayed == 0
+        got: list[Result] = []
+        e.rm.append_records(timeout_ms=30_000, required_acks=-1,
+                            entries={TP: build_batch([(None, b"v")]),
+                                     tp1: build_batch([(None, b"w")] * 3)},
+                            respond=got.append, now_ms=e.clock.now)
+        assert got == [] and e.produce.watched(tp1) == 1 and e.produce.watched(TP) == 0
+        out: list[FetchResult] = []
+        e.rm.fetch_messages(replica_id=2, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                            partitions=[FetchPartition(tp1, 3, 1 << 20, -1, 0)],
+                            respond=out.append)
+        assert len(got) == 1
+        assert {tp: (s.error_code, s.base_offset) for tp, s in got[0].items()} == {
+            TP: (ErrorCode.none, 2), tp1: (ErrorCode.none, 0)}
+    finally:
+        e.lm.shutdown()

@@ -279,7 +279,9 @@ class _Index:
 
     @property
     def is_full(self) -> bool:
-        return self.entries >= self._max_entries
+        if self._entries < 0:  # `entries`, inlined
+            self._probe()
+        return self._entries >= self._max_entries
 
     @property
     def size_in_bytes(self) -> int:
@@ -594,7 +596,9 @@ class TimeIndex(_Index):
     @property
     def is_full(self) -> bool:
         # One slot is kept for the final entry written when the segment goes inactive.
-        return self.entries >= self._max_entries - 1
+        if self._entries < 0:  # `entries`, inlined
+            self._probe()
+        return self._entries >= self._max_entries - 1
 
     def entry(self, slot: int) -> TimestampOffset:
         if not 0 <= slot < self.entries:

@@ -38,7 +38,7 @@ from wherry.log.dir_failure import IoErrorHook, io_guarded
 from wherry.log.errors import OffsetOutOfRangeError, StorageError
 from wherry.log.file_region import FileRegion
 from wherry.log.loader import LoadedLog, LogLoader, rebuild_producer_state
-from wherry.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, EndTxnMarker, read_marker
+from wherry.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, EndTxnMarker
 from wherry.log.retention import LogRetention, RetentionBounds
 from wherry.log.segment import LogSegment
 from wherry.log.segments import files_locked, swap_in
@@ -47,6 +47,7 @@ from wherry.log.validator import (
     InvalidTimestampError,
     RecordBatchTooLargeError,
     assign_offsets,
+    batch_markers,
     parse_batches,
     validate_client_batches,
     validate_replicated_batches,
@@ -278,7 +279,7 @@ class Log:
     def maybe_increment_high_watermark(self, offset: int) -> bool:
         """Raise the high watermark to `offset` (clamped); True if it moved."""
         with self._lock:
-            new = min(max(offset, self.log_start_offset), self._log_end_offset)
+            new = min(max(offset, self._retention.log_start_offset), self._log_end_offset)
             if new > self._high_watermark:
                 self._high_watermark = new
                 return True
@@ -297,12 +298,14 @@ class Log:
         now_ms: int,
         validate: bool = True,
         from_coordinator: bool = False,
+        header: BatchHeader | None = None,
     ) -> AppendInfo:
         """Append a client's record batch (normally exactly one), assigning offsets.
 
         Validates each batch (`validate_batch`: framing, CRC, records, max.message.bytes; pass
-        `validate=False` if the caller already did), rejects control batches and idempotent
-        batches without a sequence, checks CreateTime timestamps against
+        `validate=False` if the caller already did, and `header`, what `validate_batch`
+        returned, to skip reading the batch's header again), rejects control batches and
+        idempotent batches without a sequence, checks CreateTime timestamps against
         message.timestamp.{before,after}.max.ms, stamps LogAppendTime if configured, then runs
         the idempotent-producer checks: a retried batch returns its original offsets with
         `duplicate=True` and writes nothing. Rolls the segment first if needed and fsyncs when
@@ -323,8 +326,8 @@ class Log:
         with self._lock:
             self._check_open()
             now_ms = self._now(now_ms)
-            config = self.config
-            batches = parse_batches(buf)
+            config = self._segments.config
+            batches = parse_batches(buf) if header is None else [(0, header)]
             validate_client_batches(
                 buf,
                 batches,
@@ -335,15 +338,16 @@ class Log:
                 allow_control=from_coordinator,
             )
             first_offset = self._log_end_offset
-            log_append_time = now_ms if config.log_append_time else -1
-            headers = assign_offsets(
+            append_time = now_ms if config.log_append_time else None
+            positioned = assign_offsets(
                 buf,
                 batches,
                 first_offset=first_offset,
                 leader_epoch=leader_epoch,
-                log_append_time_ms=now_ms if config.log_append_time else None,
+                log_append_time_ms=append_time,
             )
-            markers = _markers(buf, [(p, h) for (p, _), h in zip(batches, headers, strict=True)])
+            markers = batch_markers(buf, positioned)
+            headers = [h for _, h in positioned] if len(positioned) > 1 else [positioned[0][1]]
             duplicate = self.producer_state.check_batches(
                 headers, markers, client=not from_coordinator
             )
@@ -351,20 +355,16 @@ class Log:
                 return AppendInfo(
                     duplicate.first_offset,
                     duplicate.last_offset,
-                    duplicate.timestamp if config.log_append_time else -1,
+                    -1 if append_time is None else duplicate.timestamp,
                     self.log_start_offset,
                     duplicate=True,
                     max_timestamp_ms=duplicate.timestamp,
                 )
-
-            max_ts = max(h.max_timestamp for h in headers)
-            self._append(
-                buf, list(zip((p for p, _ in batches), headers, strict=True)), now_ms, markers
-            )
+            max_ts = self._append(buf, positioned, now_ms, markers)
             return AppendInfo(
                 first_offset,
                 headers[-1].next_offset - 1,
-                log_append_time,
+                -1 if append_time is None else append_time,
                 self.log_start_offset,
                 max_timestamp_ms=max_ts,
                 record_count=sum(h.record_count for h in headers),
@@ -391,14 +391,14 @@ class Log:
                 topic_partition=self.topic_partition,
                 log_end_offset=self._log_end_offset,
             )
-            self._append(records, batches, now, _markers(records, batches))
+            max_ts = self._append(records, batches, now, batch_markers(records, batches))
             first, last = batches[0][1], batches[-1][1]
             return AppendInfo(
                 first.base_offset,
                 last.last_offset,
                 -1,
                 self.log_start_offset,
-                max_timestamp_ms=max(h.max_timestamp for _, h in batches),
+                max_timestamp_ms=max_ts,
                 record_count=sum(h.record_count for _, h in batches),
                 size_in_bytes=len(records),
             )
@@ -409,9 +409,12 @@ class Log:
         batches: Sequence[tuple[int, BatchHeader]],
         now_ms: int,
         markers: Sequence[EndTxnMarker | None],
-    ) -> None:
+    ) -> int:
+        """Write offset-assigned batches; returns their largest max timestamp."""
         last = batches[-1][1]
-        max_ts = max(h.max_timestamp for _, h in batches)
+        max_ts = (
+            last.max_timestamp if len(batches) == 1 else max(h.max_timestamp for _, h in batches)
+        )
         segment = self._segments.maybe_roll(
             len(data),
             max_ts,
@@ -421,9 +424,12 @@ class Log:
         )
         segment.append(data, batches)
         state = self.producer_state
+        epochs = self.leader_epoch_cache
         for (_, header), marker in zip(batches, markers, strict=True):
             if header.partition_leader_epoch >= 0:
-                self.leader_epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+                epochs.assign(header.partition_leader_epoch, header.base_offset)
+            if header.producer_id < 0:
+                continue  # no producer state (`state.update` would return None)
             completed = state.update(header, marker=marker)
             if completed is not None and completed.is_aborted:
                 # Kafka: the segment the marker went to indexes the aborted transaction.
@@ -435,10 +441,11 @@ class Log:
                         state.last_stable_offset_after(completed),
                     )
                 )
-        self._log_end_offset = last.next_offset
-        self.producer_state.update_map_end_offset(self._log_end_offset)
-        if self.unflushed_messages >= self.config.flush_messages:
-            self._flush(self._log_end_offset, now_ms)
+        self._log_end_offset = end = last.base_offset + last.last_offset_delta + 1
+        state.update_map_end_offset(end)
+        if end - self._recovery_point >= self._segments.config.flush_messages:
+            self._flush(end, now_ms)
+        return max_ts
 
     @io_guarded("rolling")
     def roll(self, *, now_ms: int | None = None) -> LogSegment:
@@ -888,12 +895,3 @@ class Log:
         with self._files():
             self._segments.check_integrity(self._log_end_offset)
 
-
-def _markers(
-    buf: bytes | bytearray | memoryview, batches: Sequence[tuple[int, BatchHeader]]
-) -> list[EndTxnMarker | None]:
-    """The COMMIT/ABORT marker of each control batch (None for the others)."""
-    return [
-        read_marker(buf, pos) if header.is_control and header.has_producer_id else None
-        for pos, header in batches
-    ]

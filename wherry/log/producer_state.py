@@ -467,9 +467,11 @@ class ProducerStateManager:
     ) -> DuplicateBatch | None:
         """Validate several batches of one append in order (each seeing the ones before);
         `markers[i]` is the marker of control batch `headers[i]`."""
-        marks = list(markers) if markers is not None else [None] * len(headers)
         if len(headers) == 1:
-            return self.check(headers[0], marks[0], client=client)
+            if headers[0].producer_id < 0:  # no producer id: nothing to check (`check`)
+                return None
+            return self.check(headers[0], markers[0] if markers else None, client=client)
+        marks = list(markers) if markers is not None else [None] * len(headers)
         staged: dict[int, ProducerStateEntry] = {}
         verified: set[int] = set()  # a transactional batch of theirs comes before
         for header, marker in zip(headers, marks, strict=True):

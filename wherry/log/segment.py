@@ -447,8 +447,9 @@ class LogSegment:
         """
         if not batches:
             return
-        last_offset = batches[-1][1].last_offset
-        if not self.can_convert_to_relative_offset(last_offset):
+        last = batches[-1][1]
+        last_offset = last.base_offset + last.last_offset_delta
+        if not 0 <= last_offset - self.base_offset <= _INT32_MAX:
             raise LogOffsetError(
                 f"offset {last_offset} cannot be appended to segment with base offset "
                 f"{self.base_offset}"
@@ -456,19 +457,25 @@ class LogSegment:
         physical = self._size
         if physical == 0:
             self._rolling_based_timestamp = max(h.max_timestamp for _, h in batches)
-        max_so_far = self._load_max_timestamp()
+        max_so_far = self._max_ts_and_offset or self._load_max_timestamp()
+        since_entry = self._bytes_since_last_index_entry
         for rel, header in batches:
+            header_last = header.base_offset + header.last_offset_delta
             if header.max_timestamp > max_so_far.timestamp:
-                max_so_far = TimestampOffset(header.max_timestamp, header.last_offset)
-            if self._bytes_since_last_index_entry > self.index_interval_bytes:
+                max_so_far = TimestampOffset(header.max_timestamp, header_last)
+            if since_entry > self.index_interval_bytes:
                 if not self.offset_index.is_full:
-                    self.offset_index.append(header.last_offset, physical + rel)
+                    self.offset_index.append(header_last, physical + rel)
                 if not self.time_index.is_full:
                     self.time_index.maybe_append(max_so_far.timestamp, max_so_far.offset)
-                self._bytes_since_last_index_entry = 0
-            self._bytes_since_last_index_entry += header.size_in_bytes
+                since_entry = 0
+            since_entry += header.batch_length + LOG_OVERHEAD  # the batch's size in bytes
+        self._bytes_since_last_index_entry = since_entry
         self._max_ts_and_offset = max_so_far
-        self._pwrite(data, physical)
+        if self._active:  # `_pwrite`, its common case inlined
+            _pwrite_all(self._fd, data, physical)
+        else:
+            self._pwrite(data, physical)
         self._size = physical + len(data)
 
     # -- lookups ------------------------------------------------------------------------
@@ -609,16 +616,17 @@ class LogSegment:
 
     def should_roll(self, params: RollParams) -> bool:
         """Kafka's LogSegment.shouldRoll: full by size, old by time, indexes full, offset range."""
-        reached_roll_ms = (
-            self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
-            > params.max_segment_ms - self.roll_jitter_ms
-        )
+        size = self._size
         return (
-            self._size > params.max_segment_bytes - params.messages_size
-            or (self._size > 0 and reached_roll_ms)
+            size > params.max_segment_bytes - params.messages_size
+            or not 0 <= params.max_offset_in_messages - self.base_offset <= _INT32_MAX
+            or (
+                size > 0
+                and self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
+                > params.max_segment_ms - self.roll_jitter_ms
+            )
             or self.offset_index.is_full
             or self.time_index.is_full
-            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
         )
 
     def on_become_inactive(self) -> None:

@@ -12,13 +12,17 @@ must be CRC-valid and in order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LONG_MAX, LogConfig
 from wherry.log.errors import LogError, LogOffsetError
+from wherry.log.producer_state import EndTxnMarker, read_marker
 from wherry.protocol.records import (
+    ATTR_CONTROL,
+    LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
     InvalidRecordError,
@@ -29,6 +33,7 @@ from wherry.protocol.records import (
     null_key_records,
     parse_header,
     patch_batch,
+    patched_header,
     set_log_append_time,
     validate_batch,
 )
@@ -38,10 +43,14 @@ __all__ = [
     "RecordBatchTooLargeError",
     "RecordValidationError",
     "assign_offsets",
+    "batch_markers",
     "parse_batches",
     "validate_client_batches",
     "validate_replicated_batches",
 ]
+
+
+_NONE: AbstractSet[int] = frozenset()
 
 
 class RecordValidationError(LogError):
@@ -95,13 +104,15 @@ def validate_client_batches(
     """Check a client's batches before offsets are assigned (`validate=False` skips the
     `validate_batch` checks the caller already made, except max.message.bytes). Only the
     coordinator (`allow_control`: transaction markers) may append control batches."""
-    view = memoryview(buf)
+    view = memoryview(buf) if validate else None
+    compact = config.compact
+    bounds = None if config.log_append_time else _timestamp_bounds(config)
     # KIP-467: every record the topic cannot accept, (index in its batch, message, is a
     # timestamp error), one per record (its key is checked first, as Kafka's LogValidator)
     record_errors: list[tuple[int, str, bool]] = []
     for pos, header in batches:
-        size = header.size_in_bytes
-        if validate:
+        size = header.batch_length + LOG_OVERHEAD
+        if view is not None:
             validate_batch(view[pos : pos + size], max_message_bytes=config.max_message_bytes)
         elif size > config.max_message_bytes:
             # The caller validated the batch (CRC included) against the config it read;
@@ -110,30 +121,31 @@ def validate_client_batches(
                 f"record batch is {size} bytes, larger than max.message.bytes "
                 f"{config.max_message_bytes}"
             )
-        if header.is_control:
+        if header.attributes & ATTR_CONTROL:
             if not allow_control:
                 raise InvalidRecordError("clients are not allowed to write control records")
             continue
-        keyless: set[int] = set()
-        if config.compact:
+        keyless: AbstractSet[int] = _NONE
+        if compact:
             keyless = set(null_key_records(buf, pos))
             record_errors.extend(
                 (i, f"Compacted topic cannot accept message without key in topic partition "
                  f"{topic_partition}.", False)
                 for i in sorted(keyless)
             )
-        if not config.log_append_time:
+        if bounds is not None:
             record_errors.extend(
                 (i, msg, True)
-                for i, msg in _timestamp_errors(buf, pos, config, now_ms)
+                for i, msg in _timestamp_errors(buf, pos, bounds, now_ms)
                 if i not in keyless
             )
-        if header.has_producer_id and header.base_sequence < 0:
+        if header.producer_id >= 0 and header.base_sequence < 0:
             raise InvalidRecordError(
                 f"invalid sequence number {header.base_sequence} in record batch with "
                 f"producer id {header.producer_id}"
             )
-    view.release()
+    if view is not None:
+        view.release()
     if record_errors:
         errors = [(i, msg) for i, msg, _ in sorted(record_errors)]
         if any(is_ts for _, _, is_ts in record_errors):
@@ -154,11 +166,10 @@ def validate_client_batches(
         )
 
 
-def _timestamp_errors(
-    buf: bytearray | memoryview, pos: int, config: LogConfig, now_ms: int
-) -> list[tuple[int, str]]:
-    """(index, message) of each CreateTime record of the batch at `pos` outside
-    message.timestamp.{before,after}.max.ms (or the older difference.max.ms)."""
+def _timestamp_bounds(config: LogConfig) -> tuple[int, int] | None:
+    """How far before and after the broker's clock a CreateTime timestamp may be
+    (message.timestamp.{before,after}.max.ms, or the older difference.max.ms); None if
+    there is no bound."""
     before = config.message_timestamp_before_max_ms
     if before == LONG_MAX:
         before = config.message_timestamp_difference_max_ms
@@ -166,7 +177,16 @@ def _timestamp_errors(
     if after == LONG_MAX:
         after = config.message_timestamp_difference_max_ms
     if before == LONG_MAX and after == LONG_MAX:
-        return []
+        return None
+    return before, after
+
+
+def _timestamp_errors(
+    buf: bytearray | memoryview, pos: int, bounds: tuple[int, int], now_ms: int
+) -> list[tuple[int, str]]:
+    """(index, message) of each CreateTime record of the batch at `pos` outside `bounds`
+    (`_timestamp_bounds`)."""
+    before, after = bounds
     out: list[tuple[int, str]] = []
     for i, record in enumerate(iter_records(buf, pos)):
         if record.timestamp < 0:
@@ -192,19 +212,36 @@ def assign_offsets(
     first_offset: int,
     leader_epoch: int,
     log_append_time_ms: int | None,
-) -> list[BatchHeader]:
+) -> list[tuple[int, BatchHeader]]:
     """Patch consecutive offsets from `first_offset`, the leader epoch and (unless None) the
-    LogAppendTime into the batches; returns their new headers."""
+    LogAppendTime into the batches; returns (position, new header) of each."""
     next_offset = first_offset
-    headers: list[BatchHeader] = []
-    for pos, _ in batches:
+    out: list[tuple[int, BatchHeader]] = []
+    for pos, header in batches:
         patch_batch(buf, pos, base_offset=next_offset, partition_leader_epoch=leader_epoch)
         if log_append_time_ms is not None:
             set_log_append_time(buf, pos, log_append_time_ms)
-        patched = parse_header(buf, pos)
-        headers.append(patched)
-        next_offset = patched.next_offset
-    return headers
+            patched = parse_header(buf, pos)
+        else:  # only the two fields outside the CRC changed: no need to read them back
+            patched = patched_header(
+                header, base_offset=next_offset, partition_leader_epoch=leader_epoch
+            )
+        out.append((pos, patched))
+        next_offset = patched.base_offset + patched.last_offset_delta + 1
+    return out
+
+
+def batch_markers(
+    buf: bytes | bytearray | memoryview, batches: Sequence[tuple[int, BatchHeader]]
+) -> list[EndTxnMarker | None]:
+    """The COMMIT/ABORT marker of each control batch with a producer id (None for the
+    others)."""
+    return [
+        read_marker(buf, pos)
+        if header.attributes & ATTR_CONTROL and header.producer_id >= 0
+        else None
+        for pos, header in batches
+    ]
 
 
 def validate_replicated_batches(

@@ -43,6 +43,10 @@ class _Unwritten(Exception):
     """A value this writer leaves to kio."""
 
 
+_NO_ERRORS: Final = b"\x00\x00\x00\x00\xff\xff"  # count 0, null
+_NO_ERRORS_FLEXIBLE: Final = b"\x01\x00\x00"  # ... and no tagged fields
+
+
 def _error_code(value: Any) -> int:
     if type(value) is not ErrorCode:
         value = ErrorCode(int(value))  # what kio's entity would be built from (or refuse)
@@ -58,7 +62,11 @@ def _int(value: Any) -> int:
 def _string(out: bytearray, value: str, flexible: bool) -> None:
     data = value.encode()
     if flexible:
-        put_uvarint(len(data) + 1, out)
+        n = len(data) + 1
+        if n < 0x80:
+            out.append(n)
+        else:
+            put_uvarint(n, out)
     else:
         out += _INT16.pack(len(data))
     out += data
@@ -111,21 +119,28 @@ def _body(version: int, data: Mapping[str, Any]) -> bytes:
 
 
 def _count(out: bytearray, n: int, flexible: bool) -> None:
-    if flexible:
-        put_uvarint(n + 1, out)
-    else:
+    if not flexible:
         out += _INT32.pack(n)
+    elif n < 0x7F:
+        out.append(n + 1)
+    else:
+        put_uvarint(n + 1, out)
 
 
 def _partition(out: bytearray, version: int, part: Any, flexible: bool) -> None:
     if type(part) is not dict or not part.keys() <= _PART_KEYS:
         raise _Unwritten
     get = part.get
-    append_time = get("log_append_time")
-    index = _int(get("index", 0))
-    code = _error_code(get("error_code", ErrorCode.none))
-    base = _int(get("base_offset", 0))
-    append = -1 if append_time is None else _int(append_time)
+    index = get("index", 0)
+    code = get("error_code", ErrorCode.none)
+    base = get("base_offset", 0)
+    append = get("log_append_time")
+    if append is None:
+        append = -1
+    if type(index) is not int or type(base) is not int or type(append) is not int:
+        raise _Unwritten
+    if type(code) is not ErrorCode:
+        code = _error_code(code)
     if not _MIN_TIME_MS <= append <= _MAX_TIME_MS:  # kio's datetime would refuse it
         raise _Unwritten
     if version >= 5:
@@ -136,16 +151,13 @@ def _partition(out: bytearray, version: int, part: Any, flexible: bool) -> None:
         return
     if get("record_errors"):
         raise _Unwritten
-    _count(out, 0, flexible)  # record errors
     message = get("error_message")
-    if message is None:
-        if flexible:
-            out.append(0)
-        else:
-            out += _INT16.pack(-1)
-    elif type(message) is str:
-        _string(out, message, flexible)
-    else:
+    if message is None:  # no record errors, a null message (and no tagged fields)
+        out += _NO_ERRORS_FLEXIBLE if flexible else _NO_ERRORS
+        return
+    if type(message) is not str:
         raise _Unwritten
+    _count(out, 0, flexible)  # record errors
+    _string(out, message, flexible)
     if flexible:
         out.append(0)  # no tagged fields (current leader)

@@ -275,9 +275,10 @@ def _walk_records_fast(data: bytes, pos: int, end: int, null_keys: list[int] | N
     while pos < end:
         template = pos
         n, pos = _walk_some(data, pos, end, n, n + 1, null_keys)
-        lay = _layout(data, template)
         size = pos - template
         count = min(probe, (end - pos) // size)
+        # no record of the template's size follows (the batch's last record): no run to check
+        lay = _layout(data, template) if count > 0 else None
         if lay is not None:
             count = min(count, _OFFSET_LIMIT[lay.off_len] - n)
         if lay is not None and count > 0 and _run_matches(data, template, pos, size, count, n, lay):

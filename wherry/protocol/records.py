@@ -79,6 +79,7 @@ __all__ = [
     "build_retained_batch",
     "crc_ok",
     "decompressed_limit",
+    "first_batch_is_transactional",
     "increment_sequence",
     "iter_batches",
     "iter_records",
@@ -86,6 +87,7 @@ __all__ = [
     "parse_control_record",
     "parse_header",
     "patch_batch",
+    "patched_header",
     "set_log_append_time",
     "validate_batch",
 ]
@@ -238,6 +240,17 @@ def parse_header(buf: _Buffer, pos: int = 0) -> BatchHeader:
             f"minimum {_MIN_BATCH_LENGTH}"
         )
     return header
+
+
+def first_batch_is_transactional(buf: _Buffer) -> bool:
+    """`parse_header(buf).is_transactional`, False where `parse_header` raises, read from the
+    three fields it depends on (magic, attributes, batch length) without building a header."""
+    return (
+        len(buf) >= BATCH_HEADER_SIZE
+        and buf[_MAGIC_OFFSET] == MAGIC
+        and buf[_ATTRIBUTES_OFFSET + 1] & ATTR_TRANSACTIONAL != 0
+        and INT32.unpack_from(buf, 8)[0] >= _MIN_BATCH_LENGTH
+    )
 
 
 def iter_batches(buf: _Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
@@ -396,11 +409,16 @@ def validate_batch(
     n = len(data)
     if n == 0:
         raise InvalidRecordError("produce request partition has no record batch")
-    if n > _MAGIC_OFFSET:
+    if n > _MAGIC_OFFSET and data[_MAGIC_OFFSET] != MAGIC:
         _check_magic(data, 0)
     if n < BATCH_HEADER_SIZE:
         raise CorruptRecordError(f"truncated record batch: {n} bytes")
-    header = parse_header(data, 0)
+    header = BatchHeader(*_HEADER.unpack_from(data, 0))  # `parse_header`'s checks are made here
+    if header.batch_length < _MIN_BATCH_LENGTH:
+        raise CorruptRecordError(
+            f"batch length {header.batch_length} at position 0 is smaller than the "
+            f"minimum {_MIN_BATCH_LENGTH}"
+        )
     size = header.batch_length + LOG_OVERHEAD
     if size > n:
         raise CorruptRecordError(
@@ -426,7 +444,9 @@ def validate_batch(
         )
     # bytes are walked where they are; a view of the receive buffer is copied for the walk
     # (the walk's C-speed column slices are 3x slower on a memoryview than that copy)
-    payload, start, end = _records_payload(data, 0, header, decompressed_limit(max_message_bytes))
+    compressed = header.attributes & ATTR_COMPRESSION_MASK
+    limit = decompressed_limit(max_message_bytes) if compressed else 0  # used if compressed
+    payload, start, end = _records_payload(data, 0, header, limit)
     walked = _walk_records_checked(payload, start, end, null_keys)
     if walked != count:
         raise InvalidRecordError(f"batch declares {count} records but contains {walked}")
@@ -452,6 +472,28 @@ def patch_batch(
     INT64.pack_into(buf, pos, base_offset)
     if partition_leader_epoch is not None:
         INT32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+def patched_header(
+    header: BatchHeader, *, base_offset: int, partition_leader_epoch: int
+) -> BatchHeader:
+    """`header` as `parse_header` reads it back after `patch_batch` wrote `base_offset` and
+    `partition_leader_epoch` into its batch (no other field changes), without reading it."""
+    return BatchHeader(
+        base_offset,
+        header.batch_length,
+        partition_leader_epoch,
+        header.magic,
+        header.crc,
+        header.attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.record_count,
+    )
 
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.log import AppendInfo, Log
 from wherry.protocol.interbroker import LeaderAndIsrPartitionState
+from wherry.protocol.records import BatchHeader
 from wherry.replication.isr import (
     NEVER,
     AlterOutcome,
@@ -244,12 +245,15 @@ class Partition:
         now_ms: int,
         lag_clock_ms: int | None = None,
         from_coordinator: bool = False,
+        header: BatchHeader | None = None,
     ) -> AppendInfo:
-        """Append an already validated batch (see `records.validate_batch`); transaction
-        markers `from_coordinator`. `now_ms` is the wall clock (append times); `lag_clock_ms`
-        the clock follower fetch times are recorded on (monotonic in the broker), for the HW
-        check after the append (default: `now_ms`, where both are one clock)."""
-        self.require_leader()
+        """Append an already validated batch (see `records.validate_batch`, whose answer
+        `header` is, if given); transaction markers `from_coordinator`. `now_ms` is the wall
+        clock (append times); `lag_clock_ms` the clock follower fetch times are recorded on
+        (monotonic in the broker), for the HW check after the append (default: `now_ms`, where
+        both are one clock)."""
+        if self.leader_id != self.local_broker_id:  # `require_leader()`, inlined
+            raise PartitionError(ErrorCode.not_leader_or_follower)
         isr_size = len(self.state.isr)
         if required_acks == -1 and isr_size < min_insync_replicas:
             raise PartitionError(
@@ -263,6 +267,7 @@ class Partition:
             now_ms=now_ms,
             validate=False,
             from_coordinator=from_coordinator,
+            header=header,
         )
         self.maybe_increment_high_watermark(now_ms if lag_clock_ms is None else lag_clock_ms)
         return info

@@ -285,17 +285,27 @@ class ReplicaManager:
         statuses: dict[TopicPartition, ProducePartitionStatus] = {}
         for tp, data in entries.items():
             statuses[tp] = self._append_one(tp, data, required_acks, now_ms, from_coordinator)
-        if required_acks != -1 or all(s.error_code != ErrorCode.none for s in statuses.values()):
-            for s in statuses.values():
-                s.acks_pending = False
+        waiting: list[TopicPartition] = []
+        for tp, s in statuses.items():
+            s.acks_pending = False
+            if required_acks != -1 or s.error_code != ErrorCode.none:
+                continue
+            part = self.partitions.get(tp)
+            # The HW covers the append already (the ISR is the leader alone, or the followers
+            # caught up): the purgatory's first check, made here without parking anything.
+            done = None
+            if part is not None and part.log.high_watermark >= s.required_offset:
+                done = self._acks_check(tp, s)
+            if done is None:
+                s.acks_pending = True
+                waiting.append(tp)
+            else:
+                s.error_code = done
+        if not waiting:
             respond(statuses)
             return None
-        for s in statuses.values():
-            s.acks_pending = s.error_code == ErrorCode.none
         op = DelayedProduce(timeout_ms, statuses, self._acks_check, respond)
-        self.produce_purgatory.try_complete_else_watch(
-            op, [tp for tp, s in statuses.items() if s.acks_pending], now_ms=self._monotonic_ms()
-        )
+        self.produce_purgatory.try_complete_else_watch(op, waiting, now_ms=self._monotonic_ms())
         return op
 
     def _acks_check(self, tp: TopicPartition, st: ProducePartitionStatus) -> ErrorCode | None:
@@ -332,7 +342,7 @@ class ReplicaManager:
         try:
             # A produce request carries exactly one batch per partition; validated here once
             # (framing, magic, CRC, records, max.message.bytes), so the log need not repeat it.
-            validate_batch(data, max_message_bytes=cfg.max_message_bytes)
+            header = validate_batch(data, max_message_bytes=cfg.max_message_bytes)
             info = part.append_records_to_leader(
                 data,
                 required_acks=required_acks,
@@ -340,6 +350,7 @@ class ReplicaManager:
                 now_ms=now_ms,
                 lag_clock_ms=self._monotonic_ms(),
                 from_coordinator=from_coordinator,
+                header=header,
             )
         except RecordError as e:
             log.info(

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import wherry.protocol.codec as codec
 from wherry.observability.request_stats import FETCH_KEY, RequestStats, request_name
@@ -21,7 +21,7 @@ from wherry.protocol.codec import Request
 from wherry.protocol.response_parts import ResponsePart, encode_response_parts
 from wherry.runtime.busy_time import BusyTimed
 from wherry.runtime.parking import Parked
-from wherry.security.principal import Session
+from wherry.security.principal import KafkaPrincipal, Session
 from wherry.server.handlers import SUPPORTED_VERSIONS, handler_for
 from wherry.server.handlers.api_versions import unsupported_version_response
 from wherry.server.handlers.group_common import CLIENT_HOST, CONNECTION_ID, client_host_of
@@ -34,6 +34,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("wherry.server.broker")
 
 Answer = bytes | list[ResponsePart] | None
+
+_SESSION_ATTR = "dispatch.session"
+
+
+class _ConnectionSession(NamedTuple):
+    """A connection's request session, kept while its principal is the one it was made for."""
+
+    principal: KafkaPrincipal
+    host: str  # "/host", as `client_host_of` gives it
+    session: Session
 
 
 def decode_frame(frame: memoryview) -> Request | bytes:
@@ -55,10 +65,19 @@ async def serve(
 ) -> Answer | Deferred:
     """A decoded request of `conn` through its handler, with the request's session (who sent
     it, from where, on which listener) set for the handler and the authorizer."""
-    host = client_host_of(conn.peer)
-    CLIENT_HOST.set(host)
+    # The same for every request of the connection until its principal changes (SASL)
+    cached = conn.attrs.get(_SESSION_ATTR)
+    if not isinstance(cached, _ConnectionSession) or cached.principal is not conn.principal:
+        host = client_host_of(conn.peer)
+        cached = _ConnectionSession(
+            conn.principal,
+            host,
+            Session(conn.principal, host[1:], conn.listener, conn.security_protocol),
+        )
+        conn.attrs[_SESSION_ATTR] = cached
+    CLIENT_HOST.set(cached.host)
     CONNECTION_ID.set(conn.id)
-    REQUEST_SESSION.set(Session(conn.principal, host[1:], conn.listener, conn.security_protocol))
+    REQUEST_SESSION.set(cached.session)
     REQUEST_MUTE.set(conn.mute)
     return await dispatch(broker, req, stats, prefix)
 
@@ -119,7 +138,9 @@ async def _answer(
     finally:
         if not isinstance(body, Parked):
             stats.observe(
-                request_name(req.api_key, follower=_from_follower(req)),
+                request_name(
+                    req.api_key, follower=req.api_key == FETCH_KEY and _from_follower(req)
+                ),
                 (time.perf_counter() - started) * 1000,
             )
     if isinstance(body, Parked):
@@ -135,6 +156,8 @@ async def _answer(
             return encoded
     if body is None:
         return None
+    if req.api_key != FETCH_KEY:  # what `encode_response_parts` does for them, directly
+        return codec.encode_response(req.api_key, req.api_version, req.correlation_id, body)
     # Fetch records may be file regions: network.py sends them from the files
     return encode_response_parts(req.api_key, req.api_version, req.correlation_id, body)
 

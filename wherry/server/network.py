@@ -138,7 +138,8 @@ class _Connection(asyncio.BufferedProtocol):
         )
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[memoryview | None] = collections.deque()
-        self.wakeup = asyncio.Event()
+        # the connection's task waiting for a request (or a close, an unmute): `_wake`
+        self.waiter: asyncio.Future[None] | None = None
         self.can_write = asyncio.Event()
         self.can_write.set()
         self.closing = False
@@ -237,7 +238,9 @@ class _Connection(asyncio.BufferedProtocol):
             return
         if frames:
             self.queue.extend(frames)
-            self.wakeup.set()
+            waiter = self.waiter  # `_wake()`, inlined: once per request received
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
             if len(self.queue) >= _MAX_QUEUED:
                 self.pause(PAUSE_QUEUE)
         if decoder.pool is not None and decoder.needs_memory and not self.paused & PAUSE_MEMORY:
@@ -284,14 +287,14 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _unmuted(self) -> None:
         self.unmute_timer = None
-        self.wakeup.set()
+        self._wake()
         self.unmute()
 
     def eof_received(self) -> bool | None:
         # Answer what was received, then close (a client may half-close after sending).
         # TLS has no half-close: the transport closes whatever is returned.
         self.queue.append(None)  # sentinel: close once the queue drains
-        self.wakeup.set()
+        self._wake()
         return self.info is None or self.info.security_protocol not in ("SSL", "SASL_SSL")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -308,7 +311,7 @@ class _Connection(asyncio.BufferedProtocol):
                 self.server.on_close(self.info)
             except Exception:
                 log.exception("Close listener failed for connection %s", self.info.peer)
-        self.wakeup.set()
+        self._wake()
         self.can_write.set()
         self._stop_waiting_for_writable()
         self._drop_answers()
@@ -341,7 +344,7 @@ class _Connection(asyncio.BufferedProtocol):
         )
         if self.transport is not None:
             self.transport.close()
-        self.wakeup.set()
+        self._wake()
         self._stop_waiting_for_writable()
         self._drop_answers()
         self._give_up_waiting_read()
@@ -506,7 +509,8 @@ class _Connection(asyncio.BufferedProtocol):
                 answer = self.answers[0]
                 try:
                     # shielded: dropping the answers must not cancel the work behind them
-                    response = await asyncio.shield(answer)
+                    # (an answer already there needs no shield, nor a wait)
+                    response = answer.result() if answer.done() else await asyncio.shield(answer)
                 except CloseAfterResponse as e:
                     if self.transport is not None and not self.closing:
                         self.transport.write(e.response)  # flushed before the close
@@ -535,14 +539,26 @@ class _Connection(asyncio.BufferedProtocol):
             self.answer_sent.clear()
             await self.answer_sent.wait()
 
+    def _wake(self) -> None:
+        """Wake the connection's task if it waits: a request came, or it closes or unmutes
+        (it checks what changed before it waits again)."""
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     async def _run(self) -> None:
         handler = self.server.handler
+        loop = asyncio.get_running_loop()
         assert self.info is not None
         try:
             while not self.closing:
                 if not self.queue or self.unmute_timer is not None:  # nothing to do, or muted
-                    self.wakeup.clear()
-                    await self.wakeup.wait()
+                    # a bare future, not an asyncio.Event: no Python call to set or wait
+                    self.waiter = waiter = loop.create_future()
+                    try:
+                        await waiter
+                    finally:
+                        self.waiter = None
                     continue
                 frame = self.queue.popleft()
                 if self.paused & PAUSE_QUEUE and len(self.queue) < _MAX_QUEUED // 2:

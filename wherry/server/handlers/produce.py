@@ -16,7 +16,7 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.coordinator.txn_verification import produce_error
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.protocol.codec import duration_ms
-from wherry.protocol.records import RecordError, parse_header
+from wherry.protocol.records import first_batch_is_transactional
 from wherry.replication.delayed import ProducePartitionStatus
 from wherry.runtime.parking import Parked
 from wherry.security.acl import AclOperation, ResourceType
@@ -42,11 +42,9 @@ def _has_transactional_records(body: Any) -> bool:
     transactional (unreadable records are left to validation)."""
     for t in body.topic_data:
         for p in t.partition_data:
-            try:
-                if p.records and parse_header(p.records).is_transactional:
-                    return True
-            except RecordError:
-                continue
+            records = p.records
+            if records is not None and first_batch_is_transactional(records):
+                return True
     return False
 
 
@@ -100,30 +98,37 @@ async def handle(
     entries: dict[TopicPartition, bytes | None] = {}
     # (response topic key, partition) → fixed error, for partitions never sent to the log
     errors: dict[tuple[TopicKey, int], ErrorCode] = {}
-    order: list[tuple[TopicKey, str | None, int]] = []
+    # per partition in request order: its topic key, its index, where its status will be
+    order: list[tuple[TopicKey, int, TopicPartition | None]] = []
+    replica_manager = broker.replica_manager
     for t, key, name in resolved:
         for p in t.partition_data:
-            order.append((key, name, p.index))
+            index = p.index
+            tp = None
             if name is not None and name not in writable:
                 # Before any existence check: unauthorized topics are not disclosed.
-                errors[(key, p.index)] = ErrorCode.topic_authorization_failed
+                errors[(key, index)] = ErrorCode.topic_authorization_failed
             elif acks not in (-1, 0, 1):
-                errors[(key, p.index)] = ErrorCode.invalid_required_acks
+                errors[(key, index)] = ErrorCode.invalid_required_acks
             elif name is None:
-                errors[(key, p.index)] = ErrorCode.unknown_topic_id
-            elif cache.partition(name, p.index) is None:
-                errors[(key, p.index)] = ErrorCode.unknown_topic_or_partition
+                errors[(key, index)] = ErrorCode.unknown_topic_id
+            elif cache.partition(name, index) is None:
+                errors[(key, index)] = ErrorCode.unknown_topic_or_partition
             elif name == OFFSETS_TOPIC and req.client_id != ADMIN_CLIENT_ID:
                 # Kafka: "Cannot append to internal topic" (only the coordinator writes it).
-                errors[(key, p.index)] = ErrorCode.invalid_topic_exception
-            elif broker.replica_manager.get_partition(TopicPartition(name, p.index)) is None:
-                # The partition exists but has no replica here: the client's metadata is
-                # stale, or its log dir failed (Kafka's ReplicaManager.getPartitionOrError).
-                errors[(key, p.index)] = broker.replica_manager.missing_partition_error(
-                    TopicPartition(name, p.index), ErrorCode.not_leader_or_follower
-                )
+                errors[(key, index)] = ErrorCode.invalid_topic_exception
             else:
-                entries[TopicPartition(name, p.index)] = p.records
+                tp = TopicPartition(name, index)
+                if replica_manager.get_partition(tp) is None:
+                    # The partition exists but has no replica here: the client's metadata
+                    # is stale, or its log dir failed (Kafka's
+                    # ReplicaManager.getPartitionOrError).
+                    errors[(key, index)] = replica_manager.missing_partition_error(
+                        tp, ErrorCode.not_leader_or_follower
+                    )
+                else:
+                    entries[tp] = p.records
+            order.append((key, index, tp))
 
     if tid is not None and entries:
         keys = {name: key for _, key, name in resolved if name is not None}
@@ -182,21 +187,21 @@ async def _transaction_checks(
 
 async def _answer_when_replicated(
     appended: asyncio.Future[Mapping[TopicPartition, ProducePartitionStatus]],
-    order: list[tuple[TopicKey, str | None, int]],
+    order: list[tuple[TopicKey, int, TopicPartition | None]],
     errors: dict[tuple[TopicKey, int], ErrorCode],
 ) -> Mapping[str, Any]:
     return _response(order, errors, await appended)
 
 
 def _response(
-    order: list[tuple[TopicKey, str | None, int]],
+    order: list[tuple[TopicKey, int, TopicPartition | None]],
     errors: dict[tuple[TopicKey, int], ErrorCode],
     statuses: Mapping[TopicPartition, ProducePartitionStatus],
 ) -> Mapping[str, Any]:
     topics: dict[TopicKey, list[dict[str, Any]]] = {}
-    for key, name, index in order:
-        err = errors.get((key, index))
-        if err is not None or name is None:
+    for key, index, tp in order:
+        err = errors.get((key, index)) if errors else None
+        if err is not None or tp is None:
             part: dict[str, Any] = {
                 "index": index,
                 "error_code": err or ErrorCode.unknown_topic_id,
@@ -205,20 +210,27 @@ def _response(
                 "log_start_offset": -1,
             }
         else:
-            s = statuses[TopicPartition(name, index)]
+            s = statuses[tp]
+            code = s.error_code
             part = {
                 "index": index,
-                "error_code": s.error_code,
+                "error_code": code,
                 "base_offset": s.base_offset,
                 "log_append_time": s.log_append_time_ms,
                 "log_start_offset": s.log_start_offset,
-                "error_message": s.error_message if s.error_code else None,
+                "error_message": s.error_message if code else None,
                 "record_errors": [
                     {"batch_index": i, "batch_index_error_message": msg}
                     for i, msg in s.record_errors
-                ],
+                ]
+                if s.record_errors
+                else [],
             }
-        topics.setdefault(key, []).append(part)
+        parts = topics.get(key)
+        if parts is None:
+            topics[key] = [part]
+        else:
+            parts.append(part)
     return {
         "responses": topic_responses(
             topics, name_field="name", partitions_field="partition_responses", no_topic_id=None

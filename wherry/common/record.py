@@ -6,8 +6,10 @@ some 4 million instructions a frozen class, a third of what a broker start spend
 listeners are bound, where some 40 such classes are created. A `frozen_record` class is the
 same frozen dataclass (`dataclasses.fields`, `replace`, `asdict`, `__match_args__` and slots
 work as ever; type checkers see a frozen dataclass) whose methods are the generic ones below,
-which read the class's fields instead of being compiled for them. Building an instance costs
-a little more: meant for configuration-like classes, not for those made per record.
+which read the class's fields instead of being compiled for them; only `__init__` is
+compiled, for the class's first instance (a class never instantiated costs none), so building
+an instance costs what a dataclass's does. Comparing and hashing cost a little more: meant for
+configuration-like classes and those made now and then, not for those made per record.
 """
 
 from __future__ import annotations
@@ -23,6 +25,56 @@ _MISSING: Any = dataclasses.MISSING
 
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """The first instance's `__init__`: compiles the class's own (`_compiled_init`) and puts
+    it in place, for this instance and the next."""
+    cls = type(self)
+    init = _compiled_init(cls) if "__record_init__" in cls.__dict__ else None
+    if init is None:  # an undecorated subclass, or fields a signature cannot take in order
+        _generic_init(self, *args, **kwargs)
+        return
+    cls.__init__ = init
+    init(self, *args, **kwargs)
+
+
+def _compiled_init(cls: type) -> Callable[..., None] | None:
+    """`__init__` for `cls`'s fields, as `dataclasses` writes it (one `object.__setattr__` a
+    field, defaults as parameter defaults, factories called when not given)."""
+    ns: dict[str, Any] = {"_record_set_": object.__setattr__, "_record_missing_": _MISSING}
+    params, body = ["self"], []
+    defaulted = False
+    for i, f in enumerate(cls.__record_init__):  # type: ignore[attr-defined]
+        value = f.name
+        if f.default is not _MISSING:
+            ns[f"_record_d{i}_"] = f.default
+            params.append(f"{f.name}=_record_d{i}_")
+            defaulted = True
+        elif f.default_factory is not _MISSING:
+            ns[f"_record_f{i}_"] = f.default_factory
+            params.append(f"{f.name}=_record_missing_")
+            value = f"_record_f{i}_() if {f.name} is _record_missing_ else {f.name}"
+            defaulted = True
+        elif defaulted:
+            return None
+        else:
+            params.append(f.name)
+        body.append(f"_record_set_(self, {f.name!r}, {value})")
+    for i, f in enumerate(cls.__record_no_init__):  # type: ignore[attr-defined]
+        if f.default_factory is not _MISSING:
+            ns[f"_record_n{i}_"] = f.default_factory
+            body.append(f"_record_set_(self, {f.name!r}, _record_n{i}_())")
+        else:
+            ns[f"_record_n{i}_"] = f.default
+            body.append(f"_record_set_(self, {f.name!r}, _record_n{i}_)")
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    source = f"def __init__({', '.join(params)}) -> None:\n    " + "\n    ".join(body or ["pass"])
+    exec(source, ns)
+    init: Callable[..., None] = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
+
+
+def _generic_init(self: Any, *args: Any, **kwargs: Any) -> None:
     fields: tuple[dataclasses.Field[Any], ...] = type(self).__record_init__
     if len(args) > len(fields):
         raise TypeError(
@@ -92,7 +144,8 @@ def _setstate(self: Any, state: list[Any]) -> None:
 
 
 def _make(cls: type[T], slots: bool) -> type[T]:
-    for own in ("__init__", "__eq__", "__hash__", "__repr__", "__setattr__", "__delattr__"):
+    own_repr = "__repr__" in cls.__dict__  # kept, as `dataclasses` keeps it
+    for own in ("__init__", "__eq__", "__hash__", "__setattr__", "__delattr__"):
         if own in cls.__dict__ and not (own == "__hash__" and cls.__dict__[own] is None):
             raise TypeError(f"{cls.__name__} defines {own}: use a dataclass")
     made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
@@ -110,7 +163,8 @@ def _make(cls: type[T], slots: bool) -> type[T]:
     made.__init__ = _init
     made.__eq__ = _eq
     made.__hash__ = _hash
-    made.__repr__ = _repr
+    if not own_repr:
+        made.__repr__ = _repr
     made.__setattr__ = _setattr
     made.__delattr__ = _delattr
     if slots:

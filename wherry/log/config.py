@@ -6,11 +6,12 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+
+from wherry.common.record import frozen_record
 
 __all__ = [
     "INT_MAX",
@@ -56,7 +57,7 @@ class ConfigType(IntEnum):
     PASSWORD = 9
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class ConfigKey:
     """One topic config: its name, the `LogConfig` field it fills, type, default and checks."""
 
@@ -542,7 +543,7 @@ SERVER_CONFIG_SYNONYMS: Mapping[str, tuple[str, ...]] = {
 """Topic config name -> broker-level synonyms, most specific first (for DescribeConfigs)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class LogConfig:
     """Effective configuration of one partition log (Kafka 3.9 defaults)."""
 

@@ -180,3 +180,48 @@ def test_a_frozen_record_behaves_as_the_frozen_dataclass_it_stands_for() -> None
                 cls("h", nope=1)
             with pytest.raises(ValueError):
                 cls("h", -1)  # __post_init__ ran
+
+
+def test_a_start_syncs_its_own_store_once_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker with its own embedded store commits the start's writes (a first start's
+    cluster id and paths) without an fsync each: still deferred when its listeners are bound,
+    made durable after, before meta.properties names the cluster and the start completes."""
+    import wherry.server.broker as broker_module
+    from wherry.server.broker import Broker
+    from wherry.server.config import load_config
+    from wherry.server.meta_properties import read_meta_properties
+
+    at_bind: list[int] = []
+    real_log_bound = broker_module.log_bound
+
+    def log_bound(ports: Any) -> None:
+        coordinator = broker._coordinator
+        assert coordinator is not None
+        at_bind.append(coordinator._conn.execute("PRAGMA synchronous").fetchone()[0])
+        real_log_bound(ports)
+
+    monkeypatch.setattr(broker_module, "log_bound", log_bound)
+    data = tmp_path / "data"
+    cfg = load_config(
+        None,
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(data), "http.listeners": ""},
+    )
+    broker = Broker(cfg)
+
+    async def run() -> tuple[int, str]:
+        await asyncio.wait_for(broker.start(), 60)
+        try:
+            coordinator = broker._coordinator
+            assert coordinator is not None
+            return coordinator._conn.execute("PRAGMA synchronous").fetchone()[0], (
+                broker.cluster_id
+            )
+        finally:
+            await asyncio.wait_for(broker.stop(), 60)
+
+    synchronous, cluster_id = asyncio.run(run())
+    assert at_bind == [0]  # OFF: nothing synced one by one before the bind
+    assert synchronous == 2  # FULL once started: the writes so far synced
+    assert read_meta_properties(data / "meta.properties")["cluster.id"] == cluster_id

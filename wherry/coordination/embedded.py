@@ -13,7 +13,10 @@ written too (they carry the cversion/zxid bookkeeping) but are purged when the f
 since no session survives a restart. What the opening itself writes (the schema, the boot
 count, the root, the purge of those ephemerals) is committed without an fsync of its own:
 each is redone by the next opening if lost, and the first write after it makes it durable
-with its own (the WAL is synced up to that commit).
+with its own (the WAL is synced up to that commit). An owner that tells no one what it writes
+for a while (a broker's start, until its listeners are bound) may defer every fsync until it
+calls `EmbeddedCoordinator.sync` (``defer_syncs``): meanwhile no checkpoint runs, and closing
+syncs as ever.
 
 A full or failing disk. Opening writes (those few rows): on a full disk the store releases the
 space it keeps allocated beside its file (`RESERVE_FILE`, allocated again at an opening with
@@ -141,6 +144,18 @@ class _Txn:
             self.undo.pop()()
 
 
+def _fsync(path: Path) -> None:
+    """fsync a file or a directory (one that is missing: nothing to sync)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _keep_reserve(path: Path) -> None:
     """Allocate the reserve if missing (no data written: `posix_fallocate`)."""
     if path.exists():
@@ -182,7 +197,9 @@ class EmbeddedCoordinator(Closeable):
     """The shared in-process metadata state; open sessions with `session`.
 
     ``data_dir=None`` keeps everything in memory (no persistence; for tests). ``clock_ms``
-    supplies ``ctime_ms``/``mtime_ms``.
+    supplies ``ctime_ms``/``mtime_ms``. ``defer_syncs``: commit without an fsync (opening
+    included) until `sync` -- for an owner that tells no one of what it wrote until then (a
+    broker's start, before its listeners answer anything but ApiVersions).
     """
 
     def __init__(
@@ -191,8 +208,10 @@ class EmbeddedCoordinator(Closeable):
         *,
         clock_ms: Callable[[], int] = _wall_clock_ms,
         on_write_failure: Callable[[str], object] | None = None,
+        defer_syncs: bool = False,
     ) -> None:
         self._clock_ms = clock_ms
+        self._syncs_deferred = defer_syncs
         self.on_write_failure = on_write_failure
         self._lock = threading.RLock()
         self._nodes: dict[str, _Node] = {}
@@ -254,7 +273,10 @@ class EmbeddedCoordinator(Closeable):
         # before the listeners are bound).
         conn.execute("PRAGMA synchronous=OFF")
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")  # FULL once opened (see the module doc)
+        if self._syncs_deferred:  # no checkpoint either (its database writes are not synced)
+            conn.execute("PRAGMA wal_autocheckpoint=0")
+        else:
+            conn.execute("PRAGMA synchronous=NORMAL")  # FULL once opened (see the module doc)
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(
@@ -317,7 +339,8 @@ class EmbeddedCoordinator(Closeable):
         except BaseException:
             txn.rollback()
             raise
-        conn.execute("PRAGMA synchronous=FULL")
+        if not self._syncs_deferred:
+            conn.execute("PRAGMA synchronous=FULL")
         if stale:
             logger.info("purged %d ephemeral node(s) left by a previous run", len(stale))
 
@@ -337,7 +360,27 @@ class EmbeddedCoordinator(Closeable):
                 s._state = SessionState.CLOSED
                 s._pending.clear()
                 self._notify_state(s, SessionState.CLOSED)
+            if self._syncs_deferred:  # the checkpoint on close syncs, then drops the WAL
+                self._end_deferral()
             self._conn.close()
+
+    def sync(self) -> None:
+        """End ``defer_syncs``: every commit so far made durable (the database file, its WAL
+        and their directory fsynced; a blocking call), and each commit from now on with an
+        fsync of its own. Nothing to do without a deferral."""
+        with self._lock:
+            if not self._syncs_deferred or self._closed:
+                return
+            self._end_deferral()  # a commit meanwhile (another thread) syncs itself
+        if self.db_path is not None:
+            for path in (self.db_path, self.db_path.with_name(self.db_path.name + "-wal")):
+                _fsync(path)
+            _fsync(self.db_path.parent)
+
+    def _end_deferral(self) -> None:
+        self._syncs_deferred = False
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA wal_autocheckpoint=1000")  # SQLite's default
 
     @property
     def closed(self) -> bool:

@@ -1,6 +1,6 @@
 """What the broker's start needs besides the broker itself (`broker.py`): the modules
-imported once the listeners are bound, when the log manager's tasks first run, and the
-open-files limit."""
+imported once the listeners are bound, when the log manager's tasks first run, the
+open-files limit, and its own metadata store, synced once the listeners are bound."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ import importlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from wherry.coordination.embedded import EmbeddedCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -166,3 +170,30 @@ def raise_open_files_limit() -> int | None:
             break
     log.info("open files limit (RLIMIT_NOFILE): soft %s, hard %s", soft, hard)
     return soft
+
+
+def own_store(metadata_dir: Path, halt: Callable[[str], object]) -> EmbeddedCoordinator:
+    """The broker's own embedded metadata store, its fsyncs deferred (`sync_in_thread`): until
+    the listeners are bound the broker tells no one anything, and once they are it answers
+    only ApiVersions (which says nothing of the store) until the start completes, after the
+    sync. A start's few writes (a first start's cluster id and persistent paths) are made
+    durable together then, their fsyncs off the path to the bind. A write that fails halts
+    the broker (`halt`)."""
+    from wherry.coordination.embedded import EmbeddedCoordinator
+
+    return EmbeddedCoordinator(
+        metadata_dir,
+        on_write_failure=lambda m: halt(f"Shutdown broker because {m}"),
+        defer_syncs=True,
+    )
+
+
+def sync_in_thread(store: EmbeddedCoordinator | None) -> asyncio.Future[None]:
+    """`store.sync()` in the default executor (done at once without a store): awaited before
+    the start writes what names the store's contents (meta.properties) or completes."""
+    loop = asyncio.get_running_loop()
+    if store is None:
+        done: asyncio.Future[None] = loop.create_future()
+        done.set_result(None)
+        return done
+    return loop.run_in_executor(None, store.sync)

@@ -162,6 +162,8 @@ def test_a_frozen_record_behaves_as_the_frozen_dataclass_it_stands_for() -> None
             assert a == b and a != cls("h", 1) and a != ("h", 9092, [])
             assert a.tags == [] and a.tags is not b.tags
             assert repr(a) == f"{cls.__qualname__}(host='h', port=9092, tags=[])"
+            signature = "(host: 'str', port: 'int' = 9092, tags: 'list[str]' = <factory>)"
+            assert cls.__doc__ == cls.__name__ + signature  # no docstring: dataclasses' own
             assert cls.__match_args__ == ("host", "port", "tags")  # type: ignore[attr-defined]
             assert [f.name for f in dataclasses.fields(a)] == ["host", "port", "tags"]
             assert dataclasses.asdict(a) == {"host": "h", "port": 9092, "tags": []}

@@ -15,6 +15,7 @@ configuration-like classes and those made now and then, not for those made per r
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
@@ -143,11 +144,22 @@ def _setstate(self: Any, state: list[Any]) -> None:
         object.__setattr__(self, f.name, value)
 
 
+def _parameter(f: dataclasses.Field[Any]) -> str:
+    """`name: type = default`, as a signature shows a field (`<factory>` for a factory's)."""
+    text = f"{f.name}: {inspect.formatannotation(f.type)}"
+    if f.default is not _MISSING:
+        return f"{text} = {f.default!r}"
+    return f"{text} = <factory>" if f.default_factory is not _MISSING else text
+
+
 def _make(cls: type[T], slots: bool) -> type[T]:
     own_repr = "__repr__" in cls.__dict__  # kept, as `dataclasses` keeps it
     for own in ("__init__", "__eq__", "__hash__", "__setattr__", "__delattr__"):
         if own in cls.__dict__ and not (own == "__hash__" and cls.__dict__[own] is None):
             raise TypeError(f"{cls.__name__} defines {own}: use a dataclass")
+    undocumented = not cls.__dict__.get("__doc__")
+    if undocumented:  # else dataclasses asks inspect for a signature (of object.__init__)
+        cls.__doc__ = cls.__name__
     made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
     fields = dataclasses.fields(made)
     if any(f.hash is not None or f.kw_only is True for f in fields) or any(
@@ -160,6 +172,8 @@ def _make(cls: type[T], slots: bool) -> type[T]:
     )
     made.__record_compare__ = tuple(f.name for f in fields if f.compare)
     made.__record_repr__ = tuple(f.name for f in fields if f.repr)
+    if undocumented:  # the doc dataclasses gives a class without one: its signature
+        made.__doc__ = f"{cls.__name__}({', '.join(map(_parameter, made.__record_init__))})"
     made.__init__ = _init
     made.__eq__ = _eq
     made.__hash__ = _hash

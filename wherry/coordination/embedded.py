@@ -101,6 +101,8 @@ def _wall_clock_ms() -> int:
 
 @dataclass(slots=True)
 class _Node:
+    """One node of the tree: its data, its ZooKeeper stat fields and its children."""
+
     data: bytes
     version: int
     cversion: int

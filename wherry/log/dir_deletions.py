@@ -36,6 +36,8 @@ MAX_RETRY_BACKOFF_MS = 60_000
 
 @dataclass
 class _Pending:
+    """A directory waiting to be deleted, when, and how often it failed so far."""
+
     path: Path
     due_ms: int
     tp: TopicPartition | None = None  # set while the directory still has to be renamed

@@ -15,6 +15,9 @@ CLOSE_REASONS = ("client", "idle", "limit", "error", "shutdown")
 
 @dataclass(slots=True)
 class NetworkStats:
+    """The network layer's counts: connections open and made per listener, closes per
+    listener and reason, and the request memory pool's use."""
+
     # listener -> connections open now
     connections: collections.Counter[str] = field(default_factory=collections.Counter)
     creations: collections.Counter[str] = field(default_factory=collections.Counter)

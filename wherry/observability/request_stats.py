@@ -46,6 +46,8 @@ def request_name(api_key: int, *, follower: bool = False) -> str:
 
 @dataclass(slots=True)
 class RequestTimes:
+    """One histogram of request times (ms): count, sum and `BUCKETS_MS` buckets."""
+
     count: int = 0
     sum_ms: float = 0.0
     buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS_MS) + 1))

@@ -20,6 +20,8 @@ __all__ = ["SampledRate"]
 
 @dataclass(slots=True)
 class _Sample:
+    """What was recorded in one window, from `start_ms`."""
+
     start_ms: int
     value: float = 0.0
 

@@ -22,6 +22,9 @@ SLOTS = 6
 
 @dataclass(slots=True)
 class LoopLag:
+    """The event loop's lag: a histogram, its sum and count, the maximum since the start and
+    of each recent slot."""
+
     now_ms: Callable[[], int]  # a monotonic clock: the recent maximum's slots
     counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS_MS) + 1))
     sum_ms: float = 0.0

@@ -7,11 +7,12 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from enum import IntEnum
-from typing import Any
-
-from kio.schema.errors import ErrorCode
+from typing import TYPE_CHECKING, Any
 
 from wherry.common.record import frozen_record
+
+if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
 
 __all__ = [
     "INT_MAX",
@@ -34,12 +35,18 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 class ConfigError(ValueError):
     """An invalid topic (or broker log) configuration value; answers with INVALID_CONFIG."""
 
-    error_code = ErrorCode.invalid_config
-
     def __init__(self, name: str, message: str, *, text: str | None = None) -> None:
         super().__init__(text or f"Invalid configuration {name}: {message}")
         self.name = name
         self.message = message
+
+    @property
+    def error_code(self) -> ErrorCode:
+        """INVALID_CONFIG (kio's error codes imported once a config is refused: a start
+        reads its configuration before it has any use for them)."""
+        from kio.schema.errors import ErrorCode
+
+        return ErrorCode.invalid_config
 
 
 class ConfigType(IntEnum):

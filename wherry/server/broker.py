@@ -299,12 +299,12 @@ class Broker:
             )
         log_bound(self.bound_ports)
         synced = sync_in_thread(deferred)  # while the rest is imported
-        self._attach_state_change_log()
         self._loop_lag_task = loop.create_task(
             monitor(self.loop_lag, LOOP_LAG_INTERVAL_MS),
             name=f"loop-lag-{self.broker_id}",
         )
         await import_late()
+        self._attach_state_change_log()  # none happens before: the controller starts later
         if self._http_start is not None:  # the metrics registry and the console too
             await self._http_start.started()
             assert self.http is not None

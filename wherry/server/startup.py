@@ -27,6 +27,13 @@ LATE_IMPORTS: Final = (
     # the kio codec (ApiVersions is answered before it by `handlers.api_versions.early_answer`),
     # in steps of a few ms
     "typing_extensions",
+    "kio.serial._parse",
+    "kio.static.primitive",
+    "kio.static.protocol",
+    "kio.schema.errors",
+    "kio.serial._introspect",
+    "kio.serial.writers",
+    "kio.serial._implicit_defaults",
     "kio.serial",
     "kio.schema.index",
     "kio.index",
@@ -34,6 +41,9 @@ LATE_IMPORTS: Final = (
     "wherry.server.dispatch",
     "wherry.protocol.records",
     "wherry.log.txn_index",
+    "wherry.log.producer_state",
+    "wherry.log.segment",
+    "wherry.log.segments",
     "wherry.log.loader",
     "wherry.log.log",
     "wherry.protocol.interbroker",
@@ -84,10 +94,18 @@ LATE_IMPORTS: Final = (
 )
 
 
+# How long the loop stays idle once the listeners are bound, before the first import: a client
+# waiting for the bind (retrying its connect) is accepted, read and answered meanwhile instead
+# of after an import step (some take 5-10 ms), at the cost of this much to the whole start.
+EARLY_WINDOW_S: Final = 0.005
+
+
 async def import_late() -> None:
-    """Import `LATE_IMPORTS`, yielding to the event loop after each (and first a few times
-    before them: a client that connected as the listeners were bound -- accepted, read,
-    answered, written: one turn each -- has its ApiVersions answered before the first step)."""
+    """Import `LATE_IMPORTS`, yielding to the event loop after each (and first `EARLY_WINDOW_S`
+    idle: a client that connects as the listeners are bound -- accepted, read, answered,
+    written: one turn each -- has its ApiVersions answered before the first step; a few more
+    turns after the window for one accepted at its end)."""
+    await asyncio.sleep(EARLY_WINDOW_S)
     for _ in range(4):
         await asyncio.sleep(0)
     for name in LATE_IMPORTS:

@@ -374,10 +374,17 @@ class EmbeddedCoordinator(Closeable):
             if not self._syncs_deferred or self._closed:
                 return
             self._end_deferral()  # a commit meanwhile (another thread) syncs itself
-        if self.db_path is not None:
+        if self.db_path is None:
+            return
+        try:
             for path in (self.db_path, self.db_path.with_name(self.db_path.name + "-wal")):
                 _fsync(path)
             _fsync(self.db_path.parent)
+        except OSError as e:  # as a failed commit: the owner hears of it, then StoreError
+            message = f"metadata store {self.db_path} cannot be synced: {e}"
+            if self.on_write_failure is not None:
+                self.on_write_failure(message)
+            raise StoreError(message) from e
 
     def _end_deferral(self) -> None:
         self._syncs_deferred = False

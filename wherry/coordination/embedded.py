@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from wherry.common.closeable import Closeable
+from wherry.common.fsync import fsync_path
 from wherry.coordination.session import StoreSession, as_bytes, invoke_callback
 from wherry.coordination.store import (
     ANY_VERSION,
@@ -144,18 +145,6 @@ class _Txn:
     def rollback(self) -> None:
         while self.undo:
             self.undo.pop()()
-
-
-def _fsync(path: Path) -> None:
-    """fsync a file or a directory (one that is missing: nothing to sync)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _keep_reserve(path: Path) -> None:
@@ -378,8 +367,8 @@ class EmbeddedCoordinator(Closeable):
             return
         try:
             for path in (self.db_path, self.db_path.with_name(self.db_path.name + "-wal")):
-                _fsync(path)
-            _fsync(self.db_path.parent)
+                fsync_path(path)
+            fsync_path(self.db_path.parent)
         except OSError as e:  # as a failed commit: the owner hears of it, then StoreError
             message = f"metadata store {self.db_path} cannot be synced: {e}"
             if self.on_write_failure is not None:

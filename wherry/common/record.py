@@ -7,9 +7,10 @@ listeners are bound, where some 40 such classes are created. A `frozen_record` c
 same frozen dataclass (`dataclasses.fields`, `replace`, `asdict`, `__match_args__` and slots
 work as ever; type checkers see a frozen dataclass) whose methods are the generic ones below,
 which read the class's fields instead of being compiled for them; only `__init__` is
-compiled, for the class's first instance (a class never instantiated costs none), so building
-an instance costs what a dataclass's does. Comparing and hashing cost a little more: meant for
-configuration-like classes and those made now and then, not for those made per record.
+compiled, once a class has made `COMPILE_AFTER` instances (a class made a few times costs no
+compilation), so building an instance soon costs what a dataclass's does. Comparing and
+hashing cost a little more: meant for configuration-like classes and those made now and then,
+not for those made per record.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar, dataclass_transform, overload
+from typing import Any, Final, TypeVar, dataclass_transform, overload
 
 __all__ = ["frozen_record"]
 
@@ -25,12 +26,24 @@ T = TypeVar("T")
 _MISSING: Any = dataclasses.MISSING
 
 
+# Instances built by the generic `__init__` before the class's own is compiled: a class made a
+# few times (most configuration) never pays for a compilation, one made often soon has its own.
+COMPILE_AFTER: Final = 8
+
+
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
-    """The first instance's `__init__`: compiles the class's own (`_compiled_init`) and puts
-    it in place, for this instance and the next."""
+    """The generic `__init__` for a class's first `COMPILE_AFTER` instances; then compiles
+    the class's own (`_compiled_init`) and puts it in place."""
     cls = type(self)
-    init = _compiled_init(cls) if "__record_init__" in cls.__dict__ else None
-    if init is None:  # an undecorated subclass, or fields a signature cannot take in order
+    made = cls.__dict__.get("__record_made__")
+    if made is None or made < COMPILE_AFTER:  # (None: an undecorated subclass)
+        if made is not None:
+            cls.__record_made__ = made + 1
+        _generic_init(self, *args, **kwargs)
+        return
+    init = _compiled_init(cls)
+    if init is None:  # fields a signature cannot take in order: generic from now on
+        cls.__record_made__ = None
         _generic_init(self, *args, **kwargs)
         return
     cls.__init__ = init
@@ -167,6 +180,7 @@ def _make(cls: type[T], slots: bool) -> type[T]:
     ):
         raise TypeError(f"{cls.__name__}: field hash, kw_only and InitVar need a dataclass")
     made.__record_init__ = tuple(f for f in fields if f.init)
+    made.__record_made__ = 0
     made.__record_no_init__ = tuple(
         f for f in fields if not f.init and (f.default, f.default_factory) != (_MISSING, _MISSING)
     )

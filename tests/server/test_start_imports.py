@@ -188,6 +188,42 @@ def test_a_frozen_record_behaves_as_the_frozen_dataclass_it_stands_for() -> None
         assert Record.__init__.__qualname__ == "Record.__init__"  # compiled by now
 
 
+
+def test_a_record_behaves_as_the_dataclass_it_stands_for() -> None:
+    """`common/record.record` (the start path's mutable holders) against `dataclass` on the
+    same class body: built, compared, shown, changed, unhashable, as a dataclass."""
+    import dataclasses
+
+    from wherry.common.record import COMPILE_AFTER, record
+
+    def body() -> dict[str, Any]:
+        return {
+            "__annotations__": {"n": "int", "seen": "list[int]"},
+            "seen": dataclasses.field(default_factory=list),
+            "__module__": __name__,
+        }
+
+    for slots in (False, True):
+        Plain = dataclasses.dataclass(slots=slots)(type("Plain", (), body()))
+        Record = record(slots=slots)(type("Record", (), body()))
+        for cls in (Plain, *[Record] * (COMPILE_AFTER + 2)):
+            a = cls(1)
+            assert a == cls(n=1, seen=[]) and a != cls(2) and a.seen is not cls(1).seen
+            assert repr(a) == f"{cls.__qualname__}(n=1, seen=[])"
+            assert cls.__doc__ == f"{cls.__name__}(n: 'int', seen: 'list[int]' = <factory>)"
+            a.n += 1
+            a.seen.append(a.n)
+            assert (a.n, a.seen) == (2, [2]) and dataclasses.astuple(a) == (2, [2])
+            assert dataclasses.replace(a, n=5) == cls(5, [2])
+            assert dataclasses.is_dataclass(a) and hasattr(a, "__dict__") is not slots
+            assert not dataclasses.fields(a)[0].metadata
+            with pytest.raises(TypeError):
+                hash(a)
+            with pytest.raises(TypeError):
+                cls()
+        assert Record.__init__.__qualname__ == "Record.__init__"  # compiled by now
+
+
 def test_a_start_syncs_its_own_store_once_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, dataclass_transform, overload
 
-__all__ = ["frozen_record"]
+__all__ = ["frozen_record", "record"]
 
 T = TypeVar("T")
 _MISSING: Any = dataclasses.MISSING
@@ -165,9 +165,10 @@ def _parameter(f: dataclasses.Field[Any]) -> str:
     return f"{text} = <factory>" if f.default_factory is not _MISSING else text
 
 
-def _make(cls: type[T], slots: bool) -> type[T]:
+def _make(cls: type[T], slots: bool, frozen: bool = True) -> type[T]:
     own_repr = "__repr__" in cls.__dict__  # kept, as `dataclasses` keeps it
-    for own in ("__init__", "__eq__", "__hash__", "__setattr__", "__delattr__"):
+    owns = ("__init__", "__eq__", "__hash__", "__setattr__", "__delattr__")
+    for own in owns if frozen else owns[:3]:
         if own in cls.__dict__ and not (own == "__hash__" and cls.__dict__[own] is None):
             raise TypeError(f"{cls.__name__} defines {own}: use a dataclass")
     undocumented = not cls.__dict__.get("__doc__")
@@ -190,16 +191,20 @@ def _make(cls: type[T], slots: bool) -> type[T]:
         made.__doc__ = f"{cls.__name__}({', '.join(map(_parameter, made.__record_init__))})"
     made.__init__ = _init
     made.__eq__ = _eq
-    made.__hash__ = _hash
     if not own_repr:
         made.__repr__ = _repr
-    made.__setattr__ = _setattr
-    made.__delattr__ = _delattr
-    if slots:
+    if frozen:
+        made.__hash__ = _hash
+        made.__setattr__ = _setattr
+        made.__delattr__ = _delattr
+    else:  # unhashable, as a dataclass that compares and is not frozen
+        made.__hash__ = None
+    if slots and frozen:
         made.__getstate__ = _getstate
         made.__setstate__ = _setstate
     params = made.__dataclass_params__  # what `dataclasses` says of the class: as written
-    params.init = params.repr = params.eq = params.frozen = True
+    params.init = params.repr = params.eq = True
+    params.frozen = frozen
     return made
 
 
@@ -220,3 +225,22 @@ def frozen_record(
     if cls is None:
         return lambda c: _make(c, slots)
     return _make(cls, slots)
+
+
+@overload
+def record(cls: type[T], /) -> type[T]: ...
+
+
+@overload
+def record(*, slots: bool = False) -> Callable[[type[T]], type[T]]: ...
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field,))
+def record(
+    cls: type[T] | None = None, /, *, slots: bool = False
+) -> type[T] | Callable[[type[T]], type[T]]:
+    """`@dataclass` (`slots=True` as there): `frozen_record`'s methods, not frozen, for a
+    mutable class made a few times (a broker's counters and holders)."""
+    if cls is None:
+        return lambda c: _make(c, slots, frozen=False)
+    return _make(cls, slots, frozen=False)

@@ -46,12 +46,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from wherry.common.closeable import Closeable
 from wherry.common.fsync import fsync_path
+from wherry.common.record import record
 from wherry.coordination.session import StoreSession, as_bytes, invoke_callback
 from wherry.coordination.store import (
     ANY_VERSION,
@@ -100,7 +101,7 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Node:
     """One node of the tree: its data, its ZooKeeper stat fields and its children."""
 

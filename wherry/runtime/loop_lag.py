@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from wherry.common.record import record
 
 __all__ = ["BUCKETS_MS", "LoopLag", "monitor"]
 
@@ -20,7 +22,7 @@ WINDOW_MS = 60_000  # the recent maximum covers this long, in `SLOTS` slots
 SLOTS = 6
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class LoopLag:
     """The event loop's lag: a histogram, its sum and count, the maximum since the start and
     of each recent slot."""

@@ -16,6 +16,10 @@ during the run: segments rolled and deleted, cleaner passes (changes of the clea
 checkpoint), and the event loop's lag from `/metrics` (wake-ups late by more than 20 ms, and
 the histogram bucket that bounds the largest lag).
 
+With `--peer`, the same producer and load then run against the native peer (tansu, memory
+storage: no files, so no background file work), rows t1 and t2: what the machine, the client
+and the loopback alone give at this rate, measured in the same run.
+
 Targets: p99 <= 2 ms, max <= 20 ms, and no event-loop lag over 20 ms.
 """
 
@@ -49,6 +53,7 @@ from bench.common import (
     settle_writeback,
     temp_dir,
 )
+from bench.peer_tansu import Tansu, tansu_unavailable_reason, tansu_version
 
 Params = dict[str, Any]
 TOPIC = "sustained"
@@ -178,14 +183,46 @@ def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -
     }
 
 
+def measure_peer(bootstrap: str, plan: Plan, acks: str, rid: str) -> Params:
+    """The same producer and rate against the native peer (no files, no loop-lag metric)."""
+    settle_writeback()
+    log(f"({rid}) peer, acks={acks}: {RATE}/s for {plan.seconds:.0f} s")
+    params: Params = {
+        "bootstrap": bootstrap,
+        "topic": TOPIC,
+        "acks": acks,
+        "keys": KEYS,
+        "rate": RATE,
+        "duration_s": plan.seconds,
+        "flush_timeout_s": max(30.0, plan.seconds),
+        "quiet": True,
+    }
+    return {**run_worker("cf_latency", params, plan.seconds * 10 + 60), "acks": acks}
+
+
+def latency_cell(r: Params) -> str:
+    return (f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  p99.9 {r['p999_ms']:.2f} ms  "
+            f"max {r['max_ms']:.1f} ms")
+
+
+def peer_row(rid: str, r: Params) -> tuple[str, str, str, str]:
+    return (
+        rid,
+        f"acks={r['acks']}: the same load against the native peer ({tansu_version()}, memory "
+        "storage: no segments, retention or cleaner)",
+        latency_cell(r),
+        f"{r['records']} records in {r['elapsed_s']:.0f} s; peer CPU "
+        f"{100 * r['broker_cpu_s'] / r['elapsed_s']:.0f}% of a core",
+    )
+
+
 def row(rid: str, r: Params) -> tuple[str, str, str, str]:
     files, lag = r["files"], r["loop_lag"]
     return (
         rid,
         f"acks={r['acks']}: latency {RATE:,}/s x 100 B, linger 0, while segments roll, "
         "retention deletes and the cleaner compacts",
-        f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  p99.9 {r['p999_ms']:.2f} ms  "
-        f"max {r['max_ms']:.1f} ms",
+        latency_cell(r),
         f"{r['records']} records in {r['elapsed_s']:.0f} s; segments rolled "
         f"{files['segments_rolled'].get(TOPIC, 0)}, deleted "
         f"{files['segments_deleted'].get(TOPIC, 0)}, cleaner passes {files['cleaner_passes']}; "
@@ -209,7 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker config override on top of the bench's (repeatable), e.g. "
                     "log.cleaner.enable=false to see what the cleaner costs")
+    ap.add_argument("--peer", action="store_true",
+                    help="then the same load against the native peer, tansu (rows t1, t2; "
+                    "needs the 'bench' extra)")
     args = ap.parse_args(argv)
+    if args.peer and (reason := tansu_unavailable_reason()) is not None:
+        ap.error(reason)
     if args.broker_tree:
         BROKER_RUNTIME.tree = args.broker_tree.resolve()
     plan = QUICK if args.quick else FULL
@@ -239,17 +281,26 @@ def main(argv: list[str] | None = None) -> int:
         url = f"http://127.0.0.1:{http_port}/metrics"
         for rid, acks in (("u1", "1"), ("u2", "all")):
             results[rid] = measure(broker, url, plan, acks, rid)
+    peer: dict[str, Params] = {}
+    if args.peer:
+        with Tansu().start() as tansu:
+            create_topic(tansu.bootstrap, TOPIC, 1)
+            for rid, acks in (("t1", "1"), ("t2", "all")):
+                cpu_before = tansu.cpu_seconds()
+                peer[rid] = measure_peer(tansu.bootstrap, plan, acks, rid)
+                peer[rid]["broker_cpu_s"] = tansu.cpu_seconds() - cpu_before
     finish(env, t0)
     print(env_line(env))
     print_table(
         "wherry sustained latency: one broker (defaults), logs rolling, retention and cleaner "
         "running" + (f" (set: {', '.join(args.set)})" if args.set else ""),
-        [row(rid, r) for rid, r in results.items()],
+        [row(rid, r) for rid, r in results.items()]
+        + [peer_row(rid, r) for rid, r in peer.items()],
     )
     if args.json:
         args.json.write_text(json.dumps(
             {"env": env, "quick": args.quick, "plan": vars_of(plan), "set": args.set,
-             "rows": [{"id": rid, "raw": r} for rid, r in results.items()]},
+             "rows": [{"id": rid, "raw": r} for rid, r in {**results, **peer}.items()]},
             indent=2,
         ))
     return 0

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.peer_tansu import tansu_unavailable_reason
 from tests.bench.test_bench_smoke import _processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
+TANSU_MISSING = tansu_unavailable_reason()
 
 
 @pytest.mark.slow
@@ -60,4 +62,25 @@ def test_a_set_config_reaches_the_broker(tmp_path: Path) -> None:
     for row in report["rows"]:
         files = row["raw"]["files"]
         assert files["segments_rolled"]["sustained"] >= 2 and files["cleaner_passes"] == 0, files
+    assert not _processes_mentioning(str(tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(TANSU_MISSING is not None, reason=TANSU_MISSING or "")
+def test_the_peer_rows_run_the_same_load_against_tansu(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "bench/sustained.py", "--quick", "--seconds", "3", "--peer",
+           "--json", str(out), "--tmp-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = {r["id"]: r["raw"] for r in json.loads(out.read_text())["rows"]}
+    assert tuple(rows) == ("u1", "u2", "t1", "t2")
+    for rid in ("t1", "t2"):
+        raw = rows[rid]
+        assert rid in proc.stdout and "native peer" in proc.stdout
+        assert raw["records"] == 3000
+        assert 0 < raw["p50_ms"] <= raw["p99_ms"] <= raw["max_ms"]
+        assert raw["broker_cpu_s"] > 0
+    assert rows["t1"]["acks"] == "1" and rows["t2"]["acks"] == "all"
     assert not _processes_mentioning(str(tmp_path))

@@ -105,37 +105,34 @@ def _sanity(path: Path, data: bytes, entry_size: int, keys: list[int], base: int
     return None
 
 
-def _sane(path: Path, data: bytes, entry_size: int, keys: list[int], base: int) -> bool:
-    """`--index-sanity-check`: says whether the index passed (its problem on stderr)."""
+def _sanity_check(path: Path) -> bool:
+    """`--index-sanity-check` of a `.index` or `.timeindex` file: says whether it passed (its
+    problem on stderr)."""
+    base = _base_offset(path)
+    data = _read(path)
+    if path.suffix == ".index":
+        entry_size, keys = OFFSET_ENTRY.size, [o for o, _ in offset_index_entries(data, base)]
+    else:
+        entry_size, keys = TIME_ENTRY.size, [o for _, o in time_index_entries(data, base)]
     problem = _sanity(path, data, entry_size, keys, base)
     click.echo(problem or f"{path} passed sanity check.", err=problem is not None)
     return problem is None
 
 
-def _dump_index(path: Path, report: _Report, *, verify_only: bool, sanity_only: bool) -> bool:
+def _dump_index(path: Path, report: _Report, *, verify_only: bool) -> None:
     base = _base_offset(path)
-    data = _read(path)
-    entries = offset_index_entries(data, base)
-    if sanity_only:
-        return _sane(path, data, OFFSET_ENTRY.size, [o for o, _ in entries], base)
-    log = _read(path.with_suffix(".log"))
-    mismatches = offset_index_mismatches(entries, log)
+    entries = offset_index_entries(_read(path), base)
+    mismatches = offset_index_mismatches(entries, _read(path.with_suffix(".log")))
     if mismatches:
         report.index_mismatches[str(path)] = mismatches
     if not verify_only:
         for offset, position in entries:
             click.echo(f"offset: {offset} position: {position}")
-    return True
 
 
-def _dump_time_index(
-    path: Path, report: _Report, *, verify_only: bool, sanity_only: bool
-) -> bool:
+def _dump_time_index(path: Path, report: _Report, *, verify_only: bool) -> None:
     base = _base_offset(path)
-    data = _read(path)
-    entries = time_index_entries(data, base)
-    if sanity_only:
-        return _sane(path, data, TIME_ENTRY.size, [o for _, o in entries], base)
+    entries = time_index_entries(_read(path), base)
     log = _read(path.with_suffix(".log"))
     index_path = path.with_suffix(".index")
     offsets = offset_index_entries(_read(index_path), base) if index_path.exists() else []
@@ -147,7 +144,6 @@ def _dump_time_index(
     if not verify_only:
         for ts, offset in entries:
             click.echo(f"timestamp: {ts} offset: {offset}")
-    return True
 
 
 def _dump_snapshot(path: Path) -> None:
@@ -202,12 +198,12 @@ def dump_log(
         if suffix == ".log":
             _dump_log(path, deep=deep, print_data=print_data, decoder=offsets_decoder,
                       max_bytes=max_bytes)
+        elif suffix in (".index", ".timeindex") and index_sanity_check:
+            ok &= _sanity_check(path)
         elif suffix == ".index":
-            ok &= _dump_index(path, report, verify_only=verify_index_only,
-                              sanity_only=index_sanity_check)
+            _dump_index(path, report, verify_only=verify_index_only)
         elif suffix == ".timeindex":
-            ok &= _dump_time_index(path, report, verify_only=verify_index_only,
-                                   sanity_only=index_sanity_check)
+            _dump_time_index(path, report, verify_only=verify_index_only)
         elif suffix == ".snapshot":
             _dump_snapshot(path)
         else:

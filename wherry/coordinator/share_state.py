@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.partition_loads import begin_load
 from wherry.coordinator.partition_log import Blocking, inline
 from wherry.coordinator.runtime import CoordinatorRuntime
 from wherry.protocol.records import RecordError, iter_batches, iter_records
@@ -82,11 +83,7 @@ class ShareStateCoordinator:
 
     # --- loading (the runtime's PartitionCoordinator) -------------------------------------
     def begin_loading(self, partition: int, epoch: int) -> bool:
-        if self.loaded.get(partition) == epoch or self.loading.get(partition) == epoch:
-            return False
-        self.unload_partition(partition)
-        self.loading[partition] = epoch
-        return True
+        return begin_load(self.loaded, self.loading, partition, epoch, self.unload_partition)
 
     def is_partition_loading(self, partition: int) -> bool:
         return partition in self.loading

@@ -576,20 +576,13 @@ class GroupCoordinator:
         api_version: int = 9,
     ) -> None:
         group_id, member_id = committer.group_id, committer.member_id
-        err = self._group_status(group_id, Api.OFFSET_COMMIT, now_ms)
-        if err is not None:
-            callback(dict.fromkeys(offsets, err))
-            return
-        consumer_group = self._consumer.get(group_id)
-        if consumer_group is not None:
-            refused = self._consumer.validate_offset_commit(
+        if self._commit_not_classic(
+            committer, Api.OFFSET_COMMIT, offsets, callback, now_ms,
+            lambda consumer_group: self._consumer.validate_offset_commit(
                 consumer_group, member_id, committer.generation_id, api_version
-            )
-            if refused is not None:
-                callback(dict.fromkeys(offsets, refused[0]))
-                return
-            holder = self._bridge.offsets_holder(group_id, self.now_ms)
-            self._manager.store_offsets(holder, member_id, offsets, callback)
+            ),
+            lambda holder: self._manager.store_offsets(holder, member_id, offsets, callback),
+        ):
             return
         group = self._manager.get_group(group_id)
         if group is None:
@@ -634,26 +627,17 @@ class GroupCoordinator:
         until its marker. A producer outside the group's management sends generation -1 and
         no member id, accepted whatever the group's state."""
         group_id, member_id = committer.group_id, committer.member_id
-        err = self._group_status(group_id, Api.TXN_OFFSET_COMMIT, now_ms)
-        if err is not None:
-            callback(dict.fromkeys(offsets, err))
-            return
-        consumer_group = self._consumer.get(group_id)
-        if consumer_group is not None:
-            # A KIP-848 member's epoch (none for a producer outside the group's management).
-            unmanaged = committer.generation_id < 0 and member_id == UNKNOWN_MEMBER_ID
-            refused = (
-                None
-                if unmanaged
-                else self._consumer.validate_offset_commit(
-                    consumer_group, member_id, committer.generation_id, api_version=9
-                )
-            )
-            if refused is not None:
-                callback(dict.fromkeys(offsets, refused[0]))
-                return
-            holder = self._bridge.offsets_holder(group_id, self.now_ms)
-            self._manager.store_txn_offsets(holder, txn, offsets, callback)
+        # A KIP-848 member's epoch (none for a producer outside the group's management).
+        unmanaged = committer.generation_id < 0 and member_id == UNKNOWN_MEMBER_ID
+        if self._commit_not_classic(
+            committer, Api.TXN_OFFSET_COMMIT, offsets, callback, now_ms,
+            lambda consumer_group: None
+            if unmanaged
+            else self._consumer.validate_offset_commit(
+                consumer_group, member_id, committer.generation_id, api_version=9
+            ),
+            lambda holder: self._manager.store_txn_offsets(holder, txn, offsets, callback),
+        ):
             return
         group = self._manager.get_group(group_id)
         if group is None:
@@ -663,6 +647,34 @@ class GroupCoordinator:
             callback(dict.fromkeys(offsets, err))
             return
         self._manager.store_txn_offsets(group, txn, offsets, callback)
+
+    def _commit_not_classic(
+        self,
+        committer: OffsetCommitter,
+        api: Api,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        callback: CommitCallback,
+        now_ms: int,
+        refusal: Callable[[ConsumerGroup], tuple[ErrorCode, str | None] | None],
+        store: Callable[[GroupMetadata], None],
+    ) -> bool:
+        """What OffsetCommit and TxnOffsetCommit share before a classic group's checks: the
+        coordinator's refusal (not here, loading, ...), then a commit to a KIP-848 group,
+        refused with `refusal`'s error or handed to `store` with the group's classic offsets
+        holder. False when the commit goes to a classic group (or to none yet)."""
+        group_id = committer.group_id
+        err = self._group_status(group_id, api, now_ms)
+        if err is None:
+            consumer_group = self._consumer.get(group_id)
+            if consumer_group is None:
+                return False
+            refused = refusal(consumer_group)
+            if refused is None:
+                store(self._bridge.offsets_holder(group_id, self.now_ms))
+                return True
+            err = refused[0]
+        callback(dict.fromkeys(offsets, err))
+        return True
 
     def on_transaction_completed(
         self, producer_id: int, offsets_partitions: Iterable[int], is_commit: bool

@@ -308,20 +308,17 @@ def check_reassignments_settled(
             raise InvariantViolation(
                 f"{tp}: after healing, replicas {missing} of {list(stored[p])} do not host it"
             )
-        extra = sorted(b for b in set(online.get(p, ())) - replicas if (b, p) not in excused)
-        if extra:
-            raise InvariantViolation(
-                f"{tp}: after healing, brokers {extra} outside its replicas {list(stored[p])} "
-                "still host it, though neither they nor the controller went away since their "
-                "removal (removed replicas not stopped)"
-            )
-        stray = sorted(b for b in set(on_disk.get(p, ())) - replicas if (b, p) not in excused)
-        if stray:
-            raise InvariantViolation(
-                f"{tp}: after healing, brokers {stray} outside its replicas {list(stored[p])} "
-                "still have its log, though neither they nor the controller went away since "
-                "their removal (removed replicas not deleted)"
-            )
+        for place, holds, undone in (
+            (online, "still host it", "stopped"),
+            (on_disk, "still have its log", "deleted"),
+        ):
+            left = sorted(b for b in set(place.get(p, ())) - replicas if (b, p) not in excused)
+            if left:
+                raise InvariantViolation(
+                    f"{tp}: after healing, brokers {left} outside its replicas "
+                    f"{list(stored[p])} {holds}, though neither they nor the controller went "
+                    f"away since their removal (removed replicas not {undone})"
+                )
     if ongoing is None:
         raise InvariantViolation("after healing, no controller answers")
     if ongoing:

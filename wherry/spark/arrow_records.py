@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from wherry.protocol import compression
 from wherry.protocol.record_errors import InvalidRecordError
-from wherry.protocol.record_walk import _read_uvarint, _read_varint, _read_varlong
+from wherry.protocol.record_walk import _read_uvarint, _read_varint, _read_varlong, _varint_end
 from wherry.protocol.records import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -398,12 +398,6 @@ class _Layout(NamedTuple):
     key_len: int  # -1: null
     value_at: int
     value_len: int
-
-
-def _varint_end(buf: bytes, q: int) -> int:
-    while buf[q] & 0x80:
-        q += 1
-    return q + 1
 
 
 def _layout(buf: bytes, p: int, end: int, with_headers: bool) -> _Layout | None:

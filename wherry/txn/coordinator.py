@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from wherry.common.linear_regex import InvalidPattern, compile_linear
+from wherry.common.partition_loads import begin_load
 from wherry.common.topic_partition import TopicPartition
 from wherry.txn.loader import read_partition
 from wherry.txn.metadata import (
@@ -135,11 +136,7 @@ class TransactionCoordinator:
 
     def begin_loading(self, partition: int, epoch: int) -> bool:
         """This broker leads `partition` from leader epoch `epoch`; False if already done."""
-        if self._owned.get(partition) == epoch or self._loading.get(partition) == epoch:
-            return False
-        self.unload_partition(partition)
-        self._loading[partition] = epoch
-        return True
+        return begin_load(self._owned, self._loading, partition, epoch, self.unload_partition)
 
     def load_partition(
         self, partition: int, chunks: Iterable[bytes], *, now_ms: int, epoch: int

@@ -177,6 +177,8 @@ NOT_BEFORE_BIND = (
     "kio.index",
     "kio.schema.api_versions",
     "wherry.protocol.codec",
+    "kio.schema.errors",  # the early answer writes its two error codes itself; kio's enum of
+    "kio.static",  # every error code (and its datetime) comes with the codec
     "wherry.protocol.records",
     "wherry.server.dispatch",
     "wherry.replication.replica_manager",

@@ -240,3 +240,51 @@ async def test_root_and_data_type_checks(tmp_path: Path) -> None:
             await s.create("/s", "text")  # type: ignore[arg-type]
         assert await s.create("/b", bytearray(b"ok")) == "/b"  # type: ignore[arg-type]
         assert (await s.get("/b"))[0] == b"ok"
+
+
+def _sync_settings(coord: EmbeddedCoordinator) -> tuple[int, int]:
+    conn = coord._conn
+    return (
+        conn.execute("PRAGMA synchronous").fetchone()[0],
+        conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0],
+    )
+
+
+def test_deferred_syncs_until_sync(tmp_path: Path) -> None:
+    """`defer_syncs`: commits without fsync and no checkpoint (its database writes would not be
+    synced) until `sync`, which makes them durable and restores FULL and the checkpoints."""
+
+    @async_test
+    async def body() -> None:
+        coord = EmbeddedCoordinator(tmp_path, defer_syncs=True)
+        try:
+            assert _sync_settings(coord) == (0, 0)  # OFF, no checkpoint
+            s = coord.session()
+            await s.create("/a/b", b"x", make_parents=True)
+            assert (await s.get("/a/b"))[0] == b"x"
+            await asyncio.get_running_loop().run_in_executor(None, coord.sync)
+            assert _sync_settings(coord) == (2, 1000)  # FULL, SQLite's default
+            assert (tmp_path / METADATA_DIR / (METADATA_FILE + "-wal")).exists()
+            coord.sync()  # once is enough: nothing more to do
+            await s.set("/a/b", b"y")
+        finally:
+            coord.close()
+        with EmbeddedCoordinator(tmp_path) as again:
+            assert (await again.session().get("/a/b"))[0] == b"y"
+            assert _sync_settings(again) == (2, 1000)  # no deferral unless asked
+
+    body()
+
+
+def test_deferred_writes_are_kept_by_a_close_without_sync(tmp_path: Path) -> None:
+    """Closed before `sync` (a start that failed after writing): the close syncs as ever."""
+
+    @async_test
+    async def body() -> None:
+        with EmbeddedCoordinator(tmp_path, defer_syncs=True) as coord:
+            await coord.session().create("/kept", b"v")
+        with EmbeddedCoordinator(tmp_path) as again:
+            assert (await again.session().get("/kept"))[0] == b"v"
+
+    body()
+    assert not (tmp_path / METADATA_DIR / (METADATA_FILE + "-wal")).exists()  # checkpointed

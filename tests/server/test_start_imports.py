@@ -139,7 +139,9 @@ def test_a_frozen_record_behaves_as_the_frozen_dataclass_it_stands_for() -> None
     per class) against `dataclass(frozen=True)` on the same class body."""
     import dataclasses
 
-    from wherry.common.record import frozen_record
+    from wherry.common.record import COMPILE_AFTER, frozen_record
+
+    assert COMPILE_AFTER < 10  # the first pass below makes that many Record instances
 
     def body() -> dict[str, Any]:
         def __post_init__(self: Any) -> None:
@@ -157,11 +159,14 @@ def test_a_frozen_record_behaves_as_the_frozen_dataclass_it_stands_for() -> None
     for slots in (False, True):
         Plain = dataclasses.dataclass(frozen=True, slots=slots)(type("Plain", (), body()))
         Record = frozen_record(slots=slots)(type("Record", (), body()))
-        for cls in (Plain, Record):
+        # Record twice: its generic __init__, then (COMPILE_AFTER instances later) its own
+        for cls in (Plain, Record, Record):
             a, b = cls("h"), cls(host="h", port=9092)
             assert a == b and a != cls("h", 1) and a != ("h", 9092, [])
             assert a.tags == [] and a.tags is not b.tags
             assert repr(a) == f"{cls.__qualname__}(host='h', port=9092, tags=[])"
+            signature = "(host: 'str', port: 'int' = 9092, tags: 'list[str]' = <factory>)"
+            assert cls.__doc__ == cls.__name__ + signature  # no docstring: dataclasses' own
             assert cls.__match_args__ == ("host", "port", "tags")  # type: ignore[attr-defined]
             assert [f.name for f in dataclasses.fields(a)] == ["host", "port", "tags"]
             assert dataclasses.asdict(a) == {"host": "h", "port": 9092, "tags": []}
@@ -180,3 +185,85 @@ def test_a_frozen_record_behaves_as_the_frozen_dataclass_it_stands_for() -> None
                 cls("h", nope=1)
             with pytest.raises(ValueError):
                 cls("h", -1)  # __post_init__ ran
+        assert Record.__init__.__qualname__ == "Record.__init__"  # compiled by now
+
+
+
+def test_a_record_behaves_as_the_dataclass_it_stands_for() -> None:
+    """`common/record.record` (the start path's mutable holders) against `dataclass` on the
+    same class body: built, compared, shown, changed, unhashable, as a dataclass."""
+    import dataclasses
+
+    from wherry.common.record import COMPILE_AFTER, record
+
+    def body() -> dict[str, Any]:
+        return {
+            "__annotations__": {"n": "int", "seen": "list[int]"},
+            "seen": dataclasses.field(default_factory=list),
+            "__module__": __name__,
+        }
+
+    for slots in (False, True):
+        Plain = dataclasses.dataclass(slots=slots)(type("Plain", (), body()))
+        Record = record(slots=slots)(type("Record", (), body()))
+        for cls in (Plain, *[Record] * (COMPILE_AFTER + 2)):
+            a = cls(1)
+            assert a == cls(n=1, seen=[]) and a != cls(2) and a.seen is not cls(1).seen
+            assert repr(a) == f"{cls.__qualname__}(n=1, seen=[])"
+            assert cls.__doc__ == f"{cls.__name__}(n: 'int', seen: 'list[int]' = <factory>)"
+            a.n += 1
+            a.seen.append(a.n)
+            assert (a.n, a.seen) == (2, [2]) and dataclasses.astuple(a) == (2, [2])
+            assert dataclasses.replace(a, n=5) == cls(5, [2])
+            assert dataclasses.is_dataclass(a) and hasattr(a, "__dict__") is not slots
+            assert not dataclasses.fields(a)[0].metadata
+            with pytest.raises(TypeError):
+                hash(a)
+            with pytest.raises(TypeError):
+                cls()
+        assert Record.__init__.__qualname__ == "Record.__init__"  # compiled by now
+
+
+def test_a_start_syncs_its_own_store_once_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker with its own embedded store commits the start's writes (a first start's
+    cluster id and paths) without an fsync each: still deferred when its listeners are bound,
+    made durable after, before meta.properties names the cluster and the start completes."""
+    import wherry.server.broker as broker_module
+    from wherry.server.broker import Broker
+    from wherry.server.config import load_config
+    from wherry.server.meta_properties import read_meta_properties
+
+    at_bind: list[int] = []
+    real_log_bound = broker_module.log_bound
+
+    def log_bound(ports: Any) -> None:
+        coordinator = broker._coordinator
+        assert coordinator is not None
+        at_bind.append(coordinator._conn.execute("PRAGMA synchronous").fetchone()[0])
+        real_log_bound(ports)
+
+    monkeypatch.setattr(broker_module, "log_bound", log_bound)
+    data = tmp_path / "data"
+    cfg = load_config(
+        None,
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(data), "http.listeners": ""},
+    )
+    broker = Broker(cfg)
+
+    async def run() -> tuple[int, str]:
+        await asyncio.wait_for(broker.start(), 60)
+        try:
+            coordinator = broker._coordinator
+            assert coordinator is not None
+            return coordinator._conn.execute("PRAGMA synchronous").fetchone()[0], (
+                broker.cluster_id
+            )
+        finally:
+            await asyncio.wait_for(broker.stop(), 60)
+
+    synchronous, cluster_id = asyncio.run(run())
+    assert at_bind == [0]  # OFF: nothing synced one by one before the bind
+    assert synchronous == 2  # FULL once started: the writes so far synced
+    assert read_meta_properties(data / "meta.properties")["cluster.id"] == cluster_id

@@ -6,23 +6,89 @@ some 4 million instructions a frozen class, a third of what a broker start spend
 listeners are bound, where some 40 such classes are created. A `frozen_record` class is the
 same frozen dataclass (`dataclasses.fields`, `replace`, `asdict`, `__match_args__` and slots
 work as ever; type checkers see a frozen dataclass) whose methods are the generic ones below,
-which read the class's fields instead of being compiled for them. Building an instance costs
-a little more: meant for configuration-like classes, not for those made per record.
+which read the class's fields instead of being compiled for them; only `__init__` is
+compiled, once a class has made `COMPILE_AFTER` instances (a class made a few times costs no
+compilation), so building an instance soon costs what a dataclass's does. Comparing and
+hashing cost a little more: meant for configuration-like classes and those made now and then,
+not for those made per record.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar, dataclass_transform, overload
+from typing import Any, Final, TypeVar, dataclass_transform, overload
 
-__all__ = ["frozen_record"]
+__all__ = ["frozen_record", "record"]
 
 T = TypeVar("T")
 _MISSING: Any = dataclasses.MISSING
 
 
+# Instances built by the generic `__init__` before the class's own is compiled: a class made a
+# few times (most configuration) never pays for a compilation, one made often soon has its own.
+COMPILE_AFTER: Final = 8
+
+
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """The generic `__init__` for a class's first `COMPILE_AFTER` instances; then compiles
+    the class's own (`_compiled_init`) and puts it in place."""
+    cls = type(self)
+    made = cls.__dict__.get("__record_made__")
+    if made is None or made < COMPILE_AFTER:  # (None: an undecorated subclass)
+        if made is not None:
+            cls.__record_made__ = made + 1
+        _generic_init(self, *args, **kwargs)
+        return
+    init = _compiled_init(cls)
+    if init is None:  # fields a signature cannot take in order: generic from now on
+        cls.__record_made__ = None
+        _generic_init(self, *args, **kwargs)
+        return
+    cls.__init__ = init
+    init(self, *args, **kwargs)
+
+
+def _compiled_init(cls: type) -> Callable[..., None] | None:
+    """`__init__` for `cls`'s fields, as `dataclasses` writes it (one `object.__setattr__` a
+    field, defaults as parameter defaults, factories called when not given)."""
+    ns: dict[str, Any] = {"_record_set_": object.__setattr__, "_record_missing_": _MISSING}
+    params, body = ["self"], []
+    defaulted = False
+    for i, f in enumerate(cls.__record_init__):  # type: ignore[attr-defined]
+        value = f.name
+        if f.default is not _MISSING:
+            ns[f"_record_d{i}_"] = f.default
+            params.append(f"{f.name}=_record_d{i}_")
+            defaulted = True
+        elif f.default_factory is not _MISSING:
+            ns[f"_record_f{i}_"] = f.default_factory
+            params.append(f"{f.name}=_record_missing_")
+            value = f"_record_f{i}_() if {f.name} is _record_missing_ else {f.name}"
+            defaulted = True
+        elif defaulted:
+            return None
+        else:
+            params.append(f.name)
+        body.append(f"_record_set_(self, {f.name!r}, {value})")
+    for i, f in enumerate(cls.__record_no_init__):  # type: ignore[attr-defined]
+        if f.default_factory is not _MISSING:
+            ns[f"_record_n{i}_"] = f.default_factory
+            body.append(f"_record_set_(self, {f.name!r}, _record_n{i}_())")
+        else:
+            ns[f"_record_n{i}_"] = f.default
+            body.append(f"_record_set_(self, {f.name!r}, _record_n{i}_)")
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    source = f"def __init__({', '.join(params)}) -> None:\n    " + "\n    ".join(body or ["pass"])
+    exec(source, ns)
+    init: Callable[..., None] = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
+
+
+def _generic_init(self: Any, *args: Any, **kwargs: Any) -> None:
     fields: tuple[dataclasses.Field[Any], ...] = type(self).__record_init__
     if len(args) > len(fields):
         raise TypeError(
@@ -91,10 +157,23 @@ def _setstate(self: Any, state: list[Any]) -> None:
         object.__setattr__(self, f.name, value)
 
 
-def _make(cls: type[T], slots: bool) -> type[T]:
-    for own in ("__init__", "__eq__", "__hash__", "__repr__", "__setattr__", "__delattr__"):
+def _parameter(f: dataclasses.Field[Any]) -> str:
+    """`name: type = default`, as a signature shows a field (`<factory>` for a factory's)."""
+    text = f"{f.name}: {inspect.formatannotation(f.type)}"
+    if f.default is not _MISSING:
+        return f"{text} = {f.default!r}"
+    return f"{text} = <factory>" if f.default_factory is not _MISSING else text
+
+
+def _make(cls: type[T], slots: bool, frozen: bool = True) -> type[T]:
+    own_repr = "__repr__" in cls.__dict__  # kept, as `dataclasses` keeps it
+    owns = ("__init__", "__eq__", "__hash__", "__setattr__", "__delattr__")
+    for own in owns if frozen else owns[:3]:
         if own in cls.__dict__ and not (own == "__hash__" and cls.__dict__[own] is None):
             raise TypeError(f"{cls.__name__} defines {own}: use a dataclass")
+    undocumented = not cls.__dict__.get("__doc__")
+    if undocumented:  # else dataclasses asks inspect for a signature (of object.__init__)
+        cls.__doc__ = cls.__name__
     made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
     fields = dataclasses.fields(made)
     if any(f.hash is not None or f.kw_only is True for f in fields) or any(
@@ -102,22 +181,30 @@ def _make(cls: type[T], slots: bool) -> type[T]:
     ):
         raise TypeError(f"{cls.__name__}: field hash, kw_only and InitVar need a dataclass")
     made.__record_init__ = tuple(f for f in fields if f.init)
+    made.__record_made__ = 0
     made.__record_no_init__ = tuple(
         f for f in fields if not f.init and (f.default, f.default_factory) != (_MISSING, _MISSING)
     )
     made.__record_compare__ = tuple(f.name for f in fields if f.compare)
     made.__record_repr__ = tuple(f.name for f in fields if f.repr)
+    if undocumented:  # the doc dataclasses gives a class without one: its signature
+        made.__doc__ = f"{cls.__name__}({', '.join(map(_parameter, made.__record_init__))})"
     made.__init__ = _init
     made.__eq__ = _eq
-    made.__hash__ = _hash
-    made.__repr__ = _repr
-    made.__setattr__ = _setattr
-    made.__delattr__ = _delattr
-    if slots:
+    if not own_repr:
+        made.__repr__ = _repr
+    if frozen:
+        made.__hash__ = _hash
+        made.__setattr__ = _setattr
+        made.__delattr__ = _delattr
+    else:  # unhashable, as a dataclass that compares and is not frozen
+        made.__hash__ = None
+    if slots and frozen:
         made.__getstate__ = _getstate
         made.__setstate__ = _setstate
     params = made.__dataclass_params__  # what `dataclasses` says of the class: as written
-    params.init = params.repr = params.eq = params.frozen = True
+    params.init = params.repr = params.eq = True
+    params.frozen = frozen
     return made
 
 
@@ -138,3 +225,22 @@ def frozen_record(
     if cls is None:
         return lambda c: _make(c, slots)
     return _make(cls, slots)
+
+
+@overload
+def record(cls: type[T], /) -> type[T]: ...
+
+
+@overload
+def record(*, slots: bool = False) -> Callable[[type[T]], type[T]]: ...
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field,))
+def record(
+    cls: type[T] | None = None, /, *, slots: bool = False
+) -> type[T] | Callable[[type[T]], type[T]]:
+    """`@dataclass` (`slots=True` as there): `frozen_record`'s methods, not frozen, for a
+    mutable class made a few times (a broker's counters and holders)."""
+    if cls is None:
+        return lambda c: _make(c, slots, frozen=False)
+    return _make(cls, slots, frozen=False)

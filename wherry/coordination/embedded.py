@@ -13,7 +13,10 @@ written too (they carry the cversion/zxid bookkeeping) but are purged when the f
 since no session survives a restart. What the opening itself writes (the schema, the boot
 count, the root, the purge of those ephemerals) is committed without an fsync of its own:
 each is redone by the next opening if lost, and the first write after it makes it durable
-with its own (the WAL is synced up to that commit).
+with its own (the WAL is synced up to that commit). An owner that tells no one what it writes
+for a while (a broker's start, until its listeners are bound) may defer every fsync until it
+calls `EmbeddedCoordinator.sync` (``defer_syncs``): meanwhile no checkpoint runs, and closing
+syncs as ever.
 
 A full or failing disk. Opening writes (those few rows): on a full disk the store releases the
 space it keeps allocated beside its file (`RESERVE_FILE`, allocated again at an opening with
@@ -43,11 +46,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from wherry.common.closeable import Closeable
+from wherry.common.fsync import fsync_path
+from wherry.common.record import record
 from wherry.coordination.session import StoreSession, as_bytes, invoke_callback
 from wherry.coordination.store import (
     ANY_VERSION,
@@ -96,8 +101,10 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Node:
+    """One node of the tree: its data, its ZooKeeper stat fields and its children."""
+
     data: bytes
     version: int
     cversion: int
@@ -182,7 +189,9 @@ class EmbeddedCoordinator(Closeable):
     """The shared in-process metadata state; open sessions with `session`.
 
     ``data_dir=None`` keeps everything in memory (no persistence; for tests). ``clock_ms``
-    supplies ``ctime_ms``/``mtime_ms``.
+    supplies ``ctime_ms``/``mtime_ms``. ``defer_syncs``: commit without an fsync (opening
+    included) until `sync` -- for an owner that tells no one of what it wrote until then (a
+    broker's start, before its listeners answer anything but ApiVersions).
     """
 
     def __init__(
@@ -191,8 +200,10 @@ class EmbeddedCoordinator(Closeable):
         *,
         clock_ms: Callable[[], int] = _wall_clock_ms,
         on_write_failure: Callable[[str], object] | None = None,
+        defer_syncs: bool = False,
     ) -> None:
         self._clock_ms = clock_ms
+        self._syncs_deferred = defer_syncs
         self.on_write_failure = on_write_failure
         self._lock = threading.RLock()
         self._nodes: dict[str, _Node] = {}
@@ -254,7 +265,10 @@ class EmbeddedCoordinator(Closeable):
         # before the listeners are bound).
         conn.execute("PRAGMA synchronous=OFF")
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")  # FULL once opened (see the module doc)
+        if self._syncs_deferred:  # no checkpoint either (its database writes are not synced)
+            conn.execute("PRAGMA wal_autocheckpoint=0")
+        else:
+            conn.execute("PRAGMA synchronous=NORMAL")  # FULL once opened (see the module doc)
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(
@@ -317,7 +331,8 @@ class EmbeddedCoordinator(Closeable):
         except BaseException:
             txn.rollback()
             raise
-        conn.execute("PRAGMA synchronous=FULL")
+        if not self._syncs_deferred:
+            conn.execute("PRAGMA synchronous=FULL")
         if stale:
             logger.info("purged %d ephemeral node(s) left by a previous run", len(stale))
 
@@ -337,7 +352,34 @@ class EmbeddedCoordinator(Closeable):
                 s._state = SessionState.CLOSED
                 s._pending.clear()
                 self._notify_state(s, SessionState.CLOSED)
+            if self._syncs_deferred:  # the checkpoint on close syncs, then drops the WAL
+                self._end_deferral()
             self._conn.close()
+
+    def sync(self) -> None:
+        """End ``defer_syncs``: every commit so far made durable (the database file, its WAL
+        and their directory fsynced; a blocking call), and each commit from now on with an
+        fsync of its own. Nothing to do without a deferral."""
+        with self._lock:
+            if not self._syncs_deferred or self._closed:
+                return
+            self._end_deferral()  # a commit meanwhile (another thread) syncs itself
+        if self.db_path is None:
+            return
+        try:
+            for path in (self.db_path, self.db_path.with_name(self.db_path.name + "-wal")):
+                fsync_path(path)
+            fsync_path(self.db_path.parent)
+        except OSError as e:  # as a failed commit: the owner hears of it, then StoreError
+            message = f"metadata store {self.db_path} cannot be synced: {e}"
+            if self.on_write_failure is not None:
+                self.on_write_failure(message)
+            raise StoreError(message) from e
+
+    def _end_deferral(self) -> None:
+        self._syncs_deferred = False
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA wal_autocheckpoint=1000")  # SQLite's default
 
     @property
     def closed(self) -> bool:

@@ -36,10 +36,11 @@ import binascii
 import json
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from urllib.parse import quote, unquote_plus
 
+from wherry.common.record import frozen_record
 from wherry.coordination.store import CreateOp, MetadataStore, NodeExistsError
 
 __all__ = [
@@ -310,7 +311,7 @@ def parse_topic_id(text: str) -> uuid.UUID:
         raise ValueError(f"invalid topic id: {text!r}") from None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class ListenerEndpoint:
     """One advertised listener of a broker: its name, address and security protocol."""
 
@@ -334,7 +335,7 @@ def _parse_endpoint(text: str, protocols: dict[str, str]) -> ListenerEndpoint:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class BrokerRegistration:
     """A broker's ephemeral registration at ``/brokers/ids/<broker_id>``.
 
@@ -411,7 +412,7 @@ class BrokerRegistration:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class TopicAssignment:
     """``/brokers/topics/<topic>``: topic id and partition -> replica list (Kafka version 2).
 
@@ -457,7 +458,7 @@ def _replica_map(obj: Mapping[str, Any], key: str) -> dict[int, list[int]]:
     return dict(sorted((int(p), [int(b) for b in r]) for p, r in raw.items()))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class PartitionState:
     """``/brokers/topics/<t>/partitions/<p>/state``: leader and ISR (Kafka version 1)."""
 
@@ -489,7 +490,7 @@ class PartitionState:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class ControllerInfo:
     """``/controller`` (ephemeral): the active controller ``{"version":1,"brokerid":..}``."""
 

@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from wherry.common.record import frozen_record
 
 __all__ = [
     "ANY_VERSION",
@@ -87,7 +88,7 @@ ANY_VERSION = -1
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class Stat:
     """Node metadata, mirroring ZooKeeper's ``Stat`` (kazoo's ``ZnodeStat``).
 
@@ -170,7 +171,7 @@ class EventType(enum.StrEnum):
     CHILD = "child"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class WatchEvent:
     type: EventType
     path: str
@@ -198,7 +199,7 @@ SessionStateListener = Callable[[SessionState], None]
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class CheckOp:
     """Assert that ``path`` exists with data version ``version`` (``-1``: merely exists)."""
 
@@ -206,7 +207,7 @@ class CheckOp:
     version: int = ANY_VERSION
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class CreateOp:
     path: str
     data: bytes = b""
@@ -214,14 +215,14 @@ class CreateOp:
     sequential: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class SetOp:
     path: str
     data: bytes
     version: int = ANY_VERSION
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class DeleteOp:
     path: str
     version: int = ANY_VERSION

@@ -32,8 +32,10 @@ SASL-without-ACLs). Pure: no I/O here; `zookeeper.py` applies it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
+
+from wherry.common.record import frozen_record
 
 if TYPE_CHECKING:
     from kazoo.security import ACL
@@ -67,7 +69,7 @@ def sensitive_path(path: str) -> bool:
     return any(path == root or path.startswith(root + "/") for root in SENSITIVE_ROOT_PATHS)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class ZkSecurity:
     """The broker's ZooKeeper identity and whether its nodes get ACLs."""
 

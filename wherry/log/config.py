@@ -6,11 +6,13 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
+from wherry.common.record import frozen_record
+
+if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
 
 __all__ = [
     "INT_MAX",
@@ -33,12 +35,18 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 class ConfigError(ValueError):
     """An invalid topic (or broker log) configuration value; answers with INVALID_CONFIG."""
 
-    error_code = ErrorCode.invalid_config
-
     def __init__(self, name: str, message: str, *, text: str | None = None) -> None:
         super().__init__(text or f"Invalid configuration {name}: {message}")
         self.name = name
         self.message = message
+
+    @property
+    def error_code(self) -> ErrorCode:
+        """INVALID_CONFIG (kio's error codes imported once a config is refused: a start
+        reads its configuration before it has any use for them)."""
+        from kio.schema.errors import ErrorCode
+
+        return ErrorCode.invalid_config
 
 
 class ConfigType(IntEnum):
@@ -56,7 +64,7 @@ class ConfigType(IntEnum):
     PASSWORD = 9
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class ConfigKey:
     """One topic config: its name, the `LogConfig` field it fills, type, default and checks."""
 
@@ -542,7 +550,7 @@ SERVER_CONFIG_SYNONYMS: Mapping[str, tuple[str, ...]] = {
 """Topic config name -> broker-level synonyms, most specific first (for DescribeConfigs)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class LogConfig:
     """Effective configuration of one partition log (Kafka 3.9 defaults)."""
 

@@ -19,9 +19,9 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from wherry.common.record import record
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import fsync_dir
 from wherry.log.dir_names import delete_dir_name
@@ -34,8 +34,10 @@ RETRY_BACKOFF_MS = 1_000
 MAX_RETRY_BACKOFF_MS = 60_000
 
 
-@dataclass
+@record
 class _Pending:
+    """A directory waiting to be deleted, when, and how often it failed so far."""
+
     path: Path
     due_ms: int
     tp: TopicPartition | None = None  # set while the directory still has to be renamed

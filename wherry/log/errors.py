@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
 
 __all__ = [
     "CorruptIndexError",
@@ -19,10 +22,24 @@ __all__ = [
 ]
 
 
+class _Code:
+    """An error class's Kafka error code, by name: kio's error codes are imported when one is
+    first read (a broker's start imports the log layer long before it answers with one)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type | None = None) -> ErrorCode:
+        from kio.schema.errors import ErrorCode
+
+        code: ErrorCode = getattr(ErrorCode, self.name)
+        return code
+
+
 class LogError(Exception):
     """Base class of log-layer errors."""
 
-    error_code: ErrorCode = ErrorCode.unknown_server_error
+    error_code = _Code("unknown_server_error")
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -32,25 +49,25 @@ class LogError(Exception):
 class OffsetOutOfRangeError(LogError):
     """A read or a log-start-offset change asked for an offset outside the log."""
 
-    error_code = ErrorCode.offset_out_of_range
+    error_code = _Code("offset_out_of_range")
 
 
 class InvalidProducerEpochError(LogError):
     """A producer wrote with an epoch older than the one the partition has seen (fenced)."""
 
-    error_code = ErrorCode.invalid_producer_epoch
+    error_code = _Code("invalid_producer_epoch")
 
 
 class OutOfOrderSequenceError(LogError):
     """A producer's batch does not continue its sequence (gap or too-old duplicate)."""
 
-    error_code = ErrorCode.out_of_order_sequence_number
+    error_code = _Code("out_of_order_sequence_number")
 
 
 class StorageError(LogError):
     """An I/O problem with a log directory."""
 
-    error_code = ErrorCode.kafka_storage_error
+    error_code = _Code("kafka_storage_error")
 
 
 class LogDirLockedError(StorageError):
@@ -60,28 +77,28 @@ class LogDirLockedError(StorageError):
 class LogDirNotFoundError(LogError):
     """A log directory that is not one of the broker's `log.dirs` (AlterReplicaLogDirs)."""
 
-    error_code = ErrorCode.log_dir_not_found
+    error_code = _Code("log_dir_not_found")
 
 
 class LogOffsetError(LogError):
     """Offsets given to the log (follower append, truncation) are not monotonic or valid."""
 
-    error_code = ErrorCode.unknown_server_error
+    error_code = _Code("unknown_server_error")
 
 
 class CorruptIndexError(LogError):
     """An offset or time index file failed its sanity check."""
 
-    error_code = ErrorCode.corrupt_message
+    error_code = _Code("corrupt_message")
 
 
 class TransactionCoordinatorFencedError(LogError):
     """A transaction marker from an older coordinator epoch than the one the partition saw."""
 
-    error_code = ErrorCode.transaction_coordinator_fenced
+    error_code = _Code("transaction_coordinator_fenced")
 
 
 class InvalidTxnStateError(LogError):
     """A non-transactional write from a producer whose transaction is ongoing."""
 
-    error_code = ErrorCode.invalid_txn_state
+    error_code = _Code("invalid_txn_state")

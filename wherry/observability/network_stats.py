@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from wherry.common.record import record
 
 CLOSE_REASONS = ("client", "idle", "limit", "error", "shutdown")
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class NetworkStats:
+    """The network layer's counts: connections open and made per listener, closes per
+    listener and reason, and the request memory pool's use."""
+
     # listener -> connections open now
     connections: collections.Counter[str] = field(default_factory=collections.Counter)
     creations: collections.Counter[str] = field(default_factory=collections.Counter)

@@ -6,7 +6,9 @@ scraped. Fetches are split as Kafka splits them: `FetchConsumer` and `FetchFollo
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from wherry.common.record import record
 
 # Kafka's ApiKeys names (the `request` label of kafka.network:type=RequestMetrics).
 API_NAMES: dict[int, str] = {
@@ -44,8 +46,10 @@ def request_name(api_key: int, *, follower: bool = False) -> str:
     return API_NAMES.get(api_key, f"ApiKey{api_key}")
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class RequestTimes:
+    """One histogram of request times (ms): count, sum and `BUCKETS_MS` buckets."""
+
     count: int = 0
     sum_ms: float = 0.0
     buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS_MS) + 1))

@@ -5,10 +5,11 @@ exchange (SaslHandshake v1 + SaslAuthenticate v2) before the connection carries 
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
+
+from wherry.common.record import frozen_record
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class ClientSecurity:
     """The security of connections to other brokers. `ssl_context` is set for SSL and
     SASL_SSL; `sasl_mechanism` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with its username and

@@ -13,13 +13,15 @@ over any 10 s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from wherry.common.record import record
 
 __all__ = ["SampledRate"]
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Sample:
+    """What was recorded in one window, from `start_ms`."""
+
     start_ms: int
     value: float = 0.0
 

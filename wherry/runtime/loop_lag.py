@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from wherry.common.record import record
 
 __all__ = ["BUCKETS_MS", "LoopLag", "monitor"]
 
@@ -20,8 +22,11 @@ WINDOW_MS = 60_000  # the recent maximum covers this long, in `SLOTS` slots
 SLOTS = 6
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class LoopLag:
+    """The event loop's lag: a histogram, its sum and count, the maximum since the start and
+    of each recent slot."""
+
     now_ms: Callable[[], int]  # a monotonic clock: the recent maximum's slots
     counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS_MS) + 1))
     sum_ms: float = 0.0

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from wherry.common.record import frozen_record
 
 USER_TYPE = "User"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class KafkaPrincipal:
     """Kafka's KafkaPrincipal: a type (always "User" for authenticated principals) and a
     name. Printed as Kafka prints it, `User:alice`."""
@@ -34,7 +34,7 @@ def user(name: str) -> KafkaPrincipal:
     return KafkaPrincipal(USER_TYPE, name)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_record(slots=True)
 class Session:
     """Who sent a request: the authenticated principal, the client's IP address (no port),
     the listener it came in on and that listener's security protocol."""

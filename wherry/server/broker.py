@@ -64,7 +64,9 @@ from wherry.server.startup import (
     import_late,
     initial_task_delay_ms,
     log_bound,
+    own_store,
     raise_open_files_limit,
+    sync_in_thread,
 )
 
 if TYPE_CHECKING:
@@ -247,12 +249,9 @@ class Broker:
             d.mkdir(parents=True, exist_ok=True)
         if cfg.http_listeners:  # after the Kafka listener, or during a long recovery
             self._http_start = HttpStart(self._start_http)
+        deferred: EmbeddedCoordinator | None = None  # its own store: synced once bound
         if self._coordinator is None and not self.uses_zookeeper:
-            from wherry.coordination.embedded import EmbeddedCoordinator
-
-            self._coordinator = EmbeddedCoordinator(
-                cfg.metadata_dir, on_write_failure=lambda m: halt(f"Shutdown broker because {m}")
-            )
+            deferred = self._coordinator = own_store(cfg.metadata_dir, halt)
         self.store = await self._open_session()
         self._watch_session(self.store)
         # A first start creates its cluster id with the persistent paths (one transaction).
@@ -299,16 +298,18 @@ class Broker:
                 )
             )
         log_bound(self.bound_ports)
-        self._attach_state_change_log()
+        synced = sync_in_thread(deferred)  # while the rest is imported
         self._loop_lag_task = loop.create_task(
             monitor(self.loop_lag, LOOP_LAG_INTERVAL_MS),
             name=f"loop-lag-{self.broker_id}",
         )
         await import_late()
+        self._attach_state_change_log()  # none happens before: the controller starts later
         if self._http_start is not None:  # the metrics registry and the console too
             await self._http_start.started()
             assert self.http is not None
             self.http.complete()
+        await synced  # the start's store writes durable before meta.properties names them
         if missing_meta:  # a first start: written (and fsynced) once the listeners are up
             await loop.run_in_executor(
                 None, write_meta_properties, missing_meta, self.cluster_id, self.broker_id

@@ -22,8 +22,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from wherry.common.record import frozen_record
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore, NoNodeError
@@ -154,6 +152,8 @@ def resource_broker_id(name: str, broker_id: int) -> int | None:
     which must be this broker's (a BROKER resource is altered on its own broker)."""
     if not name:
         return None
+    from kio.schema.errors import ErrorCode  # an admin request's: not imported by a start
+
     try:
         requested = int(name)
     except ValueError:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
-
-from kio.schema.errors import ErrorCode
+from typing import TYPE_CHECKING, Any
 
 from wherry.log.config import ConfigError, LogConfig
 from wherry.server import dynamic_keys as dk
 from wherry.server.connection_limits import LimitConfigError, limits_from_props
+
+if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
 
 __all__ = [
     "APPEND",
@@ -51,6 +52,8 @@ class DynamicConfigError(Exception):
 
 
 def _refuse(message: str) -> DynamicConfigError:
+    from kio.schema.errors import ErrorCode  # a refused alter's: not imported by a start
+
     return DynamicConfigError(ErrorCode.invalid_request, message)
 
 
@@ -248,6 +251,8 @@ def list_operation(base: str, value: str | None, *, append: bool) -> str:
 def apply_incremental(current: Mapping[str, str], ops: Iterable[Any]) -> dict[str, str]:
     """IncrementalAlterConfigs' operations on a broker entity's stored configs (Kafka's
     prepareIncrementalConfigs; the result is validated afterwards)."""
+    from kio.schema.errors import ErrorCode  # an alter's: not imported by a start
+
     new = dict(current)
     for op in ops:
         match op.config_operation:

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from kio.schema.errors import ErrorCode
-
 from wherry.protocol.primitives import INT32 as _SIZE
 from wherry.server.network import CloseAfterResponse, CloseConnection, ConnectionInfo
 
@@ -89,6 +87,8 @@ class SaslGate:
         out = _encode(req, body)
         self._after(conn, sasl)
         if close:
+            from kio.schema.errors import ErrorCode  # a failed login's: not imported by a start
+
             raise CloseAfterResponse(
                 f"SASL {'handshake' if req.api_key == SASL_HANDSHAKE_KEY else 'authentication'}"
                 f" failed: {body.get('error_message') or ErrorCode(body['error_code']).name}",

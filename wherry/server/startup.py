@@ -1,6 +1,6 @@
 """What the broker's start needs besides the broker itself (`broker.py`): the modules
-imported once the listeners are bound, when the log manager's tasks first run, and the
-open-files limit."""
+imported once the listeners are bound, when the log manager's tasks first run, the
+open-files limit, and its own metadata store, synced once the listeners are bound."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ import importlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from wherry.coordination.embedded import EmbeddedCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +27,13 @@ LATE_IMPORTS: Final = (
     # the kio codec (ApiVersions is answered before it by `handlers.api_versions.early_answer`),
     # in steps of a few ms
     "typing_extensions",
+    "kio.serial._parse",
+    "kio.static.primitive",
+    "kio.static.protocol",
+    "kio.schema.errors",
+    "kio.serial._introspect",
+    "kio.serial.writers",
+    "kio.serial._implicit_defaults",
     "kio.serial",
     "kio.schema.index",
     "kio.index",
@@ -30,6 +41,9 @@ LATE_IMPORTS: Final = (
     "wherry.server.dispatch",
     "wherry.protocol.records",
     "wherry.log.txn_index",
+    "wherry.log.producer_state",
+    "wherry.log.segment",
+    "wherry.log.segments",
     "wherry.log.loader",
     "wherry.log.log",
     "wherry.protocol.interbroker",
@@ -80,10 +94,18 @@ LATE_IMPORTS: Final = (
 )
 
 
+# How long the loop stays idle once the listeners are bound, before the first import: a client
+# waiting for the bind (retrying its connect) is accepted, read and answered meanwhile instead
+# of after an import step (some take 5-10 ms), at the cost of this much to the whole start.
+EARLY_WINDOW_S: Final = 0.005
+
+
 async def import_late() -> None:
-    """Import `LATE_IMPORTS`, yielding to the event loop after each (and first a few times
-    before them: a client that connected as the listeners were bound -- accepted, read,
-    answered, written: one turn each -- has its ApiVersions answered before the first step)."""
+    """Import `LATE_IMPORTS`, yielding to the event loop after each (and first `EARLY_WINDOW_S`
+    idle: a client that connects as the listeners are bound -- accepted, read, answered,
+    written: one turn each -- has its ApiVersions answered before the first step; a few more
+    turns after the window for one accepted at its end)."""
+    await asyncio.sleep(EARLY_WINDOW_S)
     for _ in range(4):
         await asyncio.sleep(0)
     for name in LATE_IMPORTS:
@@ -166,3 +188,30 @@ def raise_open_files_limit() -> int | None:
             break
     log.info("open files limit (RLIMIT_NOFILE): soft %s, hard %s", soft, hard)
     return soft
+
+
+def own_store(metadata_dir: Path, halt: Callable[[str], object]) -> EmbeddedCoordinator:
+    """The broker's own embedded metadata store, its fsyncs deferred (`sync_in_thread`): until
+    the listeners are bound the broker tells no one anything, and once they are it answers
+    only ApiVersions (which says nothing of the store) until the start completes, after the
+    sync. A start's few writes (a first start's cluster id and persistent paths) are made
+    durable together then, their fsyncs off the path to the bind. A write that fails halts
+    the broker (`halt`)."""
+    from wherry.coordination.embedded import EmbeddedCoordinator
+
+    return EmbeddedCoordinator(
+        metadata_dir,
+        on_write_failure=lambda m: halt(f"Shutdown broker because {m}"),
+        defer_syncs=True,
+    )
+
+
+def sync_in_thread(store: EmbeddedCoordinator | None) -> asyncio.Future[None]:
+    """`store.sync()` in the default executor (done at once without a store): awaited before
+    the start writes what names the store's contents (meta.properties) or completes."""
+    loop = asyncio.get_running_loop()
+    if store is None:
+        done: asyncio.Future[None] = loop.create_future()
+        done.set_result(None)
+        return done
+    return loop.run_in_executor(None, store.sync)

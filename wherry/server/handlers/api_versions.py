@@ -6,9 +6,7 @@ finalized runs transactions v2 (KIP-890)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-from kio.schema.errors import ErrorCode
+from typing import TYPE_CHECKING, Any, Final
 
 from wherry.protocol import api_versions_codec
 from wherry.protocol.api_versions_codec import Features
@@ -17,6 +15,7 @@ from wherry.server.handlers.versions import SUPPORTED_VERSIONS
 API_VERSIONS_KEY = api_versions_codec.API_VERSIONS_KEY
 
 if TYPE_CHECKING:
+
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
 
@@ -24,6 +23,9 @@ TRANSACTION_VERSION_FEATURE = "transaction.version"
 SUPPORTED_TRANSACTION_VERSIONS = (0, 2)
 DEFAULT_TRANSACTION_VERSION = 2  # `transaction.version`'s default (server/config.py)
 FINALIZED_FEATURES_EPOCH = 0  # the levels come from the configuration, never change at runtime
+# The early answer's error codes, without kio's (imported once the listeners are bound)
+NONE: Final = 0
+UNSUPPORTED_VERSION: Final = 35
 
 
 def features_of(transaction_version: int) -> Features:
@@ -60,6 +62,8 @@ def api_keys() -> list[dict[str, int]]:
 
 def unsupported_version_response() -> Mapping[str, Any]:
     """The v0 answer to an ApiVersions version we do not know (KIP-511)."""
+    from kio.schema.errors import ErrorCode
+
     return {"error_code": ErrorCode.unsupported_version, "api_keys": api_keys()}
 
 
@@ -80,15 +84,17 @@ def early_answer(
     lo, hi = SUPPORTED_VERSIONS[API_VERSIONS_KEY]
     if lo <= req.api_version <= hi:
         return api_versions_codec.encode_response(
-            req.api_version, req.correlation_id, ErrorCode.none, keys, features=features
+            req.api_version, req.correlation_id, NONE, keys, features=features
         )
     return api_versions_codec.encode_response(
-        0, req.correlation_id, ErrorCode.unsupported_version, keys
+        0, req.correlation_id, UNSUPPORTED_VERSION, keys
     )
 
 
 def answer(features: Features, version: int) -> dict[str, Any]:
     """The v`version` answer's fields (the kio path)."""
+    from kio.schema.errors import ErrorCode
+
     return {
         "error_code": ErrorCode.none,
         "api_keys": api_keys(),

@@ -323,7 +323,7 @@ class Broker:
         from wherry.replication.network_endpoint import socket_connect
         from wherry.server.admin import AdminManager
         from wherry.server.assembly import BrokerIO, replica_node
-        from wherry.server.coordinator_edges import CoordinatorEdges
+        from wherry.server.coordinator_edges import BrokerEdges
         from wherry.server.groups import GroupsRuntime
         from wherry.server.producer_ids import ProducerIdManager
         from wherry.server.shares import ShareRuntime
@@ -364,7 +364,7 @@ class Broker:
         self.admin = AdminManager(cfg, self.store, self.cache, self.rng)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
         # each coordinator's runtime listens to the node's leadership changes by itself
-        edges = CoordinatorEdges(
+        edges = BrokerEdges(
             cfg, self.clock, self.node, lambda: self.admin, lambda: self.client_security,
             lambda: self.store,
         )

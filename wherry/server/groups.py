@@ -11,11 +11,11 @@ coordinator runtime) configured from the broker's config, with the broker's own 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.coordination.store import MetadataStore
 from wherry.coordinator.groups import GroupCoordinatorHost
-from wherry.coordinator.partition_log import in_executor
 from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.server.config import BrokerConfig
@@ -58,7 +58,10 @@ def group_coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
 class GroupsRuntime(GroupCoordinatorHost):
     """The broker's group coordinator: the topic's creation, its partition count, expiry."""
 
-    def __init__(self, edges: CoordinatorEdges) -> None:
+    def __init__(
+        self, edges: CoordinatorEdges, on_loaded: Callable[[int], None] | None = None
+    ) -> None:
+        """`on_loaded(partition)` is called when a partition of the topic has been loaded."""
         config = edges.config
         super().__init__(
             config.broker_id,
@@ -67,7 +70,8 @@ class GroupsRuntime(GroupCoordinatorHost):
             edges.clock.now_ms,
             timeout_ms=config.offsets_commit_timeout_ms,
             buffer_bytes=config.offsets_load_buffer_size,
-            blocking=in_executor,
+            blocking=edges.blocking,
+            on_loaded=on_loaded,
         )
         self.clock = edges.clock
         self._prefix = self.runtime.prefix

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wherry.coordinator.partition_log import in_executor
 from wherry.coordinator.share_persister import SharePersister
 from wherry.coordinator.share_state import ShareStateCoordinator
 from wherry.coordinator.shares import ShareGroupsRuntime
@@ -32,7 +31,7 @@ class ShareRuntime(ShareGroupsRuntime):
             clock.now_ms,
             partitions=cfg["share.coordinator.state.topic.num.partitions"],
             timeout_ms=cfg["share.coordinator.write.timeout.ms"],
-            blocking=in_executor,
+            blocking=edges.blocking,
         )
         self.state_topic = edges.internal_topic(
             self.coordinator.runtime,

@@ -13,7 +13,6 @@ on the coordinator runtime) configured from the broker's config, with the broker
 from __future__ import annotations
 
 from wherry.coordination.store import MetadataStore
-from wherry.coordinator.partition_log import in_executor
 from wherry.coordinator.transactions import TxnCoordinatorHost
 from wherry.server.config import BrokerConfig
 from wherry.server.coordinator_edges import CoordinatorEdges
@@ -64,7 +63,7 @@ class TransactionsRuntime(TxnCoordinatorHost):
             edges.connect_to,
             timeout_ms=config.controller_socket_timeout_ms,
             buffer_bytes=config.transaction_state_log_load_buffer_size,
-            blocking=in_executor,
+            blocking=edges.blocking,
         )
         self.topic = edges.internal_topic(
             self.runtime,

@@ -35,12 +35,12 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
-from wherry.coordinator.groups import GroupCoordinatorHost
-from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult, TopicsImage
 from wherry.group.consumer_group import ConsumerGroup, TopicMeta
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
+from wherry.server.groups import GroupsRuntime
+from wherry.sim.edges import sim_edges
 from wherry.sim.invariants import InvariantViolation
 from wherry.sim.lookup import ClusterView
 from wherry.sim.network import CLIENT_ID, SimNetwork
@@ -129,27 +129,17 @@ class GroupLedger:
 # --- one broker's coordinator ------------------------------------------------------------------
 
 
-class GroupHost(GroupCoordinatorHost):
-    """One broker process's group coordinator, as `wherry server` runs it (its log read
-    inline), every reload checked against the ledger."""
+class GroupHost(GroupsRuntime):
+    """One broker process's group coordinator, built as `wherry server` builds it
+    (`server/groups.py`) on the simulation's edges (its log read inline), every reload checked
+    against the ledger."""
 
     def __init__(
         self, world: World, node: SimBroker, config: GroupSimConfig, ledger: GroupLedger
     ) -> None:
+        edges = sim_edges(world, node, group_settings(config))
         super().__init__(
-            node.broker_id,
-            GroupCoordinatorConfig(
-                offsets_topic_num_partitions=1,
-                consumer=ConsumerGroupConfig(
-                    session_timeout_ms=config.session_timeout_ms,
-                    heartbeat_interval_ms=config.heartbeat_interval_ms,
-                ),
-            ),
-            node.replica,
-            world.now_ms,
-            timeout_ms=config.request_timeout_ms,
-            buffer_bytes=1 << 20,
-            on_loaded=lambda _p: ledger.check_reload(node.broker_id, self.coordinator),
+            edges, on_loaded=lambda _p: ledger.check_reload(node.broker_id, self.coordinator)
         )
         self.world = world
         self.node = node
@@ -159,8 +149,16 @@ class GroupHost(GroupCoordinatorHost):
         node.services.append(self)
         node.group_host = self
 
-    def ensure_offsets_topic(self) -> None:
-        """The world creates `__consumer_offsets` before any member runs."""
+
+def group_settings(config: GroupSimConfig) -> dict[str, str]:
+    """The broker configs of the simulation's group coordinators."""
+    return {
+        "offsets.topic.num.partitions": "1",
+        "group.consumer.session.timeout.ms": str(config.session_timeout_ms),
+        "group.consumer.heartbeat.interval.ms": str(config.heartbeat_interval_ms),
+        "offsets.commit.timeout.ms": str(config.request_timeout_ms),
+        "offsets.load.buffer.size": str(1 << 20),
+    }
 
 
 def _host(world: World, b: int) -> GroupHost:

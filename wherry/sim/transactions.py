@@ -38,10 +38,10 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
-from wherry.coordinator.transactions import TxnCoordinatorHost
 from wherry.protocol.records import build_batch, iter_batches
 from wherry.replication.fetch_reads import READ_COMMITTED, FetchPartition, FetchResult
-from wherry.runtime.clock import FunctionClock
+from wherry.server.transactions import TransactionsRuntime
+from wherry.sim.edges import sim_edges
 from wherry.sim.invariants import (
     TXN_VALUE_PREFIX,
     InvariantViolation,
@@ -52,8 +52,7 @@ from wherry.sim.invariants import (
 from wherry.sim.lookup import TRANSACTION_KEY_TYPE, ClusterView
 from wherry.sim.network import CLIENT_ID, SimNetwork
 from wherry.sim.node import SimBroker
-from wherry.sim.wire import SimClients, broker_connect_to, produce
-from wherry.txn.coordinator import TxnCoordinatorConfig
+from wherry.sim.wire import SimClients, produce
 from wherry.txn.metadata import TxnState
 from wherry.txn.records import TRANSACTION_STATE_TOPIC, partition_for
 
@@ -133,32 +132,32 @@ class World(Protocol):
 
 
 # --- the broker side -----------------------------------------------------------------------------
-class TxnHost(TxnCoordinatorHost):
-    """One broker process's transaction coordinator, as `wherry server` runs it (its log read
-    inline), its markers sent over the simulated network."""
+class TxnHost(TransactionsRuntime):
+    """One broker process's transaction coordinator, built as `wherry server` builds it
+    (`server/transactions.py`) on the simulation's edges: its log read inline, its markers'
+    WriteTxnMarkers frames sent over the simulated network through the leaders' real
+    handler."""
 
     def __init__(self, world: World, node: SimBroker, config: TxnSimConfig) -> None:
         self.world = world
         self.node = node
-        super().__init__(
-            node.broker_id,
-            TxnCoordinatorConfig(
-                abort_timed_out_transaction_cleanup_interval_ms=config.abort_check_interval_ms,
-                transaction_state_log_num_partitions=config.state_partitions,
-            ),
-            node.replica,
-            FunctionClock(world.now_ms),
-            # the marker sender's WriteTxnMarkers frames, through the leaders' real handler
-            broker_connect_to(world, node, config.request_timeout_ms + 300),
-            timeout_ms=config.request_timeout_ms,
-            buffer_bytes=1 << 20,
-        )
+        super().__init__(sim_edges(world, node, txn_settings(config)))
         node.services.append(self)
         node.transaction_host = self
         self.start_markers()
 
-    def ensure_topic(self) -> None:
-        """The world creates `__transaction_state` before any producer runs."""
+
+def txn_settings(config: TxnSimConfig) -> dict[str, str]:
+    """The broker configs of the simulation's transaction coordinators."""
+    return {
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(
+            config.abort_check_interval_ms
+        ),
+        "transaction.state.log.num.partitions": str(config.state_partitions),
+        # the coordinator's writes and its markers' requests
+        "controller.socket.timeout.ms": str(config.request_timeout_ms + 300),
+        "transaction.state.log.load.buffer.size": str(1 << 20),
+    }
 
 
 # --- reading as a read_committed consumer --------------------------------------------------------

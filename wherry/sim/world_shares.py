@@ -47,21 +47,17 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.context import LeaderIsr
-from wherry.coordination.store import MetadataStore
 from wherry.coordinator.groups import GroupCoordinatorHost
-from wherry.coordinator.share_persister import SharePersister
-from wherry.coordinator.share_state import ShareStateCoordinator
-from wherry.coordinator.shares import PartitionFetch, ShareGroupsRuntime
+from wherry.coordinator.shares import PartitionFetch
 from wherry.protocol.records import ATTR_CONTROL, iter_batches
 from wherry.replication.partition import Partition
-from wherry.runtime.clock import FunctionClock
-from wherry.share.config import ShareBrokerConfig
+from wherry.server.shares import ShareRuntime
 from wherry.share.partition import AcquiredRange, RecordState
 from wherry.share.state import SHARE_STATE_TOPIC, ShareKey, ShareState, state_partition_for
+from wherry.sim.edges import sim_edges
 from wherry.sim.invariants import InvariantViolation, headers_below
 from wherry.sim.network import SimNetwork
 from wherry.sim.node import SimBroker
-from wherry.sim.wire import broker_connect_to
 
 __all__ = [
     "ShareHost",
@@ -177,40 +173,16 @@ class ShareLedger:
             self.accepts += 1
 
 
-class ShareHost(ShareGroupsRuntime):
-    """One broker process's share groups and share coordinator, as `wherry server` runs them
-    (`coordinator/shares.py`, `coordinator/share_state.py`, the persister between them), on
-    its replica node and its group coordinator; the group's configs fixed (the simulation has
-    no metadata store). The handlers reach it as the broker's `shares`."""
-
-    persister: SharePersister
+class ShareHost(ShareRuntime):
+    """One broker process's share groups and share coordinator, built as `wherry server`
+    builds them (`server/shares.py`: `coordinator/shares.py`, `coordinator/share_state.py`,
+    the persister between them) on the simulation's edges, on its replica node and its group
+    coordinator; the group's configs fixed (the simulation has no metadata store). The
+    handlers reach it as the broker's `shares`."""
 
     def __init__(self, world: World, node: SimBroker, config: ShareWorldConfig,
                  ledger: ShareLedger, groups: GroupCoordinatorHost) -> None:
-        broker = ShareBrokerConfig.from_props({
-            "group.share.record.lock.duration.ms": str(config.lock_ms),
-            "group.share.delivery.count.limit": str(config.delivery_limit),
-            "group.share.partition.max.record.locks": "200",
-        })
-        clock = FunctionClock(world.now_ms)
-        self.coordinator = ShareStateCoordinator(
-            node.broker_id,
-            node.replica,
-            world.now_ms,
-            partitions=config.state_partitions,
-            timeout_ms=config.request_timeout_ms,
-            buffer_bytes=1 << 20,
-        )
-        persister = SharePersister(
-            node.broker_id,
-            node.replica.cache,
-            clock,
-            self.coordinator,
-            write_timeout_ms=config.write_timeout_ms,
-            connect_to=broker_connect_to(world, node, config.request_timeout_ms),
-            ensure_topic=lambda: None,  # the world creates `__share_group_state`
-        )
-        super().__init__(node.broker_id, broker, clock, node.replica, self._no_store, persister,
+        super().__init__(sim_edges(world, node, share_settings(config)),
                          groups.coordinator.partition_for)
         self.ledger = ledger
         self.share_config = config
@@ -224,14 +196,6 @@ class ShareHost(ShareGroupsRuntime):
         super().abandon()
         self.coordinator.runtime.abandon()
         self.persister.abandon()
-
-    async def stop(self) -> None:
-        await super().stop()
-        await self.coordinator.stop()
-
-    @staticmethod
-    def _no_store() -> MetadataStore:
-        raise RuntimeError("the simulation has no metadata store")
 
     async def group_config(self, group: str) -> dict[str, str]:
         c = self.share_config
@@ -253,6 +217,19 @@ class ShareHost(ShareGroupsRuntime):
             self.ledger.acquired_by(self.broker_id, member, entry.tp.partition,
                                     entry.leader_epoch, pf.acquired, hw)
         return got
+
+
+def share_settings(config: ShareWorldConfig) -> dict[str, str]:
+    """The broker configs of the simulation's share groups and share coordinators."""
+    return {
+        "group.share.record.lock.duration.ms": str(config.lock_ms),
+        "group.share.delivery.count.limit": str(config.delivery_limit),
+        "group.share.partition.max.record.locks": "200",
+        "share.coordinator.state.topic.num.partitions": str(config.state_partitions),
+        "share.coordinator.write.timeout.ms": str(config.write_timeout_ms),
+        # the persister's connections to the share coordinators
+        "controller.socket.timeout.ms": str(config.request_timeout_ms),
+    }
 
 
 def _leader(world: World, tp: TopicPartition) -> Partition | None:

@@ -155,12 +155,11 @@ def lag_during(before: dict[str, float], after: dict[str, float]) -> Params:
     return {"wakeups": total, "over_target": total - within, "max_within_ms": float(bound)}
 
 
-def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -> Params:
-    settled_s = settle_writeback()
-    log(f"({rid}) acks={acks}: {RATE}/s for {plan.seconds:.0f} s "
-        f"(page cache written back in {settled_s:.1f} s first)")
+def produce_at_rate(bootstrap: str, plan: Plan, acks: str) -> Params:
+    """The confluent-kafka producer of the rows (its own process): RATE keyed records a second
+    for the plan's seconds; its latency figures."""
     params: Params = {
-        "bootstrap": broker.bootstrap,
+        "bootstrap": bootstrap,
         "topic": TOPIC,
         "acks": acks,
         "keys": KEYS,
@@ -169,10 +168,17 @@ def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -
         "flush_timeout_s": max(30.0, plan.seconds),
         "quiet": True,
     }
+    return run_worker("cf_latency", params, plan.seconds * 10 + 60)
+
+
+def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -> Params:
+    settled_s = settle_writeback()
+    log(f"({rid}) acks={acks}: {RATE}/s for {plan.seconds:.0f} s "
+        f"(page cache written back in {settled_s:.1f} s first)")
     lag_before, _ = loop_lag(metrics_url)
     cpu_before = broker.cpu_seconds()
     with FileWatch(broker.data_dir) as watch:
-        measured = run_worker("cf_latency", params, plan.seconds * 10 + 60)
+        measured = produce_at_rate(broker.bootstrap, plan, acks)
     lag_after, recent_max = loop_lag(metrics_url)
     return {
         **measured,
@@ -187,17 +193,7 @@ def measure_peer(bootstrap: str, plan: Plan, acks: str, rid: str) -> Params:
     """The same producer and rate against the native peer (no files, no loop-lag metric)."""
     settle_writeback()
     log(f"({rid}) peer, acks={acks}: {RATE}/s for {plan.seconds:.0f} s")
-    params: Params = {
-        "bootstrap": bootstrap,
-        "topic": TOPIC,
-        "acks": acks,
-        "keys": KEYS,
-        "rate": RATE,
-        "duration_s": plan.seconds,
-        "flush_timeout_s": max(30.0, plan.seconds),
-        "quiet": True,
-    }
-    return {**run_worker("cf_latency", params, plan.seconds * 10 + 60), "acks": acks}
+    return {**produce_at_rate(bootstrap, plan, acks), "acks": acks}
 
 
 def latency_cell(r: Params) -> str:

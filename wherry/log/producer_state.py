@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wherry.common.crc32c import crc32c
+from wherry.common.fsync import fsync_path
 from wherry.log.checkpoint import atomic_write, fsync_dir, read_file
 from wherry.log.config import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from wherry.log.errors import (
@@ -637,7 +638,7 @@ class ProducerStateManager:
         return path
 
     def _fsync_snapshot(self, offset: int) -> None:
-        _fsync_if_present(self.snapshot_path(offset))
+        fsync_path(self.snapshot_path(offset))
         self._unsynced_snapshots.discard(offset)
 
     def unsynced_snapshots(self, up_to: int) -> list[int]:
@@ -650,7 +651,7 @@ class ProducerStateManager:
         deleted meanwhile counts: nothing is left to sync). See `snapshots_synced`."""
         done = list(offsets)
         for offset in done:
-            _fsync_if_present(self.snapshot_path(offset))
+            fsync_path(self.snapshot_path(offset))
         if done:
             try:
                 fsync_dir(self.dir)
@@ -741,14 +742,3 @@ class ProducerStateManager:
             self._delete_snapshot(snap)
         self._map_end_offset = offset
 
-
-def _fsync_if_present(path: Path) -> None:
-    """fsync the file at `path`; nothing if it was deleted meanwhile."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -384,3 +384,35 @@ def test_preferred_replica_election_node(cluster: DevCluster) -> None:
     c.run(request())
     assert wait_until(lambda: state(c, tp)[1] == 2, TIMEOUT_S)
     assert wait_until(lambda: c.run(node_gone()), TIMEOUT_S)
+
+
+def test_a_failover_drops_isr_members_a_replaced_reassignment_left_outside_the_replicas(
+    cluster: DevCluster,
+) -> None:
+    """A reassignment replaced by another stores the new replica list first and takes the
+    old one's extra replicas out of the ISR after. The store as a controller lost between the
+    two leaves it: the leader, in the ISR, no longer among the replicas. The next controller
+    takes it out of the ISR and the leadership (and stops and deletes it there) before it
+    completes the reassignment."""
+    c, topic = cluster, topic_name()
+    first = c.wait_for_controller()
+    stray, a, b = (x for x in range(4) if x != first)
+    create_topic(c.bootstrap, topic, [[stray, a, b]])
+    tp = TopicPartition(topic, 0)
+    produce(c, topic, 50)
+    assert wait_until(lambda: state(c, tp)[1:] == (stray, tuple(sorted((stray, a, b)))), 10)
+    replaced = paths.TopicAssignment(
+        stored_assignment(c, topic).topic_id, {0: [a, b]}, {}, {0: [b]}
+    )
+
+    async def write() -> None:
+        await controller(c).store.set(paths.topic_path(topic), replaced.to_json())
+
+    c.run(write())
+    c.stop_broker(first)  # the next controller reads that store
+    assert c.wait_for_controller() != first
+    wait_reassigned(c, [tp])
+    assert wait_until(lambda: state(c, tp) == ((a,), a, (a,)), TIMEOUT_S), state(c, tp)
+    assert wait_until(lambda: not hosted(c, stray, tp), TIMEOUT_S)
+    produce(c, topic, 10)
+    assert len(consume_all(c, topic, 0)) == 60

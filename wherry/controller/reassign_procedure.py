@@ -38,9 +38,14 @@ from wherry.controller.reassignment import OK, ApiResult, Reassignment, validate
 from wherry.controller.replica_state import (
     PartitionReplica,
     ReplicaState,
+    remove_replicas_from_isr,
 )
 from wherry.controller.request_batch import RequestBatch
-from wherry.controller.request_states import add_leader_and_isr, add_update_metadata
+from wherry.controller.request_states import (
+    add_leader_and_isr,
+    add_stop_replica,
+    add_update_metadata,
+)
 from wherry.coordination import paths
 from wherry.runtime.state_change_log import state_change_logger
 
@@ -126,6 +131,7 @@ class ReassignmentProcedure:
                 list(r.adding),
                 list(r.removing),
             )
+            await self._drop_strays(tp, r, batch)
         await self._trigger(ongoing, batch)
         if legacy:
             pending = {k: v for k, v in legacy.items() if TopicPartition(*k) not in ongoing}
@@ -134,6 +140,42 @@ class ReassignmentProcedure:
             else:
                 ctx.legacy_reassignments.update(TopicPartition(*k) for k in legacy)
                 await self._maybe_clear_legacy()
+
+    async def _drop_strays(self, tp: TopicPartition, r: Reassignment, batch: RequestBatch) -> None:
+        """ISR members outside the partition's replicas leave the ISR (and a leader among them
+        the leadership, which the offline election gives to an assigned replica), and are
+        stopped and deleted. A replaced reassignment's replicas leave the assignment first
+        (U1) and the ISR after (`_stop_removed`): a controller lost between the two leaves
+        them in the ISR, where the leader, which has no replica of theirs to wait for, would
+        move its high watermark past their logs, and where a later reassignment adding them
+        back would find them "in sync" with whatever their logs hold."""
+        core, ctx = self.core, self.core.ctx
+        st = ctx.states.get(tp)
+        stray = frozenset(() if st is None else (b for b in st.isr if b not in r.replicas))
+        if not stray:
+            return
+        state_change_logger.info(
+            "%s Removing replicas %s of partition %s from its ISR %s: not among its replicas %s",
+            core.prefix,
+            sorted(stray),
+            tp,
+            list(st.isr) if st is not None else [],
+            list(r.replicas),
+        )
+        epoch = ctx.epoch
+
+        def shrink(_: TopicPartition, cur: LeaderIsr) -> LeaderIsr | None:
+            return remove_replicas_from_isr(cur, stray, epoch)
+
+        written = await core.update_leader_isr([tp], shrink)
+        if tp not in written:
+            return
+        for b in sorted(stray):
+            add_stop_replica(batch, ctx, b, tp, delete=True)
+        if written[tp].leader < 0:
+            await core.elect_with([tp], ElectionStrategy.OFFLINE, batch)
+        else:
+            add_leader_and_isr(batch, ctx, ctx.replicas(tp), tp)
 
     async def on_isr_change(self, tps: Iterable[TopicPartition], batch: RequestBatch) -> None:
         ctx = self.core.ctx

@@ -22,7 +22,16 @@ from wherry.server.admin import AdminManager
 from wherry.server.config import BrokerConfig
 from wherry.server.internal_topics import InternalTopic
 
-__all__ = ["BrokerEdges", "CoordinatorEdges", "TopicOnFirstUse"]
+__all__ = ["BrokerEdges", "CoordinatorEdges", "TopicOnFirstUse", "TopicSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """How a coordinator's internal topic is created."""
+
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
 
 
 class TopicOnFirstUse(Protocol):
@@ -51,15 +60,8 @@ class CoordinatorEdges(Protocol):
 
     def store(self) -> MetadataStore: ...
 
-    def internal_topic(
-        self,
-        runtime: CoordinatorRuntime,
-        *,
-        partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-    ) -> TopicOnFirstUse:
-        """The runtime's internal topic, created on first use."""
+    def internal_topic(self, runtime: CoordinatorRuntime, spec: TopicSpec) -> TopicOnFirstUse:
+        """The runtime's internal topic, created on first use as `spec` says."""
         ...
 
     def connect_to(self, broker_id: int, host: str, port: int) -> Connect:
@@ -86,21 +88,14 @@ class BrokerEdges:
     def store(self) -> MetadataStore:
         return self.metadata_store()
 
-    def internal_topic(
-        self,
-        runtime: CoordinatorRuntime,
-        *,
-        partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-    ) -> InternalTopic:
+    def internal_topic(self, runtime: CoordinatorRuntime, spec: TopicSpec) -> InternalTopic:
         return InternalTopic(
             runtime.topic,
             self.node.cache,
             self.admin,
-            partitions=partitions,
-            replication_factor=replication_factor,
-            configs=configs,
+            partitions=spec.partitions,
+            replication_factor=spec.replication_factor,
+            configs=spec.configs,
             prefix=runtime.prefix,
         )
 

@@ -19,7 +19,7 @@ from wherry.coordinator.groups import GroupCoordinatorHost
 from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.server.config import BrokerConfig
-from wherry.server.coordinator_edges import CoordinatorEdges
+from wherry.server.coordinator_edges import CoordinatorEdges, TopicSpec
 from wherry.server.internal_topics import stored_partition_count
 
 log = logging.getLogger(__name__)
@@ -77,9 +77,11 @@ class GroupsRuntime(GroupCoordinatorHost):
         self._prefix = self.runtime.prefix
         self.offsets_topic = edges.internal_topic(
             self.runtime,
-            partitions=config.offsets_topic_num_partitions,
-            replication_factor=config.offsets_topic_replication_factor,
-            configs=offsets_topic_configs(config),
+            TopicSpec(
+                partitions=config.offsets_topic_num_partitions,
+                replication_factor=config.offsets_topic_replication_factor,
+                configs=offsets_topic_configs(config),
+            ),
         )
 
     async def start(self, store: MetadataStore) -> None:

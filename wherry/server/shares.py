@@ -11,7 +11,7 @@ from collections.abc import Callable
 from wherry.coordinator.share_persister import SharePersister
 from wherry.coordinator.share_state import ShareStateCoordinator
 from wherry.coordinator.shares import ShareGroupsRuntime
-from wherry.server.coordinator_edges import CoordinatorEdges
+from wherry.server.coordinator_edges import CoordinatorEdges, TopicSpec
 from wherry.share.config import ShareBrokerConfig
 
 __all__ = ["ShareRuntime"]
@@ -35,13 +35,15 @@ class ShareRuntime(ShareGroupsRuntime):
         )
         self.state_topic = edges.internal_topic(
             self.coordinator.runtime,
-            partitions=cfg["share.coordinator.state.topic.num.partitions"],
-            replication_factor=cfg["share.coordinator.state.topic.replication.factor"],
-            configs={
-                "cleanup.policy": "compact",
-                "min.insync.replicas": str(cfg["share.coordinator.state.topic.min.isr"]),
-                "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"]),
-            },
+            TopicSpec(
+                partitions=cfg["share.coordinator.state.topic.num.partitions"],
+                replication_factor=cfg["share.coordinator.state.topic.replication.factor"],
+                configs={
+                    "cleanup.policy": "compact",
+                    "min.insync.replicas": str(cfg["share.coordinator.state.topic.min.isr"]),
+                    "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"]),
+                },
+            ),
         )
         persister = SharePersister(
             config.broker_id,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from wherry.coordination.store import MetadataStore
 from wherry.coordinator.transactions import TxnCoordinatorHost
 from wherry.server.config import BrokerConfig
-from wherry.server.coordinator_edges import CoordinatorEdges
+from wherry.server.coordinator_edges import CoordinatorEdges, TopicSpec
 from wherry.server.internal_topics import stored_partition_count
 from wherry.txn.coordinator import TxnCoordinatorConfig
 from wherry.txn.records import TRANSACTION_STATE_TOPIC
@@ -67,9 +67,11 @@ class TransactionsRuntime(TxnCoordinatorHost):
         )
         self.topic = edges.internal_topic(
             self.runtime,
-            partitions=config.transaction_state_log_num_partitions,
-            replication_factor=config.transaction_state_log_replication_factor,
-            configs=transaction_topic_configs(config),
+            TopicSpec(
+                partitions=config.transaction_state_log_num_partitions,
+                replication_factor=config.transaction_state_log_replication_factor,
+                configs=transaction_topic_configs(config),
+            ),
         )
 
     async def start(self, store: MetadataStore) -> None:

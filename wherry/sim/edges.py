@@ -20,6 +20,7 @@ from wherry.outbound.connection import Connect
 from wherry.replication.node import ReplicaNode
 from wherry.runtime.clock import Clock
 from wherry.server.config import BrokerConfig
+from wherry.server.coordinator_edges import TopicSpec
 from wherry.sim.node import SimBroker
 from wherry.sim.wire import Brokers, broker_connect_to
 
@@ -47,14 +48,7 @@ class SimEdges:
     def store(self) -> MetadataStore:
         raise RuntimeError("the simulation has no metadata store")
 
-    def internal_topic(
-        self,
-        runtime: CoordinatorRuntime,
-        *,
-        partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-    ) -> WorldTopic:
+    def internal_topic(self, runtime: CoordinatorRuntime, spec: TopicSpec) -> WorldTopic:
         return WorldTopic()
 
     def connect_to(self, broker_id: int, host: str, port: int) -> Connect:

@@ -768,6 +768,8 @@ class World:
             t.cancel()  # stop producing, so everything can get committed
         await asyncio.sleep(o.settle_ms / 1000)
         await self.settle_leaders(2 * o.request_timeout_ms)
+        if o.consumer_groups:
+            await cg.settle(self, self.group_members, o.partitions, 4 * o.groups.request_timeout_ms)
         if o.share_consumers:
             await ws.settle(self, o.share, self.store.topic_id, o.settle_ms)
         self.check_final()

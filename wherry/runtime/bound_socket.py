@@ -20,9 +20,14 @@ def ip_literal_family(host: str) -> socket.AddressFamily | None:
     return None
 
 
-def bound_socket(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
-    """A TCP socket bound to an address as the loop's `create_server` binds one (address
-    reuse; an IPv6 one for IPv6 only), non-blocking, not yet listening."""
+def bound_socket(
+    family: socket.AddressFamily, host: str, port: int, backlog: int = 100
+) -> socket.socket:
+    """A TCP socket bound to an address and listening, as the loop's `create_server` makes one
+    (address reuse; an IPv6 one for IPv6 only), non-blocking. It listens here, before the loop
+    takes it: with address reuse, two sockets may both bind a port nobody listens on yet, and
+    only the first `listen` wins; the loser's error is raised here (uvloop's `create_server`
+    would swallow it and give a server without a socket)."""
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -30,6 +35,7 @@ def bound_socket(family: socket.AddressFamily, host: str, port: int) -> socket.s
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         try:
             sock.bind((host, port))
+            sock.listen(backlog)
         except OSError as e:  # the message create_server gives
             raise OSError(
                 e.errno, f"error while attempting to bind on address {(host, port)!r}: "

@@ -698,7 +698,7 @@ class NetworkServer:
         else:  # an address: bound here, with no resolver (nor its IDNA codec) in the start
             srv = await loop.create_server(
                 lambda: _Connection(self, listener, security_protocol),
-                sock=bound_socket(family, host, port),
+                sock=bound_socket(family, host, port, backlog=512),
                 backlog=512,
                 ssl=ssl_context,
                 ssl_handshake_timeout=handshake_timeout,

@@ -155,3 +155,31 @@ def test_decoders_sharing_one_scratch_buffer() -> None:
             got[k] += [bytes(v) for v in dec.buffer_updated(n)]
     assert got == streams
     assert all(d._scratch is scratch for d in decoders)
+
+
+def test_frames_of_varying_sizes_reuse_one_buffer() -> None:
+    """A stream of large frames of somewhat different sizes (produce batches, fetch answers),
+    each let go before the next: one buffer serves them all (a frame a little larger than
+    the last gets no fresh memory, a smaller one takes a buffer it fits in)."""
+    dec = FrameDecoder()
+    sizes = [900_000, 950_000, 880_000, 990_000, 120_000, 1_000_000, 70_000]
+    buffers = set()
+    for i, size in enumerate(sizes):
+        payload = bytes([i]) * size
+        (view,) = dec.feed(encode_frame(payload))
+        assert bytes(view) == payload
+        buffers.add(id(view.obj))
+        del view
+    assert len(buffers) == 1
+
+
+def test_a_frame_takes_the_smallest_free_buffer_it_fits_in() -> None:
+    dec = FrameDecoder()
+    held = [v for n in (2_000_000, 300_000) for v in dec.feed(encode_frame(bytes(n)))]
+    large, small = (v.obj for v in held)
+    del held
+    (view,) = dec.feed(encode_frame(b"x" * 100_000))
+    assert view.obj is small
+    del view
+    (view,) = dec.feed(encode_frame(b"y" * 1_500_000))
+    assert view.obj is large and bytes(view) == b"y" * 1_500_000

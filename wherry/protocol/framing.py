@@ -19,6 +19,7 @@ _SCRATCH_BYTES = 64 * 1024  # get_buffer's between frames: size prefixes and sma
 # by page as their bytes arrive (an anonymous mapping), so a frame that announces 100 MiB and
 # sends 20 bytes holds a page, not 100 MiB; their buffers are kept for reuse.
 _EAGER_MAX = 64 * 1024
+_ROUND = 64 * 1024  # large frames' buffers are a multiple of this (at least their size)
 # With a memory pool, a frame's bytes are reserved a window at a time as they arrive: the first
 # window, then doubling what is reserved, at most _MAX_WINDOW at a time.
 _FIRST_WINDOW = 16 * 1024
@@ -144,21 +145,34 @@ class FrameDecoder:
         if size <= _EAGER_MAX:
             return bytearray(size)
         spares = self._spares
-        for i in range(len(spares) - 1, -1, -1):
-            spare = spares[i]
-            if size <= len(spare) and size * 2 >= len(spare) and _unexported(spare):
-                return spare
+        best: Buffer | None = None  # the smallest free one the frame fits in
+        for spare in spares:
+            if (
+                size <= len(spare)
+                and (best is None or len(spare) < len(best))
+                and _unexported(spare)
+            ):
+                best = spare
+        if best is not None:
+            return best
         recycler = self._recycler
         buf = recycler.take(size) if recycler is not None else None
+        if buf is None:
+            # Room for a somewhat larger frame: the next frames of a stream of large ones
+            # (produce batches, fetch answers) vary in size, and one a little larger than
+            # every kept buffer would get fresh memory again. A mapping's pages never
+            # written cost nothing; a bytearray's extra eighth is zeroed once, when made.
+            alloc = min(size + (size >> 3), max(size, self.max_frame_bytes))
+            alloc = max(size, -(-alloc // _ROUND) * _ROUND)
         if buf is None and not self._lazy:
-            buf = bytearray(size)
+            buf = bytearray(alloc)
         elif buf is None:
             try:
-                buf = mmap.mmap(-1, size, flags=_MAP_FLAGS)
+                buf = mmap.mmap(-1, alloc, flags=_MAP_FLAGS)
             except OSError as e:  # out of address space or mappings: this connection goes
                 raise FrameError(f"no memory for a frame of {size} bytes: {e}") from e
-        if size <= _REUSE_MAX:
-            kept = size + sum(len(b) for b in spares)
+        if len(buf) <= _REUSE_MAX:
+            kept = len(buf) + sum(len(b) for b in spares)
             while spares and kept > _REUSE_MAX:  # make room: the oldest go first
                 kept -= len(old := spares.pop(0))
                 if recycler is not None:

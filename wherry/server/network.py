@@ -43,12 +43,17 @@ from wherry.server.connection_limits import ConnectionLimits
 log = logging.getLogger(__name__)
 
 _MAX_QUEUED = 64
+# ... and at most this many bytes of them: a client pipelining 1 MiB produce requests would
+# otherwise have up to 64 of them read ahead, each in a buffer of its own (fresh memory, a page
+# fault per 4 KiB, once the decoder's kept buffers are all in use); with a few frames ahead the
+# decoder's buffers are reused. (Kafka reads one request at a time per connection.)
+_MAX_QUEUED_BYTES = 1024 * 1024
 _RECEIVE_SCRATCH_BYTES = 64 * 1024
 # Answers a connection may have waiting while it handles further requests (Kafka clients
 # keep at most 5 requests in flight per connection by default)
 _MAX_DEFERRED = 16
 # Why a connection's reading is paused (a bit each; reading resumes once none is left)
-PAUSE_QUEUE = 1  # requests received and not yet handled: _MAX_QUEUED
+PAUSE_QUEUE = 1  # requests received and not yet handled: _MAX_QUEUED (_MAX_QUEUED_BYTES)
 PAUSE_MEMORY = 2  # the memory pool refused what the next read needs
 PAUSE_ADMISSION = 4  # not served yet: over max.connections or the creation rate
 PAUSE_MUTED = 8  # muted from outside (see `_Connection.mute`)
@@ -138,6 +143,7 @@ class _Connection(asyncio.BufferedProtocol):
         )
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[memoryview | None] = collections.deque()
+        self.queued_bytes = 0  # of the frames in `queue`
         # the connection's task waiting for a request (or a close, an unmute): `_wake`
         self.waiter: asyncio.Future[None] | None = None
         self.can_write = asyncio.Event()
@@ -238,10 +244,11 @@ class _Connection(asyncio.BufferedProtocol):
             return
         if frames:
             self.queue.extend(frames)
+            queued = self.queued_bytes = self.queued_bytes + sum(len(f) for f in frames)
             waiter = self.waiter  # `_wake()`, inlined: once per request received
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
-            if len(self.queue) >= _MAX_QUEUED:
+            if len(self.queue) >= _MAX_QUEUED or queued >= _MAX_QUEUED_BYTES:
                 self.pause(PAUSE_QUEUE)
         if decoder.pool is not None and decoder.needs_memory and not self.paused & PAUSE_MEMORY:
             self.pause(PAUSE_MEMORY)
@@ -265,6 +272,7 @@ class _Connection(asyncio.BufferedProtocol):
             pool.cancel(self._memory_released)
             held = sum(len(f) for f in self.queue if f is not None)
             self.queue.clear()
+            self.queued_bytes = 0
             if held:
                 pool.release(held)
         self.decoder.release()
@@ -561,7 +569,13 @@ class _Connection(asyncio.BufferedProtocol):
                         self.waiter = None
                     continue
                 frame = self.queue.popleft()
-                if self.paused & PAUSE_QUEUE and len(self.queue) < _MAX_QUEUED // 2:
+                if frame is not None:
+                    self.queued_bytes -= len(frame)
+                if (
+                    self.paused & PAUSE_QUEUE
+                    and len(self.queue) < _MAX_QUEUED // 2
+                    and self.queued_bytes < _MAX_QUEUED_BYTES // 2
+                ):
                     self.resume(PAUSE_QUEUE)
                 if frame is None:  # EOF sentinel
                     await self._answers_sent()

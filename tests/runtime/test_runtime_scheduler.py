@@ -135,6 +135,23 @@ def test_executor_job_runs_off_the_loop_thread() -> None:
     run(main)
 
 
+def test_executor_jobs_run_inline_when_the_scheduler_has_no_executor() -> None:
+    async def main() -> None:
+        scheduler = Scheduler(blocking_in_executor=False)
+        loop = asyncio.get_running_loop()
+        ran: list[tuple[int, bool]] = []
+
+        def fsync() -> None:  # inline: on the loop's thread, inside a loop callback
+            ran.append((threading.get_ident(), asyncio.get_running_loop() is loop))
+
+        scheduler.schedule("fsync", fsync, period_ms=10, executor=True)
+        await asyncio.sleep(0.06)
+        await scheduler.shutdown()
+        assert ran and set(ran) == {(threading.get_ident(), True)}
+
+    run(main)
+
+
 def test_shutdown_waits_for_in_flight_executor_run() -> None:
     async def main() -> None:
         scheduler = Scheduler()

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from wherry.server.config import BrokerConfigError, Endpoint, load_config, parse_listeners
+from wherry.server.config_keys import unknown_keys
 
 
 def test_defaults() -> None:
@@ -27,8 +28,19 @@ def test_properties_file_and_overrides(tmp_path: Path) -> None:
     assert cfg.log_defaults.segment_bytes == 4096
 
 
+def test_the_log_managers_checkpoint_intervals_are_read() -> None:
+    cfg = load_config(None, {
+        "log.flush.offset.checkpoint.interval.ms": "300",
+        "log.flush.start.offset.checkpoint.interval.ms": "500",
+    })
+    assert cfg.log_flush_offset_checkpoint_interval_ms == 300
+    assert cfg.log_flush_start_offset_checkpoint_interval_ms == 500
+    assert "log.flush.start.offset.checkpoint.interval.ms" not in unknown_keys(cfg.raw)
+
+
 @pytest.mark.parametrize("props", [
     {"broker.id": "x"},
+    {"log.flush.start.offset.checkpoint.interval.ms": "0"},
     {"listeners": "127.0.0.1:9092"},
     {"num.partitions": "0"},
     {"log.segment.bytes": "big"},

@@ -15,15 +15,18 @@ import logging
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import wherry.replication.partition as partition_module
 from wherry.coordination import paths
 from wherry.replication.node import ReplicaNode
+from wherry.runtime.scheduler import Job, ScheduledTask, Scheduler
 from wherry.sim.loop import SimDeadlock, SimLoop
 from wherry.sim.network import NetworkConfig
 from wherry.sim.real_controller import run_now
@@ -129,6 +132,63 @@ def test_simulated_brokers_run_the_replica_node_that_wherry_server_runs(tmp_path
             await cluster.stop()
 
     assert asyncio.run(broker_node_type()) is ReplicaNode
+
+
+HOUSEKEEPING = {
+    "kafka-log-retention",
+    "kafka-delete-logs",
+    "kafka-log-cleaner-thread-0",
+    "kafka-log-flusher",
+    "kafka-recovery-point-checkpoint",
+    "kafka-log-start-offset-checkpoint",
+    "delete-expired-group-metadata",
+}
+
+
+def test_simulated_brokers_run_the_housekeeping_of_wherry_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every simulated broker schedules the jobs a `wherry server` broker schedules, and those
+    due within the run (all but the offsets' ten-minute expiry) run without failing, inline on
+    the simulated loop's thread."""
+    scheduled: list[tuple[Scheduler, ScheduledTask]] = []
+    threads: set[int] = set()
+    schedule = Scheduler.schedule
+
+    def recording(self: Scheduler, name: str, fn: Job, **kwargs: Any) -> ScheduledTask:
+        def job() -> Any:
+            threads.add(threading.get_ident())
+            return fn()
+
+        handle = schedule(self, name, job, **kwargs)
+        scheduled.append((self, handle))
+        return handle
+
+    monkeypatch.setattr(Scheduler, "schedule", recording)
+    options = replace(CI, faults=False, duration_ms=2_000, settle_ms=1_000)
+    r = World(3, options, tmp_path / "sim").run()
+    assert r.ok, _describe(r)
+    by_scheduler: dict[int, dict[str, ScheduledTask]] = {}
+    for scheduler, handle in scheduled:
+        if handle.name in HOUSEKEEPING:  # not the replica node's own jobs
+            assert not scheduler.blocking_in_executor
+            by_scheduler.setdefault(id(scheduler), {})[handle.name] = handle
+    assert len(by_scheduler) == 3  # one per broker: no restart without faults
+    for jobs in by_scheduler.values():
+        assert set(jobs) == HOUSEKEEPING
+        ran = {name for name, h in jobs.items() if h.runs > 0 and h.failures == 0}
+        assert ran == HOUSEKEEPING - {"delete-expired-group-metadata"}, jobs
+    assert threads == {threading.get_ident()}  # the replica node's jobs too: no threads
+
+    async def server_jobs() -> set[str]:
+        cluster = AsyncDevCluster(tmp_path / "cluster", brokers=1, base_port=0)
+        await cluster.start()
+        try:
+            return set(cluster.brokers[0].scheduler.names)  # the housekeeping's alone
+        finally:
+            await cluster.stop()
+
+    assert asyncio.run(server_jobs()) == HOUSEKEEPING
 
 
 def _first_failure(options: SimOptions, seeds: range) -> SimResult | None:

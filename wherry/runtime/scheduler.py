@@ -3,7 +3,9 @@
 Each scheduled job runs in its own asyncio task, first after ``delay_ms`` and then every
 ``period_ms`` (fixed rate; runs missed while a slow run was in progress are skipped, not bunched).
 A failing run is logged and counted; it never stops the job or the scheduler.  Blocking sync jobs
-(fsync, file deletion) can run in the loop's default executor with ``executor=True``.
+(fsync, file deletion) can run in the loop's default executor with ``executor=True``; a scheduler
+built with ``blocking_in_executor=False`` runs them inline on the loop instead (the simulator:
+deterministic, no threads).
 """
 
 from __future__ import annotations
@@ -65,8 +67,10 @@ class ScheduledTask:
 class Scheduler:
     """Runs named periodic jobs on the running event loop."""
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, *, blocking_in_executor: bool = True) -> None:
         self.clock: Clock = clock if clock is not None else SystemClock()
+        # False: ``executor=True`` jobs run inline on the loop, in the order they fall due.
+        self.blocking_in_executor = blocking_in_executor
         self._tasks: dict[str, ScheduledTask] = {}
         self._shut_down = False
 
@@ -82,7 +86,8 @@ class Scheduler:
         """Run ``fn`` after ``delay_ms``, then every ``period_ms`` (``None``: run once).
 
         ``fn`` is a sync callable or an async function.  ``executor=True`` runs a sync ``fn`` in
-        the loop's default executor.  Names must be unique among live jobs.  Must be called
+        the loop's default executor (inline when the scheduler's ``blocking_in_executor`` is
+        False).  Names must be unique among live jobs.  Must be called
         with a running event loop.
         """
         if self._shut_down:
@@ -164,7 +169,7 @@ class Scheduler:
 
     async def _run_once(self, handle: ScheduledTask) -> None:
         try:
-            if handle.executor:
+            if handle.executor and self.blocking_in_executor:
                 await _run_in_executor(handle.fn)
             else:
                 result = handle.fn()

@@ -43,7 +43,7 @@ from wherry.observability.request_stats import RequestStats, request_name
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.loop_lag import LoopLag, monitor
-from wherry.runtime.scheduler import Job, Scheduler
+from wherry.runtime.scheduler import Scheduler
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.cluster_min_isr import ensure_cluster_min_isr, first_start_nodes
@@ -62,7 +62,6 @@ from wherry.server.startup import (
     API_VERSIONS_PREFIX,
     HttpStart,
     import_late,
-    initial_task_delay_ms,
     log_bound,
     own_store,
     raise_open_files_limit,
@@ -104,7 +103,6 @@ log = logging.getLogger(__name__)
 CONFIG_CHANGE_NAME_PREFIX = "config_change_"
 SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
 LOOP_LAG_INTERVAL_MS = 100  # how often the loop-lag monitor asks to be woken
-DELETE_LOGS_INTERVAL_MS = 1_000  # how often deleted logs' directories due to go are looked at
 class Broker:
     def __init__(
         self,
@@ -393,7 +391,14 @@ class Broker:
         self._start_config_listener()
         await self._start_controller()
         self.scheduler = Scheduler(self.clock)
-        self._schedule_background_tasks()
+        from wherry.server.housekeeping import schedule_housekeeping
+
+        self.log_cleaner = schedule_housekeeping(
+            self.scheduler,
+            cfg,
+            self.log_manager,
+            expire_group_offsets=self.groups.cleanup_expired_offsets,
+        )
         from wherry.server.dynamic_apply import apply_dynamic
 
         await apply_dynamic(self)  # the stored dynamic configs: limits, cleaner, TLS stores
@@ -738,66 +743,6 @@ class Broker:
             self._prefix,
             ",".join(str(e) for e in endpoints),
             stat.czxid,
-        )
-
-    def _schedule_background_tasks(self) -> None:
-        cfg = self.config
-        s = self.scheduler
-        lm = self.log_manager
-        s.schedule(
-            "kafka-log-retention",
-            lambda: lm.cleanup(self.clock.now_ms()),
-            period_ms=cfg.log_retention_check_interval_ms,
-            delay_ms=initial_task_delay_ms(cfg.log_retention_check_interval_ms),
-            executor=True,
-        )
-        s.schedule(  # directories of deleted logs: removed when due, failed steps retried
-            "kafka-delete-logs",
-            lambda: lm.delete_due_dirs(self.clock.now_ms()),
-            period_ms=DELETE_LOGS_INTERVAL_MS,
-            delay_ms=DELETE_LOGS_INTERVAL_MS,
-            executor=True,
-        )
-        if cfg.log_cleaner_enable:
-            from wherry.log.cleaner import CleanerConfig, LogCleaner
-            from wherry.server.cleaner_threads import start as start_cleaner
-
-            self.log_cleaner = LogCleaner(
-                lm.log_dirs,
-                lm.all_logs,
-                lm.log_dir_of,
-                CleanerConfig(
-                    backoff_ms=cfg.log_cleaner_backoff_ms,
-                    dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
-                    threads=cfg.log_cleaner_threads,
-                ),
-            )
-            start_cleaner(s, self.log_cleaner, self.clock.now_ms)
-        file_tasks: list[tuple[str, Job, int]] = [
-            (
-                "kafka-log-flusher",
-                lambda: lm.flush_dirty(self.clock.now_ms()),
-                cfg.log_flush_scheduler_interval_ms,
-            ),
-            (
-                "kafka-recovery-point-checkpoint",
-                lm.checkpoint_recovery_points,
-                cfg.log_flush_offset_checkpoint_interval_ms,
-            ),
-            (
-                "kafka-log-start-offset-checkpoint",
-                lm.checkpoint_log_start_offsets,
-                cfg.log_flush_start_offset_checkpoint_interval_ms,
-            ),
-        ]
-        for name, task, interval_ms in file_tasks:  # file work: on the executor
-            delay_ms = initial_task_delay_ms(interval_ms)
-            s.schedule(name, task, period_ms=interval_ms, delay_ms=delay_ms, executor=True)
-        s.schedule(
-            "delete-expired-group-metadata",
-            self.groups.cleanup_expired_offsets,
-            period_ms=cfg.offsets_retention_check_interval_ms,
-            delay_ms=cfg.offsets_retention_check_interval_ms,
         )
 
     # --- metadata --------------------------------------------------------------------------

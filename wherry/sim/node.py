@@ -11,10 +11,14 @@ connection its client closes is closed here too (`connection_closed`).
 The simulated broker hosts the replica node and what the simulation adds on it (the
 transaction and group coordinators and the share groups, `services`; the handlers reach them,
 and producer ids come from the world's one counter); it runs no admin manager
-or log-dir mover, and a request that needs one closes its connection with a log line.
-`crash()` ends the process at once: its tasks are cancelled and its file descriptors closed
-without flushing or writing anything (the page cache survives, so the files keep every byte
-written); for a power loss the world then cuts what was never fsynced (`disk.py`).
+or log-dir mover, and a request that needs one closes its connection with a log line. Its
+housekeeping is `wherry server`'s (`server/housekeeping.py`: retention, deleted logs'
+directories, the log cleaner, the flusher, the checkpoints, group offset expiry), paced by the
+simulation's broker config, on simulated time, its file work inline (no threads).
+`crash()` ends the process at once: its tasks and housekeeping are cancelled and its file
+descriptors closed without flushing or writing anything (the page cache survives, so the files
+keep every byte written); for a power loss the world then cuts what was never fsynced
+(`disk.py`).
 `controlled_shutdown()` then `stop()` is a clean stop, as `wherry server` would do it with
 Kafka's `controlled.shutdown.enable`: ask the controller (ControlledShutdown) until it
 answers with no partitions still led, at most `controlled.shutdown.max.retries` times with
@@ -51,12 +55,14 @@ from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ReplicaManager
 from wherry.runtime.clock import Clock, FunctionClock
+from wherry.runtime.scheduler import Scheduler
 from wherry.security.authorizer import Authorizer
 from wherry.security.scram_store import ScramCredentialCache
 from wherry.server import dispatch
 from wherry.server.assembly import BrokerIO, replica_node, wait_for_metadata
 from wherry.server.client_quotas import ClientQuotas
 from wherry.server.config import BrokerConfig
+from wherry.server.housekeeping import schedule_housekeeping
 from wherry.server.network import ConnectionInfo, Deferred
 from wherry.sim.controller import ControllerMessage, UpdateLiveBrokers
 from wherry.sim.network import CONTROLLER_ID, SimNetwork
@@ -92,7 +98,6 @@ class NodeConfig:
     # The broker's settings (`replica.*`, fetch sessions), as `wherry server` reads them.
     broker_props: Mapping[str, str]
     request_timeout_ms: int
-    recovery_checkpoint_interval_ms: int = 300
     controlled_shutdown_max_retries: int = 3  # Kafka's default
     controlled_shutdown_retry_backoff_ms: int = 200  # Kafka's is 5000; simulated runs are short
 
@@ -135,7 +140,8 @@ class SimBroker:
         self.authorizer: Authorizer | None = None
         self.cluster_id = "sim"
         self._live: tuple[BrokerEndpoint, ...] = ()  # the model controller's live brokers
-        self._tasks: list[asyncio.Task[Any]] = []
+        # The broker's housekeeping (`server/housekeeping.py`), its file work inline.
+        self.scheduler = Scheduler(self.clock, blocking_in_executor=False)
         self._requests: set[asyncio.Task[bytes | None]] = set()  # requests being handled
         self.up = False
         self.replica: ReplicaNode
@@ -279,8 +285,12 @@ class SimBroker:
             topic_config=lambda _topic: cfg.log_config,
         )
         self.replica.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._checkpoint_recovery_points())]
+        schedule_housekeeping(
+            self.scheduler,
+            self.broker_config,
+            self.log_manager,
+            expire_group_offsets=self._expire_group_offsets,
+        )
         self.up = True
 
     def _alive(self) -> Callable[[], bool]:
@@ -294,9 +304,7 @@ class SimBroker:
         """Kill the process: nothing more runs, nothing is flushed or checkpointed. Returns
         the segment files, for a power loss to cut (`disk.DurableFiles`)."""
         self.up = False
-        for t in self._tasks:
-            t.cancel()
-        self._tasks = []
+        self.scheduler.cancel_all()
         self._end_requests()
         for s in self.services:
             s.abandon()
@@ -345,22 +353,19 @@ class SimBroker:
 
     async def stop(self) -> None:
         """A clean stop (after `controlled_shutdown`): the replica node stops (fetchers,
-        purgatories, HW checkpoint), then the logs are flushed and closed with every checkpoint
-        and the clean-shutdown marker."""
-        for t in self._tasks:
-            t.cancel()
-        self._tasks = []
+        purgatories, HW checkpoint), then the housekeeping, then the logs are flushed and closed
+        with every checkpoint and the clean-shutdown marker (as `Broker.stop`)."""
         self._end_requests()  # the listener closes with its connections
         for s in self.services:
             await s.stop()
         await self.replica.stop()
+        await self.scheduler.shutdown()
         self.log_manager.shutdown()
         self.up = False
 
-    async def _checkpoint_recovery_points(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.recovery_checkpoint_interval_ms / 1000)
-            self.log_manager.checkpoint_recovery_points()
+    def _expire_group_offsets(self) -> None:
+        if self.group_host is not None:  # attached after the start (`--consumer-groups`)
+            self.group_host.cleanup_expired_offsets()
 
     async def _send_alter_partition(self, body: Mapping[str, Any]) -> Any:
         return await self._send_to_controller(self.broker_id, body)

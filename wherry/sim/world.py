@@ -185,6 +185,12 @@ class World:
                 "replica.socket.timeout.ms": "800",
                 "replica.lag.time.max.ms": str(options.replica_lag_time_max_ms),
                 "replica.high.watermark.checkpoint.interval.ms": "200",
+                # The housekeeping (`server/housekeeping.py`) paced to run within a seed's
+                # simulated seconds; retention keeps the topics' week (nothing acknowledged goes).
+                "log.flush.offset.checkpoint.interval.ms": "300",
+                "log.flush.start.offset.checkpoint.interval.ms": "1000",
+                "log.retention.check.interval.ms": "1000",
+                "log.cleaner.backoff.ms": "1000",
             },
             request_timeout_ms=options.request_timeout_ms,
         )

@@ -219,7 +219,10 @@ def _lean_dataclass(cls: type, slots: bool) -> Any:
     for name, value in cls.__dict__.items():
         if isinstance(value, dataclasses.Field) and name not in annotations:
             raise TypeError(f"{name!r} is a field but has no type annotation")
-    cls.__dataclass_params__ = copy.copy(_Params.__dataclass_params__)  # type: ignore[attr-defined]
+    params = copy.copy(_Params.__dataclass_params__)  # type: ignore[attr-defined]
+    if slots and hasattr(params, "slots"):  # Python 3.12's parameters say it
+        params.slots = True
+    cls.__dataclass_params__ = params  # type: ignore[attr-defined]
     cls.__dataclass_fields__ = fields  # type: ignore[attr-defined]
     if "__match_args__" not in cls.__dict__:
         cls.__match_args__ = tuple(f.name for f in fields.values() if f.init)  # type: ignore[misc,attr-defined]

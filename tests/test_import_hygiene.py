@@ -196,6 +196,16 @@ NOT_BEFORE_BIND = (
     "random",
     "wherry.runtime.state_change_log",
     "wherry.coordination.change_notifications",
+    # needed by no start before its bind: `uuid` (and the `platform` it imports: a first
+    # start's cluster id is made from os.urandom), ZooKeeper's ACL settings (none given), the
+    # dynamic config checks (an alter's), the periodic-task scheduler (started last)
+    "uuid",
+    "platform",
+    "wherry.coordination.zk_acl",
+    "wherry.server.dynamic_validation",
+    "wherry.runtime.scheduler",
+    "sqlite3",  # the embedded store uses SQLite's C module: no date adapters, no datetime
+    "datetime",
 )
 
 

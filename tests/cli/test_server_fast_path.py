@@ -119,3 +119,35 @@ def _env() -> dict[str, str]:
     import os
 
     return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@pytest.mark.parametrize(
+    ("args", "http"),
+    [
+        ([], "http://127.0.0.1:9644"),
+        (["--listeners", "PLAINTEXT://127.0.0.1:0"], "http://127.0.0.1:0"),
+        (["--override", "log.retention.ms=5", "--broker-id", "3"], "http://127.0.0.1:9644"),
+    ],
+)
+def test_the_default_http_listener_is_the_config_as_if_given_last(
+    tmp_path: Path, args: list[str], http: str
+) -> None:
+    """The default `http.listeners` is added to the parsed config: the same config (every
+    field, `raw` included) as a command line that sets it, the setting last in `raw`."""
+    from wherry.cli.serve import server_config
+
+    props = tmp_path / "server.properties"
+    props.write_text("num.partitions=2\nlog.dirs=/tmp/d\n")
+    for properties in (None, props):
+        parsed = parse_server_args([*([str(properties)] if properties else []), *args])
+        assert parsed is not None
+        given = parse_server_args(
+            [*([str(properties)] if properties else []), *args, "--override",
+             f"http.listeners={http}"]
+        )
+        assert given is not None
+        cfg, explicit = server_config(*parsed), server_config(*given)
+        assert cfg == explicit and list(cfg.raw)[-1] == "http.listeners"
+        assert [(e.host, e.port) for e in cfg.http_listeners] == [
+            ("127.0.0.1", int(http.rsplit(":", 1)[1]))
+        ]

@@ -1,8 +1,17 @@
+import base64
+import uuid
 from pathlib import Path
 
 import pytest
 
-from wherry.server.config import BrokerConfigError, Endpoint, load_config, parse_listeners
+from wherry.server.config import (
+    ZK_SECURITY_KEYS,
+    BrokerConfigError,
+    Endpoint,
+    load_config,
+    new_cluster_id,
+    parse_listeners,
+)
 from wherry.server.config_keys import unknown_keys
 
 
@@ -54,3 +63,24 @@ def test_bad_values_are_clear_errors(props: dict[str, str]) -> None:
 def test_parse_listeners() -> None:
     assert parse_listeners("plaintext://[::1]:1,EXTERNAL://h:2") == [
         Endpoint("PLAINTEXT", "::1", 1), Endpoint("EXTERNAL", "h", 2)]
+
+
+def test_zookeeper_security_keys_are_zk_acls_and_each_is_read() -> None:
+    from wherry.coordination import zk_acl
+
+    assert ZK_SECURITY_KEYS == (zk_acl.SET_ACL_KEY, zk_acl.USERNAME_KEY, zk_acl.PASSWORD_KEY)
+    assert load_config(None, {}).zookeeper_security is None
+    cfg = load_config(None, {"zookeeper.digest.username": "u", "zookeeper.digest.password": "p"})
+    assert cfg.zookeeper_security is not None and cfg.zookeeper_security.username == "u"
+    for key, value in (("zookeeper.set.acl", "true"), ("zookeeper.digest.password", "p")):
+        with pytest.raises(BrokerConfigError, match=r"zookeeper\.digest"):
+            load_config(None, {key: value})  # one of them alone is refused
+
+
+def test_a_new_cluster_id_is_a_random_uuids_bytes() -> None:
+    ids = {new_cluster_id() for _ in range(200)}
+    assert len(ids) == 200
+    for cid in ids:
+        assert len(cid) == 22 and "=" not in cid
+        u = uuid.UUID(bytes=base64.urlsafe_b64decode(cid + "=="))
+        assert u.version == 4 and u.variant == uuid.RFC_4122

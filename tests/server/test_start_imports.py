@@ -267,3 +267,56 @@ def test_a_start_syncs_its_own_store_once_bound(
     assert at_bind == [0]  # OFF: nothing synced one by one before the bind
     assert synchronous == 2  # FULL once started: the writes so far synced
     assert read_meta_properties(data / "meta.properties")["cluster.id"] == cluster_id
+
+
+def test_a_records_dataclass_is_the_one_dataclasses_makes() -> None:
+    """`frozen_record` and `record` make the dataclass of a simple class themselves
+    (`_lean_dataclass`): the same fields, class attributes, match args, slots and parameters as
+    `dataclasses.dataclass` on the same body, the same errors; a class with a base or a
+    ClassVar goes to `dataclasses`."""
+    import dataclasses
+    import types
+
+    from wherry.common import record as rec
+
+    def body(**more: Any) -> dict[str, Any]:
+        annotations = {"a": "int", "b": "str", "c": "list[int]", "d": "int", "e": "str | None"}
+        return {
+            "__annotations__": {**annotations, **more.pop("annotations", {})},
+            "b": "x",
+            "c": dataclasses.field(default_factory=list),
+            "d": dataclasses.field(default=3, repr=False, compare=False, metadata={"k": 1}),
+            "e": None,
+            "__module__": __name__,
+            **more,
+        }
+
+    attrs = ("name", "type", "default", "default_factory", "init", "repr", "hash", "compare",
+             "metadata", "kw_only", "_field_type")
+    assert rec._LEAN  # this Python takes the lean way
+    for slots in (False, True):
+        assert rec._lean(type("C", (), body()))
+        lean = rec._lean_dataclass(type("C", (), body()), slots)
+        plain: Any = dataclasses.dataclass(init=False, repr=False, eq=False, slots=slots)(
+            type("C", (), body())
+        )
+        pairs = zip(dataclasses.fields(lean), dataclasses.fields(plain), strict=True)
+        for f, g in pairs:
+            assert [getattr(f, a) for a in attrs] == [getattr(g, a) for a in attrs], f.name
+        assert lean.__match_args__ == plain.__match_args__ == ("a", "b", "c", "d", "e")
+        assert getattr(lean, "__slots__", None) == getattr(plain, "__slots__", None)
+        assert repr(lean.__dataclass_params__) == repr(plain.__dataclass_params__)
+        assert lean.__qualname__ == plain.__qualname__
+        for name in "abcde":
+            mine, theirs = getattr(lean, name, "-"), getattr(plain, name, "-")
+            if isinstance(theirs, types.MemberDescriptorType):
+                assert isinstance(mine, types.MemberDescriptorType), name
+            else:
+                assert mine == theirs, name
+        for broken, error in ((body(c=[]), ValueError), (body(f=dataclasses.field()), TypeError)):
+            with pytest.raises(error):
+                rec._lean_dataclass(type("C", (), dict(broken)), slots)
+            with pytest.raises(error):
+                dataclasses.dataclass(slots=slots)(type("C", (), dict(broken)))
+    assert not rec._lean(type("C", (), body(annotations={"x": "ClassVar[int]"})))
+    assert not rec._lean(type("D", (type("C", (), body()),), {"__module__": __name__}))

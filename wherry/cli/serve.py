@@ -10,13 +10,14 @@ line back to click, which parses it again and answers as it always did.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from wherry.server.config import BrokerConfig
@@ -28,17 +29,32 @@ T = TypeVar("T")
 STATE_CHANGE_LOGGER = "wherry.state_change"
 
 
-class Option(NamedTuple):
-    """A `--flag VALUE` option: `kind` is "str", "int" or "choice" (one of `choices`)."""
+class Option:
+    """A `--flag VALUE` option: `kind` is "str", "int" or "choice" (one of `choices`). (A
+    plain class: a NamedTuple of these eight fields cost a start over a million instructions
+    to create, its annotations compiled one by one.)"""
 
-    flag: str
-    dest: str
-    help: str
-    kind: str = "str"
-    choices: tuple[str, ...] = ()
-    default: str | None = None
-    multiple: bool = False
-    metavar: str | None = None
+    __slots__ = ("choices", "default", "dest", "flag", "help", "kind", "metavar", "multiple")
+
+    def __init__(
+        self,
+        flag: str,
+        dest: str,
+        help: str,
+        kind: str = "str",
+        choices: tuple[str, ...] = (),
+        default: str | None = None,
+        multiple: bool = False,
+        metavar: str | None = None,
+    ) -> None:
+        self.flag = flag
+        self.dest = dest
+        self.help = help
+        self.kind = kind
+        self.choices = choices
+        self.default = default
+        self.multiple = multiple
+        self.metavar = metavar
 
 
 LOG_OPTIONS: tuple[Option, ...] = (
@@ -196,6 +212,7 @@ def default_http_listener(kafka_port: int) -> str:
 def server_config(properties: Path | None, values: dict[str, Any]) -> BrokerConfig:
     """The broker's config from `wherry server`'s arguments. Raises OverrideError,
     LogLevelError, BrokerConfigError or SecurityConfigError."""
+    from wherry.observability.endpoints import parse_http_listeners
     from wherry.server.config import load_config
     from wherry.server.listener_security import broker_security
 
@@ -206,8 +223,11 @@ def server_config(properties: Path | None, values: dict[str, Any]) -> BrokerConf
             props[key] = str(values[dest])
     cfg = load_config(properties, props)
     if "http.listeners" not in cfg.raw:  # on by default; `http.listeners=` turns it off
-        props["http.listeners"] = default_http_listener(cfg.listeners[0].port)
-        cfg = load_config(properties, props)
+        # as if given last (the file and the other settings are not read and checked again)
+        http = default_http_listener(cfg.listeners[0].port)
+        cfg = dataclasses.replace(
+            cfg, http_listeners=parse_http_listeners(http), raw={**cfg.raw, "http.listeners": http}
+        )
     broker_security(cfg.raw, cfg.listeners, cfg.advertised)  # key stores readable?
     return cfg
 

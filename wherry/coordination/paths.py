@@ -34,14 +34,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote_plus
 
 from wherry.common.record import frozen_record
 from wherry.coordination.store import CreateOp, MetadataStore, NodeExistsError
+
+if TYPE_CHECKING:
+    import uuid
 
 __all__ = [
     "ADMIN",
@@ -287,8 +289,24 @@ def _field(obj: Mapping[str, Any], key: str, what: str) -> Any:
         raise ValueError(f"{what} JSON lacks {key!r}") from None
 
 
-ZERO_UUID = uuid.UUID(int=0)
-"""Kafka's ``Uuid.ZERO_UUID``: "no topic id"."""
+# `uuid` (and the `platform` module it imports) is imported with the first topic id: a start
+# reads no topic id before it answers its first request.
+if TYPE_CHECKING:
+    ZERO_UUID: uuid.UUID
+    """Kafka's ``Uuid.ZERO_UUID``: "no topic id"."""
+else:
+
+    def __getattr__(name: str) -> object:
+        if name == "ZERO_UUID":
+            return _zero_uuid()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _zero_uuid() -> uuid.UUID:
+    """Kafka's ``Uuid.ZERO_UUID``: "no topic id"."""
+    import uuid
+
+    return uuid.UUID(int=0)
 
 
 def format_topic_id(topic_id: uuid.UUID) -> str:
@@ -298,6 +316,8 @@ def format_topic_id(topic_id: uuid.UUID) -> str:
 
 def parse_topic_id(text: str) -> uuid.UUID:
     """Parse Kafka's base64 form (or, leniently, the canonical hex UUID form)."""
+    import uuid
+
     if len(text) == 22:
         try:
             raw = base64.urlsafe_b64decode(text + "==")
@@ -444,7 +464,7 @@ class TopicAssignment:
         obj = _loads(data, "topic assignment")
         tid = obj.get("topic_id")
         return cls(
-            topic_id=ZERO_UUID if tid is None else parse_topic_id(str(tid)),
+            topic_id=_zero_uuid() if tid is None else parse_topic_id(str(tid)),
             partitions=_replica_map(obj, "partitions"),
             adding=_replica_map(obj, "adding_replicas"),
             removing=_replica_map(obj, "removing_replicas"),

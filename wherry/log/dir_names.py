@@ -16,8 +16,6 @@ The unique id is a UUID's 32 hex digits. Pure: names only, no I/O.
 
 from __future__ import annotations
 
-import uuid
-
 from wherry.common.topic_partition import TopicPartition
 
 __all__ = [
@@ -44,7 +42,10 @@ UNIQUE_ID_LENGTH = 32
 
 
 def unique_id() -> str:
-    """A fresh unique id for a directory name: a random UUID without dashes."""
+    """A fresh unique id for a directory name: a random UUID without dashes (`uuid` imported
+    here: a start names no directory before it answers)."""
+    import uuid
+
     return uuid.uuid4().hex
 
 

@@ -452,7 +452,7 @@ class AdminManager:
             stored = broker_configs.encode_passwords(
                 config, static, per_broker=broker_id is not None
             )
-        except broker_configs.DynamicConfigError as e:
+        except dynamic_validation.DynamicConfigError as e:
             raise AdminError(e.error_code, e.message) from e
         except ValueError as e:  # Kafka's second check, as it stores: INVALID_CONFIG
             raise AdminError(

@@ -43,7 +43,6 @@ from wherry.observability.request_stats import RequestStats, request_name
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.loop_lag import LoopLag, monitor
-from wherry.runtime.scheduler import Scheduler
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.cluster_min_isr import ensure_cluster_min_isr, first_start_nodes
@@ -86,6 +85,7 @@ if TYPE_CHECKING:
     from wherry.replication.metadata_cache import MetadataCache
     from wherry.replication.node import ReplicaNode
     from wherry.replication.replica_manager import ReplicaManager
+    from wherry.runtime.scheduler import Scheduler
     from wherry.runtime.state_change_log import StateChangeLogHandle
     from wherry.security.acl_authorizer import AclAuthorizer
     from wherry.security.authorizer import Authorizer
@@ -319,10 +319,12 @@ class Broker:
         from wherry.replication.log_dir_mover import UNLIMITED as UNLIMITED_IO
         from wherry.replication.log_dir_mover import LogDirMover
         from wherry.replication.network_endpoint import socket_connect
+        from wherry.runtime.scheduler import Scheduler
         from wherry.server.admin import AdminManager
         from wherry.server.assembly import BrokerIO, replica_node
         from wherry.server.coordinator_edges import BrokerEdges
         from wherry.server.groups import GroupsRuntime
+        from wherry.server.log_dir_failure import LogDirEventReporter
         from wherry.server.producer_ids import ProducerIdManager
         from wherry.server.shares import ShareRuntime
         from wherry.server.transactions import TransactionsRuntime
@@ -375,8 +377,6 @@ class Broker:
         self.transactions.attach_groups(self.groups.coordinator.on_transaction_completed)
         self.network.on_close = lambda conn: self.shares.on_connection_closed(conn.id)
         self.node.deletion_listeners.append(self._on_partitions_deleted)
-        from wherry.server.log_dir_failure import LogDirEventReporter
-
         reporter = LogDirEventReporter(self.broker_id, lambda: self.store)
         self.node.on_log_dir_failure = reporter.report
         self.node.on_all_log_dirs_failed = lambda message: self.fatal(message)

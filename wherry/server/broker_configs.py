@@ -32,7 +32,6 @@ from wherry.replication.quota import (
     throttled_partitions,
 )
 from wherry.server import dynamic_keys as dk
-from wherry.server.dynamic_validation import DynamicConfigError, effective_props
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,6 @@ __all__ = [
     "FOLLOWER_REPLICATION_THROTTLED_RATE",
     "LEADER_REPLICATION_THROTTLED_RATE",
     "DynamicBrokerConfig",
-    "DynamicConfigError",
     "EntryDetail",
     "describe_entries",
     "resource_broker_id",
@@ -153,6 +151,8 @@ def resource_broker_id(name: str, broker_id: int) -> int | None:
     if not name:
         return None
     from kio.schema.errors import ErrorCode  # an admin request's: not imported by a start
+
+    from wherry.server.dynamic_validation import DynamicConfigError
 
     try:
         requested = int(name)
@@ -366,6 +366,8 @@ class DynamicBrokerConfig:
 
     def effective(self, static: Mapping[str, str]) -> dict[str, str]:
         """The broker's configuration in force: `static` under the dynamic configs."""
+        from wherry.server.dynamic_validation import effective_props  # not needed by a start
+
         return effective_props(static, self.defaults, self.per_broker)
 
     def log_overrides(self) -> dict[str, str]:

@@ -11,16 +11,21 @@ import re
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wherry.common import java_properties
 from wherry.common.record import frozen_record
-from wherry.coordination.zk_acl import ZkAclConfigError, ZkSecurity, zk_security_from_props
 from wherry.log.config import ConfigError, LogConfig
 from wherry.observability.endpoints import HttpEndpoint, parse_http_listeners
 from wherry.server.config_keys import FETCHER_KEYS
 from wherry.server.connection_limits import ConnectionLimits, LimitConfigError, limits_from_props
 from wherry.server.listener_security import SecurityConfigError, check_names
+
+if TYPE_CHECKING:
+    from wherry.coordination.zk_acl import ZkSecurity
+
+# The ZooKeeper security settings (`coordination.zk_acl`, imported only when one is given).
+ZK_SECURITY_KEYS = ("zookeeper.set.acl", "zookeeper.digest.username", "zookeeper.digest.password")
 
 
 class BrokerConfigError(ValueError):
@@ -437,10 +442,13 @@ class BrokerConfig:
             )
         except LimitConfigError as e:
             raise BrokerConfigError(str(e)) from e
-        try:
-            kw["zookeeper_security"] = zk_security_from_props(p)
-        except ZkAclConfigError as e:
-            raise BrokerConfigError(str(e)) from e
+        if any(key in p for key in ZK_SECURITY_KEYS):  # none given: no ZooKeeper security
+            from wherry.coordination.zk_acl import ZkAclConfigError, zk_security_from_props
+
+            try:
+                kw["zookeeper_security"] = zk_security_from_props(p)
+            except ZkAclConfigError as e:
+                raise BrokerConfigError(str(e)) from e
         listeners = kw.get("listeners", cls.listeners)
         try:
             kw["inter_broker_listener"] = check_names(
@@ -496,11 +504,16 @@ def load_config(
 
 
 def new_cluster_id() -> str:
-    """Kafka cluster ids are 16 random bytes in URL-safe base64 without padding."""
+    """Kafka cluster ids are a random (version 4) UUID's 16 bytes in URL-safe base64 without
+    padding. The bytes are made here rather than by `uuid.uuid4` (the same bits): the `uuid`
+    module imports `platform`, which a start has no other use for before it answers."""
     import base64
-    import uuid
+    import os
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 _ASSIGNOR_CLASSES = {

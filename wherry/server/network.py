@@ -27,8 +27,9 @@ import logging
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from wherry.common.record import record
 from wherry.log.file_region import FileRegion, ShortRegionError
 from wherry.observability.network_stats import NetworkStats
 from wherry.protocol.framing import BufferRecycler, FrameDecoder, FrameError
@@ -76,7 +77,7 @@ def _never_muted(delay_ms: float) -> None:
     return None
 
 
-@dataclass(slots=True)
+@record(slots=True)  # a dataclass whose methods are not compiled at import
 class ConnectionInfo:
     """One client connection: where it comes from, the listener it came in on and its
     security protocol, and who it is (ANONYMOUS until authenticated; on TLS listeners the

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
 from wherry.server import broker_configs
 from wherry.server.admin import AdminError
-from wherry.server.dynamic_validation import apply_incremental, list_operation
+from wherry.server.dynamic_validation import DynamicConfigError, apply_incremental, list_operation
 from wherry.server.handlers.alter_configs import alter_resources, set_group_config
 from wherry.server.handlers.describe_configs import BROKER, BROKER_LOGGER, GROUP, TOPIC
 from wherry.share.config import GROUP_CONFIG_KEYS
@@ -77,7 +77,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             broker_id = broker_configs.resource_broker_id(r.resource_name, broker.broker_id)
             current = await broker.admin.broker_config(broker_id)
             new = apply_incremental(current, r.configs)
-        except broker_configs.DynamicConfigError as e:
+        except DynamicConfigError as e:
             raise AdminError(e.error_code, e.message) from e
         await broker.admin.set_broker_config(r.resource_name, new, validate_only=body.validate_only)
 

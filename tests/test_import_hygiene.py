@@ -204,8 +204,6 @@ NOT_BEFORE_BIND = (
     "wherry.coordination.zk_acl",
     "wherry.server.dynamic_validation",
     "wherry.runtime.scheduler",
-    "sqlite3",  # the embedded store uses SQLite's C module: no date adapters, no datetime
-    "datetime",
 )
 
 

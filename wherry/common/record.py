@@ -11,21 +11,12 @@ compiled, once a class has made `COMPILE_AFTER` instances (a class made a few ti
 compilation), so building an instance soon costs what a dataclass's does. Comparing and
 hashing cost a little more: meant for configuration-like classes and those made now and then,
 not for those made per record.
-
-The dataclass itself (its fields, `__dataclass_fields__`, `__match_args__`, slots) is made here
-too for a class of the simple kind the start path holds (no base class, its annotations text,
-none a ClassVar, InitVar or KW_ONLY): `dataclasses` spends some 60,000 instructions a field
-asking whether each annotation names one of those (`_is_type`, three regex matches a field);
-any other class is given to `dataclasses.dataclass`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
-import sys
-import types
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, dataclass_transform, overload
 
@@ -166,77 +157,6 @@ def _setstate(self: Any, state: list[Any]) -> None:
         object.__setattr__(self, f.name, value)
 
 
-# `dataclasses`' marker of a regular field (private: where it is missing, or on a Python whose
-# dataclass adds what this does not, every class goes to `dataclasses.dataclass`).
-_FIELD: Any = getattr(dataclasses, "_FIELD", None)
-_LEAN = _FIELD is not None and sys.version_info < (3, 13)
-_NOT_LEAN = ("ClassVar", "InitVar", "KW_ONLY")  # annotations `dataclasses` must look at
-
-
-@dataclasses.dataclass(init=False, repr=False, eq=False)
-class _Params:
-    """What `dataclasses` says of a class made with init, repr and eq off (copied per class)."""
-
-
-def _lean(cls: type) -> bool:
-    """Whether `_lean_dataclass` makes `cls` as `dataclasses.dataclass` would."""
-    if not _LEAN or cls.__bases__ != (object,) or type(cls) is not type:
-        return False
-    annotations = inspect.get_annotations(cls)
-    return all(
-        isinstance(a, str) and not any(word in a for word in _NOT_LEAN)
-        for a in annotations.values()
-    )
-
-
-def _lean_dataclass(cls: type, slots: bool) -> Any:
-    """`dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)` for a
-    class `_lean` accepts: the same fields, class attributes, `__match_args__` and slots."""
-    annotations = inspect.get_annotations(cls)
-    fields: dict[str, dataclasses.Field[Any]] = {}
-    for name, annotation in annotations.items():
-        default = getattr(cls, name, _MISSING)
-        if isinstance(default, dataclasses.Field):
-            f = default
-            if f.default is _MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, f.default)
-        else:
-            if isinstance(default, types.MemberDescriptorType):
-                default = _MISSING
-            f = dataclasses.field(default=default)
-        f.name, f.type = name, annotation
-        f._field_type = _FIELD  # type: ignore[attr-defined]
-        if f.kw_only is _MISSING:
-            f.kw_only = False
-        if f.default.__class__.__hash__ is None:
-            raise ValueError(
-                f"mutable default {type(f.default)} for field {name} is not allowed: use "
-                "default_factory"
-            )
-        fields[name] = f
-    for name, value in cls.__dict__.items():
-        if isinstance(value, dataclasses.Field) and name not in annotations:
-            raise TypeError(f"{name!r} is a field but has no type annotation")
-    params = copy.copy(_Params.__dataclass_params__)  # type: ignore[attr-defined]
-    if slots and hasattr(params, "slots"):  # Python 3.12's parameters say it
-        params.slots = True
-    cls.__dataclass_params__ = params  # type: ignore[attr-defined]
-    cls.__dataclass_fields__ = fields  # type: ignore[attr-defined]
-    if "__match_args__" not in cls.__dict__:
-        cls.__match_args__ = tuple(f.name for f in fields.values() if f.init)  # type: ignore[misc,attr-defined]
-    if not slots:
-        return cls
-    namespace = dict(cls.__dict__)
-    namespace["__slots__"] = tuple(fields)
-    for name in (*fields, "__dict__", "__weakref__"):
-        namespace.pop(name, None)
-    made = type(cls)(cls.__name__, cls.__bases__, namespace)
-    made.__qualname__ = cls.__qualname__
-    return made
-
-
 def _parameter(f: dataclasses.Field[Any]) -> str:
     """`name: type = default`, as a signature shows a field (`<factory>` for a factory's)."""
     text = f"{f.name}: {inspect.formatannotation(f.type)}"
@@ -254,11 +174,7 @@ def _make(cls: type[T], slots: bool, frozen: bool = True) -> type[T]:
     undocumented = not cls.__dict__.get("__doc__")
     if undocumented:  # else dataclasses asks inspect for a signature (of object.__init__)
         cls.__doc__ = cls.__name__
-    made: Any = (
-        _lean_dataclass(cls, slots)
-        if _lean(cls)
-        else dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
-    )
+    made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
     fields = dataclasses.fields(made)
     if any(f.hash is not None or f.kw_only is True for f in fields) or any(
         isinstance(f.type, dataclasses.InitVar) or f.type == "InitVar" for f in fields

@@ -42,19 +42,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
-
-# SQLite's C module itself: the `sqlite3` package around it adds the date and time adapters
-# (unused here) and imports `datetime` for them, some 5 M instructions of every start.
-try:
-    import _sqlite3 as sqlite3
-except ImportError:  # pragma: no cover - a Python whose sqlite3 is built otherwise
-    import sqlite3  # type: ignore[no-redef]
 
 from wherry.common.closeable import Closeable
 from wherry.common.fsync import fsync_path

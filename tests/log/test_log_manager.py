@@ -190,6 +190,41 @@ def test_flush_dirty(tmp_path: Path) -> None:
     m.shutdown()
 
 
+def test_flush_dirty_passes_logs_with_nothing_to_flush_without_their_lock(
+    tmp_path: Path,
+) -> None:
+    """The flusher asks every log each round: one with nothing to flush is passed over without
+    waiting for its lock (held here by another thread, as an append or a read would)."""
+    import threading
+
+    m = manager([tmp_path / "d"])
+    lg = m.get_or_create_log(tp())
+    fill(lg, 3)
+    lg.flush()
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lg._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(5)
+        flusher = threading.Thread(target=m.flush_dirty)
+        flusher.start()
+        flusher.join(2)
+        assert not flusher.is_alive()
+    finally:
+        release.set()
+        holder.join(5)
+    fill(lg, 40)  # rolls: now it has segments to flush, and is flushed under its lock
+    assert m.flush_dirty() == 1
+    assert lg.recovery_point == lg.active_segment.base_offset
+    m.shutdown()
+
+
 def test_high_watermark_checkpoint_mapping(tmp_path: Path) -> None:
     dirs = [tmp_path / "a", tmp_path / "b"]
     m = manager(dirs)

@@ -814,15 +814,18 @@ class Log:
         self._mark_flushed(up_to)
 
     def flush_if_needed(self, now_ms: int) -> bool:
-        """Flush if flush.ms elapsed since the last flush or a roll left segments unflushed."""
+        """Flush if flush.ms elapsed since the last flush or a roll left segments unflushed
+        (read first without the lock: most logs need nothing; a roll missed is seen next)."""
+        idle = self._log_end_offset == self._recovery_point
+        early = idle or now_ms - self._last_flush_ms < self.config.flush_ms
+        if early and self._segments.pending_flush_offset is None:
+            return False
         with self._lock:
             if self._closed:
                 return False
             if self.unflushed_messages > 0 and now_ms - self._last_flush_ms >= self.config.flush_ms:
                 target: int | None = None
-            elif self._segments.pending_flush_offset is not None:
-                target = self._segments.pending_flush_offset
-            else:
+            elif (target := self._segments.pending_flush_offset) is None:
                 return False
         self.flush(target, now_ms=now_ms)
         return True

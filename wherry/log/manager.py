@@ -703,12 +703,15 @@ class LogManager:
         log.info("moved the log of %s from %s to %s", tp, src, dest)
         return True
 
-    # ----------------------------------------------------------------------------------
-    # Checkpoints
-    # ----------------------------------------------------------------------------------
+    # --- checkpoints ------------------------------------------------------------------------
 
-    def _logs_in(self, dir: Path) -> dict[TopicPartition, Log]:
-        return {tp: lg for tp, lg in self._logs.items() if self._dir_of.get(tp) == dir}
+    def _logs_per_dir(self) -> dict[Path, dict[TopicPartition, Log]]:
+        """Each live log dir's logs, in one pass (not a path compared per log and dir)."""
+        per_dir: dict[Path, dict[TopicPartition, Log]] = {d: {} for d in self.live_log_dirs}
+        for tp, lg in self._logs.items():
+            if (logs := per_dir.get(self._dir_of.get(tp))) is not None:  # type: ignore[arg-type]
+                logs[tp] = lg
+        return per_dir
 
     def _write_checkpoints(
         self,
@@ -719,7 +722,7 @@ class LogManager:
         # manager lock is only held while collecting offsets.
         with self._checkpoint_lock:
             with self._lock:
-                per_dir = {d: offsets_for(d, self._logs_in(d)) for d in self.live_log_dirs}
+                per_dir = {d: offsets_for(d, logs) for d, logs in self._logs_per_dir().items()}
             for dir, offsets in per_dir.items():
                 try:
                     OffsetCheckpointFile(dir / name).write(offsets)

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wherry.common.record import frozen_record
+
 if TYPE_CHECKING:
     from wherry.server.config import BrokerConfig
 
@@ -29,32 +31,18 @@ T = TypeVar("T")
 STATE_CHANGE_LOGGER = "wherry.state_change"
 
 
+@frozen_record
 class Option:
-    """A `--flag VALUE` option: `kind` is "str", "int" or "choice" (one of `choices`). (A
-    plain class: a NamedTuple of these eight fields cost a start over a million instructions
-    to create, its annotations compiled one by one.)"""
+    """A `--flag VALUE` option: `kind` is "str", "int" or "choice" (one of `choices`)."""
 
-    __slots__ = ("choices", "default", "dest", "flag", "help", "kind", "metavar", "multiple")
-
-    def __init__(
-        self,
-        flag: str,
-        dest: str,
-        help: str,
-        kind: str = "str",
-        choices: tuple[str, ...] = (),
-        default: str | None = None,
-        multiple: bool = False,
-        metavar: str | None = None,
-    ) -> None:
-        self.flag = flag
-        self.dest = dest
-        self.help = help
-        self.kind = kind
-        self.choices = choices
-        self.default = default
-        self.multiple = multiple
-        self.metavar = metavar
+    flag: str
+    dest: str
+    help: str
+    kind: str = "str"
+    choices: tuple[str, ...] = ()
+    default: str | None = None
+    multiple: bool = False
+    metavar: str | None = None
 
 
 LOG_OPTIONS: tuple[Option, ...] = (

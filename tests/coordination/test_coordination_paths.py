@@ -58,7 +58,7 @@ def test_topic_assignment_json() -> None:
     }
     assert TopicAssignment.from_json(ta.to_json()) == ta
     legacy = TopicAssignment.from_json(b'{"version":1,"partitions":{"0":[1]}}')
-    assert legacy == TopicAssignment(paths.ZERO_UUID, {0: [1]})
+    assert legacy == TopicAssignment(uuid.UUID(int=0), {0: [1]})
     hex_form = f'{{"version":2,"partitions":{{"0":[1,2]}},"topic_id":"{TOPIC_ID}"}}'
     assert TopicAssignment.from_json(hex_form.encode()).topic_id == TOPIC_ID
 

@@ -47,6 +47,7 @@ from wherry.controller.request_states import (
     add_update_metadata,
 )
 from wherry.coordination import paths
+from wherry.protocol.interbroker_parts import ZERO_UUID
 from wherry.runtime.state_change_log import state_change_logger
 
 log = logging.getLogger(__name__)
@@ -357,7 +358,7 @@ class ReassignmentProcedure:
             if r.removing:
                 removing[tp.partition] = list(r.removing)
         a = paths.TopicAssignment(
-            ctx.topic_ids.get(topic, paths.ZERO_UUID), parts, adding, removing
+            ctx.topic_ids.get(topic, ZERO_UUID), parts, adding, removing
         )
         await self.core.zk.set_topic_assignment(topic, a, ctx.epoch_zk_version)
 

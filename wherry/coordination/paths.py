@@ -72,7 +72,6 @@ __all__ = [
     "LOG_DIR_EVENT_NOTIFICATION",
     "LOG_DIR_EVENT_PREFIX",
     "PERSISTENT_PATHS",
-    "ZERO_UUID",
     "BrokerRegistration",
     "ControllerInfo",
     "PartitionState",
@@ -289,21 +288,9 @@ def _field(obj: Mapping[str, Any], key: str, what: str) -> Any:
         raise ValueError(f"{what} JSON lacks {key!r}") from None
 
 
-# `uuid` (and the `platform` module it imports) is imported with the first topic id: a start
-# reads no topic id before it answers its first request.
-if TYPE_CHECKING:
-    ZERO_UUID: uuid.UUID
-    """Kafka's ``Uuid.ZERO_UUID``: "no topic id"."""
-else:
-
-    def __getattr__(name: str) -> object:
-        if name == "ZERO_UUID":
-            return _zero_uuid()
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _zero_uuid() -> uuid.UUID:
-    """Kafka's ``Uuid.ZERO_UUID``: "no topic id"."""
+    """Kafka's ``Uuid.ZERO_UUID``: "no topic id" (`uuid`, and the `platform` module it
+    imports, are imported with the first topic id: a start reads none before it answers)."""
     import uuid
 
     return uuid.UUID(int=0)
@@ -460,7 +447,7 @@ class TopicAssignment:
 
     @classmethod
     def from_json(cls, data: bytes) -> TopicAssignment:
-        """Decode; a missing ``topic_id`` (pre-2.8 Kafka data) decodes as `ZERO_UUID`."""
+        """Decode; a missing ``topic_id`` (pre-2.8 Kafka data) decodes as the zero UUID."""
         obj = _loads(data, "topic assignment")
         tid = obj.get("topic_id")
         return cls(

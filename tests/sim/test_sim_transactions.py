@@ -24,6 +24,7 @@ from wherry.sim.invariants import (
     read_committed_values,
 )
 from wherry.sim.world import SimOptions, SimResult, World, run_seed
+from wherry.txn.coordinator import TransactionCoordinator
 
 # CI-sized: 3 s of faults, then 4 s to settle (the command's default): after healing, a
 # timed-out transaction waits for its timeout, a coordinator election and load, its markers.
@@ -157,6 +158,17 @@ def test_seed_577_a_follower_that_led_an_empty_epoch_rejoins_and_the_reassignmen
     assert any("crash controller host" in f for f in r.faults), r.faults
 
 
+def test_seed_421_a_transaction_end_slowed_by_lost_messages_is_waited_for() -> None:
+    """Seed 421 of a 2,000-seed sweep (the sweep's options): after healing, txn-1's abort
+    marker for sim-1 waited for broker 1 to rejoin the ISR, and the network, which still
+    drops a message now and then, lost two of broker 1's fetches, two AlterPartitions and the
+    marker request itself, 800 ms each. The marker was written and the CompleteAbort was on
+    its way when the check judged. The check now gives a transaction's end its retries."""
+    r = run_seed(421, SimOptions(transactions=True))
+    assert r.ok, _describe(r)
+    assert any("heal" in f for f in r.faults), r.faults
+
+
 # --- the invariant catches broken rules ---------------------------------------------------------
 def test_invariant_catches_a_fetch_path_that_ignores_the_lso(
     monkeypatch: pytest.MonkeyPatch,
@@ -194,6 +206,17 @@ def test_invariant_catches_markers_never_sent(monkeypatch: pytest.MonkeyPatch) -
     r = _first_violation(CI, range(5))
     assert r is not None, "markers never written went unnoticed"
     assert "LSO" in (r.violation or "") or "does not show" in (r.violation or ""), _describe(r)
+
+
+def test_invariant_catches_a_coordinator_that_never_completes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The coordinator never writes CompleteCommit/CompleteAbort: waiting for the ends of
+    transactions after healing does not hide it."""
+    monkeypatch.setattr(TransactionCoordinator, "markers_written", lambda self, p, now: None)
+    r = _first_violation(CI, range(5))
+    assert r is not None, "a coordinator that never completes went unnoticed"
+    assert "is still PREPARE_" in (r.violation or ""), _describe(r)
 
 
 def _skip_all_markers(self: txn_markers_module.TxnMarkerChannelManager) -> int | None:

@@ -52,6 +52,7 @@ from wherry.sim.share_consumers import ShareConsumer
 from wherry.sim.transactions import TxnHost, TxnProducer, TxnSimConfig
 from wherry.sim.transactions import check_final as check_txn_final
 from wherry.sim.transactions import check_reads as check_txn_reads
+from wherry.sim.transactions import settle as settle_txns
 from wherry.sim.wire import SimClients, fetch, produce
 from wherry.txn.records import TRANSACTION_STATE_TOPIC
 
@@ -774,6 +775,8 @@ class World:
             t.cancel()  # stop producing, so everything can get committed
         await asyncio.sleep(o.settle_ms / 1000)
         await self.settle_leaders(2 * o.request_timeout_ms)
+        if o.transactions:
+            await settle_txns(self, self.txn_producers, 4 * o.request_timeout_ms)
         if o.consumer_groups:
             await cg.settle(self, self.group_members, o.partitions, 4 * o.groups.request_timeout_ms)
         if o.share_consumers:

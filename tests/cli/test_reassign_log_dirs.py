@@ -76,7 +76,9 @@ def throttle(broker: BrokerProcess) -> tuple[str | None, bool]:
 
 
 def fill(bootstrap: str, topic: str, records: int = RECORDS) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # Small batches: the mover copies whole batches, so one batch as large as the replica
+    # would be copied (and the move finished) in one step, throttle or not.
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})
     for i in range(records):
         producer.produce(topic, VALUE, key=str(i).encode())
     assert producer.flush(CALL_TIMEOUT_S) == 0

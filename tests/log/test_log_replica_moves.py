@@ -5,6 +5,7 @@ leaves one complete log that the next start finds (resumed future, or promoted f
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import shutil
 from pathlib import Path
@@ -40,7 +41,7 @@ def _filled(tmp_path: Path) -> tuple[LogManager, list[Path]]:
 
 
 def _copy_all(m: LogManager) -> None:
-    while m.copy_to_future(TP, 700) > 0:
+    while m.copy_to_future(TP, 700).copied > 0:
         pass
 
 
@@ -172,7 +173,7 @@ def test_a_crash_anywhere_in_the_move_loses_nothing(tmp_path: Path, step: str | 
     if step in (None, "flushed"):
         # The current log is intact in a; the move resumes from the future log.
         assert m2.log_dir_of(TP) == a and m2.future_dir_of(TP) == b
-        while m2.copy_to_future(TP, 700) > 0:
+        while m2.copy_to_future(TP, 700).copied > 0:
             pass
         assert m2.promote_future_log(TP)
     assert m2.log_dir_of(TP) == b and m2.future_log(TP) is None
@@ -181,3 +182,49 @@ def test_a_crash_anywhere_in_the_move_loses_nothing(tmp_path: Path, step: str | 
     assert [p.name for p in a.iterdir() if p.is_dir()] == []
     assert [p.name for p in b.iterdir() if p.is_dir()] == ["t-0"]
     m2.shutdown()
+
+
+def test_a_short_step_is_caught_up_only_at_the_current_log_end(tmp_path: Path) -> None:
+    """Whole batches up to the step's bytes: a step that copies less than its bytes because the
+    next batch does not fit has not caught up; one that reached the end has."""
+    m, (_, b) = _filled(tmp_path)
+    current = m.get_log(TP)
+    assert current is not None and m.create_future_log(TP, b)
+    size, caught_up = m.copy_to_future(TP, 1)  # at least one batch: exactly one
+    assert size > 0 and not caught_up
+    step = m.copy_to_future(TP, 2 * size + size // 2)  # two batches fit, the third does not
+    assert step.copied == 2 * size and not step.caught_up
+    while not (step := m.copy_to_future(TP, 1 << 20)).caught_up:
+        pass
+    assert m.future_lag(TP) == 0
+    assert m.copy_to_future(TP, 700) == (0, True)
+
+
+def test_the_mover_promotes_only_a_caught_up_future(tmp_path: Path) -> None:
+    """Throttled to 2.5 batches a second, the mover copies two batches, waits, and has not
+    promoted the half-copied future (it used to take a short step for the end and finish the
+    whole move at once, unthrottled, under the log's lock); it finishes once caught up."""
+    from wherry.replication.log_dir_mover import LogDirMover
+
+    m, (a, b) = _filled(tmp_path)
+    current = m.get_log(TP)
+    assert current is not None and m.create_future_log(TP, b)
+    size = len(current.read(0, max_bytes=1))  # one batch; the first 30 are the same size
+
+    async def run() -> None:
+        mover = LogDirMover(m, io_max_bytes_per_second=size * 5 // 2)
+        mover.kick()
+        await asyncio.sleep(0.3)  # the first step done, the throttle's wait under way
+        assert m.future_dir_of(TP) == b and 0 < m.future_lag(TP) < current.log_end_offset
+        assert mover.moves_completed == 0 and m.log_dir_of(TP) == a
+        mover.set_rate(0)  # unthrottled from the next step on
+        mover.kick()
+        for _ in range(200):
+            if mover.moves_completed:
+                break
+            await asyncio.sleep(0.01)
+        await mover.stop()
+        assert mover.moves_completed == 1 and m.log_dir_of(TP) == b
+
+    asyncio.run(run())
+    assert m.future_dir_of(TP) is None and (b / TP.dir_name).is_dir()

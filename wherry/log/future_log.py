@@ -15,12 +15,21 @@ caught-up future log (`promote_future_log`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from wherry.log.log import Log
 
-__all__ = ["align", "copy_step"]
+__all__ = ["CopyStep", "align", "copy_step"]
+
+
+class CopyStep(NamedTuple):
+    """One copy step: the bytes appended to the future log, and whether they reached the
+    current log's end as it was when they were read (what arrived since is left for the
+    promotion, which copies it under the log's lock)."""
+
+    copied: int
+    caught_up: bool
 
 
 def align(current: Log, future: Log) -> None:
@@ -42,14 +51,16 @@ def align(current: Log, future: Log) -> None:
         future.truncate_to(end)
 
 
-def copy_step(current: Log, future: Log, *, max_bytes: int) -> int:
+def copy_step(current: Log, future: Log, *, max_bytes: int) -> CopyStep:
     """Copy the next batches (at most about `max_bytes`, at least one) from `current` into
-    `future`; returns the bytes appended (0: the future has caught up)."""
+    `future`. A step that copied less than `max_bytes` has not necessarily caught up: the
+    next batch may just not fit."""
     with current.lock:
         align(current, future)
         offset = future.log_end_offset
-        if offset >= current.log_end_offset:
-            return 0
+        end = current.log_end_offset
+        if offset >= end:
+            return CopyStep(0, True)
         data = current.read(offset, max_bytes=max_bytes)
     # Appended outside the current log's lock: its own appends are not held up by this write.
     from wherry.protocol.records import iter_batches  # with the Log, after the bind
@@ -64,7 +75,7 @@ def copy_step(current: Log, future: Log, *, max_bytes: int) -> int:
             skip = pos
             break
     else:
-        return 0
+        return CopyStep(0, future.log_end_offset >= end)
     chunk = memoryview(data)[skip:]
     future.append_as_follower(chunk)
-    return len(chunk)
+    return CopyStep(len(chunk), future.log_end_offset >= end)

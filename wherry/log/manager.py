@@ -49,7 +49,7 @@ from wherry.log.dir_names import (
     parse_future_dir_name,
 )
 from wherry.log.errors import LogDirLockedError, LogDirNotFoundError, LogError, StorageError
-from wherry.log.future_log import copy_step
+from wherry.log.future_log import CopyStep, copy_step
 
 if TYPE_CHECKING:
     from wherry.log.log import Log
@@ -615,12 +615,12 @@ class LogManager:
         log.info("removed the future log of %s from %s", tp, dest)
         return True
 
-    def copy_to_future(self, tp: TopicPartition, max_bytes: int) -> int:
-        """One copy step of `tp`'s move (blocking I/O): bytes copied, 0 when caught up."""
+    def copy_to_future(self, tp: TopicPartition, max_bytes: int) -> CopyStep:
+        """One copy step of `tp`'s move (blocking I/O)."""
         with self._lock:
             current, future = self._logs.get(tp), self._futures.get(tp)
         if current is None or future is None or current.closed or future.closed:
-            return 0
+            return CopyStep(0, False)
         return copy_step(current, future, max_bytes=max_bytes)
 
     def future_lag(self, tp: TopicPartition) -> int:
@@ -657,7 +657,7 @@ class LogManager:
         with current.lock:
             if current.closed or future.closed:
                 return False
-            while copy_step(current, future, max_bytes=max_bytes) > 0:
+            while copy_step(current, future, max_bytes=max_bytes).copied > 0:
                 pass
             if future.log_end_offset != current.log_end_offset:
                 return False

@@ -101,16 +101,16 @@ class LogDirMover:
     async def _step(self, tp: TopicPartition) -> int:
         lm = self.log_manager
         try:
-            copied = await self._blocking(lm.copy_to_future, tp, self.chunk_bytes)
-            # Short of a chunk: the copy reached the current log's end, so promote (what
-            # arrived since is copied under the log's lock).
+            step = await self._blocking(lm.copy_to_future, tp, self.chunk_bytes)
+            # The copy reached the current log's end: promote (what arrived since is copied
+            # under the log's lock).
             if (
-                copied < self.chunk_bytes
+                step.caught_up
                 and not self._stopping
                 and await self._blocking(lm.promote_future_log, tp)
             ):
                 self.moves_completed += 1
-            return copied
+            return step.copied
         except (LogError, OSError, ValueError) as e:
             future = lm.future_log(tp)
             if future is None or future.closed:

@@ -75,6 +75,37 @@ def batches_below(plog: Log, end: int) -> dict[int, int]:
     return {h.base_offset: h.crc for h in headers_below(plog, end)}
 
 
+@dataclass(frozen=True, slots=True)
+class KeptRecord:
+    """A record of a compacted topic as a replica holds it."""
+
+    key: bytes | None
+    digest: int  # of the key, value and headers: the record's identity
+    plain: bool  # neither transactional nor control: compaction keeps the latest of its key
+
+
+def records_below(plog: Log, end: int) -> dict[int, KeptRecord]:
+    """offset -> every record below `end` in a compacted log. The cleaner rebuilds batches
+    (new CRCs) and drops superseded records, but a record it keeps is the one written at that
+    offset, and the latest record of each key stays."""
+    out: dict[int, KeptRecord] = {}
+    offset = plog.log_start_offset
+    while offset < end:
+        data = plog.read(offset, max_bytes=1 << 30, max_offset=end, min_one_message=True)
+        nxt = offset
+        for pos, header in iter_batches(data):
+            if header.last_offset < end:
+                plain = not (header.is_transactional or header.is_control)
+                for r in iter_records(data, pos):
+                    digest = hash((r.key, r.value, r.headers))
+                    out[r.offset] = KeptRecord(r.key, digest, plain)
+            nxt = max(nxt, header.last_offset + 1)
+        if nxt == offset:
+            break
+        offset = nxt
+    return out
+
+
 def decode_batches(data: bytes) -> dict[int, tuple[int, int]]:
     """base offset -> (last offset, CRC) of the batches in fetched bytes."""
     return {h.base_offset: (h.last_offset, h.crc) for _pos, h in iter_batches(data)}
@@ -98,6 +129,8 @@ class History:
     leader_hw: dict[tuple[int, int, TopicPartition, int], int] = field(default_factory=dict)
     acked: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
     committed: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
+    # Compacted topics: key -> the offset of the latest plain record seen below a HW.
+    latest_of_key: dict[TopicPartition, dict[bytes | None, int]] = field(default_factory=dict)
     consumed: int = 0
     acks: int = 0
     # Self-test: deliberately check a wrong rule, so a test can prove the checker can fail.
@@ -126,6 +159,36 @@ class History:
                     f"{tp}: the batch at offset {offset}, below a high watermark, changed: crc "
                     f"was {prev:#x}, now {value:#x} ({who})"
                 )
+
+    def record_compacted(
+        self,
+        tp: TopicPartition,
+        log_start: int,
+        high_watermark: int,
+        records: Mapping[int, KeptRecord],
+        who: str,
+    ) -> None:
+        """A compacted log's records below its high watermark: a record at an offset is always
+        the one first seen there, and the latest plain record seen of each key (between this
+        replica's log start and its high watermark) is still there, unless a newer record of
+        that key is. Transactional records are not tracked as a key's latest: the cleaner
+        drops those of aborted transactions."""
+        self.record_committed(tp, {o: r.digest for o, r in records.items()}, who)
+        latest = self.latest_of_key.setdefault(tp, {})
+        newest_here: dict[bytes | None, int] = {}
+        for offset, r in records.items():
+            newest_here[r.key] = max(offset, newest_here.get(r.key, -1))
+        for key, offset in latest.items():
+            if offset < log_start or offset >= high_watermark or offset in records:
+                continue
+            if newest_here.get(key, -1) <= offset:
+                raise InvariantViolation(
+                    f"{tp}: the latest record of key {key!r}, at offset {offset}, is gone and "
+                    f"no newer one of its key is there ({who})"
+                )
+        for offset, r in records.items():
+            if r.plain and offset > latest.get(r.key, -1):
+                latest[r.key] = offset
 
     # --- checks ------------------------------------------------------------------------------
     def check_leaders(

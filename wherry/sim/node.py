@@ -100,6 +100,11 @@ class NodeConfig:
     request_timeout_ms: int
     controlled_shutdown_max_retries: int = 3  # Kafka's default
     controlled_shutdown_retry_backoff_ms: int = 200  # Kafka's is 5000; simulated runs are short
+    # Topics with a config of their own (the coordinators' compacted internal topics).
+    topic_log_configs: Mapping[str, LogConfig] = dataclasses.field(default_factory=dict)
+
+    def log_config_of(self, topic: str) -> LogConfig:
+        return self.topic_log_configs.get(topic, self.log_config)
 
 
 class SimBroker:
@@ -259,7 +264,9 @@ class SimBroker:
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.settings
-        self.log_manager = LogManager([self.data_dir], cfg.log_config, self.now_ms)
+        self.log_manager = LogManager(
+            [self.data_dir], cfg.log_config, self.now_ms, topic_configs=cfg.topic_log_configs
+        )
         self.log_manager.startup()
         fetcher_timeout_ms = self.broker_config.raw.get("replica.socket.timeout.ms", "30000")
         fetchers = SimClients(
@@ -282,7 +289,7 @@ class SimBroker:
             io,
             cache=MetadataCache(self.broker_id),
             fence=ControllerFence(broker_epoch=self._broker_epoch),
-            topic_config=lambda _topic: cfg.log_config,
+            topic_config=cfg.log_config_of,
         )
         self.replica.start()
         schedule_housekeeping(

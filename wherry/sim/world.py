@@ -41,6 +41,7 @@ from wherry.sim.invariants import (
     batches_below,
     decode_batches,
     read_committed_values,
+    records_below,
 )
 from wherry.sim.lookup import ClusterView
 from wherry.sim.loop import SimLoop
@@ -71,6 +72,7 @@ class SimOptions:
     power_loss: bool = False  # a crash loses unflushed bytes; flush.messages=1
     power_loss_flush_messages: int = 1  # larger: acknowledged data may be lost (self-test)
     segment_bytes: int = 4096  # small, so logs roll and truncation crosses segments
+    internal_segment_ms: int = 300  # the compacted internal topics roll this often
     faults: bool = True
     fault_interval_ms: tuple[int, int] = (100, 700)
     session_timeout_ms: int = 400
@@ -178,8 +180,20 @@ class World:
         )
         if options.power_loss:
             log_config = replace(log_config, flush_messages=options.power_loss_flush_messages)
+        # The coordinators' internal topics are compacted, as the brokers create them, their
+        # segments rolling every few hundred ms and the cleaner taking any dirty section, so
+        # compaction runs under the faults and the coordinators' reloads read cleaned logs.
+        compacted = replace(
+            log_config,
+            cleanup_policy=("compact",),
+            segment_ms=options.internal_segment_ms,
+            min_cleanable_dirty_ratio=0.01,
+        )
         self.node_config = NodeConfig(
             log_config=log_config,
+            topic_log_configs={
+                t: compacted for t in (TRANSACTION_STATE_TOPIC, cg.OFFSETS_TOPIC, SHARE_STATE_TOPIC)
+            },
             broker_props={
                 "replica.fetch.wait.max.ms": "100",
                 "replica.fetch.backoff.ms": "50",
@@ -637,9 +651,12 @@ class World:
                 self.removals.observe(a.partitions, self.broker_ids, self._last_removal_check)
             self._last_removal_check = self.now_ms()
         for b, _node, tp, part in self._open_partitions():
-            h.record_committed(
-                tp, batches_below(part.log, part.high_watermark), f"broker {b} below its HW"
-            )
+            plog, hw, who = part.log, part.high_watermark, f"broker {b} below its HW"
+            if plog.config.compact:
+                kept = records_below(plog, hw)
+                h.record_compacted(tp, plog.log_start_offset, hw, kept, who)
+            else:
+                h.record_committed(tp, batches_below(plog, hw), who)
         for tp in self.tps:
             state = self.stored_state(tp)
             if state is None or state.leader < 0:

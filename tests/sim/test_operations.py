@@ -7,8 +7,7 @@ cluster is healthy -- shown to fail when the controller's procedure is broken on
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,13 +23,6 @@ from wherry.sim.real_controller import RebalanceConfig
 from wherry.sim.world import TOPIC, SimOptions, SimResult, World, run_seed
 
 CI = SimOptions(duration_ms=3_000, settle_ms=2_500)
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _describe(r: SimResult) -> str:

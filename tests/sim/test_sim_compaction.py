@@ -6,8 +6,6 @@ the latest record of a key is caught."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -20,13 +18,6 @@ from wherry.sim.world import SimOptions, SimResult, run_seed
 
 TXN = SimOptions(duration_ms=3_000, transactions=True)
 TP = TopicPartition("__consumer_offsets", 0)
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _describe(r: SimResult) -> str:

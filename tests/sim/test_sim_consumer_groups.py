@@ -6,22 +6,12 @@ of the records is broken on purpose."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from wherry.group import consumer_group_records as cgr
 from wherry.sim.world import SimOptions, SimResult, run_seed
 
 CI = SimOptions(duration_ms=3_000, settle_ms=4_000, consumer_groups=True)
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _describe(r: SimResult) -> str:

@@ -5,7 +5,6 @@ planted in a request handler is one the simulation finds."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -21,13 +20,6 @@ from wherry.sim.world import SimOptions, SimResult, run_seed
 
 CI = SimOptions(duration_ms=3_000, settle_ms=2_500)
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR = 0, 1, 3, 10
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 @pytest.fixture

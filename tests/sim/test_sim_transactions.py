@@ -6,8 +6,6 @@ a committed one -- shown to fail when a rule is broken on purpose.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,13 +27,6 @@ from wherry.txn.coordinator import TransactionCoordinator
 # CI-sized: 3 s of faults, then 4 s to settle (the command's default): after healing, a
 # timed-out transaction waits for its timeout, a coordinator election and load, its markers.
 CI = SimOptions(duration_ms=3_000, settle_ms=4_000, transactions=True)
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _describe(r: SimResult) -> str:

@@ -11,12 +11,10 @@ without fsync must each be reported as a violation.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,14 +33,6 @@ from wherry.testing.cluster import AsyncDevCluster
 
 # CI-sized runs: shorter than the command's default, same faults.
 CI = SimOptions(duration_ms=3_000, settle_ms=2_500)
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    # Fault runs log thousands of expected warnings (unreachable leaders, fenced epochs).
-    logging.disable(logging.CRITICAL)
-    yield
-    logging.disable(logging.NOTSET)
 
 
 def _describe(r: SimResult) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import uuid
@@ -231,3 +233,65 @@ def test_keyless_record_rejected_on_compacted_topic(cbroker: BrokerProcess) -> N
     assert p.flush(15) == 0
     err = errors[0] if errors else None
     assert err is not None and err.code() == KafkaError.INVALID_RECORD
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under `pid` (children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie left for its new parent to reap counts as gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return not any(ln.split()[1:2] in (["Z"], ["X"]) for ln in status.splitlines()
+                   if ln.startswith("State:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+@pytest.mark.parametrize("end", ["stop", "sigkill"])
+def test_the_cleaners_worker_process_ends_with_the_broker(tmp_path: Path, end: str) -> None:
+    b = BrokerProcess(tmp_path / "data", overrides=OVERRIDES).start()
+    family: list[int] = []
+    try:
+        assert _descendants(b.pid) == []  # no worker before the first clean with work
+        bs = b.bootstrap
+        topic = _create(bs)
+        _produce(bs, topic, _updates(20, 30))
+        _roll(bs, topic)
+        assert wait_until(
+            lambda: "Log cleaner worker process starting" in b.log_text()
+            and f"{topic}-0: cleaned" in b.log_text(),
+            timeout_s=30,
+            interval_s=0.2,
+        ), b.log_text()[-3000:]
+        family = _descendants(b.pid)
+        assert len(family) >= 2, family  # the forkserver and the worker at least
+        if end == "stop":
+            assert b.stop() == 0
+        else:
+            b.kill()
+        assert wait_until(lambda: not any(_alive(p) for p in family), timeout_s=15), [
+            p for p in family if _alive(p)
+        ]
+    finally:
+        b.kill()
+        for p in family:  # by PID, whatever outlived the test
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

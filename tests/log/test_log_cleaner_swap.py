@@ -127,7 +127,7 @@ def test_old_files_go_after_their_delay_without_the_lock(tmp_path: Path) -> None
 
 
 def test_the_cleaners_record_walk_reads_what_iter_records_decodes() -> None:
-    from wherry.log.cleaner import _record_keys
+    from wherry.log.clean_job import _record_keys
     from wherry.protocol.records import RecordError, parse_header
 
     specs = [

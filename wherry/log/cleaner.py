@@ -28,47 +28,47 @@ each key:
   `Log.replace_segments` (`.swap`, old segments deleted, rename into place); `Log.open`
   deletes `.cleaned` files and completes `.swap`s.
 
-The log's lock is held only to read a chunk of an old segment, to look at the segment list and
-for the swap, so appends and fetches go on while a log is cleaned.
+The reading and writing is `clean_job.run_clean_job`, a pure step: the log's lock is held only
+to take what it needs (`_take`: the segments' files, offsets, txn index entries, the producers'
+last batches) and for the swap, so appends and fetches go on while a log is cleaned. The
+`LogCleaner` of `wherry server` runs that step in a worker process (`cleaner_process.py`), so
+that its CPU work does not hold the broker's GIL; elsewhere (the simulator, tests) it runs
+in-process. Before each swap, the old segments the job read are checked to be still the log's,
+unchanged (retention or truncation may have removed them meanwhile): if not, the output is
+deleted and the log is cleaned again next round.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.checkpoint import OffsetCheckpointFile
+from wherry.log.clean_job import (
+    CleanerWorkerLost,
+    CleanJob,
+    CleanOutput,
+    CleanResult,
+    SegmentInput,
+    discard_outputs,
+    run_clean_job,
+)
 from wherry.log.config import LONG_MAX
 from wherry.log.errors import LogError
 from wherry.log.log import Log
-from wherry.log.producer_state import read_marker
 from wherry.log.segment import LogSegment
-from wherry.log.txn_index import AbortedTxn
-from wherry.protocol.record_walk import _read_varint, _read_varlong
-from wherry.protocol.records import (
-    ATTR_DELETE_HORIZON,
-    BatchHeader,
-    CorruptRecordError,
-    InvalidRecordError,
-    RecordError,
-    _records_payload,
-    build_retained_batch,
-    iter_batches,
-    iter_records,
-    parse_header,
-)
+from wherry.log.segments import CLEANED_SUFFIX
+from wherry.protocol.records import RecordError
 
 __all__ = [
     "CLEANER_CHECKPOINT",
     "CleanResult",
+    "CleanRunner",
     "CleanerConfig",
     "LogCleaner",
     "LogToClean",
@@ -81,8 +81,6 @@ log = logging.getLogger(__name__)
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 _MAP_ENTRY_BYTES = 24  # Kafka: 16-byte MD5 of the key + 8-byte offset
 _MAP_LOAD_FACTOR = 0.9
-_READ_CHUNK_BYTES = 1024 * 1024
-_INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,21 +114,6 @@ class LogToClean:
     @property
     def cleanable_ratio(self) -> float:
         return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
-
-
-@dataclass(slots=True)
-class CleanResult:
-    """Outcome of one clean of one log."""
-
-    end_offset: int  # the new cleaner checkpoint
-    segments_before: int = 0
-    segments_after: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-    records_kept: int = 0
-    records_removed: int = 0
-    min_delete_horizon_ms: int | None = None  # earliest horizon stamped/kept this round
-    aborted: bool = False
 
 
 def cleanable_offsets(log_: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
@@ -173,102 +156,79 @@ def cleanable_offsets(log_: Log, checkpoint: int | None, now_ms: int) -> LogToCl
     return LogToClean(first_dirty, uncleanable, clean_bytes, cleanable_bytes, need_now)
 
 
-class _SegmentGone(Exception):
-    """An old segment left the log (retention, truncation, close) while being cleaned."""
+CleanRunner = Callable[[CleanJob], "CleanOutput | None"]
 
 
-def _iter_segment_batches(log_: Log, segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
-    """The batches of an old segment, read a chunk at a time under the log's lock; raises
-    _SegmentGone if the segment left the log meanwhile."""
-    position = 0
-    size = segment.size
-    while position < size:
-        chunk = log_.read_segment_chunk(segment, position, _READ_CHUNK_BYTES)
-        if chunk is None:
-            raise _SegmentGone(segment.base_offset)
-        if not chunk:
-            return
-        consumed = 0
-        for pos, header in iter_batches(chunk):
-            yield header, chunk[pos : pos + header.size_in_bytes]
-            consumed = pos + header.size_in_bytes
-        if consumed == 0:  # a batch larger than the chunk
-            header = parse_header(chunk, 0)
-            whole = log_.read_segment_chunk(segment, position, header.size_in_bytes)
-            if whole is None:
-                raise _SegmentGone(segment.base_offset)
-            if len(whole) < header.size_in_bytes:
-                return
-            yield header, whole
-            consumed = header.size_in_bytes
-        position += consumed
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """An input segment as the job was made: the object, and its file's identity (a segment
+    truncated and rolled again meanwhile has another size or modification time)."""
+
+    segment: LogSegment
+    size: int
+    ino: int
+    mtime_ns: int
 
 
-def _build_offset_map(
-    log_: Log,
-    segments: Sequence[tuple[LogSegment, int]],
-    first_dirty: int,
-    upper: int,
-    max_entries: int,
-) -> tuple[dict[bytes, int], int] | None:
-    """key -> latest offset over [first_dirty, upper), given (segment, next segment's base)
-    pairs, whole segments at a time while the map has room (at least one segment). Returns
-    the map and the end offset it covers (None if a segment left the log meanwhile)."""
-    offset_map: dict[bytes, int] = {}
-    end = first_dirty
-    # Records of aborted transactions do not enter the map (they must not shadow older ones).
-    txns = _TxnMetadata(log_.collect_aborted_transactions(first_dirty, upper))
-    for segment, next_base in segments:
-        if segment.base_offset >= upper:
-            break
-        seg_map: dict[bytes, int] = {}
-        try:
-            for header, data in _iter_segment_batches(log_, segment):
-                if header.last_offset < first_dirty or header.base_offset >= upper:
-                    continue
-                if header.is_control:
-                    txns.on_control_batch(header, data)
-                elif not txns.on_batch(header):
-                    for offset, key, _null_value in _record_keys(data, header):
-                        if first_dirty <= offset < upper and key is not None:
-                            seg_map[key] = offset
-        except _SegmentGone:
+def _unchanged(taken: _Taken) -> bool:
+    try:
+        st = os.stat(taken.segment.log_path)
+    except OSError:
+        return False
+    return (st.st_size, st.st_ino, st.st_mtime_ns) == (taken.size, taken.ino, taken.mtime_ns)
+
+
+def _take(
+    log_: Log, info: LogToClean, now_ms: int, max_map_entries: int
+) -> tuple[CleanJob, dict[int, _Taken]] | CleanResult | None:
+    """The job for one clean, taken under the log's lock (the stats of the files after it):
+    None if there is no inactive segment, an aborted result if a file left meanwhile."""
+    config = log_.config
+    with log_.lock:
+        if log_.closed:
             return None
-        new_keys = sum(1 for k in seg_map if k not in offset_map)
-        if offset_map and len(offset_map) + new_keys > max_entries:
-            break  # full: clean up to here, the rest next round
-        offset_map.update(seg_map)
-        end = max(end, min(next_base, upper))
-    return offset_map, end
-
-
-def _group_segments(
-    segments: Sequence[LogSegment], max_bytes: int, max_index_bytes: int, index_interval_bytes: int
-) -> list[list[LogSegment]]:
-    """Consecutive segments grouped so each output stays under segment.bytes, the index size
-    and a relative-offset range that fits an int32 (Kafka's groupSegmentsBySize)."""
-    groups: list[list[LogSegment]] = []
-    rest = list(segments)
-    while rest:
-        group = [rest.pop(0)]
-        size = group[0].size
-        while rest:
-            nxt = rest[0]
-            following_base = rest[1].base_offset if len(rest) > 1 else None
-            est_index = (size + nxt.size) // max(index_interval_bytes, 1) * 8
-            if (
-                size + nxt.size > max_bytes
-                or est_index > max_index_bytes
-                or (
-                    following_base is not None
-                    and following_base - 1 - group[0].base_offset > _INT32_MAX
-                )
-            ):
-                break
-            group.append(rest.pop(0))
-            size += nxt.size
-        groups.append(group)
-    return groups
+        segments = log_.segments
+        if len(segments) < 2:
+            return None
+        inputs = tuple(
+            SegmentInput(
+                s.base_offset,
+                segments[i + 1].base_offset,
+                str(s.log_path),
+                s.size,
+                tuple(s.txn_index.entries),
+            )
+            for i, s in enumerate(segments[:-1])
+        )
+        active_aborted = tuple(segments[-1].txn_index.entries)
+        last_of_producer = {
+            pid: entry.last_data_offset for pid, entry in log_.producer_state.producers.items()
+        }
+        directory = str(log_.dir)
+    taken: dict[int, _Taken] = {}
+    for s, inp in zip(segments[:-1], inputs, strict=True):
+        try:
+            st = os.stat(inp.path)
+        except OSError:
+            return CleanResult(info.first_dirty_offset, aborted=True)
+        if st.st_size != inp.size:
+            return CleanResult(info.first_dirty_offset, aborted=True)
+        taken[s.base_offset] = _Taken(s, inp.size, st.st_ino, st.st_mtime_ns)
+    job = CleanJob(
+        dir=directory,
+        segments=inputs,
+        active_aborted=active_aborted,
+        first_dirty_offset=info.first_dirty_offset,
+        first_uncleanable_offset=info.first_uncleanable_offset,
+        max_map_entries=max_map_entries,
+        last_of_producer=last_of_producer,
+        now_ms=now_ms,
+        segment_bytes=config.segment_bytes,
+        segment_index_bytes=config.segment_index_bytes,
+        index_interval_bytes=config.index_interval_bytes,
+        delete_retention_ms=config.delete_retention_ms,
+    )
+    return job, taken
 
 
 def clean_log(
@@ -279,286 +239,99 @@ def clean_log(
     max_map_entries: int = CleanerConfig().max_map_entries,
     force: bool = True,
     crash_hook: Callable[[str], None] | None = None,
+    run: CleanRunner = run_clean_job,
 ) -> CleanResult | None:
     """Clean one log once (Kafka's Cleaner.clean); returns None if there was nothing to do
-    (with `force=False`: also when the dirty ratio is not above min.cleanable.dirty.ratio)."""
+    (with `force=False`: also when the dirty ratio is not above min.cleanable.dirty.ratio).
+    `run` does the reading and writing (`run_clean_job`, here or in a worker process)."""
     config = log_.config
     info = cleanable_offsets(log_, checkpoint, now_ms)
     if not force and not (
         info.need_compaction_now or info.cleanable_ratio > config.min_cleanable_dirty_ratio
     ):
         return None
-    segments = log_.segments
-    non_active = segments[:-1]
-    if not non_active:
-        return None
-    dirty_segments = [
-        (s, segments[i + 1].base_offset)
-        for i, s in enumerate(non_active)
-        if segments[i + 1].base_offset > info.first_dirty_offset
-        and s.base_offset < info.first_uncleanable_offset
-    ]
-    built = _build_offset_map(
-        log_,
-        dirty_segments,
-        info.first_dirty_offset,
-        info.first_uncleanable_offset,
-        max_map_entries,
-    )
-    if built is None:
-        return CleanResult(info.first_dirty_offset, aborted=True)
-    offset_map, end_offset = built
-    end_offset = max(end_offset, info.first_dirty_offset)
-    to_clean = [s for s in non_active if s.base_offset < max(end_offset, info.first_dirty_offset)]
-    if not to_clean:
-        return None
-    with log_.lock:
-        last_of_producer = {
-            pid: entry.last_data_offset for pid, entry in log_.producer_state.producers.items()
-        }
-    result = CleanResult(end_offset)
-    result.segments_before = len(to_clean)
-    result.bytes_before = sum(s.size for s in to_clean)
-    for group in _group_segments(
-        to_clean, config.segment_bytes, config.segment_index_bytes, config.index_interval_bytes
-    ):
-        ok = _clean_group(
-            log_, group, offset_map, end_offset, last_of_producer, now_ms, result, crash_hook
+    taken = _take(log_, info, now_ms, max_map_entries)
+    if taken is None or isinstance(taken, CleanResult):
+        return taken
+    job, inputs = taken
+    try:
+        output = run(job)
+    except BaseException:
+        discard_outputs(job)  # what a worker that died or a failed job left
+        raise
+    if output is None or output.gone:
+        return None if output is None else output.result
+    result = _swap_in(log_, job, inputs, output, crash_hook)
+    if not result.aborted:
+        log.info(
+            "%s: cleaned %d segments (%d bytes) into %d (%d bytes); %d records kept, %d "
+            "removed; cleaner checkpoint %d",
+            log_.topic_partition,
+            result.segments_before,
+            result.bytes_before,
+            result.segments_after,
+            result.bytes_after,
+            result.records_kept,
+            result.records_removed,
+            result.end_offset,
         )
-        if not ok:
-            result.aborted = True
-            return result
-    log.info(
-        "%s: cleaned %d segments (%d bytes) into %d (%d bytes); %d records kept, %d removed; "
-        "cleaner checkpoint %d",
-        log_.topic_partition,
-        result.segments_before,
-        result.bytes_before,
-        result.segments_after,
-        result.bytes_after,
-        result.records_kept,
-        result.records_removed,
-        end_offset,
-    )
     return result
 
 
-def _clean_group(
+def _swap_in(
     log_: Log,
-    group: Sequence[LogSegment],
-    offset_map: dict[bytes, int],
-    end_offset: int,
-    last_of_producer: dict[int, int],
-    now_ms: int,
-    result: CleanResult,
+    job: CleanJob,
+    inputs: dict[int, _Taken],
+    output: CleanOutput,
     crash_hook: Callable[[str], None] | None,
-) -> bool:
-    config = log_.config
-    new = log_.new_cleaned_segment(group[0].base_offset, now_ms)
-    txns = _TxnMetadata(
-        log_.collect_aborted_transactions(group[0].base_offset, group[-1].read_next_offset())
-    )
-    try:
-        for old in group:
-            out = bytearray()
-            headers: list[tuple[int, BatchHeader]] = []
-            for header, data in _iter_segment_batches(log_, old):
-                kept = _filter_batch(
-                    header,
-                    data,
-                    offset_map,
-                    end_offset,
-                    last_of_producer,
-                    now_ms,
-                    config.delete_retention_ms,
-                    result,
-                    txns,
-                )
-                if kept is None:
-                    continue
-                new_header = parse_header(kept, 0)
-                headers.append((len(out), new_header))
-                out += kept
-                if len(out) >= _READ_CHUNK_BYTES:
-                    new.append(out, headers)
-                    out = bytearray()
-                    headers = []
-            if headers:
-                new.append(out, headers)
-        for txn in txns.cleaned_index:
-            new.txn_index.append(txn)
-        new.on_become_inactive()
-        new.flush()
-        with contextlib.suppress(OSError):  # Kafka keeps the last old segment's mtime
-            os.utime(new.log_path, ns=(time.time_ns(), group[-1].log_path.stat().st_mtime_ns))
-    except _SegmentGone:
-        new.delete()
-        return False
-    except BaseException:
-        new.delete()
-        raise
-    if crash_hook is not None:
-        crash_hook("cleaned-written")
-    result.segments_after += 1
-    result.bytes_after += new.size
-    return log_.replace_segments(new, group, now_ms=now_ms, crash_hook=crash_hook)
+) -> CleanResult:
+    """Swap each `.cleaned` segment in for the old segments it replaces, once they are known
+    to be still the log's, unchanged (`Log.replace_segments` checks again under the lock).
+    At the first that is not, that output and the later ones are deleted: aborted."""
+    result = output.result
+    groups = output.groups
+    for i, bases in enumerate(groups):
+        try:
+            if crash_hook is not None:
+                crash_hook("cleaned-written")
+            old = [inputs[b] for b in bases]
+            new = _open_output(log_, job, old)
+            swapped = new is not None and log_.replace_segments(
+                new, [t.segment for t in old], now_ms=job.now_ms, crash_hook=crash_hook
+            )
+        except BaseException:
+            discard_outputs(job, [g[0] for g in groups[i + 1 :]])
+            raise
+        if not swapped:
+            discard_outputs(job, [g[0] for g in groups[i:]])
+            result.aborted = True
+            break
+    return result
 
 
-def _filter_batch(
-    header: BatchHeader,
-    data: bytes,
-    offset_map: dict[bytes, int],
-    end_offset: int,
-    last_of_producer: dict[int, int],
-    now_ms: int,
-    delete_retention_ms: int,
-    result: CleanResult,
-    txns: _TxnMetadata | None = None,
-) -> bytes | None:
-    """The batch to write for `data` (itself, a rebuilt one, or None to drop it).
-
-    Transactions (Kafka's CleanedTransactionMetadata): batches of aborted transactions go;
-    a marker whose transaction has no data left gets a delete horizon
-    (now + delete.retention.ms) and goes once it passed; committed data is compacted as
-    any other."""
-    horizon = header.base_timestamp if header.attributes & ATTR_DELETE_HORIZON else None
-    keep_empty = header.has_producer_id and last_of_producer.get(header.producer_id) == (
-        header.last_offset
-    )
-    if header.is_control:
-        if txns is None or not txns.on_control_batch(header, data):
-            return data
-        if horizon is not None:
-            return data if horizon > now_ms else None
-        stamped = now_ms + delete_retention_ms
-        prev = result.min_delete_horizon_ms
-        result.min_delete_horizon_ms = stamped if prev is None else min(prev, stamped)
-        return build_retained_batch(header, list(iter_records(data)), delete_horizon_ms=stamped)
-    if txns is not None and txns.on_batch(header):
-        result.records_removed += header.record_count
-        return build_retained_batch(header, []) if keep_empty else None
-    keys = _record_keys(data, header)
-    verdicts = [_retain(*k, offset_map, end_offset, horizon, now_ms) for k in keys]
-    removed = verdicts.count(False)
-    tombstones = any(k[2] for k, keep in zip(keys, verdicts, strict=True) if keep)
-    result.records_kept += len(keys) - removed
-    result.records_removed += removed
-    new_horizon = horizon
-    if tombstones and horizon is None:
-        new_horizon = now_ms + delete_retention_ms
-    if tombstones and new_horizon is not None:
-        prev = result.min_delete_horizon_ms
-        result.min_delete_horizon_ms = new_horizon if prev is None else min(prev, new_horizon)
-    if not tombstones:
-        new_horizon = None
-    if removed == 0 and new_horizon == horizon:
-        return data
-    if removed == len(keys) and not keep_empty:
+def _open_output(log_: Log, job: CleanJob, old: list[_Taken]) -> LogSegment | None:
+    """The `.cleaned` segment replacing `old`, if these are still the log's inactive
+    segments, as the job read them."""
+    if not all(_unchanged(t) for t in old):
         return None
-    kept = [r for r, keep in zip(iter_records(data), verdicts, strict=True) if keep]
-    return build_retained_batch(header, kept, delete_horizon_ms=new_horizon)
-
-
-def _record_keys(data: bytes, header: BatchHeader) -> list[tuple[int, bytes | None, bool]]:
-    """(offset, key, whether the value is null) of each record of the batch `data`: all
-    compaction looks at, read without decoding values and headers (`iter_records` decodes
-    the records of a batch that must be rebuilt). Malformed records raise as there."""
-    if header.size_in_bytes > len(data):
-        raise CorruptRecordError("truncated record batch")
-    payload, p, end = _records_payload(data, 0, header)
-    base = header.base_offset
-    out: list[tuple[int, bytes | None, bool]] = []
-    try:
-        for _ in range(header.record_count):
-            length, p = _read_varint(payload, p, end)
-            rec_end = p + length
-            if length < 6 or rec_end > end:
-                raise InvalidRecordError(f"invalid record size {length}")
-            _ts_delta, q = _read_varlong(payload, p + 1, rec_end)  # after the attributes
-            offset_delta, q = _read_varint(payload, q, rec_end)
-            key_len, q = _read_varint(payload, q, rec_end)
-            key = None if key_len < 0 else payload[q : q + key_len]
-            if key_len > rec_end - q:
-                raise InvalidRecordError(f"invalid key length {key_len}")
-            value_len, _ = _read_varint(payload, q + max(key_len, 0), rec_end)
-            out.append((base + offset_delta, key, value_len < 0))
-            p = rec_end
-    except IndexError as exc:
-        raise InvalidRecordError("record extends past the end of the batch") from exc
-    if p != end:
-        raise InvalidRecordError("trailing bytes after the last record of the batch")
-    return out
-
-
-class _TxnMetadata:
-    """What the cleaner knows of transactions while it walks batches in offset order (Kafka's
-    CleanedTransactionMetadata): the aborted ones (from the txn indexes) become current as
-    their first offset is reached; their batches are discarded; a marker may go once no batch
-    of its transaction was met (`on_control_batch` True)."""
-
-    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
-        self._aborted = deque(sorted(aborted, key=lambda t: t.first_offset))
-        self._ongoing_aborted: dict[int, tuple[AbortedTxn, bool]] = {}  # pid -> (txn, seen)
-        self._ongoing_committed: set[int] = set()
-        self.cleaned_index: list[AbortedTxn] = []  # entries the cleaned segment keeps
-
-    def _consume_up_to(self, offset: int) -> None:
-        while self._aborted and self._aborted[0].first_offset <= offset:
-            txn = self._aborted.popleft()
-            self._ongoing_aborted.setdefault(txn.producer_id, (txn, False))
-
-    def on_batch(self, header: BatchHeader) -> bool:
-        """A data batch: True if it belongs to an aborted transaction (discard it)."""
-        self._consume_up_to(header.last_offset)
-        if not header.is_transactional:
-            return False
-        ongoing = self._ongoing_aborted.get(header.producer_id)
-        if ongoing is not None:
-            self._ongoing_aborted[header.producer_id] = (ongoing[0], True)
-            return True
-        self._ongoing_committed.add(header.producer_id)
-        return False
-
-    def on_control_batch(self, header: BatchHeader, data: bytes) -> bool:
-        """A marker: True if no batch of its transaction was met (it may be discarded)."""
-        self._consume_up_to(header.last_offset)
-        if header.record_count == 0:
-            return True  # an emptied control batch
-        marker = read_marker(data)
-        if marker is None:
-            return False
-        pid = header.producer_id
-        if marker.is_abort:
-            ongoing = self._ongoing_aborted.pop(pid, None)
-            if ongoing is not None and ongoing[1]:
-                self.cleaned_index.append(ongoing[0])
-                return False
-            return True
-        if pid in self._ongoing_committed:
-            self._ongoing_committed.discard(pid)
-            return False
-        return True
-
-
-def _retain(
-    offset: int,
-    key: bytes | None,
-    null_value: bool,
-    offset_map: dict[bytes, int],
-    end_offset: int,
-    horizon: int | None,
-    now_ms: int,
-) -> bool:
-    if offset >= end_offset:
-        return True  # beyond what the offset map covers
-    if key is None:
-        return False  # a compacted topic has no use for keyless records
-    latest = offset_map.get(key)
-    if latest is not None and latest > offset:
-        return False
-    # a tombstone goes once its delete horizon has passed
-    return not (null_value and horizon is not None and horizon <= now_ms)
-
+    base = old[0].segment.base_offset
+    with log_.lock:
+        if log_.closed or str(log_.dir) != job.dir:
+            return None
+        segments = log_.segments
+        inactive = {id(s) for s in segments[:-1]}
+        if not all(id(t.segment) in inactive and t.segment.size == t.size for t in old):
+            return None
+        if not job.output_paths(base)[0].exists():
+            return None
+        return LogSegment.open(
+            Path(job.dir),
+            base,
+            index_interval_bytes=job.index_interval_bytes,
+            max_index_bytes=job.segment_index_bytes,
+            now_ms=job.now_ms,
+            suffix=CLEANED_SUFFIX,
+        )
 
 class LogCleaner:
     """Picks the filthiest compacted log and cleans it; keeps `cleaner-offset-checkpoint` in
@@ -570,7 +343,14 @@ class LogCleaner:
         logs: Callable[[], Iterable[Log]],
         dir_of: Callable[[TopicPartition], Path | None],
         config: CleanerConfig = CleanerConfig(),
+        *,
+        runner: CleanRunner | None = None,
+        close_runner: Callable[[], None] | None = None,
     ) -> None:
+        """`runner` runs each clean's job (default: `run_clean_job`, in-process);
+        `close_runner`, called by `close`, stops it."""
+        self._run: CleanRunner = runner if runner is not None else run_clean_job
+        self._close_runner = close_runner
         self.log_dirs = [Path(d) for d in log_dirs]
         self._logs = logs
         self._dir_of = dir_of
@@ -639,7 +419,10 @@ class LogCleaner:
                     self._checkpoints.get(tp),
                     now_ms,
                     max_map_entries=self.config.max_map_entries,
+                    run=self._run,
                 )
+            except CleanerWorkerLost:
+                return None  # reported by the runner; its output is gone: next round
             except (OSError, LogError, RecordError):
                 if lg.closed:
                     return None
@@ -661,6 +444,11 @@ class LogCleaner:
             except (OSError, LogError):
                 log.exception("could not write %s", CLEANER_CHECKPOINT)
             return result
+
+    def close(self) -> None:
+        """Stop the runner (the broker's stop: a clean in progress ends aborted)."""
+        if self._close_runner is not None:
+            self._close_runner()
 
     def clean_all(self, now_ms: int, max_rounds: int = 100) -> int:
         """Clean until no log needs it (tests and tools); returns logs cleaned."""

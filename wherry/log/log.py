@@ -720,23 +720,6 @@ class Log:
     # Log cleaner support (wherry.log.cleaner)
     # ----------------------------------------------------------------------------------
 
-    def read_segment_chunk(self, segment: LogSegment, position: int, size: int) -> bytes | None:
-        """Bytes of an inactive `segment` under the lock; None if it left the log (retention,
-        truncation) or is closed, so the cleaner gives up on this round."""
-        with self._files():
-            if self._closed or segment.closed or not self._segments.holds(segment):
-                return None
-            size = min(size, segment.size - position)
-            if size <= 0:
-                return b""
-            return segment.read_bytes(position, size)
-
-    def new_cleaned_segment(self, base_offset: int, now_ms: int) -> LogSegment:
-        """A fresh `<base>.log.cleaned` segment for the cleaner to write."""
-        with self._lock:
-            self._check_open()
-            return self._segments.new_cleaned_segment(base_offset, now_ms)
-
     def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], *, now_ms: int,
                          crash_hook: Callable[[str], None] | None = None) -> bool:
         """Kafka's replaceSegments: swap the cleaned segment `new` in for `old` (`swap_in`)."""

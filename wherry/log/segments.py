@@ -147,10 +147,6 @@ class LogSegments:
         """Base offset of the newest rolled segment whose predecessors are not fsynced yet."""
         return self._pending_flush_offset
 
-    def holds(self, segment: LogSegment) -> bool:
-        """Whether `segment` (this very object) is still one of the log's segments."""
-        return any(s is segment for s in self._segments)
-
     # ----------------------------------------------------------------------------------
     # Lookups by offset and by timestamp
     # ----------------------------------------------------------------------------------
@@ -462,16 +458,6 @@ class LogSegments:
     # ----------------------------------------------------------------------------------
     # Replacement by cleaned segments (wherry.log.cleaner)
     # ----------------------------------------------------------------------------------
-
-    def new_cleaned_segment(self, base_offset: int, now_ms: int) -> LogSegment:
-        """A fresh `<base>.log.cleaned` segment (leftover files of that name removed)."""
-        for suffix in SEGMENT_SUFFIXES:
-            (self.dir / segment_file_name(base_offset, suffix + CLEANED_SUFFIX)).unlink(
-                missing_ok=True
-            )
-        return open_segment(
-            self.dir, self.config, base_offset, now_ms=now_ms, suffix=CLEANED_SUFFIX
-        )
 
     def _index_of_run(self, old: Sequence[LogSegment]) -> int | None:
         """Where `old` stands as consecutive inactive segments of the list, if it does."""

@@ -507,6 +507,8 @@ class Broker:
             await self.node.stop()
         if self._alter_sender is not None:
             await self._alter_sender.close()
+        if self.log_cleaner is not None:  # its worker process: a clean in progress aborts
+            await asyncio.get_running_loop().run_in_executor(None, self.log_cleaner.close)
         if hasattr(self, "scheduler"):
             await self.scheduler.shutdown()
         await self._stop_config_listener()

@@ -7,7 +7,9 @@ The jobs, with Kafka's names and the broker config keys that pace them:
 - `kafka-delete-logs` (every second): directories of deleted logs removed when due, failed
   steps retried;
 - `kafka-log-cleaner-thread-<n>` (`log.cleaner.threads`, `log.cleaner.backoff.ms`): compaction,
-  when `log.cleaner.enable` (`cleaner_threads.py`);
+  when `log.cleaner.enable` (`cleaner_threads.py`); in `wherry server` the threads hand the
+  reading and writing of each clean to a worker process (`cleaner_process.py`), in the
+  simulator it runs inline like the other jobs;
 - `kafka-log-flusher` (`log.flush.scheduler.interval.ms`): logs past their `flush.ms`, and
   rolled segments not yet flushed;
 - `kafka-recovery-point-checkpoint` (`log.flush.offset.checkpoint.interval.ms`) and
@@ -71,6 +73,11 @@ def schedule_housekeeping(
         from wherry.log.cleaner import CleanerConfig, LogCleaner
         from wherry.server.cleaner_threads import start as start_cleaner
 
+        worker = None
+        if s.blocking_in_executor:  # `wherry server`: the cleaning in a worker process
+            from wherry.server.cleaner_process import CleanerProcess
+
+            worker = CleanerProcess()
         cleaner = LogCleaner(
             lm.log_dirs,
             lm.all_logs,
@@ -80,6 +87,8 @@ def schedule_housekeeping(
                 dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
                 threads=cfg.log_cleaner_threads,
             ),
+            runner=worker,
+            close_runner=worker.close if worker is not None else None,
         )
         start_cleaner(s, cleaner, now_ms)
     file_tasks: list[tuple[str, Job, int]] = [

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-import wherry.log.cleaner as cleaner_module
+import wherry.log.clean_job as clean_job_module
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.cleaner import CleanResult, LogCleaner
 from wherry.sim.invariants import History, InvariantViolation, KeptRecord
@@ -84,7 +84,7 @@ def test_the_cleaner_compacts_the_internal_topics_during_the_faults(
 def test_a_cleaner_that_drops_the_latest_record_of_a_key_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = cleaner_module._retain
+    real = clean_job_module._retain
 
     def drops_the_latest(
         offset: int,
@@ -99,7 +99,7 @@ def test_a_cleaner_that_drops_the_latest_record_of_a_key_is_caught(
             return False
         return real(offset, key, null_value, offset_map, end_offset, horizon, now_ms)
 
-    monkeypatch.setattr(cleaner_module, "_retain", drops_the_latest)
+    monkeypatch.setattr(clean_job_module, "_retain", drops_the_latest)
     short = SimOptions(duration_ms=3_000)
     for mode, options in (
         ("transactions", replace(short, transactions=True)),

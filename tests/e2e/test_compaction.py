@@ -276,7 +276,7 @@ def test_the_cleaners_worker_process_ends_with_the_broker(tmp_path: Path, end: s
         _produce(bs, topic, _updates(20, 30))
         _roll(bs, topic)
         assert wait_until(
-            lambda: "Log cleaner worker process starting" in b.log_text()
+            lambda: "Log cleaner worker process started" in b.log_text()
             and f"{topic}-0: cleaned" in b.log_text(),
             timeout_s=30,
             interval_s=0.2,

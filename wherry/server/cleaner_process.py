@@ -54,6 +54,7 @@ class CleanerProcess:
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._pipe: tuple[Connection, Connection] | None = None  # the worker's, the broker's
+        self._pid: int | None = None  # the worker's, asked of it once it runs
         self._closed = False
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -75,7 +76,8 @@ class CleanerProcess:
                     initializer=_init_worker,
                     initargs=(self._pipe[0],),
                 )
-                log.info("Log cleaner worker process starting")
+                self._pid = self._pool.submit(os.getpid).result()
+                log.info("Log cleaner worker process started (pid %d)", self._pid)
             return self._pool
 
     def __call__(self, job: CleanJob) -> CleanOutput | None:
@@ -87,7 +89,7 @@ class CleanerProcess:
         except BrokenProcessPool as exc:
             with self._lock:
                 if self._pool is pool:
-                    self._pool = None
+                    self._pool, self._pid = None, None
                 closed = self._closed
             pool.shutdown(wait=False, cancel_futures=True)
             if not closed:
@@ -107,17 +109,18 @@ class CleanerProcess:
     def pids(self) -> list[int]:
         """The worker's process id, once started."""
         with self._lock:
-            pool = self._pool
-        return sorted(getattr(pool, "_processes", None) or ()) if pool is not None else []
+            return [self._pid] if self._pool is not None and self._pid is not None else []
 
     def close(self) -> None:
         """Stop the worker (killed: a clean in progress fails, its output is deleted)."""
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, None
+            pid, self._pid = self._pid, None
             self._drop_pipe()
         if pool is None:
             return
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.kill()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         pool.shutdown(wait=True, cancel_futures=True)

@@ -214,7 +214,10 @@ def test_the_mover_promotes_only_a_caught_up_future(tmp_path: Path) -> None:
     async def run() -> None:
         mover = LogDirMover(m, io_max_bytes_per_second=size * 5 // 2)
         mover.kick()
-        await asyncio.sleep(0.3)  # the first step done, the throttle's wait under way
+        for _ in range(500):  # the first step done, the throttle's wait under way
+            if m.future_lag(TP) < current.log_end_offset:
+                break
+            await asyncio.sleep(0.01)
         assert m.future_dir_of(TP) == b and 0 < m.future_lag(TP) < current.log_end_offset
         assert mover.moves_completed == 0 and m.log_dir_of(TP) == a
         mover.set_rate(0)  # unthrottled from the next step on

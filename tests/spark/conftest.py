@@ -54,14 +54,13 @@ class SparkJvm:
             os.kill(self.pid, signal.SIGQUIT)
         except ProcessLookupError:
             return
-        deadline = time.monotonic() + 5
-        last = before
-        while time.monotonic() < deadline:  # until the dump stops growing
-            time.sleep(0.3)
-            size = self.log.stat().st_size
-            if size > before and size == last:
-                return
-            last = size
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until the dump's last block is written
+            time.sleep(0.1)
+            with self.log.open("rb") as f:
+                f.seek(before)
+                if b"JNI global refs" in f.read():
+                    return
 
     def tail(self) -> str:
         """The log's last lines, its thread dumps cut to the threads that run queries, tasks,

@@ -106,6 +106,17 @@ class CleanJob:
             for suffix in SEGMENT_SUFFIXES
         ]
 
+    def open_output(self, base_offset: int) -> LogSegment:
+        """The `.cleaned` segment with `base_offset` (created where missing)."""
+        return LogSegment.open(
+            Path(self.dir),
+            base_offset,
+            index_interval_bytes=self.index_interval_bytes,
+            max_index_bytes=self.segment_index_bytes,
+            now_ms=self.now_ms,
+            suffix=CLEANED_SUFFIX,
+        )
+
 
 @dataclass(slots=True)
 class CleanOutput:
@@ -303,14 +314,7 @@ def _clean_group(
     base = group[0].base_offset
     txns = _TxnMetadata(_collect_aborted(job, base, _next_offset(group[-1], next_offsets)))
     discard_outputs(job, [base])  # leftovers of that name
-    new = LogSegment.open(
-        Path(job.dir),
-        base,
-        index_interval_bytes=job.index_interval_bytes,
-        max_index_bytes=job.segment_index_bytes,
-        now_ms=job.now_ms,
-        suffix=CLEANED_SUFFIX,
-    )
+    new = job.open_output(base)
     try:
         for old in group:
             out = bytearray()

@@ -62,7 +62,6 @@ from wherry.log.config import LONG_MAX
 from wherry.log.errors import LogError
 from wherry.log.log import Log
 from wherry.log.segment import LogSegment
-from wherry.log.segments import CLEANED_SUFFIX
 from wherry.protocol.records import RecordError
 
 __all__ = [
@@ -324,14 +323,7 @@ def _open_output(log_: Log, job: CleanJob, old: list[_Taken]) -> LogSegment | No
             return None
         if not job.output_paths(base)[0].exists():
             return None
-        return LogSegment.open(
-            Path(job.dir),
-            base,
-            index_interval_bytes=job.index_interval_bytes,
-            max_index_bytes=job.segment_index_bytes,
-            now_ms=job.now_ms,
-            suffix=CLEANED_SUFFIX,
-        )
+        return job.open_output(base)
 
 class LogCleaner:
     """Picks the filthiest compacted log and cleans it; keeps `cleaner-offset-checkpoint` in

@@ -31,7 +31,7 @@ controller failover), while the member may have been removed and added back with
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from wherry.common.topic_partition import TopicPartition
@@ -49,22 +49,25 @@ class InvariantViolation(AssertionError):
     pass
 
 
-def headers_below(plog: Log, end: int) -> list[BatchHeader]:
-    """The header of every batch wholly below `end` in a log, in offset order."""
-    out: list[BatchHeader] = []
+def _batches_below(plog: Log, end: int) -> Iterator[tuple[bytes, int, BatchHeader]]:
+    """(data, position, header) of every batch wholly below `end` in a log, in offset order."""
     offset = plog.log_start_offset
     while offset < end:
         # A read stops at its segment's end (as Kafka's does): continue from the next batch.
         data = plog.read(offset, max_bytes=1 << 30, max_offset=end, min_one_message=True)
         nxt = offset
-        for _pos, header in iter_batches(data):
+        for pos, header in iter_batches(data):
             if header.last_offset < end:
-                out.append(header)
+                yield data, pos, header
             nxt = max(nxt, header.last_offset + 1)
         if nxt == offset:
             break
         offset = nxt
-    return out
+
+
+def headers_below(plog: Log, end: int) -> list[BatchHeader]:
+    """The header of every batch wholly below `end` in a log, in offset order."""
+    return [header for _data, _pos, header in _batches_below(plog, end)]
 
 
 def batches_below(plog: Log, end: int) -> dict[int, int]:
@@ -89,20 +92,10 @@ def records_below(plog: Log, end: int) -> dict[int, KeptRecord]:
     (new CRCs) and drops superseded records, but a record it keeps is the one written at that
     offset, and the latest record of each key stays."""
     out: dict[int, KeptRecord] = {}
-    offset = plog.log_start_offset
-    while offset < end:
-        data = plog.read(offset, max_bytes=1 << 30, max_offset=end, min_one_message=True)
-        nxt = offset
-        for pos, header in iter_batches(data):
-            if header.last_offset < end:
-                plain = not (header.is_transactional or header.is_control)
-                for r in iter_records(data, pos):
-                    digest = hash((r.key, r.value, r.headers))
-                    out[r.offset] = KeptRecord(r.key, digest, plain)
-            nxt = max(nxt, header.last_offset + 1)
-        if nxt == offset:
-            break
-        offset = nxt
+    for data, pos, header in _batches_below(plog, end):
+        plain = not (header.is_transactional or header.is_control)
+        for r in iter_records(data, pos):
+            out[r.offset] = KeptRecord(r.key, hash((r.key, r.value, r.headers)), plain)
     return out
 
 

@@ -85,3 +85,20 @@ def test_a_share_consumer_seed_replays_the_same() -> None:
     first = trace()
     assert first[0], first
     assert trace() == first
+
+
+def test_seed_1125_a_stale_leader_refuses_share_fetches() -> None:
+    """Seed 1125 of a 2,000-seed `--share-consumers` sweep: broker 2, cut off from the
+    controller while it led sim-1 at leader epoch 4, missed the reassignment that removed it
+    (sim-1 moved to broker 1 alone, epoch 10) yet learned of it from UpdateMetadata. Still a
+    leader in its own replica manager, it answered a consumer's ShareFetch for sim-1 with no
+    error and no records, so the consumer, whose Metadata answer had named broker 2, never
+    looked again and offset 11 was never delivered. A broker that knows of a newer leader
+    epoch now answers NOT_LEADER_OR_FOLLOWER."""
+    from dataclasses import replace
+
+    from wherry.sim.world import SimOptions, run_seed
+
+    r = run_seed(1125, replace(SimOptions(), share_consumers=True))
+    assert r.ok, (r.violation, r.error, r.faults[-10:])
+    assert r.share_deliveries > 0

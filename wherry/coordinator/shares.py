@@ -45,6 +45,7 @@ from wherry.log.file_region import FileRegion
 from wherry.protocol.records import iter_batches
 from wherry.replication.fetch_reads import READ_COMMITTED, READ_UNCOMMITTED, FetchPartition
 from wherry.replication.node import ReplicaNode
+from wherry.replication.partition import Partition
 from wherry.runtime.clock import Clock
 from wherry.runtime.tasks import cancel_and_wait
 from wherry.share.config import (
@@ -397,6 +398,17 @@ class ShareGroupsRuntime:
         st = self.node.cache.partition(tp.topic, tp.partition)
         return (st.leader, st.leader_epoch) if st is not None else (-1, -1)
 
+    def _leads(self, part: Partition | None) -> bool:
+        """This broker leads `part` and knows of no newer leader. A broker cut off from the
+        controller while it led can miss the LeaderAndIsr (or StopReplica) that ended its
+        leadership, yet learn the newer leader epoch from UpdateMetadata: ShareFetch carries
+        no leader epoch to fence it with, so it refuses here, and the consumer looks the
+        leader up again."""
+        if part is None or not part.is_leader:
+            return False
+        known = self.node.cache.partition(part.tp.topic, part.tp.partition)
+        return known is None or known.leader_epoch <= part.leader_epoch
+
     async def _entry(
         self, group: str, tp: TopicPartition, topic_id: uuid.UUID, settings: ShareGroupSettings
     ) -> tuple[ErrorCode, _Part | None]:
@@ -405,7 +417,7 @@ class ShareGroupsRuntime:
             if self.node.cache.partition(tp.topic, tp.partition) is None:
                 return ErrorCode.unknown_topic_or_partition, None
             return ErrorCode.not_leader_or_follower, None
-        if not part.is_leader:
+        if not self._leads(part):
             return ErrorCode.not_leader_or_follower, None
         entry = self.parts.get((group, tp))
         if entry is None or entry.leader_epoch != part.leader_epoch:
@@ -662,7 +674,7 @@ class ShareGroupsRuntime:
         assert sp is not None
         rm = self.node.replica_manager
         part = rm.get_partition(entry.tp)
-        if part is None or not part.is_leader:
+        if part is None or not self._leads(part):
             pf.error_code = ErrorCode.not_leader_or_follower
             return 0
         sp.reset_start(part.log.log_start_offset)

@@ -5,7 +5,8 @@ asked Metadata as soon as its port accepts. The answer must already be the clust
 live broker, the controller, the topic with all its partitions. Answered from a cache the
 controller had not filled yet, it said "no brokers, no controller, no such topic", and
 librdkafka's idempotent producer then dropped the topic's partitions (count 3 -> 0 -> 3) and
-rebuilt them, one road to its fatal "Unable to reconstruct MessageSet"."""
+rebuilt them, one road to its fatal "Unable to reconstruct MessageSet". The brokers are
+restarted one by one, each once the ISRs are full again, as an operator's rolling restart."""
 
 from __future__ import annotations
 
@@ -73,3 +74,14 @@ def test_a_restarted_broker_answers_with_the_cluster_s_metadata(
         assert sorted(view.partitions(topic)) == [0, 1, 2], view
         assert all(p.leader >= 0 for p in view.partitions(topic).values()), view
         c.wait_ready(victim)
+        # As a rolling restart does: the next broker goes down only once every replica is
+        # back in its ISR. Otherwise a partition whose ISR has shrunk to the next victim alone
+        # is rightly leaderless (no unclean election) until that victim is back.
+        assert wait_until(lambda: _isr_full(c, topic), 30), [
+            c.partition_state(topic, p) for p in range(3)
+        ]
+
+
+def _isr_full(c: ZkCluster, topic: str) -> bool:
+    states = [c.partition_state(topic, p) for p in range(3)]
+    return all(s is not None and len(s.isr) == BROKERS for s in states)

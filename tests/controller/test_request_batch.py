@@ -130,3 +130,19 @@ def test_metadata_already_sent_in_the_event_is_left_out() -> None:
     fourth.add_update_metadata([1, 2, 3], [um("a", 0, 1), um("a", 2, 3)])
     fourth.drop_metadata_sent(sent, LIVE)
     assert fourth.is_empty() and fourth.build(LIVE, ENDPOINTS) == []
+
+
+def test_a_broker_marked_full_gets_a_full_leader_and_isr_even_with_no_partition() -> None:
+    b = RequestBatch(1, 7)
+    b.add_leader_and_isr([1, 2], lai("a", 0, 1, 3), T1)
+    b.mark_full([2, 3])
+    assert not b.is_empty()
+    got = {r.broker_id: r.body for r in b.build(LIVE, ENDPOINTS)}
+    assert isinstance(got[1], LeaderAndIsrRequest) and not got[1].is_full
+    assert isinstance(got[2], LeaderAndIsrRequest) and got[2].is_full
+    assert [s.topic_name for s in got[2].partition_states] == ["a"]
+    # Broker 3 is a replica of nothing: told so, in a FULL request with no partitions.
+    assert isinstance(got[3], LeaderAndIsrRequest) and got[3].is_full
+    assert got[3].partition_states == ()
+    # A broker not live when the batch is built gets nothing.
+    assert [r.broker_id for r in b.build({1: 101}, ENDPOINTS)] == [1]

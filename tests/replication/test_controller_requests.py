@@ -7,6 +7,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.interbroker import (
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
@@ -20,6 +21,7 @@ from wherry.replication.controller_requests import (
     leader_and_isr_verdict,
     request_topic_id,
     stop_replica_error,
+    stray_partitions,
 )
 
 A, B = uuid.uuid4(), uuid.uuid4()
@@ -108,3 +110,31 @@ def test_whole_request_error_repeats_for_every_partition() -> None:
     resp = leader_and_isr_error_response(req, ErrorCode.stale_broker_epoch)
     assert resp.error_code == ErrorCode.stale_broker_epoch
     assert [e.error_code for e in resp.partition_errors] == [ErrorCode.stale_broker_epoch] * 2
+
+
+def test_stray_partitions_of_a_full_leader_and_isr() -> None:
+    def named(topic: str, p: int, replicas: tuple[int, ...]) -> LeaderAndIsrPartitionState:
+        return LeaderAndIsrPartitionState(topic, p, 3, replicas[0], 5, replicas, 0, replicas)
+
+    req = LeaderAndIsrRequest(
+        0, 3, 10,
+        (named("t", 0, (1, 2)), named("t", 1, (2, 3)), named("u", 0, (1,))),
+        {"t": A, "u": B},
+        (),
+        is_full=True,
+    )
+    held = {
+        TopicPartition("t", 0): A,  # named, a replica, same id: kept
+        TopicPartition("t", 1): A,  # named, but with other replicas: moved away
+        TopicPartition("t", 2): None,  # a log on disk the request does not name
+        TopicPartition("u", 0): A,  # named with another topic id: deleted and made again
+        TopicPartition("v", 0): None,
+    }
+    assert stray_partitions(1, req, held) == [
+        TopicPartition("t", 1),
+        TopicPartition("t", 2),
+        TopicPartition("u", 0),
+        TopicPartition("v", 0),
+    ]
+    # A log on disk (topic id unknown) of a named partition is kept.
+    assert stray_partitions(1, req, {TopicPartition("u", 0): None}) == []

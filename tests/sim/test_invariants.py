@@ -15,7 +15,6 @@ from wherry.sim.invariants import (
     InvariantViolation,
     LeaderView,
     ReassignmentLedger,
-    RemovalWatch,
     batches_below,
     check_reassignments_settled,
 )
@@ -78,7 +77,6 @@ def _settled(ledger: ReassignmentLedger, **overrides: object) -> None:
         "ongoing": [],
         "online": {0: {2, 3}},
         "on_disk": {0: {2, 3}},
-        "excused": set(),
         "ledger": ledger,
     }
     args.update(overrides)
@@ -116,26 +114,10 @@ def test_settled_reassignments_pass_and_each_leftover_is_reported() -> None:
         _settled(ledger, online={0: {1, 2, 3}})
     with pytest.raises(InvariantViolation, match=r"brokers \[1\] outside .* still have its log"):
         _settled(ledger, on_disk={0: {1, 2, 3}})
-    # A removed broker (or the controller) that went away since may keep a stray: excused.
-    _settled(ledger, online={0: {1, 2, 3}}, on_disk={0: {1, 2, 3}}, excused={(1, 0)})
     with pytest.raises(InvariantViolation, match="still lists reassignments"):
         _settled(ledger, ongoing=[("t", 0)])
     with pytest.raises(InvariantViolation, match="no controller answers"):
         _settled(ledger, ongoing=None)
-
-
-def test_removal_watch_excuses_only_removals_followed_by_an_absence() -> None:
-    w = RemovalWatch()
-    w.observe({0: [1, 2, 3]}, [1, 2, 3], since_ms=0)
-    w.observe({0: [2, 3]}, [1, 2, 3], since_ms=100)  # 1 removed after 100
-    assert w.excused() == set()
-    w.broker_away(2, 150)  # another broker: no excuse for broker 1
-    w.broker_away(1, 50)  # before the removal: no excuse either
-    assert w.excused() == set()
-    w.controller_away(120)
-    assert w.excused() == {(1, 0)}
-    w.observe({0: [1, 2, 3]}, [1, 2, 3], since_ms=200)  # back in the replicas
-    assert w.excused() == set()
 
 
 def test_a_stale_leader_is_not_bound_by_a_member_at_a_newer_epoch() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from wherry.sim.runner import main
 from wherry.sim.shares import run_share_seed
 
@@ -94,7 +96,8 @@ def test_seed_1125_a_stale_leader_refuses_share_fetches() -> None:
     leader in its own replica manager, it answered a consumer's ShareFetch for sim-1 with no
     error and no records, so the consumer, whose Metadata answer had named broker 2, never
     looked again and offset 11 was never delivered. A broker that knows of a newer leader
-    epoch now answers NOT_LEADER_OR_FOLLOWER."""
+    epoch now answers NOT_LEADER_OR_FOLLOWER. (Broker 2 had missed a StopReplica; it now drops
+    sim-1 when the next controller's FULL LeaderAndIsr arrives, the test below.)"""
     from dataclasses import replace
 
     from wherry.sim.world import SimOptions, run_seed
@@ -102,3 +105,22 @@ def test_seed_1125_a_stale_leader_refuses_share_fetches() -> None:
     r = run_seed(1125, replace(SimOptions(), share_consumers=True))
     assert r.ok, (r.violation, r.error, r.faults[-10:])
     assert r.share_deliveries > 0
+
+
+def test_seed_1125_the_stray_leader_is_caught_without_the_full_leader_and_isr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seed 1125's broker 2 missed the StopReplica of sim-1 (queued behind a request whose
+    answer the network dropped, when the controller crashed). A controller taking office now
+    sends every broker a FULL LeaderAndIsr, and broker 2 drops sim-1, a stray. Without it
+    broker 2 leads sim-1 at epoch 4 to the end, and the final check says so."""
+    from dataclasses import replace
+
+    from wherry.controller.request_batch import RequestBatch
+    from wherry.sim.world import SimOptions, run_seed
+
+    options = replace(SimOptions(), share_consumers=True)
+    assert run_seed(1125, options).ok
+    monkeypatch.setattr(RequestBatch, "mark_full", lambda self, broker_ids: None)
+    r = run_seed(1125, options)
+    assert r.violation is not None and "(2, 4)] still lead it" in r.violation, r.violation

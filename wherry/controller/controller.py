@@ -381,6 +381,7 @@ class Controller:
             ],
             batch,
         )
+        batch.mark_full(ctx.live_brokers)  # a stray missed its StopReplica: the broker drops it
         await self._trigger_online(batch)
         # The elected leaders go out now, as Kafka's partition state machine startup sends its
         # own batch: the ISR writes below (one per partition with a dead replica, thousands
@@ -640,11 +641,14 @@ class Controller:
 
     async def _on_broker_startup(self, new: list[int], batch: RequestBatch) -> None:
         """Kafka's onBrokerStartup: the new brokers learn every partition first (`announcement`),
-        their replicas come online, offline partitions are elected, pending deletions resume."""
+        their replicas come online (in a FULL LeaderAndIsr: a partition the broker still holds
+        but is no longer a replica of is dropped), offline partitions are elected, pending
+        deletions resume."""
         ctx = self.ctx
         await self._send(announcement(self._batch(), ctx, new))
         replicas = replicas_on(ctx, set(new))
         self.replica_sm.to_online(ctx, replicas, batch)
+        batch.mark_full(new)
         await self._trigger_online(batch)
         add_update_metadata(batch, ctx, ctx.live_brokers, ctx.all_partitions())
         deleting = {r.tp.topic for r in replicas if ctx.is_queued_for_deletion(r.tp.topic)}

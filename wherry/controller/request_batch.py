@@ -14,6 +14,11 @@ Merging rules (Kafka's):
   state of a partition wins); a broker may be added without states (it then learns only the
   live brokers).
 
+A broker marked full (`mark_full`) gets a FULL LeaderAndIsr (KIP-516's Type): the caller has
+added every partition the broker is a replica of, and the broker stops and deletes the
+partitions it holds that the request does not name (its strays, which missed a StopReplica).
+It is sent even with no partitions.
+
 Topic ids given with states go into every request naming those topics. Kafka adds an
 UpdateMetadata for every LeaderAndIsr partition to all live brokers; here the caller adds it,
 since the batch does not know the offline replicas the metadata state carries.
@@ -54,9 +59,18 @@ class RequestBatch:
         self._update_metadata_brokers: set[int] = set()
         self._update_metadata_states: dict[PartitionKey, UpdateMetadataPartitionState] = {}
         self._topic_ids: dict[str, uuid.UUID] = {}
+        self._full: set[int] = set()
 
     def is_empty(self) -> bool:
-        return not (self._leader_and_isr or self._stop_replica or self._update_metadata_brokers)
+        return not (
+            self._leader_and_isr or self._stop_replica or self._update_metadata_brokers
+            or self._full
+        )
+
+    def mark_full(self, broker_ids: Iterable[int]) -> None:
+        """The LeaderAndIsr to each of `broker_ids` names every partition it is a replica of
+        (the caller added them): it goes out as FULL."""
+        self._full.update(b for b in broker_ids if b >= 0)
 
     def _add_topic_id(self, topic: str, topic_id: uuid.UUID | None) -> None:
         if topic_id is not None and topic_id.int != 0:
@@ -145,9 +159,10 @@ class RequestBatch:
         for e in endpoints:
             if e.broker_id not in one_each or e.listener == leader_listener:
                 one_each[e.broker_id] = e
-        for b in sorted(self._leader_and_isr):
-            lai_states = tuple(self._leader_and_isr[b].values())
-            if b not in live_broker_epochs or not lai_states:
+        for b in sorted(self._leader_and_isr.keys() | self._full):
+            lai_states = tuple(self._leader_and_isr.get(b, {}).values())
+            full = b in self._full
+            if b not in live_broker_epochs or not (lai_states or full):
                 continue
             leaders = {s.leader for s in lai_states}
             out.append(
@@ -160,6 +175,7 @@ class RequestBatch:
                         lai_states,
                         self._ids_for(s.topic_name for s in lai_states),
                         tuple(e for b, e in sorted(one_each.items()) if b in leaders),
+                        is_full=full,
                     ),
                 )
             )

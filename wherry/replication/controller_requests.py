@@ -25,6 +25,13 @@ Per partition:
   leader epoch older than the partition's → FENCED_LEADER_EPOCH; -1 (no epoch: v0–v2) and -2
   (deletion) skip the check.
 
+A FULL LeaderAndIsr (KIP-516's Type; a controller sends one to every broker when it takes
+office and to a broker when it starts) names every partition the broker is a replica of. A
+partition the broker holds (hosted, or a log on disk) that it does not name, names with other
+replicas, or names with another topic id (the topic was deleted and made again) is a stray: its
+StopReplica was lost (sent by a controller that died before the broker answered). The broker
+stops it and deletes its log, as that StopReplica would have, before applying the rest.
+
 A request rejected as a whole gets Kafka's error responses: LeaderAndIsr repeats the error for
 every partition; StopReplica and UpdateMetadata answer with the top-level error only.
 """
@@ -38,8 +45,10 @@ from typing import TYPE_CHECKING, Final
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.topic_partition import TopicPartition
+
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from wherry.protocol.interbroker import (
         LeaderAndIsrPartitionState,
@@ -127,6 +136,26 @@ def leader_and_isr_verdict(
         ):
             return PartitionVerdict(PartitionAction.IGNORE, ErrorCode.none)
     return PartitionVerdict(PartitionAction.IGNORE, ErrorCode.stale_controller_epoch)
+
+
+def stray_partitions(
+    local_broker_id: int,
+    req: LeaderAndIsrRequest,
+    held: Mapping[TopicPartition, uuid.UUID | None],
+) -> list[TopicPartition]:
+    """The partitions of `held` (this broker's partitions, hosted or on disk, with the topic id
+    each has, None when unknown) that the FULL LeaderAndIsr `req` makes strays."""
+    named = {TopicPartition(s.topic_name, s.partition_index): s for s in req.partition_states}
+    out: list[TopicPartition] = []
+    for tp, local_id in held.items():
+        st = named.get(tp)
+        if st is None or local_broker_id not in st.replicas:
+            out.append(tp)
+            continue
+        wanted = request_topic_id(req, tp.topic)
+        if wanted is not None and local_id is not None and local_id != wanted:
+            out.append(tp)
+    return sorted(out)
 
 
 def stop_replica_error(

@@ -55,6 +55,7 @@ from wherry.purgatory.purgatory import DelayedOperationPurgatory
 from wherry.purgatory.timing_wheel import Timer
 from wherry.replication.alter_partition import AlterPartitionManager, Send
 from wherry.replication.controller_requests import (
+    EPOCH_DURING_DELETE,
     ControllerFence,
     PartitionAction,
     leader_and_isr_error_response,
@@ -62,6 +63,7 @@ from wherry.replication.controller_requests import (
     request_topic_id,
     stop_replica_error,
     stop_replica_error_response,
+    stray_partitions,
 )
 from wherry.replication.fetch_reads import FetchPartition, FetchResult
 from wherry.replication.fetch_session import FetchSession, FetchSessionCache
@@ -318,6 +320,8 @@ class ReplicaNode:
         err = self._admit("LeaderAndIsr", req.controller_id, req.controller_epoch, req.broker_epoch)
         if err:
             return leader_and_isr_error_response(req, err)
+        if req.is_full:
+            await self._stop_strays(req)
         if self._load_topic_configs is not None:
             # Topic configs first: no await between judging the partitions and applying them.
             await self._load_topic_configs({s.topic_name for s in req.partition_states})
@@ -476,18 +480,48 @@ class ReplicaNode:
                     sp.leader_epoch,
                     current,
                 )
-        # On the loop: the partitions leave, parked requests on them complete, fetchers stop.
-        to_delete = self.replica_manager.stop_replicas(
-            dataclasses.replace(req, partitions=tuple(to_stop))
+        await self._stop_partitions(dataclasses.replace(req, partitions=tuple(to_stop)))
+        return StopReplicaResponse(
+            int(ErrorCode.none),
+            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
         )
+
+    async def _stop_partitions(self, req: StopReplicaRequest) -> None:
+        """Stop the judged partitions of `req`; delete the logs it says to delete."""
+        # On the loop: the partitions leave, parked requests on them complete, fetchers stop.
+        to_delete = self.replica_manager.stop_replicas(req)
         if to_delete:
             # Off the loop: only the file work (close, rename, checkpoints).
             await self._blocking(lambda: self._delete_logs(to_delete))
             for listener in self.deletion_listeners:
                 listener(to_delete)
-        return StopReplicaResponse(
-            int(ErrorCode.none),
-            tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
+
+    async def _stop_strays(self, req: LeaderAndIsrRequest) -> None:
+        """A FULL LeaderAndIsr's strays (`controller_requests.stray_partitions`) are stopped
+        and deleted, as the StopReplica they missed would have done."""
+        rm = self.replica_manager
+        held: dict[TopicPartition, Any] = dict.fromkeys(self.log_manager.topic_partitions())
+        held.update((tp, part.topic_id) for tp, part in rm.partitions.items())
+        for tp in rm.offline_partitions:  # in a failed log dir: nothing to stop or delete
+            held.pop(tp, None)
+        strays = stray_partitions(self.broker_id, req, held)
+        if not strays:
+            return
+        state_change_log.warning(
+            "%s Stopping and deleting %d stray partition(s) %s: not this broker's in the full "
+            "LeaderAndIsr request of controller %d epoch %d",
+            self._prefix,
+            len(strays),
+            ", ".join(str(tp) for tp in strays),
+            req.controller_id,
+            req.controller_epoch,
+        )
+        parts = tuple(
+            StopReplicaPartition(tp.topic, tp.partition, EPOCH_DURING_DELETE, True)
+            for tp in strays
+        )
+        await self._stop_partitions(
+            StopReplicaRequest(req.controller_id, req.controller_epoch, req.broker_epoch, parts)
         )
 
     def _delete_logs(self, tps: Iterable[TopicPartition]) -> None:

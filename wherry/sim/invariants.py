@@ -326,7 +326,6 @@ def check_reassignments_settled(
     ongoing: Collection[tuple[str, int]] | None,
     online: Mapping[int, Collection[int]],
     on_disk: Mapping[int, Collection[int]],
-    excused: Collection[tuple[int, int]],
     ledger: ReassignmentLedger,
 ) -> None:
     """After the cluster has been healthy for a while: no reassignment is left half-done.
@@ -334,15 +333,14 @@ def check_reassignments_settled(
     `stored`, `adding`, `removing`: the topic's node; `ongoing`: what the acting controller
     lists (None: no controller acts, itself a failure); `online`: partition -> the brokers
     with a replica of it open (their replica manager's partition); `on_disk`: partition -> the
-    brokers with its log in their log dirs; `excused`: (broker, partition) pairs whose
-    StopReplica may have been lost (`RemovalWatch`).
+    brokers with its log in their log dirs.
 
     A removed replica is told to stop and delete the partition by StopReplica, which the
     controller sends only to live brokers and holds only in memory: a controller that dies (or
-    resigns) before it is delivered, or a broker that is away, loses it, and no later
-    controller sends it again. A ZooKeeper-mode broker then keeps the replica running until it
-    restarts and its log for good (Kafka 3.9 too: only KRaft detects stray replicas). Such
-    leftovers are reported only when neither happened since the removal."""
+    resigns) before it is delivered, or a broker that is away, loses it. The next controller's
+    FULL LeaderAndIsr at its failover, or the one a starting broker gets, drops such a stray
+    (Kafka 3.9's ZooKeeper mode kept it until a restart, and its log for good). So after
+    healing no broker outside a partition's replicas hosts it or keeps its log."""
     for p in sorted(stored):
         tp = f"{topic}-{p}"
         if adding.get(p) or removing.get(p):
@@ -368,12 +366,11 @@ def check_reassignments_settled(
             (online, "still host it", "stopped"),
             (on_disk, "still have its log", "deleted"),
         ):
-            left = sorted(b for b in set(place.get(p, ())) - replicas if (b, p) not in excused)
+            left = sorted(set(place.get(p, ())) - replicas)
             if left:
                 raise InvariantViolation(
                     f"{tp}: after healing, brokers {left} outside its replicas "
-                    f"{list(stored[p])} {holds}, though neither they nor the controller went "
-                    f"away since their removal (removed replicas not {undone})"
+                    f"{list(stored[p])} {holds} (removed replicas not {undone})"
                 )
     if ongoing is None:
         raise InvariantViolation("after healing, no controller answers")
@@ -382,45 +379,6 @@ def check_reassignments_settled(
             f"after healing, the controller still lists reassignments in progress: "
             f"{sorted(ongoing)}"
         )
-
-
-@dataclass(slots=True)
-class RemovalWatch:
-    """When each broker was (first seen) removed from each partition's replicas, and when
-    brokers and controllers went away, to tell a lost StopReplica (excused) from one never
-    sent (`check_reassignments_settled`)."""
-
-    removed_ms: dict[tuple[int, int], int] = field(default_factory=dict)
-    broker_events: dict[int, list[int]] = field(default_factory=dict)
-    controller_events: list[int] = field(default_factory=list)
-
-    def observe(
-        self, replicas: Mapping[int, Sequence[int]], brokers: Iterable[int], since_ms: int
-    ) -> None:
-        """The store's full replica lists now; a removal seen now happened after `since_ms`
-        (the previous observation)."""
-        for p, rs in replicas.items():
-            for b in brokers:
-                if b in rs:
-                    self.removed_ms.pop((b, p), None)
-                else:
-                    self.removed_ms.setdefault((b, p), since_ms)
-
-    def broker_away(self, b: int, now_ms: int) -> None:
-        """`b` crashed, stopped, lost its session or started again."""
-        self.broker_events.setdefault(b, []).append(now_ms)
-
-    def controller_away(self, now_ms: int) -> None:
-        """A controller host crashed or lost its session."""
-        self.controller_events.append(now_ms)
-
-    def excused(self) -> set[tuple[int, int]]:
-        out: set[tuple[int, int]] = set()
-        for (b, p), since in self.removed_ms.items():
-            events = [*self.controller_events, *self.broker_events.get(b, [])]
-            if any(t >= since for t in events):
-                out.add((b, p))
-        return out
 
 
 # --- transactions --------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ from wherry.controller.reassignment import ApiResult
 from wherry.sim.invariants import (
     LedgerEntry,
     ReassignmentLedger,
-    RemovalWatch,
     check_reassignments_settled,
 )
 from wherry.sim.node import SimBroker
@@ -49,7 +48,6 @@ class World(Protocol):
     down: set[int]
     stopping: set[int]
     tps: list[TopicPartition]
-    removals: RemovalWatch
 
     def now_ms(self) -> int: ...
 
@@ -347,6 +345,5 @@ class ClusterOperations:
             ongoing,
             online,
             on_disk,
-            w.removals.excused(),
             self.ledger,
         )

@@ -36,7 +36,6 @@ from wherry.sim.invariants import (
     History,
     InvariantViolation,
     LeaderView,
-    RemovalWatch,
     TxnLedger,
     batches_below,
     decode_batches,
@@ -167,9 +166,6 @@ class World:
         self.incarnations: dict[int, int] = {}
         self.down: set[int] = set()
         self.stopping: set[int] = set()  # in a controlled shutdown
-        # Removals from replica lists and absences, for the final check (invariants.py).
-        self.removals = RemovalWatch()
-        self._last_removal_check = 0
         self.controller: SimController | None = None
         self.controller_incarnation = 0
         self.result = SimResult(seed)
@@ -314,14 +310,12 @@ class World:
                 ws.ShareHost(self, node, self.options.share, self.share_ledger, groups)
         self.nodes[b] = node
         self.down.discard(b)
-        self.removals.broker_away(b, self.now_ms())
         self._notify_controller()
 
     def crash_broker(self, b: int) -> None:
         node = self.nodes[b]
         files = node.crash()
         self.down.add(b)
-        self.removals.broker_away(b, self.now_ms())
         self.result.faults.append(f"{self.now_ms()}: crash broker {b}")
         if self.options.power_loss:
             for path, before, after in self.disk.lose_unsynced(files, self.fault_rng):
@@ -353,7 +347,6 @@ class World:
         node = self.nodes[b]
         await node.stop()
         self.down.add(b)
-        self.removals.broker_away(b, self.now_ms())
         self.expire_session(b)
 
     def log_fault(self, line: str) -> None:
@@ -387,12 +380,10 @@ class World:
         self.loop.call_later(rng.uniform(0, 15) / 1000, crash)
 
     def _on_controller_crash_at_write(self, host: int) -> None:
-        self.removals.controller_away(self.now_ms())
         if self.operations is not None:
             self.operations.on_crash_at_write(host)
 
     def expire_session(self, b: int) -> None:
-        self.removals.broker_away(b, self.now_ms())
         if self.plane is not None:
             self.plane.expire_broker(b)
             return
@@ -406,7 +397,6 @@ class World:
             return
         if self.plane is not None:
             if self.plane.broker_session(b) is None:
-                self.removals.broker_away(b, self.now_ms())  # it was away until now
                 node.fence.broker_epoch = self.plane.register_broker(b)
             return
         node.fence.broker_epoch = self.store.register(b)
@@ -426,7 +416,6 @@ class World:
         c.activate()
 
     def crash_controller(self, host: int = CONTROLLER_ID) -> None:
-        self.removals.controller_away(self.now_ms())
         if self.plane is not None:
             self.plane.crash_host(host, self.options.session_timeout_ms)
             self.result.faults.append(f"{self.now_ms()}: crash controller host {host}")
@@ -583,7 +572,6 @@ class World:
             self.loop.call_later(rng.uniform(20, 500) / 1000, self.start_controller, host)
         else:
             self.result.faults.append(f"{self.now_ms()}: expire session of controller {host}")
-            self.removals.controller_away(self.now_ms())
             plane.expire_host_session(host)
             self.loop.call_later(rng.uniform(20, 400) / 1000, plane.renew_host_session, host)
 
@@ -645,11 +633,6 @@ class World:
 
     def check_data(self) -> None:
         h = self.history
-        if self.operations is not None and self.plane is not None:
-            a = self.plane.stored_assignment(TOPIC)
-            if a is not None:
-                self.removals.observe(a.partitions, self.broker_ids, self._last_removal_check)
-            self._last_removal_check = self.now_ms()
         for b, _node, tp, part in self._open_partitions():
             plog, hw, who = part.log, part.high_watermark, f"broker {b} below its HW"
             if plog.config.compact:
@@ -680,7 +663,19 @@ class World:
             and part is not None
             and part.is_leader
             and part.leader_epoch == state.leader_epoch
+            and not self._stray_leaders(tp, state.leader)
         )
+
+    def _stray_leaders(self, tp: TopicPartition, leader: int) -> list[tuple[int, int]]:
+        """(broker, leader epoch) of every live broker other than the stored `leader` that
+        still leads `tp`: one that missed the request that took its leadership away."""
+        out = []
+        for b in self.broker_ids:
+            node = self.node(b) if b != leader else None
+            part = None if node is None else node.replica_manager.get_partition(tp)
+            if part is not None and part.is_leader:
+                out.append((b, part.leader_epoch))
+        return out
 
     async def settle_leaders(self, grace_ms: int) -> None:
         """The auto leader rebalance goes on while the cluster settles; a LeaderAndIsr it sends
@@ -702,6 +697,12 @@ class World:
             if part is None or not part.is_leader or part.leader_epoch != state.leader_epoch:
                 raise InvariantViolation(
                     f"{tp}: after healing, no broker leads at the stored state {state}"
+                )
+            stray = self._stray_leaders(tp, state.leader)
+            if stray:
+                raise InvariantViolation(
+                    f"{tp}: after healing, broker(s) (id, leader epoch) {stray} still lead it "
+                    f"beside the stored state {state}"
                 )
             self.history.check_acked_committed(tp, state.leader, part.high_watermark)
         if self.options.transactions:

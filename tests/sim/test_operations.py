@@ -157,3 +157,15 @@ def test_invariant_catches_removed_replicas_that_are_never_stopped(
     r = _first_violation(CI, range(20))
     assert r is not None, "removed replicas left running went unnoticed for 20 seeds"
     assert "outside its replicas" in (r.violation or ""), _describe(r)
+
+
+def test_invariant_catches_a_lost_stop_replica_left_unrepaired(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A StopReplica lost with a controller that died, or to a broker that was away, leaves a
+    stray replica; the next controller's FULL LeaderAndIsr (or the one a starting broker
+    gets) drops it. Without the FULL requests the strays stay, and the final check sees them."""
+    monkeypatch.setattr(RequestBatch, "mark_full", lambda self, broker_ids: None)
+    r = _first_violation(CI, range(10))
+    assert r is not None, "stray replicas left by lost StopReplicas went unnoticed"
+    assert "outside its replicas" in (r.violation or ""), _describe(r)

@@ -257,8 +257,11 @@ def test_overrunning_job_does_not_bunch_runs() -> None:
         scheduler.schedule("slow", slow, period_ms=10)
         await asyncio.sleep(0.16)
         await scheduler.shutdown()
-        # after the overrun, runs resume at the period instead of catching up ~10 at once
+        # After the overrun, runs resume at the period instead of catching up ~10 at once: about
+        # 6 in the 60 ms left, not 15. (One gap may be short on a loaded host: a run woken late
+        # and the next on time.)
         gaps = [b - a for a, b in itertools.pairwise(stamps[1:])]
-        assert gaps and min(gaps) >= 0.005
+        assert gaps and len(stamps) <= 10, stamps
+        assert sum(g < 0.005 for g in gaps) <= 1, gaps
 
     run(main)

@@ -18,7 +18,7 @@ import socket
 
 from kio.schema.errors import ErrorCode
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, wait_until
 from tests.server.test_controller_requests_wire import (
     epochs,
     lai,
@@ -51,7 +51,8 @@ def test_a_follower_fetches_once_its_leaders_endpoint_is_known(
         resp = send(bs, lai(new_ce, be, t, tid, leader=LEADER, leader_epoch=e1,
                             replicas=(LEADER, 0), b=b))
         assert lai_codes(resp) == (ErrorCode.none, [ErrorCode.none])
-        assert f"No endpoint known for leader {LEADER}" in b.log_text()
+        # (the line is read from the broker's output by a thread of the test: waited for)
+        assert wait_until(lambda: f"No endpoint known for leader {LEADER}" in b.log_text())
         # The metadata now names broker 7's endpoint: the follower's fetcher comes.
         st = UpdateMetadataPartitionState(t, 0, new_ce, LEADER, e1, (LEADER,), e1, (LEADER, 0))
         endpoints = (self_endpoint(b), BrokerEndpoint(LEADER, "127.0.0.1",

@@ -13,8 +13,9 @@ The records are keyed (1,000 keys) and go to one partition of a topic with
 at this rate), retention (`retention.ms` 10 s, checked every second) deletes old segments, and
 the cleaner (`log.cleaner.backoff.ms=1000`) compacts the rest. The detail gives what happened
 during the run: segments rolled and deleted, cleaner passes (changes of the cleaner's
-checkpoint), and the event loop's lag from `/metrics` (wake-ups late by more than 20 ms, and
-the histogram bucket that bounds the largest lag).
+checkpoint), the event loop's lag from `/metrics` (wake-ups late by more than 20 ms, and
+the histogram bucket that bounds the largest lag), and the share of Produce requests whose time
+in the broker (Kafka's request TotalTimeMs) went past 1 ms and 2.5 ms.
 
 With `--peer`, the same producer and load then run against the native peer (tansu, memory
 storage: no files, so no background file work), rows t1 and t2: what the machine, the client
@@ -131,10 +132,41 @@ _SAMPLE = re.compile(r'^wherry_event_loop_lag_ms_bucket\{le="([^"]+)"\} ([0-9.e+
 _MAX = re.compile(r"^wherry_event_loop_lag_max_ms ([0-9.e+]+)$", re.M)
 
 
-def loop_lag(metrics_url: str) -> tuple[dict[str, float], float]:
-    """The loop-lag histogram's cumulative buckets and its last-minute maximum."""
+_PRODUCE = re.compile(
+    r'^kafka_network_requestmetrics_totaltimems_bucket\{le="([^"]+)",request="Produce"\} '
+    r"([0-9.e+]+)$",
+    re.M,
+)
+
+
+def scrape(metrics_url: str) -> str:
     with urllib.request.urlopen(metrics_url, timeout=10) as resp:
-        text = resp.read().decode()
+        return str(resp.read().decode())
+
+
+def produce_times(text: str) -> dict[str, float]:
+    """The broker's Produce total-time histogram (cumulative buckets by bound)."""
+    return {le: float(n) for le, n in _PRODUCE.findall(text)}
+
+
+def produce_over(before: dict[str, float], after: dict[str, float]) -> Params:
+    """Of the run's Produce requests, the share whose time in the broker (frame read to answer
+    encoded) went past 1 ms and past 2.5 ms: set beside the client's p99, it tells time spent
+    handling requests from time spent before a request is read or after its answer is
+    written."""
+    total = after.get("+Inf", 0.0) - before.get("+Inf", 0.0)
+
+    def over(le: str) -> float:
+        within = after.get(le, 0.0) - before.get(le, 0.0)
+        return (total - within) / total if total else 0.0
+
+    return {"requests": total, "over_1ms": over("1.0"), "over_2_5ms": over("2.5")}
+
+
+def loop_lag(metrics_url: str, text: str | None = None) -> tuple[dict[str, float], float]:
+    """The loop-lag histogram's cumulative buckets and its last-minute maximum."""
+    if text is None:
+        text = scrape(metrics_url)
     buckets = {le: float(n) for le, n in _SAMPLE.findall(text)}
     found = _MAX.search(text)
     if not buckets or found is None:
@@ -175,17 +207,21 @@ def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -
     settled_s = settle_writeback()
     log(f"({rid}) acks={acks}: {RATE}/s for {plan.seconds:.0f} s "
         f"(page cache written back in {settled_s:.1f} s first)")
-    lag_before, _ = loop_lag(metrics_url)
+    text = scrape(metrics_url)
+    lag_before, _ = loop_lag(metrics_url, text)
+    produce_before = produce_times(text)
     cpu_before = broker.cpu_seconds()
     with FileWatch(broker.data_dir) as watch:
         measured = produce_at_rate(broker.bootstrap, plan, acks)
-    lag_after, recent_max = loop_lag(metrics_url)
+    text = scrape(metrics_url)
+    lag_after, recent_max = loop_lag(metrics_url, text)
     return {
         **measured,
         "acks": acks,
         "broker_cpu_s": broker.cpu_seconds() - cpu_before,
         "files": watch.report(),
         "loop_lag": {**lag_during(lag_before, lag_after), "last_minute_max_ms": recent_max},
+        "produce_in_broker": produce_over(produce_before, produce_times(text)),
     }
 
 
@@ -213,7 +249,7 @@ def peer_row(rid: str, r: Params) -> tuple[str, str, str, str]:
 
 
 def row(rid: str, r: Params) -> tuple[str, str, str, str]:
-    files, lag = r["files"], r["loop_lag"]
+    files, lag, inb = r["files"], r["loop_lag"], r["produce_in_broker"]
     return (
         rid,
         f"acks={r['acks']}: latency {RATE:,}/s x 100 B, linger 0, while segments roll, "
@@ -226,7 +262,9 @@ def row(rid: str, r: Params) -> tuple[str, str, str, str]:
         f"{100 * r['broker_cpu_s'] / r['elapsed_s']:.0f}% of a core; event loop: "
         f"{lag['over_target']:.0f} of {lag['wakeups']:.0f} wake-ups late by more than "
         f"{LAG_TARGET_MS:.0f} ms, largest <= {lag['max_within_ms']:g} ms (last minute's max "
-        f"{lag['last_minute_max_ms']:.1f} ms)",
+        f"{lag['last_minute_max_ms']:.1f} ms); Produce time in the broker over 1 ms "
+        f"{100 * inb['over_1ms']:.2f}%, over 2.5 ms {100 * inb['over_2_5ms']:.2f}% "
+        f"of {inb['requests']:.0f}",
     )
 
 

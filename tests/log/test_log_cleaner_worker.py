@@ -24,7 +24,7 @@ from wherry.log.clean_job import CleanJob, CleanOutput
 from wherry.log.cleaner import LogCleaner
 from wherry.log.log import Log
 from wherry.protocol.records import build_batch
-from wherry.server.cleaner_process import CleanerProcess
+from wherry.server.cleaner_process import WORKER_NICENESS, CleanerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0  # bounds every wait (a loaded machine)
@@ -92,6 +92,10 @@ def test_worker_writes_the_same_segments_as_in_process(
     }
     assert done["inline"] == done["worker"] >= 1
     assert worker.pids() and worker.pids()[0] != os.getpid()
+    # Background work: the worker runs nicer than its broker, which keeps its priority.
+    (pid,) = worker.pids()
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + WORKER_NICENESS)
     cleaned = {name: segment_files(log.dir) for name, log in logs.items()}
     assert cleaned["inline"] == cleaned["worker"]  # names and bytes, indexes included
     assert any(n.endswith(".txnindex") for n in cleaned["worker"])  # the abort's entry kept

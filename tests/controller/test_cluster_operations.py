@@ -6,6 +6,7 @@ controlled shutdown, driven through the controller's API (the wire APIs and tool
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,6 +179,38 @@ def test_reassignment_moves_replicas_keeps_data_and_deletes_the_old_ones(
         f"v{i}".encode() for i in range(400)
     )
     produce(c, topic, 10, partitions=2)
+
+
+def test_a_broker_down_during_a_move_away_deletes_its_stray_replica_when_it_starts(
+    cluster: DevCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker that is down while its replica is reassigned away never gets the StopReplica
+    that would delete it. When it starts again the controller sends it a FULL LeaderAndIsr
+    naming every partition it is a replica of, and the broker stops and deletes the ones the
+    request does not name (a broker that stays up and misses a StopReplica because the
+    controller died is the simulator's case: the next controller's FULL LeaderAndIsr)."""
+    c, topic = cluster, topic_name()
+    tp = TopicPartition(topic, 0)
+    create_topic(c.bootstrap, topic, [[0, 1]])
+    produce(c, topic, 200)
+    assert wait_until(lambda: state(c, tp)[2] == (0, 1), TIMEOUT_S)
+    assert c.controller_id != 1, "the test stops broker 1: it must not be the controller"
+
+    c.stop_broker(1, controlled=False)
+    reassign(c, {tp: [0, 2]})
+    wait_reassigned(c, [tp])
+    assert state(c, tp)[0] == (0, 2)
+    stray = partition_dir(c, 1, tp)
+    assert stray.exists()  # broker 1 was down: no StopReplica reached it
+
+    with caplog.at_level(logging.WARNING, logger="wherry.state_change"):
+        c.start_broker(1)
+        assert wait_until(lambda: not stray.exists(), TIMEOUT_S)
+    assert not hosted(c, 1, tp)
+    assert any("stray partition" in r.getMessage() for r in caplog.records)
+    # The partition's own replicas keep every record.
+    assert consume_all(c, topic, 0) == [f"v{i}".encode() for i in range(200)]
+    produce(c, topic, 10)
 
 
 def test_replication_factor_changes_by_reassignment(cluster: DevCluster) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -500,7 +501,9 @@ class ReplicaNode:
         """A FULL LeaderAndIsr's strays (`controller_requests.stray_partitions`) are stopped
         and deleted, as the StopReplica they missed would have done."""
         rm = self.replica_manager
-        held: dict[TopicPartition, Any] = dict.fromkeys(self.log_manager.topic_partitions())
+        held: dict[TopicPartition, uuid.UUID | None] = dict.fromkeys(
+            self.log_manager.topic_partitions()
+        )
         held.update((tp, part.topic_id) for tp, part in rm.partitions.items())
         for tp in rm.offline_partitions:  # in a failed log dir: nothing to stop or delete
             held.pop(tp, None)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -182,6 +184,55 @@ def test_a_crash_anywhere_in_the_move_loses_nothing(tmp_path: Path, step: str | 
     assert [p.name for p in a.iterdir() if p.is_dir()] == []
     assert [p.name for p in b.iterdir() if p.is_dir()] == ["t-0"]
     m2.shutdown()
+
+
+def _where(m: LogManager) -> tuple[list[Path], list[Path]]:
+    logs, futures = m.placements()
+    return [d for lg, d in logs if lg.topic_partition == TP], [
+        d for f, d, _ in futures if f.topic_partition == TP]
+
+
+def test_placements_show_a_move_whole_at_every_step_of_its_finish(tmp_path: Path) -> None:
+    """DescribeLogDirs reads `placements`: between any two steps of the promotion the replica
+    is still moving (current in a, future in b), and then moved (in b, no future). A view of
+    the current dir taken before the finish and of the futures after it showed the replica
+    in a with nothing moving it, and `reassign verify --wait` gave up on a move that had
+    just completed."""
+    m, (a, b) = _filled(tmp_path)
+    m.create_future_log(TP, b)
+    _copy_all(m)
+    seen: list[tuple[str, tuple[list[Path], list[Path]]]] = []
+    assert m.promote_future_log(TP, crash_hook=lambda at: seen.append((at, _where(m))))
+    assert seen == [(at, ([a], [b])) for at in ("flushed", "current-renamed", "future-renamed")]
+    assert _where(m) == ([b], [])
+    m.shutdown()
+
+
+def test_placements_read_beside_many_finishes_are_never_half_a_move(tmp_path: Path) -> None:
+    m, dirs = _filled(tmp_path)
+    views: set[tuple[tuple[Path, ...], tuple[Path, ...]]] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            logs, futures = _where(m)
+            views.add((tuple(logs), tuple(futures)))
+            time.sleep(0)  # let the mover's thread run
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for i in range(10):
+            m.create_future_log(TP, dirs[(i + 1) % 2])
+            _copy_all(m)
+            assert m.promote_future_log(TP)
+    finally:
+        done.set()
+        watcher.join(10)
+    a, b = dirs
+    assert views <= {((a,), ()), ((b,), ()), ((a,), (b,)), ((b,), (a,))}
+    assert ((a,), (b,)) in views and ((b,), ()) in views
+    m.shutdown()
 
 
 def test_a_short_step_is_caught_up_only_at_the_current_log_end(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wherry.coordination.store import StoreError
+from wherry.log.dir_lock import LOCK_FILE, lock_holder
 from wherry.log.errors import LogDirLockedError, StorageError
-from wherry.log.manager import LOCK_FILE, lock_holder
 
 if TYPE_CHECKING:
     from wherry.server.config import BrokerConfig

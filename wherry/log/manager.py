@@ -39,6 +39,7 @@ from wherry.log.config import (
 )
 from wherry.log.dir_deletions import DirDeletions
 from wherry.log.dir_failure import LogDirFailureChannel, storage_error
+from wherry.log.dir_lock import lock_dir, unlock_dir
 from wherry.log.dir_names import (
     DELETE_DIR_SUFFIX,
     FUTURE_DIR_SUFFIX,
@@ -48,23 +49,17 @@ from wherry.log.dir_names import (
     is_delete_dir,
     parse_future_dir_name,
 )
-from wherry.log.errors import LogDirLockedError, LogDirNotFoundError, LogError, StorageError
+from wherry.log.errors import LogDirNotFoundError, LogError, StorageError
 from wherry.log.future_log import CopyStep, copy_step
 
 if TYPE_CHECKING:
     from wherry.log.log import Log
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - non-POSIX
-    fcntl = None  # type: ignore[assignment]
-
-__all__ = ["CLEAN_SHUTDOWN_FILE", "DELETE_DIR_SUFFIX", "LOCK_FILE", "LogManager"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "DELETE_DIR_SUFFIX", "LogManager"]
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-LOCK_FILE = ".lock"
 
 
 def _wall_clock_ms() -> int:
@@ -157,28 +152,12 @@ class LogManager:
             self._started = True
 
     def _lock_dir(self, dir: Path) -> None:
-        if not self._lock_dirs or fcntl is None:
-            return
-        path = dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            holder = lock_holder(path)
-            who = (f"process {holder} (another broker using this directory)" if holder
-                   else "another process or broker instance")
-            raise LogDirLockedError(f"log dir {dir} is locked by {who}; lock file {path}") from None
-        # The holder's pid, so a second broker on this dir can say which process it is.
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fds[dir] = fd
+        if self._lock_dirs and (fd := lock_dir(dir)) is not None:
+            self._lock_fds[dir] = fd
 
     def _unlock_dirs(self) -> None:
         for fd in self._lock_fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            unlock_dir(fd)
         self._lock_fds.clear()
 
     @staticmethod
@@ -329,8 +308,7 @@ class LogManager:
             with contextlib.suppress(Exception):
                 lg.abandon()
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            unlock_dir(fd)
         if logs:
             log.warning("logs in offline dir %s closed: %d partitions (%d moving there)",
                         dir, len(gone), len(moving))
@@ -569,6 +547,15 @@ class LogManager:
     def future_logs(self) -> list[Log]:
         with self._lock:
             return list(self._futures.values())
+
+    def placements(self) -> tuple[list[tuple[Log, Path]], list[tuple[Log, Path, Log]]]:
+        """Each log with its dir, and each future log with its dir and current log, read
+        together: a move's finish changes both at once, and a view taken half before and half
+        after it would show the replica in neither place as moving nor moved."""
+        with self._lock:
+            logs = [(lg, self._dir_of[tp]) for tp, lg in self._logs.items() if tp in self._dir_of]
+            return logs, [(f, self._future_dir_of[tp], self._logs[tp])
+                          for tp, f in self._futures.items() if tp in self._logs]
 
     def future_dir_of(self, tp: TopicPartition) -> Path | None:
         return self._future_dir_of.get(tp)
@@ -862,23 +849,6 @@ class LogManager:
         with self._lock:
             self._shut_down = True
             self._unlock_dirs()
-
-
-def lock_holder(path: Path) -> int | None:
-    """The pid a log dir's `.lock` file records, if that process is alive."""
-    try:
-        pid = int(path.read_text().strip() or "0")
-    except (OSError, ValueError):
-        return None
-    if pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)  # signal 0: is it alive?
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
 
 
 def _warn_message_format(topic: str, config: LogConfig) -> None:

@@ -76,20 +76,14 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     manager = broker.replica_manager.log_manager
     wanted = _wanted(req)
     by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: {} for d in manager.log_dirs}
-    for plog in manager.all_logs():
-        tp = plog.topic_partition
-        if wanted is not None and tp not in wanted:
-            continue
-        where = manager.log_dir_of(tp)
-        if where is None or where not in by_dir:
-            continue
-        by_dir[where].setdefault(tp.topic, []).append(_partition(plog))
-    for future in manager.future_logs():
-        tp = future.topic_partition
-        where, current = manager.future_dir_of(tp), manager.get_log(tp)
-        if (wanted is not None and tp not in wanted) or where not in by_dir or current is None:
-            continue
-        by_dir[where].setdefault(tp.topic, []).append(_partition(future, current))
+    logs, futures = manager.placements()
+    for plog, where in logs:
+        if (wanted is None or plog.topic_partition in wanted) and where in by_dir:
+            by_dir[where].setdefault(plog.topic_partition.topic, []).append(_partition(plog))
+    for future, where, current in futures:
+        if (wanted is None or future.topic_partition in wanted) and where in by_dir:
+            by_dir[where].setdefault(future.topic_partition.topic, []).append(
+                _partition(future, current))
     results: list[dict[str, Any]] = []
     for log_dir, topics in by_dir.items():
         if manager.is_dir_offline(log_dir):

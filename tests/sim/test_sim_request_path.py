@@ -15,6 +15,8 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.codec import Request
 from wherry.server.handlers import LOADED, handler_for, share_state_common
 from wherry.server.handlers.share_common import answer, open_session
+from wherry.server.metadata_gate import MetadataGate
+from wherry.server.sasl_gate import SaslGate
 from wherry.server.services import BrokerServices
 from wherry.sim.world import SimOptions, SimResult, run_seed
 
@@ -92,6 +94,38 @@ def test_a_produce_handler_that_does_not_append_is_caught(handlers: dict[int, An
     failed = first_failure(50)
     assert failed is not None, "the planted Produce bug went unnoticed for 50 seeds"
     assert failed.violation is not None and "acknowledged" in failed.violation, failed
+
+
+def test_the_brokers_gates_are_on_the_simulated_request_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As in `wherry server`, every request frame meets the SASL gate and the metadata gate
+    before it is decoded: a client's request to a broker just (re)started waits for its first
+    metadata, in some seed of a few; and a gate bug -- one holding the controller's own
+    requests too, so the metadata that opens it never gets in -- is caught."""
+    seen: list[bool] = []
+    real_holds = MetadataGate.holds
+    sasl_checked: list[int] = []
+    real_authenticator = SaslGate.authenticator
+
+    def holds(self: MetadataGate, frame: bytes | memoryview) -> bool:
+        seen.append(held := real_holds(self, frame))
+        return held
+
+    def authenticator(self: SaslGate, conn: Any) -> Any:
+        sasl_checked.append(conn.id)
+        return real_authenticator(self, conn)
+
+    monkeypatch.setattr(MetadataGate, "holds", holds)
+    monkeypatch.setattr(SaslGate, "authenticator", authenticator)
+    assert first_failure(12) is None
+    assert any(seen), "no client request waited for a broker's first metadata in 12 seeds"
+    assert len(sasl_checked) == len(seen)
+
+    monkeypatch.setattr(MetadataGate, "holds", lambda self, frame: not self.is_open)
+    failed = first_failure(3)
+    assert failed is not None and failed.violation is not None, failed
+    assert "no broker leads" in failed.violation
 
 
 SHARE = dataclasses.replace(CI, share_consumers=True)

@@ -818,18 +818,10 @@ class Broker:
         # The codecs are imported once the listeners are bound (`startup.LATE_IMPORTS`).
         import wherry.server.dispatch as dispatch
 
-        sasl = self.sasl_gate.authenticator(conn)
-        if sasl is not None and sasl.raw_token_mode:
-            return self.sasl_gate.raw_token(conn, sasl, frame)
-        if self._metadata_gate.holds(frame):  # a client's request before the first metadata
-            await self._metadata_gate.wait()
-        req = dispatch.decode_frame(frame)
-        if isinstance(req, bytes):  # an unsupported version's answer
-            return req
-        if sasl is not None and self.sasl_gate.in_exchange(sasl, req):
-            return self.sasl_gate.sasl_request(conn, sasl, req)
-        self.sasl_gate.check_authenticated(sasl, req)
-        return await dispatch.serve(self, conn, req, self.request_stats, self._prefix)
+        return await dispatch.handle_frame(
+            self, self.sasl_gate, self._metadata_gate, conn, frame, self.request_stats,
+            self._prefix,
+        )
 
     def _early_api_versions(self, conn: ConnectionInfo, frame: memoryview) -> bytes | None:
         """ApiVersions while the start goes on, from the hand-written codec (the kio codec is

@@ -1,6 +1,10 @@
 """A request frame decoded, through its handler, to the encoded response: the one request
 path of every broker (`Broker.handle_frame`, and the simulator's brokers).
 
+`handle_frame` is that path whole: the SASL exchange first on a SASL listener
+(`sasl_gate.py`), a client's request held until the broker has its first metadata
+(`metadata_gate.py`), then the frame decoded and served.
+
 A handler's `Parked` result (an acks=all Produce appended, its answer waiting for the ISR)
 becomes a `network.Deferred`: the connection handles its next request meanwhile and sends
 this answer in its turn. Errors a handler raises close the connection with a log line.
@@ -29,6 +33,8 @@ from wherry.server.network import CloseConnection, ConnectionInfo, Deferred
 from wherry.server.request_session import REQUEST_MUTE, REQUEST_SESSION
 
 if TYPE_CHECKING:
+    from wherry.server.metadata_gate import MetadataGate
+    from wherry.server.sasl_gate import SaslGate
     from wherry.server.services import BrokerServices
 
 log = logging.getLogger("wherry.server.broker")
@@ -58,6 +64,30 @@ def decode_frame(frame: memoryview) -> Request | bytes:
             req.api_key, 0, req.correlation_id, unsupported_version_response()
         )
     return req
+
+
+async def handle_frame(
+    broker: BrokerServices,
+    sasl_gate: SaslGate,
+    metadata_gate: MetadataGate,
+    conn: ConnectionInfo,
+    frame: memoryview,
+    stats: RequestStats,
+    prefix: str,
+) -> Answer | Deferred:
+    """A request frame of `conn` through the gates, then decoded and served."""
+    sasl = sasl_gate.authenticator(conn)
+    if sasl is not None and sasl.raw_token_mode:
+        return sasl_gate.raw_token(conn, sasl, frame)
+    if metadata_gate.holds(frame):  # a client's request before the first metadata
+        await metadata_gate.wait()
+    req = decode_frame(frame)
+    if isinstance(req, bytes):  # an unsupported version's answer
+        return req
+    if sasl is not None and sasl_gate.in_exchange(sasl, req):
+        return sasl_gate.sasl_request(conn, sasl, req)
+    sasl_gate.check_authenticated(sasl, req)
+    return await serve(broker, conn, req, stats, prefix)
 
 
 async def serve(

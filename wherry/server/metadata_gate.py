@@ -120,10 +120,16 @@ class MetadataGate:
 
 
 def broker_gate(config: BrokerConfig, prefix: str) -> MetadataGate:
-    """A broker's metadata cache (empty) behind its gate, which every cache update checks."""
+    """A broker's metadata cache (empty) behind its gate."""
     from wherry.replication.metadata_cache import MetadataCache
 
-    cache = MetadataCache(config.broker_id, config.inter_broker_listener)
+    return metadata_gate(MetadataCache(config.broker_id, config.inter_broker_listener), config,
+                         prefix)
+
+
+def metadata_gate(cache: MetadataCache, config: BrokerConfig, prefix: str) -> MetadataGate:
+    """The gate in front of `cache`, checked on every cache update, held at most
+    `controller.socket.timeout.ms`."""
     gate = MetadataGate(cache, config.controller_socket_timeout_ms, prefix)
     cache.add_listener(gate.on_update)
     return gate

@@ -4,7 +4,8 @@ manager, purgatories and their ticker, fetchers, fetch sessions, AlterPartition 
 expiry, HW checkpoints, the controller requests' rules), with the sockets replaced by the
 simulated network (`wire.py`) and time by the simulated loop's clock. Clients' requests and
 the followers' fetches arrive as request frames and go through the broker's real request path
-(`serve`, then `handle_frame`: codecs, handlers, fetch sessions, authorizer), each in a task of
+(`serve`, then `dispatch.handle_frame`: the SASL and metadata gates, codecs, handlers, fetch
+sessions, authorizer), each in a task of
 the process that runs to its end whatever its client does, as in the network layer; a
 connection its client closes is closed here too (`connection_closed`).
 
@@ -63,7 +64,10 @@ from wherry.server.assembly import BrokerIO, replica_node, wait_for_metadata
 from wherry.server.client_quotas import ClientQuotas
 from wherry.server.config import BrokerConfig
 from wherry.server.housekeeping import schedule_housekeeping
+from wherry.server.listener_security import broker_security
+from wherry.server.metadata_gate import MetadataGate, metadata_gate
 from wherry.server.network import ConnectionInfo, Deferred
+from wherry.server.sasl_gate import SaslGate
 from wherry.sim.controller import ControllerMessage, UpdateLiveBrokers
 from wherry.sim.network import CONTROLLER_ID, SimNetwork
 from wherry.sim.wire import SimClients, frame_bytes
@@ -150,6 +154,8 @@ class SimBroker:
         self._requests: set[asyncio.Task[bytes | None]] = set()  # requests being handled
         self.up = False
         self.replica: ReplicaNode
+        self.sasl_gate: SaslGate
+        self.metadata_gate: MetadataGate
         # What else runs in the process on the replica node (the transaction coordinator):
         # abandoned at a crash, stopped first at a clean stop.
         self.services: list[NodeService] = []
@@ -226,14 +232,12 @@ class SimBroker:
     async def handle_frame(
         self, conn: ConnectionInfo, frame: memoryview
     ) -> bytes | list[Any] | Deferred | None:
-        """A request frame through the broker's request path, as `Broker.handle_frame` (no
-        TLS, SASL or start-up gates: the simulated listeners are plaintext and open once the
-        node runs)."""
-        req = dispatch.decode_frame(frame)
-        if isinstance(req, bytes):
-            return req
-        return await dispatch.serve(
-            self, conn, req, self.request_stats, f"[Broker id={self.broker_id}]"
+        """A request frame through the broker's request path, its gates included, as
+        `Broker.handle_frame` (no TLS, and no start-up gate: the simulated listeners are
+        plaintext and open once the node runs)."""
+        return await dispatch.handle_frame(
+            self, self.sasl_gate, self.metadata_gate, conn, frame, self.request_stats,
+            f"[Broker id={self.broker_id}]",
         )
 
     def serve(self, conn: ConnectionInfo, frame: memoryview) -> asyncio.Task[bytes | None]:
@@ -292,6 +296,17 @@ class SimBroker:
             topic_config=cfg.log_config_of,
         )
         self.replica.start()
+        # The broker's gates, as `Broker` sets them: clients' requests wait for the first
+        # metadata; the SASL exchange on SASL listeners (the simulated ones are plaintext).
+        cfg_b = self.broker_config
+        self.sasl_gate = SaslGate(
+            broker_security(cfg_b.raw, cfg_b.listeners, cfg_b.advertised),
+            lambda: self.scram_credentials,
+        )
+        self.metadata_gate = metadata_gate(
+            self.replica.cache, cfg_b, f"[Broker id={self.broker_id}]"
+        )
+        self.metadata_gate.start_holding(asyncio.get_running_loop().time())
         schedule_housekeeping(
             self.scheduler,
             self.broker_config,

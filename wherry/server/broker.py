@@ -722,29 +722,18 @@ class Broker:
         )
 
     async def _register(self) -> None:
+        from wherry.server.registration import register_broker
+
         endpoints = self.advertised_endpoints()
-        ep = endpoints[0]
-        reg = paths.BrokerRegistration(
-            self.broker_id, ep.host, ep.port, self.config.rack, endpoints=endpoints
+        epoch = await register_broker(
+            self.store, self.broker_id, endpoints, self.config.rack, self.clock.now_ms()
         )
-        try:
-            await self.store.create(
-                paths.broker_path(self.broker_id),
-                reg.to_json(timestamp_ms=self.clock.now_ms()),
-                ephemeral=True,
-                make_parents=True,
-            )
-        except NodeExistsError as e:
-            raise RuntimeError(f"Broker id {self.broker_id} is already registered") from e
-        # Kafka's broker epoch is the registration's czxid; controller requests carrying an
-        # older one were meant for an earlier incarnation of this broker.
-        _, stat = await self.store.get(paths.broker_path(self.broker_id))
-        self.fence.broker_epoch = stat.czxid
+        self.fence.broker_epoch = epoch
         log.info(
             "%s registered at %s with broker epoch %d",
             self._prefix,
             ",".join(str(e) for e in endpoints),
-            stat.czxid,
+            epoch,
         )
 
     # --- metadata --------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from wherry.coordination.store import (
     Stat,
     WatchCallback,
 )
+from wherry.server.registration import register_broker
 from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, SimNetwork
 from wherry.sim.node import SimBroker
 from wherry.sim.wire import SimConnection
@@ -279,22 +280,14 @@ class RealControlPlane:
 
     # --- broker sessions ------------------------------------------------------------------------
     def register_broker(self, b: int) -> int:
-        """A new session and registration (as `Broker._register`); returns the broker epoch."""
+        """A new session and the broker's registration on it (`server/registration.py`, as
+        `wherry server`'s); returns the broker epoch."""
         self.expire_broker(b)
         s = self.coordinator.session()
-        reg = paths.BrokerRegistration(b, "sim", b)
-        path = paths.broker_path(b)
-        run_now(
-            s.create(
-                path,
-                reg.to_json(timestamp_ms=self.world.now_ms()),
-                ephemeral=True,
-                make_parents=True,
-            )
-        )
-        _, stat = run_now(s.get(path))
+        epoch = run_now(register_broker(s, b, (paths.ListenerEndpoint("PLAINTEXT", "sim", b),),
+                                        None, self.world.now_ms()))
         self.broker_sessions[b] = s
-        return stat.czxid
+        return epoch
 
     def broker_session(self, b: int) -> int | None:
         s = self.broker_sessions.get(b)

@@ -25,9 +25,8 @@ import wherry.replication.partition as partition_module
 from wherry.coordination import paths
 from wherry.replication.node import ReplicaNode
 from wherry.runtime.scheduler import Job, ScheduledTask, Scheduler
-from wherry.sim.loop import SimDeadlock, SimLoop
+from wherry.sim.loop import SimDeadlock, SimLoop, run_now
 from wherry.sim.network import NetworkConfig
-from wherry.sim.real_controller import run_now
 from wherry.sim.world import TOPIC, SimOptions, SimResult, World, run_seed
 from wherry.testing.cluster import AsyncDevCluster
 

@@ -33,8 +33,6 @@ from wherry.coordination.store import (
     MetadataStore,
     NodeExistsError,
     NoNodeError,
-    SessionState,
-    StoreError,
 )
 from wherry.log.config import ConfigError, LogConfig
 from wherry.log.manager import LogManager
@@ -66,6 +64,7 @@ from wherry.server.startup import (
     raise_open_files_limit,
     sync_in_thread,
 )
+from wherry.server.store_session import StoreSession
 
 if TYPE_CHECKING:
     import random
@@ -101,7 +100,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONFIG_CHANGE_NAME_PREFIX = "config_change_"
-SESSION_RETRY_BACKOFF_MS = (100, 2_000)  # first and largest pause between session attempts
 LOOP_LAG_INTERVAL_MS = 100  # how often the loop-lag monitor asks to be woken
 class Broker:
     def __init__(
@@ -127,8 +125,13 @@ class Broker:
         if channel is not None:
             self.channel = channel
         self._network_channel: NetworkChannelManager | None = None
-        self._renew_task: asyncio.Task[None] | None = None
-        self.session_renewals = 0
+        self.session = StoreSession(
+            self._open_session,
+            self._on_new_session,
+            self._stop_config_listener,
+            lambda: not self._stopped and self._started.is_set(),
+            f"[Broker id={config.broker_id}]",
+        )
         self.cluster_id = ""
         self.bound_ports: list[int] = []
         self._started = asyncio.Event()
@@ -144,7 +147,6 @@ class Broker:
         )
         self._prefix = f"[Broker id={self.broker_id}]"
         # set in start()
-        self.store: MetadataStore
         self.log_manager: LogManager
         self.log_dir_mover: LogDirMover  # AlterReplicaLogDirs' background copies
         self.log_cleaner: LogCleaner | None = None
@@ -250,8 +252,7 @@ class Broker:
         deferred: EmbeddedCoordinator | None = None  # its own store: synced once bound
         if self._coordinator is None and not self.uses_zookeeper:
             deferred = self._coordinator = own_store(cfg.metadata_dir, halt)
-        self.store = await self._open_session()
-        self._watch_session(self.store)
+        await self.session.open()
         # A first start creates its cluster id with the persistent paths (one transaction).
         min_isr, new_id = cfg.log_defaults.min_insync_replicas, None
         if await self.store.exists(paths.CLUSTER_ID) is None:
@@ -464,10 +465,8 @@ class Broker:
 
     def _registered(self) -> bool:
         return (
-            hasattr(self, "store")
-            and self.store.state is SessionState.CONNECTED
+            self.session.connected
             and self.fence.broker_epoch >= 0
-            and self._renew_task is None
         )
 
     async def stop(self, *, controlled: bool = True) -> None:
@@ -477,12 +476,7 @@ class Broker:
             return
         self._stopped = True
         log.info("%s shutting down", self._prefix)
-        if self._renew_task is not None:
-            self._renew_task.cancel()
-            try:
-                await self._renew_task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await self.session.stop()
         if controlled and self._started.is_set():  # still serving while leaderships move
             from wherry.server import controlled_shutdown
 
@@ -550,83 +544,33 @@ class Broker:
         log.info("%s ZooKeeper session %#x established", self._prefix, store.session_id)
         return store
 
-    def _watch_session(self, store: MetadataStore) -> None:
-        def on_state(state: SessionState) -> None:
-            if state is SessionState.EXPIRED and store is self.store:
-                self._on_session_expired()
+    @property
+    def store(self) -> MetadataStore:
+        """The current metadata-store session (a new one after an expiry)."""
+        return self.session.store
 
-        store.add_state_listener(on_state)
+    @property
+    def session_renewals(self) -> int:
+        return self.session.renewals
 
-    def _on_session_expired(self) -> None:
-        if self._stopped or self._renew_task is not None or not self._started.is_set():
-            # A renewal in progress checks the new session's state itself; a broker still
-            # starting fails its start (every call on the session raises).
-            return
-        log.warning(
-            "%s coordination session %#x expired; re-registering with a new session",
-            self._prefix,
-            self.store.session_id,
-        )
-        self._renew_task = asyncio.get_running_loop().create_task(
-            self._renew_session(), name=f"session-renewal-{self.broker_id}"
-        )
-
-    async def _renew_session(self) -> None:
-        """Kafka's session re-initialization (ZooKeeperClient.reinitialize, then the
-        controller's RegisterBrokerAndReelect). The controller instance resigned by itself when
-        the session ended; the config-change watch of the old session is stopped, a new
-        session opened, the broker registered again (a new broker epoch) and the controller
-        restarted on the new session, where it runs for election. Retried with backoff until
-        it holds."""
-        pause_ms = SESSION_RETRY_BACKOFF_MS[0]
-
-        async def backoff(what: str, e: BaseException) -> None:
-            nonlocal pause_ms
-            log.warning("%s %s (%s); retrying in %d ms", self._prefix, what, e, pause_ms)
-            await asyncio.sleep(pause_ms / 1000)
-            pause_ms = min(pause_ms * 2, SESSION_RETRY_BACKOFF_MS[1])
-
-        try:
-            while not self._stopped:
-                await self._stop_config_listener()
-                try:
-                    await self.store.close()
-                except StoreError:
-                    pass
-                try:
-                    store = await self._open_session()
-                except (StoreError, OSError) as e:
-                    await backoff("cannot open a new coordination session", e)
-                    continue
-                self._use_store(store)
-                try:
-                    await self._register()
-                    self._start_config_listener()
-                    if (acl := self._acl_authorizer()) is not None:
-                        await acl.restart_with(store)
-                    await self.controller.restart_with(store)
-                except (StoreError, RuntimeError) as e:  # RuntimeError: id taken meanwhile
-                    await backoff("re-registration on the new session failed", e)
-                    continue
-                if store.state is SessionState.EXPIRED:
-                    continue  # expired again while registering: once more
-                self.session_renewals += 1
-                log.info(
-                    "%s re-registered on session %#x with broker epoch %d",
-                    self._prefix,
-                    store.session_id,
-                    self.fence.broker_epoch,
-                )
-                return
-        finally:
-            self._renew_task = None
-
-    def _use_store(self, store: MetadataStore) -> None:
-        """Point everything that talks to the store at a new session."""
-        self.store = store
+    async def _on_new_session(self, store: MetadataStore) -> None:
+        """After an expiry (the controller instance resigned by itself when the session
+        ended): everything that talks to the store points at the new session, the broker
+        registers again (a new broker epoch), and the config-change listener, the ACL cache
+        and the controller instance restart on it, where the controller runs for election."""
         self.admin.store = store
         self.producer_ids.store = store
-        self._watch_session(store)
+        await self._register()
+        self._start_config_listener()
+        if (acl := self._acl_authorizer()) is not None:
+            await acl.restart_with(store)
+        await self.controller.restart_with(store)
+        log.info(
+            "%s re-registered on session %#x with broker epoch %d",
+            self._prefix,
+            store.session_id,
+            self.fence.broker_epoch,
+        )
 
     def _start_config_listener(self) -> None:
         from wherry.coordination.change_notifications import ChangeNotificationListener

@@ -9,7 +9,7 @@ strings, which the runner pins).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -80,3 +80,19 @@ class SimLoop(asyncio.BaseEventLoop):
         self.steps += 1
         if self.after_step is not None:
             self.after_step()
+
+
+class NotSynchronous(RuntimeError):
+    """A coordinator call suspended: it was expected to complete in one step."""
+
+
+def run_now(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (the embedded coordinator's calls) to completion
+    right here, so plain functions (fault injection, checks) can read and write the store."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise NotSynchronous("coordinator call suspended")

@@ -13,6 +13,9 @@ The simulated broker hosts the replica node and what the simulation adds on it (
 transaction and group coordinators and the share groups, `services`; the handlers reach them,
 and producer ids come from the world's one counter); it runs no admin manager
 or log-dir mover, and a request that needs one closes its connection with a log line. Its
+metadata-store session (with the real controller) is kept by `wherry server`'s
+`StoreSession`: it registers on it, and after an expiry, noticed a moment later, opens a new
+one and registers again. Its
 housekeeping is `wherry server`'s (`server/housekeeping.py`: retention, deleted logs'
 directories, the log cleaner, the flusher, the checkpoints, group offset expiry), paced by the
 simulation's broker config, on simulated time, its file work inline (no threads).
@@ -42,6 +45,8 @@ from typing import Any, NoReturn, Protocol
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.coordination import paths
+from wherry.coordination.store import MetadataStore
 from wherry.log.config import LogConfig
 from wherry.log.manager import LogManager
 from wherry.observability.request_stats import RequestStats
@@ -67,12 +72,24 @@ from wherry.server.housekeeping import schedule_housekeeping
 from wherry.server.listener_security import broker_security
 from wherry.server.metadata_gate import MetadataGate, metadata_gate
 from wherry.server.network import ConnectionInfo, Deferred
+from wherry.server.registration import register_broker
 from wherry.server.sasl_gate import SaslGate
+from wherry.server.store_session import StoreSession
 from wherry.sim.controller import ControllerMessage, UpdateLiveBrokers
+from wherry.sim.loop import run_now
 from wherry.sim.network import CONTROLLER_ID, SimNetwork
 from wherry.sim.wire import SimClients, frame_bytes
 
 log = logging.getLogger(__name__)
+
+
+class BrokerSessions(Protocol):
+    """Where a simulated broker's metadata-store sessions come from (the real controller's
+    store), and how late it notices that one expired."""
+
+    def open_broker_session(self, b: int) -> MetadataStore: ...
+
+    def notice_delay_s(self, b: int) -> float: ...
 
 
 class NodeService(Protocol):
@@ -125,9 +142,12 @@ class SimBroker:
         node_for: Callable[[int], SimBroker | None],
         peers: Any,
         rng: random.Random,
+        sessions: BrokerSessions | None = None,
     ) -> None:
         """`peers` is the world (`wire.Brokers`: the network, who is up); `rng` this process's
-        randomness (fetch session ids)."""
+        randomness (fetch session ids). With `sessions` (the real controller's store), the
+        broker keeps its own session and registers on it, as `wherry server` does
+        (`broker_epoch` is then what it registers with); without, the world registers it."""
         self.broker_id = broker_id
         self.data_dir = data_dir
         self.incarnation = incarnation
@@ -139,6 +159,8 @@ class SimBroker:
         self._node_for = node_for
         self._peers = peers
         self._rng = rng
+        self._sessions = sessions
+        self.session: StoreSession | None = None
         self.broker_config = BrokerConfig.from_props(
             {**config.broker_props, "broker.id": str(broker_id), "log.dirs": str(data_dir)}
         )
@@ -287,12 +309,23 @@ class SimBroker:
             send_to_controller=self._send_alter_partition,
             blocking_in_executor=False,  # deterministic: no threads
         )
+        epoch = self._broker_epoch
+        if (sessions := self._sessions) is not None:
+            self.session = StoreSession(
+                self._open_session,
+                self._on_new_session,
+                _nothing,
+                lambda: self.up,
+                f"[Broker id={self.broker_id}]",
+                notice_delay_s=lambda: sessions.notice_delay_s(self.broker_id),
+            )
+            epoch = run_now(self._register(run_now(self.session.open())))
         self.replica = replica_node(
             self.broker_config,
             self.log_manager,
             io,
             cache=MetadataCache(self.broker_id),
-            fence=ControllerFence(broker_epoch=self._broker_epoch),
+            fence=ControllerFence(broker_epoch=epoch),
             topic_config=cfg.log_config_of,
         )
         self.replica.start()
@@ -315,6 +348,18 @@ class SimBroker:
         )
         self.up = True
 
+    async def _open_session(self) -> MetadataStore:
+        assert self._sessions is not None
+        return self._sessions.open_broker_session(self.broker_id)
+
+    async def _register(self, store: MetadataStore) -> int:
+        endpoint = paths.ListenerEndpoint("PLAINTEXT", "sim", self.broker_id)
+        return await register_broker(store, self.broker_id, (endpoint,), None, self.now_ms())
+
+    async def _on_new_session(self, store: MetadataStore) -> None:
+        """Registered again after an expiry, with a new broker epoch."""
+        self.replica.fence.broker_epoch = await self._register(store)
+
     def _alive(self) -> Callable[[], bool]:
         """True while this incarnation of the process runs (its connections die with it)."""
         incarnation = self.incarnation
@@ -326,6 +371,8 @@ class SimBroker:
         """Kill the process: nothing more runs, nothing is flushed or checkpointed. Returns
         the segment files, for a power loss to cut (`disk.DurableFiles`)."""
         self.up = False
+        if self.session is not None:
+            self.session.abandon()  # its session expires a session timeout later (the world)
         self.scheduler.cancel_all()
         self._end_requests()
         for s in self.services:
@@ -378,6 +425,8 @@ class SimBroker:
         purgatories, HW checkpoint), then the housekeeping, then the logs are flushed and closed
         with every checkpoint and the clean-shutdown marker (as `Broker.stop`)."""
         self._end_requests()  # the listener closes with its connections
+        if self.session is not None:
+            await self.session.stop()
         for s in self.services:
             await s.stop()
         await self.replica.stop()
@@ -430,6 +479,10 @@ class SimBroker:
                 )
             )
         return error
+
+
+async def _nothing() -> None:
+    """What a simulated broker stops before a new session: nothing watches the old one."""
 
 
 def _handled(task: asyncio.Task[bytes | None]) -> None:

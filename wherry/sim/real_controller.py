@@ -1,9 +1,10 @@
 """The real controller in the simulation (`--controller real`).
 
 The metadata store is a real `EmbeddedCoordinator` (a SQLite file in the run's temporary
-directory, its clock the simulated one); every simulated broker registers on its own session as
-`server/broker.py` does (an ephemeral ``/brokers/ids/<id>``, broker epoch = its czxid) and loses
-it by `expire_session`. A few *controller hosts* (network addresses `CONTROLLER_ID`,
+directory, its clock the simulated one); every simulated broker keeps its own session there and
+registers on it as `server/broker.py` does (`server/store_session.py`, an ephemeral
+``/brokers/ids/<id>``, broker epoch = its czxid), and renews it after `expire_session`.
+A few *controller hosts* (network addresses `CONTROLLER_ID`,
 `CONTROLLER_ID + 1`, ...) each run a real `controller.Controller` candidate on their own
 session; they elect one through ``/controller``. Each candidate talks to brokers with the real
 `NetworkChannelManager` (one queue per broker, resent until answered), whose `Connector` here
@@ -34,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -65,7 +66,7 @@ from wherry.coordination.store import (
     Stat,
     WatchCallback,
 )
-from wherry.server.registration import register_broker
+from wherry.sim.loop import run_now
 from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, SimNetwork
 from wherry.sim.node import SimBroker
 from wherry.sim.wire import SimConnection
@@ -73,22 +74,6 @@ from wherry.sim.wire import SimConnection
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class NotSynchronous(RuntimeError):
-    """A coordinator call suspended: it was expected to complete in one step."""
-
-
-def run_now(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends (the embedded coordinator's calls) to completion
-    right here, so plain functions (fault injection, checks) can read and write the store."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    coro.close()
-    raise NotSynchronous("coordinator call suspended")
 
 
 def as_attributes(value: Any) -> Any:
@@ -231,6 +216,7 @@ class RealControlPlane:
         self.coordinator = EmbeddedCoordinator(root / "coordination", clock_ms=world.now_ms)
         self.observer = self.coordinator.session()  # the checker's and the clients' reads
         self.broker_sessions: dict[int, EmbeddedSession] = {}
+        self.notice_delays_ms: dict[int, float] = {}  # broker -> its next expiry's notice delay
         self.hosts = {
             CONTROLLER_ID + i: ControllerHost(CONTROLLER_ID + i) for i in range(max(1, hosts))
         }
@@ -279,15 +265,19 @@ class RealControlPlane:
         )
 
     # --- broker sessions ------------------------------------------------------------------------
-    def register_broker(self, b: int) -> int:
-        """A new session and the broker's registration on it (`server/registration.py`, as
-        `wherry server`'s); returns the broker epoch."""
+    def open_broker_session(self, b: int) -> EmbeddedSession:
+        """A new session for broker `b` (its `StoreSession` opens it, at the start and after
+        an expiry, and registers on it); an older one still open expires first (a broker
+        restarted after a kill: the old process's session is gone by then)."""
         self.expire_broker(b)
         s = self.coordinator.session()
-        epoch = run_now(register_broker(s, b, (paths.ListenerEndpoint("PLAINTEXT", "sim", b),),
-                                        None, self.world.now_ms()))
         self.broker_sessions[b] = s
-        return epoch
+        return s
+
+    def notice_delay_s(self, b: int) -> float:
+        """How long broker `b` takes to notice that its session expired (a ZooKeeper client
+        learns of it when it reconnects): what the world drew when it expired the session."""
+        return self.notice_delays_ms.pop(b, 0.0) / 1000
 
     def broker_session(self, b: int) -> int | None:
         s = self.broker_sessions.get(b)

@@ -282,9 +282,8 @@ class World:
     # --- processes ------------------------------------------------------------------------------
     def start_broker(self, b: int) -> None:
         self.incarnations[b] = self.incarnations.get(b, 0) + 1
-        if self.plane is not None:
-            epoch = self.plane.register_broker(b)  # expires the old session first
-        else:
+        epoch = -1  # with the real controller's store, the broker registers itself
+        if self.plane is None:
             if b in self.store.registrations:  # the old session: expire it first
                 self.expire_session(b)
             epoch = self.store.register(b)
@@ -300,6 +299,7 @@ class World:
             self.node,
             self,
             random.Random(self.rng.getrandbits(64)),
+            sessions=self.plane,
         )
         node.start()
         if self.options.transactions:
@@ -391,13 +391,11 @@ class World:
         self._notify_controller()
 
     def reregister(self, b: int) -> None:
-        """A live broker whose session expired registers again with a new broker epoch."""
+        """A live broker whose session expired registers again with a new broker epoch (the
+        model controller's; with the real one, the broker's own `StoreSession` does, once it
+        has noticed)."""
         node = self.node(b)
         if node is None:
-            return
-        if self.plane is not None:
-            if self.plane.broker_session(b) is None:
-                node.fence.broker_epoch = self.plane.register_broker(b)
             return
         node.fence.broker_epoch = self.store.register(b)
         self._notify_controller()
@@ -546,7 +544,11 @@ class World:
                 b = rng.choice(up)
                 self.result.faults.append(f"{self.now_ms()}: expire session of broker {b}")
                 self.expire_session(b)
-                self.loop.call_later(rng.uniform(20, 400) / 1000, self.reregister, b)
+                notice_ms = rng.uniform(20, 400)  # how late the broker learns of it
+                if self.plane is not None:  # the broker renews its session itself
+                    self.plane.notice_delays_ms[b] = notice_ms
+                else:
+                    self.loop.call_later(notice_ms / 1000, self.reregister, b)
             elif kind == "partition":
                 ends = [*self.broker_ids, *self.controller_ids, CLIENT_ID]
                 a, c = rng.sample(ends, 2)
@@ -780,9 +782,6 @@ class World:
         self.network.heal_all()
         for b in sorted(self.down):
             self.start_broker(b)
-        if self.plane is not None:
-            for b in self.broker_ids:
-                self.reregister(b)  # a live broker whose session expired (no-op otherwise)
         if self.plane is not None:
             for host in self.controller_ids:
                 self.start_controller(host)

@@ -50,6 +50,16 @@ async def _join(b: Broker, topic: str) -> None:
     assert r.error_code == ErrorCode.none, r
 
 
+async def _join_when_loaded(b: Broker, topic: str) -> None:
+    """`_join`, once the group coordinator has loaded its partition."""
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                return await _join(b, topic)
+            except AssertionError:
+                await asyncio.sleep(0.1)
+
+
 async def _share_fetch(b: Broker, epoch: int, partitions: dict[uuid.UUID, list[int]]) -> Any:
     return await _call(b, SHARE_FETCH, {
         "group_id": GROUP,
@@ -81,13 +91,7 @@ def test_a_partition_named_before_its_topic_is_known_is_fetched_once_it_is(
         async with AsyncDevCluster(tmp_path, brokers=1, base_port=0) as cluster:
             b = cluster.brokers[0]
             topic = f"late-{uuid.uuid4().hex[:8]}"
-            async with asyncio.timeout(30):
-                while True:  # until the group coordinator is loaded
-                    try:
-                        await _join(b, topic)
-                        break
-                    except AssertionError:
-                        await asyncio.sleep(0.1)
+            await _join_when_loaded(b, topic)
             await b.shares.settings(GROUP)  # the group's configs read (and kept) first
             created = await b.admin.create_topic(
                 topic, num_partitions=1, replication_factor=1, configs={}

@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.share.test_share_session_unknown_topic import _join, _partitions, _share_fetch
+from tests.share.test_share_session_unknown_topic import (
+    _join_when_loaded,
+    _partitions,
+    _share_fetch,
+)
 from wherry.common.topic_partition import TopicPartition
 from wherry.protocol.interbroker import UpdateMetadataRequest
 from wherry.testing.cluster import AsyncDevCluster
@@ -39,12 +43,7 @@ def test_a_leader_that_knows_of_a_newer_leader_epoch_refuses_share_fetches(
                     b.node.cache.partition(topic, 0) is None
                 ):
                     await asyncio.sleep(0.02)
-                while True:  # until the group coordinator is loaded
-                    try:
-                        await _join(b, topic)
-                        break
-                    except AssertionError:
-                        await asyncio.sleep(0.1)
+            await _join_when_loaded(b, topic)
             tid = created.topic_id
             led = await _share_fetch(b, 0, {tid: [0]})
             assert _partitions(led)[0].error_code == ErrorCode.none

@@ -14,11 +14,13 @@ is renewed once more. `wherry server` and the simulated brokers keep their sessi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from wherry.coordination.store import SessionState, StoreError
+from wherry.runtime.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from wherry.coordination.store import MetadataStore
@@ -135,11 +137,8 @@ class StoreSession:
         self._stopped = True
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+            with contextlib.suppress(Exception):  # a failure there was the old session's
+                await cancel_and_wait(task)
 
     def abandon(self) -> None:
         """A killed process renews nothing (its renewal, if any, is cancelled)."""

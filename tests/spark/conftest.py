@@ -16,7 +16,6 @@ need."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark_jvm import stop_spark_jvm
+from tests.spark_jvm import short_thread_dumps, stop_spark_jvm
 from wherry.testing.spark_cluster import ClusterForTests, executor_jvm_pids
 
 # How long one Spark test may run before pytest-timeout ends it. Here each takes 1-31 s; a
@@ -54,7 +53,7 @@ class SparkJvm:
             os.kill(self.pid, signal.SIGQUIT)
         except ProcessLookupError:
             return
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # (a loaded machine's JVM can take seconds)
         while time.monotonic() < deadline:  # until the dump's last block is written
             time.sleep(0.1)
             with self.log.open("rb") as f:
@@ -67,32 +66,8 @@ class SparkJvm:
         Python workers and calls from Python."""
         if not self.log.exists():
             return "(no Spark log was written)"
-        text = _short_thread_dumps(self.log.read_text("utf-8", "replace"))
+        text = short_thread_dumps(self.log.read_text("utf-8", "replace"))
         return text[-LOG_TAIL_BYTES:]
-
-
-# Threads of a JVM thread dump worth reading when a test is stuck; the dump's other threads
-# (RPC loops, GC, dispatchers) are left out of the report.
-_THREADS_OF_INTEREST = re.compile(
-    r'^"(main|Thread-\d+|Executor task launch.*|stream execution.*|.*[Pp]ython.*)"'
-)
-
-
-def _short_thread_dumps(text: str) -> str:
-    out: list[str] = []
-    in_dump = False
-    for block in text.split("\n\n"):
-        if "Full thread dump" in block:
-            in_dump = True
-            out.append(block)
-        elif not in_dump:
-            out.append(block)
-        elif block.startswith("JNI global refs"):  # the dump's end
-            in_dump = False
-            out.append("(other threads left out)\n" + block)
-        elif _THREADS_OF_INTEREST.match(block):
-            out.append(block)
-    return "\n\n".join(out)
 
 
 _jvm: SparkJvm | None = None

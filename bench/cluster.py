@@ -480,7 +480,7 @@ class Bench:
                     f"{target.name}: latency {rate}/s x 100 B, linger 0",
                     f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms",
                     f"{r['records']} records, delivered at {r['records'] / r['elapsed_s']:.0f}/s;"
-                    f" max {r['max_ms']:.1f} ms",
+                    f" max {r['max_ms']:.1f} ms; client CPU {_client_cpu(r)}",
                     r,
                 )
             )
@@ -506,7 +506,8 @@ class Bench:
                 rid,
                 f"{target.name}: latency {rate:,}/s x 100 B, linger {linger}",
                 f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms",
-                f"{r['records']} records, delivered at {r['rate']:.0f}/s; max {r['max_ms']:.1f} ms",
+                f"{r['records']} records, delivered at {r['rate']:.0f}/s; max {r['max_ms']:.1f} ms;"
+                f" client CPU {_client_cpu(r)}",
                 r,
             )
         )
@@ -803,6 +804,11 @@ def _minor_faults(pid: int) -> int:
 def _brokers_ms_per_mb(r: Params) -> float:
     """All broker processes' CPU (user + system) per MB a produce run wrote."""
     return float(r["broker_cpu_s"]) * 1000 / (r["bytes"] / 2**20)
+
+
+def _client_cpu(r: Params) -> str:
+    """A latency run's client CPU, as a share of a core while it sent (bench/paced.py)."""
+    return f"{r['client_cpu_s'] / r['sent_s']:.0%}"
 
 
 def run_cluster_worker(role: str, params: Params, timeout_s: float) -> Params:

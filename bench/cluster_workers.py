@@ -1,7 +1,8 @@
 """bench/cluster.py's own worker: `python -m bench.cluster_workers ROLE 'JSON params'`.
 
 `latency`: produce `record_bytes` records (100 B) at `rate`/s for `duration_s` with
-`linger_ms` (0 by default) and `acks`; latency = produce() → delivery report. Prints one JSON
+`linger_ms` (0 by default) and `acks`; latency = produce() → delivery report (the paced
+producer of bench/paced.py). Prints one JSON
 line last. Every loop is bounded by a deadline.
 
 `raw_path`: the byte path of a produce with no broker code at all, as a ceiling: a sender
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import pretouch_param
+from bench.paced import produce_paced
 
 Params = dict[str, Any]
 
@@ -35,7 +37,7 @@ class WorkerError(Exception):
 
 
 def latency(p: Params) -> Params:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import Producer
 
     conf: Params = {
         "bootstrap.servers": p["bootstrap"],
@@ -49,33 +51,11 @@ def latency(p: Params) -> Params:
     prod.produce(topic, value)  # warm-up: connection, metadata, first batch
     if prod.flush(10) != 0:
         raise WorkerError("latency warm-up message was not delivered")
-    latencies: list[float] = []
-    failures: list[str] = []
-    perf = time.perf_counter
-
-    def callback(t_sent: float) -> Callable[[KafkaError | None, Message], None]:
-        def done(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None:
-                failures.append(str(err))
-            else:
-                latencies.append(perf() - t_sent)
-
-        return done
-
-    rate = p["rate"]
-    count = int(rate * p["duration_s"])
-    interval = 1.0 / rate
-    t0 = perf()
-    next_at = t0
-    for _ in range(count):
-        while (now := perf()) < next_at:
-            prod.poll(min(next_at - now, 0.001))
-        prod.produce(topic, value, on_delivery=callback(perf()))
-        prod.poll(0)
-        next_at += interval
-    sent_s = perf() - t0
+    count = int(p["rate"] * p["duration_s"])
+    run = produce_paced(prod, topic, value, p["rate"], count)
     remaining = prod.flush(p.get("flush_timeout_s", 30.0))
-    elapsed = perf() - t0
+    elapsed = time.perf_counter() - run.t0
+    latencies, failures, sent_s = run.latencies, run.failures, run.sent_s
     if failures or remaining or len(latencies) != count:
         raise WorkerError(f"latency run: {remaining} undelivered, errors {failures[:5]}")
     latencies.sort()
@@ -88,6 +68,7 @@ def latency(p: Params) -> Params:
         "sent_s": sent_s,
         "elapsed_s": elapsed,
         "rate": count / elapsed,
+        "client_cpu_s": run.cpu_s,
         "p50_ms": pct(0.50),
         "p99_ms": pct(0.99),
         "max_ms": latencies[-1] * 1000,

@@ -477,7 +477,8 @@ class Bench:
                 "e",
                 f"produce latency, {plan.latency_rate}/s x 100 B (acks=all, linger 0)",
                 {"p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]},
-                f"{r['records']} records at {r['rate']:.0f}/s; max {r['max_ms']:.1f} ms",
+                f"{r['records']} records at {r['rate']:.0f}/s; max {r['max_ms']:.1f} ms;"
+                f" client CPU {r['client_cpu_s'] / r['sent_s']:.0%}",
                 r,
             )
         )

@@ -27,6 +27,7 @@ from bench.common import (
     pretouch_param,
     read_frame,
 )
+from bench.paced import produce_paced
 
 _SIZE = struct.Struct(">i")
 _TOTAL = struct.Struct(">q")
@@ -642,7 +643,7 @@ def cf_latency(p: Params) -> Params:
     linger.ms=0, `acks` (all by default); latency = produce() → delivery report. `quiet`
     turns librdkafka's log off; the final flush waits up to `flush_timeout_s` (10 s); `keys`
     gives record i the key `i % keys` (no key by default)."""
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import Producer
 
     conf: Params = {
         "bootstrap.servers": p["bootstrap"],
@@ -658,42 +659,16 @@ def cf_latency(p: Params) -> Params:
     if prod.flush(10) != 0:
         raise BenchError("latency warm-up message was not delivered")
 
-    latencies: list[float] = []
-    failures: list[str] = []
-    perf = time.perf_counter
-
-    sent_at: list[float] = []
-
-    def callback(t_sent: float) -> Callable[[KafkaError | None, Message], None]:
-        def done(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None:
-                failures.append(str(err))
-            else:
-                latencies.append(perf() - t_sent)
-                sent_at.append(t_sent)
-
-        return done
-
-    rate = p["rate"]
-    count = int(rate * p["duration_s"])
-    keys = p.get("keys")  # keyed records (a compacted topic's load): key i % keys
-    interval = 1.0 / rate
-    t0 = perf()
-    next_at = t0
-    for i in range(count):
-        while (now := perf()) < next_at:
-            prod.poll(next_at - now)
-        t = perf()
-        key = None if keys is None else str(i % keys).encode()
-        prod.produce(topic, value, key=key, on_delivery=callback(t))
-        prod.poll(0)
-        next_at += interval
+    count = int(p["rate"] * p["duration_s"])
+    run = produce_paced(prod, topic, value, p["rate"], count, p.get("keys"))
+    t0 = run.t0
     remaining = prod.flush(p.get("flush_timeout_s", 10.0))
-    elapsed = perf() - t0
+    elapsed = time.perf_counter() - t0
+    latencies, failures = run.latencies, run.failures
     if failures or remaining or len(latencies) != count:
         raise BenchError(f"latency run: {remaining} undelivered, errors {failures[:5]}")
     # the slowest deliveries with when they were sent (seconds into the run), to spot stalls
-    slowest = sorted(zip(latencies, sent_at, strict=True), reverse=True)[:10]
+    slowest = sorted(zip(latencies, run.sent_at, strict=True), reverse=True)[:10]
     latencies.sort()
 
     def pct(q: float) -> float:
@@ -703,6 +678,8 @@ def cf_latency(p: Params) -> Params:
         "records": count,
         "elapsed_s": elapsed,
         "rate": count / elapsed,
+        "client_cpu_s": run.cpu_s,
+        "sent_s": run.sent_s,
         "p50_ms": pct(0.50),
         "p99_ms": pct(0.99),
         "p999_ms": pct(0.999),

@@ -2,8 +2,7 @@
 
 `latency`: produce `record_bytes` records (100 B) at `rate`/s for `duration_s` with
 `linger_ms` (0 by default) and `acks`; latency = produce() → delivery report (the paced
-producer of bench/paced.py). Prints one JSON
-line last. Every loop is bounded by a deadline.
+producer of bench/paced.py). Prints one JSON line last. Every loop is bounded by a deadline.
 
 `raw_path`: the byte path of a produce with no broker code at all, as a ceiling: a sender
 thread writes `total_mib` MiB in 1 MiB chunks to a loopback socket; a "leader" thread

@@ -3,6 +3,7 @@
     python bench/peer.py            # full run, a few minutes on a 2-core machine
     python bench/peer.py --quick    # short smoke run (~1 minute)
     python bench/peer.py --rows start   # only the start rows s1, s2 (~10 s)
+    python bench/peer.py --rows n1,l2   # the start rows and the rows named (k3 reads k2's topic)
 
 Both brokers run at once on free loopback ports; every row runs the same client against
 each, in alternating order (wherry first on one row, tansu first on the next). wherry runs as
@@ -47,6 +48,7 @@ from bench.common import (
 from bench.peer_tansu import Tansu, tansu_unavailable_reason, tansu_version
 
 PARTITIONS = 4
+INGEST_MIB_S = 1000  # above the fastest n1 run seen here (836 MB/s): what pre-touching covers
 
 
 class Server(Protocol):
@@ -150,9 +152,10 @@ def _wait_listening(port: int, timeout_s: float) -> None:
 
 
 class PeerBench:
-    def __init__(self, plan: Plan, base: Path) -> None:
+    def __init__(self, plan: Plan, base: Path, only: frozenset[str] | None = None) -> None:
         self.plan = plan
         self.base = base
+        self.only = only  # the rows to run beside s1 and s2; None: all
         self.rows: list[Row] = []
         self.servers: dict[str, Server] = {}
         self._turn = 0
@@ -213,6 +216,8 @@ class PeerBench:
         higher_is_better: bool = True,
         broker_cpu: bool = True,
     ) -> None:
+        if self.only is not None and rid not in self.only:
+            return
         figures: dict[str, float] = {}
         details: dict[str, str] = {}
         for side in self.order():
@@ -246,10 +251,15 @@ class PeerBench:
                     "acks": 1,
                     "duration_s": plan.ingest_s,
                     "timeout_s": 60,
+                    # as much page cache as the run may write, recycled just before it starts
+                    # (see bench.common.pretouch_page_cache): otherwise the figure follows
+                    # how much of the VM's memory its host has taken back
+                    "pretouch": {"dir": str(self.base), "mib": int(plan.ingest_s * INGEST_MIB_S)},
                 },
                 timeout_s=timeout,
             )
-            return r["rec_s"], f"{r['mb_s']:.0f} MB/s, client CPU {r['client_cpu_s']:.1f} s"
+            return r["rec_s"], f"{r['mb_s']:.0f} MB/s, client CPU {r['client_cpu_s']:.1f} s, " \
+                f"page cache pre-touched in {r['pretouch_s']:.1f} s"
 
         def fetch(_side: str, s: Server) -> tuple[float, str]:
             create_topic(s.bootstrap, "peer-fetch", 1)
@@ -381,11 +391,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--broker-tree", type=Path, help="run wherry from this source tree")
     ap.add_argument(
         "--rows",
-        choices=["all", "start"],
         default="all",
-        help="start: only the start rows s1 and s2 (exec → first ApiVersions, idle RSS)",
+        help="all; start: only the start rows s1 and s2 (exec → first ApiVersions, idle RSS); "
+        f"or the start rows and those named, comma-separated ({', '.join(ORDER[:-2])})",
     )
     args = ap.parse_args(argv)
+    only: frozenset[str] | None = None
+    if args.rows != "all":
+        only = frozenset() if args.rows == "start" else frozenset(args.rows.split(","))
+        unknown = only - set(ORDER)
+        if unknown:
+            ap.error(f"unknown rows: {', '.join(sorted(unknown))}")
     if args.broker_tree is not None:
         BROKER_RUNTIME.tree = args.broker_tree.resolve()
     reason = tansu_unavailable_reason()
@@ -398,10 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     with temp_dir("wherry-peer-", args.tmp_dir) as base:
         BROKER_RUNTIME.pycache = None if args.no_bytecode_cache else base / "pycache"
-        bench = PeerBench(plan, base)
+        bench = PeerBench(plan, base, only)
         try:
             bench.startup()
-            if args.rows == "all":
+            if only != frozenset():
                 bench.run_rows()
         finally:
             bench.stop()

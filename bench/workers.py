@@ -221,6 +221,7 @@ def ingest(p: Params) -> Params:
                 raise BenchError(f"warm-up produce failed: {errs}")
             time.sleep(0.1)
 
+    pretouch_s = pretouch_param(p)
     barrier = threading.Barrier(conns + 1)
     acked = [0] * conns
     last_ack = [0.0] * conns
@@ -278,6 +279,7 @@ def ingest(p: Params) -> Params:
         "mb_s": total * frame_bytes / elapsed / MIB,
         "req_s": total / elapsed,
         "client_cpu_s": time.process_time() - cpu0,
+        **({} if pretouch_s is None else {"pretouch_s": pretouch_s}),
     }
 
 

@@ -51,6 +51,7 @@ from bench.common import (
     read_frame,
     run_worker,
     segment_files,
+    settle_writeback,
     temp_dir,
 )
 
@@ -461,6 +462,9 @@ class Bench:
         self.log("(e) produce latency")
         topic = "bench-latency"
         create_topic(bs, topic, 1)
+        # the GBs the rows before wrote go to disk first: while the kernel writes them back an
+        # appender's latency is the disk's (bench/cluster.py's latency rows do the same)
+        self.log(f"    page cache written back in {settle_writeback():.1f} s")
         r = run_worker(
             "cf_latency",
             {

@@ -75,15 +75,17 @@ class Plan:
     large_records: int
     latency_s: float
     latency_rate: int
+    latency_runs: int
 
 
 FULL = Plan(
     startup_runs=5, ingest_s=5.0, fetch_fill=500_000, fetch_s=5.0,
     small_records=2_000_000, large_records=500_000, latency_s=10.0, latency_rate=1000,
+    latency_runs=2,
 )
 QUICK = replace(
     FULL, startup_runs=1, ingest_s=1.0, fetch_fill=50_000, fetch_s=1.0,
-    small_records=100_000, large_records=30_000, latency_s=2.0,
+    small_records=100_000, large_records=30_000, latency_s=2.0, latency_runs=1,
 )
 
 
@@ -321,21 +323,39 @@ class PeerBench:
 
         latency: dict[str, dict[str, Any]] = {}
 
-        def lat(q: str) -> Callable[[str, Server], tuple[float, str]]:
-            def run(side: str, s: Server) -> tuple[float, str]:
-                if side not in latency:
-                    create_topic(s.bootstrap, "peer-latency", 1)
+        def latency_runs() -> None:
+            """Both sides' runs, alternating (wherry, tansu, wherry, ... or the reverse), each
+            after the page cache is written back; each side keeps its run with the lower p99."""
+            sides = self.order()
+            runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+            for side in sides:
+                create_topic(self.servers[side].bootstrap, "peer-latency", 1)
+            for _ in range(plan.latency_runs):
+                for side in sides:
+                    server = self.servers[side]
                     settled_s = settle_writeback()  # what the rows before wrote, to disk first
-                    latency[side] = run_worker(
+                    cpu0 = server.cpu_seconds()
+                    r = run_worker(
                         "cf_latency",
-                        {"bootstrap": s.bootstrap, "topic": "peer-latency", "acks": "all",
+                        {"bootstrap": server.bootstrap, "topic": "peer-latency", "acks": "all",
                          "rate": plan.latency_rate, "duration_s": plan.latency_s},
                         timeout_s=timeout,
                     )
-                    latency[side]["settled_s"] = settled_s
+                    runs[side].append(
+                        {**r, "settled_s": settled_s, "broker_cpu_s": server.cpu_seconds() - cpu0}
+                    )
+            for side, rs in runs.items():
+                best = min(rs, key=lambda r: r["p99_ms"])
+                others = ", ".join(f"{r['p50_ms']:.2f}/{r['p99_ms']:.2f}" for r in rs)
+                latency[side] = {**best, "runs": others}
+
+        def lat(q: str) -> Callable[[str, Server], tuple[float, str]]:
+            def run(side: str, s: Server) -> tuple[float, str]:
+                if not latency:
+                    latency_runs()
                 r = latency[side]
-                return r[q], f"max {r['max_ms']:.2f} ms, page cache written back in " \
-                    f"{r['settled_s']:.1f} s first"
+                return r[q], f"max {r['max_ms']:.2f} ms, broker CPU {r['broker_cpu_s']:.1f} s " \
+                    f"(runs p50/p99 ms: {r['runs']}; page cache written back first)"
 
             return run
 
@@ -365,7 +385,14 @@ class PeerBench:
         )
         self.row("k3", "confluent-kafka consumer, 100 B (k2's topic)", "rec/s", consume)
         name = f"latency acks=all, linger 0, {plan.latency_rate}/s"
-        self.row("l1", f"{name}: p50", "ms", lat("p50_ms"), higher_is_better=False)
+        self.row(
+            "l1",
+            f"{name}: p50 (the run with the lower p99)",
+            "ms",
+            lat("p50_ms"),
+            higher_is_better=False,
+            broker_cpu=False,
+        )
         self.row(
             "l2",
             f"{name}: p99 (l1's run)",

@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` impo
 from bench.common import (
     BROKER_RUNTIME,
     MIB,
+    PRETOUCH_MIB_PER_S,
     BenchError,
     Broker,
     answer_api_versions,
@@ -49,7 +50,6 @@ from bench.common import (
 from bench.peer_tansu import Tansu, tansu_unavailable_reason, tansu_version
 
 PARTITIONS = 4
-INGEST_MIB_S = 1000  # above the fastest n1 run seen here (836 MB/s): what pre-touching covers
 
 
 class Server(Protocol):
@@ -257,7 +257,10 @@ class PeerBench:
                     # as much page cache as the run may write, recycled just before it starts
                     # (see bench.common.pretouch_page_cache): otherwise the figure follows
                     # how much of the VM's memory its host has taken back
-                    "pretouch": {"dir": str(self.base), "mib": int(plan.ingest_s * INGEST_MIB_S)},
+                    "pretouch": {
+                        "dir": str(self.base),
+                        "mib": int(plan.ingest_s * PRETOUCH_MIB_PER_S),
+                    },
                 },
                 timeout_s=timeout,
             )

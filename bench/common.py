@@ -99,11 +99,12 @@ def pretouch_page_cache(directory: Path, mib: int) -> float:
     before their clock starts (the `pretouch` param: `pretouch_param`).
 
     The file goes to a memory file system (`MEMORY_DIR`, when it is one with room), else to
-    `directory`. On a disk file system GBs written and deleted at once leave work behind:
-    the kernel starts writing them back, and deleting them frees (and with the `discard`
-    mount option trims) their blocks at the next journal commit. On ext4 here every append
-    of the broker's that runs into that commit waited for it: after a pre-touch of 5 GB in
-    the data dir, 3 of 4 latency runs had stalls of 40-250 ms, none after one in memory."""
+    `directory`. On a disk file system GBs written and deleted at once leave the file system
+    work behind (the kernel has begun writing them back; their blocks are freed, and with the
+    `discard` mount option trimmed, at a later journal commit), and the broker's appends
+    waited on it: after a pre-touch of 5 GB in the data dir (ext4), 3 of 4 latency runs had
+    stalls of 40-250 ms with the event loop inside the append's `pwrite`; none after one in
+    memory."""
     path = _pretouch_dir(directory, mib) / f"wherry-pretouch-{os.getpid()}.bin"
     chunk = b"\0" * 2**20
     t0 = time.monotonic()

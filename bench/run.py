@@ -35,6 +35,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` impo
 from bench.common import (
     BROKER_RUNTIME,
     MIB,
+    PRETOUCH_MIB_PER_S,
     BenchError,
     Broker,
     Profiler,
@@ -74,7 +75,7 @@ class Plan:
 
 
 FULL = Plan(
-    pipe_duration_s=10.0, latency_duration_s=10.0, latency_rate=1000,
+    pipe_duration_s=4.0, latency_duration_s=10.0, latency_rate=1000,
     small_records=2_000_000, large_records=500_000,
     ingest_connections=4, ingest_in_flight=4,
     startup_runs=5, sendfile_bytes=8192 * MIB,
@@ -166,6 +167,11 @@ class Bench:
         self.log(f"  {row.id:<3} {row.name}: {row.result_text()}")
 
     # --- (a) + (b) ---------------------------------------------------------------------------
+    def _pretouch(self, d: Path) -> dict[str, Any]:
+        """What a/b/b2's client writes and deletes just before its clock starts: as much memory
+        as the run may write (`bench.common.pretouch_page_cache`)."""
+        return {"dir": str(d), "mib": int(self.plan.pipe_duration_s * PRETOUCH_MIB_PER_S)}
+
     def pipe_and_ingest(self) -> None:
         plan = self.plan
         topic = "bench-ingest"
@@ -183,7 +189,11 @@ class Bench:
         try:
             server = ServerWorker("raw_server", {"dir": str(d), "timeout_s": 60}, timeout_s=90)
             try:
-                client = run_worker("raw_client", {**load, "port": server.port}, timeout_s=90)
+                client = run_worker(
+                    "raw_client",
+                    {**load, "port": server.port, "pretouch": self._pretouch(d)},
+                    timeout_s=90,
+                )
                 srv = server.result()
             finally:
                 server.kill()
@@ -224,6 +234,7 @@ class Bench:
                         "bootstrap": broker.bootstrap,
                         "connections": plan.ingest_connections,
                         "in_flight": plan.ingest_in_flight,
+                        "pretouch": self._pretouch(d),
                     },
                     timeout_s=120,
                 )

@@ -151,6 +151,7 @@ def raw_client(p: Params) -> Params:
     frame = produce_frames(p)[0]
     with socket.create_connection(("127.0.0.1", p["port"]), timeout=p["timeout_s"]) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        pretouch_s = pretouch_param(p)
         n = 0
         cpu0 = time.process_time()
         t0 = time.perf_counter()
@@ -171,6 +172,7 @@ def raw_client(p: Params) -> Params:
         "elapsed_s": elapsed,
         "mb_s": wire / elapsed / MIB,
         "client_cpu_s": time.process_time() - cpu0,
+        **({} if pretouch_s is None else {"pretouch_s": pretouch_s}),
     }
 
 

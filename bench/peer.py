@@ -352,11 +352,11 @@ class PeerBench:
                     )
             for side, rs in runs.items():
                 best = min(rs, key=lambda r: r["p99_ms"])
-                others = ", ".join(f"{r['p50_ms']:.2f}/{r['p99_ms']:.2f}" for r in rs)
-                latency[side] = {**best, "runs": others}
+                every_run = ", ".join(f"{r['p50_ms']:.2f}/{r['p99_ms']:.2f}" for r in rs)
+                latency[side] = {**best, "runs": every_run}
 
         def lat(q: str) -> Callable[[str, Server], tuple[float, str]]:
-            def run(side: str, s: Server) -> tuple[float, str]:
+            def run(side: str, _s: Server) -> tuple[float, str]:
                 if not latency:
                     latency_runs()
                 r = latency[side]

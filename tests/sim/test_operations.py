@@ -1,7 +1,8 @@
-"""Cluster operations in the simulation (issue 11): reassignments, cancellations, preferred
+"""Cluster operations in the simulation: reassignments, cancellations, preferred
 elections, auto leader rebalance and controlled shutdowns as events of the default
 (real-controller) world, and the invariant that no reassignment is left half-done once the
-cluster is healthy -- shown to fail when the controller's procedure is broken on purpose.
+cluster is healthy -- shown to fail when the controller's procedure is broken on purpose;
+and what topic administration's answers say each topic must end as.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.reassign_procedure import ReassignmentProcedure
@@ -20,6 +22,7 @@ from wherry.controller.replica_state import PartitionReplica
 from wherry.controller.request_batch import RequestBatch
 from wherry.log.manager import CLEAN_SHUTDOWN_FILE
 from wherry.sim.real_controller import RebalanceConfig
+from wherry.sim.topic_operations import NAMES, TopicLedger
 from wherry.sim.world import TOPIC, SimOptions, SimResult, World, run_seed
 
 CI = SimOptions(duration_ms=3_000, settle_ms=2_500)
@@ -169,3 +172,26 @@ def test_invariant_catches_a_lost_stop_replica_left_unrepaired(
     r = _first_violation(CI, range(10))
     assert r is not None, "stray replicas left by lost StopReplicas went unnoticed"
     assert "outside its replicas" in (r.violation or ""), _describe(r)
+
+
+# --- topic administration: what the answers say each name ends as ----------------------------
+def test_the_ledger_follows_the_answers() -> None:
+    name = NAMES[0]
+    ledger = TopicLedger(NAMES)
+    assert ledger.expected[name].state == "absent"
+    ledger.created(name, ErrorCode.invalid_replication_factor, 2)
+    assert ledger.expected[name].state == "absent"  # refused: nothing written
+    ledger.created(name, ErrorCode.none, 2)
+    assert (ledger.expected[name].state, ledger.expected[name].partitions) == ("present", 2)
+    ledger.partitions_added(name, ErrorCode.request_timed_out, 3)
+    assert (ledger.expected[name].state, ledger.expected[name].partitions) == ("present", None)
+    ledger.partitions_added(name, ErrorCode.none, 3)
+    assert ledger.expected[name].partitions == 3
+    ledger.deleted(name, ErrorCode.request_timed_out)  # marked; the deletion goes on
+    assert ledger.expected[name].state == "absent"
+    ledger.unanswered(name)
+    assert ledger.expected[name].state == "unknown"
+    ledger.deleted(name, ErrorCode.unknown_topic_or_partition)
+    assert ledger.expected[name].state == "unknown"
+    ledger.created(name, ErrorCode.request_timed_out, 1)
+    assert ledger.expected[name].state == "unknown"

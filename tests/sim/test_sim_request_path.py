@@ -1,6 +1,7 @@
 """The simulation's clients and followers reach the brokers through the broker's real request
-path (frames decoded by the codecs, the handlers, fetch sessions, share sessions): a bug
-planted in a request handler is one the simulation finds."""
+path (frames decoded by the codecs, the handlers, fetch sessions, share sessions, the admin
+manager and producer id blocks on the broker's store session): a bug planted in a request
+handler is one the simulation finds."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from wherry.protocol.codec import Request
 from wherry.server.handlers import LOADED, handler_for, share_state_common
 from wherry.server.handlers.share_common import answer, open_session
 from wherry.server.metadata_gate import MetadataGate
+from wherry.server.producer_ids import ProducerIdManager
 from wherry.server.sasl_gate import SaslGate
 from wherry.server.services import BrokerServices
 from wherry.sim.world import SimOptions, SimResult, run_seed
@@ -252,3 +254,100 @@ def test_a_seed_replays_the_same_after_other_worlds_ran_in_the_process() -> None
     for other in (1, 2):
         _trace(other)
     assert _trace(7) == first
+
+
+# --- topic administration (`sim/topic_operations.py`) ----------------------------------------
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+
+
+def counting(handlers: dict[int, Any], keys: tuple[int, ...]) -> dict[tuple[int, str], int]:
+    """The real handlers of `keys`; each answer's first error code counted by (key, name)."""
+    seen: dict[tuple[int, str], int] = {}
+    real = {k: handler_for(k) for k in keys}
+
+    def wrap(key: int) -> Any:
+        async def handle(broker: BrokerServices, req: Request) -> Any:
+            out = await real[key](broker, req)
+            assert isinstance(out, Mapping)
+            items = out.get("topics") or out.get("responses") or out.get("results") or []
+            for item in items:
+                name = ErrorCode(item["error_code"]).name
+                seen[(key, name)] = seen.get((key, name), 0) + 1
+            return out
+
+        return handle
+
+    for key in keys:
+        handlers[key] = wrap(key)
+    return seen
+
+
+def test_topic_requests_go_through_the_real_handlers(handlers: dict[int, Any]) -> None:
+    """Over a few default seeds, topics are created, deleted and given partitions through the
+    handlers, answered NONE mostly, and every seed's final check holds."""
+    seen = counting(handlers, (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS))
+    assert first_failure(12) is None
+    for key in (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS):
+        assert seen.get((key, "none"), 0) > 0, (key, seen)
+
+
+async def delete_answered_not_marked(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
+    """A DeleteTopics handler with a bug: NONE for every topic, no deletion marked."""
+    return {
+        "throttle_time": 0,
+        "responses": [
+            {"name": t.name, "topic_id": t.topic_id, "error_code": ErrorCode.none,
+             "error_message": None}
+            for t in req.body.topics
+        ],
+    }
+
+
+async def partitions_answered_not_written(
+    broker: BrokerServices, req: Request
+) -> Mapping[str, Any]:
+    """A CreatePartitions handler with a bug: NONE for every topic, nothing written."""
+    return {
+        "throttle_time": 0,
+        "results": [
+            {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+            for t in req.body.topics
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "bug", "words"),
+    [
+        (DELETE_TOPICS, delete_answered_not_marked, "yet in the store"),
+        (CREATE_PARTITIONS, partitions_answered_not_written, "answered"),
+    ],
+)
+def test_a_topic_handler_that_answers_without_acting_is_caught(
+    handlers: dict[int, Any], key: int, bug: Any, words: str
+) -> None:
+    handlers[key] = bug
+    failed = first_failure(50)
+    assert failed is not None, f"the planted bug of API {key} went unnoticed for 50 seeds"
+    assert failed.violation is not None and words in failed.violation, failed
+
+
+def test_producer_ids_come_from_the_brokers_blocks_in_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With transactions, new producer ids come from `wherry server`'s producer id blocks,
+    claimed in the simulated metadata store: each id handed out once across the brokers."""
+    given: list[tuple[int, int]] = []
+    real = ProducerIdManager.next_id
+
+    async def next_id(self: ProducerIdManager) -> int:
+        pid = await real(self)
+        given.append((pid, self.broker_id))
+        return pid
+
+    monkeypatch.setattr(ProducerIdManager, "next_id", next_id)
+    result = run_seed(1, dataclasses.replace(CI, transactions=True))
+    assert result.ok, result.violation or result.error
+    ids = [pid for pid, _ in given]
+    assert ids and len(set(ids)) == len(ids), given
+    assert len({b for _, b in given}) > 1 or len(ids) < 2  # blocks of several brokers

@@ -114,12 +114,19 @@ class LeaderView:
     leader_epoch: int
     high_watermark: int
     maximal_isr: frozenset[int]
+    # The topic's id (as an int: hashed cheaply every step): a topic deleted and created again
+    # under its name starts its leader epochs over.
+    topic_id: int | None = None
 
 
 @dataclass(slots=True)
 class History:
-    leader_of_epoch: dict[tuple[TopicPartition, int], int] = field(default_factory=dict)
-    leader_hw: dict[tuple[int, int, TopicPartition, int], int] = field(default_factory=dict)
+    leader_of_epoch: dict[tuple[TopicPartition, int | None, int], int] = field(
+        default_factory=dict
+    )
+    leader_hw: dict[tuple[int, int, TopicPartition, int | None, int], int] = field(
+        default_factory=dict
+    )
     acked: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
     committed: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
     # Compacted topics: key -> the offset of the latest plain record seen below a HW.
@@ -195,14 +202,14 @@ class History:
         removed replica whose StopReplica was lost, say), and the member may since have been
         removed, deleted and added again with an empty log."""
         for v in leaders:
-            key = (v.tp, v.leader_epoch)
+            key = (v.tp, v.topic_id, v.leader_epoch)
             other = self.leader_of_epoch.setdefault(key, v.broker_id)
             if other != v.broker_id:
                 raise InvariantViolation(
                     f"{v.tp}: two leaders in leader epoch {v.leader_epoch}: "
                     f"brokers {other} and {v.broker_id}"
                 )
-            hkey = (v.broker_id, v.incarnation, v.tp, v.leader_epoch)
+            hkey = (v.broker_id, v.incarnation, v.tp, v.topic_id, v.leader_epoch)
             last = self.leader_hw.get(hkey, -1)
             if v.high_watermark < last:
                 raise InvariantViolation(

@@ -10,12 +10,14 @@ the process that runs to its end whatever its client does, as in the network lay
 connection its client closes is closed here too (`connection_closed`).
 
 The simulated broker hosts the replica node and what the simulation adds on it (the
-transaction and group coordinators and the share groups, `services`; the handlers reach them,
-and producer ids come from the world's one counter); it runs no admin manager
-or log-dir mover, and a request that needs one closes its connection with a log line. Its
-metadata-store session (with the real controller) is kept by `wherry server`'s
+transaction and group coordinators and the share groups, `services`; the handlers reach them).
+Its metadata-store session (with the real controller) is kept by `wherry server`'s
 `StoreSession`: it registers on it, and after an expiry, noticed a moment later, opens a new
-one and registers again. Its
+one and registers again; on it run `wherry server`'s admin manager (CreateTopics,
+CreatePartitions, DeleteTopics, configs: written to the store for the controller to act on)
+and producer id blocks (InitProducerId). It runs no log-dir mover (one log dir), and with the
+model controller (no store) no admin manager and producer ids from the world's one counter:
+a request that needs what it does not run closes its connection with a log line. Its
 housekeeping is `wherry server`'s (`server/housekeeping.py`: retention, deleted logs'
 directories, the log cleaner, the flusher, the checkpoints, group offset expiry), paced by the
 simulation's broker config, on simulated time, its file work inline (no threads).
@@ -65,6 +67,7 @@ from wherry.runtime.scheduler import Scheduler
 from wherry.security.authorizer import Authorizer
 from wherry.security.scram_store import ScramCredentialCache
 from wherry.server import dispatch
+from wherry.server.admin import AdminManager
 from wherry.server.assembly import BrokerIO, replica_node, wait_for_metadata
 from wherry.server.client_quotas import ClientQuotas
 from wherry.server.config import BrokerConfig
@@ -72,6 +75,7 @@ from wherry.server.housekeeping import schedule_housekeeping
 from wherry.server.listener_security import broker_security
 from wherry.server.metadata_gate import MetadataGate, metadata_gate
 from wherry.server.network import ConnectionInfo, Deferred
+from wherry.server.producer_ids import ProducerIdManager
 from wherry.server.registration import register_broker
 from wherry.server.sasl_gate import SaslGate
 from wherry.server.store_session import StoreSession
@@ -103,8 +107,9 @@ class NotHostedError(LookupError):
 
 
 class SimProducerIds:
-    """Producer ids for InitProducerId and EndTxn, from the world's one counter (what the
-    brokers' id blocks in the store give: each id once)."""
+    """Producer ids for InitProducerId and EndTxn without a metadata store (the model
+    controller), from the world's one counter (what the brokers' id blocks in the store give:
+    each id once)."""
 
     def __init__(self, claim: Callable[[], int]) -> None:
         self._claim = claim
@@ -161,6 +166,10 @@ class SimBroker:
         self._rng = rng
         self._sessions = sessions
         self.session: StoreSession | None = None
+        # On the session's store (the real controller): `wherry server`'s admin manager and
+        # producer id blocks.
+        self._admin: AdminManager | None = None
+        self._producer_ids: ProducerIdManager | None = None
         self.broker_config = BrokerConfig.from_props(
             {**config.broker_props, "broker.id": str(broker_id), "log.dirs": str(data_dir)}
         )
@@ -237,12 +246,16 @@ class SimBroker:
         return self.share_host
 
     @property
-    def admin(self) -> Any:
-        self._not_hosted("admin manager")
+    def admin(self) -> AdminManager:
+        if self._admin is None:
+            self._not_hosted("admin manager (no metadata store: the model controller)")
+        return self._admin
 
     @property
-    def producer_ids(self) -> SimProducerIds:
-        return SimProducerIds(self._peers.claim_producer_id)
+    def producer_ids(self) -> ProducerIdManager | SimProducerIds:
+        if self._producer_ids is None:
+            return SimProducerIds(self._peers.claim_producer_id)
+        return self._producer_ids
 
     @property
     def log_dir_mover(self) -> Any:
@@ -310,6 +323,7 @@ class SimBroker:
             blocking_in_executor=False,  # deterministic: no threads
         )
         epoch = self._broker_epoch
+        store: MetadataStore | None = None
         if (sessions := self._sessions) is not None:
             self.session = StoreSession(
                 self._open_session,
@@ -319,7 +333,8 @@ class SimBroker:
                 f"[Broker id={self.broker_id}]",
                 notice_delay_s=lambda: sessions.notice_delay_s(self.broker_id),
             )
-            epoch = run_now(self._register(run_now(self.session.open())))
+            store = run_now(self.session.open())
+            epoch = run_now(self._register(store))
         self.replica = replica_node(
             self.broker_config,
             self.log_manager,
@@ -329,6 +344,9 @@ class SimBroker:
             topic_config=cfg.log_config_of,
         )
         self.replica.start()
+        if store is not None:
+            self._admin = AdminManager(self.broker_config, store, self.replica.cache, self._rng)
+            self._producer_ids = ProducerIdManager(self.broker_id, store)
         # The broker's gates, as `Broker` sets them: clients' requests wait for the first
         # metadata; the SASL exchange on SASL listeners (the simulated ones are plaintext).
         cfg_b = self.broker_config
@@ -357,8 +375,12 @@ class SimBroker:
         return await register_broker(store, self.broker_id, (endpoint,), None, self.now_ms())
 
     async def _on_new_session(self, store: MetadataStore) -> None:
-        """Registered again after an expiry, with a new broker epoch."""
+        """Registered again after an expiry, with a new broker epoch; the admin manager and
+        producer ids use the new session (as `Broker`'s)."""
         self.replica.fence.broker_epoch = await self._register(store)
+        if self._admin is not None and self._producer_ids is not None:
+            self._admin.store = store
+            self._producer_ids.store = store
 
     def _alive(self) -> Callable[[], bool]:
         """True while this incarnation of the process runs (its connections die with it)."""

@@ -4,9 +4,11 @@ Chosen at random with the seed's own RNG, alongside the faults: partition reassi
 random replica set (random brokers among the live ones, the same or a random replication
 factor), cancellations of reassignments, preferred leader elections (every partition or
 some), and controlled shutdowns of a broker followed by its clean stop and a later restart
-(`SimBroker.controlled_shutdown`, retried as Kafka's broker does). Requests go over the
-simulated network to the acting controller host (`RealControlPlane.admin`) and may be lost;
-`ReassignmentLedger` keeps what each may have done, for the final check.
+(`SimBroker.controlled_shutdown`, retried as Kafka's broker does), and topic administration
+(`topic_operations.py`: CreateTopics, CreatePartitions and DeleteTopics through a broker's
+handlers). Cluster requests go over the simulated network to the acting controller host
+(`RealControlPlane.admin`) and may be lost; `ReassignmentLedger` keeps what each may have
+done, for the final check.
 
 A reassignment overlaps a controller crash often: right after one is started, the acting
 controller host is, with some probability, either armed to crash right before one of its
@@ -35,25 +37,17 @@ from wherry.sim.invariants import (
     ReassignmentLedger,
     check_reassignments_settled,
 )
-from wherry.sim.node import SimBroker
 from wherry.sim.real_controller import RealControlPlane, RebalanceConfig
+from wherry.sim.topic_operations import TopicOperations
+from wherry.sim.topic_operations import World as TopicWorld
 
 T = TypeVar("T")
 
 
-class World(Protocol):
-    """What the operations need from `world.World`."""
+class World(TopicWorld, Protocol):
+    """What the operations need from `world.World` (the topic operations' needs too)."""
 
-    broker_ids: list[int]
-    down: set[int]
-    stopping: set[int]
     tps: list[TopicPartition]
-
-    def now_ms(self) -> int: ...
-
-    def node(self, broker_id: int) -> SimBroker | None: ...
-
-    def log_fault(self, line: str) -> None: ...
 
     def crash_controller(self, host: int) -> None: ...
 
@@ -86,6 +80,7 @@ class ClusterOperations:
         rng: random.Random,
         topic: str,
         initial: dict[int, tuple[int, ...]],
+        topics: TopicOperations | None,
         *,
         keep_in_sync: bool = True,
         min_replication_factor: int = 1,
@@ -99,6 +94,7 @@ class ClusterOperations:
         self.rng = rng
         self.topic = topic
         self.ledger = ReassignmentLedger(initial={topic: dict(initial)})
+        self.topics = topics
         self.tasks: list[asyncio.Task[None]] = []
         self.until_ms = 0
         self.counts: dict[str, int] = {}
@@ -107,6 +103,9 @@ class ClusterOperations:
     async def run(self, until_ms: int) -> None:
         self.until_ms = until_ms
         loop = asyncio.get_running_loop()
+        if self.topics is not None:
+            crash = self._maybe_crash_controller
+            self.tasks.append(loop.create_task(self.topics.run(until_ms, crash)))
         while True:
             await asyncio.sleep(self.rng.uniform(*self.INTERVAL_MS) / 1000)
             if self.world.now_ms() >= until_ms:
@@ -125,6 +124,8 @@ class ClusterOperations:
         """At heal: end every operation still running; returns the brokers that were in a
         controlled shutdown (the world restarts them)."""
         stopping = sorted(self.world.stopping)
+        if self.topics is not None:
+            await self.topics.stop()
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -278,8 +279,9 @@ class ClusterOperations:
         w.spawn(w.restart_later(b, rng.uniform(100, 1500)))
 
     # --- controller crashes during reassignments ----------------------------------------------
-    def _maybe_crash_controller(self) -> None:
-        rng, w = self.rng, self.world
+    def _maybe_crash_controller(self, rng: random.Random | None = None) -> None:
+        """`rng`: whose randomness decides (the topic operations' own), else the operations'."""
+        rng, w = rng or self.rng, self.world
         if rng.random() >= self.CRASH_AFTER_REASSIGN:
             return
         h = self.plane.active_host()
@@ -313,8 +315,11 @@ class ClusterOperations:
             asyncio.get_running_loop().call_later(delay, w.start_controller, host)
 
     # --- the final check ----------------------------------------------------------------------
-    async def check_final(self) -> None:
-        """Every reassignment completed or was cancelled (`check_reassignments_settled`)."""
+    async def check_final(self, grace_ms: int) -> None:
+        """Every reassignment completed or was cancelled (`check_reassignments_settled`); the
+        administered topics as their answers said, given `grace_ms` to get there."""
+        if self.topics is not None:
+            await self.topics.settle_and_check(grace_ms)
         w = self.world
         a = self.plane.stored_assignment(self.topic)
         if a is None:

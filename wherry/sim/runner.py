@@ -96,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--no-operations",
         action="store_true",
-        help="no reassignments, elections or controlled shutdowns (faults only)",
+        help="no reassignments, elections, controlled shutdowns or topic creation and deletion "
+        "(faults only)",
     )
     p.add_argument(
         "--careless-reassign",

@@ -49,6 +49,8 @@ from wherry.sim.node import NodeConfig, SimBroker
 from wherry.sim.operations import ClusterOperations, rebalance_config
 from wherry.sim.real_controller import RealControlPlane, RebalanceConfig
 from wherry.sim.share_consumers import ShareConsumer
+from wherry.sim.topic_operations import NAMES as ADMIN_TOPICS
+from wherry.sim.topic_operations import TopicOperations
 from wherry.sim.transactions import TxnHost, TxnProducer, TxnSimConfig
 from wherry.sim.transactions import check_final as check_txn_final
 from wherry.sim.transactions import check_reads as check_txn_reads
@@ -91,6 +93,10 @@ class SimOptions:
     # Real controller, with faults: reassignments, cancellations, preferred elections and
     # controlled shutdowns as events (operations.py).
     operations: bool = True
+    # With the operations: topics created, extended and deleted through the brokers'
+    # handlers (topic_operations.py), on randomness of their own (the other events draw
+    # theirs as without them).
+    topic_operations: bool = True
     # Auto leader rebalance: None lets the seed decide (on in half the seeds, short interval).
     auto_rebalance: RebalanceConfig | None = None
     # Reassignment targets keep one live in-sync replica (False: any live brokers, which can
@@ -188,7 +194,10 @@ class World:
         self.node_config = NodeConfig(
             log_config=log_config,
             topic_log_configs={
-                t: compacted for t in (TRANSACTION_STATE_TOPIC, cg.OFFSETS_TOPIC, SHARE_STATE_TOPIC)
+                **{t: compacted for t in (TRANSACTION_STATE_TOPIC, cg.OFFSETS_TOPIC,
+                                          SHARE_STATE_TOPIC)},
+                # the administered topics' deleted logs go within the seed's time
+                **{t: replace(log_config, file_delete_delay_ms=500) for t in ADMIN_TOPICS},
             },
             broker_props={
                 "replica.fetch.wait.max.ms": "100",
@@ -242,6 +251,10 @@ class World:
                     ops_rng,
                     TOPIC,
                     dict(assignments),
+                    TopicOperations(
+                        self, self.plane, random.Random(f"{seed}:topics"),
+                        lambda b: self.root / f"broker-{b}",
+                    ) if options.topic_operations else None,
                     keep_in_sync=options.reassign_keep_in_sync,
                     min_replication_factor=(
                         options.min_insync_replicas if options.transactions else 1
@@ -617,20 +630,28 @@ class World:
         leaders: list[LeaderView] = []
         leo: dict[tuple[int, TopicPartition], int] = {}
         epochs: dict[tuple[int, TopicPartition], int] = {}
-        for b, node, tp, part in self._open_partitions():
-            leo[(b, tp)] = part.log.log_end_offset
-            epochs[(b, tp)] = part.leader_epoch
-            if part.is_leader:
-                leaders.append(
-                    LeaderView(
-                        b,
-                        node.incarnation,
-                        tp,
-                        part.leader_epoch,
-                        part.high_watermark,
-                        part.state.maximal_isr,
+        for b, node in self.nodes.items():  # `_open_partitions`, inline: it runs every step
+            if not node.up:
+                continue
+            for tp, part in node.replica_manager.partitions.items():
+                plog = part.log
+                if plog.closed:
+                    continue
+                key = (b, tp)
+                leo[key] = plog.log_end_offset
+                epochs[key] = epoch = part.leader_epoch
+                if part.is_leader:
+                    leaders.append(
+                        LeaderView(
+                            b,
+                            node.incarnation,
+                            tp,
+                            epoch,
+                            part.high_watermark,
+                            part.state.maximal_isr,
+                            None if (tid := part.topic_id) is None else tid.int,
+                        )
                     )
-                )
         self.history.check_leaders(leaders, leo, epochs)
 
     def check_data(self) -> None:
@@ -800,7 +821,7 @@ class World:
             await ws.settle(self, o.share, self.store.topic_id, o.settle_ms)
         self.check_final()
         if ops is not None:
-            await ops.check_final()
+            await ops.check_final(4 * o.request_timeout_ms)
 
     def run(self) -> SimResult:
         asyncio.set_event_loop(self.loop)

@@ -89,8 +89,10 @@ class ScriptedShutdown(World):
         self.led_at_stop = [
             tp for tp in self.tps if (st := self.stored_state(tp)) and st.leader == b
         ]
+        node = self.node(b)
+        assert node is not None
         await super().stop_broker(b)
-        self.clean_marker = (self.root / f"broker-{b}" / CLEAN_SHUTDOWN_FILE).exists()
+        self.clean_marker = all((d / CLEAN_SHUTDOWN_FILE).exists() for d in node.log_dirs)
 
 
 def test_controlled_shutdown_moves_leadership_then_stops_cleanly(tmp_path: Path) -> None:
@@ -105,7 +107,7 @@ def test_controlled_shutdown_moves_leadership_then_stops_cleanly(tmp_path: Path)
     stops = [f for f in r.faults if f.endswith(f"broker {b} stops")]
     assert stops, r.faults  # the controller answered with nothing left to lead
     assert world.led_at_stop == [], "the broker still led partitions when it stopped"
-    assert world.clean_marker, "a clean stop leaves the clean-shutdown marker"
+    assert world.clean_marker, "a clean stop leaves the clean-shutdown marker in each log dir"
     assert any(f"restart broker {b}" in f for f in r.faults), r.faults
 
 

@@ -13,7 +13,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.log.manager import LogManager
 from wherry.protocol.codec import Request
+from wherry.replication.log_dir_mover import LogDirMover
 from wherry.server.handlers import LOADED, handler_for, share_state_common
 from wherry.server.handlers.share_common import answer, open_session
 from wherry.server.metadata_gate import MetadataGate
@@ -261,7 +263,8 @@ CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 
 
 def counting(handlers: dict[int, Any], keys: tuple[int, ...]) -> dict[tuple[int, str], int]:
-    """The real handlers of `keys`; each answer's first error code counted by (key, name)."""
+    """The real handlers of `keys`; each result's error code (each partition's, for answers
+    per partition) counted by (key, name)."""
     seen: dict[tuple[int, str], int] = {}
     real = {k: handler_for(k) for k in keys}
 
@@ -271,8 +274,9 @@ def counting(handlers: dict[int, Any], keys: tuple[int, ...]) -> dict[tuple[int,
             assert isinstance(out, Mapping)
             items = out.get("topics") or out.get("responses") or out.get("results") or []
             for item in items:
-                name = ErrorCode(item["error_code"]).name
-                seen[(key, name)] = seen.get((key, name), 0) + 1
+                for result in item.get("partitions", [item]):
+                    name = ErrorCode(result["error_code"]).name
+                    seen[(key, name)] = seen.get((key, name), 0) + 1
             return out
 
         return handle
@@ -351,3 +355,42 @@ def test_producer_ids_come_from_the_brokers_blocks_in_the_store(
     ids = [pid for pid, _ in given]
     assert ids and len(set(ids)) == len(ids), given
     assert len({b for _, b in given}) > 1 or len(ids) < 2  # blocks of several brokers
+
+
+# --- log-dir moves (`sim/log_dir_operations.py`) -------------------------------------------------
+ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
+
+
+def test_replicas_move_between_log_dirs_through_the_real_handlers(
+    handlers: dict[int, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's DescribeLogDirs and AlterReplicaLogDirs go through the handlers, and the
+    brokers' log-dir movers promote future logs while the faults go on; the seeds hold."""
+    seen = counting(handlers, (ALTER_REPLICA_LOG_DIRS,))
+    described = counted(handlers, (DESCRIBE_LOG_DIRS,))
+    promoted: list[TopicPartition] = []
+    real = LogManager.promote_future_log
+
+    def promote(self: LogManager, tp: TopicPartition, **kw: Any) -> bool:
+        done = real(self, tp, **kw)
+        if done:
+            promoted.append(tp)
+        return done
+
+    monkeypatch.setattr(LogManager, "promote_future_log", promote)
+    assert first_failure(6) is None
+    assert described[DESCRIBE_LOG_DIRS] > 0
+    assert seen.get((ALTER_REPLICA_LOG_DIRS, "none"), 0) > 0, seen
+    assert len(promoted) > 3, promoted
+
+
+def test_a_log_dir_mover_that_stops_copying_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mover bug -- steps that copy nothing -- leaves moves unfinished after healing."""
+
+    async def idle_step(self: LogDirMover, tp: TopicPartition) -> int:
+        return 0
+
+    monkeypatch.setattr(LogDirMover, "_step", idle_step)
+    failed = first_failure(10)
+    assert failed is not None, "moves that never finish went unnoticed for 10 seeds"
+    assert failed.violation is not None and "moves not finished" in failed.violation, failed

@@ -65,8 +65,8 @@ def test_world_share_ledger_catches_a_leader_that_forgets_the_state() -> None:
 
     SharePersister.read = forgetful  # type: ignore[method-assign]
     try:
-        # the schedule this seed was found with, before topic administration joined the world
-        r = run_seed(0, replace(SimOptions(), share_consumers=True, topic_operations=False))
+        # the seed's schedule as found, before the admin client's operations joined the world
+        r = run_seed(0, replace(SimOptions(), share_consumers=True, admin_operations=False))
     finally:
         SharePersister.read = original  # type: ignore[method-assign]
     assert r.violation is not None and "delivered again" in r.violation
@@ -105,8 +105,8 @@ def test_seed_1125_a_stray_is_caught_without_the_full_leader_and_isr(
     from wherry.controller.request_batch import RequestBatch
     from wherry.sim.world import SimOptions, run_seed
 
-    # the schedule this seed was found with, before topic administration joined the world
-    options = replace(SimOptions(), share_consumers=True, topic_operations=False)
+    # the seed's schedule as found, before the admin client's operations joined the world
+    options = replace(SimOptions(), share_consumers=True, admin_operations=False)
     assert run_seed(1125, options).ok
     monkeypatch.setattr(RequestBatch, "mark_full", lambda self, broker_ids: None)
     r = run_seed(1125, options)

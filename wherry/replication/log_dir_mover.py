@@ -3,7 +3,8 @@ ReplicaAlterLogDirsManager and its thread).
 
 AlterReplicaLogDirs creates a future log (`LogManager.create_future_log`) and kicks the mover.
 One asyncio task then copies, round after round, a chunk of each moving partition into its
-future log, each step's blocking file I/O in an executor so the event loop keeps serving; a
+future log, each step's blocking file I/O in an executor so the event loop keeps serving (inline
+in the simulator, `blocking_in_executor=False`: deterministic, no threads); a
 partition whose copy reached the current log's end is promoted (`promote_future_log`: the
 last batches under the log's lock, then the directory swap). The task ends when nothing is
 left to move and is kicked again by the next request, or at start for moves a restart
@@ -40,8 +41,10 @@ class LogDirMover:
         *,
         io_max_bytes_per_second: int = UNLIMITED,
         chunk_bytes: int = CHUNK_BYTES,
+        blocking_in_executor: bool = True,
     ) -> None:
         self.log_manager = log_manager
+        self.blocking_in_executor = blocking_in_executor
         self._max_chunk_bytes = chunk_bytes
         self.set_rate(io_max_bytes_per_second)
         self._task: asyncio.Task[None] | None = None
@@ -79,7 +82,16 @@ class LogDirMover:
             except Exception:  # pragma: no cover - logged by _run
                 pass
 
+    def abandon(self) -> None:
+        """The process is gone (the simulator's crash): the mover ends where it is, between
+        two steps (a step is never cut short), and writes nothing more."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+
     async def _blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
+        if not self.blocking_in_executor:
+            return fn(*args)
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     async def _run(self) -> None:

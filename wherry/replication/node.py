@@ -12,8 +12,9 @@ simulator (`sim/node.py`) run it; each hands it its own transport and clock:
 * `leader_quota` / `follower_quota` (optional) are the broker's KIP-73 replication quotas,
   handed on to the replica manager (serving followers) and the fetchers;
 * `ReplicaNodeConfig.blocking_in_executor` says whether file work (deleting a stopped
-  partition's log, writing the HW checkpoint) goes to the loop's executor (a broker) or runs
-  inline (the simulator, which must stay deterministic).
+  partition's log, writing the HW checkpoint, and the handlers' own through `run_blocking`)
+  goes to the loop's executor (a broker) or runs inline (the simulator, which must stay
+  deterministic).
 
 Every state change happens on the event loop: the controller's requests are judged and
 applied there, and parked produce and fetch requests complete there (a purgatory refuses
@@ -237,7 +238,7 @@ class ReplicaNode:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
-        await self._blocking(self.replica_manager.checkpoint_high_watermarks)
+        await self.run_blocking(self.replica_manager.checkpoint_high_watermarks)
 
     def abandon(self) -> None:
         """A killed process: every task ends at once, nothing is completed or written."""
@@ -278,7 +279,9 @@ class ReplicaNode:
         elif self.on_log_dir_failure is not None:
             self.on_log_dir_failure(dir)
 
-    async def _blocking(self, fn: Callable[[], T]) -> T:
+    async def run_blocking(self, fn: Callable[[], T]) -> T:
+        """`fn()`'s blocking file work: on the loop's executor, or inline when the node's
+        `blocking_in_executor` is off (the simulator: deterministic, no threads)."""
         if self.config.blocking_in_executor:
             return await asyncio.get_running_loop().run_in_executor(None, fn)
         return fn()
@@ -493,7 +496,7 @@ class ReplicaNode:
         to_delete = self.replica_manager.stop_replicas(req)
         if to_delete:
             # Off the loop: only the file work (close, rename, checkpoints).
-            await self._blocking(lambda: self._delete_logs(to_delete))
+            await self.run_blocking(lambda: self._delete_logs(to_delete))
             for listener in self.deletion_listeners:
                 listener(to_delete)
 

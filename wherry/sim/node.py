@@ -15,9 +15,11 @@ Its metadata-store session (with the real controller) is kept by `wherry server`
 `StoreSession`: it registers on it, and after an expiry, noticed a moment later, opens a new
 one and registers again; on it run `wherry server`'s admin manager (CreateTopics,
 CreatePartitions, DeleteTopics, configs: written to the store for the controller to act on)
-and producer id blocks (InitProducerId). It runs no log-dir mover (one log dir), and with the
-model controller (no store) no admin manager and producer ids from the world's one counter:
-a request that needs what it does not run closes its connection with a log line. Its
+and producer id blocks (InitProducerId). With the model controller (no store) it runs no
+admin manager and takes producer ids from the world's one counter: a request that needs what
+it does not run closes its connection with a log line. Its log dirs (`NodeConfig.log_dirs`)
+have `wherry server`'s log-dir mover (AlterReplicaLogDirs: a future log filled, then promoted),
+its copies inline; a move a crash interrupted resumes at the restart. Its
 housekeeping is `wherry server`'s (`server/housekeeping.py`: retention, deleted logs'
 directories, the log cleaner, the flusher, the checkpoints, group offset expiry), paced by the
 simulation's broker config, on simulated time, its file work inline (no threads).
@@ -59,6 +61,7 @@ from wherry.protocol.interbroker import (
 )
 from wherry.replication.controlled_shutdown import ControlledShutdown, ControlledShutdownSettings
 from wherry.replication.controller_requests import ControllerFence
+from wherry.replication.log_dir_mover import LogDirMover
 from wherry.replication.metadata_cache import MetadataCache
 from wherry.replication.node import ReplicaNode
 from wherry.replication.replica_manager import ReplicaManager
@@ -128,6 +131,8 @@ class NodeConfig:
     controlled_shutdown_retry_backoff_ms: int = 200  # Kafka's is 5000; simulated runs are short
     # Topics with a config of their own (the coordinators' compacted internal topics).
     topic_log_configs: Mapping[str, LogConfig] = dataclasses.field(default_factory=dict)
+    # Log dirs per broker: one (the broker's directory), or that many beneath it.
+    log_dirs: int = 1
 
     def log_config_of(self, topic: str) -> LogConfig:
         return self.topic_log_configs.get(topic, self.log_config)
@@ -155,6 +160,11 @@ class SimBroker:
         (`broker_epoch` is then what it registers with); without, the world registers it."""
         self.broker_id = broker_id
         self.data_dir = data_dir
+        self.log_dirs = (
+            [data_dir]
+            if config.log_dirs == 1
+            else [data_dir / f"log-dir-{i}" for i in range(config.log_dirs)]
+        )
         self.incarnation = incarnation
         self.network = network
         self.settings = config
@@ -170,8 +180,13 @@ class SimBroker:
         # producer id blocks.
         self._admin: AdminManager | None = None
         self._producer_ids: ProducerIdManager | None = None
+        self._log_dir_mover: LogDirMover | None = None  # AlterReplicaLogDirs' copies, inline
         self.broker_config = BrokerConfig.from_props(
-            {**config.broker_props, "broker.id": str(broker_id), "log.dirs": str(data_dir)}
+            {
+                **config.broker_props,
+                "broker.id": str(broker_id),
+                "log.dirs": ",".join(str(d) for d in self.log_dirs),
+            }
         )
         self.clock: Clock = FunctionClock(now_ms)
         self.request_stats = RequestStats()
@@ -258,8 +273,9 @@ class SimBroker:
         return self._producer_ids
 
     @property
-    def log_dir_mover(self) -> Any:
-        self._not_hosted("log-dir mover")
+    def log_dir_mover(self) -> LogDirMover:
+        assert self._log_dir_mover is not None, "the broker has not started"
+        return self._log_dir_mover
 
     async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:
         return await wait_for_metadata(self.cache, self.clock, predicate, timeout_ms)
@@ -304,7 +320,7 @@ class SimBroker:
     def start(self) -> None:
         cfg = self.settings
         self.log_manager = LogManager(
-            [self.data_dir], cfg.log_config, self.now_ms, topic_configs=cfg.topic_log_configs
+            self.log_dirs, cfg.log_config, self.now_ms, topic_configs=cfg.topic_log_configs
         )
         self.log_manager.startup()
         fetcher_timeout_ms = self.broker_config.raw.get("replica.socket.timeout.ms", "30000")
@@ -344,6 +360,8 @@ class SimBroker:
             topic_config=cfg.log_config_of,
         )
         self.replica.start()
+        self._log_dir_mover = LogDirMover(self.log_manager, blocking_in_executor=False)
+        self._log_dir_mover.kick()  # moves a crash or stop interrupted resume
         if store is not None:
             self._admin = AdminManager(self.broker_config, store, self.replica.cache, self._rng)
             self._producer_ids = ProducerIdManager(self.broker_id, store)
@@ -399,6 +417,8 @@ class SimBroker:
         self._end_requests()
         for s in self.services:
             s.abandon()
+        if self._log_dir_mover is not None:
+            self._log_dir_mover.abandon()
         self.replica.abandon()
         files: list[Path] = []
         for plog in self.log_manager.all_logs():
@@ -451,6 +471,8 @@ class SimBroker:
             await self.session.stop()
         for s in self.services:
             await s.stop()
+        if self._log_dir_mover is not None:
+            await self._log_dir_mover.stop()
         await self.replica.stop()
         await self.scheduler.shutdown()
         self.log_manager.shutdown()

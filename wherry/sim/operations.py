@@ -4,9 +4,10 @@ Chosen at random with the seed's own RNG, alongside the faults: partition reassi
 random replica set (random brokers among the live ones, the same or a random replication
 factor), cancellations of reassignments, preferred leader elections (every partition or
 some), and controlled shutdowns of a broker followed by its clean stop and a later restart
-(`SimBroker.controlled_shutdown`, retried as Kafka's broker does), and topic administration
-(`topic_operations.py`: CreateTopics, CreatePartitions and DeleteTopics through a broker's
-handlers). Cluster requests go over the simulated network to the acting controller host
+(`SimBroker.controlled_shutdown`, retried as Kafka's broker does); beside them an admin
+client's own operations through the brokers' handlers (`topic_operations.py`: CreateTopics,
+CreatePartitions and DeleteTopics; `log_dir_operations.py`: AlterReplicaLogDirs). Cluster
+requests go over the simulated network to the acting controller host
 (`RealControlPlane.admin`) and may be lost; `ReassignmentLedger` keeps what each may have
 done, for the final check.
 
@@ -32,20 +33,19 @@ from wherry.common.topic_partition import TopicPartition
 from wherry.controller.controller import Controller
 from wherry.controller.leadership import PREFERRED
 from wherry.controller.reassignment import ApiResult
+from wherry.sim.admin_client import AdminOperations, AdminWorld
 from wherry.sim.invariants import (
     LedgerEntry,
     ReassignmentLedger,
     check_reassignments_settled,
 )
 from wherry.sim.real_controller import RealControlPlane, RebalanceConfig
-from wherry.sim.topic_operations import TopicOperations
-from wherry.sim.topic_operations import World as TopicWorld
 
 T = TypeVar("T")
 
 
-class World(TopicWorld, Protocol):
-    """What the operations need from `world.World` (the topic operations' needs too)."""
+class World(AdminWorld, Protocol):
+    """What the operations need from `world.World` (the admin operations' needs too)."""
 
     tps: list[TopicPartition]
 
@@ -80,7 +80,7 @@ class ClusterOperations:
         rng: random.Random,
         topic: str,
         initial: dict[int, tuple[int, ...]],
-        topics: TopicOperations | None,
+        admin: Sequence[AdminOperations] = (),
         *,
         keep_in_sync: bool = True,
         min_replication_factor: int = 1,
@@ -94,7 +94,7 @@ class ClusterOperations:
         self.rng = rng
         self.topic = topic
         self.ledger = ReassignmentLedger(initial={topic: dict(initial)})
-        self.topics = topics
+        self.admin = admin
         self.tasks: list[asyncio.Task[None]] = []
         self.until_ms = 0
         self.counts: dict[str, int] = {}
@@ -103,9 +103,8 @@ class ClusterOperations:
     async def run(self, until_ms: int) -> None:
         self.until_ms = until_ms
         loop = asyncio.get_running_loop()
-        if self.topics is not None:
-            crash = self._maybe_crash_controller
-            self.tasks.append(loop.create_task(self.topics.run(until_ms, crash)))
+        for ops in self.admin:
+            self.tasks.append(loop.create_task(ops.run(until_ms, self._maybe_crash_controller)))
         while True:
             await asyncio.sleep(self.rng.uniform(*self.INTERVAL_MS) / 1000)
             if self.world.now_ms() >= until_ms:
@@ -124,8 +123,8 @@ class ClusterOperations:
         """At heal: end every operation still running; returns the brokers that were in a
         controlled shutdown (the world restarts them)."""
         stopping = sorted(self.world.stopping)
-        if self.topics is not None:
-            await self.topics.stop()
+        for ops in self.admin:
+            await ops.stop()
         for t in self.tasks:
             t.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -317,9 +316,9 @@ class ClusterOperations:
     # --- the final check ----------------------------------------------------------------------
     async def check_final(self, grace_ms: int) -> None:
         """Every reassignment completed or was cancelled (`check_reassignments_settled`); the
-        administered topics as their answers said, given `grace_ms` to get there."""
-        if self.topics is not None:
-            await self.topics.settle_and_check(grace_ms)
+        admin operations' checks (`settle_and_check`), given `grace_ms` to get there."""
+        for ops in self.admin:
+            await ops.settle_and_check(grace_ms)
         w = self.world
         a = self.plane.stored_assignment(self.topic)
         if a is None:

@@ -30,26 +30,23 @@ import datetime
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.coordination import paths
 from wherry.coordination.store import NoNodeError
+from wherry.sim.admin_client import AdminApi, AdminOperations, AdminWorld
 from wherry.sim.invariants import InvariantViolation
 from wherry.sim.loop import run_now
-from wherry.sim.node import SimBroker
 from wherry.sim.real_controller import RealControlPlane
-from wherry.sim.wire import SimClients
 
 __all__ = ["NAMES", "TopicLedger", "TopicOperations"]
 
-# (name, API key, version, the answer's list of per-topic results)
-CREATE_TOPICS: Final = ("CreateTopics", 19, 7, "topics")
-DELETE_TOPICS: Final = ("DeleteTopics", 20, 6, "responses")
-CREATE_PARTITIONS: Final = ("CreatePartitions", 37, 3, "results")
+CREATE_TOPICS: Final = AdminApi("CreateTopics", 19, 7, "topics")
+DELETE_TOPICS: Final = AdminApi("DeleteTopics", 20, 6, "responses")
+CREATE_PARTITIONS: Final = AdminApi("CreatePartitions", 37, 3, "results")
 
 # The names the operations use; the world gives them a short `file.delete.delay.ms`.
 NAMES: Final = ("admin-a", "admin-b", "admin-c")
@@ -58,24 +55,7 @@ NAMES: Final = ("admin-a", "admin-b", "admin-c")
 TIMEOUT_MS: Final = 600
 REST_MS: Final = 3_000
 MAX_PARTITIONS: Final = 3
-INTERVAL_MS: Final = (100, 400)
 _ZERO_UUID: Final = uuid.UUID(int=0)
-
-
-class World(Protocol):
-    """What the topic operations need from `world.World`."""
-
-    broker_ids: list[int]
-    down: set[int]
-    stopping: set[int]
-
-    def now_ms(self) -> int: ...
-
-    def node(self, broker_id: int) -> SimBroker | None: ...
-
-    def log_fault(self, line: str) -> None: ...
-
-    def client(self, name: str) -> SimClients: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -118,57 +98,23 @@ class TopicLedger:
             e.partitions = None  # the new count was written, or not
 
 
-class TopicOperations:
-    def __init__(
-        self,
-        world: World,
-        plane: RealControlPlane,
-        rng: random.Random,
-        data_dir: Callable[[int], Path],
-    ) -> None:
-        """`data_dir(b)` is broker `b`'s log dir."""
-        self.world = world
+class TopicOperations(AdminOperations):
+    INTERVAL_MS = (100, 400)
+    CRASH_CONTROLLER = 0.25
+
+    def __init__(self, world: AdminWorld, plane: RealControlPlane, rng: random.Random) -> None:
+        super().__init__(world, rng)
         self.plane = plane
-        self.rng = rng
-        self.data_dir = data_dir
-        self.clients = world.client("admin")
         self.ledger = TopicLedger(NAMES)
         self._busy: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.counts: dict[str, int] = {}
-
-    # --- the event source -----------------------------------------------------------------------
-    async def run(
-        self, until_ms: int, maybe_crash_controller: Callable[[random.Random], None]
-    ) -> None:
-        """A request every 100 to 400 ms (simulated) until `until_ms`, each in its own task;
-        after one in four, `maybe_crash_controller(rng)` (as after a reassignment, deciding
-        with these operations' randomness)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(self.rng.uniform(*INTERVAL_MS) / 1000)
-            if self.world.now_ms() >= until_ms:
-                return
-            task = loop.create_task(self.step())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            if self.rng.random() < 0.25:
-                maybe_crash_controller(self.rng)
-
-    async def stop(self) -> None:
-        """At heal: the requests still running are given up."""
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- one operation --------------------------------------------------------------------------
     async def step(self) -> None:
         """One request on a name no other request is on: a create where the name should be
         free, a delete or more partitions where it should hold a topic, any where unknown."""
-        w, rng = self.world, self.rng
+        rng = self.rng
         free = [n for n in NAMES if n not in self._busy]
-        live = [b for b in w.broker_ids if b not in w.down and b not in w.stopping]
+        live = self.admin.live_brokers()
         if not free or not live:
             return
         name = rng.choice(free)
@@ -201,27 +147,18 @@ class TopicOperations:
         self,
         name: str,
         broker: int,
-        api: tuple[str, int, int, str],
+        api: AdminApi,
         topic: dict[str, Any],
         record: Callable[[ErrorCode], None],
         **fields: Any,
     ) -> bool:
-        """Request `api` of `broker` for one topic; its result's error code logged and
-        `record`ed. False when no answer came."""
-        w = self.world
-        what, key, version, results = api
+        """Request `api` of `broker` for one topic; its result's error code `record`ed. False
+        when no answer came."""
         body = {"topics": [topic], "timeout": datetime.timedelta(milliseconds=TIMEOUT_MS)}
-        try:
-            answer = await self.clients.call(broker, key, version, {**body, **fields})
-        except ConnectionError:
-            return False
-        code = ErrorCode(getattr(answer, results)[0].error_code)
-        w.log_fault(f"{w.now_ms()}: {what} {name}: {code.name}")
-        record(code)
-        return True
-
-    def _count(self, kind: str) -> None:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
+        code = await self.admin.ask(name, broker, api, {**body, **fields})
+        if code is not None:
+            record(code)
+        return code is not None
 
     async def _create(self, name: str, broker: int) -> bool:
         w, rng = self.world, self.rng
@@ -234,7 +171,7 @@ class TopicOperations:
                 for p in range(partitions)
             ]
         self.ledger.asked(name, partitions)
-        self._count("create")
+        self.count("create")
         w.log_fault(
             f"{w.now_ms()}: CreateTopics {name} to broker {broker}: {partitions} partitions, "
             + (f"replicas {[a['broker_ids'] for a in assignments]}" if assignments else f"RF {rf}")
@@ -253,7 +190,7 @@ class TopicOperations:
 
     async def _delete(self, name: str, broker: int) -> bool:
         w = self.world
-        self._count("delete")
+        self.count("delete")
         w.log_fault(f"{w.now_ms()}: DeleteTopics {name} to broker {broker}")
         return await self._ask(
             name, broker, DELETE_TOPICS, {"name": name, "topic_id": _ZERO_UUID},
@@ -265,26 +202,14 @@ class TopicOperations:
         e = self.ledger.expected[name]
         count = min(MAX_PARTITIONS, (e.partitions or 1) + self.rng.randint(1, 2))
         self.ledger.asked(name, count)
-        self._count("partitions")
+        self.count("partitions")
         w.log_fault(f"{w.now_ms()}: CreatePartitions {name} to {count} to broker {broker}")
         return await self._ask(
             name, broker, CREATE_PARTITIONS, {"name": name, "count": count, "assignments": None},
             lambda code: self.ledger.partitions_added(name, code, count), validate_only=False,
         )
 
-    # --- after healing --------------------------------------------------------------------------
-    async def settle_and_check(self, grace_ms: int) -> None:
-        """Give the deletions and elections the healed cluster still owes up to `grace_ms`,
-        then check every name (`check`)."""
-        deadline = self.world.now_ms() + grace_ms
-        while self.world.now_ms() < deadline:
-            try:
-                self.check()
-                return
-            except InvariantViolation:
-                await asyncio.sleep(0.05)
-        self.check()
-
+    # --- after healing -------------------------------------------------------------------------
     def _stored(self, path: str) -> bytes | None:
         try:
             data, _ = run_now(self.plane.observer.get(path))
@@ -319,11 +244,13 @@ class TopicOperations:
     def _check_gone(self, name: str) -> None:
         for b in self.world.broker_ids:
             node = self.world.node(b)
+            if node is None:
+                raise InvariantViolation(f"broker {b} is down after healing")
             for p in range(self.ledger.most_partitions[name]):
-                if node is not None and node.log_manager.get_log(TopicPartition(name, p)):
+                if node.log_manager.get_log(TopicPartition(name, p)):
                     raise InvariantViolation(f"{name}-{p}: not in the store, yet broker {b} has it")
             left = sorted(
-                d.name for d in self.data_dir(b).iterdir() if d.name.startswith(name + "-")
+                c.name for d in node.log_dirs for c in d.iterdir() if c.name.startswith(name + "-")
             )
             if left:
                 raise InvariantViolation(f"{name}: not in the store, yet broker {b} keeps {left}")

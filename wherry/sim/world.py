@@ -14,7 +14,7 @@ import random
 import tempfile
 import traceback
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,22 +26,21 @@ from wherry.controller.context import LeaderIsr
 from wherry.log.config import LogConfig
 from wherry.protocol.records import build_batch, parse_header
 from wherry.replication.fetch_reads import READ_COMMITTED, READ_UNCOMMITTED
-from wherry.replication.partition import Partition
 from wherry.share.state import SHARE_STATE_TOPIC
+from wherry.sim import broker_checks as checks
 from wherry.sim import consumer_groups as cg
 from wherry.sim import world_shares as ws
+from wherry.sim.admin_client import AdminOperations
 from wherry.sim.controller import ControllerMessage, SimController, SimStore
 from wherry.sim.disk import DurableFiles
 from wherry.sim.invariants import (
     History,
     InvariantViolation,
-    LeaderView,
     TxnLedger,
-    batches_below,
     decode_batches,
     read_committed_values,
-    records_below,
 )
+from wherry.sim.log_dir_operations import LogDirOperations
 from wherry.sim.lookup import ClusterView
 from wherry.sim.loop import SimLoop
 from wherry.sim.network import CLIENT_ID, CONTROLLER_ID, NetworkConfig, SimNetwork
@@ -93,10 +92,13 @@ class SimOptions:
     # Real controller, with faults: reassignments, cancellations, preferred elections and
     # controlled shutdowns as events (operations.py).
     operations: bool = True
-    # With the operations: topics created, extended and deleted through the brokers'
-    # handlers (topic_operations.py), on randomness of their own (the other events draw
-    # theirs as without them).
-    topic_operations: bool = True
+    # With the operations: an admin client's topics created, extended and deleted
+    # (topic_operations.py) and replicas moved between log dirs (log_dir_operations.py)
+    # through the brokers' handlers, on randomness of their own (the other events draw theirs
+    # as without them).
+    admin_operations: bool = True
+    # Log dirs per broker.
+    log_dirs: int = 2
     # Auto leader rebalance: None lets the seed decide (on in half the seeds, short interval).
     auto_rebalance: RebalanceConfig | None = None
     # Reassignment targets keep one live in-sync replica (False: any live brokers, which can
@@ -213,6 +215,7 @@ class World:
                 "log.cleaner.backoff.ms": "1000",
             },
             request_timeout_ms=options.request_timeout_ms,
+            log_dirs=options.log_dirs,
         )
 
         self.tps = [TopicPartition(TOPIC, p) for p in range(options.partitions)]
@@ -251,15 +254,21 @@ class World:
                     ops_rng,
                     TOPIC,
                     dict(assignments),
-                    TopicOperations(
-                        self, self.plane, random.Random(f"{seed}:topics"),
-                        lambda b: self.root / f"broker-{b}",
-                    ) if options.topic_operations else None,
+                    self._admin_operations(seed) if options.admin_operations else (),
                     keep_in_sync=options.reassign_keep_in_sync,
                     min_replication_factor=(
                         options.min_insync_replicas if options.transactions else 1
                     ),
                 )
+
+    def _admin_operations(self, seed: int) -> list[AdminOperations]:
+        assert self.plane is not None
+        out: list[AdminOperations] = [
+            TopicOperations(self, self.plane, random.Random(f"{seed}:topics"))
+        ]
+        if self.options.log_dirs > 1:
+            out.append(LogDirOperations(self, random.Random(f"{seed}:log-dirs"), TOPIC))
+        return out
 
     @property
     def controller_ids(self) -> list[int]:
@@ -608,7 +617,8 @@ class World:
         if self._failure is not None:
             return
         try:
-            self.check_step()
+            self.share_ledger.check()
+            checks.check_step(self.nodes, self.history)
             if self.now_ms() >= self._next_data_check:
                 self._next_data_check = self.now_ms() + self.options.data_check_interval_ms
                 self.check_data()
@@ -616,118 +626,14 @@ class World:
             self._failure = e
             self.loop.stop()
 
-    def _open_partitions(self) -> Iterator[tuple[int, SimBroker, TopicPartition, Partition]]:
-        """(broker, node, tp, partition) of every partition with an open log on a broker up."""
-        for b, node in self.nodes.items():
-            if not node.up:
-                continue
-            for tp, part in node.replica_manager.partitions.items():
-                if not part.log.closed:
-                    yield b, node, tp, part
-
-    def check_step(self) -> None:
-        self.share_ledger.check()
-        leaders: list[LeaderView] = []
-        leo: dict[tuple[int, TopicPartition], int] = {}
-        epochs: dict[tuple[int, TopicPartition], int] = {}
-        for b, node in self.nodes.items():  # `_open_partitions`, inline: it runs every step
-            if not node.up:
-                continue
-            for tp, part in node.replica_manager.partitions.items():
-                plog = part.log
-                if plog.closed:
-                    continue
-                key = (b, tp)
-                leo[key] = plog.log_end_offset
-                epochs[key] = epoch = part.leader_epoch
-                if part.is_leader:
-                    leaders.append(
-                        LeaderView(
-                            b,
-                            node.incarnation,
-                            tp,
-                            epoch,
-                            part.high_watermark,
-                            part.state.maximal_isr,
-                            None if (tid := part.topic_id) is None else tid.int,
-                        )
-                    )
-        self.history.check_leaders(leaders, leo, epochs)
-
     def check_data(self) -> None:
-        h = self.history
-        for b, _node, tp, part in self._open_partitions():
-            plog, hw, who = part.log, part.high_watermark, f"broker {b} below its HW"
-            if plog.config.compact:
-                kept = records_below(plog, hw)
-                h.record_compacted(tp, plog.log_start_offset, hw, kept, who)
-            else:
-                h.record_committed(tp, batches_below(plog, hw), who)
-        for tp in self.tps:
-            state = self.stored_state(tp)
-            if state is None or state.leader < 0:
-                continue
-            leader = self.node(state.leader)
-            if leader is None:
-                continue
-            lpart = leader.replica_manager.get_partition(tp)
-            if lpart is None or not lpart.is_leader or lpart.leader_epoch != state.leader_epoch:
-                continue  # the LeaderAndIsr is still on its way
-            h.check_acked_on_leader(tp, state.leader, lpart.log)
+        checks.check_data(self)
         if self.options.transactions:
             check_txn_reads(self)
 
-    def _led_as_stored(self, tp: TopicPartition) -> bool:
-        state = self.stored_state(tp)
-        node = None if state is None else self.node(state.leader)
-        part = None if node is None else node.replica_manager.get_partition(tp)
-        return (
-            state is not None
-            and part is not None
-            and part.is_leader
-            and part.leader_epoch == state.leader_epoch
-            and not self._stray_leaders(tp, state.leader)
-        )
-
-    def _stray_leaders(self, tp: TopicPartition, leader: int) -> list[tuple[int, int]]:
-        """(broker, leader epoch) of every live broker other than the stored `leader` that
-        still leads `tp`: one that missed the request that took its leadership away."""
-        out = []
-        for b in self.broker_ids:
-            node = self.node(b) if b != leader else None
-            part = None if node is None else node.replica_manager.get_partition(tp)
-            if part is not None and part.is_leader:
-                out.append((b, part.leader_epoch))
-        return out
-
-    async def settle_leaders(self, grace_ms: int) -> None:
-        """The auto leader rebalance goes on while the cluster settles; a LeaderAndIsr it sends
-        near the end and the network drops is sent again only after the request timeout. Give
-        such a last leader change up to `grace_ms` more (seed 936); a seed whose leaders are
-        all in place waits for nothing (and replays as before)."""
-        deadline = self.now_ms() + grace_ms
-        while self.now_ms() < deadline and not all(self._led_as_stored(tp) for tp in self.tps):
-            await asyncio.sleep(0.01)
-
     def check_final(self) -> None:
         self.check_data()
-        for tp in self.tps:
-            state = self.stored_state(tp)
-            if state is None:
-                raise InvariantViolation(f"{tp}: after healing, the store has no state for it")
-            node = self.node(state.leader)
-            part = None if node is None else node.replica_manager.get_partition(tp)
-            if part is None or not part.is_leader or part.leader_epoch != state.leader_epoch:
-                raise InvariantViolation(
-                    f"{tp}: after healing, no broker leads at the stored state {state}"
-                )
-            stray = self._stray_leaders(tp, state.leader)
-            if stray:
-                raise InvariantViolation(
-                    f"{tp}: after healing, broker(s) (id, leader epoch) {stray} still lead it "
-                    f"beside the stored state {state}"
-                )
-            self.history.check_acked_committed(tp, state.leader, part.high_watermark)
+        checks.check_leaders_final(self)
         if self.options.transactions:
             check_txn_final(self, self.txn_producers)
         if self.options.consumer_groups:
@@ -812,7 +718,7 @@ class World:
         for t in [*tasks[: o.producers], *txn_tasks]:
             t.cancel()  # stop producing, so everything can get committed
         await asyncio.sleep(o.settle_ms / 1000)
-        await self.settle_leaders(2 * o.request_timeout_ms)
+        await checks.settle_leaders(self, 2 * o.request_timeout_ms)
         if o.transactions:
             await settle_txns(self, self.txn_producers, 4 * o.request_timeout_ms)
         if o.consumer_groups:

@@ -15,7 +15,6 @@ else. DescribeLogDirs shows a future log with `is_future_key`.
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,7 +46,7 @@ def _requested(req: Request) -> dict[TopicPartition, str]:
 
 def _start_moves(lm: LogManager, moves: list[tuple[TopicPartition, Path]]) -> dict[
         TopicPartition, ErrorCode]:
-    """Create the future logs (blocking I/O: run in an executor)."""
+    """Create the future logs (blocking I/O: the replica node's `run_blocking`)."""
     out: dict[TopicPartition, ErrorCode] = {}
     for tp, dest in moves:
         try:
@@ -88,8 +87,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 continue
             moves.append((tp, dest))
         if moves:
-            loop = asyncio.get_running_loop()
-            results.update(await loop.run_in_executor(None, _start_moves, lm, moves))
+            results.update(await broker.node.run_blocking(lambda: _start_moves(lm, moves)))
             broker.log_dir_mover.kick()
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tp, err in results.items():

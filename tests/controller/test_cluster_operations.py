@@ -449,3 +449,33 @@ def test_a_failover_drops_isr_members_a_replaced_reassignment_left_outside_the_r
     assert wait_until(lambda: not hosted(c, stray, tp), TIMEOUT_S)
     produce(c, topic, 10)
     assert len(consume_all(c, topic, 0)) == 60
+
+
+def test_a_failover_drops_isr_members_a_cancelled_reassignment_left_outside_the_replicas(
+    cluster: DevCluster,
+) -> None:
+    """A cancelled reassignment stores the original replicas first -- no longer a
+    reassignment -- and takes the replicas it was adding out of the ISR after. The store as a
+    controller lost between the two leaves it: no reassignment in progress, and the leader, in
+    the ISR, not among the replicas. The next controller takes it out of the ISR and the
+    leadership and stops and deletes it there: were it left in, a later reassignment adding
+    it back would find it "in sync" whatever its log then held."""
+    c, topic = cluster, topic_name()
+    first = c.wait_for_controller()
+    stray, a, b = (x for x in range(4) if x != first)
+    create_topic(c.bootstrap, topic, [[stray, a, b]])
+    tp = TopicPartition(topic, 0)
+    produce(c, topic, 50)
+    assert wait_until(lambda: state(c, tp)[1:] == (stray, tuple(sorted((stray, a, b)))), 10)
+    cancelled = paths.TopicAssignment(stored_assignment(c, topic).topic_id, {0: [a, b]}, {}, {})
+
+    async def write() -> None:
+        await controller(c).store.set(paths.topic_path(topic), cancelled.to_json())
+
+    c.run(write())
+    c.stop_broker(first)  # the next controller reads that store
+    assert c.wait_for_controller() != first
+    assert wait_until(lambda: state(c, tp)[1] in (a, b) and stray not in state(c, tp)[2], 30)
+    assert wait_until(lambda: not hosted(c, stray, tp), TIMEOUT_S)
+    produce(c, topic, 10)
+    assert len(consume_all(c, topic, 0)) == 60

@@ -11,7 +11,10 @@ Entry points:
   each partition leaves the node when it completes (the node goes when empty).
 * `resume` -- at failover: every partition the store shows as being reassigned, and what
   the legacy node lists, continue from where they stood (each step is idempotent: AR :=
-  OAR + RAR is rewritten, the epoch bumped, and step B runs once RAR is in the ISR).
+  OAR + RAR is rewritten, the epoch bumped, and step B runs once RAR is in the ISR); and
+  any partition's ISR members outside its replicas -- left by a controller lost between
+  storing a cancelled or replaced reassignment's replicas and shrinking the ISR -- leave the
+  ISR (and the leadership), stopped and deleted.
 * `on_isr_change` -- an ISR grew (AlterPartition): a reassignment whose target replicas are
   all in the ISR completes.
 * `on_brokers_started` -- a broker came (back): reassignments with replicas on it are sent to
@@ -120,7 +123,8 @@ class ReassignmentProcedure:
     async def resume(
         self, legacy: Mapping[tuple[str, int], list[int]] | None, batch: RequestBatch
     ) -> None:
-        """At failover: continue every reassignment the store shows."""
+        """At failover: continue every reassignment the store shows, and take out of every
+        partition's ISR the members its replicas no longer hold (`_drop_strays`)."""
         ctx = self.core.ctx
         ongoing = dict(ctx.reassigning)
         for tp, r in sorted(ongoing.items()):
@@ -133,6 +137,11 @@ class ReassignmentProcedure:
                 list(r.removing),
             )
             await self._drop_strays(tp, r, batch)
+        # A cancelled or replaced reassignment whose controller was lost between U1 and the
+        # ISR shrink is no longer in progress, but may have left such members behind.
+        for tp, st in sorted(ctx.states.items()):
+            if tp not in ongoing and not set(st.isr) <= set(ctx.replicas(tp)):
+                await self._drop_strays(tp, ctx.reassignment(tp), batch)
         await self._trigger(ongoing, batch)
         if legacy:
             pending = {k: v for k, v in legacy.items() if TopicPartition(*k) not in ongoing}

@@ -419,6 +419,31 @@ def test_preferred_replica_election_node(cluster: DevCluster) -> None:
     assert wait_until(lambda: c.run(node_gone()), TIMEOUT_S)
 
 
+def _left_by_a_lost_controller(
+    c: DevCluster, topic: str, *, still_removing: bool
+) -> tuple[TopicPartition, int, int]:
+    """A partition on [stray, a, b] led by `stray`, 50 records in; then the store a controller
+    lost mid-step leaves -- the replicas [a, b], still removing b (`still_removing`) or no
+    reassignment at all, `stray` leading in the ISR -- and the next controller takes over from
+    it. Returns the partition, `stray` and `a`."""
+    first = c.wait_for_controller()
+    stray, a, b = (x for x in range(4) if x != first)
+    create_topic(c.bootstrap, topic, [[stray, a, b]])
+    tp = TopicPartition(topic, 0)
+    produce(c, topic, 50)
+    assert wait_until(lambda: state(c, tp)[1:] == (stray, tuple(sorted((stray, a, b)))), 10)
+    removing = {0: [b]} if still_removing else {}
+    left = paths.TopicAssignment(stored_assignment(c, topic).topic_id, {0: [a, b]}, {}, removing)
+
+    async def write() -> None:
+        await controller(c).store.set(paths.topic_path(topic), left.to_json())
+
+    c.run(write())
+    c.stop_broker(first)  # the next controller reads that store
+    assert c.wait_for_controller() != first
+    return tp, stray, a
+
+
 def test_a_failover_drops_isr_members_a_replaced_reassignment_left_outside_the_replicas(
     cluster: DevCluster,
 ) -> None:
@@ -428,22 +453,7 @@ def test_a_failover_drops_isr_members_a_replaced_reassignment_left_outside_the_r
     takes it out of the ISR and the leadership (and stops and deletes it there) before it
     completes the reassignment."""
     c, topic = cluster, topic_name()
-    first = c.wait_for_controller()
-    stray, a, b = (x for x in range(4) if x != first)
-    create_topic(c.bootstrap, topic, [[stray, a, b]])
-    tp = TopicPartition(topic, 0)
-    produce(c, topic, 50)
-    assert wait_until(lambda: state(c, tp)[1:] == (stray, tuple(sorted((stray, a, b)))), 10)
-    replaced = paths.TopicAssignment(
-        stored_assignment(c, topic).topic_id, {0: [a, b]}, {}, {0: [b]}
-    )
-
-    async def write() -> None:
-        await controller(c).store.set(paths.topic_path(topic), replaced.to_json())
-
-    c.run(write())
-    c.stop_broker(first)  # the next controller reads that store
-    assert c.wait_for_controller() != first
+    tp, stray, a = _left_by_a_lost_controller(c, topic, still_removing=True)
     wait_reassigned(c, [tp])
     assert wait_until(lambda: state(c, tp) == ((a,), a, (a,)), TIMEOUT_S), state(c, tp)
     assert wait_until(lambda: not hosted(c, stray, tp), TIMEOUT_S)
@@ -461,21 +471,8 @@ def test_a_failover_drops_isr_members_a_cancelled_reassignment_left_outside_the_
     leadership and stops and deletes it there: were it left in, a later reassignment adding
     it back would find it "in sync" whatever its log then held."""
     c, topic = cluster, topic_name()
-    first = c.wait_for_controller()
-    stray, a, b = (x for x in range(4) if x != first)
-    create_topic(c.bootstrap, topic, [[stray, a, b]])
-    tp = TopicPartition(topic, 0)
-    produce(c, topic, 50)
-    assert wait_until(lambda: state(c, tp)[1:] == (stray, tuple(sorted((stray, a, b)))), 10)
-    cancelled = paths.TopicAssignment(stored_assignment(c, topic).topic_id, {0: [a, b]}, {}, {})
-
-    async def write() -> None:
-        await controller(c).store.set(paths.topic_path(topic), cancelled.to_json())
-
-    c.run(write())
-    c.stop_broker(first)  # the next controller reads that store
-    assert c.wait_for_controller() != first
-    assert wait_until(lambda: state(c, tp)[1] in (a, b) and stray not in state(c, tp)[2], 30)
+    tp, stray, _ = _left_by_a_lost_controller(c, topic, still_removing=False)
+    assert wait_until(lambda: state(c, tp)[1] != stray and stray not in state(c, tp)[2], 30)
     assert wait_until(lambda: not hosted(c, stray, tp), TIMEOUT_S)
     produce(c, topic, 10)
     assert len(consume_all(c, topic, 0)) == 60

@@ -98,7 +98,6 @@ class AdminOperations:
         self.world = world
         self.rng = rng
         self.admin = AdminClient(world)
-        self.counts: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def step(self) -> None:
@@ -106,9 +105,6 @@ class AdminOperations:
 
     def check(self) -> None:
         raise NotImplementedError
-
-    def count(self, kind: str) -> None:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
 
     async def run(
         self, until_ms: int, maybe_crash_controller: Callable[[random.Random], None]

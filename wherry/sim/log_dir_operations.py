@@ -70,17 +70,7 @@ class LogDirOperations(AdminOperations):
             f"{w.now_ms()}: AlterReplicaLogDirs {about}: {_short(current)} -> {_short(dest)}"
         )
         body = {"dirs": [{"path": dest, "topics": [{"name": topic, "partitions": [partition]}]}]}
-        code = await self.admin.ask(about, broker, ALTER_REPLICA_LOG_DIRS, body)
-        kind = "unanswered" if code is None else ("stay" if dest == current else "move")
-        if code is not None and code != ErrorCode.none:
-            kind = code.name
-        self.count(kind)
-
-    @property
-    def moves_completed(self) -> int:
-        """Promotions done by the brokers running now (a restart starts its count over)."""
-        nodes = (self.world.node(b) for b in self.world.broker_ids)
-        return sum(n.log_dir_mover.moves_completed for n in nodes if n is not None and n.up)
+        await self.admin.ask(about, broker, ALTER_REPLICA_LOG_DIRS, body)
 
     # --- after healing -------------------------------------------------------------------------
     def check(self) -> None:

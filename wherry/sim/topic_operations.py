@@ -171,7 +171,6 @@ class TopicOperations(AdminOperations):
                 for p in range(partitions)
             ]
         self.ledger.asked(name, partitions)
-        self.count("create")
         w.log_fault(
             f"{w.now_ms()}: CreateTopics {name} to broker {broker}: {partitions} partitions, "
             + (f"replicas {[a['broker_ids'] for a in assignments]}" if assignments else f"RF {rf}")
@@ -190,7 +189,6 @@ class TopicOperations(AdminOperations):
 
     async def _delete(self, name: str, broker: int) -> bool:
         w = self.world
-        self.count("delete")
         w.log_fault(f"{w.now_ms()}: DeleteTopics {name} to broker {broker}")
         return await self._ask(
             name, broker, DELETE_TOPICS, {"name": name, "topic_id": _ZERO_UUID},
@@ -202,7 +200,6 @@ class TopicOperations(AdminOperations):
         e = self.ledger.expected[name]
         count = min(MAX_PARTITIONS, (e.partitions or 1) + self.rng.randint(1, 2))
         self.ledger.asked(name, count)
-        self.count("partitions")
         w.log_fault(f"{w.now_ms()}: CreatePartitions {name} to {count} to broker {broker}")
         return await self._ask(
             name, broker, CREATE_PARTITIONS, {"name": name, "count": count, "assignments": None},

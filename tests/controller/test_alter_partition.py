@@ -113,6 +113,27 @@ async def test_epoch_checks() -> None:
 
 
 @async_test
+async def test_an_isr_beyond_the_assigned_replicas_is_ineligible() -> None:
+    """A leader whose replica list is stale (a reassignment ended while it was not told)
+    proposes a live broker the partition no longer has: INELIGIBLE_REPLICA, as Kafka's
+    controller answers, so the leader reverts to its committed ISR instead of retrying the
+    same proposal (and holding its high watermark back) for ever."""
+    async with Cluster(EmbeddedBackend()) as c:
+        ctl, tid = await three_brokers(c)
+        await c.start(4)
+        await c.settle()
+        v = await zk_version(c)
+        part = answer(await ctl.controller.alter_partition(
+            request(c, tid, isr=(1, 2, 3, 4), leader_epoch=0, partition_epoch=v)))
+        assert part["error_code"] == ErrorCode.ineligible_replica
+        # An ISR without the leader itself is malformed.
+        part = answer(await ctl.controller.alter_partition(
+            request(c, tid, isr=(2, 3), leader_epoch=0, partition_epoch=v)))
+        assert part["error_code"] == ErrorCode.invalid_request
+        assert await zk_version(c) == v
+
+
+@async_test
 async def test_fenced_leader_epoch() -> None:
     async with Cluster(EmbeddedBackend()) as c:
         ctl, tid = await three_brokers(c)

@@ -133,9 +133,13 @@ def validate(
         return Verdict(current=cur)  # idempotent: a retried request that was applied
     if change.partition_epoch < cur.zk_version:
         return Verdict(ErrorCode.invalid_update_version)
-    assigned = ctx.replicas(tp)
-    if requester not in change.isr or any(r not in assigned for r in change.isr):
+    if requester not in change.isr:
         return Verdict(ErrorCode.invalid_request)
+    assigned = ctx.replicas(tp)
+    if any(r not in assigned for r in change.isr):
+        # As Kafka's ZooKeeper-mode controller: the leader reverts to its committed ISR rather
+        # than retrying (a leader whose replica list is stale proposes a removed replica).
+        return Verdict(ErrorCode.ineligible_replica)
     for r, epoch in zip(change.isr, change.broker_epochs, strict=True):
         reg = ctx.live_brokers.get(r)
         if (

@@ -13,17 +13,19 @@ Entry points:
   the legacy node lists, continue from where they stood (each step is idempotent: AR :=
   OAR + RAR is rewritten, the epoch bumped, and step B runs once RAR is in the ISR); and
   any partition's ISR members outside its replicas -- left by a controller lost between
-  storing a cancelled or replaced reassignment's replicas and shrinking the ISR -- leave the
-  ISR (and the leadership), stopped and deleted.
+  storing a replaced reassignment's replicas and shrinking the ISR -- leave the ISR (and the
+  leadership), stopped and deleted.
 * `on_isr_change` -- an ISR grew (AlterPartition): a reassignment whose target replicas are
   all in the ISR completes.
 * `on_brokers_started` -- a broker came (back): reassignments with replicas on it are sent to
   it again.
 
-Every write of a partition's reassignment state rewrites the topic's assignment node (fenced
-by the controller epoch) before the context changes; the final AR := RAR comes after the old
-replicas left the ISR and were told to stop, so a controller that fails at any step leaves the
-store showing the reassignment still running.
+Every write of a partition's reassignment state in progress rewrites the topic's assignment
+node (fenced by the controller epoch) before the context changes. A state with nothing in
+progress -- the final AR := RAR, or a cancel -- is stored last, after the leader epoch bump
+that gives the replicas their new list and after the old replicas left the ISR and were told
+to stop, so a controller that fails at any step leaves the store showing the reassignment
+still running, and the next one's LeaderAndIsr (at a new leader epoch) reaches every replica.
 """
 
 from __future__ import annotations
@@ -265,12 +267,20 @@ class ReassignmentProcedure:
     async def _update_current(
         self, tp: TopicPartition, new: Reassignment, batch: RequestBatch
     ) -> None:
-        """U1 store, U2 memory; replicas a replaced reassignment was adding stop at once."""
+        """U1 store, U2 memory; replicas a replaced reassignment was adding stop at once.
+
+        A new state with nothing in progress (a cancel, or a target already in the ISR) is
+        complete at once: step B stores it last (B6), after the leader epoch bump that gives
+        the replicas the new list (B3). Stored first, a controller lost before the bump would
+        leave the store with no reassignment to resume and the leader with the old list at
+        the current leader epoch, which the next controller's LeaderAndIsr does not replace.
+        """
         ctx = self.core.ctx
         current = ctx.reassignment(tp)
         if current == new:
             return
-        await self._write_assignment(tp.topic, {tp: new})
+        if new.in_progress:
+            await self._write_assignment(tp.topic, {tp: new})
         ctx.set_reassignment(tp, new)
         unneeded = [b for b in current.replicas if b not in new.replicas]
         if unneeded:

@@ -211,6 +211,21 @@ def test_without_faults_every_write_is_acknowledged() -> None:
     assert r.acks >= r.produced - 10 and r.acks > 100, (r.acks, r.produced)
 
 
+def test_the_command_line_refuses_coordinators_on_the_model_controller(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The model controller has no store for the coordinators' internal topics: the command
+    line says so before any seed runs, as a usage error."""
+    from wherry.sim.runner import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--seeds", "2", "--controller", "model", "--transactions"])
+    assert e.value.code == 2
+    assert "need the real controller" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="need the real controller"):
+        World(0, replace(SimOptions(), controller="model", consumer_groups=True), Path("."))
+
+
 @pytest.mark.slow
 def test_300_seeds_hold_every_invariant() -> None:
     assert CI.controller == "real"

@@ -132,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.shares:
         return _shares(args)
     options = _options(args)
+    if (refused := options.refusal()) is not None:
+        p.error(refused)
     seeds = (
         [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
     )

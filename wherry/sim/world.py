@@ -118,6 +118,15 @@ class SimOptions:
     share_consumers: bool = False
     share: ws.ShareWorldConfig = field(default_factory=ws.ShareWorldConfig)
 
+    def refusal(self) -> str | None:
+        """Why no world can be built with these options; None when one can."""
+        if self.controller not in ("real", "model"):
+            return f"controller must be 'real' or 'model', not {self.controller!r}"
+        coordinators = self.transactions or self.consumer_groups or self.share_consumers
+        if coordinators and self.controller != "real":
+            return "transactions, consumer groups and share consumers need the real controller"
+        return None
+
 
 @dataclass(slots=True)
 class SimResult:
@@ -144,6 +153,8 @@ class SimResult:
 
 class World:
     def __init__(self, seed: int, options: SimOptions, root: Path) -> None:
+        if (refused := options.refusal()) is not None:
+            raise ValueError(refused)
         self.seed = seed
         self.options = options
         self.rng = random.Random(seed)
@@ -219,12 +230,6 @@ class World:
         )
 
         self.tps = [TopicPartition(TOPIC, p) for p in range(options.partitions)]
-        if options.controller not in ("real", "model"):
-            raise ValueError(f"controller must be 'real' or 'model', not {options.controller!r}")
-        coordinators = options.transactions or options.consumer_groups or options.share_consumers
-        if coordinators and options.controller != "real":
-            raise ValueError("transactions, consumer groups and share consumers need the real "
-                             "controller")
         self.plane: RealControlPlane | None = None
         self.operations: ClusterOperations | None = None
         if options.controller == "real":

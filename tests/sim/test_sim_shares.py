@@ -64,12 +64,17 @@ def test_world_share_ledger_catches_a_leader_that_forgets_the_state() -> None:
         return ErrorCode.none, None  # and its answer is ignored
 
     SharePersister.read = forgetful  # type: ignore[method-assign]
+    options = replace(SimOptions(), share_consumers=True)
     try:
-        # the seed's schedule as found, before the admin client's operations joined the world
-        r = run_seed(0, replace(SimOptions(), share_consumers=True, admin_operations=False))
+        # the first seed that catches it: not pinned to one seed's schedule, which any change
+        # to what the brokers or the controller do moves
+        caught = next(
+            (r for s in range(5) if (r := run_seed(s, options)).violation is not None), None
+        )
     finally:
         SharePersister.read = original  # type: ignore[method-assign]
-    assert r.violation is not None and "delivered again" in r.violation
+    assert caught is not None and caught.violation is not None
+    assert "delivered again" in caught.violation, caught.violation
 
 
 def test_a_share_consumer_seed_replays_the_same() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,7 +247,14 @@ class Cluster:
         return self.admin
 
     # --- brokers -----------------------------------------------------------------------------
-    async def start(self, broker_id: int) -> Node:
+    async def start(
+        self,
+        broker_id: int,
+        *,
+        controller_store: Callable[[MetadataStore], MetadataStore] | None = None,
+    ) -> Node:
+        """`controller_store`: what the controller reaches the broker's session through (a
+        test's wrapper), when given."""
         store = await self.backend.new_session()
         broker = StandInBroker(broker_id, store)
         # Reachable before it registers, as a broker's listener is up before its registration:
@@ -256,7 +263,10 @@ class Cluster:
         await broker.register()
         channel = RecordingChannel(self.channel)
         controller = Controller(
-            broker_id, store, channel, unclean_leader_election_default=self.unclean_default
+            broker_id,
+            store if controller_store is None else controller_store(store),
+            channel,
+            unclean_leader_election_default=self.unclean_default,
         )
         node = Node(broker_id, store, broker, controller, channel)
         self.nodes[broker_id] = node

@@ -11,12 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from controller_harness import Cluster, EmbeddedBackend, Node, RecordingChannel, async_test
-from controller_harness import StandInBroker as StandIn
+from controller_harness import Cluster, EmbeddedBackend, async_test
 
 from tests.helpers import wait_until_async as wait_until
 from wherry.common.topic_partition import TopicPartition
-from wherry.controller.controller import Controller
 from wherry.coordination import paths
 from wherry.coordination.store import MetadataStore
 
@@ -57,21 +55,6 @@ class LostAfterWrites:
         return write
 
 
-async def start_losable(c: Cluster, broker_id: int) -> tuple[Node, LostAfterWrites]:
-    """`Cluster.start`, with the controller on a session that can be lost mid-event."""
-    store = await c.backend.new_session()
-    broker = StandIn(broker_id, store)
-    c.channel.register(broker_id, broker)
-    await broker.register()
-    channel = RecordingChannel(c.channel)
-    losing = LostAfterWrites(store)
-    controller = Controller(broker_id, losing, channel)  # type: ignore[arg-type]
-    node = Node(broker_id, store, broker, controller, channel)
-    c.nodes[broker_id] = node
-    await controller.start()
-    return node, losing
-
-
 async def assignment(c: Cluster) -> paths.TopicAssignment:
     data, _ = await c.store.get(paths.topic_path("t"))
     return paths.TopicAssignment.from_json(data)
@@ -82,7 +65,15 @@ async def cancel_lost_after(after: int) -> bool:
     lost after `after` store writes of the cancel; then check what the next controller leaves.
     False when the cancel finished in fewer writes (nothing was lost)."""
     async with Cluster(EmbeddedBackend()) as c:
-        first, losing = await start_losable(c, 1)
+        losing: LostAfterWrites | None = None
+
+        def losable(store: MetadataStore) -> MetadataStore:
+            nonlocal losing
+            losing = LostAfterWrites(store)
+            return losing  # type: ignore[return-value]
+
+        first = await c.start(1, controller_store=losable)
+        assert losing is not None
         await c.start_all(2, 3, 4)
         assert (await c.wait_for_controller()).broker_id == 1
         await c.create_topic("t", {0: [2, 3]})

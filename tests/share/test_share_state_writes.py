@@ -10,6 +10,8 @@ the share coordinator waits for its followers).
 - A share-partition leader writes every change of its state: a change made while a background
   write is on its way (a second member's records released in the same instant as the first's)
   is written after it, not dropped because a write was already running.
+- A start the leader moves past offsets never to be delivered (a transaction's commit marker
+  after its records were all accepted) is written too: no acknowledgement would write it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.server.broker import Broker
-from wherry.share.partition import StateBatch
+from wherry.share.partition import AckBatch, AckType, StateBatch
 from wherry.share.state import SHARE_STATE_TOPIC, ShareKey, ShareState
 from wherry.testing.cluster import AsyncDevCluster
 
@@ -159,5 +161,65 @@ def test_a_change_made_while_a_write_is_on_its_way_is_written_after_it(tmp_path:
         await _until(lambda: store.states[key].start_offset == 10, "both releases written")
         await _until(written, "no write left")
         assert store.states[key].start_offset == 10
+
+    _run(tmp_path, body)
+
+
+@pytest.mark.timeout(120)
+def test_a_start_moved_past_a_commit_marker_is_written(tmp_path: Path) -> None:
+    async def body(cluster: AsyncDevCluster) -> None:
+        from confluent_kafka import Producer
+
+        topic = f"shared-txn-{uuid.uuid4().hex[:8]}"
+        tp = TopicPartition(topic, 0)
+        await cluster.brokers[0].admin.create_topic(
+            topic, num_partitions=1, replication_factor=3, configs={}
+        )
+        b = await _leader(cluster, tp)
+        rt = b.shares
+        topic_id = b.node.cache.topic_id(topic)
+        assert topic_id is not None
+        group = "past-the-marker"
+        wanted = [(tp, topic_id)]
+        first = await rt.fetch(group, "a", wanted, max_wait_ms=0, max_bytes=1 << 20,
+                               max_records=10)
+        assert first[tp].error_code == ErrorCode.none and not first[tp].acquired
+
+        producer = Producer({
+            "bootstrap.servers": cluster.bootstrap,
+            "transactional.id": f"tx-{uuid.uuid4().hex[:8]}",
+        })
+
+        def open_transaction() -> None:  # five records (offsets 0-4), not yet committed
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            for i in range(5):
+                producer.produce(topic, f"r{i}".encode(), partition=0)
+            assert producer.flush(30) == 0
+
+        await asyncio.to_thread(open_transaction)
+        # read_uncommitted (the default): the open transaction's records are delivered
+        got = await rt.fetch(group, "a", wanted, max_wait_ms=5_000, max_bytes=1 << 20,
+                             max_records=10)
+        assert [(r.first_offset, r.last_offset) for r in got[tp].acquired] == [(0, 4)]
+        assert await rt.acknowledge(
+            group, "a", tp, topic_id, [AckBatch(0, 4, (int(AckType.ACCEPT),))]
+        ) == ErrorCode.none
+        coordinator = await _leader(cluster, TopicPartition(SHARE_STATE_TOPIC, 0))
+        store = coordinator.shares.coordinator.store
+        key = ShareKey(group, topic_id, 0)
+        assert store.states[key].start_offset == 5
+
+        # the commit marker takes offset 5: nothing to deliver, the start moves past it
+        await asyncio.to_thread(producer.commit_transaction, 30)
+        part = b.replica_manager.get_partition(tp)
+        assert part is not None
+        await _until(lambda: part.high_watermark == 6, "the marker is replicated")
+        got = await rt.fetch(group, "a", wanted, max_wait_ms=0, max_bytes=1 << 20,
+                             max_records=10)
+        assert got[tp].error_code == ErrorCode.none and not got[tp].acquired
+        entry = rt.parts[(group, tp)]
+        assert entry.sp is not None and entry.sp.start_offset == 6
+        await _until(lambda: store.states[key].start_offset == 6, "the new start written")
 
     _run(tmp_path, body)

@@ -16,7 +16,9 @@ through the persister (`coordinator/share_persister.py`).
   watermark, or the LSO at read_committed; earliest: the log start offset) and that start is
   written at once. Every acknowledgement is written (WriteShareGroupState, the whole in-flight
   state) before it is answered; a write that fails is answered with its error. Lock
-  expiries are written in the background.
+  expiries, records archived at the delivery limit and a start moved past offsets never to be
+  delivered (control batches, aborted transactions' records, the log start) are written in the
+  background.
 * Group configs (`/config/groups/<group>`, a GROUP config resource) are read from the store
   on first use and again after a `groups/<group>` change notification.
 """
@@ -669,9 +671,31 @@ class ShareGroupsRuntime:
         limits: tuple[int, int, AcquireMode | None],
         pf: PartitionFetch,
     ) -> int:
-        max_records, max_bytes, mode = limits
         sp = entry.sp
         assert sp is not None
+        start, archived = sp.start_offset, sp.archived_at_limit
+        try:
+            return self._acquire_from_log(entry, sp, member, settings, limits, pf)
+        finally:
+            if sp.start_offset != start or sp.archived_at_limit != archived:
+                # A state no acknowledgement will write: records archived at the delivery
+                # limit, or the start moved past offsets never to be delivered (a control
+                # batch, an aborted transaction's records, the log start). A consumer of
+                # Kafka acknowledges those as gaps; here the leader skips them itself, so it
+                # writes the state that skipping leaves, or the share coordinator would keep
+                # the old start offset (and show a lag) after the last record is done.
+                self._persist_later(entry)
+
+    def _acquire_from_log(
+        self,
+        entry: _Part,
+        sp: SharePartition,
+        member: str,
+        settings: ShareGroupSettings,
+        limits: tuple[int, int, AcquireMode | None],
+        pf: PartitionFetch,
+    ) -> int:
+        max_records, max_bytes, mode = limits
         rm = self.node.replica_manager
         part = rm.get_partition(entry.tp)
         if part is None or not self._leads(part):
@@ -701,10 +725,7 @@ class ShareGroupsRuntime:
         if not records:
             return 0
         batches = fetched_batches(records, res.aborted_transactions if committed else None)
-        archived = sp.archived_at_limit
         acquired = sp.acquire(member, batches, max_records, self.clock.now_ms(), mode)
-        if sp.archived_at_limit != archived:
-            self._persist_later(entry)
         if not acquired:
             return 0
         pf.records = _overlapping(records, acquired)

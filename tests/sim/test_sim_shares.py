@@ -117,3 +117,31 @@ def test_seed_1125_a_stray_is_caught_without_the_full_leader_and_isr(
     r = run_seed(1125, options)
     assert r.violation is not None, r
     assert "still lead it" in r.violation or "removed replicas not deleted" in r.violation
+
+
+def test_world_share_ledger_catches_aborted_records_handed_at_read_committed() -> None:
+    """With transactional producers, odd seeds' share group reads read_committed: a
+    share-partition leader that reads past aborted transactions as read_uncommitted does is
+    caught handing their records over, and even seeds' read_uncommitted groups pass."""
+    from dataclasses import replace
+
+    import wherry.coordinator.shares as shares
+    from wherry.sim.world import SimOptions, run_seed
+
+    options = replace(SimOptions(), share_consumers=True, transactions=True)
+    assert run_seed(2, options).ok
+    original = shares.fetched_batches
+
+    def blind(data: Any, aborted: Any = None) -> Any:
+        return original(data, None)  # the aborted transactions' list ignored
+
+    shares.fetched_batches = blind
+    try:
+        caught = next(
+            (r for s in (1, 3, 5, 7, 9) if (r := run_seed(s, options)).violation is not None),
+            None,
+        )
+    finally:
+        shares.fetched_batches = original
+    assert caught is not None and caught.violation is not None
+    assert "handed to a read_committed group" in caught.violation, caught.violation

@@ -416,6 +416,23 @@ def read_committed_values(
     return out
 
 
+def transaction_outcomes(plog: Log, end: int) -> tuple[set[int], set[int]]:
+    """(offsets of the aborted transactions' records, offsets of the records of transactions
+    still open) below `end` in a log: a transactional batch belongs to its producer's
+    transaction until that producer's next marker, COMMIT or ABORT."""
+    pending: dict[int, list[int]] = {}  # producer id -> offsets of its open transaction
+    aborted: set[int] = set()
+    for data, pos, h in _batches_below(plog, end):
+        if h.is_control:
+            offsets = pending.pop(h.producer_id, [])
+            if any(parse_control_record(rec)[0] == CONTROL_ABORT
+                   for rec in iter_records(data, pos)):
+                aborted.update(offsets)
+        elif h.is_transactional:
+            pending.setdefault(h.producer_id, []).extend(range(h.base_offset, h.last_offset + 1))
+    return aborted, {o for offsets in pending.values() for o in offsets}
+
+
 @dataclass(slots=True)
 class LedgerTxn:
     """One transaction of a simulated transactional producer, as the producer knows it."""

@@ -26,6 +26,7 @@ from wherry.controller.context import LeaderIsr
 from wherry.log.config import LogConfig
 from wherry.protocol.records import build_batch, parse_header
 from wherry.replication.fetch_reads import READ_COMMITTED, READ_UNCOMMITTED
+from wherry.share.config import READ_COMMITTED as SHARE_READ_COMMITTED
 from wherry.share.state import SHARE_STATE_TOPIC
 from wherry.sim import broker_checks as checks
 from wherry.sim import consumer_groups as cg
@@ -167,6 +168,12 @@ class World:
         self.txn_producers: list[TxnProducer] = []
         self.group_ledger = cg.GroupLedger()
         self.share_ledger = ws.ShareLedger()
+        # With transactional producers, the share group of odd seeds reads read_committed.
+        self.share_config = (
+            replace(options.share, isolation_level=SHARE_READ_COMMITTED)
+            if options.transactions and seed % 2
+            else options.share
+        )
         self.group_members: list[cg.SimMember] = []
         self._next_producer_id = 1000
         self.network = SimNetwork(random.Random(self.rng.random()), self, options.network)
@@ -334,7 +341,7 @@ class World:
         if self.options.consumer_groups or self.options.share_consumers:
             groups = cg.GroupHost(self, node, self.options.groups, self.group_ledger)
             if self.options.share_consumers:
-                ws.ShareHost(self, node, self.options.share, self.share_ledger, groups)
+                ws.ShareHost(self, node, self.share_config, self.share_ledger, groups)
         self.nodes[b] = node
         self.down.discard(b)
         self._notify_controller()
@@ -644,7 +651,7 @@ class World:
         if self.options.consumer_groups:
             cg.check_final(self, self.group_members, self.options.partitions)
         if self.options.share_consumers:
-            ws.check_final(self, self.share_ledger, self.options.share, self.store.topic_id)
+            ws.check_final(self, self.share_ledger, self.share_config, self.store.topic_id)
 
     def create_internal_topic(self, topic: str, partitions: int, shift: int) -> None:
         """A coordinator's internal topic, three replicas (fewer brokers: all), partition p's
@@ -688,8 +695,8 @@ class World:
                 tasks.append(self.loop.create_task(m.run()))
         if o.share_consumers:
             for i in range(o.share.members):
-                sc = ShareConsumer(self, i, random.Random(self.client_rng.random()), o.share,
-                                   self.share_ledger, self.store.topic_id)
+                sc = ShareConsumer(self, i, random.Random(self.client_rng.random()),
+                                   self.share_config, self.share_ledger, self.store.topic_id)
                 tasks += [self.loop.create_task(t) for t in sc.tasks()]
         tasks.append(self.loop.create_task(self.consumer()))
         txn_tasks = []
@@ -729,7 +736,7 @@ class World:
         if o.consumer_groups:
             await cg.settle(self, self.group_members, o.partitions, 4 * o.groups.request_timeout_ms)
         if o.share_consumers:
-            await ws.settle(self, o.share, self.store.topic_id, o.settle_ms)
+            await ws.settle(self, self.share_config, self.store.topic_id, o.settle_ms)
         self.check_final()
         if ops is not None:
             await ops.check_final(4 * o.request_timeout_ms)

@@ -32,7 +32,10 @@ the brokers' real handlers. Checked (`ShareLedger`), from what the brokers' runt
 * after healing and settling, no record is lost: every record below each partition's high
   watermark (control records aside) was handed to a consumer, and the state the share
   coordinator holds (loaded on the leader of its `__share_group_state` partition) has moved
-  past all of them (each accepted, or archived at the delivery limit).
+  past all of them (each accepted, or archived at the delivery limit);
+* with transactional producers (`--transactions`) the group of odd seeds reads
+  read_committed (`share.isolation.level`): no record of an aborted transaction is handed
+  over, and the records that must be are those of committed transactions and plain ones.
 """
 
 from __future__ import annotations
@@ -52,10 +55,11 @@ from wherry.coordinator.shares import PartitionFetch
 from wherry.protocol.records import ATTR_CONTROL, iter_batches
 from wherry.replication.partition import Partition
 from wherry.server.shares import ShareRuntime
+from wherry.share.config import READ_COMMITTED, READ_UNCOMMITTED
 from wherry.share.partition import AcquiredRange, RecordState
 from wherry.share.state import SHARE_STATE_TOPIC, ShareKey, ShareState, state_partition_for
 from wherry.sim.edges import sim_edges
-from wherry.sim.invariants import InvariantViolation, headers_below
+from wherry.sim.invariants import InvariantViolation, headers_below, transaction_outcomes
 from wherry.sim.network import SimNetwork
 from wherry.sim.node import SimBroker
 
@@ -83,6 +87,7 @@ class ShareWorldConfig:
     request_timeout_ms: int = 500
     state_partitions: int = 2  # of `__share_group_state`
     write_timeout_ms: int = 1_500  # the persister's retries (`share.coordinator.write.timeout.ms`)
+    isolation_level: str = READ_UNCOMMITTED  # the group's `share.isolation.level`
 
 
 class World(Protocol):
@@ -203,6 +208,7 @@ class ShareHost(ShareRuntime):
             "share.auto.offset.reset": "earliest",
             "share.session.timeout.ms": str(c.session_timeout_ms),
             "share.heartbeat.interval.ms": str(c.heartbeat_interval_ms),
+            "share.isolation.level": c.isolation_level,
         }
 
     def _acquire(self, entry: Any, member: str, *args: Any) -> int:
@@ -344,6 +350,14 @@ def check_final(world: World, ledger: ShareLedger, config: ShareWorldConfig,
             o for h in headers_below(part.log, hw) if not h.attributes & ATTR_CONTROL
             for o in range(h.base_offset, h.last_offset + 1)
         ]
+        if config.isolation_level == READ_COMMITTED:
+            aborted, still_open = transaction_outcomes(part.log, hw)
+            shown = sorted(o for p, o in ledger.handed if p == tp.partition and o in aborted)
+            if shown:
+                raise InvariantViolation(f"share: {tp} offsets {shown[:10]} of aborted "
+                                         f"transactions handed to a read_committed group")
+            # never delivered: aborted, or above the last stable offset
+            records = [o for o in records if o not in aborted and o not in still_open]
         missing = [o for o in records if (tp.partition, o) not in ledger.handed]
         if missing:
             raise InvariantViolation(f"share: {tp} offsets {missing[:10]} below the high "

@@ -305,20 +305,26 @@ async def settle(world: World, config: ShareWorldConfig, topic_id: uuid.UUID,
                  grace_ms: int) -> None:
     """Give the consumers up to `grace_ms` more to finish the records below the high
     watermarks (the last ones may be on their way to the delivery limit), and `grace_ms` again
-    each time the share state moves on -- a consumer slow to acknowledge, whose records go
-    round to the delivery limit, is progress, not a stall -- or while a share-partition leader
-    still has a change of its state to write (a write retried while the share coordinator's
-    partition is short of in-sync replicas, just after healing, is on its way, not lost), up
-    to `SETTLE_ROUNDS` graces in all; a seed already done waits for nothing."""
+    each time the share state finishes more records -- a consumer slow to acknowledge, whose
+    records go round to the delivery limit, or one working through the backlog of a long run
+    alone, is progress, not a stall; the records to finish are bounded, so this ends -- and
+    while a share-partition leader still has a change of its state to write (a write retried
+    while the share coordinator's partition is short of in-sync replicas, just after healing,
+    is on its way, not lost) up to `SETTLE_ROUNDS` graces in all; a seed already done waits
+    for nothing."""
     start = world.now_ms()
     deadline = start + grace_ms
     last = _finished(world, config, topic_id)
     while world.now_ms() < deadline and not _done(world, config, topic_id):
         await asyncio.sleep(0.05)
         now = _finished(world, config, topic_id)
-        if now > last or _writing(world):
-            last = max(last, now)
-            deadline = min(world.now_ms() + grace_ms, start + SETTLE_ROUNDS * grace_ms)
+        if now > last:
+            last = now
+            deadline = world.now_ms() + grace_ms
+        elif _writing(world):
+            deadline = max(
+                deadline, min(world.now_ms() + grace_ms, start + SETTLE_ROUNDS * grace_ms)
+            )
 
 
 def _writing(world: World) -> bool:

@@ -64,6 +64,21 @@ async def _leader(cluster: AsyncDevCluster, tp: TopicPartition) -> Broker:
     return found
 
 
+async def _shared_topic(
+    cluster: AsyncDevCluster, prefix: str
+) -> tuple[TopicPartition, Broker, uuid.UUID]:
+    """A new one-partition topic, RF 3: its partition, its leader and its topic id."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    tp = TopicPartition(topic, 0)
+    await cluster.brokers[0].admin.create_topic(
+        topic, num_partitions=1, replication_factor=3, configs={}
+    )
+    b = await _leader(cluster, tp)
+    topic_id = b.node.cache.topic_id(topic)
+    assert topic_id is not None
+    return tp, b, topic_id
+
+
 async def _until(check: Callable[[], bool], what: str) -> None:
     async with asyncio.timeout(20):
         while not check():
@@ -102,15 +117,9 @@ def test_a_change_made_while_a_write_is_on_its_way_is_written_after_it(tmp_path:
     async def body(cluster: AsyncDevCluster) -> None:
         from confluent_kafka import Producer
 
-        topic = f"shared-{uuid.uuid4().hex[:8]}"
-        tp = TopicPartition(topic, 0)
-        await cluster.brokers[0].admin.create_topic(
-            topic, num_partitions=1, replication_factor=3, configs={}
-        )
-        b = await _leader(cluster, tp)
+        tp, b, topic_id = await _shared_topic(cluster, "shared")
+        topic = tp.topic
         rt = b.shares
-        topic_id = b.node.cache.topic_id(topic)
-        assert topic_id is not None
 
         def produce() -> None:  # two batches of 5 records: offsets 0-4 and 5-9
             p = Producer({"bootstrap.servers": f"127.0.0.1:{b.bound_ports[0]}"})
@@ -170,15 +179,9 @@ def test_a_start_moved_past_a_commit_marker_is_written(tmp_path: Path) -> None:
     async def body(cluster: AsyncDevCluster) -> None:
         from confluent_kafka import Producer
 
-        topic = f"shared-txn-{uuid.uuid4().hex[:8]}"
-        tp = TopicPartition(topic, 0)
-        await cluster.brokers[0].admin.create_topic(
-            topic, num_partitions=1, replication_factor=3, configs={}
-        )
-        b = await _leader(cluster, tp)
+        tp, b, topic_id = await _shared_topic(cluster, "shared-txn")
+        topic = tp.topic
         rt = b.shares
-        topic_id = b.node.cache.topic_id(topic)
-        assert topic_id is not None
         group = "past-the-marker"
         wanted = [(tp, topic_id)]
         first = await rt.fetch(group, "a", wanted, max_wait_ms=0, max_bytes=1 << 20,

@@ -112,6 +112,25 @@ def test_throttle_rates_set_described_and_applied(wherry_broker: DevCluster) -> 
     assert wait_until(lambda: _bounds(c) == (UNLIMITED_RATE, UNLIMITED_RATE), 10)
 
 
+def test_the_throttles_in_force_are_logged_in_words(
+    wherry_broker: DevCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each (re)load logs the rates in force; no throttle reads "none", not Long.MAX."""
+    c = wherry_broker
+    caplog.set_level("INFO", logger="wherry.server.broker_configs")
+    _incremental(_admin(c), "0", [(LEADER, "1048576", SET)])
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "replication throttles" in r.message]
+
+    assert wait_until(
+        lambda: "[Broker id=0] replication throttles: leader 1048576 B/s, follower none"
+        in lines(),
+        10,
+    ), lines()
+    assert not any(str(UNLIMITED_RATE) in line for line in lines())
+
+
 def test_broker_config_alters_that_kafka_refuses(wherry_broker: DevCluster) -> None:
     c = wherry_broker
     admin = _admin(c)

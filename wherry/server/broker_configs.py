@@ -348,10 +348,10 @@ class DynamicBrokerConfig:
         self.leader_quota.update_quota(self.rate(LEADER_REPLICATION_THROTTLED_RATE))
         self.follower_quota.update_quota(self.rate(FOLLOWER_REPLICATION_THROTTLED_RATE))
         log.info(
-            "[Broker id=%d] replication throttles: leader %d B/s, follower %d B/s",
+            "[Broker id=%d] replication throttles: leader %s, follower %s",
             self.broker_id,
-            self.leader_quota.bound,
-            self.follower_quota.bound,
+            _rate_text(self.leader_quota.bound),
+            _rate_text(self.follower_quota.bound),
         )
 
     def rate(self, name: str) -> int:
@@ -402,3 +402,7 @@ class DynamicBrokerConfig:
                     "[Broker id=%d] ignoring %s of %s: %r", self.broker_id, name, topic, value
                 )
                 quota.remove_throttle(topic)
+
+
+def _rate_text(bound: int) -> str:
+    return "none" if bound >= UNLIMITED_RATE else f"{bound} B/s"

@@ -40,6 +40,19 @@ def test_bad_regex_is_an_error(unreachable_bootstrap: str) -> None:
     assert "Error: Invalid --topics-include regular expression 'a('" in result.stderr
 
 
+def test_the_deprecated_white_list_option_still_selects(unreachable_bootstrap: str) -> None:
+    """Kafka's `--topic-white-list` (deprecated): used when `--topics-include` is not given."""
+    result = run("--bootstrap-server", unreachable_bootstrap, "--topic-white-list", "a(")
+    assert result.exit_code == 1
+    first = result.stderr.splitlines()[0]
+    assert first == "--topic-white-list is deprecated: use --topics-include."
+    assert "Error: Invalid --topics-include regular expression 'a('" in result.stderr
+    both = run("--bootstrap-server", unreachable_bootstrap, "--topic-white-list", "a(",
+               "--topics-include", "b(")
+    assert "(given, so --topic-white-list is ignored)" in both.stderr
+    assert "regular expression 'b('" in both.stderr
+
+
 def test_bad_address_is_an_error() -> None:
     result = run("--bootstrap-server", "nohostport")
     assert result.exit_code == 1

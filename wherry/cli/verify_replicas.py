@@ -210,8 +210,10 @@ async def _verify(clients: _Clients, bootstrap: str, pattern: re.Pattern[str], f
 @bootstrap_option("--broker-list")
 @command_config_option("Property file of client settings (security.protocol, ssl.*, "
                        "sasl.mechanism, sasl.jaas.config, client.id).")
-@click.option("--topics-include", default=".*", show_default=True,
+@click.option("--topics-include", default=None, show_default=".*",
               help="Verify the topics whose whole name matches this regular expression.")
+@click.option("--topic-white-list", default=None, metavar="TEXT",
+              help="Deprecated: use --topics-include (ignored when it is given).")
 @click.option("--fetch-size", type=click.IntRange(min=1), default=1024 * 1024,
               show_default=True, help="Bytes to fetch per partition per request.")
 @click.option("--max-wait-ms", type=click.IntRange(min=0), default=1000, show_default=True,
@@ -221,10 +223,16 @@ async def _verify(clients: _Clients, bootstrap: str, pattern: re.Pattern[str], f
 @click.option("--timeout-ms", type=click.IntRange(min=1), default=15_000, show_default=True,
               help="Timeout of each request (and connection), in ms.")
 @_handle_errors
-def verify_replicas(bootstrap_server: str, command_config: Path | None, topics_include: str,
-                    fetch_size: int, max_wait_ms: int, report_interval_ms: int,
-                    timeout_ms: int) -> None:
+def verify_replicas(bootstrap_server: str, command_config: Path | None,
+                    topics_include: str | None, topic_white_list: str | None, fetch_size: int,
+                    max_wait_ms: int, report_interval_ms: int, timeout_ms: int) -> None:
     """Check that every replica of the matching topics holds the same records."""
+    if topic_white_list is not None:
+        click.echo("--topic-white-list is deprecated: use --topics-include"
+                   + (" (given, so --topic-white-list is ignored)." if topics_include else "."),
+                   err=True)
+    if topics_include is None:
+        topics_include = ".*" if topic_white_list is None else topic_white_list
     props = load_properties_file(command_config)
     clients = _Clients(timeout_ms / 1000, client_security(props),
                        props.get("client.id", _CLIENT_ID))

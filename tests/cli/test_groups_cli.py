@@ -326,6 +326,11 @@ def test_bad_arguments_fail_before_connecting(unreachable_bootstrap: str) -> Non
         ("reset-offsets", "--group", "g", "--topic", "t", "--to-datetime", "yesterday"):
             "does not contain a 'T'",
         ("list", "--state", "sleepy"): "Invalid state list 'sleepy'",
+        ("delete-offsets", "--group", "g"): "Option [delete-offsets] takes the following "
+                                            "options: [group], [topic]",
+        ("delete-offsets", "--group", "g", "--group", "h", "--topic", "t"):
+            "Option [delete-offsets] supports only one [group] at a time",
+        ("delete-offsets", "--group", "g", "--topic", "t:x"): "Invalid partition 'x'",
     }
     for args, message in cases.items():
         start = time.monotonic()
@@ -509,6 +514,17 @@ def test_active_group(bootstrap: str, topic: str, group: str) -> None:
         assert {p: r["CURRENT-OFFSET"] for p, r in offsets_of(bootstrap, group).items()} == {
             0: "4", 1: "2"}
 
+        # Offsets of a topic the group consumes stay (Kafka's GROUP_SUBSCRIBED_TO_TOPIC)
+        kept = groups(bootstrap, "delete-offsets", "--group", group, "--topic", f"{topic}:0")
+        assert failed(kept).strip() == ("Error: Encounter some partition level error, see the "
+                                        "follow-up details:")
+        assert kept.stdout.splitlines()[-1] == (
+            f"{topic:<30} 0               Error: org.apache.kafka.common.errors."
+            "GroupSubscribedToTopicException: Deleting offsets of a topic is forbidden while "
+            "the consumer group is actively subscribed to it.")
+        assert {p: r["CURRENT-OFFSET"] for p, r in offsets_of(bootstrap, group).items()} == {
+            0: "4", 1: "2"}
+
     # The member left: the group is Empty and can be deleted.
     assert wait_until(lambda: "Empty" in groups(bootstrap, "describe", "--group", group,
                                                 "--state").stdout, timeout_s=10.0)
@@ -517,6 +533,40 @@ def test_active_group(bootstrap: str, topic: str, group: str) -> None:
     assert group not in ok(groups(bootstrap, "list")).splitlines()
     err = failed(groups(bootstrap, "describe", "--group", group))
     assert err.strip() == f"Error: Consumer group '{group}' does not exist."
+
+
+def test_delete_offsets(bootstrap: str, topic: str, group: str) -> None:
+    """Kafka's `--delete-offsets`: one partition, then the whole topic beside one the cluster
+    does not have (its "Not Provided" row fails the command, the rest is deleted)."""
+    one = ok(groups(bootstrap, "delete-offsets", "--group", group, "--topic", f"{topic}:1"))
+    assert one.splitlines() == [
+        f"Request succeed for deleting offsets with topic {topic}:1 group {group}",
+        "",
+        "TOPIC                          PARTITION       STATUS",
+        f"{topic:<30} 1               Successful"]
+    assert {p: r["CURRENT-OFFSET"] for p, r in offsets_of(bootstrap, group).items()} == {0: "4"}
+
+    both = groups(bootstrap, "delete-offsets", "--group", group, "--topic", topic,
+                  "--topic", "no-such-topic")
+    assert both.exit_code == 1
+    assert both.stdout.splitlines() == [
+        f"Request succeed for deleting offsets with topic {topic}, no-such-topic group {group}",
+        "",
+        "TOPIC                          PARTITION       STATUS",
+        f"{topic:<30} 0               Successful",
+        f"{topic:<30} 1               Successful",
+        "no-such-topic                  Not Provided    Error: org.apache.kafka.common.errors."
+        "UnknownTopicOrPartitionException: This server does not host this topic-partition."]
+    # an Empty group left without offsets is gone, as on Kafka
+    err = failed(groups(bootstrap, "describe", "--group", group))
+    assert err.strip() == f"Error: Consumer group '{group}' does not exist."
+
+    ghost = f"ghost-{uuid.uuid4().hex[:8]}"
+    gone = groups(bootstrap, "delete-offsets", "--group", ghost, "--topic", f"{topic}:0")
+    assert failed(gone).strip() == f"Error: '{ghost}' does not exist."
+    assert gone.stdout.splitlines()[-1] == (
+        f"{topic:<30} 0               Error: org.apache.kafka.common.errors."
+        "GroupIdNotFoundException: The group id does not exist.")
 
 
 def test_unknown_groups(bootstrap: str) -> None:

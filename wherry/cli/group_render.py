@@ -1,8 +1,9 @@
 """The tables of `wherry groups` (pure): Kafka's printf formats, text in, text out.
 
-`describe`'s offsets and lag, members and state tables, `list --state`, and the new offsets of
-`reset-offsets` as a table or as a CSV plan. Each table but `list --state` starts with an empty
-line, like Kafka's "\\n%-15s ..."; trailing blanks of table lines are trimmed.
+`describe`'s offsets and lag, members and state tables, `list --state`, the new offsets of
+`reset-offsets` as a table or as a CSV plan, and the outcome of `delete-offsets`. Each table but
+`list --state` starts with an empty line, like Kafka's "\\n%-15s ..."; trailing blanks of table
+lines are trimmed.
 """
 
 from __future__ import annotations
@@ -113,3 +114,12 @@ def render_reset_csv(plans: Mapping[str, Mapping[TP, int]], with_group: bool) ->
         for tp, off in sorted(plan.items()):
             writer.writerow([group, tp[0], tp[1], off] if with_group else [tp[0], tp[1], off])
     return out.getvalue()
+
+
+def render_deleted_offsets(statuses: Mapping[TP, str]) -> str:
+    """Kafka's `%-30s %-15s %-15s` TOPIC / PARTITION / STATUS; partition -1 (a topic the
+    cluster does not have, so none of its partitions were named) reads "Not Provided"."""
+    rows: list[Sequence[object]] = [("TOPIC", "PARTITION", "STATUS")]
+    rows += [(t, p if p >= 0 else "Not Provided", status)
+             for (t, p), status in sorted(statuses.items())]
+    return _block((30, 15), rows)

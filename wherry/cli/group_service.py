@@ -41,7 +41,22 @@ _KAFKA_EXCEPTIONS: dict[int, tuple[str, str]] = {
                                    "The coordinator is not aware of this member."),
     KafkaError.UNKNOWN_TOPIC_OR_PART: ("UnknownTopicOrPartitionException",
                                        "This server does not host this topic-partition."),
+    KafkaError.GROUP_SUBSCRIBED_TO_TOPIC: (
+        "GroupSubscribedToTopicException",
+        "Deleting offsets of a topic is forbidden while the consumer group is actively "
+        "subscribed to it."),
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: ("TopicAuthorizationException",
+                                            "Topic authorization failed."),
 }
+
+
+def kafka_error_text(code: int) -> str:
+    """A broker error code as Kafka's exception prints: `org.apache.kafka.common.errors.X:
+    message` for the group errors users meet, else the error's name."""
+    if code in _KAFKA_EXCEPTIONS:
+        name, message = _KAFKA_EXCEPTIONS[code]
+        return f"org.apache.kafka.common.errors.{name}: {message}"
+    return KafkaError(code).name()
 
 
 def kafka_exception_text(exc: BaseException) -> str:
@@ -49,8 +64,7 @@ def kafka_exception_text(exc: BaseException) -> str:
     error is one Kafka users know by that name, else librdkafka's message."""
     code = kafka_error_code(exc)
     if code is not None and code in _KAFKA_EXCEPTIONS:
-        name, message = _KAFKA_EXCEPTIONS[code]
-        return f"org.apache.kafka.common.errors.{name}: {message}"
+        return kafka_error_text(code)
     return kafka_error_message(exc)
 
 

@@ -1,7 +1,8 @@
 """`wherry groups`: a kafka-consumer-groups.sh look-alike speaking the Kafka protocol.
 
-Subcommands: list, describe, delete, reset-offsets. All of them go over the wire through
-confluent-kafka's AdminClient and take `--bootstrap-server HOST:PORT`, `--command-config FILE`
+Subcommands: list, describe, delete, reset-offsets, delete-offsets. All of them go over the wire
+(through confluent-kafka's AdminClient; delete-offsets, which it lacks, with wherry's own client)
+and take `--bootstrap-server HOST:PORT`, `--command-config FILE`
 (client properties) and `--timeout-ms` (per-request timeout; Kafka's `--timeout` is accepted too).
 
 Output follows Kafka 3.9's tool: the same column names, the same padding rules and the same
@@ -12,7 +13,8 @@ on stdout and exits 0), trailing blanks of table lines are trimmed, and groups a
 printed in sorted order.
 
 This module holds the click commands; `group_model` the views of groups, `group_service` the
-admin calls, `group_render` the tables and `group_reset` the planning of `reset-offsets`.
+admin calls, `group_render` the tables, `group_reset` the planning of `reset-offsets` and
+`group_offset_delete` the OffsetDelete requests of `delete-offsets`.
 """
 
 from __future__ import annotations
@@ -23,14 +25,17 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import click
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import OffsetSpec
+from kio.schema.errors import ErrorCode
 
+from wherry.cli.client_security import client_security
 from wherry.cli.common import (
     CommandError,
     ErrorsReported,
     admin_options,
     exits_on_error,
+    load_properties_file,
 )
 from wherry.cli.group_model import (
     REBALANCING,
@@ -41,7 +46,9 @@ from wherry.cli.group_model import (
     offset_rows,
     parse_states,
 )
+from wherry.cli.group_offset_delete import OffsetDeleteResult, delete_offsets
 from wherry.cli.group_render import (
+    render_deleted_offsets,
     render_group_states,
     render_members,
     render_offsets,
@@ -59,7 +66,7 @@ from wherry.cli.group_reset import (
     plan_reset,
     reset_spec,
 )
-from wherry.cli.group_service import GroupService, kafka_exception_text
+from wherry.cli.group_service import GroupService, kafka_error_text, kafka_exception_text
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -122,7 +129,7 @@ def _should_print(group: GroupView, rows: int) -> bool:
 
 @click.group()
 def groups() -> None:
-    """List, describe, delete consumer groups or reset their offsets (like
+    """List, describe, delete consumer groups, reset or delete their offsets (like
     kafka-consumer-groups.sh)."""
 
 
@@ -315,4 +322,71 @@ def reset_offsets(
         else:
             click.echo(render_reset(plans), nl=False)
     if refused:
+        raise ErrorsReported
+
+
+# The request's own error, as Kafka's tool words it (a partition's error: see the table).
+_DELETE_OFFSETS_ERRORS = {
+    ErrorCode.invalid_group_id: "'{group}' is not valid.",
+    ErrorCode.group_id_not_found: "'{group}' does not exist.",
+    ErrorCode.group_authorization_failed: "Access to '{group}' is not authorized.",
+    ErrorCode.non_empty_group: "Deleting offsets of a consumer group '{group}' is forbidden if "
+                               "the group is not empty.",
+    ErrorCode.group_subscribed_to_topic: "Encounter some partition level error, see the "
+                                         "follow-up details:",
+    ErrorCode.topic_authorization_failed: "Encounter some partition level error, see the "
+                                          "follow-up details:",
+    ErrorCode.unknown_topic_or_partition: "Encounter some partition level error, see the "
+                                          "follow-up details:",
+}
+
+
+@groups.command(name="delete-offsets")
+@_common_options
+@click.option("--group", "groups", multiple=True, metavar="GROUP", help="The consumer group.")
+@click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P...]",
+              help="Topic (optionally with partitions) whose offsets to delete (repeatable).")
+@_handle_errors
+def delete_offsets_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
+                    groups: tuple[str, ...], topics: tuple[str, ...]) -> None:
+    """Delete a group's committed offsets of topics (not of topics it is consuming)."""
+    if not groups or not topics:
+        raise CommandError("Option [delete-offsets] takes the following options: [group], "
+                           "[topic]")
+    if len(set(groups)) > 1:
+        raise CommandError("Option [delete-offsets] supports only one [group] at a time")
+    group = groups[0]
+    props = load_properties_file(command_config)
+    topic_args = [parse_topic_arg(t) for t in topics]
+    known: dict[str, list[int]] = {}
+    if any(parts is None for _, parts in topic_args):
+        known = GroupService.connect(bootstrap_server, command_config,
+                                     timeout_ms).topic_partitions()
+    statuses: dict[TP, str] = {}
+    partitions: dict[TP, None] = {}
+    for topic, parts in topic_args:
+        if parts is None and topic not in known:  # Kafka's "Not Provided" row
+            statuses[(topic, -1)] = "Error: " + kafka_error_text(KafkaError.UNKNOWN_TOPIC_OR_PART)
+        for p in parts if parts is not None else known.get(topic, ()):
+            partitions[(topic, p)] = None
+    result = (delete_offsets(bootstrap_server, client_security(props), group, list(partitions),
+                             timeout_ms / 1000,
+                             props.get("client.id", GroupService.CLIENT_ID))
+              if partitions else OffsetDeleteResult(ErrorCode.none, {}))
+    for tp, err in result.partitions.items():
+        statuses[tp] = "Successful" if err == ErrorCode.none else "Error: " + kafka_error_text(err)
+    # Kafka's admin client fails the whole call with the first partition's error, if any
+    error = result.error
+    if error == ErrorCode.none:
+        error = next((e for _, e in sorted(result.partitions.items()) if e != ErrorCode.none),
+                     ErrorCode.none)
+    if error == ErrorCode.none:
+        click.echo(f"Request succeed for deleting offsets with topic {', '.join(topics)} "
+                   f"group {group}")
+    else:
+        wording = _DELETE_OFFSETS_ERRORS.get(
+            error, f"Encounter some unknown error: {error.name.upper()}")
+        click.echo("Error: " + wording.format(group=group), err=True)
+    click.echo(render_deleted_offsets(statuses), nl=False)
+    if error != ErrorCode.none or any(s != "Successful" for s in statuses.values()):
         raise ErrorsReported

@@ -44,9 +44,8 @@ from wherry.cli.replica_compare import (
     decode_records,
     max_lag_line,
 )
+from wherry.cli.wire_clients import BrokerClients, bootstrap_addresses
 from wherry.outbound.client import RequestClient, RequestError
-from wherry.outbound.connection import OutboundConnection
-from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.protocol.records import Record
 
 DEBUGGING_CONSUMER_ID = -2
@@ -69,39 +68,6 @@ def _now() -> str:
     return datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
 
 
-def _host_port(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise CommandError(f"Invalid bootstrap server address: {address} (expected host:port)")
-    return host, int(port)
-
-
-class _Clients:
-    """One `RequestClient` per broker, opened on first use."""
-
-    def __init__(self, timeout_s: float, security: ClientSecurity = PLAINTEXT,
-                 client_id: str = _CLIENT_ID) -> None:
-        self.timeout_s = timeout_s
-        self.security = security
-        self.client_id = client_id
-        self._conns: dict[str, OutboundConnection] = {}
-        self._clients: dict[str, RequestClient] = {}
-
-    def get(self, host: str, port: int) -> RequestClient:
-        peer = f"{host}:{port}"
-        if peer not in self._clients:
-            conn = OutboundConnection(host, port, connect_timeout_s=self.timeout_s,
-                                      request_timeout_s=self.timeout_s, security=self.security)
-            self._conns[peer] = conn
-            self._clients[peer] = RequestClient(conn.connect, client_id=self.client_id,
-                                                peer=peer)
-        return self._clients[peer]
-
-    async def close(self) -> None:
-        for conn in self._conns.values():
-            await conn.close()
-
-
 async def _metadata(client: RequestClient, pattern: re.Pattern[str]
                     ) -> tuple[dict[int, tuple[str, int]], list[_Partition]]:
     resp = await client.call(*_METADATA, {"topics": None, "allow_auto_topic_creation": False,
@@ -119,10 +85,10 @@ async def _metadata(client: RequestClient, pattern: re.Pattern[str]
     return brokers, parts
 
 
-async def _bootstrap_metadata(clients: _Clients, bootstrap: str, pattern: re.Pattern[str]
+async def _bootstrap_metadata(clients: BrokerClients, bootstrap: str, pattern: re.Pattern[str]
                               ) -> tuple[dict[int, tuple[str, int]], list[_Partition]]:
     """The metadata from the first of the comma-separated bootstrap servers that answers."""
-    addresses = _addresses(bootstrap)
+    addresses = bootstrap_addresses(bootstrap)
     for i, address in enumerate(addresses):
         try:
             return await _metadata(clients.get(*address), pattern)
@@ -130,11 +96,6 @@ async def _bootstrap_metadata(clients: _Clients, bootstrap: str, pattern: re.Pat
             if i == len(addresses) - 1:
                 raise
     raise AssertionError("unreachable")
-
-
-def _addresses(bootstrap: str) -> list[tuple[str, int]]:
-    return [_host_port(a.strip()) for a in bootstrap.split(",") if a.strip()] or [
-        _host_port(bootstrap)]
 
 
 def _fetch_body(topic: str, partition: int, offset: int, fetch_size: int,
@@ -175,7 +136,7 @@ async def _read_replica(client: RequestClient, part: _Partition, replica: int,
         offset = got[-1].offset + 1
 
 
-async def _verify(clients: _Clients, bootstrap: str, pattern: re.Pattern[str], fetch_size: int,
+async def _verify(clients: BrokerClients, bootstrap: str, pattern: re.Pattern[str], fetch_size: int,
                   max_wait_ms: int, report_interval_ms: int,
                   echo: Callable[[str], None]) -> list[PartitionCheck]:
     try:
@@ -234,14 +195,14 @@ def verify_replicas(bootstrap_server: str, command_config: Path | None,
     if topics_include is None:
         topics_include = ".*" if topic_white_list is None else topic_white_list
     props = load_properties_file(command_config)
-    clients = _Clients(timeout_ms / 1000, client_security(props),
-                       props.get("client.id", _CLIENT_ID))
+    clients = BrokerClients(timeout_ms / 1000, props.get("client.id", _CLIENT_ID),
+                            client_security(props))
     try:
         pattern = re.compile(topics_include)
     except re.error as e:
         raise CommandError(f"Invalid --topics-include regular expression "
                            f"{topics_include!r}: {e}") from e
-    _addresses(bootstrap_server)
+    bootstrap_addresses(bootstrap_server)
     checks = asyncio.run(_verify(clients, bootstrap_server, pattern, fetch_size, max_wait_ms,
                                  report_interval_ms, click.echo))
     click.echo(max_lag_line(checks, _now()))

@@ -34,8 +34,8 @@ from wherry.cli.common import (
     kafka_error_code,
     parse_kv,
 )
+from wherry.common.internal_topics import INTERNAL_TOPICS
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 MAX_REPLICATION_FACTOR = 32767
 
 

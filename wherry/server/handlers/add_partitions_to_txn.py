@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.internal_topics import INTERNAL_TOPICS
 from wherry.common.topic_partition import TopicPartition
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorize_cluster
-from wherry.server.handlers.describe_topic_partitions import INTERNAL_TOPICS
 from wherry.server.handlers.txn_common import client_error
 
 if TYPE_CHECKING:

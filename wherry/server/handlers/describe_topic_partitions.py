@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from wherry.common.internal_topics import INTERNAL_TOPICS
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.admin import AdminError, validate_topic_name
 from wherry.server.authz import AUTHORIZED_OPERATIONS_OMITTED, authorize, authorized_operations
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 # Kafka's `max.request.partition.size.limit` default: the most partitions one page holds.
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
 # Kafka's Topic.isInternal (4.x adds the share-group state topic).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 _ZERO_UUID = uuid.UUID(int=0)
 
 

@@ -3,7 +3,8 @@ and the error text of a broker's answer."""
 
 from __future__ import annotations
 
-from wherry.cli.reassign_log_dirs import ReplicaDirs, kafka_error_text, move_status_lines
+from wherry.cli.kafka_errors import kafka_error_text
+from wherry.cli.reassign_log_dirs import ReplicaDirs, move_status_lines
 
 
 def test_every_state_in_replica_order() -> None:

@@ -1,5 +1,4 @@
-"""The cluster side of `wherry groups`: its admin calls (confluent-kafka's AdminClient) and the
-names Kafka's tool gives to the group errors users meet."""
+"""The cluster side of `wherry groups`: its admin calls (confluent-kafka's AdminClient)."""
 
 from __future__ import annotations
 
@@ -15,57 +14,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import OffsetSpec
 
-from wherry.cli.common import (
-    TRANSIENT_ERRORS,
-    AdminService,
-    kafka_error_code,
-    kafka_error_message,
-)
+from wherry.cli.common import TRANSIENT_ERRORS, AdminService, kafka_error_code
 from wherry.cli.group_model import MISSING, TP, CommandFailed, GroupView, MemberView, state_name
-
-# Broker error code -> (Kafka exception class, Kafka's message), for the group errors users meet.
-_KAFKA_EXCEPTIONS: dict[int, tuple[str, str]] = {
-    KafkaError.NON_EMPTY_GROUP: ("GroupNotEmptyException", "The group is not empty."),
-    KafkaError.GROUP_ID_NOT_FOUND: ("GroupIdNotFoundException", "The group id does not exist."),
-    KafkaError.INVALID_GROUP_ID: ("InvalidGroupIdException", "The configured groupId is invalid."),
-    KafkaError.GROUP_AUTHORIZATION_FAILED: ("GroupAuthorizationException",
-                                            "Group authorization failed."),
-    KafkaError.COORDINATOR_NOT_AVAILABLE: ("CoordinatorNotAvailableException",
-                                           "The coordinator is not available."),
-    KafkaError.NOT_COORDINATOR: ("NotCoordinatorException",
-                                 "This is not the correct coordinator."),
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS: (
-        "CoordinatorLoadInProgressException",
-        "The coordinator is loading and hence can't process requests."),
-    KafkaError.UNKNOWN_MEMBER_ID: ("UnknownMemberIdException",
-                                   "The coordinator is not aware of this member."),
-    KafkaError.UNKNOWN_TOPIC_OR_PART: ("UnknownTopicOrPartitionException",
-                                       "This server does not host this topic-partition."),
-    KafkaError.GROUP_SUBSCRIBED_TO_TOPIC: (
-        "GroupSubscribedToTopicException",
-        "Deleting offsets of a topic is forbidden while the consumer group is actively "
-        "subscribed to it."),
-    KafkaError.TOPIC_AUTHORIZATION_FAILED: ("TopicAuthorizationException",
-                                            "Topic authorization failed."),
-}
-
-
-def kafka_error_text(code: int) -> str:
-    """A broker error code as Kafka's exception prints: `org.apache.kafka.common.errors.X:
-    message` for the group errors users meet, else the error's name."""
-    if code in _KAFKA_EXCEPTIONS:
-        name, message = _KAFKA_EXCEPTIONS[code]
-        return f"org.apache.kafka.common.errors.{name}: {message}"
-    return KafkaError(code).name()
-
-
-def kafka_exception_text(exc: BaseException) -> str:
-    """`org.apache.kafka.common.errors.GroupNotEmptyException: The group is not empty.` where the
-    error is one Kafka users know by that name, else librdkafka's message."""
-    code = kafka_error_code(exc)
-    if code is not None and code in _KAFKA_EXCEPTIONS:
-        return kafka_error_text(code)
-    return kafka_error_message(exc)
 
 
 def _group_view(group_id: str, desc: Any) -> GroupView:

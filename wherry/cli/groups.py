@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import click
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 from kio.schema.errors import ErrorCode
 
@@ -66,7 +66,8 @@ from wherry.cli.group_reset import (
     plan_reset,
     reset_spec,
 )
-from wherry.cli.group_service import GroupService, kafka_error_text, kafka_exception_text
+from wherry.cli.group_service import GroupService
+from wherry.cli.kafka_errors import kafka_error_text, kafka_exception_text
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -366,7 +367,8 @@ def delete_offsets_(bootstrap_server: str, command_config: Path | None, timeout_
     partitions: dict[TP, None] = {}
     for topic, parts in topic_args:
         if parts is None and topic not in known:  # Kafka's "Not Provided" row
-            statuses[(topic, -1)] = "Error: " + kafka_error_text(KafkaError.UNKNOWN_TOPIC_OR_PART)
+            unknown = kafka_error_text(ErrorCode.unknown_topic_or_partition)
+            statuses[(topic, -1)] = f"Error: {unknown}"
         for p in parts if parts is not None else known.get(topic, ()):
             partitions[(topic, p)] = None
     result = (delete_offsets(bootstrap_server, client_security(props), group, list(partitions),

@@ -270,6 +270,7 @@ TOOLS: dict[str, str] = {
     "acls": "wherry.cli.acls:acls",
     "verify-replicas": "wherry.cli.verify_replicas:verify_replicas",
     "get-offsets": "wherry.cli.get_offsets:get_offsets",
+    "delete-records": "wherry.cli.delete_records:delete_records",
     "dump-log": "wherry.cli.dump_log:dump_log",
     "log-dirs": "wherry.cli.log_dirs:log_dirs",
     "state-change-log": "wherry.cli.state_change_log:state_change_log",

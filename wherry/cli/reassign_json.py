@@ -1,4 +1,5 @@
-"""The JSON files of `wherry reassign` and `wherry elect`, in Kafka's formats (pure).
+"""The JSON files of `wherry reassign`, `wherry elect` and `wherry delete-records`, in Kafka's
+formats (pure).
 
 * topics to move (`generate --topics-to-move-json-file`):
   `{"version":1,"topics":[{"topic":"foo"}]}`
@@ -7,6 +8,9 @@
   "log_dirs":["any","any"]}]}` (`log_dirs` optional: "any", or the absolute path of the
   log directory the replica is to move to on its broker)
 * partitions to elect (`elect --path-to-json-file`): `{"partitions":[{"topic":"t","partition":0}]}`
+* offsets to delete records below (`delete-records --offset-json-file`):
+  `{"version":1,"partitions":[{"topic":"t","partition":0,"offset":5}]}` (offset -1: the high
+  watermark, every record)
 
 Parsing checks everything Kafka's tools check, with their messages, and raises CommandError.
 """
@@ -225,3 +229,24 @@ def parse_election_partitions(text: str) -> list[TP]:
         raise CommandError("Replica election data contains duplicate partitions: "
                            + tps_str(dups))
     return sorted(tps)
+
+
+# --------------------------------------------------------------------------------------------
+# Records to delete
+
+
+def parse_offsets_to_delete(text: str) -> dict[TP, int]:
+    """Each partition's offset to delete the records below (Kafka's DeleteRecordsCommand)."""
+    js = _object(_load(text), "the offset json file")
+    _version(js)
+    if "partitions" not in js:
+        raise CommandError("Missing partitions field")
+    offsets: list[tuple[TP, int]] = []
+    for entry in _list(js, "partitions", "the offset json file"):
+        tp = _tp(entry, "a partition")
+        offsets.append((tp, _field(entry, "offset", int, "a partition")))
+    dups = _duplicates([tp for tp, _ in offsets])
+    if dups:
+        raise CommandError("Offset json file contains duplicate topic partitions: "
+                           + tps_str(dups))
+    return dict(offsets)

@@ -22,6 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from wherry.cli.common import CommandError
+from wherry.cli.kafka_errors import kafka_error_text
 from wherry.cli.log_dirs import DESCRIBE_LOG_DIRS, call_broker
 from wherry.cli.reassign_json import Replica, replica_str
 from wherry.outbound.client import RequestError
@@ -35,33 +36,12 @@ CLIENT_ID = "reassign-partitions-tool"
 Address = tuple[str, int]
 
 
-# Kafka's exception classes whose names are not the error's name in CamelCase.
-_EXCEPTIONS = {
-    ErrorCode.kafka_storage_error: "KafkaStorageException",
-    ErrorCode.unknown_server_error: "UnknownServerException",
-    ErrorCode.invalid_topic_exception: "InvalidTopicException",
-    ErrorCode.cluster_authorization_failed: "ClusterAuthorizationException",
-}
-
-
 @dataclass(frozen=True, slots=True)
 class ReplicaDirs:
     """Where a replica is on its broker: its current log dir and the one it moves to."""
 
     current: str | None
     future: str | None
-
-
-def kafka_error_text(code: int) -> str:
-    """Kafka's exception for an error code, as Java prints it, with Kafka's description."""
-    from kafka.errors import for_code
-
-    error = ErrorCode(code)
-    name = _EXCEPTIONS.get(error) or "".join(
-        w.capitalize() for w in error.name.split("_")) + "Exception"
-    description = str(getattr(for_code(code), "description", "") or "")
-    text = f"org.apache.kafka.common.errors.{name}"
-    return f"{text}: {description}" if description else text
 
 
 def _same_dir(a: str, b: str) -> bool:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.broker_process import BrokerProcess
+from tests.helpers import create_topic, poll_messages
 from wherry.cli.common import CommandError
 from wherry.cli.main import main
 from wherry.cli.reassign_json import parse_offsets_to_delete
@@ -50,35 +48,22 @@ def test_the_offset_file_as_kafka_reads_it() -> None:
             parse_offsets_to_delete(bad)
 
 
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("delete-records")).start()
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
-
-
 def _first_offset(bootstrap: str, topic: str, partition: int) -> int:
+    """The offset of the first record a consumer reads from the start of the partition."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dr-probe",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition(topic, partition)])
-        msg = consumer.poll(CALL_TIMEOUT_S)
-        assert msg is not None and msg.error() is None
-        offset = msg.offset()
-        assert offset is not None
-        return offset
+        (msg,) = poll_messages(consumer, 1, CALL_TIMEOUT_S)
+        return int(msg.offset() or 0)
     finally:
         consumer.close()
 
 
-def test_deleting_records_of_a_broker(bootstrap: str, tmp_path: Path) -> None:
+def test_deleting_records_of_a_broker(cli_bootstrap: str, tmp_path: Path) -> None:
+    bootstrap = cli_bootstrap
     topic = f"dr-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(topic, 3, 1)],
-                                   request_timeout=CALL_TIMEOUT_S).values():
-        fut.result(CALL_TIMEOUT_S)
+    create_topic(bootstrap, topic, partitions=3)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     for partition in range(3):
         for i in range(20):

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner, Result
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from tests.broker_process import BrokerProcess, wait_until
+from tests.broker_process import wait_until
+from tests.helpers import create_topic
 from wherry.cli.common import CommandError
 from wherry.cli.get_offsets import PartitionFilter, offset_spec, partition_filters, picked
 from wherry.cli.main import main
@@ -87,21 +87,10 @@ def test_bad_options_are_refused_before_connecting(unreachable_bootstrap: str) -
 # Against a broker
 
 
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("get-offsets")).start()
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
-
-
-def test_offsets_of_a_broker(bootstrap: str) -> None:
+def test_offsets_of_a_broker(cli_bootstrap: str) -> None:
+    bootstrap = cli_bootstrap
     topic = f"go-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(topic, 3, 1)],
-                                   request_timeout=CALL_TIMEOUT_S).values():
-        fut.result(CALL_TIMEOUT_S)
+    create_topic(bootstrap, topic, partitions=3)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     base = int(time.time() * 1000) - 60_000
     # partition 0: 5 records at base+0..4 s; the 3rd carries the largest timestamp
@@ -128,6 +117,7 @@ def test_offsets_of_a_broker(bootstrap: str) -> None:
     assert lines("--topic-partitions", f"{topic}:0-2", "--time", str(base + 10_000)) == []
     assert lines("--topic", topic, "--partitions", "1,2") == [f"{topic}:1:1", f"{topic}:2:0"]
     # a group's coordinator lookup creates the offsets topic: internal, listed unless excluded
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("g")])
     assert wait_until(lambda: "__consumer_offsets" in admin.list_topics(timeout=5).topics, 15)
     both = f"__consumer_offsets|{topic}"

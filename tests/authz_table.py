@@ -541,6 +541,9 @@ def rows(ctx: AuthzContext) -> list[AuthzRow]:
             "transactional_ids": [c.transactional_id + "-described"]},
                  Op.DESCRIBE, RT.TRANSACTIONAL_ID, lambda c: c.transactional_id + "-described",
                  lambda r: int(r.transaction_states[0].error_code), TXN_DENIED),
+        AuthzRow("describe-producers-read", 61, 0, lambda c: {
+            "topics": [{"name": c.topic, "partition_indexes": [0]}]},
+                 Op.READ, RT.TOPIC, t, topic_part, TOPIC_DENIED, NONE),
         AuthzRow("offset-for-leader-epoch-describe", 23, 4, lambda c: {
             "replica_id": -1, "topics": [{"topic": c.topic, "partitions": [
                 {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]},

@@ -81,6 +81,7 @@ HANDLERS: dict[int, str] = {
     51: "alter_user_scram_credentials",
     56: "alter_partition",
     60: "describe_cluster",
+    61: "describe_producers",
     65: "describe_transactions",
     66: "list_transactions",
     68: "consumer_group_heartbeat",

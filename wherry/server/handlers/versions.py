@@ -57,6 +57,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     51: (0, 0),
     56: (2, 3),
     60: (0, 2),
+    61: (0, 0),  # KIP-664 DescribeProducers (kafka-transactions.sh describe-producers)
     65: (0, 0),
     66: (0, 2),
     68: (0, 1),  # KIP-848 consumer groups (group/consumer_coordinator.py)

@@ -1,9 +1,10 @@
-"""DescribeProducers (key 61, KIP-664): the producers a partition's leader keeps state for
-(what `kafka-transactions.sh describe-producers` and `find-hanging` read): each one's id,
-epoch, last sequence and timestamp, coordinator epoch and the first offset of its open
-transaction (-1 when none). Kafka: READ on the topic, else TOPIC_AUTHORIZATION_FAILED; a
-partition the cluster does not have answers UNKNOWN_TOPIC_OR_PARTITION, one this broker does
-not lead (or hold) NOT_LEADER_OR_FOLLOWER."""
+"""DescribeProducers (key 61, KIP-664): the producers a replica keeps state for (what
+`kafka-transactions.sh describe-producers` and `find-hanging` read): each one's id, epoch, last
+sequence and timestamp, coordinator epoch and the first offset of its open transaction (-1 when
+none). Any replica answers from its own log, a follower too (the tool's `--broker-id`), as
+Kafka's does. Kafka: READ on the topic, else TOPIC_AUTHORIZATION_FAILED; a partition the
+cluster does not have answers UNKNOWN_TOPIC_OR_PARTITION, one with no replica on this broker
+NOT_LEADER_OR_FOLLOWER."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.replication.partition import PartitionError
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorized_names
 
@@ -34,13 +34,8 @@ def _producers(broker: BrokerServices, tp: TopicPartition) -> dict[str, Any]:
         return out
     rm = broker.replica_manager
     part = rm.get_partition(tp)
-    if part is None:  # not hosted here (Kafka's getPartitionOrError)
+    if part is None:  # no replica here (Kafka's getPartitionOrError)
         out["error_code"] = rm.missing_partition_error(tp, ErrorCode.not_leader_or_follower)
-        return out
-    try:
-        part.require_leader(-1)
-    except PartitionError as e:
-        out["error_code"] = e.error_code
         return out
     out["active_producers"] = [
         {

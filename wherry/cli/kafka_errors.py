@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from wherry.cli.common import kafka_error_code, kafka_error_message
+from wherry.cli import common
 
-__all__ = ["kafka_error_text", "kafka_exception_text"]
+__all__ = ["kafka_error_message", "kafka_error_text", "kafka_exception_text"]
 
 # Kafka's class and message for the errors users of the tools meet most
 _JAVA: dict[int, tuple[str, str]] = {
@@ -33,6 +33,19 @@ _JAVA: dict[int, tuple[str, str]] = {
                                  "Request parameters do not satisfy the configured policy."),
     ErrorCode.non_empty_group: ("GroupNotEmptyException", "The group is not empty."),
     ErrorCode.group_id_not_found: ("GroupIdNotFoundException", "The group id does not exist."),
+    ErrorCode.not_leader_or_follower: (
+        "NotLeaderOrFollowerException",
+        "For requests intended only for the leader, this error indicates that the broker is "
+        "not the current leader. For requests intended for any replica, this error indicates "
+        "that the broker is not a replica of the topic partition."),
+    ErrorCode.cluster_authorization_failed: ("ClusterAuthorizationException",
+                                             "Cluster authorization failed."),
+    ErrorCode.transactional_id_not_found: ("TransactionalIdNotFoundException",
+                                           "The transactionalId could not be found."),
+    ErrorCode.transaction_coordinator_fenced: (
+        "TransactionCoordinatorFencedException",
+        "Indicates that the transaction coordinator sending a WriteTxnMarker is no longer the "
+        "current coordinator for a given producer."),
     ErrorCode.group_subscribed_to_topic: (
         "GroupSubscribedToTopicException",
         "Deleting offsets of a topic is forbidden while the consumer group is actively "
@@ -48,26 +61,36 @@ _CLASSES = {
 }
 
 
-def kafka_error_text(code: int) -> str:
-    """Kafka's exception for an error code, as Java prints it: the class and message above,
-    else the class named after the error with the protocol's description of it."""
+def _java(code: int) -> tuple[str, str]:
+    """Kafka's exception class and message for an error code: those above, else the class
+    named after the error with the protocol's description of it."""
     if code in _JAVA:
-        name, message = _JAVA[code]
-        return f"org.apache.kafka.common.errors.{name}: {message}"
+        return _JAVA[code]
     from kafka.errors import for_code
 
     error = ErrorCode(code)
     name = _CLASSES.get(error) or "".join(
         w.capitalize() for w in error.name.split("_")) + "Exception"
-    description = str(getattr(for_code(code), "description", "") or "")
+    return name, str(getattr(for_code(code), "description", "") or "")
+
+
+def kafka_error_text(code: int) -> str:
+    """Kafka's exception for an error code, as Java prints it (class: message)."""
+    name, message = _java(code)
     text = f"org.apache.kafka.common.errors.{name}"
-    return f"{text}: {description}" if description else text
+    return f"{text}: {message}" if message else text
+
+
+def kafka_error_message(code: int) -> str:
+    """Kafka's exception message for an error code (its `getMessage()`)."""
+    name, message = _java(code)
+    return message or name
 
 
 def kafka_exception_text(exc: BaseException) -> str:
     """A client call's failure: Kafka's text for the errors of `_JAVA`, else librdkafka's
     message."""
-    code = kafka_error_code(exc)
+    code = common.kafka_error_code(exc)
     if code is not None and code in _JAVA:
         return kafka_error_text(code)
-    return kafka_error_message(exc)
+    return common.kafka_error_message(exc)

@@ -22,32 +22,33 @@ if TYPE_CHECKING:
     from wherry.server.services import BrokerServices
 
 
-def _producers(broker: BrokerServices, tp: TopicPartition) -> dict[str, Any]:
+def _producers(broker: BrokerServices, tp: TopicPartition, readable: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "partition_index": tp.partition,
         "error_code": ErrorCode.none,
         "error_message": None,
         "active_producers": [],
     }
-    if broker.cache.partition(tp.topic, tp.partition) is None:
-        out["error_code"] = ErrorCode.unknown_topic_or_partition
-        return out
     rm = broker.replica_manager
     part = rm.get_partition(tp)
-    if part is None:  # no replica here (Kafka's getPartitionOrError)
+    if not readable:
+        out["error_code"] = ErrorCode.topic_authorization_failed
+    elif broker.cache.partition(tp.topic, tp.partition) is None:
+        out["error_code"] = ErrorCode.unknown_topic_or_partition
+    elif part is None:  # no replica here (Kafka's getPartitionOrError)
         out["error_code"] = rm.missing_partition_error(tp, ErrorCode.not_leader_or_follower)
-        return out
-    out["active_producers"] = [
-        {
-            "producer_id": pid,
-            "producer_epoch": entry.producer_epoch,
-            "last_sequence": entry.last_seq,
-            "last_timestamp": entry.last_timestamp_ms,
-            "coordinator_epoch": entry.coordinator_epoch,
-            "current_txn_start_offset": entry.current_txn_first_offset,
-        }
-        for pid, entry in sorted(part.log.producer_state.producers.items())
-    ]
+    else:
+        out["active_producers"] = [
+            {
+                "producer_id": pid,
+                "producer_epoch": entry.producer_epoch,
+                "last_sequence": entry.last_seq,
+                "last_timestamp": entry.last_timestamp_ms,
+                "coordinator_epoch": entry.coordinator_epoch,
+                "current_txn_start_offset": entry.current_txn_first_offset,
+            }
+            for pid, entry in sorted(part.log.producer_state.producers.items())
+        ]
     return out
 
 
@@ -55,15 +56,16 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     readable = authorized_names(
         broker, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.body.topics)
     )
-    topics = []
-    for t in req.body.topics:
-        parts = []
-        for index in t.partition_indexes:
-            if t.name in readable:
-                parts.append(_producers(broker, TopicPartition(t.name, index)))
-            else:
-                parts.append({"partition_index": index, "active_producers": [],
-                              "error_code": ErrorCode.topic_authorization_failed,
-                              "error_message": None})
-        topics.append({"name": t.name, "partitions": parts})
-    return {"throttle_time": 0, "topics": topics}
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    _producers(broker, TopicPartition(t.name, index), t.name in readable)
+                    for index in t.partition_indexes
+                ],
+            }
+            for t in req.body.topics
+        ],
+    }

@@ -1,0 +1,212 @@
+"""The requests of `wherry transactions`, sent to the brokers with wherry's own client
+(confluent-kafka's AdminClient has none of them): Metadata for the brokers and leaders,
+ListTransactions to every broker, FindCoordinator and DescribeTransactions, DescribeProducers
+to a partition's leader (or a chosen replica) and WriteTxnMarkers to abort a transaction.
+
+DescribeTransactions is read here rather than by kio, whose reader refuses the -1 start time
+of a transactional id with no transaction open (Kafka's tool prints it as "None")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from wherry.cli.reassign_json import TP
+from wherry.cli.wire_clients import BrokerClients, bootstrap_addresses
+from wherry.outbound.client import RequestClient, RequestError
+from wherry.protocol.codec import ResponseDecodeError
+from wherry.protocol.wire import DecodeError, Reader
+
+__all__ = ["ProducerRow", "TxnCallError", "TxnDescription", "TxnWire"]
+
+_METADATA = (3, 12)
+_LIST_TRANSACTIONS = (66, 1)
+_FIND_COORDINATOR = (10, 3)
+_DESCRIBE_TRANSACTIONS = (65, 0)
+_DESCRIBE_PRODUCERS = (61, 0)
+_WRITE_TXN_MARKERS = (27, 1)
+_TRANSACTION_KEY = 1
+
+
+class TxnCallError(Exception):
+    """A request answered with an error (`code`), or not answered (`code` None)."""
+
+    def __init__(self, code: int | None, detail: str = "") -> None:
+        super().__init__(detail or (ErrorCode(code).name if code is not None else "no answer"))
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDescription:
+    coordinator_id: int
+    transactional_id: str
+    state: str
+    timeout_ms: int
+    start_ms: int | None  # None: no transaction open
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TP, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRow:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    txn_start_offset: int | None  # None: no transaction open
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+
+
+def _describe_transactions_reader(frame: bytes | memoryview, correlation_id: int
+                                  ) -> list[dict[str, Any]]:
+    """DescribeTransactions v0's answer (flexible), start time -1 included."""
+    r = Reader(memoryview(frame))
+    try:
+        if r.int32() != correlation_id:
+            raise ResponseDecodeError("correlation id of another request (API key 65 v0)")
+        r.tagged_fields()
+        r.int32()  # throttle time
+        states = []
+        for _ in range(max(0, r.array_length(True))):
+            state: dict[str, Any] = {
+                "error_code": r.int16(), "transactional_id": r.string(True),
+                "state": r.string(True), "timeout_ms": r.int32(), "start_ms": r.int64(),
+                "producer_id": r.int64(), "producer_epoch": r.int16(),
+            }
+            partitions: list[TP] = []
+            for _ in range(max(0, r.array_length(True))):
+                topic = r.string(True)
+                partitions += [(topic, p) for p in r.int32_array(True)]
+                r.tagged_fields()
+            r.tagged_fields()
+            states.append({**state, "partitions": partitions})
+        r.tagged_fields()
+        r.expect_end("the DescribeTransactions answer")
+    except DecodeError as e:
+        raise ResponseDecodeError(f"malformed DescribeTransactions answer: {e}") from e
+    return states
+
+
+class TxnWire:
+    """The calls, over one connection per broker (`BrokerClients`)."""
+
+    def __init__(self, bootstrap_server: str, clients: BrokerClients) -> None:
+        self.bootstrap = bootstrap_addresses(bootstrap_server)
+        self.clients = clients
+
+    async def _call(self, client: RequestClient, api: tuple[int, int], body: Any,
+                    **kw: Any) -> Any:
+        try:
+            return await client.call(api[0], api[1], body, **kw)
+        except RequestError as e:
+            raise TxnCallError(None, str(e)) from e
+
+    async def _any(self, api: tuple[int, int], body: Any) -> Any:
+        """`body` to the first bootstrap broker that answers."""
+        last: TxnCallError | None = None
+        for host, port in self.bootstrap:
+            try:
+                return await self._call(self.clients.get(host, port), api, body)
+            except TxnCallError as e:
+                last = e
+        assert last is not None
+        raise last
+
+    async def metadata(self, topics: Sequence[str] | None
+                       ) -> tuple[dict[int, tuple[str, int]], list[Partition]]:
+        """The brokers' addresses, and the partitions of `topics` (None: every topic)."""
+        resp = await self._any(_METADATA, {
+            "topics": None if topics is None else [{"topic_id": None, "name": t} for t in topics],
+            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in resp.brokers}
+        parts = [Partition(str(t.name), int(p.partition_index), int(p.leader_id),
+                           tuple(int(r) for r in p.replica_nodes))
+                 for t in resp.topics if t.error_code == ErrorCode.none for p in t.partitions]
+        return brokers, sorted(parts, key=lambda p: (p.topic, p.partition))
+
+    async def list_transactions(self, duration_ms: int | None = None,
+                                producer_ids: Sequence[int] = ()
+                                ) -> list[tuple[int, str, int, str]]:
+        """(coordinator, transactional id, producer id, state) of every broker's transactions
+        (those running longer than `duration_ms`, of `producer_ids`, when given)."""
+        brokers, _ = await self.metadata([])
+        out = []
+        for broker_id, address in sorted(brokers.items()):
+            resp = await self._call(self.clients.get(*address), _LIST_TRANSACTIONS, {
+                "state_filters": [], "producer_id_filters": list(producer_ids),
+                "duration_filter": -1 if duration_ms is None else duration_ms})
+            if resp.error_code != ErrorCode.none:
+                raise TxnCallError(int(resp.error_code))
+            out += [(broker_id, str(s.transactional_id), int(s.producer_id),
+                     str(s.transaction_state)) for s in resp.transaction_states]
+        return out
+
+    async def describe_transaction(self, transactional_id: str) -> TxnDescription:
+        resp = await self._any(_FIND_COORDINATOR, {"key": transactional_id,
+                                                   "key_type": _TRANSACTION_KEY})
+        if resp.error_code != ErrorCode.none:
+            raise TxnCallError(int(resp.error_code))
+        client = self.clients.get(str(resp.host), int(resp.port))
+        (state,) = await self._call(client, _DESCRIBE_TRANSACTIONS,
+                                    {"transactional_ids": [transactional_id]},
+                                    decode=_describe_transactions_reader)
+        if state["error_code"] != ErrorCode.none:
+            raise TxnCallError(state["error_code"])
+        return TxnDescription(int(resp.node_id), state["transactional_id"], state["state"],
+                              state["timeout_ms"],
+                              None if state["start_ms"] < 0 else state["start_ms"],
+                              state["producer_id"], state["producer_epoch"],
+                              tuple(sorted(state["partitions"])))
+
+    async def describe_producers(self, tp: TP, broker_id: int | None = None
+                                 ) -> list[ProducerRow]:
+        """The producers `broker_id`'s replica of `tp` (default: its leader) keeps state for."""
+        brokers, parts = await self.metadata([tp[0]])
+        part = next((p for p in parts if (p.topic, p.partition) == tp), None)
+        if part is None:
+            raise TxnCallError(int(ErrorCode.unknown_topic_or_partition))
+        target = part.leader if broker_id is None else broker_id
+        if target not in brokers:
+            raise TxnCallError(int(ErrorCode.leader_not_available if broker_id is None
+                                   else ErrorCode.broker_not_available))
+        resp = await self._call(self.clients.get(*brokers[target]), _DESCRIBE_PRODUCERS,
+                                {"topics": [{"name": tp[0], "partition_indexes": [tp[1]]}]})
+        (answer,) = resp.topics[0].partitions
+        if answer.error_code != ErrorCode.none:
+            raise TxnCallError(int(answer.error_code))
+        return [ProducerRow(int(s.producer_id), int(s.producer_epoch), int(s.last_sequence),
+                            int(s.last_timestamp), int(s.coordinator_epoch),
+                            None if s.current_txn_start_offset < 0
+                            else int(s.current_txn_start_offset))
+                for s in answer.active_producers]
+
+    async def abort(self, tp: TP, producer_id: int, producer_epoch: int,
+                    coordinator_epoch: int) -> None:
+        """An ABORT marker for the producer's open transaction, written by `tp`'s leader."""
+        brokers, parts = await self.metadata([tp[0]])
+        part = next((p for p in parts if (p.topic, p.partition) == tp), None)
+        if part is None:
+            raise TxnCallError(int(ErrorCode.unknown_topic_or_partition))
+        if part.leader not in brokers:
+            raise TxnCallError(int(ErrorCode.leader_not_available))
+        resp = await self._call(self.clients.get(*brokers[part.leader]), _WRITE_TXN_MARKERS, {
+            "markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
+                         "transaction_result": False, "coordinator_epoch": coordinator_epoch,
+                         "topics": [{"name": tp[0], "partition_indexes": [tp[1]]}]}]})
+        for marker in resp.markers:
+            for topic in marker.topics:
+                for p in topic.partitions:
+                    if p.error_code != ErrorCode.none:
+                        raise TxnCallError(int(p.error_code))

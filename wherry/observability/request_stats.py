@@ -30,7 +30,12 @@ API_NAMES: dict[int, str] = {
     51: "AlterUserScramCredentials", 56: "AlterPartition", 57: "UpdateFeatures",
     60: "DescribeCluster", 61: "DescribeProducers", 65: "DescribeTransactions",
     66: "ListTransactions", 67: "AllocateProducerIds", 68: "ConsumerGroupHeartbeat",
-    69: "ConsumerGroupDescribe",
+    69: "ConsumerGroupDescribe", 74: "ListConfigResources", 75: "DescribeTopicPartitions",
+    76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch",
+    79: "ShareAcknowledge", 83: "InitializeShareGroupState", 84: "ReadShareGroupState",
+    85: "WriteShareGroupState", 86: "DeleteShareGroupState",
+    87: "ReadShareGroupStateSummary", 90: "DescribeShareGroupOffsets",
+    91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets",
 }
 FETCH_KEY = 1
 

@@ -36,8 +36,8 @@ from wherry.cli.client_security import client_security
 from wherry.cli.common import CommandError, admin_options, exits_on_error, load_properties_file
 from wherry.cli.kafka_errors import kafka_error_message
 from wherry.cli.reassign_json import TP, tp_str
-from wherry.cli.transactions_wire import ProducerRow, TxnCallError, TxnWire
-from wherry.cli.wire_clients import BrokerClients
+from wherry.cli.transactions_wire import ProducerRow, TxnWire
+from wherry.cli.wire_clients import BrokerClients, WireCallError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -57,7 +57,7 @@ def pretty_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _failed(what: str, e: TxnCallError) -> CommandError:
+def _failed(what: str, e: WireCallError) -> CommandError:
     """Kafka's printErrorAndExit: the sentence, then the exception's message."""
     why = kafka_error_message(e.code) if e.code is not None else str(e)
     return CommandError(f"{what}: {why}")
@@ -101,7 +101,7 @@ def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
     try:
         listed = _run(bootstrap_server, command_config, timeout_ms,
                       lambda w: w.list_transactions(duration_filter))
-    except TxnCallError as e:
+    except WireCallError as e:
         raise _failed("Failed to list transactions", e) from e
     rows = [[tid, str(coordinator), str(pid), state] for coordinator, tid, pid, state in listed]
     click.echo(pretty_table(["TransactionalId", "Coordinator", "ProducerId",
@@ -118,7 +118,7 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
     try:
         d = _run(bootstrap_server, command_config, timeout_ms,
                  lambda w: w.describe_transaction(transactional_id))
-    except TxnCallError as e:
+    except WireCallError as e:
         raise _failed("Failed to describe transaction state of transactional-id "
                       f"`{transactional_id}`", e) from e
     now = int(time.time() * 1000)
@@ -150,7 +150,7 @@ def describe_producers(bootstrap_server: str, command_config: Path | None, timeo
     try:
         producers = _run(bootstrap_server, command_config, timeout_ms,
                          lambda w: w.describe_producers(tp, broker_id))
-    except TxnCallError as e:
+    except WireCallError as e:
         where = "leader" if broker_id is None else f"broker {broker_id}"
         raise _failed(f"Failed to describe producers for partition {tp_str(tp)} on {where}",
                       e) from e
@@ -189,7 +189,7 @@ def abort(bootstrap_server: str, command_config: Path | None, timeout_ms: int, t
         else:
             try:
                 producers = await w.describe_producers(tp)
-            except TxnCallError as e:
+            except WireCallError as e:
                 raise _failed(f"Failed to validate producer state for partition {tp_str(tp)}",
                               e) from e
             found = next((p for p in producers if p.txn_start_offset == start_offset), None)
@@ -200,7 +200,7 @@ def abort(bootstrap_server: str, command_config: Path | None, timeout_ms: int, t
             spec = (found.producer_id, found.producer_epoch, max(0, found.coordinator_epoch))
         try:
             await w.abort(tp, *spec)
-        except TxnCallError as e:
+        except WireCallError as e:
             raise _failed(f"Failed to abort transaction of producer {spec[0]} (epoch "
                           f"{spec[1]}, coordinator epoch {spec[2]}) on partition "
                           f"{tp_str(tp)}", e) from e
@@ -220,7 +220,7 @@ async def _hanging(w: TxnWire, topic: str | None, partition: int | None,
     if topic is not None and partition is not None:
         tps: list[TP] = [(topic, partition)]
     else:
-        _, parts = await w.metadata(None if topic is None else [topic])
+        _, parts = await w.partitions(None if topic is None else [topic])
         tps = [(p.topic, p.partition) for p in parts
                if broker_id is None or broker_id in p.replicas]
     candidates: list[tuple[TP, ProducerRow]] = []
@@ -236,7 +236,7 @@ async def _hanging(w: TxnWire, topic: str | None, partition: int | None,
     for tid in set(ids.values()):
         try:
             described[tid] = set((await w.describe_transaction(tid)).partitions)
-        except TxnCallError as e:
+        except WireCallError as e:
             if e.code is None:
                 raise
             described[tid] = None  # no longer known: hanging
@@ -271,7 +271,7 @@ def find_hanging(bootstrap_server: str, command_config: Path | None, timeout_ms:
         found = _run(bootstrap_server, command_config, timeout_ms,
                      lambda w: _hanging(w, topic, partition, broker_id,
                                         max_transaction_timeout * 60_000, now))
-    except TxnCallError as e:
+    except WireCallError as e:
         raise _failed("Failed to find hanging transactions", e) from e
     rows = [[tp[0], str(tp[1]), str(p.producer_id), str(p.producer_epoch),
              str(p.coordinator_epoch), str(p.txn_start_offset), str(p.last_timestamp),

@@ -15,28 +15,17 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from wherry.cli.reassign_json import TP
-from wherry.cli.wire_clients import BrokerClients, bootstrap_addresses
-from wherry.outbound.client import RequestClient, RequestError
+from wherry.cli.wire_clients import WireCallError, WireTool
 from wherry.protocol.codec import ResponseDecodeError
 from wherry.protocol.wire import DecodeError, Reader
 
-__all__ = ["ProducerRow", "TxnCallError", "TxnDescription", "TxnWire"]
+__all__ = ["ProducerRow", "TxnDescription", "TxnWire"]
 
-_METADATA = (3, 12)
 _LIST_TRANSACTIONS = (66, 1)
-_FIND_COORDINATOR = (10, 3)
 _DESCRIBE_TRANSACTIONS = (65, 0)
 _DESCRIBE_PRODUCERS = (61, 0)
 _WRITE_TXN_MARKERS = (27, 1)
 _TRANSACTION_KEY = 1
-
-
-class TxnCallError(Exception):
-    """A request answered with an error (`code`), or not answered (`code` None)."""
-
-    def __init__(self, code: int | None, detail: str = "") -> None:
-        super().__init__(detail or (ErrorCode(code).name if code is not None else "no answer"))
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,37 +88,13 @@ def _describe_transactions_reader(frame: bytes | memoryview, correlation_id: int
     return states
 
 
-class TxnWire:
-    """The calls, over one connection per broker (`BrokerClients`)."""
+class TxnWire(WireTool):
+    """The calls (a `WireCallError` when refused or unanswered)."""
 
-    def __init__(self, bootstrap_server: str, clients: BrokerClients) -> None:
-        self.bootstrap = bootstrap_addresses(bootstrap_server)
-        self.clients = clients
-
-    async def _call(self, client: RequestClient, api: tuple[int, int], body: Any,
-                    **kw: Any) -> Any:
-        try:
-            return await client.call(api[0], api[1], body, **kw)
-        except RequestError as e:
-            raise TxnCallError(None, str(e)) from e
-
-    async def _any(self, api: tuple[int, int], body: Any) -> Any:
-        """`body` to the first bootstrap broker that answers."""
-        last: TxnCallError | None = None
-        for host, port in self.bootstrap:
-            try:
-                return await self._call(self.clients.get(host, port), api, body)
-            except TxnCallError as e:
-                last = e
-        assert last is not None
-        raise last
-
-    async def metadata(self, topics: Sequence[str] | None
-                       ) -> tuple[dict[int, tuple[str, int]], list[Partition]]:
+    async def partitions(self, topics: Sequence[str] | None
+                         ) -> tuple[dict[int, tuple[str, int]], list[Partition]]:
         """The brokers' addresses, and the partitions of `topics` (None: every topic)."""
-        resp = await self._any(_METADATA, {
-            "topics": None if topics is None else [{"topic_id": None, "name": t} for t in topics],
-            "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        resp = await self.metadata(topics)
         brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in resp.brokers}
         parts = [Partition(str(t.name), int(p.partition_index), int(p.leader_id),
                            tuple(int(r) for r in p.replica_nodes))
@@ -141,30 +106,25 @@ class TxnWire:
                                 ) -> list[tuple[int, str, int, str]]:
         """(coordinator, transactional id, producer id, state) of every broker's transactions
         (those running longer than `duration_ms`, of `producer_ids`, when given)."""
-        brokers, _ = await self.metadata([])
         out = []
-        for broker_id, address in sorted(brokers.items()):
-            resp = await self._call(self.clients.get(*address), _LIST_TRANSACTIONS, {
+        for broker_id, address in sorted((await self.brokers()).items()):
+            resp = await self.call(address, _LIST_TRANSACTIONS, {
                 "state_filters": [], "producer_id_filters": list(producer_ids),
                 "duration_filter": -1 if duration_ms is None else duration_ms})
             if resp.error_code != ErrorCode.none:
-                raise TxnCallError(int(resp.error_code))
+                raise WireCallError(int(resp.error_code))
             out += [(broker_id, str(s.transactional_id), int(s.producer_id),
                      str(s.transaction_state)) for s in resp.transaction_states]
         return out
 
     async def describe_transaction(self, transactional_id: str) -> TxnDescription:
-        resp = await self._any(_FIND_COORDINATOR, {"key": transactional_id,
-                                                   "key_type": _TRANSACTION_KEY})
-        if resp.error_code != ErrorCode.none:
-            raise TxnCallError(int(resp.error_code))
-        client = self.clients.get(str(resp.host), int(resp.port))
-        (state,) = await self._call(client, _DESCRIBE_TRANSACTIONS,
-                                    {"transactional_ids": [transactional_id]},
-                                    decode=_describe_transactions_reader)
+        coordinator, (state,) = await self.at_coordinator(
+            transactional_id, _TRANSACTION_KEY, _DESCRIBE_TRANSACTIONS,
+            {"transactional_ids": [transactional_id]}, lambda states: states[0]["error_code"],
+            self.clients.timeout_s, decode=_describe_transactions_reader)
         if state["error_code"] != ErrorCode.none:
-            raise TxnCallError(state["error_code"])
-        return TxnDescription(int(resp.node_id), state["transactional_id"], state["state"],
+            raise WireCallError(state["error_code"])
+        return TxnDescription(coordinator, state["transactional_id"], state["state"],
                               state["timeout_ms"],
                               None if state["start_ms"] < 0 else state["start_ms"],
                               state["producer_id"], state["producer_epoch"],
@@ -173,19 +133,19 @@ class TxnWire:
     async def describe_producers(self, tp: TP, broker_id: int | None = None
                                  ) -> list[ProducerRow]:
         """The producers `broker_id`'s replica of `tp` (default: its leader) keeps state for."""
-        brokers, parts = await self.metadata([tp[0]])
+        brokers, parts = await self.partitions([tp[0]])
         part = next((p for p in parts if (p.topic, p.partition) == tp), None)
         if part is None:
-            raise TxnCallError(int(ErrorCode.unknown_topic_or_partition))
+            raise WireCallError(int(ErrorCode.unknown_topic_or_partition))
         target = part.leader if broker_id is None else broker_id
         if target not in brokers:
-            raise TxnCallError(int(ErrorCode.leader_not_available if broker_id is None
+            raise WireCallError(int(ErrorCode.leader_not_available if broker_id is None
                                    else ErrorCode.broker_not_available))
-        resp = await self._call(self.clients.get(*brokers[target]), _DESCRIBE_PRODUCERS,
+        resp = await self.call(brokers[target], _DESCRIBE_PRODUCERS,
                                 {"topics": [{"name": tp[0], "partition_indexes": [tp[1]]}]})
         (answer,) = resp.topics[0].partitions
         if answer.error_code != ErrorCode.none:
-            raise TxnCallError(int(answer.error_code))
+            raise WireCallError(int(answer.error_code))
         return [ProducerRow(int(s.producer_id), int(s.producer_epoch), int(s.last_sequence),
                             int(s.last_timestamp), int(s.coordinator_epoch),
                             None if s.current_txn_start_offset < 0
@@ -195,13 +155,13 @@ class TxnWire:
     async def abort(self, tp: TP, producer_id: int, producer_epoch: int,
                     coordinator_epoch: int) -> None:
         """An ABORT marker for the producer's open transaction, written by `tp`'s leader."""
-        brokers, parts = await self.metadata([tp[0]])
+        brokers, parts = await self.partitions([tp[0]])
         part = next((p for p in parts if (p.topic, p.partition) == tp), None)
         if part is None:
-            raise TxnCallError(int(ErrorCode.unknown_topic_or_partition))
+            raise WireCallError(int(ErrorCode.unknown_topic_or_partition))
         if part.leader not in brokers:
-            raise TxnCallError(int(ErrorCode.leader_not_available))
-        resp = await self._call(self.clients.get(*brokers[part.leader]), _WRITE_TXN_MARKERS, {
+            raise WireCallError(int(ErrorCode.leader_not_available))
+        resp = await self.call(brokers[part.leader], _WRITE_TXN_MARKERS, {
             "markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
                          "transaction_result": False, "coordinator_epoch": coordinator_epoch,
                          "topics": [{"name": tp[0], "partition_indexes": [tp[1]]}]}]})
@@ -209,4 +169,4 @@ class TxnWire:
             for topic in marker.topics:
                 for p in topic.partitions:
                     if p.error_code != ErrorCode.none:
-                        raise TxnCallError(int(p.error_code))
+                        raise WireCallError(int(p.error_code))

@@ -273,6 +273,7 @@ TOOLS: dict[str, str] = {
     "delete-records": "wherry.cli.delete_records:delete_records",
     "transactions": "wherry.cli.transactions:transactions",
     "broker-api-versions": "wherry.cli.broker_api_versions:broker_api_versions",
+    "share-groups": "wherry.cli.share_groups:share_groups",
     "dump-log": "wherry.cli.dump_log:dump_log",
     "log-dirs": "wherry.cli.log_dirs:log_dirs",
     "state-change-log": "wherry.cli.state_change_log:state_change_log",

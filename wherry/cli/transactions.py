@@ -224,10 +224,11 @@ async def _hanging(w: TxnWire, topic: str | None, partition: int | None,
         tps = [(p.topic, p.partition) for p in parts
                if broker_id is None or broker_id in p.replicas]
     candidates: list[tuple[TP, ProducerRow]] = []
-    for tp in tps:
-        for p in await w.describe_producers(tp, broker_id):
-            if p.txn_start_offset is not None and now_ms - p.last_timestamp > max_timeout_ms:
-                candidates.append((tp, p))
+    for tp, producers in sorted((await w.producers_of(tps, broker_id)).items()):
+        if isinstance(producers, int):
+            raise WireCallError(producers, f"DescribeProducers of {tp_str(tp)}")
+        candidates += [(tp, p) for p in producers if p.txn_start_offset is not None
+                       and now_ms - p.last_timestamp > max_timeout_ms]
     if not candidates:
         return []
     pids = sorted({p.producer_id for _, p in candidates})

@@ -26,6 +26,7 @@ _DESCRIBE_TRANSACTIONS = (65, 0)
 _DESCRIBE_PRODUCERS = (61, 0)
 _WRITE_TXN_MARKERS = (27, 1)
 _TRANSACTION_KEY = 1
+_BATCH = 500  # partitions a DescribeProducers asks for (Kafka's tool's batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,12 @@ def _describe_transactions_reader(frame: bytes | memoryview, correlation_id: int
     return states
 
 
+def _producer_row(s: Any) -> ProducerRow:
+    return ProducerRow(int(s.producer_id), int(s.producer_epoch), int(s.last_sequence),
+                       int(s.last_timestamp), int(s.coordinator_epoch),
+                       None if s.current_txn_start_offset < 0 else int(s.current_txn_start_offset))
+
+
 class TxnWire(WireTool):
     """The calls (a `WireCallError` when refused or unanswered)."""
 
@@ -133,24 +140,43 @@ class TxnWire(WireTool):
     async def describe_producers(self, tp: TP, broker_id: int | None = None
                                  ) -> list[ProducerRow]:
         """The producers `broker_id`'s replica of `tp` (default: its leader) keeps state for."""
-        brokers, parts = await self.partitions([tp[0]])
-        part = next((p for p in parts if (p.topic, p.partition) == tp), None)
-        if part is None:
-            raise WireCallError(int(ErrorCode.unknown_topic_or_partition))
-        target = part.leader if broker_id is None else broker_id
-        if target not in brokers:
-            raise WireCallError(int(ErrorCode.leader_not_available if broker_id is None
-                                   else ErrorCode.broker_not_available))
-        resp = await self.call(brokers[target], _DESCRIBE_PRODUCERS,
-                                {"topics": [{"name": tp[0], "partition_indexes": [tp[1]]}]})
-        (answer,) = resp.topics[0].partitions
-        if answer.error_code != ErrorCode.none:
-            raise WireCallError(int(answer.error_code))
-        return [ProducerRow(int(s.producer_id), int(s.producer_epoch), int(s.last_sequence),
-                            int(s.last_timestamp), int(s.coordinator_epoch),
-                            None if s.current_txn_start_offset < 0
-                            else int(s.current_txn_start_offset))
-                for s in answer.active_producers]
+        (answer,) = (await self.producers_of([tp], broker_id)).values()
+        if isinstance(answer, int):
+            raise WireCallError(answer)
+        return answer
+
+    async def producers_of(self, tps: Sequence[TP], broker_id: int | None = None
+                           ) -> dict[TP, list[ProducerRow] | int]:
+        """Each partition's producers (or its error code), asked of its leader (or of
+        `broker_id`) with one DescribeProducers per broker and batch of partitions, after one
+        Metadata request."""
+        brokers, parts = await self.partitions(sorted({t for t, _ in tps}))
+        known = {(p.topic, p.partition): p for p in parts}
+        out: dict[TP, list[ProducerRow] | int] = {}
+        by_broker: dict[int, list[TP]] = {}
+        for tp in tps:
+            part = known.get(tp)
+            target = -1 if part is None else part.leader if broker_id is None else broker_id
+            if part is None:
+                out[tp] = int(ErrorCode.unknown_topic_or_partition)
+            elif target not in brokers:
+                out[tp] = int(ErrorCode.leader_not_available if broker_id is None
+                              else ErrorCode.broker_not_available)
+            else:
+                by_broker.setdefault(target, []).append(tp)
+        for target, wanted in by_broker.items():
+            for i in range(0, len(wanted), _BATCH):
+                topics: dict[str, list[int]] = {}
+                for t, p in wanted[i:i + _BATCH]:
+                    topics.setdefault(t, []).append(p)
+                resp = await self.call(brokers[target], _DESCRIBE_PRODUCERS, {"topics": [
+                    {"name": t, "partition_indexes": ps} for t, ps in topics.items()]})
+                for topic in resp.topics:
+                    for answer in topic.partitions:
+                        key = (str(topic.name), int(answer.partition_index))
+                        out[key] = (int(answer.error_code) if answer.error_code
+                                    else [_producer_row(s) for s in answer.active_producers])
+        return out
 
     async def abort(self, tp: TP, producer_id: int, producer_epoch: int,
                     coordinator_epoch: int) -> None:

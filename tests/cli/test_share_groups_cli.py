@@ -115,3 +115,58 @@ def test_a_share_group_listed_described_and_deleted(bootstrap: str) -> None:
     gone = tool(bootstrap, "describe", "--group", group)
     assert gone.exit_code == 1
     assert gone.stderr.strip() == f"Error: Share group '{group}' does not exist."
+
+
+def _consumed(bootstrap: str, n: int) -> tuple[str, str]:
+    """A topic with `n` + 1 records and a group that consumed the first `n`, then left."""
+    u = uuid.uuid4().hex[:8]
+    topic, group = f"sg-t-{u}", f"sg-g-{u}"
+    create_topic(bootstrap, topic)
+    set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    produce(bootstrap, topic, [b"v%d" % i for i in range(n)])
+    got: list[int] = []
+    consumer = share_consumer(bootstrap, group, topic)
+    try:
+        consume_until(consumer, lambda: len(got) >= n, lambda _c, m: got.append(m.offset()), 30)
+        consumer.commit_sync(15)
+    finally:
+        consumer.close()
+    produce(bootstrap, topic, [b"later"])
+    return topic, group
+
+
+def _start_and_lag(bootstrap: str, group: str) -> list[tuple[str, str]]:
+    out = tool(bootstrap, "describe", "--group", group).stdout.splitlines()[2:]
+    return [(line.split()[3], line.split()[4]) for line in out]
+
+
+def test_reset_and_delete_offsets(bootstrap: str) -> None:
+    topic, group = _consumed(bootstrap, 4)
+    assert _start_and_lag(bootstrap, group) == [("4", "1")]
+
+    dry = tool(bootstrap, "reset-offsets", "--group", group, "--all-topics", "--to-earliest")
+    assert dry.exit_code == 0, dry.stderr
+    assert dry.stdout.splitlines()[1:] == [
+        "GROUP           TOPIC           PARTITION  NEW-OFFSET",
+        f"{group:<15} {topic:<15} 0          0"]
+    assert _start_and_lag(bootstrap, group) == [("4", "1")]  # a dry run changes nothing
+    done = tool(bootstrap, "reset-offsets", "--group", group, "--topic", f"{topic}:0",
+                "--to-latest", "--execute")
+    assert done.exit_code == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"{group:<15} {topic:<15} 0          5"
+    assert _start_and_lag(bootstrap, group) == [("5", "0")]
+    refused = tool(bootstrap, "reset-offsets", "--group", group, "--all-topics")
+    assert refused.stderr.strip() == ("Error: Option [reset-offsets] requires one of the "
+                                      "following scenarios: [to-datetime, to-earliest, "
+                                      "to-latest]")
+
+    gone = tool(bootstrap, "delete-offsets", "--group", group, "--topic", topic,
+                "--topic", "no-such-topic")
+    assert gone.exit_code == 1
+    assert gone.stdout.splitlines()[1:] == [
+        "TOPIC           STATUS",
+        "no-such-topic   Error: This server does not host this topic-partition.",
+        f"{topic:<15} Successful"]
+    assert _start_and_lag(bootstrap, group) == []  # no state of the topic left
+    unknown = tool(bootstrap, "delete-offsets", "--group", f"{group}-none", "--topic", topic)
+    assert unknown.exit_code == 1 and unknown.stderr.startswith("Error: ")

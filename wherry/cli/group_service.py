@@ -16,6 +16,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from wherry.cli.common import TRANSIENT_ERRORS, AdminService, kafka_error_code
 from wherry.cli.group_model import MISSING, TP, CommandFailed, GroupView, MemberView, state_name
+from wherry.cli.group_reset import LogOffsets, ResetSpec, Scenario
 
 
 def _group_view(group_id: str, desc: Any) -> GroupView:
@@ -123,3 +124,17 @@ class GroupService(AdminService):
         for tp in result.topic_partitions or ():
             if tp.error is not None:
                 raise KafkaException(tp.error)
+
+    def offsets_for_reset(self, spec: ResetSpec, partitions: Sequence[TP],
+                          committed: Mapping[TP, int]) -> LogOffsets:
+        """The log offsets a reset's scenario needs (`group_reset.plan_reset`)."""
+        s = spec.scenario
+        earliest = latest = by_time = {}
+        if s in (Scenario.TO_EARLIEST, Scenario.TO_OFFSET, Scenario.SHIFT_BY,
+                 Scenario.FROM_FILE):
+            earliest = self.log_offsets(partitions, OffsetSpec.earliest())
+        if s is not Scenario.TO_EARLIEST:
+            latest = self.log_offsets(partitions, OffsetSpec.latest())
+        if s in (Scenario.TO_DATETIME, Scenario.BY_DURATION):
+            by_time = self.log_offsets(partitions, OffsetSpec.for_timestamp(spec.value))
+        return LogOffsets(earliest, latest, committed, by_time)

@@ -20,7 +20,7 @@ admin calls, `group_render` the tables, `group_reset` the planning of `reset-off
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -57,9 +57,7 @@ from wherry.cli.group_render import (
     render_state,
 )
 from wherry.cli.group_reset import (
-    LogOffsets,
     ResetOptions,
-    ResetSpec,
     Scenario,
     parse_topic_arg,
     partitions_to_reset,
@@ -230,19 +228,6 @@ def _read_plan(path: Path) -> str:
         raise CommandError(f"Cannot read {path}: {e.strerror or e}") from e
 
 
-def _log_offsets_for(svc: GroupService, spec: ResetSpec, partitions: Sequence[TP],
-                     committed: Mapping[TP, int]) -> LogOffsets:
-    s = spec.scenario
-    earliest = latest = by_time = {}
-    if s in (Scenario.TO_EARLIEST, Scenario.TO_OFFSET, Scenario.SHIFT_BY, Scenario.FROM_FILE):
-        earliest = svc.log_offsets(partitions, OffsetSpec.earliest())
-    if s is not Scenario.TO_EARLIEST:
-        latest = svc.log_offsets(partitions, OffsetSpec.latest())
-    if s in (Scenario.TO_DATETIME, Scenario.BY_DURATION):
-        by_time = svc.log_offsets(partitions, OffsetSpec.for_timestamp(spec.value))
-    return LogOffsets(earliest, latest, committed, by_time)
-
-
 @groups.command(name="reset-offsets")
 @_common_options
 @_group_options
@@ -310,7 +295,7 @@ def reset_offsets(
                                          known)
         if spec.scenario is Scenario.FROM_FILE and not partitions:
             click.echo(f"Error: No reset plan for group {group_id} found.", err=True)
-        logs = _log_offsets_for(svc, spec, partitions, committed)
+        logs = svc.offsets_for_reset(spec, partitions, committed)
         plan, warnings = plan_reset(spec, group_id, partitions, logs)
         for w in warnings:
             click.echo(f"WARN: {w}", err=True)

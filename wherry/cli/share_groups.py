@@ -5,10 +5,14 @@
   share-partitions' start offsets (with the leader epoch under `--verbose`) and the records
   left to deliver (LAG, -1 unless the share coordinator leads the partition); the members,
   their hosts, client ids and assignments; or the coordinator, state and member count;
-* `delete (--group G ... | --all-groups)`: groups without members.
+* `delete (--group G ... | --all-groups)`: groups without members;
+* `reset-offsets --group G (--topic T[:P,...] | --all-topics) (--to-earliest | --to-latest |
+  --to-datetime T) [--dry-run | --execute]`: a group without members starts again there;
+* `delete-offsets --group G --topic T ...`: its state of those topics is forgotten.
 
 The requests go to the brokers with wherry's own client (ListGroups to every broker,
-ShareGroupDescribe, DescribeShareGroupOffsets and DeleteGroups to the group's coordinator);
+ShareGroupDescribe, Describe/Alter/DeleteShareGroupOffsets and DeleteGroups to the group's
+coordinator; the log offsets of a reset through confluent-kafka);
 confluent-kafka's AdminClient has no share-group calls. The tables and messages are Kafka's;
 errors go to stderr as `Error: ...` with exit status 1, trailing blanks are cut and groups are
 printed in sorted order, as `wherry groups` does.
@@ -42,6 +46,8 @@ _LIST_GROUPS = (16, 5)
 _SHARE_GROUP_DESCRIBE = (77, 1)
 _DESCRIBE_SHARE_GROUP_OFFSETS = (90, 1)
 _DELETE_GROUPS = (42, 2)
+_ALTER_SHARE_GROUP_OFFSETS = (91, 0)
+_DELETE_SHARE_GROUP_OFFSETS = (92, 0)
 _GROUP_KEY = 0
 _CLIENT_ID = "wherry-share-groups"
 _STATES = {"empty": "Empty", "stable": "Stable", "dead": "Dead"}
@@ -117,6 +123,33 @@ class ShareGroupsWire(WireTool):
                        int(p.leader_epoch), int(p.lag))
                       for t in g.topics for p in t.partitions
                       if p.error_code == ErrorCode.none)
+
+    async def alter(self, group: str, offsets: dict[tuple[str, int], int],
+                    timeout_s: float) -> dict[tuple[str, int], int]:
+        """AlterShareGroupOffsets: each partition's error code (the request's, if any)."""
+        topics: dict[str, list[dict[str, int]]] = {}
+        for (t, p), offset in sorted(offsets.items()):
+            topics.setdefault(t, []).append({"partition_index": p, "start_offset": offset})
+        _, resp = await self.at_coordinator(
+            group, _GROUP_KEY, _ALTER_SHARE_GROUP_OFFSETS,
+            {"group_id": group, "topics": [{"topic_name": t, "partitions": ps}
+                                           for t, ps in topics.items()]},
+            lambda r: int(r.error_code), timeout_s)
+        if resp.error_code != ErrorCode.none:
+            return dict.fromkeys(offsets, int(resp.error_code))
+        return {(str(t.topic_name), int(p.partition_index)): int(p.error_code)
+                for t in resp.responses for p in t.partitions}
+
+    async def delete_offsets(self, group: str, topics: Sequence[str], timeout_s: float
+                             ) -> tuple[int, str | None, dict[str, tuple[int, str | None]]]:
+        """DeleteShareGroupOffsets: the request's error and message, each topic's."""
+        _, resp = await self.at_coordinator(
+            group, _GROUP_KEY, _DELETE_SHARE_GROUP_OFFSETS,
+            {"group_id": group, "topics": [{"topic_name": t} for t in topics]},
+            lambda r: int(r.error_code), timeout_s)
+        per_topic = {str(t.topic_name): (int(t.error_code), t.error_message)
+                     for t in resp.responses}
+        return int(resp.error_code), resp.error_message, per_topic
 
     async def delete(self, group: str, timeout_s: float) -> int:
         _, resp = await self.at_coordinator(
@@ -219,7 +252,8 @@ def _group_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group(name="share-groups")
 def share_groups() -> None:
-    """List, describe or delete share groups (like kafka-share-groups.sh)."""
+    """List, describe, delete share groups, reset or delete their offsets (like
+    kafka-share-groups.sh)."""
 
 
 @share_groups.command(name="list")
@@ -331,3 +365,117 @@ def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
     if done:
         click.echo(f"\nThese share groups were deleted successfully: {done}")
     raise ErrorsReported
+
+
+_SCENARIOS = ("to-datetime", "to-earliest", "to-latest")
+
+
+@share_groups.command(name="reset-offsets")
+@_common_options
+@click.option("--group", required=True, help="The share group.")
+@click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P...]",
+              help="Topic (optionally with partitions) whose offsets to reset (repeatable).")
+@click.option("--all-topics", is_flag=True, help="All topics the group has offsets for.")
+@click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
+@click.option("--to-latest", is_flag=True, help="Reset to the latest offset.")
+@click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+              help="Reset to the first offset at or after this time.")
+@click.option("--dry-run", is_flag=True, help="Only show the new offsets (the default).")
+@click.option("--execute", is_flag=True, help="Set the new start offsets.")
+@_handle_errors
+def reset_offsets(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
+                  group: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool,
+                  to_latest: bool, to_datetime: str | None, dry_run: bool,
+                  execute: bool) -> None:
+    """Reset the start offsets of a share group without members."""
+    from wherry.cli.group_render import render_reset
+    from wherry.cli.group_reset import (
+        ResetOptions,
+        parse_topic_arg,
+        partitions_to_reset,
+        plan_reset,
+        reset_spec,
+    )
+    from wherry.cli.group_service import GroupService
+
+    given = [n for n, v in zip(_SCENARIOS, (to_datetime is not None, to_earliest, to_latest),
+                               strict=True) if v]
+    if not given:
+        raise CommandError("Option [reset-offsets] requires one of the following scenarios: "
+                           f"[{', '.join(_SCENARIOS)}]")
+    if len(given) > 1:
+        raise CommandError(f'Option "[{given[0]}]" can\'t be used with option "[{given[1]}]"')
+    if dry_run and execute:
+        raise CommandError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
+    if topics and all_topics:
+        raise CommandError('Option "[topic]" can\'t be used with option "[all-topics]"')
+    if not topics and not all_topics:
+        raise CommandError("One of the reset scopes should be defined: --all-topics, --topic.")
+    spec = reset_spec(ResetOptions(to_datetime=to_datetime, to_earliest=to_earliest,
+                                   to_latest=to_latest), [group], 0, lambda _: "")
+    topic_args = [parse_topic_arg(t) for t in topics]
+    timeout_s = timeout_ms / 1000
+
+    async def current(w: ShareGroupsWire) -> tuple[ShareGroup, dict[tuple[str, int], int]]:
+        g = await w.describe(group, timeout_s)
+        rows = await w.offsets(group, timeout_s) if all_topics else []
+        return g, {(t, p): o for t, p, o, _, _ in rows if o >= 0}
+
+    g, starts = _run(bootstrap_server, command_config, timeout_ms, current)
+    if g.state not in ("Empty", "Dead"):
+        raise CommandError(f"Share group '{group}' is not empty.")
+    svc = GroupService.connect(bootstrap_server, command_config, timeout_ms)
+    partitions = partitions_to_reset(spec, group, topic_args, all_topics, starts,
+                                     svc.topic_partitions())
+    plan, warnings = plan_reset(spec, group, partitions,
+                                svc.offsets_for_reset(spec, partitions, starts))
+    for w in warnings:
+        click.echo(f"WARN: {w}", err=True)
+    if execute and plan:
+        errors = _run(bootstrap_server, command_config, timeout_ms,
+                      lambda w: w.alter(group, plan, timeout_s))
+        failed = {tp: code for tp, code in errors.items() if code != ErrorCode.none}
+        if failed:
+            raise CommandError("; ".join(f"{t}-{p}: {kafka_error_text(code)}"
+                                         for (t, p), code in sorted(failed.items())))
+    click.echo(render_reset({group: plan}), nl=False)
+
+
+# The request's errors as Kafka's tool words them; the others are the topics' (see the table)
+_TOPIC_LEVEL = frozenset((ErrorCode.topic_authorization_failed,
+                          ErrorCode.unknown_topic_or_partition))
+
+
+@share_groups.command(name="delete-offsets")
+@_common_options
+@click.option("--group", required=True, help="The share group.")
+@click.option("--topic", "topics", multiple=True, required=True, metavar="TOPIC",
+              help="A topic whose offsets to delete (repeatable).")
+@_handle_errors
+def delete_offsets(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
+                   group: str, topics: tuple[str, ...]) -> None:
+    """Delete a share group's offsets of topics (the group without members)."""
+    from wherry.cli.kafka_errors import kafka_error_message
+
+    wanted = list(dict.fromkeys(topics))
+    error, message, per_topic = _run(
+        bootstrap_server, command_config, timeout_ms,
+        lambda w: w.delete_offsets(group, wanted, timeout_ms / 1000))
+    failed = error != ErrorCode.none
+    if failed and error not in _TOPIC_LEVEL:
+        why = message or kafka_error_message(error)
+        click.echo(f"Error: {why}" if error in (
+            ErrorCode.invalid_group_id, ErrorCode.group_id_not_found,
+            ErrorCode.group_authorization_failed, ErrorCode.non_empty_group)
+            else f"Error: Encounter some unknown error: {kafka_error_text(error)}", err=True)
+    width = max([15, *(len(t) for t in wanted)])
+    lines = [f"{'TOPIC':<{width}} STATUS"]
+    for topic in sorted(wanted):
+        code, topic_why = per_topic.get(topic, (error, message))
+        failed = failed or code != ErrorCode.none
+        status = ("Successful" if code == ErrorCode.none
+                  else f"Error: {topic_why or kafka_error_message(code)}")
+        lines.append(f"{topic:<{width}} {status}")
+    click.echo("\n" + "\n".join(lines))
+    if failed:
+        raise ErrorsReported

@@ -1,7 +1,8 @@
 """Records a share consumer holds go back to the group at once, not when their (here 60 s)
 acquisition locks expire: when its connection drops (the share session belongs to the
-connection), when it leaves the group (ShareGroupHeartbeat epoch -1), and when a
-ShareConsumer closes without acknowledging. Real broker, raw wire requests for the exact
+connection), when its share session closes (epoch -1) -- after it left the group too, whose
+heartbeat leaves the session to the consumer, as Kafka's does -- and when a ShareConsumer
+closes without acknowledging. Real broker, raw wire requests for the exact
 cases, confluent-kafka's ShareConsumer for the clean close."""
 
 from __future__ import annotations
@@ -99,7 +100,20 @@ def test_dropped_connection_releases_its_records_at_once(broker: BrokerProcess) 
         b.close()
 
 
-def test_member_leaving_the_group_releases_its_records(broker: BrokerProcess) -> None:
+def _acknowledge(sock: Any, group: str, member: str, epoch: int, tid: uuid.UUID,
+                 batches: list[tuple[int, int, int]]) -> Any:
+    return call(sock, 79, 1, {
+        "group_id": group, "member_id": member, "share_session_epoch": epoch,
+        "topics": [{"topic_id": tid, "partitions": [{
+            "partition_index": 0, "acknowledgement_batches": [
+                {"first_offset": f, "last_offset": last, "acknowledge_types": [t]}
+                for f, last, t in batches]}]}]})
+
+
+def test_a_member_leaving_keeps_its_session_until_it_closes_it(broker: BrokerProcess) -> None:
+    """As on Kafka, leaving the group does not end the member's share session: the last
+    acknowledgements a closing consumer sends beside its leaving heartbeat still apply, and
+    what it still holds goes back when the session ends (its epoch -1 request)."""
     bs = broker.bootstrap
     topic, group, tid = _setup(bs, 6)
     a = connect(bs)
@@ -108,12 +122,15 @@ def test_member_leaving_the_group_releases_its_records(broker: BrokerProcess) ->
         joined = _heartbeat(a, group, "a", 0, topic)
         assert joined.error_code == E.none and joined.member_epoch > 0
         assert _fetch(a, group, "a", 0, tid) == [(0, 5, 1)]
-        assert _fetch(b, group, "b", 0, tid, wait_ms=200) == []
         left = _heartbeat(a, group, "a", -1, topic)
         assert left.error_code == E.none and left.member_epoch == -1
-        # a's connection stays open: its leaving alone gave the records back
-        assert _fetch(b, group, "b", 1, tid, wait_ms=5_000) == [(0, 5, 2)]
-        # and a's share session is gone with it
+        assert _fetch(b, group, "b", 0, tid, wait_ms=300) == []  # a still holds them
+        # a's last acknowledgements after its heartbeat: 0-2 accepted, the rest released
+        final = _acknowledge(a, group, "a", -1, tid, [(0, 2, 1)])
+        assert final.error_code == E.none
+        assert final.responses[0].partitions[0].error_code == E.none
+        assert _fetch(b, group, "b", 1, tid, wait_ms=5_000) == [(3, 5, 2)]
+        # and the session is gone
         r = call(a, 78, 1, {
             "group_id": group, "member_id": "a", "share_session_epoch": 1, "max_wait": 0,
             "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100,

@@ -82,8 +82,10 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     )
     if r.error_code != ErrorCode.none:
         return _answer(r.error_code, r.error_message, member_id=body.member_id)
-    if body.member_epoch == -1:  # left: what it still holds here goes back at once
-        shares.member_left(group, body.member_id)
+    # A member that leaves keeps its share sessions: a closing consumer sends its last
+    # acknowledgements beside this heartbeat (librdkafka at once, on another connection), and
+    # they must still apply. Its session's end -- its final ShareFetch or ShareAcknowledge, its
+    # connection closing -- gives back what it still holds, as on Kafka.
     err = await shares.persist_group(group)  # answered once `__consumer_offsets` has it
     if err != ErrorCode.none:
         return _answer(err, member_id=body.member_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
@@ -109,6 +109,43 @@ def admin_options(timeout_help: str, *timeout_aliases: str
         return bootstrap_option()(fn)
 
     return decorate
+
+
+def group_options(kind: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """The group tools' `--group` (repeatable, passed as `groups`) and `--all-groups`; `kind`
+    names the groups in the help ("consumer", "share")."""
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        fn = click.option("--all-groups", is_flag=True, help=f"Apply to all {kind} groups.")(fn)
+        return click.option("--group", "groups", multiple=True, metavar="GROUP",
+                            help=f"The {kind} group (repeatable).")(fn)
+
+    return decorate
+
+
+def selected_groups(action: str, groups: Sequence[str], all_groups: bool) -> None:
+    """Kafka's check of `--group` and `--all-groups`: exactly one of them."""
+    if groups and all_groups:
+        raise CommandError('Option "[group]" can\'t be used with option "[all-groups]"')
+    if not groups and not all_groups:
+        raise CommandError(f"Option [{action}] takes one of these options: "
+                           "[all-groups], [group]")
+
+
+def report_group_deletion(kind: str, outcome: dict[str, str | None]) -> None:
+    """Kafka's report of a group deletion: each group's failure (None: deleted), in Kafka's
+    sentences; ErrorsReported when any failed."""
+    done = ", ".join(f"'{g}'" for g, why in outcome.items() if why is None)
+    failed = {g: why for g, why in outcome.items() if why is not None}
+    if not failed:
+        click.echo(f"Deletion of requested {kind} groups ({done}) was successful.")
+        return
+    click.echo(f"Error: Deletion of some {kind} groups failed:", err=True)
+    for g, why in failed.items():
+        click.echo(f"* Group '{g}' could not be deleted due to: {why}", err=True)
+    if done:
+        click.echo(f"\nThese {kind} groups were deleted successfully: {done}")
+    raise ErrorsReported
 
 
 # --------------------------------------------------------------------------------------------

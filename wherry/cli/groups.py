@@ -20,7 +20,7 @@ admin calls, `group_render` the tables, `group_reset` the planning of `reset-off
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -35,7 +35,10 @@ from wherry.cli.common import (
     ErrorsReported,
     admin_options,
     exits_on_error,
+    group_options,
     load_properties_file,
+    report_group_deletion,
+    selected_groups,
 )
 from wherry.cli.group_model import (
     REBALANCING,
@@ -87,23 +90,8 @@ _handle_errors = exits_on_error("Error: ", _error_text)
 _common_options = admin_options("Timeout of each request to the cluster, in ms.", "--timeout")
 
 
-def _group_options(fn: Callable[P, R]) -> Callable[P, R]:
-    fn = click.option("--all-groups", is_flag=True, help="Apply to all consumer groups.")(fn)
-    fn = click.option("--group", "groups", multiple=True, metavar="GROUP",
-                      help="The consumer group (repeatable).")(fn)
-    return fn
-
-
 def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
-
-
-def _selected_groups(action: str, groups: Sequence[str], all_groups: bool) -> None:
-    if groups and all_groups:
-        raise CommandError('Option "[group]" can\'t be used with option "[all-groups]"')
-    if not groups and not all_groups:
-        raise CommandError(f"Option [{action}] takes one of these options: "
-                           "[all-groups], [group]")
 
 
 def _resolve_groups(svc: GroupService, groups: Sequence[str], all_groups: bool) -> list[str]:
@@ -153,7 +141,7 @@ def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 
 @groups.command()
 @_common_options
-@_group_options
+@group_options("consumer")
 @click.option("--members", is_flag=True, help="Describe the members of the group.")
 @click.option("--state", is_flag=True, help="Describe the state of the group.")
 @click.option("--offsets", is_flag=True,
@@ -164,7 +152,7 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
              groups: tuple[str, ...], all_groups: bool, members: bool, state: bool,
              offsets: bool, verbose: bool) -> None:
     """Describe consumer groups: offsets and lag (default), --members or --state."""
-    _selected_groups("describe", groups, all_groups)
+    selected_groups("describe", groups, all_groups)
     if members + state + offsets > 1:
         raise CommandError("Option [describe] takes at most one of these options: "
                            "[members], [offsets], [state]")
@@ -195,30 +183,19 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
 
 @groups.command()
 @_common_options
-@_group_options
+@group_options("consumer")
 @_handle_errors
 def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
            groups: tuple[str, ...], all_groups: bool) -> None:
     """Delete consumer groups (only groups without active members)."""
-    _selected_groups("delete", groups, all_groups)
+    selected_groups("delete", groups, all_groups)
     svc = GroupService.connect(bootstrap_server, command_config, timeout_ms)
     ids = _resolve_groups(svc, groups, all_groups)
     if not ids:
         return
     results = svc.delete_groups(ids)
-    done = [g for g in ids if results.get(g) is None]
-    failed = {g: e for g in ids if (e := results.get(g)) is not None}
-    quoted = ", ".join(f"'{g}'" for g in done)
-    if not failed:
-        click.echo(f"Deletion of requested consumer groups ({quoted}) was successful.")
-        return
-    click.echo("Error: Deletion of some consumer groups failed:", err=True)
-    for g, e in failed.items():
-        click.echo(f"* Group '{g}' could not be deleted due to: {kafka_exception_text(e)}",
-                   err=True)
-    if done:
-        click.echo(f"\nThese consumer groups were deleted successfully: {quoted}")
-    raise ErrorsReported
+    report_group_deletion("consumer", {
+        g: None if (e := results.get(g)) is None else kafka_exception_text(e) for g in ids})
 
 
 def _read_plan(path: Path) -> str:
@@ -230,7 +207,7 @@ def _read_plan(path: Path) -> str:
 
 @groups.command(name="reset-offsets")
 @_common_options
-@_group_options
+@group_options("consumer")
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P...]",
               help="Topic (optionally with partitions) whose offsets to reset (repeatable).")
 @click.option("--all-topics", is_flag=True, help="All topics the group has offsets for.")
@@ -259,7 +236,7 @@ def reset_offsets(
     """Reset the committed offsets of inactive groups."""
     if dry_run and execute:
         raise CommandError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
-    _selected_groups("reset-offsets", groups, all_groups)
+    selected_groups("reset-offsets", groups, all_groups)
     options = ResetOptions(to_offset, shift_by, to_datetime, by_duration, to_earliest,
                            to_latest, to_current, from_file)
     spec = reset_spec(options, groups, int(time.time() * 1000), _read_plan)

@@ -35,7 +35,10 @@ from wherry.cli.common import (
     ErrorsReported,
     admin_options,
     exits_on_error,
+    group_options,
     load_properties_file,
+    report_group_deletion,
+    selected_groups,
 )
 from wherry.cli.kafka_errors import kafka_error_text
 from wherry.cli.wire_clients import BrokerClients, WireCallError, WireTool
@@ -236,20 +239,6 @@ def render_state(g: ShareGroup, verbose: bool) -> str:
                            (g.group_id, g.coordinator, g.state, len(g.members))])
 
 
-def _selected(groups: tuple[str, ...], all_groups: bool, action: str) -> None:
-    if groups and all_groups:
-        raise CommandError('Option "[group]" can\'t be used with option "[all-groups]"')
-    if not groups and not all_groups:
-        raise CommandError(f"Option [{action}] takes one of these options: [all-groups], "
-                           "[group]")
-
-
-def _group_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option("--all-groups", is_flag=True, help="Apply to all share groups.")(fn)
-    return click.option("--group", "groups", multiple=True, metavar="GROUP",
-                        help="The share group (repeatable).")(fn)
-
-
 @click.group(name="share-groups")
 def share_groups() -> None:
     """List, describe, delete share groups, reset or delete their offsets (like
@@ -284,7 +273,7 @@ def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 
 @share_groups.command()
 @_common_options
-@_group_options
+@group_options("share")
 @click.option("--offsets", is_flag=True, help="The share-partitions' start offsets (default).")
 @click.option("--members", is_flag=True, help="The members and their assignments.")
 @click.option("--state", is_flag=True, help="The coordinator, state and member count.")
@@ -294,7 +283,7 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
              groups: tuple[str, ...], all_groups: bool, offsets: bool, members: bool,
              state: bool, verbose: bool) -> None:
     """Describe share groups: offsets (default), members or state."""
-    _selected(groups, all_groups, "describe")
+    selected_groups("describe", groups, all_groups)
     if offsets + members + state > 1:
         raise CommandError("Option [describe] takes at most one of these options: [members], "
                            "[offsets], [state]")
@@ -330,12 +319,12 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
 
 @share_groups.command()
 @_common_options
-@_group_options
+@group_options("share")
 @_handle_errors
 def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
            groups: tuple[str, ...], all_groups: bool) -> None:
     """Delete share groups (only those without members)."""
-    _selected(groups, all_groups, "delete")
+    selected_groups("delete", groups, all_groups)
 
     async def work(w: ShareGroupsWire) -> dict[str, str | None]:
         listed = dict(await w.groups())
@@ -353,18 +342,7 @@ def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
                 out[gid] = None if code == ErrorCode.none else kafka_error_text(code)
         return out
 
-    results = _run(bootstrap_server, command_config, timeout_ms, work)
-    done = ", ".join(f"'{g}'" for g, e in results.items() if e is None)
-    failed = {g: e for g, e in results.items() if e is not None}
-    if not failed:
-        click.echo(f"Deletion of requested share groups ({done}) was successful.")
-        return
-    click.echo("Error: Deletion of some share groups failed:", err=True)
-    for g, e in failed.items():
-        click.echo(f"* Group '{g}' could not be deleted due to: {e}", err=True)
-    if done:
-        click.echo(f"\nThese share groups were deleted successfully: {done}")
-    raise ErrorsReported
+    report_group_deletion("share", _run(bootstrap_server, command_config, timeout_ms, work))
 
 
 _SCENARIOS = ("to-datetime", "to-earliest", "to-latest")

@@ -274,6 +274,8 @@ TOOLS: dict[str, str] = {
     "transactions": "wherry.cli.transactions:transactions",
     "broker-api-versions": "wherry.cli.broker_api_versions:broker_api_versions",
     "share-groups": "wherry.cli.share_groups:share_groups",
+    "features": "wherry.cli.features:features",
+    "cluster": "wherry.cli.features:cluster",
     "dump-log": "wherry.cli.dump_log:dump_log",
     "log-dirs": "wherry.cli.log_dirs:log_dirs",
     "state-change-log": "wherry.cli.state_change_log:state_change_log",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from confluent_kafka import KafkaError
 from kio.schema.errors import ErrorCode
 
 from wherry.cli import common
@@ -63,15 +64,15 @@ _CLASSES = {
 
 def _java(code: int) -> tuple[str, str]:
     """Kafka's exception class and message for an error code: those above, else the class
-    named after the error with the protocol's description of it."""
+    named after the error with its description."""
     if code in _JAVA:
         return _JAVA[code]
-    from kafka.errors import for_code
-
     error = ErrorCode(code)
     name = _CLASSES.get(error) or "".join(
         w.capitalize() for w in error.name.split("_")) + "Exception"
-    return name, str(getattr(for_code(code), "description", "") or "")
+    # librdkafka carries Kafka's description of each broker error
+    message = KafkaError(code).str().removeprefix("Broker: ")
+    return name, message if not message or message.endswith(".") else f"{message}."
 
 
 def kafka_error_text(code: int) -> str:

@@ -329,15 +329,47 @@ def test_oversized_metadata() -> None:
     assert only_bad.commit == {TP0: E.offset_metadata_too_large}
 
 
-def test_require_stable_sees_pending_commit() -> None:
+def test_require_stable_waits_for_the_commits_being_written() -> None:
+    """Kafka 4: a stable fetch is read after the commits in flight, not refused with
+    UNSTABLE_OFFSET_COMMIT (which a consumer may take as "no committed offset")."""
+    h = Harness()
+    assert h.commit("g", {TP0: 1}).commit == {TP0: E.none}
+    h.log.hold = True
+    first = h.commit("g", {TP0: 3})
+    stable: list[dict[TopicPartition, int]] = []
+
+    def read() -> None:
+        err, parts = h.coord.handle_fetch_offsets("g", True, [TP0])
+        assert err == E.none and parts[TP0].error == E.none
+        stable.append({tp: p.offset for tp, p in parts.items()})
+
+    h.coord.after_offset_writes("g", read)
+    assert stable == []  # the commit of 3 is not written yet
+    # what is committed so far, without UNSTABLE_OFFSET_COMMIT
+    _, parts = h.coord.handle_fetch_offsets("g", True, [TP0])
+    assert (parts[TP0].offset, parts[TP0].error) == (1, E.none)
+    held, h.log.held = h.log.held, []
+    second = h.commit("g", {TP0: 5})  # after the fetch: not waited for
+    later, h.log.held = h.log.held, held
+    h.log.release()
+    assert first.commit == {TP0: E.none} and stable == [{TP0: 3}]
+    h.log.held = later
+    h.log.release()
+    assert second.commit == {TP0: E.none} and h.fetch("g", TP0) == {TP0: 5}
+
+
+def test_require_stable_waits_for_a_failed_commit_too() -> None:
     h = Harness()
     h.log.hold = True
     c = h.commit("g", {TP0: 3})
-    _, parts = h.coord.handle_fetch_offsets("g", True, [TP0])
-    assert parts[TP0].error == E.unstable_offset_commit
+    answered: list[bool] = []
+    h.coord.after_offset_writes("g", lambda: answered.append(True))
+    h.coord.after_offset_writes("other", lambda: answered.append(False))
+    assert answered == [False]
+    h.log.fail_with = E.not_leader_or_follower
     h.log.release()
-    assert c.commit[TP0] == E.none
-    assert h.fetch("g", TP0) == {TP0: 3}
+    assert c.commit == {TP0: E.not_coordinator} and answered == [False, True]
+    assert h.fetch("g", TP0) == {TP0: -1}
 
 
 def test_coordinator_not_loaded_or_loading() -> None:

@@ -724,6 +724,10 @@ class GroupCoordinator:
                 return err, {}
         return ErrorCode.none, self._manager.get_offsets(group_id, require_stable, partitions)
 
+    def after_offset_writes(self, group_id: str, then: Callable[[], None]) -> None:
+        """`then` once the group's commits being written are answered (`require_stable`)."""
+        self._manager.after_offset_writes(group_id, then)
+
     # --- DescribeGroups / ListGroups ----------------------------------------------------------
     def handle_describe_group(
         self, group_id: str, api_version: int = 0, now_ms: int | None = None

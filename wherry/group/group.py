@@ -511,11 +511,9 @@ class GroupMetadata:
         if self._pending_offset_commits.get(tp) == offset:
             del self._pending_offset_commits[tp]
 
-    def has_pending_offset_commits(self, tp: TopicPartition) -> bool:
-        """A commit of `tp` in flight, or a transactional one awaiting its marker."""
-        return tp in self._pending_offset_commits or any(
-            tp in pending for pending in self._pending_txn_offset_commits.values()
-        )
+    def has_pending_txn_offset_commit(self, tp: TopicPartition) -> bool:
+        """A transactional commit of `tp` awaiting its marker."""
+        return any(tp in pending for pending in self._pending_txn_offset_commits.values())
 
     # --- transactional offsets (Kafka's pendingTransactionalOffsetCommits) ----------------------
     def initialize_pending_txn_offsets(

@@ -25,6 +25,7 @@ from wherry.group.config import GroupCoordinatorConfig
 from wherry.group.group import CommitRecordMetadataAndOffset, GroupMetadata, OffsetAndMetadata
 from wherry.group.loader import PartitionSnapshot, read_partition
 from wherry.group.member import MemberMetadata
+from wherry.group.offset_writes import OffsetWritesInFlight
 from wherry.group.records import (
     OFFSETS_TOPIC,
     GroupMetadataValue,
@@ -113,6 +114,7 @@ class GroupMetadataManager:
         self._epochs: dict[int, int] = {}  # partition -> latest leader epoch seen
         # producer id -> groups with its transactional offsets (Kafka's openGroupsForProducer)
         self._producer_groups: dict[int, set[str]] = {}
+        self._writes = OffsetWritesInFlight()  # offset commits not answered yet
         self._prefix = log_prefix
 
     # --- placement ------------------------------------------------------------------------------
@@ -447,6 +449,7 @@ class GroupMetadataManager:
             for tp, om in valid.items()
         ]
         prepare(valid)
+        write = None if txn is not None else self._writes.begin(group.group_id)
 
         def done(error: ErrorCode, base_offset: int) -> None:
             if error == ErrorCode.none:
@@ -460,6 +463,8 @@ class GroupMetadataManager:
                     "%s %s failed when appending to log due to %s", self._prefix, what, error.name
                 )
                 result = _COMMIT_ERRORS.get(error, error)
+            if write is not None:  # the group's offsets are updated: stable fetches may go on
+                self._writes.end(group.group_id, write)
             callback(
                 {
                     tp: result if tp in valid else ErrorCode.offset_metadata_too_large
@@ -491,20 +496,26 @@ class GroupMetadataManager:
             del self._producer_groups[producer_id]
 
     # --- reading offsets ------------------------------------------------------------------------
+    def after_offset_writes(self, group_id: str, then: Callable[[], None]) -> None:
+        """Call `then` once the group's offset commits being written now have been answered
+        (a `require_stable` fetch reads after them, as Kafka 4's coordinator does)."""
+        self._writes.after(group_id, then)
+
     def get_offsets(
         self,
         group_id: str,
         require_stable: bool,
         partitions: Sequence[TopicPartition] | None,
     ) -> dict[TopicPartition, OffsetFetchPartition]:
-        """Committed offsets (all of the group's when `partitions` is None)."""
+        """Committed offsets (all of the group's when `partitions` is None); with
+        `require_stable`, UNSTABLE_OFFSET_COMMIT for those of a transaction not ended yet."""
         group = self._groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return dict.fromkeys(partitions or (), _NO_OFFSET)
         tps = list(group.all_offsets()) if partitions is None else list(partitions)
         out: dict[TopicPartition, OffsetFetchPartition] = {}
         for tp in tps:
-            if require_stable and group.has_pending_offset_commits(tp):
+            if require_stable and group.has_pending_txn_offset_commit(tp):
                 out[tp] = OffsetFetchPartition(
                     INVALID_OFFSET, -1, "", ErrorCode.unstable_offset_commit
                 )

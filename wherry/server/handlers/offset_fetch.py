@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
+from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorized_names
 from wherry.server.handlers.topic_keys import TopicKey, topic_responses
@@ -118,6 +119,17 @@ def _topics(parts: Mapping[TopicKey, list[dict[str, Any]]]) -> list[dict[str, An
     )
 
 
+async def _stable(broker: BrokerServices, group_id: str) -> None:
+    """Kafka 4: stable offsets are read after the commits being written (not refused with
+    UNSTABLE_OFFSET_COMMIT, which only pending transactional offsets get)."""
+    coordinator = broker.groups.coordinator
+
+    def start(done: Callable[[bool], None]) -> None:
+        coordinator.after_offset_writes(group_id, lambda: done(True))
+
+    await answer_of(start)
+
+
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     v = req.api_version
@@ -125,10 +137,14 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     if v >= 8:
         groups = []
         for g in body.groups:
+            if require_stable:
+                await _stable(broker, g.group_id)
             # v9+: a KIP-848 member's id and epoch, checked against its consumer group
             member = (getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
             err, topics = _fetch_group(broker, g.group_id, g.topics, require_stable, v, member)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
         return {"throttle_time": 0, "groups": groups}
+    if require_stable:
+        await _stable(broker, body.group_id)
     err, topics = _fetch_group(broker, body.group_id, body.topics, require_stable, v)
     return {"throttle_time": 0, "topics": topics, "error_code": err}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 
 @dataclass
@@ -41,6 +42,21 @@ class EventLog:
 
     def deliveries(self) -> list[tuple[int, int]]:
         return [(p, o) for k, _, p, o, _ in self.snapshot() if k == "deliver"]
+
+
+def start_from_committed(bs: str, group: str, topic: str, partitions: int) -> None:
+    """Commit offset 0 for each partition before the members come, so that they all start
+    from a committed offset and never through auto.offset.reset. librdkafka 2.16's reset path
+    can move a partition it is already reading back to its start: when a rebalance pauses and
+    resumes the partition while the reset's ListOffsets is in flight, the answer comes back
+    outdated, re-arms the offset query, and that query's later answer sets the position to
+    the beginning again (a client race seen on a loaded machine: no OffsetFetch, no
+    rebalance of that partition, only ListOffsets for the earliest offset)."""
+    admin = AdminClient({"bootstrap.servers": bs})
+    start = [TopicPartition(topic, p, 0) for p in range(partitions)]
+    answer = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, start)])
+    result = answer[group].result(15)
+    assert all(tp.error is None for tp in result.topic_partitions), result.topic_partitions
 
 
 class Member:

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.helpers import create_topic, zk_cluster
 from tests.kafka_wire import call
-from tests.kip848_members import EventLog, Member
+from tests.kip848_members import EventLog, Member, start_from_committed
 from wherry.testing.cluster import ZkCluster, wait_until
 from wherry.testing.zookeeper import ZooKeeperServer
 
@@ -130,6 +130,7 @@ def test_kip848_group_survives_coordinator_kill(cluster: ZkCluster) -> None:
     group = f"kip848-f-{uuid.uuid4().hex[:6]}"
     create_topic(bs, topic, partitions=PARTITIONS, replication_factor=3)
     produce(bs, topic, 300, 0)
+    start_from_committed(bs, group, topic, PARTITIONS)
     log = EventLog()
     members = [Member(bs, group, topic, f"f{i}", log) for i in range(3)]
     try:

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.broker_process import BrokerProcess, wait_until
 from tests.kafka_wire import call
-from tests.kip848_members import EventLog, Member
+from tests.kip848_members import EventLog, Member, start_from_committed
 
 OVERRIDES = [
     "offsets.topic.num.partitions=4",
@@ -57,6 +57,7 @@ def test_three_members_split_six_partitions_and_take_over(kbroker: BrokerProcess
     bs = kbroker.bootstrap
     topic = new_topic(bs, PARTITIONS)
     group = f"kip848-{uuid.uuid4().hex[:8]}"
+    start_from_committed(bs, group, topic, PARTITIONS)
     log = EventLog()
     members = [Member(bs, group, topic, f"c{i}", log) for i in range(3)]
     try:

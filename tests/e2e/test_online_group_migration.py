@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from tests.broker_process import BrokerProcess, wait_until
 from tests.e2e.test_kip848_consumer_group import PARTITIONS, new_topic, produce
 from tests.kafka_wire import call
-from tests.kip848_members import EventLog, Member
+from tests.kip848_members import EventLog, Member, start_from_committed
 
 OVERRIDES = [
     "offsets.topic.num.partitions=4",
@@ -86,6 +86,7 @@ def test_classic_and_consumer_members_migrate_both_ways(
     admin = AdminClient({"bootstrap.servers": bs})
     topic = new_topic(bs, PARTITIONS)
     group = f"mig-{uuid.uuid4().hex[:8]}"
+    start_from_committed(bs, group, topic, PARTITIONS)
     log = EventLog()
     members: list[Member] = []
     try:

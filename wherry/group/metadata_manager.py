@@ -472,10 +472,15 @@ class GroupMetadataManager:
                 }
             )
 
-        if txn is None:
-            self._storage.append(p, records, done)
-        else:
-            self._storage.append_transactional(p, txn, records, done)
+        try:
+            if txn is None:
+                self._storage.append(p, records, done)
+            else:
+                self._storage.append_transactional(p, txn, records, done)
+        except BaseException:
+            if write is not None:  # never answered: no stable fetch may wait for it
+                self._writes.end(group.group_id, write)
+            raise
 
     def handle_txn_completion(
         self, producer_id: int, partitions: Iterable[int], is_commit: bool

@@ -48,3 +48,17 @@ def test_a_replay_that_drops_current_assignments_is_caught(
             found = r
             break
     assert found is not None and "rebuilt by broker" in (found.violation or "")
+
+
+def test_a_deposed_leaders_load_is_not_taken_for_the_current_one() -> None:
+    """Seed 50033: a preferred election makes broker 3 leader of `__consumer_offsets-0`; the
+    controller's requests to broker 3 time out and are sent again, and meanwhile broker 3's
+    controlled shutdown moves the leadership on (broker 1, a later leader epoch, a newer group
+    state acknowledged). Broker 3 then applies the old LeaderAndIsr and loads the older state.
+    Leader epochs fence it; the check applies to loads by the leader at the stored epoch."""
+    r = run_seed(50033, SimOptions(consumer_groups=True))
+    assert r.ok, _describe(r)
+    assert r.group_deposed_loads >= 1 and r.group_reloads >= 3, (
+        r.group_deposed_loads,
+        r.group_reloads,
+    )

@@ -14,9 +14,10 @@ coming back, sometimes crashing the coordinator's broker a few ms after a heartb
 Checked (`GroupLedger`):
 * a coordinator never gives a partition to a member while another owns it (the group's own
   assertion, which fails the run);
-* after every load of the partition, each group rebuilt from the log equals a state the
-  coordinators had written, and none older than the last one whose write was acknowledged
-  (epochs, members, member epochs and states, assignments and the target);
+* after every load of the partition by its leader at the stored leader epoch, each group
+  rebuilt from the log equals a state the coordinators had written, and none older than the
+  last one whose write was acknowledged (epochs, members, member epochs and states,
+  assignments and the target);
 * after healing, the group settles: Stable on the coordinator, every partition of the topic
   assigned once, each member owning what the coordinator says.
 """
@@ -99,6 +100,7 @@ class GroupLedger:
 
     writes: dict[str, list[_Written]] = field(default_factory=dict)
     reloads_checked: int = 0
+    deposed_loads: int = 0  # by a leader the controller had moved on from: not checked
 
     def observe(self, group: ConsumerGroup) -> Callable[[ErrorCode], None]:
         entry = _Written(None if group.dead else group.snapshot())
@@ -131,23 +133,41 @@ class GroupLedger:
 
 class GroupHost(GroupsRuntime):
     """One broker process's group coordinator, built as `wherry server` builds it
-    (`server/groups.py`) on the simulation's edges (its log read inline), every reload checked
-    against the ledger."""
+    (`server/groups.py`) on the simulation's edges (its log read inline), every reload by the
+    current leader checked against the ledger."""
 
     def __init__(
         self, world: World, node: SimBroker, config: GroupSimConfig, ledger: GroupLedger
     ) -> None:
-        edges = sim_edges(world, node, group_settings(config))
-        super().__init__(
-            edges, on_loaded=lambda _p: ledger.check_reload(node.broker_id, self.coordinator)
-        )
         self.world = world
         self.node = node
         self.ledger = ledger
+        edges = sim_edges(world, node, group_settings(config))
+        super().__init__(edges, on_loaded=self._loaded)
         self.coordinator.consumer_groups.write_observer = ledger.observe
         self.coordinator.startup()
         node.services.append(self)
         node.group_host = self
+
+    def _loaded(self, partition: int) -> None:
+        """Check the groups rebuilt by a leader at the stored leader epoch. A deposed leader
+        the controller has moved on from (a LeaderAndIsr resent after a lost answer, applied
+        just before the newer one) may load an older state: leader epochs fence it, none of
+        its writes can be acknowledged, and a later load by the current leader is checked."""
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        state = self.world.stored_state(tp)
+        part = self.node.replica_manager.get_partition(tp)
+        current = (
+            state is not None
+            and state.leader == self.node.broker_id
+            and part is not None
+            and part.is_leader
+            and part.leader_epoch == state.leader_epoch
+        )
+        if current:
+            self.ledger.check_reload(self.node.broker_id, self.coordinator)
+        else:
+            self.ledger.deposed_loads += 1
 
 
 def group_settings(config: GroupSimConfig) -> dict[str, str]:

@@ -144,6 +144,7 @@ class SimResult:
     committed: int = 0  # of them, EndTxn(commit) answered NONE
     txn_reads: int = 0  # read_committed reads checked
     group_reloads: int = 0  # consumer groups rebuilt from the log and checked
+    group_deposed_loads: int = 0  # loads by a leader the controller had moved on from
     share_deliveries: int = 0  # share consumers' deliveries checked
     share_accepts: int = 0
 
@@ -770,6 +771,7 @@ class World:
         res.committed = self.txn_ledger.committed()
         res.txn_reads = self.txn_ledger.checked_reads
         res.group_reloads = self.group_ledger.reloads_checked
+        res.group_deposed_loads = self.group_ledger.deposed_loads
         res.share_deliveries = self.share_ledger.deliveries
         res.share_accepts = self.share_ledger.accepts
         res.consumed = self.history.consumed

@@ -50,6 +50,3 @@ class OffsetWritesInFlight:
             then()
             return
         self._waiters.setdefault(group_id, []).append((max(open_writes), then))
-
-    def open_count(self, group_id: str) -> int:
-        return len(self._open.get(group_id, ()))

@@ -31,8 +31,30 @@ __all__ = [
     "check_data",
     "check_leaders_final",
     "check_step",
+    "current_leader",
     "settle_leaders",
 ]
+
+
+class StoredLeaders(Protocol):
+    """The brokers and the stored partition states (what `current_leader` reads)."""
+
+    def node(self, broker_id: int) -> SimBroker | None: ...
+
+    def stored_state(self, tp: TopicPartition) -> LeaderIsr | None: ...
+
+
+def current_leader(world: StoredLeaders, tp: TopicPartition) -> SimBroker | None:
+    """The broker leading `tp` at the stored leader epoch (None while it is on its way, or
+    when the leader is a deposed one the controller has moved on from)."""
+    state = world.stored_state(tp)
+    if state is None or state.leader < 0:
+        return None
+    node = world.node(state.leader)
+    part = None if node is None else node.replica_manager.get_partition(tp)
+    if part is None or not part.is_leader or part.leader_epoch != state.leader_epoch:
+        return None
+    return node
 
 
 class CheckedWorld(Protocol):

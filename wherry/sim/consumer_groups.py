@@ -41,6 +41,7 @@ from wherry.group.consumer_group import ConsumerGroup, TopicMeta
 from wherry.group.coordinator import GroupCoordinator
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.server.groups import GroupsRuntime
+from wherry.sim.broker_checks import current_leader
 from wherry.sim.edges import sim_edges
 from wherry.sim.invariants import InvariantViolation
 from wherry.sim.lookup import ClusterView
@@ -154,17 +155,7 @@ class GroupHost(GroupsRuntime):
         the controller has moved on from (a LeaderAndIsr resent after a lost answer, applied
         just before the newer one) may load an older state: leader epochs fence it, none of
         its writes can be acknowledged, and a later load by the current leader is checked."""
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-        state = self.world.stored_state(tp)
-        part = self.node.replica_manager.get_partition(tp)
-        current = (
-            state is not None
-            and state.leader == self.node.broker_id
-            and part is not None
-            and part.is_leader
-            and part.leader_epoch == state.leader_epoch
-        )
-        if current:
+        if current_leader(self.world, TopicPartition(OFFSETS_TOPIC, partition)) is self.node:
             self.ledger.check_reload(self.node.broker_id, self.coordinator)
         else:
             self.ledger.deposed_loads += 1

@@ -41,6 +41,7 @@ from wherry.controller.context import LeaderIsr
 from wherry.protocol.records import build_batch, iter_batches
 from wherry.replication.fetch_reads import READ_COMMITTED, FetchPartition, FetchResult
 from wherry.server.transactions import TransactionsRuntime
+from wherry.sim.broker_checks import current_leader
 from wherry.sim.edges import sim_edges
 from wherry.sim.invariants import (
     TXN_VALUE_PREFIX,
@@ -396,23 +397,11 @@ __all__ = [
 
 
 # --- the checks ---------------------------------------------------------------------------------
-def _current_leader(world: World, tp: TopicPartition) -> SimBroker | None:
-    """The broker leading `tp` at the stored leader epoch (None while it is on its way)."""
-    state = world.stored_state(tp)
-    if state is None or state.leader < 0:
-        return None
-    node = world.node(state.leader)
-    part = None if node is None else node.replica_manager.get_partition(tp)
-    if part is None or not part.is_leader or part.leader_epoch != state.leader_epoch:
-        return None
-    return node
-
-
 def check_reads(world: World) -> None:
     """During the run: a read_committed read of each partition from its current leader shows
     nothing of an aborted or open transaction, and its LSO is not above its HW."""
     for tp in world.tps:
-        node = _current_leader(world, tp)
+        node = current_leader(world, tp)
         if node is None:
             continue
         r = read_committed(node, tp)
@@ -438,7 +427,7 @@ def check_final(world: World, producers: list[TxnProducer]) -> None:
     ledger = world.txn_ledger
     visible: dict[TopicPartition, set[bytes]] = {}
     for tp in world.tps:
-        node = _current_leader(world, tp)
+        node = current_leader(world, tp)
         if node is None:
             raise InvariantViolation(f"{tp}: after healing, no broker leads it")
         r = read_committed(node, tp)
@@ -477,7 +466,7 @@ def _unfinished_transaction(world: World, producers: list[TxnProducer]) -> str |
     for p in producers:
         s = partition_for(p.tid, p.config.state_partitions)
         tp = TopicPartition(TRANSACTION_STATE_TOPIC, s)
-        node = _current_leader(world, tp)
+        node = current_leader(world, tp)
         host = (
             None
             if node is None

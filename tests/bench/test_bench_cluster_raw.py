@@ -10,18 +10,41 @@ from pathlib import Path
 
 import pytest
 
+from bench import common
 from bench.common import pretouch_page_cache, pretouch_param
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_pretouch_writes_and_deletes(tmp_path: Path) -> None:
+def test_pretouch_leaves_nothing_behind(tmp_path: Path) -> None:
     took = pretouch_page_cache(tmp_path, 4)
     assert took >= 0
     assert list(tmp_path.iterdir()) == []  # nothing left behind
     assert pretouch_param({}) is None  # not asked: nothing done
     assert pretouch_param({"pretouch": {"dir": str(tmp_path), "mib": 2}}) is not None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_pretouch_without_huge_pages_writes_and_deletes_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    switch = tmp_path / "enabled"
+    switch.write_text("always madvise [never]\n")
+    monkeypatch.setattr(common, "_THP_SWITCH", switch)
+    assert not common._huge_pages_available()
+    data = tmp_path / "data"
+    data.mkdir()
+    seen: list[Path] = []
+    real_touch_file = common._touch_file
+
+    def touch_file(path: Path, mib: int) -> None:
+        seen.append(path)
+        real_touch_file(path, mib)
+
+    monkeypatch.setattr(common, "_touch_file", touch_file)
+    assert pretouch_page_cache(data, 2) >= 0
+    assert [p.parent for p in seen] == [data]
+    assert list(data.iterdir()) == []  # written and deleted
 
 
 @pytest.mark.timeout(60)

@@ -33,6 +33,8 @@ temporary data dirs, every process stopped by its PID):
   sl3, rl3  the same at 10,000 records/s with linger.ms=5
   i1  10,000 partitions RF 3 on 3 broker processes (ZooKeeper): CreateTopics → every ISR full
   i2  the same cluster idle: each broker's CPU (% of a core over 30 s, /proc/PID/stat), RSS
+  i3  a Metadata v12 answer for every topic of that cluster from one broker: round trip and
+      broker CPU per request (after the first, whose time the detail gives)
   f1  kill -9 the controller: time until every broker's metadata shows a new leader for
       every partition it led (and the part of it after ZooKeeper dropped its session)
 
@@ -588,7 +590,7 @@ class Bench:
 
     # -- idle partitions and failover ------------------------------------------------------
     def idle(self, base: Path) -> None:
-        """i1, i2, f1 on a fresh 3-process ZooKeeper cluster (see the module docstring)."""
+        """i1, i2, i3, f1 on a fresh 3-process ZooKeeper cluster (see the module docstring)."""
         from wherry.testing.cluster import ZkCluster, wait_until
         from wherry.testing.zookeeper import ZooKeeperServer
 
@@ -649,7 +651,52 @@ class Bench:
                     },
                 )
             )
+            self._metadata_answer(cluster, pids[0], n)
             self._failover(cluster, topics)
+
+    def _metadata_answer(self, cluster: Any, pid: int, n: int) -> None:
+        """i3: one broker's answer to Metadata v12 for every topic, asked by one client on
+        its own connection one request at a time: this client's first answer, then the broker's
+        CPU and the round trip over the next ones (up to 500 in 5 s, at least 5)."""
+        from bench.common import decode_response, encode_request
+        from bench.request_cpu import Client
+
+        body = {
+            "topics": None,
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        }
+        frame = encode_request(3, 12, body)
+        client = Client(int(cluster.address(0).rsplit(":", 1)[1]))
+        try:
+            t0 = time.perf_counter()
+            answer = client.call(frame)
+            first_ms = (time.perf_counter() - t0) * 1000
+            got = sum(len(t.partitions) for t in decode_response(3, 12, answer).topics)
+            if got < n:
+                raise BenchError(f"the Metadata answer holds {got} partitions, not {n}")
+            times: list[float] = []
+            c0 = cpu_seconds(pid)
+            until = time.perf_counter() + 5.0
+            while len(times) < 5 or (len(times) < 500 and time.perf_counter() < until):
+                t0 = time.perf_counter()
+                client.call(frame)
+                times.append((time.perf_counter() - t0) * 1000)
+            cpu_ms = (cpu_seconds(pid) - c0) / len(times) * 1000
+        finally:
+            client.close()
+        p50 = sorted(times)[len(times) // 2]
+        self.add(
+            Row(
+                "i3",
+                f"Metadata v12 of all {n:,} partitions from one broker of that cluster",
+                f"{p50:.1f} ms round trip, {cpu_ms:.1f} ms broker CPU",
+                f"median of {len(times)} requests after the first, which took "
+                f"{first_ms:.1f} ms; {len(answer):,} bytes",
+                {"p50_ms": p50, "broker_cpu_ms": cpu_ms, "first_ms": first_ms,
+                 "bytes": len(answer)},
+            )
+        )
 
     def _failover(self, cluster: Any, topics: dict[str, int]) -> None:
         from wherry.testing.metadata_probe import fetch_metadata
@@ -833,7 +880,7 @@ ORDER = (
     "sl3",
     "rl3",
 )
-IDLE_ORDER = ("i1", "i2", "f1")
+IDLE_ORDER = ("i1", "i2", "i3", "f1")
 RF3_ORDER = ("r2", "p3", "e3")
 
 
@@ -851,7 +898,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dev", action="store_true", help="RF 3 rows on `wherry dev --brokers 3`")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
     ap.add_argument("--tmp-dir", type=Path, default=None, help="where data dirs live")
-    ap.add_argument("--idle-partitions", type=int, help="partitions of rows i1, i2, f1")
+    ap.add_argument("--idle-partitions", type=int, help="partitions of rows i1, i2, i3, f1")
     ap.add_argument("--idle-seconds", type=float, help="idle measurement time of row i2")
     ap.add_argument(
         "--broker-tree",
@@ -870,7 +917,7 @@ def main(argv: list[str] | None = None) -> int:
         "--rows",
         choices=("all", "throughput", "idle", "rf3"),
         default="all",
-        help="throughput: s/r/x/sl/rl rows only; idle: i1, i2, f1 only; rf3: r2 and p3 only,"
+        help="throughput: s/r/x/sl/rl rows only; idle: i1, i2, i3, f1 only; rf3: r2 and p3 only,"
         " alternating, and e3, r2's brokers' CPU per MB over p3's",
     )
     ap.add_argument("--repeats", type=int, help="runs of each throughput row (best counts)")

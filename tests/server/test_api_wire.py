@@ -138,6 +138,14 @@ def test_metadata_topic_list_semantics_and_auto_create(broker: BrokerProcess) ->
                           "allow_auto_topic_creation": False,
                           "include_topic_authorized_operations": False})
     assert m2.topics[0].name == t
+    # an unknown id: no name, written "" before v12 (not nullable there) and null from v12
+    for version, no_name in ((10, ""), (12, None)):
+        m6 = call(bs, 3, version, {"topics": [{"name": None, "topic_id": uuid.uuid4()}],
+                                   "allow_auto_topic_creation": False,
+                                   "include_cluster_authorized_operations": False,
+                                   "include_topic_authorized_operations": False})
+        assert [(x.error_code, x.name) for x in m6.topics] == [
+            (ErrorCode.unknown_topic_id, no_name)]
     # unknown topic without auto-creation; an illegal name; auto-creation
     missing = name()
     m3 = call(bs, 3, 9, {"topics": [{"name": missing}, {"name": "bad name!"}],

@@ -51,6 +51,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
 from wherry.protocol.decode_guard import GuardError, check_entity
+from wherry.protocol.metadata_response import encode_metadata_body
 from wherry.protocol.primitives import INT32 as _SIZE
 from wherry.protocol.primitives import REQUEST_PREFIX
 from wherry.protocol.produce_request import LEAN_MIN_FRAME_BYTES, decode_produce_request
@@ -71,6 +72,7 @@ RESPONSE_BODIES = ResponseBodyCache()
 
 API_VERSIONS_KEY: Final = 18
 _PRODUCE_KEY: Final = 0
+_METADATA_KEY: Final = 3
 # LeaderAndIsr, StopReplica, UpdateMetadata (`interbroker_codec`) and ControlledShutdown
 # (`controlled_shutdown_codec`): kio lacks them; their codecs are imported on first use.
 _INTERBROKER_KEYS: Final = frozenset((4, 5, 6))
@@ -249,6 +251,9 @@ def encode_response(
     # the header: v0 the correlation id, v1 that and no tagged fields (`_response_header_class`)
     tagged = b"\0" if _response_header_class(api_key, cls) is ResponseHeaderV1 else b""
     if api_key == _PRODUCE_KEY and (body := encode_produce_body(api_version, data)) is not None:
+        return _FRAME_START.pack(4 + len(tagged) + len(body), correlation_id) + tagged + body
+    if api_key == _METADATA_KEY and type(data) is dict:
+        body = encode_metadata_body(api_version, data)
         return _FRAME_START.pack(4 + len(tagged) + len(body), correlation_id) + tagged + body
     if api_key in CACHED_KEYS:
         body = RESPONSE_BODIES.body(

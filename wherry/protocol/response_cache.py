@@ -1,8 +1,9 @@
 """Encoded response bodies kept for answers that repeat.
 
 Many answers are the same bytes request after request: a Heartbeat's or an EndTxn's
-`{error_code: 0, throttle_time_ms: 0}`, AddPartitionsToTxn's per-partition NONE, the Metadata
-of a cluster that has not changed, ApiVersions. kio walks the schema and checks every value's
+`{error_code: 0, throttle_time_ms: 0}`, AddPartitionsToTxn's per-partition NONE, ApiVersions.
+(Metadata answers have a writer of their own, `metadata_response`, which keeps each topic's
+part while the topic does not change.) kio walks the schema and checks every value's
 type for each of them (about 30 Python calls per field), so `codec.encode_response` keeps the
 bodies of the APIs listed in `CACHED_KEYS`, keyed by API key, version and the answer's value
 (`frozen`: the mapping as nested tuples). A body holding anything but plain values (an entity
@@ -26,10 +27,10 @@ from typing import Any, Final
 
 __all__ = ["CACHED_KEYS", "ResponseBodyCache", "frozen"]
 
-# API keys whose answers repeat: Metadata, OffsetCommit, FindCoordinator, Heartbeat,
-# LeaveGroup, ApiVersions, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers,
-# TxnOffsetCommit, DescribeCluster, ConsumerGroupHeartbeat, ShareGroupHeartbeat
-CACHED_KEYS: Final = frozenset((3, 8, 10, 12, 13, 18, 24, 25, 26, 27, 28, 60, 68, 76))
+# API keys whose answers repeat: OffsetCommit, FindCoordinator, Heartbeat, LeaveGroup,
+# ApiVersions, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit,
+# DescribeCluster, ConsumerGroupHeartbeat, ShareGroupHeartbeat
+CACHED_KEYS: Final = frozenset((8, 10, 12, 13, 18, 24, 25, 26, 27, 28, 60, 68, 76))
 
 MAX_ENTRIES: Final = 512
 MAX_BODY_BYTES: Final = 4096

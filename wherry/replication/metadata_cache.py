@@ -37,6 +37,11 @@ class MetadataCache:
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._topic_names: dict[uuid.UUID, str] = {}
         self._listeners: list[Callable[[], None]] = []
+        # Which update last changed each topic (its partitions or its id), and the set of
+        # live brokers: what `topic_stamp` gives.
+        self._updates = 0
+        self._topic_updates: dict[str, int] = {}
+        self._brokers_update = 0
 
     # --- updates -------------------------------------------------------------------------
     def add_listener(self, fn: Callable[[], None]) -> None:
@@ -52,9 +57,14 @@ class MetadataCache:
             raise StaleControllerEpoch(req.controller_epoch, self.controller_epoch)
         self.controller_epoch = req.controller_epoch
         self.controller_id = req.controller_id
+        self._updates += 1
+        update = self._updates
+        changed = self._topic_updates
         endpoints: dict[int, dict[str, BrokerEndpoint]] = {}
         for b in req.live_brokers:
             endpoints.setdefault(b.broker_id, {})[b.listener] = b
+        if endpoints.keys() != self.endpoints.keys():
+            self._brokers_update = update
         self.endpoints = endpoints
         self.brokers = {
             bid: eps.get(self.inter_broker_listener or "") or next(iter(eps.values()))
@@ -63,8 +73,10 @@ class MetadataCache:
         for name, tid in req.topic_ids.items():
             self._topic_ids[name] = tid
             self._topic_names[tid] = name
+            changed[name] = update
         deleted: list[tuple[str, int]] = []
         for st in req.partition_states:
+            changed[st.topic_name] = update
             if st.leader == LEADER_DURING_DELETE:
                 parts = self._partitions.get(st.topic_name)
                 if parts is not None and parts.pop(st.partition_index, None) is not None:
@@ -74,6 +86,7 @@ class MetadataCache:
                         gone = self._topic_ids.pop(st.topic_name, None)
                         if gone is not None:
                             self._topic_names.pop(gone, None)
+                        del changed[st.topic_name]
             else:
                 self._partitions.setdefault(st.topic_name, {})[st.partition_index] = st
         for fn in list(self._listeners):
@@ -98,6 +111,11 @@ class MetadataCache:
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self._topic_names.get(topic_id)
+
+    def topic_stamp(self, topic: str) -> tuple[int, int]:
+        """Equal as long as nothing a Metadata answer says of `topic` changed: its partitions,
+        its id and which brokers are alive (which decide its leaders' and replicas' errors)."""
+        return self._topic_updates.get(topic, -1), self._brokers_update
 
     def alive_brokers(self, listener: str | None = None) -> list[BrokerEndpoint]:
         """The live brokers, by id; with `listener`, their endpoints on that listener (brokers

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from wherry.group.records import OFFSETS_TOPIC
+from wherry.protocol.metadata_response import TopicParts
 from wherry.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from wherry.server.admin import AdminError, validate_topic_name
 from wherry.server.authz import (
@@ -28,12 +30,38 @@ from wherry.server.authz import (
 
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
+    from wherry.replication.metadata_cache import MetadataCache
     from wherry.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 _ZERO_UUID = uuid.UUID(int=0)
+
+# Each broker's topics as written into its answers, kept while the topic does not change
+# (a large cluster's all-topics answer is then mostly bytes already written).
+_PARTS: weakref.WeakKeyDictionary[MetadataCache, TopicParts] = weakref.WeakKeyDictionary()
+
+
+def _topic_part(broker: BrokerServices, name: str, strict: bool, version: int) -> bytes:
+    """`topic_metadata(broker, name, strict=strict)` as written into a v`version` answer."""
+    cache = broker.cache
+    parts = _PARTS.get(cache)
+    if parts is None:
+        parts = _PARTS[cache] = TopicParts()
+    return parts.get(
+        name,
+        cache.topic_stamp(name),
+        version,
+        strict,
+        lambda: topic_metadata(broker, name, strict=strict),
+    )
+
+
+def _forget_deleted_topics(cache: MetadataCache, known: int) -> None:
+    parts = _PARTS.get(cache)
+    if parts is not None and len(parts) > known:
+        parts.keep_only(cache.contains_topic)
 
 
 def topic_metadata(broker: BrokerServices, name: str, *, strict: bool = False) -> dict[str, Any]:
@@ -102,13 +130,19 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     # Kafka: DESCRIBE on each topic. All-topics requests silently leave out the others; a
     # named topic without it gets TOPIC_AUTHORIZATION_FAILED (named by id: its id, no name),
     # whether it exists or not. `described` are the answers of the topics that may be seen.
+    # Topics already written (bytes) when their authorized operations are not asked for.
+    with_operations = bool(getattr(body, "include_topic_authorized_operations", False))
     described: list[dict[str, Any]] = []
-    topics: list[dict[str, Any]] = []
+    topics: list[dict[str, Any] | bytes] = []
     if all_topics:
         names = cache.topics()
         allowed = authorized_names(broker, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
-        described = [topic_metadata(broker, t, strict=strict) for t in names if t in allowed]
-        topics = described
+        if with_operations:
+            described = [topic_metadata(broker, t, strict=strict) for t in names if t in allowed]
+            topics = list(described)
+        else:
+            topics = [_topic_part(broker, t, strict, v) for t in names if t in allowed]
+            _forget_deleted_topics(cache, len(names))
     else:
         for t in requested:
             name = getattr(t, "name", None)
@@ -128,6 +162,9 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     _error_topic(None, denied, tid) if by_id else _error_topic(name, denied)
                 )
                 continue
+            if cache.contains_topic(name) and not with_operations:
+                topics.append(_topic_part(broker, name, strict, v))
+                continue
             if cache.contains_topic(name):
                 answer = topic_metadata(broker, name, strict=strict)
             else:
@@ -135,15 +172,11 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             topics.append(answer)
             if answer["error_code"] != ErrorCode.topic_authorization_failed:
                 described.append(answer)
-    if getattr(body, "include_topic_authorized_operations", False):
+    if with_operations:
         for answer in described:
             answer["topic_authorized_operations"] = authorized_operations(
                 broker, ResourceType.TOPIC, answer["name"]
             )
-    if v < 12:  # a topic's name is not nullable in these answers: a topic asked by id gets ""
-        for answer in topics:
-            if answer["name"] is None:
-                answer["name"] = ""
     brokers = [
         {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
         for b in cache.alive_brokers(current_session().listener)

@@ -68,6 +68,24 @@ def test_controller_crashes_land_inside_reassignments() -> None:
     assert armed >= 3 and crashed_at_write >= 2, (armed, crashed_at_write)
 
 
+def test_a_new_controller_takes_strays_out_of_the_isr_before_its_first_leader_and_isr() -> None:
+    """Seed 54072: a controller is lost between storing a replaced reassignment's replicas and
+    taking its extra replica (broker 4) out of the ISR. The next one sent the leader the
+    stored state first -- replicas without broker 4, an ISR with it -- and took broker 4 out
+    a request later; in between, the leader, which waits for no replica of broker 4's, moved
+    its high watermark past broker 4's log while broker 4 still counted as in sync. Now the
+    strays leave the ISR before the first LeaderAndIsr is sent."""
+    options = SimOptions(
+        power_loss=True,
+        transactions=True,
+        consumer_groups=True,
+        share_consumers=True,
+        brokers=5,
+    )
+    r = run_seed(54072, options)
+    assert r.ok, _describe(r)
+
+
 class ScriptedShutdown(World):
     """Controlled shutdown of partition 0's leader half a second in, no other faults."""
 

@@ -372,6 +372,7 @@ class Controller:
         await self._send(announced)
         sent = dict(announced.update_metadata_states)  # what the brokers' queues hold already
         batch = self._batch()
+        await self.reassignments.drop_strays(batch)  # before the LeaderAndIsr below
         self.replica_sm.to_online(
             ctx,
             [

@@ -9,12 +9,13 @@ Entry points:
   the newest request for a partition wins, also over the legacy node.
 * `on_legacy_request` -- `/admin/reassign_partitions` was created: start what it lists;
   each partition leaves the node when it completes (the node goes when empty).
+* `drop_strays` -- at failover, before the first LeaderAndIsr: any partition's ISR members
+  outside its replicas -- left by a controller lost between storing a replaced
+  reassignment's replicas and shrinking the ISR -- leave the ISR (and the leadership),
+  stopped and deleted.
 * `resume` -- at failover: every partition the store shows as being reassigned, and what
   the legacy node lists, continue from where they stood (each step is idempotent: AR :=
-  OAR + RAR is rewritten, the epoch bumped, and step B runs once RAR is in the ISR); and
-  any partition's ISR members outside its replicas -- left by a controller lost between
-  storing a replaced reassignment's replicas and shrinking the ISR -- leave the ISR (and the
-  leadership), stopped and deleted.
+  OAR + RAR is rewritten, the epoch bumped, and step B runs once RAR is in the ISR).
 * `on_isr_change` -- an ISR grew (AlterPartition): a reassignment whose target replicas are
   all in the ISR completes.
 * `on_brokers_started` -- a broker came (back): reassignments with replicas on it are sent to
@@ -122,11 +123,21 @@ class ReassignmentProcedure:
         ctx.legacy_reassignments.difference_update(done)
         await self._rewrite_legacy_node(requested, dropped=done)
 
+    async def drop_strays(self, batch: RequestBatch) -> None:
+        """At failover, before any LeaderAndIsr goes out: take out of every partition's ISR
+        the members its replicas (those of its reassignment, if one runs) no longer hold
+        (`_drop_strays`). Sent first as stored, such an ISR would have the leader count a
+        member it keeps no replica of, and move its high watermark past that member's log."""
+        ctx = self.core.ctx
+        for tp, st in sorted(ctx.states.items()):
+            r = ctx.reassignment(tp)
+            if not set(st.isr) <= set(r.replicas):
+                await self._drop_strays(tp, r, batch)
+
     async def resume(
         self, legacy: Mapping[tuple[str, int], list[int]] | None, batch: RequestBatch
     ) -> None:
-        """At failover: continue every reassignment the store shows, and take out of every
-        partition's ISR the members its replicas no longer hold (`_drop_strays`)."""
+        """At failover, after `drop_strays`: continue every reassignment the store shows."""
         ctx = self.core.ctx
         ongoing = dict(ctx.reassigning)
         for tp, r in sorted(ongoing.items()):
@@ -138,12 +149,6 @@ class ReassignmentProcedure:
                 list(r.adding),
                 list(r.removing),
             )
-            await self._drop_strays(tp, r, batch)
-        # A cancelled or replaced reassignment whose controller was lost between U1 and the
-        # ISR shrink is no longer in progress, but may have left such members behind.
-        for tp, st in sorted(ctx.states.items()):
-            if tp not in ongoing and not set(st.isr) <= set(ctx.replicas(tp)):
-                await self._drop_strays(tp, ctx.reassignment(tp), batch)
         await self._trigger(ongoing, batch)
         if legacy:
             pending = {k: v for k, v in legacy.items() if TopicPartition(*k) not in ongoing}

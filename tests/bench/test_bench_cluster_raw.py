@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -34,16 +35,10 @@ def test_pretouch_without_huge_pages_writes_and_deletes_a_file(
     assert not common._huge_pages_available()
     data = tmp_path / "data"
     data.mkdir()
-    seen: list[Path] = []
-    real_touch_file = common._touch_file
-
-    def touch_file(path: Path, mib: int) -> None:
-        seen.append(path)
-        real_touch_file(path, mib)
-
-    monkeypatch.setattr(common, "_touch_file", touch_file)
-    assert pretouch_page_cache(data, 2) >= 0
-    assert [p.parent for p in seen] == [data]
+    with mock.patch.object(common, "_touch_file", wraps=common._touch_file) as touch_file:
+        assert pretouch_page_cache(data, 2) >= 0
+    ((path, mib),) = [c.args for c in touch_file.call_args_list]
+    assert path.parent == data and mib == 2
     assert list(data.iterdir()) == []  # written and deleted
 
 

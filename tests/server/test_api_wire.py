@@ -167,6 +167,44 @@ def test_metadata_topic_list_semantics_and_auto_create(broker: BrokerProcess) ->
     assert m5.topics[0].error_code == ErrorCode.none
 
 
+def test_metadata_answers_follow_topics_deleted_created_again_and_grown(
+    broker: BrokerProcess,
+) -> None:
+    """A broker keeps each topic's part of its Metadata answers while the topic is unchanged:
+    a topic deleted, created again under its name and grown is answered anew each time, by
+    name and among all topics, on every version family."""
+    bs, t = broker.bootstrap, name()
+    ask = {"allow_auto_topic_creation": False, "include_cluster_authorized_operations": False,
+           "include_topic_authorized_operations": False}
+
+    def seen(version: int, by_name: bool) -> tuple[int, uuid.UUID | None] | None:
+        topics = [{"name": t, "topic_id": uuid.UUID(int=0)}] if by_name else None
+        m = call(bs, 3, version, {**ask, "topics": topics})
+        mine = [x for x in m.topics if x.name == t and x.error_code == ErrorCode.none]
+        if not mine:
+            return None
+        return len(mine[0].partitions), getattr(mine[0], "topic_id", None)
+
+    def all_answers() -> set[tuple[int, uuid.UUID | None] | None]:
+        return {seen(v, by) for v in (1, 9, 12) for by in (False, True)}
+
+    def settles(want: int) -> bool:
+        return wait_until(lambda: {a and a[0] for a in all_answers()} == {want}, timeout_s=20)
+
+    first = create(bs, t, partitions=2)
+    assert first.error_code == ErrorCode.none and settles(2)
+    assert call(bs, 20, 6, {"topics": [{"name": t, "topic_id": None}], "timeout": 10_000}
+                ).responses[0].error_code == ErrorCode.none
+    assert wait_until(lambda: all_answers() == {None}, timeout_s=20)
+    again = create(bs, t, partitions=1)
+    assert again.error_code == ErrorCode.none and settles(1)
+    assert seen(12, True) == (1, again.topic_id) != (2, first.topic_id)
+    assert call(bs, 37, 3, {"topics": [{"name": t, "count": 3, "assignments": None}],
+                            "timeout": 10_000, "validate_only": False}
+                ).results[0].error_code == ErrorCode.none
+    assert settles(3)
+
+
 def test_fetch_by_topic_id_long_poll_and_leader_epoch(broker: BrokerProcess) -> None:
     bs = broker.bootstrap
     t = name()

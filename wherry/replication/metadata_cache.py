@@ -100,6 +100,9 @@ class MetadataCache:
     def contains_topic(self, topic: str) -> bool:
         return topic in self._partitions
 
+    def topic_count(self) -> int:
+        return len(self._partitions)
+
     def partitions(self, topic: str) -> dict[int, UpdateMetadataPartitionState]:
         return self._partitions.get(topic, {})
 

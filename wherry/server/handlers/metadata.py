@@ -49,6 +49,8 @@ def _topic_part(broker: BrokerServices, name: str, strict: bool, version: int) -
     parts = _PARTS.get(cache)
     if parts is None:
         parts = _PARTS[cache] = TopicParts()
+    elif len(parts) > 2 * cache.topic_count() + 64:  # deleted topics' parts, asked by name
+        parts.keep_only(cache.contains_topic)
     return parts.get(
         name,
         cache.topic_stamp(name),
@@ -59,6 +61,7 @@ def _topic_part(broker: BrokerServices, name: str, strict: bool, version: int) -
 
 
 def _forget_deleted_topics(cache: MetadataCache, known: int) -> None:
+    """After an all-topics answer: drop the parts of topics deleted since."""
     parts = _PARTS.get(cache)
     if parts is not None and len(parts) > known:
         parts.keep_only(cache.contains_topic)

@@ -293,14 +293,33 @@ def test_hw_candidate_rule() -> None:
     fs = {2: FollowerState(2, log_end_offset=5, last_caught_up_time_ms=0),
           3: FollowerState(3, log_end_offset=3, last_caught_up_time_ms=0)}
     # 3 out of the maximal ISR and lagging: ignored.
-    assert high_watermark_candidate(10, fs, frozenset({1, 2}), now_ms=LAG + 1,
+    assert high_watermark_candidate(10, fs, frozenset({1, 2}), leader_id=1, now_ms=LAG + 1,
                                     max_lag_ms=LAG, eligible=lambda _: True) == 5
     # 3 caught up recently and eligible: waited for.
-    assert high_watermark_candidate(10, fs, frozenset({1, 2}), now_ms=5,
+    assert high_watermark_candidate(10, fs, frozenset({1, 2}), leader_id=1, now_ms=5,
                                     max_lag_ms=LAG, eligible=lambda _: True) == 3
     # ... unless it cannot join.
-    assert high_watermark_candidate(10, fs, frozenset({1, 2}), now_ms=5,
+    assert high_watermark_candidate(10, fs, frozenset({1, 2}), leader_id=1, now_ms=5,
                                     max_lag_ms=LAG, eligible=lambda b: b != 3) == 5
+
+
+def test_an_isr_member_outside_the_replicas_holds_the_hw(tmp_path: Path) -> None:
+    """A reassignment's step B3 gives the leader the target replicas with the old ISR, step
+    B4 the shrunk ISR; a controller lost in between leaves the removed replica in the ISR
+    until the next one takes over. It counts toward min.insync.replicas, so the HW waits."""
+    p = make(tmp_path)
+    p.make_leader(leader_state(isr=(1, 2, 3), replicas=(1, 2, 3)), now_ms=0)
+    append(p, 4)
+    fetch(p, 2, 4, 1)
+    fetch(p, 3, 2, 1)
+    assert p.high_watermark == 2
+    p.make_leader(leader_state(epoch=6, isr=(1, 2, 3), replicas=(1, 2)), now_ms=2)  # B3
+    fetch(p, 2, 4, 3)
+    assert p.high_watermark == 2 and p.acks_all_satisfied(4, 2) is None  # 3: still waited for
+    p.make_leader(leader_state(epoch=7, isr=(1, 2), replicas=(1, 2)), now_ms=4)  # B4
+    assert p.high_watermark == 4 and p.acks_all_satisfied(4, 2) == ErrorCode.none
+    assert high_watermark_candidate(9, {}, frozenset({1, 3}), leader_id=1, now_ms=0,
+                                    max_lag_ms=LAG, eligible=lambda _: True) == -1
 
 
 def test_single_replica_hw_is_leo(tmp_path: Path) -> None:

@@ -260,6 +260,7 @@ def high_watermark_candidate(
     followers: Mapping[int, FollowerState],
     maximal_isr: frozenset[int],
     *,
+    leader_id: int,
     now_ms: int,
     max_lag_ms: int,
     eligible: Callable[[int], bool],
@@ -267,7 +268,16 @@ def high_watermark_candidate(
     """Kafka's maybeIncrementLeaderHW: the least LEO over the leader, the maximal ISR and any
     eligible replica caught up within the lag time (it is about to join). A member whose LEO
     is unknown (-1, it has not fetched from this leader yet) holds the HW where it is: the
-    candidate is then -1, which never moves the (monotonic) HW."""
+    candidate is then -1, which never moves the (monotonic) HW.
+
+    So does an ISR member that is not among the replicas (no follower of this leader): a
+    reassignment's removed replica between the LeaderAndIsr giving the target replicas and
+    the one shrinking the ISR, which a controller lost in between leaves until the next one
+    takes over. Kafka's leader ignores such a member; here it counts as unknown, as it still
+    counts toward `min.insync.replicas` (stricter than Kafka)."""
+    for rid in maximal_isr:
+        if rid != leader_id and rid not in followers:
+            return -1
     hw = leader_end_offset
     for rid, f in followers.items():
         if f.log_end_offset >= hw:

@@ -459,6 +459,7 @@ class Partition:
             self.log.log_end_offset,
             self.remote_replicas,
             self.state.maximal_isr,
+            leader_id=self.local_broker_id,
             now_ms=now_ms,
             max_lag_ms=self.replica_lag_time_max_ms,
             eligible=self.is_replica_isr_eligible,

@@ -10,8 +10,8 @@ temporary data dirs, every process stopped by its PID):
   r2  the same with 1 KiB records
   x1, x2  the ratios r1/s1 and r2/s2 (records/s); the runs of s and r alternate, both
       targets up at once, so the two sides of a ratio see the same machine load
-      Each s, r and p run's worker, connected and just before its clock starts, writes and
-      deletes as much page cache as the run will write (`--no-pretouch` skips it): on this
+      Each s, r and p run's worker, connected and just before its clock starts, touches and
+      frees as much memory as the run will write (`--no-pretouch` skips it): on this
       VM, memory the host has not backed yet (or has taken back, 2 s after the guest freed
       it) costs 5-15x to write into (see bench.common.pretouch_page_cache).
       The s and r rows show the brokers' CPU per MB split into user and system time, the
@@ -910,7 +910,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-pretouch",
         action="store_true",
-        help="do not write and delete the page cache a throughput run will use just before it "
+        help="do not touch and free the memory a throughput run will write just before it "
         "(see bench.common.pretouch_page_cache)",
     )
     ap.add_argument(

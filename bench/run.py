@@ -168,7 +168,7 @@ class Bench:
 
     # --- (a) + (b) ---------------------------------------------------------------------------
     def _pretouch(self, d: Path) -> dict[str, Any]:
-        """What a/b/b2's client writes and deletes just before its clock starts: as much memory
+        """What a/b/b2's client touches and frees just before its clock starts: as much memory
         as the run may write (`bench.common.pretouch_page_cache`)."""
         return {"dir": str(d), "mib": int(self.plan.pipe_duration_s * PRETOUCH_MIB_PER_S)}
 

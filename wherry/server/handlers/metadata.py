@@ -43,28 +43,28 @@ _ZERO_UUID = uuid.UUID(int=0)
 _PARTS: weakref.WeakKeyDictionary[MetadataCache, TopicParts] = weakref.WeakKeyDictionary()
 
 
-def _topic_part(broker: BrokerServices, name: str, strict: bool, version: int) -> bytes:
-    """`topic_metadata(broker, name, strict=strict)` as written into a v`version` answer."""
-    cache = broker.cache
+def _topic_parts(cache: MetadataCache) -> TopicParts:
+    """The broker's kept topic parts. Those of deleted topics are dropped once the parts
+    number more than twice the topics (and 64): a bound, with no pass per request."""
     parts = _PARTS.get(cache)
     if parts is None:
         parts = _PARTS[cache] = TopicParts()
-    elif len(parts) > 2 * cache.topic_count() + 64:  # deleted topics' parts, asked by name
+    elif len(parts) > 2 * cache.topic_count() + 64:
         parts.keep_only(cache.contains_topic)
+    return parts
+
+
+def _topic_part(
+    broker: BrokerServices, parts: TopicParts, name: str, strict: bool, version: int
+) -> bytes:
+    """`topic_metadata(broker, name, strict=strict)` as written into a v`version` answer."""
     return parts.get(
         name,
-        cache.topic_stamp(name),
+        broker.cache.topic_stamp(name),
         version,
         strict,
         lambda: topic_metadata(broker, name, strict=strict),
     )
-
-
-def _forget_deleted_topics(cache: MetadataCache, known: int) -> None:
-    """After an all-topics answer: drop the parts of topics deleted since."""
-    parts = _PARTS.get(cache)
-    if parts is not None and len(parts) > known:
-        parts.keep_only(cache.contains_topic)
 
 
 def topic_metadata(broker: BrokerServices, name: str, *, strict: bool = False) -> dict[str, Any]:
@@ -144,8 +144,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             described = [topic_metadata(broker, t, strict=strict) for t in names if t in allowed]
             topics = list(described)
         else:
-            topics = [_topic_part(broker, t, strict, v) for t in names if t in allowed]
-            _forget_deleted_topics(cache, len(names))
+            parts = _topic_parts(cache)
+            topics = [_topic_part(broker, parts, t, strict, v) for t in names if t in allowed]
     else:
         for t in requested:
             name = getattr(t, "name", None)
@@ -166,7 +166,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 )
                 continue
             if cache.contains_topic(name) and not with_operations:
-                topics.append(_topic_part(broker, name, strict, v))
+                topics.append(_topic_part(broker, _topic_parts(cache), name, strict, v))
                 continue
             if cache.contains_topic(name):
                 answer = topic_metadata(broker, name, strict=strict)

@@ -33,11 +33,12 @@ from wherry.cli.client_security import client_security
 from wherry.cli.common import (
     CommandError,
     ErrorsReported,
-    admin_options,
     exits_on_error,
-    group_options,
+    group_selection_options,
+    group_tool_options,
     load_properties_file,
     report_group_deletion,
+    reset_options,
     selected_groups,
 )
 from wherry.cli.group_model import (
@@ -87,7 +88,7 @@ def _error_text(exc: CommandError | KafkaException) -> str:
 
 
 _handle_errors = exits_on_error("Error: ", _error_text)
-_common_options = admin_options("Timeout of each request to the cluster, in ms.", "--timeout")
+_common_options = group_tool_options
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -140,19 +141,17 @@ def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 
 
 @groups.command()
-@_common_options
-@group_options("consumer")
+@_handle_errors
+@group_selection_options("consumer")
 @click.option("--members", is_flag=True, help="Describe the members of the group.")
 @click.option("--state", is_flag=True, help="Describe the state of the group.")
 @click.option("--offsets", is_flag=True,
               help="Describe the group's offsets per partition (the default).")
 @click.option("--verbose", is_flag=True, help="With --members: each member's assignment.")
-@_handle_errors
 def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
              groups: tuple[str, ...], all_groups: bool, members: bool, state: bool,
              offsets: bool, verbose: bool) -> None:
     """Describe consumer groups: offsets and lag (default), --members or --state."""
-    selected_groups("describe", groups, all_groups)
     if members + state + offsets > 1:
         raise CommandError("Option [describe] takes at most one of these options: "
                            "[members], [offsets], [state]")
@@ -182,13 +181,11 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
 
 
 @groups.command()
-@_common_options
-@group_options("consumer")
 @_handle_errors
+@group_selection_options("consumer")
 def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
            groups: tuple[str, ...], all_groups: bool) -> None:
     """Delete consumer groups (only groups without active members)."""
-    selected_groups("delete", groups, all_groups)
     svc = GroupService.connect(bootstrap_server, command_config, timeout_ms)
     ids = _resolve_groups(svc, groups, all_groups)
     if not ids:
@@ -206,25 +203,10 @@ def _read_plan(path: Path) -> str:
 
 
 @groups.command(name="reset-offsets")
-@_common_options
-@group_options("consumer")
-@click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P...]",
-              help="Topic (optionally with partitions) whose offsets to reset (repeatable).")
-@click.option("--all-topics", is_flag=True, help="All topics the group has offsets for.")
-@click.option("--to-offset", type=int, help="Reset to this offset (clamped to the log).")
-@click.option("--shift-by", type=int, help="Shift the committed offsets by N (may be < 0).")
-@click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
-              help="Reset to the first offset at or after this time.")
-@click.option("--by-duration", metavar="PnDTnHnMnS",
-              help="Reset to the first offset at or after now minus this duration.")
-@click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
-@click.option("--to-latest", is_flag=True, help="Reset to the latest offset.")
-@click.option("--to-current", is_flag=True, help="Reset to the current committed offset.")
-@click.option("--from-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="CSV plan: topic,partition,offset (or group,topic,partition,offset).")
-@click.option("--dry-run", is_flag=True, help="Only show the new offsets (the default).")
-@click.option("--execute", is_flag=True, help="Commit the new offsets.")
-@click.option("--export", is_flag=True, help="Print the new offsets as CSV (a --from-file plan).")
+@group_selection_options("consumer", checked=False)
+@reset_options("topic", "all-topics", "to-offset", "shift-by", "to-datetime", "by-duration",
+               "to-earliest", "to-latest", "to-current", "from-file", "dry-run", "export",
+               execute_help="Commit the new offsets.")
 @_handle_errors
 def reset_offsets(
     bootstrap_server: str, command_config: Path | None, timeout_ms: int,

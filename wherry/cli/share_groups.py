@@ -33,12 +33,12 @@ from wherry.cli.client_security import client_security
 from wherry.cli.common import (
     CommandError,
     ErrorsReported,
-    admin_options,
     exits_on_error,
-    group_options,
+    group_selection_options,
+    group_tool_options,
     load_properties_file,
     report_group_deletion,
-    selected_groups,
+    reset_options,
 )
 from wherry.cli.kafka_errors import kafka_error_text
 from wherry.cli.wire_clients import BrokerClients, WireCallError, WireTool
@@ -57,7 +57,7 @@ _STATES = {"empty": "Empty", "stable": "Stable", "dead": "Dead"}
 MISSING = "-"
 
 _handle_errors = exits_on_error("Error: ")
-_common_options = admin_options("Timeout of each request to the cluster, in ms.", "--timeout")
+_common_options = group_tool_options
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,18 +272,16 @@ def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 
 
 @share_groups.command()
-@_common_options
-@group_options("share")
+@_handle_errors
+@group_selection_options("share")
 @click.option("--offsets", is_flag=True, help="The share-partitions' start offsets (default).")
 @click.option("--members", is_flag=True, help="The members and their assignments.")
 @click.option("--state", is_flag=True, help="The coordinator, state and member count.")
 @click.option("--verbose", is_flag=True, help="More columns.")
-@_handle_errors
 def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
              groups: tuple[str, ...], all_groups: bool, offsets: bool, members: bool,
              state: bool, verbose: bool) -> None:
     """Describe share groups: offsets (default), members or state."""
-    selected_groups("describe", groups, all_groups)
     if offsets + members + state > 1:
         raise CommandError("Option [describe] takes at most one of these options: [members], "
                            "[offsets], [state]")
@@ -318,13 +316,11 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
 
 
 @share_groups.command()
-@_common_options
-@group_options("share")
 @_handle_errors
+@group_selection_options("share")
 def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
            groups: tuple[str, ...], all_groups: bool) -> None:
     """Delete share groups (only those without members)."""
-    selected_groups("delete", groups, all_groups)
 
     async def work(w: ShareGroupsWire) -> dict[str, str | None]:
         listed = dict(await w.groups())
@@ -351,15 +347,8 @@ _SCENARIOS = ("to-datetime", "to-earliest", "to-latest")
 @share_groups.command(name="reset-offsets")
 @_common_options
 @click.option("--group", required=True, help="The share group.")
-@click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P...]",
-              help="Topic (optionally with partitions) whose offsets to reset (repeatable).")
-@click.option("--all-topics", is_flag=True, help="All topics the group has offsets for.")
-@click.option("--to-earliest", is_flag=True, help="Reset to the earliest offset.")
-@click.option("--to-latest", is_flag=True, help="Reset to the latest offset.")
-@click.option("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
-              help="Reset to the first offset at or after this time.")
-@click.option("--dry-run", is_flag=True, help="Only show the new offsets (the default).")
-@click.option("--execute", is_flag=True, help="Set the new start offsets.")
+@reset_options("topic", "all-topics", "to-earliest", "to-latest", "to-datetime", "dry-run",
+               execute_help="Set the new start offsets.")
 @_handle_errors
 def reset_offsets(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
                   group: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool,

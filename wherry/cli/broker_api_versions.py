@@ -16,8 +16,7 @@ from typing import Any
 
 import click
 
-from wherry.cli.client_security import client_security
-from wherry.cli.common import CommandError, admin_options, exits_on_error, load_properties_file
+from wherry.cli.common import CommandError, admin_options, exits_on_error
 from wherry.cli.wire_clients import BrokerClients, bootstrap_addresses
 from wherry.outbound.client import RequestError
 
@@ -109,9 +108,7 @@ async def _versions(clients: BrokerClients, bootstrap: str
 def broker_api_versions(bootstrap_server: str, command_config: Path | None,
                         timeout_ms: int) -> None:
     """Print the API versions each broker serves (like kafka-broker-api-versions.sh)."""
-    props = load_properties_file(command_config)
-    clients = BrokerClients(timeout_ms / 1000, props.get("client.id", _CLIENT_ID),
-                            client_security(props))
+    clients = BrokerClients.configured(command_config, timeout_ms, _CLIENT_ID)
 
     async def main() -> list[tuple[str, dict[int, tuple[int, int]] | str]]:
         try:

@@ -16,13 +16,11 @@ from typing import Any
 
 import click
 
-from wherry.cli.client_security import client_security
 from wherry.cli.common import (
     AdminService,
     CommandError,
     admin_options,
     exits_on_error,
-    load_properties_file,
 )
 from wherry.cli.wire_clients import BrokerClients, WireCallError, WireTool
 
@@ -52,9 +50,7 @@ def features() -> None:
 @_handle_errors
 def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int) -> None:
     """The features a broker supports and their finalized levels."""
-    props = load_properties_file(command_config)
-    clients = BrokerClients(timeout_ms / 1000, props.get("client.id", "wherry-features"),
-                            client_security(props))
+    clients = BrokerClients.configured(command_config, timeout_ms, "wherry-features")
 
     async def ask() -> Any:
         try:

@@ -29,18 +29,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 from kio.schema.errors import ErrorCode
 
+from wherry.cli import group_tool
 from wherry.cli.client_security import client_security
-from wherry.cli.common import (
-    CommandError,
-    ErrorsReported,
-    exits_on_error,
-    group_selection_options,
-    group_tool_options,
-    load_properties_file,
-    report_group_deletion,
-    reset_options,
-    selected_groups,
-)
+from wherry.cli.common import CommandError, ErrorsReported, exits_on_error, load_properties_file
 from wherry.cli.group_model import (
     REBALANCING,
     TP,
@@ -88,7 +79,6 @@ def _error_text(exc: CommandError | KafkaException) -> str:
 
 
 _handle_errors = exits_on_error("Error: ", _error_text)
-_common_options = group_tool_options
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -122,7 +112,7 @@ def groups() -> None:
 
 
 @groups.command(name="list")
-@_common_options
+@group_tool.tool_options
 @click.option("--state", "states", multiple=True, is_flag=False, flag_value="",
               metavar="[STATE[,STATE...]]",
               help="Show each group's state; with a value, only groups in these states.")
@@ -142,19 +132,15 @@ def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 
 @groups.command()
 @_handle_errors
-@group_selection_options("consumer")
-@click.option("--members", is_flag=True, help="Describe the members of the group.")
-@click.option("--state", is_flag=True, help="Describe the state of the group.")
-@click.option("--offsets", is_flag=True,
-              help="Describe the group's offsets per partition (the default).")
-@click.option("--verbose", is_flag=True, help="With --members: each member's assignment.")
+@group_tool.selection_options("consumer")
+@group_tool.describe_view_options(
+    members="Describe the members of the group.", state="Describe the state of the group.",
+    offsets="Describe the group's offsets per partition (the default).",
+    verbose="With --members: each member's assignment.")
 def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
              groups: tuple[str, ...], all_groups: bool, members: bool, state: bool,
              offsets: bool, verbose: bool) -> None:
     """Describe consumer groups: offsets and lag (default), --members or --state."""
-    if members + state + offsets > 1:
-        raise CommandError("Option [describe] takes at most one of these options: "
-                           "[members], [offsets], [state]")
     svc = GroupService.connect(bootstrap_server, command_config, timeout_ms)
     views = svc.describe_groups(_resolve_groups(svc, groups, all_groups))
     failed = False
@@ -180,19 +166,19 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
         raise ErrorsReported
 
 
-@groups.command()
-@_handle_errors
-@group_selection_options("consumer")
-def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
-           groups: tuple[str, ...], all_groups: bool) -> None:
-    """Delete consumer groups (only groups without active members)."""
+def _deletion(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
+              groups: Sequence[str], all_groups: bool) -> dict[str, str | None] | None:
     svc = GroupService.connect(bootstrap_server, command_config, timeout_ms)
     ids = _resolve_groups(svc, groups, all_groups)
     if not ids:
-        return
+        return None
     results = svc.delete_groups(ids)
-    report_group_deletion("consumer", {
-        g: None if (e := results.get(g)) is None else kafka_exception_text(e) for g in ids})
+    return {g: None if (e := results.get(g)) is None else kafka_exception_text(e) for g in ids}
+
+
+delete = group_tool.add_delete_command(
+    groups, "consumer", "Delete consumer groups (only groups without active members).",
+    _handle_errors, _deletion)
 
 
 def _read_plan(path: Path) -> str:
@@ -203,10 +189,11 @@ def _read_plan(path: Path) -> str:
 
 
 @groups.command(name="reset-offsets")
-@group_selection_options("consumer", checked=False)
-@reset_options("topic", "all-topics", "to-offset", "shift-by", "to-datetime", "by-duration",
-               "to-earliest", "to-latest", "to-current", "from-file", "dry-run", "export",
-               execute_help="Commit the new offsets.")
+@group_tool.selection_options("consumer", checked=False)
+@group_tool.reset_options(
+    "topic", "all-topics", "to-offset", "shift-by", "to-datetime", "by-duration", "to-earliest",
+    "to-latest", "to-current", "from-file", "dry-run", "export",
+    execute_help="Commit the new offsets.")
 @_handle_errors
 def reset_offsets(
     bootstrap_server: str, command_config: Path | None, timeout_ms: int,
@@ -218,7 +205,7 @@ def reset_offsets(
     """Reset the committed offsets of inactive groups."""
     if dry_run and execute:
         raise CommandError("Option [reset-offsets] only accepts one of [execute] and [dry-run]")
-    selected_groups("reset-offsets", groups, all_groups)
+    group_tool.selected_groups("reset-offsets", groups, all_groups)
     options = ResetOptions(to_offset, shift_by, to_datetime, by_duration, to_earliest,
                            to_latest, to_current, from_file)
     spec = reset_spec(options, groups, int(time.time() * 1000), _read_plan)
@@ -287,7 +274,7 @@ _DELETE_OFFSETS_ERRORS = {
 
 
 @groups.command(name="delete-offsets")
-@_common_options
+@group_tool.tool_options
 @click.option("--group", "groups", multiple=True, metavar="GROUP", help="The consumer group.")
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P...]",
               help="Topic (optionally with partitions) whose offsets to delete (repeatable).")

@@ -29,17 +29,8 @@ from typing import Any, TypeVar
 import click
 from kio.schema.errors import ErrorCode
 
-from wherry.cli.client_security import client_security
-from wherry.cli.common import (
-    CommandError,
-    ErrorsReported,
-    exits_on_error,
-    group_selection_options,
-    group_tool_options,
-    load_properties_file,
-    report_group_deletion,
-    reset_options,
-)
+from wherry.cli import group_tool
+from wherry.cli.common import CommandError, ErrorsReported, exits_on_error
 from wherry.cli.kafka_errors import kafka_error_text
 from wherry.cli.wire_clients import BrokerClients, WireCallError, WireTool
 
@@ -57,7 +48,6 @@ _STATES = {"empty": "Empty", "stable": "Stable", "dead": "Dead"}
 MISSING = "-"
 
 _handle_errors = exits_on_error("Error: ")
-_common_options = group_tool_options
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +153,7 @@ class ShareGroupsWire(WireTool):
 
 def _run(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
          work: Callable[[ShareGroupsWire], Awaitable[T]]) -> T:
-    props = load_properties_file(command_config)
-    clients = BrokerClients(timeout_ms / 1000, props.get("client.id", _CLIENT_ID),
-                            client_security(props))
+    clients = BrokerClients.configured(command_config, timeout_ms, _CLIENT_ID)
 
     async def main() -> T:
         try:
@@ -246,7 +234,7 @@ def share_groups() -> None:
 
 
 @share_groups.command(name="list")
-@_common_options
+@group_tool.tool_options
 @click.option("--state", "states", is_flag=False, flag_value="", default=None,
               metavar="[STATE[,STATE...]]",
               help="Show each group's state; with a value, only groups in those states.")
@@ -273,18 +261,15 @@ def list_(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
 
 @share_groups.command()
 @_handle_errors
-@group_selection_options("share")
-@click.option("--offsets", is_flag=True, help="The share-partitions' start offsets (default).")
-@click.option("--members", is_flag=True, help="The members and their assignments.")
-@click.option("--state", is_flag=True, help="The coordinator, state and member count.")
-@click.option("--verbose", is_flag=True, help="More columns.")
+@group_tool.selection_options("share")
+@group_tool.describe_view_options(
+    members="The members and their assignments.",
+    state="The coordinator, state and member count.",
+    offsets="The share-partitions' start offsets (default).", verbose="More columns.")
 def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
              groups: tuple[str, ...], all_groups: bool, offsets: bool, members: bool,
              state: bool, verbose: bool) -> None:
     """Describe share groups: offsets (default), members or state."""
-    if offsets + members + state > 1:
-        raise CommandError("Option [describe] takes at most one of these options: [members], "
-                           "[offsets], [state]")
 
     async def work(w: ShareGroupsWire) -> list[tuple[ShareGroup, Any]]:
         ids = [g for g, _ in await w.groups()] if all_groups else list(dict.fromkeys(groups))
@@ -315,13 +300,8 @@ def describe(bootstrap_server: str, command_config: Path | None, timeout_ms: int
         raise ErrorsReported
 
 
-@share_groups.command()
-@_handle_errors
-@group_selection_options("share")
-def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
-           groups: tuple[str, ...], all_groups: bool) -> None:
-    """Delete share groups (only those without members)."""
-
+def _deletion(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
+              groups: Sequence[str], all_groups: bool) -> dict[str, str | None]:
     async def work(w: ShareGroupsWire) -> dict[str, str | None]:
         listed = dict(await w.groups())
         ids = list(listed) if all_groups else list(dict.fromkeys(groups))
@@ -338,17 +318,23 @@ def delete(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
                 out[gid] = None if code == ErrorCode.none else kafka_error_text(code)
         return out
 
-    report_group_deletion("share", _run(bootstrap_server, command_config, timeout_ms, work))
+    return _run(bootstrap_server, command_config, timeout_ms, work)
+
+
+delete = group_tool.add_delete_command(
+    share_groups, "share", "Delete share groups (only those without members).", _handle_errors,
+    _deletion)
 
 
 _SCENARIOS = ("to-datetime", "to-earliest", "to-latest")
 
 
 @share_groups.command(name="reset-offsets")
-@_common_options
+@group_tool.tool_options
 @click.option("--group", required=True, help="The share group.")
-@reset_options("topic", "all-topics", "to-earliest", "to-latest", "to-datetime", "dry-run",
-               execute_help="Set the new start offsets.")
+@group_tool.reset_options(
+    "topic", "all-topics", "to-earliest", "to-latest", "to-datetime", "dry-run",
+    execute_help="Set the new start offsets.")
 @_handle_errors
 def reset_offsets(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
                   group: str, topics: tuple[str, ...], all_topics: bool, to_earliest: bool,
@@ -414,7 +400,7 @@ _TOPIC_LEVEL = frozenset((ErrorCode.topic_authorization_failed,
 
 
 @share_groups.command(name="delete-offsets")
-@_common_options
+@group_tool.tool_options
 @click.option("--group", required=True, help="The share group.")
 @click.option("--topic", "topics", multiple=True, required=True, metavar="TOPIC",
               help="A topic whose offsets to delete (repeatable).")

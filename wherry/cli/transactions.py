@@ -32,8 +32,7 @@ from typing import ParamSpec, TypeVar
 
 import click
 
-from wherry.cli.client_security import client_security
-from wherry.cli.common import CommandError, admin_options, exits_on_error, load_properties_file
+from wherry.cli.common import CommandError, admin_options, exits_on_error
 from wherry.cli.kafka_errors import kafka_error_message
 from wherry.cli.reassign_json import TP, tp_str
 from wherry.cli.transactions_wire import ProducerRow, TxnWire
@@ -65,9 +64,7 @@ def _failed(what: str, e: WireCallError) -> CommandError:
 
 def _run(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
          work: Callable[[TxnWire], Awaitable[T]]) -> T:
-    props = load_properties_file(command_config)
-    clients = BrokerClients(timeout_ms / 1000, props.get("client.id", _CLIENT_ID),
-                            client_security(props))
+    clients = BrokerClients.configured(command_config, timeout_ms, _CLIENT_ID)
     wire = TxnWire(bootstrap_server, clients)
 
     async def main() -> T:

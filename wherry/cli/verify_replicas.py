@@ -29,14 +29,12 @@ from typing import Any
 import click
 from kio.schema.errors import ErrorCode
 
-from wherry.cli.client_security import client_security
 from wherry.cli.common import (
     CommandError,
     ErrorsReported,
     bootstrap_option,
     command_config_option,
     exits_on_error,
-    load_properties_file,
 )
 from wherry.cli.replica_compare import (
     PartitionCheck,
@@ -194,9 +192,7 @@ def verify_replicas(bootstrap_server: str, command_config: Path | None,
                    err=True)
     if topics_include is None:
         topics_include = ".*" if topic_white_list is None else topic_white_list
-    props = load_properties_file(command_config)
-    clients = BrokerClients(timeout_ms / 1000, props.get("client.id", _CLIENT_ID),
-                            client_security(props))
+    clients = BrokerClients.configured(command_config, timeout_ms, _CLIENT_ID)
     try:
         pattern = re.compile(topics_include)
     except re.error as e:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from wherry.cli.common import CommandError
+from wherry.cli.client_security import client_security
+from wherry.cli.common import CommandError, load_properties_file
 from wherry.outbound.client import RequestClient, RequestError
 from wherry.outbound.connection import OutboundConnection
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
@@ -61,6 +63,14 @@ class BrokerClients:
             self._clients[peer] = RequestClient(conn.connect, client_id=self.client_id,
                                                 peer=peer)
         return self._clients[peer]
+
+    @classmethod
+    def configured(cls, command_config: Path | None, timeout_ms: int,
+                   client_id: str) -> BrokerClients:
+        """Clients set up as a tool's `--command-config` file says (its security settings, and
+        its `client.id` over `client_id`), each request bounded by `timeout_ms`."""
+        props = load_properties_file(command_config)
+        return cls(timeout_ms / 1000, props.get("client.id", client_id), client_security(props))
 
     async def close(self) -> None:
         for conn in self._conns.values():

@@ -226,6 +226,29 @@ def test_the_command_line_refuses_coordinators_on_the_model_controller(
         World(0, replace(SimOptions(), controller="model", consumer_groups=True), Path("."))
 
 
+def test_the_command_line_reports_a_failed_seed_as_soon_as_it_ends(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long sweep shows each failure (with its replay command) when that seed ends, not
+    after the last seed; the summary still counts every seed. The seeds' own runs are
+    replaced here by outcomes given in advance, since only the reporting is under test."""
+    from wherry.sim import runner
+
+    seen_before: dict[int, str] = {}
+
+    def run(job: tuple[int, SimOptions]) -> SimResult:
+        seed = job[0]
+        seen_before[seed] = capsys.readouterr().out
+        return SimResult(seed, violation="planted" if seed == 7 else None, acks=3)
+
+    monkeypatch.setattr(runner, "_run", run)
+    assert runner.main(["--seeds", "3", "--first", "7"]) == 1
+    out = seen_before[8] + seen_before[9] + capsys.readouterr().out
+    assert "seed 7 FAILED: planted" in seen_before[8]
+    assert "--seed 7" in seen_before[8]
+    assert "3 seeds, real controller: 1 failed, 9 acknowledged batches checked" in out
+
+
 @pytest.mark.slow
 def test_300_seeds_hold_every_invariant() -> None:
     assert CI.controller == "real"

@@ -15,9 +15,11 @@ replays it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from multiprocessing import Pool
 from typing import Any
@@ -61,6 +63,24 @@ def _options(args: argparse.Namespace) -> SimOptions:
 def _run(job: tuple[int, SimOptions]) -> SimResult:
     logging.disable(logging.CRITICAL)
     return run_seed(*job)
+
+
+def _report(r: SimResult, args: argparse.Namespace, failed: list[SimResult]) -> None:
+    """A seed's lines (its faults and outcome with `-v`; a failure's replay command always),
+    written out at once; a failed seed joins `failed`."""
+    if args.verbose:
+        for line in r.faults:
+            print(f"  seed {r.seed}: {line}")
+        print(
+            f"seed {r.seed}: {'ok' if r.ok else 'FAILED'}: {r.acks} acks of {r.produced} "
+            f"produced, {r.consumed} batches consumed, {r.steps} steps, {r.sim_ms} ms "
+            "simulated"
+        )
+    if not r.ok:
+        failed.append(r)
+        print(f"seed {r.seed} FAILED: {r.violation or r.error}")
+        print(f"  replay: {_replay_command(r.seed, args)}")
+    sys.stdout.flush()
 
 
 def _replay_command(seed: int, args: argparse.Namespace) -> str:
@@ -141,28 +161,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed: list[SimResult] = []
     acks = txns = committed = reads = 0
     jobs = [(s, options) for s in seeds]
-    if args.jobs > 1:
-        with Pool(args.jobs) as pool:
-            results = list(pool.imap(_run, jobs))
-    else:
-        results = [_run(j) for j in jobs]
+    results: list[SimResult] = []
+    with contextlib.ExitStack() as stack:
+        if args.jobs > 1:
+            pool = stack.enter_context(Pool(args.jobs))
+            arriving: Iterator[SimResult] = pool.imap(_run, jobs)
+        else:
+            arriving = map(_run, jobs)
+        for r in arriving:  # each seed's lines as soon as it ends: a long sweep shows failures
+            results.append(r)
+            _report(r, args, failed)
     for r in results:
         acks += r.acks
         txns += r.transactions
         committed += r.committed
         reads += r.txn_reads
-        if args.verbose:
-            for line in r.faults:
-                print(f"  seed {r.seed}: {line}")
-            print(
-                f"seed {r.seed}: {'ok' if r.ok else 'FAILED'}: {r.acks} acks of {r.produced} "
-                f"produced, {r.consumed} batches consumed, {r.steps} steps, {r.sim_ms} ms "
-                "simulated"
-            )
-        if not r.ok:
-            failed.append(r)
-            print(f"seed {r.seed} FAILED: {r.violation or r.error}")
-            print(f"  replay: {_replay_command(r.seed, args)}")
     took = time.monotonic() - started
     print(
         f"{len(seeds)} seeds{' (power loss)' if args.power_loss else ''}, "

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tests.sim.sweep import describe
 from wherry.common.topic_partition import TopicPartition
 from wherry.controller.reassign_procedure import ReassignmentProcedure
 from wherry.controller.reassignment import Reassignment
@@ -28,17 +29,13 @@ from wherry.sim.world import TOPIC, SimOptions, SimResult, World, run_seed
 CI = SimOptions(duration_ms=3_000, settle_ms=2_500)
 
 
-def _describe(r: SimResult) -> str:
-    return f"seed {r.seed}: {r.violation or r.error}\n" + "\n".join(r.faults[-20:])
-
-
 def test_the_default_world_runs_every_cluster_operation(tmp_path: Path) -> None:
     counts: dict[str, int] = {}
     rebalancing = moved = 0
     for seed in range(6):
         world = World(seed, CI, tmp_path / str(seed))
         r = world.run()
-        assert r.ok, _describe(r)
+        assert r.ok, describe(r)
         ops = world.operations
         assert ops is not None, "the default world runs cluster operations"
         for k, n in ops.counts.items():
@@ -62,7 +59,7 @@ def test_controller_crashes_land_inside_reassignments() -> None:
     armed = crashed_at_write = 0
     for seed in range(8):
         r = run_seed(seed, CI)
-        assert r.ok, _describe(r)
+        assert r.ok, describe(r)
         armed += sum("to crash at write" in f for f in r.faults)
         crashed_at_write += sum("at a store write" in f for f in r.faults)
     assert armed >= 3 and crashed_at_write >= 2, (armed, crashed_at_write)
@@ -83,7 +80,7 @@ def test_a_new_controller_takes_strays_out_of_the_isr_before_its_first_leader_an
         brokers=5,
     )
     r = run_seed(54072, options)
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r)
 
 
 class ScriptedShutdown(World):
@@ -119,7 +116,7 @@ def test_controlled_shutdown_moves_leadership_then_stops_cleanly(tmp_path: Path)
     assert world.operations is not None
     world.operations.run = _no_random_operations  # type: ignore[method-assign]
     r = world.run()
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r)
     b = world.target
     assert f"controlled shutdown of broker {b}" in "\n".join(r.faults)
     stops = [f for f in r.faults if f.endswith(f"broker {b} stops")]
@@ -137,7 +134,7 @@ async def _no_random_operations(until_ms: int) -> None:
 def _first_violation(options: SimOptions, seeds: range) -> SimResult | None:
     for seed in seeds:
         r = run_seed(seed, options)
-        assert r.error is None, _describe(r)
+        assert r.error is None, describe(r)
         if r.violation is not None:
             return r
     return None
@@ -159,7 +156,7 @@ def test_invariant_catches_a_reassignment_that_never_stores_its_target(
     monkeypatch.setattr(ReassignmentProcedure, "_write_assignment", without_final_write)
     r = _first_violation(CI, range(10))
     assert r is not None, "a reassignment that never stores AR := RAR went unnoticed"
-    assert "still shows a reassignment" in (r.violation or ""), _describe(r)
+    assert "still shows a reassignment" in (r.violation or ""), describe(r)
 
 
 def test_invariant_catches_removed_replicas_that_are_never_stopped(
@@ -179,7 +176,7 @@ def test_invariant_catches_removed_replicas_that_are_never_stopped(
     monkeypatch.setattr(ReassignmentProcedure, "_stop_removed", only_leave_the_isr)
     r = _first_violation(CI, range(20))
     assert r is not None, "removed replicas left running went unnoticed for 20 seeds"
-    assert "outside its replicas" in (r.violation or ""), _describe(r)
+    assert "outside its replicas" in (r.violation or ""), describe(r)
 
 
 def test_invariant_catches_a_lost_stop_replica_left_unrepaired(
@@ -191,7 +188,7 @@ def test_invariant_catches_a_lost_stop_replica_left_unrepaired(
     monkeypatch.setattr(RequestBatch, "mark_full", lambda self, broker_ids: None)
     r = _first_violation(CI, range(10))
     assert r is not None, "stray replicas left by lost StopReplicas went unnoticed"
-    assert "outside its replicas" in (r.violation or ""), _describe(r)
+    assert "outside its replicas" in (r.violation or ""), describe(r)
 
 
 # --- topic administration: what the answers say each name ends as ----------------------------

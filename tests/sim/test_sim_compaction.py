@@ -11,17 +11,15 @@ from dataclasses import replace
 import pytest
 
 import wherry.log.clean_job as clean_job_module
+from tests.sim.sweep import describe
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.cleaner import CleanResult, LogCleaner
 from wherry.sim.invariants import History, InvariantViolation, KeptRecord
-from wherry.sim.world import SimOptions, SimResult, run_seed
+from wherry.sim.world import SimOptions, run_seed
 
 TXN = SimOptions(duration_ms=3_000, transactions=True)
+REPLAY = " --transactions"  # the command line's flags for a replay
 TP = TopicPartition("__consumer_offsets", 0)
-
-
-def _describe(r: SimResult) -> str:
-    return f"seed {r.seed}: {r.violation or r.error}\n" + "\n".join(r.faults[-20:])
 
 
 def _kept(key: bytes, value: int, plain: bool = True) -> KeptRecord:
@@ -76,7 +74,7 @@ def test_the_cleaner_compacts_the_internal_topics_during_the_faults(
     monkeypatch.setattr(LogCleaner, "clean_once", counted)
     for seed in range(3):
         r = run_seed(seed, TXN)
-        assert r.ok, _describe(r)
+        assert r.ok, describe(r, REPLAY)
     assert len(results) >= 10, len(results)
     assert sum(c.records_removed for c in results) >= 10, results
 
@@ -108,9 +106,9 @@ def test_a_cleaner_that_drops_the_latest_record_of_a_key_is_caught(
         caught = None
         for seed in range(5):
             r = run_seed(seed, options)
-            assert r.error is None, _describe(r)
+            assert r.error is None, describe(r, REPLAY)
             if r.violation is not None:
                 caught = r
                 break
         assert caught is not None, f"{mode}: a cleaner dropping keys' latest records went unnoticed"
-        assert "latest record of key" in (caught.violation or ""), _describe(caught)
+        assert "latest record of key" in (caught.violation or ""), describe(caught, REPLAY)

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.sim.sweep import describe
 from wherry.group import consumer_group_records as cgr
-from wherry.sim.world import SimOptions, SimResult, run_seed
+from wherry.sim.world import SimOptions, run_seed
 
 CI = SimOptions(duration_ms=3_000, settle_ms=4_000, consumer_groups=True)
-
-
-def _describe(r: SimResult) -> str:
-    return f"seed {r.seed}: {r.violation or r.error}\n" + "\n".join(r.faults[-20:])
+REPLAY = " --consumer-groups"  # the command line's flags for a replay
 
 
 def test_groups_survive_coordinator_crashes() -> None:
@@ -24,7 +22,7 @@ def test_groups_survive_coordinator_crashes() -> None:
     # heartbeats are answered around a failover and 10 seeds crashed only 2 coordinators.
     for seed in range(12):
         r = run_seed(seed, CI)
-        assert r.ok, _describe(r)
+        assert r.ok, describe(r, REPLAY)
         reloads += r.group_reloads
         crashes += sum(1 for f in r.faults if "coordinator crash" in f)
     assert reloads >= 10 and crashes >= 3, (reloads, crashes)
@@ -43,7 +41,7 @@ def test_a_replay_that_drops_current_assignments_is_caught(
     found = None
     for seed in range(10):
         r = run_seed(seed, CI)
-        assert r.error is None, _describe(r)
+        assert r.error is None, describe(r, REPLAY)
         if r.violation is not None:
             found = r
             break
@@ -57,7 +55,7 @@ def test_a_deposed_leaders_load_is_not_taken_for_the_current_one() -> None:
     state acknowledged). Broker 3 then applies the old LeaderAndIsr and loads the older state.
     Leader epochs fence it; the check applies to loads by the leader at the stored epoch."""
     r = run_seed(50033, SimOptions(consumer_groups=True))
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r, REPLAY)
     assert r.group_deposed_loads >= 1 and r.group_reloads >= 3, (
         r.group_deposed_loads,
         r.group_reloads,

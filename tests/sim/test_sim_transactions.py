@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import wherry.coordinator.txn_markers as txn_markers_module
+from tests.sim.sweep import chunks, describe, sweep
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.log import Log
 from wherry.protocol.records import build_batch, build_control_batch
@@ -27,20 +28,13 @@ from wherry.txn.coordinator import TransactionCoordinator
 # CI-sized: 3 s of faults, then 4 s to settle (the command's default): after healing, a
 # timed-out transaction waits for its timeout, a coordinator election and load, its markers.
 CI = SimOptions(duration_ms=3_000, settle_ms=4_000, transactions=True)
-
-
-def _describe(r: SimResult) -> str:
-    return (
-        f"seed {r.seed}: {r.violation or r.error}\n"
-        f"replay: python -m wherry.sim --seed {r.seed} --transactions -v\n"
-        + "\n".join(r.faults[-20:])
-    )
+REPLAY = " --transactions"  # the command line's flags for a replay
 
 
 def _first_violation(options: SimOptions, seeds: range) -> SimResult | None:
     for seed in seeds:
         r = run_seed(seed, options)
-        assert r.error is None, _describe(r)
+        assert r.error is None, describe(r, REPLAY)
         if r.violation is not None:
             return r
     return None
@@ -114,7 +108,7 @@ def test_transactional_world_commits_aborts_times_out_and_crashes_coordinators(
     for seed in range(10):
         world = World(seed, CI, tmp_path / str(seed))
         r = world.run()
-        assert r.ok, _describe(r)
+        assert r.ok, describe(r, REPLAY)
         transactions += r.transactions
         committed += r.committed
         reads += r.txn_reads
@@ -132,7 +126,7 @@ def test_transactional_world_with_power_loss() -> None:
     options = replace(CI, power_loss=True)
     for seed in range(1000, 1010):
         r = run_seed(seed, options)
-        assert r.ok, _describe(r)
+        assert r.ok, describe(r, REPLAY)
 
 
 def test_seed_577_a_follower_that_led_an_empty_epoch_rejoins_and_the_reassignment_ends() -> None:
@@ -145,7 +139,7 @@ def test_seed_577_a_follower_that_led_an_empty_epoch_rejoins_and_the_reassignmen
     fails that way (checked again after the controller's failover requests changed, which moved
     the fixed run's schedule: its controller crashes no longer land on a store write)."""
     r = run_seed(577, CI)
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r, REPLAY)
     assert any("crash controller host" in f for f in r.faults), r.faults
 
 
@@ -156,7 +150,7 @@ def test_seed_421_a_transaction_end_slowed_by_lost_messages_is_waited_for() -> N
     marker request itself, 800 ms each. The marker was written and the CompleteAbort was on
     its way when the check judged. The check now gives a transaction's end its retries."""
     r = run_seed(421, SimOptions(transactions=True))
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r, REPLAY)
     assert any("heal" in f for f in r.faults), r.faults
 
 
@@ -168,7 +162,7 @@ def test_invariant_catches_a_fetch_path_that_ignores_the_lso(
     monkeypatch.setattr(Log, "last_stable_offset", property(lambda self: self.high_watermark))
     r = _first_violation(CI, range(5))
     assert r is not None, "a read_committed fetch past the LSO went unnoticed"
-    assert "aborted or open transaction" in (r.violation or ""), _describe(r)
+    assert "aborted or open transaction" in (r.violation or ""), describe(r, REPLAY)
 
 
 def test_invariant_catches_abort_markers_written_as_commits(
@@ -183,7 +177,7 @@ def test_invariant_catches_abort_markers_written_as_commits(
     monkeypatch.setattr(txn_markers_module, "build_control_batch", always_commit)
     r = _first_violation(CI, range(5))
     assert r is not None, "abort markers written as commits went unnoticed"
-    assert "aborted or open transaction" in (r.violation or ""), _describe(r)
+    assert "aborted or open transaction" in (r.violation or ""), describe(r, REPLAY)
 
 
 def test_invariant_catches_markers_never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,7 +190,8 @@ def test_invariant_catches_markers_never_sent(monkeypatch: pytest.MonkeyPatch) -
     )
     r = _first_violation(CI, range(5))
     assert r is not None, "markers never written went unnoticed"
-    assert "LSO" in (r.violation or "") or "does not show" in (r.violation or ""), _describe(r)
+    violation = r.violation or ""
+    assert "LSO" in violation or "does not show" in violation, describe(r, REPLAY)
 
 
 def test_invariant_catches_a_coordinator_that_never_completes(
@@ -207,7 +202,7 @@ def test_invariant_catches_a_coordinator_that_never_completes(
     monkeypatch.setattr(TransactionCoordinator, "markers_written", lambda self, p, now: None)
     r = _first_violation(CI, range(5))
     assert r is not None, "a coordinator that never completes went unnoticed"
-    assert "is still PREPARE_" in (r.violation or ""), _describe(r)
+    assert "is still PREPARE_" in (r.violation or ""), describe(r, REPLAY)
 
 
 def _skip_all_markers(self: txn_markers_module.TxnMarkerChannelManager) -> int | None:
@@ -220,9 +215,8 @@ def _skip_all_markers(self: txn_markers_module.TxnMarkerChannelManager) -> int |
 
 
 @pytest.mark.slow
-def test_200_transactional_seeds_hold_every_invariant() -> None:
+@pytest.mark.parametrize("seeds", chunks(0, 200), ids=str)
+def test_200_transactional_seeds_hold_every_invariant(seeds: range) -> None:
     """The suite's share of the sweep (the whole one: `python -m wherry.sim --seeds 300
     --transactions`)."""
-    results = [run_seed(s, CI) for s in range(200)]
-    failed = [_describe(r) for r in results if not r.ok]
-    assert not failed, "\n\n".join(failed)
+    sweep(seeds, CI, REPLAY)

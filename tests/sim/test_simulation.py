@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import wherry.replication.partition as partition_module
+from tests.sim.sweep import chunks, describe, sweep
 from wherry.coordination import paths
 from wherry.replication.node import ReplicaNode
 from wherry.runtime.scheduler import Job, ScheduledTask, Scheduler
@@ -32,13 +33,6 @@ from wherry.testing.cluster import AsyncDevCluster
 
 # CI-sized runs: shorter than the command's default, same faults.
 CI = SimOptions(duration_ms=3_000, settle_ms=2_500)
-
-
-def _describe(r: SimResult) -> str:
-    return (
-        f"seed {r.seed}: {r.violation or r.error}\nreplay: python -m wherry.sim --seed {r.seed} -v"
-        + "\n".join(r.faults[-15:])
-    )
 
 
 def test_virtual_loop_jumps_to_the_next_timer() -> None:
@@ -73,7 +67,7 @@ def test_a_seed_replays_identically(controller: str) -> None:
     options = replace(CI, controller=controller)
     a = run_seed(5, options)
     b = run_seed(5, options)
-    assert a.ok, _describe(a)
+    assert a.ok, describe(a)
     assert (a.acks, a.produced, a.consumed, a.steps, a.faults) == (
         b.acks,
         b.produced,
@@ -103,13 +97,13 @@ def test_checker_catches_a_broken_high_watermark_rule_in_the_replica_node(
     )
     r = _first_failure(CI, range(20))
     assert r is not None, "a leader-only HW went unnoticed for 20 seeds"
-    assert "high watermark" in (r.violation or ""), _describe(r)
+    assert "high watermark" in (r.violation or ""), describe(r)
 
 
 def test_simulated_brokers_run_the_replica_node_that_wherry_server_runs(tmp_path: Path) -> None:
     world = World(3, CI, tmp_path)
     r = world.run()
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r)
     assert {type(n.replica) for n in world.nodes.values()} == {ReplicaNode}
 
     async def broker_node_type() -> type:
@@ -156,7 +150,7 @@ def test_simulated_brokers_run_the_housekeeping_of_wherry_server(
     monkeypatch.setattr(Scheduler, "schedule", recording)
     options = replace(CI, faults=False, duration_ms=2_000, settle_ms=1_000)
     r = World(3, options, tmp_path / "sim").run()
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r)
     by_scheduler: dict[int, dict[str, ScheduledTask]] = {}
     for scheduler, handle in scheduled:
         if handle.name in HOUSEKEEPING:  # not the replica node's own jobs
@@ -183,7 +177,7 @@ def test_simulated_brokers_run_the_housekeeping_of_wherry_server(
 def _first_failure(options: SimOptions, seeds: range) -> SimResult | None:
     for seed in seeds:
         r = run_seed(seed, options)
-        assert r.error is None, _describe(r)
+        assert r.error is None, describe(r)
         if r.violation is not None:
             return r
     return None
@@ -205,7 +199,7 @@ def test_without_faults_every_write_is_acknowledged() -> None:
         faults=False, duration_ms=2_000, settle_ms=1_000, network=NetworkConfig(drop_probability=0)
     )
     r = run_seed(1, options)
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r)
     assert r.faults == ["2000: heal"]
     # The first produces can beat the first LeaderAndIsr; after that every one succeeds.
     assert r.acks >= r.produced - 10 and r.acks > 100, (r.acks, r.produced)
@@ -250,10 +244,10 @@ def test_the_command_line_reports_a_failed_seed_as_soon_as_it_ends(
 
 
 @pytest.mark.slow
-def test_300_seeds_hold_every_invariant() -> None:
+@pytest.mark.parametrize("seeds", chunks(0, 300), ids=str)
+def test_300_seeds_hold_every_invariant(seeds: range) -> None:
     assert CI.controller == "real"
-    failed = [_describe(r) for s in range(300) if not (r := run_seed(s, CI)).ok]
-    assert not failed, "\n\n".join(failed)
+    sweep(seeds, CI)
 
 
 def test_seed_936_a_leader_change_lost_near_the_end_is_waited_for() -> None:
@@ -262,15 +256,14 @@ def test_seed_936_a_leader_change_lost_near_the_end_is_waited_for() -> None:
     controller sends again only after the request timeout (800 ms): the check saw the store
     ahead of the broker. The check now gives such a change its resend before judging."""
     r = run_seed(936, CI)
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r)
     assert any("auto leader rebalance" in f for f in r.faults), r.faults
 
 
 @pytest.mark.slow
-def test_model_controller_seeds_hold_every_invariant() -> None:
-    options = replace(CI, controller="model")
-    failed = [_describe(r) for s in range(300, 400) if not (r := run_seed(s, options)).ok]
-    assert not failed, "\n\n".join(failed)
+@pytest.mark.parametrize("seeds", chunks(300, 100), ids=str)
+def test_model_controller_seeds_hold_every_invariant(seeds: range) -> None:
+    sweep(seeds, replace(CI, controller="model"), " --controller model")
 
 
 class ScriptedControllerFaults(World):
@@ -319,7 +312,7 @@ def test_real_controller_fails_over_and_keeps_acknowledged_writes(tmp_path: Path
     options = replace(CI, duration_ms=4_000, controller="real", operations=False)
     world = ScriptedControllerFaults(7, options, tmp_path)
     r = world.run()
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r)
     # Each controller change went through /controller and bumped the controller epoch.
     assert world.epochs[:3] == sorted(set(world.epochs[:3])), world.epochs
     assert world.epochs[3] == world.epochs[2], "a broker crash does not move the controller"
@@ -332,7 +325,7 @@ def test_real_controller_state_is_in_the_coordinator(tmp_path: Path) -> None:
     options = replace(CI, faults=False, duration_ms=1_000, settle_ms=500)
     world = World(3, options, tmp_path)
     r = world.run()
-    assert r.ok, _describe(r)
+    assert r.ok, describe(r)
     assert world.plane is not None
     assert (tmp_path / "coordination" / "__meta" / "metadata.db").is_file()
     # The final check read each partition's state from the store; a new session sees it too,
@@ -351,10 +344,10 @@ def test_real_controller_state_is_in_the_coordinator(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_power_loss_seeds_hold_every_invariant_with_flush_messages_1() -> None:
+@pytest.mark.parametrize("seeds", chunks(1000, 100), ids=str)
+def test_power_loss_seeds_hold_every_invariant_with_flush_messages_1(seeds: range) -> None:
     options = SimOptions(duration_ms=3_000, settle_ms=2_500, power_loss=True)
-    failed = [_describe(r) for s in range(1000, 1100) if not (r := run_seed(s, options)).ok]
-    assert not failed, "\n\n".join(failed)
+    sweep(seeds, options, " --power-loss")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,6 +11,7 @@ without fsync must each be reported as a violation.
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import subprocess
 import sys
@@ -264,6 +265,30 @@ def test_seed_936_a_leader_change_lost_near_the_end_is_waited_for() -> None:
 @pytest.mark.parametrize("seeds", chunks(300, 100), ids=str)
 def test_model_controller_seeds_hold_every_invariant(seeds: range) -> None:
     sweep(seeds, replace(CI, controller="model"), " --controller model")
+
+
+class OrphanedCrash(World):
+    """A task that fails near the end of the run, awaited by nothing and held only by a
+    reference cycle (its own frame), as a broker's background task that hits a bug would be."""
+
+    async def faults(self, until_ms: int) -> None:
+        async def crash() -> None:
+            me = asyncio.current_task()  # the frame holds the task: a cycle through the traceback
+            assert me is not None
+            raise ValueError("a background task hit a bug")
+
+        self.loop.create_task(crash())
+        await asyncio.sleep(0.1)
+
+
+def test_a_failed_task_nothing_awaited_fails_the_seed(tmp_path: Path) -> None:
+    options = replace(CI, operations=False, duration_ms=500, settle_ms=500)
+    gc.disable()  # the cycle is then freed only by the run's own collection before it ends
+    try:
+        r = OrphanedCrash(11, options, tmp_path).run()
+    finally:
+        gc.enable()
+    assert r.error is not None and "a background task hit a bug" in r.error, describe(r)
 
 
 class ScriptedControllerFaults(World):

@@ -8,6 +8,7 @@ lets it settle, runs the final checks and returns a `SimResult` (violation or No
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import random
@@ -752,6 +753,10 @@ class World:
         try:
             with self.disk:
                 self.loop.run_until_complete(self.main())
+                # A task that failed and that nothing awaited is reported when it is freed,
+                # which a reference cycle (an exception's traceback) puts off to a later
+                # collection: collect now, while such a report still fails the seed.
+                gc.collect()
         except RuntimeError as e:
             if self._failure is None:  # "Event loop stopped before Future completed" otherwise
                 res.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
@@ -787,7 +792,8 @@ class World:
                 exc = RuntimeError(f"{context.get('message')} {what!r}" if what else
                                    context.get("message"))
             self._failure = exc
-        loop.stop()
+        if loop.is_running():  # (reported by the collection after the run: nothing to stop)
+            loop.stop()
 
     def _shutdown(self) -> None:
         loop = self.loop

@@ -5,10 +5,24 @@ deliveries and the acknowledged commits go to one shared, ordered event log."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
+
+# What a coordinator answers while it is moving or still loading its partition.
+COORDINATOR_NOT_READY = {
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+}
 
 
 @dataclass
@@ -51,12 +65,23 @@ def start_from_committed(bs: str, group: str, topic: str, partitions: int) -> No
     resumes the partition while the reset's ListOffsets is in flight, the answer comes back
     outdated, re-arms the offset query, and that query's later answer sets the position to
     the beginning again (a client race seen on a loaded machine: no OffsetFetch, no
-    rebalance of that partition, only ListOffsets for the earliest offset)."""
+    rebalance of that partition, only ListOffsets for the earliest offset).
+
+    The group's coordinator may still be loading its partition of `__consumer_offsets` when
+    the broker has just started (COORDINATOR_LOAD_IN_PROGRESS); the admin client hands that
+    retriable error back per partition, so the commit is tried again for a while, as Kafka's
+    own admin client does."""
     admin = AdminClient({"bootstrap.servers": bs})
     start = [TopicPartition(topic, p, 0) for p in range(partitions)]
-    answer = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, start)])
-    result = answer[group].result(15)
-    assert all(tp.error is None for tp in result.topic_partitions), result.topic_partitions
+    deadline = time.monotonic() + 30
+    while True:
+        answer = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, start)])
+        errors = [tp.error for tp in answer[group].result(15).topic_partitions if tp.error]
+        if not errors:
+            return
+        passing = all(e.code() in COORDINATOR_NOT_READY for e in errors)
+        assert passing and time.monotonic() < deadline, errors
+        time.sleep(0.2)
 
 
 class Member:

@@ -14,7 +14,9 @@ at this rate), retention (`retention.ms` 10 s, checked every second) deletes old
 the cleaner (`log.cleaner.backoff.ms=1000`) compacts the rest. The detail gives what happened
 during the run: segments rolled and deleted, cleaner passes (changes of the cleaner's
 checkpoint), the event loop's lag from `/metrics` (wake-ups late by more than 20 ms, and
-the histogram bucket that bounds the largest lag), and the share of Produce requests whose time
+the histogram bucket that bounds the largest lag; the broker's stalls by what held them: its
+own work, waiting for a CPU, or stopped -- blocked, waiting for the GIL, or not run by the
+host), and the share of Produce requests whose time
 in the broker (Kafka's request TotalTimeMs) went past 1 ms and 2.5 ms.
 
 With `--peer`, the same producer and load then run against the native peer (tansu, memory
@@ -130,6 +132,7 @@ class FileWatch:
 
 _SAMPLE = re.compile(r'^wherry_event_loop_lag_ms_bucket\{le="([^"]+)"\} ([0-9.e+]+)$', re.M)
 _MAX = re.compile(r"^wherry_event_loop_lag_max_ms ([0-9.e+]+)$", re.M)
+_STALLS = re.compile(r'^wherry_event_loop_stalls_total\{cause="([a-z]+)"\} ([0-9.e+]+)$', re.M)
 
 
 _PRODUCE = re.compile(
@@ -174,6 +177,12 @@ def loop_lag(metrics_url: str, text: str | None = None) -> tuple[dict[str, float
     return buckets, float(found.group(1))
 
 
+def stalls(text: str) -> dict[str, float]:
+    """The broker's stall counters by cause (wake-ups late by 20 ms or more: "ran" -- its
+    own work --, "waited" for a CPU, "stopped" -- blocked, waiting for the GIL, not run)."""
+    return {cause: float(n) for cause, n in _STALLS.findall(text)}
+
+
 def lag_during(before: dict[str, float], after: dict[str, float]) -> Params:
     """Wake-ups late by more than LAG_TARGET_MS in the run, and the smallest bucket bound that
     every lag of the run stayed within (`inf` when one went past the last bound)."""
@@ -209,6 +218,7 @@ def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -
         f"(page cache written back in {settled_s:.1f} s first)")
     text = scrape(metrics_url)
     lag_before, _ = loop_lag(metrics_url, text)
+    stalls_before = stalls(text)
     produce_before = produce_times(text)
     cpu_before = broker.cpu_seconds()
     with FileWatch(broker.data_dir) as watch:
@@ -220,7 +230,11 @@ def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -
         "acks": acks,
         "broker_cpu_s": broker.cpu_seconds() - cpu_before,
         "files": watch.report(),
-        "loop_lag": {**lag_during(lag_before, lag_after), "last_minute_max_ms": recent_max},
+        "loop_lag": {
+            **lag_during(lag_before, lag_after),
+            "last_minute_max_ms": recent_max,
+            "stalls": {c: n - stalls_before.get(c, 0.0) for c, n in stalls(text).items()},
+        },
         "produce_in_broker": produce_over(produce_before, produce_times(text)),
     }
 
@@ -262,7 +276,9 @@ def row(rid: str, r: Params) -> tuple[str, str, str, str]:
         f"{100 * r['broker_cpu_s'] / r['elapsed_s']:.0f}% of a core; event loop: "
         f"{lag['over_target']:.0f} of {lag['wakeups']:.0f} wake-ups late by more than "
         f"{LAG_TARGET_MS:.0f} ms, largest <= {lag['max_within_ms']:g} ms (last minute's max "
-        f"{lag['last_minute_max_ms']:.1f} ms); Produce time in the broker over 1 ms "
+        f"{lag['last_minute_max_ms']:.1f} ms), stalls by what held them: "
+        + ", ".join(f"{c} {n:.0f}" for c, n in lag["stalls"].items())
+        + "; Produce time in the broker over 1 ms "
         f"{100 * inb['over_1ms']:.2f}%, over 2.5 ms {100 * inb['over_2_5ms']:.2f}% "
         f"of {inb['requests']:.0f}",
     )

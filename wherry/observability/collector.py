@@ -29,6 +29,7 @@ from wherry.controller.metrics import (
 )
 from wherry.observability.group_lag import group_lags
 from wherry.observability.sources import BrokerSources
+from wherry.runtime.loop_lag import STALL_MS
 
 RM = "kafka_server_replicamanager_"
 CTRL = "kafka_controller_kafkacontroller_"
@@ -103,7 +104,7 @@ class BrokerCollector(Collector):
 
     def _loop_lag(self) -> Iterator[Metric]:
         """How late the event loop woke a task due every 100 ms: what every request waited
-        behind (a blocking call, a long handler, a GC pass)."""
+        behind (a blocking call, a long handler, a GC pass); stalls by what held them."""
         lag = self.src.loop_lag
         if lag is None:
             return
@@ -115,6 +116,15 @@ class BrokerCollector(Collector):
         yield _gauge("wherry_event_loop_lag_max_ms",
                      "The largest event loop lag of the last minute, in milliseconds",
                      lag.recent_max_ms())
+        stalls = CounterMetricFamily(
+            "wherry_event_loop_stalls",
+            f"Event loop wake-ups at least {STALL_MS:g} ms late, by what held them: ran (the "
+            "loop's own work), waited (for a CPU), stopped (blocked in a call, waiting for "
+            "the GIL, or not run)",
+            labels=["cause"])
+        for cause, n in lag.stalls.items():
+            stalls.add_metric([cause], n)
+        yield stalls
 
     def _network(self) -> Iterator[Metric]:
         """Kafka's socket-server-metrics per listener (closes also by reason) and the

@@ -4,22 +4,116 @@ Everything a broker does runs on one event loop, so anything that holds it -- a 
 call, a long handler, a garbage-collector pass -- delays every request behind it. `monitor`
 asks to be woken every `interval_ms` and records how late each wake-up came (`LoopLag`): a
 histogram of the lags since the start and the largest lag of the last minute, plain numbers
-read at scrape time (`/metrics`), as Kafka exports its request queue time."""
+read at scrape time (`/metrics`), as Kafka exports its request queue time.
+
+A wake-up late by `STALL_MS` or more is a stall, and the monitor tells what held it from the
+scheduler's counters of the loop's thread (`sched_clock.py`) between this wake-up and the one
+before (a `Stall`): the loop ran (its own work: a long handler, a blocking call's CPU, a
+collection), it waited for a CPU (other processes or the broker's own threads had them), or it
+was stopped, neither running nor waiting for a CPU beyond the sleep it asked for (blocked in a
+call, waiting for the GIL, or not run at all: a paused machine, whose host then often reports
+the time as steal). Stalls are counted by cause for `/metrics` and logged, one line a minute at
+most (`StallLog`)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import field
+from typing import Final
 
-from wherry.common.record import record
+from wherry.common.record import frozen_record, record
+from wherry.runtime.sched_clock import SchedClock, SchedSample
 
-__all__ = ["BUCKETS_MS", "LoopLag", "monitor"]
+__all__ = [
+    "BUCKETS_MS",
+    "CAUSES",
+    "STALL_MS",
+    "LoopLag",
+    "Stall",
+    "StallLog",
+    "attribute",
+    "monitor",
+]
 
 # Upper bounds (ms) of the histogram's buckets; the last one is +Inf.
 BUCKETS_MS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0)
 WINDOW_MS = 60_000  # the recent maximum covers this long, in `SLOTS` slots
 SLOTS = 6
+STALL_MS: Final = 20.0  # a wake-up at least this late is a stall
+# What held a stall: the loop's own work, waiting for a CPU, stopped (see the module docstring)
+CAUSES: Final = ("ran", "waited", "stopped")
+BUSY_WEIGHT: Final = 0.1  # of a wake-up in the loop thread's usual busy share (a moving mean)
+
+
+@frozen_record
+class Stall:
+    """A wake-up `lag_ms` late, `window_ms` after the one before, which asked to sleep
+    `interval_ms`. Over the window the loop's thread ran `ran_ms` and waited `waited_ms` for
+    a CPU (None: not known), where it usually runs or waits `usual_ms` in an interval (its
+    recent share of the time); it was stopped `stopped_ms` beyond the sleep it asked for. The
+    process's other threads ran `others_ms`; the host took `steal_ms` of the machine's CPUs
+    (None: not known)."""
+
+    lag_ms: float
+    window_ms: float
+    interval_ms: float
+    ran_ms: float
+    waited_ms: float | None
+    usual_ms: float
+    stopped_ms: float
+    others_ms: float
+    steal_ms: float | None
+
+    @property
+    def cause(self) -> str:
+        """What held the most of it: "ran" (beyond the usual), "waited" or "stopped" (one of
+        `CAUSES`)."""
+        parts = (self.ran_ms - self.usual_ms, self.waited_ms or 0.0, self.stopped_ms)
+        return CAUSES[parts.index(max(parts))]
+
+    def describe(self) -> str:
+        waited = "" if self.waited_ms is None else f", waited {self.waited_ms:.1f} ms for a CPU"
+        steal = "" if self.steal_ms is None else f"; the host took {self.steal_ms:.0f} ms (steal)"
+        held = {
+            "ran": "its own work held it",
+            "waited": "it waited for a CPU",
+            "stopped": "it was stopped (blocked in a call, waiting for the GIL, or not run)",
+        }[self.cause]
+        return (
+            f"the event loop woke {self.lag_ms:.1f} ms late: {held}. Over the "
+            f"{self.window_ms:.0f} ms since it last woke its thread ran {self.ran_ms:.1f} ms"
+            f"{waited} (usually {self.usual_ms:.1f} ms in {self.interval_ms:.0f} ms) and was "
+            f"stopped {self.stopped_ms:.1f} ms beyond the sleep it asked for; the broker's "
+            f"other threads ran {self.others_ms:.1f} ms{steal}"
+        )
+
+
+def attribute(
+    lag_ms: float,
+    window_ms: float,
+    interval_ms: float,
+    before: SchedSample,
+    after: SchedSample,
+    busy_share: float = 0.0,
+) -> Stall:
+    """The `Stall` of a wake-up from the samples taken at it (`after`) and at the one before,
+    where the loop's thread usually runs or waits for a CPU `busy_share` of the time. The
+    thread's time over the window is what it ran, what it waited for a CPU and what it slept;
+    it asked to sleep the part of `interval_ms` it usually does not work, and what it slept
+    beyond that is `stopped_ms` (an estimate, as `busy_share` is)."""
+    ran = max(0.0, after.ran_ms - before.ran_ms)
+    waited = None
+    if after.waited_ms is not None and before.waited_ms is not None:
+        waited = max(0.0, after.waited_ms - before.waited_ms)
+    usual = interval_ms * min(1.0, max(0.0, busy_share))
+    stopped = max(0.0, window_ms - ran - (waited or 0.0) - (interval_ms - usual))
+    others = max(0.0, after.process_ms - before.process_ms - ran)
+    steal = None
+    if after.steal_ms is not None and before.steal_ms is not None:
+        steal = max(0.0, after.steal_ms - before.steal_ms)
+    return Stall(lag_ms, window_ms, interval_ms, ran, waited, usual, stopped, others, steal)
 
 
 @record(slots=True)
@@ -32,8 +126,13 @@ class LoopLag:
     sum_ms: float = 0.0
     count: int = 0
     max_ms: float = 0.0  # since the start
+    # stalls (wake-ups at least STALL_MS late) by cause, since the start
+    stalls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0))
     # (slot start ms, largest lag in it) of the last `SLOTS` slots
     _recent: list[tuple[int, float]] = field(default_factory=list)
+
+    def record_stall(self, stall: Stall) -> None:
+        self.stalls[stall.cause] += 1
 
     def record(self, lag_ms: float) -> None:
         i = next((i for i, b in enumerate(BUCKETS_MS) if lag_ms <= b), len(BUCKETS_MS))
@@ -64,11 +163,62 @@ class LoopLag:
         return out
 
 
-async def monitor(lag: LoopLag, interval_ms: int) -> None:
-    """Record, every `interval_ms` until cancelled, how late the running loop woke this task."""
+class StallLog:
+    """Logs stalls at WARN: the first, then at most one a `every_ms` (with how many more came
+    since the last line)."""
+
+    def __init__(
+        self, log: logging.Logger, now_ms: Callable[[], int], every_ms: int = 60_000
+    ) -> None:
+        self.log = log
+        self.now_ms = now_ms
+        self.every_ms = every_ms
+        self._last_ms: int | None = None
+        self._unlogged = 0
+
+    def __call__(self, stall: Stall, prefix: str = "") -> None:
+        now = self.now_ms()
+        if self._last_ms is not None and now - self._last_ms < self.every_ms:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more stalls since the last such line)" if self._unlogged else ""
+        self.log.warning("%s%s%s", f"{prefix} " if prefix else "", stall.describe(), more)
+        self._last_ms, self._unlogged = now, 0
+
+
+async def monitor(
+    lag: LoopLag,
+    interval_ms: int,
+    on_stall: Callable[[Stall], None] | None = None,
+    clock: Callable[[], SchedClock] = SchedClock,
+) -> None:
+    """Record, every `interval_ms` until cancelled, how late the running loop woke this task;
+    a stall is counted by cause and handed to `on_stall`. `clock` makes the scheduler clock
+    of the loop's thread (called here, on it)."""
     loop = asyncio.get_running_loop()
     interval_s = interval_ms / 1000
-    while True:
-        due = loop.time() + interval_s
-        await asyncio.sleep(interval_s)
-        lag.record(max(0.0, (loop.time() - due) * 1000))
+    sched = clock()
+    busy_share = 0.0  # of the loop's thread, over the recent wake-ups that were not stalls
+    try:
+        woke, before = loop.time(), sched.sample()
+        while True:
+            due = loop.time() + interval_s
+            await asyncio.sleep(interval_s)
+            now = loop.time()
+            lag_ms = max(0.0, (now - due) * 1000)
+            lag.record(lag_ms)
+            after = sched.sample()
+            window_ms = (now - woke) * 1000
+            if lag_ms >= STALL_MS:
+                stall = attribute(lag_ms, window_ms, interval_ms, before, after, busy_share)
+                lag.record_stall(stall)
+                if on_stall is not None:
+                    on_stall(stall)
+            elif window_ms > 0:
+                busy = after.ran_ms - before.ran_ms
+                if after.waited_ms is not None and before.waited_ms is not None:
+                    busy += after.waited_ms - before.waited_ms
+                busy_share += BUSY_WEIGHT * (min(1.0, busy / window_ms) - busy_share)
+            woke, before = now, after
+    finally:
+        sched.close()

@@ -40,7 +40,7 @@ from wherry.observability.network_stats import NetworkStats
 from wherry.observability.request_stats import RequestStats, request_name
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.runtime.clock import Clock, SystemClock
-from wherry.runtime.loop_lag import LoopLag, monitor
+from wherry.runtime.loop_lag import LoopLag, Stall, StallLog, monitor
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.cluster_min_isr import ensure_cluster_min_isr, first_start_nodes
@@ -175,6 +175,7 @@ class Broker:
         # How late the event loop wakes a task due every LOOP_LAG_INTERVAL_MS (/metrics).
         self.loop_lag = LoopLag(self.clock.monotonic_ms)
         self._loop_lag_task: asyncio.Task[None] | None = None
+        self._stall_log = StallLog(log, self.clock.monotonic_ms)
         self.http: ObservabilityServer | None = None
         self._http_start: HttpStart | None = None
         # What a broker that must stop now does (every log dir failed): exit the process.
@@ -299,7 +300,7 @@ class Broker:
         log_bound(self.bound_ports)
         synced = sync_in_thread(deferred)  # while the rest is imported
         self._loop_lag_task = loop.create_task(
-            monitor(self.loop_lag, LOOP_LAG_INTERVAL_MS),
+            monitor(self.loop_lag, LOOP_LAG_INTERVAL_MS, self._log_stall),
             name=f"loop-lag-{self.broker_id}",
         )
         await import_late()
@@ -428,6 +429,12 @@ class Broker:
 
         self.http = ObservabilityServer(self._observed(), self.config.http_listeners)
         await self.http.start()
+
+    def _log_stall(self, stall: Stall) -> None:
+        """A late wake-up of the event loop: a line a minute at most, naming this broker, once
+        the start is done (the start's imports hold the loop a few ms at a time by design)."""
+        if self._started.is_set():
+            self._stall_log(stall, self._prefix)
 
     def _attach_state_change_log(self) -> StateChangeLogHandle:
         """This broker's (and its controller's) state changes, one parseable line each, in

@@ -16,7 +16,8 @@ during the run: segments rolled and deleted, cleaner passes (changes of the clea
 checkpoint), the event loop's lag from `/metrics` (wake-ups late by more than 20 ms, and
 the histogram bucket that bounds the largest lag; the broker's stalls by what held them: its
 own work, waiting for a CPU, or stopped -- blocked, waiting for the GIL, or not run by the
-host), and the share of Produce requests whose time
+host --, and after the table the broker's log lines that tell each row's stalls), and the
+share of Produce requests whose time
 in the broker (Kafka's request TotalTimeMs) went past 1 ms and 2.5 ms.
 
 With `--peer`, the same producer and load then run against the native peer (tansu, memory
@@ -177,6 +178,9 @@ def loop_lag(metrics_url: str, text: str | None = None) -> tuple[dict[str, float
     return buckets, float(found.group(1))
 
 
+STALL_LINE = "the event loop woke"  # the broker's log line for a stall
+
+
 def stalls(text: str) -> dict[str, float]:
     """The broker's stall counters by cause (wake-ups late by 20 ms or more: "ran" -- its
     own work --, "waited" for a CPU, "stopped" -- blocked, waiting for the GIL, not run)."""
@@ -221,6 +225,7 @@ def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -
     stalls_before = stalls(text)
     produce_before = produce_times(text)
     cpu_before = broker.cpu_seconds()
+    lines_before = len(broker.output)
     with FileWatch(broker.data_dir) as watch:
         measured = produce_at_rate(broker.bootstrap, plan, acks)
     text = scrape(metrics_url)
@@ -236,6 +241,10 @@ def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -
             "stalls": {c: n - stalls_before.get(c, 0.0) for c, n in stalls(text).items()},
         },
         "produce_in_broker": produce_over(produce_before, produce_times(text)),
+        # the broker's own account of its stalls (a line a minute at most)
+        "stall_lines": [
+            line.strip() for line in broker.output[lines_before:] if STALL_LINE in line
+        ],
     }
 
 
@@ -347,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         [row(rid, r) for rid, r in results.items()]
         + [peer_row(rid, r) for rid, r in peer.items()],
     )
+    for rid, r in results.items():
+        for line in r["stall_lines"]:
+            print(f"{rid} stall: {line}")
     if args.json:
         args.json.write_text(json.dumps(
             {"env": env, "quick": args.quick, "plan": vars_of(plan), "set": args.set,

@@ -45,6 +45,7 @@ def test_sustained_bench_rolls_deletes_cleans_and_reports_both_rows(tmp_path: Pa
         assert lag["wakeups"] > 0 and 0 <= lag["over_target"] <= lag["wakeups"]
         assert set(lag["stalls"]) == {"ran", "waited", "stopped"}, lag
         assert all(n >= 0 for n in lag["stalls"].values()), lag
+        assert all("the event loop woke" in line for line in raw["stall_lines"]), raw
     assert rows["u1"]["acks"] == "1" and rows["u2"]["acks"] == "all"
     assert not _processes_mentioning(str(tmp_path))
 

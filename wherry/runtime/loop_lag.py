@@ -18,12 +18,14 @@ most (`StallLog`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import field
 from typing import Final
 
 from wherry.common.record import frozen_record, record
+from wherry.runtime.loop_stacks import StackWatch
 from wherry.runtime.sched_clock import SchedClock, SchedSample
 
 __all__ = [
@@ -65,6 +67,8 @@ class Stall:
     stopped_ms: float
     others_ms: float
     steal_ms: float | None
+    # the loop thread's frames STALL_MS into the stall, innermost first (`loop_stacks.py`)
+    stack: tuple[str, ...] | None = None
 
     @property
     def cause(self) -> str:
@@ -86,8 +90,14 @@ class Stall:
             f"{self.window_ms:.0f} ms since it last woke its thread ran {self.ran_ms:.1f} ms"
             f"{waited} (usually {self.usual_ms:.1f} ms in {self.interval_ms:.0f} ms) and was "
             f"stopped {self.stopped_ms:.1f} ms beyond the sleep it asked for; the broker's "
-            f"other threads ran {self.others_ms:.1f} ms{steal}"
+            f"other threads ran {self.others_ms:.1f} ms{steal}{self._stack_text()}"
         )
+
+    def _stack_text(self) -> str:
+        if not self.stack:
+            return ""
+        frames = "".join(f"\n    {frame}" for frame in self.stack)
+        return f"\n  the loop's stack {STALL_MS:g} ms into it (innermost first):{frames}"
 
 
 def attribute(
@@ -191,18 +201,23 @@ async def monitor(
     interval_ms: int,
     on_stall: Callable[[Stall], None] | None = None,
     clock: Callable[[], SchedClock] = SchedClock,
+    stacks: Callable[[], StackWatch] | None = None,
 ) -> None:
     """Record, every `interval_ms` until cancelled, how late the running loop woke this task;
     a stall is counted by cause and handed to `on_stall`. `clock` makes the scheduler clock
-    of the loop's thread (called here, on it)."""
+    of the loop's thread, `stacks` (one a process) the watch that takes its stack in a stall
+    (both called here, on it)."""
     loop = asyncio.get_running_loop()
     interval_s = interval_ms / 1000
     sched = clock()
+    watch = stacks() if stacks is not None else None
     busy_share = 0.0  # of the loop's thread, over the recent wake-ups that were not stalls
     try:
         woke, before = loop.time(), sched.sample()
         while True:
             due = loop.time() + interval_s
+            if watch is not None:
+                watch.arm(interval_s + STALL_MS / 1000)
             await asyncio.sleep(interval_s)
             now = loop.time()
             lag_ms = max(0.0, (now - due) * 1000)
@@ -211,14 +226,21 @@ async def monitor(
             window_ms = (now - woke) * 1000
             if lag_ms >= STALL_MS:
                 stall = attribute(lag_ms, window_ms, interval_ms, before, after, busy_share)
+                if watch is not None:
+                    stall = dataclasses.replace(stall, stack=watch.take())
                 lag.record_stall(stall)
                 if on_stall is not None:
                     on_stall(stall)
-            elif window_ms > 0:
-                busy = after.ran_ms - before.ran_ms
-                if after.waited_ms is not None and before.waited_ms is not None:
-                    busy += after.waited_ms - before.waited_ms
-                busy_share += BUSY_WEIGHT * (min(1.0, busy / window_ms) - busy_share)
+            else:
+                if watch is not None:
+                    watch.clear()  # a dump that raced with this on-time wake-up
+                if window_ms > 0:
+                    busy = after.ran_ms - before.ran_ms
+                    if after.waited_ms is not None and before.waited_ms is not None:
+                        busy += after.waited_ms - before.waited_ms
+                    busy_share += BUSY_WEIGHT * (min(1.0, busy / window_ms) - busy_share)
             woke, before = now, after
     finally:
         sched.close()
+        if watch is not None:
+            watch.close()

@@ -181,6 +181,21 @@ def loop_lag(metrics_url: str, text: str | None = None) -> tuple[dict[str, float
 STALL_LINE = "the event loop woke"  # the broker's log line for a stall
 
 
+def stall_lines(output: list[str]) -> list[str]:
+    """The broker's stall lines in `output`, each with the stack lines under it."""
+    found: list[str] = []
+    under = False  # the lines after a stall line, while indented
+    for line in output:
+        if STALL_LINE in line:
+            found.append(line.rstrip())
+            under = True
+        elif under and line.startswith("  "):
+            found[-1] += "\n" + line.rstrip()
+        else:
+            under = False
+    return found
+
+
 def stalls(text: str) -> dict[str, float]:
     """The broker's stall counters by cause (wake-ups late by 20 ms or more: "ran" -- its
     own work --, "waited" for a CPU, "stopped" -- blocked, waiting for the GIL, not run)."""
@@ -242,9 +257,7 @@ def measure(broker: Broker, metrics_url: str, plan: Plan, acks: str, rid: str) -
         },
         "produce_in_broker": produce_over(produce_before, produce_times(text)),
         # the broker's own account of its stalls (a line a minute at most)
-        "stall_lines": [
-            line.strip() for line in broker.output[lines_before:] if STALL_LINE in line
-        ],
+        "stall_lines": stall_lines(broker.output[lines_before:]),
     }
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.peer_tansu import tansu_unavailable_reason
+from bench.sustained import stall_lines
 from tests.bench.test_bench_smoke import _processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,3 +88,19 @@ def test_the_peer_rows_run_the_same_load_against_tansu(tmp_path: Path) -> None:
         assert raw["broker_cpu_s"] > 0
     assert rows["t1"]["acks"] == "1" and rows["t2"]["acks"] == "all"
     assert not _processes_mentioning(str(tmp_path))
+
+
+def test_a_stall_line_keeps_its_stack_and_nothing_after_it() -> None:
+    output = [
+        "[t] INFO segment rolled (wherry.log.log)\n",
+        "[t] WARNING [Broker id=0] the event loop woke 31.0 ms late: its own work held it.\n",
+        "  the loop's stack 20 ms into it (innermost first):\n",
+        '    File "/x/handler.py", line 9 in slow\n',
+        "[t] ERROR something else\n",
+        "  Traceback (most recent call last):\n",
+    ]
+    assert stall_lines(output) == [
+        "[t] WARNING [Broker id=0] the event loop woke 31.0 ms late: its own work held it.\n"
+        "  the loop's stack 20 ms into it (innermost first):\n"
+        '    File "/x/handler.py", line 9 in slow'
+    ]

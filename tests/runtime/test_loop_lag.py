@@ -5,6 +5,7 @@ from the scheduler's real counters of the loop's thread."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -164,6 +165,22 @@ def test_a_stall_carries_the_loop_s_stack_from_the_middle_of_it() -> None:
         assert f"in {name}" in text.splitlines()[2], text
     # the watchdog was cancelled with the monitor: nothing is written after it
     time.sleep(0.2)
+
+
+def test_a_long_garbage_collection_shows_in_its_stall() -> None:
+    """A full collection over a million container objects, run on the loop: a stall of the
+    loop's own work, most of it collecting garbage, generation 2."""
+    heap = [[i] for i in range(1_000_000)]
+    try:
+        held = max(_stalls_of(lambda: gc.collect(2)), key=lambda s: s.lag_ms)
+    finally:
+        del heap
+    assert held.gc_generation == 2 and held.gc_longest_ms >= 0.5 * held.lag_ms, held
+    assert held.gc_ms >= held.gc_longest_ms
+    assert "a generation 2 collection of" in held.describe()
+    # a stall without collections says so
+    quiet = max(_stalls_of(_sleep_in_a_handler), key=lambda s: s.lag_ms)
+    assert quiet.gc_longest_ms < 5, quiet
 
 
 def test_loop_frames_reads_one_thread_out_of_a_dump() -> None:

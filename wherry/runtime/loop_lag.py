@@ -12,14 +12,19 @@ before (a `Stall`): the loop ran (its own work: a long handler, a blocking call'
 collection), it waited for a CPU (other processes or the broker's own threads had them), or it
 was stopped, neither running nor waiting for a CPU beyond the sleep it asked for (blocked in a
 call, waiting for the GIL, or not run at all: a paused machine, whose host then often reports
-the time as steal). Stalls are counted by cause for `/metrics` and logged, one line a minute at
+the time as steal). The line also tells the time spent collecting garbage over the window
+(`GcTime`), and in `wherry server` the loop's stack in the middle of the stall
+(`loop_stacks.py`). Stalls are counted by cause for `/metrics` and logged, one line a minute at
 most (`StallLog`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import gc
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import field
 from typing import Final
@@ -32,6 +37,7 @@ __all__ = [
     "BUCKETS_MS",
     "CAUSES",
     "STALL_MS",
+    "GcTime",
     "LoopLag",
     "Stall",
     "StallLog",
@@ -67,7 +73,13 @@ class Stall:
     stopped_ms: float
     others_ms: float
     steal_ms: float | None
-    # the loop thread's frames STALL_MS into the stall, innermost first (`loop_stacks.py`)
+    # time collecting garbage over the window (any thread's collection holds the GIL), and
+    # the longest collection in it with its generation (-1: none)
+    gc_ms: float = 0.0
+    gc_longest_ms: float = 0.0
+    gc_generation: int = -1
+    # the loop thread's frames STALL_MS into the stall, innermost first (`loop_stacks.py`);
+    # () when it ran none of its own (between callbacks or in the loop's C code)
     stack: tuple[str, ...] | None = None
 
     @property
@@ -90,12 +102,26 @@ class Stall:
             f"{self.window_ms:.0f} ms since it last woke its thread ran {self.ran_ms:.1f} ms"
             f"{waited} (usually {self.usual_ms:.1f} ms in {self.interval_ms:.0f} ms) and was "
             f"stopped {self.stopped_ms:.1f} ms beyond the sleep it asked for; the broker's "
-            f"other threads ran {self.others_ms:.1f} ms{steal}{self._stack_text()}"
+            f"other threads ran {self.others_ms:.1f} ms{steal}{self._gc_text()}"
+            f"{self._stack_text()}"
+        )
+
+    def _gc_text(self) -> str:
+        if self.gc_generation < 0:
+            return "; no garbage collection"
+        return (
+            f"; garbage collection took {self.gc_ms:.1f} ms, the longest a generation "
+            f"{self.gc_generation} collection of {self.gc_longest_ms:.1f} ms"
         )
 
     def _stack_text(self) -> str:
-        if not self.stack:
+        if self.stack is None:
             return ""
+        if not self.stack:
+            return (
+                f"\n  the loop's stack {STALL_MS:g} ms into it held none of the broker's frames "
+                "(between callbacks, or in the event loop's own code)"
+            )
         frames = "".join(f"\n    {frame}" for frame in self.stack)
         return f"\n  the loop's stack {STALL_MS:g} ms into it (innermost first):{frames}"
 
@@ -173,6 +199,38 @@ class LoopLag:
         return out
 
 
+class GcTime:
+    """Time spent collecting garbage, from `gc.callbacks`: a collection in any thread holds
+    the GIL, and so the loop. `close` removes the callback."""
+
+    def __init__(self) -> None:
+        self.total_ms = 0.0
+        self.longest_ms = 0.0
+        self.longest_generation = -1
+        self._started: float | None = None
+        gc.callbacks.append(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            ms = (time.perf_counter() - self._started) * 1000
+            self._started = None
+            self.total_ms += ms
+            if ms > self.longest_ms:
+                self.longest_ms, self.longest_generation = ms, info["generation"]
+
+    def take_longest(self) -> tuple[float, int]:
+        """The longest collection since the last take and its generation (-1: none)."""
+        longest = self.longest_ms, self.longest_generation
+        self.longest_ms, self.longest_generation = 0.0, -1
+        return longest
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._observe)
+
+
 class StallLog:
     """Logs stalls at WARN: the first, then at most one a `every_ms` (with how many more came
     since the last line)."""
@@ -211,9 +269,11 @@ async def monitor(
     interval_s = interval_ms / 1000
     sched = clock()
     watch = stacks() if stacks is not None else None
+    collections = GcTime()
     busy_share = 0.0  # of the loop's thread, over the recent wake-ups that were not stalls
     try:
         woke, before = loop.time(), sched.sample()
+        gc_before = collections.total_ms
         while True:
             due = loop.time() + interval_s
             if watch is not None:
@@ -226,12 +286,19 @@ async def monitor(
             window_ms = (now - woke) * 1000
             if lag_ms >= STALL_MS:
                 stall = attribute(lag_ms, window_ms, interval_ms, before, after, busy_share)
-                if watch is not None:
-                    stall = dataclasses.replace(stall, stack=watch.take())
+                longest_ms, generation = collections.take_longest()
+                stall = dataclasses.replace(
+                    stall,
+                    gc_ms=collections.total_ms - gc_before,
+                    gc_longest_ms=longest_ms,
+                    gc_generation=generation,
+                    stack=watch.take() if watch is not None else None,
+                )
                 lag.record_stall(stall)
                 if on_stall is not None:
                     on_stall(stall)
             else:
+                collections.take_longest()
                 if watch is not None:
                     watch.clear()  # a dump that raced with this on-time wake-up
                 if window_ms > 0:
@@ -239,8 +306,9 @@ async def monitor(
                     if after.waited_ms is not None and before.waited_ms is not None:
                         busy += after.waited_ms - before.waited_ms
                     busy_share += BUSY_WEIGHT * (min(1.0, busy / window_ms) - busy_share)
-            woke, before = now, after
+            woke, before, gc_before = now, after, collections.total_ms
     finally:
+        collections.close()
         sched.close()
         if watch is not None:
             watch.close()

@@ -182,7 +182,7 @@ STALL_LINE = "the event loop woke"  # the broker's log line for a stall
 
 
 def stall_lines(output: list[str]) -> list[str]:
-    """The broker's stall lines in `output`, each with the stack lines under it."""
+    """The broker's stall lines in `output`, each with the indented lines under it."""
     found: list[str] = []
     under = False  # the lines after a stall line, while indented
     for line in output:

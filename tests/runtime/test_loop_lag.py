@@ -15,7 +15,6 @@ from collections.abc import Callable
 import pytest
 
 from wherry.runtime.loop_lag import BUCKETS_MS, WINDOW_MS, LoopLag, Stall, attribute, monitor
-from wherry.runtime.loop_stacks import StackWatch, loop_frames
 from wherry.runtime.sched_clock import SchedSample
 
 
@@ -97,17 +96,13 @@ def test_a_busy_loop_s_usual_work_is_not_taken_for_the_stall() -> None:
     assert attribute(30.0, 130.0, 100.0, zero, _sample(30.0, 0.0, 30.0, 0.0)).cause == "ran"
 
 
-def _stalls_of(hold: Callable[[], None], stacks: bool = False) -> list[Stall]:
-    """The stalls the monitor (every 20 ms) records while `hold` runs on the loop; with
-    `stacks`, each with the loop's stack."""
+def _stalls_of(hold: Callable[[], None]) -> list[Stall]:
+    """The stalls the monitor (every 20 ms) records while `hold` runs on the loop."""
     lag = LoopLag(lambda: time.monotonic_ns() // 1_000_000)
     stalls: list[Stall] = []
-    watch = StackWatch if stacks else None
 
     async def main() -> None:
-        task = asyncio.get_running_loop().create_task(
-            monitor(lag, 20, stalls.append, stacks=watch)
-        )
+        task = asyncio.get_running_loop().create_task(monitor(lag, 20, stalls.append))
         await asyncio.sleep(0.1)
         hold()
         await asyncio.sleep(0.1)
@@ -140,30 +135,7 @@ def test_a_loop_blocked_in_a_call_stalls_as_stopped() -> None:
     assert held.cause == "stopped" and held.stopped_ms >= 120 and held.ran_ms < 50, held.describe()
 
 
-def _spin_in_a_handler() -> None:
-    end = time.perf_counter() + 0.2
-    while time.perf_counter() < end:
-        pass
-
-
 def _sleep_in_a_handler() -> None:
-    time.sleep(0.2)
-
-
-def test_a_stall_carries_the_loop_s_stack_from_the_middle_of_it() -> None:
-    """faulthandler's watchdog writes the loop thread's stack 20 ms into the stall: the
-    function holding the loop, innermost first, without the event loop's own frames."""
-    for hold, name in ((_spin_in_a_handler, "_spin_in_a_handler"),
-                       (_sleep_in_a_handler, "_sleep_in_a_handler")):
-        held = max(_stalls_of(hold, stacks=True), key=lambda s: s.lag_ms)
-        assert held.stack, held
-        assert held.stack[0].endswith(f"in {name}"), held.stack
-        assert held.stack[1].endswith("in main"), held.stack
-        assert not any("asyncio/" in f or "uvloop" in f for f in held.stack), held.stack
-        text = held.describe()
-        assert "the loop's stack 20 ms into it (innermost first):" in text
-        assert f"in {name}" in text.splitlines()[2], text
-    # the watchdog was cancelled with the monitor: nothing is written after it
     time.sleep(0.2)
 
 
@@ -181,25 +153,6 @@ def test_a_long_garbage_collection_shows_in_its_stall() -> None:
     # a stall without collections says so
     quiet = max(_stalls_of(_sleep_in_a_handler), key=lambda s: s.lag_ms)
     assert quiet.gc_longest_ms < 5, quiet
-
-
-def test_loop_frames_reads_one_thread_out_of_a_dump() -> None:
-    dump = (
-        "Timeout (0:00:00.120000)!\n"
-        "Thread 0x00007f0000000002 (most recent call first):\n"
-        '  File "/x/other.py", line 3 in elsewhere\n'
-        "\n"
-        "Thread 0x00007f0000000001 (most recent call first):\n"
-        '  File "/x/handler.py", line 9 in slow\n'
-        '  File "/x/dispatch.py", line 4 in serve\n'
-        '  File "/usr/lib/python3.11/asyncio/runners.py", line 118 in run\n'
-        '  File "/x/main.py", line 1 in <module>\n'
-    )
-    assert loop_frames(dump, "Thread 0x00007f0000000001") == (
-        'File "/x/handler.py", line 9 in slow',
-        'File "/x/dispatch.py", line 4 in serve',
-    )
-    assert loop_frames(dump, "Thread 0x00007f0000000003") is None
 
 
 WAITER = """

@@ -336,7 +336,7 @@ async def serve_until_signal(
 async def _serve(cfg: BrokerConfig) -> int:
     from wherry.server.broker import Broker
 
-    broker = Broker(cfg, stall_stacks=True)  # alone in this process: its stalls' stacks too
+    broker = Broker(cfg)
 
     def announce(_: None) -> None:
         bound = zip(cfg.listeners, broker.bound_ports, strict=True)

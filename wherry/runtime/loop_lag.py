@@ -13,8 +13,7 @@ collection), it waited for a CPU (other processes or the broker's own threads ha
 was stopped, neither running nor waiting for a CPU beyond the sleep it asked for (blocked in a
 call, waiting for the GIL, or not run at all: a paused machine, whose host then often reports
 the time as steal). The line also tells the time spent collecting garbage over the window
-(`GcTime`), and in `wherry server` the loop's stack in the middle of the stall
-(`loop_stacks.py`). Stalls are counted by cause for `/metrics` and logged, one line a minute at
+(`GcTime`). Stalls are counted by cause for `/metrics` and logged, one line a minute at
 most (`StallLog`)."""
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from dataclasses import field
 from typing import Final
 
 from wherry.common.record import frozen_record, record
-from wherry.runtime.loop_stacks import StackWatch
 from wherry.runtime.sched_clock import SchedClock, SchedSample
 
 __all__ = [
@@ -78,9 +76,6 @@ class Stall:
     gc_ms: float = 0.0
     gc_longest_ms: float = 0.0
     gc_generation: int = -1
-    # the loop thread's frames STALL_MS into the stall, innermost first (`loop_stacks.py`);
-    # () when it ran none of its own (between callbacks or in the loop's C code)
-    stack: tuple[str, ...] | None = None
 
     @property
     def cause(self) -> str:
@@ -103,7 +98,6 @@ class Stall:
             f"{waited} (usually {self.usual_ms:.1f} ms in {self.interval_ms:.0f} ms) and was "
             f"stopped {self.stopped_ms:.1f} ms beyond the sleep it asked for; the broker's "
             f"other threads ran {self.others_ms:.1f} ms{steal}{self._gc_text()}"
-            f"{self._stack_text()}"
         )
 
     def _gc_text(self) -> str:
@@ -113,17 +107,6 @@ class Stall:
             f"; garbage collection took {self.gc_ms:.1f} ms, the longest a generation "
             f"{self.gc_generation} collection of {self.gc_longest_ms:.1f} ms"
         )
-
-    def _stack_text(self) -> str:
-        if self.stack is None:
-            return ""
-        if not self.stack:
-            return (
-                f"\n  the loop's stack {STALL_MS:g} ms into it held none of the broker's frames "
-                "(between callbacks, or in the event loop's own code)"
-            )
-        frames = "".join(f"\n    {frame}" for frame in self.stack)
-        return f"\n  the loop's stack {STALL_MS:g} ms into it (innermost first):{frames}"
 
 
 def attribute(
@@ -259,16 +242,13 @@ async def monitor(
     interval_ms: int,
     on_stall: Callable[[Stall], None] | None = None,
     clock: Callable[[], SchedClock] = SchedClock,
-    stacks: Callable[[], StackWatch] | None = None,
 ) -> None:
     """Record, every `interval_ms` until cancelled, how late the running loop woke this task;
     a stall is counted by cause and handed to `on_stall`. `clock` makes the scheduler clock
-    of the loop's thread, `stacks` (one a process) the watch that takes its stack in a stall
-    (both called here, on it)."""
+    of the loop's thread (called here, on it)."""
     loop = asyncio.get_running_loop()
     interval_s = interval_ms / 1000
     sched = clock()
-    watch = stacks() if stacks is not None else None
     collections = GcTime()
     busy_share = 0.0  # of the loop's thread, over the recent wake-ups that were not stalls
     try:
@@ -276,8 +256,6 @@ async def monitor(
         gc_before = collections.total_ms
         while True:
             due = loop.time() + interval_s
-            if watch is not None:
-                watch.arm(interval_s + STALL_MS / 1000)
             await asyncio.sleep(interval_s)
             now = loop.time()
             lag_ms = max(0.0, (now - due) * 1000)
@@ -292,15 +270,12 @@ async def monitor(
                     gc_ms=collections.total_ms - gc_before,
                     gc_longest_ms=longest_ms,
                     gc_generation=generation,
-                    stack=watch.take() if watch is not None else None,
                 )
                 lag.record_stall(stall)
                 if on_stall is not None:
                     on_stall(stall)
             else:
                 collections.take_longest()
-                if watch is not None:
-                    watch.clear()  # a dump that raced with this on-time wake-up
                 if window_ms > 0:
                     busy = after.ran_ms - before.ran_ms
                     if after.waited_ms is not None and before.waited_ms is not None:
@@ -310,5 +285,3 @@ async def monitor(
     finally:
         collections.close()
         sched.close()
-        if watch is not None:
-            watch.close()

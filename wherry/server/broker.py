@@ -41,7 +41,6 @@ from wherry.observability.request_stats import RequestStats, request_name
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.runtime.clock import Clock, SystemClock
 from wherry.runtime.loop_lag import LoopLag, Stall, StallLog, monitor
-from wherry.runtime.loop_stacks import StackWatch
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.cluster_min_isr import ensure_cluster_min_isr, first_start_nodes
@@ -111,10 +110,7 @@ class Broker:
         channel: InProcessChannel | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
-        stall_stacks: bool = False,
     ) -> None:
-        """`stall_stacks`: a stall's log line carries the event loop's stack, taken by the
-        process's one faulthandler watchdog (for a broker alone in its process)."""
         self.config = config
         self.broker_id = config.broker_id
         self.clock: Clock = clock or SystemClock()
@@ -180,7 +176,6 @@ class Broker:
         self.loop_lag = LoopLag(self.clock.monotonic_ms)
         self._loop_lag_task: asyncio.Task[None] | None = None
         self._stall_log = StallLog(log, self.clock.monotonic_ms)
-        self._stall_stacks = stall_stacks
         self.http: ObservabilityServer | None = None
         self._http_start: HttpStart | None = None
         # What a broker that must stop now does (every log dir failed): exit the process.
@@ -305,12 +300,7 @@ class Broker:
         log_bound(self.bound_ports)
         synced = sync_in_thread(deferred)  # while the rest is imported
         self._loop_lag_task = loop.create_task(
-            monitor(
-                self.loop_lag,
-                LOOP_LAG_INTERVAL_MS,
-                self._log_stall,
-                stacks=StackWatch if self._stall_stacks else None,
-            ),
+            monitor(self.loop_lag, LOOP_LAG_INTERVAL_MS, self._log_stall),
             name=f"loop-lag-{self.broker_id}",
         )
         await import_late()

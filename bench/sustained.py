@@ -182,18 +182,8 @@ STALL_LINE = "the event loop woke"  # the broker's log line for a stall
 
 
 def stall_lines(output: list[str]) -> list[str]:
-    """The broker's stall lines in `output`, each with the indented lines under it."""
-    found: list[str] = []
-    under = False  # the lines after a stall line, while indented
-    for line in output:
-        if STALL_LINE in line:
-            found.append(line.rstrip())
-            under = True
-        elif under and line.startswith("  "):
-            found[-1] += "\n" + line.rstrip()
-        else:
-            under = False
-    return found
+    """The broker's stall lines in `output`."""
+    return [line.rstrip() for line in output if STALL_LINE in line]
 
 
 def stalls(text: str) -> dict[str, float]:

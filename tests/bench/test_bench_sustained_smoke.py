@@ -90,17 +90,7 @@ def test_the_peer_rows_run_the_same_load_against_tansu(tmp_path: Path) -> None:
     assert not _processes_mentioning(str(tmp_path))
 
 
-def test_a_stall_line_keeps_the_lines_under_it_and_nothing_after_them() -> None:
-    output = [
-        "[t] INFO segment rolled (wherry.log.log)\n",
-        "[t] WARNING [Broker id=0] the event loop woke 31.0 ms late: its own work held it.\n",
-        "  a line under it\n",
-        "    and another\n",
-        "[t] ERROR something else\n",
-        "  Traceback (most recent call last):\n",
-    ]
-    assert stall_lines(output) == [
-        "[t] WARNING [Broker id=0] the event loop woke 31.0 ms late: its own work held it.\n"
-        "  a line under it\n"
-        "    and another"
-    ]
+def test_the_bench_picks_the_broker_s_stall_lines_out_of_its_output() -> None:
+    line = "[t] WARNING [Broker id=0] the event loop woke 31.0 ms late: its own work held it."
+    output = ["[t] INFO segment rolled (wherry.log.log)\n", line + "\n", "[t] ERROR other\n"]
+    assert stall_lines(output) == [line]

@@ -76,7 +76,7 @@ class Plan:
     latency_s: float
     latency_rate: int
     latency_runs: int
-    produce_runs: int  # k1, k2: each side's best of this many runs
+    produce_runs: int  # k1, k2, k3: each side's best of this many runs
 
 
 FULL = Plan(
@@ -407,7 +407,13 @@ class PeerBench:
             produce(100, plan.small_records, "peer-100b"),
             runs=plan.produce_runs,
         )
-        self.row("k3", "confluent-kafka consumer, 100 B (k2's topic)", "rec/s", consume)
+        self.row(
+            "k3",
+            "confluent-kafka consumer, 100 B (k2's topic)",
+            "rec/s",
+            consume,
+            runs=plan.produce_runs,
+        )
         name = f"latency acks=all, linger 0, {plan.latency_rate}/s"
         self.row(
             "l1",

@@ -78,6 +78,7 @@ _METADATA_KEY: Final = 3
 _INTERBROKER_KEYS: Final = frozenset((4, 5, 6))
 _CONTROLLED_SHUTDOWN_KEY: Final = 7
 _FRAME_START = struct.Struct(">ii")  # a response's size and correlation id
+_KEY_VERSION = struct.Struct(">hh")  # a request's first fields
 _CORRELATION_ID = _SIZE  # the first field of every response header
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ZERO_UUID = uuid.UUID(int=0)
@@ -155,6 +156,39 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
         raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a header")
     api_key, api_version, correlation_id = REQUEST_PREFIX.unpack_from(frame, 0)
     return api_key, api_version, correlation_id
+
+
+# The API versions whose kio request and response schemas are loaded (`load_schemas`).
+_SCHEMAS_LOADED: set[tuple[int, int]] = set()
+
+
+def schemas_to_load(
+    frame: bytes | memoryview, supported: Mapping[int, tuple[int, int]]
+) -> tuple[int, int] | None:
+    """The API key and version of a request frame when decoding and answering it would first
+    load kio's schema modules of that version (a few to tens of ms of module execution: the
+    caller can have `load_schemas` run in a thread instead of on its event loop); None when
+    they are loaded, when the codec of its key is hand-written, or when the version is not in
+    `supported` (the decoder refuses it)."""
+    if len(frame) < 4:
+        return None
+    api_key, api_version = _KEY_VERSION.unpack_from(frame, 0)
+    if (api_key, api_version) in _SCHEMAS_LOADED:
+        return None
+    if api_key in _INTERBROKER_KEYS or api_key == _CONTROLLED_SHUTDOWN_KEY:
+        return None
+    rng = supported.get(api_key)
+    if rng is None or not rng[0] <= api_version <= rng[1]:
+        return None
+    return api_key, api_version
+
+
+def load_schemas(api_key: int, api_version: int) -> None:
+    """Load (and keep) kio's request and response schemas of an API version; thread-safe (the
+    import system locks each module while it loads)."""
+    load_request_schema(api_key, api_version)
+    load_response_schema(api_key, api_version)
+    _SCHEMAS_LOADED.add((api_key, api_version))
 
 
 def decode_request(

@@ -581,8 +581,9 @@ class Controller:
         """Kafka's onNewPartitionCreation."""
         ctx, batch = self.ctx, self._batch()
         replicas = replicas_of(ctx, tps)
-        self.partition_sm.to_new(ctx, tps)
-        self.replica_sm.to_new(ctx, replicas, batch)
+        with batched_lines():  # a topic of many partitions: one log record
+            self.partition_sm.to_new(ctx, tps)
+            self.replica_sm.to_new(ctx, replicas, batch)
         await self._to_online(tps, batch)
         self.replica_sm.to_online(ctx, replicas, batch)
         add_update_metadata(batch, ctx, ctx.live_brokers, tps)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -622,8 +623,10 @@ class LogConfig:
         return config
 
     def with_props(self, props: Mapping[str, str]) -> LogConfig:
-        """This config with some topic-level overrides applied (validated)."""
-        return LogConfig.from_props(props, self)
+        """This config with some topic-level overrides applied (validated). The same
+        overrides on an equal config give the config made the first time (a broker asks for
+        each partition's, and building one takes about 0.1 ms)."""
+        return _with_props(self, frozenset(props.items()))
 
     @classmethod
     def from_server_props(
@@ -697,3 +700,8 @@ class LogConfig:
 def config_key_for_field(field: str) -> ConfigKey:
     """The ConfigKey that fills a given LogConfig field."""
     return _BY_FIELD[field]
+
+
+@functools.lru_cache(maxsize=1024)
+def _with_props(base: LogConfig, props: frozenset[tuple[str, str]]) -> LogConfig:
+    return LogConfig.from_props(dict(sorted(props)), base)

@@ -126,7 +126,8 @@ class ConsoleHub:
     def _add_line(self, line: str) -> None:
         entry = timeline_entry(line)
         self.timeline.append(entry)
-        self._broadcast(sse("timeline", entry))
+        if self._subscribers:  # encoded only for an open console page
+            self._broadcast(sse("timeline", entry))
         self._dirty.set()
 
     def view(self) -> dict[str, Any]:

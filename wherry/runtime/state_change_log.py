@@ -487,7 +487,7 @@ def parse_state_change_line(line: str) -> StateChangeRecord | None:
     m = line_re.match(line)
     if m is None:
         return None
-    ts = dt.datetime.strptime(m.group("ts"), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=dt.UTC)
+    ts = dt.datetime.fromisoformat(m.group("ts")).replace(tzinfo=dt.UTC)  # strptime: 30x
     timestamp_ms = int(ts.timestamp() * 1000 + 0.5)
     node_kind, node_id = m.group("kind"), int(m.group("id"))
     node_epoch, message = _int_or_none(m.group("epoch")), m.group("msg")

@@ -14,7 +14,15 @@ from collections.abc import Callable
 
 import pytest
 
-from wherry.runtime.loop_lag import BUCKETS_MS, WINDOW_MS, LoopLag, Stall, attribute, monitor
+from wherry.runtime.loop_lag import (
+    BUCKETS_MS,
+    WINDOW_MS,
+    LoopLag,
+    StackWatch,
+    Stall,
+    attribute,
+    monitor,
+)
 from wherry.runtime.sched_clock import SchedSample
 
 
@@ -96,13 +104,16 @@ def test_a_busy_loop_s_usual_work_is_not_taken_for_the_stall() -> None:
     assert attribute(30.0, 130.0, 100.0, zero, _sample(30.0, 0.0, 30.0, 0.0)).cause == "ran"
 
 
-def _stalls_of(hold: Callable[[], None]) -> list[Stall]:
-    """The stalls the monitor (every 20 ms) records while `hold` runs on the loop."""
+def _stalls_of(hold: Callable[[], None], watch: bool = False) -> list[Stall]:
+    """The stalls the monitor (every 20 ms) records while `hold` runs on the loop (with a
+    `StackWatch` when `watch`)."""
     lag = LoopLag(lambda: time.monotonic_ns() // 1_000_000)
     stalls: list[Stall] = []
 
     async def main() -> None:
-        task = asyncio.get_running_loop().create_task(monitor(lag, 20, stalls.append))
+        task = asyncio.get_running_loop().create_task(
+            monitor(lag, 20, stalls.append, watch=StackWatch if watch else None)
+        )
         await asyncio.sleep(0.1)
         hold()
         await asyncio.sleep(0.1)
@@ -137,6 +148,27 @@ def test_a_loop_blocked_in_a_call_stalls_as_stopped() -> None:
 
 def _sleep_in_a_handler() -> None:
     time.sleep(0.2)
+
+
+def _spin_in_a_handler() -> None:
+    end = time.perf_counter() + 0.2
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.parametrize("hold", [_spin_in_a_handler, _sleep_in_a_handler])
+def test_a_stall_s_line_says_where_the_loop_was(hold: Callable[[], None]) -> None:
+    """Running Python code (the watcher gets the GIL at the next switch) or blocked in a call
+    (it has let go of the GIL): either way the handler is named, innermost first, and the
+    event loop's own frames are left out."""
+    held = max(_stalls_of(hold, watch=True), key=lambda s: s.lag_ms)
+    assert held.stack, held
+    assert held.stack[0].startswith(f"test_loop_lag.py:{hold.__name__}:"), held.stack
+    assert held.stack[-1].startswith("test_loop_lag.py:main:"), held.stack  # the task's
+    assert f"20 ms into it the loop was in {held.stack[0]} < " in held.describe()
+    # without a watch, nothing is said of it
+    plain = max(_stalls_of(hold), key=lambda s: s.lag_ms)
+    assert plain.stack is None and "into it" not in plain.describe()
 
 
 def test_a_long_garbage_collection_shows_in_its_stall() -> None:

@@ -13,8 +13,9 @@ collection), it waited for a CPU (other processes or the broker's own threads ha
 was stopped, neither running nor waiting for a CPU beyond the sleep it asked for (blocked in a
 call, waiting for the GIL, or not run at all: a paused machine, whose host then often reports
 the time as steal). The line also tells the time spent collecting garbage over the window
-(`GcTime`). Stalls are counted by cause for `/metrics` and logged, one line a minute at
-most (`StallLog`)."""
+(`GcTime`) and, where a `StackWatch` runs, where the loop's thread was `STALL_MS` into the
+stall. Stalls are counted by cause for `/metrics` and logged, one line a minute at most
+(`StallLog`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import field
@@ -37,6 +41,7 @@ __all__ = [
     "STALL_MS",
     "GcTime",
     "LoopLag",
+    "StackWatch",
     "Stall",
     "StallLog",
     "attribute",
@@ -76,6 +81,9 @@ class Stall:
     gc_ms: float = 0.0
     gc_longest_ms: float = 0.0
     gc_generation: int = -1
+    # where the loop's thread was STALL_MS into the stall, innermost frame first ("file:
+    # function:line"; `StackWatch`); None: not read
+    stack: tuple[str, ...] | None = None
 
     @property
     def cause(self) -> str:
@@ -98,7 +106,15 @@ class Stall:
             f"{waited} (usually {self.usual_ms:.1f} ms in {self.interval_ms:.0f} ms) and was "
             f"stopped {self.stopped_ms:.1f} ms beyond the sleep it asked for; the broker's "
             f"other threads ran {self.others_ms:.1f} ms{steal}{self._gc_text()}"
+            f"{self._stack_text()}"
         )
+
+    def _stack_text(self) -> str:
+        if self.stack is None:
+            return ""
+        if not self.stack:
+            return f"; {STALL_MS:.0f} ms into it the loop was between callbacks"
+        return f"; {STALL_MS:.0f} ms into it the loop was in " + " < ".join(self.stack)
 
     def _gc_text(self) -> str:
         if self.gc_generation < 0:
@@ -214,6 +230,78 @@ class GcTime:
             gc.callbacks.remove(self._observe)
 
 
+class StackWatch:
+    """A thread that reads where the loop's thread is when the monitor's next wake-up is
+    `STALL_MS` late: `sys._current_frames()`, taken holding the GIL, so the loop's thread is
+    paused at a point where the interpreter lets go of it (a thread running Python code gives
+    it up within the switch interval, one blocked in a system call has let go already, C code
+    holding it is read once it is done). It wakes once an interval, at the armed deadline;
+    when the loop has armed a later one meanwhile (it woke in time) it reads nothing. Its
+    frames are the innermost `depth` of the loop thread's, up to (not into) the event loop's
+    own."""
+
+    def __init__(self, depth: int = 8) -> None:
+        self.depth = depth
+        self._loop_thread = threading.get_ident()  # made on the loop's thread
+        self._lock = threading.Lock()
+        self._deadline = 0.0  # time.monotonic(); 0: not armed
+        self._taken: tuple[float, tuple[str, ...]] | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="loop-stall-watch", daemon=True)
+        self._thread.start()
+
+    def arm(self, deadline: float) -> None:
+        """Read the loop's stack at `deadline` (`time.monotonic()`) unless armed again first."""
+        with self._lock:
+            self._deadline, self._taken = deadline, None
+
+    def take(self) -> tuple[str, ...] | None:
+        """The stack read at the armed deadline, if it came and was read."""
+        with self._lock:
+            taken = self._taken
+            return taken[1] if taken is not None and taken[0] == self._deadline else None
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _run(self) -> None:
+        while not self._closed:
+            with self._lock:
+                deadline, taken = self._deadline, self._taken
+            if not deadline or taken is not None:  # not armed, or read: until armed again
+                time.sleep(STALL_MS / 2000)
+                continue
+            wait = deadline - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+                continue
+            stack = _frames(sys._current_frames().get(self._loop_thread), self.depth)
+            with self._lock:
+                if self._deadline == deadline:
+                    self._taken = (deadline, stack)
+
+
+_LOOP_FILES: Final = ("asyncio" + os.sep, "uvloop" + os.sep)
+_LOOP_FUNCTIONS: Final = frozenset(
+    ("run", "run_forever", "run_until_complete", "_run_once", "_run", "wrapper")
+)
+
+
+def _frames(frame: object, depth: int) -> tuple[str, ...]:
+    """`frame` and its callers, innermost first, up to the event loop's own frames (none: the
+    loop was between callbacks, or in its own code)."""
+    out: list[str] = []
+    f = frame
+    while f is not None and len(out) < depth:
+        code = f.f_code  # type: ignore[attr-defined]
+        name = code.co_filename
+        if code.co_name in _LOOP_FUNCTIONS and any(part in name for part in _LOOP_FILES):
+            break
+        out.append(f"{os.path.basename(name)}:{code.co_name}:{f.f_lineno}")  # type: ignore[attr-defined]
+        f = f.f_back  # type: ignore[attr-defined]
+    return tuple(out)
+
+
 class StallLog:
     """Logs stalls at WARN: the first, then at most one a `every_ms` (with how many more came
     since the last line)."""
@@ -242,13 +330,16 @@ async def monitor(
     interval_ms: int,
     on_stall: Callable[[Stall], None] | None = None,
     clock: Callable[[], SchedClock] = SchedClock,
+    watch: Callable[[], StackWatch] | None = None,
 ) -> None:
     """Record, every `interval_ms` until cancelled, how late the running loop woke this task;
     a stall is counted by cause and handed to `on_stall`. `clock` makes the scheduler clock
-    of the loop's thread (called here, on it)."""
+    of the loop's thread (called here, on it); `watch`, when given, the `StackWatch` that
+    reads where the loop was in each stall."""
     loop = asyncio.get_running_loop()
     interval_s = interval_ms / 1000
     sched = clock()
+    stacks = watch() if watch is not None else None
     collections = GcTime()
     busy_share = 0.0  # of the loop's thread, over the recent wake-ups that were not stalls
     try:
@@ -256,6 +347,8 @@ async def monitor(
         gc_before = collections.total_ms
         while True:
             due = loop.time() + interval_s
+            if stacks is not None:
+                stacks.arm(time.monotonic() + interval_s + STALL_MS / 1000)
             await asyncio.sleep(interval_s)
             now = loop.time()
             lag_ms = max(0.0, (now - due) * 1000)
@@ -270,6 +363,7 @@ async def monitor(
                     gc_ms=collections.total_ms - gc_before,
                     gc_longest_ms=longest_ms,
                     gc_generation=generation,
+                    stack=stacks.take() if stacks is not None else None,
                 )
                 lag.record_stall(stall)
                 if on_stall is not None:
@@ -285,3 +379,5 @@ async def monitor(
     finally:
         collections.close()
         sched.close()
+        if stacks is not None:
+            stacks.close()

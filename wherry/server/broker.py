@@ -40,7 +40,7 @@ from wherry.observability.network_stats import NetworkStats
 from wherry.observability.request_stats import RequestStats, request_name
 from wherry.outbound.security import PLAINTEXT, ClientSecurity
 from wherry.runtime.clock import Clock, SystemClock
-from wherry.runtime.loop_lag import LoopLag, Stall, StallLog, monitor
+from wherry.runtime.loop_lag import LoopLag, StackWatch, Stall, StallLog, monitor
 from wherry.server import config_changes
 from wherry.server.broker_configs import DynamicBrokerConfig
 from wherry.server.cluster_min_isr import ensure_cluster_min_isr, first_start_nodes
@@ -312,7 +312,7 @@ class Broker:
         log_bound(self.bound_ports)
         synced = sync_in_thread(deferred)  # while the rest is imported
         self._loop_lag_task = loop.create_task(
-            monitor(self.loop_lag, LOOP_LAG_INTERVAL_MS, self._log_stall),
+            monitor(self.loop_lag, LOOP_LAG_INTERVAL_MS, self._log_stall, watch=StackWatch),
             name=f"loop-lag-{self.broker_id}",
         )
         await import_late()

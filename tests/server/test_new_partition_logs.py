@@ -15,6 +15,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.kafka_wire import call, connect, encode_request, produce_body, read_response
+from wherry.common.topic_partition import TopicPartition
+from wherry.log.errors import StorageError
 from wherry.log.manager import LogManager
 from wherry.protocol.records import build_batch
 from wherry.testing.cluster import AsyncDevCluster
@@ -85,3 +87,42 @@ def test_new_logs_are_created_off_the_loop(
     loop_thread = threading.current_thread()
     asyncio.run(main())
     assert all(t is not loop_thread for t in created_in)
+
+
+@pytest.mark.timeout(120)
+def test_a_log_that_cannot_be_created_leaves_its_partition_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As when the log is created while the states are applied: the partition is offline here
+    (KAFKA_STORAGE_ERROR to its clients), the topic's other partitions are served."""
+    topic = f"failing-{uuid.uuid4().hex[:8]}"
+    real_create = LogManager.get_or_create_log
+
+    def failing_create(self: LogManager, tp, config=None, *, is_new=True):  # type: ignore[no-untyped-def]
+        if tp.topic == topic and tp.partition == 1:
+            raise StorageError(f"creating {tp.dir_name}: No space left on device")
+        return real_create(self, tp, config, is_new=is_new)
+
+    monkeypatch.setattr(LogManager, "get_or_create_log", failing_create)
+
+    def produce(bootstrap: str, partition: int) -> int:
+        body = produce_body(topic, build_batch([(None, b"v")]), partition=partition, acks=1)
+        r = call(bootstrap, 0, 9, {**body, "transactional_id": None})
+        return int(r.responses[0].partition_responses[0].error_code)
+
+    async def main() -> None:
+        async with AsyncDevCluster(tmp_path, brokers=1, base_port=0) as cluster:
+            b = cluster.brokers[0]
+            await b.admin.create_topic(topic, num_partitions=2, replication_factor=1, configs={})
+            bootstrap = f"127.0.0.1:{cluster.port(0)}"
+            async with asyncio.timeout(20):
+                while b.replica_manager.get_partition(TopicPartition(topic, 0)) is None:
+                    await asyncio.sleep(0.02)
+            assert TopicPartition(topic, 1) in b.replica_manager.offline_partitions
+            assert b.replica_manager.get_partition(TopicPartition(topic, 1)) is None
+            async with asyncio.timeout(20):
+                while await asyncio.to_thread(produce, bootstrap, 0) != ErrorCode.none:
+                    await asyncio.sleep(0.05)
+            assert await asyncio.to_thread(produce, bootstrap, 1) == ErrorCode.kafka_storage_error
+
+    asyncio.run(main())

@@ -74,6 +74,12 @@ async def _shared_topic(
         topic, num_partitions=1, replication_factor=3, configs={}
     )
     b = await _leader(cluster, tp)
+    # A leader may start leading before the UpdateMetadata that follows its LeaderAndIsr
+    # reaches it (as in Kafka): the topic is known once every broker's cache has it.
+    await _until(
+        lambda: all(x.node.cache.topic_id(topic) for x in cluster.brokers.values()),
+        f"every broker knows {topic}",
+    )
     topic_id = b.node.cache.topic_id(topic)
     assert topic_id is not None
     return tp, b, topic_id

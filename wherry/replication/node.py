@@ -40,6 +40,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
+from wherry.log.errors import StorageError
 from wherry.log.log import Log
 from wherry.log.manager import LogManager
 from wherry.protocol.interbroker import (
@@ -78,7 +79,7 @@ from wherry.replication.fetcher import (
 from wherry.replication.metadata_cache import MetadataCache, StaleControllerEpoch
 from wherry.replication.partition import DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
 from wherry.replication.quota import ReplicationQuotaManager
-from wherry.replication.replica_manager import NewLog, ProduceResult, ReplicaManager
+from wherry.replication.replica_manager import ProduceResult, ReplicaManager
 from wherry.replication.replica_selector import ClientMetadata
 from wherry.runtime.clock import Clock
 from wherry.runtime.parking import answer_future, answer_of
@@ -130,6 +131,7 @@ class ReplicaNode:
         self.config = config
         self.clock = clock
         self.log_manager = log_manager
+        self._topic_config = topic_config
         self._send_alter_partition = send_alter_partition
         self._load_topic_configs = load_topic_configs
         self._prefix = f"[Broker id={broker_id}]"
@@ -333,9 +335,10 @@ class ReplicaNode:
             # New partitions' logs are file work (their directories, first segments, the log
             # dirs' fsyncs: 1-4 ms each, a new topic of 50 partitions held the loop 170-220
             # ms): created first, off the loop; applying the states then finds them.
-            rm = self.replica_manager
-            for tp, error in (await self.run_blocking(lambda: rm.create_logs(new_logs))).items():
-                rm.mark_partition_offline(tp, error)
+            failed = await self.run_blocking(lambda: self._create_logs(new_logs))
+            for tp, error in failed.items():  # as `become_leader_or_follower` does
+                log.error("%s %s is offline: %s", self._prefix, tp, error)
+                self.replica_manager.offline_partitions.add(tp)
         errors: dict[tuple[str, int], int] = {}
         to_apply: list[LeaderAndIsrPartitionState] = []
         with batched_lines():  # a new controller's resend: one line per unchanged partition
@@ -354,11 +357,14 @@ class ReplicaNode:
             tuple(LeaderAndIsrPartitionError(t, p, code) for (t, p), code in errors.items()),
         )
 
-    def _logs_to_create(self, req: LeaderAndIsrRequest) -> list[NewLog]:
+    def _logs_to_create(
+        self, req: LeaderAndIsrRequest
+    ) -> list[tuple[TopicPartition, LogConfig, bool]]:
         """The partitions of `req` this broker will start hosting (neither hosted nor offline
-        here, and their verdict is to apply) that have no log yet."""
+        here, and their verdict is to apply) that have no log yet: each with its topic's
+        config and whether the controller says the replica is new."""
         rm = self.replica_manager
-        new: list[NewLog] = []
+        new: list[tuple[TopicPartition, LogConfig, bool]] = []
         for st in req.partition_states:
             tp = TopicPartition(st.topic_name, st.partition_index)
             if (
@@ -370,8 +376,23 @@ class ReplicaNode:
                 ).action
                 is PartitionAction.APPLY
             ):
-                new.append(rm.new_log(tp, st.is_new))
+                new.append((tp, self._topic_config(tp.topic), st.is_new))
         return new
+
+    def _create_logs(
+        self, logs: list[tuple[TopicPartition, LogConfig, bool]]
+    ) -> dict[TopicPartition, StorageError]:
+        """Create the logs `_logs_to_create` named: directories, first segments and one fsync
+        of each log dir (file work: the log manager is thread-safe). Returns the partitions
+        whose log could not be created, with why (a failed log dir)."""
+        failed: dict[TopicPartition, StorageError] = {}
+        with self.log_manager.batched_dir_syncs():
+            for tp, config, is_new in logs:
+                try:
+                    self.log_manager.get_or_create_log(tp, config, is_new=is_new)
+                except StorageError as e:
+                    failed[tp] = e
+        return failed
 
     def _judge_leader_and_isr(
         self,

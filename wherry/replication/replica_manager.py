@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -73,14 +72,6 @@ SESSION_WATCH_KEY = "fetch-session"
 """Parked incremental fetches are watched under (SESSION_WATCH_KEY, session id): one key per
 fetch however many partitions its session holds."""
 
-
-
-class NewLog(NamedTuple):
-    """A log `ReplicaManager.create_logs` creates."""
-
-    tp: TopicPartition
-    config: LogConfig
-    is_new: bool
 
 class ReplicaManager:
     def __init__(
@@ -170,35 +161,12 @@ class ReplicaManager:
                     self._apply_partition_state(req, st, became_leader, became_follower)
                 except StorageError as e:
                     tp = TopicPartition(st.topic_name, st.partition_index)
-                    self.mark_partition_offline(tp, e)
+                    log.error("[ReplicaManager broker=%d] %s is offline: %s",
+                              self.broker_id, tp, e)
+                    self.offline_partitions.add(tp)
                     failed.append(tp)
         if self._on_leadership_change is not None and (became_leader or became_follower):
             self._on_leadership_change(became_leader, became_follower)
-        return failed
-
-    def mark_partition_offline(self, tp: TopicPartition, error: StorageError) -> None:
-        """`tp`'s log could not be opened or created (a failed log dir): it is offline here."""
-        log.error("[ReplicaManager broker=%d] %s is offline: %s", self.broker_id, tp, error)
-        self.offline_partitions.add(tp)
-
-    def new_log(self, tp: TopicPartition, is_new: bool) -> NewLog:
-        """What `create_logs` needs to create `tp`'s log: its topic's config, and whether the
-        controller says the replica is new."""
-        return NewLog(tp, self._config_for(tp.topic), is_new)
-
-    def create_logs(self, logs: Sequence[NewLog]) -> dict[TopicPartition, StorageError]:
-        """Create the logs of partitions a LeaderAndIsr is about to make this broker host:
-        directories, first segments and one fsync of each log dir. File work that touches
-        nothing of this manager but its (thread-safe) log manager: fit for an executor, ahead
-        of `become_leader_or_follower`, which then finds them. Returns the partitions whose
-        log could not be created, with why (a failed log dir), for `mark_partition_offline`."""
-        failed: dict[TopicPartition, StorageError] = {}
-        with self.log_manager.batched_dir_syncs():
-            for new in logs:
-                try:
-                    self.log_manager.get_or_create_log(new.tp, new.config, is_new=new.is_new)
-                except StorageError as e:
-                    failed[new.tp] = e
         return failed
 
     def _apply_partition_state(

@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ async def test_in_memory_coordinator() -> None:
 
 @async_test
 async def test_watch_is_not_delivered_inside_the_writers_call(tmp_path: Path) -> None:
-    with EmbeddedCoordinator(tmp_path) as coord:
+    with EmbeddedCoordinator(tmp_path, commits_in_thread=False) as coord:
         s = coord.session()
         await s.create("/w", b"")
         rec = Recorder()
@@ -73,6 +74,21 @@ async def test_watch_is_not_delivered_inside_the_writers_call(tmp_path: Path) ->
         assert rec.items == []  # scheduled with call_soon, not run yet
         await asyncio.sleep(0)
         assert rec.items == [WatchEvent(EventType.CHANGED, "/w")]
+
+
+@async_test
+async def test_a_write_committed_in_the_writer_thread_fires_its_watch_on_the_loop(
+    tmp_path: Path,
+) -> None:
+    """As ZooKeeper does for a client, the watch event comes before the write's answer."""
+    loop_thread = threading.get_ident()
+    seen: list[tuple[WatchEvent, int]] = []
+    with EmbeddedCoordinator(tmp_path) as coord:
+        s = coord.session()
+        await s.create("/w", b"")
+        await s.get("/w", watch=lambda e: seen.append((e, threading.get_ident())))
+        await s.set("/w", b"x")
+        assert seen == [(WatchEvent(EventType.CHANGED, "/w"), loop_thread)]
 
 
 def test_writes_are_durable_without_close(tmp_path: Path) -> None:

@@ -26,10 +26,17 @@ disk filled, an I/O error) leaves the store unchanged and raises `StoreError`; t
 `on_write_failure` hook hears of it first (a broker stops: a broker whose metadata cannot be
 written cannot keep its registration or its controller's decisions).
 
-SQLite is called synchronously inside the ``async`` methods: metadata writes are small and local,
-and doing the work in-line keeps each operation atomic with respect to the event loop (no other
-coroutine can observe a half-applied transaction). A `threading.RLock` additionally makes the
-coordinator safe to share between threads (each with its own loop).
+Writes run one at a time, in the order they were called, behind a commit lock, in three steps
+(`EmbeddedCoordinator._write`): the operation runs on the tree, which validates it and tells
+the rows it changes, and is undone; SQLite commits those rows and fsyncs, with only the commit
+lock held, so reads go on meanwhile and see the tree as it was; the operation runs again on the
+tree, now for all to see (the same changes: no other write ran in between), and its watches
+fire. So no reader observes a write before it is durable, or a half-applied one. With
+``commits_in_thread`` (the default for a store on disk) the ``async`` methods hand their
+writes to one writer thread, so a commit's fsync holds no event loop; without it (a
+deterministic simulation) and while fsyncs are deferred, writes run in-line. A
+`threading.RLock` guards the tree, which makes the coordinator safe to share between threads
+(each with its own loop).
 
 Watch callbacks and state listeners are never called inside the call that triggered them: they
 are scheduled with ``loop.call_soon`` on the loop the receiving session last ran on (or the
@@ -46,6 +53,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -53,6 +61,13 @@ from typing import Any, Literal, TypeVar
 from wherry.common.closeable import Closeable
 from wherry.common.fsync import fsync_path
 from wherry.common.record import record
+from wherry.coordination.embedded_disk import (
+    RESERVE_FILE,
+    disk_failed,
+    disk_full,
+    keep_reserve,
+    release_reserve,
+)
 from wherry.coordination.session import StoreSession, as_bytes, invoke_callback
 from wherry.coordination.store import (
     ANY_VERSION,
@@ -79,16 +94,18 @@ from wherry.coordination.store import (
     validate_path,
 )
 
-__all__ = ["METADATA_DIR", "METADATA_FILE", "EmbeddedCoordinator", "EmbeddedSession"]
+__all__ = [
+    "METADATA_DIR",
+    "METADATA_FILE",
+    "RESERVE_FILE",
+    "EmbeddedCoordinator",
+    "EmbeddedSession",
+]
 
 logger = logging.getLogger(__name__)
 
 METADATA_DIR = "__meta"
 METADATA_FILE = "metadata.db"
-RESERVE_FILE = "reserve"
-RESERVE_BYTES = 1 << 20
-"""Space the store keeps allocated beside its file (`__meta/reserve`): released when its disk
-is too full to open the store, so a broker still starts (after a kill on a full disk)."""
 _SCHEMA_VERSION = 1
 _SESSION_ID_SHIFT = 32  # session id = (boot_count << 32) | n: unique across restarts
 
@@ -148,43 +165,6 @@ class _Txn:
             self.undo.pop()()
 
 
-def _keep_reserve(path: Path) -> None:
-    """Allocate the reserve if missing (no data written: `posix_fallocate`)."""
-    if path.exists():
-        return
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.posix_fallocate(fd, 0, RESERVE_BYTES)
-        finally:
-            os.close(fd)
-    except OSError as e:  # no room for it now: the next start tries again
-        logger.warning("could not reserve %d bytes for the metadata store at %s: %s",
-                       RESERVE_BYTES, path, e.strerror or e)
-        path.unlink(missing_ok=True)
-
-
-def _release_reserve(path: Path | None) -> bool:
-    """Free the reserve for the store to open on a full disk; True if there was one."""
-    if path is None or not path.exists():
-        return False
-    path.unlink()
-    logger.warning("the metadata store's disk is full: released its reserve %s (%d bytes) to "
-                   "open it; free space on that disk", path, RESERVE_BYTES)
-    return True
-
-
-def _disk_full(e: sqlite3.Error) -> bool:
-    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
-    return code == sqlite3.SQLITE_FULL or "disk is full" in str(e)
-
-
-def _disk_failed(e: sqlite3.Error) -> bool:
-    """A full disk or an I/O error (not a constraint, a lock, a misuse)."""
-    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
-    return _disk_full(e) or code == sqlite3.SQLITE_IOERR or "disk I/O error" in str(e)
-
-
 class EmbeddedCoordinator(Closeable):
     """The shared in-process metadata state; open sessions with `session`.
 
@@ -192,6 +172,9 @@ class EmbeddedCoordinator(Closeable):
     supplies ``ctime_ms``/``mtime_ms``. ``defer_syncs``: commit without an fsync (opening
     included) until `sync` -- for an owner that tells no one of what it wrote until then (a
     broker's start, before its listeners answer anything but ApiVersions).
+    ``commits_in_thread``: the sessions' writes to a store on disk commit in a writer thread,
+    off their event loop (see the module doc); False runs them in-line, for a simulation
+    whose steps must not depend on a thread's timing.
     """
 
     def __init__(
@@ -201,11 +184,15 @@ class EmbeddedCoordinator(Closeable):
         clock_ms: Callable[[], int] = _wall_clock_ms,
         on_write_failure: Callable[[str], object] | None = None,
         defer_syncs: bool = False,
+        commits_in_thread: bool = True,
     ) -> None:
         self._clock_ms = clock_ms
         self._syncs_deferred = defer_syncs
         self.on_write_failure = on_write_failure
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the tree, the sessions, the watches
+        self._commit_lock = threading.RLock()  # the writes, in order; the connection
+        self._commits_in_thread = commits_in_thread and data_dir is not None
+        self._writer: ThreadPoolExecutor | None = None
         self._nodes: dict[str, _Node] = {}
         self._zxid = 0
         self._sessions: dict[int, EmbeddedSession] = {}
@@ -240,10 +227,10 @@ class EmbeddedCoordinator(Closeable):
                     raise StoreError(
                         f"metadata store {target} is in use by another process"
                     ) from e
-                if _disk_full(e) and attempt == 1 and _release_reserve(reserve):
+                if disk_full(e) and attempt == 1 and release_reserve(reserve):
                     self._nodes.clear()  # read again on the freed space
                     continue
-                if _disk_full(e):
+                if disk_full(e):
                     raise StoreError(
                         f"cannot open metadata store {target}: its disk is full ({e}); free "
                         "space there, or set metadata.log.dir to keep the store on another disk"
@@ -253,7 +240,7 @@ class EmbeddedCoordinator(Closeable):
                 self._conn.close()
                 raise
         if reserve is not None:
-            _keep_reserve(reserve)
+            keep_reserve(reserve)
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -339,7 +326,9 @@ class EmbeddedCoordinator(Closeable):
     def close(self) -> None:
         """Stop the coordinator as a process exit would: live sessions become closed (their
         listeners see CLOSED) without deleting their ephemeral nodes or firing watches; those
-        nodes are purged on the next open. Close sessions first for a graceful shutdown."""
+        nodes are purged on the next open. Close sessions first for a graceful shutdown. A
+        write under way completes first; one still queued for the writer thread fails as its
+        session is closed."""
         with self._lock:
             if self._closed:
                 return
@@ -352,15 +341,18 @@ class EmbeddedCoordinator(Closeable):
                 s._state = SessionState.CLOSED
                 s._pending.clear()
                 self._notify_state(s, SessionState.CLOSED)
+        with self._commit_lock, self._lock:  # after the write under way, if any
             if self._syncs_deferred:  # the checkpoint on close syncs, then drops the WAL
                 self._end_deferral()
             self._conn.close()
+            if self._writer is not None:
+                self._writer.shutdown(wait=False)
 
     def sync(self) -> None:
         """End ``defer_syncs``: every commit so far made durable (the database file, its WAL
         and their directory fsynced; a blocking call), and each commit from now on with an
         fsync of its own. Nothing to do without a deferral."""
-        with self._lock:
+        with self._commit_lock, self._lock:
             if not self._syncs_deferred or self._closed:
                 return
             self._end_deferral()  # a commit meanwhile (another thread) syncs itself
@@ -413,7 +405,7 @@ class EmbeddedCoordinator(Closeable):
         """Expire a session as ZooKeeper would after a session timeout: its ephemeral nodes are
         deleted (firing other sessions' watches), its watches are dropped, its listeners see
         EXPIRED and its later calls raise `SessionExpiredError`. Returns False if unknown."""
-        with self._lock:
+        with self._commit_lock, self._lock:
             s = self._sessions.get(session_id)
             if s is None:
                 return False
@@ -447,8 +439,13 @@ class EmbeddedCoordinator(Closeable):
             raise KeyError(f"no live session {session_id:#x}")
         return s
 
+    def _close_session(self, s: EmbeddedSession) -> None:
+        with self._commit_lock, self._lock:
+            if s.session_id in self._sessions:
+                self._end_session(s, SessionState.CLOSED)
+
     def _end_session(self, s: EmbeddedSession, state: SessionState) -> None:
-        """Close or expire a live session (lock held)."""
+        """Close or expire a live session (both locks held, the commit lock first)."""
         s._state = state
         s._pending.clear()
         del self._sessions[s.session_id]
@@ -534,27 +531,66 @@ class EmbeddedCoordinator(Closeable):
             return fn()
 
     def _session_write(self, s: EmbeddedSession, fn: Callable[[_Txn], _T]) -> _T:
-        with self._lock:
-            s._check_usable()
-            return self._write(fn)
+        return self._write(fn, check=s._check_usable)
 
-    def _write(self, fn: Callable[[_Txn], _T]) -> _T:
-        """Run ``fn`` as one atomic, durable transaction, then fire its watches (lock held)."""
-        txn = _Txn(self._zxid + 1, self._clock_ms())
-        try:
-            result = fn(txn)
-            self._commit(txn)
-        except BaseException:
-            txn.rollback()
-            raise
-        self._fire(txn.triggers)
-        return result
+    async def _run_write(self, write: Callable[[], _T]) -> _T:
+        """Run ``write`` in the writer thread (see ``commits_in_thread``), else in-line: while
+        fsyncs are deferred a commit costs no wait."""
+        if not self._commits_in_thread or self._syncs_deferred:
+            return write()
+        with self._lock:  # close() shuts the writer down holding it
+            if self._closed:
+                queued = None
+            else:
+                if self._writer is None:
+                    self._writer = ThreadPoolExecutor(1, thread_name_prefix="metadata-store")
+                queued = self._writer.submit(write)
+        if queued is None:
+            return write()  # the session's check raises: it is closed
+        return await asyncio.wrap_future(queued)
+
+    def _write(self, fn: Callable[[_Txn], _T], check: Callable[[], None] | None = None) -> _T:
+        """Run ``fn`` as one atomic, durable transaction, then fire its watches: validated
+        and undone, committed with only the commit lock held, applied again for all to see
+        (the module doc). ``check`` runs first, under the tree's lock (a session's state)."""
+        with self._commit_lock:
+            with self._lock:
+                if check is not None:
+                    check()
+                txn = _Txn(self._zxid + 1, self._clock_ms())
+                try:
+                    fn(txn)
+                    rows = self._rows(txn)
+                finally:
+                    txn.rollback()
+            if txn.dirty:
+                self._commit_rows(txn.zxid, *rows)
+            with self._lock:
+                applied = _Txn(txn.zxid, txn.now_ms)
+                try:
+                    result = fn(applied)
+                except BaseException as e:  # a write that validated cannot fail here
+                    applied.rollback()
+                    message = (f"metadata store {self.db_path or ':memory:'} holds a write its"
+                               f" tree could not apply: {e!r}")
+                    if self.on_write_failure is not None:
+                        self.on_write_failure(message)
+                    raise StoreError(message) from e
+                if applied.dirty:
+                    self._zxid = applied.zxid
+                self._fire(applied.triggers)
+                return result
 
     def _commit(self, txn: _Txn) -> None:
-        if not txn.dirty:
-            return
-        upserts = []
-        deletes = []
+        """Commit the changes ``txn`` has made to the tree (the opening's purge)."""
+        if txn.dirty:
+            self._commit_rows(txn.zxid, *self._rows(txn))
+            self._zxid = txn.zxid
+
+    def _rows(self, txn: _Txn) -> tuple[list[tuple[Any, ...]], list[tuple[str]]]:
+        """The rows ``txn`` changed, as the tree holds them now: (upserts, deletes)."""
+        upserts: list[tuple[Any, ...]] = []
+        deletes: list[tuple[str]] = []
         for path in txn.dirty:
             n = self._nodes.get(path)
             if n is None:
@@ -574,6 +610,12 @@ class EmbeddedCoordinator(Closeable):
                         n.pzxid,
                     )
                 )
+        return upserts, deletes
+
+    def _commit_rows(
+        self, zxid: int, upserts: list[tuple[Any, ...]], deletes: list[tuple[str]]
+    ) -> None:
+        """One SQLite transaction (commit lock held): the rows and the zxid, fsynced."""
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -587,9 +629,7 @@ class EmbeddedCoordinator(Closeable):
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         upserts,
                     )
-                conn.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('zxid', ?)", (txn.zxid,)
-                )
+                conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('zxid', ?)", (zxid,))
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -597,10 +637,9 @@ class EmbeddedCoordinator(Closeable):
                 raise
         except sqlite3.Error as e:
             message = f"metadata store {self.db_path or ':memory:'} cannot be written: {e}"
-            if self.on_write_failure is not None and _disk_failed(e):
+            if self.on_write_failure is not None and disk_failed(e):
                 self.on_write_failure(message)
             raise StoreError(message) from e
-        self._zxid = txn.zxid
 
     # ---------------------------------------------------------------------------- node ops
 
@@ -805,7 +844,11 @@ class EmbeddedSession(StoreSession):
         self._bind_loop()
         coord = self._coord
         payload = as_bytes(data)
-        return coord._session_write(self, lambda txn: coord._op_set(txn, path, payload, version))
+        return await coord._run_write(
+            lambda: coord._session_write(
+                self, lambda txn: coord._op_set(txn, path, payload, version)
+            )
+        )
 
     async def delete(
         self, path: str, *, version: int = ANY_VERSION, recursive: bool = False
@@ -813,13 +856,19 @@ class EmbeddedSession(StoreSession):
         self._bind_loop()
         coord = self._coord
         op = coord._op_delete_recursive if recursive else coord._op_delete
-        coord._session_write(self, lambda txn: op(txn, path, version))
+        await coord._run_write(
+            lambda: coord._session_write(self, lambda txn: op(txn, path, version))
+        )
 
     async def multi(self, ops: Sequence[MultiOp]) -> list[MultiResult]:
         self._bind_loop()
         coord = self._coord
         ops = list(ops)
-        return coord._session_write(self, lambda txn: coord._op_multi(txn, self._session_id, ops))
+        return await coord._run_write(
+            lambda: coord._session_write(
+                self, lambda txn: coord._op_multi(txn, self._session_id, ops)
+            )
+        )
 
     # ---------------------------------------------------------------------------- session
 
@@ -830,6 +879,5 @@ class EmbeddedSession(StoreSession):
     async def close(self) -> None:
         self._bind_loop()
         coord = self._coord
-        with coord._lock:
-            if self._session_id in coord._sessions:
-                coord._end_session(self, SessionState.CLOSED)
+        if self._session_id in coord._sessions:
+            await coord._run_write(lambda: coord._close_session(self))

@@ -213,7 +213,9 @@ class RealControlPlane:
         self.on_crash_at_write = on_crash_at_write
         self.unclean_election = unclean_election
         self.rebalance = rebalance or RebalanceConfig()
-        self.coordinator = EmbeddedCoordinator(root / "coordination", clock_ms=world.now_ms)
+        self.coordinator = EmbeddedCoordinator(
+            root / "coordination", clock_ms=world.now_ms, commits_in_thread=False
+        )
         self.observer = self.coordinator.session()  # the checker's and the clients' reads
         self.broker_sessions: dict[int, EmbeddedSession] = {}
         self.notice_delays_ms: dict[int, float] = {}  # broker -> its next expiry's notice delay

@@ -126,6 +126,31 @@ def test_old_files_go_after_their_delay_without_the_lock(tmp_path: Path) -> None
     log.close()
 
 
+def test_the_cleaned_segment_is_opened_without_the_log_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening the output reads its indexes: an append on the event loop must not wait."""
+    from wherry.log.clean_job import CleanJob
+
+    log = open_log(tmp_path, COMPACT)
+    for r in range(6):
+        for k in range(5):
+            put(log, f"k{k}".encode(), f"v{r}-{k}".encode() * 4)
+    log.roll(now_ms=T0)
+    held: list[bool] = []
+    open_output = CleanJob.open_output
+
+    def watched(job: CleanJob, base: int) -> object:
+        held.append(log.lock._is_owned())  # type: ignore[attr-defined]
+        return open_output(job, base)
+
+    monkeypatch.setattr(CleanJob, "open_output", watched)
+    result = clean_log(log, None, T0)
+    assert result is not None and not result.aborted and result.segments_before > 1
+    assert held and not any(held)
+    log.close()
+
+
 def test_the_cleaners_record_walk_reads_what_iter_records_decodes() -> None:
     from wherry.log.clean_job import _record_keys
     from wherry.protocol.records import RecordError, parse_header

@@ -310,7 +310,8 @@ def _swap_in(
 
 def _open_output(log_: Log, job: CleanJob, old: list[_Taken]) -> LogSegment | None:
     """The `.cleaned` segment replacing `old`, if these are still the log's inactive
-    segments, as the job read them."""
+    segments, as the job read them. Opened (its indexes read) without the log's lock, which
+    an append waits for: `Log.replace_segments` checks again under it."""
     if not all(_unchanged(t) for t in old):
         return None
     base = old[0].segment.base_offset
@@ -321,9 +322,12 @@ def _open_output(log_: Log, job: CleanJob, old: list[_Taken]) -> LogSegment | No
         inactive = {id(s) for s in segments[:-1]}
         if not all(id(t.segment) in inactive and t.segment.size == t.size for t in old):
             return None
-        if not job.output_paths(base)[0].exists():
-            return None
+    if not job.output_paths(base)[0].exists():
+        return None
+    try:
         return job.open_output(base)
+    except FileNotFoundError:  # its directory renamed meanwhile (the log deleted or moved)
+        return None
 
 class LogCleaner:
     """Picks the filthiest compacted log and cleans it; keeps `cleaner-offset-checkpoint` in

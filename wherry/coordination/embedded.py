@@ -530,8 +530,9 @@ class EmbeddedCoordinator(Closeable):
             s._check_usable()
             return fn()
 
-    def _session_write(self, s: EmbeddedSession, fn: Callable[[_Txn], _T]) -> _T:
-        return self._write(fn, check=s._check_usable)
+    async def _session_write(self, s: EmbeddedSession, fn: Callable[[_Txn], _T]) -> _T:
+        """``fn`` as a write of session ``s`` (`_run_write`), once ``s`` is usable."""
+        return await self._run_write(lambda: self._write(fn, check=s._check_usable))
 
     async def _run_write(self, write: Callable[[], _T]) -> _T:
         """Run ``write`` in the writer thread (see ``commits_in_thread``), else in-line: while
@@ -844,10 +845,8 @@ class EmbeddedSession(StoreSession):
         self._bind_loop()
         coord = self._coord
         payload = as_bytes(data)
-        return await coord._run_write(
-            lambda: coord._session_write(
-                self, lambda txn: coord._op_set(txn, path, payload, version)
-            )
+        return await coord._session_write(
+            self, lambda txn: coord._op_set(txn, path, payload, version)
         )
 
     async def delete(
@@ -856,18 +855,14 @@ class EmbeddedSession(StoreSession):
         self._bind_loop()
         coord = self._coord
         op = coord._op_delete_recursive if recursive else coord._op_delete
-        await coord._run_write(
-            lambda: coord._session_write(self, lambda txn: op(txn, path, version))
-        )
+        await coord._session_write(self, lambda txn: op(txn, path, version))
 
     async def multi(self, ops: Sequence[MultiOp]) -> list[MultiResult]:
         self._bind_loop()
         coord = self._coord
         ops = list(ops)
-        return await coord._run_write(
-            lambda: coord._session_write(
-                self, lambda txn: coord._op_multi(txn, self._session_id, ops)
-            )
+        return await coord._session_write(
+            self, lambda txn: coord._op_multi(txn, self._session_id, ops)
         )
 
     # ---------------------------------------------------------------------------- session

@@ -254,3 +254,65 @@ def test_eviction_by_other_threads_during_reads(tmp_path: Path, small_caches: No
     for log in logs:
         log.check_integrity()
         log.close()
+
+
+def test_a_flush_opens_and_syncs_its_files_without_the_log_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append on the event loop waits for the log's lock: the flush after a roll holds it
+    for no open or fsync of the rolled segment's files."""
+    import os
+
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=128)
+    log = open_log(tmp_path, config)
+    fill(log, 40, records=2)
+    log.roll(now_ms=T0)
+    fill(log, 5, records=2)
+    rolled = log.segments[0]
+    calls: list[tuple[str, str, bool]] = []
+    real_open, real_fsync = os.open, os.fsync
+
+    def opened(path: object, *args: object, **kwargs: object) -> int:
+        calls.append(("open", str(path), log.lock._is_owned()))  # type: ignore[attr-defined]
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def synced(fd: int) -> None:
+        calls.append(("fsync", "", log.lock._is_owned()))  # type: ignore[attr-defined]
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "open", opened)
+    monkeypatch.setattr(os, "fsync", synced)
+    log.flush(rolled.base_offset + 80)
+    monkeypatch.undo()
+    assert log.recovery_point == 80
+    names = {Path(path).name for op, path, _ in calls if op == "open"}
+    assert {rolled.log_path.name, rolled.index_path.name} <= names
+    assert calls and not any(held for _, _, held in calls), calls
+    log.close()
+
+
+def test_a_file_renamed_away_during_a_flush_leaves_the_recovery_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=128)
+    log = open_log(tmp_path, config)
+    fill(log, 40, records=2)
+    log.roll(now_ms=T0)
+    rolled = log.segments[0]
+    real_open = os.open
+
+    def gone(path: object, *args: object, **kwargs: object) -> int:
+        if Path(str(path)) == rolled.index_path:  # as if a cleaner's swap were renaming it
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", gone)
+    log.flush(80)
+    monkeypatch.undo()
+    assert log.recovery_point == 0
+    assert rolled.offset_index.needs_sync  # claimed, then given back for the next flush
+    log.flush(80)
+    assert log.recovery_point == 80 and not rolled.offset_index.needs_sync
+    log.close()

@@ -413,17 +413,16 @@ class _Index:
         self._unsynced = False
         self._disk_may_have_entries = self._file_bytes > 0
 
-    def open_for_sync(self) -> int | None:
-        """Write the file, and return a new fd to fsync it with (the caller fsyncs and closes
-        it, outside the log's lock) if it has unsynced writes; None if it has none. Call
-        `sync_failed` if that fsync fails."""
+    def claim_sync(self) -> Path | None:
+        """Write the file, and return its path if it has unsynced writes (None if it has
+        none): the caller opens and fsyncs it outside the log's lock, and calls `sync_failed`
+        if that fails."""
         self.write()
         if not self._unsynced:
             return None
-        fd = os.open(self.path, os.O_RDONLY)
         self._unsynced = False
         self._disk_may_have_entries = self._file_bytes > 0
-        return fd
+        return self.path
 
     def sync_failed(self) -> None:
         self._unsynced = True

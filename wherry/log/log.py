@@ -733,8 +733,10 @@ class Log:
     @io_guarded("flushing")
     def flush(self, up_to: int | None = None, *, now_ms: int | None = None) -> None:
         """fsync everything below `up_to` (default: the log end offset) and move the recovery
-        point there. The fsyncs (data, snapshots, directory) run without the log's lock: an
-        append (on the event loop) never waits for them."""
+        point there. Only the indexes are written under the log's lock; the files are opened
+        and fsynced (data, indexes, snapshots, directory) without it: an append (on the event
+        loop) waits for none of those system calls. A file renamed away meanwhile (a deletion,
+        a cleaner's swap, a move) leaves the recovery point where it was, for the next flush."""
         with self._files():
             self._check_open()
             now = self._now(now_ms)
@@ -742,23 +744,22 @@ class Log:
             self._last_flush_ms = now
             if end <= self._recovery_point:
                 return
-            # The indexes are written now; the .log and changed index files are fsynced below.
             segments = self._segments.segments_between(self._recovery_point, end)
-            fds: list[int] = []
+            paths: list[Path] = []
             try:
                 for segment in segments:
-                    fds.extend(segment.open_sync_fds())
+                    paths.extend(segment.claim_sync())
             except BaseException:
-                for fd in fds:
-                    os.close(fd)
+                for segment in segments:
+                    segment.sync_failed()
                 raise
             generation = self._truncations
             snapshots = self.producer_state.unsynced_snapshots(end)
             dir_token = self._segments.dir_to_sync()
             directory = self._segments.dir
+        complete = False
         try:
-            for fd in fds:
-                os.fsync(fd)
+            complete = _fsync_paths(paths)
             self.leader_epoch_cache.sync()  # epochs of the data below the new recovery point
             synced = self.producer_state.fsync_snapshot_files(snapshots)
             try:
@@ -766,18 +767,16 @@ class Log:
                     fsync_dir(directory)
             except FileNotFoundError:  # renamed meanwhile (deleted, moved): see below
                 dir_token = None
-        except BaseException:
-            with self._lock:
-                for segment in segments:
-                    segment.sync_failed()
-            raise
         finally:
-            for fd in fds:
-                os.close(fd)
+            if not complete:
+                claimed = set(paths)
+                with self._lock:
+                    for segment in segments:
+                        segment.sync_failed(claimed)
         with self._lock:
             self.producer_state.snapshots_synced(synced)
-            if self._closed or self._truncations != generation:
-                return  # truncated meanwhile: keep the (lowered) recovery point
+            if self._closed or self._truncations != generation or not complete:
+                return  # truncated or renamed meanwhile: keep the recovery point
             self._mark_flushed(end, dir_token)
 
     def _mark_flushed(self, up_to: int, dir_synced: int | None = None) -> None:
@@ -881,3 +880,18 @@ class Log:
         with self._files():
             self._segments.check_integrity(self._log_end_offset)
 
+
+def _fsync_paths(paths: list[Path]) -> bool:
+    """Open and fsync each file; False if one was gone (renamed meanwhile)."""
+    complete = True
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            complete = False
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return complete

@@ -18,7 +18,7 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -740,29 +740,23 @@ class LogSegment:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def open_sync_fds(self) -> list[int]:
-        """Write the indexes; new fds to fsync the `.log` and the index files with unsynced
-        writes through (the caller fsyncs and closes them, without holding the log's lock;
-        on failure it calls `sync_failed`)."""
-        fds: list[int] = []
-        try:
-            with self._file() as fd:
-                fds.append(os.dup(fd))
-            for index in (*self._opened_indexes(), self.txn_index):
-                index_fd = index.open_for_sync()
-                if index_fd is not None:
-                    fds.append(index_fd)
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            self.sync_failed()
-            raise
-        return fds
+    def claim_sync(self) -> list[Path]:
+        """Write the indexes; the files to fsync: the `.log` and the index files with unsynced
+        writes (the caller opens and fsyncs them without holding the log's lock; on failure it
+        calls `sync_failed`)."""
+        paths = [self.log_path]
+        for index in (*self._opened_indexes(), self.txn_index):
+            path = index.claim_sync()
+            if path is not None:
+                paths.append(path)
+        return paths
 
-    def sync_failed(self) -> None:
-        """An fsync of `open_sync_fds` failed: the index files still need one."""
-        for index in self._opened_indexes():
-            index.sync_failed()
+    def sync_failed(self, claimed: Collection[Path] | None = None) -> None:
+        """An fsync of `claim_sync`'s files failed: the index files among `claimed` (default:
+        all) still need one."""
+        for index in (*self._opened_indexes(), self.txn_index):
+            if claimed is None or index.path in claimed:
+                index.sync_failed()
 
     def flush(self) -> None:
         """fsync the data; write and fsync the indexes."""

@@ -164,16 +164,16 @@ class TransactionIndex:
             os.close(fd)
         self._unsynced = False
 
-    def open_for_sync(self) -> int | None:
-        """A new fd to fsync the file if it has unsynced entries (the caller closes it)."""
+    def claim_sync(self) -> Path | None:
+        """The file's path if it has unsynced entries (the caller fsyncs it, and calls
+        `sync_failed` if that fails)."""
         if not self._unsynced:
             return None
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
         self._unsynced = False
-        return fd
+        return self.path
+
+    def sync_failed(self) -> None:
+        self._unsynced = self.path.exists()  # none yet: nothing to sync
 
     def rename_to(self, path: Path) -> None:
         if self.path.exists():

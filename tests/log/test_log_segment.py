@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from logtest_util import T0, batch, headers
 
 from wherry.log.segment import LogSegment, RollParams
@@ -164,4 +165,59 @@ def test_should_roll(tmp_path: Path) -> None:
     assert seg.should_roll(params(ts=T0 + 1001))  # by message timestamps
     assert seg.should_roll(params(max_bytes=seg.size + 50))  # by size
     assert seg.should_roll(params(offset=2**31))  # relative offset overflow
+    seg.close()
+
+
+def test_a_read_at_a_recent_batch_reads_no_file_to_find_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch at the log's end asks for the base of a batch appended since its last fetch:
+    its position is known from the append, with no index lookup and no read of the file."""
+    seg = seg_open(tmp_path)
+    append_batches(seg, 60)
+    fresh = seg_open(tmp_path)  # the same file, no batch appended through it
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def counted(fd: int, n: int, pos: int) -> bytes:
+        reads.append(n)
+        return real_pread(fd, n, pos)
+
+    monkeypatch.setattr(os, "pread", counted)
+    for offset in (210, 212, 218):  # among the last 32 batches' bases
+        assert seg.translate_offset(offset) == fresh.translate_offset(offset)
+        reads.clear()
+        assert seg.translate_offset(offset) is not None and reads == []
+    for offset in (100, 211, 219, 400):  # an old batch, inside a batch, past the end
+        assert seg.translate_offset(offset) == fresh.translate_offset(offset)
+    monkeypatch.undo()
+    region = seg.read_region(216, 10_000)
+    expected = fresh.read(216, 10_000)
+    assert region is not None and expected is not None
+    data = region if isinstance(region, bytes) else region.read()
+    assert [h.base_offset for h in headers(data)] == [h.base_offset for h in headers(expected)]
+    fresh.close()
+    seg.close()
+
+
+def test_positions_of_recent_batches_go_with_a_truncation_and_a_failed_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = seg_open(tmp_path)
+    append_batches(seg, 10)  # offsets 100..119, two a batch
+    seg.truncate_to(110)
+    assert seg.translate_offset(110) is None
+    append_batches(seg, 1, records=5)  # 110..114: 112 is inside it now
+    assert seg.translate_offset(112) == seg.translate_offset(110)
+    assert seg.translate_offset(110) is not None and seg.translate_offset(110).base_offset == 110
+
+    def full(fd: int, data: object, pos: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(OSError):
+        append_batches(seg, 2)  # 115..118 never reach the file
+    monkeypatch.undo()
+    assert seg.translate_offset(115) is None and seg.translate_offset(117) is None
+    assert seg.translate_offset(110) is not None  # written before: still found
     seg.close()

@@ -66,6 +66,7 @@ _INT32_MAX = 2**31 - 1
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _SCAN_CHUNK_BYTES = 64 * 1024
+_TAIL_BATCHES = 32  # recent batches whose positions a segment keeps (`translate_offset`)
 _RECOVER_CHUNK_BYTES = 4 * 1024 * 1024
 
 _Buffer = bytes | bytearray | memoryview
@@ -188,6 +189,10 @@ class LogSegment:
         self._max_ts_and_offset: TimestampOffset | None = None  # lazily from the time index
         self._rolling_based_timestamp: int | None = None  # max timestamp of the first batch
         self._bytes_since_last_index_entry = 0
+        # The last batches appended, by base offset: a fetch at the log's end (a follower's,
+        # a consumer's at the tail) asks for the offset after what it has, the base of a batch
+        # appended since, whose position this gives without an index lookup or a file read.
+        self._tail: dict[int, BatchPosition] = {}
 
     @classmethod
     def open(
@@ -459,8 +464,12 @@ class LogSegment:
             self._rolling_based_timestamp = max(h.max_timestamp for _, h in batches)
         max_so_far = self._max_ts_and_offset or self._load_max_timestamp()
         since_entry = self._bytes_since_last_index_entry
+        tail = self._tail
         for rel, header in batches:
             header_last = header.base_offset + header.last_offset_delta
+            size = header.batch_length + LOG_OVERHEAD
+            tail[header.base_offset] = BatchPosition(header.base_offset, header_last,
+                                                     physical + rel, size)
             if header.max_timestamp > max_so_far.timestamp:
                 max_so_far = TimestampOffset(header.max_timestamp, header_last)
             if since_entry > self.index_interval_bytes:
@@ -469,19 +478,28 @@ class LogSegment:
                 if not self.time_index.is_full:
                     self.time_index.maybe_append(max_so_far.timestamp, max_so_far.offset)
                 since_entry = 0
-            since_entry += header.batch_length + LOG_OVERHEAD  # the batch's size in bytes
+            since_entry += size
+        while len(tail) > _TAIL_BATCHES:
+            del tail[next(iter(tail))]
         self._bytes_since_last_index_entry = since_entry
         self._max_ts_and_offset = max_so_far
-        if self._active:  # `_pwrite`, its common case inlined
-            _pwrite_all(self._fd, data, physical)
-        else:
-            self._pwrite(data, physical)
+        try:
+            if self._active:  # `_pwrite`, its common case inlined
+                _pwrite_all(self._fd, data, physical)
+            else:
+                self._pwrite(data, physical)
+        except BaseException:
+            tail.clear()  # positions of batches that are not in the file
+            raise
         self._size = physical + len(data)
 
     # -- lookups ------------------------------------------------------------------------
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
         """The first batch whose last offset >= `offset` (None if the segment ends before)."""
+        recent = self._tail.get(offset)
+        if recent is not None and recent.position >= starting_position:
+            return recent
         position = max(self.offset_index.lookup(offset).position, starting_position)
         for batch in self.scan_positions(position):
             if batch.last_offset >= offset:
@@ -640,6 +658,7 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
         self.write_indexes()
         self.set_active(False)
+        self._tail.clear()
 
     def write_indexes(self) -> None:
         """Write changed index entries to the index files (page cache, no fsync)."""
@@ -658,6 +677,7 @@ class LogSegment:
         offsets); truncate at the first invalid or torn batch. Returns bytes truncated."""
         self.offset_index.reset()
         self.time_index.reset()
+        self._tail.clear()
         max_ts = TimestampOffset(NO_TIMESTAMP, self.base_offset)
         valid_bytes = 0
         last_index_entry = 0
@@ -736,6 +756,7 @@ class LogSegment:
             self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
         self._max_ts_and_offset = None
+        self._tail.clear()
         return truncated
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -371,3 +371,45 @@ def test_asyncio_future_resolved_by_on_complete() -> None:
         return r1, r2
 
     assert asyncio.run(main()) == ("acked", "timeout")
+
+
+def test_an_in_order_pass_stops_at_the_first_produce_still_waiting_on_its_key() -> None:
+    """acks=all produces wait for a partition's high watermark in the order they appended:
+    the pass stops at the first still short of it, but not at one that waits on another
+    partition only."""
+    from kio.schema.errors import ErrorCode
+
+    from wherry.common.topic_partition import TopicPartition
+    from wherry.replication.delayed import DelayedProduce, ProducePartitionStatus
+
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
+    hw = {a: 0, b: 0}
+    checks: list[tuple[TopicPartition, int]] = []
+    answered: list[int] = []
+
+    def check(tp: TopicPartition, st: ProducePartitionStatus) -> ErrorCode | None:
+        checks.append((tp, st.required_offset))
+        return ErrorCode.none if hw[tp] >= st.required_offset else None
+
+    def produce(required: dict[TopicPartition, int]) -> DelayedProduce:
+        statuses = {tp: ProducePartitionStatus(end, ErrorCode.none, end - 1, -1, 0)
+                    for tp, end in required.items()}
+        return DelayedProduce(30_000, statuses, check,
+                              lambda s: answered.append(max(x.required_offset for x in s.values())))
+
+    p: DelayedOperationPurgatory[DelayedProduce] = DelayedOperationPurgatory(
+        "produce", Timer(start_ms=0), 1000
+    )
+    ops = [produce({a: 10, b: 5}), produce({a: 20}), produce({a: 30}), produce({a: 40})]
+    for op in ops:
+        assert not p.try_complete_else_watch(op, list(op.statuses))
+    hw[a] = 25  # the first waits on b only now; the second completes; the third stops the pass
+    checks.clear()
+    assert p.check_and_complete(a, in_order=True) == 1
+    assert answered == [20]
+    assert checks == [(a, 10), (b, 5), (a, 20), (a, 30)]  # the fourth not asked
+    hw[b] = 5
+    assert p.check_and_complete(b, in_order=True) == 1 and answered == [20, 10]
+    hw[a] = 40
+    assert p.check_and_complete(a, in_order=True) == 2 and answered == [20, 10, 30, 40]
+    assert p.delayed == 0

@@ -15,6 +15,7 @@ request handler created and awaits; the operation itself knows nothing about asy
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Hashable
 
 from wherry.purgatory.timing_wheel import TimerTask
 
@@ -38,6 +39,12 @@ class DelayedOperation(TimerTask):
     def is_expired(self) -> bool:
         """True if the operation completed because its timeout fired."""
         return self._expired
+
+    def pending_on(self, key: Hashable) -> bool:
+        """Whether the operation still waits on what `key` stands for, such that those
+        watched after it under `key` wait too (`Purgatory.check_and_complete`'s `in_order`
+        pass stops at it). False unless a subclass knows its order."""
+        return False
 
     def force_complete(self) -> bool:
         """Complete now unless already completed: unschedule the timeout and call

@@ -135,11 +135,14 @@ class DelayedOperationPurgatory(Generic[T]):
                     notify()
         return False
 
-    def check_and_complete(self, key: Hashable) -> int:
+    def check_and_complete(self, key: Hashable, *, in_order: bool = False) -> int:
         """Re-check the operations watched under ``key``; return how many this call completed.
 
         Completed operations leave the key's list; an empty list is dropped.  An exception from
-        an operation's ``try_complete`` is logged and the operation stays watched.
+        an operation's ``try_complete`` is logged and the operation stays watched.  With
+        ``in_order`` (the operations under ``key`` wait for it in the order they were watched,
+        e.g. acks=all produces on a partition's high watermark) the pass stops at the first
+        one still ``pending_on(key)``.
         """
         self._check_thread()
         watchers = self._watchers.get(key)
@@ -161,6 +164,8 @@ class DelayedOperationPurgatory(Generic[T]):
                 watchers.ops.pop(op_id, None)
             elif op.is_completed:
                 watchers.ops.pop(op_id, None)
+            elif in_order and op.pending_on(key):
+                break
         self._remove_key_if_empty(key, watchers)
         return completed
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -50,6 +50,12 @@ class DelayedProduce(DelayedOperation):
         if all(not st.acks_pending for st in self.statuses.values()):
             return self.force_complete()
         return False
+
+    def pending_on(self, key: Hashable) -> bool:
+        """Still waiting for partition `key`'s high watermark: the produces parked after this
+        one on it need a higher one (appends are watched in offset order)."""
+        st = self.statuses.get(key)  # type: ignore[call-overload]
+        return st is not None and st.acks_pending
 
     def on_expiration(self) -> None:
         for st in self.statuses.values():

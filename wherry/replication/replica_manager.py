@@ -782,7 +782,7 @@ class ReplicaManager:
 
     def _try_complete_delayed(self, tp: TopicPartition) -> None:
         """Kafka's tryCompleteDelayedRequests: the HW (or the ISR) moved."""
-        self.produce_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp, in_order=True)
         self._wake_fetches(tp)
 
     def follower_high_watermark_moved(self, tp: TopicPartition) -> None:

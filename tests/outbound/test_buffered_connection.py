@@ -20,7 +20,7 @@ import pytest
 from wherry.common.topic_partition import TopicPartition
 from wherry.log.config import LogConfig
 from wherry.log.log import Log
-from wherry.outbound.buffered import BufferedConnection
+from wherry.outbound.buffered import BufferedConnection, _time_out
 from wherry.protocol.codec import encode_response
 from wherry.protocol.records import build_batch
 from wherry.replication.fetcher import FetcherConfig, FetchStateKind, ReplicaFetcher
@@ -136,6 +136,34 @@ def test_a_silent_peer_times_the_request_out() -> None:
             with pytest.raises(TimeoutError):
                 await conn.request(struct.pack(">i", 1) + b"?")
             assert not conn.connected
+        finally:
+            await conn.close()
+            server.close()
+
+    _run(go())
+
+
+def test_a_cancelled_request_drops_the_connection_and_its_timer() -> None:
+    """A fetcher stopped mid-request: the answer that may still come is never read as the next
+    request's, and the request's timer does not outlive it."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    async def go() -> None:
+        server, port = await _serve(handler)
+        conn = BufferedConnection("127.0.0.1", port, request_timeout_s=30)
+        try:
+            await conn.connect()
+            task = asyncio.ensure_future(conn.request(struct.pack(">i", 1) + b"?"))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not conn.connected
+            loop = asyncio.get_running_loop()
+            timers = [h for h in getattr(loop, "_scheduled", []) if not h.cancelled()
+                      and getattr(h, "_callback", None) is _time_out]
+            assert not timers, timers
         finally:
             await conn.close()
             server.close()

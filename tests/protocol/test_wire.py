@@ -172,6 +172,15 @@ def test_tagged_fields_known_handed_over_unknown_skipped() -> None:
     Reader(b"").end_struct(False)
 
 
+def test_written_tagged_fields_read_back() -> None:
+    body = _written(lambda w: w.tagged_fields([(0, b"\x07"), (5, b"abc")]))
+    assert body == b"\x02" + b"\x00\x01\x07" + b"\x05\x03abc"
+    seen: list[bytes] = []
+    Reader(body).tagged_fields({5: lambda sub: seen.append(sub.raw(3))})
+    assert seen == [b"abc"]
+    assert _written(lambda w: w.tagged_fields([])) == b"\x00"
+
+
 # --- bounds errors: one error type -------------------------------------------------------------
 
 

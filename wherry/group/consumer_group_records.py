@@ -284,10 +284,7 @@ def encode_member_metadata(v: MemberMetadataValue) -> bytes:
         tag.nullable_bytes(metadata, True)
         tag.no_tagged_fields()
     tag.no_tagged_fields()
-    w.uvarint(1)  # one tagged field: 0, the classic member metadata
-    w.uvarint(0)
-    w.uvarint(len(tag.out))
-    w.raw(tag.out)
+    w.tagged_fields([(0, tag.out)])  # tag 0: the classic member metadata
     return bytes(w.out)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
 from kio.serial import errors as kio_errors
@@ -416,6 +416,15 @@ class Writer:
     def no_tagged_fields(self) -> None:
         """An empty tagged-field section."""
         self.out.append(0)
+
+    def tagged_fields(self, fields: Sequence[tuple[int, Buffer]]) -> None:
+        """A tagged-field section: each (tag, its bytes), in the order given (Kafka writes the
+        tags ascending)."""
+        self.uvarint(len(fields))
+        for tag, data in fields:
+            self.uvarint(tag)
+            self.uvarint(len(data))
+            self.out += data
 
     def end_struct(self, flexible: bool) -> None:
         """A struct's end: in flexible versions, an empty tagged-field section."""

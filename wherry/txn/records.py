@@ -119,11 +119,7 @@ def _write_tags(w: Writer, value: TransactionLogValue) -> None:
         tags.append((1, _I64.pack(value.next_producer_id)))
     if value.client_transaction_version != 0:
         tags.append((2, _I16.pack(value.client_transaction_version)))
-    w.uvarint(len(tags))
-    for tag, data in tags:
-        w.uvarint(tag)
-        w.uvarint(len(data))
-        w.raw(data)
+    w.tagged_fields(tags)
 
 
 def decode_key(data: bytes) -> str | None:

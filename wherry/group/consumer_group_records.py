@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
-from wherry.group.records import RecordFormatError, open_versioned
+from wherry.group.records import RecordFormatError, open_versioned, record_key
 from wherry.protocol.primitives import INT16
 from wherry.protocol.wire import Reader, Writer
 
@@ -80,15 +80,6 @@ Assignment = Mapping[uuid.UUID, frozenset[int]]
 
 
 # --- keys ----------------------------------------------------------------------------------------
-
-
-def record_key(record_type: int, *fields: str) -> bytes:
-    """A key: its record type, then its strings (not flexible)."""
-    w = Writer()
-    w.int16(record_type)
-    for f in fields:
-        w.string(f)
-    return bytes(w.out)
 
 
 def group_key(record_type: int) -> Callable[[str], bytes]:

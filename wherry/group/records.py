@@ -50,6 +50,7 @@ __all__ = [
     "offset_commit_key",
     "parse_subscription_topics",
     "partition_for",
+    "record_key",
 ]
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -125,11 +126,18 @@ def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     return bytes(w.out)
 
 
-def group_metadata_key(group: str) -> bytes:
+def record_key(version: int, *fields: str) -> bytes:
+    """A key of strings: its 2-byte version (the record type), then the strings (not
+    flexible)."""
     w = Writer()
-    w.int16(GROUP_METADATA_KEY_VERSION)
-    w.string(group)
+    w.int16(version)
+    for f in fields:
+        w.string(f)
     return bytes(w.out)
+
+
+def group_metadata_key(group: str) -> bytes:
+    return record_key(GROUP_METADATA_KEY_VERSION, group)
 
 
 def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from wherry.common.topic_partition import TopicPartition
-from wherry.group.records import open_versioned
+from wherry.group.records import open_versioned, record_key
 from wherry.group.records import partition_for as _java_partition_for
 from wherry.protocol.wire import DecodeError, Reader, Writer
 
@@ -75,10 +75,7 @@ class TransactionLogValue:
 
 
 def encode_key(transactional_id: str) -> bytes:
-    w = Writer()
-    w.int16(KEY_VERSION)
-    w.string(transactional_id)
-    return bytes(w.out)
+    return record_key(KEY_VERSION, transactional_id)
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:

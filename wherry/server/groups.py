@@ -10,7 +10,6 @@ coordinator runtime) configured from the broker's config, with the broker's own 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from wherry.common.topic_partition import TopicPartition
@@ -20,9 +19,7 @@ from wherry.group.config import ConsumerGroupConfig, GroupCoordinatorConfig
 from wherry.group.records import OFFSETS_TOPIC
 from wherry.server.config import BrokerConfig
 from wherry.server.coordinator_edges import CoordinatorEdges, TopicSpec
-from wherry.server.internal_topics import stored_partition_count
-
-log = logging.getLogger(__name__)
+from wherry.server.internal_topics import adopt_stored_partition_count
 
 __all__ = ["GroupsRuntime", "group_coordinator_config", "offsets_topic_configs"]
 
@@ -74,7 +71,6 @@ class GroupsRuntime(GroupCoordinatorHost):
             on_loaded=on_loaded,
         )
         self.clock = edges.clock
-        self._prefix = self.runtime.prefix
         self.offsets_topic = edges.internal_topic(
             self.runtime,
             TopicSpec(
@@ -85,18 +81,13 @@ class GroupsRuntime(GroupCoordinatorHost):
         )
 
     async def start(self, store: MetadataStore) -> None:
-        # Kafka uses the offsets topic's actual partition count when it exists.
-        count = await stored_partition_count(store, OFFSETS_TOPIC)
-        if count is not None:
-            if count != self.coordinator.partition_count:
-                log.info(
-                    "%s %s has %d partitions (offsets.topic.num.partitions is %d)",
-                    self._prefix,
-                    OFFSETS_TOPIC,
-                    count,
-                    self.coordinator.partition_count,
-                )
-            self.coordinator.partition_count = count
+        await adopt_stored_partition_count(
+            store,
+            OFFSETS_TOPIC,
+            self.coordinator,
+            "offsets.topic.num.partitions",
+            self.runtime.prefix,
+        )
         self.coordinator.startup()
 
     async def stop(self) -> None:

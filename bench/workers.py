@@ -601,6 +601,81 @@ def cf_txn_produce(p: Params) -> Params:
     return out
 
 
+def ak_txn_produce(p: Params) -> Params:
+    """The same as `cf_txn_produce` with aiokafka, a client whose transaction is its round
+    trips and nothing else (no registration timer, no flush of its own): `count` records,
+    idempotent (`per_txn` 0) or `per_txn` a transaction (`async with transaction()`, the
+    records sent, the commit). A warm-up record (in a transaction of its own when
+    transactional) gets the producer id and the metadata before the clock starts."""
+    import asyncio
+
+    return asyncio.run(_ak_txn_produce(p))
+
+
+async def _ak_txn_produce(p: Params) -> Params:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    per_txn = p["per_txn"]
+    topic = p["topic"]
+    conf: Params = {
+        "bootstrap_servers": p["bootstrap"],
+        "linger_ms": p.get("linger_ms", 5),
+        "max_batch_size": p.get("batch_size", 1_000_000),
+        "enable_idempotence": True,
+        "acks": "all",
+        "request_timeout_ms": int(p["timeout_s"] * 1000),
+    }
+    if per_txn:
+        conf["transactional_id"] = p["transactional_id"]
+    prod = AIOKafkaProducer(**conf)
+    failures: list[str] = []
+
+    def on_done(fut: Any) -> None:
+        if not fut.cancelled() and fut.exception() is not None and len(failures) < 10:
+            failures.append(repr(fut.exception()))
+
+    await prod.start()
+    try:
+        deadline = time.monotonic() + float(p["timeout_s"])
+        if per_txn:
+            async with prod.transaction():
+                await (await prod.send(topic, b"warm-up", partition=0))
+        else:
+            await (await prod.send(topic, b"warm-up", partition=0))
+        value = os.urandom(p["record_bytes"])
+        count = p["count"]
+        send = prod.send
+        transactions = 0
+        cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        if per_txn:
+            left = count
+            while left:
+                n = min(per_txn, left)
+                async with prod.transaction():
+                    for _ in range(n):
+                        (await send(topic, value)).add_done_callback(on_done)
+                transactions += 1
+                left -= n
+                if time.monotonic() > deadline:
+                    raise BenchError(f"{left} records left unsent at the deadline")
+        else:
+            for _ in range(count):
+                (await send(topic, value)).add_done_callback(on_done)
+            await asyncio.wait_for(prod.flush(), max(1.0, deadline - time.monotonic()))
+        elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+    finally:
+        await prod.stop()
+    if failures:
+        raise BenchError(f"produce failed: {failures}")
+    out = _client_result(count, count * p["record_bytes"], elapsed, cpu)
+    out["transactions"] = transactions
+    return out
+
+
 def cf_consume(p: Params) -> Params:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -747,6 +822,7 @@ ROLES: dict[str, Callable[[Params], Params]] = {
     "fetch_load": fetch_load,
     "cf_produce": cf_produce,
     "cf_txn_produce": cf_txn_produce,
+    "ak_txn_produce": ak_txn_produce,
     "cf_consume": cf_consume,
     "cf_latency": cf_latency,
     "sendfile_server": sendfile_server,

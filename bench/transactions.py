@@ -41,6 +41,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `wherry` impo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (
+    BROKER_RUNTIME,
     Broker,
     create_topic,
     env_line,
@@ -192,7 +193,12 @@ def main(argv: list[str] | None = None) -> int:
                     " if installed")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON to this path")
     ap.add_argument("--tmp-dir", type=Path, default=None, help="where the data dir lives")
+    ap.add_argument("--broker-tree", type=Path, metavar="DIR",
+                    help="run the broker from this source tree (e.g. another worktree, for a"
+                    " before/after); the clients and this script stay on this one")
     args = ap.parse_args(argv)
+    if args.broker_tree:
+        BROKER_RUNTIME.tree = args.broker_tree.resolve()
     plan = QUICK if args.quick else FULL
     plan = replace(
         plan,

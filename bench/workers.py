@@ -522,6 +522,12 @@ def cf_produce(p: Params) -> Params:
     return r
 
 
+def _transaction_sizes(count: int, per_txn: int) -> Iterator[int]:
+    """How many of `count` records each transaction sends: `per_txn`, the last the rest."""
+    for first in range(0, count, per_txn):
+        yield min(per_txn, count - first)
+
+
 def cf_txn_produce(p: Params) -> Params:
     """confluent-kafka producer, idempotent (`per_txn` 0) or transactional: `count` records,
     `per_txn` per transaction (begin, produce, commit_transaction). The producer id (and the
@@ -581,14 +587,11 @@ def cf_txn_produce(p: Params) -> Params:
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     if per_txn:
-        left = count
-        while left:
-            n = min(per_txn, left)
+        for n in _transaction_sizes(count, per_txn):
             prod.begin_transaction()
             send(n)
             prod.commit_transaction(max(1.0, deadline - time.monotonic()))
             transactions += 1
-            left -= n
         remaining = 0
     else:
         send(count)
@@ -651,16 +654,13 @@ async def _ak_txn_produce(p: Params) -> Params:
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         if per_txn:
-            left = count
-            while left:
-                n = min(per_txn, left)
+            for n in _transaction_sizes(count, per_txn):
                 async with prod.transaction():
                     for _ in range(n):
                         (await send(topic, value)).add_done_callback(on_done)
                 transactions += 1
-                left -= n
                 if time.monotonic() > deadline:
-                    raise BenchError(f"{left} records left unsent at the deadline")
+                    raise BenchError("the deadline passed with records left unsent")
         else:
             for _ in range(count):
                 (await send(topic, value)).add_done_callback(on_done)

@@ -7,6 +7,7 @@ first. Every loop is bounded by a deadline.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -610,14 +611,10 @@ def ak_txn_produce(p: Params) -> Params:
     idempotent (`per_txn` 0) or `per_txn` a transaction (`async with transaction()`, the
     records sent, the commit). A warm-up record (in a transaction of its own when
     transactional) gets the producer id and the metadata before the clock starts."""
-    import asyncio
-
     return asyncio.run(_ak_txn_produce(p))
 
 
 async def _ak_txn_produce(p: Params) -> Params:
-    import asyncio
-
     from aiokafka import AIOKafkaProducer
 
     per_txn = p["per_txn"]

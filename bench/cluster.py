@@ -14,8 +14,9 @@ temporary data dirs, every process stopped by its PID):
       frees as much memory as the run will write (`--no-pretouch` skips it): on this
       VM, memory the host has not backed yet (or has taken back, 2 s after the guest freed
       it) costs 5-15x to write into (see bench.common.pretouch_page_cache).
-      The s and r rows show the brokers' CPU per MB split into user and system time, the
-      client's, and how many of the machine's cores the run kept busy.
+      The s and r rows show the brokers' CPU per MB split into user and system time (read
+      by the worker as its clock starts and stops, as p1 and p3 count only their timed
+      run), the client's, and how many of the machine's cores the run kept busy.
   p1  raw ceiling of an acks=1 produce's byte path, no broker code: loopback socket →
       recv_into → pwrite, 1 MiB chunks (MiB/s, CPU ms per MiB of the receiving side's
       threads; the sending thread stands for the client and is not counted)
@@ -71,7 +72,6 @@ from bench.common import (
     BenchError,
     Broker,
     cpu_seconds,
-    cpu_split,
     create_topic,
     env_line,
     environment,
@@ -137,10 +137,6 @@ class Target:
     pids: list[int]
     acks: str
     replication_factor: int
-
-    def cpu_splits(self) -> list[tuple[float, float]]:
-        """(user, system) CPU seconds of each of the target's broker processes."""
-        return [cpu_split(pid) for pid in self.pids]
 
     def minor_faults(self) -> int:
         """Minor page faults of the target's broker processes so far (fresh memory touched)."""
@@ -310,7 +306,6 @@ class Bench:
     def _produce_run(
         self, target: Target, topic: str, size: int, count: int, extra: Params
     ) -> Params:
-        before = target.cpu_splits()
         faults0 = target.minor_faults()
         load0 = os.getloadavg()[0]
         r = run_worker(
@@ -322,13 +317,15 @@ class Bench:
                 "record_bytes": size,
                 "count": count,
                 "timeout_s": 300,
+                "broker_pids": target.pids,
                 **extra,
             },
             timeout_s=360,
         )
-        after = target.cpu_splits()
         r["broker_minor_faults"] = target.minor_faults() - faults0
-        spent = [(u1 - u0, k1 - k0) for (u0, k0), (u1, k1) in zip(before, after, strict=True)]
+        # read by the worker as its clock starts and stops: not the worker's own start, its
+        # connection set-up or its pre-touch, during which the brokers idle
+        spent: list[tuple[float, float]] = r["broker_cpu_split_s"]
         r["broker_user_s"] = sum(u for u, _ in spent)
         r["broker_sys_s"] = sum(k for _, k in spent)
         r["broker_cpu_s"] = r["broker_user_s"] + r["broker_sys_s"]

@@ -23,6 +23,7 @@ from typing import Any
 from bench.common import (
     MIB,
     BenchError,
+    cpu_split,
     decode_response,
     encode_request,
     pretouch_param,
@@ -497,6 +498,7 @@ def cf_produce(p: Params) -> Params:
     pretouch_s = pretouch_param(p)
     deadline = time.monotonic() + p["timeout_s"]
     produce = prod.produce
+    brokers0 = [cpu_split(pid) for pid in p.get("broker_pids", ())]
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     for i in range(count):
@@ -515,9 +517,14 @@ def cf_produce(p: Params) -> Params:
             prod.poll(0)
     remaining = prod.flush(max(1.0, deadline - time.monotonic()))
     elapsed = time.perf_counter() - t0
+    brokers1 = [cpu_split(pid) for pid in p.get("broker_pids", ())]
     if failures or remaining:
         raise BenchError(f"produce failed: {remaining} undelivered, errors {failures}")
     r = _client_result(count, count * p["record_bytes"], elapsed, time.process_time() - cpu0)
+    if brokers0:  # (user, system) seconds each broker spent while the clock ran
+        r["broker_cpu_split_s"] = [
+            (u1 - u0, k1 - k0) for (u0, k0), (u1, k1) in zip(brokers0, brokers1, strict=True)
+        ]
     if pretouch_s is not None:
         r["pretouch_s"] = pretouch_s
     return r

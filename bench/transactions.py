@@ -16,7 +16,10 @@ The same rows with aiokafka, prefixed `a` (ai1, at1, ax1, at2, ax2): a second re
 whose transaction is its round trips and nothing else (librdkafka adds its own steps to
 each: it registers a transaction's partitions on a timer and flushes before the commit), so
 these rows show what a transaction costs on the broker's side. `--client` picks one client.
-Each transactional row also gives the broker's CPU time per transaction.
+Each transactional row also gives the broker's CPU time per transaction and, from the
+broker's `/metrics` (its request total-time histograms: frame read to answer encoded), the
+time a transaction's requests spent inside the broker against the transaction's wall time:
+what is left is the client's and the round trips'.
 
 Idempotent and transactional runs alternate, so a drift of the machine hits every row.
 With `--peer`, the confluent-kafka rows against the native peer (tansu, from the
@@ -30,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +52,7 @@ from bench.common import (
     env_line,
     environment,
     finish,
+    free_port,
     log,
     print_table,
     run_worker,
@@ -84,9 +90,45 @@ class Row:
     raw: Params
 
 
+_REQUEST_TIME = re.compile(
+    r'^kafka_network_requestmetrics_totaltimems_(sum|count)\{[^}]*request="([^"]+)"[^}]*\} '
+    r"([0-9.e+-]+)$",
+    re.M,
+)
+
+
+def request_times(metrics_url: str) -> dict[str, tuple[float, float]]:
+    """Each request type's (count, total ms inside the broker) so far, from `/metrics`."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    found: dict[str, dict[str, float]] = {}
+    for kind, request, value in _REQUEST_TIME.findall(text):
+        found.setdefault(request, {})[kind] = float(value)
+    return {k: (v.get("count", 0.0), v.get("sum", 0.0)) for k, v in found.items()}
+
+
+def _times_during(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> dict[str, tuple[float, float]]:
+    """The (count, total ms) of each request type the run sent."""
+    out = {}
+    for request, (n, ms) in after.items():
+        n0, ms0 = before.get(request, (0.0, 0.0))
+        if n > n0:
+            out[request] = (n - n0, ms - ms0)
+    return out
+
+
 def _produce(
-    broker: Broker, role: str, topic: str, count: int, per_txn: int, linger_ms: int
+    broker: Broker,
+    role: str,
+    topic: str,
+    count: int,
+    per_txn: int,
+    linger_ms: int,
+    metrics_url: str | None,
 ) -> Params:
+    times0 = request_times(metrics_url) if metrics_url else None
     cpu0 = broker.cpu_seconds()
     r = run_worker(
         role,
@@ -103,7 +145,30 @@ def _produce(
         timeout_s=360,
     )
     r["broker_cpu_s"] = broker.cpu_seconds() - cpu0
+    if metrics_url and times0 is not None:
+        r["broker_request_ms"] = _times_during(times0, request_times(metrics_url))
     return r
+
+
+# a transaction's requests, in the order the detail names them
+_TXN_REQUESTS = ("AddPartitionsToTxn", "Produce", "EndTxn")
+
+
+def _in_broker(r: Params) -> str:
+    """`, in the broker X of each transaction's Y ms (...)`: the time its requests spent
+    inside the broker, from the broker's own request histograms; '' without them."""
+    times = r.get("broker_request_ms")
+    if not times:
+        return ""
+    txns = r["transactions"]
+    inside = sum(ms for _n, ms in times.values()) / txns
+    wall = r["elapsed_s"] * 1000 / txns
+    parts = ", ".join(
+        f"{times[k][0] / txns:.1f} {k} {times[k][1] / txns:.2f}"
+        for k in _TXN_REQUESTS
+        if k in times
+    )
+    return f"; in the broker {inside:.2f} of each transaction's {wall:.2f} ms ({parts} ms)"
 
 
 def _detail(r: Params) -> str:
@@ -120,7 +185,7 @@ def _detail(r: Params) -> str:
         per = r["broker_cpu_s"] / r["transactions"] * 1000
         head += (
             f", {r['transactions']:,} transactions ({rate:,.0f}/s,"
-            f" {per:.2f} ms broker CPU each)"
+            f" {per:.2f} ms broker CPU each){_in_broker(r)}"
         )
     return (
         f"{head}; broker CPU {r['broker_cpu_s'] / r['elapsed_s'] * 100:.0f}%, "
@@ -129,10 +194,15 @@ def _detail(r: Params) -> str:
 
 
 def measure(
-    broker: Broker, plan: Plan, prefix: str = "", client: str = "confluent-kafka"
+    broker: Broker,
+    plan: Plan,
+    prefix: str = "",
+    client: str = "confluent-kafka",
+    metrics_url: str | None = None,
 ) -> list[Row]:
     """The rows of `client` against `broker`, their ids after `prefix` ("p" for the peer)
-    and the client's own ("a" for aiokafka)."""
+    and the client's own ("a" for aiokafka); with `metrics_url`, the broker's `/metrics`,
+    the time each transaction's requests spent inside it."""
     role, client_prefix = CLIENTS[client]
     prefix += client_prefix
     cases = [("i1", 0), ("t1", plan.per_txn), ("t2", max(1, plan.per_txn // 10))]
@@ -147,7 +217,8 @@ def measure(
             log(f"({prefix}{rid}) {client} run {attempt + 1}/{plan.repeats}: "
                 f"{plan.records} x {RECORD_BYTES} B, {what}")
             runs[rid].append(
-                _produce(broker, role, topics[rid], plan.records, per_txn, plan.linger_ms)
+                _produce(broker, role, topics[rid], plan.records, per_txn, plan.linger_ms,
+                         metrics_url)
             )
     best = {rid: {**max(rs, key=lambda r: r["rec_s"]), "runs": rs} for rid, rs in runs.items()}
     rows: list[Row] = []
@@ -209,10 +280,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     env = environment()
     t0 = time.monotonic()
-    with temp_dir("wherry-bench-txn-", args.tmp_dir) as base, Broker(base / "data") as broker:
+    http_port = free_port()
+    # the defaults a user gets: the console and /metrics on (moved to a free loopback port)
+    with temp_dir("wherry-bench-txn-", args.tmp_dir) as base, Broker(
+        base / "data", [f"http.listeners=http://127.0.0.1:{http_port}"]
+    ) as broker:
         broker.start()
         clients = list(CLIENTS) if args.client == "both" else [args.client]
-        rows = [row for client in clients for row in measure(broker, plan, client=client)]
+        url = f"http://127.0.0.1:{http_port}/metrics"
+        rows = [
+            row for client in clients for row in measure(broker, plan, client=client,
+                                                         metrics_url=url)
+        ]
     if args.peer and "confluent-kafka" in clients:
         rows += _peer_rows(plan)
     finish(env, t0)

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 import wherry.protocol.codec as codec
 from tests.protocol.kio_samples import kio_response_frame
 from wherry.protocol.codec import encode_response
-from wherry.protocol.response_cache import CACHED_KEYS, ResponseBodyCache, frozen
+from wherry.protocol.response_cache import CACHED_KEYS, KeyedAnswer, ResponseBodyCache, frozen
 from wherry.server.handlers import SUPPORTED_VERSIONS
 
 
@@ -52,6 +52,48 @@ def test_api_versions_answer_kept_with_header_v0() -> None:
     for _ in range(2):
         for version in _versions(18):
             assert encode_response(18, version, 9, data) == kio_response_frame(18, version, 9, data)
+
+
+def test_a_keyed_answer_is_frozen_once_and_written_as_kio_writes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import wherry.protocol.response_cache as response_cache
+    from wherry.server.handlers.api_versions import answer, features_of
+
+    keyed = {v: KeyedAnswer(answer(features_of(2), v)) for v in _versions(18)}
+    for version, data in keyed.items():
+        assert data == answer(features_of(2), version) and data.key == frozen(dict(data))
+    frozen_values: list[Any] = []
+    real = response_cache._freeze
+    monkeypatch.setattr(response_cache, "_freeze", lambda v: frozen_values.append(v) or real(v))
+    for cid in range(3):  # kept after the first, and never frozen again
+        for version, data in keyed.items():
+            assert encode_response(18, version, cid, data) == kio_response_frame(
+                18, version, cid, dict(data)
+            )
+    assert frozen_values == []
+    monkeypatch.undo()
+    # a throttled answer is a new, plain dict: frozen, kept apart
+    throttled = {**KeyedAnswer(answer(features_of(2), 3)), "throttle_time": 5}
+    assert type(throttled) is dict
+    assert encode_response(18, 3, 1, throttled) == kio_response_frame(18, 3, 1, throttled)
+
+
+def test_the_api_versions_handler_answers_one_kept_answer_per_version() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from wherry.server.handlers import api_versions
+
+    broker: Any = SimpleNamespace(config=SimpleNamespace(transaction_version=2))
+
+    def ask(version: int) -> Any:
+        return asyncio.run(api_versions.handle(broker, SimpleNamespace(api_version=version)))  # type: ignore[arg-type]
+
+    first, again, other = ask(3), ask(3), ask(2)
+    assert first is again and type(first) is KeyedAnswer
+    assert first == api_versions.answer(api_versions.features_of(2), 3)
+    assert other is not first and other == api_versions.answer(api_versions.features_of(2), 2)
 
 
 def test_answers_with_other_values_are_encoded_and_not_kept() -> None:

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
-__all__ = ["CACHED_KEYS", "ResponseBodyCache", "frozen"]
+__all__ = ["CACHED_KEYS", "KeyedAnswer", "ResponseBodyCache", "frozen"]
 
 # API keys whose answers repeat: OffsetCommit, FindCoordinator, Heartbeat, LeaveGroup,
 # ApiVersions, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit,
@@ -68,6 +68,19 @@ def frozen(value: Any) -> Any:
         return None
 
 
+class KeyedAnswer(dict[str, Any]):
+    """An answer given again and again unchanged (ApiVersions' for one version and feature
+    set: 70 API keys): its cache key is made once, when it is built, not for every request
+    (freezing that answer took longer than the rest of the request). Never changed once built;
+    a change (a throttle time) makes a new dict."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        super().__init__(value)
+        self.key = frozen(value)
+
+
 class ResponseBodyCache:
     """Encoded bodies by (API key, version, frozen answer): at most `max_entries`, each at
     most `max_body_bytes` (the oldest goes first)."""
@@ -91,7 +104,8 @@ class ResponseBodyCache:
         self, api_key: int, api_version: int, data: Any, encode: Callable[[], bytes]
     ) -> bytes:
         """The encoded body of `data`: kept, or `encode()`d (and kept when it may be)."""
-        key_value = frozen(data) if type(data) is dict else None
+        t = type(data)
+        key_value = frozen(data) if t is dict else data.key if t is KeyedAnswer else None
         if key_value is None:
             return encode()
         key = (api_key, api_version, key_value)

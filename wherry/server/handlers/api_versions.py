@@ -5,6 +5,7 @@ finalized runs transactions v2 (KIP-890)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -17,6 +18,7 @@ API_VERSIONS_KEY = api_versions_codec.API_VERSIONS_KEY
 if TYPE_CHECKING:
 
     from wherry.protocol.codec import Request
+    from wherry.protocol.response_cache import KeyedAnswer
     from wherry.server.services import BrokerServices
 
 TRANSACTION_VERSION_FEATURE = "transaction.version"
@@ -103,5 +105,14 @@ def answer(features: Features, version: int) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=32)
+def _kept_answer(transaction_version: int, version: int) -> KeyedAnswer:
+    """The answer for this `transaction.version` and ApiVersions version, built once (the
+    response cache, with uuid, is imported after the start, as the kio path that asks)."""
+    from wherry.protocol.response_cache import KeyedAnswer
+
+    return KeyedAnswer(answer(features_of(transaction_version), version))
+
+
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
-    return answer(features_of(broker.config.transaction_version), req.api_version)
+    return _kept_answer(broker.config.transaction_version, req.api_version)

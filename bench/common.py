@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,6 +62,12 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def scrape(metrics_url: str) -> str:
+    """A broker's `/metrics` page, as text."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+        return str(resp.read().decode())
 
 
 def rss_kib(pid: int) -> int:

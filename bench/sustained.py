@@ -35,7 +35,6 @@ import re
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ from bench.common import (
     log,
     print_table,
     run_worker,
+    scrape,
     settle_writeback,
     temp_dir,
 )
@@ -141,11 +141,6 @@ _PRODUCE = re.compile(
     r"([0-9.e+]+)$",
     re.M,
 )
-
-
-def scrape(metrics_url: str) -> str:
-    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
-        return str(resp.read().decode())
 
 
 def produce_times(text: str) -> dict[str, float]:

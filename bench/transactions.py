@@ -36,7 +36,6 @@ import json
 import re
 import sys
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -56,6 +55,7 @@ from bench.common import (
     log,
     print_table,
     run_worker,
+    scrape,
     temp_dir,
 )
 
@@ -99,10 +99,8 @@ _REQUEST_TIME = re.compile(
 
 def request_times(metrics_url: str) -> dict[str, tuple[float, float]]:
     """Each request type's (count, total ms inside the broker) so far, from `/metrics`."""
-    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
-        text = resp.read().decode()
     found: dict[str, dict[str, float]] = {}
-    for kind, request, value in _REQUEST_TIME.findall(text):
+    for kind, request, value in _REQUEST_TIME.findall(scrape(metrics_url)):
         found.setdefault(request, {})[kind] = float(value)
     return {k: (v.get("count", 0.0), v.get("sum", 0.0)) for k, v in found.items()}
 
@@ -145,7 +143,7 @@ def _produce(
         timeout_s=360,
     )
     r["broker_cpu_s"] = broker.cpu_seconds() - cpu0
-    if metrics_url and times0 is not None:
+    if metrics_url is not None and times0 is not None:
         r["broker_request_ms"] = _times_during(times0, request_times(metrics_url))
     return r
 

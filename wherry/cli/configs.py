@@ -1,7 +1,9 @@
 """`wherry configs`: a kafka-configs.sh look-alike for topic and broker configs, and for
 users' and client ids' quotas (`--entity-type users|clients`, `cli/quota_configs.py`).
 
-`--describe` prints the dynamic configs of an entity (DescribeConfigs), `--alter` sets
+`--describe` prints the dynamic configs of an entity (DescribeConfigs), with `--all` every
+config (static ones included, for a broker: what it was started with and the defaults);
+`--alter` sets
 (`--add-config k=v,k2=[a,b]`) and removes (`--delete-config k,k2`) them with
 IncrementalAlterConfigs, one resource per call (librdkafka accepts one BROKER resource per
 request). Entity types: `topics` and `brokers` (`--entity-name ID` or `--entity-default`, the
@@ -78,7 +80,8 @@ def config_line(name: str, value: str | None, source: str, sensitive: bool,
                 synonyms: Iterable[tuple[str, str, str | None]]) -> str:
     """`  name=value sensitive=false synonyms={SOURCE:name=value, ...}` (Kafka's format)."""
     shown = "null" if sensitive or value is None else value
-    syn = ", ".join(f"{src}:{n}={v}" for src, n, v in synonyms) or f"{source}:{name}={shown}"
+    syn = ", ".join(f"{src}:{n}={'null' if v is None else v}" for src, n, v in synonyms) or (
+        f"{source}:{name}={shown}")
     return f"  {name}={shown} sensitive={str(sensitive).lower()} synonyms={{{syn}}}"
 
 
@@ -102,11 +105,10 @@ class ConfigService(AdminService):
             self._wait(fut, "incrementalAlterConfigs")
 
 
-def _dynamic_source(entity_type: str, default: bool) -> ConfigSource:
+def _dynamic_source(entity_type: str) -> ConfigSource:
     if entity_type == "topics":
         return ConfigSource.DYNAMIC_TOPIC_CONFIG
-    return (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if default
-            else ConfigSource.DYNAMIC_BROKER_CONFIG)
+    return ConfigSource.DYNAMIC_BROKER_CONFIG
 
 
 def _entity_label(entity_type: str, name: str) -> str:
@@ -114,9 +116,12 @@ def _entity_label(entity_type: str, name: str) -> str:
 
 
 def _check_args(describe: bool, alter: bool, entity_type: str, entity_name: str | None,
-                entity_default: bool, add: str | None, delete: Sequence[str]) -> None:
+                entity_default: bool, add: str | None, delete: Sequence[str],
+                describe_all: bool = False) -> None:
     if describe == alter:
         raise CommandError("Command must include exactly one action: --describe, --alter")
+    if describe_all and not describe:
+        raise CommandError("--all can only be used with --describe")
     if entity_name is not None and entity_default:
         raise CommandError("--entity-name and --entity-default cannot be used together")
     if entity_default and entity_type == "topics":
@@ -141,6 +146,9 @@ def _check_args(describe: bool, alter: bool, entity_type: str, entity_name: str 
 @_common_options
 @click.option("--describe", "describe", is_flag=True, help="List configs for the entity.")
 @click.option("--alter", "alter", is_flag=True, help="Alter the configuration of the entity.")
+@click.option("--all", "describe_all", is_flag=True,
+              help="With --describe: list all configs for the entity, including static configs "
+                   "if available.")
 @click.option("--entity-type", "entity_types", required=True, multiple=True,
               type=click.Choice(ENTITY_TYPES),
               help="Type of entity (topics/brokers/users/clients); users and clients together "
@@ -157,6 +165,7 @@ def configs(
     bootstrap_server: str, command_config: Path | None, timeout_ms: int, describe: bool,
     alter: bool, entity_types: tuple[str, ...], entity_names: tuple[str, ...],
     entity_default: bool, add_config: str | None, delete_config: tuple[str, ...],
+    describe_all: bool,
 ) -> None:
     """Describe or alter topic and broker configs, and users' and client ids' quotas (like
     kafka-configs.sh)."""
@@ -172,7 +181,7 @@ def configs(
     entity_type = entity_types[0]
     entity_name = entity_names[0] if entity_names else None
     _check_args(describe, alter, entity_type, entity_name, entity_default, add_config,
-                delete_config)
+                delete_config, describe_all)
     rtype = ResourceType.TOPIC if entity_type == "topics" else ResourceType.BROKER
     svc = ConfigService.connect(bootstrap_server, command_config, timeout_ms)
     if alter:
@@ -198,26 +207,28 @@ def configs(
         else:
             click.echo(f"Completed updating config for {_entity_label(entity_type, name)}.")
         return
-    if entity_default:
-        click.echo("Default configs for brokers in the cluster are:")
-        for c in sorted(describe_default_broker(bootstrap_server, svc.timeout_s),
-                        key=lambda c: c.name):
-            if c.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.name:
-                click.echo(config_line(c.name, c.value, c.source, c.sensitive, c.synonyms))
-        return
     if entity_name is not None:
         names = [entity_name]
     elif entity_type == "topics":
         names = sorted(svc.metadata().topics)
-    else:
+    elif not entity_default:  # every broker, then the cluster default (as kafka-configs)
         names = [str(b) for b in sorted(svc.metadata().brokers)]
-    wanted = _dynamic_source(entity_type, entity_default)
+    else:
+        names = []
+    wanted = None if describe_all else _dynamic_source(entity_type)
     for name in names:
         entries = svc.describe(rtype, name)
-        click.echo(f"Dynamic configs for {_entity_label(entity_type, name)} are:")
+        click.echo(f"{'All' if describe_all else 'Dynamic'} configs for "
+                   f"{_entity_label(entity_type, name)} are:")
         for _, entry in sorted(entries.items()):
-            if source_name(entry) == wanted.name:
+            if wanted is None or source_name(entry) == wanted.name:
                 click.echo(entry_line(entry))
+    if entity_type == "brokers" and entity_name is None:
+        click.echo("Default configs for brokers in the cluster are:")
+        for c in sorted(describe_default_broker(bootstrap_server, svc.timeout_s),
+                        key=lambda c: c.name):
+            if describe_all or c.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.name:
+                click.echo(config_line(c.name, c.value, c.source, c.sensitive, c.synonyms))
 
 
 def _quotas(bootstrap_server: str, timeout_ms: int, describe: bool, alter: bool,

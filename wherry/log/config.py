@@ -24,6 +24,7 @@ __all__ = [
     "ConfigKey",
     "ConfigType",
     "LogConfig",
+    "unit_synonym_defaults",
 ]
 
 INT_MIN = -(2**31)
@@ -705,3 +706,16 @@ def config_key_for_field(field: str) -> ConfigKey:
 @functools.lru_cache(maxsize=1024)
 def _with_props(base: LogConfig, props: frozenset[tuple[str, str]]) -> LogConfig:
     return LogConfig.from_props(dict(sorted(props)), base)
+
+
+def unit_synonym_defaults() -> dict[str, str | None]:
+    """Kafka's defaults of the broker's coarser names of a topic config (`log.retention.hours`
+    168, `log.retention.minutes` none, `log.roll.hours` 168, `log.roll.jitter.hours` 0): the
+    coarsest name holds the default, the finer ones have none."""
+    base = LogConfig()
+    out: dict[str, str | None] = {}
+    for topic_name, synonyms in _SERVER_UNIT_SYNONYMS.items():
+        for i, (name, multiplier) in enumerate(synonyms):
+            last = i == len(synonyms) - 1
+            out[name] = str(int(base.value_of(topic_name)) // multiplier) if last else None
+    return out

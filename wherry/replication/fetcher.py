@@ -65,6 +65,17 @@ class FetchLimits:
     partition_max_bytes: int  # each partition
 
 
+# Kafka's `replica.fetch.*` settings -> the FetcherConfig field each sets.
+FETCHER_CONFIG_KEYS: Mapping[str, str] = {
+    "replica.fetch.wait.max.ms": "max_wait_ms",
+    "replica.fetch.min.bytes": "min_bytes",
+    "replica.fetch.max.bytes": "partition_max_bytes",
+    "replica.fetch.response.max.bytes": "response_max_bytes",
+    "replica.fetch.backoff.ms": "backoff_ms",
+    "replica.socket.timeout.ms": "socket_timeout_ms",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class FetcherConfig:
     """Kafka's `replica.fetch.*` settings (names and defaults of Kafka 3.9)."""
@@ -78,19 +89,9 @@ class FetcherConfig:
 
     @classmethod
     def from_properties(cls, raw: Mapping[str, str]) -> FetcherConfig:
-        def get(name: str, default: int) -> int:
-            value = raw.get(name)
-            return default if value is None else int(value)
-
-        d = cls()
-        return cls(
-            max_wait_ms=get("replica.fetch.wait.max.ms", d.max_wait_ms),
-            min_bytes=get("replica.fetch.min.bytes", d.min_bytes),
-            partition_max_bytes=get("replica.fetch.max.bytes", d.partition_max_bytes),
-            response_max_bytes=get("replica.fetch.response.max.bytes", d.response_max_bytes),
-            backoff_ms=get("replica.fetch.backoff.ms", d.backoff_ms),
-            socket_timeout_ms=get("replica.socket.timeout.ms", d.socket_timeout_ms),
-        )
+        return cls(**{
+            field: int(raw[name]) for name, field in FETCHER_CONFIG_KEYS.items() if name in raw
+        })
 
     @property
     def limits(self) -> FetchLimits:

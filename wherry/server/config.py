@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from wherry.common import java_properties
 from wherry.common.record import frozen_record
-from wherry.log.config import ConfigError, LogConfig
+from wherry.log.config import ConfigError, ConfigType, LogConfig
 from wherry.observability.endpoints import HttpEndpoint, parse_http_listeners
 from wherry.server.config_keys import FETCHER_KEYS
 from wherry.server.connection_limits import ConnectionLimits, LimitConfigError, limits_from_props
@@ -59,8 +59,18 @@ def _long(v: str) -> int:
     return _number(v, "LONG", LONG_RANGE)
 
 
+def _is_long(key: str) -> bool:
+    """Whether a numeric broker setting is a LONG in Kafka (durations in ms and most sizes)."""
+    return key.endswith((".ms", ".bytes")) and key != "socket.request.max.bytes"
+
+
 def _int_or_long(key: str) -> Any:
-    return _long if key.endswith((".ms", ".bytes")) and key != "socket.request.max.bytes" else _int
+    return _long if _is_long(key) else _int
+
+
+def number_type(key: str) -> ConfigType:
+    """The DescribeConfigs type of a numeric broker setting: LONG or INT."""
+    return ConfigType.LONG if _is_long(key) else ConfigType.INT
 
 
 @frozen_record(slots=True)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import field
 
 from wherry.common.record import frozen_record
+from wherry.log.config import ConfigType
 
 INT_MAX = 2**31 - 1
 
@@ -142,3 +143,16 @@ def limits_from_props(props: Mapping[str, str], socket_request_max_bytes: int) -
 
 def is_per_listener_key(key: str) -> bool:
     return _PER_LISTENER.fullmatch(key) is not None
+
+
+def limit_values(limits: ConnectionLimits) -> dict[str, tuple[str, ConfigType]]:
+    """The broker-wide limits as DescribeConfigs shows them: name -> (value, type)."""
+    overrides = ",".join(f"{h}:{n}" for h, n in limits.max_connections_per_ip_overrides.items())
+    return {
+        IDLE_KEY: (str(limits.connections_max_idle_ms), ConfigType.LONG),
+        MAX_CONNECTIONS_KEY: (str(limits.max_connections), ConfigType.INT),
+        PER_IP_KEY: (str(limits.max_connections_per_ip), ConfigType.INT),
+        PER_IP_OVERRIDES_KEY: (overrides, ConfigType.STRING),
+        CREATION_RATE_KEY: (str(limits.max_connection_creation_rate), ConfigType.INT),
+        QUEUED_BYTES_KEY: (str(limits.queued_max_request_bytes), ConfigType.LONG),
+    }

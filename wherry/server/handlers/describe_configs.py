@@ -13,7 +13,8 @@ from wherry.log.config import SERVER_CONFIG_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigT
 from wherry.security.acl import AclOperation
 from wherry.server import broker_configs
 from wherry.server.authz import AUTHORIZATION_MESSAGES, config_resource_denied
-from wherry.server.connection_limits import ConnectionLimits
+from wherry.server.dynamic_keys import ALL_DYNAMIC
+from wherry.server.static_configs import static_configs
 from wherry.share.config import GROUP_CONFIG_KEYS
 
 if TYPE_CHECKING:
@@ -84,98 +85,39 @@ def topic_config_entries(
 
 
 def broker_config_entries(
-    broker: BrokerServices, keys: Iterable[str] | None
+    broker: BrokerServices,
+    keys: Iterable[str] | None,
+    detail: broker_configs.EntryDetail = _VALUES_ONLY,
 ) -> list[dict[str, Any]]:
-    cfg = broker.config
-    values: dict[str, tuple[str, int, int]] = {
-        "broker.id": (str(cfg.broker_id), ConfigType.INT, STATIC_BROKER_CONFIG),
-        "listeners": (
-            ",".join(str(e) for e in cfg.listeners),
-            ConfigType.LIST,
-            STATIC_BROKER_CONFIG,
-        ),
-        "advertised.listeners": (
-            ",".join(str(e) for e in cfg.advertised),
-            ConfigType.LIST,
-            STATIC_BROKER_CONFIG,
-        ),
-        "log.dirs": (",".join(str(d) for d in cfg.log_dirs), ConfigType.LIST, STATIC_BROKER_CONFIG),
-        "num.partitions": (str(cfg.num_partitions), ConfigType.INT, STATIC_BROKER_CONFIG),
-        "default.replication.factor": (
-            str(cfg.default_replication_factor),
-            ConfigType.INT,
-            STATIC_BROKER_CONFIG,
-        ),
-        "auto.create.topics.enable": (
-            str(cfg.auto_create_topics_enable).lower(),
-            ConfigType.BOOLEAN,
-            STATIC_BROKER_CONFIG,
-        ),
-        "delete.topic.enable": (
-            str(cfg.delete_topic_enable).lower(),
-            ConfigType.BOOLEAN,
-            STATIC_BROKER_CONFIG,
-        ),
-        "socket.request.max.bytes": (
-            str(cfg.socket_request_max_bytes),
-            ConfigType.INT,
-            STATIC_BROKER_CONFIG,
-        ),
-        "log.retention.check.interval.ms": (
-            str(cfg.log_retention_check_interval_ms),
-            ConfigType.LONG,
-            STATIC_BROKER_CONFIG,
-        ),
-        "replica.lag.time.max.ms": (
-            str(cfg.replica_lag_time_max_ms),
-            ConfigType.LONG,
-            STATIC_BROKER_CONFIG,
-        ),
-        **connection_limit_entries(cfg.connection_limits),
-    }
-    for name, key in TOPIC_CONFIG_KEYS.items():
-        if key.server_name is not None:
-            values[key.server_name] = (
-                cfg.log_defaults.value_of(name),
-                key.type,
-                STATIC_BROKER_CONFIG,
-            )
+    """The broker's static configs (`server/static_configs.py`): each known key and each key
+    given, its value in force, given (STATIC_BROKER_CONFIG) or not (DEFAULT_CONFIG); its
+    synonyms are the value given and the default. Read only unless the key is dynamic."""
+    raw = broker.config.raw
     out = []
-    wanted = list(values) if keys is None else [k for k in keys if k in values]
-    for name in wanted:
-        value, typ, _ = values[name]
-        source = STATIC_BROKER_CONFIG if name in cfg.raw else DEFAULT_CONFIG
+    for name, c in static_configs(broker.config, keys).items():
+        hide = c.sensitive
+        synonyms = [
+            {"name": name, "value": None if hide else text, "source": source}
+            for text, source, present in (
+                (raw.get(name), STATIC_BROKER_CONFIG, name in raw),
+                (c.default, DEFAULT_CONFIG, c.default is not None),
+            )
+            if present
+        ]
+        source = STATIC_BROKER_CONFIG if name in raw else DEFAULT_CONFIG
         out.append(
-            {
-                "name": name,
-                "value": value,
-                "read_only": True,
-                "is_default": source == DEFAULT_CONFIG,
-                "config_source": source,
-                "is_sensitive": False,
-                "synonyms": [],
-                "config_type": int(typ),
-                "documentation": None,
-            }
+            detail.entry(
+                name,
+                None if hide else c.value,
+                source,
+                synonyms,
+                c.type,
+                None,
+                read_only=name not in ALL_DYNAMIC,
+                sensitive=hide,
+            )
         )
     return out
-
-
-def connection_limit_entries(limits: ConnectionLimits) -> dict[str, tuple[str, int, int]]:
-    """The connection and request-memory limits, as Kafka describes them."""
-    overrides = ",".join(f"{h}:{n}" for h, n in limits.max_connections_per_ip_overrides.items())
-    return {
-        "connections.max.idle.ms": (
-            str(limits.connections_max_idle_ms), ConfigType.LONG, STATIC_BROKER_CONFIG),
-        "max.connections": (str(limits.max_connections), ConfigType.INT, STATIC_BROKER_CONFIG),
-        "max.connections.per.ip": (
-            str(limits.max_connections_per_ip), ConfigType.INT, STATIC_BROKER_CONFIG),
-        "max.connections.per.ip.overrides": (overrides, ConfigType.STRING, STATIC_BROKER_CONFIG),
-        "max.connection.creation.rate": (
-            str(limits.max_connection_creation_rate), ConfigType.INT, STATIC_BROKER_CONFIG),
-        "queued.max.request.bytes": (
-            str(limits.queued_max_request_bytes), ConfigType.LONG, STATIC_BROKER_CONFIG),
-    }
 
 
 async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
@@ -253,7 +195,8 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             )
             set_live = {e["name"] for e in dynamic}  # a dynamic value replaces the static one
             base["configs"] = [
-                e for e in broker_config_entries(broker, keys) if e["name"] not in set_live
+                e for e in broker_config_entries(broker, keys, detail)
+                if e["name"] not in set_live
             ] + dynamic
         elif r.resource_type == GROUP and not r.resource_name:
             base.update(

@@ -4,6 +4,7 @@ restart and survive one; bad values get Kafka's errors through real clients."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,12 @@ def test_parse_add_config() -> None:
      "--add-config and --delete-config can only be used with --alter"),
     (("--alter", "--all", "--entity-type", "topics", "--entity-name", "t", "--add-config", "a=1"),
      "--all can only be used with --describe"),
+    (("--describe", "--entity-type", "broker-loggers"),
+     "An entity name must be specified with --describe of broker-loggers"),
+    (("--describe", "--entity-type", "broker-loggers", "--entity-default"),
+     "--entity-default is not supported for broker-loggers"),
+    (("--describe", "--entity-type", "broker-loggers", "--entity-name", "x"),
+     "The entity name for broker-loggers must be a valid integer broker id, but it is: x"),
 ])
 def test_bad_arguments(unreachable_bootstrap: str, args: tuple[str, ...], message: str) -> None:
     assert failed(configs(unreachable_bootstrap, *args)) == message
@@ -298,3 +305,36 @@ def test_describe_all_lists_static_configs(tmp_path: Path) -> None:
         lines = out.splitlines()
         assert lines[0] == f"All configs for topic {topic} are:"
         assert [line.split("=", 1)[0].strip() for line in lines[1:]] == sorted(TOPIC_CONFIG_KEYS)
+
+
+def test_broker_loggers(tmp_path: Path) -> None:
+    """`--entity-type broker-loggers`: a broker's log levels listed and changed while it runs,
+    the request going to that broker (here broker 1 of two)."""
+    name = f"wherry.test_cli_loggers_{uuid.uuid4().hex[:6]}"
+    logging.getLogger(name).setLevel(logging.INFO)
+    root = logging.getLogger().level
+    try:
+        with DevCluster(tmp_path / "two", brokers=2) as c:
+            c.wait_for_controller()
+            boot = c.bootstrap
+            loggers = ("--entity-type", "broker-loggers", "--entity-name", "1")
+            out = ok(configs(boot, "--describe", *loggers)).splitlines()
+            assert out[0] == "Dynamic configs for broker-logger 1 are:"
+            assert out[1].startswith("  root=") and out[1].endswith(" sensitive=false synonyms={}")
+            assert f"  {name}=INFO sensitive=false synonyms={{}}" in out
+            assert ok(configs(boot, "--alter", *loggers, "--add-config", f"{name}=DEBUG")) == (
+                "Completed updating config for broker-logger 1.\n")
+            assert logging.getLogger(name).level == logging.DEBUG
+            assert f"  {name}=DEBUG sensitive=false synonyms={{}}" in ok(
+                configs(boot, "--describe", *loggers)).splitlines()
+            ok(configs(boot, "--alter", *loggers, "--delete-config", name))
+            assert logging.getLogger(name).level == logging.NOTSET
+            assert failed(configs(boot, "--alter", *loggers, "--add-config", "no.such.logger=DEBUG")
+                          ) == "Logger no.such.logger does not exist!"
+            assert failed(configs(boot, "--alter", *loggers, "--delete-config", "root")) == (
+                "Removing the log level of the root logger is not allowed")
+            assert failed(configs(boot, "--describe", "--entity-type", "broker-loggers",
+                                  "--entity-name", "7")) == "Broker 7 is not in the cluster"
+    finally:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+        logging.getLogger().setLevel(root)

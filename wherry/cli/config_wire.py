@@ -1,8 +1,11 @@
-"""The cluster-wide default broker entity of `wherry configs --entity-default`, on the wire.
+"""Config resources the client libraries cannot name, on the wire: the cluster-wide default
+broker entity of `wherry configs --entity-default` and a broker's loggers (`--entity-type
+broker-loggers`).
 
-Kafka names that entity with an empty BROKER resource name; confluent-kafka and kafka-python
-both refuse an empty name, so these two calls (IncrementalAlterConfigs v1, DescribeConfigs v4)
-are sent to the first bootstrap broker directly, with the protocol codec.
+Kafka names the default entity with an empty BROKER resource name, which confluent-kafka and
+kafka-python both refuse, and confluent-kafka has no BROKER_LOGGER resource type; so these
+calls (IncrementalAlterConfigs v1, DescribeConfigs v4) are sent directly, with the protocol
+codec: the default entity's to the first bootstrap broker, a broker's loggers' to that broker.
 """
 
 from __future__ import annotations
@@ -15,9 +18,13 @@ from typing import Any
 from wherry.cli.common import CommandError
 from wherry.protocol.codec import ResponseDecodeError, decode_response, encode_request
 
-__all__ = ["WireConfig", "alter_default_broker", "describe_default_broker", "wire_call"]
+__all__ = [
+    "WireConfig", "alter_default_broker", "alter_resource", "describe_default_broker",
+    "describe_resource", "wire_call",
+]
 
 BROKER_RESOURCE = 4
+BROKER_LOGGER_RESOURCE = 8
 INCREMENTAL_ALTER_CONFIGS = (44, 1)
 DESCRIBE_CONFIGS = (32, 4)
 SOURCE_NAMES = {
@@ -67,22 +74,24 @@ def _check(result: Any) -> None:
         raise CommandError(str(result.error_message or f"error code {int(result.error_code)}"))
 
 
-def alter_default_broker(bootstrap: str, ops: list[tuple[str, str | None, int]],
-                         timeout_s: float) -> None:
-    """IncrementalAlterConfigs of the default entity; `ops`: (name, value, operation)."""
+def alter_resource(address: str, resource_type: int, name: str,
+                   ops: list[tuple[str, str | None, int]], timeout_s: float) -> None:
+    """IncrementalAlterConfigs of one resource; `ops`: (name, value, operation)."""
     body = {"validate_only": False, "resources": [{
-        "resource_type": BROKER_RESOURCE, "resource_name": "",
+        "resource_type": resource_type, "resource_name": name,
         "configs": [{"name": k, "config_operation": op, "value": v} for k, v, op in ops],
     }]}
-    (res,) = wire_call(bootstrap, INCREMENTAL_ALTER_CONFIGS, body, timeout_s).responses
+    (res,) = wire_call(address, INCREMENTAL_ALTER_CONFIGS, body, timeout_s).responses
     _check(res)
 
 
-def describe_default_broker(bootstrap: str, timeout_s: float) -> list[WireConfig]:
-    body = {"resources": [{"resource_type": BROKER_RESOURCE, "resource_name": "",
+def describe_resource(address: str, resource_type: int, name: str,
+                      timeout_s: float) -> list[WireConfig]:
+    """DescribeConfigs of one resource, with synonyms."""
+    body = {"resources": [{"resource_type": resource_type, "resource_name": name,
                            "configuration_keys": None}],
             "include_synonyms": True, "include_documentation": False}
-    (res,) = wire_call(bootstrap, DESCRIBE_CONFIGS, body, timeout_s).results
+    (res,) = wire_call(address, DESCRIBE_CONFIGS, body, timeout_s).results
     _check(res)
     return [WireConfig(
         str(c.name), c.value, SOURCE_NAMES.get(int(c.config_source), "UNKNOWN"),
@@ -90,3 +99,13 @@ def describe_default_broker(bootstrap: str, timeout_s: float) -> list[WireConfig
         tuple((SOURCE_NAMES.get(int(s.source), "UNKNOWN"), str(s.name), s.value)
               for s in c.synonyms),
     ) for c in res.configs]
+
+
+def alter_default_broker(bootstrap: str, ops: list[tuple[str, str | None, int]],
+                         timeout_s: float) -> None:
+    """IncrementalAlterConfigs of the default entity; `ops`: (name, value, operation)."""
+    alter_resource(bootstrap, BROKER_RESOURCE, "", ops, timeout_s)
+
+
+def describe_default_broker(bootstrap: str, timeout_s: float) -> list[WireConfig]:
+    return describe_resource(bootstrap, BROKER_RESOURCE, "", timeout_s)

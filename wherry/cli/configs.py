@@ -1,4 +1,5 @@
-"""`wherry configs`: a kafka-configs.sh look-alike for topic and broker configs, and for
+"""`wherry configs`: a kafka-configs.sh look-alike for topic and broker configs, a broker's log
+levels (`--entity-type broker-loggers`: each logger's level, set or unset while it runs), and
 users' and client ids' quotas (`--entity-type users|clients`, `cli/quota_configs.py`).
 
 `--describe` prints the dynamic configs of an entity (DescribeConfigs), with `--all` every
@@ -30,9 +31,15 @@ from confluent_kafka.admin import (
 )
 
 from wherry.cli.common import AdminService, CommandError, admin_options, exits_on_error
-from wherry.cli.config_wire import alter_default_broker, describe_default_broker
+from wherry.cli.config_wire import (
+    BROKER_LOGGER_RESOURCE,
+    alter_default_broker,
+    alter_resource,
+    describe_default_broker,
+    describe_resource,
+)
 
-ENTITY_TYPES = ("topics", "brokers", "users", "clients")
+ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "users", "clients")
 QUOTA_ENTITY_TYPES = ("users", "clients")
 _handle_errors = exits_on_error("Error while executing config command : ")
 _common_options = admin_options("Overall timeout of each request to the cluster (wherry extra).")
@@ -70,6 +77,8 @@ def entry_line(entry: ConfigEntry) -> str:
     the entry's own)."""
     own = source_name(entry)
     synonyms = getattr(entry, "synonyms", None) or {}
+    if not synonyms:  # none at all (a key without a default): Kafka prints `synonyms={}`
+        return config_line(entry.name, entry.value, own, bool(entry.is_sensitive), [])
     others = [(source_name(s), s.name, s.value) for s in synonyms.values()
               if source_name(s) != own]
     return config_line(entry.name, entry.value, own, bool(entry.is_sensitive),
@@ -80,8 +89,7 @@ def config_line(name: str, value: str | None, source: str, sensitive: bool,
                 synonyms: Iterable[tuple[str, str, str | None]]) -> str:
     """`  name=value sensitive=false synonyms={SOURCE:name=value, ...}` (Kafka's format)."""
     shown = "null" if sensitive or value is None else value
-    syn = ", ".join(f"{src}:{n}={'null' if v is None else v}" for src, n, v in synonyms) or (
-        f"{source}:{name}={shown}")
+    syn = ", ".join(f"{src}:{n}={'null' if v is None else v}" for src, n, v in synonyms)
     return f"  {name}={shown} sensitive={str(sensitive).lower()} synonyms={{{syn}}}"
 
 
@@ -98,6 +106,13 @@ class ConfigService(AdminService):
             result = self._wait(fut, "describeConfigs")
         return result
 
+    def broker_address(self, broker_id: int) -> str:
+        """HOST:PORT of a broker of the cluster (a broker's own resources go to it)."""
+        broker = self.metadata("describeCluster").brokers.get(broker_id)
+        if broker is None:
+            raise CommandError(f"Broker {broker_id} is not in the cluster")
+        return f"{broker.host}:{broker.port}"
+
     def alter(self, rtype: ResourceType, name: str, entries: list[ConfigEntry]) -> None:
         res = ConfigResource(rtype, name, incremental_configs=entries)
         futs = self.admin.incremental_alter_configs([res], request_timeout=self.timeout_s)
@@ -105,14 +120,17 @@ class ConfigService(AdminService):
             self._wait(fut, "incrementalAlterConfigs")
 
 
-def _dynamic_source(entity_type: str) -> ConfigSource:
+def _dynamic_source(entity_type: str) -> ConfigSource | None:
+    """The source --describe lists of an entity (None: all, a broker's log levels)."""
     if entity_type == "topics":
         return ConfigSource.DYNAMIC_TOPIC_CONFIG
+    if entity_type == "broker-loggers":
+        return None
     return ConfigSource.DYNAMIC_BROKER_CONFIG
 
 
 def _entity_label(entity_type: str, name: str) -> str:
-    return f"{'topic' if entity_type == 'topics' else 'broker'} {name}"
+    return f"{entity_type[:-1]} {name}"  # topic t, broker 1, broker-logger 1
 
 
 def _check_args(describe: bool, alter: bool, entity_type: str, entity_name: str | None,
@@ -124,14 +142,16 @@ def _check_args(describe: bool, alter: bool, entity_type: str, entity_name: str 
         raise CommandError("--all can only be used with --describe")
     if entity_name is not None and entity_default:
         raise CommandError("--entity-name and --entity-default cannot be used together")
-    if entity_default and entity_type == "topics":
-        raise CommandError("--entity-default is not supported for topics")
-    if entity_type == "brokers" and entity_name is not None:
+    if entity_default and entity_type in ("topics", "broker-loggers"):
+        raise CommandError(f"--entity-default is not supported for {entity_type}")
+    if entity_type == "broker-loggers" and entity_name is None and describe:
+        raise CommandError("An entity name must be specified with --describe of broker-loggers")
+    if entity_type in ("brokers", "broker-loggers") and entity_name is not None:
         try:
             int(entity_name)
         except ValueError:
-            raise CommandError("The entity name for brokers must be a valid integer broker id, "
-                               f"but it is: {entity_name}") from None
+            raise CommandError(f"The entity name for {entity_type} must be a valid integer "
+                               f"broker id, but it is: {entity_name}") from None
     if alter:
         if entity_name is None and not entity_default:
             raise CommandError(f"An entity name must be specified with --alter of {entity_type}")
@@ -151,8 +171,8 @@ def _check_args(describe: bool, alter: bool, entity_type: str, entity_name: str 
                    "if available.")
 @click.option("--entity-type", "entity_types", required=True, multiple=True,
               type=click.Choice(ENTITY_TYPES),
-              help="Type of entity (topics/brokers/users/clients); users and clients together "
-                   "name a user's client.")
+              help="Type of entity (topics/brokers/broker-loggers/users/clients); users and "
+                   "clients together name a user's client.")
 @click.option("--entity-name", "entity_names", multiple=True,
               help="Name of entity (topic name / broker id / user / client id).")
 @click.option("--entity-default", is_flag=True,
@@ -167,8 +187,8 @@ def configs(
     entity_default: bool, add_config: str | None, delete_config: tuple[str, ...],
     describe_all: bool,
 ) -> None:
-    """Describe or alter topic and broker configs, and users' and client ids' quotas (like
-    kafka-configs.sh)."""
+    """Describe or alter topic and broker configs, brokers' log levels, and users' and client
+    ids' quotas (like kafka-configs.sh)."""
     if any(t in QUOTA_ENTITY_TYPES for t in entity_types):
         if command_config is not None:
             raise CommandError("Quotas are described and altered on a PLAINTEXT listener: "
@@ -197,9 +217,13 @@ def configs(
         name = "" if entity_default else str(entity_name)
         if entity_type == "topics" and name not in svc.metadata().topics:
             raise CommandError(f"The topic '{name}' does not exist.")
+        ops: list[tuple[str, str | None, int]] = [(k, v, 0) for k, v in to_set.items()]
+        ops += [(k, None, 1) for k in to_delete]
         if entity_default:
-            alter_default_broker(bootstrap_server, [(k, v, 0) for k, v in to_set.items()]
-                                 + [(k, None, 1) for k in to_delete], svc.timeout_s)
+            alter_default_broker(bootstrap_server, ops, svc.timeout_s)
+        elif entity_type == "broker-loggers":
+            alter_resource(svc.broker_address(int(name)), BROKER_LOGGER_RESOURCE, name, ops,
+                           svc.timeout_s)
         else:
             svc.alter(rtype, name, entries)
         if entity_default:
@@ -217,12 +241,19 @@ def configs(
         names = []
     wanted = None if describe_all else _dynamic_source(entity_type)
     for name in names:
-        entries = svc.describe(rtype, name)
+        if entity_type == "broker-loggers":  # every logger, no synonyms (as Kafka)
+            loggers = describe_resource(svc.broker_address(int(name)), BROKER_LOGGER_RESOURCE,
+                                        name, svc.timeout_s)
+            lines = [config_line(c.name, c.value, c.source, c.sensitive, c.synonyms)
+                     for c in loggers]
+        else:
+            entries = svc.describe(rtype, name)
+            lines = [entry_line(entry) for _, entry in sorted(entries.items())
+                     if wanted is None or source_name(entry) == wanted.name]
         click.echo(f"{'All' if describe_all else 'Dynamic'} configs for "
                    f"{_entity_label(entity_type, name)} are:")
-        for _, entry in sorted(entries.items()):
-            if wanted is None or source_name(entry) == wanted.name:
-                click.echo(entry_line(entry))
+        for line in lines:
+            click.echo(line)
     if entity_type == "brokers" and entity_name is None:
         click.echo("Default configs for brokers in the cluster are:")
         for c in sorted(describe_default_broker(bootstrap_server, svc.timeout_s),

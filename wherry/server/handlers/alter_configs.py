@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from wherry.security.acl import AclOperation
 from wherry.server.admin import AdminError
 from wherry.server.authz import config_resource_denied
-from wherry.server.handlers.describe_configs import BROKER, GROUP, TOPIC
+from wherry.server.handlers.describe_configs import BROKER, BROKER_LOGGER, GROUP, TOPIC
 from wherry.share.config import GroupConfigError
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ async def alter_resources(
     *,
     authorized_types: Iterable[int],
     alter_group: Callable[[Any], Awaitable[None]] | None = None,
+    alter_logger: Callable[[Any], Awaitable[None]] | None = None,
 ) -> Mapping[str, Any]:
     """Answer each resource of an (Incremental)AlterConfigs request: a topic is altered by
     ``alter_topic``, a broker by ``alter_broker`` (an `AdminError` is the answer). Resources of
@@ -85,9 +86,10 @@ async def alter_resources(
     out = []
     for r in resources:
         code, msg = ErrorCode.none, None
-        alter = {TOPIC: alter_topic, BROKER: alter_broker, GROUP: alter_group}.get(
-            r.resource_type
-        )
+        alter = {
+            TOPIC: alter_topic, BROKER: alter_broker, GROUP: alter_group,
+            BROKER_LOGGER: alter_logger,
+        }.get(r.resource_type)
         denied = None
         if r.resource_type in checked:
             denied = config_resource_denied(

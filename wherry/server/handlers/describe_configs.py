@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from wherry.log.config import SERVER_CONFIG_SYNONYMS, TOPIC_CONFIG_KEYS, ConfigType
 from wherry.security.acl import AclOperation
-from wherry.server import broker_configs
+from wherry.server import broker_configs, broker_loggers
 from wherry.server.authz import AUTHORIZATION_MESSAGES, config_resource_denied
 from wherry.server.dynamic_keys import ALL_DYNAMIC
 from wherry.server.static_configs import static_configs
@@ -30,6 +30,7 @@ GROUP = 32
 DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+DYNAMIC_BROKER_LOGGER_CONFIG = 6
 DYNAMIC_GROUP_CONFIG = 8
 
 _VALUES_ONLY = broker_configs.EntryDetail()  # no synonyms, no documentation
@@ -198,6 +199,16 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 e for e in broker_config_entries(broker, keys, detail)
                 if e["name"] not in set_live
             ] + dynamic
+        elif r.resource_type == BROKER_LOGGER:
+            problem = broker_loggers.resource_problem(r.resource_name, broker.broker_id)
+            if problem is not None:
+                base.update(error_code=ErrorCode.invalid_request, error_message=problem)
+            else:
+                base["configs"] = [
+                    detail.entry(name, level, DYNAMIC_BROKER_LOGGER_CONFIG, [],
+                                 ConfigType.UNKNOWN, None)
+                    for name, level in broker_loggers.levels(keys)
+                ]
         elif r.resource_type == GROUP and not r.resource_name:
             base.update(
                 error_code=ErrorCode.invalid_request,

@@ -1,5 +1,6 @@
-"""IncrementalAlterConfigs (key 44): SET / DELETE / APPEND / SUBTRACT on topic overrides and
-on a broker's dynamic configs (`server/broker_configs.py`)."""
+"""IncrementalAlterConfigs (key 44): SET / DELETE / APPEND / SUBTRACT on topic overrides, on a
+broker's dynamic configs (`server/broker_configs.py`), on group configs, and SET / DELETE of a
+broker's log levels (`server/broker_loggers.py`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
-from wherry.server import broker_configs
+from wherry.server import broker_configs, broker_loggers
 from wherry.server.admin import AdminError
 from wherry.server.dynamic_validation import DynamicConfigError, apply_incremental, list_operation
 from wherry.server.handlers.alter_configs import alter_resources, set_group_config
@@ -105,6 +106,14 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                 )
         await set_group_config(broker, r.resource_name, new, body.validate_only)
 
+    async def alter_logger(r: Any) -> None:
+        changes = [(c.name, c.value, c.config_operation) for c in r.configs]
+        try:
+            broker_loggers.apply(r.resource_name, broker.broker_id, changes,
+                                 validate_only=body.validate_only)
+        except broker_loggers.LoggerConfigError as e:
+            raise AdminError(e.error_code, e.message) from e
+
     return await alter_resources(
         broker,
         body.resources,
@@ -112,4 +121,5 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
         alter_broker,
         authorized_types=(TOPIC, BROKER, BROKER_LOGGER, GROUP),
         alter_group=alter_group,
+        alter_logger=alter_logger,
     )

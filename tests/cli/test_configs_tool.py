@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from wherry.cli.common import CommandError
@@ -79,6 +79,8 @@ def test_parse_add_config() -> None:
      "--entity-default is not supported for broker-loggers"),
     (("--describe", "--entity-type", "broker-loggers", "--entity-name", "x"),
      "The entity name for broker-loggers must be a valid integer broker id, but it is: x"),
+    (("--alter", "--entity-type", "groups", "--entity-default", "--add-config", "a=1"),
+     "--entity-default is not supported for groups"),
 ])
 def test_bad_arguments(unreachable_bootstrap: str, args: tuple[str, ...], message: str) -> None:
     assert failed(configs(unreachable_bootstrap, *args)) == message
@@ -338,3 +340,48 @@ def test_broker_loggers(tmp_path: Path) -> None:
     finally:
         logging.getLogger(name).setLevel(logging.NOTSET)
         logging.getLogger().setLevel(root)
+
+
+def test_group_configs(tmp_path: Path) -> None:
+    """`--entity-type groups`: a group's own configs (a share group's `share.*`), as
+    kafka-configs sets them; every group when no name is given."""
+    with DevCluster(tmp_path / "g", brokers=1) as c:
+        c.wait_for_controller()
+        boot = c.bootstrap
+        group = ("--entity-type", "groups", "--entity-name", "workers")
+        assert ok(configs(boot, "--alter", *group, "--add-config",
+                          "share.auto.offset.reset=earliest,share.delivery.count.limit=3")) == (
+            "Completed updating config for group workers.\n")
+        assert ok(configs(boot, "--describe", *group)).splitlines() == [
+            "Dynamic configs for group workers are:",
+            "  share.auto.offset.reset=earliest sensitive=false "
+            "synonyms={DYNAMIC_GROUP_CONFIG:share.auto.offset.reset=earliest}",
+            "  share.delivery.count.limit=3 sensitive=false "
+            "synonyms={DYNAMIC_GROUP_CONFIG:share.delivery.count.limit=3, "
+            "DEFAULT_CONFIG:group.share.delivery.count.limit=5}",
+        ]
+        every = ok(configs(boot, "--describe", "--all", *group)).splitlines()
+        assert every[0] == "All configs for group workers are:"
+        assert "  share.record.lock.duration.ms=30000 sensitive=false " \
+               "synonyms={DEFAULT_CONFIG:share.record.lock.duration.ms=30000}" in every, every
+        assert failed(configs(boot, "--alter", *group, "--add-config",
+                              "share.delivery.count.limit=1")).startswith(
+            "share.delivery.count.limit must be greater than or equal to")
+        ok(configs(boot, "--alter", *group, "--delete-config", "share.auto.offset.reset"))
+        assert ok(configs(boot, "--describe", *group)).splitlines()[1:] == [
+            "  share.delivery.count.limit=3 sensitive=false "
+            "synonyms={DYNAMIC_GROUP_CONFIG:share.delivery.count.limit=3, "
+            "DEFAULT_CONFIG:group.share.delivery.count.limit=5}",
+        ]
+
+        # Without a name: every group of the cluster (here a consumer group with offsets).
+        topic = f"cfg-{uuid.uuid4().hex[:8]}"
+        ok(run("topics", "create", "--bootstrap-server", boot, "--topic", topic))
+        c.wait_for_topic(topic, 1)
+        consumer = Consumer({"bootstrap.servers": boot, "group.id": "readers",
+                             "log_level": 0})
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+        consumer.close()
+        assert ok(configs(boot, "--describe", "--entity-type", "groups")).splitlines() == [
+            "Dynamic configs for group readers are:",
+        ]

@@ -1,17 +1,17 @@
-"""`wherry configs`: a kafka-configs.sh look-alike for topic and broker configs, a broker's log
-levels (`--entity-type broker-loggers`: each logger's level, set or unset while it runs), and
-users' and client ids' quotas (`--entity-type users|clients`, `cli/quota_configs.py`).
+"""`wherry configs`: a kafka-configs.sh look-alike for topic, broker and group configs, a
+broker's log levels (`--entity-type broker-loggers`: each logger's level, set or unset while
+it runs), and users' and client ids' quotas (`--entity-type users|clients`,
+`cli/quota_configs.py`).
 
 `--describe` prints the dynamic configs of an entity (DescribeConfigs), with `--all` every
 config (static ones included, for a broker: what it was started with and the defaults);
-`--alter` sets
-(`--add-config k=v,k2=[a,b]`) and removes (`--delete-config k,k2`) them with
+`--alter` sets (`--add-config k=v,k2=[a,b]`) and removes (`--delete-config k,k2`) them with
 IncrementalAlterConfigs, one resource per call (librdkafka accepts one BROKER resource per
-request). Entity types: `topics` and `brokers` (`--entity-name ID` or `--entity-default`, the
-cluster-wide default, which the client libraries cannot name: `config_wire`). Output and
-messages are kafka-configs' ("Dynamic configs for broker 1 are:", "Completed updating config
-for topic t."); failures print
-`Error while executing config command : <message>` to stderr and exit with status 1.
+request). Entity types: `topics`, `groups` and `brokers` (`--entity-name ID` or
+`--entity-default`, the cluster-wide default, which the client libraries cannot name:
+`config_wire`), `broker-loggers` (on the wire too). Output and messages are kafka-configs'
+("Dynamic configs for broker 1 are:", "Completed updating config for topic t."); failures
+print `Error while executing config command : <message>` to stderr and exit with status 1.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from wherry.cli.config_wire import (
     describe_default_broker,
     describe_resource,
 )
+from wherry.cli.share_groups import group_ids
 
-ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "users", "clients")
+ENTITY_TYPES = ("topics", "brokers", "broker-loggers", "groups", "users", "clients")
 QUOTA_ENTITY_TYPES = ("users", "clients")
 _handle_errors = exits_on_error("Error while executing config command : ")
 _common_options = admin_options("Overall timeout of each request to the cluster (wherry extra).")
@@ -66,9 +67,15 @@ def parse_delete_config(items: Iterable[str]) -> list[str]:
     return [k.strip() for item in items for k in item.split(",") if k.strip()]
 
 
+def kafka_source_name(src: Any) -> str:
+    """Kafka's name of a config source (confluent-kafka calls DYNAMIC_GROUP_CONFIG
+    GROUP_CONFIG)."""
+    name = src.name if isinstance(src, ConfigSource) else ConfigSource(int(src)).name
+    return "DYNAMIC_GROUP_CONFIG" if name == "GROUP_CONFIG" else str(name)
+
+
 def source_name(entry: ConfigEntry) -> str:
-    src: Any = entry.source
-    return src.name if isinstance(src, ConfigSource) else ConfigSource(int(src)).name
+    return kafka_source_name(entry.source)
 
 
 def entry_line(entry: ConfigEntry) -> str:
@@ -124,6 +131,8 @@ def _dynamic_source(entity_type: str) -> ConfigSource | None:
     """The source --describe lists of an entity (None: all, a broker's log levels)."""
     if entity_type == "topics":
         return ConfigSource.DYNAMIC_TOPIC_CONFIG
+    if entity_type == "groups":
+        return ConfigSource.GROUP_CONFIG
     if entity_type == "broker-loggers":
         return None
     return ConfigSource.DYNAMIC_BROKER_CONFIG
@@ -142,7 +151,7 @@ def _check_args(describe: bool, alter: bool, entity_type: str, entity_name: str 
         raise CommandError("--all can only be used with --describe")
     if entity_name is not None and entity_default:
         raise CommandError("--entity-name and --entity-default cannot be used together")
-    if entity_default and entity_type in ("topics", "broker-loggers"):
+    if entity_default and entity_type in ("topics", "broker-loggers", "groups"):
         raise CommandError(f"--entity-default is not supported for {entity_type}")
     if entity_type == "broker-loggers" and entity_name is None and describe:
         raise CommandError("An entity name must be specified with --describe of broker-loggers")
@@ -171,10 +180,10 @@ def _check_args(describe: bool, alter: bool, entity_type: str, entity_name: str 
                    "if available.")
 @click.option("--entity-type", "entity_types", required=True, multiple=True,
               type=click.Choice(ENTITY_TYPES),
-              help="Type of entity (topics/brokers/broker-loggers/users/clients); users and "
-                   "clients together name a user's client.")
+              help="Type of entity (topics/brokers/broker-loggers/groups/users/clients); users "
+                   "and clients together name a user's client.")
 @click.option("--entity-name", "entity_names", multiple=True,
-              help="Name of entity (topic name / broker id / user / client id).")
+              help="Name of entity (topic name / broker id / group id / user / client id).")
 @click.option("--entity-default", is_flag=True,
               help="The cluster-wide default broker configs, or the default user or client id.")
 @click.option("--add-config", metavar="K1=V1,K2=[A,B]", help="Configs to add or update.")
@@ -187,8 +196,8 @@ def configs(
     entity_default: bool, add_config: str | None, delete_config: tuple[str, ...],
     describe_all: bool,
 ) -> None:
-    """Describe or alter topic and broker configs, brokers' log levels, and users' and client
-    ids' quotas (like kafka-configs.sh)."""
+    """Describe or alter topic, broker and group configs, brokers' log levels, and users' and
+    client ids' quotas (like kafka-configs.sh)."""
     if any(t in QUOTA_ENTITY_TYPES for t in entity_types):
         if command_config is not None:
             raise CommandError("Quotas are described and altered on a PLAINTEXT listener: "
@@ -202,7 +211,8 @@ def configs(
     entity_name = entity_names[0] if entity_names else None
     _check_args(describe, alter, entity_type, entity_name, entity_default, add_config,
                 delete_config, describe_all)
-    rtype = ResourceType.TOPIC if entity_type == "topics" else ResourceType.BROKER
+    rtype = {"topics": ResourceType.TOPIC, "groups": ResourceType.GROUP}.get(
+        entity_type, ResourceType.BROKER)
     svc = ConfigService.connect(bootstrap_server, command_config, timeout_ms)
     if alter:
         to_set = parse_add_config(add_config) if add_config is not None else {}
@@ -235,6 +245,8 @@ def configs(
         names = [entity_name]
     elif entity_type == "topics":
         names = sorted(svc.metadata().topics)
+    elif entity_type == "groups":
+        names = group_ids(bootstrap_server, command_config, timeout_ms)
     elif not entity_default:  # every broker, then the cluster default (as kafka-configs)
         names = [str(b) for b in sorted(svc.metadata().brokers)]
     else:
@@ -248,8 +260,9 @@ def configs(
                      for c in loggers]
         else:
             entries = svc.describe(rtype, name)
+            shown = None if wanted is None else kafka_source_name(wanted)
             lines = [entry_line(entry) for _, entry in sorted(entries.items())
-                     if wanted is None or source_name(entry) == wanted.name]
+                     if shown is None or source_name(entry) == shown]
         click.echo(f"{'All' if describe_all else 'Dynamic'} configs for "
                    f"{_entity_label(entity_type, name)} are:")
         for line in lines:

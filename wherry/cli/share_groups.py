@@ -70,12 +70,13 @@ class ShareGroup:
 
 
 class ShareGroupsWire(WireTool):
-    async def groups(self) -> list[tuple[str, str]]:
-        """(group id, state) of every broker's share groups, sorted."""
+    async def groups(self, types: Sequence[str] = ("share",)) -> list[tuple[str, str]]:
+        """(group id, state) of every broker's groups of `types` (none: every type),
+        sorted."""
         out = []
         for address in (await self.brokers()).values():
             resp = await self.call(address, _LIST_GROUPS,
-                                   {"states_filter": [], "types_filter": ["share"]})
+                                   {"states_filter": [], "types_filter": list(types)})
             if resp.error_code != ErrorCode.none:
                 raise WireCallError(int(resp.error_code))
             out += [(str(g.group_id), str(g.group_state)) for g in resp.groups]
@@ -165,6 +166,14 @@ def _run(bootstrap_server: str, command_config: Path | None, timeout_ms: int,
             await clients.close()
 
     return asyncio.run(main())
+
+
+def group_ids(bootstrap_server: str, command_config: Path | None, timeout_ms: int) -> list[str]:
+    """The id of every group of the cluster, of every type (classic, consumer, share)."""
+    async def work(w: ShareGroupsWire) -> list[str]:
+        return [g for g, _ in await w.groups(types=())]
+
+    return _run(bootstrap_server, command_config, timeout_ms, work)
 
 
 def _table(widths: Sequence[int], rows: Sequence[Sequence[object]]) -> str:

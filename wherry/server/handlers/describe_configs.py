@@ -187,28 +187,13 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
                     }
                 )
                 continue
-            dynamic = broker_configs.describe_entries(
-                await broker.admin.broker_config(broker.broker_id),
-                await broker.admin.broker_config(None),
-                broker.config.raw,
-                keys,
-                detail,
-            )
-            set_live = {e["name"] for e in dynamic}  # a dynamic value replaces the static one
-            base["configs"] = [
-                e for e in broker_config_entries(broker, keys, detail)
-                if e["name"] not in set_live
-            ] + dynamic
+            base["configs"] = await this_broker_entries(broker, keys, detail)
         elif r.resource_type == BROKER_LOGGER:
             problem = broker_loggers.resource_problem(r.resource_name, broker.broker_id)
             if problem is not None:
                 base.update(error_code=ErrorCode.invalid_request, error_message=problem)
             else:
-                base["configs"] = [
-                    detail.entry(name, level, DYNAMIC_BROKER_LOGGER_CONFIG, [],
-                                 ConfigType.UNKNOWN, None)
-                    for name, level in broker_loggers.levels(keys)
-                ]
+                base["configs"] = logger_entries(keys, detail)
         elif r.resource_type == GROUP and not r.resource_name:
             base.update(
                 error_code=ErrorCode.invalid_request,
@@ -223,6 +208,33 @@ async def handle(broker: BrokerServices, req: Request) -> Mapping[str, Any]:
             )
         results.append(base)
     return {"throttle_time": 0, "results": results}
+
+
+async def this_broker_entries(
+    broker: BrokerServices, keys: Iterable[str] | None, detail: broker_configs.EntryDetail
+) -> list[dict[str, Any]]:
+    """Every config of this broker: its dynamic ones, and the static ones no dynamic value
+    replaces."""
+    dynamic = broker_configs.describe_entries(
+        await broker.admin.broker_config(broker.broker_id),
+        await broker.admin.broker_config(None),
+        broker.config.raw,
+        keys,
+        detail,
+    )
+    set_live = {e["name"] for e in dynamic}
+    static = broker_config_entries(broker, keys, detail)
+    return [e for e in static if e["name"] not in set_live] + dynamic
+
+
+def logger_entries(
+    keys: Iterable[str] | None, detail: broker_configs.EntryDetail
+) -> list[dict[str, Any]]:
+    """A BROKER_LOGGER resource: each logger and its level, no synonyms (as Kafka)."""
+    return [
+        detail.entry(name, level, DYNAMIC_BROKER_LOGGER_CONFIG, [], ConfigType.UNKNOWN, None)
+        for name, level in broker_loggers.levels(keys)
+    ]
 
 
 async def group_config_entries(

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from wherry.server.dynamic_validation import APPEND, DELETE, SET, SUBTRACT
+
 __all__ = ["ROOT_LOGGER", "LoggerConfigError", "apply", "levels", "resource_problem"]
 
 ROOT_LOGGER = "root"
@@ -30,8 +32,6 @@ _LEVELS = {
     "OFF": logging.CRITICAL + 10,
 }
 VALID_LEVELS = ", ".join(sorted(_LEVELS))
-# IncrementalAlterConfigs operations
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 logger = logging.getLogger(__name__)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
 
+from wherry.common.record import frozen_record
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType, LogConfig, unit_synonym_defaults
 from wherry.observability.endpoints import HttpEndpoint
 from wherry.replication.fetch_session import DEFAULT_CACHE_SLOTS, DEFAULT_EVICTION_MS
@@ -63,15 +64,13 @@ _KAFKA_DEFAULTS: Mapping[str, tuple[str | None, ConfigType]] = {
 }
 
 
+@frozen_record(slots=True)
 class StaticConfig:
     """One static broker config: the value in force, the default, the type."""
 
-    __slots__ = ("default", "type", "value")
-
-    def __init__(self, value: str | None, default: str | None, type_: ConfigType) -> None:
-        self.value = value
-        self.default = default
-        self.type = type_
+    value: str | None
+    default: str | None
+    type: ConfigType
 
     @property
     def sensitive(self) -> bool:
@@ -93,7 +92,7 @@ def static_configs(cfg: BrokerConfig, keys: Iterable[str] | None = None) -> dict
             value = cfg.raw[name]
         else:
             continue
-        out[name] = StaticConfig(cfg.raw.get(name, value), default, type_)
+        out[name] = StaticConfig(value, default, type_)
     return out
 
 

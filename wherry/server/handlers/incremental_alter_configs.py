@@ -12,7 +12,15 @@ from kio.schema.errors import ErrorCode
 from wherry.log.config import TOPIC_CONFIG_KEYS, ConfigType
 from wherry.server import broker_configs, broker_loggers
 from wherry.server.admin import AdminError
-from wherry.server.dynamic_validation import DynamicConfigError, apply_incremental, list_operation
+from wherry.server.dynamic_validation import (
+    APPEND,
+    DELETE,
+    SET,
+    SUBTRACT,
+    DynamicConfigError,
+    apply_incremental,
+    list_operation,
+)
 from wherry.server.handlers.alter_configs import alter_resources, set_group_config
 from wherry.server.handlers.describe_configs import BROKER, BROKER_LOGGER, GROUP, TOPIC
 from wherry.share.config import GROUP_CONFIG_KEYS
@@ -20,9 +28,6 @@ from wherry.share.config import GROUP_CONFIG_KEYS
 if TYPE_CHECKING:
     from wherry.protocol.codec import Request
     from wherry.server.services import BrokerServices
-
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-
 
 def apply_ops(current: dict[str, str], ops: Any, defaults: Any) -> dict[str, str]:
     new = dict(current)
